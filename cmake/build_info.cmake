@@ -1,0 +1,22 @@
+# Writes tp_build_info.h with the git commit of the source tree (and whether it had uncommitted changes).
+execute_process(COMMAND git -C ${SRC} rev-parse HEAD OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE
+                ERROR_QUIET RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR commit STREQUAL "")
+  set(commit "unknown")
+endif()
+execute_process(COMMAND git -C ${SRC} status --porcelain --untracked-files=no OUTPUT_VARIABLE dirty
+                ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(dirty STREQUAL "")
+  set(dirty_flag 0)
+else()
+  set(dirty_flag 1)
+endif()
+set(content "#define TP_GIT_COMMIT \"${commit}\"\n#define TP_GIT_DIRTY ${dirty_flag}\n")
+if(EXISTS ${OUT})
+  file(READ ${OUT} old)
+else()
+  set(old "")
+endif()
+if(NOT old STREQUAL content)
+  file(WRITE ${OUT} "${content}")
+endif()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the build needs on a Debian/Ubuntu machine (the CUDA toolkit itself is not installed here:
+# without it the CPU-only part builds). Idempotent: installs only what is missing.
+set -euo pipefail
+need=()
+have_file() { [ -e "$1" ] || compgen -G "$1" >/dev/null; }
+command -v cmake >/dev/null || need+=(cmake)
+command -v make >/dev/null || need+=(make)
+command -v gcc >/dev/null || need+=(gcc)
+have_file /usr/include/jansson.h && have_file "/usr/lib/*/libjansson.a" || need+=(libjansson-dev)
+have_file /usr/include/stb/stb_image.h || need+=(libstb-dev)
+have_file /usr/include/check.h && have_file "/usr/lib/*/libcheck.a" || need+=(check)
+have_file "/usr/lib/*/libsubunit.a" || need+=(libsubunit-dev)
+[ ${#need[@]} -eq 0 ] && exit 0
+echo "setup: installing ${need[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if ! command -v apt-get >/dev/null; then
+  echo "setup: apt-get not found; install these Debian packages by other means: ${need[*]}" >&2
+  exit 1
+fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null

@@ -1,0 +1,381 @@
+#include "bench/bench.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/stats.h"
+#include "core/rng.h"
+#include "core/util.h"
+#include "exec/cpu/cpu_exec.h"
+#include "formats/dtype.h"
+#include "io/image.h"
+#include "planner/plan.h"
+#include "tp_build_info.h"
+#ifdef TPROF_HAVE_CUDA
+#include "exec/cuda/cuda_engine.h"
+#else
+typedef struct {
+    int present;
+    char name[256];
+    int sm, sm_count;
+    double mem_bytes, l2_bytes;
+    char driver[64];
+    int driver_cuda, runtime_cuda;
+    size_t cublaslt_version;
+} tp_gpu_info;
+#endif
+
+typedef struct {
+    tp_precision prec;
+    int ok;
+    double *samples;
+    int n;
+    double wall_ms;
+    tp_latency_stats lat;
+    tp_accuracy acc;
+    double weight_bytes, act_bytes;
+    double build_ms;
+    int n_fp8_ops, n_ops;
+} prec_result;
+
+/* Random inputs: pixels uniform in [0, 1), normalized with the preset's mean and std, as a real image would
+ * be after timm's preprocessing (never zeros). */
+static void random_images(const tp_vit_config *c, int B, uint64_t seed, float *dst) {
+    tp_rng r;
+    tp_rng_seed_named(&r, seed, "input");
+    const int64_t S = c->img_size;
+    for (int64_t b = 0; b < B; b++)
+        for (int ch = 0; ch < 3; ch++)
+            for (int64_t i = 0; i < S * S; i++)
+                dst[((b * 3 + ch) * S * S) + i] = ((float)tp_rng_uniform(&r) - c->pre.mean[ch]) / c->pre.std[ch];
+}
+
+static void host_cpu_name(char *buf, size_t n) {
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p++;
+                while (*p == ' ') p++;
+                p[strcspn(p, "\n")] = 0;
+                snprintf(buf, n, "%s", p);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static void print_plan(const tp_graph *g, const tp_plan *p) {
+    printf("  %-26s %-12s %-5s %10s %10s  %s\n", "layer", "op", "prec", "GFLOP", "MB", "how");
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        printf("  %-26s %-12s %-5s %10.3f %10.2f  %s\n", op->layer, tp_op_kind_name(op->kind),
+               tp_precision_name(p->op_prec[i]), op->flop * 1e-9, tp_plan_op_bytes(p, g, i) * 1e-6, p->op_note[i]);
+    }
+}
+
+static void print_summary(const tp_bench_options *o, const prec_result *r, const char *device, double flop,
+                          int ref_rows) {
+    char wb[32], ab[32];
+    const tp_latency_stats *l = &r->lat;
+    printf("\n=== %s on %s: performance summary ===\n", tp_precision_name(r->prec), device);
+    double qps = r->n / (r->wall_ms * 1e-3);
+    printf("Throughput: %.2f qps, %.1f images/s (batch %d)\n", qps, qps * o->batch, o->batch);
+    printf("%s Compute Time: min = %.4f ms, max = %.4f ms, mean = %.4f ms, median = %.4f ms, "
+           "percentile(90%%) = %.4f ms, percentile(95%%) = %.4f ms, percentile(99%%) = %.4f ms (%d runs)\n",
+           o->device == TP_DEVICE_CPU ? "Host" : "GPU", l->min, l->max, l->mean, l->median, l->p90, l->p95, l->p99,
+           l->n);
+    printf("Coefficient of variation: %.2f %%%s\n", 100 * l->cov,
+           l->cov > 0.025 ? "  WARNING: above 2.5%, the timings are noisy (other load, clocks, or too few runs)" : "");
+    printf("Model compute: %.2f GFLOP per batch -> %.1f TFLOP/s at the median\n", flop * 1e-9,
+           flop / (l->median * 1e-3) * 1e-12);
+    printf("Weights: %s (%.0f bytes); activations and scratch: %s; engine build %.0f ms\n",
+           tp_fmt_bytes(r->weight_bytes, wb, sizeof wb), r->weight_bytes, tp_fmt_bytes(r->act_bytes, ab, sizeof ab),
+           r->build_ms);
+    if (r->prec == TP_PREC_FP8)
+        printf("FP8: %d of %d ops run E4M3 GEMMs (static per-tensor scales, max calibration); the rest fp16\n",
+               r->n_fp8_ops, r->n_ops);
+    const tp_accuracy *a = &r->acc;
+    printf("Accuracy vs FP32 CPU reference (%d of %d images): cosine = %.6f, relative L2 = %.3e, "
+           "max abs error = %.3e, top-1 agreement = %.1f %% (%d/%d)%s\n",
+           ref_rows, o->batch, a->cosine, a->rel_l2, a->max_abs, 100 * a->top1_agree,
+           (int)lround(a->top1_agree * a->rows), a->rows, a->nonfinite ? "  NON-FINITE VALUES IN OUTPUT" : "");
+}
+
+static json_t *json_stats(const tp_latency_stats *l) {
+    return json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "runs", l->n, "min_ms", l->min, "max_ms", l->max,
+                     "mean_ms", l->mean, "median_ms", l->median, "p90_ms", l->p90, "p95_ms", l->p95, "p99_ms",
+                     l->p99, "stddev_ms", l->stddev, "cov", l->cov);
+}
+
+static json_t *json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, const char *device,
+                            const prec_result *res, int n_res, double flop, double matmul_flop, int ref_rows,
+                            const char *input_desc, tp_error *err) {
+    char cpu[256], when[64];
+    host_cpu_name(cpu, sizeof cpu);
+    time_t t = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    json_t *root = json_object();
+    json_object_set_new(root, "tool", json_string("tprof bench " TPROF_VERSION));
+    json_object_set_new(root, "commit", json_string(TP_GIT_COMMIT));
+    json_object_set_new(root, "commit_dirty", json_boolean(TP_GIT_DIRTY));
+    json_object_set_new(root, "date", json_string(when));
+    json_object_set_new(root, "command", json_string(o->command_line ? o->command_line : ""));
+    const tp_vit_config *c = &o->cfg;
+    json_t *model = json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:f,s:b,s:s,s:i,s:f,s:i}", "name", c->name, "img_size",
+                              c->img_size, "patch_size", c->patch_size, "embed_dim", c->embed_dim, "depth", c->depth,
+                              "num_heads", c->num_heads, "mlp_ratio", c->mlp_ratio, "class_token", c->class_token,
+                              "global_pool", c->global_pool ? "avg" : "token", "num_classes", c->num_classes,
+                              "ln_eps", (double)c->ln_eps, "tokens", tp_vit_tokens(c));
+    json_object_set_new(root, "model", model);
+    json_t *cfg = json_pack("{s:i,s:f,s:i,s:f,s:s,s:b,s:s,s:s,s:I,s:i,s:s}", "batch", o->batch, "warmup_ms",
+                            o->warmup_ms, "iterations", o->iterations, "duration_s", o->duration_s, "device", device,
+                            "cuda_graph", o->use_graph, "weights", o->weights ? o->weights : "synthesized (timm init)",
+                            "input", input_desc, "seed", (json_int_t)o->seed, "reference_images", ref_rows,
+                            "timing", "GPU compute time per run from CUDA events; host-device transfers excluded");
+    json_object_set_new(root, "config", cfg);
+    json_t *sys = json_pack("{s:s}", "cpu", cpu);
+    if (gpu->present) {
+        json_object_set_new(sys, "gpu", json_string(gpu->name));
+        json_object_set_new(sys, "compute_capability", json_integer(gpu->sm));
+        json_object_set_new(sys, "sm_count", json_integer(gpu->sm_count));
+        json_object_set_new(sys, "gpu_memory_bytes", json_real(gpu->mem_bytes));
+        json_object_set_new(sys, "driver", json_string(gpu->driver));
+        json_object_set_new(sys, "driver_cuda_version", json_integer(gpu->driver_cuda));
+        json_object_set_new(sys, "cuda_runtime_version", json_integer(gpu->runtime_cuda));
+        json_object_set_new(sys, "cublaslt_version", json_integer((json_int_t)gpu->cublaslt_version));
+    }
+    json_object_set_new(root, "system", sys);
+    json_object_set_new(root, "model_flop_per_batch", json_real(flop));
+    json_object_set_new(root, "model_matmul_flop_per_batch", json_real(matmul_flop));
+    json_t *arr = json_array();
+    for (int i = 0; i < n_res; i++) {
+        const prec_result *r = &res[i];
+        json_t *p = json_object();
+        json_object_set_new(p, "precision", json_string(tp_precision_name(r->prec)));
+        json_object_set_new(p, "latency", json_stats(&r->lat));
+        double qps = r->n / (r->wall_ms * 1e-3);
+        json_object_set_new(p, "throughput_qps", json_num(qps));
+        json_object_set_new(p, "images_per_s", json_num(qps * o->batch));
+        json_object_set_new(p, "tflops_at_median", json_num(flop / (r->lat.median * 1e-3) * 1e-12));
+        json_object_set_new(p, "weight_bytes", json_real(r->weight_bytes));
+        json_object_set_new(p, "activation_bytes", json_real(r->act_bytes));
+        json_object_set_new(p, "build_ms", json_real(r->build_ms));
+        json_object_set_new(p, "speedup_vs_first", json_num(res[0].lat.median / r->lat.median));
+        json_t *acc = json_object();
+        json_object_set_new(acc, "reference", json_string("CPU executor, fp32 storage, fp64 accumulation"));
+        json_object_set_new(acc, "images", json_integer(r->acc.rows));
+        json_object_set_new(acc, "cosine", json_num(r->acc.cosine));
+        json_object_set_new(acc, "rel_l2", json_num(r->acc.rel_l2));
+        json_object_set_new(acc, "max_abs", json_num(r->acc.max_abs));
+        json_object_set_new(acc, "top1_agreement", json_num(r->acc.top1_agree));
+        json_object_set_new(acc, "nonfinite", json_integer(r->acc.nonfinite));
+        json_object_set_new(p, "accuracy", acc);
+        json_t *s = json_array();
+        for (int k = 0; k < r->n; k++) json_array_append_new(s, json_real(r->samples[k]));
+        json_object_set_new(p, "samples_ms", s);
+        json_array_append_new(arr, p);
+    }
+    json_object_set_new(root, "results", arr);
+    int rc = json_dump_file(root, o->json_path, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (rc) return tp_fail(err, TP_ERR_IO, "%s: cannot write the JSON report", o->json_path);
+    printf("\nJSON report: %s\n", o->json_path);
+    return TP_OK;
+}
+
+/* Times the CPU executor on the whole batch (host wall clock; the CPU path has no asynchronous work). */
+static tp_status bench_cpu(const tp_bench_options *o, const tp_graph *g, const tp_params *params, const float *in,
+                           float *out, prec_result *r, tp_error *err) {
+    tp_status st;
+    double t0 = tp_now_ms();
+    do {
+        if ((st = tp_cpu_run(g, params, in, out, err))) return st;
+    } while (tp_now_ms() - t0 < o->warmup_ms);
+    int n = o->iterations > 0 ? o->iterations : 1;
+    r->samples = malloc(sizeof(double) * (size_t)n);
+    if (!r->samples) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    double w0 = tp_now_ms();
+    for (int i = 0; i < n; i++) {
+        double a = tp_now_ms();
+        if ((st = tp_cpu_run(g, params, in, out, err))) return st;
+        r->samples[i] = tp_now_ms() - a;
+    }
+    r->wall_ms = tp_now_ms() - w0;
+    r->n = n;
+    return TP_OK;
+}
+
+
+tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
+    tp_status st = tp_vit_config_validate(&o->cfg, err);
+    if (st) return st;
+    if (o->batch <= 0) return tp_fail(err, TP_ERR_ARG, "--batch %d: must be positive", o->batch);
+    if (o->n_precs <= 0) return tp_fail(err, TP_ERR_ARG, "--precision: no precision given");
+    const tp_vit_config *c = &o->cfg;
+    tp_gpu_info gpu;
+    memset(&gpu, 0, sizeof gpu);
+    tp_device_kind dev = o->device;
+    tp_error gerr = {0};
+#ifdef TPROF_HAVE_CUDA
+    if (dev != TP_DEVICE_CPU) {
+        if (tp_gpu_query(0, &gpu, &gerr) == TP_OK) dev = TP_DEVICE_GPU;
+        else if (dev == TP_DEVICE_GPU) return tp_fail(err, TP_ERR_NO_GPU, "--device gpu: %s", gerr.msg);
+        else dev = TP_DEVICE_CPU;
+    }
+#else
+    if (dev == TP_DEVICE_GPU)
+        return tp_fail(err, TP_ERR_NO_GPU, "--device gpu: this tprof was built without CUDA (CPU-only build)");
+    snprintf(gerr.msg, sizeof gerr.msg, "this tprof was built without CUDA");
+    dev = TP_DEVICE_CPU;
+#endif
+    if (dev == TP_DEVICE_CPU && o->device == TP_DEVICE_AUTO) printf("No GPU (%s): running on the CPU.\n", gerr.msg);
+    char device[300];
+    if (dev == TP_DEVICE_GPU || gpu.present) snprintf(device, sizeof device, "%s (sm_%d)", gpu.name, gpu.sm);
+    else host_cpu_name(device, sizeof device);
+
+    /* parameters, inputs, graphs */
+    tp_params params = {0};
+    st = o->weights ? tp_vit_params_load(c, o->weights, &params, err) : tp_vit_params_init(c, o->seed, 0, &params, err);
+    if (st) return st;
+    const int B = o->batch, S = c->img_size;
+    const size_t img_n = (size_t)B * 3 * S * S;
+    float *images = malloc(sizeof(float) * img_n), *calib = malloc(sizeof(float) * img_n);
+    int R = o->ref_images > 0 && o->ref_images < B ? o->ref_images : B;
+    int out_cols = c->num_classes > 0 ? c->num_classes : c->embed_dim;
+    float *ref = malloc(sizeof(float) * (size_t)R * out_cols);
+    float *out = malloc(sizeof(float) * (size_t)B * out_cols);
+    prec_result *res = calloc((size_t)o->n_precs, sizeof *res);
+    tp_graph g = {0}, gref = {0};
+    char input_desc[600];
+    if (!images || !calib || !ref || !out || !res) {
+        st = tp_fail(err, TP_ERR_OOM, "out of host memory for batch %d", B);
+        goto done;
+    }
+    if (o->image) {
+        int n_files = 0;
+        if ((st = tp_image_load_batch(o->image, &c->pre, B, images, &n_files, err))) goto done;
+        memcpy(calib, images, sizeof(float) * img_n);
+        snprintf(input_desc, sizeof input_desc, "%s (%d image%s, timm eval preprocessing)", o->image, n_files,
+                 n_files == 1 ? "" : "s");
+    } else {
+        random_images(c, B, o->seed, images);
+        random_images(c, B, o->seed + 1, calib);
+        snprintf(input_desc, sizeof input_desc, "random pixels U[0,1) normalized, seed %llu",
+                 (unsigned long long)o->seed);
+    }
+    if ((st = tp_vit_build_graph(c, &params, B, &g, err))) goto done;
+    if ((st = tp_vit_build_graph(c, &params, R, &gref, err))) goto done;
+    const double flop = tp_graph_flop(&g), mflop = tp_graph_matmul_flop(&g);
+    printf("tprof bench: %s (img %d, patch %d, dim %d, depth %d, heads %d, %d tokens), batch %d, %.2f GFLOP/image "
+           "(matmul %.2f)\n",
+           c->name, S, c->patch_size, c->embed_dim, c->depth, c->num_heads, tp_vit_tokens(c), B, flop / B * 1e-9,
+           mflop / B * 1e-9);
+    printf("Device: %s%s\n", device,
+           dev == TP_DEVICE_GPU ? (o->use_graph ? "; forward pass in one CUDA graph" : "; eager launches (--no-graph)")
+                                : "; CPU executor (fp32, the reference)");
+    if (gpu.present)
+        printf("GPU: %d SMs, %.1f GB, driver %s, CUDA driver %d.%d, runtime %d.%d, cuBLASLt %zu\n", gpu.sm_count,
+               gpu.mem_bytes * 1e-9, gpu.driver, gpu.driver_cuda / 1000, gpu.driver_cuda % 1000 / 10,
+               gpu.runtime_cuda / 1000, gpu.runtime_cuda % 1000 / 10, gpu.cublaslt_version);
+    printf("Weights: %s; input: %s\n", o->weights ? o->weights : "synthesized from the seed (timm init)", input_desc);
+
+    /* the FP32 reference on the first R images */
+    double t0 = tp_now_ms();
+    if ((st = tp_cpu_run(&gref, &params, images, ref, err))) goto done;
+    printf("CPU FP32 reference: %d image%s in %.0f ms\n", R, R == 1 ? "" : "s", tp_now_ms() - t0);
+
+    for (int pi = 0; pi < o->n_precs; pi++) {
+        prec_result *r = &res[pi];
+        r->prec = o->precs[pi];
+        tp_plan plan;
+        if ((st = tp_plan_build(&g, r->prec, dev == TP_DEVICE_GPU ? gpu.sm : 0, &plan, err))) goto done;
+        r->n_ops = g.n_ops;
+        for (int i = 0; i < g.n_ops; i++) r->n_fp8_ops += plan.op_prec[i] == TP_PREC_FP8;
+        if (o->print_plan) {
+            printf("\nPlan for %s:\n", tp_precision_name(r->prec));
+            print_plan(&g, &plan);
+        }
+        double b0 = tp_now_ms();
+        if (dev == TP_DEVICE_CPU) {
+            r->weight_bytes = tp_plan_weight_bytes(&plan, &g);
+            r->build_ms = tp_now_ms() - b0; /* nothing to build: the CPU executor runs the graph as it is */
+            st = bench_cpu(o, &g, &params, images, out, r, err);
+        } else {
+#ifdef TPROF_HAVE_CUDA
+            float *amax = NULL;
+            tp_engine *e = NULL;
+            if (r->prec == TP_PREC_FP8) {
+                amax = malloc(sizeof(float) * (size_t)g.n_values);
+                st = amax ? tp_calibrate_max(&g, &params, 0, gpu.sm, calib, amax, err)
+                          : tp_fail(err, TP_ERR_OOM, "out of host memory");
+            }
+            tp_engine_options eo = {0, o->use_graph, 0, amax};
+            if (!st) st = tp_engine_build(&g, &params, &plan, &eo, &e, err);
+            r->build_ms = tp_now_ms() - b0;
+            if (!st) st = tp_engine_set_input(e, images, err);
+            if (!st) st = tp_engine_forward(e, err);
+            if (!st) st = tp_engine_get_output(e, out, err);
+            if (!st) st = tp_engine_benchmark(e, o->warmup_ms, o->iterations, o->duration_s * 1e3, &r->samples, &r->n,
+                                              &r->wall_ms, err);
+            if (e) {
+                r->weight_bytes = tp_engine_weight_bytes(e);
+                r->act_bytes = tp_engine_activation_bytes(e);
+            }
+            tp_engine_destroy(e);
+            free(amax);
+#endif
+        }
+        tp_plan_free(&plan);
+        if (st) {
+            char m[sizeof err->msg];
+            snprintf(m, sizeof m, "%s", err->msg);
+            tp_fail(err, st, "%s engine: %s", tp_precision_name(r->prec), m);
+            goto done;
+        }
+        tp_latency_stats_compute(r->samples, r->n, &r->lat);
+        tp_accuracy_compute(out, ref, R, out_cols, &r->acc);
+        /* rows beyond the reference still must be finite */
+        for (size_t k = (size_t)R * out_cols; k < (size_t)B * out_cols; k++) r->acc.nonfinite += !isfinite(out[k]);
+        r->ok = 1;
+        print_summary(o, r, device, flop, R);
+    }
+
+    printf("\n=== Comparison (%s, batch %d, %s) ===\n", c->name, B, device);
+    printf("%-9s %12s %12s %12s %9s %10s %11s %11s %9s\n", "precision", "median ms", "p99 ms", "images/s", "speedup",
+           "weights MB", "cosine", "rel L2", "top-1 %");
+    for (int pi = 0; pi < o->n_precs; pi++) {
+        const prec_result *r = &res[pi];
+        double qps = r->n / (r->wall_ms * 1e-3);
+        printf("%-9s %12.4f %12.4f %12.1f %8.2fx %10.1f %11.6f %11.3e %9.1f\n", tp_precision_name(r->prec),
+               r->lat.median, r->lat.p99, qps * B, res[0].lat.median / r->lat.median, r->weight_bytes * 1e-6,
+               r->acc.cosine, r->acc.rel_l2, 100 * r->acc.top1_agree);
+    }
+    printf("(speedup: median time of %s over each; accuracy over %d image%s against the FP32 CPU reference)\n",
+           tp_precision_name(res[0].prec), R, R == 1 ? "" : "s");
+    if (o->json_path)
+        st = write_json(o, &gpu, device, res, o->n_precs, flop, mflop, R, input_desc, err);
+
+done:
+    if (res)
+        for (int i = 0; i < o->n_precs; i++) free(res[i].samples);
+    free(res);
+    free(images);
+    free(calib);
+    free(ref);
+    free(out);
+    tp_graph_free(&g);
+    tp_graph_free(&gref);
+    tp_params_free(&params);
+    return st;
+}

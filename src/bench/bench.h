@@ -1,0 +1,39 @@
+/* bench.h: `tprof bench`: builds engines for one or more precisions on the same model, weights and inputs,
+ * times them, checks each against the FP32 CPU reference, and reports in trtexec's vocabulary. */
+#ifndef TP_BENCH_H
+#define TP_BENCH_H
+
+#include <stdint.h>
+
+#include "models/vit.h"
+#include "tprof.h"
+
+#define TP_MAX_PRECISIONS 8
+
+typedef enum { TP_DEVICE_AUTO = 0, TP_DEVICE_GPU, TP_DEVICE_CPU } tp_device_kind;
+
+typedef struct {
+    tp_vit_config cfg;
+    int batch;
+    tp_precision precs[TP_MAX_PRECISIONS];
+    int n_precs;
+    double warmup_ms;    /* trtexec --warmUp: 200 ms */
+    int iterations;      /* at least this many timed runs (trtexec --iterations: 10) */
+    double duration_s;   /* and at least this long (trtexec --duration: 3 s) */
+    tp_device_kind device;
+    const char *weights; /* safetensors path or NULL (synthesized from seed) */
+    const char *image;   /* image file or folder, or NULL (random inputs from seed) */
+    uint64_t seed;
+    const char *json_path;
+    int use_graph;
+    int ref_images;      /* images the CPU reference runs for accuracy figures (<= batch) */
+    int print_plan;      /* print the per-layer plan of each engine */
+    const char *command_line;
+} tp_bench_options;
+
+/* Runs the benchmark and prints the report to stdout. Errors (one line in err): bad options (TP_ERR_ARG),
+ * unreadable or mismatching weights and images (TP_ERR_IO, TP_ERR_FORMAT, TP_ERR_SHAPE), a precision the
+ * device cannot run (TP_ERR_UNSUPPORTED), no GPU when --device gpu (TP_ERR_NO_GPU), out of memory. */
+tp_status tp_bench_run(const tp_bench_options *o, tp_error *err);
+
+#endif

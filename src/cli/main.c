@@ -1,0 +1,282 @@
+/* tprof command line. `tprof bench` is the main job; `tprof models` lists the presets. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "core/util.h"
+#include "models/vit.h"
+#include "tp_build_info.h"
+#ifdef TPROF_HAVE_CUDA
+#include "exec/cuda/cuda_engine.h"
+#endif
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "tprof %s: build, run and profile transformer inference engines\n"
+            "\n"
+            "usage: tprof bench [options]     time a model on the GPU (or CPU) in one or more precisions\n"
+            "       tprof models              list the model presets\n"
+            "       tprof --version\n"
+            "\n"
+            "bench options (trtexec's spirit):\n"
+            "  --model NAME          timm name or alias (vit-b16 = vit_base_patch16_224); `tprof models` lists them\n"
+            "  --batch N             images per forward pass (default 64 on GPU, 1 on CPU)\n"
+            "  --precision LIST      comma list of fp32,fp16,bf16,fp8 (default fp16,fp8 on GPU; fp32 on CPU)\n"
+            "  --warmup MS           warm-up time before timing (default 200)\n"
+            "  --iterations N        at least N timed runs (default 10 on GPU, 3 on CPU)\n"
+            "  --duration S          and at least S seconds of timed runs (default 3 on GPU, 0 on CPU)\n"
+            "  --device gpu|cpu      where to run (default: the GPU if there is one)\n"
+            "  --weights FILE        timm checkpoint as .safetensors (default: synthesized from --seed)\n"
+            "  --image PATH          image file or folder (PNG/JPEG), timm eval preprocessing (default: random)\n"
+            "  --seed N              seed for synthesized weights and inputs (default 0)\n"
+            "  --ref-images N        images the FP32 CPU reference checks (default min(batch, 8))\n"
+            "  --json FILE           write every sample, the configuration and the system to FILE\n"
+            "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
+            "  --plan                print the per-layer plan: precision, FLOP, bytes, and why\n"
+            "model knobs (override the preset):\n"
+            "  --img-size N --patch-size N --embed-dim N --depth N --heads N --mlp-ratio X\n"
+            "  --class-token | --no-class-token   --global-pool token|avg   --num-classes N   --ln-eps X\n"
+            "\n"
+            "With no options: ViT-B/16 at 224, batch 64, fp16 and fp8 on the GPU; without a GPU, vit-tiny at batch 1\n"
+            "in fp32 on the CPU.\n",
+            TPROF_VERSION);
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "tprof: %s '%s': expected an integer in [%ld, %ld]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "tprof: %s '%s': expected a number in [%g, %g]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int have_gpu(char *why, size_t n) {
+#ifdef TPROF_HAVE_CUDA
+    tp_gpu_info info;
+    tp_error e = {0};
+    if (tp_gpu_query(0, &info, &e) == TP_OK) return 1;
+    snprintf(why, n, "%s", e.msg);
+#else
+    snprintf(why, n, "this tprof was built without CUDA");
+#endif
+    return 0;
+}
+
+static int cmd_models(void) {
+    printf("%-24s %-14s %6s %6s %6s %6s %6s %8s\n", "timm name", "alias", "img", "patch", "dim", "depth", "heads",
+           "GFLOP");
+    for (const tp_vit_preset *p = tp_vit_presets(); p->name; p++) {
+        tp_vit_config c;
+        tp_error e;
+        tp_params params = {0};
+        tp_graph g;
+        double gf = 0;
+        if (tp_vit_config_preset(p->name, &c, &e) == TP_OK && tp_vit_params_shapes(&c, &params, &e) == TP_OK &&
+            tp_vit_build_graph(&c, &params, 1, &g, &e) == TP_OK) {
+            gf = tp_graph_matmul_flop(&g) * 1e-9;
+            tp_graph_free(&g);
+        }
+        tp_params_free(&params);
+        printf("%-24s %-14s %6d %6d %6d %6d %6d %8.2f\n", p->name, p->alias, p->img_size, p->patch_size,
+               p->embed_dim, p->depth, p->num_heads, gf);
+    }
+    printf("(GFLOP: matrix products per image, 2 FLOP per multiply-add)\n");
+    return 0;
+}
+
+typedef struct {
+    long img, patch, dim, depth, heads, classes;
+    double mlp, eps;
+    int cls; /* -1 unset */
+    int pool; /* -1 unset */
+} knobs;
+
+static int cmd_bench(int argc, char **argv, const char *cmdline) {
+    tp_bench_options o;
+    memset(&o, 0, sizeof o);
+    const char *model = NULL, *prec = NULL;
+    long batch = -1, iters = -1, seed = 0, ref = 8;
+    double warm = 200, dur = -1;
+    int device_given = 0;
+    knobs k = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    o.use_graph = 1;
+    o.device = TP_DEVICE_AUTO;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i], *val = NULL;
+        char name[64];
+        snprintf(name, sizeof name, "%s", a);
+        char *eq = strchr(name, '=');
+        if (eq) *eq = 0, val = a + (eq - name) + 1;
+#define FLAG(s) (strcmp(name, s) == 0)
+#define NEED_VAL()                                                             \
+    do {                                                                       \
+        if (!val) {                                                            \
+            if (i + 1 >= argc) {                                               \
+                fprintf(stderr, "tprof: option %s needs a value\n", name);     \
+                return 2;                                                      \
+            }                                                                  \
+            val = argv[++i];                                                   \
+        }                                                                      \
+    } while (0)
+        if (FLAG("--no-graph")) o.use_graph = 0;
+        else if (FLAG("--plan")) o.print_plan = 1;
+        else if (FLAG("--class-token")) k.cls = 1;
+        else if (FLAG("--no-class-token")) k.cls = 0;
+        else if (FLAG("-h") || FLAG("--help")) {
+            usage(stdout);
+            return 0;
+        } else if (FLAG("--model")) { NEED_VAL(); model = val; }
+        else if (FLAG("--precision")) { NEED_VAL(); prec = val; }
+        else if (FLAG("--weights")) { NEED_VAL(); o.weights = val; }
+        else if (FLAG("--image")) { NEED_VAL(); o.image = val; }
+        else if (FLAG("--json")) { NEED_VAL(); o.json_path = val; }
+        else if (FLAG("--batch")) { NEED_VAL(); if (parse_int(name, val, 1, 1 << 20, &batch)) return 2; }
+        else if (FLAG("--iterations")) { NEED_VAL(); if (parse_int(name, val, 1, 100000, &iters)) return 2; }
+        else if (FLAG("--seed")) { NEED_VAL(); if (parse_int(name, val, 0, 0x7FFFFFFFL, &seed)) return 2; }
+        else if (FLAG("--ref-images")) { NEED_VAL(); if (parse_int(name, val, 1, 1 << 20, &ref)) return 2; }
+        else if (FLAG("--warmup")) { NEED_VAL(); if (parse_double(name, val, 0, 3.6e6, &warm)) return 2; }
+        else if (FLAG("--duration")) { NEED_VAL(); if (parse_double(name, val, 0, 3600, &dur)) return 2; }
+        else if (FLAG("--device")) {
+            NEED_VAL();
+            if (strcmp(val, "gpu") == 0) o.device = TP_DEVICE_GPU;
+            else if (strcmp(val, "cpu") == 0) o.device = TP_DEVICE_CPU;
+            else {
+                fprintf(stderr, "tprof: --device '%s': expected gpu or cpu\n", val);
+                return 2;
+            }
+            device_given = 1;
+        } else if (FLAG("--img-size")) { NEED_VAL(); if (parse_int(name, val, 1, 8192, &k.img)) return 2; }
+        else if (FLAG("--patch-size")) { NEED_VAL(); if (parse_int(name, val, 1, 1024, &k.patch)) return 2; }
+        else if (FLAG("--embed-dim")) { NEED_VAL(); if (parse_int(name, val, 1, 65536, &k.dim)) return 2; }
+        else if (FLAG("--depth")) { NEED_VAL(); if (parse_int(name, val, 1, 1024, &k.depth)) return 2; }
+        else if (FLAG("--heads")) { NEED_VAL(); if (parse_int(name, val, 1, 1024, &k.heads)) return 2; }
+        else if (FLAG("--num-classes")) { NEED_VAL(); if (parse_int(name, val, 0, 1 << 20, &k.classes)) return 2; }
+        else if (FLAG("--mlp-ratio")) { NEED_VAL(); if (parse_double(name, val, 1e-3, 64, &k.mlp)) return 2; }
+        else if (FLAG("--ln-eps")) { NEED_VAL(); if (parse_double(name, val, 1e-30, 1, &k.eps)) return 2; }
+        else if (FLAG("--global-pool")) {
+            NEED_VAL();
+            if (strcmp(val, "token") == 0) k.pool = 0;
+            else if (strcmp(val, "avg") == 0) k.pool = 1;
+            else {
+                fprintf(stderr, "tprof: --global-pool '%s': expected token or avg\n", val);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "tprof: unknown option '%s' (tprof bench --help lists them)\n", a);
+            return 2;
+        }
+#undef FLAG
+#undef NEED_VAL
+    }
+
+    /* the embedded default: the GPU's main job, or the CPU's small one when there is no GPU */
+    int gpu = 0;
+    char why[600] = "";
+    if (o.device != TP_DEVICE_CPU) gpu = have_gpu(why, sizeof why);
+    if (o.device == TP_DEVICE_AUTO && !gpu) {
+        o.device = TP_DEVICE_CPU;
+        if (!model && batch < 0 && !prec)
+            printf("No GPU found (%s): running the CPU default, vit-tiny at batch 1 in fp32.\n", why);
+        else printf("No GPU found (%s): running on the CPU.\n", why);
+    } else if (o.device == TP_DEVICE_AUTO) {
+        o.device = TP_DEVICE_GPU;
+    }
+    (void)device_given;
+    int on_cpu = o.device == TP_DEVICE_CPU;
+    if (!model) model = on_cpu ? "vit-tiny" : "vit-b16";
+    if (batch < 0) batch = on_cpu ? 1 : 64;
+    if (!prec) prec = on_cpu ? "fp32" : "fp16,fp8";
+    if (iters < 0) iters = on_cpu ? 3 : 10;
+    if (dur < 0) dur = on_cpu ? 0 : 3;
+
+    tp_error err = {0};
+    if (tp_vit_config_preset(model, &o.cfg, &err)) {
+        fprintf(stderr, "tprof: --model: %s\n", err.msg);
+        return 2;
+    }
+    int custom = 0;
+    if (k.img >= 0) o.cfg.img_size = o.cfg.pre.img_size = (int)k.img, custom = 1;
+    if (k.patch >= 0) o.cfg.patch_size = (int)k.patch, custom = 1;
+    if (k.dim >= 0) o.cfg.embed_dim = (int)k.dim, custom = 1;
+    if (k.depth >= 0) o.cfg.depth = (int)k.depth, custom = 1;
+    if (k.heads >= 0) o.cfg.num_heads = (int)k.heads, custom = 1;
+    if (k.classes >= 0) o.cfg.num_classes = (int)k.classes, custom = 1;
+    if (k.mlp >= 0) o.cfg.mlp_ratio = k.mlp, custom = 1;
+    if (k.eps >= 0) o.cfg.ln_eps = (float)k.eps, custom = 1;
+    if (k.cls >= 0) o.cfg.class_token = k.cls, custom = 1;
+    if (k.pool >= 0) o.cfg.global_pool = k.pool, custom = 1;
+    if (custom) {
+        size_t l = strlen(o.cfg.name);
+        snprintf(o.cfg.name + l, sizeof o.cfg.name - l, "+custom");
+    }
+    char pbuf[256];
+    snprintf(pbuf, sizeof pbuf, "%s", prec);
+    char *parts[TP_MAX_PRECISIONS + 1];
+    int np = tp_split_commas(pbuf, parts, TP_MAX_PRECISIONS + 1);
+    if (np == 0 || np > TP_MAX_PRECISIONS) {
+        fprintf(stderr, "tprof: --precision '%s': give 1 to %d precisions\n", prec, TP_MAX_PRECISIONS);
+        return 2;
+    }
+    for (int i = 0; i < np; i++)
+        if (tp_precision_parse(parts[i], &o.precs[i], &err)) {
+            fprintf(stderr, "tprof: --precision: %s\n", err.msg);
+            return 2;
+        }
+    o.n_precs = np;
+    o.batch = (int)batch;
+    o.iterations = (int)iters;
+    o.duration_s = dur;
+    o.warmup_ms = warm;
+    o.seed = (uint64_t)seed;
+    o.ref_images = (int)ref;
+    o.command_line = cmdline;
+    tp_status st = tp_bench_run(&o, &err);
+    if (st) {
+        fprintf(stderr, "tprof: error: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    char cmdline[4096] = "";
+    for (int i = 0; i < argc; i++) {
+        size_t l = strlen(cmdline);
+        snprintf(cmdline + l, sizeof cmdline - l, "%s%s", i ? " " : "", i == 0 ? "tprof" : argv[i]);
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("tprof %s (commit %s%s)\n", TPROF_VERSION, TP_GIT_COMMIT, TP_GIT_DIRTY ? ", modified" : "");
+        return 0;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2, cmdline);
+    if (strcmp(argv[1], "models") == 0) return cmd_models();
+    fprintf(stderr, "tprof: unknown command '%s' (expected bench or models; tprof --help)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,31 @@
+/* status.c: the second error tier: status codes with a one-line reason. */
+#include "tprof.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+tp_status tp_fail(tp_error *err, tp_status code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+const char *tp_status_name(tp_status s) {
+    switch (s) {
+    case TP_OK: return "ok";
+    case TP_ERR_ARG: return "invalid argument";
+    case TP_ERR_IO: return "i/o error";
+    case TP_ERR_FORMAT: return "malformed file";
+    case TP_ERR_SHAPE: return "shape mismatch";
+    case TP_ERR_UNSUPPORTED: return "unsupported";
+    case TP_ERR_OOM: return "out of memory";
+    case TP_ERR_CUDA: return "CUDA error";
+    case TP_ERR_NO_GPU: return "no GPU";
+    }
+    return "unknown";
+}

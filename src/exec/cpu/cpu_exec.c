@@ -1,0 +1,91 @@
+#include "exec/cpu/cpu_exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "exec/cpu/cpu_ops.h"
+
+tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *input, float *output, tp_error *err) {
+    float **buf = calloc((size_t)g->n_values, sizeof(float *));
+    int *last = malloc(sizeof(int) * (size_t)g->n_values);
+    tp_status st = TP_OK;
+    if (!buf || !last) {
+        st = tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
+        goto done;
+    }
+    tp_graph_last_use(g, last);
+    for (int v = 0; v < g->n_values; v++) {
+        const tp_value *val = &g->values[v];
+        if (val->kind == TP_VAL_PARAM) buf[v] = params->params[val->param_index].data;
+        else if (val->kind == TP_VAL_INPUT) buf[v] = (float *)input;
+    }
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        const tp_value *o = &g->values[op->out];
+        const tp_value *xv = &g->values[op->in[0]];
+        int64_t n = tp_value_numel(o);
+        float *y = malloc(sizeof(float) * (size_t)n);
+        if (!y) {
+            st = tp_fail(err, TP_ERR_OOM, "out of host memory for %s (%lld floats)", o->name, (long long)n);
+            goto done;
+        }
+        buf[op->out] = y;
+        float *x = buf[op->in[0]];
+        switch (op->kind) {
+        case TP_OP_PATCH_EMBED: {
+            int64_t B = xv->shape[0], H = xv->shape[2], W = xv->shape[3], P = op->patch;
+            float *cols = malloc(sizeof(float) * (size_t)(op->gemm_m * op->gemm_k));
+            if (!cols) {
+                st = tp_fail(err, TP_ERR_OOM, "out of host memory for im2col of %s", op->layer);
+                goto done;
+            }
+            tp_cpu_im2col(x, cols, B, H, W, P);
+            tp_cpu_linear(cols, buf[op->in[1]], buf[op->in[2]], y, op->gemm_m, op->gemm_n, op->gemm_k);
+            free(cols);
+            break;
+        }
+        case TP_OP_EMBED_TOKENS: {
+            int has_cls = op->n_in > 2;
+            int64_t Np = xv->shape[1];
+            tp_cpu_embed_tokens(x, has_cls ? buf[op->in[2]] : NULL, buf[op->in[1]], y, xv->shape[0], Np,
+                                xv->shape[2], has_cls);
+            break;
+        }
+        case TP_OP_LAYERNORM: {
+            int64_t C = o->shape[o->ndim - 1];
+            tp_cpu_layernorm(x, buf[op->in[1]], buf[op->in[2]], y, n / C, C, op->eps);
+            break;
+        }
+        case TP_OP_LINEAR:
+            tp_cpu_linear(x, buf[op->in[1]], op->n_in > 2 ? buf[op->in[2]] : NULL, y, op->gemm_m, op->gemm_n,
+                          op->gemm_k);
+            break;
+        case TP_OP_ATTENTION:
+            tp_cpu_attention(x, y, xv->shape[0], xv->shape[1], op->heads, op->head_dim, op->scale);
+            break;
+        case TP_OP_GELU: tp_cpu_gelu(x, y, n); break;
+        case TP_OP_ADD: tp_cpu_add(x, buf[op->in[1]], y, n); break;
+        case TP_OP_POOL:
+            tp_cpu_pool(x, y, xv->shape[0], xv->shape[1], xv->shape[2], op->pool_mode, op->prefix);
+            break;
+        default: CHECK(!"unknown op kind");
+        }
+        /* free what no later op reads (never params or the input) */
+        for (int j = 0; j < op->n_in; j++) {
+            int v = op->in[j];
+            if (g->values[v].kind == TP_VAL_ACT && last[v] == i && v != g->output) {
+                free(buf[v]);
+                buf[v] = NULL;
+            }
+        }
+    }
+    memcpy(output, buf[g->output], sizeof(float) * (size_t)tp_value_numel(&g->values[g->output]));
+done:
+    if (buf && last)
+        for (int v = 0; v < g->n_values; v++)
+            if (g->values[v].kind == TP_VAL_ACT) free(buf[v]);
+    free(buf);
+    free(last);
+    return st;
+}

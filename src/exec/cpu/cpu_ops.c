@@ -1,0 +1,140 @@
+#include "exec/cpu/cpu_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tp_cpu_layernorm(const float *x, const float *w, const float *b, float *y, int64_t M, int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * C;
+        double mean = 0, var = 0;
+        for (int64_t c = 0; c < C; c++) mean += xr[c];
+        mean /= (double)C;
+        for (int64_t c = 0; c < C; c++) var += ((double)xr[c] - mean) * ((double)xr[c] - mean);
+        var /= (double)C;
+        double rstd = 1.0 / sqrt(var + (double)eps);
+        for (int64_t c = 0; c < C; c++) y[m * C + c] = (float)(((double)xr[c] - mean) * rstd * w[c] + b[c]);
+    }
+}
+
+/* Four output columns at a time share each load of x's row; accumulation in double. */
+void tp_cpu_linear(const float *x, const float *W, const float *bias, float *y, int64_t M, int64_t N, int64_t K) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * K;
+        int64_t n = 0;
+        for (; n + 4 <= N; n += 4) {
+            const float *w0 = W + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+            double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double xv = xr[k];
+                a0 += xv * w0[k];
+                a1 += xv * w1[k];
+                a2 += xv * w2[k];
+                a3 += xv * w3[k];
+            }
+            y[m * N + n] = (float)(a0 + (bias ? bias[n] : 0));
+            y[m * N + n + 1] = (float)(a1 + (bias ? bias[n + 1] : 0));
+            y[m * N + n + 2] = (float)(a2 + (bias ? bias[n + 2] : 0));
+            y[m * N + n + 3] = (float)(a3 + (bias ? bias[n + 3] : 0));
+        }
+        for (; n < N; n++) {
+            const float *wr = W + n * K;
+            double a = 0;
+            for (int64_t k = 0; k < K; k++) a += (double)xr[k] * wr[k];
+            y[m * N + n] = (float)(a + (bias ? bias[n] : 0));
+        }
+    }
+}
+
+void tp_cpu_gelu(const float *x, float *y, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        double v = x[i];
+        y[i] = (float)(0.5 * v * (1.0 + erf(v * 0.70710678118654752440)));
+    }
+}
+
+void tp_cpu_add(const float *a, const float *b, float *y, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+void tp_cpu_attention(const float *qkv, float *out, int64_t B, int64_t T, int64_t H, int64_t D, float scale) {
+    const int64_t C = H * D, row = 3 * C;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            double *s = malloc(sizeof(double) * (size_t)T);
+            double *acc = malloc(sizeof(double) * (size_t)D);
+            if (!s || !acc) abort();
+            const float *base = qkv + b * T * row;
+            for (int64_t i = 0; i < T; i++) {
+                const float *q = base + i * row + 0 * C + h * D;
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < T; j++) {
+                    const float *k = base + j * row + 1 * C + h * D;
+                    double d = 0;
+                    for (int64_t e = 0; e < D; e++) d += (double)q[e] * k[e];
+                    s[j] = d * scale;
+                    if (s[j] > mx) mx = s[j];
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < T; j++) {
+                    s[j] = exp(s[j] - mx);
+                    sum += s[j];
+                }
+                memset(acc, 0, sizeof(double) * (size_t)D);
+                for (int64_t j = 0; j < T; j++) {
+                    const float *v = base + j * row + 2 * C + h * D;
+                    double p = s[j] / sum;
+                    for (int64_t e = 0; e < D; e++) acc[e] += p * v[e];
+                }
+                float *o = out + (b * T + i) * C + h * D;
+                for (int64_t e = 0; e < D; e++) o[e] = (float)acc[e];
+            }
+            free(s);
+            free(acc);
+        }
+}
+
+void tp_cpu_im2col(const float *img, float *cols, int64_t B, int64_t H, int64_t W, int64_t P) {
+    const int64_t gh = H / P, gw = W / P, Np = gh * gw, K = 3 * P * P;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t p = 0; p < Np; p++) {
+            int64_t py = p / gw, px = p % gw;
+            float *dst = cols + (b * Np + p) * K;
+            for (int64_t c = 0; c < 3; c++)
+                for (int64_t ky = 0; ky < P; ky++)
+                    for (int64_t kx = 0; kx < P; kx++)
+                        dst[c * P * P + ky * P + kx] = img[((b * 3 + c) * H + py * P + ky) * W + px * P + kx];
+        }
+}
+
+void tp_cpu_embed_tokens(const float *pe, const float *cls, const float *pos, float *x, int64_t B, int64_t Np,
+                         int64_t C, int has_cls) {
+    const int64_t T = Np + (has_cls ? 1 : 0);
+    for (int64_t b = 0; b < B; b++) {
+        if (has_cls)
+            for (int64_t c = 0; c < C; c++) x[b * T * C + c] = cls[c] + pos[c];
+        for (int64_t p = 0; p < Np; p++) {
+            int64_t t = p + (has_cls ? 1 : 0);
+            for (int64_t c = 0; c < C; c++) x[(b * T + t) * C + c] = pe[(b * Np + p) * C + c] + pos[t * C + c];
+        }
+    }
+}
+
+void tp_cpu_pool(const float *x, float *y, int64_t B, int64_t T, int64_t C, int mode, int64_t prefix) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++) {
+            if (mode == 0) {
+                y[b * C + c] = x[b * T * C + c];
+            } else {
+                double s = 0;
+                for (int64_t t = prefix; t < T; t++) s += x[(b * T + t) * C + c];
+                y[b * C + c] = (float)(s / (double)(T - prefix));
+            }
+        }
+}

@@ -1,0 +1,40 @@
+/* cpu_ops.h: the reference implementation of every op, in FP32 storage with FP64 accumulation.
+ * Plain loops, obviously correct; the CUDA kernels and whole engines are tested against these.
+ * All tensors row-major fp32. Thread parallelism (OpenMP) only over independent outputs, so results do not
+ * depend on the thread count. */
+#ifndef TP_CPU_OPS_H
+#define TP_CPU_OPS_H
+#include <stdint.h>
+
+/* y (M, C) = LayerNorm(x (M, C)) * w (C) + b (C); biased variance, eps inside the sqrt (torch.nn.LayerNorm). */
+void tp_cpu_layernorm(const float *x, const float *w, const float *b, float *y, int64_t M, int64_t C, float eps);
+
+/* y (M, N) = x (M, K) @ W (N, K)^T + bias (N); bias may be NULL. 2*M*N*K FLOP. */
+void tp_cpu_linear(const float *x, const float *W, const float *bias, float *y, int64_t M, int64_t N, int64_t K);
+
+/* y = GELU(x), exact erf form: 0.5 x (1 + erf(x / sqrt 2)) (Hendrycks and Gimpel 2016; torch default). */
+void tp_cpu_gelu(const float *x, float *y, int64_t n);
+
+/* y = a + b, elementwise over n values (y may alias a or b). */
+void tp_cpu_add(const float *a, const float *b, float *y, int64_t n);
+
+/* Multi-head self-attention core, timm layout.
+ * qkv: (B, T, 3, H, D) (the qkv Linear's output, reshaped as timm's Attention.forward does);
+ * out: (B, T, H, D) = softmax(scale * Q K^T) V per (b, h), non-causal. 4*B*H*T*T*D FLOP. */
+void tp_cpu_attention(const float *qkv, float *out, int64_t B, int64_t T, int64_t H, int64_t D, float scale);
+
+/* Patch extraction for a stride-P, kernel-P convolution (Conv2d as a GEMM).
+ * img: (B, 3, H, W); cols: (B * Np, 3 * P * P) with Np = (H / P) * (W / P) patches in row-major patch order
+ * and column index c * P * P + ky * P + kx, matching a Conv2d weight (C, 3, P, P) flattened to (C, 3*P*P). */
+void tp_cpu_im2col(const float *img, float *cols, int64_t B, int64_t H, int64_t W, int64_t P);
+
+/* Token sequence: x (B, T, C) with T = Np + has_cls; x[b, 0] = cls + pos[0] when has_cls, and
+ * x[b, has_cls + p] = pe[b, p] + pos[has_cls + p]. pe: (B, Np, C); cls: (C) or NULL; pos: (T, C). */
+void tp_cpu_embed_tokens(const float *pe, const float *cls, const float *pos, float *x, int64_t B, int64_t Np,
+                         int64_t C, int has_cls);
+
+/* Pooling of x (B, T, C) into y (B, C). mode 0 (timm 'token'): y[b] = x[b, 0]; mode 1 (timm 'avg'): mean of
+ * x[b, prefix:], the prefix (class) tokens excluded. */
+void tp_cpu_pool(const float *x, float *y, int64_t B, int64_t T, int64_t C, int mode, int64_t prefix);
+
+#endif

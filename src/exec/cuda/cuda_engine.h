@@ -1,0 +1,73 @@
+/* cuda_engine.h: the CUDA executor. An engine is one graph planned for one precision on one GPU: weights
+ * converted and uploaded once, every activation buffer allocated once (buffers reused by liveness), GEMMs
+ * planned with cuBLASLt, and the whole forward pass captured in one CUDA graph. Running and timing it does
+ * no allocation and no host synchronization inside the timed region. */
+#ifndef TP_CUDA_ENGINE_H
+#define TP_CUDA_ENGINE_H
+
+#include <stddef.h>
+
+#include "ir/graph.h"
+#include "models/model.h"
+#include "planner/plan.h"
+#include "tprof.h"
+
+typedef struct {
+    int present;
+    char name[256];
+    int sm;                  /* compute capability x 10 */
+    int sm_count;
+    double mem_bytes;
+    double l2_bytes;
+    char driver[64];         /* NVIDIA driver version (NVML), "unknown" if NVML is absent */
+    int driver_cuda;         /* CUDA version the driver supports, e.g. 13000 */
+    int runtime_cuda;        /* CUDA runtime version linked in */
+    size_t cublaslt_version; /* e.g. 130100 */
+} tp_gpu_info;
+
+/* Fills info for device `device`. TP_ERR_NO_GPU (with the CUDA reason) when there is none. */
+tp_status tp_gpu_query(int device, tp_gpu_info *info, tp_error *err);
+
+typedef struct tp_engine tp_engine;
+
+typedef struct {
+    int device;
+    int use_graph;           /* 1: capture the forward pass in one CUDA graph (default); 0: eager launches */
+    size_t workspace_bytes;  /* cuBLASLt workspace; 0 = 32 MiB */
+    const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 */
+} tp_engine_options;
+
+/* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
+ * naming the bytes asked), TP_ERR_UNSUPPORTED (a GEMM cuBLASLt cannot run, naming the layer), TP_ERR_ARG
+ * (an FP8 plan without calibration data), TP_ERR_CUDA. */
+tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_plan *plan,
+                          const tp_engine_options *opt, tp_engine **out, tp_error *err);
+void tp_engine_destroy(tp_engine *e);
+
+/* Copies images (the graph input's shape, fp32, row-major) to the device. */
+tp_status tp_engine_set_input(tp_engine *e, const float *images, tp_error *err);
+/* Runs one forward pass and waits for it. */
+tp_status tp_engine_forward(tp_engine *e, tp_error *err);
+/* Copies the output (fp32, the graph output's shape) back to the host. */
+tp_status tp_engine_get_output(tp_engine *e, float *out, tp_error *err);
+
+/* Max calibration: runs one eager forward pass on the current input and raises amax[v] to max |value v| for
+ * every v with want[v] set (amax is per graph value, host fp32, initialized by the caller). */
+tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_error *err);
+
+/* Max calibration (the FP8 recipe of issue 2): builds an FP16 engine of g on `device` (compute capability sm),
+ * runs it on `images` (the graph input's shape) and writes amax[v] = max |value v| for every activation v
+ * (0 for the others; n_values entries, host). A scale is then amax / 448 for E4M3. */
+tp_status tp_calibrate_max(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
+                           float *amax, tp_error *err);
+
+/* Times the forward pass: warm-up for warmup_ms, then max(iterations, duration_ms / estimated time) runs,
+ * each bracketed by CUDA events (GPU compute time per run, ms). *samples (malloc'ed, caller frees) receives
+ * one time per run; *wall_ms the time from the first start event to the last end event. */
+tp_status tp_engine_benchmark(tp_engine *e, double warmup_ms, int iterations, double duration_ms, double **samples,
+                              int *n, double *wall_ms, tp_error *err);
+
+double tp_engine_weight_bytes(const tp_engine *e);     /* device bytes of parameters (+ scales) */
+double tp_engine_activation_bytes(const tp_engine *e); /* device bytes of activations and scratch */
+
+#endif

@@ -1,0 +1,52 @@
+/* gemm_cublaslt.h: every GEMM of tprof goes through cuBLASLt.
+ *
+ * Computes, with PyTorch's Linear convention and row-major tensors,
+ *     D (M, N) = alpha * (A (M, K) @ W (N, K)^T) + bias (N)        alpha = a_scale * w_scale for FP8
+ * In cuBLASLt's column-major terms this is D^T = W^T' * A^T, i.e. op(A_lt) = T on W and op(B_lt) = N on A,
+ * the "TN" layout FP8 GEMMs require on Hopper (cuBLAS docs, cublasLtMatmul, FP8 section).
+ *
+ * Supported (type of A and W / type of D / compute):
+ *   F32  / F32       / CUBLAS_COMPUTE_32F (pure fp32, TF32 off)
+ *   F16  / F16       / CUBLAS_COMPUTE_32F (fp32 accumulation)
+ *   BF16 / BF16      / CUBLAS_COMPUTE_32F
+ *   E4M3 / F16 or BF16 / CUBLAS_COMPUTE_32F with per-tensor scales: device fp32 pointers a_scale, w_scale
+ *                     (CUBLASLT_MATMUL_DESC_B_SCALE_POINTER / A_SCALE_POINTER); K a multiple of 16.
+ * Bias (optional) is fused as the BIAS epilogue, in D's type (F32 for F32). Anything else: TP_ERR_UNSUPPORTED
+ * at plan time, naming the combination. */
+#ifndef TP_GEMM_CUBLASLT_H
+#define TP_GEMM_CUBLASLT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec/cuda/kernels.h"
+#include "tprof.h"
+
+typedef struct tp_gemm_ctx tp_gemm_ctx;     /* one cuBLASLt handle and one workspace */
+typedef struct tp_gemm_plan tp_gemm_plan;   /* one GEMM shape and types, algorithm chosen */
+
+typedef struct {
+    int64_t M, N, K;
+    tp_dtype ab_dt;  /* type of A and W */
+    tp_dtype d_dt;   /* type of D (and of bias) */
+    int has_bias;
+} tp_gemm_desc;
+
+/* Creates the handle and a workspace of workspace_bytes on the current device. TP_ERR_CUDA/TP_ERR_OOM. */
+tp_status tp_gemm_ctx_create(size_t workspace_bytes, tp_gemm_ctx **out, tp_error *err);
+void tp_gemm_ctx_destroy(tp_gemm_ctx *ctx);
+/* cuBLASLt's version number (cublasLtGetVersion, e.g. 130100 for 13.1.0). */
+size_t tp_gemm_lib_version(void);
+
+/* Plans a GEMM: validates the type combination and alignment, creates descriptors and picks the first of
+ * cuBLASLt's heuristic algorithms. `name` (the layer) goes into error messages. */
+tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const char *name, tp_gemm_plan **out,
+                              tp_error *err);
+void tp_gemm_plan_destroy(tp_gemm_plan *plan);
+
+/* Enqueues D = A @ W^T (+ bias) on stream. a_scale and w_scale are device fp32 pointers for E4M3, NULL
+ * otherwise. Returns 0 or the cublasStatus_t value. No allocation, no synchronization (graph-capturable). */
+int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
+                void *D, const float *a_scale, const float *w_scale, tp_stream stream);
+
+#endif

@@ -1,0 +1,60 @@
+/* kernels.h: tprof's own CUDA kernels (C linkage; implemented in kernels.cu).
+ *
+ * Every function enqueues work on `stream` and returns cudaGetLastError() as an int (0 = cudaSuccess); it
+ * never synchronizes, never allocates, so all of them can be captured into a CUDA graph.
+ * Storage types: activations are TP_F32, TP_F16 or TP_BF16; outputs that feed an FP8 GEMM may be TP_E4M3,
+ * quantized as q = sat_e4m3(rne(y / *scale)) with `scale` a device pointer to one fp32 per-tensor scale
+ * (OCP FP8 E4M3, saturating at +-448 as __NV_SATFINITE does). All arithmetic and statistics are fp32.
+ * All tensors are row-major and contiguous. */
+#ifndef TP_KERNELS_H
+#define TP_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tprof.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *tp_stream; /* = cudaStream_t, without pulling CUDA headers into C files */
+
+/* img (B, 3, H, W) fp32 -> cols (B * Np, 3 * P * P) in cols_dt, Np = (H/P) * (W/P), patch order row-major,
+ * column index c*P*P + ky*P + kx (a Conv2d weight (C, 3, P, P) flattened). H, W multiples of P. */
+int tpk_im2col(const float *img, void *cols, tp_dtype cols_dt, int B, int H, int W, int P, tp_stream stream);
+
+/* x (B, T, C) = [cls + pos[0]] ++ (pe (B, Np, C) + pos[has_cls:]), T = Np + has_cls. pe, cls, pos, x all in
+ * dtype dt; cls is NULL when has_cls is 0; pos is (T, C). */
+int tpk_embed_tokens(const void *pe, const void *cls, const void *pos, void *x, tp_dtype dt, int B, int Np, int C,
+                     int has_cls, tp_stream stream);
+
+/* y (M, C) = (x - mean) * rsqrt(var + eps) * w + b per row, biased variance, fp32 statistics.
+ * x in xdt (F32/F16/BF16); w, b (C) in wdt (F32/F16/BF16); y in ydt (F32/F16/BF16/E4M3, y_scale for E4M3). */
+int tpk_layernorm(const void *x, tp_dtype xdt, const void *w, const void *b, tp_dtype wdt, void *y, tp_dtype ydt,
+                  const float *y_scale, int M, int C, float eps, tp_stream stream);
+
+/* y = GELU(x) = 0.5 x (1 + erf(x / sqrt 2)), n elements; x in xdt, y in ydt (E4M3 with y_scale). */
+int tpk_gelu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n, tp_stream stream);
+
+/* y = a + b, n elements, all in dt (F32/F16/BF16); y may alias a or b. */
+int tpk_add(const void *a, const void *b, void *y, tp_dtype dt, size_t n, tp_stream stream);
+
+/* Fused multi-head attention, non-causal, online softmax in fp32 (the T x T scores never reach memory).
+ * qkv (B, T, 3, H, D) in in_dt (F32/F16/BF16) -> out (B, T, H, D) in out_dt (E4M3 with out_scale).
+ * scale multiplies Q K^T (timm: D^-0.5). D <= 128. Any T >= 1. */
+int tpk_attention(const void *qkv, tp_dtype in_dt, void *out, tp_dtype out_dt, const float *out_scale, int B, int T,
+                  int H, int D, float scale, tp_stream stream);
+
+/* y (B, C) from x (B, T, C), dt in and out. mode 0: y[b] = x[b, 0] (timm 'token'); mode 1: mean over
+ * tokens prefix..T-1 (timm 'avg'), fp32 sum. */
+int tpk_pool(const void *x, void *y, tp_dtype dt, int B, int T, int C, int mode, int prefix, tp_stream stream);
+
+/* *amax = max(*amax, max |x_i|) over n elements of x in dt (F32/F16/BF16); NaN propagates as NaN.
+ * The caller initializes *amax (device fp32). Used by max calibration. */
+int tpk_amax(const void *x, tp_dtype dt, size_t n, float *amax, tp_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,141 @@
+#include "ir/graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+
+static const char *KIND_NAMES[TP_OP_KIND_COUNT] = {
+    [TP_OP_PATCH_EMBED] = "patch_embed", [TP_OP_EMBED_TOKENS] = "embed_tokens", [TP_OP_LAYERNORM] = "layernorm",
+    [TP_OP_LINEAR] = "linear",           [TP_OP_ATTENTION] = "attention",        [TP_OP_GELU] = "gelu",
+    [TP_OP_ADD] = "add",                 [TP_OP_POOL] = "pool",
+};
+
+const char *tp_op_kind_name(tp_op_kind k) { return (unsigned)k < TP_OP_KIND_COUNT ? KIND_NAMES[k] : "?"; }
+
+void tp_graph_init(tp_graph *g, int64_t batch) {
+    memset(g, 0, sizeof *g);
+    g->input = g->output = -1;
+    g->batch = batch;
+}
+
+void tp_graph_free(tp_graph *g) {
+    free(g->values);
+    free(g->ops);
+    memset(g, 0, sizeof *g);
+}
+
+int tp_graph_op_out(const tp_graph *g, int i) { return g->ops[i].out; }
+
+int64_t tp_value_numel(const tp_value *v) {
+    int64_t n = 1;
+    for (int i = 0; i < v->ndim; i++) n *= v->shape[i];
+    return n;
+}
+
+int tp_graph_add_value(tp_graph *g, const char *name, tp_value_kind kind, int ndim, const int64_t *shape,
+                       int param_index) {
+    CHECK(ndim >= 0 && ndim <= TP_MAX_DIMS);
+    if (g->n_values == g->cap_values) {
+        g->cap_values = g->cap_values ? 2 * g->cap_values : 64;
+        g->values = realloc(g->values, sizeof(tp_value) * (size_t)g->cap_values);
+        CHECK_ALLOC(g->values);
+    }
+    tp_value *v = &g->values[g->n_values];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->kind = kind;
+    v->ndim = ndim;
+    for (int i = 0; i < ndim; i++) v->shape[i] = shape[i];
+    v->producer = -1;
+    v->param_index = param_index;
+    return g->n_values++;
+}
+
+/* FLOP conventions (one multiply-add = 2 FLOP, as timm/fvcore's GMACs x 2):
+ *   GEMM 2*M*N*K (+ M*N for the bias); attention 4*B*H*T*T*D for Q K^T and P V plus ~5*B*H*T*T for the
+ *   softmax (scale, max, subtract, exp, sum, divide); LayerNorm ~8 per element; GELU ~8 per element (erf
+ *   counted as a few operations); add 1; pooling 1 per summed element. Only the matrix products count
+ *   toward matmul_flop, the figure timm's model tables report. */
+static void fill_costs(tp_graph *g, tp_op *op) {
+    const tp_value *o = &g->values[op->out];
+    const tp_value *x = &g->values[op->in[0]];
+    double out_n = (double)tp_value_numel(o);
+    op->flop = op->matmul_flop = 0;
+    switch (op->kind) {
+    case TP_OP_PATCH_EMBED: {
+        const tp_value *w = &g->values[op->in[1]];
+        op->gemm_n = w->shape[0];
+        op->gemm_k = w->shape[1] * w->shape[2] * w->shape[3];
+        op->gemm_m = o->shape[0] * o->shape[1];
+        op->matmul_flop = 2.0 * (double)op->gemm_m * (double)op->gemm_n * (double)op->gemm_k;
+        op->flop = op->matmul_flop + out_n;
+        break;
+    }
+    case TP_OP_LINEAR: {
+        const tp_value *w = &g->values[op->in[1]];
+        op->gemm_n = w->shape[0];
+        op->gemm_k = w->shape[1];
+        op->gemm_m = tp_value_numel(x) / op->gemm_k;
+        op->matmul_flop = 2.0 * (double)op->gemm_m * (double)op->gemm_n * (double)op->gemm_k;
+        op->flop = op->matmul_flop + (op->n_in > 2 ? out_n : 0);
+        break;
+    }
+    case TP_OP_ATTENTION: {
+        double B = (double)x->shape[0], T = (double)x->shape[1], H = op->heads, D = op->head_dim;
+        op->matmul_flop = 4.0 * B * H * T * T * D;
+        op->flop = op->matmul_flop + 5.0 * B * H * T * T;
+        break;
+    }
+    case TP_OP_LAYERNORM: op->flop = 8.0 * out_n; break;
+    case TP_OP_GELU: op->flop = 8.0 * out_n; break;
+    case TP_OP_ADD: op->flop = out_n; break;
+    case TP_OP_EMBED_TOKENS: op->flop = out_n; break;
+    case TP_OP_POOL: op->flop = op->pool_mode == 1 ? (double)tp_value_numel(x) : 0; break;
+    default: break;
+    }
+}
+
+int tp_graph_add_op(tp_graph *g, const tp_op *proto, const int *in, int n_in, int out_ndim,
+                    const int64_t *out_shape, const char *out_name) {
+    CHECK(n_in >= 1 && n_in <= TP_OP_MAX_IN);
+    if (g->n_ops == g->cap_ops) {
+        g->cap_ops = g->cap_ops ? 2 * g->cap_ops : 64;
+        g->ops = realloc(g->ops, sizeof(tp_op) * (size_t)g->cap_ops);
+        CHECK_ALLOC(g->ops);
+    }
+    char name[TP_NAME_LEN + 8];
+    if (out_name) snprintf(name, sizeof name, "%s", out_name);
+    else snprintf(name, sizeof name, "%s.out", proto->layer);
+    int out = tp_graph_add_value(g, name, TP_VAL_ACT, out_ndim, out_shape, -1);
+    tp_op *op = &g->ops[g->n_ops];
+    *op = *proto;
+    for (int i = 0; i < n_in; i++) {
+        CHECK(in[i] >= 0 && in[i] < g->n_values);
+        op->in[i] = in[i];
+    }
+    op->n_in = n_in;
+    op->out = out;
+    g->values[out].producer = g->n_ops;
+    fill_costs(g, op);
+    return g->n_ops++;
+}
+
+double tp_graph_flop(const tp_graph *g) {
+    double s = 0;
+    for (int i = 0; i < g->n_ops; i++) s += g->ops[i].flop;
+    return s;
+}
+
+double tp_graph_matmul_flop(const tp_graph *g) {
+    double s = 0;
+    for (int i = 0; i < g->n_ops; i++) s += g->ops[i].matmul_flop;
+    return s;
+}
+
+void tp_graph_last_use(const tp_graph *g, int *last_use) {
+    for (int v = 0; v < g->n_values; v++) last_use[v] = -1;
+    for (int i = 0; i < g->n_ops; i++)
+        for (int j = 0; j < g->ops[i].n_in; j++) last_use[g->ops[i].in[j]] = i;
+}

@@ -1,0 +1,92 @@
+/* graph.h: tprof's IR. A model is built once as a graph of ops over values; both executors (CPU reference,
+ * CUDA) run the same graph, and the planner annotates it with the precision each op executes in.
+ *
+ * Values are tensors: the graph input (images), parameters (a model's named weights) and activations.
+ * Shapes are logical and row-major; the storage type of each value is decided by the planner, not here.
+ * Every op carries its layer name (the model's module path, e.g. timm's "blocks.3.mlp.fc1") and its FLOP
+ * count at the graph's batch size, so profiles and reports can be mapped back to the model. */
+#ifndef TP_GRAPH_H
+#define TP_GRAPH_H
+
+#include <stdint.h>
+
+#include "tprof.h"
+
+#define TP_MAX_DIMS 4
+#define TP_OP_MAX_IN 4
+#define TP_NAME_LEN 96
+
+typedef enum { TP_VAL_INPUT = 0, TP_VAL_PARAM, TP_VAL_ACT } tp_value_kind;
+
+typedef struct {
+    char name[TP_NAME_LEN];
+    tp_value_kind kind;
+    int ndim;
+    int64_t shape[TP_MAX_DIMS];
+    int producer;    /* op index; -1 for inputs and parameters */
+    int param_index; /* index into the model's parameter table (TP_VAL_PARAM), else -1 */
+} tp_value;
+
+typedef enum {
+    TP_OP_PATCH_EMBED = 0, /* in: image (B,3,H,W), weight (C,3,P,P), bias (C) -> (B, Np, C): im2col + GEMM */
+    TP_OP_EMBED_TOKENS,    /* in: patches (B,Np,C), pos (1,T,C), [cls (1,1,C)] -> (B, T, C) */
+    TP_OP_LAYERNORM,       /* in: x (..., C), weight (C), bias (C) -> same shape */
+    TP_OP_LINEAR,          /* in: x (..., K), weight (N, K), [bias (N)] -> (..., N) */
+    TP_OP_ATTENTION,       /* in: qkv (B, T, 3*H*D) -> (B, T, H*D); softmax(scale Q K^T) V per head */
+    TP_OP_GELU,            /* in: x -> same shape */
+    TP_OP_ADD,             /* in: a, b (same shape) -> same shape (residual) */
+    TP_OP_POOL,            /* in: x (B, T, C) -> (B, C): class token or mean of the non-prefix tokens */
+    TP_OP_KIND_COUNT
+} tp_op_kind;
+
+typedef struct {
+    tp_op_kind kind;
+    char layer[TP_NAME_LEN]; /* model module path; for ops without a module (add) a descriptive path */
+    int in[TP_OP_MAX_IN];
+    int n_in;
+    int out;
+    /* attributes */
+    float eps;          /* LayerNorm */
+    int heads, head_dim; /* attention */
+    float scale;        /* attention: multiplies Q K^T */
+    int pool_mode;      /* 0 token, 1 avg */
+    int prefix;         /* tokens excluded by avg pooling (class token) */
+    int patch;          /* patch embedding: P */
+    /* costs at the graph's batch size */
+    int64_t gemm_m, gemm_n, gemm_k; /* the GEMM view of LINEAR and PATCH_EMBED (M rows, N out, K reduction) */
+    double flop;        /* floating-point operations; a multiply-add is 2 FLOP */
+    double matmul_flop; /* the part of flop done by matrix products (GEMMs, Q K^T, P V) */
+} tp_op;
+
+typedef struct {
+    tp_value *values;
+    int n_values, cap_values;
+    tp_op *ops;
+    int n_ops, cap_ops;
+    int input;  /* value id of the image input */
+    int output; /* value id of the model output (logits, or features when there is no head) */
+    int64_t batch;
+} tp_graph;
+
+const char *tp_op_kind_name(tp_op_kind k);
+
+void tp_graph_init(tp_graph *g, int64_t batch);
+void tp_graph_free(tp_graph *g);
+/* Adds a value; returns its id. ndim <= TP_MAX_DIMS. */
+int tp_graph_add_value(tp_graph *g, const char *name, tp_value_kind kind, int ndim, const int64_t *shape,
+                       int param_index);
+/* Adds an op whose inputs are ids in `in`; creates its output value named "<layer>.out" (or out_name) with
+ * the given shape, fills FLOP counts from the op kind and shapes; returns the op index. */
+int tp_graph_add_op(tp_graph *g, const tp_op *proto, const int *in, int n_in, int out_ndim,
+                    const int64_t *out_shape, const char *out_name);
+
+/* The output value id of op i (a function, not g->ops[...], because adding an op may move g->ops). */
+int tp_graph_op_out(const tp_graph *g, int i);
+int64_t tp_value_numel(const tp_value *v);
+/* Total FLOP and matrix-product FLOP of the graph (one forward pass at g->batch). */
+double tp_graph_flop(const tp_graph *g);
+double tp_graph_matmul_flop(const tp_graph *g);
+/* Index of the op that consumes value v last (-1 if none): used to free or reuse buffers. */
+void tp_graph_last_use(const tp_graph *g, int *last_use /* n_values */);
+
+#endif

@@ -1,0 +1,75 @@
+/* vit.h: the Vision Transformer family, exactly as timm's VisionTransformer (timm/models/vision_transformer.py)
+ * names and lays out its parameters:
+ *   cls_token (1, 1, C)                          when class_token
+ *   pos_embed (1, T, C)                          T = (S/P)^2 + class_token (timm's no_embed_class=False)
+ *   patch_embed.proj.weight (C, 3, P, P), patch_embed.proj.bias (C)
+ *   blocks.N.norm1.{weight,bias} (C)
+ *   blocks.N.attn.qkv.weight (3C, C), blocks.N.attn.qkv.bias (3C)
+ *   blocks.N.attn.proj.weight (C, C), blocks.N.attn.proj.bias (C)
+ *   blocks.N.norm2.{weight,bias} (C)
+ *   blocks.N.mlp.fc1.weight (Hd, C), .bias (Hd);  blocks.N.mlp.fc2.weight (C, Hd), .bias (C)   Hd = C * mlp_ratio
+ *   norm.{weight,bias} (C)                       global_pool 'token'  (timm applies it before pooling)
+ *   fc_norm.{weight,bias} (C)                    global_pool 'avg'    (timm: norm is Identity, fc_norm after)
+ *   head.weight (classes, C), head.bias (classes) when num_classes > 0
+ * LayerNorm eps 1e-6, GELU (erf), qkv bias on, no layer scale, no register tokens: timm's defaults for the
+ * vit_* presets listed by tp_vit_presets. */
+#ifndef TP_VIT_H
+#define TP_VIT_H
+
+#include <stdint.h>
+
+#include "io/image.h"
+#include "ir/graph.h"
+#include "models/model.h"
+#include "tprof.h"
+
+typedef struct {
+    char name[64]; /* the timm preset name, or the preset it was derived from with "+custom" */
+    int img_size, patch_size, in_chans, embed_dim, depth, num_heads;
+    double mlp_ratio;
+    int class_token; /* 1: prepend a class token */
+    int global_pool; /* 0: 'token' (class token output), 1: 'avg' (mean of patch tokens, then fc_norm) */
+    int num_classes; /* 0: no head; the output is the pooled features */
+    float ln_eps;
+    tp_preprocess pre; /* timm pretrained_cfg: mean, std, crop_pct at img_size */
+} tp_vit_config;
+
+typedef struct {
+    const char *name;  /* timm name */
+    const char *alias; /* tprof short alias */
+    int img_size, patch_size, embed_dim, depth, num_heads;
+} tp_vit_preset;
+
+/* The table of presets, terminated by a NULL name. */
+const tp_vit_preset *tp_vit_presets(void);
+
+/* Looks a preset up by timm name or alias (case-sensitive). TP_ERR_ARG naming the model and listing the
+ * known names otherwise. */
+tp_status tp_vit_config_preset(const char *name, tp_vit_config *cfg, tp_error *err);
+/* Checks a configuration: img_size a multiple of patch_size, embed_dim a multiple of num_heads, positive
+ * sizes, 'token' pooling only with a class token. TP_ERR_ARG naming the field. */
+tp_status tp_vit_config_validate(const tp_vit_config *cfg, tp_error *err);
+
+int tp_vit_tokens(const tp_vit_config *cfg);     /* T = (S/P)^2 + class_token */
+int tp_vit_mlp_hidden(const tp_vit_config *cfg); /* int(C * mlp_ratio), as timm's Mlp(hidden_features=...) */
+
+/* Creates the parameter table with timm's names and shapes, values synthesized from seed with timm's
+ * initialization (init_weights_vit_timm: Linear weights trunc_normal(std=.02), biases 0; pos_embed
+ * trunc_normal(std=.02); cls_token normal(std=1e-6); LayerNorm weight 1, bias 0; the patch Conv2d keeps
+ * PyTorch's default kaiming_uniform(a=sqrt 5): U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias).
+ * If nonzero_bias, biases and LayerNorm affine parameters get small random values instead (tests use this so
+ * that bias paths are exercised). TP_ERR_OOM. */
+tp_status tp_vit_params_init(const tp_vit_config *cfg, uint64_t seed, int nonzero_bias, tp_params *out,
+                             tp_error *err);
+/* Creates the table with names and shapes only (data NULL): enough to build a graph and count its FLOP
+ * without allocating the weights. */
+tp_status tp_vit_params_shapes(const tp_vit_config *cfg, tp_params *out, tp_error *err);
+/* Creates the table and loads every tensor from a safetensors file (F32/F16/BF16), validating names and
+ * shapes against cfg (see tp_st_load_params). */
+tp_status tp_vit_params_load(const tp_vit_config *cfg, const char *path, tp_params *out, tp_error *err);
+
+/* Builds the forward graph for batch B: input (B, 3, S, S) fp32 -> output (B, num_classes) (or (B, C)). */
+tp_status tp_vit_build_graph(const tp_vit_config *cfg, const tp_params *params, int64_t B, tp_graph *g,
+                             tp_error *err);
+
+#endif

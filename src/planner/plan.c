@@ -1,0 +1,150 @@
+#include "planner/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/dtype.h"
+
+void tp_plan_free(tp_plan *p) {
+    free(p->value_dt);
+    free(p->value_scaled);
+    free(p->op_prec);
+    free(p->op_note);
+    memset(p, 0, sizeof *p);
+}
+
+static int is_kept_high(const tp_op *op) {
+    return op->kind == TP_OP_PATCH_EMBED || strcmp(op->layer, "head") == 0;
+}
+
+static int consumers(const tp_graph *g, int v) {
+    int n = 0;
+    for (int i = 0; i < g->n_ops; i++)
+        for (int j = 0; j < g->ops[i].n_in; j++) n += g->ops[i].in[j] == v;
+    return n;
+}
+
+tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p, tp_error *err) {
+    memset(p, 0, sizeof *p);
+    const char *target = sm ? "GPU" : "CPU";
+    char tname[32];
+    if (sm) snprintf(tname, sizeof tname, "sm_%d", sm);
+    else snprintf(tname, sizeof tname, "the CPU executor");
+    if (sm == 0 && prec != TP_PREC_FP32)
+        return tp_fail(err, TP_ERR_UNSUPPORTED,
+                       "precision %s: the CPU executor runs fp32 only (it is the reference); use --device gpu",
+                       tp_precision_name(prec));
+    if (prec == TP_PREC_BF16 && sm && sm < 80)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "precision bf16 needs sm_80 or newer; this %s is %s", target,
+                       tname);
+    if (prec == TP_PREC_FP8 && sm && sm < 89)
+        return tp_fail(err, TP_ERR_UNSUPPORTED,
+                       "precision fp8 (E4M3 tensor cores) needs sm_89 or newer; this %s is %s", target, tname);
+    p->requested = prec;
+    p->sm = sm;
+    p->n_values = g->n_values;
+    p->n_ops = g->n_ops;
+    p->act_dt = prec == TP_PREC_FP32 ? TP_F32 : prec == TP_PREC_BF16 ? TP_BF16 : TP_F16;
+    p->value_dt = malloc(sizeof(tp_dtype) * (size_t)g->n_values);
+    p->value_scaled = calloc((size_t)g->n_values, sizeof(int));
+    p->op_prec = malloc(sizeof(tp_precision) * (size_t)(g->n_ops ? g->n_ops : 1));
+    p->op_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *p->op_note);
+    if (!p->value_dt || !p->value_scaled || !p->op_prec || !p->op_note) {
+        tp_plan_free(p);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory planning the engine");
+    }
+    for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
+    const char *act = tp_dtype_info(p->act_dt)->name;
+    tp_precision high = prec == TP_PREC_FP8 ? TP_PREC_FP16 : prec;
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        p->op_prec[i] = high;
+        switch (op->kind) {
+        case TP_OP_LINEAR:
+        case TP_OP_PATCH_EMBED:
+            if (prec == TP_PREC_FP8 && !is_kept_high(op)) break; /* decided below */
+            snprintf(p->op_note[i], sizeof p->op_note[i], "%s GEMM, %s accumulate%s", act,
+                     prec == TP_PREC_FP32 ? "fp32 (TF32 off)" : "fp32",
+                     prec == TP_PREC_FP8 ? "; kept fp16 by policy" : "");
+            break;
+        case TP_OP_LAYERNORM:
+            snprintf(p->op_note[i], sizeof p->op_note[i], "%s in/out, fp32 statistics", act);
+            break;
+        case TP_OP_ATTENTION:
+            if (sm && op->head_dim > 128)
+                return tp_plan_free(p), tp_fail(err, TP_ERR_UNSUPPORTED,
+                                                "layer %s: head dim %d: the CUDA attention kernel takes at most 128",
+                                                op->layer, op->head_dim);
+            snprintf(p->op_note[i], sizeof p->op_note[i], "fused, %s Q/K/V, fp32 softmax and accumulation", act);
+            break;
+        default: snprintf(p->op_note[i], sizeof p->op_note[i], "%s, fp32 math", act); break;
+        }
+    }
+    if (prec != TP_PREC_FP8) return TP_OK;
+
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_LINEAR || is_kept_high(op)) continue;
+        int x = op->in[0], w = op->in[1];
+        if (op->gemm_k % 16)
+            return tp_plan_free(p), tp_fail(err, TP_ERR_UNSUPPORTED,
+                                            "layer %s: fp8 GEMM needs K %% 16 == 0 (cuBLASLt FP8 alignment); K = %lld",
+                                            op->layer, (long long)op->gemm_k);
+        if (op->gemm_n % 16)
+            return tp_plan_free(p), tp_fail(err, TP_ERR_UNSUPPORTED,
+                                            "layer %s: fp8 GEMM needs N %% 16 == 0 (cuBLASLt FP8 alignment); N = %lld",
+                                            op->layer, (long long)op->gemm_n);
+        int prod = g->values[x].producer;
+        tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
+        if (!(pk == TP_OP_LAYERNORM || pk == TP_OP_GELU || pk == TP_OP_ATTENTION) || consumers(g, x) != 1)
+            return tp_plan_free(p),
+                   tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: its input '%s' comes from a %s op that cannot write E4M3 directly, and this "
+                           "build has no standalone quantize op",
+                           op->layer, g->values[x].name, prod >= 0 ? tp_op_kind_name(pk) : "graph input");
+        p->value_dt[x] = TP_E4M3;
+        p->value_scaled[x] = 1;
+        p->value_dt[w] = TP_E4M3;
+        p->value_scaled[w] = 1;
+        p->op_prec[i] = TP_PREC_FP8;
+        snprintf(p->op_note[i], sizeof p->op_note[i],
+                 "e4m3 x e4m3 GEMM, fp32 accumulate, fp16 out; per-tensor scales (weights amax/448, "
+                 "activations max-calibrated)");
+        size_t l = strlen(p->op_note[prod]);
+        snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
+    }
+    return TP_OK;
+}
+
+double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
+    const tp_op *op = &g->ops[i];
+    double b = 0;
+    for (int j = 0; j < op->n_in; j++)
+        b += (double)tp_value_numel(&g->values[op->in[j]]) * (double)tp_dtype_info(p->value_dt[op->in[j]])->bytes;
+    b += (double)tp_value_numel(&g->values[op->out]) * (double)tp_dtype_info(p->value_dt[op->out])->bytes;
+    return b;
+}
+
+double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g) {
+    double b = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].kind != TP_VAL_PARAM) continue;
+        b += (double)tp_value_numel(&g->values[v]) * (double)tp_dtype_info(p->value_dt[v])->bytes;
+        if (p->value_scaled[v]) b += 4;
+    }
+    return b;
+}
+
+static const char *PREC_NAMES[TP_PREC_COUNT] = {"fp32", "fp16", "bf16", "fp8"};
+
+const char *tp_precision_name(tp_precision p) { return (unsigned)p < TP_PREC_COUNT ? PREC_NAMES[p] : "?"; }
+
+tp_status tp_precision_parse(const char *s, tp_precision *out, tp_error *err) {
+    for (int i = 0; i < TP_PREC_COUNT; i++)
+        if (strcmp(s, PREC_NAMES[i]) == 0) {
+            *out = (tp_precision)i;
+            return TP_OK;
+        }
+    return tp_fail(err, TP_ERR_ARG, "unknown precision '%s' (expected fp32, fp16, bf16 or fp8)", s);
+}

@@ -1,0 +1,43 @@
+/* plan.h: the planner decides, for one requested precision and one target, the storage type of every value
+ * and the precision every op really executes in, with the reason. Nothing falls back silently: a combination
+ * the target cannot run is an error naming the op, the format and the target.
+ *
+ * Policy (issue 2; a configurable policy comes with the block-scaled formats):
+ *   fp32  everything FP32 (GEMMs with TF32 off).
+ *   fp16  activations and weights FP16; GEMMs accumulate in FP32; LayerNorm statistics and softmax in FP32.
+ *   bf16  as fp16 with BF16 storage (needs sm_80+).
+ *   fp8   (needs sm_89+) the Linear layers inside the transformer blocks run E4M3 x E4M3 with FP32
+ *         accumulation and FP16 output: weights quantized offline per tensor (scale = amax / 448), activations
+ *         with a static per-tensor scale from max calibration. The producers of those activations (LayerNorm,
+ *         attention, GELU) write E4M3 directly, so no standalone quantize kernel runs. Patch embedding and head
+ *         stay FP16, as practitioners keep them; everything else is FP16 storage with FP32 statistics. */
+#ifndef TP_PLAN_H
+#define TP_PLAN_H
+
+#include "ir/graph.h"
+#include "tprof.h"
+
+typedef struct {
+    tp_precision requested;
+    int sm;           /* target compute capability x 10 (90 = sm_90); 0 = the CPU executor */
+    tp_dtype act_dt;  /* storage type of activations that are not quantized */
+    int n_values, n_ops;
+    tp_dtype *value_dt;        /* per value: storage type (parameters included) */
+    int *value_scaled;         /* per value: 1 when stored E4M3 with a per-tensor fp32 scale */
+    tp_precision *op_prec;     /* per op: the precision its main math runs in */
+    char (*op_note)[128];      /* per op: how and why, e.g. "e4m3 GEMM, fp32 accumulate, fp16 out" */
+} tp_plan;
+
+/* Plans graph g for precision prec on target sm (0: CPU, which supports fp32 only).
+ * Errors: TP_ERR_UNSUPPORTED naming the op, the format and the target (e.g. fp8 on sm_80, an FP8 GEMM with
+ * K not a multiple of 16, head dim over 128 for the CUDA attention kernel). */
+tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *out, tp_error *err);
+void tp_plan_free(tp_plan *p);
+
+/* Bytes an op moves through memory at its planned storage types: every input read once, output written
+ * once (the fewest bytes; the roofline's denominator). */
+double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int op);
+/* Bytes of all parameters at their planned storage types (plus 4 bytes per FP8 scale). */
+double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g);
+
+#endif

@@ -1,0 +1,175 @@
+/* test_gpu_engine.c: whole engines on the GPU against the CPU FP32 reference, for every precision, at the
+ * awkward shapes (tokens 17, 50, 197, 577; batch 1, 3, 64), with biases and LayerNorm affines non-trivial.
+ *
+ * Tolerances (relative L2 error of the logits against the FP32 CPU reference), from the formats
+ * (../shared/docs/formats.md) and the depth of these test models (2 blocks, about 10 roundings of the residual
+ * path):
+ *   fp32: cuBLASLt FP32 (TF32 off) and fp32 kernels differ from the fp64-accumulated reference only in
+ *         summation order: ~1e-6; bound 1e-4.
+ *   fp16: storage rounding 2^-11 (4.9e-4) per op; bound 5e-3.
+ *   bf16: 2^-8 (3.9e-3) per op; bound 3e-2.
+ *   fp8:  E4M3 GEMM inputs, 2^-4 relative step; bound: cosine >= 0.99 (issue 2's bar) and rel L2 <= 0.15. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/stats.h"
+#include "core/rng.h"
+#include "exec/cpu/cpu_exec.h"
+#include "exec/cuda/cuda_engine.h"
+#include "models/vit.h"
+#include "planner/plan.h"
+
+typedef struct {
+    const char *what;
+    int img, patch, dim, depth, heads, classes, cls, pool, batch;
+} engine_case;
+
+static const engine_case CASES[] = {
+    {"50 tokens, batch 1", 112, 16, 192, 2, 3, 10, 1, 0, 1},
+    {"50 tokens, batch 3", 112, 16, 192, 2, 3, 10, 1, 0, 3},
+    {"197 tokens, batch 3", 224, 16, 128, 2, 2, 16, 1, 0, 3},
+    {"577 tokens, batch 1, D 80", 384, 16, 160, 1, 2, 32, 1, 0, 1},
+    {"17 tokens avg pool, no class token, batch 64", 32, 8, 64, 2, 2, 10, 0, 1, 64},
+};
+
+static void random_input(float *x, size_t n, uint64_t seed) {
+    tp_rng r;
+    tp_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)tp_rng_normal(&r);
+}
+
+static int gpu_sm(void) {
+    tp_gpu_info info;
+    tp_error e;
+    ck_assert_msg(tp_gpu_query(0, &info, &e) == TP_OK, "%s", e.msg);
+    return info.sm;
+}
+
+/* Builds the engine of precision prec for the case, runs it, compares with the CPU reference. */
+static void run_case(const engine_case *k, tp_precision prec) {
+    tp_vit_config c;
+    tp_error e;
+    ck_assert_int_eq(tp_vit_config_preset("vit-tiny", &c, &e), TP_OK);
+    c.img_size = c.pre.img_size = k->img;
+    c.patch_size = k->patch;
+    c.embed_dim = k->dim;
+    c.depth = k->depth;
+    c.num_heads = k->heads;
+    c.num_classes = k->classes;
+    c.class_token = k->cls;
+    c.global_pool = k->pool;
+    tp_params p = {0};
+    ck_assert_msg(tp_vit_params_init(&c, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
+    tp_graph g;
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, k->batch, &g, &e), TP_OK);
+    size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
+    float *in = malloc(sizeof(float) * in_n), *calib = malloc(sizeof(float) * in_n);
+    float *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
+    random_input(in, in_n, 5);
+    random_input(calib, in_n, 6);
+    ck_assert_int_eq(tp_cpu_run(&g, &p, in, ref, &e), TP_OK);
+
+    int sm = gpu_sm();
+    tp_plan plan;
+    ck_assert_msg(tp_plan_build(&g, prec, sm, &plan, &e) == TP_OK, "%s", e.msg);
+    float *amax = NULL;
+    if (prec == TP_PREC_FP8) {
+        amax = malloc(sizeof(float) * (size_t)g.n_values);
+        ck_assert_msg(tp_calibrate_max(&g, &p, 0, sm, calib, amax, &e) == TP_OK, "%s", e.msg);
+    }
+    tp_engine_options o = {0, 1, 0, amax};
+    tp_engine *eng = NULL;
+    ck_assert_msg(tp_engine_build(&g, &p, &plan, &o, &eng, &e) == TP_OK, "%s: %s", k->what, e.msg);
+    ck_assert_int_eq(tp_engine_set_input(eng, in, &e), TP_OK);
+    ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_engine_get_output(eng, got, &e), TP_OK);
+    tp_accuracy a;
+    tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
+    printf("  engine %-5s %-46s cosine %.7f rel L2 %.3e max abs %.3e top-1 %.2f\n", tp_precision_name(prec), k->what,
+           a.cosine, a.rel_l2, a.max_abs, a.top1_agree);
+    ck_assert_msg(a.nonfinite == 0, "%s %s: %d non-finite outputs (unwritten or overflow)", tp_precision_name(prec),
+                  k->what, a.nonfinite);
+    double bound = prec == TP_PREC_FP32 ? 1e-4 : prec == TP_PREC_FP16 ? 5e-3 : prec == TP_PREC_BF16 ? 3e-2 : 0.15;
+    ck_assert_msg(a.rel_l2 <= bound, "%s %s: relative L2 %.3e > %.1e", tp_precision_name(prec), k->what, a.rel_l2,
+                  bound);
+    if (prec == TP_PREC_FP8) ck_assert_msg(a.cosine >= 0.99, "fp8 %s: cosine %.5f < 0.99", k->what, a.cosine);
+
+    /* the CUDA graph and eager launches run the same kernels on the same data: identical bits */
+    if (prec == TP_PREC_FP16) {
+        tp_engine *eager = NULL;
+        tp_engine_options oe = {0, 0, 0, NULL};
+        float *got2 = malloc(sizeof(float) * out_n);
+        ck_assert_int_eq(tp_engine_build(&g, &p, &plan, &oe, &eager, &e), TP_OK);
+        ck_assert_int_eq(tp_engine_set_input(eager, in, &e), TP_OK);
+        ck_assert_int_eq(tp_engine_forward(eager, &e), TP_OK);
+        ck_assert_int_eq(tp_engine_get_output(eager, got2, &e), TP_OK);
+        ck_assert_msg(memcmp(got, got2, sizeof(float) * out_n) == 0, "graph and eager outputs differ");
+        tp_engine_destroy(eager);
+        free(got2);
+    }
+    /* a second forward pass on the same engine gives the same result (no state leaks between runs) */
+    float *got3 = malloc(sizeof(float) * out_n);
+    ck_assert_int_eq(tp_engine_forward(eng, &e), TP_OK);
+    ck_assert_int_eq(tp_engine_get_output(eng, got3, &e), TP_OK);
+    ck_assert_msg(memcmp(got, got3, sizeof(float) * out_n) == 0, "two runs of one engine differ");
+    free(got3);
+
+    tp_engine_destroy(eng);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    free(amax);
+    free(in);
+    free(calib);
+    free(ref);
+    free(got);
+}
+
+START_TEST(test_engine_fp32) { run_case(&CASES[_i], TP_PREC_FP32); }
+END_TEST
+START_TEST(test_engine_fp16) { run_case(&CASES[_i], TP_PREC_FP16); }
+END_TEST
+START_TEST(test_engine_bf16) { run_case(&CASES[_i], TP_PREC_BF16); }
+END_TEST
+START_TEST(test_engine_fp8) { run_case(&CASES[_i], TP_PREC_FP8); }
+END_TEST
+
+START_TEST(test_engine_errors) {
+    /* an FP8 plan without calibration data is refused, naming the tensor */
+    tp_vit_config c;
+    tp_error e;
+    ck_assert_int_eq(tp_vit_config_preset("vit-tiny", &c, &e), TP_OK);
+    c.depth = 1;
+    tp_params p = {0};
+    ck_assert_int_eq(tp_vit_params_init(&c, 1, 1, &p, &e), TP_OK);
+    tp_graph g;
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 1, &g, &e), TP_OK);
+    tp_plan plan;
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP8, gpu_sm(), &plan, &e), TP_OK);
+    tp_engine_options o = {0, 1, 0, NULL};
+    tp_engine *eng = NULL;
+    ck_assert_int_eq(tp_engine_build(&g, &p, &plan, &o, &eng, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "calibration"));
+    ck_assert_ptr_null(eng);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
+Suite *gpu_engine_suite(void) {
+    Suite *s = suite_create("gpu_engine");
+    TCase *t = tcase_create("engines");
+    tcase_set_timeout(t, 300);
+    int n = (int)(sizeof CASES / sizeof CASES[0]);
+    tcase_add_loop_test(t, test_engine_fp32, 0, n);
+    tcase_add_loop_test(t, test_engine_fp16, 0, n);
+    tcase_add_loop_test(t, test_engine_bf16, 0, n);
+    tcase_add_loop_test(t, test_engine_fp8, 0, n);
+    tcase_add_test(t, test_engine_errors);
+    suite_add_tcase(s, t);
+    return s;
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Command-line behaviour: each bad input gives exactly one line on stderr naming the culprit and a non-zero
+# exit (not a crash: exit codes >= 128 are signals); a good small run succeeds on the CPU.
+set -u
+TPROF=${1:?usage: test_cli.sh path/to/tprof}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+# expect_error NAME PATTERN ARGS...: non-zero exit below 128, one stderr line matching PATTERN
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  "$TPROF" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$? lines
+  lines=$(wc -l <"$tmp/err")
+  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -q -- "$pattern" "$tmp/err"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL $name: rc=$rc, $lines stderr lines, wanted /$pattern/:"
+    sed 's/^/    /' "$tmp/err"
+  fi
+}
+
+expect_ok() {
+  local name=$1 pattern=$2
+  shift 2
+  "$TPROF" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -eq 0 ] && grep -q -- "$pattern" "$tmp/out"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL $name: rc=$rc, wanted /$pattern/ in stdout:"
+    sed 's/^/    /' "$tmp/out" "$tmp/err" | tail -20
+  fi
+}
+
+small=(--device cpu --iterations 1 --warmup 0)
+tok=(--model vit-tiny --img-size 48 --patch-size 16 --embed-dim 64 --depth 2 --heads 2 --num-classes 10)
+
+expect_error "missing weights file" "nope.safetensors" bench "${small[@]}" --weights "$tmp/nope.safetensors"
+head -c 100 /dev/urandom >"$tmp/corrupt.safetensors"
+expect_error "corrupt safetensors" "corrupt.safetensors" bench "${small[@]}" --weights "$tmp/corrupt.safetensors"
+head -c 5000 tests/fixtures/timm_vit_token.safetensors >"$tmp/trunc.safetensors"
+expect_error "truncated safetensors" "trunc.safetensors" bench "${small[@]}" "${tok[@]}" --weights "$tmp/trunc.safetensors"
+expect_error "shape mismatch" "blocks.0" bench "${small[@]}" "${tok[@]}" --embed-dim 32 --weights tests/fixtures/timm_vit_token.safetensors
+expect_error "wrong model for the weights" "timm_vit_token.safetensors" bench "${small[@]}" --model vit-tiny --weights tests/fixtures/timm_vit_token.safetensors
+expect_error "unknown precision" "fp7" bench "${small[@]}" --precision fp32,fp7
+expect_error "batch 0" "--batch '0'" bench "${small[@]}" --batch 0
+expect_error "batch not a number" "--batch 'x'" bench "${small[@]}" --batch x
+echo "not an image" >"$tmp/cat.png"
+expect_error "unreadable image" "cat.png" bench "${small[@]}" --image "$tmp/cat.png"
+expect_error "missing image" "nothere.jpg" bench "${small[@]}" --image "$tmp/nothere.jpg"
+expect_error "unknown option" "--frobnicate" bench --frobnicate
+expect_error "unknown model" "vit-xxl" bench "${small[@]}" --model vit-xxl
+expect_error "patch does not divide" "--patch-size 15" bench "${small[@]}" --patch-size 15
+expect_error "fp16 on the CPU" "CPU executor runs fp32 only" bench "${small[@]}" "${tok[@]}" --precision fp16
+expect_error "missing value" "needs a value" bench --model
+expect_error "unknown command" "frob" frob
+
+expect_ok "timm checkpoint on the CPU" "Accuracy vs FP32 CPU reference" bench "${small[@]}" "${tok[@]}" --batch 2 \
+  --weights tests/fixtures/timm_vit_token.safetensors --json "$tmp/r.json"
+if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['results'][0]['latency']['runs']>=1" "$tmp/r.json" 2>/dev/null; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1))
+  echo "FAIL json report is not valid JSON with results"
+fi
+expect_ok "models list" "vit_base_patch16_224" models
+
+echo "test_cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,338 @@
+/* test_model.c: ViT presets, parameter names and shapes (timm's), graph shapes and FLOP counts, the planner's
+ * decisions (without a GPU), and the CPU executor against timm's own output (golden fixtures made by
+ * tools/make_timm_golden.py with torch and timm). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/stats.h"
+#include "exec/cpu/cpu_exec.h"
+#include "io/safetensors.h"
+#include "models/vit.h"
+#include "planner/plan.h"
+
+static tp_vit_config preset(const char *name) {
+    tp_vit_config c;
+    tp_error e;
+    ck_assert_msg(tp_vit_config_preset(name, &c, &e) == TP_OK, "%s", e.msg);
+    return c;
+}
+
+static const tp_param *find(const tp_params *p, const char *name) {
+    int i = tp_params_find(p, name);
+    ck_assert_msg(i >= 0, "parameter %s missing", name);
+    return &p->params[i];
+}
+
+static void assert_shape(const tp_params *p, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                         int64_t d3) {
+    const tp_param *t = find(p, name);
+    int64_t d[4] = {d0, d1, d2, d3};
+    ck_assert_int_eq(t->ndim, ndim);
+    for (int i = 0; i < ndim; i++) ck_assert_msg(t->shape[i] == d[i], "%s dim %d: %lld != %lld", name, i,
+                                                 (long long)t->shape[i], (long long)d[i]);
+}
+
+START_TEST(test_presets) {
+    tp_vit_config a = preset("vit-b16"), b = preset("vit_base_patch16_224");
+    ck_assert_str_eq(a.name, "vit_base_patch16_224");
+    ck_assert_int_eq(a.embed_dim, 768);
+    ck_assert_int_eq(b.depth, 12);
+    ck_assert_int_eq(tp_vit_tokens(&a), 197);
+    ck_assert_int_eq(tp_vit_mlp_hidden(&a), 3072);
+    tp_vit_config c = preset("vit_base_patch16_384");
+    ck_assert_int_eq(tp_vit_tokens(&c), 577);
+    ck_assert(c.pre.crop_pct == 1.0);
+    tp_vit_config l = preset("vit-l16");
+    ck_assert_int_eq(l.depth, 24);
+    ck_assert_int_eq(l.embed_dim, 1024);
+    tp_error e;
+    tp_vit_config x;
+    ck_assert_int_eq(tp_vit_config_preset("vit-zzz", &x, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "vit-zzz"));
+    ck_assert_ptr_null(strchr(e.msg, '\n'));
+}
+END_TEST
+
+START_TEST(test_config_validation) {
+    tp_error e;
+    tp_vit_config c = preset("vit-b16");
+    c.patch_size = 15;
+    ck_assert_int_eq(tp_vit_config_validate(&c, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "--patch-size 15"));
+    c = preset("vit-b16");
+    c.num_heads = 7;
+    ck_assert_int_eq(tp_vit_config_validate(&c, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "--heads 7"));
+    c = preset("vit-b16");
+    c.class_token = 0;
+    ck_assert_int_eq(tp_vit_config_validate(&c, &e), TP_ERR_ARG);
+    c.global_pool = 1;
+    ck_assert_int_eq(tp_vit_config_validate(&c, &e), TP_OK);
+}
+END_TEST
+
+START_TEST(test_param_names_shapes) {
+    tp_vit_config c = preset("vit-b16");
+    tp_params p = {0};
+    tp_error e;
+    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+    ck_assert_int_eq(p.n_params, 4 + 12 * 12 + 2 + 2);
+    assert_shape(&p, "cls_token", 3, 1, 1, 768, 0);
+    assert_shape(&p, "pos_embed", 3, 1, 197, 768, 0);
+    assert_shape(&p, "patch_embed.proj.weight", 4, 768, 3, 16, 16);
+    assert_shape(&p, "blocks.0.attn.qkv.weight", 2, 2304, 768, 0, 0);
+    assert_shape(&p, "blocks.0.attn.qkv.bias", 1, 2304, 0, 0, 0);
+    assert_shape(&p, "blocks.11.attn.proj.weight", 2, 768, 768, 0, 0);
+    assert_shape(&p, "blocks.11.mlp.fc1.weight", 2, 3072, 768, 0, 0);
+    assert_shape(&p, "blocks.11.mlp.fc2.weight", 2, 768, 3072, 0, 0);
+    assert_shape(&p, "blocks.5.norm2.bias", 1, 768, 0, 0, 0);
+    assert_shape(&p, "norm.weight", 1, 768, 0, 0, 0);
+    assert_shape(&p, "head.weight", 2, 1000, 768, 0, 0);
+    ck_assert_int_eq(tp_params_find(&p, "fc_norm.weight"), -1);
+    /* timm: vit_base_patch16_224 has 86,567,656 parameters */
+    ck_assert_uint_eq(tp_params_count(&p), 86567656u);
+    tp_params_free(&p);
+
+    c.global_pool = 1;
+    c.class_token = 0;
+    c.num_classes = 0;
+    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_params_find(&p, "cls_token"), -1);
+    ck_assert_int_eq(tp_params_find(&p, "norm.weight"), -1);
+    ck_assert_int_eq(tp_params_find(&p, "head.weight"), -1);
+    assert_shape(&p, "fc_norm.weight", 1, 768, 0, 0, 0);
+    assert_shape(&p, "pos_embed", 3, 1, 196, 768, 0);
+    tp_params_free(&p);
+}
+END_TEST
+
+static double matmul_gflop_per_image(const char *name) {
+    tp_vit_config c = preset(name);
+    tp_params p = {0};
+    tp_graph g;
+    tp_error e;
+    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 3, &g, &e), TP_OK);
+    double gf = tp_graph_matmul_flop(&g) / 3 * 1e-9;
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    return gf;
+}
+
+START_TEST(test_flop_counts) {
+    /* timm's model tables list GMACs per image; FLOP = 2 x MAC. ViT-B/16: 17.58 GMACs = 35.16 GFLOP. */
+    struct {
+        const char *name;
+        double gmacs;
+    } cases[] = {{"vit_base_patch16_224", 17.58}, {"vit_tiny_patch16_224", 1.26}, {"vit_small_patch16_224", 4.61},
+                 {"vit_base_patch32_224", 4.41},  {"vit_large_patch16_224", 61.6}, {"vit_base_patch16_384", 55.54}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double gf = matmul_gflop_per_image(cases[i].name), want = 2 * cases[i].gmacs;
+        ck_assert_msg(fabs(gf - want) / want < 0.01, "%s: %.3f GFLOP, timm %.3f", cases[i].name, gf, want);
+    }
+    double b16 = matmul_gflop_per_image("vit-b16");
+    ck_assert_msg(fabs(b16 - 35.1) / 35.1 < 0.01, "ViT-B/16: %.3f GFLOP", b16);
+}
+END_TEST
+
+START_TEST(test_graph_shapes) {
+    tp_vit_config c = preset("vit-b16");
+    tp_params p = {0};
+    tp_graph g;
+    tp_error e;
+    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 64, &g, &e), TP_OK);
+    ck_assert_int_eq(g.n_ops, 2 + 12 * 10 + 2 + 1);
+    const tp_value *out = &g.values[g.output];
+    ck_assert_int_eq(out->ndim, 2);
+    ck_assert_int_eq(out->shape[0], 64);
+    ck_assert_int_eq(out->shape[1], 1000);
+    int seen_fc1 = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const tp_op *op = &g.ops[i];
+        if (strcmp(op->layer, "blocks.3.mlp.fc1") == 0) {
+            seen_fc1 = 1;
+            ck_assert_int_eq(op->kind, TP_OP_LINEAR);
+            ck_assert_int_eq(op->gemm_m, 64 * 197);
+            ck_assert_int_eq(op->gemm_n, 3072);
+            ck_assert_int_eq(op->gemm_k, 768);
+            ck_assert(op->matmul_flop == 2.0 * 64 * 197 * 3072 * 768);
+        }
+        if (op->kind == TP_OP_ATTENTION) {
+            ck_assert_int_eq(op->heads, 12);
+            ck_assert_int_eq(op->head_dim, 64);
+            ck_assert(fabsf(op->scale - 0.125f) < 1e-7f);
+        }
+    }
+    ck_assert(seen_fc1);
+    tp_graph_free(&g);
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 0, &g, &e), TP_ERR_ARG);
+    tp_params_free(&p);
+}
+END_TEST
+
+START_TEST(test_planner) {
+    tp_vit_config c = preset("vit-b16");
+    tp_params p = {0};
+    tp_graph g;
+    tp_plan plan;
+    tp_error e;
+    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 2, &g, &e), TP_OK);
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP8, 90, &plan, &e), TP_OK);
+    int n8 = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const tp_op *op = &g.ops[i];
+        n8 += plan.op_prec[i] == TP_PREC_FP8;
+        if (strcmp(op->layer, "head") == 0 || op->kind == TP_OP_PATCH_EMBED) {
+            ck_assert_int_eq(plan.op_prec[i], TP_PREC_FP16);
+            ck_assert_ptr_nonnull(strstr(plan.op_note[i], "kept fp16"));
+        }
+        if (strcmp(op->layer, "blocks.0.attn.qkv") == 0) {
+            ck_assert_int_eq(plan.value_dt[op->in[0]], TP_E4M3); /* norm1 writes E4M3 directly */
+            ck_assert_int_eq(plan.value_dt[op->in[1]], TP_E4M3);
+            ck_assert_int_eq(plan.value_dt[op->in[2]], TP_F16); /* bias in the output type */
+            ck_assert_int_eq(plan.value_dt[op->out], TP_F16);
+        }
+    }
+    ck_assert_int_eq(n8, 4 * 12);
+    /* FP8 weights: about half the FP16 engine's bytes */
+    tp_plan p16;
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP16, 90, &p16, &e), TP_OK);
+    double r = tp_plan_weight_bytes(&plan, &g) / tp_plan_weight_bytes(&p16, &g);
+    ck_assert_msg(r > 0.5 && r < 0.53, "fp8/fp16 weight bytes %.3f", r);
+    tp_plan_free(&p16);
+    tp_plan_free(&plan);
+
+    /* impossible combinations are errors that name the format and the target */
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP8, 80, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "fp8"));
+    ck_assert_ptr_nonnull(strstr(e.msg, "sm_80"));
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_BF16, 75, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP16, 0, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "CPU"));
+    tp_graph_free(&g);
+    tp_params_free(&p);
+
+    /* K not a multiple of 16: an FP8 GEMM cuBLASLt cannot run, named by layer */
+    c.embed_dim = 72;
+    c.num_heads = 3;
+    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 1, &g, &e), TP_OK);
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP8, 90, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "blocks.0.attn.qkv"));
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP16, 90, &plan, &e), TP_OK);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+
+    tp_precision pr;
+    ck_assert_int_eq(tp_precision_parse("fp8", &pr, &e), TP_OK);
+    ck_assert_int_eq(pr, TP_PREC_FP8);
+    ck_assert_int_eq(tp_precision_parse("fp4", &pr, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "fp4"));
+}
+END_TEST
+
+START_TEST(test_synthesized_weights) {
+    /* deterministic, timm's distributions */
+    tp_vit_config c = preset("vit-tiny");
+    tp_params a = {0}, b = {0};
+    tp_error e;
+    ck_assert_int_eq(tp_vit_params_init(&c, 7, 0, &a, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_params_init(&c, 7, 0, &b, &e), TP_OK);
+    for (int i = 0; i < a.n_params; i++)
+        ck_assert(memcmp(a.params[i].data, b.params[i].data, sizeof(float) * (size_t)a.params[i].numel) == 0);
+    const tp_param *w = find(&a, "blocks.0.mlp.fc1.weight");
+    double s = 0, s2 = 0;
+    for (int64_t j = 0; j < w->numel; j++) s += w->data[j], s2 += (double)w->data[j] * w->data[j];
+    double mean = s / w->numel, sd = sqrt(s2 / w->numel - mean * mean);
+    ck_assert_msg(fabs(mean) < 1e-3 && fabs(sd - 0.02) < 1e-3, "fc1 init mean %g std %g", mean, sd);
+    ck_assert(find(&a, "norm.weight")->data[5] == 1.0f);
+    ck_assert(find(&a, "blocks.1.attn.qkv.bias")->data[3] == 0.0f);
+    tp_params_free(&a);
+    tp_params_free(&b);
+}
+END_TEST
+
+/* Golden fixtures: tests/fixtures/<name>.safetensors holds timm's state_dict (weights perturbed so that
+ * biases and LayerNorm affines are non-trivial); <name>.io.safetensors holds "input" (B,3,S,S) and timm's
+ * fp32 "output". The configurations below must match tools/make_timm_golden.py. */
+static void golden(const char *name, tp_vit_config c, int B) {
+    char wpath[256], iopath[256];
+    snprintf(wpath, sizeof wpath, "tests/fixtures/%s.safetensors", name);
+    snprintf(iopath, sizeof iopath, "tests/fixtures/%s.io.safetensors", name);
+    tp_params p = {0};
+    tp_error e;
+    ck_assert_msg(tp_vit_params_load(&c, wpath, &p, &e) == TP_OK, "%s", e.msg);
+    int S = c.img_size, classes = c.num_classes;
+    float *in = malloc(sizeof(float) * (size_t)B * 3 * S * S), *want = malloc(sizeof(float) * (size_t)B * classes);
+    float *got = malloc(sizeof(float) * (size_t)B * classes);
+    tp_param_spec io[2] = {{"input", 4, {B, 3, S, S}, in}, {"output", 2, {B, classes}, want}};
+    ck_assert_msg(tp_st_load_params(iopath, io, 2, &e) == TP_OK, "%s", e.msg);
+    tp_graph g;
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, B, &g, &e), TP_OK);
+    ck_assert_msg(tp_cpu_run(&g, &p, in, got, &e) == TP_OK, "%s", e.msg);
+    tp_accuracy acc;
+    tp_accuracy_compute(got, want, B, classes, &acc);
+    ck_assert_int_eq(acc.nonfinite, 0);
+    ck_assert_msg(acc.rel_l2 < 1e-5, "%s: relative L2 error against timm %.3e (max abs %.3e)", name, acc.rel_l2,
+                  acc.max_abs);
+    ck_assert(acc.top1_agree == 1.0);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    free(in);
+    free(want);
+    free(got);
+}
+
+START_TEST(test_golden_timm_token) {
+    tp_vit_config c = preset("vit-tiny");
+    c.img_size = c.pre.img_size = 48;
+    c.patch_size = 16;
+    c.embed_dim = 64;
+    c.depth = 2;
+    c.num_heads = 2;
+    c.num_classes = 10;
+    golden("timm_vit_token", c, 3);
+}
+END_TEST
+
+START_TEST(test_golden_timm_avg) {
+    tp_vit_config c = preset("vit-tiny");
+    c.img_size = c.pre.img_size = 32;
+    c.patch_size = 8;
+    c.embed_dim = 48;
+    c.depth = 2;
+    c.num_heads = 3;
+    c.mlp_ratio = 2.5;
+    c.class_token = 0;
+    c.global_pool = 1;
+    c.num_classes = 7;
+    golden("timm_vit_avg", c, 2);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("model");
+    TCase *t = tcase_create("vit");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, test_presets);
+    tcase_add_test(t, test_config_validation);
+    tcase_add_test(t, test_param_names_shapes);
+    tcase_add_test(t, test_flop_counts);
+    tcase_add_test(t, test_graph_shapes);
+    tcase_add_test(t, test_planner);
+    tcase_add_test(t, test_synthesized_weights);
+    tcase_add_test(t, test_golden_timm_token);
+    tcase_add_test(t, test_golden_timm_avg);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
