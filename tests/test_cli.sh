@@ -46,7 +46,7 @@ head -c 100 /dev/urandom >"$tmp/corrupt.safetensors"
 expect_error "corrupt safetensors" "corrupt.safetensors" bench "${small[@]}" --weights "$tmp/corrupt.safetensors"
 head -c 5000 tests/fixtures/timm_vit_token.safetensors >"$tmp/trunc.safetensors"
 expect_error "truncated safetensors" "trunc.safetensors" bench "${small[@]}" "${tok[@]}" --weights "$tmp/trunc.safetensors"
-expect_error "shape mismatch" "blocks.0" bench "${small[@]}" "${tok[@]}" --embed-dim 32 --weights tests/fixtures/timm_vit_token.safetensors
+expect_error "shape mismatch" "shape \[1, 1, 64\] in file, model expects \[1, 1, 32\]" bench "${small[@]}" "${tok[@]}" --embed-dim 32 --weights tests/fixtures/timm_vit_token.safetensors
 expect_error "wrong model for the weights" "timm_vit_token.safetensors" bench "${small[@]}" --model vit-tiny --weights tests/fixtures/timm_vit_token.safetensors
 expect_error "unknown precision" "fp7" bench "${small[@]}" --precision fp32,fp7
 expect_error "batch 0" "--batch '0'" bench "${small[@]}" --batch 0

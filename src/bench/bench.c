@@ -23,7 +23,7 @@ typedef struct {
     char name[256];
     int sm, sm_count;
     double mem_bytes, l2_bytes;
-    char driver[64];
+    char driver[96];
     int driver_cuda, runtime_cuda;
     size_t cublaslt_version;
 } tp_gpu_info;

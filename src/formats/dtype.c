@@ -136,7 +136,6 @@ float tp_e5m2_to_f32(uint8_t v) {
 }
 
 void tp_convert_from_f32(tp_dtype t, const float *src, void *dst, size_t n, float scale) {
-    float inv = 1.0f / scale;
     switch (t) {
     case TP_F32: memcpy(dst, src, n * 4); break;
     case TP_F16:
@@ -146,10 +145,10 @@ void tp_convert_from_f32(tp_dtype t, const float *src, void *dst, size_t n, floa
         for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = tp_f32_to_bf16(src[i]);
         break;
     case TP_E4M3:
-        for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e4m3(src[i] * inv);
+        for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e4m3(src[i] / scale);
         break;
     case TP_E5M2:
-        for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e5m2(src[i] * inv);
+        for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e5m2(src[i] / scale);
         break;
     case TP_F64:
         for (size_t i = 0; i < n; i++) ((double *)dst)[i] = src[i];

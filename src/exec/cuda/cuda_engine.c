@@ -24,6 +24,10 @@
         }                                                                                             \
     } while (0)
 
+/* One scale per value, each in its own 16-byte slot: cuBLASLt rejects FP8 scale pointers that are only 4-byte
+ * aligned (CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul, seen on H200 with cuBLASLt 13.1). */
+#define SCALE_SLOT 4
+
 struct tp_engine {
     const tp_graph *g;
     const tp_params *params;
@@ -31,7 +35,7 @@ struct tp_engine {
     int use_graph;
     cudaStream_t stream;
     void **dptr;          /* per value */
-    float *d_scales;      /* per value: the fp32 per-tensor scale of E4M3 values (1 elsewhere) */
+    float *d_scales;      /* per value v at d_scales[SCALE_SLOT * v]: the fp32 per-tensor scale of E4M3 values */
     float *d_amax;        /* per value: calibration scratch */
     void *d_cols;         /* im2col scratch */
     void **allocs;        /* everything cudaMalloc'ed, for destroy */
@@ -121,7 +125,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     void *y = e->dptr[op->out];
     const void *x = e->dptr[op->in[0]];
     tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
-    const float *ys = e->d_scales + op->out;
+    const float *ys = e->d_scales + SCALE_SLOT * op->out;
     cudaStream_t s = e->stream;
     int rc = 0;
     switch (op->kind) {
@@ -145,7 +149,8 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     case TP_OP_LINEAR: {
         int fp8 = pl->value_scaled[op->in[0]];
         rc = tp_gemm_run(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y,
-                         fp8 ? e->d_scales + op->in[0] : NULL, fp8 ? e->d_scales + op->in[1] : NULL, s);
+                         fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
+                         fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL, s);
         break;
     }
     case TP_OP_ATTENTION:
@@ -193,7 +198,7 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
             for (int64_t j = 0; j < p->numel; j++) amax = fmax(amax, fabs((double)p->data[j]));
             scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
         }
-        h_scales[v] = scale;
+        h_scales[SCALE_SLOT * v] = scale;
         void *h = malloc(bytes ? bytes : 1);
         if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory converting %s", p->name);
         tp_convert_from_f32(dt, p->data, h, (size_t)p->numel, scale);
@@ -276,12 +281,12 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->use_graph = opt->use_graph;
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
-    h_scales = malloc(sizeof(float) * (size_t)g->n_values);
+    h_scales = malloc(sizeof(float) * SCALE_SLOT * (size_t)g->n_values);
     if (!e->dptr || !e->gplan || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
-    for (int v = 0; v < g->n_values; v++) h_scales[v] = 1.0f;
+    for (int v = 0; v < SCALE_SLOT * g->n_values; v++) h_scales[v] = 1.0f;
     CU_TRY(cudaSetDevice(opt->device));
     CU_TRY(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
 
@@ -299,15 +304,15 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                          g->values[v].name);
             goto fail;
         }
-        h_scales[v] = (float)(a / tp_dtype_info(plan->value_dt[v])->max_finite);
+        h_scales[SCALE_SLOT * v] = (float)(a / tp_dtype_info(plan->value_dt[v])->max_finite);
     }
     st = upload_params(e, h_scales, err);
     if (st) goto fail;
-    st = dev_alloc(e, sizeof(float) * (size_t)g->n_values, (void **)&e->d_scales, "scales", err);
+    st = dev_alloc(e, sizeof(float) * SCALE_SLOT * (size_t)g->n_values, (void **)&e->d_scales, "scales", err);
     if (st) goto fail;
     st = dev_alloc(e, sizeof(float) * (size_t)g->n_values, (void **)&e->d_amax, "calibration", err);
     if (st) goto fail;
-    CU_TRY(cudaMemcpy(e->d_scales, h_scales, sizeof(float) * (size_t)g->n_values, cudaMemcpyHostToDevice));
+    CU_TRY(cudaMemcpy(e->d_scales, h_scales, sizeof(float) * SCALE_SLOT * (size_t)g->n_values, cudaMemcpyHostToDevice));
     st = alloc_activations(e, err);
     if (st) goto fail;
 
@@ -406,7 +411,8 @@ tp_status tp_engine_get_output(tp_engine *e, float *out, tp_error *err) {
     size_t bytes = value_bytes(e, v);
     void *h = malloc(bytes);
     if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-    CU_TRY(cudaMemcpy(h, e->dptr[v], bytes, cudaMemcpyDeviceToHost));
+    CU_TRY(cudaMemcpyAsync(h, e->dptr[v], bytes, cudaMemcpyDeviceToHost, e->stream));
+    CU_TRY(cudaStreamSynchronize(e->stream));
     tp_convert_to_f32(e->plan->value_dt[v], h, out, (size_t)tp_value_numel(&e->g->values[v]), 1.0f);
     free(h);
     return TP_OK;
@@ -432,7 +438,9 @@ tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_err
             goto fail;
         }
     }
-    CU_TRY(cudaMemcpy(h, e->d_amax, sizeof(float) * (size_t)g->n_values, cudaMemcpyDeviceToHost));
+    /* the engine's stream is non-blocking: a plain cudaMemcpy would not wait for the kernels above */
+    CU_TRY(cudaMemcpyAsync(h, e->d_amax, sizeof(float) * (size_t)g->n_values, cudaMemcpyDeviceToHost, e->stream));
+    CU_TRY(cudaStreamSynchronize(e->stream));
     for (int v = 0; v < g->n_values; v++)
         if (want[v] && !(h[v] <= amax[v])) amax[v] = h[v]; /* NaN propagates */
     free(h);

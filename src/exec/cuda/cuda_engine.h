@@ -19,7 +19,7 @@ typedef struct {
     int sm_count;
     double mem_bytes;
     double l2_bytes;
-    char driver[64];         /* NVIDIA driver version (NVML), "unknown" if NVML is absent */
+    char driver[96];         /* NVIDIA driver version (NVML), "unknown" if NVML is absent */
     int driver_cuda;         /* CUDA version the driver supports, e.g. 13000 */
     int runtime_cuda;        /* CUDA runtime version linked in */
     size_t cublaslt_version; /* e.g. 130100 */

@@ -1,0 +1,728 @@
+/* kernels.cu: tprof's own CUDA kernels (the contract of every entry point is in kernels.h).
+ *
+ * Style: CUDA C. Templates appear only for element types and compile-time sizes; every public entry point
+ * dispatches over tp_dtype with switch statements, and an unsupported type combination returns
+ * cudaErrorInvalidValue without launching anything (never a silent fallback to another type).
+ *
+ * Numerics: every value is widened to fp32 on load, all arithmetic and statistics are fp32, and the result is
+ * rounded once on store: RNE for F16/BF16, and for E4M3 q = sat(rne(y / scale)) through
+ * __nv_cvt_float_to_fp8(..., __NV_SATFINITE, __NV_E4M3), matching the host codec tp_f32_to_e4m3 (dtype.c).
+ * The division by scale is a true IEEE division (not a multiply by 1/scale) because kernels.h specifies
+ * y / scale and the two differ in the last bit for some scales.
+ *
+ * Vector paths: elementwise and row kernels move 4 elements per access (16 bytes for fp32, 8 for 16-bit types,
+ * 4 for FP8) when every pointer involved is aligned to that width; otherwise they fall back to scalar accesses.
+ * The choice is made on the host and passed as a flag, so both paths live in one kernel.
+ *
+ * Errors: arguments are validated on the host (negative sizes, NULL pointers with work to do, a missing
+ * E4M3 scale); empty work returns cudaSuccess without a launch (a zero-sized grid is a launch error). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "exec/cuda/kernels.h"
+
+typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only: accessed through __nv_fp8_storage_t bytes */
+
+#define TPK_THREADS 256     /* elementwise and row kernels */
+#define TPK_MAX_BLOCKS 8192 /* grid-stride kernels: enough blocks to fill 132 SMs many times over */
+
+/* ---- element load/store helpers --------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float ld1(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld1(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float ld1(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+
+/* scale is used only by the E4M3 overload (1.0f elsewhere). */
+__device__ __forceinline__ void st1(float *p, size_t i, float v, float) { p[i] = v; }
+__device__ __forceinline__ void st1(__half *p, size_t i, float v, float) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void st1(__nv_bfloat16 *p, size_t i, float v, float) { p[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_fp8_storage_t to_e4m3(float v, float scale) {
+    return __nv_cvt_float_to_fp8(v / scale, __NV_SATFINITE, __NV_E4M3);
+}
+__device__ __forceinline__ void st1(e4m3_t *p, size_t i, float v, float scale) {
+    reinterpret_cast<__nv_fp8_storage_t *>(p)[i] = to_e4m3(v, scale);
+}
+
+/* 4 consecutive elements starting at p + i; p + i must be aligned to 4 elements (host checks). */
+__device__ __forceinline__ void ld4(const float *p, size_t i, float v[4]) {
+    float4 t = *reinterpret_cast<const float4 *>(p + i);
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+}
+__device__ __forceinline__ void ld4(const __half *p, size_t i, float v[4]) {
+    uint2 t = *reinterpret_cast<const uint2 *>(p + i);
+    __half2 a, b;
+    memcpy(&a, &t.x, 4);
+    memcpy(&b, &t.y, 4);
+    float2 fa = __half22float2(a), fb = __half22float2(b);
+    v[0] = fa.x, v[1] = fa.y, v[2] = fb.x, v[3] = fb.y;
+}
+__device__ __forceinline__ void ld4(const __nv_bfloat16 *p, size_t i, float v[4]) {
+    uint2 t = *reinterpret_cast<const uint2 *>(p + i);
+    __nv_bfloat162 a, b;
+    memcpy(&a, &t.x, 4);
+    memcpy(&b, &t.y, 4);
+    float2 fa = __bfloat1622float2(a), fb = __bfloat1622float2(b);
+    v[0] = fa.x, v[1] = fa.y, v[2] = fb.x, v[3] = fb.y;
+}
+
+__device__ __forceinline__ void st4(float *p, size_t i, const float v[4], float) {
+    *reinterpret_cast<float4 *>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void st4(__half *p, size_t i, const float v[4], float) {
+    __half2 a = __floats2half2_rn(v[0], v[1]), b = __floats2half2_rn(v[2], v[3]);
+    uint2 t;
+    memcpy(&t.x, &a, 4);
+    memcpy(&t.y, &b, 4);
+    *reinterpret_cast<uint2 *>(p + i) = t;
+}
+__device__ __forceinline__ void st4(__nv_bfloat16 *p, size_t i, const float v[4], float) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
+    uint2 t;
+    memcpy(&t.x, &a, 4);
+    memcpy(&t.y, &b, 4);
+    *reinterpret_cast<uint2 *>(p + i) = t;
+}
+__device__ __forceinline__ void st4(e4m3_t *p, size_t i, const float v[4], float scale) {
+    uint32_t t = (uint32_t)to_e4m3(v[0], scale) | ((uint32_t)to_e4m3(v[1], scale) << 8) |
+                 ((uint32_t)to_e4m3(v[2], scale) << 16) | ((uint32_t)to_e4m3(v[3], scale) << 24);
+    *reinterpret_cast<uint32_t *>(p + i) = t;
+}
+
+/* The per-tensor output scale: read from device memory only for E4M3 outputs (the pointer may be NULL
+ * otherwise). */
+template <typename TY> __device__ __forceinline__ float out_scale(const float *) { return 1.0f; }
+template <> __device__ __forceinline__ float out_scale<e4m3_t>(const float *s) { return *s; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---- host-side helpers -------------------------------------------------------------------------------------- */
+
+static int aligned(const void *p, size_t bytes) { return ((uintptr_t)p % bytes) == 0; }
+
+/* Blocks for a grid-stride loop over `work` items, TPK_THREADS per block. work > 0. */
+static unsigned grid_for(size_t work) {
+    size_t b = (work + TPK_THREADS - 1) / TPK_THREADS;
+    return (unsigned)(b < TPK_MAX_BLOCKS ? b : TPK_MAX_BLOCKS);
+}
+
+static int launched(void) { return (int)cudaGetLastError(); }
+
+#define TPK_INVALID ((int)cudaErrorInvalidValue)
+
+/* ================================================================================================================
+ * im2col: img (B, 3, H, W) fp32 -> cols (B*Np, 3*P*P). One thread per output element: consecutive threads write
+ * consecutive columns (coalesced) and read runs of P consecutive pixels of one image row.
+ * ============================================================================================================== */
+
+template <typename TO>
+__global__ void im2col_kernel(const float *__restrict__ img, TO *__restrict__ cols, int H, int W, int P, int gw,
+                              int Np, size_t total) {
+    const size_t K = 3 * (size_t)P * P, PP = (size_t)P * P;
+    for (size_t o = blockIdx.x * (size_t)blockDim.x + threadIdx.x; o < total; o += (size_t)gridDim.x * blockDim.x) {
+        size_t r = o / K, c = o % K;
+        size_t b = r / Np, p = r % Np;
+        size_t py = p / gw, px = p % gw;
+        size_t ch = c / PP, ky = (c % PP) / P, kx = c % P;
+        float v = img[((b * 3 + ch) * H + py * P + ky) * W + px * P + kx];
+        st1(cols, o, v, 1.0f);
+    }
+}
+
+template <typename TO>
+static int im2col_launch(const float *img, void *cols, int B, int H, int W, int P, cudaStream_t s) {
+    int gw = W / P, Np = (H / P) * gw;
+    size_t total = (size_t)B * Np * 3 * P * P;
+    im2col_kernel<TO><<<grid_for(total), TPK_THREADS, 0, s>>>(img, (TO *)cols, H, W, P, gw, Np, total);
+    return launched();
+}
+
+extern "C" int tpk_im2col(const float *img, void *cols, tp_dtype cols_dt, int B, int H, int W, int P,
+                          tp_stream stream) {
+    if (B < 0 || H < 0 || W < 0 || P <= 0 || H % P != 0 || W % P != 0) return TPK_INVALID;
+    if (B == 0 || H == 0 || W == 0) return (int)cudaSuccess;
+    if (!img || !cols) return TPK_INVALID;
+    switch (cols_dt) {
+    case TP_F32: return im2col_launch<float>(img, cols, B, H, W, P, stream);
+    case TP_F16: return im2col_launch<__half>(img, cols, B, H, W, P, stream);
+    case TP_BF16: return im2col_launch<__nv_bfloat16>(img, cols, B, H, W, P, stream);
+    default: return TPK_INVALID; /* E4M3 would need a scale argument kernels.h does not have */
+    }
+}
+
+/* ================================================================================================================
+ * embed_tokens: x (B, T, C) = [cls + pos[0]] ++ (pe + pos[has_cls:]). One thread per output element; the sum is
+ * computed in fp32 and rounded once to dt.
+ * ============================================================================================================== */
+
+template <typename TE>
+__global__ void embed_kernel(const TE *__restrict__ pe, const TE *__restrict__ cls, const TE *__restrict__ pos,
+                             TE *__restrict__ x, int Np, int C, int has_cls, size_t total) {
+    const size_t T = (size_t)Np + has_cls;
+    for (size_t o = blockIdx.x * (size_t)blockDim.x + threadIdx.x; o < total; o += (size_t)gridDim.x * blockDim.x) {
+        size_t c = o % C, bt = o / C, t = bt % T, b = bt / T;
+        float base = (has_cls && t == 0) ? ld1(cls, c) : ld1(pe, (b * Np + (t - has_cls)) * C + c);
+        st1(x, o, base + ld1(pos, t * C + c), 1.0f);
+    }
+}
+
+template <typename TE>
+static int embed_launch(const void *pe, const void *cls, const void *pos, void *x, int B, int Np, int C, int has_cls,
+                        cudaStream_t s) {
+    size_t total = (size_t)B * (Np + has_cls) * C;
+    embed_kernel<TE><<<grid_for(total), TPK_THREADS, 0, s>>>((const TE *)pe, (const TE *)cls, (const TE *)pos,
+                                                              (TE *)x, Np, C, has_cls, total);
+    return launched();
+}
+
+extern "C" int tpk_embed_tokens(const void *pe, const void *cls, const void *pos, void *x, tp_dtype dt, int B,
+                                int Np, int C, int has_cls, tp_stream stream) {
+    if (B < 0 || Np < 0 || C < 0 || (has_cls != 0 && has_cls != 1)) return TPK_INVALID;
+    if (B == 0 || C == 0 || Np + has_cls == 0) return (int)cudaSuccess;
+    if (!pos || !x || (Np > 0 && !pe) || (has_cls && !cls)) return TPK_INVALID;
+    switch (dt) {
+    case TP_F32: return embed_launch<float>(pe, cls, pos, x, B, Np, C, has_cls, stream);
+    case TP_F16: return embed_launch<__half>(pe, cls, pos, x, B, Np, C, has_cls, stream);
+    case TP_BF16: return embed_launch<__nv_bfloat16>(pe, cls, pos, x, B, Np, C, has_cls, stream);
+    default: return TPK_INVALID;
+    }
+}
+
+/* ================================================================================================================
+ * LayerNorm: one warp per row, 8 rows per 256-thread block. Three passes over the row (sum -> mean; sum of
+ * squared deviations -> biased variance; normalize and store): the two-pass variance avoids the cancellation of
+ * E[x^2] - mean^2 when |mean| >> std, and the second and third passes hit L1 (a ViT row is at most a few KB).
+ * ============================================================================================================== */
+
+#define LN_ROWS_PER_BLOCK (TPK_THREADS / 32)
+
+template <typename TX, typename TW, typename TY>
+__global__ void __launch_bounds__(TPK_THREADS)
+    layernorm_kernel(const TX *__restrict__ x, const TW *__restrict__ w, const TW *__restrict__ b, TY *__restrict__ y,
+                     const float *__restrict__ y_scale, int M, int C, float eps, int vec) {
+    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= M) return; /* whole warps leave together; the kernel has no block-wide barrier */
+    const TX *xr = x + (size_t)row * C;
+    TY *yr = y + (size_t)row * C;
+
+    float s = 0.0f;
+    if (vec) {
+        for (int c = lane * 4; c < C; c += 128) {
+            float v[4];
+            ld4(xr, c, v);
+            s += (v[0] + v[1]) + (v[2] + v[3]);
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) s += ld1(xr, c);
+    }
+    const float mean = warp_sum(s) / (float)C;
+
+    float q = 0.0f;
+    if (vec) {
+        for (int c = lane * 4; c < C; c += 128) {
+            float v[4];
+            ld4(xr, c, v);
+#pragma unroll
+            for (int k = 0; k < 4; k++) q = fmaf(v[k] - mean, v[k] - mean, q);
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) {
+            float d = ld1(xr, c) - mean;
+            q = fmaf(d, d, q);
+        }
+    }
+    const float rstd = rsqrtf(warp_sum(q) / (float)C + eps);
+    const float sc = out_scale<TY>(y_scale);
+
+    if (vec) {
+        for (int c = lane * 4; c < C; c += 128) {
+            float v[4], wv[4], bv[4];
+            ld4(xr, c, v);
+            ld4(w, c, wv);
+            ld4(b, c, bv);
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = fmaf((v[k] - mean) * rstd, wv[k], bv[k]);
+            st4(yr, c, v, sc);
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) st1(yr, c, fmaf((ld1(xr, c) - mean) * rstd, ld1(w, c), ld1(b, c)), sc);
+    }
+}
+
+typedef struct {
+    const void *x, *w, *b;
+    void *y;
+    const float *y_scale;
+    int M, C;
+    float eps;
+    cudaStream_t s;
+} ln_args;
+
+template <typename TX, typename TW, typename TY> static int ln_launch(const ln_args *a) {
+    int vec = a->C % 4 == 0 && aligned(a->x, 4 * sizeof(TX)) && aligned(a->w, 4 * sizeof(TW)) &&
+              aligned(a->b, 4 * sizeof(TW)) && aligned(a->y, 4 * sizeof(TY));
+    unsigned blocks = (unsigned)((a->M + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    layernorm_kernel<TX, TW, TY><<<blocks, TPK_THREADS, 0, a->s>>>((const TX *)a->x, (const TW *)a->w,
+                                                                  (const TW *)a->b, (TY *)a->y, a->y_scale, a->M,
+                                                                  a->C, a->eps, vec);
+    return launched();
+}
+
+template <typename TX, typename TW> static int ln_by_y(tp_dtype ydt, const ln_args *a) {
+    switch (ydt) {
+    case TP_F32: return ln_launch<TX, TW, float>(a);
+    case TP_F16: return ln_launch<TX, TW, __half>(a);
+    case TP_BF16: return ln_launch<TX, TW, __nv_bfloat16>(a);
+    case TP_E4M3: return ln_launch<TX, TW, e4m3_t>(a);
+    default: return TPK_INVALID;
+    }
+}
+
+template <typename TX> static int ln_by_w(tp_dtype wdt, tp_dtype ydt, const ln_args *a) {
+    switch (wdt) {
+    case TP_F32: return ln_by_y<TX, float>(ydt, a);
+    case TP_F16: return ln_by_y<TX, __half>(ydt, a);
+    case TP_BF16: return ln_by_y<TX, __nv_bfloat16>(ydt, a);
+    default: return TPK_INVALID;
+    }
+}
+
+extern "C" int tpk_layernorm(const void *x, tp_dtype xdt, const void *w, const void *b, tp_dtype wdt, void *y,
+                             tp_dtype ydt, const float *y_scale, int M, int C, float eps, tp_stream stream) {
+    if (M < 0 || C < 0 || (M > 0 && C == 0)) return TPK_INVALID; /* an empty row has no mean */
+    if (M == 0) return (int)cudaSuccess;
+    if (!x || !w || !b || !y || (ydt == TP_E4M3 && !y_scale)) return TPK_INVALID;
+    ln_args a = {x, w, b, y, y_scale, M, C, eps, stream};
+    switch (xdt) {
+    case TP_F32: return ln_by_w<float>(wdt, ydt, &a);
+    case TP_F16: return ln_by_w<__half>(wdt, ydt, &a);
+    case TP_BF16: return ln_by_w<__nv_bfloat16>(wdt, ydt, &a);
+    default: return TPK_INVALID;
+    }
+}
+
+/* ================================================================================================================
+ * GELU (exact erf form, as torch.nn.GELU() and the CPU reference) and add: grid-stride elementwise kernels.
+ * The vector path covers the first n - n % 4 elements, the scalar tail the rest.
+ * ============================================================================================================== */
+
+__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752440f)); }
+
+template <typename TX, typename TY>
+__global__ void gelu_kernel(const TX *__restrict__ x, TY *__restrict__ y, const float *__restrict__ y_scale, size_t n,
+                            int vec) {
+    const float sc = out_scale<TY>(y_scale);
+    const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t n4 = n / 4;
+        for (size_t i = tid; i < n4; i += stride) {
+            float v[4];
+            ld4(x, 4 * i, v);
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = gelu_f(v[k]);
+            st4(y, 4 * i, v, sc);
+        }
+        done = n4 * 4;
+    }
+    for (size_t i = done + tid; i < n; i += stride) st1(y, i, gelu_f(ld1(x, i)), sc);
+}
+
+template <typename TX, typename TY>
+static int gelu_launch(const void *x, void *y, const float *y_scale, size_t n, cudaStream_t s) {
+    int vec = aligned(x, 4 * sizeof(TX)) && aligned(y, 4 * sizeof(TY));
+    gelu_kernel<TX, TY><<<grid_for(vec ? (n + 3) / 4 : n), TPK_THREADS, 0, s>>>((const TX *)x, (TY *)y, y_scale, n,
+                                                                                  vec);
+    return launched();
+}
+
+template <typename TX> static int gelu_by_y(tp_dtype ydt, const void *x, void *y, const float *sc, size_t n,
+                                            cudaStream_t s) {
+    switch (ydt) {
+    case TP_F32: return gelu_launch<TX, float>(x, y, sc, n, s);
+    case TP_F16: return gelu_launch<TX, __half>(x, y, sc, n, s);
+    case TP_BF16: return gelu_launch<TX, __nv_bfloat16>(x, y, sc, n, s);
+    case TP_E4M3: return gelu_launch<TX, e4m3_t>(x, y, sc, n, s);
+    default: return TPK_INVALID;
+    }
+}
+
+extern "C" int tpk_gelu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n,
+                        tp_stream stream) {
+    if (n == 0) return (int)cudaSuccess;
+    if (!x || !y || (ydt == TP_E4M3 && !y_scale)) return TPK_INVALID;
+    switch (xdt) {
+    case TP_F32: return gelu_by_y<float>(ydt, x, y, y_scale, n, stream);
+    case TP_F16: return gelu_by_y<__half>(ydt, x, y, y_scale, n, stream);
+    case TP_BF16: return gelu_by_y<__nv_bfloat16>(ydt, x, y, y_scale, n, stream);
+    default: return TPK_INVALID;
+    }
+}
+
+/* No __restrict__: y may alias a or b (each element is read before it is written, by the same thread). */
+template <typename TE> __global__ void add_kernel(const TE *a, const TE *b, TE *y, size_t n, int vec) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t n4 = n / 4;
+        for (size_t i = tid; i < n4; i += stride) {
+            float va[4], vb[4];
+            ld4(a, 4 * i, va);
+            ld4(b, 4 * i, vb);
+#pragma unroll
+            for (int k = 0; k < 4; k++) va[k] += vb[k];
+            st4(y, 4 * i, va, 1.0f);
+        }
+        done = n4 * 4;
+    }
+    for (size_t i = done + tid; i < n; i += stride) st1(y, i, ld1(a, i) + ld1(b, i), 1.0f);
+}
+
+template <typename TE> static int add_launch(const void *a, const void *b, void *y, size_t n, cudaStream_t s) {
+    int vec = aligned(a, 4 * sizeof(TE)) && aligned(b, 4 * sizeof(TE)) && aligned(y, 4 * sizeof(TE));
+    add_kernel<TE><<<grid_for(vec ? (n + 3) / 4 : n), TPK_THREADS, 0, s>>>((const TE *)a, (const TE *)b, (TE *)y, n,
+                                                                             vec);
+    return launched();
+}
+
+extern "C" int tpk_add(const void *a, const void *b, void *y, tp_dtype dt, size_t n, tp_stream stream) {
+    if (n == 0) return (int)cudaSuccess;
+    if (!a || !b || !y) return TPK_INVALID;
+    switch (dt) {
+    case TP_F32: return add_launch<float>(a, b, y, n, stream);
+    case TP_F16: return add_launch<__half>(a, b, y, n, stream);
+    case TP_BF16: return add_launch<__nv_bfloat16>(a, b, y, n, stream);
+    default: return TPK_INVALID;
+    }
+}
+
+/* ================================================================================================================
+ * Fused attention (non-causal), flash-attention style with an online softmax.
+ *
+ * Grid: one 128-thread block per (b, h, tile of ATT_QT = 16 queries), flattened into blockIdx.x with the query
+ * tile fastest, so the blocks of one head run together and share its K/V in L2. Each of the 4 warps owns 4
+ * queries. The block walks the keys in tiles of ATT_KT = 32, staged in shared memory as fp32:
+ *   - scores: lane j computes the score of key j for each of its warp's 4 queries (Q rows in shared memory,
+ *     read as float4 broadcasts; K rows padded by one float so the 32 lanes hit 32 different banks);
+ *   - online softmax in the log2 domain (Q is pre-multiplied by scale * log2(e), so exp becomes exp2f): the
+ *     running max m and each lane's partial sum l are rescaled by exp2(m_old - m_new) whenever the max grows;
+ *   - P V: the warp's probabilities go through shared memory (float4 broadcasts), and lane l accumulates output
+ *     dims l, l+32, ... (NV = ceil(D/32) registers per query) over the tile's keys.
+ * The T x T score matrix never leaves registers. Rows and dims past T and D are zero-filled in shared memory and
+ * keys >= T get score -inf, so any T >= 1 and any D <= 128 work (D need not be a multiple of 32 or 4).
+ * The first key tile always holds key 0 (< T), so the running max is finite after it and exp2f(-inf - m) = 0
+ * initializes the accumulators cleanly.
+ * ============================================================================================================== */
+
+#define ATT_THREADS 128
+#define ATT_WARPS 4
+#define ATT_QPW 4 /* queries per warp */
+#define ATT_QT (ATT_WARPS * ATT_QPW)
+#define ATT_KT 32
+
+template <typename TI, typename TO, int NV>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_kernel(const TI *__restrict__ qkv, TO *__restrict__ out, const float *__restrict__ out_scale_p, int T,
+                     int H, int D, float qscale, int n_qtiles, int vec) {
+    constexpr int DP = NV * 32; /* padded head dim */
+    __shared__ __align__(16) float Qs[ATT_QT][DP];
+    __shared__ float Ks[ATT_KT][DP + 1];
+    __shared__ __align__(16) float Vs[ATT_KT][DP];
+    __shared__ __align__(16) float Ps[ATT_WARPS][ATT_QPW][ATT_KT];
+
+    const int qt = blockIdx.x % n_qtiles, bh = blockIdx.x / n_qtiles;
+    const int h = bh % H, b = bh / H;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const size_t row = 3 * (size_t)H * D; /* elements from one token's qkv row to the next */
+    const TI *qbase = qkv + (size_t)b * T * row + (size_t)h * D;
+    const TI *kbase = qbase + (size_t)H * D;
+    const TI *vbase = qbase + 2 * (size_t)H * D;
+    const int q0 = qt * ATT_QT;
+
+    for (int e = threadIdx.x; e < ATT_QT * DP; e += ATT_THREADS) {
+        int qi = e / DP, d = e % DP, t = q0 + qi;
+        Qs[qi][d] = (t < T && d < D) ? ld1(qbase, (size_t)t * row + d) * qscale : 0.0f;
+    }
+
+    float m[ATT_QPW], l[ATT_QPW], acc[ATT_QPW][NV];
+#pragma unroll
+    for (int q = 0; q < ATT_QPW; q++) {
+        m[q] = -INFINITY;
+        l[q] = 0.0f;
+#pragma unroll
+        for (int v = 0; v < NV; v++) acc[q][v] = 0.0f;
+    }
+    const int Dp4 = (D + 3) & ~3; /* score loop bound; Qs/Ks are zero in [D, DP) */
+
+    for (int k0 = 0; k0 < T; k0 += ATT_KT) {
+        __syncthreads(); /* previous tile fully consumed (and, on the first pass, Qs written) */
+        if (vec) {       /* D % 4 == 0 and the base pointer 4-element aligned: every row chunk is aligned */
+            constexpr int CPR = DP / 4; /* 4-element chunks per padded row */
+            for (int e = threadIdx.x; e < ATT_KT * CPR; e += ATT_THREADS) {
+                int j = e / CPR, d = (e % CPR) * 4, t = k0 + j;
+                float kv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, vv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                if (t < T && d < D) {
+                    ld4(kbase, (size_t)t * row + d, kv);
+                    ld4(vbase, (size_t)t * row + d, vv);
+                }
+#pragma unroll
+                for (int k = 0; k < 4; k++) Ks[j][d + k] = kv[k];
+                *reinterpret_cast<float4 *>(&Vs[j][d]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+            }
+        } else {
+            for (int e = threadIdx.x; e < ATT_KT * DP; e += ATT_THREADS) {
+                int j = e / DP, d = e % DP, t = k0 + j;
+                bool in = t < T && d < D;
+                Ks[j][d] = in ? ld1(kbase, (size_t)t * row + d) : 0.0f;
+                Vs[j][d] = in ? ld1(vbase, (size_t)t * row + d) : 0.0f;
+            }
+        }
+        __syncthreads();
+
+        float s[ATT_QPW];
+#pragma unroll
+        for (int q = 0; q < ATT_QPW; q++) s[q] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < Dp4; d += 4) {
+            const float k0v = Ks[lane][d], k1v = Ks[lane][d + 1], k2v = Ks[lane][d + 2], k3v = Ks[lane][d + 3];
+#pragma unroll
+            for (int q = 0; q < ATT_QPW; q++) {
+                const float4 qv = *reinterpret_cast<const float4 *>(&Qs[warp * ATT_QPW + q][d]);
+                s[q] = fmaf(qv.x, k0v, s[q]);
+                s[q] = fmaf(qv.y, k1v, s[q]);
+                s[q] = fmaf(qv.z, k2v, s[q]);
+                s[q] = fmaf(qv.w, k3v, s[q]);
+            }
+        }
+
+        const bool valid = k0 + lane < T;
+#pragma unroll
+        for (int q = 0; q < ATT_QPW; q++) {
+            const float sq = valid ? s[q] : -INFINITY;
+            const float mnew = fmaxf(m[q], warp_max(sq));
+            const float alpha = exp2f(m[q] - mnew);
+            const float p = exp2f(sq - mnew);
+            l[q] = fmaf(l[q], alpha, p); /* per-lane partial sum; alpha is warp-uniform */
+#pragma unroll
+            for (int v = 0; v < NV; v++) acc[q][v] *= alpha;
+            m[q] = mnew;
+            Ps[warp][q][lane] = p;
+        }
+        __syncwarp();
+
+        const int jn = min(ATT_KT, T - k0); /* keys past jn have p = 0 and zero V rows: skip them */
+        for (int j = 0; j < jn; j += 4) {
+            float4 p4[ATT_QPW];
+#pragma unroll
+            for (int q = 0; q < ATT_QPW; q++) p4[q] = *reinterpret_cast<const float4 *>(&Ps[warp][q][j]);
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                const float v0 = Vs[j][lane + 32 * v], v1 = Vs[j + 1][lane + 32 * v];
+                const float v2 = Vs[j + 2][lane + 32 * v], v3 = Vs[j + 3][lane + 32 * v];
+#pragma unroll
+                for (int q = 0; q < ATT_QPW; q++) {
+                    acc[q][v] = fmaf(p4[q].x, v0, acc[q][v]);
+                    acc[q][v] = fmaf(p4[q].y, v1, acc[q][v]);
+                    acc[q][v] = fmaf(p4[q].z, v2, acc[q][v]);
+                    acc[q][v] = fmaf(p4[q].w, v3, acc[q][v]);
+                }
+            }
+        }
+    }
+
+    const float sc = out_scale<TO>(out_scale_p);
+#pragma unroll
+    for (int q = 0; q < ATT_QPW; q++) {
+        const float inv = 1.0f / warp_sum(l[q]);
+        const int t = q0 + warp * ATT_QPW + q;
+        if (t < T) {
+            TO *o = out + ((size_t)b * T + t) * ((size_t)H * D) + (size_t)h * D;
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                const int d = lane + 32 * v;
+                if (d < D) st1(o, d, acc[q][v] * inv, sc);
+            }
+        }
+    }
+}
+
+typedef struct {
+    const void *qkv;
+    void *out;
+    const float *out_scale;
+    int B, T, H, D;
+    float scale;
+    cudaStream_t s;
+} att_args;
+
+template <typename TI, typename TO, int NV> static int att_launch(const att_args *a) {
+    const int n_qtiles = (a->T + ATT_QT - 1) / ATT_QT;
+    const size_t blocks = (size_t)a->B * a->H * n_qtiles;
+    if (blocks > 0x7FFFFFFFu) return TPK_INVALID;
+    const int vec = a->D % 4 == 0 && aligned(a->qkv, 4 * sizeof(TI));
+    const float qscale = a->scale * 1.44269504088896340736f; /* log2(e): softmax evaluated with exp2f */
+    attention_kernel<TI, TO, NV><<<(unsigned)blocks, ATT_THREADS, 0, a->s>>>(
+        (const TI *)a->qkv, (TO *)a->out, a->out_scale, a->T, a->H, a->D, qscale, n_qtiles, vec);
+    return launched();
+}
+
+template <typename TI, typename TO> static int att_by_nv(const att_args *a) {
+    switch ((a->D + 31) / 32) {
+    case 1: return att_launch<TI, TO, 1>(a);
+    case 2: return att_launch<TI, TO, 2>(a);
+    case 3: return att_launch<TI, TO, 3>(a);
+    case 4: return att_launch<TI, TO, 4>(a);
+    default: return TPK_INVALID;
+    }
+}
+
+template <typename TI> static int att_by_out(tp_dtype out_dt, const att_args *a) {
+    switch (out_dt) {
+    case TP_F32: return att_by_nv<TI, float>(a);
+    case TP_F16: return att_by_nv<TI, __half>(a);
+    case TP_BF16: return att_by_nv<TI, __nv_bfloat16>(a);
+    case TP_E4M3: return att_by_nv<TI, e4m3_t>(a);
+    default: return TPK_INVALID;
+    }
+}
+
+extern "C" int tpk_attention(const void *qkv, tp_dtype in_dt, void *out, tp_dtype out_dt, const float *out_scale,
+                             int B, int T, int H, int D, float scale, tp_stream stream) {
+    if (B < 0 || T < 0 || H < 0 || D <= 0 || D > 128) return TPK_INVALID;
+    if (B == 0 || T == 0 || H == 0) return (int)cudaSuccess;
+    if (!qkv || !out || (out_dt == TP_E4M3 && !out_scale)) return TPK_INVALID;
+    att_args a = {qkv, out, out_scale, B, T, H, D, scale, stream};
+    switch (in_dt) {
+    case TP_F32: return att_by_out<float>(out_dt, &a);
+    case TP_F16: return att_by_out<__half>(out_dt, &a);
+    case TP_BF16: return att_by_out<__nv_bfloat16>(out_dt, &a);
+    default: return TPK_INVALID;
+    }
+}
+
+/* ================================================================================================================
+ * pool: one thread per (b, c); consecutive threads read consecutive channels of one token (coalesced).
+ * Mode 0 copies through fp32, which is exact for every storage type.
+ * ============================================================================================================== */
+
+template <typename TE>
+__global__ void pool_kernel(const TE *__restrict__ x, TE *__restrict__ y, int T, int C, int mode, int prefix,
+                            size_t total) {
+    for (size_t o = blockIdx.x * (size_t)blockDim.x + threadIdx.x; o < total; o += (size_t)gridDim.x * blockDim.x) {
+        const size_t b = o / C, c = o % C;
+        const TE *xb = x + b * T * (size_t)C + c;
+        float r;
+        if (mode == 0) {
+            r = ld1(xb, 0);
+        } else {
+            float s = 0.0f;
+            for (int t = prefix; t < T; t++) s += ld1(xb, (size_t)t * C);
+            r = s / (float)(T - prefix);
+        }
+        st1(y, o, r, 1.0f);
+    }
+}
+
+template <typename TE>
+static int pool_launch(const void *x, void *y, int B, int T, int C, int mode, int prefix, cudaStream_t s) {
+    size_t total = (size_t)B * C;
+    pool_kernel<TE><<<grid_for(total), TPK_THREADS, 0, s>>>((const TE *)x, (TE *)y, T, C, mode, prefix, total);
+    return launched();
+}
+
+extern "C" int tpk_pool(const void *x, void *y, tp_dtype dt, int B, int T, int C, int mode, int prefix,
+                        tp_stream stream) {
+    if (B < 0 || T <= 0 || C < 0 || (mode != 0 && mode != 1)) return TPK_INVALID;
+    if (mode == 1 && (prefix < 0 || prefix >= T)) return TPK_INVALID; /* the mean needs at least one token */
+    if (B == 0 || C == 0) return (int)cudaSuccess;
+    if (!x || !y) return TPK_INVALID;
+    switch (dt) {
+    case TP_F32: return pool_launch<float>(x, y, B, T, C, mode, prefix, stream);
+    case TP_F16: return pool_launch<__half>(x, y, B, T, C, mode, prefix, stream);
+    case TP_BF16: return pool_launch<__nv_bfloat16>(x, y, B, T, C, mode, prefix, stream);
+    default: return TPK_INVALID;
+    }
+}
+
+/* ================================================================================================================
+ * amax: grid-stride max |x|, then a warp and a block reduction, then one atomicMax per block on the float's bit
+ * pattern: for non-negative floats (and +Inf) the IEEE order equals the signed-integer order of the bits, and
+ * any negative initial value (sign bit set: a negative int) loses to every result. fmaxf drops NaNs, so NaNs are
+ * tracked separately and published as 0x7FFFFFFF, a NaN whose bits exceed every other non-negative float's:
+ * once written, no later atomicMax can replace it.
+ * ============================================================================================================== */
+
+#define AMAX_NAN_BITS 0x7FFFFFFF
+
+template <typename TE> __global__ void __launch_bounds__(TPK_THREADS) amax_kernel(const TE *__restrict__ x, size_t n,
+                                                                                  float *amax, int vec) {
+    __shared__ float wmax[TPK_THREADS / 32];
+    __shared__ int wnan[TPK_THREADS / 32];
+    const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    float mx = 0.0f;
+    int nan = 0;
+    size_t done = 0;
+    if (vec) {
+        const size_t n4 = n / 4;
+        for (size_t i = tid; i < n4; i += stride) {
+            float v[4];
+            ld4(x, 4 * i, v);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                mx = fmaxf(mx, fabsf(v[k]));
+                nan |= v[k] != v[k];
+            }
+        }
+        done = n4 * 4;
+    }
+    for (size_t i = done + tid; i < n; i += stride) {
+        float v = ld1(x, i);
+        mx = fmaxf(mx, fabsf(v));
+        nan |= v != v;
+    }
+    mx = warp_max(mx);
+    nan = __any_sync(0xffffffffu, nan);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) {
+        wmax[warp] = mx;
+        wnan[warp] = nan;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < TPK_THREADS / 32; w++) {
+            mx = fmaxf(mx, wmax[w]);
+            nan |= wnan[w];
+        }
+        atomicMax(reinterpret_cast<int *>(amax), nan ? AMAX_NAN_BITS : __float_as_int(mx));
+    }
+}
+
+template <typename TE> static int amax_launch(const void *x, size_t n, float *amax, cudaStream_t s) {
+    int vec = aligned(x, 4 * sizeof(TE));
+    amax_kernel<TE><<<grid_for(vec ? (n + 3) / 4 : n), TPK_THREADS, 0, s>>>((const TE *)x, n, amax, vec);
+    return launched();
+}
+
+extern "C" int tpk_amax(const void *x, tp_dtype dt, size_t n, float *amax, tp_stream stream) {
+    if (n == 0) return (int)cudaSuccess;
+    if (!x || !amax) return TPK_INVALID;
+    switch (dt) {
+    case TP_F32: return amax_launch<float>(x, n, amax, stream);
+    case TP_F16: return amax_launch<__half>(x, n, amax, stream);
+    case TP_BF16: return amax_launch<__nv_bfloat16>(x, n, amax, stream);
+    default: return TPK_INVALID;
+    }
+}
