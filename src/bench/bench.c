@@ -40,6 +40,7 @@ typedef struct {
     double weight_bytes, act_bytes;
     double build_ms;
     int n_fp8_ops, n_ops;
+    json_t *plan; /* per op: layer, op, precision, FLOP, bytes, how (owned; moved into the report) */
 } prec_result;
 
 /* Random inputs: pixels uniform in [0, 1), normalized with the preset's mean and std, as a real image would
@@ -82,6 +83,18 @@ static void print_plan(const tp_graph *g, const tp_plan *p) {
     }
 }
 
+static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
+    json_t *a = json_array();
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:f,s:f,s:s}", "layer", op->layer, "op",
+                                           tp_op_kind_name(op->kind), "precision", tp_precision_name(p->op_prec[i]),
+                                           "flop", op->flop, "bytes", tp_plan_op_bytes(p, g, i), "how",
+                                           p->op_note[i]));
+    }
+    return a;
+}
+
 static void print_summary(const tp_bench_options *o, const prec_result *r, const char *device, double flop,
                           int ref_rows) {
     char wb[32], ab[32];
@@ -108,6 +121,13 @@ static void print_summary(const tp_bench_options *o, const prec_result *r, const
            "max abs error = %.3e, top-1 agreement = %.1f %% (%d/%d)%s\n",
            ref_rows, o->batch, a->cosine, a->rel_l2, a->max_abs, 100 * a->top1_agree,
            (int)lround(a->top1_agree * a->rows), a->rows, a->nonfinite ? "  NON-FINITE VALUES IN OUTPUT" : "");
+}
+
+/* Speedups are against FP16 when it was run (the precision users compare against), else the first. */
+static int baseline_index(const prec_result *res, int n) {
+    for (int i = 0; i < n; i++)
+        if (res[i].prec == TP_PREC_FP16) return i;
+    return 0;
 }
 
 static json_t *json_stats(const tp_latency_stats *l) {
@@ -158,6 +178,8 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
     json_object_set_new(root, "system", sys);
     json_object_set_new(root, "model_flop_per_batch", json_real(flop));
     json_object_set_new(root, "model_matmul_flop_per_batch", json_real(matmul_flop));
+    int base = baseline_index(res, n_res);
+    json_object_set_new(root, "speedup_baseline", json_string(tp_precision_name(res[base].prec)));
     json_t *arr = json_array();
     for (int i = 0; i < n_res; i++) {
         const prec_result *r = &res[i];
@@ -171,7 +193,7 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         json_object_set_new(p, "weight_bytes", json_real(r->weight_bytes));
         json_object_set_new(p, "activation_bytes", json_real(r->act_bytes));
         json_object_set_new(p, "build_ms", json_real(r->build_ms));
-        json_object_set_new(p, "speedup_vs_first", json_num(res[0].lat.median / r->lat.median));
+        json_object_set_new(p, "speedup_vs_baseline", json_num(res[base].lat.median / r->lat.median));
         json_t *acc = json_object();
         json_object_set_new(acc, "reference", json_string("CPU executor, fp32 storage, fp64 accumulation"));
         json_object_set_new(acc, "images", json_integer(r->acc.rows));
@@ -184,6 +206,7 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         json_t *s = json_array();
         for (int k = 0; k < r->n; k++) json_array_append_new(s, json_real(r->samples[k]));
         json_object_set_new(p, "samples_ms", s);
+        if (r->plan) json_object_set(p, "plan", r->plan);
         json_array_append_new(arr, p);
     }
     json_object_set_new(root, "results", arr);
@@ -302,6 +325,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
         if ((st = tp_plan_build(&g, r->prec, dev == TP_DEVICE_GPU ? gpu.sm : 0, &plan, err))) goto done;
         r->n_ops = g.n_ops;
         for (int i = 0; i < g.n_ops; i++) r->n_fp8_ops += plan.op_prec[i] == TP_PREC_FP8;
+        r->plan = json_plan(&g, &plan);
         if (o->print_plan) {
             printf("\nPlan for %s:\n", tp_precision_name(r->prec));
             print_plan(&g, &plan);
@@ -351,6 +375,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
         print_summary(o, r, device, flop, R);
     }
 
+    int base = baseline_index(res, o->n_precs);
     printf("\n=== Comparison (%s, batch %d, %s) ===\n", c->name, B, device);
     printf("%-9s %12s %12s %12s %9s %10s %11s %11s %9s\n", "precision", "median ms", "p99 ms", "images/s", "speedup",
            "weights MB", "cosine", "rel L2", "top-1 %");
@@ -358,17 +383,20 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
         const prec_result *r = &res[pi];
         double qps = r->n / (r->wall_ms * 1e-3);
         printf("%-9s %12.4f %12.4f %12.1f %8.2fx %10.1f %11.6f %11.3e %9.1f\n", tp_precision_name(r->prec),
-               r->lat.median, r->lat.p99, qps * B, res[0].lat.median / r->lat.median, r->weight_bytes * 1e-6,
+               r->lat.median, r->lat.p99, qps * B, res[base].lat.median / r->lat.median, r->weight_bytes * 1e-6,
                r->acc.cosine, r->acc.rel_l2, 100 * r->acc.top1_agree);
     }
     printf("(speedup: median time of %s over each; accuracy over %d image%s against the FP32 CPU reference)\n",
-           tp_precision_name(res[0].prec), R, R == 1 ? "" : "s");
+           tp_precision_name(res[base].prec), R, R == 1 ? "" : "s");
     if (o->json_path)
         st = write_json(o, &gpu, device, res, o->n_precs, flop, mflop, R, input_desc, err);
 
 done:
     if (res)
-        for (int i = 0; i < o->n_precs; i++) free(res[i].samples);
+        for (int i = 0; i < o->n_precs; i++) {
+            free(res[i].samples);
+            json_decref(res[i].plan);
+        }
     free(res);
     free(images);
     free(calib);

@@ -99,6 +99,7 @@ int main(void) {
     int in_process = probe_gpu(&p) != 0;
     if (p.err != 0 || p.count <= 0) {
         printf("test_gpu: no CUDA GPU found: skipped\n");
+        fflush(stdout);
         if (p.err != 0) fprintf(stderr, "test_gpu: (%s)\n", p.errmsg);
         return SKIP_CODE;
     }

@@ -62,10 +62,11 @@ static char g_case[256]; /* the case under test, quoted in every message */
 
 /* ---- resources, freed by the fixture's teardown (which also runs after a failure under CK_FORK=no) -------- */
 
-#define MAX_TRACKED 512
+#define MAX_TRACKED 4096
 static void *g_dev[MAX_TRACKED], *g_host[MAX_TRACKED];
 static int g_ndev, g_nhost;
 static cudaStream_t g_stream;
+static cudaStream_t g_cap_stream; /* non-blocking stream for graph capture; destroyed at teardown */
 static tp_gemm_ctx *g_gemm;
 static tp_gemm_plan *g_plans[64];
 static int g_nplans;
@@ -87,8 +88,9 @@ static void teardown(void) {
     if (g_gemm) tp_gemm_ctx_destroy(g_gemm);
     for (int i = 0; i < g_ndev; i++) cudaFree(g_dev[i]);
     for (int i = 0; i < g_nhost; i++) free(g_host[i]);
+    if (g_cap_stream) cudaStreamDestroy(g_cap_stream);
     if (g_stream) cudaStreamDestroy(g_stream);
-    g_stream = NULL;
+    g_stream = g_cap_stream = NULL;
     g_gemm = NULL;
     g_ndev = g_nhost = g_nplans = 0;
 }
@@ -665,6 +667,9 @@ START_TEST(test_gemm_rejects) {
     ck_assert_msg(tp_gemm_run(g_gemm, p8, a, w, NULL, d, s, s, g_stream) != 0, "[%s] bias plan without bias accepted", g_case);
     ck_assert_msg(tp_gemm_run(g_gemm, p8, (char *)a + 1, w, b, d, s, s, g_stream) != 0,
                   "[%s] misaligned A accepted", g_case);
+    float *s4 = (float *)dev_alloc(TP_F32, 8, 1); /* 4-byte aligned only */
+    ck_assert_msg(tp_gemm_run(g_gemm, p8, a, w, b, d, s4, s, g_stream) != 0, "[%s] 4-byte-aligned a_scale accepted",
+                  g_case);
     printf("  info  cuBLASLt version %zu\n", tp_gemm_lib_version());
     ck_assert_msg(tp_gemm_lib_version() >= 120000, "[%s] implausible cuBLASLt version %zu", g_case, tp_gemm_lib_version());
 }
@@ -688,15 +693,15 @@ typedef struct {
 enum { CH_B = 3, CH_T = 197, CH_H = 3, CH_D = 64, CH_C = CH_H * CH_D, CH_M = CH_B * CH_T };
 enum { CH8_M = 197, CH8_N = 384, CH8_K = 192 };
 
-static void chain_enqueue(const chain_t *c, int check_sync) {
-    LAUNCH_OK(tpk_layernorm(c->x, TP_F16, c->lw, c->lb, TP_F16, c->h, TP_F16, NULL, CH_M, CH_C, 1e-6f, g_stream));
-    int r = tp_gemm_run(g_gemm, c->pqkv, c->h, c->wqkv, c->bqkv, c->qkv, NULL, NULL, g_stream);
+static void chain_enqueue(const chain_t *c, cudaStream_t s, int check_sync) {
+    LAUNCH_OK(tpk_layernorm(c->x, TP_F16, c->lw, c->lb, TP_F16, c->h, TP_F16, NULL, CH_M, CH_C, 1e-6f, s));
+    int r = tp_gemm_run(g_gemm, c->pqkv, c->h, c->wqkv, c->bqkv, c->qkv, NULL, NULL, s);
     ck_assert_msg(r == 0, "[%s] qkv gemm: cuBLAS status %d", g_case, r);
-    LAUNCH_OK(tpk_attention(c->qkv, TP_F16, c->att, TP_F16, NULL, CH_B, CH_T, CH_H, CH_D, 0.125f, g_stream));
-    LAUNCH_OK(tpk_add(c->att, c->x, c->y, TP_F16, (size_t)CH_M * CH_C, g_stream));
-    r = tp_gemm_run(g_gemm, c->p8, c->a8, c->w8, c->b8, c->d8, c->as, c->ws, g_stream);
+    LAUNCH_OK(tpk_attention(c->qkv, TP_F16, c->att, TP_F16, NULL, CH_B, CH_T, CH_H, CH_D, 0.125f, s));
+    LAUNCH_OK(tpk_add(c->att, c->x, c->y, TP_F16, (size_t)CH_M * CH_C, s));
+    r = tp_gemm_run(g_gemm, c->p8, c->a8, c->w8, c->b8, c->d8, c->as, c->ws, s);
     ck_assert_msg(r == 0, "[%s] fp8 gemm: cuBLAS status %d", g_case, r);
-    if (check_sync) CUDA_OK(cudaStreamSynchronize(g_stream));
+    if (check_sync) CUDA_OK(cudaStreamSynchronize(s));
 }
 
 static void chain_poison(const chain_t *c) {
@@ -732,23 +737,26 @@ START_TEST(test_graph_capture) {
     c.ws = dev_scalar(ws);
     c.p8 = gemm_plan(TP_E4M3, TP_BF16, CH8_M, CH8_N, CH8_K, 1);
 
-    chain_enqueue(&c, 1);
+    chain_enqueue(&c, g_stream, 1);
     void *y_eager = download_bytes(c.y, nx * 2), *d8_eager = download_bytes(c.d8, (size_t)CH8_M * CH8_N * 2);
     /* the eager results must be complete before they serve as the reference */
     check_finite("eager y", TP_F16, c.y, nx, CH_C);
     check_finite("eager fp8 gemm D", TP_BF16, c.d8, (size_t)CH8_M * CH8_N, CH8_N);
 
     chain_poison(&c);
+    /* Capture on a non-blocking stream, with every earlier operation (uploads, poisoning) complete. */
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaStreamCreateWithFlags(&g_cap_stream, cudaStreamNonBlocking));
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
-    CUDA_OK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeGlobal));
-    chain_enqueue(&c, 0);
-    CUDA_OK(cudaStreamEndCapture(g_stream, &graph));
+    CUDA_OK(cudaStreamBeginCapture(g_cap_stream, cudaStreamCaptureModeGlobal));
+    chain_enqueue(&c, g_cap_stream, 0);
+    CUDA_OK(cudaStreamEndCapture(g_cap_stream, &graph));
     CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     for (int rep = 0; rep < 2; rep++) { /* replayed twice: a graph must be re-runnable */
         SET_CASE("graph capture: replay %d", rep);
-        CUDA_OK(cudaGraphLaunch(exec, g_stream));
-        CUDA_OK(cudaStreamSynchronize(g_stream));
+        CUDA_OK(cudaGraphLaunch(exec, g_cap_stream));
+        CUDA_OK(cudaStreamSynchronize(g_cap_stream));
         check_bytes_equal("y (graph vs eager)", TP_F16, download_bytes(c.y, nx * 2), y_eager, nx, CH_C);
         check_bytes_equal("fp8 gemm D (graph vs eager)", TP_BF16, download_bytes(c.d8, (size_t)CH8_M * CH8_N * 2),
                           d8_eager, (size_t)CH8_M * CH8_N, CH8_N);

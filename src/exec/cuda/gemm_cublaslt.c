@@ -15,7 +15,8 @@
  *
  * Alignment. The heuristic is told that every buffer is (at least) 16-byte aligned (PREF_MIN_ALIGNMENT_* = 16,
  * instead of cuBLASLt's default assumption of 256, which a sub-allocated activation arena may not meet);
- * tp_gemm_run checks that and returns CUBLAS_STATUS_INVALID_VALUE for a less aligned pointer.
+ * tp_gemm_run checks that A, W, D, bias and the FP8 scale pointers are 16-byte aligned and returns
+ * CUBLAS_STATUS_INVALID_VALUE otherwise.
  *
  * FP8 rules (cuBLAS docs, cublasLtMatmul, FP8 section: "all matrix dimensions must meet the optimal requirements
  * listed in Tensor Core Usage (i.e. pointers and matrix dimensions must support 16-byte alignment)"). In the
@@ -239,6 +240,9 @@ int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const
     if (!A || !W || !D || misaligned(A) || misaligned(W) || misaligned(D)) return (int)CUBLAS_STATUS_INVALID_VALUE;
     if (plan->desc.has_bias ? (!bias || misaligned(bias)) : bias != NULL) return (int)CUBLAS_STATUS_INVALID_VALUE;
     if (fp8 ? (!a_scale || !w_scale) : (a_scale || w_scale)) return (int)CUBLAS_STATUS_INVALID_VALUE;
+    /* cuBLASLt 13.1 on H200 answers CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul for 4-byte-aligned scale
+     * pointers (seen by cuda_engine.c); checked here so the contract is explicit and the failure immediate. */
+    if (fp8 && (misaligned(a_scale) || misaligned(w_scale))) return (int)CUBLAS_STATUS_INVALID_VALUE;
 
     cublasStatus_t st;
     if (plan->desc.has_bias) {
