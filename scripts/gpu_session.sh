@@ -34,6 +34,11 @@ for s in $steps; do
     echo "=== real images from $img"
     "$BUILD/tprof" bench --model vit-b16 --batch 8 --precision fp16,fp8 --image "$img" --duration 1 || rc=1
     ;;
+  errors)
+    echo "=== errors: each must be one line and a non-zero exit, not a crash"
+    "$BUILD/tprof" bench --model vit-b8 --batch 10000 --precision fp16 --ref-images 1 --iterations 1 --duration 0
+    echo "exit code $? (expected 1: out of GPU memory)"
+    ;;
   *) echo "unknown step $s"; rc=1 ;;
   esac
 done

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench/stats.h"
 #include "core/rng.h"
@@ -273,6 +274,17 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     if (st) return st;
     const int B = o->batch, S = c->img_size;
     const size_t img_n = (size_t)B * 3 * S * S;
+    /* the input and calibration batches live on the host too: refuse before touching memory the machine lacks
+     * (an overcommitted malloc would succeed and the process be killed while filling it) */
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    double host_need = 2.0 * (double)img_n * sizeof(float), host_have = (double)pages * (double)psize;
+    if (pages > 0 && psize > 0 && host_need > 0.8 * host_have) {
+        char nb[32], hb[32];
+        tp_params_free(&params);
+        return tp_fail(err, TP_ERR_OOM, "--batch %d: the input and calibration images need %s of host memory; this "
+                       "machine has %s", B, tp_fmt_bytes(host_need, nb, sizeof nb),
+                       tp_fmt_bytes(host_have, hb, sizeof hb));
+    }
     float *images = malloc(sizeof(float) * img_n), *calib = malloc(sizeof(float) * img_n);
     int R = o->ref_images > 0 && o->ref_images < B ? o->ref_images : B;
     int out_cols = c->num_classes > 0 ? c->num_classes : c->embed_dim;
