@@ -109,11 +109,16 @@ static void print_summary(const tp_bench_options *o, const prec_result *r, const
            l->n);
     printf("Coefficient of variation: %.2f %%%s\n", 100 * l->cov,
            l->cov > 0.025 ? "  WARNING: above 2.5%, the timings are noisy (other load, clocks, or too few runs)" : "");
-    printf("Model compute: %.2f GFLOP per batch -> %.1f TFLOP/s at the median\n", flop * 1e-9,
-           flop / (l->median * 1e-3) * 1e-12);
-    printf("Weights: %s (%.0f bytes); activations and scratch: %s; engine build %.0f ms\n",
-           tp_fmt_bytes(r->weight_bytes, wb, sizeof wb), r->weight_bytes, tp_fmt_bytes(r->act_bytes, ab, sizeof ab),
-           r->build_ms);
+    double rate = flop / (l->median * 1e-3);
+    if (o->device == TP_DEVICE_CPU) {
+        printf("Model compute: %.2f GFLOP per batch -> %.1f GFLOP/s at the median\n", flop * 1e-9, rate * 1e-9);
+        printf("Weights: %s (%.0f bytes, fp32)\n", tp_fmt_bytes(r->weight_bytes, wb, sizeof wb), r->weight_bytes);
+    } else {
+        printf("Model compute: %.2f GFLOP per batch -> %.1f TFLOP/s at the median\n", flop * 1e-9, rate * 1e-12);
+        printf("Weights: %s (%.0f bytes); activations and scratch: %s; engine build %.0f ms\n",
+               tp_fmt_bytes(r->weight_bytes, wb, sizeof wb), r->weight_bytes,
+               tp_fmt_bytes(r->act_bytes, ab, sizeof ab), r->build_ms);
+    }
     if (r->prec == TP_PREC_FP8)
         printf("FP8: %d of %d ops run E4M3 GEMMs (static per-tensor scales, max calibration); the rest fp16\n",
                r->n_fp8_ops, r->n_ops);
