@@ -60,6 +60,8 @@ expect_error "patch does not divide" "--patch-size 15" bench "${small[@]}" --pat
 expect_error "fp16 on the CPU" "CPU executor runs fp32 only" bench "${small[@]}" "${tok[@]}" --precision fp16
 expect_error "missing value" "needs a value" bench --model
 expect_error "unknown command" "frob" frob
+expect_error "profile without a GPU" "needs a GPU" profile --device cpu --model vit-tiny
+expect_error "profile option given to bench" "--top" bench --top 5
 expect_error "batch larger than host memory" "of host memory" bench --device cpu --model vit-tiny --batch 1000000
 
 expect_ok "timm checkpoint on the CPU" "Accuracy vs FP32 CPU reference" bench "${small[@]}" "${tok[@]}" --batch 2 \

@@ -18,6 +18,7 @@
 #include "tp_build_info.h"
 #ifdef TPROF_HAVE_CUDA
 #include "exec/cuda/cuda_engine.h"
+#include "profile/profile_run.h"
 #else
 typedef struct {
     int present;
@@ -41,7 +42,8 @@ typedef struct {
     double weight_bytes, act_bytes;
     double build_ms;
     int n_fp8_ops, n_ops;
-    json_t *plan; /* per op: layer, op, precision, FLOP, bytes, how (owned; moved into the report) */
+    json_t *plan;    /* per op: layer, op, precision, FLOP, bytes, how (owned) */
+    json_t *profile; /* tprof profile: the kernel-level summary (owned) */
 } prec_result;
 
 /* Random inputs: pixels uniform in [0, 1), normalized with the preset's mean and std, as a real image would
@@ -213,6 +215,7 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         for (int k = 0; k < r->n; k++) json_array_append_new(s, json_real(r->samples[k]));
         json_object_set_new(p, "samples_ms", s);
         if (r->plan) json_object_set(p, "plan", r->plan);
+        if (r->profile) json_object_set(p, "profile", r->profile);
         json_array_append_new(arr, p);
     }
     json_object_set_new(root, "results", arr);
@@ -249,6 +252,9 @@ static tp_status bench_cpu(const tp_bench_options *o, const tp_graph *g, const t
 tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     tp_status st = tp_vit_config_validate(&o->cfg, err);
     if (st) return st;
+#ifdef TPROF_HAVE_CUDA
+    tp_cupti *cupti = NULL; /* tprof profile's CUPTI session, open before any engine is built */
+#endif
     if (o->batch <= 0) return tp_fail(err, TP_ERR_ARG, "--batch %d: must be positive", o->batch);
     if (o->n_precs <= 0) return tp_fail(err, TP_ERR_ARG, "--precision: no precision given");
     const tp_vit_config *c = &o->cfg;
@@ -268,6 +274,9 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     snprintf(gerr.msg, sizeof gerr.msg, "this tprof was built without CUDA");
     dev = TP_DEVICE_CPU;
 #endif
+    if (o->profile_iters > 0 && dev != TP_DEVICE_GPU)
+        return tp_fail(err, TP_ERR_NO_GPU, "tprof profile traces GPU kernels and needs a GPU (%s)",
+                       o->device == TP_DEVICE_CPU ? "--device cpu was given" : gerr.msg);
     if (dev == TP_DEVICE_CPU && o->device == TP_DEVICE_AUTO) printf("No GPU (%s): running on the CPU.\n", gerr.msg);
     char device[300];
     if (dev == TP_DEVICE_GPU || gpu.present) snprintf(device, sizeof device, "%s (sm_%d)", gpu.name, gpu.sm);
@@ -330,6 +339,10 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                gpu.runtime_cuda / 1000, gpu.runtime_cuda % 1000 / 10, gpu.cublaslt_version);
     printf("Weights: %s; input: %s\n", o->weights ? o->weights : "synthesized from the seed (timm init)", input_desc);
 
+#ifdef TPROF_HAVE_CUDA
+    if (o->profile_iters > 0 && dev == TP_DEVICE_GPU && (st = tp_cupti_create(&cupti, err))) goto done;
+#endif
+
     /* the FP32 reference on the first R images */
     double t0 = tp_now_ms();
     if ((st = tp_cpu_run(&gref, &params, images, ref, err))) goto done;
@@ -361,7 +374,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 st = amax ? tp_calibrate_max(&g, &params, 0, gpu.sm, calib, amax, err)
                           : tp_fail(err, TP_ERR_OOM, "out of host memory");
             }
-            tp_engine_options eo = {0, o->use_graph, 0, amax};
+            tp_engine_options eo = {0, o->use_graph, 0, amax, cupti ? tp_cupti_hook : NULL, cupti};
             if (!st) st = tp_engine_build(&g, &params, &plan, &eo, &e, err);
             r->build_ms = tp_now_ms() - b0;
             if (!st) st = tp_engine_set_input(e, images, err);
@@ -369,6 +382,12 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             if (!st) st = tp_engine_get_output(e, out, err);
             if (!st) st = tp_engine_benchmark(e, o->warmup_ms, o->iterations, o->duration_s * 1e3, &r->samples, &r->n,
                                               &r->wall_ms, err);
+            if (!st && cupti) {
+                tp_latency_stats l;
+                tp_latency_stats_compute(r->samples, r->n, &l);
+                tp_profile_request req = {c->name, B, gpu.name, l.median, o->profile_iters, o->top_n, o->out_dir};
+                st = tp_profile_engine(cupti, e, &g, &plan, &req, &r->profile, err);
+            }
             if (e) {
                 r->weight_bytes = tp_engine_weight_bytes(e);
                 r->act_bytes = tp_engine_activation_bytes(e);
@@ -409,10 +428,14 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
         st = write_json(o, &gpu, device, res, o->n_precs, flop, mflop, R, input_desc, err);
 
 done:
+#ifdef TPROF_HAVE_CUDA
+    tp_cupti_destroy(cupti);
+#endif
     if (res)
         for (int i = 0; i < o->n_precs; i++) {
             free(res[i].samples);
             json_decref(res[i].plan);
+            json_decref(res[i].profile);
         }
     free(res);
     free(images);

@@ -28,6 +28,9 @@ typedef struct {
     int use_graph;
     int ref_images;      /* images the CPU reference runs for accuracy figures (<= batch) */
     int print_plan;      /* print the per-layer plan of each engine */
+    int profile_iters;   /* tprof profile: forward passes traced with CUPTI after the timed ones (0: none) */
+    int top_n;           /* rows of the top-kernel table */
+    const char *out_dir; /* tprof profile: where the traces and summaries go (NULL: none written) */
     const char *command_line;
 } tp_bench_options;
 

@@ -17,6 +17,8 @@ static void usage(FILE *f) {
             "tprof %s: build, run and profile transformer inference engines\n"
             "\n"
             "usage: tprof bench [options]     time a model on the GPU (or CPU) in one or more precisions\n"
+            "       tprof profile [options]   bench, then trace the kernels with CUPTI: per-kernel, per-category and\n"
+            "                                 per-layer tables, a Chrome trace of one forward pass (GPU only)\n"
             "       tprof models              list the model presets\n"
             "       tprof --version\n"
             "\n"
@@ -35,6 +37,10 @@ static void usage(FILE *f) {
             "  --json FILE           write every sample, the configuration and the system to FILE\n"
             "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
             "  --plan                print the per-layer plan: precision, FLOP, bytes, and why\n"
+            "profile options (besides the bench options):\n"
+            "  --profile-iters N     forward passes traced after the timed ones (default 20)\n"
+            "  --top N               rows in the top-kernel table (default 15)\n"
+            "  --out DIR             where <precision>.trace.json, .chrome.json, .profile.json go (default tprof-profile)\n"
             "model knobs (override the preset):\n"
             "  --img-size N --patch-size N --embed-dim N --depth N --heads N --mlp-ratio X\n"
             "  --class-token | --no-class-token   --global-pool token|avg   --num-classes N   --ln-eps X\n"
@@ -109,9 +115,12 @@ typedef struct {
     int pool; /* -1 unset */
 } knobs;
 
-static int cmd_bench(int argc, char **argv, const char *cmdline) {
+/* `tprof bench` and `tprof profile` share every option; profile adds the traced run and its artifacts. */
+static int cmd_bench(int argc, char **argv, const char *cmdline, int profile) {
     tp_bench_options o;
     memset(&o, 0, sizeof o);
+    long prof_iters = 20, top = 15;
+    const char *out_dir = "tprof-profile";
     const char *model = NULL, *prec = NULL;
     long batch = -1, iters = -1, seed = 0, ref = 8;
     double warm = 200, dur = -1;
@@ -148,6 +157,9 @@ static int cmd_bench(int argc, char **argv, const char *cmdline) {
         else if (FLAG("--weights")) { NEED_VAL(); o.weights = val; }
         else if (FLAG("--image")) { NEED_VAL(); o.image = val; }
         else if (FLAG("--json")) { NEED_VAL(); o.json_path = val; }
+        else if (profile && FLAG("--out")) { NEED_VAL(); out_dir = val; }
+        else if (profile && FLAG("--profile-iters")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &prof_iters)) return 2; }
+        else if (profile && FLAG("--top")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &top)) return 2; }
         else if (FLAG("--batch")) { NEED_VAL(); if (parse_int(name, val, 1, 1 << 20, &batch)) return 2; }
         else if (FLAG("--iterations")) { NEED_VAL(); if (parse_int(name, val, 1, 100000, &iters)) return 2; }
         else if (FLAG("--seed")) { NEED_VAL(); if (parse_int(name, val, 0, 0x7FFFFFFFL, &seed)) return 2; }
@@ -180,7 +192,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "tprof: unknown option '%s' (tprof bench --help lists them)\n", a);
+            fprintf(stderr, "tprof: unknown option '%s' (tprof %s --help lists them)\n", a, profile ? "profile" : "bench");
             return 2;
         }
 #undef FLAG
@@ -248,6 +260,11 @@ static int cmd_bench(int argc, char **argv, const char *cmdline) {
     o.seed = (uint64_t)seed;
     o.ref_images = (int)ref;
     o.command_line = cmdline;
+    if (profile) {
+        o.profile_iters = (int)prof_iters;
+        o.top_n = (int)top;
+        o.out_dir = out_dir;
+    }
     tp_status st = tp_bench_run(&o, &err);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);
@@ -275,8 +292,9 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2, cmdline);
+    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 0);
+    if (strcmp(argv[1], "profile") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1);
     if (strcmp(argv[1], "models") == 0) return cmd_models();
-    fprintf(stderr, "tprof: unknown command '%s' (expected bench or models; tprof --help)\n", argv[1]);
+    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile or models; tprof --help)\n", argv[1]);
     return 2;
 }

@@ -12,6 +12,9 @@
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
 #include "formats/dtype.h"
+#include "profile/trace.h"
+
+#include <nvtx3/nvToolsExt.h>
 
 /* A CUDA runtime call that can fail for reasons outside tprof (no device, out of memory): a status. */
 #define CU_TRY(call)                                                                                  \
@@ -33,6 +36,8 @@ struct tp_engine {
     const tp_params *params;
     const tp_plan *plan;
     int use_graph;
+    tp_launch_hook hook;
+    void *hook_user;
     cudaStream_t stream;
     void **dptr;          /* per value */
     float *d_scales;      /* per value v at d_scales[SCALE_SLOT * v]: the fp32 per-tensor scale of E4M3 values */
@@ -117,6 +122,25 @@ tp_status tp_gpu_query(int device, tp_gpu_info *info, tp_error *err) {
 
 /* ---- launching ----------------------------------------------------------------------------------------- */
 
+#define HOOK(e, op, cat)                                        \
+    do {                                                        \
+        if ((e)->hook) (e)->hook((e)->hook_user, (op), (int)(cat)); \
+    } while (0)
+
+static tp_category op_category(tp_op_kind k) {
+    switch (k) {
+    case TP_OP_PATCH_EMBED:
+    case TP_OP_LINEAR: return TP_CAT_GEMM;
+    case TP_OP_ATTENTION: return TP_CAT_ATTENTION;
+    case TP_OP_LAYERNORM: return TP_CAT_NORM;
+    case TP_OP_GELU: return TP_CAT_ACTIVATION;
+    case TP_OP_EMBED_TOKENS:
+    case TP_OP_ADD:
+    case TP_OP_POOL: return TP_CAT_ELEMENTWISE;
+    default: return TP_CAT_OTHER;
+    }
+}
+
 static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
@@ -128,10 +152,13 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     const float *ys = e->d_scales + SCALE_SLOT * op->out;
     cudaStream_t s = e->stream;
     int rc = 0;
+    HOOK(e, i, op_category(op->kind));
     switch (op->kind) {
     case TP_OP_PATCH_EMBED:
+        HOOK(e, i, TP_CAT_CONVERT); /* im2col is a layout transform feeding the GEMM */
         rc = tpk_im2col(x, e->d_cols, pl->value_dt[op->in[1]], (int)xv->shape[0], (int)xv->shape[2],
                         (int)xv->shape[3], op->patch, s);
+        HOOK(e, i, TP_CAT_GEMM);
         if (!rc)
             rc = tp_gemm_run(e->gemm, e->gplan[i], e->d_cols, e->dptr[op->in[1]], e->dptr[op->in[2]], y, NULL, NULL,
                              s);
@@ -173,12 +200,16 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     return TP_OK;
 }
 
+/* Every op inside an NVTX range named after its layer, so external tools (nsys, ncu --nvtx) see the model. */
 static tp_status launch_all(tp_engine *e, tp_error *err) {
-    for (int i = 0; i < e->g->n_ops; i++) {
-        tp_status st = launch_op(e, i, err);
-        if (st) return st;
+    tp_status st = TP_OK;
+    for (int i = 0; i < e->g->n_ops && !st; i++) {
+        nvtxRangePushA(e->g->ops[i].layer);
+        st = launch_op(e, i, err);
+        nvtxRangePop();
     }
-    return TP_OK;
+    HOOK(e, -1, TP_CAT_OTHER);
+    return st;
 }
 
 /* ---- building ------------------------------------------------------------------------------------------ */
@@ -279,6 +310,8 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->params = params;
     e->plan = plan;
     e->use_graph = opt->use_graph;
+    e->hook = opt->hook;
+    e->hook_user = opt->hook_user;
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
     h_scales = malloc(sizeof(float) * SCALE_SLOT * (size_t)g->n_values);
@@ -431,6 +464,7 @@ tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_err
         if ((st = launch_op(e, i, err))) goto fail;
         int v = g->ops[i].out;
         if (!want[v]) continue;
+        HOOK(e, i, TP_CAT_QUANT);
         int rc = tpk_amax(e->dptr[v], e->plan->value_dt[v], (size_t)tp_value_numel(&g->values[v]), e->d_amax + v,
                           e->stream);
         if (rc) {
@@ -439,6 +473,7 @@ tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_err
         }
     }
     /* the engine's stream is non-blocking: a plain cudaMemcpy would not wait for the kernels above */
+    HOOK(e, -1, TP_CAT_OTHER);
     CU_TRY(cudaMemcpyAsync(h, e->d_amax, sizeof(float) * (size_t)g->n_values, cudaMemcpyDeviceToHost, e->stream));
     CU_TRY(cudaStreamSynchronize(e->stream));
     for (int v = 0; v < g->n_values; v++)
@@ -503,6 +538,7 @@ tp_status tp_engine_benchmark(tp_engine *e, double warmup_ms, int iterations, do
         goto fail;
     }
     for (; n_ev < 2 * n; n_ev++) CU_TRY(cudaEventCreate(&ev[n_ev]));
+    nvtxRangePushA("BENCHMARK");
     for (int i = 0; i < n; i++) {
         CU_TRY(cudaEventRecord(ev[2 * i], e->stream));
         if (e->use_graph) CU_TRY(cudaGraphLaunch(e->exec, e->stream));
@@ -510,6 +546,7 @@ tp_status tp_engine_benchmark(tp_engine *e, double warmup_ms, int iterations, do
         CU_TRY(cudaEventRecord(ev[2 * i + 1], e->stream));
     }
     CU_TRY(cudaStreamSynchronize(e->stream));
+    nvtxRangePop();
     for (int i = 0; i < n; i++) {
         float ms = 0;
         CU_TRY(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
@@ -528,6 +565,18 @@ fail:
     free(ev);
     free(*samples);
     *samples = NULL;
+    return st;
+}
+
+tp_status tp_engine_run_n(tp_engine *e, int n, tp_error *err) {
+    tp_status st = TP_OK;
+    for (int i = 0; i < n; i++) {
+        if (e->use_graph) CU_TRY(cudaGraphLaunch(e->exec, e->stream));
+        else if ((st = launch_all(e, err))) return st;
+    }
+    CU_TRY(cudaStreamSynchronize(e->stream));
+    return TP_OK;
+fail:
     return st;
 }
 

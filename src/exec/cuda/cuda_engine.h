@@ -30,11 +30,18 @@ tp_status tp_gpu_query(int device, tp_gpu_info *info, tp_error *err);
 
 typedef struct tp_engine tp_engine;
 
+/* Called before every kernel or GEMM the engine enqueues (also while capturing the CUDA graph), with the IR op
+ * and the category of what follows (a tp_category); op -1 after the last. The profiler attributes kernels
+ * through it. */
+typedef void (*tp_launch_hook)(void *user, int op, int category);
+
 typedef struct {
     int device;
     int use_graph;           /* 1: capture the forward pass in one CUDA graph (default); 0: eager launches */
     size_t workspace_bytes;  /* cuBLASLt workspace; 0 = 32 MiB */
     const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 */
+    tp_launch_hook hook;     /* optional */
+    void *hook_user;
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
@@ -61,8 +68,13 @@ tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_err
 tp_status tp_calibrate_max(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
                            float *amax, tp_error *err);
 
+/* Runs n forward passes back to back (graph launches, or eager), then waits: the profiled run. */
+tp_status tp_engine_run_n(tp_engine *e, int n, tp_error *err);
+
 /* Times the forward pass: warm-up for warmup_ms, then max(iterations, duration_ms / estimated time) runs,
- * each bracketed by CUDA events (GPU compute time per run, ms). *samples (malloc'ed, caller frees) receives
+ * each bracketed by CUDA events (GPU compute time per run, ms), all inside the NVTX range "BENCHMARK" (so
+ * `ncu --nvtx --nvtx-include "BENCHMARK/"` and `nsys --capture-range=nvtx --nvtx-capture=BENCHMARK` see
+ * exactly the timed runs). *samples (malloc'ed, caller frees) receives
  * one time per run; *wall_ms the time from the first start event to the last end event. */
 tp_status tp_engine_benchmark(tp_engine *e, double warmup_ms, int iterations, double duration_ms, double **samples,
                               int *n, double *wall_ms, tp_error *err);

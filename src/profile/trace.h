@@ -1,0 +1,77 @@
+/* trace.h: a recorded GPU trace of profiled forward passes, independent of how it was recorded (CUPTI in
+ * process, or a fixture file), and everything needed to attribute it to the model: each record carries the
+ * index of the IR op that launched it and a category. The analysis (analysis.h) works on this alone, so it is
+ * tested on the CPU from traces recorded on a real GPU and committed as fixtures. */
+#ifndef TP_TRACE_H
+#define TP_TRACE_H
+
+#include <stdint.h>
+
+#include "ir/graph.h"
+#include "tprof.h"
+
+typedef enum {
+    TP_CAT_GEMM = 0,
+    TP_CAT_ATTENTION,
+    TP_CAT_NORM,        /* LayerNorm, RMSNorm */
+    TP_CAT_ACTIVATION,  /* GELU, SiLU */
+    TP_CAT_ELEMENTWISE, /* residual add, token embedding, pooling */
+    TP_CAT_QUANT,       /* standalone quantize / dequantize, amax */
+    TP_CAT_CONVERT,     /* format conversion: layout (im2col), cast, reformat */
+    TP_CAT_MEMORY,      /* memcpy, memset */
+    TP_CAT_OTHER,
+    TP_CAT_COUNT
+} tp_category;
+
+const char *tp_category_name(tp_category c); /* "GEMM", "attention", "normalization", ... */
+/* Parses a name from tp_category_name; -1 if unknown. */
+int tp_category_parse(const char *s);
+
+typedef enum { TP_REC_KERNEL = 0, TP_REC_MEMCPY, TP_REC_MEMSET } tp_record_kind;
+
+typedef struct {
+    tp_record_kind kind;
+    char *name;               /* demangled kernel name, or "memcpy DtoH" / "memset" */
+    uint64_t start_ns, end_ns; /* GPU timestamps (CUPTI clock) */
+    int iteration;            /* which profiled forward pass, 0-based; -1 outside them */
+    int op;                   /* index of the IR op that launched it; -1 if none (not tprof's) */
+    tp_category category;
+    int grid[3], block[3];    /* kernels */
+    int registers;            /* per thread */
+    int smem_static, smem_dynamic; /* bytes per block */
+    uint64_t bytes;           /* memcpy / memset */
+    uint32_t stream;
+    uint64_t graph_node;      /* CUPTI graph node id (0 when not launched from a graph) */
+} tp_trace_record;
+
+typedef struct {
+    char layer[TP_NAME_LEN];
+    tp_op_kind kind;
+    tp_precision prec; /* the precision the plan executed it in */
+    char how[128];     /* the plan's note */
+} tp_trace_op;
+
+typedef struct {
+    tp_trace_record *rec;
+    int n, cap;
+    int iterations;           /* profiled forward passes in the trace */
+    tp_trace_op *ops;         /* the graph's ops, so a trace file stands alone */
+    int n_ops;
+    char precision[16];       /* the engine's requested precision */
+    char model[64];
+    int batch;
+    char gpu[128];
+    double event_median_ms;   /* event-timed GPU compute time per forward pass (the benchmark), 0 if unknown */
+} tp_trace;
+
+void tp_trace_init(tp_trace *t);
+void tp_trace_free(tp_trace *t);
+/* Appends a copy of r (the name is duplicated). TP_ERR_OOM. */
+tp_status tp_trace_add(tp_trace *t, const tp_trace_record *r, tp_error *err);
+
+/* Saves / loads the trace as JSON (jansson): {"format": "tprof-trace-1", meta..., "ops": [...], "records": [...]}.
+ * Load errors name the file and the field: TP_ERR_IO, TP_ERR_FORMAT. */
+tp_status tp_trace_save(const tp_trace *t, const char *path, tp_error *err);
+tp_status tp_trace_load(const char *path, tp_trace *t, tp_error *err);
+
+#endif
