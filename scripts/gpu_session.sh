@@ -34,6 +34,33 @@ for s in $steps; do
     echo "=== real images from $img"
     "$BUILD/tprof" bench --model vit-b16 --batch 8 --precision fp16,fp8 --image "$img" --duration 1 || rc=1
     ;;
+  compare)
+    echo "=== tprof compare: fp16, bf16, fp8 with CUPTI profiles, the report, and the 5% bar on traced time"
+    rm -rf report
+    "$BUILD/tprof" compare --model vit-b16 --batch 64 --precision fp16,bf16,fp8 --out report \
+      --json report/bench.json || rc=1
+    python3 - <<'PY' || rc=1
+import json
+d = json.load(open("report/bench.json"))
+for r in d["results"]:
+    p = r["profile"]
+    traced = p["kernel_ns_per_iter"] / 1e6
+    event = r["latency"]["median_ms"]
+    gap = abs(traced - event) / event
+    print(f"{r['precision']}: traced {traced:.4f} ms/iter, event-timed {event:.4f} ms, gap {100*gap:.2f} %, "
+          f"unattributed {p['unattributed']}")
+    assert gap < 0.05, "traced kernel time is not within 5% of the event-timed GPU compute time"
+    assert p["unattributed"] == 0, "kernels without a layer"
+PY
+    tar czf "$OUT/report.tgz" report
+    ;;
+  ncu)
+    echo "=== ncu on the BENCHMARK range only (README's command)"
+    ncu --clock-control none --nvtx --nvtx-include "BENCHMARK/" --metrics gpu__time_duration.sum \
+      --print-summary per-kernel "$BUILD/tprof" bench --precision fp16 --iterations 1 --duration 0 --warmup 0 \
+      --ref-images 1 > "$OUT/ncu_nvtx.log" 2>&1 || rc=1
+    echo "kernels profiled inside BENCHMARK: $(grep -c '==PROF== Profiling' "$OUT/ncu_nvtx.log")"
+    ;;
   errors)
     echo "=== errors: each must be one line and a non-zero exit, not a crash"
     "$BUILD/tprof" bench --model vit-b8 --batch 10000 --precision fp16 --ref-images 1 --iterations 1 --duration 0

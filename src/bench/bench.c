@@ -15,10 +15,14 @@
 #include "formats/dtype.h"
 #include "io/image.h"
 #include "planner/plan.h"
+#include "profile/analysis.h"
+#include "profile/trace.h"
 #include "tp_build_info.h"
 #ifdef TPROF_HAVE_CUDA
 #include "exec/cuda/cuda_engine.h"
+#include "exec/cuda/gemm_peak.h"
 #include "profile/profile_run.h"
+#include "report/compare.h"
 #else
 typedef struct {
     int present;
@@ -44,6 +48,9 @@ typedef struct {
     int n_fp8_ops, n_ops;
     json_t *plan;    /* per op: layer, op, precision, FLOP, bytes, how (owned) */
     json_t *profile; /* tprof profile: the kernel-level summary (owned) */
+    int has_prof;    /* trace and prof below are owned */
+    tp_trace trace;
+    tp_profile_summary prof;
 } prec_result;
 
 /* Random inputs: pixels uniform in [0, 1), normalized with the preset's mean and std, as a real image would
@@ -249,6 +256,76 @@ static tp_status bench_cpu(const tp_bench_options *o, const tp_graph *g, const t
 }
 
 
+#ifdef TPROF_HAVE_CUDA
+/* tprof compare: the GEMM peak rates of this GPU, then the report over all precisions. */
+static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu, const prec_result *res, int base,
+                               int R, tp_error *err) {
+    tp_compare_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    char driver[128], cuda[64], lt[64], date[64], peak_shape[64], art[3 * TP_MAX_PRECISIONS + 1][1100];
+    const int peak_n = 8192;
+    printf("\nMeasuring dense GEMM peak rates (%d x %d x %d, cuBLASLt):", peak_n, peak_n, peak_n);
+    for (int i = 0; i < o->n_precs; i++) {
+        tp_precision p = res[i].prec;
+        if (cfg.peak_tflops[p] > 0) continue;
+        tp_status st = tp_gemm_peak(p, peak_n, 20, &cfg.peak_tflops[p], err);
+        if (st) return st;
+        printf(" %s %.0f TFLOP/s", tp_precision_name(p), cfg.peak_tflops[p]);
+    }
+    printf("\n");
+    snprintf(driver, sizeof driver, "%s", gpu->driver);
+    snprintf(cuda, sizeof cuda, "driver %d.%d, runtime %d.%d", gpu->driver_cuda / 1000, gpu->driver_cuda % 1000 / 10,
+             gpu->runtime_cuda / 1000, gpu->runtime_cuda % 1000 / 10);
+    snprintf(lt, sizeof lt, "%zu", gpu->cublaslt_version);
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    snprintf(peak_shape, sizeof peak_shape, "%d x %d x %d", peak_n, peak_n, peak_n);
+    cfg.model = o->cfg.name;
+    cfg.batch = o->batch;
+    cfg.gpu = gpu->name;
+    cfg.driver = driver;
+    cfg.cuda = cuda;
+    cfg.cublaslt = lt;
+    cfg.warmup_ms = o->warmup_ms;
+    cfg.iterations = o->iterations;
+    cfg.duration_s = o->duration_s;
+    cfg.cuda_graph = o->use_graph;
+    cfg.commit = TP_GIT_DIRTY ? TP_GIT_COMMIT " (with uncommitted changes)" : TP_GIT_COMMIT;
+    cfg.date = date;
+    cfg.command = o->command_line ? o->command_line : "";
+    cfg.peak_shape = peak_shape;
+    tp_compare_entry *ent = calloc((size_t)o->n_precs, sizeof *ent);
+    if (!ent) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int i = 0; i < o->n_precs; i++) {
+        const prec_result *r = &res[i];
+        tp_compare_entry *e = &ent[i];
+        e->prec = r->prec;
+        e->trace = &r->trace;
+        e->prof = &r->prof;
+        e->median_ms = r->lat.median, e->mean_ms = r->lat.mean, e->p99_ms = r->lat.p99, e->cov = r->lat.cov;
+        e->qps = r->n / (r->wall_ms * 1e-3);
+        e->images_per_s = e->qps * o->batch;
+        e->weight_bytes = r->weight_bytes;
+        e->cosine = r->acc.cosine, e->rel_l2 = r->acc.rel_l2, e->max_abs = r->acc.max_abs;
+        e->top1 = r->acc.top1_agree;
+        e->ref_images = R;
+        const char *ext[3] = {"trace", "chrome", "profile"};
+        for (int k = 0; k < 3 && cfg.n_artifacts < 3 * TP_MAX_PRECISIONS; k++) {
+            snprintf(art[cfg.n_artifacts], sizeof art[0], "%s/%s.%s.json", o->out_dir, tp_precision_name(r->prec), ext[k]);
+            cfg.artifacts[cfg.n_artifacts] = art[cfg.n_artifacts];
+            cfg.n_artifacts++;
+        }
+    }
+    if (o->json_path) cfg.artifacts[cfg.n_artifacts++] = o->json_path;
+    tp_status st = tp_compare_write(&cfg, ent, o->n_precs, base, o->out_dir, err);
+    free(ent);
+    if (!st)
+        printf("Comparison report: %s/report.md, %s/report.html, %s/report.json\n", o->out_dir, o->out_dir,
+               o->out_dir);
+    return st;
+}
+#endif
+
 tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     tp_status st = tp_vit_config_validate(&o->cfg, err);
     if (st) return st;
@@ -361,20 +438,23 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             print_plan(&g, &plan);
         }
         double b0 = tp_now_ms();
+#ifdef TPROF_HAVE_CUDA
+        tp_engine *e = NULL; /* kept until after the summary: the profiled run follows the timed one */
+        float *amax = NULL;
+#endif
         if (dev == TP_DEVICE_CPU) {
             r->weight_bytes = tp_plan_weight_bytes(&plan, &g);
             r->build_ms = tp_now_ms() - b0; /* nothing to build: the CPU executor runs the graph as it is */
             st = bench_cpu(o, &g, &params, images, out, r, err);
         } else {
 #ifdef TPROF_HAVE_CUDA
-            float *amax = NULL;
-            tp_engine *e = NULL;
             if (r->prec == TP_PREC_FP8) {
                 amax = malloc(sizeof(float) * (size_t)g.n_values);
                 st = amax ? tp_calibrate_max(&g, &params, 0, gpu.sm, calib, amax, err)
                           : tp_fail(err, TP_ERR_OOM, "out of host memory");
             }
-            tp_engine_options eo = {0, o->use_graph, 0, amax, cupti ? tp_cupti_hook : NULL, cupti};
+            tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .act_amax = amax,
+                                    .hook = cupti ? tp_cupti_hook : NULL, .hook_user = cupti};
             if (!st) st = tp_engine_build(&g, &params, &plan, &eo, &e, err);
             r->build_ms = tp_now_ms() - b0;
             if (!st) st = tp_engine_set_input(e, images, err);
@@ -382,20 +462,29 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             if (!st) st = tp_engine_get_output(e, out, err);
             if (!st) st = tp_engine_benchmark(e, o->warmup_ms, o->iterations, o->duration_s * 1e3, &r->samples, &r->n,
                                               &r->wall_ms, err);
-            if (!st && cupti) {
-                tp_latency_stats l;
-                tp_latency_stats_compute(r->samples, r->n, &l);
-                tp_profile_request req = {c->name, B, gpu.name, l.median, o->profile_iters, o->top_n, o->out_dir};
-                st = tp_profile_engine(cupti, e, &g, &plan, &req, &r->profile, err);
-            }
             if (e) {
                 r->weight_bytes = tp_engine_weight_bytes(e);
                 r->act_bytes = tp_engine_activation_bytes(e);
             }
-            tp_engine_destroy(e);
-            free(amax);
 #endif
         }
+        if (!st) {
+            tp_latency_stats_compute(r->samples, r->n, &r->lat);
+            tp_accuracy_compute(out, ref, R, out_cols, &r->acc);
+            /* rows beyond the reference still must be finite */
+            for (size_t k = (size_t)R * out_cols; k < (size_t)B * out_cols; k++) r->acc.nonfinite += !isfinite(out[k]);
+            r->ok = 1;
+            print_summary(o, r, device, flop, R);
+        }
+#ifdef TPROF_HAVE_CUDA
+        if (!st && cupti) {
+            tp_profile_request req = {c->name, B, gpu.name, r->lat.median, o->profile_iters, o->top_n, o->out_dir};
+            st = tp_profile_engine(cupti, e, &g, &plan, &req, &r->trace, &r->prof, &r->profile, err);
+            r->has_prof = 1; /* trace and summary are owned even after an error */
+        }
+        tp_engine_destroy(e);
+        free(amax);
+#endif
         tp_plan_free(&plan);
         if (st) {
             char m[sizeof err->msg];
@@ -403,12 +492,6 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             tp_fail(err, st, "%s engine: %s", tp_precision_name(r->prec), m);
             goto done;
         }
-        tp_latency_stats_compute(r->samples, r->n, &r->lat);
-        tp_accuracy_compute(out, ref, R, out_cols, &r->acc);
-        /* rows beyond the reference still must be finite */
-        for (size_t k = (size_t)R * out_cols; k < (size_t)B * out_cols; k++) r->acc.nonfinite += !isfinite(out[k]);
-        r->ok = 1;
-        print_summary(o, r, device, flop, R);
     }
 
     int base = baseline_index(res, o->n_precs);
@@ -426,6 +509,9 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
            tp_precision_name(res[base].prec), R, R == 1 ? "" : "s");
     if (o->json_path)
         st = write_json(o, &gpu, device, res, o->n_precs, flop, mflop, R, input_desc, err);
+#ifdef TPROF_HAVE_CUDA
+    if (!st && o->compare) st = write_compare(o, &gpu, res, base, R, err);
+#endif
 
 done:
 #ifdef TPROF_HAVE_CUDA
@@ -436,6 +522,10 @@ done:
             free(res[i].samples);
             json_decref(res[i].plan);
             json_decref(res[i].profile);
+            if (res[i].has_prof) {
+                tp_trace_free(&res[i].trace);
+                tp_profile_summary_free(&res[i].prof);
+            }
         }
     free(res);
     free(images);

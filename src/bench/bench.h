@@ -31,6 +31,7 @@ typedef struct {
     int profile_iters;   /* tprof profile: forward passes traced with CUPTI after the timed ones (0: none) */
     int top_n;           /* rows of the top-kernel table */
     const char *out_dir; /* tprof profile: where the traces and summaries go (NULL: none written) */
+    int compare;         /* tprof compare: also write the comparison report (report.md/.json/.html) to out_dir */
     const char *command_line;
 } tp_bench_options;
 

@@ -19,6 +19,8 @@ static void usage(FILE *f) {
             "usage: tprof bench [options]     time a model on the GPU (or CPU) in one or more precisions\n"
             "       tprof profile [options]   bench, then trace the kernels with CUPTI: per-kernel, per-category and\n"
             "                                 per-layer tables, a Chrome trace of one forward pass (GPU only)\n"
+            "       tprof compare [options]   profile several precisions and write one report (Markdown, JSON,\n"
+            "                                 HTML with SVG charts): breakdown, coverage, Amdahl bound vs measured\n"
             "       tprof models              list the model presets\n"
             "       tprof --version\n"
             "\n"
@@ -40,7 +42,8 @@ static void usage(FILE *f) {
             "profile options (besides the bench options):\n"
             "  --profile-iters N     forward passes traced after the timed ones (default 20)\n"
             "  --top N               rows in the top-kernel table (default 15)\n"
-            "  --out DIR             where <precision>.trace.json, .chrome.json, .profile.json go (default tprof-profile)\n"
+            "  --out DIR             where <precision>.trace.json, .chrome.json, .profile.json go (profile: tprof-profile;\n"
+            "                        compare: tprof-report, with report.md, report.html, report.json)\n"
             "model knobs (override the preset):\n"
             "  --img-size N --patch-size N --embed-dim N --depth N --heads N --mlp-ratio X\n"
             "  --class-token | --no-class-token   --global-pool token|avg   --num-classes N   --ln-eps X\n"
@@ -116,11 +119,11 @@ typedef struct {
 } knobs;
 
 /* `tprof bench` and `tprof profile` share every option; profile adds the traced run and its artifacts. */
-static int cmd_bench(int argc, char **argv, const char *cmdline, int profile) {
+static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, int compare) {
     tp_bench_options o;
     memset(&o, 0, sizeof o);
     long prof_iters = 20, top = 15;
-    const char *out_dir = "tprof-profile";
+    const char *out_dir = compare ? "tprof-report" : "tprof-profile";
     const char *model = NULL, *prec = NULL;
     long batch = -1, iters = -1, seed = 0, ref = 8;
     double warm = 200, dur = -1;
@@ -192,7 +195,8 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "tprof: unknown option '%s' (tprof %s --help lists them)\n", a, profile ? "profile" : "bench");
+            fprintf(stderr, "tprof: unknown option '%s' (tprof %s --help lists them)\n", a,
+                    compare ? "compare" : profile ? "profile" : "bench");
             return 2;
         }
 #undef FLAG
@@ -264,6 +268,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile) {
         o.profile_iters = (int)prof_iters;
         o.top_n = (int)top;
         o.out_dir = out_dir;
+        o.compare = compare;
     }
     tp_status st = tp_bench_run(&o, &err);
     if (st) {
@@ -292,9 +297,10 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 0);
-    if (strcmp(argv[1], "profile") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1);
+    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 0, 0);
+    if (strcmp(argv[1], "profile") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 0);
+    if (strcmp(argv[1], "compare") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 1);
     if (strcmp(argv[1], "models") == 0) return cmd_models();
-    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile or models; tprof --help)\n", argv[1]);
+    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare or models; tprof --help)\n", argv[1]);
     return 2;
 }

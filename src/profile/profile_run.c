@@ -21,46 +21,45 @@ static tp_status make_dir(const char *dir, tp_error *err) {
 }
 
 tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const tp_plan *p,
-                            const tp_profile_request *req, json_t **summary, tp_error *err) {
-    tp_trace t;
-    tp_trace_init(&t);
-    tp_profile_summary s;
-    memset(&s, 0, sizeof s);
+                            const tp_profile_request *req, tp_trace *t, tp_profile_summary *s, json_t **summary,
+                            tp_error *err) {
+    tp_trace_init(t);
+    memset(s, 0, sizeof *s);
     *summary = NULL;
     tp_status st = TP_OK;
     const char *prec = tp_precision_name(p->requested);
-    t.ops = calloc((size_t)g->n_ops, sizeof *t.ops);
-    if (!t.ops) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-    t.n_ops = g->n_ops;
+    t->ops = calloc((size_t)g->n_ops, sizeof *t->ops);
+    if (!t->ops) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    t->n_ops = g->n_ops;
     for (int i = 0; i < g->n_ops; i++) {
-        snprintf(t.ops[i].layer, sizeof t.ops[i].layer, "%s", g->ops[i].layer);
-        t.ops[i].kind = g->ops[i].kind;
-        t.ops[i].prec = p->op_prec[i];
-        snprintf(t.ops[i].how, sizeof t.ops[i].how, "%s", p->op_note[i]);
+        snprintf(t->ops[i].layer, sizeof t->ops[i].layer, "%s", g->ops[i].layer);
+        t->ops[i].kind = g->ops[i].kind;
+        t->ops[i].prec = p->op_prec[i];
+        snprintf(t->ops[i].how, sizeof t->ops[i].how, "%s", p->op_note[i]);
     }
-    snprintf(t.precision, sizeof t.precision, "%s", prec);
-    snprintf(t.model, sizeof t.model, "%s", req->model);
-    snprintf(t.gpu, sizeof t.gpu, "%s", req->gpu);
-    t.batch = req->batch;
-    t.event_median_ms = req->event_median_ms;
+    snprintf(t->precision, sizeof t->precision, "%s", prec);
+    snprintf(t->model, sizeof t->model, "%s", req->model);
+    snprintf(t->gpu, sizeof t->gpu, "%s", req->gpu);
+    t->batch = req->batch;
+    t->event_median_ms = req->event_median_ms;
 
     if ((st = tp_cupti_start(c, err))) goto done;
     tp_status run = tp_engine_run_n(e, req->iterations, err);
-    st = tp_cupti_stop(c, &t, err);
+    st = tp_cupti_stop(c, t, err);
     if (run) st = run;
     if (st) goto done;
-    if ((st = tp_profile_analyze(&t, &s, err))) goto done;
+    if ((st = tp_profile_analyze(t, s, err))) goto done;
     printf("\n");
-    tp_profile_print(&t, &s, req->top_n, stdout);
-    *summary = tp_profile_summary_json(&t, &s);
+    tp_profile_print(t, s, req->top_n, stdout);
+    *summary = tp_profile_summary_json(t, s);
     if (req->out_dir) {
         char path[1024];
         if ((st = make_dir(req->out_dir, err))) goto done;
         snprintf(path, sizeof path, "%s/%s.trace.json", req->out_dir, prec);
-        if ((st = tp_trace_save(&t, path, err))) goto done;
+        if ((st = tp_trace_save(t, path, err))) goto done;
         printf("Trace: %s\n", path);
         snprintf(path, sizeof path, "%s/%s.chrome.json", req->out_dir, prec);
-        if ((st = tp_chrome_trace_write(&t, t.iterations > 1 ? 1 : 0, path, err))) goto done;
+        if ((st = tp_chrome_trace_write(t, t->iterations > 1 ? 1 : 0, path, err))) goto done;
         printf("Timeline (Chrome trace, opens in Perfetto / chrome://tracing): %s\n", path);
         snprintf(path, sizeof path, "%s/%s.profile.json", req->out_dir, prec);
         if (json_dump_file(*summary, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER)) {
@@ -74,7 +73,5 @@ done:
         json_decref(*summary);
         *summary = NULL;
     }
-    tp_profile_summary_free(&s);
-    tp_trace_free(&t);
     return st;
 }

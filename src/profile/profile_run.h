@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "exec/cuda/cuda_engine.h"
+#include "profile/analysis.h"
 #include "profile/cupti_trace.h"
 
 /* The engine's launch hook for a CUPTI session (pass the session as user). */
@@ -23,10 +24,12 @@ typedef struct {
 } tp_profile_request;
 
 /* Runs req->iterations forward passes of e with CUPTI recording, attributes every record to its op (e must
- * have been built with tp_cupti_hook on this session), prints the tables to stdout, writes the artifacts, and
- * returns the summary as JSON in *summary (caller json_decref's). Errors: CUPTI failures
- * (TP_ERR_UNSUPPORTED), TP_ERR_IO for the artifacts, TP_ERR_CUDA. */
+ * have been built with tp_cupti_hook on this session), prints the tables to stdout and writes the artifacts.
+ * The caller owns what it gets back, also after an error: *t (tp_trace_free), *s (tp_profile_summary_free)
+ * and *summary, the summary as JSON (json_decref; NULL on error). Errors: CUPTI failures (TP_ERR_UNSUPPORTED),
+ * TP_ERR_IO for the artifacts, TP_ERR_CUDA. */
 tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const tp_plan *p,
-                            const tp_profile_request *req, json_t **summary, tp_error *err);
+                            const tp_profile_request *req, tp_trace *t, tp_profile_summary *s, json_t **summary,
+                            tp_error *err);
 
 #endif

@@ -80,7 +80,7 @@ static void run_case(const engine_case *k, tp_precision prec) {
         amax = malloc(sizeof(float) * (size_t)g.n_values);
         ck_assert_msg(tp_calibrate_max(&g, &p, 0, sm, calib, amax, &e) == TP_OK, "%s", e.msg);
     }
-    tp_engine_options o = {0, 1, 0, amax};
+    tp_engine_options o = {.device = 0, .use_graph = 1, .act_amax = amax};
     tp_engine *eng = NULL;
     ck_assert_msg(tp_engine_build(&g, &p, &plan, &o, &eng, &e) == TP_OK, "%s: %s", k->what, e.msg);
     ck_assert_int_eq(tp_engine_set_input(eng, in, &e), TP_OK);
@@ -100,7 +100,7 @@ static void run_case(const engine_case *k, tp_precision prec) {
     /* the CUDA graph and eager launches run the same kernels on the same data: identical bits */
     if (prec == TP_PREC_FP16) {
         tp_engine *eager = NULL;
-        tp_engine_options oe = {0, 0, 0, NULL};
+        tp_engine_options oe = {.device = 0, .use_graph = 0};
         float *got2 = malloc(sizeof(float) * out_n);
         ck_assert_int_eq(tp_engine_build(&g, &p, &plan, &oe, &eager, &e), TP_OK);
         ck_assert_int_eq(tp_engine_set_input(eager, in, &e), TP_OK);
@@ -149,7 +149,7 @@ START_TEST(test_engine_errors) {
     ck_assert_int_eq(tp_vit_build_graph(&c, &p, 1, &g, &e), TP_OK);
     tp_plan plan;
     ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP8, gpu_sm(), &plan, &e), TP_OK);
-    tp_engine_options o = {0, 1, 0, NULL};
+    tp_engine_options o = {.device = 0, .use_graph = 1};
     tp_engine *eng = NULL;
     ck_assert_int_eq(tp_engine_build(&g, &p, &plan, &o, &eng, &e), TP_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "calibration"));

@@ -491,7 +491,7 @@ tp_status tp_calibrate_max(const tp_graph *g, const tp_params *params, int devic
     tp_status st = tp_plan_build(g, TP_PREC_FP16, sm, &p16, err);
     if (st) return st;
     tp_engine *e = NULL;
-    tp_engine_options eo = {device, 0, 0, NULL}; /* eager: calibration launches amax kernels between ops */
+    tp_engine_options eo = {.device = device, .use_graph = 0}; /* eager: calibration launches amax kernels between ops */
     int *want = calloc((size_t)g->n_values, sizeof(int));
     if (!want) {
         tp_plan_free(&p16);

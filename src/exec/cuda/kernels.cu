@@ -729,3 +729,36 @@ extern "C" int tpk_amax(const void *x, tp_dtype dt, size_t n, float *amax, tp_st
     default: return TPK_INVALID;
     }
 }
+
+/* ================================================================================================================
+ * fill: splitmix64 of (seed + index) mapped to [-1, 1); used for benchmark operands only.
+ * ============================================================================================================== */
+
+template <typename TE> __global__ void fill_kernel(TE *p, size_t n, uint64_t seed) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        float v = (float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f; /* 24 random bits -> [-1, 1) */
+        st1(p, i, v, 1.0f);
+    }
+}
+
+template <typename TE> static int fill_launch(void *p, size_t n, uint64_t seed, cudaStream_t s) {
+    fill_kernel<TE><<<grid_for(n), TPK_THREADS, 0, s>>>((TE *)p, n, seed);
+    return launched();
+}
+
+extern "C" int tpk_fill_uniform(void *p, tp_dtype dt, size_t n, uint64_t seed, tp_stream stream) {
+    if (n == 0) return (int)cudaSuccess;
+    if (!p) return TPK_INVALID;
+    switch (dt) {
+    case TP_F32: return fill_launch<float>(p, n, seed, stream);
+    case TP_F16: return fill_launch<__half>(p, n, seed, stream);
+    case TP_BF16: return fill_launch<__nv_bfloat16>(p, n, seed, stream);
+    case TP_E4M3: return fill_launch<e4m3_t>(p, n, seed, stream);
+    default: return TPK_INVALID;
+    }
+}

@@ -54,6 +54,10 @@ int tpk_pool(const void *x, void *y, tp_dtype dt, int B, int T, int C, int mode,
  * The caller initializes *amax (device fp32). Used by max calibration. */
 int tpk_amax(const void *x, tp_dtype dt, size_t n, float *amax, tp_stream stream);
 
+/* Fills n elements of p (dt: F32/F16/BF16/E4M3) with values uniform in [-1, 1) from a counter-based hash of
+ * (seed, index): deterministic, no state, never all zeros. For benchmark operands (GEMM peak rates). */
+int tpk_fill_uniform(void *p, tp_dtype dt, size_t n, uint64_t seed, tp_stream stream);
+
 #ifdef __cplusplus
 }
 #endif

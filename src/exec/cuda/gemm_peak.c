@@ -1,0 +1,81 @@
+#include "exec/cuda/gemm_peak.h"
+
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include "bench/stats.h"
+#include "exec/cuda/gemm_cublaslt.h"
+#include "exec/cuda/kernels.h"
+#include "formats/dtype.h"
+
+tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_error *err) {
+    tp_dtype ab = prec == TP_PREC_FP32 ? TP_F32 : prec == TP_PREC_BF16 ? TP_BF16 : prec == TP_PREC_FP8 ? TP_E4M3 : TP_F16;
+    tp_dtype d = prec == TP_PREC_FP8 ? TP_F16 : ab;
+    size_t nn = (size_t)n * (size_t)n;
+    void *A = NULL, *W = NULL, *D = NULL;
+    float *scales = NULL;
+    cudaStream_t s = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    tp_gemm_ctx *ctx = NULL;
+    tp_gemm_plan *plan = NULL;
+    double *ms = NULL;
+    tp_status st = TP_OK;
+    cudaError_t ce;
+    *tflops = 0;
+    if ((ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) || (ce = cudaEventCreate(&ev[0])) ||
+        (ce = cudaEventCreate(&ev[1])))
+        goto cuda_fail;
+    if ((ce = cudaMalloc(&A, nn * tp_dtype_info(ab)->bytes)) || (ce = cudaMalloc(&W, nn * tp_dtype_info(ab)->bytes)) ||
+        (ce = cudaMalloc(&D, nn * tp_dtype_info(d)->bytes)) || (ce = cudaMalloc((void **)&scales, 64))) {
+        st = tp_fail(err, TP_ERR_OOM, "GEMM peak %s n=%d: %s", tp_precision_name(prec), n, cudaGetErrorString(ce));
+        goto done;
+    }
+    /* two unit scales 16 bytes apart: cuBLASLt wants 16-byte aligned scale pointers */
+    float one[8] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+    if ((ce = cudaMemcpy(scales, one, sizeof one, cudaMemcpyHostToDevice))) goto cuda_fail;
+    int rc = tpk_fill_uniform(A, ab, nn, 1, s);
+    if (!rc) rc = tpk_fill_uniform(W, ab, nn, 2, s);
+    if (rc) {
+        ce = (cudaError_t)rc;
+        goto cuda_fail;
+    }
+    if ((st = tp_gemm_ctx_create(32u << 20, &ctx, err))) goto done;
+    tp_gemm_desc desc = {n, n, n, ab, d, 0};
+    if ((st = tp_gemm_plan_create(ctx, &desc, "peak", &plan, err))) goto done;
+    const int fp8 = ab == TP_E4M3;
+    ms = malloc(sizeof(double) * (size_t)iters);
+    if (!ms) {
+        st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+        goto done;
+    }
+    for (int i = -3; i < iters; i++) { /* three warm-up runs */
+        if ((ce = cudaEventRecord(ev[0], s))) goto cuda_fail;
+        rc = tp_gemm_run(ctx, plan, A, W, NULL, D, fp8 ? scales : NULL, fp8 ? scales + 4 : NULL, s);
+        if (rc) {
+            st = tp_fail(err, TP_ERR_CUDA, "GEMM peak %s: cuBLASLt status %d", tp_precision_name(prec), rc);
+            goto done;
+        }
+        if ((ce = cudaEventRecord(ev[1], s)) || (ce = cudaEventSynchronize(ev[1]))) goto cuda_fail;
+        float t = 0;
+        if ((ce = cudaEventElapsedTime(&t, ev[0], ev[1]))) goto cuda_fail;
+        if (i >= 0) ms[i] = t;
+    }
+    tp_latency_stats l;
+    tp_latency_stats_compute(ms, iters, &l);
+    *tflops = 2.0 * (double)n * (double)n * (double)n / (l.median * 1e-3) * 1e-12;
+    goto done;
+cuda_fail:
+    st = tp_fail(err, TP_ERR_CUDA, "GEMM peak %s n=%d: %s", tp_precision_name(prec), n, cudaGetErrorString(ce));
+done:
+    free(ms);
+    tp_gemm_plan_destroy(plan);
+    tp_gemm_ctx_destroy(ctx);
+    cudaFree(A);
+    cudaFree(W);
+    cudaFree(D);
+    cudaFree(scales);
+    if (ev[0]) cudaEventDestroy(ev[0]);
+    if (ev[1]) cudaEventDestroy(ev[1]);
+    if (s) cudaStreamDestroy(s);
+    return st;
+}

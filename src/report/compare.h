@@ -1,0 +1,96 @@
+/* compare.h: `tprof compare`: one report over several precisions of the same model, batch, weights and
+ * inputs, written as Markdown, JSON and a self-contained HTML page, with SVG bar charts. Everything in it is
+ * derived from measured data: the benchmark (CUDA-event GPU compute time), the accuracy check against the FP32
+ * CPU reference, the CUPTI profile of each engine, and the GEMM peak rates measured on the same GPU. */
+#ifndef TP_COMPARE_H
+#define TP_COMPARE_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "profile/analysis.h"
+#include "profile/trace.h"
+#include "tprof.h"
+
+/* One precision's measurements. */
+typedef struct {
+    tp_precision prec;
+    const tp_trace *trace;          /* its profiled trace: ops carry the precision each op executed in */
+    const tp_profile_summary *prof; /* the analysis of trace */
+    double median_ms, mean_ms, p99_ms, cov; /* event-timed GPU compute time per forward pass */
+    double qps, images_per_s;
+    double weight_bytes;
+    double cosine, rel_l2, max_abs, top1; /* against the FP32 CPU reference */
+    int ref_images;
+    int emulated_ops;               /* ops run emulated (0 until block-scaled formats exist) */
+} tp_compare_entry;
+
+typedef struct {
+    const char *model;
+    int batch;
+    const char *gpu, *driver, *cuda, *cublaslt; /* versions as strings */
+    double warmup_ms;
+    int iterations;
+    double duration_s;
+    int cuda_graph;
+    const char *commit, *date, *command;
+    double peak_tflops[TP_PREC_COUNT]; /* dense GEMM rate measured on this GPU per precision, TFLOP/s (0: not
+                                          measured) */
+    const char *peak_shape;            /* e.g. "8192 x 8192 x 8192" */
+    const char *artifacts[32];         /* files written besides the report (per-precision JSON, traces) */
+    int n_artifacts;
+} tp_compare_config;
+
+/* Amdahl bound of precision e against the baseline b (issue 3):
+ *   changed   = ops whose executed precision differs between b and e (from the traces' ops);
+ *   f         = their share of b's traced kernel time;
+ *   r         = peak_tflops[e's precision] / peak_tflops[b's precision] (the format's measured peak-rate ratio);
+ *   bound     = 1 / ((1 - f) + f / r)    speedup if the changed ops sped up by r and nothing else changed;
+ *   measured  = b.median_ms / e.median_ms;
+ *   gap per category (ms per forward pass) = e's time in the category - its ideal time, the ideal being b's
+ *               time of that category's unchanged ops plus b's time of its changed ops divided by r. The gaps
+ *               sum to e's traced time minus the ideal total. */
+typedef struct {
+    int n_changed;           /* ops */
+    double f;                /* 0..1 */
+    double r;
+    double bound, measured;  /* measured is 0 when either median_ms is not > 0 (unknown) */
+    double ideal_ms;         /* b's traced time per pass with the changed ops divided by r */
+    double actual_ms;        /* e's traced time per pass */
+    double gap_ms[TP_CAT_COUNT];
+} tp_amdahl;
+
+/* Computes the Amdahl figures of e against b with the given peak-rate ratio r (> 0). Ops are matched by index.
+ * TP_ERR_ARG when the two traces do not describe the same graph (model name, batch, op count, layer names or op
+ * kinds differ), when r is not a positive finite number, or when an entry lacks its trace or profile (or the
+ * profile is not the analysis of that trace). */
+tp_status tp_compare_amdahl(const tp_compare_entry *b, const tp_compare_entry *e, double r, tp_amdahl *out,
+                            tp_error *err);
+
+/* Writes out_dir/report.md, out_dir/report.json, out_dir/report.html and the SVG charts
+ * (out_dir/breakdown.svg: stacked category bars per precision, ms per forward pass; out_dir/speedup.svg:
+ * measured against Amdahl-bound speedup). entries[baseline] is the reference for speedups (normally fp16).
+ * Sections: summary, configuration, kernel breakdown per precision, coverage (which ops ran in which precision
+ * and why: native, emulated, kept high by policy), theoretical against actual speedup with the gap attributed to
+ * categories in ms, recommendations (each citing the number it rests on; rules and thresholds in compare.c),
+ * artifacts (the five files above, then cfg->artifacts). An entry whose precision or the baseline's has no
+ * peak_tflops gets no Amdahl figures, with the reason in the report. out_dir is created when missing (not its
+ * parents); existing report files in it are overwritten.
+ * Errors: TP_ERR_IO naming the file, TP_ERR_ARG for inconsistent entries (n < 1, baseline out of range, an entry
+ * without trace or profile, or traces of different graphs: see tp_compare_amdahl). */
+tp_status tp_compare_write(const tp_compare_config *cfg, const tp_compare_entry *entries, int n, int baseline,
+                           const char *out_dir, tp_error *err);
+
+/* The charts, also usable alone (compare_svg.c). Each writes one complete SVG 1.1 document without an XML
+ * declaration, so the same text is a standalone file and an inline element of the HTML page; all text is
+ * XML-escaped. Return 0, or -1 when writing to f failed (ferror).
+ *   breakdown: one horizontal stacked bar per entry, a segment per category (ms per forward pass of the traced
+ *              kernel time, labeled where it fits), fixed category colors, a legend;
+ *   speedup:   per entry other than baseline, the measured speedup (median_ms ratio) and the Amdahl bound
+ *              am[i].bound; am[i].r == 0 means no bound (peak rate not measured) and is labeled so. */
+int tp_compare_svg_breakdown(FILE *f, const tp_compare_entry *entries, int n);
+int tp_compare_svg_speedup(FILE *f, const tp_compare_entry *entries, const tp_amdahl *am, int n, int baseline);
+/* The fixed fill color ("#rrggbb") of a category in the charts. */
+const char *tp_compare_category_color(tp_category c);
+
+#endif

@@ -1,0 +1,673 @@
+/* test_report.c: `tprof compare` (src/report/compare.h) without a GPU: the Amdahl figures on a tiny synthetic
+ * pair of traces with hand-computed answers, and on the two H200 traces committed as fixtures (ViT-B/16, batch
+ * 64, fp16 and fp8) against values recomputed here from the raw records and the per-layer rows; the report
+ * files written from those fixtures: every section present, the JSON parses and holds the data, both SVGs are
+ * well-formed XML, the HTML inlines them and escapes kernel names. */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "profile/analysis.h"
+#include "profile/trace.h"
+#include "report/compare.h"
+
+#define FIX16 "tests/fixtures/h200_vit-b16_b64_fp16.trace.json"
+#define FIX8 "tests/fixtures/h200_vit-b16_b64_fp8.trace.json"
+#define PEAK16 765.0 /* TFLOP/s, FP16 GEMM 8192^3 measured on the H200 (shared/docs/device.md) */
+#define PEAK8 1387.0 /* TFLOP/s, FP8 E4M3 GEMM 8192^3 */
+
+/* Relative closeness; values near zero (small gaps) compare against `scale` instead of themselves. */
+static int close_to(double a, double b, double scale) {
+    double m = fmax(fmax(fabs(a), fabs(b)), scale);
+    return fabs(a - b) <= 1e-9 * m;
+}
+
+/* ---- the synthetic pair ------------------------------------------------------------------------------------
+ * 3 ops, 2 profiled passes, identical per pass. Baseline (all fp16): op 0 GEMM 10 ns, op 1 GEMM 20 ns, op 2
+ * attention 30 ns. Entry: op 1 runs in fp8 (the only changed op): op 0 GEMM 10, op 1 GEMM 14 plus a quantize
+ * kernel of 4, op 2 attention 31. With r = 2:
+ *   f = 20 / 60 = 1/3; bound = 1 / (40/60 + 10/60) = 1.2;
+ *   ideal = 10 + 20/2 + 30 = 50 ns = 5e-5 ms; actual = 10 + 14 + 4 + 31 = 59 ns;
+ *   gaps: GEMM 24 - (10 + 10) = 4 ns, attention 31 - 30 = 1 ns, quantize 4 - 0 = 4 ns; sum 9 = 59 - 50. */
+typedef struct {
+    int op;
+    tp_category cat;
+    uint64_t dur;
+    const char *name;
+} spec;
+
+static void make_trace(tp_trace *t, const spec *s, int n, int fp8_op1) {
+    static const char *LAYERS[] = {"blocks.0.attn.qkv", "blocks.0.mlp.fc1", "blocks.0.attn"};
+    static const tp_op_kind KINDS[] = {TP_OP_LINEAR, TP_OP_LINEAR, TP_OP_ATTENTION};
+    tp_trace_init(t);
+    t->n_ops = 3;
+    t->ops = calloc(3, sizeof *t->ops);
+    ck_assert_ptr_nonnull(t->ops);
+    for (int i = 0; i < 3; i++) {
+        snprintf(t->ops[i].layer, sizeof t->ops[i].layer, "%s", LAYERS[i]);
+        t->ops[i].kind = KINDS[i];
+        t->ops[i].prec = i == 1 && fp8_op1 ? TP_PREC_FP8 : TP_PREC_FP16;
+        snprintf(t->ops[i].how, sizeof t->ops[i].how, "%s",
+                 i == 1 && fp8_op1   ? "e4m3 GEMM"
+                 : i == 0 && fp8_op1 ? "f16 GEMM; kept fp16 by policy"
+                                     : "f16 GEMM");
+    }
+    snprintf(t->model, sizeof t->model, "tiny");
+    snprintf(t->precision, sizeof t->precision, fp8_op1 ? "fp8" : "fp16");
+    snprintf(t->gpu, sizeof t->gpu, "Synthetic GPU");
+    t->batch = 2;
+    t->iterations = 2;
+    uint64_t at = 1000;
+    for (int it = 0; it < 2; it++)
+        for (int k = 0; k < n; k++) {
+            tp_trace_record r;
+            memset(&r, 0, sizeof r);
+            r.name = (char *)s[k].name;
+            r.start_ns = at;
+            r.end_ns = at + s[k].dur;
+            r.iteration = it;
+            r.op = s[k].op;
+            r.category = s[k].cat;
+            at = r.end_ns + 3;
+            tp_error e;
+            ck_assert_msg(tp_trace_add(t, &r, &e) == TP_OK, "%s", e.msg);
+        }
+}
+
+static const spec BASE[] = {{0, TP_CAT_GEMM, 10, "gemm<half>"},
+                            {1, TP_CAT_GEMM, 20, "gemm<half>"},
+                            {2, TP_CAT_ATTENTION, 30, "attn<half> | a&b"}};
+static const spec ENTRY[] = {{0, TP_CAT_GEMM, 10, "gemm<half>"},
+                             {1, TP_CAT_GEMM, 14, "gemm<e4m3>"},
+                             {1, TP_CAT_QUANT, 4, "quantize<e4m3>"},
+                             {2, TP_CAT_ATTENTION, 31, "attn<half> | a&b"}};
+
+typedef struct {
+    tp_trace t;
+    tp_profile_summary s;
+    tp_compare_entry e;
+} loaded;
+
+static void finish(loaded *x, tp_precision p, double median_ms) {
+    tp_error err;
+    ck_assert_msg(tp_profile_analyze(&x->t, &x->s, &err) == TP_OK, "%s", err.msg);
+    memset(&x->e, 0, sizeof x->e);
+    x->e.prec = p;
+    x->e.trace = &x->t;
+    x->e.prof = &x->s;
+    x->e.median_ms = median_ms;
+}
+
+static void make_pair(loaded *b, loaded *e) {
+    make_trace(&b->t, BASE, 3, 0);
+    make_trace(&e->t, ENTRY, 4, 1);
+    finish(b, TP_PREC_FP16, 0.006);
+    finish(e, TP_PREC_FP8, 0.005);
+}
+
+static void unload(loaded *x) {
+    tp_profile_summary_free(&x->s);
+    tp_trace_free(&x->t);
+}
+
+START_TEST(test_amdahl_synthetic) {
+    loaded b, e;
+    make_pair(&b, &e);
+    tp_amdahl a;
+    tp_error err;
+    ck_assert_msg(tp_compare_amdahl(&b.e, &e.e, 2.0, &a, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(a.n_changed, 1);
+    ck_assert(close_to(a.f, 1.0 / 3.0, 0));
+    ck_assert(a.r == 2.0);
+    ck_assert(close_to(a.bound, 1.2, 0));
+    ck_assert(close_to(a.measured, 1.2, 0));
+    ck_assert(close_to(a.ideal_ms, 50e-6, 0));
+    ck_assert(close_to(a.actual_ms, 59e-6, 0));
+    ck_assert(close_to(a.gap_ms[TP_CAT_GEMM], 4e-6, 0));
+    ck_assert(close_to(a.gap_ms[TP_CAT_ATTENTION], 1e-6, 0));
+    ck_assert(close_to(a.gap_ms[TP_CAT_QUANT], 4e-6, 0));
+    double sum = 0;
+    for (int c = 0; c < TP_CAT_COUNT; c++) {
+        if (c != TP_CAT_GEMM && c != TP_CAT_ATTENTION && c != TP_CAT_QUANT) ck_assert(a.gap_ms[c] == 0);
+        sum += a.gap_ms[c];
+    }
+    ck_assert(close_to(sum, 9e-6, 0));
+
+    /* r = 1: the bound is 1 whatever f, and the ideal is the baseline itself */
+    ck_assert(tp_compare_amdahl(&b.e, &e.e, 1.0, &a, &err) == TP_OK);
+    ck_assert(close_to(a.bound, 1.0, 0) && close_to(a.ideal_ms, 60e-6, 0));
+    /* unknown latency: measured is 0 */
+    e.e.median_ms = 0;
+    ck_assert(tp_compare_amdahl(&b.e, &e.e, 2.0, &a, &err) == TP_OK);
+    ck_assert(a.measured == 0);
+    /* errors */
+    ck_assert_int_eq(tp_compare_amdahl(&b.e, &e.e, 0, &a, &err), TP_ERR_ARG);
+    ck_assert_int_eq(tp_compare_amdahl(&b.e, &e.e, NAN, &a, &err), TP_ERR_ARG);
+    snprintf(e.t.ops[2].layer, sizeof e.t.ops[2].layer, "blocks.0.attention");
+    ck_assert_int_eq(tp_compare_amdahl(&b.e, &e.e, 2.0, &a, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "op 2") && strstr(err.msg, "blocks.0.attention"), "%s", err.msg);
+    ck_assert_ptr_null(strchr(err.msg, '\n'));
+    snprintf(e.t.ops[2].layer, sizeof e.t.ops[2].layer, "blocks.0.attn");
+    e.t.ops[2].kind = TP_OP_GELU;
+    ck_assert_int_eq(tp_compare_amdahl(&b.e, &e.e, 2.0, &a, &err), TP_ERR_ARG);
+    e.t.ops[2].kind = TP_OP_ATTENTION;
+    e.t.batch = 4;
+    ck_assert_int_eq(tp_compare_amdahl(&b.e, &e.e, 2.0, &a, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "batch 4") != NULL, "%s", err.msg);
+    e.t.batch = 2;
+    ck_assert(tp_compare_amdahl(&b.e, &e.e, 2.0, &a, &err) == TP_OK);
+    e.e.prof = NULL;
+    ck_assert_int_eq(tp_compare_amdahl(&b.e, &e.e, 2.0, &a, &err), TP_ERR_ARG);
+    unload(&b);
+    unload(&e);
+}
+END_TEST
+
+/* ---- the H200 fixtures --------------------------------------------------------------------------------------- */
+
+static void load_fixture(loaded *x, const char *path, tp_precision p) {
+    tp_error err;
+    ck_assert_msg(tp_trace_load(path, &x->t, &err) == TP_OK, "%s", err.msg);
+    finish(x, p, x->t.event_median_ms);
+    ck_assert_msg(x->t.event_median_ms > 0, "%s: no event_median_ms", path);
+}
+
+/* Plausible benchmark and accuracy numbers around the traces (the H200 run of the same day). */
+static void load_fixtures(loaded *b, loaded *e) {
+    load_fixture(b, FIX16, TP_PREC_FP16);
+    load_fixture(e, FIX8, TP_PREC_FP8);
+    loaded *x[2] = {b, e};
+    static const double W[2] = {173135312.0, 88200848.0}, COS[2] = {0.9999989447, 0.9949193542},
+                        L2[2] = {0.0014529318, 0.1007593650}, MAXA[2] = {0.0030671358, 0.2108811140},
+                        TOP1[2] = {1.0, 0.75};
+    for (int i = 0; i < 2; i++) {
+        tp_compare_entry *c = &x[i]->e;
+        c->mean_ms = c->median_ms * 1.003;
+        c->p99_ms = c->median_ms * 1.04;
+        c->cov = 0.0116;
+        c->qps = 1000.0 / c->median_ms;
+        c->images_per_s = 64 * c->qps;
+        c->weight_bytes = W[i];
+        c->cosine = COS[i], c->rel_l2 = L2[i], c->max_abs = MAXA[i], c->top1 = TOP1[i];
+        c->ref_images = 8;
+    }
+}
+
+START_TEST(test_fixture_categories) {
+    loaded x[2];
+    load_fixtures(&x[0], &x[1]);
+    for (int i = 0; i < 2; i++) {
+        const tp_profile_summary *s = &x[i].s;
+        uint64_t sum = 0;
+        double pct = 0;
+        for (int c = 0; c < TP_CAT_COUNT; c++) sum += s->cat_ns[c], pct += s->cat_pct[c];
+        ck_assert_uint_eq(sum, s->kernel_ns);
+        ck_assert(fabs(pct - 100.0) < 1e-9);
+        ck_assert_int_eq(s->n_layers, 125);
+        ck_assert_int_eq(s->iterations, 3);
+    }
+    unload(&x[0]);
+    unload(&x[1]);
+}
+END_TEST
+
+START_TEST(test_amdahl_fixtures) {
+    loaded b, e;
+    load_fixtures(&b, &e);
+    const double r = PEAK8 / PEAK16;
+    tp_amdahl a;
+    tp_error err;
+    ck_assert_msg(tp_compare_amdahl(&b.e, &e.e, r, &a, &err) == TP_OK, "%s", err.msg);
+
+    /* By hand from the per-layer rows: the changed ops are those whose executed precision differs. */
+    int n_changed = 0;
+    double chg_ns = 0;
+    for (int o = 0; o < b.s.n_layers; o++) {
+        ck_assert_str_eq(b.s.layers[o].layer, e.s.layers[o].layer);
+        if (b.s.layers[o].prec == e.s.layers[o].prec) continue;
+        n_changed++;
+        chg_ns += b.s.layers[o].ns_per_iter;
+        ck_assert_int_eq(b.s.layers[o].kind, TP_OP_LINEAR); /* only block linears go to fp8 here */
+        ck_assert_int_eq(e.s.layers[o].prec, TP_PREC_FP8);
+    }
+    ck_assert_int_eq(n_changed, 48); /* qkv, proj, fc1, fc2 of 12 blocks; patch_embed and head kept fp16 */
+    double f = chg_ns / b.s.kernel_ns_per_iter, bound = 1.0 / ((1.0 - f) + f / r);
+    double ideal = (b.s.kernel_ns_per_iter - chg_ns + chg_ns / r) * 1e-6;
+    ck_assert_int_eq(a.n_changed, 48);
+    ck_assert_msg(close_to(a.f, f, 0), "f %.15g against %.15g", a.f, f);
+    ck_assert(close_to(a.r, r, 0));
+    ck_assert_msg(close_to(a.bound, bound, 0), "bound %.15g against %.15g", a.bound, bound);
+    ck_assert_msg(close_to(a.ideal_ms, ideal, 0), "ideal %.15g against %.15g", a.ideal_ms, ideal);
+    ck_assert(close_to(a.measured, b.t.event_median_ms / e.t.event_median_ms, 0));
+    ck_assert(close_to(a.actual_ms, e.s.kernel_ns_per_iter * 1e-6, 0));
+    ck_assert(f > 0.25 && f < 0.35); /* the fp16 GEMM share of this model at batch 64 */
+
+    /* Per-category gaps from the raw records of both traces. */
+    double ideal_c[TP_CAT_COUNT] = {0}, act_c[TP_CAT_COUNT] = {0};
+    for (int i = 0; i < b.t.n; i++) {
+        const tp_trace_record *x = &b.t.rec[i];
+        if (x->iteration < 0) continue;
+        double d = (double)(x->end_ns - x->start_ns);
+        int changed = x->op >= 0 && b.t.ops[x->op].prec != e.t.ops[x->op].prec;
+        ideal_c[x->category] += (changed ? d / r : d) / b.t.iterations * 1e-6;
+    }
+    for (int i = 0; i < e.t.n; i++) {
+        const tp_trace_record *x = &e.t.rec[i];
+        if (x->iteration >= 0) act_c[x->category] += (double)(x->end_ns - x->start_ns) / e.t.iterations * 1e-6;
+    }
+    double sum = 0;
+    for (int c = 0; c < TP_CAT_COUNT; c++) {
+        ck_assert_msg(close_to(a.gap_ms[c], act_c[c] - ideal_c[c], a.actual_ms), "%s: gap %.15g against %.15g",
+                      tp_category_name((tp_category)c), a.gap_ms[c], act_c[c] - ideal_c[c]);
+        sum += a.gap_ms[c];
+    }
+    ck_assert_msg(close_to(sum, a.actual_ms - a.ideal_ms, a.actual_ms), "gaps sum to %.15g, traced - ideal %.15g", sum,
+                  a.actual_ms - a.ideal_ms);
+    /* attention does not change precision: its gap is the fp8 trace's attention time minus fp16's */
+    ck_assert(close_to(a.gap_ms[TP_CAT_ATTENTION],
+                       (e.s.cat_ns_per_iter[TP_CAT_ATTENTION] - b.s.cat_ns_per_iter[TP_CAT_ATTENTION]) * 1e-6, 1));
+
+    /* a trace of another graph is refused: one op renamed */
+    loaded z;
+    load_fixture(&z, FIX8, TP_PREC_FP8);
+    snprintf(z.t.ops[7].layer, sizeof z.t.ops[7].layer, "blocks.0.renamed");
+    ck_assert_int_eq(tp_compare_amdahl(&b.e, &z.e, r, &a, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "blocks.0.renamed") != NULL, "%s", err.msg);
+    unload(&z);
+    unload(&b);
+    unload(&e);
+}
+END_TEST
+
+/* ---- report files ---------------------------------------------------------------------------------------------- */
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s missing", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *b = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq((long)fread(b, 1, (size_t)n, f), n);
+    b[n] = '\0';
+    fclose(f);
+    return b;
+}
+
+/* Fallback when python3 is missing: tags balance (comments, declarations and self-closing tags aside),
+ * attribute values are quoted, and every & starts an entity. Returns 1 when well-formed in that sense. */
+static int xml_balanced(const char *s) {
+    const char *stack[256];
+    size_t len[256];
+    int depth = 0, roots = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p == '&') {
+            static const char *ENT[] = {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;", "&#"};
+            int ok = 0;
+            for (int k = 0; k < 6 && !ok; k++) ok = strncmp(p, ENT[k], strlen(ENT[k])) == 0;
+            if (!ok) return 0;
+            continue;
+        }
+        if (*p == '>') return 0; /* a '>' outside a tag is legal XML, but this writer always escapes it */
+        if (*p != '<') continue;
+        if (strncmp(p, "<!--", 4) == 0 || strncmp(p, "<?", 2) == 0) {
+            const char *end = strstr(p, p[1] == '!' ? "-->" : "?>");
+            if (!end) return 0;
+            p = strchr(end, '>');
+            continue;
+        }
+        const char *q = p + 1;
+        int closing = *q == '/', quote = 0;
+        if (closing) q++;
+        const char *name = q;
+        while (*q && *q != ' ' && *q != '>' && *q != '/' && *q != '\n') q++;
+        size_t n = (size_t)(q - name);
+        if (n == 0) return 0;
+        for (; *q && (quote || *q != '>'); q++)
+            if (*q == '"') quote = !quote;
+        if (!*q) return 0;
+        int self = q[-1] == '/';
+        if (closing) {
+            if (depth == 0 || len[depth - 1] != n || strncmp(stack[depth - 1], name, n) != 0) return 0;
+            depth--;
+        } else if (!self) {
+            if (depth == 0) roots++;
+            if (depth == 256) return 0;
+            stack[depth] = name, len[depth] = n, depth++;
+        } else if (depth == 0) {
+            roots++;
+        }
+        p = q;
+    }
+    return depth == 0 && roots == 1;
+}
+
+/* Well-formed XML: Python's parser when python3 exists (exit 127 from the shell means it does not). */
+static void assert_xml(const char *path) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sys,xml.etree.ElementTree as E; E.parse(sys.argv[1])\" '%s' >/dev/null 2>&1", path);
+    int rc = system(cmd);
+    ck_assert_int_ne(rc, -1);
+    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 127) {
+        fprintf(stderr, "test_report: no python3; checking %s by tag balance\n", path);
+        char *s = slurp(path);
+        ck_assert_msg(xml_balanced(s), "%s is not well-formed", path);
+        free(s);
+        return;
+    }
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s is not well-formed XML (python3 exit %d)", path,
+                  WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+}
+
+START_TEST(test_xml_fallback) {
+    ck_assert(xml_balanced("<svg a=\"x>y\"><g><rect/><text>a &amp; b &lt;c&gt;</text></g><!-- c --></svg>\n"));
+    ck_assert(!xml_balanced("<svg><g></svg></g>"));
+    ck_assert(!xml_balanced("<svg><text>a & b</text></svg>"));
+    ck_assert(!xml_balanced("<svg><text>k<half></text></svg>"));
+    ck_assert(!xml_balanced("<svg></svg><svg></svg>"));
+}
+END_TEST
+
+static const char *SECTIONS[] = {
+    "## Summary",         "## Configuration", "## Kernel breakdown", "## Coverage", "## Theoretical vs. actual speedup",
+    "## Recommendations", "## Artifacts"};
+#define N_SECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
+static const char *FILES[] = {"report.md", "report.json", "report.html", "breakdown.svg", "speedup.svg"};
+
+static void make_dir(char *buf, size_t n) {
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, n, "%s/tprof_test_report_XXXXXX", t && *t ? t : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(buf));
+}
+
+static void remove_dir(const char *dir) {
+    if (getenv("TP_REPORT_KEEP")) {
+        fprintf(stderr, "test_report: kept %s\n", dir);
+        return;
+    }
+    char p[1200];
+    for (size_t k = 0; k < sizeof FILES / sizeof FILES[0]; k++) {
+        snprintf(p, sizeof p, "%s/%s", dir, FILES[k]);
+        remove(p);
+    }
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+
+static char *read_in(const char *dir, const char *name) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return slurp(p);
+}
+
+static tp_compare_config fixture_config(void) {
+    tp_compare_config c;
+    memset(&c, 0, sizeof c);
+    c.model = "vit_base_patch16_224";
+    c.batch = 64;
+    c.gpu = "NVIDIA H200";
+    c.driver = "580.159.04";
+    c.cuda = "13.0";
+    c.cublaslt = "130100";
+    c.warmup_ms = 200;
+    c.iterations = 10;
+    c.duration_s = 3;
+    c.cuda_graph = 1;
+    c.commit = "6af0f20";
+    c.date = "2026-11-21T06:00:21Z";
+    c.command = "tprof compare --model vit-b16 --batch 64 --precision fp16,fp8 --out report";
+    c.peak_tflops[TP_PREC_FP16] = PEAK16;
+    c.peak_tflops[TP_PREC_FP8] = PEAK8;
+    c.peak_shape = "8192 x 8192 x 8192";
+    c.artifacts[0] = "fp16.trace.json";
+    c.artifacts[1] = "fp8.trace.json";
+    c.n_artifacts = 2;
+    return c;
+}
+
+static json_t *jget(json_t *o, const char *k) {
+    json_t *v = json_object_get(o, k);
+    ck_assert_msg(v != NULL, "report.json lacks \"%s\"", k);
+    return v;
+}
+
+START_TEST(test_write_fixtures) {
+    loaded x[2];
+    load_fixtures(&x[0], &x[1]);
+    tp_compare_entry entries[2] = {x[0].e, x[1].e};
+    tp_compare_config cfg = fixture_config();
+    char dir[1024];
+    make_dir(dir, sizeof dir);
+    tp_error err;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+
+    char *md = read_in(dir, "report.md");
+    for (int k = 0; k < N_SECTIONS; k++)
+        ck_assert_msg(strstr(md, SECTIONS[k]) != NULL, "report.md lacks \"%s\"", SECTIONS[k]);
+    for (int k = 1; k < N_SECTIONS; k++) ck_assert(strstr(md, SECTIONS[k - 1]) < strstr(md, SECTIONS[k]));
+    static const char *MD[] = {"# tprof compare: vit_base_patch16_224, batch 64, NVIDIA H200",
+                               "fp16 (baseline)",
+                               "![",
+                               "breakdown.svg",
+                               "speedup.svg",
+                               "kept fp16 by policy",
+                               "CUDA graph on",
+                               "data transfers excluded",
+                               "765 TFLOP/s",
+                               "1387 TFLOP/s",
+                               "580.159.04",
+                               "130100",
+                               "`void attention_kernel<__half, __nv_fp8_e4m3, 2>(",
+                               "attention unchanged in precision",
+                               "`fp16.trace.json`",
+                               "`report.html`",
+                               "blocks.N.attn"};
+    for (size_t k = 0; k < sizeof MD / sizeof MD[0]; k++)
+        ck_assert_msg(strstr(md, MD[k]) != NULL, "report.md lacks \"%s\"", MD[k]);
+    /* Outside code spans no raw angle bracket: names with <> are in backticks, other text is escaped. */
+    int in_code = 0;
+    for (const char *p = md; *p; p++) {
+        if (*p == '`')
+            in_code = !in_code;
+        else if (!in_code)
+            ck_assert_msg(*p != '<' && *p != '>', "raw %c in report.md: %.60s", *p, p);
+    }
+
+    /* JSON: everything in the Markdown as data */
+    json_error_t je;
+    char p[1200];
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    json_t *j = json_load_file(p, 0, &je);
+    ck_assert_msg(j != NULL, "report.json: %s at line %d", je.text, je.line);
+    ck_assert_str_eq(json_string_value(jget(j, "format")), "tprof-compare-1");
+    ck_assert_str_eq(json_string_value(jget(j, "baseline")), "fp16");
+    json_t *conf = jget(j, "configuration");
+    ck_assert(json_is_true(jget(conf, "cuda_graph")));
+    ck_assert_str_eq(json_string_value(jget(conf, "data_transfers")), "excluded");
+    ck_assert(json_number_value(jget(jget(conf, "peak_tflops"), "fp8")) == PEAK8);
+    json_t *sum = jget(j, "summary");
+    ck_assert_int_eq((int)json_array_size(sum), 2);
+    json_t *s8 = json_array_get(sum, 1);
+    ck_assert(close_to(json_number_value(jget(s8, "speedup")), x[0].t.event_median_ms / x[1].t.event_median_ms, 0));
+    ck_assert(json_number_value(jget(jget(s8, "accuracy"), "top1")) == 0.75);
+    json_t *bd = jget(j, "breakdown");
+    ck_assert_int_eq((int)json_array_size(bd), 2);
+    for (int i = 0; i < 2; i++) {
+        json_t *cats = jget(json_array_get(bd, (size_t)i), "categories");
+        double ms = 0, pct = 0;
+        for (size_t c = 0; c < json_array_size(cats); c++) {
+            ms += json_number_value(jget(json_array_get(cats, c), "ms"));
+            pct += json_number_value(jget(json_array_get(cats, c), "percent"));
+        }
+        ck_assert(close_to(ms, x[i].s.kernel_ns_per_iter * 1e-6, 0) ||
+                  fabs(ms - x[i].s.kernel_ns_per_iter * 1e-6) < 1e-12);
+        ck_assert(fabs(pct - 100) < 1e-9);
+        ck_assert_int_eq((int)json_array_size(jget(json_array_get(bd, (size_t)i), "top_kernels")),
+                         x[i].s.n_kernels < 10 ? x[i].s.n_kernels : 10);
+    }
+    json_t *cov = json_array_get(jget(j, "coverage"), 1);
+    ck_assert_int_eq((int)json_integer_value(jget(jget(cov, "by_precision"), "fp8")), 48);
+    ck_assert_int_eq((int)json_integer_value(jget(cov, "kept_by_policy")), 2); /* patch_embed.proj, head */
+    ck_assert_int_eq((int)json_array_size(jget(j, "amdahl")), 1);
+    json_t *am = json_array_get(jget(j, "amdahl"), 0);
+    tp_amdahl a;
+    ck_assert(tp_compare_amdahl(&entries[0], &entries[1], PEAK8 / PEAK16, &a, &err) == TP_OK);
+    ck_assert(json_is_true(jget(am, "available")));
+    ck_assert(close_to(json_number_value(jget(am, "f")), a.f, 0));
+    ck_assert(close_to(json_number_value(jget(am, "bound")), a.bound, 0));
+    ck_assert(close_to(json_number_value(jget(am, "ideal_ms")), a.ideal_ms, 0));
+    ck_assert_int_eq((int)json_array_size(jget(am, "gaps")), TP_CAT_COUNT);
+    json_t *recs = jget(j, "recommendations");
+    ck_assert_int_ge((int)json_array_size(recs), 1);
+    int lever = 0;
+    for (size_t k = 0; k < json_array_size(recs); k++) {
+        json_t *r = json_array_get(recs, k), *basis = jget(r, "basis");
+        ck_assert(json_is_number(jget(basis, "value")) && json_is_number(jget(basis, "threshold")));
+        const char *text = json_string_value(jget(r, "text"));
+        ck_assert_msg(strstr(md, text) != NULL, "recommendation not in report.md: %s", text);
+        if (strcmp(json_string_value(jget(r, "rule")), "unchanged_lever") == 0) {
+            lever = 1;
+            ck_assert_msg(strstr(text, "attention is 54.") != NULL, "%s", text);
+            ck_assert(json_number_value(jget(basis, "value")) >= json_number_value(jget(basis, "threshold")));
+        }
+    }
+    ck_assert_msg(lever, "no recommendation about attention, 54 %% of fp16 time");
+    json_t *arts = jget(j, "artifacts");
+    ck_assert_int_eq((int)json_array_size(arts), 7);
+    ck_assert_str_eq(json_string_value(json_array_get(arts, 6)), "fp8.trace.json");
+    json_t *prof = jget(j, "profiles");
+    ck_assert_int_eq((int)json_array_size(prof), 2);
+    ck_assert_int_eq((int)json_array_size(jget(json_array_get(prof, 1), "layers")), 125);
+    json_decref(j);
+
+    char *html = read_in(dir, "report.html");
+    ck_assert_ptr_nonnull(strstr(html, "<!DOCTYPE html>"));
+    ck_assert_ptr_nonnull(strstr(html, "<style>"));
+    const char *svg = strstr(html, "<svg");
+    ck_assert_ptr_nonnull(svg);
+    ck_assert_ptr_nonnull(strstr(svg + 4, "<svg")); /* both charts */
+    ck_assert_ptr_nonnull(strstr(html, "attention_kernel&lt;__half, __nv_fp8_e4m3, 2&gt;"));
+    ck_assert_ptr_null(strstr(html, "<__half"));
+    ck_assert_ptr_null(strstr(html, "<script"));
+    ck_assert_ptr_null(strstr(html, "<link"));
+    ck_assert_ptr_null(strstr(html, "src="));
+    for (int k = 0; k < N_SECTIONS; k++)
+        ck_assert_msg(strstr(html, SECTIONS[k] + 3) != NULL, "html lacks %s", SECTIONS[k]);
+
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof p, "%s/%s", dir, k ? "speedup.svg" : "breakdown.svg");
+        assert_xml(p);
+        char *s = slurp(p);
+        ck_assert_ptr_nonnull(strstr(s, "xmlns=\"http://www.w3.org/2000/svg\""));
+        ck_assert_msg(strstr(html, s) != NULL, "%s is not inlined verbatim in report.html", p);
+        if (k == 0) {
+            ck_assert_ptr_nonnull(strstr(s, "attention"));
+            ck_assert_ptr_nonnull(strstr(s, tp_compare_category_color(TP_CAT_ATTENTION)));
+        } else {
+            char want[32];
+            snprintf(want, sizeof want, "%.3f×", a.bound);
+            ck_assert_msg(strstr(s, want) != NULL, "speedup.svg lacks the bound %s", want);
+        }
+        free(s);
+    }
+    free(md);
+    free(html);
+    remove_dir(dir);
+    unload(&x[0]);
+    unload(&x[1]);
+}
+END_TEST
+
+/* Names with <, >, & and | through every writer; a pair without peak rates (no bound); a baseline alone. */
+START_TEST(test_write_synthetic) {
+    loaded b, e;
+    make_pair(&b, &e);
+    tp_compare_entry entries[2] = {b.e, e.e};
+    tp_compare_config cfg;
+    memset(&cfg, 0, sizeof cfg); /* no versions, no peak rates: every field reads unknown / n/a */
+    cfg.model = "tiny & <small>";
+    cfg.batch = 2;
+    char dir[1024], p[1200];
+    make_dir(dir, sizeof dir);
+    tp_error err;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    char *md = read_in(dir, "report.md"), *html = read_in(dir, "report.html");
+    ck_assert_ptr_nonnull(strstr(md, "`attn<half> \\| a&b`"));
+    ck_assert_ptr_nonnull(strstr(md, "tiny &amp; &lt;small&gt;"));
+    ck_assert_ptr_nonnull(strstr(md, "peak GEMM rate of fp16 not measured"));
+    ck_assert_ptr_nonnull(strstr(html, "<code>attn&lt;half&gt; | a&amp;b</code>"));
+    ck_assert_ptr_nonnull(strstr(html, "tiny &amp; &lt;small&gt;"));
+    for (int k = 0; k < N_SECTIONS; k++) ck_assert_ptr_nonnull(strstr(md, SECTIONS[k]));
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    ck_assert_msg(j != NULL, "%s", je.text);
+    ck_assert(json_is_false(jget(json_array_get(jget(j, "amdahl"), 0), "available")));
+    ck_assert(json_is_null(jget(jget(j, "configuration"), "gpu")));
+    json_decref(j);
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof p, "%s/%s", dir, k ? "speedup.svg" : "breakdown.svg");
+        assert_xml(p);
+    }
+    free(md);
+    free(html);
+    /* the baseline alone: the speedup chart says there is nothing to compare */
+    ck_assert_msg(tp_compare_write(&cfg, entries, 1, 0, dir, &err) == TP_OK, "%s", err.msg);
+    snprintf(p, sizeof p, "%s/speedup.svg", dir);
+    assert_xml(p);
+    char *s = slurp(p);
+    ck_assert_ptr_nonnull(strstr(s, "No precision besides the baseline"));
+    free(s);
+    remove_dir(dir);
+    unload(&b);
+    unload(&e);
+}
+END_TEST
+
+START_TEST(test_write_errors) {
+    loaded b, e;
+    make_pair(&b, &e);
+    tp_compare_entry entries[2] = {b.e, e.e};
+    tp_compare_config cfg = fixture_config();
+    tp_error err;
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 2, "/tmp", &err), TP_ERR_ARG);
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 0, 0, "/tmp", &err), TP_ERR_ARG);
+    char dir[1024], bad[1200];
+    make_dir(dir, sizeof dir);
+    snprintf(bad, sizeof bad, "%s/no/such/dir", dir);
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 0, bad, &err), TP_ERR_IO);
+    ck_assert_msg(strstr(err.msg, bad) != NULL && !strchr(err.msg, '\n'), "%s", err.msg);
+    e.t.ops[1].kind = TP_OP_GELU; /* another graph */
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 0, dir, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "op 1") != NULL, "%s", err.msg);
+    ck_assert_int_eq(rmdir(dir), 0); /* nothing was written */
+    unload(&b);
+    unload(&e);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("report");
+    TCase *t = tcase_create("compare");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, test_amdahl_synthetic);
+    tcase_add_test(t, test_fixture_categories);
+    tcase_add_test(t, test_amdahl_fixtures);
+    tcase_add_test(t, test_xml_fallback);
+    tcase_add_test(t, test_write_fixtures);
+    tcase_add_test(t, test_write_synthetic);
+    tcase_add_test(t, test_write_errors);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
