@@ -311,7 +311,8 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
         e->ref_images = R;
         const char *ext[3] = {"trace", "chrome", "profile"};
         for (int k = 0; k < 3 && cfg.n_artifacts < 3 * TP_MAX_PRECISIONS; k++) {
-            snprintf(art[cfg.n_artifacts], sizeof art[0], "%s/%s.%s.json", o->out_dir, tp_precision_name(r->prec), ext[k]);
+            /* relative to the report, which sits in the same folder */
+            snprintf(art[cfg.n_artifacts], sizeof art[0], "%s.%s.json", tp_precision_name(r->prec), ext[k]);
             cfg.artifacts[cfg.n_artifacts] = art[cfg.n_artifacts];
             cfg.n_artifacts++;
         }

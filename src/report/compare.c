@@ -792,8 +792,9 @@ static void sec_amdahl(tp_doc *d, const model *m) {
         for (int c = 0; c < TP_CAT_COUNT; c++) mag[c] = fabs(p->am.gap_ms[c]);
         sort_desc(ord, k, mag);
         tp_doc_para_open(d);
-        tp_doc_txt(d, "%s is %.3f ms per pass slower than ideal (traced %.3f ms, ideal %.3f ms): ", ep,
-                   p->am.actual_ms - p->am.ideal_ms, p->am.actual_ms, p->am.ideal_ms);
+        double over = p->am.actual_ms - p->am.ideal_ms;
+        tp_doc_txt(d, "%s is %.3f ms per pass %s than ideal (traced %.3f ms, ideal %.3f ms): ", ep, fabs(over),
+                   over >= 0 ? "slower" : "faster", p->am.actual_ms, p->am.ideal_ms);
         for (int j = 0; j < k; j++)
             tp_doc_txt(d, "%s%s: %+.3f ms", j ? "; " : "", gap_label(m, i, ord[j], buf, sizeof buf),
                        p->am.gap_ms[ord[j]]);
