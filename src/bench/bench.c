@@ -268,7 +268,7 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
     for (int i = 0; i < o->n_precs; i++) {
         tp_precision p = res[i].prec;
         if (cfg.peak_tflops[p] > 0) continue;
-        tp_status st = tp_gemm_peak(p, peak_n, 20, &cfg.peak_tflops[p], err);
+        tp_status st = tp_gemm_peak(p, peak_n, 50, &cfg.peak_tflops[p], err);
         if (st) return st;
         printf(" %s %.0f TFLOP/s", tp_precision_name(p), cfg.peak_tflops[p]);
     }
