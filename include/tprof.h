@@ -67,14 +67,30 @@ typedef enum {
     TP_E5M2, /* OCP FP8 E5M2: bias 15, max 57344 */
     TP_F64,
     TP_I64,
+    TP_E2M1,  /* OCP FP4 E2M1: +-{0, .5, 1, 1.5, 2, 3, 4, 6}; stored two per byte */
+    TP_UE8M0, /* unsigned power-of-two scale 2^(e-127) (MX block scales) */
+    TP_UE4M3, /* E4M3 bit layout used as an unsigned scale (NVFP4 block scales) */
     TP_DTYPE_COUNT
 } tp_dtype;
 
-/* Execution precision of an engine (a request; the plan records what each op really ran in). */
-typedef enum { TP_PREC_FP32 = 0, TP_PREC_FP16, TP_PREC_BF16, TP_PREC_FP8, TP_PREC_COUNT } tp_precision;
+/* Execution precision of an engine or an op (a request; the plan records what each op really ran in).
+ * fp8: E4M3 with per-tensor scales; fp8-block: E4M3 with 1x128 / 128x128 FP32 block scales; mxfp8, nvfp4,
+ * mxfp4: the block-scaled formats of src/formats/qformat.h. */
+typedef enum {
+    TP_PREC_FP32 = 0,
+    TP_PREC_FP16,
+    TP_PREC_BF16,
+    TP_PREC_FP8,
+    TP_PREC_FP8_BLOCK,
+    TP_PREC_MXFP8,
+    TP_PREC_NVFP4,
+    TP_PREC_MXFP4,
+    TP_PREC_COUNT
+} tp_precision;
 
 const char *tp_precision_name(tp_precision p);
-/* Parses "fp32", "fp16", "bf16", "fp8"; TP_ERR_ARG naming the value otherwise. */
+/* Parses "fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp8", "nvfp4", "mxfp4"; TP_ERR_ARG naming the value
+ * otherwise. */
 tp_status tp_precision_parse(const char *s, tp_precision *out, tp_error *err);
 
 #ifdef __cplusplus

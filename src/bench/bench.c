@@ -45,7 +45,8 @@ typedef struct {
     tp_accuracy acc;
     double weight_bytes, act_bytes;
     double build_ms;
-    int n_fp8_ops, n_ops;
+    int n_quant_ops, n_emulated_ops, n_ops; /* ops in the requested quantized format; of them emulated */
+    double format_weight_bytes;             /* weights in their format (what an engine file stores) */
     json_t *plan;    /* per op: layer, op, precision, FLOP, bytes, how (owned) */
     json_t *profile; /* tprof profile: the kernel-level summary (owned) */
     int has_prof;    /* trace and prof below are owned */
@@ -109,7 +110,8 @@ static void print_summary(const tp_bench_options *o, const prec_result *r, const
                           int ref_rows) {
     char wb[32], ab[32];
     const tp_latency_stats *l = &r->lat;
-    printf("\n=== %s on %s: performance summary ===\n", tp_precision_name(r->prec), device);
+    printf("\n=== %s%s on %s: performance summary ===\n", tp_precision_name(r->prec),
+           r->n_emulated_ops ? " (EMULATED)" : "", device);
     double qps = r->n / (r->wall_ms * 1e-3);
     printf("Throughput: %.2f qps, %.1f images/s (batch %d)\n", qps, qps * o->batch, o->batch);
     printf("%s Compute Time: min = %.4f ms, max = %.4f ms, mean = %.4f ms, median = %.4f ms, "
@@ -128,9 +130,17 @@ static void print_summary(const tp_bench_options *o, const prec_result *r, const
                tp_fmt_bytes(r->weight_bytes, wb, sizeof wb), r->weight_bytes,
                tp_fmt_bytes(r->act_bytes, ab, sizeof ab), r->build_ms);
     }
-    if (r->prec == TP_PREC_FP8)
-        printf("FP8: %d of %d ops run E4M3 GEMMs (static per-tensor scales, max calibration); the rest fp16\n",
-               r->n_fp8_ops, r->n_ops);
+    if (r->n_quant_ops)
+        printf("%s: %d of %d ops run %s GEMMs%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
+               tp_precision_name(r->prec),
+               r->prec == TP_PREC_FP8 ? " (static per-tensor scales, max calibration)" : "",
+               r->n_emulated_ops ? ", EMULATED (no hardware path on this GPU: see --plan)" : "",
+               r->prec == TP_PREC_FP8 ? "fp16" : "bf16");
+    if (r->format_weight_bytes > 0 && fabs(r->format_weight_bytes - r->weight_bytes) > 0.5) {
+        char fb[32];
+        printf("Weights in %s: %s (%.0f bytes; the emulation keeps them dequantized on the device)\n",
+               tp_precision_name(r->prec), tp_fmt_bytes(r->format_weight_bytes, fb, sizeof fb), r->format_weight_bytes);
+    }
     const tp_accuracy *a = &r->acc;
     printf("Accuracy vs FP32 CPU reference (%d of %d images): cosine = %.6f, relative L2 = %.3e, "
            "max abs error = %.3e, top-1 agreement = %.1f %% (%d/%d)%s\n",
@@ -206,6 +216,9 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         json_object_set_new(p, "images_per_s", json_num(qps * o->batch));
         json_object_set_new(p, "tflops_at_median", json_num(flop / (r->lat.median * 1e-3) * 1e-12));
         json_object_set_new(p, "weight_bytes", json_real(r->weight_bytes));
+        json_object_set_new(p, "format_weight_bytes", json_real(r->format_weight_bytes));
+        json_object_set_new(p, "quantized_ops", json_integer(r->n_quant_ops));
+        json_object_set_new(p, "emulated_ops", json_integer(r->n_emulated_ops));
         json_object_set_new(p, "activation_bytes", json_real(r->act_bytes));
         json_object_set_new(p, "build_ms", json_real(r->build_ms));
         json_object_set_new(p, "speedup_vs_baseline", json_num(res[base].lat.median / r->lat.median));
@@ -305,7 +318,8 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
         e->median_ms = r->lat.median, e->mean_ms = r->lat.mean, e->p99_ms = r->lat.p99, e->cov = r->lat.cov;
         e->qps = r->n / (r->wall_ms * 1e-3);
         e->images_per_s = e->qps * o->batch;
-        e->weight_bytes = r->weight_bytes;
+        e->weight_bytes = r->format_weight_bytes;
+        e->emulated_ops = r->n_emulated_ops;
         e->cosine = r->acc.cosine, e->rel_l2 = r->acc.rel_l2, e->max_abs = r->acc.max_abs;
         e->top1 = r->acc.top1_agree;
         e->ref_images = R;
@@ -432,7 +446,11 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
         tp_plan plan;
         if ((st = tp_plan_build(&g, r->prec, dev == TP_DEVICE_GPU ? gpu.sm : 0, &plan, err))) goto done;
         r->n_ops = g.n_ops;
-        for (int i = 0; i < g.n_ops; i++) r->n_fp8_ops += plan.op_prec[i] == TP_PREC_FP8;
+        for (int i = 0; i < g.n_ops; i++) {
+            r->n_quant_ops += plan.op_prec[i] == r->prec && r->prec >= TP_PREC_FP8;
+            r->n_emulated_ops += plan.op_emulated[i];
+        }
+        r->format_weight_bytes = tp_plan_weight_bytes(&plan, &g);
         r->plan = json_plan(&g, &plan);
         if (o->print_plan) {
             printf("\nPlan for %s:\n", tp_precision_name(r->prec));
@@ -449,7 +467,9 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             st = bench_cpu(o, &g, &params, images, out, r, err);
         } else {
 #ifdef TPROF_HAVE_CUDA
-            if (r->prec == TP_PREC_FP8) {
+            int calibrate = 0; /* static per-tensor activation scales need the FP16 engine's amax */
+            for (int v = 0; v < g.n_values; v++) calibrate |= plan.value_scaled[v] && g.values[v].kind == TP_VAL_ACT;
+            if (calibrate) {
                 amax = malloc(sizeof(float) * (size_t)g.n_values);
                 st = amax ? tp_calibrate_max(&g, &params, 0, gpu.sm, calib, amax, err)
                           : tp_fail(err, TP_ERR_OOM, "out of host memory");

@@ -16,7 +16,8 @@
 typedef struct {
     const char *name;        /* tprof's name: "f32", "f16", "bf16", "e4m3", "e5m2", ... */
     const char *st_name;     /* safetensors dtype string: "F32", "F16", "BF16", "F8_E4M3", ... */
-    size_t bytes;            /* bytes per element */
+    size_t bytes;            /* bytes per element (1 for the 4-bit E2M1: see bits) */
+    int bits;                /* bits per element */
     int is_float;
     double max_finite;       /* largest finite value; 0 for integers */
 } tp_dtype_traits;

@@ -1,5 +1,6 @@
 #include "planner/plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,8 @@
 void tp_plan_free(tp_plan *p) {
     free(p->value_dt);
     free(p->value_scaled);
+    free(p->value_qf);
+    free(p->op_emulated);
     free(p->op_prec);
     free(p->op_note);
     memset(p, 0, sizeof *p);
@@ -25,6 +28,39 @@ static int consumers(const tp_graph *g, int v) {
     return n;
 }
 
+/* The block-scaled formats (see plan.h): the Linear layers of the blocks read MXFP8 / NVFP4 operands. */
+static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm, tp_plan *p, tp_error *err) {
+    const tp_qformat qf = prec == TP_PREC_MXFP8 ? TP_QF_MXFP8 : TP_QF_NVFP4;
+    const tp_qformat_traits *qt = tp_qformat_info(qf);
+    const int native = sm >= 100; /* block-scaled MMA: compute capability 10.x, 11.x, 12.x (formats.md) */
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_LINEAR || is_kept_high(op)) continue;
+        int x = op->in[0], w = op->in[1];
+        if (op->gemm_k % qt->block) {
+            tp_plan_free(p);
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s needs K %% %d == 0 (blocks of %d along K); K = %lld",
+                           op->layer, qt->name, qt->block, qt->block, (long long)op->gemm_k);
+        }
+        p->value_qf[x] = qf;
+        p->value_qf[w] = qf;
+        /* NVFP4's second-level per-tensor scale of an activation is static (calibrated amax / (6 * 448)) */
+        p->value_scaled[x] = qt->global_scale;
+        p->op_prec[i] = prec;
+        p->op_emulated[i] = !native;
+        if (native)
+            snprintf(p->op_note[i], sizeof p->op_note[i], "native %s GEMM (cuBLASLt %s block scales), fp32 accumulate",
+                     qt->name, qf == TP_QF_MXFP8 ? "VEC32_UE8M0" : "VEC16_UE4M3");
+        else
+            snprintf(p->op_note[i], sizeof p->op_note[i],
+                     "emulated on sm_%d: %s operands (activations quantized per %d-block by a QDQ kernel%s, weights "
+                     "offline) dequantized exactly to bf16, bf16 GEMM, fp32 accumulate%s",
+                     sm, qt->name, qt->block, qt->global_scale ? ", per-tensor scale calibrated" : "",
+                     qt->global_scale ? ", per-tensor scales as alpha" : "");
+    }
+    return TP_OK;
+}
+
 tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p, tp_error *err) {
     memset(p, 0, sizeof *p);
     const char *target = sm ? "GPU" : "CPU";
@@ -38,35 +74,42 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
     if (prec == TP_PREC_BF16 && sm && sm < 80)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "precision bf16 needs sm_80 or newer; this %s is %s", target,
                        tname);
-    if (prec == TP_PREC_FP8 && sm && sm < 89)
+    const int block_fmt = prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4;
+    if ((prec == TP_PREC_FP8 || block_fmt) && sm && sm < 89)
         return tp_fail(err, TP_ERR_UNSUPPORTED,
-                       "precision fp8 (E4M3 tensor cores) needs sm_89 or newer; this %s is %s", target, tname);
+                       "precision %s needs sm_89 or newer (E4M3 tensor cores); this %s is %s", tp_precision_name(prec),
+                       target, tname);
+    if (prec == TP_PREC_FP8_BLOCK || prec == TP_PREC_MXFP4)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "precision %s: not implemented in this build of tprof",
+                       tp_precision_name(prec));
     p->requested = prec;
     p->sm = sm;
     p->n_values = g->n_values;
     p->n_ops = g->n_ops;
-    p->act_dt = prec == TP_PREC_FP32 ? TP_F32 : prec == TP_PREC_BF16 ? TP_BF16 : TP_F16;
+    p->act_dt = prec == TP_PREC_FP32 ? TP_F32 : (prec == TP_PREC_BF16 || block_fmt) ? TP_BF16 : TP_F16;
     p->value_dt = malloc(sizeof(tp_dtype) * (size_t)g->n_values);
     p->value_scaled = calloc((size_t)g->n_values, sizeof(int));
+    p->value_qf = calloc((size_t)g->n_values, sizeof(tp_qformat));
+    p->op_emulated = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
     p->op_prec = malloc(sizeof(tp_precision) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *p->op_note);
-    if (!p->value_dt || !p->value_scaled || !p->op_prec || !p->op_note) {
+    if (!p->value_dt || !p->value_scaled || !p->value_qf || !p->op_emulated || !p->op_prec || !p->op_note) {
         tp_plan_free(p);
         return tp_fail(err, TP_ERR_OOM, "out of host memory planning the engine");
     }
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
     const char *act = tp_dtype_info(p->act_dt)->name;
-    tp_precision high = prec == TP_PREC_FP8 ? TP_PREC_FP16 : prec;
+    tp_precision high = prec == TP_PREC_FP8 ? TP_PREC_FP16 : block_fmt ? TP_PREC_BF16 : prec;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         p->op_prec[i] = high;
         switch (op->kind) {
         case TP_OP_LINEAR:
         case TP_OP_PATCH_EMBED:
-            if (prec == TP_PREC_FP8 && !is_kept_high(op)) break; /* decided below */
+            if ((prec == TP_PREC_FP8 || block_fmt) && !is_kept_high(op)) break; /* decided below */
             snprintf(p->op_note[i], sizeof p->op_note[i], "%s GEMM, %s accumulate%s", act,
                      prec == TP_PREC_FP32 ? "fp32 (TF32 off)" : "fp32",
-                     prec == TP_PREC_FP8 ? "; kept fp16 by policy" : "");
+                     prec == TP_PREC_FP8 ? "; kept fp16 by policy" : block_fmt ? "; kept bf16 by policy" : "");
             break;
         case TP_OP_LAYERNORM:
             snprintf(p->op_note[i], sizeof p->op_note[i], "%s in/out, fp32 statistics", act);
@@ -81,6 +124,7 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
         default: snprintf(p->op_note[i], sizeof p->op_note[i], "%s, fp32 math", act); break;
         }
     }
+    if (block_fmt) return plan_block_scaled(g, prec, sm, p, err);
     if (prec != TP_PREC_FP8) return TP_OK;
 
     for (int i = 0; i < g->n_ops; i++) {
@@ -130,13 +174,20 @@ double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g) {
     double b = 0;
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].kind != TP_VAL_PARAM) continue;
-        b += (double)tp_value_numel(&g->values[v]) * (double)tp_dtype_info(p->value_dt[v])->bytes;
+        double n = (double)tp_value_numel(&g->values[v]);
+        if (p->value_qf[v] != TP_QF_NONE) {
+            /* what the weights occupy in their format (as an engine file stores them), not the emulation's bf16 */
+            const tp_qformat_traits *qt = tp_qformat_info(p->value_qf[v]);
+            b += n * qt->bits / 8.0 + ceil(n / qt->block) * tp_dtype_info(qt->scale)->bytes + (qt->global_scale ? 4 : 0);
+            continue;
+        }
+        b += n * (double)tp_dtype_info(p->value_dt[v])->bytes;
         if (p->value_scaled[v]) b += 4;
     }
     return b;
 }
 
-static const char *PREC_NAMES[TP_PREC_COUNT] = {"fp32", "fp16", "bf16", "fp8"};
+static const char *PREC_NAMES[TP_PREC_COUNT] = {"fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp8", "nvfp4", "mxfp4"};
 
 const char *tp_precision_name(tp_precision p) { return (unsigned)p < TP_PREC_COUNT ? PREC_NAMES[p] : "?"; }
 
@@ -146,5 +197,6 @@ tp_status tp_precision_parse(const char *s, tp_precision *out, tp_error *err) {
             *out = (tp_precision)i;
             return TP_OK;
         }
-    return tp_fail(err, TP_ERR_ARG, "unknown precision '%s' (expected fp32, fp16, bf16 or fp8)", s);
+    return tp_fail(err, TP_ERR_ARG,
+                   "unknown precision '%s' (expected fp32, fp16, bf16, fp8, fp8-block, mxfp8, nvfp4 or mxfp4)", s);
 }

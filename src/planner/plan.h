@@ -10,10 +10,18 @@
  *         accumulation and FP16 output: weights quantized offline per tensor (scale = amax / 448), activations
  *         with a static per-tensor scale from max calibration. The producers of those activations (LayerNorm,
  *         attention, GELU) write E4M3 directly, so no standalone quantize kernel runs. Patch embedding and head
- *         stay FP16, as practitioners keep them; everything else is FP16 storage with FP32 statistics. */
+ *         stay FP16, as practitioners keep them; everything else is FP16 storage with FP32 statistics.
+ *   mxfp8, nvfp4 (sm_89+)  the same Linear layers read MXFP8 / NVFP4 operands (src/formats/qformat.h), the rest
+ *         runs BF16 (BF16's range holds every dequantized block-scaled value). Native on Blackwell (sm_100+);
+ *         on sm_89/sm_90, which have no block-scaled MMA, emulated with identical numerics: weights quantized
+ *         offline and dequantized exactly into BF16, activations quantized per block (dynamically; NVFP4's
+ *         per-tensor scale static from calibration) and dequantized exactly into BF16 by a QDQ kernel before a
+ *         BF16 GEMM with FP32 accumulation; NVFP4's per-tensor scales are the GEMM's alpha. The blocks run
+ *         along K, so K must be a multiple of the block (32, 16). Every such op is labelled emulated. */
 #ifndef TP_PLAN_H
 #define TP_PLAN_H
 
+#include "formats/qformat.h"
 #include "ir/graph.h"
 #include "tprof.h"
 
@@ -23,7 +31,10 @@ typedef struct {
     tp_dtype act_dt;  /* storage type of activations that are not quantized */
     int n_values, n_ops;
     tp_dtype *value_dt;        /* per value: storage type (parameters included) */
-    int *value_scaled;         /* per value: 1 when stored E4M3 with a per-tensor fp32 scale */
+    int *value_scaled;         /* per value: 1 when it needs a static per-tensor fp32 scale (E4M3 storage, or the
+                                  NVFP4 second-level scale of an activation): from calibration or the weights */
+    tp_qformat *value_qf;      /* per value: the quantized format a GEMM reads it in (TP_QF_NONE: as stored) */
+    int *op_emulated;          /* per op: 1 when the format is emulated on this target (no hardware path) */
     tp_precision *op_prec;     /* per op: the precision its main math runs in */
     char (*op_note)[128];      /* per op: how and why, e.g. "e4m3 GEMM, fp32 accumulate, fp16 out" */
 } tp_plan;

@@ -19,6 +19,7 @@
 
 Suite *gpu_ops_suite(void);
 Suite *gpu_engine_suite(void); /* tests/gpu/test_gpu_engine.c */
+Suite *gpu_formats_suite(void); /* tests/gpu/test_gpu_formats.c */
 
 #define SKIP_CODE 77
 
@@ -113,6 +114,7 @@ int main(void) {
 
     SRunner *sr = srunner_create(gpu_ops_suite());
     srunner_add_suite(sr, gpu_engine_suite());
+    srunner_add_suite(sr, gpu_formats_suite());
     if (in_process) srunner_set_fork_status(sr, CK_NOFORK); /* CUDA is live here: forked tests could not use it */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

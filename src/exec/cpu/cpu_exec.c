@@ -5,8 +5,43 @@
 
 #include "core/check.h"
 #include "exec/cpu/cpu_ops.h"
+#include "formats/qformat.h"
+
+/* y = (qdq(x) @ qdq(W)^T) * s2x * s2w + bias, in the plan's format qf */
+static tp_status linear_emulated(const tp_op *op, tp_qformat qf, float act_global, const float *x, const float *W,
+                                 const float *bias, float *y, tp_error *err) {
+    const int64_t M = op->gemm_m, N = op->gemm_n, K = op->gemm_k;
+    float *qx = malloc(sizeof(float) * (size_t)(M * K)), *qw = malloc(sizeof(float) * (size_t)(N * K));
+    float gx = 1.0f, gw = 1.0f;
+    tp_status st = TP_OK;
+    if (!qx || !qw) st = tp_fail(err, TP_ERR_OOM, "out of host memory emulating %s", op->layer);
+    if (!st) st = tp_qdq_f32(qf, x, qx, M, K, 0, act_global, &gx, err);
+    if (!st) st = tp_qdq_f32(qf, W, qw, N, K, 1, 0.0f, &gw, err);
+    if (!st) {
+        tp_cpu_linear(qx, qw, NULL, y, M, N, K);
+        const float alpha = gx * gw;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) y[m * N + n] = y[m * N + n] * alpha + (bias ? bias[n] : 0.0f);
+    }
+    free(qx);
+    free(qw);
+    return st;
+}
+
+static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
+                     const float *input, float *output, tp_error *err);
 
 tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *input, float *output, tp_error *err) {
+    return run(g, params, NULL, NULL, input, output, err);
+}
+
+tp_status tp_cpu_run_emulated(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
+                              const float *input, float *output, tp_error *err) {
+    return run(g, params, plan, act_amax, input, output, err);
+}
+
+static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
+                     const float *input, float *output, tp_error *err) {
     float **buf = calloc((size_t)g->n_values, sizeof(float *));
     int *last = malloc(sizeof(int) * (size_t)g->n_values);
     tp_status st = TP_OK;
@@ -57,10 +92,26 @@ tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *in
             tp_cpu_layernorm(x, buf[op->in[1]], buf[op->in[2]], y, n / C, C, op->eps);
             break;
         }
-        case TP_OP_LINEAR:
+        case TP_OP_LINEAR: {
+            tp_qformat qf = plan ? plan->value_qf[op->in[0]] : TP_QF_NONE;
+            if (qf != TP_QF_NONE) {
+                float glob = 0.0f; /* NVFP4 activations: the calibrated per-tensor scale */
+                if (tp_qformat_info(qf)->global_scale) {
+                    if (!act_amax || !(act_amax[op->in[0]] > 0)) {
+                        st = tp_fail(err, TP_ERR_ARG, "layer %s: %s needs the calibrated amax of its input", op->layer,
+                                     tp_qformat_info(qf)->name);
+                        goto done;
+                    }
+                    glob = (float)((double)act_amax[op->in[0]] / (6.0 * 448.0));
+                }
+                st = linear_emulated(op, qf, glob, x, buf[op->in[1]], op->n_in > 2 ? buf[op->in[2]] : NULL, y, err);
+                if (st) goto done;
+                break;
+            }
             tp_cpu_linear(x, buf[op->in[1]], op->n_in > 2 ? buf[op->in[2]] : NULL, y, op->gemm_m, op->gemm_n,
                           op->gemm_k);
             break;
+        }
         case TP_OP_ATTENTION:
             tp_cpu_attention(x, y, xv->shape[0], xv->shape[1], op->heads, op->head_dim, op->scale);
             break;

@@ -12,6 +12,7 @@
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
 #include "formats/dtype.h"
+#include "formats/qformat.h"
 #include "profile/trace.h"
 
 #include <nvtx3/nvToolsExt.h>
@@ -43,6 +44,9 @@ struct tp_engine {
     float *d_scales;      /* per value v at d_scales[SCALE_SLOT * v]: the fp32 per-tensor scale of E4M3 values */
     float *d_amax;        /* per value: calibration scratch */
     void *d_cols;         /* im2col scratch */
+    void *d_qdq;          /* emulated block-scaled formats: the dequantized GEMM input (bf16) */
+    float *wglobal;       /* per value: NVFP4 weights' second-level scale s2 (1 elsewhere), host */
+    float *alpha;         /* per op: the GEMM's alpha (s2_a * s2_w for NVFP4, else 1), host */
     void **allocs;        /* everything cudaMalloc'ed, for destroy */
     int n_allocs, cap_allocs;
     tp_gemm_ctx *gemm;
@@ -174,10 +178,20 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         break;
     }
     case TP_OP_LINEAR: {
-        int fp8 = pl->value_scaled[op->in[0]];
-        rc = tp_gemm_run(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y,
-                         fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
-                         fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL, s);
+        const tp_qformat qf = pl->value_qf[op->in[0]];
+        const int fp8 = pl->value_dt[op->in[0]] == TP_E4M3;
+        if (qf != TP_QF_NONE) {
+            /* emulation: the operand's exact block-scaled values, in bf16, feed a bf16 GEMM */
+            HOOK(e, i, TP_CAT_QUANT);
+            rc = tpk_block_qdq(x, xdt, e->d_qdq, TP_BF16, (long long)op->gemm_m, (long long)op->gemm_k, (int)qf,
+                               tp_qformat_info(qf)->global_scale ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
+            if (rc) break;
+            x = e->d_qdq;
+            HOOK(e, i, TP_CAT_GEMM);
+        }
+        rc = tp_gemm_run_alpha(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                               y, fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
+                               fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL, e->alpha[i], s);
         break;
     }
     case TP_OP_ATTENTION:
@@ -223,6 +237,31 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
         tp_dtype dt = e->plan->value_dt[v];
         size_t bytes = value_bytes(e, v);
         float scale = 1.0f;
+        e->wglobal[v] = 1.0f;
+        if (e->plan->value_qf[v] != TP_QF_NONE) {
+            /* block-scaled weights, quantized offline: their exact values (without NVFP4's s2, which goes into the
+             * GEMM's alpha) in the storage type, bf16 for the emulation */
+            float *q = malloc(sizeof(float) * (size_t)p->numel);
+            void *h = malloc(bytes ? bytes : 1);
+            int64_t K = g->values[v].shape[g->values[v].ndim - 1];
+            if (!q || !h) {
+                free(q);
+                free(h);
+                return tp_fail(err, TP_ERR_OOM, "out of host memory quantizing %s", p->name);
+            }
+            st = tp_qdq_f32(e->plan->value_qf[v], p->data, q, p->numel / K, K, 1, 0.0f, &e->wglobal[v], err);
+            if (!st) tp_convert_from_f32(dt, q, h, (size_t)p->numel, 1.0f);
+            if (!st) st = dev_alloc(e, bytes, &e->dptr[v], p->name, err);
+            if (!st) {
+                cudaError_t ce = cudaMemcpy(e->dptr[v], h, bytes, cudaMemcpyHostToDevice);
+                if (ce != cudaSuccess) st = tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
+            }
+            free(q);
+            free(h);
+            if (st) return st;
+            e->weight_bytes += (double)bytes;
+            continue;
+        }
         if (e->plan->value_scaled[v]) {
             /* per-tensor weight scale: amax / 448, so the largest weight maps to E4M3's max finite value */
             double amax = 0;
@@ -314,8 +353,10 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->hook_user = opt->hook_user;
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
+    e->wglobal = calloc((size_t)g->n_values, sizeof(float));
+    e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     h_scales = malloc(sizeof(float) * SCALE_SLOT * (size_t)g->n_values);
-    if (!e->dptr || !e->gplan || !h_scales) {
+    if (!e->dptr || !e->gplan || !e->wglobal || !e->alpha || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
@@ -337,7 +378,10 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                          g->values[v].name);
             goto fail;
         }
-        h_scales[SCALE_SLOT * v] = (float)(a / tp_dtype_info(plan->value_dt[v])->max_finite);
+        /* E4M3 storage: amax / 448; NVFP4's second-level scale: amax / (6 * 448) (ModelOpt) */
+        h_scales[SCALE_SLOT * v] = plan->value_qf[v] == TP_QF_NVFP4
+                                       ? (float)((double)a / (6.0 * 448.0))
+                                       : (float)(a / tp_dtype_info(plan->value_dt[v])->max_finite);
     }
     st = upload_params(e, h_scales, err);
     if (st) goto fail;
@@ -352,12 +396,27 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     /* GEMM plans and the im2col scratch */
     st = tp_gemm_ctx_create(opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), &e->gemm, err);
     if (st) goto fail;
-    size_t cols_bytes = 0;
+    size_t cols_bytes = 0, qdq_bytes = 0;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR && op->kind != TP_OP_PATCH_EMBED) continue;
+        e->alpha[i] = 1.0f;
+        if (op->kind == TP_OP_LINEAR && plan->value_qf[op->in[0]] != TP_QF_NONE) {
+            if (!plan->op_emulated[i]) {
+                st = tp_fail(err, TP_ERR_UNSUPPORTED,
+                             "layer %s: native %s GEMMs (Blackwell block-scaled MMA) are planned but not implemented "
+                             "in this build",
+                             op->layer, tp_precision_name(plan->op_prec[i]));
+                goto fail;
+            }
+            size_t b = (size_t)(op->gemm_m * op->gemm_k) * tp_dtype_info(TP_BF16)->bytes;
+            if (b > qdq_bytes) qdq_bytes = b;
+            e->alpha[i] = h_scales[SCALE_SLOT * op->in[0]] * e->wglobal[op->in[1]];
+        }
         tp_gemm_desc d = {op->gemm_m, op->gemm_n, op->gemm_k,
-                          op->kind == TP_OP_PATCH_EMBED ? plan->value_dt[op->in[1]] : plan->value_dt[op->in[0]],
+                          op->kind == TP_OP_PATCH_EMBED                  ? plan->value_dt[op->in[1]]
+                          : plan->value_qf[op->in[0]] != TP_QF_NONE ? TP_BF16
+                                                                          : plan->value_dt[op->in[0]],
                           plan->value_dt[op->out], op->n_in > 2};
         st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
         if (st) goto fail;
@@ -370,6 +429,11 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
         st = dev_alloc(e, cols_bytes, &e->d_cols, "im2col scratch", err);
         if (st) goto fail;
         e->act_bytes += (double)cols_bytes;
+    }
+    if (qdq_bytes) {
+        st = dev_alloc(e, qdq_bytes, &e->d_qdq, "block-scaled operand scratch", err);
+        if (st) goto fail;
+        e->act_bytes += (double)qdq_bytes;
     }
 
     /* one eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then capture; it is
@@ -413,6 +477,8 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->allocs);
     free(e->dptr);
     free(e->gplan);
+    free(e->wglobal);
+    free(e->alpha);
     free(e);
 }
 

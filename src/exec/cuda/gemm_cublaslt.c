@@ -119,7 +119,7 @@ static int combo_supported(tp_dtype ab, tp_dtype d) {
     switch (ab) {
     case TP_F32: return d == TP_F32;
     case TP_F16: return d == TP_F16;
-    case TP_BF16: return d == TP_BF16;
+    case TP_BF16: return d == TP_BF16 || d == TP_F32; /* f32 out: checking emulated formats without rounding D */
     case TP_E4M3: return d == TP_F16 || d == TP_BF16;
     default: return 0;
     }
@@ -148,7 +148,7 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
     if (!combo_supported(desc->ab_dt, desc->d_dt))
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "gemm %s: inputs %s with output %s is not supported (supported: f32->f32, f16->f16, "
-                       "bf16->bf16, e4m3->f16 or bf16)",
+                       "bf16->bf16 or f32, e4m3->f16 or bf16)",
                        name, dt_name(desc->ab_dt), dt_name(desc->d_dt));
     if (desc->ab_dt == TP_E4M3) {
         if (K % 16 != 0)
@@ -234,6 +234,11 @@ static int misaligned(const void *ptr) { return ((uintptr_t)ptr % GEMM_MIN_ALIGN
 
 int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias, void *D,
                 const float *a_scale, const float *w_scale, tp_stream stream) {
+    return tp_gemm_run_alpha(ctx, plan, A, W, bias, D, a_scale, w_scale, 1.0f, stream);
+}
+
+int tp_gemm_run_alpha(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
+                      void *D, const float *a_scale, const float *w_scale, float alpha_in, tp_stream stream) {
     const int fp8 = plan->desc.ab_dt == TP_E4M3;
     /* Caller bugs are reported as INVALID_VALUE rather than handed to cuBLASLt, whose failure modes for a
      * missing scale (silently 1.0) or bias would be wrong answers, not errors. */
@@ -255,7 +260,7 @@ int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const
         st = cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale);
         if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
     }
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = alpha_in, beta = 0.0f;
     st = cublasLtMatmul(ctx->lt, plan->op, &alpha, W, plan->la, A, plan->lb, &beta, D, plan->lc, D, plan->lc,
                         &plan->algo, ctx->workspace, plan->workspace_needed, (cudaStream_t)stream);
     return (int)st;

@@ -48,5 +48,10 @@ void tp_gemm_plan_destroy(tp_gemm_plan *plan);
  * otherwise. Returns 0 or the cublasStatus_t value. No allocation, no synchronization (graph-capturable). */
 int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
                 void *D, const float *a_scale, const float *w_scale, tp_stream stream);
+/* As tp_gemm_run with D = alpha * (A @ W^T) + bias: alpha (a host value, read when the call is enqueued, so a
+ * captured CUDA graph keeps it) carries per-tensor scales that are known when the engine is built, e.g. NVFP4's
+ * second-level scales s2_a * s2_w. */
+int tp_gemm_run_alpha(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
+                      void *D, const float *a_scale, const float *w_scale, float alpha, tp_stream stream);
 
 #endif

@@ -18,6 +18,7 @@
  * E4M3 scale); empty work returns cudaSuccess without a launch (a zero-sized grid is a launch error). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp4.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "exec/cuda/kernels.h"
+#include "formats/qformat.h"
 
 typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only: accessed through __nv_fp8_storage_t bytes */
 
@@ -759,6 +761,107 @@ extern "C" int tpk_fill_uniform(void *p, tp_dtype dt, size_t n, uint64_t seed, t
     case TP_F16: return fill_launch<__half>(p, n, seed, stream);
     case TP_BF16: return fill_launch<__nv_bfloat16>(p, n, seed, stream);
     case TP_E4M3: return fill_launch<e4m3_t>(p, n, seed, stream);
+    default: return TPK_INVALID;
+    }
+}
+
+/* ================================================================================================================
+ * Block QDQ (MXFP8, NVFP4, MXFP4), one thread per element, one group of BLK lanes per block (BLK = 32 or 16).
+ * The arithmetic mirrors tp_qdq_f32 step by step (src/formats/qformat.c), so the two agree bit for bit:
+ *   MX:    amax over the block; shared_exp = floor(log2 amax) - emax_elem, clamped to [-127, 127] (amax 0:
+ *          -127); X = 2^shared_exp; q = enc(x / X) in fp32; y = dec(q) * X.
+ *   NVFP4: s = E4M3_sat(amax / (6 s2)) rounded once from fp64; d = s * s2 in fp32; q = E2M1(x / d);
+ *          y = dec(q) * s (s2 stays out: the GEMM's alpha). d = 0 (s encodes to 0): y = 0.
+ * ============================================================================================================== */
+
+__device__ __forceinline__ float e2m1_qdq(float v) {
+    __nv_fp4_storage_t q = __nv_cvt_float_to_fp4(v, __NV_E2M1, cudaRoundNearest);
+    __half_raw h = __nv_cvt_fp4_to_halfraw(q, __NV_E2M1);
+    return __half2float(__half(h));
+}
+
+__device__ __forceinline__ float e4m3_qdq(float v) {
+    __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+    __half_raw h = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+template <int QF, typename TX, typename TY>
+__global__ void block_qdq_kernel(const TX *__restrict__ x, TY *__restrict__ y, long long rows, long long K,
+                                 const float *__restrict__ global) {
+    constexpr int BLK = QF == TP_QF_NVFP4 ? 16 : 32;
+    const long long nblk_row = K / BLK, nblk = rows * nblk_row;
+    const int lane = threadIdx.x % BLK;
+    const float s2 = QF == TP_QF_NVFP4 ? *global : 1.0f;
+    /* the loop runs per warp (b0 is the same for all its lanes), so every lane reaches the shuffles */
+    constexpr int GPW = 32 / BLK; /* blocks per warp */
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const long long n_warps = (long long)gridDim.x * blockDim.x / 32;
+    for (long long b0 = warp * GPW; b0 < nblk; b0 += n_warps * GPW) {
+        const long long b = b0 + (threadIdx.x % 32) / BLK;
+        const bool live = b < nblk;
+        const long long i = live ? (b / nblk_row) * K + (b % nblk_row) * BLK + lane : 0;
+        const float v = live ? ld1(x, (size_t)i) : 0.0f;
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = BLK / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        float out;
+        if (QF == TP_QF_NVFP4) {
+            /* one rounding from fp64 to E4M3: through fp32 it would round twice (qformat.c explains) */
+            __nv_fp8_storage_t sc = __nv_cvt_double_to_fp8((double)amax / (6.0 * (double)s2), __NV_SATFINITE, __NV_E4M3);
+            const float sd = __half2float(__half(__nv_cvt_fp8_to_halfraw(sc, __NV_E4M3)));
+            const float d = sd * s2;
+            out = d == 0.0f ? 0.0f : e2m1_qdq(v / d) * sd;
+        } else {
+            int e;
+            int shared = amax == 0.0f ? -127 : (frexpf(amax, &e), e - 1) - (QF == TP_QF_MXFP8 ? 8 : 2);
+            shared = shared < -127 ? -127 : shared > 127 ? 127 : shared;
+            const float X = ldexpf(1.0f, shared);
+            const float q = QF == TP_QF_MXFP8 ? e4m3_qdq(v / X) : e2m1_qdq(v / X);
+            out = q * X;
+        }
+        if (live) st1(y, (size_t)i, out, 1.0f);
+    }
+}
+
+template <int QF, typename TX>
+static int block_qdq_by_y(const void *x, tp_dtype ydt, void *y, long long rows, long long K, const float *g,
+                          cudaStream_t s) {
+    const int blk = QF == TP_QF_NVFP4 ? 16 : 32;
+    const size_t threads = (size_t)rows * (size_t)K; /* one per element */
+    const unsigned grid = grid_for(threads);
+    (void)blk;
+    switch (ydt) {
+    case TP_F32: block_qdq_kernel<QF, TX, float><<<grid, TPK_THREADS, 0, s>>>((const TX *)x, (float *)y, rows, K, g); break;
+    case TP_BF16:
+        block_qdq_kernel<QF, TX, __nv_bfloat16><<<grid, TPK_THREADS, 0, s>>>((const TX *)x, (__nv_bfloat16 *)y, rows, K, g);
+        break;
+    default: return TPK_INVALID;
+    }
+    return launched();
+}
+
+template <int QF>
+static int block_qdq_by_x(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, long long rows, long long K,
+                          const float *g, cudaStream_t s) {
+    switch (xdt) {
+    case TP_F32: return block_qdq_by_y<QF, float>(x, ydt, y, rows, K, g, s);
+    case TP_F16: return block_qdq_by_y<QF, __half>(x, ydt, y, rows, K, g, s);
+    case TP_BF16: return block_qdq_by_y<QF, __nv_bfloat16>(x, ydt, y, rows, K, g, s);
+    default: return TPK_INVALID;
+    }
+}
+
+extern "C" int tpk_block_qdq(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, long long rows, long long K,
+                             int qformat, const float *global, tp_stream stream) {
+    if (rows <= 0 || K <= 0) return rows == 0 || K == 0 ? (int)cudaSuccess : TPK_INVALID;
+    if (!x || !y) return TPK_INVALID;
+    switch (qformat) {
+    case TP_QF_MXFP8: return K % 32 ? TPK_INVALID : block_qdq_by_x<TP_QF_MXFP8>(x, xdt, y, ydt, rows, K, global, stream);
+    case TP_QF_MXFP4: return K % 32 ? TPK_INVALID : block_qdq_by_x<TP_QF_MXFP4>(x, xdt, y, ydt, rows, K, global, stream);
+    case TP_QF_NVFP4:
+        if (K % 16 || !global) return TPK_INVALID;
+        return block_qdq_by_x<TP_QF_NVFP4>(x, xdt, y, ydt, rows, K, global, stream);
     default: return TPK_INVALID;
     }
 }
