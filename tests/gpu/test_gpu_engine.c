@@ -11,8 +11,10 @@
  *   fp8:  E4M3 GEMM inputs, 2^-4 relative step; bound: cosine >= 0.99 (issue 2's bar) and rel L2 <= 0.15.
  *   mxfp8, nvfp4 (emulated on sm_90): against the FP32 reference only a sanity bound (cosine >= 0.99 for MXFP8,
  *         >= 0.95 for NVFP4, whose E2M1 elements have a 1/3 relative step); the real check is against the CPU
- *         emulation of the same format (tp_cpu_run_emulated): the GPU keeps activations in bf16, so an element
- *         within 2^-9 of a rounding midpoint of the format can land on the other side; rel L2 <= 5e-2. */
+ *         emulation of the same format (tp_cpu_run_emulated), which also rounds every stored value to bf16 as
+ *         the engine does: the two differ only in summation order and fp32 kernel math (~1e-6 relative), so a
+ *         bf16 or format rounding decision flips only for the rare value within that distance of a midpoint;
+ *         rel L2 <= 1e-2 leaves room for a few flipped E2M1 elements and none for a wrong scale or block. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -109,7 +111,7 @@ static void run_case(const engine_case *k, tp_precision prec) {
         tp_accuracy_compute(got, emu, k->batch, k->classes, &ae);
         printf("  engine %-5s %-46s vs CPU emulation: cosine %.7f rel L2 %.3e\n", tp_precision_name(prec), k->what,
                ae.cosine, ae.rel_l2);
-        ck_assert_msg(ae.rel_l2 <= 5e-2, "%s %s: relative L2 %.3e against the CPU emulation", tp_precision_name(prec),
+        ck_assert_msg(ae.rel_l2 <= 1e-2, "%s %s: relative L2 %.3e against the CPU emulation", tp_precision_name(prec),
                       k->what, ae.rel_l2);
         free(emu);
     } else {

@@ -5,7 +5,16 @@
 
 #include "core/check.h"
 #include "exec/cpu/cpu_ops.h"
+#include "formats/dtype.h"
 #include "formats/qformat.h"
+
+static int narrow(tp_dtype t) { return t == TP_F16 || t == TP_BF16; }
+
+/* Rounds n values to what storage type t holds (fp16/bf16), out may equal in. */
+static void round_to(tp_dtype t, const float *in, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        out[i] = t == TP_F16 ? tp_f16_to_f32(tp_f32_to_f16(in[i])) : tp_bf16_to_f32(tp_f32_to_bf16(in[i]));
+}
 
 /* y = (qdq(x) @ qdq(W)^T) * s2x * s2w + bias, in the plan's format qf */
 static tp_status linear_emulated(const tp_op *op, tp_qformat qf, float act_global, const float *x, const float *W,
@@ -43,9 +52,10 @@ tp_status tp_cpu_run_emulated(const tp_graph *g, const tp_params *params, const 
 static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
                      const float *input, float *output, tp_error *err) {
     float **buf = calloc((size_t)g->n_values, sizeof(float *));
+    float **rounded = calloc((size_t)g->n_values, sizeof(float *)); /* owned copies of rounded parameters */
     int *last = malloc(sizeof(int) * (size_t)g->n_values);
     tp_status st = TP_OK;
-    if (!buf || !last) {
+    if (!buf || !last || !rounded) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
         goto done;
     }
@@ -54,6 +64,16 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
         const tp_value *val = &g->values[v];
         if (val->kind == TP_VAL_PARAM) buf[v] = params->params[val->param_index].data;
         else if (val->kind == TP_VAL_INPUT) buf[v] = (float *)input;
+        /* emulating a plan: parameters the engine stores in fp16/bf16 are read rounded to that type */
+        if (plan && val->kind == TP_VAL_PARAM && plan->value_qf[v] == TP_QF_NONE && narrow(plan->value_dt[v])) {
+            const tp_param *p = &params->params[val->param_index];
+            if (!(rounded[v] = malloc(sizeof(float) * (size_t)p->numel))) {
+                st = tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
+                goto done;
+            }
+            round_to(plan->value_dt[v], p->data, rounded[v], p->numel);
+            buf[v] = rounded[v];
+        }
     }
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
@@ -76,6 +96,9 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
                 goto done;
             }
             tp_cpu_im2col(x, cols, B, H, W, P);
+            /* emulating a plan: the engine's im2col writes the GEMM's input type */
+            if (plan && narrow(plan->value_dt[op->in[1]]))
+                round_to(plan->value_dt[op->in[1]], cols, cols, op->gemm_m * op->gemm_k);
             tp_cpu_linear(cols, buf[op->in[1]], buf[op->in[2]], y, op->gemm_m, op->gemm_n, op->gemm_k);
             free(cols);
             break;
@@ -122,6 +145,8 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
             break;
         default: CHECK(!"unknown op kind");
         }
+        /* emulating a plan: the activation is stored in fp16/bf16 as the engine stores it */
+        if (plan && narrow(plan->value_dt[op->out])) round_to(plan->value_dt[op->out], y, y, n);
         /* free what no later op reads (never params or the input) */
         for (int j = 0; j < op->n_in; j++) {
             int v = op->in[j];
@@ -136,6 +161,9 @@ done:
     if (buf && last)
         for (int v = 0; v < g->n_values; v++)
             if (g->values[v].kind == TP_VAL_ACT) free(buf[v]);
+    if (rounded)
+        for (int v = 0; v < g->n_values; v++) free(rounded[v]);
+    free(rounded);
     free(buf);
     free(last);
     return st;
