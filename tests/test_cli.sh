@@ -62,6 +62,10 @@ expect_error "missing value" "needs a value" bench --model
 expect_error "unknown command" "frob" frob
 expect_error "profile without a GPU" "needs a GPU" profile --device cpu --model vit-tiny
 expect_error "profile option given to bench" "--top" bench --top 5
+expect_error "policy without '='" "blocks.0.mlp" bench "${small[@]}" "${tok[@]}" --policy "blocks.0.mlp"
+expect_error "policy with an unknown precision" "fp5" bench "${small[@]}" "${tok[@]}" --policy "head=fp5"
+expect_error "missing policy file" "nope.json" bench "${small[@]}" "${tok[@]}" --policy-file "$tmp/nope.json"
+expect_error "caps: unknown architecture" "sm_x9" caps --arch sm_x9
 expect_error "batch larger than host memory" "of host memory" bench --device cpu --model vit-tiny --batch 1000000
 
 expect_ok "timm checkpoint on the CPU" "Accuracy vs FP32 CPU reference" bench "${small[@]}" "${tok[@]}" --batch 2 \
@@ -73,6 +77,8 @@ else
   echo "FAIL json report is not valid JSON with results"
 fi
 expect_ok "models list" "vit_base_patch16_224" models
+expect_ok "caps for Blackwell" "VEC32_UE8M0" caps --arch sm_100
+expect_ok "caps for Hopper" "emulated" caps --arch sm_90
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "models/vit.h"
 #include "planner/plan.h"
+#include "planner/policy.h"
 
 static tp_vit_config preset(const char *name) {
     tp_vit_config c;
@@ -189,7 +190,8 @@ START_TEST(test_planner) {
         n8 += plan.op_prec[i] == TP_PREC_FP8;
         if (strcmp(op->layer, "head") == 0 || op->kind == TP_OP_PATCH_EMBED) {
             ck_assert_int_eq(plan.op_prec[i], TP_PREC_FP16);
-            ck_assert_ptr_nonnull(strstr(plan.op_note[i], "kept fp16"));
+            ck_assert_msg(strstr(plan.op_note[i], "kept high") && strstr(plan.op_note[i], "=fp16"), "%s: %s",
+                          op->layer, plan.op_note[i]);
         }
         if (strcmp(op->layer, "blocks.0.attn.qkv") == 0) {
             ck_assert_int_eq(plan.value_dt[op->in[0]], TP_E4M3); /* norm1 writes E4M3 directly */
@@ -316,6 +318,71 @@ START_TEST(test_golden_timm_avg) {
 }
 END_TEST
 
+START_TEST(test_planner_block_formats) {
+    tp_vit_config c = preset("vit-tiny");
+    c.depth = 2;
+    tp_params p = {0};
+    tp_graph g;
+    tp_plan plan;
+    tp_error e;
+    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 1, &g, &e), TP_OK);
+    /* Hopper: emulated, labelled; Blackwell: native (planned; executed only where implemented) */
+    for (int arch = 0; arch < 2; arch++) {
+        int sm = arch ? 100 : 90;
+        tp_policy pol;
+        tp_policy_default(&pol, TP_PREC_NVFP4);
+        ck_assert_int_eq(tp_policy_parse(&pol, "blocks.0.*=bf16", &e), TP_OK);
+        ck_assert_msg(tp_plan_build_policy(&g, &pol, sm, &plan, &e) == TP_OK, "%s", e.msg);
+        ck_assert_int_eq(plan.act_dt, TP_BF16);
+        int n4 = 0;
+        for (int i = 0; i < g.n_ops; i++) {
+            const tp_op *op = &g.ops[i];
+            if (op->kind != TP_OP_LINEAR) continue;
+            if (strncmp(op->layer, "blocks.0.", 9) == 0 || strcmp(op->layer, "head") == 0) {
+                ck_assert_int_eq(plan.op_prec[i], TP_PREC_BF16);
+                ck_assert_msg(strstr(plan.op_note[i], "kept high"), "%s: %s", op->layer, plan.op_note[i]);
+                ck_assert_int_eq(plan.value_qf[op->in[1]], TP_QF_NONE);
+            } else {
+                n4++;
+                ck_assert_int_eq(plan.op_prec[i], TP_PREC_NVFP4);
+                ck_assert_int_eq(plan.op_emulated[i], sm < 100);
+                ck_assert_ptr_nonnull(strstr(plan.op_note[i], sm < 100 ? "emulated on sm_90" : "native"));
+                ck_assert_int_eq(plan.value_qf[op->in[0]], TP_QF_NVFP4);
+                ck_assert_int_eq(plan.value_scaled[op->in[0]], 1); /* calibrated per-tensor scale */
+            }
+        }
+        ck_assert_int_eq(n4, 4);
+        tp_plan_free(&plan);
+    }
+    /* two quantized formats in one engine: refused, naming the layer */
+    tp_policy pol;
+    tp_policy_default(&pol, TP_PREC_MXFP8);
+    ck_assert_int_eq(tp_policy_parse(&pol, "blocks.1.mlp.fc1=nvfp4", &e), TP_OK);
+    ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "blocks.1.mlp.fc1"));
+    /* a quantized patch embedding is refused with the fix */
+    tp_policy_init(&pol, TP_PREC_MXFP8);
+    ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "patch_embed.proj"));
+    /* fp8 engines below sm_89 */
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_MXFP8, 86, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "sm_86"));
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    /* K not a multiple of the block */
+    c.embed_dim = 48;
+    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 1, &g, &e), TP_OK);
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_MXFP8, 90, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "K % 32") && strstr(e.msg, "48"), "%s", e.msg);
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_NVFP4, 90, &plan, &e), TP_OK); /* 48 = 3 blocks of 16 */
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *t = tcase_create("vit");
@@ -326,6 +393,7 @@ int main(void) {
     tcase_add_test(t, test_flop_counts);
     tcase_add_test(t, test_graph_shapes);
     tcase_add_test(t, test_planner);
+    tcase_add_test(t, test_planner_block_formats);
     tcase_add_test(t, test_synthesized_weights);
     tcase_add_test(t, test_golden_timm_token);
     tcase_add_test(t, test_golden_timm_avg);

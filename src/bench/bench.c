@@ -15,6 +15,7 @@
 #include "formats/dtype.h"
 #include "io/image.h"
 #include "planner/plan.h"
+#include "planner/policy.h"
 #include "profile/analysis.h"
 #include "profile/trace.h"
 #include "tp_build_info.h"
@@ -275,7 +276,7 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
                                int R, tp_error *err) {
     tp_compare_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    char driver[128], cuda[64], lt[64], date[64], peak_shape[64], art[3 * TP_MAX_PRECISIONS + 1][1100];
+    char driver[128], cuda[64], lt[64], date[64], peak_shape[128], art[3 * TP_MAX_PRECISIONS + 1][1100];
     const int peak_n = 8192;
     printf("\nMeasuring dense GEMM peak rates (%d x %d x %d, cuBLASLt):", peak_n, peak_n, peak_n);
     for (int i = 0; i < o->n_precs; i++) {
@@ -292,7 +293,10 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
     snprintf(lt, sizeof lt, "%zu", gpu->cublaslt_version);
     time_t t = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-    snprintf(peak_shape, sizeof peak_shape, "%d x %d x %d", peak_n, peak_n, peak_n);
+    int emu = 0;
+    for (int i = 0; i < o->n_precs; i++) emu |= res[i].n_emulated_ops > 0;
+    snprintf(peak_shape, sizeof peak_shape, "%d x %d x %d%s", peak_n, peak_n, peak_n,
+             emu ? "; emulated formats on their emulation path (bf16 GEMM)" : "");
     cfg.model = o->cfg.name;
     cfg.batch = o->batch;
     cfg.gpu = gpu->name;
@@ -340,6 +344,19 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
     return st;
 }
 #endif
+
+/* The policy of one engine: the --policy-file's when its default is this precision, else the precision's
+ * default (patch embedding and head kept high for quantized formats), plus the --policy overrides. */
+static tp_status make_policy(const tp_bench_options *o, tp_precision prec, tp_policy *pol, tp_error *err) {
+    tp_policy_default(pol, prec);
+    if (o->policy_file) {
+        tp_policy fp;
+        tp_status st = tp_policy_load_json(o->policy_file, &fp, err);
+        if (st) return st;
+        if (fp.def == prec) *pol = fp;
+    }
+    return o->policy ? tp_policy_parse(pol, o->policy, err) : TP_OK;
+}
 
 tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     tp_status st = tp_vit_config_validate(&o->cfg, err);
@@ -444,7 +461,10 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
         prec_result *r = &res[pi];
         r->prec = o->precs[pi];
         tp_plan plan;
-        if ((st = tp_plan_build(&g, r->prec, dev == TP_DEVICE_GPU ? gpu.sm : 0, &plan, err))) goto done;
+        tp_policy pol;
+        if ((st = make_policy(o, r->prec, &pol, err))) goto done;
+        if (pi == 0 || o->policy || o->policy_file) tp_policy_warn(&pol, &g, stdout);
+        if ((st = tp_plan_build_policy(&g, &pol, dev == TP_DEVICE_GPU ? gpu.sm : 0, &plan, err))) goto done;
         r->n_ops = g.n_ops;
         for (int i = 0; i < g.n_ops; i++) {
             r->n_quant_ops += plan.op_prec[i] == r->prec && r->prec >= TP_PREC_FP8;

@@ -32,6 +32,8 @@ typedef struct {
     int top_n;           /* rows of the top-kernel table */
     const char *out_dir; /* tprof profile: where the traces and summaries go (NULL: none written) */
     int compare;         /* tprof compare: also write the comparison report (report.md/.json/.html) to out_dir */
+    const char *policy;      /* --policy "glob=prec,...": overrides added to each precision's default policy */
+    const char *policy_file; /* --policy-file FILE: a whole policy (default format + overrides), JSON */
     const char *command_line;
 } tp_bench_options;
 

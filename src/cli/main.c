@@ -7,6 +7,7 @@
 #include "bench/bench.h"
 #include "core/util.h"
 #include "models/vit.h"
+#include "planner/caps.h"
 #include "tp_build_info.h"
 #ifdef TPROF_HAVE_CUDA
 #include "exec/cuda/cuda_engine.h"
@@ -21,6 +22,7 @@ static void usage(FILE *f) {
             "                                 per-layer tables, a Chrome trace of one forward pass (GPU only)\n"
             "       tprof compare [options]   profile several precisions and write one report (Markdown, JSON,\n"
             "                                 HTML with SVG charts): breakdown, coverage, Amdahl bound vs measured\n"
+            "       tprof caps [--arch sm_XX] which precision runs native, emulated or not at all on a GPU\n"
             "       tprof models              list the model presets\n"
             "       tprof --version\n"
             "\n"
@@ -39,6 +41,11 @@ static void usage(FILE *f) {
             "  --json FILE           write every sample, the configuration and the system to FILE\n"
             "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
             "  --plan                print the per-layer plan: precision, FLOP, bytes, and why\n"
+            "  --policy SPEC         per-layer precision overrides, later rules win, e.g.\n"
+            "                        'blocks.0.*=bf16,head=fp16' (quantized formats keep patch_embed.proj and head\n"
+            "                        high by default)\n"
+            "  --policy-file FILE    a policy as JSON: {\"default\": \"nvfp4\", \"overrides\": [{\"layers\": \"head\",\n"
+            "                        \"precision\": \"fp16\"}]}; used for the precision that is its default\n"
             "profile options (besides the bench options):\n"
             "  --profile-iters N     forward passes traced after the timed ones (default 20)\n"
             "  --top N               rows in the top-kernel table (default 15)\n"
@@ -86,6 +93,41 @@ static int have_gpu(char *why, size_t n) {
 #else
     snprintf(why, n, "this tprof was built without CUDA");
 #endif
+    return 0;
+}
+
+/* tprof caps: the capability table for this GPU, or for --arch. */
+static int cmd_caps(int argc, char **argv) {
+    int sm = 0;
+    char gpu[300] = "";
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
+            tp_error e;
+            if (tp_caps_parse_arch(argv[++i], &sm, &e)) {
+                fprintf(stderr, "tprof: --arch: %s\n", e.msg);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "tprof: caps: unknown option '%s' (tprof caps [--arch sm_XX])\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!sm) {
+#ifdef TPROF_HAVE_CUDA
+        tp_gpu_info info;
+        tp_error e;
+        if (tp_gpu_query(0, &info, &e) == TP_OK) {
+            sm = info.sm;
+            snprintf(gpu, sizeof gpu, "%s", info.name);
+        }
+#endif
+        if (!sm) {
+            fprintf(stderr, "tprof: caps: no GPU here; name one with --arch sm_XX (e.g. sm_90, sm_100, sm_120)\n");
+            return 2;
+        }
+    }
+    if (gpu[0]) printf("GPU: %s\n", gpu);
+    tp_caps_print(sm, stdout);
     return 0;
 }
 
@@ -160,6 +202,8 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         else if (FLAG("--weights")) { NEED_VAL(); o.weights = val; }
         else if (FLAG("--image")) { NEED_VAL(); o.image = val; }
         else if (FLAG("--json")) { NEED_VAL(); o.json_path = val; }
+        else if (FLAG("--policy")) { NEED_VAL(); o.policy = val; }
+        else if (FLAG("--policy-file")) { NEED_VAL(); o.policy_file = val; }
         else if (profile && FLAG("--out")) { NEED_VAL(); out_dir = val; }
         else if (profile && FLAG("--profile-iters")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &prof_iters)) return 2; }
         else if (profile && FLAG("--top")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &top)) return 2; }
@@ -301,6 +345,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "profile") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 0);
     if (strcmp(argv[1], "compare") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 1);
     if (strcmp(argv[1], "models") == 0) return cmd_models();
-    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare or models; tprof --help)\n", argv[1]);
+    if (strcmp(argv[1], "caps") == 0) return cmd_caps(argc - 2, argv + 2);
+    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare, caps or models; tprof --help)\n", argv[1]);
     return 2;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "planner/policy.h"
 
 void tp_plan_free(tp_plan *p) {
     free(p->value_dt);
@@ -17,8 +18,40 @@ void tp_plan_free(tp_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-static int is_kept_high(const tp_op *op) {
-    return op->kind == TP_OP_PATCH_EMBED || strcmp(op->layer, "head") == 0;
+static int is_quantized(tp_precision p) { return p >= TP_PREC_FP8; }
+
+/* The policy's word on each GEMM op of g: keep[i] = 1 when it stays in the engine's high precision, with the
+ * reason in why[i]; an op the policy sends to a quantized format other than the engine's is an error (one
+ * quantized format per engine in this build), and so is a quantized patch embedding (its im2col input has no
+ * quantized path yet). */
+static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_precision prec, int *keep,
+                                char (*why)[200], tp_error *err) {
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        keep[i] = 1;
+        why[i][0] = 0;
+        if (op->kind != TP_OP_LINEAR && op->kind != TP_OP_PATCH_EMBED) continue;
+        int rule = -1;
+        tp_precision want = tp_policy_resolve(pol, op->layer, &rule);
+        char reason[160];
+        tp_policy_reason(pol, rule, reason, sizeof reason);
+        if (!is_quantized(prec) || !is_quantized(want)) {
+            if (is_quantized(prec)) snprintf(why[i], sizeof why[i], "kept high by %s", reason);
+            continue;
+        }
+        if (want != prec)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: the policy asks %s (%s) in a %s engine: this build runs one quantized format per "
+                           "engine",
+                           op->layer, tp_precision_name(want), reason, tp_precision_name(prec));
+        if (op->kind == TP_OP_PATCH_EMBED)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: %s patch embedding (%s) is not supported in this build; keep it high, e.g. "
+                           "--policy '%s=fp16'",
+                           op->layer, tp_precision_name(want), reason, op->layer);
+        keep[i] = 0;
+    }
+    return TP_OK;
 }
 
 static int consumers(const tp_graph *g, int v) {
@@ -29,16 +62,16 @@ static int consumers(const tp_graph *g, int v) {
 }
 
 /* The block-scaled formats (see plan.h): the Linear layers of the blocks read MXFP8 / NVFP4 operands. */
-static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm, tp_plan *p, tp_error *err) {
+static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm, const int *keep, tp_plan *p,
+                                   tp_error *err) {
     const tp_qformat qf = prec == TP_PREC_MXFP8 ? TP_QF_MXFP8 : TP_QF_NVFP4;
     const tp_qformat_traits *qt = tp_qformat_info(qf);
     const int native = sm >= 100; /* block-scaled MMA: compute capability 10.x, 11.x, 12.x (formats.md) */
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
-        if (op->kind != TP_OP_LINEAR || is_kept_high(op)) continue;
+        if (op->kind != TP_OP_LINEAR || keep[i]) continue;
         int x = op->in[0], w = op->in[1];
         if (op->gemm_k % qt->block) {
-            tp_plan_free(p);
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s needs K %% %d == 0 (blocks of %d along K); K = %lld",
                            op->layer, qt->name, qt->block, qt->block, (long long)op->gemm_k);
         }
@@ -62,6 +95,13 @@ static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm,
 }
 
 tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p, tp_error *err) {
+    tp_policy pol;
+    tp_policy_default(&pol, prec);
+    return tp_plan_build_policy(g, &pol, sm, p, err);
+}
+
+tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, tp_plan *p, tp_error *err) {
+    const tp_precision prec = pol->def;
     memset(p, 0, sizeof *p);
     const char *target = sm ? "GPU" : "CPU";
     char tname[32];
@@ -93,10 +133,17 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
     p->op_emulated = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
     p->op_prec = malloc(sizeof(tp_precision) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *p->op_note);
-    if (!p->value_dt || !p->value_scaled || !p->value_qf || !p->op_emulated || !p->op_prec || !p->op_note) {
+    int *keep = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
+    char(*why)[200] = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *why);
+    if (!p->value_dt || !p->value_scaled || !p->value_qf || !p->op_emulated || !p->op_prec || !p->op_note || !keep ||
+        !why) {
+        free(keep);
+        free(why);
         tp_plan_free(p);
         return tp_fail(err, TP_ERR_OOM, "out of host memory planning the engine");
     }
+    tp_status st = resolve_policy(g, pol, prec, keep, why, err);
+    if (st) goto out;
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
     const char *act = tp_dtype_info(p->act_dt)->name;
     tp_precision high = prec == TP_PREC_FP8 ? TP_PREC_FP16 : block_fmt ? TP_PREC_BF16 : prec;
@@ -106,47 +153,50 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
         switch (op->kind) {
         case TP_OP_LINEAR:
         case TP_OP_PATCH_EMBED:
-            if ((prec == TP_PREC_FP8 || block_fmt) && !is_kept_high(op)) break; /* decided below */
-            snprintf(p->op_note[i], sizeof p->op_note[i], "%s GEMM, %s accumulate%s", act,
-                     prec == TP_PREC_FP32 ? "fp32 (TF32 off)" : "fp32",
-                     prec == TP_PREC_FP8 ? "; kept fp16 by policy" : block_fmt ? "; kept bf16 by policy" : "");
+            if (!keep[i]) break; /* quantized: decided below */
+            snprintf(p->op_note[i], sizeof p->op_note[i], "%s GEMM, %s accumulate%s%s", act,
+                     prec == TP_PREC_FP32 ? "fp32 (TF32 off)" : "fp32", why[i][0] ? "; " : "", why[i]);
             break;
         case TP_OP_LAYERNORM:
             snprintf(p->op_note[i], sizeof p->op_note[i], "%s in/out, fp32 statistics", act);
             break;
         case TP_OP_ATTENTION:
-            if (sm && op->head_dim > 128)
-                return tp_plan_free(p), tp_fail(err, TP_ERR_UNSUPPORTED,
-                                                "layer %s: head dim %d: the CUDA attention kernel takes at most 128",
-                                                op->layer, op->head_dim);
+            if (sm && op->head_dim > 128) {
+                st = tp_fail(err, TP_ERR_UNSUPPORTED,
+                             "layer %s: head dim %d: the CUDA attention kernel takes at most 128", op->layer,
+                             op->head_dim);
+                goto out;
+            }
             snprintf(p->op_note[i], sizeof p->op_note[i], "fused, %s Q/K/V, fp32 softmax and accumulation", act);
             break;
         default: snprintf(p->op_note[i], sizeof p->op_note[i], "%s, fp32 math", act); break;
         }
     }
-    if (block_fmt) return plan_block_scaled(g, prec, sm, p, err);
-    if (prec != TP_PREC_FP8) return TP_OK;
+    if (block_fmt) {
+        st = plan_block_scaled(g, prec, sm, keep, p, err);
+        goto out;
+    }
+    if (prec != TP_PREC_FP8) goto out;
 
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
-        if (op->kind != TP_OP_LINEAR || is_kept_high(op)) continue;
+        if (op->kind != TP_OP_LINEAR || keep[i]) continue;
         int x = op->in[0], w = op->in[1];
-        if (op->gemm_k % 16)
-            return tp_plan_free(p), tp_fail(err, TP_ERR_UNSUPPORTED,
-                                            "layer %s: fp8 GEMM needs K %% 16 == 0 (cuBLASLt FP8 alignment); K = %lld",
-                                            op->layer, (long long)op->gemm_k);
-        if (op->gemm_n % 16)
-            return tp_plan_free(p), tp_fail(err, TP_ERR_UNSUPPORTED,
-                                            "layer %s: fp8 GEMM needs N %% 16 == 0 (cuBLASLt FP8 alignment); N = %lld",
-                                            op->layer, (long long)op->gemm_n);
+        if (op->gemm_k % 16 || op->gemm_n % 16) {
+            st = tp_fail(err, TP_ERR_UNSUPPORTED,
+                         "layer %s: fp8 GEMM needs K and N multiples of 16 (cuBLASLt FP8 alignment); K = %lld, N = %lld",
+                         op->layer, (long long)op->gemm_k, (long long)op->gemm_n);
+            goto out;
+        }
         int prod = g->values[x].producer;
         tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
-        if (!(pk == TP_OP_LAYERNORM || pk == TP_OP_GELU || pk == TP_OP_ATTENTION) || consumers(g, x) != 1)
-            return tp_plan_free(p),
-                   tp_fail(err, TP_ERR_UNSUPPORTED,
-                           "layer %s: its input '%s' comes from a %s op that cannot write E4M3 directly, and this "
-                           "build has no standalone quantize op",
-                           op->layer, g->values[x].name, prod >= 0 ? tp_op_kind_name(pk) : "graph input");
+        if (!(pk == TP_OP_LAYERNORM || pk == TP_OP_GELU || pk == TP_OP_ATTENTION) || consumers(g, x) != 1) {
+            st = tp_fail(err, TP_ERR_UNSUPPORTED,
+                         "layer %s: its input '%s' comes from a %s op that cannot write E4M3 directly, and this "
+                         "build has no standalone quantize op",
+                         op->layer, g->values[x].name, prod >= 0 ? tp_op_kind_name(pk) : "graph input");
+            goto out;
+        }
         p->value_dt[x] = TP_E4M3;
         p->value_scaled[x] = 1;
         p->value_dt[w] = TP_E4M3;
@@ -158,7 +208,11 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
         size_t l = strlen(p->op_note[prod]);
         snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
     }
-    return TP_OK;
+out:
+    free(keep);
+    free(why);
+    if (st) tp_plan_free(p);
+    return st;
 }
 
 double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {

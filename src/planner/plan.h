@@ -36,7 +36,7 @@ typedef struct {
     tp_qformat *value_qf;      /* per value: the quantized format a GEMM reads it in (TP_QF_NONE: as stored) */
     int *op_emulated;          /* per op: 1 when the format is emulated on this target (no hardware path) */
     tp_precision *op_prec;     /* per op: the precision its main math runs in */
-    char (*op_note)[128];      /* per op: how and why, e.g. "e4m3 GEMM, fp32 accumulate, fp16 out" */
+    char (*op_note)[256];      /* per op: how and why, e.g. "e4m3 GEMM, fp32 accumulate, fp16 out" */
 } tp_plan;
 
 /* Plans graph g for precision prec on target sm (0: CPU, which supports fp32 only).
@@ -44,6 +44,13 @@ typedef struct {
  * K not a multiple of 16, head dim over 128 for the CUDA attention kernel). */
 tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *out, tp_error *err);
 void tp_plan_free(tp_plan *p);
+
+/* As tp_plan_build with an explicit precision policy (src/planner/policy.h): the engine's format is the policy's
+ * default; each GEMM op is quantized or kept high as the policy resolves its layer name, and the note of every
+ * op says which rule decided. Errors as tp_plan_build, plus TP_ERR_UNSUPPORTED when the policy mixes two
+ * quantized formats in one engine or quantizes the patch embedding. */
+#include "planner/policy.h"
+tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, tp_plan *p, tp_error *err);
 
 /* Bytes an op moves through memory at its planned storage types: every input read once, output written
  * once (the fewest bytes; the roofline's denominator). */

@@ -48,7 +48,7 @@ typedef struct {
     char layer[TP_NAME_LEN];
     tp_op_kind kind;
     tp_precision prec; /* the precision the plan executed it in */
-    char how[128];     /* the plan's note */
+    char how[256];     /* the plan's note */
 } tp_trace_op;
 
 typedef struct {

@@ -156,7 +156,7 @@ typedef struct {
     tp_op_kind kind;
     tp_precision prec;
     int cls;
-    char how[128];            /* the plan's note, block numbers replaced by N */
+    char how[256];            /* the plan's note, block numbers replaced by N */
     char layers[TP_NAME_LEN]; /* the layers' common pattern (blocks.N.attn), or the first layer */
     int same_pattern;         /* all layers match `layers` */
     int ops, first_op;
@@ -239,7 +239,7 @@ static tp_status build_coverage(const tp_compare_entry *x, coverage *cv) {
     if (!cv->g) return TP_ERR_OOM;
     for (int i = 0; i < t->n_ops; i++) {
         const tp_trace_op *op = &t->ops[i];
-        char how[128], lay[TP_NAME_LEN];
+        char how[256], lay[TP_NAME_LEN];
         normalize(op->how, how, sizeof how);
         normalize(op->layer, lay, sizeof lay);
         int cls = cov_class(op->how), k = 0;

@@ -9,7 +9,13 @@
 #include "formats/dtype.h"
 
 tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_error *err) {
-    tp_dtype ab = prec == TP_PREC_FP32 ? TP_F32 : prec == TP_PREC_BF16 ? TP_BF16 : prec == TP_PREC_FP8 ? TP_E4M3 : TP_F16;
+    /* the block-scaled formats are measured on the path this GPU runs them on: Hopper emulates them with bf16
+     * GEMMs (plan.h), so that is their peak here */
+    const int emulated = prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4;
+    tp_dtype ab = prec == TP_PREC_FP32                    ? TP_F32
+                  : prec == TP_PREC_BF16 || emulated      ? TP_BF16
+                  : prec == TP_PREC_FP8 || prec == TP_PREC_FP8_BLOCK ? TP_E4M3
+                                                          : TP_F16;
     tp_dtype d = prec == TP_PREC_FP8 ? TP_F16 : ab;
     size_t nn = (size_t)n * (size_t)n;
     void *A = NULL, *W = NULL, *D = NULL;
