@@ -644,15 +644,37 @@ static void sec_coverage(tp_doc *d, const model *m) {
         d, "Which ops ran in which precision, and why (from the plan's note on each op): native: the op runs in "
            "that precision with its own kernel; emulated: computed in a wider format and rounded to the target; kept "
            "high by policy: the planner kept it in a higher precision on purpose.");
-    tp_doc_table_open(d, "lrrrrrrrrr", "Engine", "Ops", "in fp32", "in fp16", "in bf16", "in fp8", "native", "emulated",
-                      "kept by policy", "Time in own precision", NULL);
+    /* one column per precision that some engine runs ops in */
+    int used[TP_PREC_COUNT] = {0}, n_used = 0;
+    for (int i = 0; i < m->n; i++)
+        for (int p = 0; p < TP_PREC_COUNT; p++) used[p] |= m->cov[i].by_prec[p] > 0;
+    char colname[TP_PREC_COUNT][32], align[TP_PREC_COUNT + 8];
+    const char *hdr[TP_PREC_COUNT + 8];
+    int nh = 0;
+    hdr[nh++] = "Engine";
+    hdr[nh++] = "Ops";
+    for (int p = 0; p < TP_PREC_COUNT; p++)
+        if (used[p]) {
+            snprintf(colname[n_used], sizeof colname[0], "in %s", pname((tp_precision)p));
+            hdr[nh++] = colname[n_used++];
+        }
+    hdr[nh++] = "native";
+    hdr[nh++] = "emulated";
+    hdr[nh++] = "kept by policy";
+    hdr[nh++] = "Time in own precision";
+    hdr[nh] = NULL;
+    align[0] = 'l';
+    for (int k = 1; k < nh; k++) align[k] = 'r';
+    align[nh] = 0;
+    tp_doc_table_openv(d, align, hdr);
     for (int i = 0; i < m->n; i++) {
         const coverage *cv = &m->cov[i];
         double t = m->e[i].prof->kernel_ns_per_iter * 1e-6;
         tp_doc_tr_open(d);
         tp_doc_td(d, "%s", pname(m->e[i].prec));
         tp_doc_td(d, "%d", m->e[i].trace->n_ops);
-        for (int p = 0; p < TP_PREC_COUNT; p++) tp_doc_td(d, "%d", cv->by_prec[p]);
+        for (int p = 0; p < TP_PREC_COUNT; p++)
+            if (used[p]) tp_doc_td(d, "%d", cv->by_prec[p]);
         tp_doc_td(d, "%d", cv->cls[COV_NATIVE]);
         if (m->e[i].emulated_ops != cv->cls[COV_EMULATED])
             tp_doc_td(d, "%d (engine: %d)", cv->cls[COV_EMULATED], m->e[i].emulated_ops);
