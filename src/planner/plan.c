@@ -36,7 +36,7 @@ static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_prec
         char reason[160];
         tp_policy_reason(pol, rule, reason, sizeof reason);
         if (!is_quantized(prec) || !is_quantized(want)) {
-            if (is_quantized(prec)) snprintf(why[i], sizeof why[i], "kept high by %s", reason);
+            if (is_quantized(prec)) snprintf(why[i], sizeof why[i], "kept high by policy (%s)", reason);
             continue;
         }
         if (want != prec)
