@@ -31,27 +31,17 @@ int tp_dtype_from_st(const char *s, tp_dtype *out) {
     return -1;
 }
 
-static uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* binary32 -> binary16, RNE, overflow to Inf (IEEE semantics, as __float2half_rn). */
 uint16_t tp_f32_to_f16(float f) {
-    uint32_t x = f2u(f);
+    uint32_t x = tp_f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t ax = x & 0x7FFFFFFFu;
     if (ax >= 0x7F800000u) return sign | (ax > 0x7F800000u ? 0x7E00u : 0x7C00u);
     if (ax >= 0x477FF000u) return sign | 0x7C00u; /* rounds to >= 65520 -> Inf */
     if (ax < 0x38800000u) {                       /* below 2^-14: subnormal or zero */
         /* value / 2^-24 rounded to nearest even integer; exact in double */
-        double v = (double)u2f(ax) * 16777216.0;
+        double v = (double)tp_f32_from_bits(ax) * 16777216.0;
         double r = nearbyint(v); /* default rounding mode is to-nearest-even */
         return sign | (uint16_t)r;
     }
@@ -70,25 +60,25 @@ float tp_f16_to_f32(uint16_t h) {
         float v = (float)mant * 0x1.0p-24f;
         return sign ? -v : v;
     }
-    if (exp == 31) return u2f(sign | 0x7F800000u | (mant << 13));
-    return u2f(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+    if (exp == 31) return tp_f32_from_bits(sign | 0x7F800000u | (mant << 13));
+    return tp_f32_from_bits(sign | ((exp - 15 + 127) << 23) | (mant << 13));
 }
 
 uint16_t tp_f32_to_bf16(float f) {
-    uint32_t x = f2u(f);
+    uint32_t x = tp_f32_bits(f);
     if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
     uint32_t lsb = (x >> 16) & 1u;
     x += 0x7FFFu + lsb;
     return (uint16_t)(x >> 16);
 }
 
-float tp_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+float tp_bf16_to_f32(uint16_t h) { return tp_f32_from_bits((uint32_t)h << 16); }
 
 /* Generic saturating RNE encoder for OCP FP8 formats with ebits exponent bits and mbits mantissa bits.
  * Works on the magnitude in double: values are snapped to the grid of the binade they fall in (or the
  * subnormal grid), ties to even mantissa, then clamped to max_finite. */
 static uint8_t fp8_encode(float f, int mbits, int bias, double maxf, uint8_t max_code, uint8_t nan_code) {
-    uint32_t x = f2u(f);
+    uint32_t x = tp_f32_bits(f);
     uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
     if (isnan(f)) return sign | nan_code;
     double a = fabs((double)f);

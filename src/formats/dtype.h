@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "tprof.h"
 
@@ -23,6 +24,18 @@ typedef struct {
 } tp_dtype_traits;
 
 const tp_dtype_traits *tp_dtype_info(tp_dtype t);
+
+/* The bits of a binary32 and back (memcpy: the defined way to type-pun in C). */
+static inline uint32_t tp_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float tp_f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 /* Looks a safetensors dtype string up; returns 0 and sets *out, or -1 if unknown. */
 int tp_dtype_from_st(const char *st_name, tp_dtype *out);
 

@@ -79,16 +79,6 @@ int tp_qformat_parse(const char *name) {
     return -1;
 }
 
-static uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* ---- E2M1 and UE8M0 codecs ------------------------------------------------------------------------------ */
 
@@ -100,7 +90,7 @@ static const float E2M1_VALUE[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.
  * <. Everything >= 5 (the 4|6 midpoint ties to code 6 = 4.0, so strictly above 5) saturates to 6, Inf
  * included. The sign is the input's sign bit, so -0 and negative values that round to zero give 0x8. */
 uint8_t tp_f32_to_e2m1(float f) {
-    uint8_t sign = (uint8_t)((f2u(f) >> 28) & 0x8u);
+    uint8_t sign = (uint8_t)((tp_f32_bits(f) >> 28) & 0x8u);
     float a = fabsf(f);
     uint8_t c;
     if (isnan(f)) c = 7; /* no NaN in E2M1: the documented choice of qformat.h */
@@ -135,9 +125,9 @@ uint8_t tp_f32_to_ue8m0(float f) {
 /* 2^(v - 127) built from its bit pattern: v >= 1 is the FP32 exponent field itself, v = 0 is the subnormal
  * 2^-127 (mantissa bit 22). */
 float tp_ue8m0_to_f32(uint8_t v) {
-    if (v == 0xFF) return u2f(0x7FC00000u);
-    if (v == 0) return u2f(0x00400000u);
-    return u2f((uint32_t)v << 23);
+    if (v == 0xFF) return tp_f32_from_bits(0x7FC00000u);
+    if (v == 0) return tp_f32_from_bits(0x00400000u);
+    return tp_f32_from_bits((uint32_t)v << 23);
 }
 
 /* E4M3, saturating RNE, from a non-negative double or NaN with a single rounding (the NVFP4 block-scale rule;
@@ -220,7 +210,7 @@ static float block_amax(const float *x, int64_t K, int64_t r0, int64_t r1, int64
 
 /* The fp8 / fp8-block128 scale, also the NVFP4 s2 rule with div = 2688. */
 static float amax_scale(float amax, double div) {
-    if (isinf(amax)) return u2f(0x7FC00000u);
+    if (isinf(amax)) return tp_f32_from_bits(0x7FC00000u);
     float s = (float)((double)amax / div);
     return s == 0.0f ? 1.0f : s;
 }
@@ -252,7 +242,7 @@ static blockscale block_scale(const qgeom *g, float amax, float s2) {
         if (isinf(amax) || isnan(s2)) {
             b.code = 0x7F;
             b.zero = 1;
-            b.div = b.mult = u2f(0x7FC00000u);
+            b.div = b.mult = tp_f32_from_bits(0x7FC00000u);
             break;
         }
         b.code = e4m3_from_f64_sat((double)amax / (6.0 * (double)s2));
