@@ -47,7 +47,7 @@
 
 #include "formats/dtype.h"
 
-/* The table of qformat.h. TP_QF_NONE is a placeholder row ("none": plain storage, not quantized) so that the
+/* The table of qformat.h. TP_QF_NONE is a row too ("none": plain storage, not quantized) so that the
  * table is indexable by every enum value; the quantizers reject it. */
 static const tp_qformat_traits QTRAITS[TP_QF_COUNT] = {
     [TP_QF_NONE] = {"none", TP_F32, 32, 0, 1, TP_F32, 0, "plain FP32/FP16/BF16 storage, no quantization"},
