@@ -66,6 +66,9 @@ expect_error "policy without '='" "blocks.0.mlp" bench "${small[@]}" "${tok[@]}"
 expect_error "policy with an unknown precision" "fp5" bench "${small[@]}" "${tok[@]}" --policy "head=fp5"
 expect_error "missing policy file" "nope.json" bench "${small[@]}" "${tok[@]}" --policy-file "$tmp/nope.json"
 expect_error "caps: unknown architecture" "sm_x9" caps --arch sm_x9
+expect_error "build without -o" "-o FILE" build "${tok[@]}" --precision fp16 --arch sm_90
+expect_error "build nvfp4 without a GPU" "calibration on a GPU" build --device cpu "${tok[@]}" --precision nvfp4 --arch sm_90 -o "$tmp/n.tpe"
+expect_error "engine file missing" "nope.tpe" bench --engine "$tmp/nope.tpe"
 expect_error "batch larger than host memory" "of host memory" bench --device cpu --model vit-tiny --batch 1000000
 
 expect_ok "timm checkpoint on the CPU" "Accuracy vs FP32 CPU reference" bench "${small[@]}" "${tok[@]}" --batch 2 \
@@ -77,6 +80,11 @@ else
   echo "FAIL json report is not valid JSON with results"
 fi
 expect_ok "models list" "vit_base_patch16_224" models
+expect_ok "build an mxfp8 engine file for sm_90" "mxfp8 for sm_90" build "${tok[@]}" --precision mxfp8 --arch sm_90 \
+  --weights tests/fixtures/timm_vit_token.safetensors -o "$tmp/m.tpe"
+head -c 3000 "$tmp/m.tpe" >"$tmp/cut.tpe"
+expect_error "truncated engine file" "cut.tpe: truncated" bench --engine "$tmp/cut.tpe"
+expect_error "engine file with --model" "drop --model" bench --engine "$tmp/m.tpe" --model vit-b16
 expect_ok "caps for Blackwell" "VEC32_UE8M0" caps --arch sm_100
 expect_ok "caps for Hopper" "emulated" caps --arch sm_90
 

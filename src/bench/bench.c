@@ -348,6 +348,10 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
 /* The policy of one engine: the --policy-file's when its default is this precision, else the precision's
  * default (patch embedding and head kept high for quantized formats), plus the --policy overrides. */
 static tp_status make_policy(const tp_bench_options *o, tp_precision prec, tp_policy *pol, tp_error *err) {
+    if (o->engine_file) {
+        *pol = o->engine_file->policy; /* the engine as it was built */
+        return TP_OK;
+    }
     tp_policy_default(pol, prec);
     if (o->policy_file) {
         tp_policy fp;
@@ -363,6 +367,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     if (st) return st;
 #ifdef TPROF_HAVE_CUDA
     tp_cupti *cupti = NULL; /* tprof profile's CUPTI session, open before any engine is built */
+    const tp_qtensor **wq = NULL; /* --engine: per parameter, the stored quantized weight */
 #endif
     if (o->batch <= 0) return tp_fail(err, TP_ERR_ARG, "--batch %d: must be positive", o->batch);
     if (o->n_precs <= 0) return tp_fail(err, TP_ERR_ARG, "--precision: no precision given");
@@ -393,7 +398,9 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
 
     /* parameters, inputs, graphs */
     tp_params params = {0};
-    st = o->weights ? tp_vit_params_load(c, o->weights, &params, err) : tp_vit_params_init(c, o->seed, 0, &params, err);
+    st = o->engine_file ? tp_engine_file_params(o->engine_file, &params, err)
+         : o->weights   ? tp_vit_params_load(c, o->weights, &params, err)
+                        : tp_vit_params_init(c, o->seed, 0, &params, err);
     if (st) return st;
     const int B = o->batch, S = c->img_size;
     const size_t img_n = (size_t)B * 3 * S * S;
@@ -433,6 +440,18 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                  (unsigned long long)o->seed);
     }
     if ((st = tp_vit_build_graph(c, &params, B, &g, err))) goto done;
+#ifdef TPROF_HAVE_CUDA
+    /* an engine file's quantized weights are uploaded as stored */
+    if (o->engine_file) {
+        wq = calloc((size_t)params.n_params, sizeof *wq);
+        if (!wq) {
+            st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+            goto done;
+        }
+        for (int i = 0; i < params.n_params && i < o->engine_file->n_tensors; i++)
+            if (o->engine_file->tensors[i].qf != TP_QF_NONE) wq[i] = &o->engine_file->tensors[i].q;
+    }
+#endif
     if ((st = tp_vit_build_graph(c, &params, R, &gref, err))) goto done;
     const double flop = tp_graph_flop(&g), mflop = tp_graph_matmul_flop(&g);
     printf("tprof bench: %s (img %d, patch %d, dim %d, depth %d, heads %d, %d tokens), batch %d, %.2f GFLOP/image "
@@ -446,7 +465,9 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
         printf("GPU: %d SMs, %.1f GB, driver %s, CUDA driver %d.%d, runtime %d.%d, cuBLASLt %zu\n", gpu.sm_count,
                gpu.mem_bytes * 1e-9, gpu.driver, gpu.driver_cuda / 1000, gpu.driver_cuda % 1000 / 10,
                gpu.runtime_cuda / 1000, gpu.runtime_cuda % 1000 / 10, gpu.cublaslt_version);
-    printf("Weights: %s; input: %s\n", o->weights ? o->weights : "synthesized from the seed (timm init)", input_desc);
+    printf("Weights: %s; input: %s\n",
+           o->engine_path ? o->engine_path : o->weights ? o->weights : "synthesized from the seed (timm init)",
+           input_desc);
 
 #ifdef TPROF_HAVE_CUDA
     if (o->profile_iters > 0 && dev == TP_DEVICE_GPU && (st = tp_cupti_create(&cupti, err))) goto done;
@@ -489,13 +510,22 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
 #ifdef TPROF_HAVE_CUDA
             int calibrate = 0; /* static per-tensor activation scales need the FP16 engine's amax */
             for (int v = 0; v < g.n_values; v++) calibrate |= plan.value_scaled[v] && g.values[v].kind == TP_VAL_ACT;
-            if (calibrate) {
+            if (calibrate && o->engine_file) {
+                amax = malloc(sizeof(float) * (size_t)g.n_values);
+                if (!amax) st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+                else if (tp_engine_file_calibration(o->engine_file, &g, amax) > 0) calibrate = 0; /* as stored */
+                else {
+                    free(amax);
+                    amax = NULL;
+                }
+            }
+            if (calibrate && !st) {
                 amax = malloc(sizeof(float) * (size_t)g.n_values);
                 st = amax ? tp_calibrate_max(&g, &params, 0, gpu.sm, calib, amax, err)
                           : tp_fail(err, TP_ERR_OOM, "out of host memory");
             }
             tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .act_amax = amax,
-                                    .hook = cupti ? tp_cupti_hook : NULL, .hook_user = cupti};
+                                    .hook = cupti ? tp_cupti_hook : NULL, .hook_user = cupti, .weights_q = wq};
             if (!st) st = tp_engine_build(&g, &params, &plan, &eo, &e, err);
             r->build_ms = tp_now_ms() - b0;
             if (!st) st = tp_engine_set_input(e, images, err);
@@ -557,6 +587,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
 done:
 #ifdef TPROF_HAVE_CUDA
     tp_cupti_destroy(cupti);
+    free(wq);
 #endif
     if (res)
         for (int i = 0; i < o->n_precs; i++) {
@@ -575,6 +606,83 @@ done:
     free(out);
     tp_graph_free(&g);
     tp_graph_free(&gref);
+    tp_params_free(&params);
+    return st;
+}
+
+tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, tp_error *err) {
+    tp_status st = tp_vit_config_validate(&o->cfg, err);
+    if (st) return st;
+    if (o->n_precs != 1) return tp_fail(err, TP_ERR_ARG, "tprof build: give one --precision (an engine has one)");
+    const tp_vit_config *c = &o->cfg;
+    const tp_precision prec = o->precs[0];
+    tp_gpu_info gpu;
+    memset(&gpu, 0, sizeof gpu);
+    tp_error gerr = {0};
+#ifdef TPROF_HAVE_CUDA
+    if (tp_gpu_query(0, &gpu, &gerr) != TP_OK) gpu.present = 0;
+#else
+    snprintf(gerr.msg, sizeof gerr.msg, "this tprof was built without CUDA");
+#endif
+    if (!sm) {
+        if (!gpu.present) return tp_fail(err, TP_ERR_NO_GPU, "tprof build: no GPU (%s); name the target with --arch", gerr.msg);
+        sm = gpu.sm;
+    }
+    tp_params params = {0};
+    tp_graph g = {0};
+    tp_plan plan;
+    memset(&plan, 0, sizeof plan);
+    tp_policy pol;
+    float *amax = NULL, *calib = NULL;
+    st = o->weights ? tp_vit_params_load(c, o->weights, &params, err) : tp_vit_params_init(c, o->seed, 0, &params, err);
+    if (st) return st;
+    if ((st = make_policy(o, prec, &pol, err))) goto done;
+    if ((st = tp_vit_build_graph(c, &params, o->batch, &g, err))) goto done;
+    tp_policy_warn(&pol, &g, stdout);
+    if ((st = tp_plan_build_policy(&g, &pol, sm, &plan, err))) goto done;
+    int calibrate = 0;
+    for (int v = 0; v < g.n_values; v++) calibrate |= plan.value_scaled[v] && g.values[v].kind == TP_VAL_ACT;
+    if (calibrate) {
+#ifdef TPROF_HAVE_CUDA
+        if (!gpu.present) {
+            st = tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s needs activation scales from calibration on a GPU (%s)",
+                         tp_precision_name(prec), gerr.msg);
+            goto done;
+        }
+        const size_t img_n = (size_t)o->batch * 3 * c->img_size * c->img_size;
+        amax = malloc(sizeof(float) * (size_t)g.n_values);
+        calib = malloc(sizeof(float) * img_n);
+        if (!amax || !calib) {
+            st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+            goto done;
+        }
+        int n_files = 0;
+        if (o->image) st = tp_image_load_batch(o->image, &c->pre, o->batch, calib, &n_files, err);
+        else random_images(c, o->batch, o->seed + 1, calib);
+        if (!st) st = tp_calibrate_max(&g, &params, 0, gpu.sm, calib, amax, err);
+        if (st) goto done;
+        printf("Calibrated on %s (batch %d, max calibration)\n", o->image ? o->image : "random inputs (seed + 1)",
+               o->batch);
+#else
+        st = tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s needs calibration on a GPU (%s)", tp_precision_name(prec),
+                     gerr.msg);
+        goto done;
+#endif
+    }
+    if ((st = tp_engine_file_write(out_path, c, prec, &pol, sm, &params, &g, &plan, amax, err))) goto done;
+    {
+        char b[32];
+        int emulated = 0;
+        for (int i = 0; i < g.n_ops; i++) emulated += plan.op_emulated[i];
+        printf("Engine %s: %s for sm_%d, %s of weights in their format%s\n", out_path, tp_precision_name(prec), sm,
+               tp_fmt_bytes(tp_plan_weight_bytes(&plan, &g), b, sizeof b),
+               emulated ? " (its block-scaled GEMMs run emulated on this target)" : "");
+    }
+done:
+    free(amax);
+    free(calib);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
     tp_params_free(&params);
     return st;
 }

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "io/engine_file.h"
 #include "models/vit.h"
 #include "tprof.h"
 
@@ -34,6 +35,9 @@ typedef struct {
     int compare;         /* tprof compare: also write the comparison report (report.md/.json/.html) to out_dir */
     const char *policy;      /* --policy "glob=prec,...": overrides added to each precision's default policy */
     const char *policy_file; /* --policy-file FILE: a whole policy (default format + overrides), JSON */
+    const tp_engine_file *engine_file; /* --engine FILE (read by the caller): model, policy, weights as stored,
+                                          calibration; cfg and precs must be the file's */
+    const char *engine_path;
     const char *command_line;
 } tp_bench_options;
 
@@ -41,5 +45,11 @@ typedef struct {
  * unreadable or mismatching weights and images (TP_ERR_IO, TP_ERR_FORMAT, TP_ERR_SHAPE), a precision the
  * device cannot run (TP_ERR_UNSUPPORTED), no GPU when --device gpu (TP_ERR_NO_GPU), out of memory. */
 tp_status tp_bench_run(const tp_bench_options *o, tp_error *err);
+
+/* `tprof build -o FILE`: plans the model for o->precs[0] (one precision) on the GPU present, or on target sm
+ * when there is none (sm 0: this GPU), calibrates on it when the plan needs static scales (a GPU is then
+ * required), and writes the engine file (src/io/engine_file.h). Prints the engine size. Errors as
+ * tp_bench_run, plus TP_ERR_NO_GPU when calibration needs a GPU and there is none, TP_ERR_IO. */
+tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, tp_error *err);
 
 #endif

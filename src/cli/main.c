@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "io/engine_file.h"
 #include "core/util.h"
 #include "models/vit.h"
 #include "planner/caps.h"
@@ -22,6 +23,9 @@ static void usage(FILE *f) {
             "                                 per-layer tables, a Chrome trace of one forward pass (GPU only)\n"
             "       tprof compare [options]   profile several precisions and write one report (Markdown, JSON,\n"
             "                                 HTML with SVG charts): breakdown, coverage, Amdahl bound vs measured\n"
+            "       tprof build [options] -o FILE.tpe [--arch sm_XX]\n"
+            "                                 plan, quantize (and calibrate on the GPU) once; write an engine file\n"
+            "       tprof bench --engine FILE.tpe   run an engine file (model, precision, weights as stored)\n"
             "       tprof caps [--arch sm_XX] which precision runs native, emulated or not at all on a GPU\n"
             "       tprof models              list the model presets\n"
             "       tprof --version\n"
@@ -161,9 +165,11 @@ typedef struct {
 } knobs;
 
 /* `tprof bench` and `tprof profile` share every option; profile adds the traced run and its artifacts. */
-static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, int compare) {
+static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, int compare, int build) {
     tp_bench_options o;
     memset(&o, 0, sizeof o);
+    const char *out_file = NULL, *engine = NULL;
+    int arch = 0;
     long prof_iters = 20, top = 15;
     const char *out_dir = compare ? "tprof-report" : "tprof-profile";
     const char *model = NULL, *prec = NULL;
@@ -203,6 +209,15 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         else if (FLAG("--image")) { NEED_VAL(); o.image = val; }
         else if (FLAG("--json")) { NEED_VAL(); o.json_path = val; }
         else if (FLAG("--policy")) { NEED_VAL(); o.policy = val; }
+        else if (build && (FLAG("-o") || FLAG("--output"))) { NEED_VAL(); out_file = val; }
+        else if (build && FLAG("--arch")) {
+            NEED_VAL();
+            tp_error ae;
+            if (tp_caps_parse_arch(val, &arch, &ae)) {
+                fprintf(stderr, "tprof: --arch: %s\n", ae.msg);
+                return 2;
+            }
+        } else if (!build && FLAG("--engine")) { NEED_VAL(); engine = val; }
         else if (FLAG("--policy-file")) { NEED_VAL(); o.policy_file = val; }
         else if (profile && FLAG("--out")) { NEED_VAL(); out_dir = val; }
         else if (profile && FLAG("--profile-iters")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &prof_iters)) return 2; }
@@ -247,13 +262,41 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
 #undef NEED_VAL
     }
 
+    if (build && !out_file) {
+        fprintf(stderr, "tprof: build: name the engine file with -o FILE.tpe\n");
+        return 2;
+    }
+    tp_engine_file ef;
+    memset(&ef, 0, sizeof ef);
+    if (engine) {
+        /* the file carries the model, the precision, the policy and the weights */
+        const char *clash = model ? "--model" : prec ? "--precision" : o.weights ? "--weights" : o.policy ? "--policy"
+                            : o.policy_file ? "--policy-file" : (k.img >= 0 || k.patch >= 0 || k.dim >= 0 || k.depth >= 0 ||
+                                                              k.heads >= 0 || k.classes >= 0 || k.mlp >= 0 || k.eps >= 0 ||
+                                                              k.cls >= 0 || k.pool >= 0) ? "a model knob" : NULL;
+        if (clash) {
+            fprintf(stderr, "tprof: --engine %s carries the model, precision and weights: drop %s\n", engine, clash);
+            return 2;
+        }
+        tp_error fe = {0};
+        if (tp_engine_file_read(engine, &ef, &fe)) {
+            fprintf(stderr, "tprof: error: %s\n", fe.msg);
+            return 1;
+        }
+        model = ef.cfg.name;
+        prec = tp_precision_name(ef.precision);
+        o.engine_file = &ef;
+        o.engine_path = engine;
+    }
+
     /* the embedded default: the GPU's main job, or the CPU's small one when there is no GPU */
     int gpu = 0;
     char why[600] = "";
     if (o.device != TP_DEVICE_CPU) gpu = have_gpu(why, sizeof why);
     if (o.device == TP_DEVICE_AUTO && !gpu) {
         o.device = TP_DEVICE_CPU;
-        if (!model && batch < 0 && !prec)
+        if (build) { /* no run on the CPU: build only plans and writes */
+        } else if (!model && batch < 0 && !prec)
             printf("No GPU found (%s): running the CPU default, vit-tiny at batch 1 in fp32.\n", why);
         else printf("No GPU found (%s): running on the CPU.\n", why);
     } else if (o.device == TP_DEVICE_AUTO) {
@@ -268,7 +311,9 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     if (dur < 0) dur = on_cpu ? 0 : 3;
 
     tp_error err = {0};
-    if (tp_vit_config_preset(model, &o.cfg, &err)) {
+    if (engine) {
+        o.cfg = ef.cfg;
+    } else if (tp_vit_config_preset(model, &o.cfg, &err)) {
         fprintf(stderr, "tprof: --model: %s\n", err.msg);
         return 2;
     }
@@ -314,7 +359,8 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         o.out_dir = out_dir;
         o.compare = compare;
     }
-    tp_status st = tp_bench_run(&o, &err);
+    tp_status st = build ? tp_build_run(&o, out_file, arch, &err) : tp_bench_run(&o, &err);
+    tp_engine_file_free(&ef);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);
         return 1;
@@ -341,11 +387,12 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 0, 0);
-    if (strcmp(argv[1], "profile") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 0);
-    if (strcmp(argv[1], "compare") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 1);
+    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 0, 0, 0);
+    if (strcmp(argv[1], "profile") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 0, 0);
+    if (strcmp(argv[1], "compare") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 1, 0);
+    if (strcmp(argv[1], "build") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 0, 0, 1);
     if (strcmp(argv[1], "models") == 0) return cmd_models();
     if (strcmp(argv[1], "caps") == 0) return cmd_caps(argc - 2, argv + 2);
-    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare, caps or models; tprof --help)\n", argv[1]);
+    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare, build, caps or models; tprof --help)\n", argv[1]);
     return 2;
 }

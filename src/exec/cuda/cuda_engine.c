@@ -39,6 +39,7 @@ struct tp_engine {
     int use_graph;
     tp_launch_hook hook;
     void *hook_user;
+    const tp_qtensor *const *weights_q;
     cudaStream_t stream;
     void **dptr;          /* per value */
     float *d_scales;      /* per value v at d_scales[SCALE_SLOT * v]: the fp32 per-tensor scale of E4M3 values */
@@ -249,7 +250,17 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
                 free(h);
                 return tp_fail(err, TP_ERR_OOM, "out of host memory quantizing %s", p->name);
             }
-            st = tp_qdq_f32(e->plan->value_qf[v], p->data, q, p->numel / K, K, 1, 0.0f, &e->wglobal[v], err);
+            const tp_qtensor *pre = e->weights_q ? e->weights_q[g->values[v].param_index] : NULL;
+            if (pre && pre->format == e->plan->value_qf[v]) {
+                /* the stored quantized tensor: its values without the per-tensor scale (decoded with s2 = 1,
+                 * exact), and s2 for the GEMM's alpha */
+                tp_qtensor one = *pre;
+                one.global_scale = 1.0f;
+                st = tp_dequantize(&one, q, err);
+                e->wglobal[v] = pre->global_scale;
+            } else {
+                st = tp_qdq_f32(e->plan->value_qf[v], p->data, q, p->numel / K, K, 1, 0.0f, &e->wglobal[v], err);
+            }
             if (!st) tp_convert_from_f32(dt, q, h, (size_t)p->numel, 1.0f);
             if (!st) st = dev_alloc(e, bytes, &e->dptr[v], p->name, err);
             if (!st) {
@@ -260,6 +271,20 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
             free(h);
             if (st) return st;
             e->weight_bytes += (double)bytes;
+            continue;
+        }
+        const tp_qtensor *pre8 = e->weights_q ? e->weights_q[g->values[v].param_index] : NULL;
+        if (dt == TP_E4M3 && pre8 && pre8->format == TP_QF_FP8_TENSOR && pre8->elem_bytes == bytes &&
+            pre8->scale_bytes == sizeof(float)) {
+            /* a stored per-tensor FP8 weight: its E4M3 bytes and scale as they are */
+            memcpy(&h_scales[SCALE_SLOT * v], pre8->scales, sizeof(float));
+            st = dev_alloc(e, bytes, &e->dptr[v], p->name, err);
+            if (!st) {
+                cudaError_t ce = cudaMemcpy(e->dptr[v], pre8->elems, bytes, cudaMemcpyHostToDevice);
+                if (ce != cudaSuccess) st = tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
+            }
+            if (st) return st;
+            e->weight_bytes += (double)bytes + 4.0;
             continue;
         }
         if (e->plan->value_scaled[v]) {
@@ -351,6 +376,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->use_graph = opt->use_graph;
     e->hook = opt->hook;
     e->hook_user = opt->hook_user;
+    e->weights_q = opt->weights_q;
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));

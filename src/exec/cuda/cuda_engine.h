@@ -9,6 +9,7 @@
 
 #include "ir/graph.h"
 #include "models/model.h"
+#include "formats/qformat.h"
 #include "planner/plan.h"
 #include "tprof.h"
 
@@ -42,6 +43,11 @@ typedef struct {
     const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 */
     tp_launch_hook hook;     /* optional */
     void *hook_user;
+    /* Optional, per parameter index: the weight already quantized (an engine file's tensors). Used as stored
+     * for the values the plan quantizes, so an engine loaded from a file is bit-exact with the one that wrote
+     * it (re-quantizing decoded values is not idempotent for every format). NULL entries: quantize the fp32
+     * master. */
+    const tp_qtensor *const *weights_q;
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
