@@ -66,19 +66,21 @@ PY
     echo "=== engine files: build (with calibration) then run; the file's engine must give the same logits"
     for p in fp8 nvfp4 mxfp8; do
       "$BUILD/tprof" build --model vit-b16 --batch 64 --precision $p -o "$OUT/vit-b16-$p.tpe" || rc=1
-      "$BUILD/tprof" bench --engine "$OUT/vit-b16-$p.tpe" --batch 64 --duration 1 --json "$OUT/e_$p.json" > /dev/null || rc=1
-      "$BUILD/tprof" bench --model vit-b16 --batch 64 --precision $p --duration 1 --json "$OUT/d_$p.json" > /dev/null || rc=1
-      python3 - "$OUT/e_$p.json" "$OUT/d_$p.json" <<'PY' || rc=1
-import json, sys
-e, d = (json.load(open(f))["results"][0] for f in sys.argv[1:3])
-ka = ("cosine", "rel_l2", "max_abs", "top1_agreement")
-same = all(e["accuracy"][k] == d["accuracy"][k] for k in ka)
-print(f"{e['precision']}: from file {e['latency']['median_ms']:.3f} ms, direct {d['latency']['median_ms']:.3f} ms; "
-      f"format weights {e['format_weight_bytes']/1e6:.1f} MB; accuracy identical: {same}")
-assert same, (e["accuracy"], d["accuracy"])
+      "$BUILD/tprof" bench --engine "$OUT/vit-b16-$p.tpe" --batch 64 --duration 1 --save-output "$OUT/e_$p.st" \
+        | grep -E "Compute Time|EMULATED" || rc=1
+      "$BUILD/tprof" bench --model vit-b16 --batch 64 --precision $p --duration 1 --save-output "$OUT/d_$p.st" \
+        | grep -E "Compute Time" || rc=1
+      python3 - "$OUT/e_$p.st" "$OUT/d_$p.st" "$p" <<'PY' || rc=1
+import sys
+from safetensors.numpy import load_file
+e, d = (load_file(f)[sys.argv[3]] for f in sys.argv[1:3])
+same = e.shape == d.shape and e.tobytes() == d.tobytes()
+print(f"{sys.argv[3]}: logits of the engine loaded from the file and of the engine built directly: "
+      f"{'bit-identical' if same else 'DIFFERENT'} ({e.shape[0]} x {e.shape[1]})")
+assert same
 PY
       ls -l "$OUT/vit-b16-$p.tpe"
-      rm -f "$OUT/vit-b16-$p.tpe" "$OUT/e_$p.json" "$OUT/d_$p.json"
+      rm -f "$OUT/vit-b16-$p.tpe" "$OUT/e_$p.st" "$OUT/d_$p.st"
     done
     ;;
   ncu)

@@ -14,6 +14,7 @@
 #include "exec/cpu/cpu_exec.h"
 #include "formats/dtype.h"
 #include "io/image.h"
+#include "io/safetensors.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "profile/analysis.h"
@@ -50,6 +51,7 @@ typedef struct {
     double format_weight_bytes;             /* weights in their format (what an engine file stores) */
     json_t *plan;    /* per op: layer, op, precision, FLOP, bytes, how (owned) */
     json_t *profile; /* tprof profile: the kernel-level summary (owned) */
+    float *logits;   /* --save-output: a copy of the output (B, classes) fp32 */
     int has_prof;    /* trace and prof below are owned */
     tp_trace trace;
     tp_profile_summary prof;
@@ -546,6 +548,11 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             for (size_t k = (size_t)R * out_cols; k < (size_t)B * out_cols; k++) r->acc.nonfinite += !isfinite(out[k]);
             r->ok = 1;
             print_summary(o, r, device, flop, R);
+            if (o->save_output) {
+                r->logits = malloc(sizeof(float) * (size_t)B * out_cols);
+                if (r->logits) memcpy(r->logits, out, sizeof(float) * (size_t)B * out_cols);
+                else st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+            }
         }
 #ifdef TPROF_HAVE_CUDA
         if (!st && cupti) {
@@ -583,6 +590,20 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
 #ifdef TPROF_HAVE_CUDA
     if (!st && o->compare) st = write_compare(o, &gpu, res, base, R, err);
 #endif
+    if (!st && o->save_output) {
+        tp_st_write_entry ent[TP_MAX_PRECISIONS];
+        for (int i = 0; i < o->n_precs; i++) {
+            memset(&ent[i], 0, sizeof ent[i]);
+            ent[i].name = tp_precision_name(res[i].prec);
+            ent[i].dtype = TP_F32;
+            ent[i].ndim = 2;
+            ent[i].shape[0] = B;
+            ent[i].shape[1] = out_cols;
+            ent[i].data = res[i].logits;
+        }
+        st = tp_st_write(o->save_output, ent, o->n_precs, err);
+        if (!st) printf("Outputs (logits per precision, safetensors): %s\n", o->save_output);
+    }
 
 done:
 #ifdef TPROF_HAVE_CUDA
@@ -592,6 +613,7 @@ done:
     if (res)
         for (int i = 0; i < o->n_precs; i++) {
             free(res[i].samples);
+            free(res[i].logits);
             json_decref(res[i].plan);
             json_decref(res[i].profile);
             if (res[i].has_prof) {

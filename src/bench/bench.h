@@ -38,6 +38,7 @@ typedef struct {
     const tp_engine_file *engine_file; /* --engine FILE (read by the caller): model, policy, weights as stored,
                                           calibration; cfg and precs must be the file's */
     const char *engine_path;
+    const char *save_output; /* --save-output FILE: every precision's logits (B, classes) fp32 as safetensors */
     const char *command_line;
 } tp_bench_options;
 

@@ -45,6 +45,7 @@ static void usage(FILE *f) {
             "  --json FILE           write every sample, the configuration and the system to FILE\n"
             "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
             "  --plan                print the per-layer plan: precision, FLOP, bytes, and why\n"
+            "  --save-output FILE    write each precision's output (batch, classes) fp32 to FILE (safetensors)\n"
             "  --policy SPEC         per-layer precision overrides, later rules win, e.g.\n"
             "                        'blocks.0.*=bf16,head=fp16' (quantized formats keep patch_embed.proj and head\n"
             "                        high by default)\n"
@@ -209,6 +210,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         else if (FLAG("--image")) { NEED_VAL(); o.image = val; }
         else if (FLAG("--json")) { NEED_VAL(); o.json_path = val; }
         else if (FLAG("--policy")) { NEED_VAL(); o.policy = val; }
+        else if (!build && FLAG("--save-output")) { NEED_VAL(); o.save_output = val; }
         else if (build && (FLAG("-o") || FLAG("--output"))) { NEED_VAL(); out_file = val; }
         else if (build && FLAG("--arch")) {
             NEED_VAL();
