@@ -55,6 +55,13 @@ tp_status tp_fail(tp_error *err, tp_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* As tp_fail with "path: " in front, and control characters in the message (from file-supplied names)
+ * replaced by '?', so the reason stays one line. */
+tp_status tp_fail_path(tp_error *err, tp_status code, const char *path, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
 const char *tp_status_name(tp_status s);
 
 /* ---- data types (one table of traits in src/formats/dtype.c) ------------------------------------------ */

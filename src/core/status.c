@@ -15,6 +15,20 @@ tp_status tp_fail(tp_error *err, tp_status code, const char *fmt, ...) {
     return code;
 }
 
+tp_status tp_fail_path(tp_error *err, tp_status code, const char *path, const char *fmt, ...) {
+    if (err) {
+        char tail[sizeof err->msg];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(tail, sizeof tail, fmt, ap);
+        va_end(ap);
+        tp_fail(err, code, "%s: %s", path, tail);
+        for (unsigned char *p = (unsigned char *)err->msg; *p; p++)
+            if (*p < 0x20 || *p == 0x7F) *p = '?';
+    }
+    return code;
+}
+
 const char *tp_status_name(tp_status s) {
     switch (s) {
     case TP_OK: return "ok";

@@ -84,22 +84,8 @@ static const char *quote(char *buf, const char *s) {
     return buf;
 }
 
-/* tp_fail with "path: " in front and the one-line guarantee behind. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 4, 5)))
-#endif
-static tp_status ef_fail(tp_error *err, tp_status code, const char *path, const char *fmt, ...) {
-    if (err) {
-        char tail[sizeof err->msg];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(tail, sizeof tail, fmt, ap);
-        va_end(ap);
-        tp_fail(err, code, "%s: %s", path, tail);
-        one_line(err->msg);
-    }
-    return code;
-}
+/* File errors: "path: ..." on one line (tp_fail_path). */
+#define ef_fail tp_fail_path
 
 static const char *jkind(const json_t *v) {
     switch (json_typeof(v)) {

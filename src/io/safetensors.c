@@ -111,21 +111,10 @@ static const char *quote(char *buf, size_t cap, const char *s) {
 }
 #define QBUF (ST_NAME_MAX_QUOTE * 4 + 8)
 
-/* tp_fail with "path: " in front and the one-line guarantee behind. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 4, 5)))
-#endif
-static tp_status st_fail(tp_error *err, tp_status code, const char *path, const char *fmt, ...) {
-    if (err) {
-        char tail[sizeof err->msg];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(tail, sizeof tail, fmt, ap);
-        va_end(ap);
-        tp_fail(err, code, "%s: %s", path, tail);
-        one_line(err->msg);
-    }
-    return code;
+/* File errors: "path: ..." on one line; beyond tp_fail_path, invalid UTF-8 from the file becomes '?'. */
+#define st_fail(err, code, path, ...) (tp_fail_path((err), (code), (path), __VA_ARGS__), one_line_err(err), (code))
+static void one_line_err(tp_error *err) {
+    if (err) one_line(err->msg);
 }
 
 /* "[2304, 768]" into buf (always terminated, cut if tiny). */
