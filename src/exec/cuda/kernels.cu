@@ -807,9 +807,15 @@ __global__ void block_qdq_kernel(const TX *__restrict__ x, TY *__restrict__ y, l
         for (int o = BLK / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         float out;
         if (QF == TP_QF_NVFP4) {
-            /* one rounding from fp64 to E4M3: through fp32 it would round twice (qformat.c explains) */
-            __nv_fp8_storage_t sc = __nv_cvt_double_to_fp8((double)amax / (6.0 * (double)s2), __NV_SATFINITE, __NV_E4M3);
-            const float sd = __half2float(__half(__nv_cvt_fp8_to_halfraw(sc, __NV_E4M3)));
+            /* the block scale once per block (fp64 is slow on every lane), then broadcast; one rounding from
+             * fp64 to E4M3: through fp32 it would round twice (qformat.c explains) */
+            float sd = 0.0f;
+            if (lane == 0) {
+                __nv_fp8_storage_t sc =
+                    __nv_cvt_double_to_fp8((double)amax / (6.0 * (double)s2), __NV_SATFINITE, __NV_E4M3);
+                sd = __half2float(__half(__nv_cvt_fp8_to_halfraw(sc, __NV_E4M3)));
+            }
+            sd = __shfl_sync(0xffffffffu, sd, threadIdx.x % 32 - lane);
             const float d = sd * s2;
             out = d == 0.0f ? 0.0f : e2m1_qdq(v / d) * sd;
         } else {
@@ -817,7 +823,10 @@ __global__ void block_qdq_kernel(const TX *__restrict__ x, TY *__restrict__ y, l
             int shared = amax == 0.0f ? -127 : (frexpf(amax, &e), e - 1) - (QF == TP_QF_MXFP8 ? 8 : 2);
             shared = shared < -127 ? -127 : shared > 127 ? 127 : shared;
             const float X = ldexpf(1.0f, shared);
-            const float q = QF == TP_QF_MXFP8 ? e4m3_qdq(v / X) : e2m1_qdq(v / X);
+            /* X is a power of two, so is 1/X (2^-127..2^127 are all representable): v * (1/X) rounds the same
+             * exact value v / X rounds, once, and a multiply is much cheaper than an IEEE division */
+            const float inv = ldexpf(1.0f, -shared);
+            const float q = QF == TP_QF_MXFP8 ? e4m3_qdq(v * inv) : e2m1_qdq(v * inv);
             out = q * X;
         }
         if (live) st1(y, (size_t)i, out, 1.0f);
