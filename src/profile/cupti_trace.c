@@ -248,8 +248,11 @@ void tp_cupti_set_launch(tp_cupti *c, int op, tp_category cat) {
         c->ext_pushed = 1;
 }
 
+/* External correlation records are emitted against API records, so the runtime and driver API kinds are on
+ * too (their records are dropped): without them eager launches would carry no op. */
 static const CUpti_ActivityKind KINDS[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                           CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+                                           CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                           CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
 
 tp_status tp_cupti_start(tp_cupti *c, tp_error *err) {
     for (size_t i = 0; i < c->n_raw; i++) free(c->raw[i].name);
