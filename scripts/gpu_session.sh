@@ -83,6 +83,11 @@ PY
       rm -f "$OUT/vit-b16-$p.tpe" "$OUT/e_$p.st" "$OUT/d_$p.st"
     done
     ;;
+  eager)
+    echo "=== profile without the CUDA graph: eager launches attributed through external correlation ids"
+    "$BUILD/tprof" profile --no-graph --model vit-small --batch 8 --precision fp16,fp8 --profile-iters 3 \
+      --duration 0.5 --out /tmp/tprof-eager | grep -E "Profile:|Traced|not launched" || rc=1
+    ;;
   ncu)
     echo "=== ncu on the BENCHMARK range only (README's command)"
     ncu --clock-control none --nvtx --nvtx-include "BENCHMARK/" --metrics gpu__time_duration.sum \
