@@ -766,7 +766,7 @@ extern "C" int tpk_fill_uniform(void *p, tp_dtype dt, size_t n, uint64_t seed, t
 }
 
 /* ================================================================================================================
- * Block QDQ (MXFP8, NVFP4, MXFP4), one thread per element, one group of BLK lanes per block (BLK = 32 or 16).
+ * Block QDQ (MXFP8, NVFP4, MXFP4), four elements per thread, BLK / 4 lanes per block (BLK = 32 or 16).
  * The arithmetic mirrors tp_qdq_f32 step by step (src/formats/qformat.c), so the two agree bit for bit:
  *   MX:    amax over the block; shared_exp = floor(log2 amax) - emax_elem, clamped to [-127, 127] (amax 0:
  *          -127); X = 2^shared_exp; q = enc(x / X) in fp32; y = dec(q) * X.
@@ -789,47 +789,53 @@ __device__ __forceinline__ float e4m3_qdq(float v) {
 template <int QF, typename TX, typename TY>
 __global__ void block_qdq_kernel(const TX *__restrict__ x, TY *__restrict__ y, long long rows, long long K,
                                  const float *__restrict__ global) {
+    /* 4 consecutive elements per thread (one 8- or 16-byte access), LPB lanes per block: the 2-byte scalar
+     * version was bound by its memory accesses */
     constexpr int BLK = QF == TP_QF_NVFP4 ? 16 : 32;
+    constexpr int LPB = BLK / 4;   /* lanes per block */
+    constexpr int GPW = 32 / LPB;  /* blocks per warp */
     const long long nblk_row = K / BLK, nblk = rows * nblk_row;
-    const int lane = threadIdx.x % BLK;
+    const int wl = threadIdx.x % 32, lib = wl % LPB; /* lane in warp, lane in block */
     const float s2 = QF == TP_QF_NVFP4 ? *global : 1.0f;
-    /* the loop runs per warp (b0 is the same for all its lanes), so every lane reaches the shuffles */
-    constexpr int GPW = 32 / BLK; /* blocks per warp */
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const long long n_warps = (long long)gridDim.x * blockDim.x / 32;
+    /* the loop runs per warp (b0 is the same for all its lanes), so every lane reaches the shuffles */
     for (long long b0 = warp * GPW; b0 < nblk; b0 += n_warps * GPW) {
-        const long long b = b0 + (threadIdx.x % 32) / BLK;
+        const long long b = b0 + wl / LPB;
         const bool live = b < nblk;
-        const long long i = live ? (b / nblk_row) * K + (b % nblk_row) * BLK + lane : 0;
-        const float v = live ? ld1(x, (size_t)i) : 0.0f;
-        float amax = fabsf(v);
+        const long long i = live ? (b / nblk_row) * K + (b % nblk_row) * BLK + lib * 4 : 0;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) ld4(x, (size_t)i, v);
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
-        for (int o = BLK / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        float out;
+        for (int o = LPB / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        float out[4];
         if (QF == TP_QF_NVFP4) {
-            /* the block scale once per block (fp64 is slow on every lane), then broadcast; one rounding from
-             * fp64 to E4M3: through fp32 it would round twice (qformat.c explains) */
+            /* the block scale once per block (fp64), then broadcast; one rounding from fp64 to E4M3: through fp32
+             * it would round twice (qformat.c explains) */
             float sd = 0.0f;
-            if (lane == 0) {
+            if (lib == 0) {
                 __nv_fp8_storage_t sc =
                     __nv_cvt_double_to_fp8((double)amax / (6.0 * (double)s2), __NV_SATFINITE, __NV_E4M3);
                 sd = __half2float(__half(__nv_cvt_fp8_to_halfraw(sc, __NV_E4M3)));
             }
-            sd = __shfl_sync(0xffffffffu, sd, threadIdx.x % 32 - lane);
+            sd = __shfl_sync(0xffffffffu, sd, wl - lib);
             const float d = sd * s2;
-            out = d == 0.0f ? 0.0f : e2m1_qdq(v / d) * sd;
+#pragma unroll
+            for (int k = 0; k < 4; k++) out[k] = d == 0.0f ? 0.0f : e2m1_qdq(v[k] / d) * sd;
         } else {
             int e;
             int shared = amax == 0.0f ? -127 : (frexpf(amax, &e), e - 1) - (QF == TP_QF_MXFP8 ? 8 : 2);
             shared = shared < -127 ? -127 : shared > 127 ? 127 : shared;
             const float X = ldexpf(1.0f, shared);
             /* X is a power of two, so is 1/X (2^-127..2^127 are all representable): v * (1/X) rounds the same
-             * exact value v / X rounds, once, and a multiply is much cheaper than an IEEE division */
+             * exact value v / X rounds, once */
             const float inv = ldexpf(1.0f, -shared);
-            const float q = QF == TP_QF_MXFP8 ? e4m3_qdq(v * inv) : e2m1_qdq(v * inv);
-            out = q * X;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                out[k] = (QF == TP_QF_MXFP8 ? e4m3_qdq(v[k] * inv) : e2m1_qdq(v[k] * inv)) * X;
         }
-        if (live) st1(y, (size_t)i, out, 1.0f);
+        if (live) st4(y, (size_t)i, out, 1.0f);
     }
 }
 
@@ -837,7 +843,8 @@ template <int QF, typename TX>
 static int block_qdq_by_y(const void *x, tp_dtype ydt, void *y, long long rows, long long K, const float *g,
                           cudaStream_t s) {
     const int blk = QF == TP_QF_NVFP4 ? 16 : 32;
-    const size_t threads = (size_t)rows * (size_t)K; /* one per element */
+    const size_t threads = (size_t)rows * (size_t)K / 4; /* four elements each */
+    if (!aligned(x, 4 * sizeof(TX)) || !aligned(y, 4 * (ydt == TP_F32 ? 4 : 2))) return TPK_INVALID;
     const unsigned grid = grid_for(threads);
     (void)blk;
     switch (ydt) {

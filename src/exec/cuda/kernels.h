@@ -57,7 +57,8 @@ int tpk_amax(const void *x, tp_dtype dt, size_t n, float *amax, tp_stream stream
 /* Block-scaled quantize-dequantize along K, bit-exact with the CPU reference tp_qdq_f32 (src/formats/qformat.h):
  * x (rows, K) in xdt (F32/F16/BF16) -> y (rows, K) in ydt (F32/BF16) holding exactly the values of the format
  * (NVFP4: without the per-tensor scale s2, read from the device pointer global; NULL for MX formats).
- * qformat is a tp_qformat: TP_QF_MXFP8, TP_QF_NVFP4 or TP_QF_MXFP4. K must be a multiple of the block.
+ * qformat is a tp_qformat: TP_QF_MXFP8, TP_QF_NVFP4 or TP_QF_MXFP4. K must be a multiple of the block and x, y
+ * aligned to 4 elements (cudaErrorInvalidValue otherwise).
  * The emulation of block-scaled GEMM operands on GPUs without block-scaled MMA (sm_89, sm_90). */
 int tpk_block_qdq(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, long long rows, long long K, int qformat,
                   const float *global, tp_stream stream);
