@@ -30,16 +30,8 @@
         if (!(cond)) ck_abort_msg(__VA_ARGS__); \
     } while (0)
 
-static uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+#define f2u tp_f32_bits      /* formats/dtype.h */
+#define u2f tp_f32_from_bits
 
 /* 2^k by repeated doubling or halving: exact for the small |k| used here, and not ldexp, which dtype.c uses. */
 static double pow2(int k) {

@@ -30,16 +30,8 @@
         if (!(cond)) ck_abort_msg(__VA_ARGS__); \
     } while (0)
 
-static uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+#define f2u tp_f32_bits      /* formats/dtype.h */
+#define u2f tp_f32_from_bits
 /* Bit-exact FP32 equality, any NaN equal to any NaN (NaN payloads are not part of any rule here). */
 static int same_f32(float a, float b) { return (isnan(a) && isnan(b)) || f2u(a) == f2u(b); }
 
