@@ -55,9 +55,9 @@ PY
     tar czf "$OUT/report.tgz" report
     ;;
   formats)
-    echo "=== tprof compare: fp16, fp8, mxfp8, nvfp4 (block-scaled formats emulated on Hopper)"
+    echo "=== tprof compare: fp16, fp8, fp8-block (native), mxfp8, nvfp4 (emulated on Hopper)"
     rm -rf report_formats
-    "$BUILD/tprof" compare --model vit-b16 --batch 64 --precision fp16,fp8,mxfp8,nvfp4 --out report_formats \
+    "$BUILD/tprof" compare --model vit-b16 --batch 64 --precision fp16,fp8,fp8-block,mxfp8,nvfp4 --out report_formats \
       --json report_formats/bench.json --profile-iters 10 --plan > "$OUT/formats.log" 2>&1 || rc=1
     grep -E "performance summary|Accuracy vs|EMULATED|Weights in|traced|Comparison report|error" "$OUT/formats.log"
     tar czf "$OUT/report_formats.tgz" report_formats

@@ -383,6 +383,68 @@ START_TEST(test_planner_block_formats) {
 }
 END_TEST
 
+START_TEST(test_planner_fp8_block) {
+    tp_vit_config c = preset("vit-tiny");
+    c.depth = 2;
+    tp_params p = {0};
+    tp_graph g;
+    tp_plan plan;
+    tp_error e;
+    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 3, &g, &e), TP_OK);
+    ck_assert_msg(tp_plan_build(&g, TP_PREC_FP8_BLOCK, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(plan.act_dt, TP_BF16);
+    int nq = 0, fused = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const tp_op *op = &g.ops[i];
+        if (op->kind != TP_OP_LINEAR) continue;
+        int x = op->in[0], w = op->in[1];
+        if (strcmp(op->layer, "head") == 0) {
+            ck_assert_int_eq(plan.value_qf[w], TP_QF_NONE);
+            continue;
+        }
+        nq++;
+        ck_assert_int_eq(plan.op_prec[i], TP_PREC_FP8_BLOCK);
+        ck_assert_int_eq(plan.op_emulated[i], 0);
+        ck_assert_int_eq(plan.value_qf[x], TP_QF_FP8_BLOCK128);
+        ck_assert_int_eq(plan.value_qf[w], TP_QF_FP8_BLOCK128);
+        ck_assert_int_eq(plan.value_dt[w], TP_E4M3);
+        ck_assert_int_eq(plan.value_scaled[x], 0); /* dynamic: no calibration */
+        tp_op_kind pk = g.ops[g.values[x].producer].kind;
+        if (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU) {
+            /* the producer writes the format: E4M3 storage, and its note says so */
+            fused++;
+            ck_assert_int_eq(plan.value_dt[x], TP_E4M3);
+            ck_assert_ptr_nonnull(strstr(plan.op_note[g.values[x].producer], "writes fp8 block-128"));
+            ck_assert_ptr_nonnull(strstr(plan.op_note[i], "by its producer"));
+        } else {
+            ck_assert_int_eq(pk, TP_OP_ATTENTION);
+            ck_assert_int_eq(plan.value_dt[x], TP_BF16);
+            ck_assert_ptr_nonnull(strstr(plan.op_note[i], "standalone"));
+        }
+        ck_assert_ptr_nonnull(strstr(plan.op_note[i], "VEC128_32F/BLK128x128_32F"));
+    }
+    ck_assert_int_eq(nq, 8);
+    ck_assert_int_eq(fused, 6);
+    /* weight bytes: 1 byte per element plus one fp32 per 128x128 tile */
+    double wb = tp_plan_weight_bytes(&plan, &g);
+    tp_plan_free(&plan);
+    ck_assert_msg(tp_plan_build(&g, TP_PREC_BF16, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    ck_assert(wb < tp_plan_weight_bytes(&plan, &g));
+    tp_plan_free(&plan);
+    /* native on Hopper only: Ada and Blackwell are refused at plan time, naming the missing path */
+    for (int k = 0; k < 2; k++) {
+        int sm = k ? 100 : 89;
+        ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP8_BLOCK, sm, &plan, &e), TP_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(e.msg, "fp8-block") && strstr(e.msg, "not implemented"), "%s", e.msg);
+    }
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP8_BLOCK, 80, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "sm_89 or newer"));
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *t = tcase_create("vit");
@@ -394,6 +456,7 @@ int main(void) {
     tcase_add_test(t, test_graph_shapes);
     tcase_add_test(t, test_planner);
     tcase_add_test(t, test_planner_block_formats);
+    tcase_add_test(t, test_planner_fp8_block);
     tcase_add_test(t, test_synthesized_weights);
     tcase_add_test(t, test_golden_timm_token);
     tcase_add_test(t, test_golden_timm_avg);

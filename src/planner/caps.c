@@ -86,7 +86,7 @@ static tp_cap derive(int sm, tp_precision p) {
         if (hopper)
             return cap(TP_PATH_NATIVE,
                        "cuBLASLt VEC128_32F/BLK128x128_32F (1x128, 128x128 FP32 scales), FP32 accumulation",
-                       NULL, 0);
+                       NULL, 1);
         if (sm >= 89)
             return cap(TP_PATH_EMULATED, "E4M3 GEMM per 128-wide K slice, FP32 rescale",
                        "K/128 E4M3 GEMMs instead of one, plus an FP32 rescale-and-add of every partial product", 0);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "planner/caps.h"
 #include "planner/policy.h"
 
 void tp_plan_free(tp_plan *p) {
@@ -94,6 +95,39 @@ static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm,
     return TP_OK;
 }
 
+/* fp8-block (see plan.h): the Linear layers of the blocks read E4M3 operands with FP32 block scales. */
+static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_plan *p, tp_error *err) {
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_LINEAR || keep[i]) continue;
+        int x = op->in[0], w = op->in[1];
+        if (op->gemm_k % 16 || op->gemm_n % 8)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: fp8-block GEMM needs K %% 16 == 0 and N %% 8 == 0 (cuBLASLt FP8 alignment); K = "
+                           "%lld, N = %lld",
+                           op->layer, (long long)op->gemm_k, (long long)op->gemm_n);
+        int prod = g->values[x].producer;
+        tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
+        /* LayerNorm and GELU hold a whole 1x128 block in one warp, so they write the format themselves; the
+         * attention output's 128-blocks span two heads, so it is quantized by a standalone kernel */
+        const int fused = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU) && consumers(g, x) == 1;
+        p->value_qf[x] = TP_QF_FP8_BLOCK128;
+        p->value_qf[w] = TP_QF_FP8_BLOCK128;
+        p->value_dt[w] = TP_E4M3;
+        if (fused) p->value_dt[x] = TP_E4M3;
+        p->op_prec[i] = TP_PREC_FP8_BLOCK;
+        snprintf(p->op_note[i], sizeof p->op_note[i],
+                 "native on sm_%d: e4m3 x e4m3 GEMM, FP32 block scales (activations 1x128, dynamic; weights 128x128, "
+                 "offline; cuBLASLt VEC128_32F/BLK128x128_32F), fp32 accumulate, bf16 out; input quantized %s",
+                 sm, fused ? "by its producer" : "by a standalone kernel");
+        if (fused) {
+            size_t l = strlen(p->op_note[prod]);
+            snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes fp8 block-128 for %s", op->layer);
+        }
+    }
+    return TP_OK;
+}
+
 tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p, tp_error *err) {
     tp_policy pol;
     tp_policy_default(&pol, prec);
@@ -115,18 +149,24 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         return tp_fail(err, TP_ERR_UNSUPPORTED, "precision bf16 needs sm_80 or newer; this %s is %s", target,
                        tname);
     const int block_fmt = prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4;
-    if ((prec == TP_PREC_FP8 || block_fmt) && sm && sm < 89)
+    const int fp8_block = prec == TP_PREC_FP8_BLOCK;
+    if ((prec == TP_PREC_FP8 || block_fmt || fp8_block) && sm && sm < 89)
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "precision %s needs sm_89 or newer (E4M3 tensor cores); this %s is %s", tp_precision_name(prec),
                        target, tname);
-    if (prec == TP_PREC_FP8_BLOCK || prec == TP_PREC_MXFP4)
+    if (fp8_block) {
+        /* native on Hopper only; elsewhere the capability table says what is missing */
+        tp_status cst = tp_caps_require(sm, NULL, prec, NULL, err);
+        if (cst) return cst;
+    }
+    if (prec == TP_PREC_MXFP4)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "precision %s: not implemented in this build of tprof",
                        tp_precision_name(prec));
     p->requested = prec;
     p->sm = sm;
     p->n_values = g->n_values;
     p->n_ops = g->n_ops;
-    p->act_dt = prec == TP_PREC_FP32 ? TP_F32 : (prec == TP_PREC_BF16 || block_fmt) ? TP_BF16 : TP_F16;
+    p->act_dt = prec == TP_PREC_FP32 ? TP_F32 : (prec == TP_PREC_BF16 || block_fmt || fp8_block) ? TP_BF16 : TP_F16;
     p->value_dt = malloc(sizeof(tp_dtype) * (size_t)g->n_values);
     p->value_scaled = calloc((size_t)g->n_values, sizeof(int));
     p->value_qf = calloc((size_t)g->n_values, sizeof(tp_qformat));
@@ -146,7 +186,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     if (st) goto out;
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
     const char *act = tp_dtype_info(p->act_dt)->name;
-    tp_precision high = prec == TP_PREC_FP8 ? TP_PREC_FP16 : block_fmt ? TP_PREC_BF16 : prec;
+    tp_precision high = prec == TP_PREC_FP8 ? TP_PREC_FP16 : (block_fmt || fp8_block) ? TP_PREC_BF16 : prec;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         p->op_prec[i] = high;
@@ -174,6 +214,10 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     }
     if (block_fmt) {
         st = plan_block_scaled(g, prec, sm, keep, p, err);
+        goto out;
+    }
+    if (fp8_block) {
+        st = plan_fp8_block(g, sm, keep, p, err);
         goto out;
     }
     if (prec != TP_PREC_FP8) goto out;
@@ -232,7 +276,10 @@ double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g) {
         if (p->value_qf[v] != TP_QF_NONE) {
             /* what the weights occupy in their format (as an engine file stores them), not the emulation's bf16 */
             const tp_qformat_traits *qt = tp_qformat_info(p->value_qf[v]);
-            b += n * qt->bits / 8.0 + ceil(n / qt->block) * tp_dtype_info(qt->scale)->bytes + (qt->global_scale ? 4 : 0);
+            const tp_value *val = &g->values[v];
+            double K = (double)val->shape[val->ndim - 1], rows = n / K;
+            double blocks = ceil(rows / qt->weight_rows) * ceil(K / qt->block);
+            b += n * qt->bits / 8.0 + blocks * tp_dtype_info(qt->scale)->bytes + (qt->global_scale ? 4 : 0);
             continue;
         }
         b += n * (double)tp_dtype_info(p->value_dt[v])->bytes;

@@ -17,7 +17,13 @@
  *         offline and dequantized exactly into BF16, activations quantized per block (dynamically; NVFP4's
  *         per-tensor scale static from calibration) and dequantized exactly into BF16 by a QDQ kernel before a
  *         BF16 GEMM with FP32 accumulation; NVFP4's per-tensor scales are the GEMM's alpha. The blocks run
- *         along K, so K must be a multiple of the block (32, 16). Every such op is labelled emulated. */
+ *         along K, so K must be a multiple of the block (32, 16). Every such op is labelled emulated.
+ *   fp8-block (native on sm_90 only)  the same Linear layers run E4M3 x E4M3 with FP32 block scales (DeepSeek-V3
+ *         recipe): weights per 128 x 128 tile, offline; activations per 1 x 128 block along K, computed when the
+ *         engine runs (dynamic, no calibration) by the producer (LayerNorm, GELU write the format themselves) or
+ *         by a standalone quantize kernel (the attention output, whose 128-blocks span two heads). cuBLASLt's
+ *         VEC128_32F / BLK128x128_32F scale modes, FP32 accumulation, BF16 output; the rest runs BF16. A partial
+ *         last block along K is allowed (K % 16 == 0 is cuBLASLt's FP8 rule). */
 #ifndef TP_PLAN_H
 #define TP_PLAN_H
 

@@ -3,7 +3,14 @@
  *   - an emulated GEMM (QDQ kernel + bf16 GEMM with fp32 accumulation, NVFP4 scales as alpha) equals the CPU
  *     emulation (tp_qdq_f32 operands, fp64 accumulation) within fp32 accumulation-order noise: relative L2 under
  *     1e-5 (K <= 3072 products of exact values, each sum rounding at 2^-24);
- * at awkward shapes: M = 197 * 64 + 1 rows, K not a multiple of 128. */
+ * at awkward shapes: M = 197 * 64 + 1 rows, K not a multiple of 128.
+ * FP8 block-128 (native on sm_90):
+ *   - the quantizer kernels (standalone, GELU-fused, LayerNorm-fused) reproduce tp_quantize's codes and scales
+ *     bit for bit, given the same fp32 inputs (the unfused GELU / LayerNorm kernels with an fp32 output compute
+ *     exactly the values the fused ones quantize), NaN and Inf blocks included; pad rows hold codes 0, scale 1;
+ *   - the native GEMM (cuBLASLt VEC128_32F x BLK128x128_32F, bf16 out) equals the CPU emulation up to the bf16
+ *     rounding of D: unit roundoff 2^-9, about 1.1e-3 relative L2 for uniformly spread rounding errors; bound
+ *     4e-3 (a wrong scale layout gives 0.5 or more, tools/probes/fp8_block128_layout.c). */
 #include <check.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -130,7 +137,7 @@ START_TEST(test_emulated_gemm) {
     tp_gemm_ctx *ctx = NULL;
     tp_gemm_plan *plan = NULL;
     ck_assert_msg(tp_gemm_ctx_create(32u << 20, &ctx, &e) == TP_OK, "%s", e.msg);
-    tp_gemm_desc d = {M, N, K, TP_BF16, TP_F32, 0};
+    tp_gemm_desc d = {M, N, K, TP_BF16, TP_F32, 0, 0};
     ck_assert_msg(tp_gemm_plan_create(ctx, &d, "emulated", &plan, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(tp_gemm_run_alpha(ctx, plan, dq, dw, NULL, dd, NULL, NULL, alpha, NULL), 0);
     CU(cudaDeviceSynchronize());
@@ -159,12 +166,171 @@ START_TEST(test_emulated_gemm) {
 }
 END_TEST
 
+/* ---- FP8 block-128 ----------------------------------------------------------------------------------- */
+
+static void *dalloc(size_t bytes) {
+    void *d = NULL;
+    CU(cudaMalloc(&d, bytes));
+    return d;
+}
+
+/* GPU codes (M_pad, K) and scales (KB, M_pad) against tp_quantize of the fp32 values xf (M, K). */
+static void check_b128(const float *xf, long long M, long long Mp, long long K, const void *dq, const float *ds,
+                       const char *what) {
+    const long long KB = (K + 127) / 128;
+    tp_qtensor ref;
+    tp_error e;
+    ck_assert_msg(tp_quantize(TP_QF_FP8_BLOCK128, xf, M, K, 0, 0.0f, &ref, &e) == TP_OK, "%s", e.msg);
+    uint8_t *q = malloc((size_t)(Mp * K));
+    float *sc = malloc(sizeof(float) * (size_t)(KB * Mp));
+    CU(cudaMemcpy(q, dq, (size_t)(Mp * K), cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(sc, ds, sizeof(float) * (size_t)(KB * Mp), cudaMemcpyDeviceToHost));
+    long long bad_codes = 0, bad_scales = 0, first = -1;
+    for (long long i = 0; i < M * K; i++)
+        if (q[i] != ref.elems[i]) bad_codes++, first = first < 0 ? i : first;
+    for (long long i = M * K; i < Mp * K; i++) bad_codes += q[i] != 0;
+    const float *rs = (const float *)ref.scales; /* (M, KB) row-major */
+    for (long long m = 0; m < Mp; m++)
+        for (long long kb = 0; kb < KB; kb++) {
+            float want = m < M ? rs[m * KB + kb] : 1.0f, got = sc[kb * Mp + m];
+            bad_scales += memcmp(&want, &got, 4) != 0;
+        }
+    printf("  fp8-block quantizer %-10s M=%lld (pad %lld) K=%lld: %lld codes, %lld scales differ\n", what, M, Mp, K,
+           bad_codes, bad_scales);
+    ck_assert_msg(bad_codes == 0 && bad_scales == 0, "%s: %lld codes (first at %lld: %02x vs %02x), %lld scales differ",
+                  what, bad_codes, first, first >= 0 ? q[first] : 0, first >= 0 ? ref.elems[first] : 0, bad_scales);
+    tp_qtensor_free(&ref);
+    free(q);
+    free(sc);
+}
+
+/* _i: 0 standalone (f32 input with NaN and Inf), 1 standalone bf16, 2 GELU-fused, 3 LayerNorm-fused */
+START_TEST(test_fp8_block_quantizers) {
+    const long long M = 197 * 3 + 2, Mp = (M + 3) / 4 * 4;
+    const long long Ks[2] = {192, 768}; /* 1.5 blocks; 6 blocks */
+    for (int ki = 0; ki < 2; ki++) {
+        const long long K = Ks[ki], KB = (K + 127) / 128;
+        const size_t n = (size_t)(M * K);
+        float *x = randn(n, 77 + ki, 1.0);
+        if (_i == 0) {
+            x[5] = tp_f32_from_bits(0xFFC00000u); /* -NaN: skipped by amax, encoded as a NaN of its sign */
+            x[K + 7] = INFINITY;                  /* row 1, block 0: a NaN scale, codes 0 */
+        }
+        tp_dtype xdt = _i == 0 ? TP_F32 : TP_BF16;
+        void *dx = upload(xdt, x, n), *dq = dalloc((size_t)(Mp * K)), *df = dalloc(n * 4);
+        float *ds = dalloc(sizeof(float) * (size_t)(KB * Mp));
+        CU(cudaMemset(dq, 0x7F, (size_t)(Mp * K))); /* poison: E4M3 NaN */
+        CU(cudaMemset(ds, 0xFF, sizeof(float) * (size_t)(KB * Mp)));
+        float *xf = NULL;
+        if (_i <= 1) {
+            ck_assert_int_eq(tpk_quant_fp8_b128(dx, xdt, 0, dq, ds, (int)M, (int)Mp, (int)K, NULL), 0);
+            xf = download(xdt, dx, n);
+        } else if (_i == 2) {
+            ck_assert_int_eq(tpk_quant_fp8_b128(dx, xdt, 1, dq, ds, (int)M, (int)Mp, (int)K, NULL), 0);
+            ck_assert_int_eq(tpk_gelu(dx, xdt, df, TP_F32, NULL, n, NULL), 0);
+            xf = download(TP_F32, df, n);
+        } else {
+            float *w = randn((size_t)K, 5, 0.5), *b = randn((size_t)K, 6, 0.2);
+            void *dw = upload(TP_BF16, w, (size_t)K), *db = upload(TP_BF16, b, (size_t)K);
+            ck_assert_int_eq(tpk_layernorm_fp8_b128(dx, xdt, dw, db, TP_BF16, dq, ds, (int)M, (int)Mp, (int)K, 1e-6f,
+                                                    NULL),
+                             0);
+            ck_assert_int_eq(tpk_layernorm(dx, xdt, dw, db, TP_BF16, df, TP_F32, NULL, (int)M, (int)K, 1e-6f, NULL), 0);
+            xf = download(TP_F32, df, n);
+            cudaFree(dw);
+            cudaFree(db);
+            free(w);
+            free(b);
+        }
+        CU(cudaDeviceSynchronize());
+        static const char *names[] = {"f32", "bf16", "gelu", "layernorm"};
+        check_b128(xf, M, Mp, K, dq, ds, names[_i]);
+        cudaFree(dx);
+        cudaFree(dq);
+        cudaFree(df);
+        cudaFree(ds);
+        free(x);
+        free(xf);
+    }
+}
+END_TEST
+
+START_TEST(test_fp8_block_gemm) {
+    const long long M = 197 * 64 + 1, Mp = (M + 3) / 4 * 4, K = 592, N = 384, KB = (K + 127) / 128;
+    const size_t nx = (size_t)(M * K), nw = (size_t)(N * K);
+    float *x = randn(nx, 91, 1.0), *w = randn(nw, 92, 0.05), *bias = randn((size_t)N, 93, 0.5);
+    tp_error e;
+    /* GPU: x in bf16 through the standalone quantizer; W quantized offline, scales re-laid for cuBLASLt */
+    void *dx = upload(TP_BF16, x, nx), *dq = dalloc((size_t)(Mp * K)), *db = upload(TP_BF16, bias, (size_t)N);
+    float *xb = download(TP_BF16, dx, nx), *bb = download(TP_BF16, db, (size_t)N);
+    float *dxs = dalloc(sizeof(float) * (size_t)(KB * Mp));
+    ck_assert_int_eq(tpk_quant_fp8_b128(dx, TP_BF16, 0, dq, dxs, (int)M, (int)Mp, (int)K, NULL), 0);
+    tp_qtensor wq;
+    ck_assert_msg(tp_quantize(TP_QF_FP8_BLOCK128, w, N, K, 1, 0.0f, &wq, &e) == TP_OK, "%s", e.msg);
+    size_t nws = tp_gemm_b128_weight_scale_count(N, K);
+    float *ws = malloc(sizeof(float) * nws), *dws = dalloc(sizeof(float) * nws);
+    tp_gemm_b128_weight_scales((const float *)wq.scales, N, K, ws);
+    void *dw = dalloc(nw);
+    CU(cudaMemcpy(dw, wq.elems, nw, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dws, ws, sizeof(float) * nws, cudaMemcpyHostToDevice));
+    void *dd = dalloc((size_t)(Mp * N) * 2);
+    CU(cudaMemset(dd, 0xFF, (size_t)(Mp * N) * 2)); /* poison: bf16 NaN */
+    tp_gemm_ctx *ctx = NULL;
+    tp_gemm_plan *plan = NULL;
+    ck_assert_msg(tp_gemm_ctx_create(32u << 20, &ctx, &e) == TP_OK, "%s", e.msg);
+    tp_gemm_desc d = {Mp, N, K, TP_E4M3, TP_BF16, 1, 1};
+    ck_assert_msg(tp_gemm_plan_create(ctx, &d, "fp8-block", &plan, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_gemm_run(ctx, plan, dq, dw, db, dd, dxs, dws, NULL), 0);
+    CU(cudaDeviceSynchronize());
+    float *got = download(TP_BF16, dd, (size_t)(M * N));
+    /* CPU emulation: exact format values (the same bf16 input), fp64 accumulation */
+    float *qx = malloc(sizeof(float) * nx), *qw = malloc(sizeof(float) * nw), *ref = malloc(sizeof(float) * M * N);
+    ck_assert_int_eq(tp_qdq_f32(TP_QF_FP8_BLOCK128, xb, qx, M, K, 0, 0.0f, NULL, &e), TP_OK);
+    ck_assert_int_eq(tp_qdq_f32(TP_QF_FP8_BLOCK128, w, qw, N, K, 1, 0.0f, NULL, &e), TP_OK);
+    tp_cpu_linear(qx, qw, bb, ref, M, N, K);
+    tp_accuracy a;
+    tp_accuracy_compute(got, ref, (int)M, (int)N, &a);
+    printf("  native fp8-block GEMM M=%lld (run as %lld) N=%lld K=%lld +bias: rel L2 %.3e max abs %.3e vs CPU "
+           "emulation\n",
+           M, Mp, N, K, a.rel_l2, a.max_abs);
+    ck_assert_int_eq(a.nonfinite, 0);
+    ck_assert_msg(a.rel_l2 < 4e-3, "fp8-block GEMM: rel L2 %.3e against the CPU emulation", a.rel_l2);
+    /* M not a multiple of 4 is refused at plan time, naming M */
+    tp_gemm_plan *bad = NULL;
+    tp_gemm_desc d2 = {M, N, K, TP_E4M3, TP_BF16, 1, 1};
+    ck_assert_int_eq(tp_gemm_plan_create(ctx, &d2, "fp8-block", &bad, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "M % 4"));
+    tp_gemm_plan_destroy(plan);
+    tp_gemm_ctx_destroy(ctx);
+    tp_qtensor_free(&wq);
+    cudaFree(dx);
+    cudaFree(dq);
+    cudaFree(db);
+    cudaFree(dxs);
+    cudaFree(dws);
+    cudaFree(dw);
+    cudaFree(dd);
+    free(x);
+    free(w);
+    free(bias);
+    free(xb);
+    free(bb);
+    free(ws);
+    free(got);
+    free(qx);
+    free(qw);
+    free(ref);
+}
+END_TEST
+
 Suite *gpu_formats_suite(void) {
     Suite *s = suite_create("gpu_formats");
     TCase *t = tcase_create("block_scaled");
     tcase_set_timeout(t, 300);
     tcase_add_loop_test(t, test_qdq_kernel_bit_exact, 0, 3);
     tcase_add_loop_test(t, test_emulated_gemm, 0, 3);
+    tcase_add_loop_test(t, test_fp8_block_quantizers, 0, 4);
+    tcase_add_test(t, test_fp8_block_gemm);
     suite_add_tcase(s, t);
     return s;
 }

@@ -46,6 +46,8 @@ struct tp_engine {
     float *d_amax;        /* per value: calibration scratch */
     void *d_cols;         /* im2col scratch */
     void *d_qdq;          /* emulated block-scaled formats: the dequantized GEMM input (bf16) */
+    void *d_q8;           /* fp8-block: the E4M3 codes of a GEMM input quantized by a standalone kernel */
+    float **d_bscale;     /* per value: fp8-block scales (activations (K/128, M_pad); weights as cuBLASLt reads) */
     float *wglobal;       /* per value: NVFP4 weights' second-level scale s2 (1 elsewhere), host */
     float *alpha;         /* per op: the GEMM's alpha (s2_a * s2_w for NVFP4, else 1), host */
     void **allocs;        /* everything cudaMalloc'ed, for destroy */
@@ -78,6 +80,20 @@ static tp_status dev_alloc(tp_engine *e, size_t bytes, void **p, const char *wha
 
 static size_t value_bytes(const tp_engine *e, int v) {
     return (size_t)tp_value_numel(&e->g->values[v]) * tp_dtype_info(e->plan->value_dt[v])->bytes;
+}
+
+/* Rows of an activation viewed as a GEMM operand (M, K), K its last dimension; fp8-block GEMMs run on rows
+ * rounded up to a multiple of 4 (cuBLASLt refuses block scales otherwise), so every activation buffer has
+ * PAD_ROWS rows of slack after its last row. */
+#define PAD_ROWS 3
+static int64_t value_cols(const tp_engine *e, int v) {
+    const tp_value *val = &e->g->values[v];
+    return val->shape[val->ndim - 1];
+}
+static int64_t value_rows(const tp_engine *e, int v) { return tp_value_numel(&e->g->values[v]) / value_cols(e, v); }
+static int64_t rows_pad(int64_t m) { return (m + 3) / 4 * 4; }
+static size_t act_alloc_bytes(const tp_engine *e, int v) {
+    return value_bytes(e, v) + (size_t)(PAD_ROWS * value_cols(e, v)) * tp_dtype_info(e->plan->value_dt[v])->bytes;
 }
 
 /* ---- GPU facts ---------------------------------------------------------------------------------------- */
@@ -173,14 +189,33 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
                               (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->n_in > 2, s);
         break;
     case TP_OP_LAYERNORM: {
-        int C = (int)o->shape[o->ndim - 1];
-        rc = tpk_layernorm(x, xdt, e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]], y, ydt, ys,
-                           (int)(tp_value_numel(o) / C), C, op->eps, s);
+        int C = (int)o->shape[o->ndim - 1], M = (int)(tp_value_numel(o) / C);
+        if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3)
+            rc = tpk_layernorm_fp8_b128(x, xdt, e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]], y,
+                                        e->d_bscale[op->out], M, (int)rows_pad(M), C, op->eps, s);
+        else
+            rc = tpk_layernorm(x, xdt, e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]], y, ydt, ys,
+                               M, C, op->eps, s);
         break;
     }
     case TP_OP_LINEAR: {
         const tp_qformat qf = pl->value_qf[op->in[0]];
         const int fp8 = pl->value_dt[op->in[0]] == TP_E4M3;
+        if (qf == TP_QF_FP8_BLOCK128) {
+            /* native FP8 block-128: the input in E4M3 with its 1x128 scales (written by the producer, or here) */
+            const int M = (int)op->gemm_m;
+            float *xs = e->d_bscale[op->in[0]];
+            if (!fp8) {
+                HOOK(e, i, TP_CAT_QUANT);
+                rc = tpk_quant_fp8_b128(x, xdt, 0, e->d_q8, xs, M, (int)rows_pad(M), (int)op->gemm_k, s);
+                if (rc) break;
+                x = e->d_q8;
+                HOOK(e, i, TP_CAT_GEMM);
+            }
+            rc = tp_gemm_run(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                             y, xs, e->d_bscale[op->in[1]], s);
+            break;
+        }
         if (qf != TP_QF_NONE) {
             /* emulation: the operand's exact block-scaled values, in bf16, feed a bf16 GEMM */
             HOOK(e, i, TP_CAT_QUANT);
@@ -199,7 +234,15 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         rc = tpk_attention(x, xdt, y, ydt, ys, (int)xv->shape[0], (int)xv->shape[1], op->heads, op->head_dim,
                            op->scale, s);
         break;
-    case TP_OP_GELU: rc = tpk_gelu(x, xdt, y, ydt, ys, (size_t)tp_value_numel(o), s); break;
+    case TP_OP_GELU:
+        if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3) {
+            int M = (int)value_rows(e, op->out);
+            rc = tpk_quant_fp8_b128(x, xdt, 1, y, e->d_bscale[op->out], M, (int)rows_pad(M), (int)value_cols(e, op->out),
+                                    s);
+        } else {
+            rc = tpk_gelu(x, xdt, y, ydt, ys, (size_t)tp_value_numel(o), s);
+        }
+        break;
     case TP_OP_ADD: rc = tpk_add(x, e->dptr[op->in[1]], y, ydt, (size_t)tp_value_numel(o), s); break;
     case TP_OP_POOL:
         rc = tpk_pool(x, y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->pool_mode, op->prefix,
@@ -229,6 +272,38 @@ static tp_status launch_all(tp_engine *e, tp_error *err) {
 
 /* ---- building ------------------------------------------------------------------------------------------ */
 
+static tp_status upload(void *dst, const void *src, size_t bytes, const char *what, tp_error *err) {
+    cudaError_t ce = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return ce == cudaSuccess ? TP_OK : tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", what, cudaGetErrorString(ce));
+}
+
+/* An fp8-block weight (N, K): E4M3 codes and 128x128 scales, from the engine file when it holds them, else
+ * quantized here; the scales re-laid for cuBLASLt (gemm_cublaslt.h). */
+static tp_status upload_fp8_block_weight(tp_engine *e, int v, const tp_param *p, tp_error *err) {
+    const int64_t N = value_rows(e, v), K = value_cols(e, v);
+    const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    tp_qtensor own;
+    memset(&own, 0, sizeof own);
+    tp_status st = TP_OK;
+    if (!pre || pre->format != TP_QF_FP8_BLOCK128) {
+        st = tp_quantize(TP_QF_FP8_BLOCK128, p->data, N, K, 1, 0.0f, &own, err);
+        if (st) return st;
+        pre = &own;
+    }
+    const size_t ns = tp_gemm_b128_weight_scale_count(N, K);
+    float *sc = malloc(sizeof(float) * ns);
+    if (!sc) st = tp_fail(err, TP_ERR_OOM, "out of host memory quantizing %s", p->name);
+    if (!st) tp_gemm_b128_weight_scales((const float *)pre->scales, N, K, sc);
+    if (!st) st = dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
+    if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
+    if (!st) st = dev_alloc(e, sizeof(float) * ns, (void **)&e->d_bscale[v], p->name, err);
+    if (!st) st = upload(e->d_bscale[v], sc, sizeof(float) * ns, p->name, err);
+    if (!st) e->weight_bytes += (double)pre->elem_bytes + (double)pre->scale_bytes;
+    free(sc);
+    tp_qtensor_free(&own);
+    return st;
+}
+
 static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = TP_OK;
@@ -239,6 +314,11 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
         size_t bytes = value_bytes(e, v);
         float scale = 1.0f;
         e->wglobal[v] = 1.0f;
+        if (e->plan->value_qf[v] == TP_QF_FP8_BLOCK128) {
+            st = upload_fp8_block_weight(e, v, p, err);
+            if (st) return st;
+            continue;
+        }
         if (e->plan->value_qf[v] != TP_QF_NONE) {
             /* block-scaled weights, quantized offline: their exact values (without NVFP4's s2, which goes into the
              * GEMM's alpha) in the storage type, bf16 for the emulation */
@@ -328,7 +408,7 @@ static tp_status alloc_activations(tp_engine *e, tp_error *err) {
     e->act_bytes += (double)value_bytes(e, g->input);
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
-        size_t bytes = value_bytes(e, op->out);
+        size_t bytes = act_alloc_bytes(e, op->out);
         int found = -1;
         for (int k = 0; k < n_free; k++)
             if (free_size[k] == bytes) {
@@ -352,7 +432,7 @@ static tp_status alloc_activations(tp_engine *e, tp_error *err) {
             for (int k = 0; k < n_free; k++) dup |= free_ptr[k] == e->dptr[v];
             if (dup) continue;
             free_ptr[n_free] = e->dptr[v];
-            free_size[n_free] = value_bytes(e, v);
+            free_size[n_free] = act_alloc_bytes(e, v);
             n_free++;
         }
     }
@@ -379,10 +459,11 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->weights_q = opt->weights_q;
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
+    e->d_bscale = calloc((size_t)g->n_values, sizeof(float *));
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     h_scales = malloc(sizeof(float) * SCALE_SLOT * (size_t)g->n_values);
-    if (!e->dptr || !e->gplan || !e->wglobal || !e->alpha || !h_scales) {
+    if (!e->dptr || !e->gplan || !e->d_bscale || !e->wglobal || !e->alpha || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
@@ -422,11 +503,27 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     /* GEMM plans and the im2col scratch */
     st = tp_gemm_ctx_create(opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), &e->gemm, err);
     if (st) goto fail;
-    size_t cols_bytes = 0, qdq_bytes = 0;
+    size_t cols_bytes = 0, qdq_bytes = 0, q8_bytes = 0;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR && op->kind != TP_OP_PATCH_EMBED) continue;
         e->alpha[i] = 1.0f;
+        if (op->kind == TP_OP_LINEAR && plan->value_qf[op->in[0]] == TP_QF_FP8_BLOCK128) {
+            /* native FP8 block-128: the input's 1x128 scales (one buffer per value), E4M3 scratch when no producer
+             * writes the format */
+            const int x = op->in[0];
+            const int64_t Mp = rows_pad(op->gemm_m), kb = (op->gemm_k + 127) / 128;
+            if (!e->d_bscale[x]) {
+                st = dev_alloc(e, sizeof(float) * (size_t)(kb * Mp), (void **)&e->d_bscale[x], g->values[x].name, err);
+                if (st) goto fail;
+                e->act_bytes += (double)(sizeof(float) * (size_t)(kb * Mp));
+            }
+            if (plan->value_dt[x] != TP_E4M3 && (size_t)(Mp * op->gemm_k) > q8_bytes) q8_bytes = (size_t)(Mp * op->gemm_k);
+            tp_gemm_desc d = {Mp, op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1};
+            st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
+            if (st) goto fail;
+            continue;
+        }
         if (op->kind == TP_OP_LINEAR && plan->value_qf[op->in[0]] != TP_QF_NONE) {
             if (!plan->op_emulated[i]) {
                 st = tp_fail(err, TP_ERR_UNSUPPORTED,
@@ -443,7 +540,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                           op->kind == TP_OP_PATCH_EMBED                  ? plan->value_dt[op->in[1]]
                           : plan->value_qf[op->in[0]] != TP_QF_NONE ? TP_BF16
                                                                           : plan->value_dt[op->in[0]],
-                          plan->value_dt[op->out], op->n_in > 2};
+                          plan->value_dt[op->out], op->n_in > 2, 0};
         st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
         if (st) goto fail;
         if (op->kind == TP_OP_PATCH_EMBED) {
@@ -460,6 +557,11 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
         st = dev_alloc(e, qdq_bytes, &e->d_qdq, "block-scaled operand scratch", err);
         if (st) goto fail;
         e->act_bytes += (double)qdq_bytes;
+    }
+    if (q8_bytes) {
+        st = dev_alloc(e, q8_bytes, &e->d_q8, "fp8-block operand scratch", err);
+        if (st) goto fail;
+        e->act_bytes += (double)q8_bytes;
     }
 
     /* one eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then capture; it is
@@ -503,6 +605,7 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->allocs);
     free(e->dptr);
     free(e->gplan);
+    free(e->d_bscale);
     free(e->wglobal);
     free(e->alpha);
     free(e);

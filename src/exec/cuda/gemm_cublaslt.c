@@ -125,6 +125,17 @@ static int combo_supported(tp_dtype ab, tp_dtype d) {
     }
 }
 
+size_t tp_gemm_b128_weight_scale_count(int64_t N, int64_t K) {
+    int64_t kb = (K + 127) / 128, nb = (N + 127) / 128;
+    return (size_t)(nb * ((kb + 3) / 4 * 4));
+}
+
+void tp_gemm_b128_weight_scales(const float *plain, int64_t N, int64_t K, float *out) {
+    int64_t kb = (K + 127) / 128, nb = (N + 127) / 128, ld = (kb + 3) / 4 * 4;
+    for (int64_t r = 0; r < nb; r++)
+        for (int64_t c = 0; c < ld; c++) out[r * ld + c] = c < kb ? plain[r * kb + c] : 0.0f;
+}
+
 /* Evaluates a cuBLASLt call during planning; on failure fails the plan with the call's text and status. */
 #define LT_PLAN(call)                                                                                          \
     do {                                                                                                       \
@@ -150,6 +161,15 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
                        "gemm %s: inputs %s with output %s is not supported (supported: f32->f32, f16->f16, "
                        "bf16->bf16 or f32, e4m3->f16 or bf16)",
                        name, dt_name(desc->ab_dt), dt_name(desc->d_dt));
+    if (desc->block128 && (desc->ab_dt != TP_E4M3 || desc->d_dt != TP_BF16))
+        return tp_fail(err, TP_ERR_UNSUPPORTED,
+                       "gemm %s: FP8 block-128 scales need e4m3 inputs and a bf16 output, got %s -> %s", name,
+                       dt_name(desc->ab_dt), dt_name(desc->d_dt));
+    if (desc->block128 && M % 4 != 0)
+        return tp_fail(err, TP_ERR_UNSUPPORTED,
+                       "gemm %s: FP8 block-128 scales need M %% 4 == 0 (cuBLASLt refuses other M; pad the rows), got "
+                       "M=%lld",
+                       name, (long long)M);
     if (desc->ab_dt == TP_E4M3) {
         if (K % 16 != 0)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
@@ -187,6 +207,23 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
         const int8_t fast = 0;
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
     }
+    if (desc->block128) {
+        /* cuBLASLt's A is W (128x128 blocks), its B the activations (1x128 blocks) */
+        const int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
+        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
+        /* cuBLASLt 13.1's heuristic returns no algorithm for block scale modes while the scale pointers are unset
+         * (tools/probes/fp8_block128_shapes.c): any valid device address will do here (the workspace); the real
+         * ones are set by tp_gemm_run */
+        if (!ctx->workspace) {
+            tp_gemm_plan_destroy(p);
+            return tp_fail(err, TP_ERR_ARG, "gemm %s: FP8 block-128 planning needs a cuBLASLt workspace", name);
+        }
+        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ctx->workspace,
+                                               sizeof ctx->workspace));
+        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ctx->workspace,
+                                               sizeof ctx->workspace));
+    }
 
     LT_PLAN(cublasLtMatrixLayoutCreate(&p->la, ab_t, (uint64_t)K, (uint64_t)N, K));
     LT_PLAN(cublasLtMatrixLayoutCreate(&p->lb, ab_t, (uint64_t)K, (uint64_t)M, K));
@@ -214,10 +251,10 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
         tp_fail(err, TP_ERR_UNSUPPORTED,
-                "gemm %s: cuBLASLt has no algorithm for M=%lld N=%lld K=%lld inputs %s output %s%s "
+                "gemm %s: cuBLASLt has no algorithm for M=%lld N=%lld K=%lld inputs %s%s output %s%s "
                 "(workspace %zu bytes): %s",
-                name, (long long)M, (long long)N, (long long)K, dt_name(desc->ab_dt), dt_name(desc->d_dt),
-                desc->has_bias ? " +bias" : "", ctx->workspace_bytes,
+                name, (long long)M, (long long)N, (long long)K, dt_name(desc->ab_dt),
+                desc->block128 ? " (block-128 scales)" : "", dt_name(desc->d_dt), desc->has_bias ? " +bias" : "", ctx->workspace_bytes,
                 cublasLtGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st
                                         : found < 1                 ? CUBLAS_STATUS_NOT_SUPPORTED
                                                                     : res.state));

@@ -11,6 +11,12 @@
  *   BF16 / BF16      / CUBLAS_COMPUTE_32F
  *   E4M3 / F16 or BF16 / CUBLAS_COMPUTE_32F with per-tensor scales: device fp32 pointers a_scale, w_scale
  *                     (CUBLASLT_MATMUL_DESC_B_SCALE_POINTER / A_SCALE_POINTER); K a multiple of 16.
+ *   E4M3 / BF16      / CUBLAS_COMPUTE_32F with FP8 block-128 scales (desc.block128, sm_90): a_scale points to the
+ *                     activations' (ceil(K/128), M) fp32 1x128 scales, M contiguous (VEC128_32F), w_scale to the
+ *                     weights' 128x128 scales as tp_gemm_b128_weight_scales lays them out (BLK128x128_32F);
+ *                     M % 4 == 0 (the caller pads rows), K % 16 == 0, N % 8 == 0. The layouts were established on
+ *                     an H200 with cuBLASLt 13.1 against the CPU reference (tools/probes/fp8_block128_layout.c);
+ *                     PyTorch's _scaled_mm uses the same ones for its BlockWise1x128 / BlockWise128x128 recipes.
  * Bias (optional) is fused as the BIAS epilogue, in D's type (F32 for F32). Anything else: TP_ERR_UNSUPPORTED
  * at plan time, naming the combination. */
 #ifndef TP_GEMM_CUBLASLT_H
@@ -30,7 +36,14 @@ typedef struct {
     tp_dtype ab_dt;  /* type of A and W */
     tp_dtype d_dt;   /* type of D (and of bias) */
     int has_bias;
+    int block128;    /* E4M3 only: FP8 block-128 scales instead of per-tensor ones */
 } tp_gemm_desc;
+
+/* The weights' 128x128 block scales in the layout BLK128x128_32F reads: from the plain row-major
+ * (ceil(N/128), ceil(K/128)) grid (tp_quantize's, src/formats/qformat.h) to (ceil(N/128), ld) row-major with
+ * ld = ceil(K/128) rounded up to a multiple of 4 (padding 0). out holds tp_gemm_b128_weight_scale_count floats. */
+size_t tp_gemm_b128_weight_scale_count(int64_t N, int64_t K);
+void tp_gemm_b128_weight_scales(const float *plain, int64_t N, int64_t K, float *out);
 
 /* Creates the handle and a workspace of workspace_bytes on the current device. TP_ERR_CUDA/TP_ERR_OOM. */
 tp_status tp_gemm_ctx_create(size_t workspace_bytes, tp_gemm_ctx **out, tp_error *err);

@@ -211,15 +211,10 @@ extern "C" int tpk_embed_tokens(const void *pe, const void *cls, const void *pos
 
 #define LN_ROWS_PER_BLOCK (TPK_THREADS / 32)
 
-template <typename TX, typename TW, typename TY>
-__global__ void __launch_bounds__(TPK_THREADS)
-    layernorm_kernel(const TX *__restrict__ x, const TW *__restrict__ w, const TW *__restrict__ b, TY *__restrict__ y,
-                     const float *__restrict__ y_scale, int M, int C, float eps, int vec) {
-    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= M) return; /* whole warps leave together; the kernel has no block-wide barrier */
-    const TX *xr = x + (size_t)row * C;
-    TY *yr = y + (size_t)row * C;
-
+/* mean and 1/sqrt(var + eps) of one row, computed by the 32 lanes of a warp (every lane gets both). */
+template <typename TX>
+__device__ __forceinline__ void ln_row_stats(const TX *__restrict__ xr, int C, int lane, int vec, float eps,
+                                             float *mean_out, float *rstd_out) {
     float s = 0.0f;
     if (vec) {
         for (int c = lane * 4; c < C; c += 128) {
@@ -246,7 +241,20 @@ __global__ void __launch_bounds__(TPK_THREADS)
             q = fmaf(d, d, q);
         }
     }
-    const float rstd = rsqrtf(warp_sum(q) / (float)C + eps);
+    *mean_out = mean;
+    *rstd_out = rsqrtf(warp_sum(q) / (float)C + eps);
+}
+
+template <typename TX, typename TW, typename TY>
+__global__ void __launch_bounds__(TPK_THREADS)
+    layernorm_kernel(const TX *__restrict__ x, const TW *__restrict__ w, const TW *__restrict__ b, TY *__restrict__ y,
+                     const float *__restrict__ y_scale, int M, int C, float eps, int vec) {
+    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= M) return; /* whole warps leave together; the kernel has no block-wide barrier */
+    const TX *xr = x + (size_t)row * C;
+    TY *yr = y + (size_t)row * C;
+    float mean, rstd;
+    ln_row_stats(xr, C, lane, vec, eps, &mean, &rstd);
     const float sc = out_scale<TY>(y_scale);
 
     if (vec) {
@@ -878,6 +886,166 @@ extern "C" int tpk_block_qdq(const void *x, tp_dtype xdt, void *y, tp_dtype ydt,
     case TP_QF_NVFP4:
         if (K % 16 || !global) return TPK_INVALID;
         return block_qdq_by_x<TP_QF_NVFP4>(x, xdt, y, ydt, rows, K, global, stream);
+    default: return TPK_INVALID;
+    }
+}
+
+/* ================================================================================================================
+ * FP8 block-128 activations (1 x 128 blocks along K; DeepSeek-V3 section 3.3; cuBLASLt VEC128_32F), written
+ * directly by their producer (LayerNorm, GELU) or by a standalone quantizer. The arithmetic is tp_quantize's
+ * for fp8-block128 (qformat.c), bit for bit: amax over the block with NaN skipped (fmaxf skips it); s = amax /
+ * 448 in fp32 (equal to the fp64 division rounded once, qformat.c says why), 1 when that is 0, a quiet NaN when
+ * amax is Inf (then every code is 0); q = E4M3_satfinite(rne(x / s)), a NaN x encoded directly (keeping its
+ * sign, which neither x / s nor __nv_cvt_float_to_fp8 keeps).
+ * One warp per block, lane l holding elements 4l..4l+3 (K % 4 == 0, so a lane holds all four or none). Rows M to
+ * M_pad - 1 (cuBLASLt wants M % 4 == 0 for block scales: the engine pads) get codes 0 and scale 1, so the
+ * padded GEMM rows read defined values.
+ * ============================================================================================================== */
+
+__device__ __forceinline__ uint32_t b128_code(float v, float s, bool nan_block) {
+    if (nan_block) return 0;
+    /* a NaN keeps its sign (S.1111.111), as the host codec does; __nv_cvt_float_to_fp8 drops it */
+    if (v != v) return ((__float_as_uint(v) >> 24) & 0x80u) | 0x7Fu;
+    return (uint32_t)__nv_cvt_float_to_fp8(v / s, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* v: this lane's 4 values of one block, live: whether the lane holds any (a partial last block leaves lanes
+ * out; they pass zeros, which cannot raise the amax). Codes go to q (4-byte aligned), lane 0 writes *scale. */
+__device__ __forceinline__ void b128_store(const float v[4], bool live, uint8_t *q, float *scale, int lane) {
+    float a = live ? fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))) : 0.0f;
+    a = warp_max(a);
+    float s = isinf(a) ? __int_as_float(0x7FC00000) : a / 448.0f;
+    if (s == 0.0f) s = 1.0f;
+    const bool nan_block = s != s;
+    if (live)
+        *reinterpret_cast<uint32_t *>(q) = b128_code(v[0], s, nan_block) | (b128_code(v[1], s, nan_block) << 8) |
+                                           (b128_code(v[2], s, nan_block) << 16) |
+                                           (b128_code(v[3], s, nan_block) << 24);
+    if (lane == 0) *scale = s;
+}
+
+/* A pad row: codes 0, scales 1. */
+__device__ __forceinline__ void b128_pad_row(uint8_t *qr, float *scales, int row, int M_pad, int K, int lane) {
+    for (int k = lane * 4; k < K; k += 128) *reinterpret_cast<uint32_t *>(qr + k) = 0u;
+    for (int kb = lane; kb < (K + 127) / 128; kb += 32) scales[(size_t)kb * M_pad + row] = 1.0f;
+}
+
+template <typename TX, int GELU>
+__global__ void __launch_bounds__(TPK_THREADS)
+    quant_b128_kernel(const TX *__restrict__ x, uint8_t *__restrict__ q, float *__restrict__ scales, int M, int M_pad,
+                      int K) {
+    const int KB = (K + 127) / 128, lane = threadIdx.x % 32;
+    const long long nblk = (long long)M_pad * KB;
+    const long long n_warps = (long long)gridDim.x * blockDim.x / 32;
+    /* block b = (row, kb), kb fastest: neighbouring warps read neighbouring 256-byte spans of one row */
+    for (long long b = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; b < nblk; b += n_warps) {
+        const int row = (int)(b / KB), kb = (int)(b % KB), k = kb * 128 + lane * 4;
+        uint8_t *qr = q + (size_t)row * K;
+        if (row >= M) {
+            if (k < K) *reinterpret_cast<uint32_t *>(qr + k) = 0u;
+            if (lane == 0) scales[(size_t)kb * M_pad + row] = 1.0f;
+            continue;
+        }
+        const bool live = k < K;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) ld4(x, (size_t)row * K + k, v);
+        if (GELU) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = gelu_f(v[j]);
+        }
+        b128_store(v, live, qr + k, &scales[(size_t)kb * M_pad + row], lane);
+    }
+}
+
+template <typename TX, typename TW>
+__global__ void __launch_bounds__(TPK_THREADS)
+    layernorm_b128_kernel(const TX *__restrict__ x, const TW *__restrict__ w, const TW *__restrict__ b,
+                          uint8_t *__restrict__ q, float *__restrict__ scales, int M, int M_pad, int C, float eps) {
+    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= M_pad) return;
+    uint8_t *qr = q + (size_t)row * C;
+    if (row >= M) {
+        b128_pad_row(qr, scales, row, M_pad, C, lane);
+        return;
+    }
+    const TX *xr = x + (size_t)row * C;
+    float mean, rstd;
+    ln_row_stats(xr, C, lane, 1, eps, &mean, &rstd);
+    for (int kb = 0; kb < (C + 127) / 128; kb++) {
+        const int c = kb * 128 + lane * 4;
+        const bool live = c < C;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) {
+            float wv[4], bv[4];
+            ld4(xr, c, v);
+            ld4(w, c, wv);
+            ld4(b, c, bv);
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = fmaf((v[k] - mean) * rstd, wv[k], bv[k]);
+        }
+        b128_store(v, live, qr + c, &scales[(size_t)kb * M_pad + row], lane);
+    }
+}
+
+template <typename TX>
+static int quant_b128_launch(const void *x, int gelu, void *q, float *scales, int M, int M_pad, int K,
+                             cudaStream_t s) {
+    if (!aligned(x, 4 * sizeof(TX))) return TPK_INVALID;
+    const size_t threads = (size_t)M_pad * ((K + 127) / 128) * 32;
+    if (gelu)
+        quant_b128_kernel<TX, 1><<<grid_for(threads), TPK_THREADS, 0, s>>>((const TX *)x, (uint8_t *)q, scales, M,
+                                                                          M_pad, K);
+    else
+        quant_b128_kernel<TX, 0><<<grid_for(threads), TPK_THREADS, 0, s>>>((const TX *)x, (uint8_t *)q, scales, M,
+                                                                          M_pad, K);
+    return launched();
+}
+
+static int b128_args_ok(const void *x, const void *q, const float *scales, int M, int M_pad, int K) {
+    return M >= 0 && M_pad >= M && K > 0 && K % 4 == 0 && x && q && scales && aligned(q, 4) && aligned(scales, 4);
+}
+
+extern "C" int tpk_quant_fp8_b128(const void *x, tp_dtype xdt, int gelu, void *q, float *scales, int M, int M_pad,
+                                  int K, tp_stream stream) {
+    if (M_pad == 0) return M == 0 ? (int)cudaSuccess : TPK_INVALID;
+    if (!b128_args_ok(x, q, scales, M, M_pad, K)) return TPK_INVALID;
+    switch (xdt) {
+    case TP_F32: return quant_b128_launch<float>(x, gelu, q, scales, M, M_pad, K, stream);
+    case TP_F16: return quant_b128_launch<__half>(x, gelu, q, scales, M, M_pad, K, stream);
+    case TP_BF16: return quant_b128_launch<__nv_bfloat16>(x, gelu, q, scales, M, M_pad, K, stream);
+    default: return TPK_INVALID;
+    }
+}
+
+template <typename TX, typename TW>
+static int ln_b128_launch(const void *x, const void *w, const void *b, void *q, float *scales, int M, int M_pad,
+                          int C, float eps, cudaStream_t s) {
+    if (!aligned(x, 4 * sizeof(TX)) || !aligned(w, 4 * sizeof(TW)) || !aligned(b, 4 * sizeof(TW))) return TPK_INVALID;
+    unsigned blocks = (unsigned)((M_pad + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    layernorm_b128_kernel<TX, TW><<<blocks, TPK_THREADS, 0, s>>>((const TX *)x, (const TW *)w, (const TW *)b,
+                                                                 (uint8_t *)q, scales, M, M_pad, C, eps);
+    return launched();
+}
+
+template <typename TX>
+static int ln_b128_by_w(tp_dtype wdt, const void *x, const void *w, const void *b, void *q, float *scales, int M,
+                        int M_pad, int C, float eps, cudaStream_t s) {
+    switch (wdt) {
+    case TP_F32: return ln_b128_launch<TX, float>(x, w, b, q, scales, M, M_pad, C, eps, s);
+    case TP_F16: return ln_b128_launch<TX, __half>(x, w, b, q, scales, M, M_pad, C, eps, s);
+    case TP_BF16: return ln_b128_launch<TX, __nv_bfloat16>(x, w, b, q, scales, M, M_pad, C, eps, s);
+    default: return TPK_INVALID;
+    }
+}
+
+extern "C" int tpk_layernorm_fp8_b128(const void *x, tp_dtype xdt, const void *w, const void *b, tp_dtype wdt,
+                                      void *q, float *scales, int M, int M_pad, int C, float eps, tp_stream stream) {
+    if (M_pad == 0) return M == 0 ? (int)cudaSuccess : TPK_INVALID;
+    if (!b128_args_ok(x, q, scales, M, M_pad, C) || !w || !b) return TPK_INVALID;
+    switch (xdt) {
+    case TP_F32: return ln_b128_by_w<float>(wdt, x, w, b, q, scales, M, M_pad, C, eps, stream);
+    case TP_F16: return ln_b128_by_w<__half>(wdt, x, w, b, q, scales, M, M_pad, C, eps, stream);
+    case TP_BF16: return ln_b128_by_w<__nv_bfloat16>(wdt, x, w, b, q, scales, M, M_pad, C, eps, stream);
     default: return TPK_INVALID;
     }
 }

@@ -63,6 +63,22 @@ int tpk_amax(const void *x, tp_dtype dt, size_t n, float *amax, tp_stream stream
 int tpk_block_qdq(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, long long rows, long long K, int qformat,
                   const float *global, tp_stream stream);
 
+/* FP8 block-128 activations (1 x 128 blocks along K), bit-exact with tp_quantize(TP_QF_FP8_BLOCK128, is_weight 0)
+ * (src/formats/qformat.c): x (M, K) row-major in xdt (F32/F16/BF16) -> q (M_pad, K) E4M3 codes row-major and
+ * scales (ceil(K/128), M_pad) fp32 with M_pad contiguous: scales[kb * M_pad + m] is the scale of
+ * x[m, 128 kb .. 128 kb + 127], the layout cuBLASLt's VEC128_32F scale mode reads for the activation operand
+ * (measured on H200: tools/probes/fp8_block128_layout.c). Rows M .. M_pad - 1 get codes 0 and scale 1
+ * (cuBLASLt needs M % 4 == 0 with block scales; the caller pads). gelu != 0 quantizes GELU(x) instead (the
+ * GELU op writing its output in the format: no separate pass). K % 4 == 0; x aligned to 4 elements, q and scales
+ * to 4 bytes (cudaErrorInvalidValue otherwise). */
+int tpk_quant_fp8_b128(const void *x, tp_dtype xdt, int gelu, void *q, float *scales, int M, int M_pad, int K,
+                       tp_stream stream);
+
+/* LayerNorm (as tpk_layernorm) whose output is written as FP8 block-128 (as tpk_quant_fp8_b128): the fp32
+ * normalized values are quantized directly, never rounded to a 16-bit type first. C % 4 == 0. */
+int tpk_layernorm_fp8_b128(const void *x, tp_dtype xdt, const void *w, const void *b, tp_dtype wdt, void *q,
+                           float *scales, int M, int M_pad, int C, float eps, tp_stream stream);
+
 /* Fills n elements of p (dt: F32/F16/BF16/E4M3) with values uniform in [-1, 1) from a counter-based hash of
  * (seed, index): deterministic, no state, never all zeros. For benchmark operands (GEMM peak rates). */
 int tpk_fill_uniform(void *p, tp_dtype dt, size_t n, uint64_t seed, tp_stream stream);
