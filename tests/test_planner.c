@@ -19,8 +19,8 @@ static const struct {
     int sm;
     const char *kinds, *impl;
 } TABLE[] = {
-    {89, "NNNNEEEE", "11110110"},  /* Ada: FP8 yes, FP8 block-128 scales no (Hopper only), no block-scaled MMA */
-    {90, "NNNNNEEE", "11111110"},  /* Hopper: VEC128/BLK128x128 native, MX/NV emulated */
+    {89, "NNNNEEEE", "11110111"},  /* Ada: FP8 yes, FP8 block-128 scales no (Hopper only), no block-scaled MMA */
+    {90, "NNNNNEEE", "11111111"},  /* Hopper: VEC128/BLK128x128 native, MX/NV emulated */
     {100, "NNNNENNN", "11110000"}, /* Blackwell: block-scaled MMA; FP8 block-128 emulated; none written yet */
     {103, "NNNNENNN", "11110000"},
     {110, "NNNNENNN", "11110000"},
@@ -159,7 +159,7 @@ START_TEST(test_caps_require) {
     ck_assert_int_eq(tp_caps_require(90, NULL, TP_PREC_FP8_BLOCK, "blocks.0.attn.proj", &e), TP_OK);
     ck_assert_int_eq(tp_caps_require(100, NULL, TP_PREC_FP8_BLOCK, "blocks.0.attn.proj", &e), TP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "emulated path"));
-    ck_assert_int_eq(tp_caps_require(90, NULL, TP_PREC_MXFP4, NULL, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(tp_caps_require(86, NULL, TP_PREC_MXFP4, NULL, &e), TP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "emulated path"));
     ck_assert_ptr_null(strstr(e.msg, "layer"));
 }

@@ -123,7 +123,7 @@ static tp_cap derive(int sm, tp_precision p) {
             return cap(TP_PATH_EMULATED, "exact dequantization to BF16, BF16 tensor-core GEMM, FP32 accumulation",
                        "BF16 tensor-core rate instead of FP4; dequantized operands take 2 bytes/element instead of "
                        "0.5 + 1/32",
-                       0);
+                       emu_impl);
         return cap(TP_PATH_UNSUPPORTED, NO_BS_BEFORE_80, NULL, 0);
     default: break;
     }

@@ -62,10 +62,10 @@ static int consumers(const tp_graph *g, int v) {
     return n;
 }
 
-/* The block-scaled formats (see plan.h): the Linear layers of the blocks read MXFP8 / NVFP4 operands. */
+/* The block-scaled formats (see plan.h): the Linear layers of the blocks read MXFP8 / NVFP4 / MXFP4 operands. */
 static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm, const int *keep, tp_plan *p,
                                    tp_error *err) {
-    const tp_qformat qf = prec == TP_PREC_MXFP8 ? TP_QF_MXFP8 : TP_QF_NVFP4;
+    const tp_qformat qf = prec == TP_PREC_MXFP8 ? TP_QF_MXFP8 : prec == TP_PREC_MXFP4 ? TP_QF_MXFP4 : TP_QF_NVFP4;
     const tp_qformat_traits *qt = tp_qformat_info(qf);
     const int native = sm >= 100; /* block-scaled MMA: compute capability 10.x, 11.x, 12.x (formats.md) */
     for (int i = 0; i < g->n_ops; i++) {
@@ -84,7 +84,7 @@ static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm,
         p->op_emulated[i] = !native;
         if (native)
             snprintf(p->op_note[i], sizeof p->op_note[i], "native %s GEMM (cuBLASLt %s block scales), fp32 accumulate",
-                     qt->name, qf == TP_QF_MXFP8 ? "VEC32_UE8M0" : "VEC16_UE4M3");
+                     qt->name, qf == TP_QF_NVFP4 ? "VEC16_UE4M3" : "VEC32_UE8M0");
         else
             snprintf(p->op_note[i], sizeof p->op_note[i],
                      "emulated on sm_%d: %s operands (activations quantized per %d-block by a QDQ kernel%s, weights "
@@ -148,7 +148,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     if (prec == TP_PREC_BF16 && sm && sm < 80)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "precision bf16 needs sm_80 or newer; this %s is %s", target,
                        tname);
-    const int block_fmt = prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4;
+    const int block_fmt = prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4;
     const int fp8_block = prec == TP_PREC_FP8_BLOCK;
     if ((prec == TP_PREC_FP8 || block_fmt || fp8_block) && sm && sm < 89)
         return tp_fail(err, TP_ERR_UNSUPPORTED,
@@ -159,9 +159,6 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         tp_status cst = tp_caps_require(sm, NULL, prec, NULL, err);
         if (cst) return cst;
     }
-    if (prec == TP_PREC_MXFP4)
-        return tp_fail(err, TP_ERR_UNSUPPORTED, "precision %s: not implemented in this build of tprof",
-                       tp_precision_name(prec));
     p->requested = prec;
     p->sm = sm;
     p->n_values = g->n_values;

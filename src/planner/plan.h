@@ -11,13 +11,13 @@
  *         with a static per-tensor scale from max calibration. The producers of those activations (LayerNorm,
  *         attention, GELU) write E4M3 directly, so no standalone quantize kernel runs. Patch embedding and head
  *         stay FP16, as practitioners keep them; everything else is FP16 storage with FP32 statistics.
- *   mxfp8, nvfp4 (sm_89+)  the same Linear layers read MXFP8 / NVFP4 operands (src/formats/qformat.h), the rest
- *         runs BF16 (BF16's range holds every dequantized block-scaled value). Native on Blackwell (sm_100+);
+ *   mxfp8, nvfp4, mxfp4 (sm_89+)  the same Linear layers read MXFP8 / NVFP4 / MXFP4 operands
+ *         (src/formats/qformat.h), the rest runs BF16 (BF16's range holds every dequantized block-scaled value). Native on Blackwell (sm_100+);
  *         on sm_89/sm_90, which have no block-scaled MMA, emulated with identical numerics: weights quantized
  *         offline and dequantized exactly into BF16, activations quantized per block (dynamically; NVFP4's
  *         per-tensor scale static from calibration) and dequantized exactly into BF16 by a QDQ kernel before a
  *         BF16 GEMM with FP32 accumulation; NVFP4's per-tensor scales are the GEMM's alpha. The blocks run
- *         along K, so K must be a multiple of the block (32, 16). Every such op is labelled emulated.
+ *         along K, so K must be a multiple of the block (32; NVFP4 16). Every such op is labelled emulated.
  *   fp8-block (native on sm_90 only)  the same Linear layers run E4M3 x E4M3 with FP32 block scales (DeepSeek-V3
  *         recipe): weights per 128 x 128 tile, offline; activations per 1 x 128 block along K, computed when the
  *         engine runs (dynamic, no calibration) by the producer (LayerNorm, GELU write the format themselves) or

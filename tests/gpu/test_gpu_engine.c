@@ -18,6 +18,8 @@
  *         block's E4M3 scale or an E2M1 element, a 1/3 relative step, in layer 0 of a random-weight model) the
  *         logits move by up to 4.4e-2. Bound 5e-2; the bit-exact checks of the QDQ kernel and the emulated GEMM
  *         (test_gpu_formats.c) are the tight ones.
+ *   mxfp4 (emulated): as NVFP4, with power-of-two block scales over 32 elements (coarser): cosine >= 0.90
+ *         against FP32, the CPU emulation within 5e-2.
  *   fp8-block (native on sm_90): the same two checks (cosine >= 0.99 against FP32; the CPU emulation within
  *         5e-2: E4M3 elements have a 2^-4 relative step, and the GPU's fp32 LayerNorm/GELU/attention can flip a
  *         rounding the CPU's fp64 ones do not); labelled native, never emulated. */
@@ -106,8 +108,8 @@ static void run_case(const engine_case *k, tp_precision prec) {
            a.cosine, a.rel_l2, a.max_abs, a.top1_agree);
     ck_assert_msg(a.nonfinite == 0, "%s %s: %d non-finite outputs (unwritten or overflow)", tp_precision_name(prec),
                   k->what, a.nonfinite);
-    if (prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 || prec == TP_PREC_FP8_BLOCK) {
-        double cmin = prec == TP_PREC_NVFP4 ? 0.95 : 0.99;
+    if (prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4 || prec == TP_PREC_FP8_BLOCK) {
+        double cmin = prec == TP_PREC_NVFP4 ? 0.95 : prec == TP_PREC_MXFP4 ? 0.90 : 0.99;
         int nq = 0;
         ck_assert_msg(a.cosine >= cmin, "%s %s: cosine %.5f < %.2f", tp_precision_name(prec), k->what, a.cosine, cmin);
         for (int i = 0; i < g.n_ops; i++)
@@ -178,6 +180,8 @@ START_TEST(test_engine_nvfp4) { run_case(&CASES[_i], TP_PREC_NVFP4); }
 END_TEST
 START_TEST(test_engine_fp8_block) { run_case(&CASES[_i], TP_PREC_FP8_BLOCK); }
 END_TEST
+START_TEST(test_engine_mxfp4) { run_case(&CASES[_i], TP_PREC_MXFP4); }
+END_TEST
 
 START_TEST(test_engine_errors) {
     /* an FP8 plan without calibration data is refused, naming the tensor */
@@ -214,6 +218,7 @@ Suite *gpu_engine_suite(void) {
     tcase_add_loop_test(t, test_engine_mxfp8, 0, n);
     tcase_add_loop_test(t, test_engine_nvfp4, 0, n);
     tcase_add_loop_test(t, test_engine_fp8_block, 0, n);
+    tcase_add_loop_test(t, test_engine_mxfp4, 0, n);
     tcase_add_test(t, test_engine_errors);
     suite_add_tcase(s, t);
     return s;
