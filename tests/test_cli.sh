@@ -38,6 +38,21 @@ expect_ok() {
   fi
 }
 
+# expect_rc NAME RC PATTERN ARGS...: exit status exactly RC, PATTERN in stdout (commands whose status is the answer)
+expect_rc() {
+  local name=$1 want=$2 pattern=$3
+  shift 3
+  "$TPROF" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -eq "$want" ] && grep -q -- "$pattern" "$tmp/out"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL $name: rc=$rc (wanted $want), wanted /$pattern/ in stdout:"
+    sed 's/^/    /' "$tmp/out" "$tmp/err" | tail -20
+  fi
+}
+
 small=(--device cpu --iterations 1 --warmup 0)
 tok=(--model vit-tiny --img-size 48 --patch-size 16 --embed-dim 64 --depth 2 --heads 2 --num-classes 10)
 
@@ -87,6 +102,32 @@ expect_error "truncated engine file" "cut.tpe: truncated" bench --engine "$tmp/c
 expect_error "engine file with --model" "drop --model" bench --engine "$tmp/m.tpe" --model vit-b16
 expect_ok "caps for Blackwell" "VEC32_UE8M0" caps --arch sm_100
 expect_ok "caps for Hopper" "emulated" caps --arch sm_90
+
+# tprof lint: 0 when every requested format can run as asked, 1 when one cannot, 2 for a bad option, 3 when the
+# JSON cannot be written
+expect_rc "lint: ViT-B/16 224 with a class token fails mxfp8/nvfp4 attention" 1 \
+  "mxfp8: attention cannot run as asked: 2 rules fail" lint --model vit-b16 --json "$tmp/lint_fail.json"
+expect_rc "lint: 256/16 without a class token passes" 0 "nvfp4: usable as asked" \
+  lint --model vit-b16 --img-size 256 --no-class-token --global-pool avg --precision mxfp8,nvfp4 --json "$tmp/lint.json"
+if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['ok'] and d['tokens']==256 and len(d['formats'])==2" "$tmp/lint.json" 2>/dev/null &&
+   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert not d['ok'] and d['formats'][0]['rules'][0]['status']=='FAIL'" "$tmp/lint_fail.json" 2>/dev/null; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1))
+  echo "FAIL lint JSON files missing or wrong"
+fi
+expect_rc "lint: fp8 per tensor has no block rule" 0 "fp8: usable as asked" lint --precision fp8
+expect_error "lint: unknown option" "--frobnicate" lint --frobnicate
+expect_error "lint: unknown precision" "fp7" lint --precision mxfp8,fp7
+expect_error "lint: missing value" "--json needs a value" lint --json
+expect_error "lint: heads do not divide" "--heads 7" lint --heads 7
+expect_error "lint: JSON cannot be written" "nodir/l.json" lint --json "$tmp/nodir/l.json"
+"$TPROF" lint --json "$tmp/nodir/l.json" >/dev/null 2>&1
+rc=$?
+if [ $rc -eq 3 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL lint: unwritable JSON exits $rc, not 3"; fi
+"$TPROF" lint --frobnicate >/dev/null 2>&1
+rc=$?
+if [ $rc -eq 2 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL lint: bad option exits $rc, not 2"; fi
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

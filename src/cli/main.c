@@ -7,6 +7,7 @@
 #include "bench/bench.h"
 #include "io/engine_file.h"
 #include "core/util.h"
+#include "lint/lint.h"
 #include "models/vit.h"
 #include "planner/caps.h"
 #include "tp_build_info.h"
@@ -27,6 +28,8 @@ static void usage(FILE *f) {
             "                                 plan, quantize (and calibrate on the GPU) once; write an engine file\n"
             "       tprof bench --engine FILE.tpe   run an engine file (model, precision, weights as stored)\n"
             "       tprof caps [--arch sm_XX] which precision runs native, emulated or not at all on a GPU\n"
+            "       tprof lint [options]      check a model's shapes against each quantized format's rules for\n"
+            "                                 attention and GEMMs (block sizes, alignment), with fixes; no GPU\n"
             "       tprof models              list the model presets\n"
             "       tprof --version\n"
             "\n"
@@ -56,6 +59,9 @@ static void usage(FILE *f) {
             "  --top N               rows in the top-kernel table (default 15)\n"
             "  --out DIR             where <precision>.trace.json, .chrome.json, .profile.json go (profile: tprof-profile;\n"
             "                        compare: tprof-report, with report.md, report.html, report.json)\n"
+            "lint options: --model NAME and the model knobs, --json FILE, --precision LIST (default mxfp8,nvfp4;\n"
+            "  any of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4); exit 0: every format usable as asked,\n"
+            "  1: one is not, 2: a bad option or model, 3: the JSON file cannot be written\n"
             "model knobs (override the preset):\n"
             "  --img-size N --patch-size N --embed-dim N --depth N --heads N --mlp-ratio X\n"
             "  --class-token | --no-class-token   --global-pool token|avg   --num-classes N   --ln-eps X\n"
@@ -158,12 +164,111 @@ static int cmd_models(void) {
     return 0;
 }
 
+/* "--opt=value" -> name "--opt", returns "value"; "--opt" -> name "--opt", returns NULL. */
+static char *opt_split(char *a, char name[64]) {
+    snprintf(name, 64, "%s", a);
+    char *eq = strchr(name, '=');
+    if (!eq) return NULL;
+    *eq = 0;
+    return a + (eq - name) + 1;
+}
+
+/* The option's value: val when it came with '=', else the next argument (*i advances); NULL after printing
+ * the error when there is none. */
+static char *opt_value(const char *name, char *val, int argc, char **argv, int *i) {
+    if (val) return val;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "tprof: option %s needs a value\n", name);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
 typedef struct {
     long img, patch, dim, depth, heads, classes;
     double mlp, eps;
     int cls; /* -1 unset */
     int pool; /* -1 unset */
 } knobs;
+#define KNOBS_UNSET {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
+
+/* The model knobs, shared by every command that takes a model. Returns 1 when name is a knob (applied to k;
+ * its value from val or the next argument), 0 when it is not one, -1 after printing a one-line error. */
+static int parse_knob(const char *name, char *val, int argc, char **argv, int *i, knobs *k) {
+    /* the integer knobs, then the real ones, in the order of ints[] and reals[] */
+    static const struct {
+        const char *name;
+        double lo, hi;
+    } NUM[] = {{"--img-size", 1, 8192}, {"--patch-size", 1, 1024}, {"--embed-dim", 1, 65536},
+               {"--depth", 1, 1024},    {"--heads", 1, 1024},      {"--num-classes", 0, 1 << 20},
+               {"--mlp-ratio", 1e-3, 64}, {"--ln-eps", 1e-30, 1}};
+    long *ints[] = {&k->img, &k->patch, &k->dim, &k->depth, &k->heads, &k->classes};
+    double *reals[] = {&k->mlp, &k->eps};
+    const int n_ints = (int)(sizeof ints / sizeof ints[0]);
+    if (strcmp(name, "--class-token") == 0 || strcmp(name, "--no-class-token") == 0) {
+        k->cls = strcmp(name, "--class-token") == 0;
+        return 1;
+    }
+    if (strcmp(name, "--global-pool") == 0) {
+        if (!(val = opt_value(name, val, argc, argv, i))) return -1;
+        if (strcmp(val, "token") != 0 && strcmp(val, "avg") != 0) {
+            fprintf(stderr, "tprof: --global-pool '%s': expected token or avg\n", val);
+            return -1;
+        }
+        k->pool = strcmp(val, "avg") == 0;
+        return 1;
+    }
+    for (int n = 0; n < (int)(sizeof NUM / sizeof NUM[0]); n++) {
+        if (strcmp(name, NUM[n].name) != 0) continue;
+        if (!(val = opt_value(name, val, argc, argv, i))) return -1;
+        if (n < n_ints) return parse_int(name, val, (long)NUM[n].lo, (long)NUM[n].hi, ints[n]) ? -1 : 1;
+        return parse_double(name, val, NUM[n].lo, NUM[n].hi, reals[n - n_ints]) ? -1 : 1;
+    }
+    return 0;
+}
+
+static int knobs_given(const knobs *k) {
+    return k->img >= 0 || k->patch >= 0 || k->dim >= 0 || k->depth >= 0 || k->heads >= 0 || k->classes >= 0 ||
+           k->mlp >= 0 || k->eps >= 0 || k->cls >= 0 || k->pool >= 0;
+}
+
+/* Overrides the preset with the knobs given; the name then says the model is no longer the preset. */
+static void apply_knobs(const knobs *k, tp_vit_config *cfg) {
+    if (k->img >= 0) cfg->img_size = cfg->pre.img_size = (int)k->img;
+    if (k->patch >= 0) cfg->patch_size = (int)k->patch;
+    if (k->dim >= 0) cfg->embed_dim = (int)k->dim;
+    if (k->depth >= 0) cfg->depth = (int)k->depth;
+    if (k->heads >= 0) cfg->num_heads = (int)k->heads;
+    if (k->classes >= 0) cfg->num_classes = (int)k->classes;
+    if (k->mlp >= 0) cfg->mlp_ratio = k->mlp;
+    if (k->eps >= 0) cfg->ln_eps = (float)k->eps;
+    if (k->cls >= 0) cfg->class_token = k->cls;
+    if (k->pool >= 0) cfg->global_pool = k->pool;
+    if (knobs_given(k)) {
+        size_t l = strlen(cfg->name);
+        snprintf(cfg->name + l, sizeof cfg->name - l, "+custom");
+    }
+}
+
+/* A comma list of at most max precisions into out; the count, or -1 after printing the error. */
+static int parse_precisions(const char *prec, tp_precision *out, int max) {
+    char pbuf[256];
+    snprintf(pbuf, sizeof pbuf, "%s", prec);
+    char *parts[TP_PREC_COUNT + 1];
+    if (max > TP_PREC_COUNT) max = TP_PREC_COUNT; /* parts' size; a longer list would repeat a precision */
+    int np = tp_split_commas(pbuf, parts, max + 1);
+    if (np == 0 || np > max) {
+        fprintf(stderr, "tprof: --precision '%s': give 1 to %d precisions\n", prec, max);
+        return -1;
+    }
+    tp_error err = {0};
+    for (int i = 0; i < np; i++)
+        if (tp_precision_parse(parts[i], &out[i], &err)) {
+            fprintf(stderr, "tprof: --precision: %s\n", err.msg);
+            return -1;
+        }
+    return np;
+}
 
 /* `tprof bench` and `tprof profile` share every option; profile adds the traced run and its artifacts. */
 static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, int compare, int build) {
@@ -177,30 +282,20 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     long batch = -1, iters = -1, seed = 0, ref = 8;
     double warm = 200, dur = -1;
     int device_given = 0;
-    knobs k = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    knobs k = KNOBS_UNSET;
     o.use_graph = 1;
     o.device = TP_DEVICE_AUTO;
     for (int i = 0; i < argc; i++) {
-        char *a = argv[i], *val = NULL;
-        char name[64];
-        snprintf(name, sizeof name, "%s", a);
-        char *eq = strchr(name, '=');
-        if (eq) *eq = 0, val = a + (eq - name) + 1;
+        char *a = argv[i], name[64];
+        char *val = opt_split(a, name);
+        int knob;
 #define FLAG(s) (strcmp(name, s) == 0)
-#define NEED_VAL()                                                             \
-    do {                                                                       \
-        if (!val) {                                                            \
-            if (i + 1 >= argc) {                                               \
-                fprintf(stderr, "tprof: option %s needs a value\n", name);     \
-                return 2;                                                      \
-            }                                                                  \
-            val = argv[++i];                                                   \
-        }                                                                      \
+#define NEED_VAL()                                                   \
+    do {                                                             \
+        if (!(val = opt_value(name, val, argc, argv, &i))) return 2; \
     } while (0)
         if (FLAG("--no-graph")) o.use_graph = 0;
         else if (FLAG("--plan")) o.print_plan = 1;
-        else if (FLAG("--class-token")) k.cls = 1;
-        else if (FLAG("--no-class-token")) k.cls = 0;
         else if (FLAG("-h") || FLAG("--help")) {
             usage(stdout);
             return 0;
@@ -239,23 +334,9 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
                 return 2;
             }
             device_given = 1;
-        } else if (FLAG("--img-size")) { NEED_VAL(); if (parse_int(name, val, 1, 8192, &k.img)) return 2; }
-        else if (FLAG("--patch-size")) { NEED_VAL(); if (parse_int(name, val, 1, 1024, &k.patch)) return 2; }
-        else if (FLAG("--embed-dim")) { NEED_VAL(); if (parse_int(name, val, 1, 65536, &k.dim)) return 2; }
-        else if (FLAG("--depth")) { NEED_VAL(); if (parse_int(name, val, 1, 1024, &k.depth)) return 2; }
-        else if (FLAG("--heads")) { NEED_VAL(); if (parse_int(name, val, 1, 1024, &k.heads)) return 2; }
-        else if (FLAG("--num-classes")) { NEED_VAL(); if (parse_int(name, val, 0, 1 << 20, &k.classes)) return 2; }
-        else if (FLAG("--mlp-ratio")) { NEED_VAL(); if (parse_double(name, val, 1e-3, 64, &k.mlp)) return 2; }
-        else if (FLAG("--ln-eps")) { NEED_VAL(); if (parse_double(name, val, 1e-30, 1, &k.eps)) return 2; }
-        else if (FLAG("--global-pool")) {
-            NEED_VAL();
-            if (strcmp(val, "token") == 0) k.pool = 0;
-            else if (strcmp(val, "avg") == 0) k.pool = 1;
-            else {
-                fprintf(stderr, "tprof: --global-pool '%s': expected token or avg\n", val);
-                return 2;
-            }
-        } else {
+        } else if ((knob = parse_knob(name, val, argc, argv, &i, &k)) < 0) {
+            return 2;
+        } else if (!knob) {
             fprintf(stderr, "tprof: unknown option '%s' (tprof %s --help lists them)\n", a,
                     compare ? "compare" : profile ? "profile" : "bench");
             return 2;
@@ -273,9 +354,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     if (engine) {
         /* the file carries the model, the precision, the policy and the weights */
         const char *clash = model ? "--model" : prec ? "--precision" : o.weights ? "--weights" : o.policy ? "--policy"
-                            : o.policy_file ? "--policy-file" : (k.img >= 0 || k.patch >= 0 || k.dim >= 0 || k.depth >= 0 ||
-                                                              k.heads >= 0 || k.classes >= 0 || k.mlp >= 0 || k.eps >= 0 ||
-                                                              k.cls >= 0 || k.pool >= 0) ? "a model knob" : NULL;
+                            : o.policy_file ? "--policy-file" : knobs_given(&k) ? "a model knob" : NULL;
         if (clash) {
             fprintf(stderr, "tprof: --engine %s carries the model, precision and weights: drop %s\n", engine, clash);
             return 2;
@@ -319,34 +398,9 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         fprintf(stderr, "tprof: --model: %s\n", err.msg);
         return 2;
     }
-    int custom = 0;
-    if (k.img >= 0) o.cfg.img_size = o.cfg.pre.img_size = (int)k.img, custom = 1;
-    if (k.patch >= 0) o.cfg.patch_size = (int)k.patch, custom = 1;
-    if (k.dim >= 0) o.cfg.embed_dim = (int)k.dim, custom = 1;
-    if (k.depth >= 0) o.cfg.depth = (int)k.depth, custom = 1;
-    if (k.heads >= 0) o.cfg.num_heads = (int)k.heads, custom = 1;
-    if (k.classes >= 0) o.cfg.num_classes = (int)k.classes, custom = 1;
-    if (k.mlp >= 0) o.cfg.mlp_ratio = k.mlp, custom = 1;
-    if (k.eps >= 0) o.cfg.ln_eps = (float)k.eps, custom = 1;
-    if (k.cls >= 0) o.cfg.class_token = k.cls, custom = 1;
-    if (k.pool >= 0) o.cfg.global_pool = k.pool, custom = 1;
-    if (custom) {
-        size_t l = strlen(o.cfg.name);
-        snprintf(o.cfg.name + l, sizeof o.cfg.name - l, "+custom");
-    }
-    char pbuf[256];
-    snprintf(pbuf, sizeof pbuf, "%s", prec);
-    char *parts[TP_MAX_PRECISIONS + 1];
-    int np = tp_split_commas(pbuf, parts, TP_MAX_PRECISIONS + 1);
-    if (np == 0 || np > TP_MAX_PRECISIONS) {
-        fprintf(stderr, "tprof: --precision '%s': give 1 to %d precisions\n", prec, TP_MAX_PRECISIONS);
-        return 2;
-    }
-    for (int i = 0; i < np; i++)
-        if (tp_precision_parse(parts[i], &o.precs[i], &err)) {
-            fprintf(stderr, "tprof: --precision: %s\n", err.msg);
-            return 2;
-        }
+    apply_knobs(&k, &o.cfg);
+    int np = parse_precisions(prec, o.precs, TP_MAX_PRECISIONS);
+    if (np < 0) return 2;
     o.n_precs = np;
     o.batch = (int)batch;
     o.iterations = (int)iters;
@@ -368,6 +422,61 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         return 1;
     }
     return 0;
+}
+
+/* tprof lint: the format rules for a model configuration, no GPU. Exit 0: every requested format usable as
+ * asked; 1: one is not; 2: a bad option or model; 3: the JSON file cannot be written (the table is printed). */
+static int cmd_lint(int argc, char **argv) {
+    const char *model = "vit-b16", *prec = "mxfp8,nvfp4", *json = NULL;
+    knobs k = KNOBS_UNSET;
+    for (int i = 0; i < argc; i++) {
+        char name[64];
+        char *val = opt_split(argv[i], name);
+        const char **dst = strcmp(name, "--model") == 0 ? &model : strcmp(name, "--precision") == 0 ? &prec
+                           : strcmp(name, "--json") == 0 ? &json : NULL;
+        int knob;
+        if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (dst) {
+            if (!(*dst = opt_value(name, val, argc, argv, &i))) return 2;
+        } else if ((knob = parse_knob(name, val, argc, argv, &i, &k)) < 0) {
+            return 2;
+        } else if (!knob) {
+            fprintf(stderr, "tprof: lint: unknown option '%s' (tprof --help lists them)\n", argv[i]);
+            return 2;
+        }
+    }
+    tp_vit_config cfg;
+    tp_error err = {0};
+    if (tp_vit_config_preset(model, &cfg, &err)) {
+        fprintf(stderr, "tprof: --model: %s\n", err.msg);
+        return 2;
+    }
+    apply_knobs(&k, &cfg);
+    tp_precision precs[TP_PREC_COUNT];
+    int np = parse_precisions(prec, precs, TP_PREC_COUNT);
+    if (np < 0) return 2;
+    tp_lint_result *r = malloc(sizeof *r); /* ~100 KB: every rule's texts for every format */
+    if (!r) {
+        fprintf(stderr, "tprof: lint: out of host memory\n");
+        return 2;
+    }
+    int rc = 2;
+    if (tp_lint_vit(&cfg, precs, np, r, &err)) {
+        fprintf(stderr, "tprof: lint: %s\n", err.msg);
+    } else {
+        tp_lint_print(r, stdout);
+        rc = tp_lint_ok(r) ? 0 : 1;
+        if (json && tp_lint_write_json(r, json, &err)) {
+            fprintf(stderr, "tprof: lint: %s\n", err.msg);
+            rc = 3;
+        } else if (json) {
+            printf("JSON: %s\n", json);
+        }
+    }
+    free(r);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -395,6 +504,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "build") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 0, 0, 1);
     if (strcmp(argv[1], "models") == 0) return cmd_models();
     if (strcmp(argv[1], "caps") == 0) return cmd_caps(argc - 2, argv + 2);
-    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare, build, caps or models; tprof --help)\n", argv[1]);
+    if (strcmp(argv[1], "lint") == 0) return cmd_lint(argc - 2, argv + 2);
+    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare, build, caps, lint or models; tprof --help)\n", argv[1]);
     return 2;
 }
