@@ -55,16 +55,16 @@ PY
     tar czf "$OUT/report.tgz" report
     ;;
   formats)
-    echo "=== tprof compare: fp16, fp8, fp8-block (native), mxfp8, nvfp4 (emulated on Hopper)"
+    echo "=== tprof compare: fp16, fp8, fp8-block (native), mxfp8, nvfp4, mxfp4 (emulated on Hopper)"
     rm -rf report_formats
-    "$BUILD/tprof" compare --model vit-b16 --batch 64 --precision fp16,fp8,fp8-block,mxfp8,nvfp4 --out report_formats \
+    "$BUILD/tprof" compare --model vit-b16 --batch 64 --precision fp16,fp8,fp8-block,mxfp8,nvfp4,mxfp4 --out report_formats \
       --json report_formats/bench.json --profile-iters 10 --plan > "$OUT/formats.log" 2>&1 || rc=1
     grep -E "performance summary|Accuracy vs|EMULATED|Weights in|traced|Comparison report|error" "$OUT/formats.log"
     tar czf "$OUT/report_formats.tgz" report_formats
     ;;
   engine)
     echo "=== engine files: build (with calibration) then run; the file's engine must give the same logits"
-    for p in fp8 nvfp4 mxfp8; do
+    for p in fp8 nvfp4 mxfp8 fp8-block mxfp4; do
       "$BUILD/tprof" build --model vit-b16 --batch 64 --precision $p -o "$OUT/vit-b16-$p.tpe" || rc=1
       "$BUILD/tprof" bench --engine "$OUT/vit-b16-$p.tpe" --batch 64 --duration 1 --save-output "$OUT/e_$p.st" \
         | grep -E "Compute Time|EMULATED" || rc=1
