@@ -16,10 +16,15 @@ tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_e
                   : prec == TP_PREC_BF16 || emulated      ? TP_BF16
                   : prec == TP_PREC_FP8 || prec == TP_PREC_FP8_BLOCK ? TP_E4M3
                                                           : TP_F16;
-    tp_dtype d = prec == TP_PREC_FP8 ? TP_F16 : ab;
+    tp_dtype d = prec == TP_PREC_FP8 ? TP_F16 : prec == TP_PREC_FP8_BLOCK ? TP_BF16 : ab;
+    const int block128 = prec == TP_PREC_FP8_BLOCK;
     size_t nn = (size_t)n * (size_t)n;
     void *A = NULL, *W = NULL, *D = NULL;
-    float *scales = NULL;
+    float *scales = NULL, *h_ones = NULL;
+    /* unit scales: two per-tensor ones 16 bytes apart (cuBLASLt wants 16-byte aligned scale pointers), or for
+     * fp8-block the activations' (n/128, n) 1x128 scales followed by the weights' 128x128 ones */
+    const size_t kb = ((size_t)n + 127) / 128, n_act_sc = block128 ? kb * (size_t)n : 4,
+                 n_sc = n_act_sc + (block128 ? tp_gemm_b128_weight_scale_count(n, n) : 4);
     cudaStream_t s = NULL;
     cudaEvent_t ev[2] = {NULL, NULL};
     tp_gemm_ctx *ctx = NULL;
@@ -32,13 +37,16 @@ tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_e
         (ce = cudaEventCreate(&ev[1])))
         goto cuda_fail;
     if ((ce = cudaMalloc(&A, nn * tp_dtype_info(ab)->bytes)) || (ce = cudaMalloc(&W, nn * tp_dtype_info(ab)->bytes)) ||
-        (ce = cudaMalloc(&D, nn * tp_dtype_info(d)->bytes)) || (ce = cudaMalloc((void **)&scales, 64))) {
+        (ce = cudaMalloc(&D, nn * tp_dtype_info(d)->bytes)) || (ce = cudaMalloc((void **)&scales, sizeof(float) * n_sc))) {
         st = tp_fail(err, TP_ERR_OOM, "GEMM peak %s n=%d: %s", tp_precision_name(prec), n, cudaGetErrorString(ce));
         goto done;
     }
-    /* two unit scales 16 bytes apart: cuBLASLt wants 16-byte aligned scale pointers */
-    float one[8] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
-    if ((ce = cudaMemcpy(scales, one, sizeof one, cudaMemcpyHostToDevice))) goto cuda_fail;
+    if (!(h_ones = malloc(sizeof(float) * n_sc))) {
+        st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n_sc; i++) h_ones[i] = 1.0f;
+    if ((ce = cudaMemcpy(scales, h_ones, sizeof(float) * n_sc, cudaMemcpyHostToDevice))) goto cuda_fail;
     int rc = tpk_fill_uniform(A, ab, nn, 1, s);
     if (!rc) rc = tpk_fill_uniform(W, ab, nn, 2, s);
     if (rc) {
@@ -46,7 +54,7 @@ tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_e
         goto cuda_fail;
     }
     if ((st = tp_gemm_ctx_create(32u << 20, &ctx, err))) goto done;
-    tp_gemm_desc desc = {n, n, n, ab, d, 0, 0};
+    tp_gemm_desc desc = {n, n, n, ab, d, 0, block128};
     if ((st = tp_gemm_plan_create(ctx, &desc, "peak", &plan, err))) goto done;
     const int fp8 = ab == TP_E4M3;
     ms = malloc(sizeof(double) * (size_t)iters);
@@ -56,7 +64,7 @@ tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_e
     }
     for (int i = -20; i < iters; i++) { /* 20 warm-up runs: clocks ramp up under sustained load */
         if ((ce = cudaEventRecord(ev[0], s))) goto cuda_fail;
-        rc = tp_gemm_run(ctx, plan, A, W, NULL, D, fp8 ? scales : NULL, fp8 ? scales + 4 : NULL, s);
+        rc = tp_gemm_run(ctx, plan, A, W, NULL, D, fp8 ? scales : NULL, fp8 ? scales + n_act_sc : NULL, s);
         if (rc) {
             st = tp_fail(err, TP_ERR_CUDA, "GEMM peak %s: cuBLASLt status %d", tp_precision_name(prec), rc);
             goto done;
@@ -74,6 +82,7 @@ cuda_fail:
     st = tp_fail(err, TP_ERR_CUDA, "GEMM peak %s n=%d: %s", tp_precision_name(prec), n, cudaGetErrorString(ce));
 done:
     free(ms);
+    free(h_ones);
     tp_gemm_plan_destroy(plan);
     tp_gemm_ctx_destroy(ctx);
     cudaFree(A);
