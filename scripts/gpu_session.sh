@@ -8,7 +8,7 @@ BUILD=${BUILD:-build}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/session.log") 2>&1
 steps=${*:-tests bench}
-echo "=== $(date -u +%FT%TZ) commit $(git rev-parse HEAD 2>/dev/null || echo unknown) steps: $steps"
+echo "=== $(date -u +%FT%TZ) $("$BUILD/tprof" --version 2>/dev/null || echo "tprof: not built") steps: $steps"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv
 rc=0
