@@ -327,7 +327,7 @@ START_TEST(test_planner_block_formats) {
     tp_error e;
     ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
     ck_assert_int_eq(tp_vit_build_graph(&c, &p, 1, &g, &e), TP_OK);
-    /* Hopper: emulated, labelled; Blackwell: native (planned; executed only where implemented) */
+    /* Hopper: emulated, labelled; Blackwell: native (cuBLASLt block scale modes) */
     for (int arch = 0; arch < 2; arch++) {
         int sm = arch ? 100 : 90;
         tp_policy pol;

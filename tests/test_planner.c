@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "models/vit.h"
+#include "exec/cuda/scale_layout.h"
 #include "planner/caps.h"
 #include "planner/policy.h"
 
@@ -21,17 +22,17 @@ static const struct {
 } TABLE[] = {
     {89, "NNNNEEEE", "11110111"},  /* Ada: FP8 yes, FP8 block-128 scales no (Hopper only), no block-scaled MMA */
     {90, "NNNNNEEE", "11111111"},  /* Hopper: VEC128/BLK128x128 native, MX/NV emulated */
-    {100, "NNNNENNN", "11110000"}, /* Blackwell: block-scaled MMA; FP8 block-128 emulated; none written yet */
-    {103, "NNNNENNN", "11110000"},
-    {110, "NNNNENNN", "11110000"},
-    {120, "NNNNENNN", "11110000"},
-    {121, "NNNNENNN", "11110000"},
+    {100, "NNNNENNN", "11110111"}, /* Blackwell: block-scaled MMA; FP8 block-128 emulated; none written yet */
+    {103, "NNNNENNN", "11110111"},
+    {110, "NNNNENNN", "11110111"},
+    {120, "NNNNENNN", "11110111"},
+    {121, "NNNNENNN", "11110111"},
     /* not in the table: derived */
     {80, "NNNUUEEE", "11100000"},  /* A100: no FP8; MX/NV could be emulated in BF16 but nobody has */
     {86, "NNNUUEEE", "11100000"},
     {75, "NNUUUUUU", "11000000"},  /* Turing: no BF16 */
     {70, "UUUUUUUU", "00000000"},  /* Volta: CUDA 13 dropped it */
-    {130, "NNNNENNN", "11110000"}, /* a future Blackwell successor follows Blackwell's rules */
+    {130, "NNNNENNN", "11110111"}, /* a future Blackwell successor follows Blackwell's rules */
 };
 #define N_TABLE ((int)(sizeof TABLE / sizeof TABLE[0]))
 
@@ -151,9 +152,10 @@ START_TEST(test_caps_require) {
     ck_assert_ptr_nonnull(strstr(e.msg, "sm_89 or newer"));
     ck_assert_ptr_null(strchr(e.msg, '\n'));
     /* hardware can, tprof cannot yet */
-    ck_assert_int_eq(tp_caps_require(100, NULL, TP_PREC_NVFP4, "head", &e), TP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(tp_caps_require(100, NULL, TP_PREC_NVFP4, "head", &e), TP_OK);
+    ck_assert_int_eq(tp_caps_require(100, NULL, TP_PREC_FP8_BLOCK, "head", &e), TP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "layer head"));
-    ck_assert_ptr_nonnull(strstr(e.msg, "nvfp4"));
+    ck_assert_ptr_nonnull(strstr(e.msg, "fp8-block"));
     ck_assert_ptr_nonnull(strstr(e.msg, "sm_100 (Blackwell: B200, GB200)"));
     ck_assert_ptr_nonnull(strstr(e.msg, "not implemented in this build"));
     ck_assert_int_eq(tp_caps_require(90, NULL, TP_PREC_FP8_BLOCK, "blocks.0.attn.proj", &e), TP_OK);
@@ -162,6 +164,35 @@ START_TEST(test_caps_require) {
     ck_assert_int_eq(tp_caps_require(86, NULL, TP_PREC_MXFP4, NULL, &e), TP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "emulated path"));
     ck_assert_ptr_null(strstr(e.msg, "layer"));
+}
+END_TEST
+
+/* The 128x4 tiled scale layout the Blackwell block-scaled GEMMs read (src/exec/cuda/scale_layout.h). */
+START_TEST(test_scale_layout_128x4) {
+    const int64_t rows = 200, kb = 7; /* padded to 256 x 8: 2 x 2 tiles of 512 bytes */
+    ck_assert_uint_eq(tp_swz_bytes(rows, kb), 2048);
+    ck_assert_uint_eq(tp_swz_bytes(128, 4), 512);
+    ck_assert_uint_eq(tp_swz_bytes(1, 1), 512);
+    /* worked positions: row r of a tile is (r % 32) * 16 + (r / 32) * 4, column c adds c; tiles row-major */
+    ck_assert_uint_eq(tp_swz_offset(0, 0, kb), 0);
+    ck_assert_uint_eq(tp_swz_offset(0, 1, kb), 1);
+    ck_assert_uint_eq(tp_swz_offset(0, 3, kb), 3);
+    ck_assert_uint_eq(tp_swz_offset(1, 0, kb), 16);
+    ck_assert_uint_eq(tp_swz_offset(32, 0, kb), 4);
+    ck_assert_uint_eq(tp_swz_offset(33, 2, kb), 16 + 4 + 2);
+    ck_assert_uint_eq(tp_swz_offset(127, 3, kb), 31 * 16 + 3 * 4 + 3);
+    ck_assert_uint_eq(tp_swz_offset(0, 4, kb), 512);   /* second tile of the first row of tiles */
+    ck_assert_uint_eq(tp_swz_offset(128, 0, kb), 1024); /* first tile of the second row of tiles */
+    ck_assert_uint_eq(tp_swz_offset(199, 6, kb), 1024 + 512 + (71 % 32) * 16 + (71 / 32) * 4 + 2);
+    /* a bijection from the padded matrix onto its bytes */
+    unsigned char seen[2048] = {0};
+    for (int64_t r = 0; r < 256; r++)
+        for (int64_t c = 0; c < 8; c++) {
+            size_t o = tp_swz_offset(r, c, kb);
+            ck_assert_uint_lt(o, 2048);
+            ck_assert_int_eq(seen[o], 0);
+            seen[o] = 1;
+        }
 }
 END_TEST
 
@@ -645,6 +676,7 @@ int main(void) {
     tcase_add_test(c, test_caps_require);
     tcase_add_test(c, test_caps_print);
     tcase_add_test(c, test_caps_json);
+    tcase_add_test(c, test_scale_layout_128x4);
     suite_add_tcase(s, c);
     TCase *p = tcase_create("policy");
     tcase_add_test(p, test_policy_parse);

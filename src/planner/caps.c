@@ -96,7 +96,7 @@ static tp_cap derive(int sm, tp_precision p) {
                    NULL, 0);
     case TP_PREC_MXFP8:
         if (blackwell)
-            return cap(TP_PATH_NATIVE, "cuBLASLt VEC32_UE8M0, 128x4 swizzled scales, FP32 accumulation", NULL, 0);
+            return cap(TP_PATH_NATIVE, "cuBLASLt VEC32_UE8M0, 128x4 swizzled scales, FP32 accumulation", NULL, 1);
         if (sm >= 80)
             return cap(TP_PATH_EMULATED, "exact dequantization to BF16, BF16 tensor-core GEMM, FP32 accumulation",
                        "BF16 tensor-core rate instead of FP8; dequantized operands take 2 bytes/element instead of "
@@ -106,7 +106,7 @@ static tp_cap derive(int sm, tp_precision p) {
     case TP_PREC_NVFP4:
         if (blackwell)
             return cap(TP_PATH_NATIVE, "cuBLASLt VEC16_UE4M3 + FP32 alpha, 128x4 swizzled scales, FP32 accumulation",
-                       NULL, 0);
+                       NULL, 1);
         if (sm >= 80)
             return cap(TP_PATH_EMULATED,
                        "exact dequantization to BF16, per-tensor scale folded into alpha; BF16 tensor-core GEMM, FP32 "
@@ -118,7 +118,7 @@ static tp_cap derive(int sm, tp_precision p) {
     case TP_PREC_MXFP4:
         if (blackwell)
             return cap(TP_PATH_NATIVE, "cuBLASLt E2M1 with VEC32_UE8M0, 128x4 swizzled scales, FP32 accumulation",
-                       NULL, 0);
+                       NULL, 1);
         if (sm >= 80)
             return cap(TP_PATH_EMULATED, "exact dequantization to BF16, BF16 tensor-core GEMM, FP32 accumulation",
                        "BF16 tensor-core rate instead of FP4; dequantized operands take 2 bytes/element instead of "
@@ -218,6 +218,10 @@ void tp_caps_print(int sm, FILE *f) {
                    "FP8 from sm_89, FP8 block-128 scales on sm_90, block-scaled MMA from sm_100); not checked on "
                    "such a GPU.\n",
                 sm, sm / 10, sm % 10);
+    if (sm >= 100)
+        fprintf(f, "The native block-scaled paths (mxfp8, nvfp4, mxfp4) are built and their quantizers and scale "
+                   "layouts are tested on Hopper, but tprof's tests have not yet run their GEMMs on a Blackwell "
+                   "GPU.\n");
     if (!cuda) fprintf(f, "this tprof was built without a CUDA toolkit: no GPU path runs in this build.\n");
 }
 

@@ -10,7 +10,12 @@
  *     exactly the values the fused ones quantize), NaN and Inf blocks included; pad rows hold codes 0, scale 1;
  *   - the native GEMM (cuBLASLt VEC128_32F x BLK128x128_32F, bf16 out) equals the CPU emulation up to the bf16
  *     rounding of D: unit roundoff 2^-9, about 1.1e-3 relative L2 for uniformly spread rounding errors; bound
- *     4e-3 (a wrong scale layout gives 0.5 or more, tools/probes/fp8_block128_layout.c). */
+ *     4e-3 (a wrong scale layout gives 0.5 or more, tools/probes/fp8_block128_layout.c).
+ * Native MXFP8 / NVFP4 / MXFP4 (Blackwell):
+ *   - the operand quantizer (codes + 128x4-tiled scale codes) equals tp_quantize and the host tiling bit for bit
+ *     (it runs on any GPU);
+ *   - the block-scaled GEMM: on sm_100+ against the CPU emulation (bf16 output rounding, 4e-3); before sm_100
+ *     cuBLASLt must refuse it at plan time with TP_ERR_UNSUPPORTED (never a wrong answer). */
 #include <check.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -23,6 +28,7 @@
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
+#include "exec/cuda/scale_layout.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
 
@@ -137,7 +143,7 @@ START_TEST(test_emulated_gemm) {
     tp_gemm_ctx *ctx = NULL;
     tp_gemm_plan *plan = NULL;
     ck_assert_msg(tp_gemm_ctx_create(32u << 20, &ctx, &e) == TP_OK, "%s", e.msg);
-    tp_gemm_desc d = {M, N, K, TP_BF16, TP_F32, 0, 0};
+    tp_gemm_desc d = {M, N, K, TP_BF16, TP_F32, 0, 0, 0};
     ck_assert_msg(tp_gemm_plan_create(ctx, &d, "emulated", &plan, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(tp_gemm_run_alpha(ctx, plan, dq, dw, NULL, dd, NULL, NULL, alpha, NULL), 0);
     CU(cudaDeviceSynchronize());
@@ -278,7 +284,7 @@ START_TEST(test_fp8_block_gemm) {
     tp_gemm_ctx *ctx = NULL;
     tp_gemm_plan *plan = NULL;
     ck_assert_msg(tp_gemm_ctx_create(32u << 20, &ctx, &e) == TP_OK, "%s", e.msg);
-    tp_gemm_desc d = {Mp, N, K, TP_E4M3, TP_BF16, 1, 1};
+    tp_gemm_desc d = {Mp, N, K, TP_E4M3, TP_BF16, 1, 1, 0};
     ck_assert_msg(tp_gemm_plan_create(ctx, &d, "fp8-block", &plan, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(tp_gemm_run(ctx, plan, dq, dw, db, dd, dxs, dws, NULL), 0);
     CU(cudaDeviceSynchronize());
@@ -297,7 +303,7 @@ START_TEST(test_fp8_block_gemm) {
     ck_assert_msg(a.rel_l2 < 4e-3, "fp8-block GEMM: rel L2 %.3e against the CPU emulation", a.rel_l2);
     /* M not a multiple of 4 is refused at plan time, naming M */
     tp_gemm_plan *bad = NULL;
-    tp_gemm_desc d2 = {M, N, K, TP_E4M3, TP_BF16, 1, 1};
+    tp_gemm_desc d2 = {M, N, K, TP_E4M3, TP_BF16, 1, 1, 0};
     ck_assert_int_eq(tp_gemm_plan_create(ctx, &d2, "fp8-block", &bad, &e), TP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "M % 4"));
     tp_gemm_plan_destroy(plan);
@@ -323,6 +329,118 @@ START_TEST(test_fp8_block_gemm) {
 }
 END_TEST
 
+/* ---- native block-scaled operands (Blackwell) ------------------------------------------------------------------ */
+
+START_TEST(test_native_quant_and_gemm) {
+    const tp_qformat qf = FORMATS[_i];
+    const tp_qformat_traits *qt = tp_qformat_info(qf);
+    const long long M = 197 * 3 + 1, K = 160, N = 96, kb = K / qt->block;
+    const size_t nx = (size_t)(M * K), nw = (size_t)(N * K);
+    float *x = randn(nx, 51 + _i, 1.0), *w = randn(nw, 61 + _i, 0.05);
+    x[3] = tp_f32_from_bits(0xFFC00000u); /* -NaN keeps its sign */
+    x[K + 40] = -INFINITY;                  /* row 1: an Inf block, NaN scale, codes 0 */
+    tp_error e;
+    void *dx = upload(TP_F32, x, nx);
+    float g2 = 0.0f, *dg = NULL;
+    if (qt->global_scale) {
+        g2 = 0.0123f;
+        CU(cudaMalloc((void **)&dg, 16));
+        CU(cudaMemcpy(dg, &g2, sizeof g2, cudaMemcpyHostToDevice));
+    }
+    tp_qtensor ref;
+    ck_assert_msg(tp_quantize(qf, x, M, K, 0, g2, &ref, &e) == TP_OK, "%s", e.msg);
+    const size_t sb = tp_swz_bytes(M, kb);
+    void *dc = dalloc(ref.elem_bytes), *ds = dalloc(sb);
+    CU(cudaMemset(dc, 0x55, ref.elem_bytes));
+    CU(cudaMemset(ds, 0x55, sb));
+    ck_assert_int_eq(tpk_block_quant_native(dx, TP_F32, dc, ds, M, K, (int)qf, dg, NULL), 0);
+    CU(cudaDeviceSynchronize());
+    uint8_t *codes = malloc(ref.elem_bytes), *sc = malloc(sb), *want = calloc(sb, 1);
+    CU(cudaMemcpy(codes, dc, ref.elem_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(sc, ds, sb, cudaMemcpyDeviceToHost));
+    for (long long r = 0; r < M; r++)
+        for (long long c = 0; c < kb; c++) want[tp_swz_offset(r, c, kb)] = ref.scales[r * kb + c];
+    long long bad_c = 0, bad_s = 0;
+    for (size_t i = 0; i < ref.elem_bytes; i++) bad_c += codes[i] != ref.elems[i];
+    for (size_t i = 0; i < sb; i++) bad_s += sc[i] != want[i];
+    printf("  native %-6s quantizer M=%lld K=%lld: %lld code bytes, %lld scale bytes (of %zu, padding included) "
+           "differ\n",
+           qt->name, M, K, bad_c, bad_s, sb);
+    ck_assert_msg(bad_c == 0 && bad_s == 0, "%s native quantizer: %lld codes, %lld scales differ", qt->name, bad_c,
+                  bad_s);
+
+    /* the GEMM: Blackwell only */
+    tp_qtensor wq;
+    ck_assert_msg(tp_quantize(qf, w, N, K, 1, 0.0f, &wq, &e) == TP_OK, "%s", e.msg);
+    tp_gemm_ctx *ctx = NULL;
+    tp_gemm_plan *plan = NULL;
+    ck_assert_msg(tp_gemm_ctx_create(32u << 20, &ctx, &e) == TP_OK, "%s", e.msg);
+    tp_gemm_desc d = {M, N, K, qt->elem, TP_BF16, 0, 0, (int)qf};
+    int dev = 0, major = 0;
+    CU(cudaGetDevice(&dev));
+    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    tp_status pst = tp_gemm_plan_create(ctx, &d, "native", &plan, &e);
+    if (major < 10) {
+        printf("  native %-6s GEMM on sm_%d: refused at plan time (%s)\n", qt->name, major * 10, e.msg);
+        ck_assert_int_eq(pst, TP_ERR_UNSUPPORTED);
+    } else {
+        ck_assert_msg(pst == TP_OK, "%s", e.msg);
+        /* x without the NaN/Inf for the product check */
+        x[3] = 0.5f;
+        x[K + 40] = -0.5f;
+        tp_qtensor xq;
+        ck_assert_msg(tp_quantize(qf, x, M, K, 0, g2, &xq, &e) == TP_OK, "%s", e.msg);
+        CU(cudaMemcpy(dx, x, nx * 4, cudaMemcpyHostToDevice));
+        ck_assert_int_eq(tpk_block_quant_native(dx, TP_F32, dc, ds, M, K, (int)qf, dg, NULL), 0);
+        size_t swb = tp_swz_bytes(N, kb);
+        uint8_t *wsw = calloc(swb, 1);
+        for (long long r = 0; r < N; r++)
+            for (long long c = 0; c < kb; c++) wsw[tp_swz_offset(r, c, kb)] = wq.scales[r * kb + c];
+        void *dw = dalloc(wq.elem_bytes), *dws = dalloc(swb), *dd = dalloc((size_t)(M * N) * 2);
+        CU(cudaMemcpy(dw, wq.elems, wq.elem_bytes, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dws, wsw, swb, cudaMemcpyHostToDevice));
+        CU(cudaMemset(dd, 0xFF, (size_t)(M * N) * 2));
+        const float alpha = xq.global_scale * wq.global_scale;
+        ck_assert_int_eq(tp_gemm_run_alpha(ctx, plan, dc, dw, NULL, dd, (const float *)ds, (const float *)dws, alpha,
+                                           NULL),
+                         0);
+        CU(cudaDeviceSynchronize());
+        float *got = download(TP_BF16, dd, (size_t)(M * N)), *qx = malloc(sizeof(float) * nx),
+              *qw = malloc(sizeof(float) * nw), *refo = malloc(sizeof(float) * (size_t)(M * N));
+        ck_assert_int_eq(tp_dequantize(&xq, qx, &e), TP_OK);
+        ck_assert_int_eq(tp_dequantize(&wq, qw, &e), TP_OK);
+        tp_cpu_linear(qx, qw, NULL, refo, M, N, K);
+        tp_accuracy a;
+        tp_accuracy_compute(got, refo, (int)M, (int)N, &a);
+        printf("  native %-6s GEMM M=%lld N=%lld K=%lld: rel L2 %.3e vs CPU emulation\n", qt->name, M, N, K, a.rel_l2);
+        ck_assert_int_eq(a.nonfinite, 0);
+        ck_assert_msg(a.rel_l2 < 4e-3, "native %s GEMM: rel L2 %.3e", qt->name, a.rel_l2);
+        tp_qtensor_free(&xq);
+        cudaFree(dw);
+        cudaFree(dws);
+        cudaFree(dd);
+        free(wsw);
+        free(got);
+        free(qx);
+        free(qw);
+        free(refo);
+    }
+    tp_gemm_plan_destroy(plan);
+    tp_gemm_ctx_destroy(ctx);
+    tp_qtensor_free(&ref);
+    tp_qtensor_free(&wq);
+    cudaFree(dx);
+    cudaFree(dc);
+    cudaFree(ds);
+    cudaFree(dg);
+    free(x);
+    free(w);
+    free(codes);
+    free(sc);
+    free(want);
+}
+END_TEST
+
 Suite *gpu_formats_suite(void) {
     Suite *s = suite_create("gpu_formats");
     TCase *t = tcase_create("block_scaled");
@@ -331,6 +449,7 @@ Suite *gpu_formats_suite(void) {
     tcase_add_loop_test(t, test_emulated_gemm, 0, 3);
     tcase_add_loop_test(t, test_fp8_block_quantizers, 0, 4);
     tcase_add_test(t, test_fp8_block_gemm);
+    tcase_add_loop_test(t, test_native_quant_and_gemm, 0, 3);
     suite_add_tcase(s, t);
     return s;
 }

@@ -11,6 +11,7 @@
 #include "core/util.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
+#include "exec/cuda/scale_layout.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
 #include "profile/trace.h"
@@ -46,8 +47,9 @@ struct tp_engine {
     float *d_amax;        /* per value: calibration scratch */
     void *d_cols;         /* im2col scratch */
     void *d_qdq;          /* emulated block-scaled formats: the dequantized GEMM input (bf16) */
-    void *d_q8;           /* fp8-block: the E4M3 codes of a GEMM input quantized by a standalone kernel */
-    float **d_bscale;     /* per value: fp8-block scales (activations (K/128, M_pad); weights as cuBLASLt reads) */
+    void *d_q8;           /* fp8-block, native MX/NV: the codes of a GEMM input quantized by a standalone kernel */
+    void **d_bscale;      /* per value: block scales as cuBLASLt reads them (fp8-block: fp32 (K/128, M_pad) for
+                             activations, 128x128 tiles for weights; native MX/NV: codes in the 128x4 layout) */
     float *wglobal;       /* per value: NVFP4 weights' second-level scale s2 (1 elsewhere), host */
     float *alpha;         /* per op: the GEMM's alpha (s2_a * s2_w for NVFP4, else 1), host */
     void **allocs;        /* everything cudaMalloc'ed, for destroy */
@@ -92,6 +94,20 @@ static int64_t value_cols(const tp_engine *e, int v) {
 }
 static int64_t value_rows(const tp_engine *e, int v) { return tp_value_numel(&e->g->values[v]) / value_cols(e, v); }
 static int64_t rows_pad(int64_t m) { return (m + 3) / 4 * 4; }
+/* Op i is a GEMM on Blackwell's block-scaled MMA (a native MXFP8 / NVFP4 / MXFP4 plan). */
+static int op_native_bs(const tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    tp_qformat qf = op->kind == TP_OP_LINEAR ? e->plan->value_qf[op->in[0]] : TP_QF_NONE;
+    return (qf == TP_QF_MXFP8 || qf == TP_QF_NVFP4 || qf == TP_QF_MXFP4) && !e->plan->op_emulated[i];
+}
+
+/* Weight v is read by a native block-scaled GEMM. */
+static int weight_native_bs(const tp_engine *e, int v) {
+    for (int i = 0; i < e->g->n_ops; i++)
+        if (e->g->ops[i].n_in > 1 && e->g->ops[i].in[1] == v && op_native_bs(e, i)) return 1;
+    return 0;
+}
+
 static size_t act_alloc_bytes(const tp_engine *e, int v) {
     return value_bytes(e, v) + (size_t)(PAD_ROWS * value_cols(e, v)) * tp_dtype_info(e->plan->value_dt[v])->bytes;
 }
@@ -192,7 +208,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         int C = (int)o->shape[o->ndim - 1], M = (int)(tp_value_numel(o) / C);
         if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3)
             rc = tpk_layernorm_fp8_b128(x, xdt, e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]], y,
-                                        e->d_bscale[op->out], M, (int)rows_pad(M), C, op->eps, s);
+                                        (float *)e->d_bscale[op->out], M, (int)rows_pad(M), C, op->eps, s);
         else
             rc = tpk_layernorm(x, xdt, e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]], y, ydt, ys,
                                M, C, op->eps, s);
@@ -204,7 +220,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         if (qf == TP_QF_FP8_BLOCK128) {
             /* native FP8 block-128: the input in E4M3 with its 1x128 scales (written by the producer, or here) */
             const int M = (int)op->gemm_m;
-            float *xs = e->d_bscale[op->in[0]];
+            float *xs = (float *)e->d_bscale[op->in[0]];
             if (!fp8) {
                 HOOK(e, i, TP_CAT_QUANT);
                 rc = tpk_quant_fp8_b128(x, xdt, 0, e->d_q8, xs, M, (int)rows_pad(M), (int)op->gemm_k, s);
@@ -213,7 +229,21 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
                 HOOK(e, i, TP_CAT_GEMM);
             }
             rc = tp_gemm_run(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
-                             y, xs, e->d_bscale[op->in[1]], s);
+                             y, xs, (const float *)e->d_bscale[op->in[1]], s);
+            break;
+        }
+        if (op_native_bs(e, i)) {
+            /* Blackwell: the input's codes and 128x4-tiled scales, then the block-scaled GEMM (NVFP4's per-tensor
+             * scales in alpha) */
+            HOOK(e, i, TP_CAT_QUANT);
+            rc = tpk_block_quant_native(x, xdt, e->d_q8, e->d_bscale[op->in[0]], (long long)op->gemm_m,
+                                        (long long)op->gemm_k, (int)qf,
+                                        qf == TP_QF_NVFP4 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
+            if (rc) break;
+            HOOK(e, i, TP_CAT_GEMM);
+            rc = tp_gemm_run_alpha(e->gemm, e->gplan[i], e->d_q8, e->dptr[op->in[1]],
+                                   op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y, (const float *)e->d_bscale[op->in[0]],
+                                   (const float *)e->d_bscale[op->in[1]], e->alpha[i], s);
             break;
         }
         if (qf != TP_QF_NONE) {
@@ -237,8 +267,8 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     case TP_OP_GELU:
         if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3) {
             int M = (int)value_rows(e, op->out);
-            rc = tpk_quant_fp8_b128(x, xdt, 1, y, e->d_bscale[op->out], M, (int)rows_pad(M), (int)value_cols(e, op->out),
-                                    s);
+            rc = tpk_quant_fp8_b128(x, xdt, 1, y, (float *)e->d_bscale[op->out], M, (int)rows_pad(M),
+                                    (int)value_cols(e, op->out), s);
         } else {
             rc = tpk_gelu(x, xdt, y, ydt, ys, (size_t)tp_value_numel(o), s);
         }
@@ -296,10 +326,43 @@ static tp_status upload_fp8_block_weight(tp_engine *e, int v, const tp_param *p,
     if (!st) tp_gemm_b128_weight_scales((const float *)pre->scales, N, K, sc);
     if (!st) st = dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
     if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
-    if (!st) st = dev_alloc(e, sizeof(float) * ns, (void **)&e->d_bscale[v], p->name, err);
+    if (!st) st = dev_alloc(e, sizeof(float) * ns, &e->d_bscale[v], p->name, err);
     if (!st) st = upload(e->d_bscale[v], sc, sizeof(float) * ns, p->name, err);
     if (!st) e->weight_bytes += (double)pre->elem_bytes + (double)pre->scale_bytes;
     free(sc);
+    tp_qtensor_free(&own);
+    return st;
+}
+
+/* A weight (N, K) for a native block-scaled GEMM: its codes as stored (tp_qtensor packing is cuBLASLt's) and its
+ * scale codes re-laid into the 128x4 tiles; NVFP4's s2 goes into the GEMM's alpha. */
+static tp_status upload_native_bs_weight(tp_engine *e, int v, const tp_param *p, tp_error *err) {
+    const tp_qformat qf = e->plan->value_qf[v];
+    const int64_t N = value_rows(e, v), K = value_cols(e, v), kb = K / tp_qformat_info(qf)->block;
+    const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    tp_qtensor own;
+    memset(&own, 0, sizeof own);
+    tp_status st = TP_OK;
+    if (!pre || pre->format != qf) {
+        st = tp_quantize(qf, p->data, N, K, 1, 0.0f, &own, err);
+        if (st) return st;
+        pre = &own;
+    }
+    const size_t nsw = tp_swz_bytes(N, kb);
+    uint8_t *sw = calloc(nsw, 1);
+    if (!sw) st = tp_fail(err, TP_ERR_OOM, "out of host memory laying out the scales of %s", p->name);
+    if (!st)
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t c = 0; c < kb; c++) sw[tp_swz_offset(r, c, kb)] = pre->scales[r * kb + c];
+    if (!st) st = dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
+    if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
+    if (!st) st = dev_alloc(e, nsw, &e->d_bscale[v], p->name, err);
+    if (!st) st = upload(e->d_bscale[v], sw, nsw, p->name, err);
+    if (!st) {
+        e->wglobal[v] = pre->global_scale;
+        e->weight_bytes += (double)pre->elem_bytes + (double)pre->scale_bytes;
+    }
+    free(sw);
     tp_qtensor_free(&own);
     return st;
 }
@@ -314,8 +377,9 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
         size_t bytes = value_bytes(e, v);
         float scale = 1.0f;
         e->wglobal[v] = 1.0f;
-        if (e->plan->value_qf[v] == TP_QF_FP8_BLOCK128) {
-            st = upload_fp8_block_weight(e, v, p, err);
+        if (e->plan->value_qf[v] == TP_QF_FP8_BLOCK128 || weight_native_bs(e, v)) {
+            st = e->plan->value_qf[v] == TP_QF_FP8_BLOCK128 ? upload_fp8_block_weight(e, v, p, err)
+                                                            : upload_native_bs_weight(e, v, p, err);
             if (st) return st;
             continue;
         }
@@ -459,7 +523,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->weights_q = opt->weights_q;
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
-    e->d_bscale = calloc((size_t)g->n_values, sizeof(float *));
+    e->d_bscale = calloc((size_t)g->n_values, sizeof(void *));
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     h_scales = malloc(sizeof(float) * SCALE_SLOT * (size_t)g->n_values);
@@ -514,24 +578,37 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
             const int x = op->in[0];
             const int64_t Mp = rows_pad(op->gemm_m), kb = (op->gemm_k + 127) / 128;
             if (!e->d_bscale[x]) {
-                st = dev_alloc(e, sizeof(float) * (size_t)(kb * Mp), (void **)&e->d_bscale[x], g->values[x].name, err);
+                st = dev_alloc(e, sizeof(float) * (size_t)(kb * Mp), &e->d_bscale[x], g->values[x].name, err);
                 if (st) goto fail;
                 e->act_bytes += (double)(sizeof(float) * (size_t)(kb * Mp));
             }
             if (plan->value_dt[x] != TP_E4M3 && (size_t)(Mp * op->gemm_k) > q8_bytes) q8_bytes = (size_t)(Mp * op->gemm_k);
-            tp_gemm_desc d = {Mp, op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1};
+            tp_gemm_desc d = {Mp, op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1, 0};
+            st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
+            if (st) goto fail;
+            continue;
+        }
+        if (op_native_bs(e, i)) {
+            /* Blackwell: the input's codes (scratch shared by all such GEMMs) and 128x4-tiled scales (per value) */
+            const int x = op->in[0];
+            const tp_qformat qf = plan->value_qf[x];
+            const tp_qformat_traits *qt = tp_qformat_info(qf);
+            const size_t sb = tp_swz_bytes(op->gemm_m, op->gemm_k / qt->block);
+            const size_t cb = (size_t)(op->gemm_m * op->gemm_k) * (size_t)qt->bits / 8;
+            if (!e->d_bscale[x]) {
+                st = dev_alloc(e, sb, &e->d_bscale[x], g->values[x].name, err);
+                if (st) goto fail;
+                e->act_bytes += (double)sb;
+            }
+            if (cb > q8_bytes) q8_bytes = cb;
+            e->alpha[i] = (qt->global_scale ? h_scales[SCALE_SLOT * x] : 1.0f) * e->wglobal[op->in[1]];
+            tp_gemm_desc d = {op->gemm_m, op->gemm_n, op->gemm_k, qt->elem, plan->value_dt[op->out], op->n_in > 2, 0,
+                              (int)qf};
             st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
             if (st) goto fail;
             continue;
         }
         if (op->kind == TP_OP_LINEAR && plan->value_qf[op->in[0]] != TP_QF_NONE) {
-            if (!plan->op_emulated[i]) {
-                st = tp_fail(err, TP_ERR_UNSUPPORTED,
-                             "layer %s: native %s GEMMs (Blackwell block-scaled MMA) are planned but not implemented "
-                             "in this build",
-                             op->layer, tp_precision_name(plan->op_prec[i]));
-                goto fail;
-            }
             size_t b = (size_t)(op->gemm_m * op->gemm_k) * tp_dtype_info(TP_BF16)->bytes;
             if (b > qdq_bytes) qdq_bytes = b;
             e->alpha[i] = h_scales[SCALE_SLOT * op->in[0]] * e->wglobal[op->in[1]];
@@ -540,7 +617,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                           op->kind == TP_OP_PATCH_EMBED                  ? plan->value_dt[op->in[1]]
                           : plan->value_qf[op->in[0]] != TP_QF_NONE ? TP_BF16
                                                                           : plan->value_dt[op->in[0]],
-                          plan->value_dt[op->out], op->n_in > 2, 0};
+                          plan->value_dt[op->out], op->n_in > 2, 0, 0};
         st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
         if (st) goto fail;
         if (op->kind == TP_OP_PATCH_EMBED) {
@@ -559,7 +636,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
         e->act_bytes += (double)qdq_bytes;
     }
     if (q8_bytes) {
-        st = dev_alloc(e, q8_bytes, &e->d_q8, "fp8-block operand scratch", err);
+        st = dev_alloc(e, q8_bytes, &e->d_q8, "quantized operand scratch", err);
         if (st) goto fail;
         e->act_bytes += (double)q8_bytes;
     }

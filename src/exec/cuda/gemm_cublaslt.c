@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "formats/qformat.h"
 
 #define GEMM_MIN_ALIGN 16u
 
@@ -67,6 +68,7 @@ static int cuda_type(tp_dtype t, cudaDataType *out) {
     case TP_F16: *out = CUDA_R_16F; return 1;
     case TP_BF16: *out = CUDA_R_16BF; return 1;
     case TP_E4M3: *out = CUDA_R_8F_E4M3; return 1;
+    case TP_E2M1: *out = CUDA_R_4F_E2M1; return 1;
     default: return 0;
     }
 }
@@ -156,7 +158,21 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
     if (M <= 0 || N <= 0 || K <= 0)
         return tp_fail(err, TP_ERR_ARG, "gemm %s: dimensions must be positive, got M=%lld N=%lld K=%lld", name,
                        (long long)M, (long long)N, (long long)K);
-    if (!combo_supported(desc->ab_dt, desc->d_dt))
+    const int bs = desc->block_fmt == TP_QF_MXFP8 || desc->block_fmt == TP_QF_NVFP4 || desc->block_fmt == TP_QF_MXFP4;
+    if (desc->block_fmt && !bs)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: block format %d has no native block-scaled MMA", name,
+                       desc->block_fmt);
+    if (bs) {
+        const tp_qformat_traits *qt = tp_qformat_info((tp_qformat)desc->block_fmt);
+        if (desc->ab_dt != qt->elem || desc->d_dt != TP_BF16)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: native %s needs %s inputs and a bf16 output, got %s -> %s",
+                           name, qt->name, dt_name(qt->elem), dt_name(desc->ab_dt), dt_name(desc->d_dt));
+        if (K % 32 != 0 || N % 8 != 0)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "gemm %s: native %s needs K %% 32 == 0 and N %% 8 == 0 (16-byte rows), got K=%lld N=%lld",
+                           name, qt->name, (long long)K, (long long)N);
+    }
+    if (!bs && !combo_supported(desc->ab_dt, desc->d_dt))
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "gemm %s: inputs %s with output %s is not supported (supported: f32->f32, f16->f16, "
                        "bf16->bf16 or f32, e4m3->f16 or bf16)",
@@ -170,7 +186,7 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
                        "gemm %s: FP8 block-128 scales need M %% 4 == 0 (cuBLASLt refuses other M; pad the rows), got "
                        "M=%lld",
                        name, (long long)M);
-    if (desc->ab_dt == TP_E4M3) {
+    if (desc->ab_dt == TP_E4M3 && !bs) {
         if (K % 16 != 0)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
                            "gemm %s: e4m3 inputs need K %% 16 == 0 (16-byte rows, cuBLASLt FP8 rule), got K=%lld "
@@ -207,9 +223,13 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
         const int8_t fast = 0;
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
     }
-    if (desc->block128) {
-        /* cuBLASLt's A is W (128x128 blocks), its B the activations (1x128 blocks) */
-        const int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    if (desc->block128 || bs) {
+        /* fp8-block: cuBLASLt's A is W (128x128 blocks), its B the activations (1x128 blocks); MX / NVFP4: both
+         * per 32 / 16 along K */
+        const int32_t vec = desc->block_fmt == TP_QF_NVFP4 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3
+                                                          : CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+        const int32_t ma = bs ? vec : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                      mb = bs ? vec : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
         /* cuBLASLt 13.1's heuristic returns no algorithm for block scale modes while the scale pointers are unset
@@ -217,7 +237,7 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
          * ones are set by tp_gemm_run */
         if (!ctx->workspace) {
             tp_gemm_plan_destroy(p);
-            return tp_fail(err, TP_ERR_ARG, "gemm %s: FP8 block-128 planning needs a cuBLASLt workspace", name);
+            return tp_fail(err, TP_ERR_ARG, "gemm %s: block-scaled GEMM planning needs a cuBLASLt workspace", name);
         }
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ctx->workspace,
                                                sizeof ctx->workspace));
@@ -254,7 +274,9 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
                 "gemm %s: cuBLASLt has no algorithm for M=%lld N=%lld K=%lld inputs %s%s output %s%s "
                 "(workspace %zu bytes): %s",
                 name, (long long)M, (long long)N, (long long)K, dt_name(desc->ab_dt),
-                desc->block128 ? " (block-128 scales)" : "", dt_name(desc->d_dt), desc->has_bias ? " +bias" : "", ctx->workspace_bytes,
+                desc->block128 ? " (block-128 scales)"
+                : bs           ? (desc->block_fmt == TP_QF_NVFP4 ? " (VEC16_UE4M3 scales)" : " (VEC32_UE8M0 scales)")
+                               : "", dt_name(desc->d_dt), desc->has_bias ? " +bias" : "", ctx->workspace_bytes,
                 cublasLtGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st
                                         : found < 1                 ? CUBLAS_STATUS_NOT_SUPPORTED
                                                                     : res.state));
@@ -276,7 +298,7 @@ int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const
 
 int tp_gemm_run_alpha(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
                       void *D, const float *a_scale, const float *w_scale, float alpha_in, tp_stream stream) {
-    const int fp8 = plan->desc.ab_dt == TP_E4M3;
+    const int fp8 = plan->desc.ab_dt == TP_E4M3 || plan->desc.ab_dt == TP_E2M1; /* scaled inputs */
     /* Caller bugs are reported as INVALID_VALUE rather than handed to cuBLASLt, whose failure modes for a
      * missing scale (silently 1.0) or bias would be wrong answers, not errors. */
     if (!A || !W || !D || misaligned(A) || misaligned(W) || misaligned(D)) return (int)CUBLAS_STATUS_INVALID_VALUE;

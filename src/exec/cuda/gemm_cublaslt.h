@@ -17,6 +17,11 @@
  *                     M % 4 == 0 (the caller pads rows), K % 16 == 0, N % 8 == 0. The layouts were established on
  *                     an H200 with cuBLASLt 13.1 against the CPU reference (tools/probes/fp8_block128_layout.c);
  *                     PyTorch's _scaled_mm uses the same ones for its BlockWise1x128 / BlockWise128x128 recipes.
+ *   E4M3 (MXFP8), E2M1 (NVFP4, MXFP4) / BF16 with block scales (desc.block_fmt; Blackwell, sm_100 and newer):
+ *                     cuBLASLt VEC32_UE8M0 (MX) or VEC16_UE4M3 (NVFP4) scale modes; a_scale and w_scale point to the
+ *                     operands' scale codes (bytes, not fp32) in the 128x4 tiled layout (scale_layout.h), the
+ *                     NVFP4 per-tensor scales go into alpha; K % 32 == 0, N % 8 == 0. Built and planned
+ *                     everywhere; cuBLASLt finds no algorithm before sm_100 (TP_ERR_UNSUPPORTED at plan time).
  * Bias (optional) is fused as the BIAS epilogue, in D's type (F32 for F32). Anything else: TP_ERR_UNSUPPORTED
  * at plan time, naming the combination. */
 #ifndef TP_GEMM_CUBLASLT_H
@@ -37,6 +42,7 @@ typedef struct {
     tp_dtype d_dt;   /* type of D (and of bias) */
     int has_bias;
     int block128;    /* E4M3 only: FP8 block-128 scales instead of per-tensor ones */
+    int block_fmt;   /* a tp_qformat (TP_QF_MXFP8, TP_QF_NVFP4, TP_QF_MXFP4) for native block-scaled MMA, else 0 */
 } tp_gemm_desc;
 
 /* The weights' 128x128 block scales in the layout BLK128x128_32F reads: from the plain row-major

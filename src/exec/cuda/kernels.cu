@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "exec/cuda/kernels.h"
+#include "exec/cuda/scale_layout.h"
 #include "formats/qformat.h"
 
 typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only: accessed through __nv_fp8_storage_t bytes */
@@ -1046,6 +1047,123 @@ extern "C" int tpk_layernorm_fp8_b128(const void *x, tp_dtype xdt, const void *w
     case TP_F32: return ln_b128_by_w<float>(wdt, x, w, b, q, scales, M, M_pad, C, eps, stream);
     case TP_F16: return ln_b128_by_w<__half>(wdt, x, w, b, q, scales, M, M_pad, C, eps, stream);
     case TP_BF16: return ln_b128_by_w<__nv_bfloat16>(wdt, x, w, b, q, scales, M, M_pad, C, eps, stream);
+    default: return TPK_INVALID;
+    }
+}
+
+/* ================================================================================================================
+ * Native block-scaled operands (Blackwell): x (rows, K) -> the format's element codes and its block scales in
+ * cuBLASLt's 128x4 tiled layout (scale_layout.h). Same arithmetic as the QDQ kernel above and tp_quantize
+ * (qformat.c), codes instead of dequantized values: E4M3 one byte each; E2M1 two per byte, element 2i in the low
+ * nibble (tp_qtensor's packing, which is also CUDA's __nv_fp4x2 order). A block whose amax is Inf gets the
+ * format's NaN scale (UE8M0 0xFF, UE4M3 0x7F) and codes 0, a NaN element keeps its sign, as on the host.
+ * Runs on any GPU (tested bit-exact on sm_90); only the GEMM that reads it needs Blackwell.
+ * ============================================================================================================== */
+
+__device__ __forceinline__ uint32_t e2m1_code(float v) {
+    if (v != v) return ((__float_as_uint(v) >> 28) & 0x8u) | 0x7u; /* host rule: 0x7 with the NaN's sign */
+    return (uint32_t)__nv_cvt_float_to_fp4(v, __NV_E2M1, cudaRoundNearest) & 0xFu;
+}
+__device__ __forceinline__ uint32_t e4m3_code(float v) {
+    if (v != v) return ((__float_as_uint(v) >> 24) & 0x80u) | 0x7Fu;
+    return (uint32_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+template <int QF, typename TX>
+__global__ void block_quant_native_kernel(const TX *__restrict__ x, uint8_t *__restrict__ codes,
+                                          uint8_t *__restrict__ scales, long long rows, long long K,
+                                          const float *__restrict__ global) {
+    constexpr int BLK = QF == TP_QF_NVFP4 ? 16 : 32;
+    constexpr int LPB = BLK / 4, GPW = 32 / LPB;
+    constexpr bool FP4 = QF != TP_QF_MXFP8;
+    const long long kb_row = K / BLK, nblk = rows * kb_row;
+    const int wl = threadIdx.x % 32, lib = wl % LPB;
+    const float s2 = QF == TP_QF_NVFP4 ? *global : 1.0f;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const long long n_warps = (long long)gridDim.x * blockDim.x / 32;
+    for (long long b0 = warp * GPW; b0 < nblk; b0 += n_warps * GPW) {
+        const long long b = b0 + wl / LPB;
+        const bool live = b < nblk;
+        const long long r = live ? b / kb_row : 0, kb = live ? b % kb_row : 0;
+        const long long i = r * K + kb * BLK + lib * 4;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) ld4(x, (size_t)i, v);
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+        for (int o = LPB / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        uint32_t c[4], sc;
+        const bool inf_block = isinf(amax);
+        if (QF == TP_QF_NVFP4) {
+            float sd = 0.0f;
+            uint32_t code = 0;
+            if (lib == 0) {
+                code = inf_block || s2 != s2 ? 0x7Fu
+                                             : (uint32_t)__nv_cvt_double_to_fp8((double)amax / (6.0 * (double)s2),
+                                                                                __NV_SATFINITE, __NV_E4M3);
+                sd = __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)code, __NV_E4M3)));
+            }
+            sd = __shfl_sync(0xffffffffu, sd, wl - lib);
+            sc = __shfl_sync(0xffffffffu, code, wl - lib);
+            const float d = sd * s2;
+            const bool zero = inf_block || s2 != s2 || d == 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) c[k] = zero ? 0u : v[k] != v[k] ? e2m1_code(v[k]) : e2m1_code(v[k] / d);
+        } else {
+            int e;
+            int shared = amax == 0.0f ? -127 : (frexpf(amax, &e), e - 1) - (QF == TP_QF_MXFP8 ? 8 : 2);
+            shared = shared < -127 ? -127 : shared > 127 ? 127 : shared;
+            sc = inf_block ? 0xFFu : (uint32_t)(shared + 127);
+            const float inv = ldexpf(1.0f, -shared); /* exact: see the QDQ kernel */
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                c[k] = inf_block ? 0u : FP4 ? e2m1_code(v[k] != v[k] ? v[k] : v[k] * inv)
+                                            : e4m3_code(v[k] != v[k] ? v[k] : v[k] * inv);
+        }
+        if (!live) continue;
+        if (FP4)
+            *reinterpret_cast<uint16_t *>(codes + i / 2) =
+                (uint16_t)(c[0] | (c[1] << 4) | (c[2] << 8) | (c[3] << 12));
+        else
+            *reinterpret_cast<uint32_t *>(codes + i) = c[0] | (c[1] << 8) | (c[2] << 16) | (c[3] << 24);
+        if (lib == 0) scales[tp_swz_offset(r, kb, kb_row)] = (uint8_t)sc;
+    }
+}
+
+template <int QF, typename TX>
+static int block_quant_native_launch(const void *x, void *codes, void *scales, long long rows, long long K,
+                                     const float *g, cudaStream_t s) {
+    if (!aligned(x, 4 * sizeof(TX)) || !aligned(codes, QF == TP_QF_MXFP8 ? 4 : 2)) return TPK_INVALID;
+    /* the padding of the tiled layout holds zeros (the memset is captured into a graph like a kernel) */
+    cudaError_t ce = cudaMemsetAsync(scales, 0, tp_swz_bytes(rows, K / (QF == TP_QF_NVFP4 ? 16 : 32)), s);
+    if (ce != cudaSuccess) return (int)ce;
+    block_quant_native_kernel<QF, TX><<<grid_for((size_t)rows * (size_t)K / 4), TPK_THREADS, 0, s>>>(
+        (const TX *)x, (uint8_t *)codes, (uint8_t *)scales, rows, K, g);
+    return launched();
+}
+
+template <int QF>
+static int block_quant_native_by_x(const void *x, tp_dtype xdt, void *codes, void *scales, long long rows,
+                                   long long K, const float *g, cudaStream_t s) {
+    switch (xdt) {
+    case TP_F32: return block_quant_native_launch<QF, float>(x, codes, scales, rows, K, g, s);
+    case TP_F16: return block_quant_native_launch<QF, __half>(x, codes, scales, rows, K, g, s);
+    case TP_BF16: return block_quant_native_launch<QF, __nv_bfloat16>(x, codes, scales, rows, K, g, s);
+    default: return TPK_INVALID;
+    }
+}
+
+extern "C" int tpk_block_quant_native(const void *x, tp_dtype xdt, void *codes, void *scales, long long rows,
+                                      long long K, int qformat, const float *global, tp_stream stream) {
+    if (rows <= 0 || K <= 0) return rows == 0 || K == 0 ? (int)cudaSuccess : TPK_INVALID;
+    if (!x || !codes || !scales) return TPK_INVALID;
+    switch (qformat) {
+    case TP_QF_MXFP8:
+        return K % 32 ? TPK_INVALID : block_quant_native_by_x<TP_QF_MXFP8>(x, xdt, codes, scales, rows, K, global, stream);
+    case TP_QF_MXFP4:
+        return K % 32 ? TPK_INVALID : block_quant_native_by_x<TP_QF_MXFP4>(x, xdt, codes, scales, rows, K, global, stream);
+    case TP_QF_NVFP4:
+        if (K % 16 || !global) return TPK_INVALID;
+        return block_quant_native_by_x<TP_QF_NVFP4>(x, xdt, codes, scales, rows, K, global, stream);
     default: return TPK_INVALID;
     }
 }

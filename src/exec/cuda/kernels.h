@@ -63,6 +63,16 @@ int tpk_amax(const void *x, tp_dtype dt, size_t n, float *amax, tp_stream stream
 int tpk_block_qdq(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, long long rows, long long K, int qformat,
                   const float *global, tp_stream stream);
 
+/* Native block-scaled operands for Blackwell's block-scaled MMA (cuBLASLt VEC32_UE8M0 / VEC16_UE4M3), bit-exact
+ * with tp_quantize(qformat, is_weight 0) (src/formats/qformat.h): x (rows, K) row-major in xdt (F32/F16/BF16) ->
+ * codes (rows, K) packed as tp_qtensor packs them (E4M3: a byte each; E2M1: two per byte, the even element in
+ * the low nibble) and scales (UE8M0 / UE4M3 codes) in cuBLASLt's 128x4 tiled layout (scale_layout.h;
+ * tp_swz_bytes(rows, K / block) bytes, the padding zeroed here). qformat: TP_QF_MXFP8, TP_QF_NVFP4 (global: the
+ * device fp32 second-level scale s2) or TP_QF_MXFP4. K a multiple of the block; x aligned to 4 elements.
+ * Runs on any GPU; only the GEMM that reads the result needs sm_100 or newer. */
+int tpk_block_quant_native(const void *x, tp_dtype xdt, void *codes, void *scales, long long rows, long long K,
+                           int qformat, const float *global, tp_stream stream);
+
 /* FP8 block-128 activations (1 x 128 blocks along K), bit-exact with tp_quantize(TP_QF_FP8_BLOCK128, is_weight 0)
  * (src/formats/qformat.c): x (M, K) row-major in xdt (F32/F16/BF16) -> q (M_pad, K) E4M3 codes row-major and
  * scales (ceil(K/128), M_pad) fp32 with M_pad contiguous: scales[kb * M_pad + m] is the scale of
