@@ -82,6 +82,8 @@ expect_error "policy with an unknown precision" "fp5" bench "${small[@]}" "${tok
 expect_error "missing policy file" "nope.json" bench "${small[@]}" "${tok[@]}" --policy-file "$tmp/nope.json"
 expect_error "caps: unknown architecture" "sm_x9" caps --arch sm_x9
 expect_error "build without -o" "-o FILE" build "${tok[@]}" --precision fp16 --arch sm_90
+expect_error "unknown calibration method" "--calib: unknown method 'entropy'" bench --calib entropy
+expect_error "calibration percentile out of range" "--calib-percentile '101'" bench --calib-percentile 101
 expect_error "build nvfp4 without a GPU" "calibration on a GPU" build --device cpu "${tok[@]}" --precision nvfp4 --arch sm_90 -o "$tmp/n.tpe"
 expect_error "engine file missing" "nope.tpe" bench --engine "$tmp/nope.tpe"
 expect_error "batch larger than host memory" "of host memory" bench --device cpu --model vit-tiny --batch 1000000

@@ -554,6 +554,26 @@ START_TEST(test_latency_percentiles) {
 }
 END_TEST
 
+/* Percentile calibration from a histogram: the top edge of the bin where the cumulative count reaches p%. */
+START_TEST(test_hist_percentile) {
+    unsigned bins[10] = {50, 20, 10, 10, 5, 2, 1, 1, 0, 1}; /* 100 values over [0, 20], bins 2 wide */
+    ck_assert_double_eq(tp_hist_percentile(bins, 10, 20.0, 50.0), 2.0);   /* 50 reached in bin 0 */
+    ck_assert_double_eq(tp_hist_percentile(bins, 10, 20.0, 50.5), 4.0);
+    ck_assert_double_eq(tp_hist_percentile(bins, 10, 20.0, 90.0), 8.0);   /* 50 + 20 + 10 + 10 */
+    ck_assert_double_eq(tp_hist_percentile(bins, 10, 20.0, 99.0), 16.0);  /* 98 after bin 6, 99 after bin 7 */
+    ck_assert_double_eq(tp_hist_percentile(bins, 10, 20.0, 99.5), 20.0);  /* the last value sits in the top bin */
+    ck_assert_double_eq(tp_hist_percentile(bins, 10, 20.0, 100.0), 20.0); /* never above amax */
+    unsigned empty[4] = {0, 0, 0, 0};
+    ck_assert_double_eq(tp_hist_percentile(empty, 4, 3.0, 99.9), 3.0);
+    /* a large histogram: 99.99% of 1e6 uniform values lies within a bin of 0.9999 * amax */
+    unsigned *u = calloc(2048, sizeof *u);
+    for (int i = 0; i < 1000000; i++) u[(int)((i + 0.5) / 1e6 * 2048)]++;
+    double p = tp_hist_percentile(u, 2048, 1.0, 99.99);
+    ck_assert(p >= 0.9999 && p <= 0.9999 + 1.0 / 2048);
+    free(u);
+}
+END_TEST
+
 START_TEST(test_latency_small) {
     tp_latency_stats st;
     double two[2] = {11.0, 9.0};
@@ -725,6 +745,7 @@ static Suite *suite(void) {
     tcase_set_timeout(st, 60);
     tcase_add_test(st, test_latency_percentiles);
     tcase_add_test(st, test_latency_small);
+    tcase_add_test(st, test_hist_percentile);
     tcase_add_test(st, test_accuracy_identical);
     tcase_add_test(st, test_accuracy_known_perturbation);
     tcase_add_test(st, test_accuracy_argmax_first_max);

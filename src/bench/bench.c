@@ -136,7 +136,10 @@ static void print_summary(const tp_bench_options *o, const prec_result *r, const
     if (r->n_quant_ops)
         printf("%s: %d of %d ops run %s GEMMs%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
                tp_precision_name(r->prec),
-               r->prec == TP_PREC_FP8 ? " (static per-tensor scales, max calibration)" : "",
+               r->prec == TP_PREC_FP8 ? (o->calib.method == TP_CALIB_PERCENTILE
+                                             ? " (static per-tensor scales, percentile calibration)"
+                                             : " (static per-tensor scales, max calibration)")
+                                      : "",
                r->n_emulated_ops ? ", EMULATED (no hardware path on this GPU: see --plan)" : "",
                r->prec == TP_PREC_FP8 ? "fp16" : "bf16");
     if (r->format_weight_bytes > 0 && fabs(r->format_weight_bytes - r->weight_bytes) > 0.5) {
@@ -191,6 +194,8 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
                             "cuda_graph", o->use_graph, "weights", o->weights ? o->weights : "synthesized (timm init)",
                             "input", input_desc, "seed", (json_int_t)o->seed, "reference_images", ref_rows,
                             "timing", "GPU compute time per run from CUDA events; host-device transfers excluded");
+    char cdesc[48];
+    json_object_set_new(cfg, "calibration", json_string(tp_calib_describe(&o->calib, cdesc, sizeof cdesc)));
     json_object_set_new(root, "config", cfg);
     json_t *sys = json_pack("{s:s}", "cpu", cpu);
     if (gpu->present) {
@@ -523,7 +528,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             }
             if (calibrate && !st) {
                 amax = malloc(sizeof(float) * (size_t)g.n_values);
-                st = amax ? tp_calibrate_max(&g, &params, 0, gpu.sm, calib, amax, err)
+                st = amax ? tp_calibrate(&g, &params, 0, gpu.sm, calib, &o->calib, amax, err)
                           : tp_fail(err, TP_ERR_OOM, "out of host memory");
             }
             tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .act_amax = amax,
@@ -681,10 +686,11 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
         int n_files = 0;
         if (o->image) st = tp_image_load_batch(o->image, &c->pre, o->batch, calib, &n_files, err);
         else random_images(c, o->batch, o->seed + 1, calib);
-        if (!st) st = tp_calibrate_max(&g, &params, 0, gpu.sm, calib, amax, err);
+        if (!st) st = tp_calibrate(&g, &params, 0, gpu.sm, calib, &o->calib, amax, err);
         if (st) goto done;
-        printf("Calibrated on %s (batch %d, max calibration)\n", o->image ? o->image : "random inputs (seed + 1)",
-               o->batch);
+        char cd[48];
+        printf("Calibrated on %s (batch %d, %s calibration)\n", o->image ? o->image : "random inputs (seed + 1)",
+               o->batch, tp_calib_describe(&o->calib, cd, sizeof cd));
 #else
         st = tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s needs calibration on a GPU (%s)", tp_precision_name(prec),
                      gerr.msg);

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "formats/qformat.h"
 #include "io/engine_file.h"
 #include "models/vit.h"
 #include "tprof.h"
@@ -39,6 +40,7 @@ typedef struct {
                                           calibration; cfg and precs must be the file's */
     const char *engine_path;
     const char *save_output; /* --save-output FILE: every precision's logits (B, classes) fp32 as safetensors */
+    tp_calib_options calib;  /* --calib max|percentile, --calib-percentile P: static activation scales */
     const char *command_line;
 } tp_bench_options;
 

@@ -123,3 +123,16 @@ void tp_accuracy_compute(const float *x, const float *r, int rows, int cols, tp_
     }
     out->top1_agree = (double)agree / rows;
 }
+
+double tp_hist_percentile(const unsigned *bins, int nbins, double amax, double p) {
+    double total = 0;
+    for (int b = 0; b < nbins; b++) total += bins[b];
+    if (total <= 0 || nbins < 1) return amax;
+    const double want = p / 100.0 * total;
+    double cum = 0;
+    for (int b = 0; b < nbins; b++) {
+        cum += bins[b];
+        if (cum >= want) return amax * (double)(b + 1) / nbins;
+    }
+    return amax;
+}

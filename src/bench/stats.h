@@ -14,6 +14,13 @@ typedef struct {
  * ceil(p/100 * n) - 1), as trtexec reports them. Standard deviation is the population one. */
 void tp_latency_stats_compute(const double *samples_ms, int n, tp_latency_stats *out);
 
+/* The p-th percentile (0 < p <= 100) of |x| from its histogram: bins (nbins counts of equal width over [0, amax],
+ * the last bin closed). Returns the top edge of the first bin at which the cumulative count reaches p% of the
+ * total, so the result is within amax / nbins above the true percentile and never above amax (histogram
+ * percentile calibration, as TensorRT's IInt8EntropyCalibrator family and NVIDIA ModelOpt's "percentile"
+ * calibrator compute it at their bin resolution). An empty histogram returns amax. */
+double tp_hist_percentile(const unsigned *bins, int nbins, double amax, double p);
+
 typedef struct {
     double cosine;      /* <x, r> / (|x| |r|) over all values, fp64 */
     double rel_l2;      /* |x - r| / |r| */

@@ -54,6 +54,9 @@ static void usage(FILE *f) {
             "                        high by default)\n"
             "  --policy-file FILE    a policy as JSON: {\"default\": \"nvfp4\", \"overrides\": [{\"layers\": \"head\",\n"
             "                        \"precision\": \"fp16\"}]}; used for the precision that is its default\n"
+            "  --calib max|percentile  static activation scales (fp8, nvfp4's per-tensor scale) from max |x|\n"
+            "                        (default) or a percentile of |x| over the calibration batch\n"
+            "  --calib-percentile P  the percentile (default 99.99; implies --calib percentile)\n"
             "profile options (besides the bench options):\n"
             "  --profile-iters N     forward passes traced after the timed ones (default 20)\n"
             "  --top N               rows in the top-kernel table (default 15)\n"
@@ -285,6 +288,8 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     knobs k = KNOBS_UNSET;
     o.use_graph = 1;
     o.device = TP_DEVICE_AUTO;
+    o.calib.method = TP_CALIB_MAX;
+    o.calib.percentile = 99.99;
     for (int i = 0; i < argc; i++) {
         char *a = argv[i], name[64];
         char *val = opt_split(a, name);
@@ -316,6 +321,19 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
             }
         } else if (!build && FLAG("--engine")) { NEED_VAL(); engine = val; }
         else if (FLAG("--policy-file")) { NEED_VAL(); o.policy_file = val; }
+        else if (FLAG("--calib")) {
+            NEED_VAL();
+            if (strcmp(val, "max") == 0) o.calib.method = TP_CALIB_MAX;
+            else if (strcmp(val, "percentile") == 0) o.calib.method = TP_CALIB_PERCENTILE;
+            else {
+                fprintf(stderr, "tprof: --calib: unknown method '%s' (expected max or percentile)\n", val);
+                return 2;
+            }
+        } else if (FLAG("--calib-percentile")) {
+            NEED_VAL();
+            if (parse_double(name, val, 1e-9, 100, &o.calib.percentile)) return 2;
+            o.calib.method = TP_CALIB_PERCENTILE;
+        }
         else if (profile && FLAG("--out")) { NEED_VAL(); out_dir = val; }
         else if (profile && FLAG("--profile-iters")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &prof_iters)) return 2; }
         else if (profile && FLAG("--top")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &top)) return 2; }

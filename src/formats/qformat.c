@@ -42,6 +42,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -404,4 +405,10 @@ void tp_qtensor_free(tp_qtensor *q) {
     free(q->scales);
     q->elems = q->scales = NULL;
     q->elem_bytes = q->scale_bytes = 0;
+}
+
+const char *tp_calib_describe(const tp_calib_options *co, char *buf, size_t n) {
+    if (co && co->method == TP_CALIB_PERCENTILE) snprintf(buf, n, "percentile %g", co->percentile);
+    else snprintf(buf, n, "max");
+    return buf;
 }

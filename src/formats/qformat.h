@@ -95,4 +95,15 @@ tp_status tp_quantize(tp_qformat f, const float *x, int64_t rows, int64_t K, int
 tp_status tp_dequantize(const tp_qtensor *q, float *y, tp_error *err);
 void tp_qtensor_free(tp_qtensor *q);
 
+/* Static activation scales come from calibration (an engine of higher precision run over calibration inputs):
+ * max takes max |x|; percentile the p-th percentile of |x| (the largest (100 - p)% of magnitudes then saturate,
+ * trading their clipping error for a finer step everywhere else; NVIDIA ModelOpt and TensorRT offer both). */
+typedef enum { TP_CALIB_MAX = 0, TP_CALIB_PERCENTILE } tp_calib_method;
+typedef struct {
+    tp_calib_method method;
+    double percentile; /* TP_CALIB_PERCENTILE: 0 < p <= 100, e.g. 99.99 */
+} tp_calib_options;
+/* "max" or "percentile 99.99" into buf (n bytes); returns buf. */
+const char *tp_calib_describe(const tp_calib_options *co, char *buf, size_t n);
+
 #endif

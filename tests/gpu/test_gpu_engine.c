@@ -187,6 +187,68 @@ END_TEST
 START_TEST(test_engine_mxfp4) { run_case(&CASES[_i], TP_PREC_MXFP4); }
 END_TEST
 
+/* Percentile calibration: every calibrated amax is at most the max one, some are strictly below, and the fp8
+ * engine built on them stays within fp8's bounds. */
+START_TEST(test_engine_fp8_percentile) {
+    const engine_case *k = &CASES[2];
+    tp_vit_config c;
+    tp_error e;
+    ck_assert_int_eq(tp_vit_config_preset("vit-tiny", &c, &e), TP_OK);
+    c.img_size = c.pre.img_size = k->img;
+    c.patch_size = k->patch;
+    c.embed_dim = k->dim;
+    c.depth = k->depth;
+    c.num_heads = k->heads;
+    c.num_classes = k->classes;
+    tp_params p = {0};
+    ck_assert_msg(tp_vit_params_init(&c, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
+    tp_graph g;
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, k->batch, &g, &e), TP_OK);
+    size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
+    float *in = malloc(sizeof(float) * in_n), *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
+    random_input(in, in_n, 5);
+    ck_assert_int_eq(tp_cpu_run(&g, &p, in, ref, &e), TP_OK);
+    float *amax = malloc(sizeof(float) * (size_t)g.n_values), *pct = malloc(sizeof(float) * (size_t)g.n_values);
+    tp_calib_options co = {TP_CALIB_PERCENTILE, 99.9};
+    ck_assert_msg(tp_calibrate_max(&g, &p, 0, gpu_sm(), in, amax, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_calibrate(&g, &p, 0, gpu_sm(), in, &co, pct, &e) == TP_OK, "%s", e.msg);
+    int below = 0;
+    for (int v = 0; v < g.n_values; v++) {
+        if (g.values[v].kind != TP_VAL_ACT) continue;
+        ck_assert_msg(pct[v] <= amax[v] && (amax[v] == 0 || pct[v] > 0), "%s: percentile %g, max %g",
+                      g.values[v].name, pct[v], amax[v]);
+        below += pct[v] < amax[v];
+    }
+    ck_assert_int_gt(below, 0);
+    tp_plan plan;
+    ck_assert_msg(tp_plan_build(&g, TP_PREC_FP8, gpu_sm(), &plan, &e) == TP_OK, "%s", e.msg);
+    tp_engine_options o = {.device = 0, .use_graph = 1, .act_amax = pct};
+    tp_engine *eng = NULL;
+    ck_assert_msg(tp_engine_build(&g, &p, &plan, &o, &eng, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_engine_set_input(eng, in, &e), TP_OK);
+    ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_engine_get_output(eng, got, &e), TP_OK);
+    tp_accuracy a;
+    tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
+    printf("  engine fp8 (percentile 99.9 calibration) %s: %d of the activations' amax lowered; cosine %.5f rel L2 "
+           "%.3e\n",
+           k->what, below, a.cosine, a.rel_l2);
+    ck_assert_int_eq(a.nonfinite, 0);
+    ck_assert_msg(a.cosine >= 0.99 && a.rel_l2 <= 0.15, "cosine %.5f rel L2 %.3e", a.cosine, a.rel_l2);
+    co.percentile = 0;
+    ck_assert_int_eq(tp_calibrate(&g, &p, 0, gpu_sm(), in, &co, pct, &e), TP_ERR_ARG);
+    tp_engine_destroy(eng);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    free(in);
+    free(ref);
+    free(got);
+    free(amax);
+    free(pct);
+}
+END_TEST
+
 START_TEST(test_engine_errors) {
     /* an FP8 plan without calibration data is refused, naming the tensor */
     tp_vit_config c;
@@ -223,6 +285,7 @@ Suite *gpu_engine_suite(void) {
     tcase_add_loop_test(t, test_engine_nvfp4, 0, n);
     tcase_add_loop_test(t, test_engine_fp8_block, 0, n);
     tcase_add_loop_test(t, test_engine_mxfp4, 0, n);
+    tcase_add_test(t, test_engine_fp8_percentile);
     tcase_add_test(t, test_engine_errors);
     suite_add_tcase(s, t);
     return s;

@@ -563,6 +563,50 @@ START_TEST(test_amax) {
 }
 END_TEST
 
+/* The |x| histogram of percentile calibration: the same float arithmetic on the host gives the same bins, so
+ * the counts must match exactly (every element lands in one bin; NaN in none). */
+START_TEST(test_abs_histogram) {
+    const tp_dtype dt = ACT[_i];
+    const size_t n = 591 * 768 + 3;
+    const int nbins = 2048;
+    SET_CASE("abs histogram %s n=%zu", dname(dt), n);
+    float *x = host_normal(n, 1500, 0.0, 1.0);
+    x[7] = -6.5f;
+    x[11] = NAN;
+    round_to(dt, x, n, 1.0f);
+    float amax = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+    unsigned *want = calloc((size_t)nbins, sizeof *want), *got = calloc((size_t)nbins, sizeof *got);
+    const float per = (float)nbins / amax;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a != a) continue;
+        int b = (int)(a * per);
+        want[b < nbins ? b : nbins - 1]++;
+    }
+    void *d_x = dev_upload(dt, x, n, 1.0f, 0);
+    float *d_amax = dev_scalar(amax);
+    unsigned *d_bins = NULL;
+    CUDA_OK(cudaMalloc((void **)&d_bins, sizeof(unsigned) * (size_t)nbins));
+    CUDA_OK(cudaMemset(d_bins, 0, sizeof(unsigned) * (size_t)nbins));
+    KERNEL_OK(tpk_abs_histogram(d_x, dt, n, d_amax, d_bins, nbins, g_stream));
+    CUDA_OK(cudaMemcpy(got, d_bins, sizeof(unsigned) * (size_t)nbins, cudaMemcpyDeviceToHost));
+    size_t total = 0;
+    int bad = 0;
+    for (int b = 0; b < nbins; b++) {
+        total += got[b];
+        bad += got[b] != want[b];
+    }
+    printf("  %s  %s: %zu counted (NaN left out), %d bins differ\n", bad ? "FAIL" : "ok  ", g_case, total, bad);
+    ck_assert_msg(bad == 0 && total == n - 1, "[%s] %d bins differ, %zu counted", g_case, bad, total);
+    ck_assert_int_ne(tpk_abs_histogram(d_x, dt, n, d_amax, d_bins, 4097, g_stream), 0);
+    cudaFree(d_bins);
+    free(want);
+    free(got);
+}
+END_TEST
+
 /* ================================================================================================================
  * GEMM through cuBLASLt. Reference: tp_cpu_linear (fp64 accumulation) on the inputs as stored (rounded to
  * F16/BF16, or quantized to E4M3 and dequantized with the same per-tensor scales), so the only error left is the
@@ -860,6 +904,7 @@ Suite *gpu_ops_suite(void) {
 
     tc = new_tcase("amax");
     tcase_add_loop_test(tc, test_amax, 0, N_OF(ACT));
+    tcase_add_loop_test(tc, test_abs_histogram, 0, N_OF(ACT));
     suite_add_tcase(s, tc);
 
     tc = new_tcase("gemm");

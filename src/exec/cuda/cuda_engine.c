@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/stats.h"
 #include "core/check.h"
 #include "core/util.h"
 #include "exec/cuda/gemm_cublaslt.h"
@@ -757,8 +758,51 @@ fail:
     return st;
 }
 
+/* The percentile pass: histograms of |value v| over [0, amax[v]] for every wanted v, then amax[v] = percentile. */
+static tp_status calibrate_percentile(tp_engine *e, const int *want, double p, float *amax, tp_error *err) {
+    const tp_graph *g = e->g;
+    const size_t nh = (size_t)g->n_values * TP_CALIB_BINS;
+    unsigned *d_hist = NULL, *h = malloc(sizeof(unsigned) * nh);
+    tp_status st = TP_OK;
+    if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory for calibration histograms");
+    CU_TRY(cudaMalloc((void **)&d_hist, sizeof(unsigned) * nh));
+    CU_TRY(cudaMemsetAsync(d_hist, 0, sizeof(unsigned) * nh, e->stream));
+    CU_TRY(cudaMemcpyAsync(e->d_amax, amax, sizeof(float) * (size_t)g->n_values, cudaMemcpyHostToDevice, e->stream));
+    for (int i = 0; i < g->n_ops; i++) {
+        if ((st = launch_op(e, i, err))) goto fail;
+        int v = g->ops[i].out;
+        if (!want[v] || !(amax[v] > 0) || !isfinite(amax[v])) continue;
+        HOOK(e, i, TP_CAT_QUANT);
+        int rc = tpk_abs_histogram(e->dptr[v], e->plan->value_dt[v], (size_t)tp_value_numel(&g->values[v]),
+                                   e->d_amax + v, d_hist + (size_t)v * TP_CALIB_BINS, TP_CALIB_BINS, e->stream);
+        if (rc) {
+            st = tp_fail(err, TP_ERR_CUDA, "histogram of %s: %s", g->values[v].name, cudaGetErrorString((cudaError_t)rc));
+            goto fail;
+        }
+    }
+    HOOK(e, -1, TP_CAT_OTHER);
+    CU_TRY(cudaMemcpyAsync(h, d_hist, sizeof(unsigned) * nh, cudaMemcpyDeviceToHost, e->stream));
+    CU_TRY(cudaStreamSynchronize(e->stream));
+    for (int v = 0; v < g->n_values; v++)
+        if (want[v] && amax[v] > 0 && isfinite(amax[v]))
+            amax[v] = (float)tp_hist_percentile(h + (size_t)v * TP_CALIB_BINS, TP_CALIB_BINS, amax[v], p);
+fail:
+    cudaFree(d_hist);
+    free(h);
+    return st;
+}
+
 tp_status tp_calibrate_max(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
                            float *amax, tp_error *err) {
+    tp_calib_options co = {TP_CALIB_MAX, 100.0};
+    return tp_calibrate(g, params, device, sm, images, &co, amax, err);
+}
+
+tp_status tp_calibrate(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
+                       const tp_calib_options *co, float *amax, tp_error *err) {
+    const int pct = co && co->method == TP_CALIB_PERCENTILE;
+    if (pct && !(co->percentile > 0 && co->percentile <= 100))
+        return tp_fail(err, TP_ERR_ARG, "calibration percentile %g is outside (0, 100]", co->percentile);
     tp_plan p16;
     tp_status st = tp_plan_build(g, TP_PREC_FP16, sm, &p16, err);
     if (st) return st;
@@ -775,6 +819,7 @@ tp_status tp_calibrate_max(const tp_graph *g, const tp_params *params, int devic
     }
     if (!(st = tp_engine_build(g, params, &p16, &eo, &e, err)) && !(st = tp_engine_set_input(e, images, err)))
         st = tp_engine_calibrate(e, want, amax, err);
+    if (!st && pct) st = calibrate_percentile(e, want, co->percentile, amax, err);
     tp_engine_destroy(e);
     tp_plan_free(&p16);
     free(want);

@@ -74,6 +74,15 @@ tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_err
 tp_status tp_calibrate_max(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
                            float *amax, tp_error *err);
 
+#define TP_CALIB_BINS 2048
+
+/* Calibration by method: max as tp_calibrate_max; percentile runs a second pass that histograms |value v| in
+ * TP_CALIB_BINS bins over [0, max] and writes amax[v] = the p-th percentile (tp_hist_percentile, src/bench/stats.h),
+ * so the top (100 - p)% of magnitudes saturate in E4M3 instead of stretching the scale. Errors as
+ * tp_calibrate_max, plus TP_ERR_ARG for p outside (0, 100]. */
+tp_status tp_calibrate(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
+                       const tp_calib_options *co, float *amax, tp_error *err);
+
 /* Runs n forward passes back to back (graph launches, or eager), then waits: the profiled run. */
 tp_status tp_engine_run_n(tp_engine *e, int n, tp_error *err);
 

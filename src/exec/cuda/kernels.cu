@@ -1167,3 +1167,49 @@ extern "C" int tpk_block_quant_native(const void *x, tp_dtype xdt, void *codes, 
     default: return TPK_INVALID;
     }
 }
+
+/* ================================================================================================================
+ * |x| histogram for percentile calibration: nbins equal bins over [0, *amax] (the value's calibrated max), the
+ * last bin closed; |x| >= amax (only amax itself after the max pass) counts in the last bin, NaN nowhere. Per-block
+ * shared-memory counts, then one atomicAdd per bin and block.
+ * ============================================================================================================== */
+
+#define HIST_MAX_BINS 4096
+
+template <typename TE>
+__global__ void __launch_bounds__(TPK_THREADS)
+    abs_hist_kernel(const TE *__restrict__ x, size_t n, const float *__restrict__ amax_p, unsigned *bins, int nbins) {
+    __shared__ unsigned h[HIST_MAX_BINS];
+    for (int b = threadIdx.x; b < nbins; b += blockDim.x) h[b] = 0;
+    __syncthreads();
+    const float amax = *amax_p, per = amax > 0.0f ? (float)nbins / amax : 0.0f;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+        float a = fabsf(ld1(x, i));
+        if (a != a) continue;
+        int b = (int)(a * per);
+        atomicAdd(&h[b < nbins ? b : nbins - 1], 1u);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < nbins; b += blockDim.x)
+        if (h[b]) atomicAdd(&bins[b], h[b]);
+}
+
+template <typename TE>
+static int abs_hist_launch(const void *x, size_t n, const float *amax, unsigned *bins, int nbins, cudaStream_t s) {
+    abs_hist_kernel<TE><<<grid_for(n), TPK_THREADS, 0, s>>>((const TE *)x, n, amax, bins, nbins);
+    return launched();
+}
+
+extern "C" int tpk_abs_histogram(const void *x, tp_dtype dt, size_t n, const float *amax, unsigned *bins, int nbins,
+                                 tp_stream stream) {
+    if (nbins < 1 || nbins > HIST_MAX_BINS) return TPK_INVALID;
+    if (n == 0) return (int)cudaSuccess;
+    if (!x || !amax || !bins) return TPK_INVALID;
+    switch (dt) {
+    case TP_F32: return abs_hist_launch<float>(x, n, amax, bins, nbins, stream);
+    case TP_F16: return abs_hist_launch<__half>(x, n, amax, bins, nbins, stream);
+    case TP_BF16: return abs_hist_launch<__nv_bfloat16>(x, n, amax, bins, nbins, stream);
+    default: return TPK_INVALID;
+    }
+}

@@ -54,6 +54,12 @@ int tpk_pool(const void *x, void *y, tp_dtype dt, int B, int T, int C, int mode,
  * The caller initializes *amax (device fp32). Used by max calibration. */
 int tpk_amax(const void *x, tp_dtype dt, size_t n, float *amax, tp_stream stream);
 
+/* bins[b] += #{ i : b = min(nbins - 1, floor(|x_i| * nbins / *amax)) } over n elements of x in dt (F32/F16/BF16);
+ * NaN is not counted; *amax (device fp32, > 0) is the range's top, from the max pass. 1 <= nbins <= 4096; the
+ * caller zeroes bins. For percentile calibration (tp_calibrate, cuda_engine.h). */
+int tpk_abs_histogram(const void *x, tp_dtype dt, size_t n, const float *amax, unsigned *bins, int nbins,
+                      tp_stream stream);
+
 /* Block-scaled quantize-dequantize along K, bit-exact with the CPU reference tp_qdq_f32 (src/formats/qformat.h):
  * x (rows, K) in xdt (F32/F16/BF16) -> y (rows, K) in ydt (F32/BF16) holding exactly the values of the format
  * (NVFP4: without the per-tensor scale s2, read from the device pointer global; NULL for MX formats).
