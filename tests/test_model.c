@@ -318,15 +318,23 @@ START_TEST(test_golden_timm_avg) {
 }
 END_TEST
 
+/* vit-tiny with 2 blocks, shapes only (the planner needs no weights), at batch B. */
+static void tiny2(tp_vit_config *c, int B, tp_params *p, tp_graph *g) {
+    tp_error e;
+    *c = preset("vit-tiny");
+    c->depth = 2;
+    memset(p, 0, sizeof *p);
+    ck_assert_int_eq(tp_vit_params_shapes(c, p, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_build_graph(c, p, B, g, &e), TP_OK);
+}
+
 START_TEST(test_planner_block_formats) {
-    tp_vit_config c = preset("vit-tiny");
-    c.depth = 2;
-    tp_params p = {0};
+    tp_vit_config c;
+    tp_params p;
     tp_graph g;
     tp_plan plan;
     tp_error e;
-    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
-    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 1, &g, &e), TP_OK);
+    tiny2(&c, 1, &p, &g);
     /* Hopper: emulated, labelled; Blackwell: native (cuBLASLt block scale modes) */
     for (int arch = 0; arch < 2; arch++) {
         int sm = arch ? 100 : 90;
@@ -384,14 +392,12 @@ START_TEST(test_planner_block_formats) {
 END_TEST
 
 START_TEST(test_planner_fp8_block) {
-    tp_vit_config c = preset("vit-tiny");
-    c.depth = 2;
-    tp_params p = {0};
+    tp_vit_config c;
+    tp_params p;
     tp_graph g;
     tp_plan plan;
     tp_error e;
-    ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
-    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 3, &g, &e), TP_OK);
+    tiny2(&c, 3, &p, &g);
     ck_assert_msg(tp_plan_build(&g, TP_PREC_FP8_BLOCK, 90, &plan, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(plan.act_dt, TP_BF16);
     int nq = 0, fused = 0;

@@ -66,8 +66,8 @@ static int gpu_sm(void) {
     return info.sm;
 }
 
-/* Builds the engine of precision prec for the case, runs it, compares with the CPU reference. */
-static void run_case(const engine_case *k, tp_precision prec) {
+/* The case's model: vit-tiny reshaped, weights from seed 11 (non-trivial biases and LayerNorm affines). */
+static void case_model(const engine_case *k, tp_params *p, tp_graph *g) {
     tp_vit_config c;
     tp_error e;
     ck_assert_int_eq(tp_vit_config_preset("vit-tiny", &c, &e), TP_OK);
@@ -79,10 +79,17 @@ static void run_case(const engine_case *k, tp_precision prec) {
     c.num_classes = k->classes;
     c.class_token = k->cls;
     c.global_pool = k->pool;
-    tp_params p = {0};
-    ck_assert_msg(tp_vit_params_init(&c, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
+    memset(p, 0, sizeof *p);
+    ck_assert_msg(tp_vit_params_init(&c, 11, 1, p, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_vit_build_graph(&c, p, k->batch, g, &e), TP_OK);
+}
+
+/* Builds the engine of precision prec for the case, runs it, compares with the CPU reference. */
+static void run_case(const engine_case *k, tp_precision prec) {
+    tp_error e;
+    tp_params p;
     tp_graph g;
-    ck_assert_int_eq(tp_vit_build_graph(&c, &p, k->batch, &g, &e), TP_OK);
+    case_model(k, &p, &g);
     size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
     float *in = malloc(sizeof(float) * in_n), *calib = malloc(sizeof(float) * in_n);
     float *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
@@ -191,19 +198,10 @@ END_TEST
  * engine built on them stays within fp8's bounds. */
 START_TEST(test_engine_fp8_percentile) {
     const engine_case *k = &CASES[2];
-    tp_vit_config c;
     tp_error e;
-    ck_assert_int_eq(tp_vit_config_preset("vit-tiny", &c, &e), TP_OK);
-    c.img_size = c.pre.img_size = k->img;
-    c.patch_size = k->patch;
-    c.embed_dim = k->dim;
-    c.depth = k->depth;
-    c.num_heads = k->heads;
-    c.num_classes = k->classes;
-    tp_params p = {0};
-    ck_assert_msg(tp_vit_params_init(&c, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
+    tp_params p;
     tp_graph g;
-    ck_assert_int_eq(tp_vit_build_graph(&c, &p, k->batch, &g, &e), TP_OK);
+    case_model(k, &p, &g);
     size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
     float *in = malloc(sizeof(float) * in_n), *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
     random_input(in, in_n, 5);

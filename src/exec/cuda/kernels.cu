@@ -783,6 +783,23 @@ extern "C" int tpk_fill_uniform(void *p, tp_dtype dt, size_t n, uint64_t seed, t
  *          y = dec(q) * s (s2 stays out: the GEMM's alpha). d = 0 (s encodes to 0): y = 0.
  * ============================================================================================================== */
 
+/* max |v| over one block held by LPB aligned lanes, 4 values each (every lane of the warp must call it); NaN is
+ * skipped, as fmaxf skips it. */
+template <int LPB> __device__ __forceinline__ float block_amax4(const float v[4]) {
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = LPB / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    return amax;
+}
+
+/* The OCP MX shared exponent (qformat.c): floor(log2 amax) - emax (frexpf is exact, subnormals included),
+ * -127 for amax 0, clamped to [-127, 127]. */
+__device__ __forceinline__ int mx_shared_exp(float amax, int emax) {
+    int e;
+    int shared = amax == 0.0f ? -127 : (frexpf(amax, &e), e - 1) - emax;
+    return shared < -127 ? -127 : shared > 127 ? 127 : shared;
+}
+
 __device__ __forceinline__ float e2m1_qdq(float v) {
     __nv_fp4_storage_t q = __nv_cvt_float_to_fp4(v, __NV_E2M1, cudaRoundNearest);
     __half_raw h = __nv_cvt_fp4_to_halfraw(q, __NV_E2M1);
@@ -815,9 +832,7 @@ __global__ void block_qdq_kernel(const TX *__restrict__ x, TY *__restrict__ y, l
         const long long i = live ? (b / nblk_row) * K + (b % nblk_row) * BLK + lib * 4 : 0;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (live) ld4(x, (size_t)i, v);
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-        for (int o = LPB / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float amax = block_amax4<LPB>(v);
         float out[4];
         if (QF == TP_QF_NVFP4) {
             /* the block scale once per block (fp64), then broadcast; one rounding from fp64 to E4M3: through fp32
@@ -833,9 +848,7 @@ __global__ void block_qdq_kernel(const TX *__restrict__ x, TY *__restrict__ y, l
 #pragma unroll
             for (int k = 0; k < 4; k++) out[k] = d == 0.0f ? 0.0f : e2m1_qdq(v[k] / d) * sd;
         } else {
-            int e;
-            int shared = amax == 0.0f ? -127 : (frexpf(amax, &e), e - 1) - (QF == TP_QF_MXFP8 ? 8 : 2);
-            shared = shared < -127 ? -127 : shared > 127 ? 127 : shared;
+            const int shared = mx_shared_exp(amax, QF == TP_QF_MXFP8 ? 8 : 2);
             const float X = ldexpf(1.0f, shared);
             /* X is a power of two, so is 1/X (2^-127..2^127 are all representable): v * (1/X) rounds the same
              * exact value v / X rounds, once */
@@ -1088,9 +1101,7 @@ __global__ void block_quant_native_kernel(const TX *__restrict__ x, uint8_t *__r
         const long long i = r * K + kb * BLK + lib * 4;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (live) ld4(x, (size_t)i, v);
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-        for (int o = LPB / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float amax = block_amax4<LPB>(v);
         uint32_t c[4], sc;
         const bool inf_block = isinf(amax);
         if (QF == TP_QF_NVFP4) {
@@ -1109,9 +1120,7 @@ __global__ void block_quant_native_kernel(const TX *__restrict__ x, uint8_t *__r
 #pragma unroll
             for (int k = 0; k < 4; k++) c[k] = zero ? 0u : v[k] != v[k] ? e2m1_code(v[k]) : e2m1_code(v[k] / d);
         } else {
-            int e;
-            int shared = amax == 0.0f ? -127 : (frexpf(amax, &e), e - 1) - (QF == TP_QF_MXFP8 ? 8 : 2);
-            shared = shared < -127 ? -127 : shared > 127 ? 127 : shared;
+            const int shared = mx_shared_exp(amax, QF == TP_QF_MXFP8 ? 8 : 2);
             sc = inf_block ? 0xFFu : (uint32_t)(shared + 127);
             const float inv = ldexpf(1.0f, -shared); /* exact: see the QDQ kernel */
 #pragma unroll
