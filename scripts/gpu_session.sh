@@ -54,6 +54,10 @@ for r in d["results"]:
 PY
     tar czf "$OUT/report.tgz" report
     ;;
+  peers)
+    echo "=== PyTorch (timm) side by side with tprof: bench/pytorch_peers.py"
+    python3 bench/pytorch_peers.py --tprof "$BUILD/tprof" --json "$OUT/peers.json" ${PEERS_ARGS:-} || rc=1
+    ;;
   formats)
     echo "=== tprof compare: fp16, fp8, fp8-block (native), mxfp8, nvfp4, mxfp4 (emulated on Hopper)"
     rm -rf report_formats
