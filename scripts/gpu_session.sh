@@ -8,6 +8,10 @@ BUILD=${BUILD:-build}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/session.log") 2>&1
 steps=${*:-tests bench}
+# cuDNN (for --attention auto/cudnn) from the same place PyTorch loads it, when that exists: the GPU machines also
+# have an older system cuDNN (9.14) on the loader path, which tprof's search would find first
+venv_cudnn=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib
+if [ -z "${TPROF_CUDNN_LIB:-}" ] && [ -d "$venv_cudnn" ]; then export TPROF_CUDNN_LIB=$venv_cudnn; fi
 echo "=== $(date -u +%FT%TZ) $("$BUILD/tprof" --version 2>/dev/null || echo "tprof: not built") steps: $steps"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv
@@ -53,6 +57,11 @@ for r in d["results"]:
     assert p["unattributed"] == 0, "kernels without a layer"
 PY
     tar czf "$OUT/report.tgz" report
+    ;;
+  attention)
+    echo "=== attention alone: tprof's kernels and cuDNN's SDPA (bench/attention_lab.cu, bench/sdpa_lab.c)"
+    "$BUILD/attention_lab" || rc=1
+    "$BUILD/sdpa_lab" || rc=1
     ;;
   peers)
     echo "=== PyTorch (timm) side by side with tprof: bench/pytorch_peers.py"

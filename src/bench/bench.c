@@ -50,6 +50,7 @@ typedef struct {
     int n_quant_ops, n_emulated_ops, n_ops; /* ops in the requested quantized format; of them emulated */
     double format_weight_bytes;             /* weights in their format (what an engine file stores) */
     json_t *plan;    /* per op: layer, op, precision, FLOP, bytes, how (owned) */
+    char attn_impl[200]; /* the attention implementation the engine chose, with its build-time timings */
     json_t *profile; /* tprof profile: the kernel-level summary (owned) */
     float *logits;   /* --save-output: a copy of the output (B, classes) fp32 */
     int has_prof;    /* trace and prof below are owned */
@@ -133,6 +134,7 @@ static void print_summary(const tp_bench_options *o, const prec_result *r, const
                tp_fmt_bytes(r->weight_bytes, wb, sizeof wb), r->weight_bytes,
                tp_fmt_bytes(r->act_bytes, ab, sizeof ab), r->build_ms);
     }
+    if (r->attn_impl[0]) printf("Attention (chosen when the engine was built): %s\n", r->attn_impl);
     if (r->n_quant_ops)
         printf("%s: %d of %d ops run %s GEMMs%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
                tp_precision_name(r->prec),
@@ -532,9 +534,21 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                           : tp_fail(err, TP_ERR_OOM, "out of host memory");
             }
             tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .act_amax = amax,
-                                    .hook = cupti ? tp_cupti_hook : NULL, .hook_user = cupti, .weights_q = wq};
+                                    .hook = cupti ? tp_cupti_hook : NULL, .hook_user = cupti, .weights_q = wq,
+                                    .attention = (tp_attn_impl)o->attention};
             if (!st) st = tp_engine_build(&g, &params, &plan, &eo, &e, err);
             r->build_ms = tp_now_ms() - b0;
+            for (int i = 0; !st && i < g.n_ops; i++) {
+                /* what the engine chose where it chose (attention), into the plan's record and the summary */
+                const char *im = tp_engine_op_impl(e, i);
+                if (!im) continue;
+                json_t *row = json_array_get(r->plan, (size_t)i);
+                char how[520];
+                snprintf(how, sizeof how, "%s; %s", plan.op_note[i], im);
+                json_object_set_new(row, "how", json_string(how));
+                json_object_set_new(row, "implementation", json_string(im));
+                if (!r->attn_impl[0]) snprintf(r->attn_impl, sizeof r->attn_impl, "%s", im);
+            }
             if (!st) st = tp_engine_set_input(e, images, err);
             if (!st) st = tp_engine_forward(e, err);
             if (!st) st = tp_engine_get_output(e, out, err);

@@ -41,6 +41,7 @@ typedef struct {
     const char *engine_path;
     const char *save_output; /* --save-output FILE: every precision's logits (B, classes) fp32 as safetensors */
     tp_calib_options calib;  /* --calib max|percentile, --calib-percentile P: static activation scales */
+    int attention;           /* --attention: a tp_attn_impl (exec/cuda/cuda_engine.h), 0 = auto */
     const char *command_line;
 } tp_bench_options;
 

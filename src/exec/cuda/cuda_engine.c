@@ -10,6 +10,8 @@
 #include "bench/stats.h"
 #include "core/check.h"
 #include "core/util.h"
+#include "exec/cuda/attention.h"
+#include "exec/cuda/cudnn_sdpa.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/scale_layout.h"
@@ -57,6 +59,10 @@ struct tp_engine {
     int n_allocs, cap_allocs;
     tp_gemm_ctx *gemm;
     tp_gemm_plan **gplan; /* per op */
+    tp_attn_impl *attn;        /* per op: the attention implementation chosen (attention ops) */
+    tp_sdpa **sdpa;            /* per op: cuDNN's plan when it runs the op (plans are per op: they cache pointers) */
+    void *d_sdpa_ws;           /* cuDNN's workspace, shared (one stream) */
+    char (*impl_note)[200];    /* per op: what was chosen and the build-time timings */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     double weight_bytes, act_bytes;
@@ -261,10 +267,15 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
                                fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL, e->alpha[i], s);
         break;
     }
-    case TP_OP_ATTENTION:
-        rc = tpk_attention(x, xdt, y, ydt, ys, (int)xv->shape[0], (int)xv->shape[1], op->heads, op->head_dim,
-                           op->scale, s);
+    case TP_OP_ATTENTION: {
+        const int B = (int)xv->shape[0], T = (int)xv->shape[1];
+        switch (e->attn[i]) {
+        case TP_ATTN_FLASH: rc = tpk_flash_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s); break;
+        case TP_ATTN_CUDNN: rc = tp_sdpa_run(e->sdpa[i], x, y, e->d_sdpa_ws, s); break;
+        default: rc = tpk_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s); break;
+        }
         break;
+    }
     case TP_OP_GELU:
         if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3) {
             int M = (int)value_rows(e, op->out);
@@ -508,6 +519,155 @@ done:
     return st;
 }
 
+/* ---- attention implementations ---------------------------------------------------------------------- */
+
+static const char *ATTN_NAMES[TP_ATTN_COUNT] = {"auto", "flash", "cudnn", "classic"};
+
+const char *tp_attn_impl_name(tp_attn_impl a) { return (unsigned)a < TP_ATTN_COUNT ? ATTN_NAMES[a] : "?"; }
+
+int tp_attn_impl_parse(const char *s) {
+    for (int i = 0; s && i < TP_ATTN_COUNT; i++)
+        if (strcmp(s, ATTN_NAMES[i]) == 0) return i;
+    return -1;
+}
+
+static int flash_eligible(tp_dtype in, int D) {
+    return (in == TP_F16 || in == TP_BF16) && (D == 32 || D == 64 || D == 80 || D == 96 || D == 128);
+}
+
+/* 3 launches to warm up, then the mean of 10 back-to-back launches between two events
+ * (each a few tens of us, so launch gaps do not matter on the GPU timeline), in us. The hook is muted: these
+ * launches are not part of any profiled pass. */
+static tp_status time_attention(tp_engine *e, int i, tp_attn_impl impl, double *us, tp_error *err) {
+    tp_status st = TP_OK;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    tp_launch_hook hook = e->hook;
+    e->hook = NULL;
+    e->attn[i] = impl;
+    CU_TRY(cudaEventCreate(&ev[0]));
+    CU_TRY(cudaEventCreate(&ev[1]));
+    for (int r = 0; r < 3 && !st; r++) st = launch_op(e, i, err);
+    CU_TRY(cudaEventRecord(ev[0], e->stream));
+    for (int r = 0; r < 10 && !st; r++) st = launch_op(e, i, err);
+    CU_TRY(cudaEventRecord(ev[1], e->stream));
+    CU_TRY(cudaEventSynchronize(ev[1]));
+    float ms = 0;
+    CU_TRY(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    *us = ms * 100.0; /* ms / 10 runs * 1000 */
+fail:
+    if (ev[0]) cudaEventDestroy(ev[0]);
+    if (ev[1]) cudaEventDestroy(ev[1]);
+    e->hook = hook;
+    return st;
+}
+
+/* Picks the implementation of every attention op (see tp_attn_impl): AUTO times the eligible ones once per
+ * distinct shape and type on the op's own buffers (its input filled with uniform values first: the engine's
+ * buffers hold nothing defined yet) and keeps the fastest. */
+static tp_status choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = TP_OK;
+    size_t ws = 0;
+    int prev = -1;
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_ATTENTION) continue;
+        const tp_value *xv = &g->values[op->in[0]];
+        const tp_dtype in = e->plan->value_dt[op->in[0]], out = e->plan->value_dt[op->out];
+        const int B = (int)xv->shape[0], T = (int)xv->shape[1], H = op->heads, D = op->head_dim;
+        if (prev >= 0) { /* the same shape and types as the previous attention op: the same choice */
+            const tp_op *po = &g->ops[prev];
+            const tp_value *pv = &g->values[po->in[0]];
+            if (pv->shape[0] == B && pv->shape[1] == T && po->heads == H && po->head_dim == D &&
+                e->plan->value_dt[po->in[0]] == in && e->plan->value_dt[po->out] == out && po->scale == op->scale) {
+                e->attn[i] = e->attn[prev];
+                memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
+                if (e->attn[i] == TP_ATTN_CUDNN) {
+                    st = tp_sdpa_create(B, T, H, D, in, op->scale, &e->sdpa[i], err);
+                    if (!st && tp_sdpa_workspace_bytes(e->sdpa[i]) > ws) ws = tp_sdpa_workspace_bytes(e->sdpa[i]);
+                }
+                continue;
+            }
+        }
+        prev = i;
+        const int flash_ok = flash_eligible(in, D);
+        const int cudnn_dt = (in == TP_F16 || in == TP_BF16) && out == in;
+        if (want == TP_ATTN_FLASH && !flash_ok)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: --attention flash needs f16/bf16 Q/K/V and head dim 32, 64, 80, 96 or 128; "
+                           "this op has %s and head dim %d",
+                           op->layer, tp_dtype_info(in)->name, D);
+        if (want == TP_ATTN_CUDNN && !cudnn_dt)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: --attention cudnn needs f16 or bf16 in and out (cuDNN's SDPA writes no e4m3); "
+                           "this op reads %s and writes %s",
+                           op->layer, tp_dtype_info(in)->name, tp_dtype_info(out)->name);
+        tp_sdpa *sd = NULL;
+        if (want == TP_ATTN_CUDNN || (want == TP_ATTN_AUTO && cudnn_dt)) {
+            tp_error ce;
+            tp_status cs = tp_sdpa_create(B, T, H, D, in, op->scale, &sd, &ce);
+            if (cs && want == TP_ATTN_CUDNN) return tp_fail(err, cs, "layer %s: --attention cudnn: %s", op->layer, ce.msg);
+            if (cs) snprintf(e->impl_note[i], sizeof e->impl_note[i], "cudnn not used (%.120s); ", ce.msg);
+        }
+        if (want != TP_ATTN_AUTO || (!flash_ok && !sd)) {
+            tp_attn_impl pick = want != TP_ATTN_AUTO ? want : TP_ATTN_CLASSIC;
+            e->attn[i] = pick;
+            e->sdpa[i] = pick == TP_ATTN_CUDNN ? sd : NULL;
+            if (pick != TP_ATTN_CUDNN) tp_sdpa_destroy(sd);
+            size_t l = strlen(e->impl_note[i]);
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s (%s)",
+                     pick == TP_ATTN_CUDNN ? tp_sdpa_describe(e->sdpa[i]) : tp_attn_impl_name(pick),
+                     want == TP_ATTN_AUTO ? "the only one eligible" : "as asked");
+            if (pick == TP_ATTN_CUDNN && tp_sdpa_workspace_bytes(sd) > ws) ws = tp_sdpa_workspace_bytes(sd);
+            continue;
+        }
+        /* AUTO with candidates: time them on this op */
+        int rc = tpk_fill_uniform(e->dptr[op->in[0]], in, (size_t)tp_value_numel(xv), 7, e->stream);
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "filling %s: %s", xv->name, cudaGetErrorString((cudaError_t)rc));
+        double t_flash = -1, t_cudnn = -1;
+        void *ws_tmp = NULL;
+        if (flash_ok) st = time_attention(e, i, TP_ATTN_FLASH, &t_flash, err);
+        if (!st && sd) {
+            size_t need = tp_sdpa_workspace_bytes(sd);
+            if (need && cudaMalloc(&ws_tmp, need) != cudaSuccess) {
+                cudaGetLastError();
+                st = tp_fail(err, TP_ERR_OOM, "cuDNN SDPA workspace of %zu bytes for %s", need, op->layer);
+            }
+            void *keep_ws = e->d_sdpa_ws;
+            e->d_sdpa_ws = ws_tmp;
+            e->sdpa[i] = sd;
+            if (!st) st = time_attention(e, i, TP_ATTN_CUDNN, &t_cudnn, err);
+            e->d_sdpa_ws = keep_ws;
+            cudaFree(ws_tmp);
+        }
+        if (st) {
+            e->sdpa[i] = NULL;
+            tp_sdpa_destroy(sd);
+            return st;
+        }
+        const int use_cudnn = sd && (t_flash < 0 || t_cudnn < t_flash);
+        e->attn[i] = use_cudnn ? TP_ATTN_CUDNN : TP_ATTN_FLASH;
+        if (!use_cudnn) {
+            e->sdpa[i] = NULL;
+            tp_sdpa_destroy(sd);
+        } else if (tp_sdpa_workspace_bytes(sd) > ws) {
+            ws = tp_sdpa_workspace_bytes(sd);
+        }
+        size_t l = strlen(e->impl_note[i]);
+        if (t_flash >= 0 && t_cudnn >= 0)
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s: flash (tprof) %.1f us, cudnn %.1f us",
+                     use_cudnn ? "cudnn" : "flash", t_flash, t_cudnn);
+        else
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s: %.1f us (the only one eligible)",
+                     use_cudnn ? "cudnn" : "flash", use_cudnn ? t_cudnn : t_flash);
+    }
+    if (!st && ws) {
+        st = dev_alloc(e, ws, &e->d_sdpa_ws, "cuDNN SDPA workspace", err);
+        if (!st) e->act_bytes += (double)ws;
+    }
+    return st;
+}
+
 tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_plan *plan,
                           const tp_engine_options *opt, tp_engine **out, tp_error *err) {
     tp_status st = TP_OK;
@@ -525,10 +685,14 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
     e->d_bscale = calloc((size_t)g->n_values, sizeof(void *));
+    e->attn = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->attn);
+    e->sdpa = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->sdpa);
+    e->impl_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->impl_note);
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     h_scales = malloc(sizeof(float) * SCALE_SLOT * (size_t)g->n_values);
-    if (!e->dptr || !e->gplan || !e->d_bscale || !e->wglobal || !e->alpha || !h_scales) {
+    if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->wglobal || !e->alpha ||
+        !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
@@ -642,6 +806,9 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
         e->act_bytes += (double)q8_bytes;
     }
 
+    st = choose_attention(e, opt->attention, err);
+    if (st) goto fail;
+
     /* one eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then capture; it is
      * never timed, and every timed or checked run uses the real input set later */
     CU_TRY(cudaMemsetAsync(e->dptr[g->input], 0, value_bytes(e, g->input), e->stream));
@@ -670,6 +837,11 @@ fail:
     return st;
 }
 
+const char *tp_engine_op_impl(const tp_engine *e, int op) {
+    if (!e || op < 0 || op >= e->g->n_ops || !e->impl_note[op][0]) return NULL;
+    return e->impl_note[op];
+}
+
 void tp_engine_destroy(tp_engine *e) {
     if (!e) return;
     if (e->stream) cudaStreamSynchronize(e->stream);
@@ -684,6 +856,11 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->dptr);
     free(e->gplan);
     free(e->d_bscale);
+    if (e->sdpa)
+        for (int i = 0; i < e->g->n_ops; i++) tp_sdpa_destroy(e->sdpa[i]);
+    free(e->sdpa);
+    free(e->attn);
+    free(e->impl_note);
     free(e->wglobal);
     free(e->alpha);
     free(e);

@@ -36,9 +36,24 @@ typedef struct tp_engine tp_engine;
  * through it. */
 typedef void (*tp_launch_hook)(void *user, int op, int category);
 
+/* Which implementation runs the fused attention ops. AUTO times every eligible one on the op's shape when the
+ * engine is built and keeps the fastest (once per distinct shape); the others force one, and are an error at
+ * build time where it cannot run the op. */
+typedef enum {
+    TP_ATTN_AUTO = 0,
+    TP_ATTN_FLASH,   /* tprof's tensor-core kernel (attention.h): F16/BF16 inputs, D in {32, 64, 80, 96, 128} */
+    TP_ATTN_CUDNN,   /* cuDNN's SDPA (cudnn_sdpa.h), loaded at run time: F16/BF16 in and out (no E4M3 output) */
+    TP_ATTN_CLASSIC, /* tprof's CUDA-core kernel (kernels.h tpk_attention): any type, the reference on the GPU */
+    TP_ATTN_COUNT
+} tp_attn_impl;
+/* "auto", "flash", "cudnn", "classic"; parse returns -1 for anything else. */
+const char *tp_attn_impl_name(tp_attn_impl a);
+int tp_attn_impl_parse(const char *s);
+
 typedef struct {
     int device;
     int use_graph;           /* 1: capture the forward pass in one CUDA graph (default); 0: eager launches */
+    tp_attn_impl attention;  /* fused attention implementation (default AUTO) */
     size_t workspace_bytes;  /* cuBLASLt workspace; 0 = 32 MiB */
     const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 */
     tp_launch_hook hook;     /* optional */
@@ -56,6 +71,11 @@ typedef struct {
 tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_plan *plan,
                           const tp_engine_options *opt, tp_engine **out, tp_error *err);
 void tp_engine_destroy(tp_engine *e);
+
+/* What runs op `op` when the engine chose among implementations (attention ops): e.g. "flash (tprof, tensor
+ * cores) 21.4 us; cuDNN 9.19.0 SDPA fwd, engine 3: 44.0 us" with the build-time timings (median of 10 runs, us);
+ * NULL for other ops. The string lives as long as the engine. */
+const char *tp_engine_op_impl(const tp_engine *e, int op);
 
 /* Copies images (the graph input's shape, fp32, row-major) to the device. */
 tp_status tp_engine_set_input(tp_engine *e, const float *images, tp_error *err);

@@ -1,0 +1,546 @@
+/* test_gpu_sdpa.c: cuDNN's SDPA forward (tp_sdpa_*, src/exec/cuda/cudnn_sdpa.h) against the fp64 CPU reference
+ * tp_cpu_attention, on the GPU.
+ *
+ * cuDNN is loaded at run time. Where it cannot be loaded (or the build had no cuDNN headers) every test prints
+ * "skip" with the reason and passes, unless TPROF_REQUIRE_CUDNN is set to something other than "" or "0": then a
+ * missing cuDNN fails the suite (set it where cuDNN is known to exist, e.g. on the GPU machines, whose venv has it).
+ *
+ * Method (as test_gpu_attention.c):
+ *   - qkv ~ N(0, 2^2), never zero, rounded to the input type on the host BEFORE the reference runs, so only
+ *     cuDNN's own error is measured. Scores q.k * D^-0.5 then have a standard deviation of 4: peaked softmaxes
+ *     whose running max changes across key tiles (the online rescaling is exercised);
+ *   - qkv is followed by PAD token rows of NaN (0xFF bytes) and out by PAD rows of poison: keys/queries past T
+ *     must never be read (0 * NaN would poison an output) and no row past T written;
+ *   - out is poisoned with 0xFF bytes (NaN in F16 and BF16); a NaN/Inf left fails;
+ *   - shapes: T in {1, 197, 257, 577} (one key; ViT's 197 = 3 x 64 + 5 and 257 = 4 x 64 + 1, 577 = 9 x 64 + 1: no
+ *     multiple of cuDNN's tiles, and no padding mask is given: the plan must take the real T), B in {1, 3},
+ *     (H, D) in {(1, 64), (12, 64), (1, 128), (12, 128), (3, 80)}, plus B = 64, H = 12, D = 64 at T = 197 and 257
+ *     (ViT-B/16 at batch 64); F16 and BF16. D = 64 and 128 must be supported; D = 80 is reported either way
+ *     (cuDNN takes head dims that are multiples of 8; if an engine refuses it the line says "unsupported");
+ *   - each plan runs twice into two buffers: the results must be equal bit for bit (new pointers rebuild the
+ *     variant pack; the same engine must give the same bits);
+ *   - other scales (one; zero and negative ones are refused), argument rejection, and capture into a CUDA graph
+ *     (cold: the plan's first run; warm: after an eager run).
+ *
+ * Tolerances, from the formats (inputs are exact, so the error comes from):
+ *   (a) P rounded to the input type before P V (flash attention's second GEMM takes fp16/bf16 operands): each
+ *       term p_j v_j carries a relative error <= u_p (u_p = 2^-11 for fp16, 2^-8 for bf16), so
+ *       |O~ - O| <= u_p * sum_j p_j |v_j| / l <= u_p * max|V|, for every element; fp16 P below 2^-14 is subnormal
+ *       with absolute error <= 2^-25 per term: at most T * 2^-25 * max|V| more (l >= 1, the max term is 1);
+ *   (b) the output rounding: <= u_o |y| with u_o = 2^-11 (F16), 2^-8 (BF16);
+ *   (c) fp32 accumulation in the tensor cores and the exponential (relative error ~2^-22): ~1e-6, negligible.
+ * Max abs error bound: 1.5 * ((a) + u_o * max|ref|): the bound with 50% slack. Relative L2 bound: the roundings
+ * are independent and unbiased, so the expected relative L2 error is about sqrt(u_p^2 + u_o^2) / sqrt(3); bound
+ * 2 (u_p + u_o) (a margin >= 3.5x).
+ *
+ * Seen on an H200 (2026-11-21), with both the system cuDNN 9.14.0 and the PyTorch venv's 9.19.0: every shape
+ * passes (D = 80 included; D = 48 plans); worst relative L2 errors 2.2e-4 (f16, bound 2.0e-3) and 1.8e-3 (bf16, bound
+ * 1.6e-2); both graph captures work (a memset and a kernel node) and replay bit for bit; scale 0 and negative
+ * scales gave all-NaN outputs before tp_sdpa_create refused them; 1e-3 and 2^-20 are fine.
+ *
+ * CUDA (and cuDNN, whose handle creation initializes CUDA) is used only inside tests, never in the runner's
+ * parent process. */
+#include <check.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/rng.h"
+#include "exec/cpu/cpu_ops.h"
+#include "exec/cuda/cudnn_sdpa.h"
+#include "formats/dtype.h"
+
+Suite *gpu_sdpa_suite(void);
+
+static char g_case[256];
+#define SET_CASE(...) snprintf(g_case, sizeof g_case, __VA_ARGS__)
+
+#define CUDA_OK(call)                                                                                           \
+    do {                                                                                                        \
+        cudaError_t e_ = (call);                                                                                \
+        ck_assert_msg(e_ == cudaSuccess, "[%s] %s -> %s: %s", g_case, #call, cudaGetErrorName(e_),              \
+                      cudaGetErrorString(e_));                                                                  \
+    } while (0)
+/* tp_sdpa_run returns a cudnnStatus_t (0 = success) */
+#define SDPA_OK(call)                                                                                           \
+    do {                                                                                                        \
+        int r_ = (call);                                                                                        \
+        ck_assert_msg(r_ == 0, "[%s] %s returned cuDNN status %d", g_case, #call, r_);                          \
+        cudaError_t s_ = cudaStreamSynchronize(g_stream);                                                       \
+        ck_assert_msg(s_ == cudaSuccess, "[%s] %s: failed while running: %s: %s", g_case, #call,                \
+                      cudaGetErrorName(s_), cudaGetErrorString(s_));                                            \
+    } while (0)
+
+/* ---- resources: tracked, released per shape (release_all) and at teardown ----------------------------------- */
+
+#define MAX_TRACKED 256
+static void *g_dev[MAX_TRACKED], *g_host[MAX_TRACKED];
+static int g_ndev, g_nhost;
+static cudaStream_t g_stream;
+static tp_sdpa *g_plan; /* the plan of the current case, destroyed by release_all */
+
+static void release_all(void) {
+    if (g_stream) cudaStreamSynchronize(g_stream);
+    tp_sdpa_destroy(g_plan);
+    g_plan = NULL;
+    for (int i = 0; i < g_ndev; i++) cudaFree(g_dev[i]);
+    for (int i = 0; i < g_nhost; i++) free(g_host[i]);
+    g_ndev = g_nhost = 0;
+}
+
+static void setup(void) {
+    g_ndev = g_nhost = 0;
+    g_plan = NULL;
+    snprintf(g_case, sizeof g_case, "setup");
+    /* blocking stream: ordered after the legacy default stream, where the pageable uploads run */
+    CUDA_OK(cudaStreamCreate(&g_stream));
+}
+
+static void teardown(void) {
+    release_all();
+    if (g_stream) cudaStreamDestroy(g_stream);
+    g_stream = NULL;
+}
+
+/* 1 when cuDNN is usable; otherwise prints the skip reason and returns 0, or fails under TPROF_REQUIRE_CUDNN. */
+static int cudnn_here(const char *test) {
+    char msg[1024];
+    const int ok = tp_sdpa_cudnn_available(msg, sizeof msg);
+    const char *req = getenv("TPROF_REQUIRE_CUDNN");
+    const int required = req && req[0] && strcmp(req, "0") != 0;
+    printf("  %s  %s: %s\n", ok ? "info" : required ? "FAIL" : "skip", test, msg);
+    fflush(stdout);
+    ck_assert_msg(ok || !required, "%s: TPROF_REQUIRE_CUDNN is set but cuDNN is not usable: %s", test, msg);
+    return ok;
+}
+
+static void *hmalloc(size_t bytes) {
+    ck_assert_msg(g_nhost < MAX_TRACKED, "test bug: too many host allocations");
+    void *p = malloc(bytes ? bytes : 1);
+    ck_assert_msg(p != NULL, "[%s] out of host memory (%zu bytes)", g_case, bytes);
+    g_host[g_nhost++] = p;
+    return p;
+}
+
+static size_t esize(tp_dtype t) { return tp_dtype_info(t)->bytes; }
+static const char *dname(tp_dtype t) { return tp_dtype_info(t)->name; }
+
+/* bytes of device memory, poisoned with 0xFF bytes (NaN in F16 and BF16) */
+static void *dev_bytes(size_t bytes) {
+    ck_assert_msg(g_ndev < MAX_TRACKED, "test bug: too many device allocations");
+    void *p = NULL;
+    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
+    g_dev[g_ndev++] = p;
+    CUDA_OK(cudaMemset(p, 0xFF, bytes));
+    return p;
+}
+
+/* uploads n fp32 values as dt into a buffer of n_alloc >= n elements (the rest stays poison) */
+static void *dev_upload(tp_dtype dt, const float *x, size_t n, size_t n_alloc) {
+    void *d = dev_bytes(n_alloc * esize(dt)), *tmp = hmalloc(n * esize(dt));
+    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
+    CUDA_OK(cudaMemcpy(d, tmp, n * esize(dt), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void *download_bytes(const void *d, size_t bytes) {
+    void *h = hmalloc(bytes);
+    CUDA_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static float *to_f32(tp_dtype dt, const void *raw, size_t n) {
+    float *f = hmalloc(n * sizeof(float));
+    tp_convert_to_f32(dt, raw, f, n, 1.0f);
+    return f;
+}
+
+static float *host_normal(size_t n, uint64_t seed, double std) {
+    float *x = hmalloc(n * sizeof(float));
+    tp_rng r;
+    tp_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)(std * tp_rng_normal(&r));
+        x[i] = v != 0.0f ? v : (float)(std * 1e-3);
+    }
+    return x;
+}
+
+static void round_to(tp_dtype dt, float *x, size_t n) {
+    void *tmp = malloc(n * esize(dt));
+    ck_assert_msg(tmp != NULL, "out of host memory");
+    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
+    tp_convert_to_f32(dt, tmp, x, n, 1.0f);
+    free(tmp);
+}
+
+static float host_amax(const float *x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+/* max |V| over the V part of qkv (B, T, 3, H, D) */
+static float host_vmax(const float *qkv, int B, int T, int H, int D) {
+    float m = 0.0f;
+    for (size_t bt = 0; bt < (size_t)B * T; bt++) m = fmaxf(m, host_amax(qkv + (bt * 3 + 2) * H * D, (size_t)H * D));
+    return m;
+}
+
+static double unit_round(tp_dtype t) { return t == TP_F16 ? 0x1p-11 : 0x1p-8; }
+
+typedef struct {
+    double rel_l2, abs;
+} tol_t;
+
+/* the bounds of the header comment */
+static tol_t sdpa_tol(tp_dtype dt, int T, float vmax, float refmax) {
+    const double u = unit_round(dt);
+    const double pa = u * vmax + (dt == TP_F16 ? T * 0x1p-25 * vmax : 0.0);
+    tol_t t;
+    t.abs = 1.5 * (pa + u * refmax);
+    t.rel_l2 = 2.0 * (u + u);
+    return t;
+}
+
+static void check_close(const char *what, const float *got, const float *ref, size_t n, size_t cols, tol_t tol) {
+    double num = 0.0, den = 0.0, max_abs = 0.0;
+    size_t worst = 0, bad = 0, first_bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) {
+            if (bad++ == 0) first_bad = i;
+            continue;
+        }
+        const double d = (double)got[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        if (fabs(d) > max_abs) max_abs = fabs(d), worst = i;
+    }
+    const double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
+    const int ok = bad == 0 && rel <= tol.rel_l2 && max_abs <= tol.abs;
+    printf("  %s  %s | %s: n=%zu rel_l2=%.3e (tol %.1e) max_abs=%.3e (tol %.3e) at [%zu,%zu] got %.7g ref %.7g%s\n",
+           ok ? "ok  " : "FAIL", g_case, what, n, rel, tol.rel_l2, max_abs, tol.abs, worst / cols, worst % cols,
+           n ? got[worst] : 0.0, n ? ref[worst] : 0.0, bad ? " (+NaN outputs)" : "");
+    fflush(stdout);
+    ck_assert_msg(bad == 0, "[%s] %s: %zu of %zu outputs are NaN/Inf (poison never overwritten, or a NaN read); "
+                  "first at [%zu,%zu], ref there %.7g",
+                  g_case, what, bad, n, first_bad / cols, first_bad % cols, ref[first_bad]);
+    ck_assert_msg(rel <= tol.rel_l2, "[%s] %s: relative L2 error %.3e > %.1e (max abs %.3e: got %.7g ref %.7g)", g_case,
+                  what, rel, tol.rel_l2, max_abs, got[worst], ref[worst]);
+    ck_assert_msg(max_abs <= tol.abs, "[%s] %s: max abs error %.3e > %.3e at [%zu,%zu]: got %.7g ref %.7g", g_case,
+                  what, max_abs, tol.abs, worst / cols, worst % cols, got[worst], ref[worst]);
+}
+
+/* bytes [from, to) of a device buffer must still be 0xFF */
+static void check_untouched(const char *what, const void *d, size_t from, size_t to) {
+    const unsigned char *h = download_bytes((const char *)d + from, to - from);
+    size_t touched = 0, first = 0;
+    for (size_t i = 0; i < to - from; i++)
+        if (h[i] != 0xFF)
+            if (touched++ == 0) first = i;
+    if (touched) printf("  FAIL  %s | %s: %zu of %zu bytes overwritten\n", g_case, what, touched, to - from);
+    ck_assert_msg(touched == 0, "[%s] %s: %zu of %zu bytes past the output were written; first at byte %zu", g_case,
+                  what, touched, to - from, first);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const tp_dtype DT[] = {TP_F16, TP_BF16};
+enum { PAD = 70 }; /* token rows of NaN after qkv and of poison after out: more than one 64-row tile */
+
+/* Plans and runs one case against the reference; returns 0 when cuDNN refused the shape (printed), 1 when run.
+ * `required`: a refusal fails the test. */
+static int run_case(tp_dtype dt, int B, int T, int H, int D, float scale, int required, uint64_t seed) {
+    const size_t row_in = (size_t)3 * H * D, row_out = (size_t)H * D;
+    const size_t n_in = (size_t)B * T * row_in, n_out = (size_t)B * T * row_out;
+    SET_CASE("sdpa %s B=%d T=%d H=%d D=%d scale=%g", dname(dt), B, T, H, D, scale);
+    tp_error err = {0};
+    const double t0 = now_s();
+    const tp_status st = tp_sdpa_create(B, T, H, D, dt, scale, &g_plan, &err);
+    const double t_plan = now_s() - t0;
+    if (st == TP_ERR_UNSUPPORTED && !required) {
+        printf("  unsupported  %s: %s\n", g_case, err.msg);
+        fflush(stdout);
+        return 0;
+    }
+    ck_assert_msg(st == TP_OK, "[%s] tp_sdpa_create: %s: %s", g_case, tp_status_name(st), err.msg);
+    printf("  plan  %s: %s (planned in %.3f s)\n", g_case, tp_sdpa_describe(g_plan), t_plan);
+
+    float *qkv = host_normal(n_in, seed, 2.0);
+    round_to(dt, qkv, n_in);
+    float *ref = hmalloc(n_out * sizeof(float));
+    tp_cpu_attention(qkv, ref, B, T, H, D, scale);
+    const tol_t tol = sdpa_tol(dt, T, host_vmax(qkv, B, T, H, D), host_amax(ref, n_out));
+    void *d_qkv = dev_upload(dt, qkv, n_in, n_in + PAD * row_in); /* the pad stays 0xFF: NaN */
+    const size_t ob = n_out * esize(dt), ob_pad = (n_out + PAD * row_out) * esize(dt);
+    void *d_o1 = dev_bytes(ob_pad), *d_o2 = dev_bytes(ob_pad);
+    const size_t wsb = tp_sdpa_workspace_bytes(g_plan);
+    void *ws = wsb ? dev_bytes(wsb) : NULL;
+    SDPA_OK(tp_sdpa_run(g_plan, d_qkv, d_o1, ws, g_stream));
+    SDPA_OK(tp_sdpa_run(g_plan, d_qkv, d_o2, ws, g_stream)); /* new out pointer: a new variant pack */
+    const void *h1 = download_bytes(d_o1, ob), *h2 = download_bytes(d_o2, ob);
+    check_close("out", to_f32(dt, h1, n_out), ref, n_out, row_out, tol);
+    ck_assert_msg(memcmp(h1, h2, ob) == 0, "[%s] two runs of one plan differ", g_case);
+    check_untouched("rows >= T of out", d_o1, ob, ob_pad);
+    return 1;
+}
+
+/* ================================================================================================================
+ * Every shape against the reference, per dtype.
+ * ============================================================================================================== */
+
+START_TEST(test_sdpa_shapes) {
+    const tp_dtype dt = DT[_i];
+    if (!cudnn_here("sdpa shapes")) return;
+    static const int Ts[] = {1, 197, 257, 577}, Bs[] = {1, 3};
+    static const int HD[][2] = {{1, 64}, {12, 64}, {1, 128}, {12, 128}, {3, 80}};
+    uint64_t seed = 5100 + 1000 * (uint64_t)_i;
+    int run = 0, refused = 0;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+        for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++)
+            for (size_t hi = 0; hi < sizeof HD / sizeof HD[0]; hi++) {
+                const int T = Ts[ti], B = Bs[bi], H = HD[hi][0], D = HD[hi][1];
+                const int ok = run_case(dt, B, T, H, D, 1.0f / sqrtf((float)D), D != 80, seed++);
+                run += ok, refused += !ok;
+                release_all();
+            }
+    /* ViT-B/16 at batch 64 */
+    for (int T = 197; T <= 257; T += 60) {
+        run += run_case(dt, 64, T, 12, 64, 0.125f, 1, seed++);
+        release_all();
+    }
+    printf("  info  sdpa shapes %s: %d shapes checked, %d refused by cuDNN (D = 80 only)\n", dname(dt), run, refused);
+}
+END_TEST
+
+/* ================================================================================================================
+ * Scales other than D^-0.5 (the by-value scale tensor): 1 (scores with a standard deviation of 32 (D = 64) and
+ * 45 (D = 128): near one-hot softmaxes) must pass; 0 and negative scales are refused by tp_sdpa_create (cuDNN 9.14
+ * and 9.19 returned all-NaN outputs for 0 and -D^-0.5 on an H200, every call succeeding); small positive scales
+ * (1e-3, 2^-20: nearly uniform weights) are reported, not required.
+ * ============================================================================================================== */
+
+START_TEST(test_sdpa_scales) {
+    const tp_dtype dt = DT[_i];
+    if (!cudnn_here("sdpa scales")) return;
+    static const int cases[][4] = {{2, 197, 3, 64}, {1, 70, 2, 128}}; /* B, T, H, D */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int B = cases[c][0], T = cases[c][1], H = cases[c][2], D = cases[c][3];
+        run_case(dt, B, T, H, D, 1.0f, 1, 9000 + 10 * c);
+        release_all();
+        const float refused[] = {0.0f, -1.0f / sqrtf((float)D), NAN};
+        for (size_t si = 0; si < sizeof refused / sizeof refused[0]; si++) {
+            tp_error err = {0};
+            const tp_status st = tp_sdpa_create(B, T, H, D, dt, refused[si], &g_plan, &err);
+            printf("  %s  sdpa %s scale %g refused: %s: %s\n", st == TP_ERR_UNSUPPORTED ? "ok  " : "FAIL", dname(dt),
+                   (double)refused[si], tp_status_name(st), err.msg);
+            ck_assert_msg(st == TP_ERR_UNSUPPORTED && g_plan == NULL, "scale %g: %s", (double)refused[si],
+                          tp_status_name(st));
+        }
+        /* small positive scales: reported only */
+        const float small[] = {1e-3f, 0x1p-20f};
+        for (size_t si = 0; si < sizeof small / sizeof small[0]; si++) {
+            const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D;
+            SET_CASE("sdpa %s B=%d T=%d H=%d D=%d scale=%g", dname(dt), B, T, H, D, (double)small[si]);
+            tp_error err = {0};
+            ck_assert_msg(tp_sdpa_create(B, T, H, D, dt, small[si], &g_plan, &err) == TP_OK, "[%s] %s", g_case, err.msg);
+            float *qkv = host_normal(n_in, 9500 + 10 * c + si, 2.0);
+            round_to(dt, qkv, n_in);
+            float *ref = hmalloc(n_out * sizeof(float));
+            tp_cpu_attention(qkv, ref, B, T, H, D, small[si]);
+            void *d_qkv = dev_upload(dt, qkv, n_in, n_in), *d_o = dev_bytes(n_out * esize(dt));
+            const size_t wsb = tp_sdpa_workspace_bytes(g_plan);
+            SDPA_OK(tp_sdpa_run(g_plan, d_qkv, d_o, wsb ? dev_bytes(wsb) : NULL, g_stream));
+            const float *got = to_f32(dt, download_bytes(d_o, n_out * esize(dt)), n_out);
+            size_t bad = 0;
+            double num = 0.0, den = 0.0;
+            for (size_t i = 0; i < n_out; i++) {
+                if (!isfinite(got[i])) {
+                    bad++;
+                    continue;
+                }
+                num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+                den += (double)ref[i] * ref[i];
+            }
+            printf("  info  %s (not required): %zu NaN/Inf of %zu, rel_l2 %.3e (bound %.1e)\n", g_case, bad, n_out,
+                   den > 0.0 ? sqrt(num / den) : 0.0, 4.0 * unit_round(dt));
+            fflush(stdout);
+            release_all();
+        }
+    }
+}
+END_TEST
+
+/* ================================================================================================================
+ * Rejected arguments: TP_ERR_ARG / TP_ERR_UNSUPPORTED from create (no plan, no crash), CUDNN_STATUS_BAD_PARAM
+ * (2000) from run for NULL or misaligned pointers, nothing enqueued.
+ * ============================================================================================================== */
+
+START_TEST(test_sdpa_rejects) {
+    SET_CASE("sdpa rejects");
+    tp_sdpa *s = (tp_sdpa *)(uintptr_t)1;
+    tp_error err;
+    const struct {
+        const char *what;
+        int B, T, H, D;
+        tp_dtype dt;
+        tp_status want;
+    } c[] = {
+        {"B = 0", 0, 4, 1, 64, TP_F16, TP_ERR_ARG},
+        {"T = -1", 1, -1, 1, 64, TP_F16, TP_ERR_ARG},
+        {"f32", 1, 4, 1, 64, TP_F32, TP_ERR_UNSUPPORTED},
+        {"e4m3", 1, 4, 1, 64, TP_E4M3, TP_ERR_UNSUPPORTED},
+        {"D = 33 (K misaligned)", 1, 4, 1, 33, TP_F16, TP_ERR_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        memset(&err, 0, sizeof err);
+        s = (tp_sdpa *)(uintptr_t)1;
+        const tp_status st = tp_sdpa_create(c[i].B, c[i].T, c[i].H, c[i].D, c[i].dt, 0.1f, &s, &err);
+        printf("  %s  %s: %s: %s\n", st == c[i].want ? "ok  " : "FAIL", c[i].what, tp_status_name(st), err.msg);
+        ck_assert_msg(st == c[i].want, "%s: got %s (%s), want %s", c[i].what, tp_status_name(st), err.msg,
+                      tp_status_name(c[i].want));
+        ck_assert_msg(s == NULL, "%s: *out not cleared on failure", c[i].what);
+    }
+    ck_assert_int_eq(tp_sdpa_create(1, 4, 1, 64, TP_F16, 0.1f, NULL, &err), TP_ERR_ARG);
+    ck_assert_int_eq((int)tp_sdpa_workspace_bytes(NULL), 0);
+    tp_sdpa_destroy(NULL);
+    ck_assert_int_eq(tp_sdpa_run(NULL, NULL, NULL, NULL, g_stream), 2000);
+    if (!cudnn_here("sdpa rejects")) return;
+    /* D = 48: a multiple of 8 that tprof's kernels do not take; cuDNN may: either answer is fine, but no crash */
+    tp_status st48 = tp_sdpa_create(1, 4, 1, 48, TP_F16, 0.1f, &g_plan, &err);
+    printf("  info  D = 48: %s%s%s\n", tp_status_name(st48), st48 ? ": " : "", st48 ? err.msg : "");
+    ck_assert_msg(st48 == TP_OK || st48 == TP_ERR_UNSUPPORTED, "D = 48: %s: %s", tp_status_name(st48), err.msg);
+    release_all();
+    ck_assert_int_eq(tp_sdpa_create(2, 8, 2, 64, TP_F16, 0.125f, &g_plan, &err), TP_OK);
+    char *buf = dev_bytes(1 << 16);
+    const size_t wsb = tp_sdpa_workspace_bytes(g_plan);
+    void *ws = wsb ? dev_bytes(wsb) : NULL;
+    const struct {
+        const char *what;
+        int got;
+    } r[] = {
+        {"NULL qkv", tp_sdpa_run(g_plan, NULL, buf + 8192, ws, g_stream)},
+        {"NULL out", tp_sdpa_run(g_plan, buf, NULL, ws, g_stream)},
+        {"qkv not 16-byte aligned", tp_sdpa_run(g_plan, buf + 2, buf + 8192, ws, g_stream)},
+        {"out not 16-byte aligned", tp_sdpa_run(g_plan, buf, buf + 8194, ws, g_stream)},
+        {"workspace missing", wsb ? tp_sdpa_run(g_plan, buf, buf + 8192, NULL, g_stream) : 2000},
+    };
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+        printf("  %s  %s: returned %d\n", r[i].got == 2000 ? "ok  " : "FAIL", r[i].what, r[i].got);
+        ck_assert_msg(r[i].got == 2000, "%s: returned %d, want 2000 (CUDNN_STATUS_BAD_PARAM)", r[i].what, r[i].got);
+    }
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+    CUDA_OK(cudaGetLastError());
+}
+END_TEST
+
+/* ================================================================================================================
+ * Graph capture in global mode (any synchronizing or allocating call inside fails the capture). Two captures:
+ *   cold: the plan's very first run is captured (cuDNN may do one-time work on a first execute): reported, and
+ *         the replay checked when it captures, but a refusal is not a failure;
+ *   warm: after one eager run, as an engine captures its forward pass after warmup: must capture, and the replay
+ *         must equal the eager result bit for bit.
+ * ============================================================================================================== */
+
+START_TEST(test_sdpa_graph) {
+    if (!cudnn_here("sdpa graph")) return;
+    const int B = 3, T = 197, H = 12, D = 64;
+    const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D, ob = n_out * 2;
+    for (int warm = 0; warm <= 1; warm++) {
+        SET_CASE("sdpa graph capture (%s) f16 B=%d T=%d H=%d D=%d", warm ? "warm" : "cold", B, T, H, D);
+        tp_error err = {0};
+        ck_assert_msg(tp_sdpa_create(B, T, H, D, TP_F16, 0.125f, &g_plan, &err) == TP_OK, "[%s] %s", g_case, err.msg);
+        void *d_qkv = dev_upload(TP_F16, host_normal(n_in, 8000, 2.0), n_in, n_in);
+        void *d_a = dev_bytes(ob), *d_b = dev_bytes(ob);
+        const size_t wsb = tp_sdpa_workspace_bytes(g_plan);
+        void *ws = wsb ? dev_bytes(wsb) : NULL;
+        cudaStream_t cs;
+        CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+        if (warm) {
+            SDPA_OK(tp_sdpa_run(g_plan, d_qkv, d_b, ws, g_stream));
+            CUDA_OK(cudaMemset(d_b, 0xFF, ob));
+        }
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CUDA_OK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+        const int r = tp_sdpa_run(g_plan, d_qkv, d_a, ws, cs);
+        const cudaError_t ec = cudaStreamEndCapture(cs, &graph);
+        if (r != 0 || ec != cudaSuccess) {
+            cudaGetLastError(); /* clear the (not sticky) error a failed capture leaves */
+            printf("  %s  %s: not capturable: tp_sdpa_run returned %d, cudaStreamEndCapture %s\n",
+                   warm ? "FAIL" : "info", g_case, r, cudaGetErrorName(ec));
+            fflush(stdout);
+            if (graph) cudaGraphDestroy(graph);
+            cudaStreamDestroy(cs);
+            ck_assert_msg(!warm, "[%s] capture failed: run %d, end capture %s", g_case, r, cudaGetErrorName(ec));
+            release_all();
+            continue;
+        }
+        size_t nodes = 0;
+        CUDA_OK(cudaGraphGetNodes(graph, NULL, &nodes));
+        char kinds[128] = "";
+        cudaGraphNode_t list[16];
+        size_t nl = nodes < 16 ? nodes : 16;
+        CUDA_OK(cudaGraphGetNodes(graph, list, &nl));
+        for (size_t i = 0; i < nl; i++) {
+            enum cudaGraphNodeType ty;
+            CUDA_OK(cudaGraphNodeGetType(list[i], &ty));
+            const size_t len = strlen(kinds);
+            snprintf(kinds + len, sizeof kinds - len, "%s%s", i ? "," : "",
+                     ty == cudaGraphNodeTypeKernel ? "kernel" : ty == cudaGraphNodeTypeMemset ? "memset"
+                     : ty == cudaGraphNodeTypeMemcpy ? "memcpy" : "other");
+        }
+        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_OK(cudaGraphLaunch(exec, cs));
+        CUDA_OK(cudaStreamSynchronize(cs));
+        CUDA_OK(cudaGraphLaunch(exec, cs)); /* a second replay: same bits */
+        CUDA_OK(cudaStreamSynchronize(cs));
+        SDPA_OK(tp_sdpa_run(g_plan, d_qkv, d_b, ws, g_stream));
+        const unsigned char *a = download_bytes(d_a, ob), *b = download_bytes(d_b, ob);
+        size_t diff = 0;
+        for (size_t i = 0; i < ob; i++) diff += a[i] != b[i];
+        printf("  %s  %s: captured %zu graph node(s) (%s); replay vs eager: %zu of %zu bytes differ\n",
+               diff ? "FAIL" : "ok  ", g_case, nodes, kinds, diff, ob);
+        fflush(stdout);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(cs);
+        ck_assert_msg(diff == 0, "[%s] graph replay differs from the eager run in %zu bytes", g_case, diff);
+        release_all();
+    }
+}
+END_TEST
+
+/* ---- suite ----------------------------------------------------------------------------------------------------- */
+
+static TCase *new_tcase(const char *name) {
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600); /* fp64 CPU references (up to ~20 GFLOP per dtype) and cuDNN plan building */
+    return tc;
+}
+
+Suite *gpu_sdpa_suite(void) {
+    Suite *s = suite_create("gpu_sdpa");
+    TCase *tc = new_tcase("sdpa_shapes");
+    tcase_add_loop_test(tc, test_sdpa_shapes, 0, (int)(sizeof DT / sizeof DT[0]));
+    suite_add_tcase(s, tc);
+    tc = new_tcase("sdpa_scales");
+    tcase_add_loop_test(tc, test_sdpa_scales, 0, (int)(sizeof DT / sizeof DT[0]));
+    suite_add_tcase(s, tc);
+    tc = new_tcase("sdpa_rejects");
+    tcase_add_test(tc, test_sdpa_rejects);
+    suite_add_tcase(s, tc);
+    tc = new_tcase("sdpa_graph");
+    tcase_add_test(tc, test_sdpa_graph);
+    suite_add_tcase(s, tc);
+    return s;
+}
