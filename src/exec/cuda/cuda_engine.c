@@ -984,7 +984,10 @@ tp_status tp_calibrate(const tp_graph *g, const tp_params *params, int device, i
     tp_status st = tp_plan_build(g, TP_PREC_FP16, sm, &p16, err);
     if (st) return st;
     tp_engine *e = NULL;
-    tp_engine_options eo = {.device = device, .use_graph = 0}; /* eager: calibration launches amax kernels between ops */
+    /* eager: calibration launches amax kernels between ops. The classic attention kernel (fp32 P): the scales then
+     * do not depend on whether cuDNN is installed or which attention kernel would win the timing, so an engine
+     * calibrates the same on every machine */
+    tp_engine_options eo = {.device = device, .use_graph = 0, .attention = TP_ATTN_CLASSIC};
     int *want = calloc((size_t)g->n_values, sizeof(int));
     if (!want) {
         tp_plan_free(&p16);
