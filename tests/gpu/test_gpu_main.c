@@ -22,6 +22,7 @@ Suite *gpu_engine_suite(void); /* tests/gpu/test_gpu_engine.c */
 Suite *gpu_formats_suite(void); /* tests/gpu/test_gpu_formats.c */
 Suite *gpu_sdpa_suite(void);    /* tests/gpu/test_gpu_sdpa.c */
 Suite *gpu_attention_suite(void); /* tests/gpu/test_gpu_attention.c */
+Suite *gpu_attention_fp8_suite(void); /* tests/gpu/test_gpu_attention_fp8.c */
 
 #define SKIP_CODE 77
 
@@ -119,6 +120,7 @@ int main(void) {
     srunner_add_suite(sr, gpu_formats_suite());
     srunner_add_suite(sr, gpu_sdpa_suite());
     srunner_add_suite(sr, gpu_attention_suite());
+    srunner_add_suite(sr, gpu_attention_fp8_suite());
     if (in_process) srunner_set_fork_status(sr, CK_NOFORK); /* CUDA is live here: forked tests could not use it */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
