@@ -451,6 +451,64 @@ START_TEST(test_planner_fp8_block) {
 }
 END_TEST
 
+/* Attention precision through the policy: only the user's rules quantize it; fp8 plans a calibrated qkv, the
+ * block formats are refused with their shape rules. */
+START_TEST(test_planner_attention_policy) {
+    tp_vit_config c;
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+    tp_error e;
+    tiny2(&c, 2, &p, &g);
+    int attn = -1;
+    for (int i = 0; i < g.n_ops && attn < 0; i++)
+        if (g.ops[i].kind == TP_OP_ATTENTION) attn = i;
+    ck_assert_int_ge(attn, 0);
+    /* the engine's format alone never quantizes attention */
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP8, 90, &plan, &e), TP_OK);
+    ck_assert_int_eq(plan.op_prec[attn], TP_PREC_FP16);
+    tp_plan_free(&plan);
+    tp_policy pol;
+    tp_policy_default(&pol, TP_PREC_FP16);
+    ck_assert_int_eq(tp_policy_parse(&pol, "blocks.*.attn=fp8", &e), TP_OK);
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    int n8 = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        if (g.ops[i].kind == TP_OP_ATTENTION) {
+            n8++;
+            ck_assert_int_eq(plan.op_prec[i], TP_PREC_FP8);
+            ck_assert_int_eq(plan.value_qf[g.ops[i].in[0]], TP_QF_FP8_TENSOR);
+            ck_assert_int_eq(plan.value_scaled[g.ops[i].in[0]], 1);
+            ck_assert_ptr_nonnull(strstr(plan.op_note[i], "blocks.*.attn=fp8"));
+            ck_assert_ptr_nonnull(strstr(plan.op_note[i], "sm_90: fp16 MMA"));
+        } else if (g.ops[i].kind == TP_OP_LINEAR) {
+            ck_assert_int_eq(plan.op_prec[i], TP_PREC_FP16); /* GEMMs untouched */
+        }
+    }
+    ck_assert_int_eq(n8, 2);
+    tp_rule_use use[TP_POLICY_MAX_RULES];
+    ck_assert_int_eq(tp_policy_check(&pol, &g, use), 0); /* a rule on attention ops only is a used rule */
+    tp_plan_free(&plan);
+    /* fp8 attention before sm_89, and block formats (197 tokens is no multiple of 32) are refused */
+    ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 86, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "sm_89"));
+    tp_policy_default(&pol, TP_PREC_FP16);
+    ck_assert_int_eq(tp_policy_parse(&pol, "blocks.1.attn=mxfp8", &e), TP_OK);
+    ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "blocks.1.attn") && strstr(e.msg, "multiples of 32") && strstr(e.msg, "197") &&
+                      strstr(e.msg, "tprof lint"),
+                  "%s", e.msg);
+    /* a high-precision rule on attention is fine */
+    tp_policy_default(&pol, TP_PREC_FP8);
+    ck_assert_int_eq(tp_policy_parse(&pol, "blocks.*=fp8,blocks.0.attn=fp16", &e), TP_OK);
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(plan.op_prec[attn], TP_PREC_FP16);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *t = tcase_create("vit");
@@ -463,6 +521,7 @@ int main(void) {
     tcase_add_test(t, test_planner);
     tcase_add_test(t, test_planner_block_formats);
     tcase_add_test(t, test_planner_fp8_block);
+    tcase_add_test(t, test_planner_attention_policy);
     tcase_add_test(t, test_synthesized_weights);
     tcase_add_test(t, test_golden_timm_token);
     tcase_add_test(t, test_golden_timm_avg);

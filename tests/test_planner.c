@@ -642,7 +642,7 @@ START_TEST(test_policy_unmatched_rules) {
     ck_assert_int_eq(tp_policy_warn(&p, &g, f), 3);
     fclose(f);
     ck_assert_ptr_nonnull(strstr(buf, "tprof: warning: override 'blocks.*.mpl.*=nvfp4' matches no layer"));
-    ck_assert_ptr_nonnull(strstr(buf, "'blocks.*.norm1=fp8' matches no GEMM layer"));
+    ck_assert_ptr_nonnull(strstr(buf, "'blocks.*.norm1=fp8' matches no GEMM or attention layer"));
     ck_assert_ptr_nonnull(strstr(buf, "'blocks.1.mlp.fc1=fp8' is overridden by later rules"));
     ck_assert_ptr_null(strstr(buf, "attn.qkv"));
     ck_assert_ptr_null(strstr(buf, "head"));

@@ -128,6 +128,56 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
     return TP_OK;
 }
 
+/* An attention op's precision (policy.h): high unless one of the user's rules matching its layer asks for a
+ * quantized format. FP8 quantizes Q, K, V with static per-tensor scales (the qkv value calibrated, quantized by
+ * the attention kernel as it loads) and P after an FP32 softmax; the block formats have no attention kernel in
+ * this build, and their shape rules are checked first so the error says what a future kernel would need. */
+static tp_status plan_attention(const tp_graph *g, const tp_policy *pol, int i, int sm, tp_plan *p, tp_error *err) {
+    const tp_op *op = &g->ops[i];
+    const char *act = tp_dtype_info(p->act_dt)->name;
+    int rule = -1;
+    tp_precision want = tp_policy_resolve(pol, op->layer, &rule);
+    char reason[160];
+    tp_policy_reason(pol, rule, reason, sizeof reason);
+    if (rule < 0 || pol->rules[rule].builtin || !is_quantized(want)) {
+        snprintf(p->op_note[i], sizeof p->op_note[i], "fused, %s Q/K/V, fp32 softmax and accumulation%s%s", act,
+                 rule >= 0 && !pol->rules[rule].builtin ? "; " : "",
+                 rule >= 0 && !pol->rules[rule].builtin ? reason : "");
+        return TP_OK;
+    }
+    const int x = op->in[0];
+    const int64_t T = g->values[x].shape[1];
+    if (want != TP_PREC_FP8) {
+        const tp_qformat qf = want == TP_PREC_FP8_BLOCK ? TP_QF_FP8_BLOCK128
+                              : want == TP_PREC_MXFP8   ? TP_QF_MXFP8
+                              : want == TP_PREC_NVFP4   ? TP_QF_NVFP4
+                                                        : TP_QF_MXFP4;
+        const int blk = tp_qformat_info(qf)->block;
+        return tp_fail(err, TP_ERR_UNSUPPORTED,
+                       "layer %s: %s attention (%s) is not available in this build (no block-scaled attention kernel); "
+                       "the format would also need the sequence length and head dim to be multiples of %d (here "
+                       "%lld and %d): `tprof lint --precision %s` gives the fixes",
+                       op->layer, tp_precision_name(want), reason, blk, (long long)T, op->head_dim,
+                       tp_precision_name(want));
+    }
+    if (sm && sm < 89)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: fp8 attention (%s) needs sm_89 or newer; this GPU is sm_%d",
+                       op->layer, reason, sm);
+    const int d = op->head_dim;
+    if (p->act_dt == TP_F32 || !(d == 32 || d == 64 || d == 80 || d == 96 || d == 128))
+        return tp_fail(err, TP_ERR_UNSUPPORTED,
+                       "layer %s: fp8 attention (%s) needs f16/bf16 Q/K/V and head dim 32, 64, 80, 96 or 128; here "
+                       "%s and %d",
+                       op->layer, reason, act, d);
+    p->op_prec[i] = TP_PREC_FP8;
+    p->value_qf[x] = TP_QF_FP8_TENSOR;
+    p->value_scaled[x] = 1;
+    snprintf(p->op_note[i], sizeof p->op_note[i],
+             "fp8: Q/K/V e4m3 on load (per-tensor, calibrated), P e4m3, fp32 softmax/accumulate%s; %.90s",
+             sm == 90 ? "; sm_90: fp16 MMA on e4m3 values (no e4m3 mma.sync)" : "", reason);
+    return TP_OK;
+}
+
 tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p, tp_error *err) {
     tp_policy pol;
     tp_policy_default(&pol, prec);
@@ -204,7 +254,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
                              op->head_dim);
                 goto out;
             }
-            snprintf(p->op_note[i], sizeof p->op_note[i], "fused, %s Q/K/V, fp32 softmax and accumulation", act);
+            if ((st = plan_attention(g, pol, i, sm, p, err))) goto out;
             break;
         default: snprintf(p->op_note[i], sizeof p->op_note[i], "%s, fp32 math", act); break;
         }

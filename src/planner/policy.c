@@ -273,7 +273,7 @@ int tp_policy_check(const tp_policy *p, const tp_graph *g, tp_rule_use *use) {
             const tp_op *op = &g->ops[o];
             if (fnmatch(p->rules[i].glob, op->layer, 0) != 0) continue;
             any = 1;
-            if (!is_gemm(op)) continue;
+            if (!is_gemm(op) && op->kind != TP_OP_ATTENTION) continue;
             gemm = 1;
             int r;
             tp_policy_resolve(p, op->layer, &r);
@@ -296,8 +296,8 @@ int tp_policy_warn(const tp_policy *p, const tp_graph *g, FILE *f) {
         tp_policy_rule_str(p, i, r, sizeof r);
         const char *what = use[i] == TP_RULE_UNMATCHED ? "matches no layer of the model"
                            : use[i] == TP_RULE_NO_GEMM
-                               ? "matches no GEMM layer (only GEMMs take the policy's precision; softmax, norms and "
-                                 "RoPE stay FP32)"
+                               ? "matches no GEMM or attention layer (only they take the policy's precision; "
+                                 "softmax statistics, norms and RoPE stay FP32)"
                                : "is overridden by later rules on every layer it matches";
         fprintf(f, "tprof: warning: override '%s' %s\n", r, what);
     }

@@ -12,8 +12,11 @@
  * so "blocks.*.mlp.*" matches "blocks.11.mlp.fc2" and "*mlp*" matches every MLP layer, as ModelOpt's
  * fnmatch-based wildcards do. '?' and bracket sets ("blocks.[0-3].*") work too.
  *
- * The policy decides the precision of GEMM ops (Linear, patch embedding). What the planner keeps fixed is not
- * a policy matter: softmax, LayerNorm/RMSNorm statistics and RoPE always run in FP32, whatever a rule says.
+ * The policy decides the precision of GEMM ops (Linear, patch embedding) and of fused attention ops
+ * ("blocks.3.attn"). The engine's format applies to GEMMs only: attention runs in a quantized format only when a
+ * rule of the user's matches its layer name (e.g. "blocks.*.attn=fp8"), because quantizing Q, K, V and P is a
+ * separate decision (FP8 attention costs accuracy in the softmax's inputs). What the planner keeps fixed is not a
+ * policy matter: softmax statistics, LayerNorm/RMSNorm statistics and RoPE always run in FP32.
  *
  * Sources: the command line (--override "glob=prec,glob=prec") through tp_policy_parse, or a JSON file
  *   {"default": "nvfp4",
@@ -85,12 +88,13 @@ const char *tp_policy_rule_str(const tp_policy *p, int i, char *buf, size_t n);
  * "default rule 'head=fp16'" (a builtin rule), "override 'blocks.*.mlp.*=nvfp4'" (a user rule). Returns buf. */
 const char *tp_policy_reason(const tp_policy *p, int i, char *buf, size_t n);
 
-/* What a rule did on a graph. Only GEMM ops (TP_OP_LINEAR, TP_OP_PATCH_EMBED) take the policy's precision. */
+/* What a rule did on a graph. Only GEMM ops (TP_OP_LINEAR, TP_OP_PATCH_EMBED) and attention ops take the
+ * policy's precision. */
 typedef enum {
-    TP_RULE_USED = 0,  /* decides the precision of at least one GEMM op */
+    TP_RULE_USED = 0,  /* decides the precision of at least one GEMM or attention op */
     TP_RULE_UNMATCHED, /* matches no layer of the graph: a typo such as "blocks.*.mpl.*" */
-    TP_RULE_NO_GEMM,   /* matches layers, but none is a GEMM (e.g. "blocks.*.norm1"): it changes nothing */
-    TP_RULE_SHADOWED   /* matches GEMMs, but a later rule wins on every one of them */
+    TP_RULE_NO_GEMM,   /* matches layers, but none is a GEMM or attention (e.g. "blocks.*.norm1"): it changes nothing */
+    TP_RULE_SHADOWED   /* matches GEMMs or attention, but a later rule wins on every one of them */
 } tp_rule_use;
 
 /* Classifies every rule of p on graph g into use[i] (use: p->n_rules entries, or NULL). Returns how many of

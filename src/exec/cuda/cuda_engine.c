@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/util.h"
 #include "exec/cuda/attention.h"
+#include "exec/cuda/attention_fp8.h"
 #include "exec/cuda/cudnn_sdpa.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
@@ -269,6 +270,11 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     }
     case TP_OP_ATTENTION: {
         const int B = (int)xv->shape[0], T = (int)xv->shape[1];
+        if (pl->op_prec[i] == TP_PREC_FP8) {
+            rc = tpk_flash_attention_fp8(x, xdt, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T, op->heads,
+                                         op->head_dim, op->scale, s);
+            break;
+        }
         switch (e->attn[i]) {
         case TP_ATTN_FLASH: rc = tpk_flash_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s); break;
         case TP_ATTN_CUDNN: rc = tp_sdpa_run(e->sdpa[i], x, y, e->d_sdpa_ws, s); break;
@@ -572,6 +578,10 @@ static tp_status choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err
     for (int i = 0; i < g->n_ops && !st; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_ATTENTION) continue;
+        if (e->plan->op_prec[i] == TP_PREC_FP8) { /* the policy asked for FP8 attention: one kernel does it */
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "fp8 (tprof, attention_fp8.cu)");
+            continue;
+        }
         const tp_value *xv = &g->values[op->in[0]];
         const tp_dtype in = e->plan->value_dt[op->in[0]], out = e->plan->value_dt[op->out];
         const int B = (int)xv->shape[0], T = (int)xv->shape[1], H = op->heads, D = op->head_dim;
@@ -714,7 +724,13 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                          g->values[v].name);
             goto fail;
         }
-        /* E4M3 storage: amax / 448; NVFP4's second-level scale: amax / (6 * 448) (ModelOpt) */
+        /* E4M3 storage: amax / 448; NVFP4's second-level scale: amax / (6 * 448) (ModelOpt); the qkv of an FP8
+         * attention op (quantized by the kernel as it loads): amax / 448 for each of Q, K, V (one calibrated amax
+         * for the three) */
+        if (plan->value_qf[v] == TP_QF_FP8_TENSOR) {
+            for (int k = 0; k < 3; k++) h_scales[SCALE_SLOT * v + k] = (float)(a / 448.0);
+            continue;
+        }
         h_scales[SCALE_SLOT * v] = plan->value_qf[v] == TP_QF_NVFP4
                                        ? (float)((double)a / (6.0 * 448.0))
                                        : (float)(a / tp_dtype_info(plan->value_dt[v])->max_finite);
