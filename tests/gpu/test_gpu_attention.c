@@ -39,115 +39,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rng.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/attention.h"
 #include "formats/dtype.h"
 
+#define TP_GPU_MAX_TRACKED 1024
+#include "gpu_check.h"
+
 Suite *gpu_attention_suite(void);
 
-static char g_case[256];
-#define SET_CASE(...) snprintf(g_case, sizeof g_case, __VA_ARGS__)
+/* ---- fixture: the tracked resources are released per shape (release_all) and at teardown ------------------- */
 
-#define CUDA_OK(call)                                                                                           \
-    do {                                                                                                        \
-        cudaError_t e_ = (call);                                                                                \
-        ck_assert_msg(e_ == cudaSuccess, "[%s] %s -> %s: %s", g_case, #call, cudaGetErrorName(e_),              \
-                      cudaGetErrorString(e_));                                                                  \
-    } while (0)
-#define LAUNCH_OK(call)                                                                                         \
-    do {                                                                                                        \
-        int r_ = (call);                                                                                        \
-        ck_assert_msg(r_ == 0, "[%s] %s returned %d (%s: %s)", g_case, #call, r_,                               \
-                      cudaGetErrorName((cudaError_t)r_), cudaGetErrorString((cudaError_t)r_));                  \
-    } while (0)
-#define KERNEL_OK(call)                                                                                         \
-    do {                                                                                                        \
-        LAUNCH_OK(call);                                                                                        \
-        cudaError_t s_ = cudaStreamSynchronize(g_stream);                                                       \
-        ck_assert_msg(s_ == cudaSuccess, "[%s] %s: kernel failed while running: %s: %s", g_case, #call,          \
-                      cudaGetErrorName(s_), cudaGetErrorString(s_));                                             \
-    } while (0)
-
-/* ---- resources: tracked, released per shape (release_all) and at teardown ----------------------------------- */
-
-#define MAX_TRACKED 1024
-static void *g_dev[MAX_TRACKED], *g_host[MAX_TRACKED];
-static int g_ndev, g_nhost;
-static cudaStream_t g_stream;
-
-static void release_all(void) {
-    if (g_stream) cudaStreamSynchronize(g_stream);
-    for (int i = 0; i < g_ndev; i++) cudaFree(g_dev[i]);
-    for (int i = 0; i < g_nhost; i++) free(g_host[i]);
-    g_ndev = g_nhost = 0;
-}
-
-static void setup(void) {
-    g_ndev = g_nhost = 0;
-    snprintf(g_case, sizeof g_case, "setup");
-    /* blocking stream: ordered after the legacy default stream, where the pageable uploads run */
-    CUDA_OK(cudaStreamCreate(&g_stream));
-}
+static void setup(void) { gpu_setup(); }
 
 static void teardown(void) {
     release_all();
-    if (g_stream) cudaStreamDestroy(g_stream);
-    g_stream = NULL;
-}
-
-static void *hmalloc(size_t bytes) {
-    ck_assert_msg(g_nhost < MAX_TRACKED, "test bug: too many host allocations");
-    void *p = malloc(bytes ? bytes : 1);
-    ck_assert_msg(p != NULL, "[%s] out of host memory (%zu bytes)", g_case, bytes);
-    g_host[g_nhost++] = p;
-    return p;
-}
-
-static size_t esize(tp_dtype t) { return tp_dtype_info(t)->bytes; }
-static const char *dname(tp_dtype t) { return tp_dtype_info(t)->name; }
-
-/* n elements of dt, poisoned with 0xFF bytes (NaN in F16, BF16, E4M3) */
-static void *dev_alloc(tp_dtype dt, size_t n) {
-    ck_assert_msg(g_ndev < MAX_TRACKED, "test bug: too many device allocations");
-    void *p = NULL;
-    const size_t bytes = n * esize(dt);
-    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
-    g_dev[g_ndev++] = p;
-    CUDA_OK(cudaMemset(p, 0xFF, bytes));
-    return p;
-}
-
-/* uploads n fp32 values as dt into a buffer of n_alloc >= n elements (the rest stays poison) */
-static void *dev_upload(tp_dtype dt, const float *x, size_t n, size_t n_alloc) {
-    void *d = dev_alloc(dt, n_alloc), *tmp = hmalloc(n * esize(dt));
-    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
-    CUDA_OK(cudaMemcpy(d, tmp, n * esize(dt), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static void *download_bytes(const void *d, size_t bytes) {
-    void *h = hmalloc(bytes);
-    CUDA_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    return h;
-}
-
-static float *download_f32(tp_dtype dt, const void *d, size_t n, float scale) {
-    void *raw = download_bytes(d, n * esize(dt));
-    float *f = hmalloc(n * sizeof(float));
-    tp_convert_to_f32(dt, raw, f, n, scale);
-    return f;
-}
-
-static float *host_normal(size_t n, uint64_t seed, double std) {
-    float *x = hmalloc(n * sizeof(float));
-    tp_rng r;
-    tp_rng_seed(&r, seed);
-    for (size_t i = 0; i < n; i++) {
-        float v = (float)(std * tp_rng_normal(&r));
-        x[i] = v != 0.0f ? v : (float)(std * 1e-3);
-    }
-    return x;
+    close_stream();
 }
 
 static void round_to(tp_dtype dt, float *x, size_t n) {
@@ -156,12 +63,6 @@ static void round_to(tp_dtype dt, float *x, size_t n) {
     tp_convert_to_f32(dt, tmp, x, n, 1.0f);
     g_host[--g_nhost] = NULL; /* tmp was the last allocation: free it now */
     free(tmp);
-}
-
-static float host_amax(const float *x, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
-    return m;
 }
 
 /* max |V| over the V part of qkv (B, T, 3, H, D) */
@@ -239,7 +140,7 @@ START_TEST(test_flash_attention) {
                 const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D;
                 const float scale = 1.0f / sqrtf((float)D);
                 SET_CASE("flash %s B=%d T=%d H=%d D=%d", dname(idt), B, T, H, D);
-                float *qkv = host_normal(n_in, seed++, 2.0);
+                float *qkv = host_normal(n_in, seed++, 0.0, 2.0);
                 round_to(idt, qkv, n_in);
                 float *ref = hmalloc(n_out * sizeof(float));
                 tp_cpu_attention(qkv, ref, B, T, H, D, scale);
@@ -248,11 +149,7 @@ START_TEST(test_flash_attention) {
                 for (size_t oi = 0; oi < sizeof OUT_T / sizeof OUT_T[0]; oi++) {
                     const tp_dtype odt = OUT_T[oi];
                     const float oscale = odt == TP_E4M3 ? refmax / 448.0f : 1.0f;
-                    float *d_oscale = NULL;
-                    if (odt == TP_E4M3) {
-                        d_oscale = dev_alloc(TP_F32, 1);
-                        CUDA_OK(cudaMemcpy(d_oscale, &oscale, sizeof oscale, cudaMemcpyHostToDevice));
-                    }
+                    float *d_oscale = odt == TP_E4M3 ? dev_scalar(oscale) : NULL;
                     const tol_t tol = fa_tol(idt, odt, n_out, T, vmax, refmax, oscale);
                     for (int v = 1; v <= N_VARIANTS; v++) {
                         if (!variant_exists(v, D)) continue;
@@ -289,7 +186,7 @@ START_TEST(test_flash_attention_padding) {
         const size_t pad_in = (size_t)PAD * 3 * H * D, pad_out = (size_t)PAD * H * D;
         const float scale = 1.0f / sqrtf((float)D);
         SET_CASE("flash padding %s B=%d T=%d H=%d D=%d", dname(idt), B, T, H, D);
-        float *qkv = host_normal(n_in, 7000 + c, 2.0);
+        float *qkv = host_normal(n_in, 7000 + c, 0.0, 2.0);
         round_to(idt, qkv, n_in);
         float *ref = hmalloc(n_out * sizeof(float));
         tp_cpu_attention(qkv, ref, B, T, H, D, scale);
@@ -298,11 +195,7 @@ START_TEST(test_flash_attention_padding) {
         for (size_t oi = 0; oi < sizeof OUT_T / sizeof OUT_T[0]; oi++) {
             const tp_dtype odt = OUT_T[oi];
             const float oscale = odt == TP_E4M3 ? refmax / 448.0f : 1.0f;
-            float *d_oscale = NULL;
-            if (odt == TP_E4M3) {
-                d_oscale = dev_alloc(TP_F32, 1);
-                CUDA_OK(cudaMemcpy(d_oscale, &oscale, sizeof oscale, cudaMemcpyHostToDevice));
-            }
+            float *d_oscale = odt == TP_E4M3 ? dev_scalar(oscale) : NULL;
             for (int v = 0; v <= N_VARIANTS; v++) {
                 if (!variant_exists(v, D)) continue;
                 SET_CASE("flash padding %s->%s v%d B=%d T=%d H=%d D=%d", dname(idt), dname(odt), v, B, T, H, D);
@@ -342,7 +235,7 @@ START_TEST(test_flash_attention_scales) {
         const int B = cases[c][0], T = cases[c][1], H = cases[c][2], D = cases[c][3];
         const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D;
         const float scales[] = {-1.0f / sqrtf((float)D), 0.0f, 1.0f};
-        float *qkv = host_normal(n_in, 9000 + c, 2.0);
+        float *qkv = host_normal(n_in, 9000 + c, 0.0, 2.0);
         round_to(idt, qkv, n_in);
         void *d_qkv = dev_upload(idt, qkv, n_in, n_in);
         const float vmax = host_vmax(qkv, B, T, H, D);
@@ -380,7 +273,7 @@ START_TEST(test_flash_attention_persistent) {
         const int B = cases[c][0], T = cases[c][1], H = cases[c][2], D = cases[c][3];
         const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D;
         const float scale = 1.0f / sqrtf((float)D);
-        float *qkv = host_normal(n_in, 9500 + c, 2.0);
+        float *qkv = host_normal(n_in, 9500 + c, 0.0, 2.0);
         round_to(idt, qkv, n_in);
         float *ref = hmalloc(n_out * sizeof(float));
         tp_cpu_attention(qkv, ref, B, T, H, D, scale);
@@ -389,11 +282,7 @@ START_TEST(test_flash_attention_persistent) {
         for (size_t oi = 0; oi < sizeof OUT_T / sizeof OUT_T[0]; oi++) {
             const tp_dtype odt = OUT_T[oi];
             const float oscale = odt == TP_E4M3 ? refmax / 448.0f : 1.0f;
-            float *d_oscale = NULL;
-            if (odt == TP_E4M3) {
-                d_oscale = dev_alloc(TP_F32, 1);
-                CUDA_OK(cudaMemcpy(d_oscale, &oscale, sizeof oscale, cudaMemcpyHostToDevice));
-            }
+            float *d_oscale = odt == TP_E4M3 ? dev_scalar(oscale) : NULL;
             static const int vs[] = {6, 0};
             for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
                 SET_CASE("flash many items %s->%s v%d B=%d T=%d H=%d D=%d", dname(idt), dname(odt), vs[vi], B, T, H,
@@ -419,11 +308,7 @@ START_TEST(test_flash_attention_rejects) {
     char *buf = dev_alloc(TP_F16, 1 << 16);
     float *sc = dev_alloc(TP_F32, 1);
     CUDA_OK(cudaMemset(sc, 0, sizeof(float)));
-    const int inval = (int)cudaErrorInvalidValue;
-    const struct {
-        const char *what;
-        int got;
-    } r[] = {
+    const rejected_call r[] = {
         {"D = 48", tpk_flash_attention(buf, TP_F16, buf + 8192, TP_F16, NULL, 1, 4, 1, 48, 0.1f, g_stream)},
         {"D = 129", tpk_flash_attention(buf, TP_F16, buf + 8192, TP_F16, NULL, 1, 4, 1, 129, 0.1f, g_stream)},
         {"D = 256", tpk_flash_attention(buf, TP_F16, buf + 8192, TP_F16, NULL, 1, 4, 1, 256, 0.1f, g_stream)},
@@ -445,13 +330,7 @@ START_TEST(test_flash_attention_rejects) {
         {"variant 3 with D = 128",
          tpk_flash_attention_variant(buf, TP_F16, buf + 8192, TP_F16, NULL, 1, 4, 1, 128, 0.1f, 3, g_stream)},
     };
-    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
-        printf("  %s  %s: returned %d\n", r[i].got == inval ? "ok  " : "FAIL", r[i].what, r[i].got);
-        ck_assert_msg(r[i].got == inval, "%s: returned %d (%s), want cudaErrorInvalidValue", r[i].what, r[i].got,
-                      cudaGetErrorName((cudaError_t)r[i].got));
-    }
-    CUDA_OK(cudaStreamSynchronize(g_stream));
-    CUDA_OK(cudaGetLastError());
+    check_rejected(r, sizeof r / sizeof r[0]);
     /* empty work: a successful no-op, even with NULL pointers */
     ck_assert_int_eq(tpk_flash_attention(NULL, TP_F16, NULL, TP_F16, NULL, 0, 4, 1, 64, 0.1f, g_stream), 0);
     ck_assert_int_eq(tpk_flash_attention(NULL, TP_BF16, NULL, TP_E4M3, NULL, 2, 0, 1, 64, 0.1f, g_stream), 0);
@@ -474,12 +353,10 @@ START_TEST(test_flash_attention_graph) {
         const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D;
         const int variant = c < 2 ? 0 : 6; /* the default, then the persistent kernel (host-side occupancy queries) */
         SET_CASE("flash graph capture f16->e4m3 v%d B=%d T=%d H=%d D=%d", variant, B, T, H, D);
-        float *qkv = host_normal(n_in, 8000 + c, 2.0);
+        float *qkv = host_normal(n_in, 8000 + c, 0.0, 2.0);
         void *d_qkv = dev_upload(TP_F16, qkv, n_in, n_in);
         void *d_a = dev_alloc(TP_E4M3, n_out), *d_b = dev_alloc(TP_E4M3, n_out);
-        float *d_sc = dev_alloc(TP_F32, 1);
-        const float sc = 1.0f / 32.0f; /* |out| <= max|V| ~ 9: |out / sc| < 448 */
-        CUDA_OK(cudaMemcpy(d_sc, &sc, sizeof sc, cudaMemcpyHostToDevice));
+        float *d_sc = dev_scalar(1.0f / 32.0f); /* |out| <= max|V| ~ 9: |out / scale| < 448 */
         cudaStream_t cs;
         CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
         cudaGraph_t graph = NULL;
@@ -510,32 +387,14 @@ END_TEST
 
 /* ---- suite ----------------------------------------------------------------------------------------------------- */
 
-static TCase *new_tcase(const char *name) {
-    TCase *tc = tcase_create(name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 600); /* fp64 CPU references, up to ~3 GFLOP per shape */
-    return tc;
-}
-
+/* new_tcase (gpu_check.h): 600 s a test, for fp64 CPU references of up to ~3 GFLOP per shape */
 Suite *gpu_attention_suite(void) {
     Suite *s = suite_create("gpu_attention");
-    TCase *tc = new_tcase("flash_attention");
-    tcase_add_loop_test(tc, test_flash_attention, 0, (int)(sizeof IN_T / sizeof IN_T[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("flash_attention_padding");
-    tcase_add_loop_test(tc, test_flash_attention_padding, 0, (int)(sizeof IN_T / sizeof IN_T[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("flash_attention_scales");
-    tcase_add_loop_test(tc, test_flash_attention_scales, 0, (int)(sizeof IN_T / sizeof IN_T[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("flash_attention_persistent");
-    tcase_add_loop_test(tc, test_flash_attention_persistent, 0, (int)(sizeof IN_T / sizeof IN_T[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("flash_attention_rejects");
-    tcase_add_test(tc, test_flash_attention_rejects);
-    suite_add_tcase(s, tc);
-    tc = new_tcase("flash_attention_graph");
-    tcase_add_test(tc, test_flash_attention_graph);
-    suite_add_tcase(s, tc);
+    tcase_add_loop_test(new_tcase(s, "flash_attention"), test_flash_attention, 0, N_OF(IN_T));
+    tcase_add_loop_test(new_tcase(s, "flash_attention_padding"), test_flash_attention_padding, 0, N_OF(IN_T));
+    tcase_add_loop_test(new_tcase(s, "flash_attention_scales"), test_flash_attention_scales, 0, N_OF(IN_T));
+    tcase_add_loop_test(new_tcase(s, "flash_attention_persistent"), test_flash_attention_persistent, 0, N_OF(IN_T));
+    tcase_add_test(new_tcase(s, "flash_attention_rejects"), test_flash_attention_rejects);
+    tcase_add_test(new_tcase(s, "flash_attention_graph"), test_flash_attention_graph);
     return s;
 }

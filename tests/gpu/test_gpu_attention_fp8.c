@@ -64,104 +64,18 @@
 #include "exec/cuda/attention_fp8.h"
 #include "formats/dtype.h"
 
+#define TP_GPU_MAX_TRACKED 1024
+#include "gpu_check.h"
+
 Suite *gpu_attention_fp8_suite(void);
 
-static char g_case[256];
-#define SET_CASE(...) snprintf(g_case, sizeof g_case, __VA_ARGS__)
+/* ---- fixture: the tracked resources are released per shape (release_all) and at teardown ------------------- */
 
-#define CUDA_OK(call)                                                                                           \
-    do {                                                                                                        \
-        cudaError_t e_ = (call);                                                                                \
-        ck_assert_msg(e_ == cudaSuccess, "[%s] %s -> %s: %s", g_case, #call, cudaGetErrorName(e_),              \
-                      cudaGetErrorString(e_));                                                                  \
-    } while (0)
-#define LAUNCH_OK(call)                                                                                         \
-    do {                                                                                                        \
-        int r_ = (call);                                                                                        \
-        ck_assert_msg(r_ == 0, "[%s] %s returned %d (%s: %s)", g_case, #call, r_,                               \
-                      cudaGetErrorName((cudaError_t)r_), cudaGetErrorString((cudaError_t)r_));                  \
-    } while (0)
-#define KERNEL_OK(call)                                                                                         \
-    do {                                                                                                        \
-        LAUNCH_OK(call);                                                                                        \
-        cudaError_t s_ = cudaStreamSynchronize(g_stream);                                                       \
-        ck_assert_msg(s_ == cudaSuccess, "[%s] %s: kernel failed while running: %s: %s", g_case, #call,          \
-                      cudaGetErrorName(s_), cudaGetErrorString(s_));                                             \
-    } while (0)
-
-/* ---- resources: tracked, released per shape (release_all) and at teardown ----------------------------------- */
-
-#define MAX_TRACKED 1024
-static void *g_dev[MAX_TRACKED], *g_host[MAX_TRACKED];
-static int g_ndev, g_nhost;
-static cudaStream_t g_stream;
-
-static void release_all(void) {
-    if (g_stream) cudaStreamSynchronize(g_stream);
-    for (int i = 0; i < g_ndev; i++) cudaFree(g_dev[i]);
-    for (int i = 0; i < g_nhost; i++) free(g_host[i]);
-    g_ndev = g_nhost = 0;
-}
-
-static void setup(void) {
-    g_ndev = g_nhost = 0;
-    snprintf(g_case, sizeof g_case, "setup");
-    CUDA_OK(cudaStreamCreate(&g_stream));
-}
+static void setup(void) { gpu_setup(); }
 
 static void teardown(void) {
     release_all();
-    if (g_stream) cudaStreamDestroy(g_stream);
-    g_stream = NULL;
-}
-
-static void *hmalloc(size_t bytes) {
-    ck_assert_msg(g_nhost < MAX_TRACKED, "test bug: too many host allocations");
-    void *p = malloc(bytes ? bytes : 1);
-    ck_assert_msg(p != NULL, "[%s] out of host memory (%zu bytes)", g_case, bytes);
-    g_host[g_nhost++] = p;
-    return p;
-}
-
-static size_t esize(tp_dtype t) { return tp_dtype_info(t)->bytes; }
-static const char *dname(tp_dtype t) { return tp_dtype_info(t)->name; }
-
-/* n elements of dt, poisoned with 0xFF bytes (NaN in F16, BF16, E4M3) */
-static void *dev_alloc(tp_dtype dt, size_t n) {
-    ck_assert_msg(g_ndev < MAX_TRACKED, "test bug: too many device allocations");
-    void *p = NULL;
-    const size_t bytes = n * esize(dt);
-    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
-    g_dev[g_ndev++] = p;
-    CUDA_OK(cudaMemset(p, 0xFF, bytes));
-    return p;
-}
-
-/* uploads n fp32 values as dt into a buffer of n_alloc >= n elements (the rest stays poison) */
-static void *dev_upload(tp_dtype dt, const float *x, size_t n, size_t n_alloc) {
-    void *d = dev_alloc(dt, n_alloc), *tmp = hmalloc(n * esize(dt));
-    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
-    CUDA_OK(cudaMemcpy(d, tmp, n * esize(dt), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static float *dev_floats(const float *x, size_t n) {
-    float *d = dev_alloc(TP_F32, n);
-    CUDA_OK(cudaMemcpy(d, x, n * sizeof(float), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static void *download_bytes(const void *d, size_t bytes) {
-    void *h = hmalloc(bytes);
-    CUDA_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    return h;
-}
-
-static float *download_f32(tp_dtype dt, const void *d, size_t n, float scale) {
-    void *raw = download_bytes(d, n * esize(dt));
-    float *f = hmalloc(n * sizeof(float));
-    tp_convert_to_f32(dt, raw, f, n, scale);
-    return f;
+    close_stream();
 }
 
 /* qkv ~ N(0, sigma^2), never zero, plus (outliers) n / 2048 + 3 elements at +-(8..16) sigma, rounded to dt */
@@ -187,12 +101,6 @@ static float *make_qkv(tp_dtype dt, size_t n, uint64_t seed, double sigma, int o
     tp_convert_to_f32(dt, tmp, x, n, 1.0f);
     free(tmp);
     return x;
-}
-
-static float host_amax(const float *x, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
-    return m;
 }
 
 /* per-tensor amax / 448 of the Q, K, V parts of qkv (B, T, 3, H, D); rms[] = their RMS */
@@ -491,11 +399,7 @@ START_TEST(test_fp8_attention_rejects) {
     SET_CASE("fp8 rejects");
     char *buf = dev_alloc(TP_E4M3, 1 << 16);
     const float *sc = (const float *)(buf + 32768);
-    const int inval = (int)cudaErrorInvalidValue;
-    struct {
-        const char *what;
-        int got;
-    } r[] = {
+    const rejected_call r[] = {
         {"D = 48", tpk_flash_attention_fp8(buf, TP_F16, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 48, 0.1f, g_stream)},
         {"D = 256", tpk_flash_attention_fp8(buf, TP_F16, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 256, 0.1f, g_stream)},
         {"f32 input", tpk_flash_attention_fp8(buf, TP_F32, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 64, 0.1f, g_stream)},
@@ -517,13 +421,7 @@ START_TEST(test_fp8_attention_rejects) {
         {"variant -1", tpk_flash_attention_fp8_variant(buf, TP_F16, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 64, 0.1f,
                                                        -1, g_stream)},
     };
-    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
-        printf("  %s  %s: returned %d\n", r[i].got == inval ? "ok  " : "FAIL", r[i].what, r[i].got);
-        ck_assert_msg(r[i].got == inval, "%s: returned %d (%s), want cudaErrorInvalidValue", r[i].what, r[i].got,
-                      cudaGetErrorName((cudaError_t)r[i].got));
-    }
-    CUDA_OK(cudaStreamSynchronize(g_stream));
-    CUDA_OK(cudaGetLastError());
+    check_rejected(r, sizeof r / sizeof r[0]);
     ck_assert_int_eq(tpk_flash_attention_fp8(NULL, TP_F16, NULL, NULL, TP_F16, NULL, 0, 4, 1, 64, 0.1f, g_stream), 0);
     ck_assert_int_eq(tpk_flash_attention_fp8(NULL, TP_BF16, NULL, NULL, TP_E4M3, NULL, 2, 0, 1, 64, 0.1f, g_stream), 0);
     ck_assert_int_eq(tpk_flash_attention_fp8(NULL, TP_F16, NULL, NULL, TP_BF16, NULL, 2, 4, 0, 128, 0.1f, g_stream), 0);
@@ -585,32 +483,14 @@ END_TEST
 
 /* ---- suite ----------------------------------------------------------------------------------------------------- */
 
-static TCase *new_tcase(const char *name) {
-    TCase *tc = tcase_create(name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 600); /* fp64 CPU references and emulation, up to ~4 GFLOP per shape */
-    return tc;
-}
-
+/* new_tcase (gpu_check.h): 600 s a test, for fp64 CPU references and emulation of up to ~4 GFLOP per shape */
 Suite *gpu_attention_fp8_suite(void) {
     Suite *s = suite_create("gpu_attention_fp8");
-    TCase *tc = new_tcase("fp8_attention");
-    tcase_add_loop_test(tc, test_fp8_attention, 0, (int)(sizeof IN_T / sizeof IN_T[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("fp8_attention_flat");
-    tcase_add_loop_test(tc, test_fp8_attention_flat, 0, (int)(sizeof IN_T / sizeof IN_T[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("fp8_attention_dims_scales");
-    tcase_add_loop_test(tc, test_fp8_attention_dims_scales, 0, (int)(sizeof IN_T / sizeof IN_T[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("fp8_attention_padding");
-    tcase_add_loop_test(tc, test_fp8_attention_padding, 0, (int)(sizeof IN_T / sizeof IN_T[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("fp8_attention_rejects");
-    tcase_add_test(tc, test_fp8_attention_rejects);
-    suite_add_tcase(s, tc);
-    tc = new_tcase("fp8_attention_graph");
-    tcase_add_test(tc, test_fp8_attention_graph);
-    suite_add_tcase(s, tc);
+    tcase_add_loop_test(new_tcase(s, "fp8_attention"), test_fp8_attention, 0, N_OF(IN_T));
+    tcase_add_loop_test(new_tcase(s, "fp8_attention_flat"), test_fp8_attention_flat, 0, N_OF(IN_T));
+    tcase_add_loop_test(new_tcase(s, "fp8_attention_dims_scales"), test_fp8_attention_dims_scales, 0, N_OF(IN_T));
+    tcase_add_loop_test(new_tcase(s, "fp8_attention_padding"), test_fp8_attention_padding, 0, N_OF(IN_T));
+    tcase_add_test(new_tcase(s, "fp8_attention_rejects"), test_fp8_attention_rejects);
+    tcase_add_test(new_tcase(s, "fp8_attention_graph"), test_fp8_attention_graph);
     return s;
 }

@@ -25,141 +25,54 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rng.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
 #include "formats/dtype.h"
 
+#define TP_GPU_MAX_TRACKED 4096
+#define TP_GPU_POISON_ON_STREAM /* new device buffers are poisoned on g_stream (cudaMemsetAsync, then a sync) */
+#include "gpu_check.h"
+
 Suite *gpu_ops_suite(void);
 
-/* ---- case context and error helpers ----------------------------------------------------------------------- */
+/* ---- this file's resources, freed by the fixture's teardown (which also runs after a failure under CK_FORK=no) */
 
-static char g_case[256]; /* the case under test, quoted in every message */
-#define SET_CASE(...) snprintf(g_case, sizeof g_case, __VA_ARGS__)
-
-#define CUDA_OK(call)                                                                                           \
-    do {                                                                                                        \
-        cudaError_t e_ = (call);                                                                                \
-        ck_assert_msg(e_ == cudaSuccess, "[%s] %s -> %s: %s", g_case, #call, cudaGetErrorName(e_),              \
-                      cudaGetErrorString(e_));                                                                  \
-    } while (0)
-
-/* A tpk_* call: its return value (launch errors), then, after a stream sync, the kernel's execution errors. */
-#define LAUNCH_OK(call)                                                                                         \
-    do {                                                                                                        \
-        int r_ = (call);                                                                                        \
-        ck_assert_msg(r_ == 0, "[%s] %s returned %d (%s: %s)", g_case, #call, r_, cudaGetErrorName((cudaError_t)r_), \
-                      cudaGetErrorString((cudaError_t)r_));                                                     \
-    } while (0)
-#define KERNEL_OK(call)                                                                                         \
-    do {                                                                                                        \
-        LAUNCH_OK(call);                                                                                        \
-        cudaError_t s_ = cudaStreamSynchronize(g_stream);                                                       \
-        ck_assert_msg(s_ == cudaSuccess, "[%s] %s: kernel failed while running: %s: %s", g_case, #call,          \
-                      cudaGetErrorName(s_), cudaGetErrorString(s_));                                             \
-    } while (0)
-
-/* ---- resources, freed by the fixture's teardown (which also runs after a failure under CK_FORK=no) -------- */
-
-#define MAX_TRACKED 4096
-static void *g_dev[MAX_TRACKED], *g_host[MAX_TRACKED];
-static int g_ndev, g_nhost;
-static cudaStream_t g_stream;
 static cudaStream_t g_cap_stream; /* non-blocking stream for graph capture; destroyed at teardown */
 static tp_gemm_ctx *g_gemm;
 static tp_gemm_plan *g_plans[64];
 static int g_nplans;
 
 static void setup(void) {
-    g_ndev = g_nhost = g_nplans = 0;
+    g_nplans = 0;
     g_gemm = NULL;
-    g_case[0] = 0;
-    snprintf(g_case, sizeof g_case, "setup");
-    /* A blocking stream on purpose: it is ordered after the legacy default stream, where cudaMemset and the
-     * pageable cudaMemcpy uploads run (a pageable H2D copy may return before its DMA lands), so a kernel never
-     * races with the poisoning or the upload of its own buffers. */
-    CUDA_OK(cudaStreamCreate(&g_stream));
+    gpu_setup();
 }
 
+/* Tracked allocations are freed here only: intermediate frees are not needed, tests are small. */
 static void teardown(void) {
     if (g_stream) cudaStreamSynchronize(g_stream);
     for (int i = 0; i < g_nplans; i++) tp_gemm_plan_destroy(g_plans[i]);
     if (g_gemm) tp_gemm_ctx_destroy(g_gemm);
-    for (int i = 0; i < g_ndev; i++) cudaFree(g_dev[i]);
-    for (int i = 0; i < g_nhost; i++) free(g_host[i]);
+    free_tracked();
     if (g_cap_stream) cudaStreamDestroy(g_cap_stream);
-    if (g_stream) cudaStreamDestroy(g_stream);
-    g_stream = g_cap_stream = NULL;
+    g_cap_stream = NULL;
+    close_stream();
     g_gemm = NULL;
-    g_ndev = g_nhost = g_nplans = 0;
+    g_nplans = 0;
 }
-
-/* Host allocation, freed at teardown. Intermediate frees are not needed: tests are small. */
-static void *hmalloc(size_t bytes) {
-    ck_assert_msg(g_nhost < MAX_TRACKED, "test bug: too many host allocations");
-    void *p = malloc(bytes ? bytes : 1);
-    ck_assert_msg(p != NULL, "[%s] out of host memory (%zu bytes)", g_case, bytes);
-    g_host[g_nhost++] = p;
-    return p;
-}
-
-static size_t esize(tp_dtype t) { return tp_dtype_info(t)->bytes; }
-static const char *dname(tp_dtype t) { return tp_dtype_info(t)->name; }
 
 /* Device buffer of n elements of dt, starting `offset` elements into the allocation (offset 1 makes the base
- * misaligned for 4-element vectors, forcing the kernels' scalar paths), poisoned with 0xFF bytes: NaN in every
- * float format used here, so an element a kernel fails to write is caught. */
-static void *dev_alloc(tp_dtype dt, size_t n, size_t offset) {
-    ck_assert_msg(g_ndev < MAX_TRACKED, "test bug: too many device allocations");
-    void *p = NULL;
-    size_t bytes = (n + offset) * esize(dt);
-    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
-    g_dev[g_ndev++] = p;
-    CUDA_OK(cudaMemsetAsync(p, 0xFF, bytes, g_stream));
-    CUDA_OK(cudaStreamSynchronize(g_stream));
-    return (char *)p + offset * esize(dt);
+ * misaligned for 4-element vectors, forcing the kernels' scalar paths), poisoned with 0xFF bytes (gpu_check.h). */
+static void *dev_alloc_at(tp_dtype dt, size_t n, size_t offset) {
+    return (char *)dev_bytes((n + offset) * esize(dt)) + offset * esize(dt);
 }
 
 /* Converts n fp32 values to dt (FP8: divided by scale) and uploads them. */
-static void *dev_upload(tp_dtype dt, const float *x, size_t n, float scale, size_t offset) {
-    void *d = dev_alloc(dt, n, offset);
-    void *tmp = hmalloc(n * esize(dt));
-    tp_convert_from_f32(dt, x, tmp, n, scale);
-    CUDA_OK(cudaMemcpy(d, tmp, n * esize(dt), cudaMemcpyHostToDevice));
+static void *dev_upload_at(tp_dtype dt, const float *x, size_t n, float scale, size_t offset) {
+    void *d = dev_alloc_at(dt, n, offset);
+    upload_to(d, dt, x, n, scale);
     return d;
-}
-
-static float *dev_scalar(float v) {
-    float *d = dev_alloc(TP_F32, 1, 0);
-    CUDA_OK(cudaMemcpy(d, &v, sizeof v, cudaMemcpyHostToDevice));
-    return d;
-}
-
-static void *download_bytes(const void *d, size_t bytes) {
-    void *h = hmalloc(bytes);
-    CUDA_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    return h;
-}
-
-/* Downloads n elements of dt and decodes them to fp32 (FP8: times scale), as tp_convert_to_f32 does. */
-static float *download_f32(tp_dtype dt, const void *d, size_t n, float scale) {
-    void *raw = download_bytes(d, n * esize(dt));
-    float *f = hmalloc(n * sizeof(float));
-    tp_convert_to_f32(dt, raw, f, n, scale);
-    return f;
-}
-
-/* n normal(mean, std) values; never exactly zero, so a kernel that writes zeros cannot pass by accident. */
-static float *host_normal(size_t n, uint64_t seed, double mean, double std) {
-    float *x = hmalloc(n * sizeof(float));
-    tp_rng r;
-    tp_rng_seed(&r, seed);
-    for (size_t i = 0; i < n; i++) {
-        float v = (float)(mean + std * tp_rng_normal(&r));
-        x[i] = v != 0.0f ? v : (float)(std * 1e-3);
-    }
-    return x;
 }
 
 /* Rounds x in place to what storage type dt holds (FP8 with scale). */
@@ -167,12 +80,6 @@ static void round_to(tp_dtype dt, float *x, size_t n, float scale) {
     void *tmp = hmalloc(n * esize(dt));
     tp_convert_from_f32(dt, x, tmp, n, scale);
     tp_convert_to_f32(dt, tmp, x, n, scale);
-}
-
-static float host_amax(const float *x, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
-    return m;
 }
 
 /* ---- comparisons -------------------------------------------------------------------------------------------- */
@@ -292,8 +199,8 @@ START_TEST(test_im2col) {
         const size_t n_img = (size_t)B * 3 * H * W, Np = (size_t)(H / P) * (W / P), K = 3 * (size_t)P * P;
         const size_t n = B * Np * K;
         float *img = host_normal(n_img, 100 + c, 0.0, 1.0);
-        void *d_img = dev_upload(TP_F32, img, n_img, 1.0f, 0);
-        void *d_cols = dev_alloc(dt, n, 0);
+        void *d_img = dev_upload_at(TP_F32, img, n_img, 1.0f, 0);
+        void *d_cols = dev_alloc_at(dt, n, 0);
         KERNEL_OK(tpk_im2col(d_img, d_cols, dt, B, H, W, P, g_stream));
         float *ref = hmalloc(n * sizeof(float));
         tp_cpu_im2col(img, ref, B, H, W, P);
@@ -320,9 +227,9 @@ START_TEST(test_embed_tokens) {
         round_to(dt, pe, n_pe, 1.0f);
         round_to(dt, pos, (size_t)T * C, 1.0f);
         round_to(dt, cls, (size_t)C, 1.0f);
-        void *d_pe = dev_upload(dt, pe, n_pe, 1.0f, 0), *d_pos = dev_upload(dt, pos, (size_t)T * C, 1.0f, 0);
-        void *d_cls = has_cls ? dev_upload(dt, cls, (size_t)C, 1.0f, 0) : NULL;
-        void *d_x = dev_alloc(dt, n_x, 0);
+        void *d_pe = dev_upload_at(dt, pe, n_pe, 1.0f, 0), *d_pos = dev_upload_at(dt, pos, (size_t)T * C, 1.0f, 0);
+        void *d_cls = has_cls ? dev_upload_at(dt, cls, (size_t)C, 1.0f, 0) : NULL;
+        void *d_x = dev_alloc_at(dt, n_x, 0);
         KERNEL_OK(tpk_embed_tokens(d_pe, d_cls, d_pos, d_x, dt, B, Np, C, has_cls, g_stream));
         float *ref = hmalloc(n_x * sizeof(float));
         tp_cpu_embed_tokens(pe, has_cls ? cls : NULL, pos, ref, B, Np, C, has_cls);
@@ -363,8 +270,8 @@ START_TEST(test_layernorm) {
         float *ref = hmalloc(n * sizeof(float));
         tp_cpu_layernorm(x, w, b, ref, M, C, eps);
         const float scale = ydt == TP_E4M3 ? host_amax(ref, n) / 448.0f : 1.0f;
-        void *d_x = dev_upload(xdt, x, n, 1.0f, off), *d_w = dev_upload(wdt, w, (size_t)C, 1.0f, off);
-        void *d_b = dev_upload(wdt, b, (size_t)C, 1.0f, off), *d_y = dev_alloc(ydt, n, off);
+        void *d_x = dev_upload_at(xdt, x, n, 1.0f, off), *d_w = dev_upload_at(wdt, w, (size_t)C, 1.0f, off);
+        void *d_b = dev_upload_at(wdt, b, (size_t)C, 1.0f, off), *d_y = dev_alloc_at(ydt, n, off);
         float *d_scale = ydt == TP_E4M3 ? dev_scalar(scale) : NULL;
         KERNEL_OK(tpk_layernorm(d_x, xdt, d_w, d_b, wdt, d_y, ydt, d_scale, M, C, eps, g_stream));
         check_close("y", download_f32(ydt, d_y, n, scale), ref, n, (size_t)C, tol_for(ydt, n));
@@ -394,7 +301,7 @@ START_TEST(test_gelu) {
         float *ref = hmalloc(n * sizeof(float));
         tp_cpu_gelu(x, ref, (int64_t)n);
         const float scale = ydt == TP_E4M3 ? host_amax(ref, n) / 448.0f : 1.0f;
-        void *d_x = dev_upload(xdt, x, n, 1.0f, off), *d_y = dev_alloc(ydt, n, off);
+        void *d_x = dev_upload_at(xdt, x, n, 1.0f, off), *d_y = dev_alloc_at(ydt, n, off);
         float *d_scale = ydt == TP_E4M3 ? dev_scalar(scale) : NULL;
         KERNEL_OK(tpk_gelu(d_x, xdt, d_y, ydt, d_scale, n, g_stream));
         check_close("y", download_f32(ydt, d_y, n, scale), ref, n, n, tol_for(ydt, n));
@@ -417,8 +324,8 @@ START_TEST(test_add) {
         float *a = host_normal(n, 900 + c, 0.0, 1.0), *b = host_normal(n, 1000 + c, 0.0, 3.0);
         round_to(dt, a, n, 1.0f);
         round_to(dt, b, n, 1.0f);
-        void *d_a = dev_upload(dt, a, n, 1.0f, off), *d_b = dev_upload(dt, b, n, 1.0f, off);
-        void *d_y = alias == 1 ? d_a : alias == 2 ? d_b : dev_alloc(dt, n, off);
+        void *d_a = dev_upload_at(dt, a, n, 1.0f, off), *d_b = dev_upload_at(dt, b, n, 1.0f, off);
+        void *d_y = alias == 1 ? d_a : alias == 2 ? d_b : dev_alloc_at(dt, n, off);
         KERNEL_OK(tpk_add(d_a, d_b, d_y, dt, n, g_stream));
         float *ref = hmalloc(n * sizeof(float));
         tp_cpu_add(a, b, ref, (int64_t)n);
@@ -460,7 +367,7 @@ START_TEST(test_attention) {
                 float *ref = hmalloc(n_out * sizeof(float));
                 tp_cpu_attention(qkv, ref, B, T, H, D, scale);
                 const float oscale = odt == TP_E4M3 ? host_amax(ref, n_out) / 448.0f : 1.0f;
-                void *d_qkv = dev_upload(idt, qkv, n_in, 1.0f, 0), *d_out = dev_alloc(odt, n_out, 0);
+                void *d_qkv = dev_upload_at(idt, qkv, n_in, 1.0f, 0), *d_out = dev_alloc_at(odt, n_out, 0);
                 float *d_oscale = odt == TP_E4M3 ? dev_scalar(oscale) : NULL;
                 KERNEL_OK(tpk_attention(d_qkv, idt, d_out, odt, d_oscale, B, T, H, D, scale, g_stream));
                 tol_t tol = tol_for(odt, n_out);
@@ -488,7 +395,7 @@ START_TEST(test_pool) {
         const size_t n_x = (size_t)B * T * C, n_y = (size_t)B * C;
         float *x = host_normal(n_x, 1200 + c, 0.5, 1.0);
         round_to(dt, x, n_x, 1.0f);
-        void *d_x = dev_upload(dt, x, n_x, 1.0f, 0), *d_y = dev_alloc(dt, n_y, 0);
+        void *d_x = dev_upload_at(dt, x, n_x, 1.0f, 0), *d_y = dev_alloc_at(dt, n_y, 0);
         KERNEL_OK(tpk_pool(d_x, d_y, dt, B, T, C, mode, prefix, g_stream));
         float *ref = hmalloc(n_y * sizeof(float));
         tp_cpu_pool(x, ref, B, T, C, mode, prefix);
@@ -525,7 +432,7 @@ START_TEST(test_amax) {
         x[n - 1] = -9.5f; /* exact in every format; beyond the normal samples' range */
         round_to(dt, x, n, 1.0f);
         const float want = host_amax(x, n);
-        void *d_x = dev_upload(dt, x, n, 1.0f, off);
+        void *d_x = dev_upload_at(dt, x, n, 1.0f, off);
         float got = run_amax(dt, d_x, n, 0.0f);
         printf("  %s  %s: amax=%.8g want %.8g\n", got == want ? "ok  " : "FAIL", g_case, got, want);
         ck_assert_msg(got == want, "[%s] init 0: amax %.8g, want %.8g", g_case, got, want);
@@ -539,7 +446,7 @@ START_TEST(test_amax) {
         float *y = host_normal(n, 1400 + c, 0.0, 1.0);
         y[0] = 12.25f;
         round_to(dt, y, n, 1.0f);
-        void *d_y = dev_upload(dt, y, n, 1.0f, 0);
+        void *d_y = dev_upload_at(dt, y, n, 1.0f, 0);
         KERNEL_OK(tpk_amax(d_x, dt, n, d_m, g_stream));
         KERNEL_OK(tpk_amax(d_y, dt, n, d_m, g_stream));
         CUDA_OK(cudaMemcpy(&got, d_m, sizeof got, cudaMemcpyDeviceToHost));
@@ -548,7 +455,7 @@ START_TEST(test_amax) {
 
         /* a NaN anywhere makes the result NaN, whatever the order blocks finish in */
         x[n / 2] = NAN;
-        void *d_xn = dev_upload(dt, x, n, 1.0f, off);
+        void *d_xn = dev_upload_at(dt, x, n, 1.0f, off);
         got = run_amax(dt, d_xn, n, 0.0f);
         ck_assert_msg(isnan(got), "[%s] NaN at index %zu: amax %.8g, want NaN", g_case, n / 2, got);
         got = run_amax(dt, d_xn, n, 1e30f);
@@ -585,7 +492,7 @@ START_TEST(test_abs_histogram) {
         int b = (int)(a * per);
         want[b < nbins ? b : nbins - 1]++;
     }
-    void *d_x = dev_upload(dt, x, n, 1.0f, 0);
+    void *d_x = dev_upload_at(dt, x, n, 1.0f, 0);
     float *d_amax = dev_scalar(amax);
     unsigned *d_bins = NULL;
     CUDA_OK(cudaMalloc((void **)&d_bins, sizeof(unsigned) * (size_t)nbins));
@@ -656,14 +563,14 @@ START_TEST(test_gemm) {
         tp_cpu_linear(A, W, NULL, ref, M, N, K);
         for (size_t i = 0; i < nD; i++) ref_b[i] = (float)((double)ref[i] + bias[i % (size_t)N]);
 
-        void *d_A = dev_upload(ab, A, nA, a_scale, 0), *d_W = dev_upload(ab, W, nW, w_scale, 0);
-        void *d_bias = dev_upload(dt, bias, (size_t)N, 1.0f, 0);
+        void *d_A = dev_upload_at(ab, A, nA, a_scale, 0), *d_W = dev_upload_at(ab, W, nW, w_scale, 0);
+        void *d_bias = dev_upload_at(dt, bias, (size_t)N, 1.0f, 0);
         float *d_as = fp8 ? dev_scalar(a_scale) : NULL, *d_ws = fp8 ? dev_scalar(w_scale) : NULL;
         for (int has_bias = 0; has_bias <= 1; has_bias++) {
             SET_CASE("gemm %s->%s M=%lld N=%lld K=%lld bias=%d", dname(ab), dname(dt), (long long)M, (long long)N,
                      (long long)K, has_bias);
             tp_gemm_plan *p = gemm_plan(ab, dt, M, N, K, has_bias);
-            void *d_D = dev_alloc(dt, nD, 0);
+            void *d_D = dev_alloc_at(dt, nD, 0);
             int r = tp_gemm_run(g_gemm, p, d_A, d_W, has_bias ? d_bias : NULL, d_D, d_as, d_ws, g_stream);
             ck_assert_msg(r == 0, "[%s] tp_gemm_run returned cuBLAS status %d", g_case, r);
             CUDA_OK(cudaStreamSynchronize(g_stream));
@@ -703,15 +610,16 @@ START_TEST(test_gemm_rejects) {
     /* run-time argument checks: caller bugs must be errors, not silently unscaled or unbiased results */
     SET_CASE("gemm run argument checks");
     tp_gemm_plan *p8 = gemm_plan(TP_E4M3, TP_F16, 32, 32, 32, 1);
-    void *a = dev_alloc(TP_E4M3, 32 * 32, 0), *w = dev_alloc(TP_E4M3, 32 * 32, 0), *d = dev_alloc(TP_F16, 32 * 32, 0);
-    void *b = dev_alloc(TP_F16, 32, 0);
+    void *a = dev_alloc_at(TP_E4M3, 32 * 32, 0), *w = dev_alloc_at(TP_E4M3, 32 * 32, 0);
+    void *d = dev_alloc_at(TP_F16, 32 * 32, 0);
+    void *b = dev_alloc_at(TP_F16, 32, 0);
     float *s = dev_scalar(1.0f);
     ck_assert_msg(tp_gemm_run(g_gemm, p8, a, w, b, d, NULL, s, g_stream) != 0, "[%s] FP8 without a_scale accepted", g_case);
     ck_assert_msg(tp_gemm_run(g_gemm, p8, a, w, b, d, s, NULL, g_stream) != 0, "[%s] FP8 without w_scale accepted", g_case);
     ck_assert_msg(tp_gemm_run(g_gemm, p8, a, w, NULL, d, s, s, g_stream) != 0, "[%s] bias plan without bias accepted", g_case);
     ck_assert_msg(tp_gemm_run(g_gemm, p8, (char *)a + 1, w, b, d, s, s, g_stream) != 0,
                   "[%s] misaligned A accepted", g_case);
-    float *s4 = (float *)dev_alloc(TP_F32, 8, 1); /* 4-byte aligned only */
+    float *s4 = (float *)dev_alloc_at(TP_F32, 8, 1); /* 4-byte aligned only */
     ck_assert_msg(tp_gemm_run(g_gemm, p8, a, w, b, d, s4, s, g_stream) != 0, "[%s] 4-byte-aligned a_scale accepted",
                   g_case);
     printf("  info  cuBLASLt version %zu\n", tp_gemm_lib_version());
@@ -761,22 +669,22 @@ START_TEST(test_graph_capture) {
     SET_CASE("graph capture: layernorm -> gemm f16 -> attention -> add; gemm e4m3->bf16");
     chain_t c;
     const size_t nx = (size_t)CH_M * CH_C, nw = (size_t)3 * CH_C * CH_C;
-    c.x = dev_upload(TP_F16, host_normal(nx, 1800, 0.3, 1.0), nx, 1.0f, 0);
-    c.lw = dev_upload(TP_F16, host_normal(CH_C, 1801, 1.0, 0.2), CH_C, 1.0f, 0);
-    c.lb = dev_upload(TP_F16, host_normal(CH_C, 1802, 0.0, 0.2), CH_C, 1.0f, 0);
-    c.wqkv = dev_upload(TP_F16, host_normal(nw, 1803, 0.0, 0.1), nw, 1.0f, 0);
-    c.bqkv = dev_upload(TP_F16, host_normal(3 * CH_C, 1804, 0.0, 0.2), 3 * CH_C, 1.0f, 0);
-    c.h = dev_alloc(TP_F16, nx, 0);
-    c.qkv = dev_alloc(TP_F16, 3 * nx, 0);
-    c.att = dev_alloc(TP_F16, nx, 0);
-    c.y = dev_alloc(TP_F16, nx, 0);
+    c.x = dev_upload_at(TP_F16, host_normal(nx, 1800, 0.3, 1.0), nx, 1.0f, 0);
+    c.lw = dev_upload_at(TP_F16, host_normal(CH_C, 1801, 1.0, 0.2), CH_C, 1.0f, 0);
+    c.lb = dev_upload_at(TP_F16, host_normal(CH_C, 1802, 0.0, 0.2), CH_C, 1.0f, 0);
+    c.wqkv = dev_upload_at(TP_F16, host_normal(nw, 1803, 0.0, 0.1), nw, 1.0f, 0);
+    c.bqkv = dev_upload_at(TP_F16, host_normal(3 * CH_C, 1804, 0.0, 0.2), 3 * CH_C, 1.0f, 0);
+    c.h = dev_alloc_at(TP_F16, nx, 0);
+    c.qkv = dev_alloc_at(TP_F16, 3 * nx, 0);
+    c.att = dev_alloc_at(TP_F16, nx, 0);
+    c.y = dev_alloc_at(TP_F16, nx, 0);
     c.pqkv = gemm_plan(TP_F16, TP_F16, CH_M, 3 * CH_C, CH_C, 1);
     float *a8 = host_normal((size_t)CH8_M * CH8_K, 1805, 0.0, 1.0), *w8 = host_normal((size_t)CH8_N * CH8_K, 1806, 0.0, 0.05);
     const float as = host_amax(a8, (size_t)CH8_M * CH8_K) / 448.0f, ws = host_amax(w8, (size_t)CH8_N * CH8_K) / 448.0f;
-    c.a8 = dev_upload(TP_E4M3, a8, (size_t)CH8_M * CH8_K, as, 0);
-    c.w8 = dev_upload(TP_E4M3, w8, (size_t)CH8_N * CH8_K, ws, 0);
-    c.b8 = dev_upload(TP_BF16, host_normal(CH8_N, 1807, 0.0, 0.5), CH8_N, 1.0f, 0);
-    c.d8 = dev_alloc(TP_BF16, (size_t)CH8_M * CH8_N, 0);
+    c.a8 = dev_upload_at(TP_E4M3, a8, (size_t)CH8_M * CH8_K, as, 0);
+    c.w8 = dev_upload_at(TP_E4M3, w8, (size_t)CH8_N * CH8_K, ws, 0);
+    c.b8 = dev_upload_at(TP_BF16, host_normal(CH8_N, 1807, 0.0, 0.5), CH8_N, 1.0f, 0);
+    c.d8 = dev_alloc_at(TP_BF16, (size_t)CH8_M * CH8_N, 0);
     c.as = dev_scalar(as);
     c.ws = dev_scalar(ws);
     c.p8 = gemm_plan(TP_E4M3, TP_BF16, CH8_M, CH8_N, CH8_K, 1);
@@ -818,13 +726,9 @@ END_TEST
 
 START_TEST(test_kernel_rejects) {
     SET_CASE("kernel argument checks");
-    void *buf = dev_alloc(TP_F32, 4096, 0);
+    void *buf = dev_alloc_at(TP_F32, 4096, 0);
     float *sc = dev_scalar(1.0f);
-    const int inval = (int)cudaErrorInvalidValue;
-    struct {
-        const char *what;
-        int got;
-    } r[] = {
+    const rejected_call r[] = {
         {"im2col to e4m3 (no scale argument)", tpk_im2col(buf, buf, TP_E4M3, 1, 32, 32, 16, g_stream)},
         {"im2col H not a multiple of P", tpk_im2col(buf, buf, TP_F32, 1, 30, 32, 16, g_stream)},
         {"embed_tokens e4m3", tpk_embed_tokens(buf, buf, buf, buf, TP_E4M3, 1, 4, 8, 1, g_stream)},
@@ -844,13 +748,7 @@ START_TEST(test_kernel_rejects) {
         {"pool avg with prefix = T (no tokens)", tpk_pool(buf, buf, TP_F32, 1, 4, 8, 1, 4, g_stream)},
         {"amax e4m3", tpk_amax(buf, TP_E4M3, 16, sc, g_stream)},
     };
-    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
-        printf("  %s  %s: returned %d\n", r[i].got == inval ? "ok  " : "FAIL", r[i].what, r[i].got);
-        ck_assert_msg(r[i].got == inval, "%s: returned %d (%s), want cudaErrorInvalidValue", r[i].what, r[i].got,
-                      cudaGetErrorName((cudaError_t)r[i].got));
-    }
-    CUDA_OK(cudaStreamSynchronize(g_stream));
-    CUDA_OK(cudaGetLastError());
+    check_rejected(r, sizeof r / sizeof r[0]);
     /* empty work is a successful no-op */
     ck_assert_int_eq(tpk_gelu(buf, TP_F32, buf, TP_F32, NULL, 0, g_stream), 0);
     ck_assert_int_eq(tpk_attention(buf, TP_F16, buf, TP_F16, NULL, 0, 4, 1, 64, 0.1f, g_stream), 0);
@@ -860,64 +758,26 @@ END_TEST
 
 /* ---- suite ----------------------------------------------------------------------------------------------------- */
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-static TCase *new_tcase(const char *name) {
-    TCase *tc = tcase_create(name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    /* CUDA context creation (per forked test) plus fp64 CPU references of up to ~2 GFLOP per case. */
-    tcase_set_timeout(tc, 600);
-    return tc;
-}
+/* new_tcase (gpu_check.h): 600 s a test, for CUDA context creation (per forked test) plus fp64 CPU references of
+ * up to ~2 GFLOP per case */
 
 Suite *gpu_ops_suite(void) {
     Suite *s = suite_create("gpu_ops");
     TCase *tc;
-
-    tc = new_tcase("im2col");
-    tcase_add_loop_test(tc, test_im2col, 0, N_OF(ACT));
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("embed_tokens");
-    tcase_add_loop_test(tc, test_embed_tokens, 0, N_OF(ACT));
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("layernorm");
-    tcase_add_loop_test(tc, test_layernorm, 0, N_OF(LN_COMBOS));
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("gelu");
-    tcase_add_loop_test(tc, test_gelu, 0, N_OF(GELU_COMBOS));
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("add");
-    tcase_add_loop_test(tc, test_add, 0, N_OF(ACT));
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("attention");
-    tcase_add_loop_test(tc, test_attention, 0, N_OF(ATT_COMBOS));
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("pool");
-    tcase_add_loop_test(tc, test_pool, 0, N_OF(ACT));
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("amax");
+    tcase_add_loop_test(new_tcase(s, "im2col"), test_im2col, 0, N_OF(ACT));
+    tcase_add_loop_test(new_tcase(s, "embed_tokens"), test_embed_tokens, 0, N_OF(ACT));
+    tcase_add_loop_test(new_tcase(s, "layernorm"), test_layernorm, 0, N_OF(LN_COMBOS));
+    tcase_add_loop_test(new_tcase(s, "gelu"), test_gelu, 0, N_OF(GELU_COMBOS));
+    tcase_add_loop_test(new_tcase(s, "add"), test_add, 0, N_OF(ACT));
+    tcase_add_loop_test(new_tcase(s, "attention"), test_attention, 0, N_OF(ATT_COMBOS));
+    tcase_add_loop_test(new_tcase(s, "pool"), test_pool, 0, N_OF(ACT));
+    tc = new_tcase(s, "amax");
     tcase_add_loop_test(tc, test_amax, 0, N_OF(ACT));
     tcase_add_loop_test(tc, test_abs_histogram, 0, N_OF(ACT));
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("gemm");
+    tc = new_tcase(s, "gemm");
     tcase_add_loop_test(tc, test_gemm, 0, N_OF(GEMM_TYPES));
     tcase_add_test(tc, test_gemm_rejects);
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("graph");
-    tcase_add_test(tc, test_graph_capture);
-    suite_add_tcase(s, tc);
-
-    tc = new_tcase("rejects");
-    tcase_add_test(tc, test_kernel_rejects);
-    suite_add_tcase(s, tc);
+    tcase_add_test(new_tcase(s, "graph"), test_graph_capture);
+    tcase_add_test(new_tcase(s, "rejects"), test_kernel_rejects);
     return s;
 }

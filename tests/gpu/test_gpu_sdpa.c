@@ -49,22 +49,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/rng.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/cudnn_sdpa.h"
 #include "formats/dtype.h"
 
+#define TP_GPU_MAX_TRACKED 256
+#include "gpu_check.h"
+
 Suite *gpu_sdpa_suite(void);
 
-static char g_case[256];
-#define SET_CASE(...) snprintf(g_case, sizeof g_case, __VA_ARGS__)
-
-#define CUDA_OK(call)                                                                                           \
-    do {                                                                                                        \
-        cudaError_t e_ = (call);                                                                                \
-        ck_assert_msg(e_ == cudaSuccess, "[%s] %s -> %s: %s", g_case, #call, cudaGetErrorName(e_),              \
-                      cudaGetErrorString(e_));                                                                  \
-    } while (0)
 /* tp_sdpa_run returns a cudnnStatus_t (0 = success) */
 #define SDPA_OK(call)                                                                                           \
     do {                                                                                                        \
@@ -75,35 +68,25 @@ static char g_case[256];
                       cudaGetErrorName(s_), cudaGetErrorString(s_));                                            \
     } while (0)
 
-/* ---- resources: tracked, released per shape (release_all) and at teardown ----------------------------------- */
+/* ---- fixture: the plan and the tracked resources are released per shape (release_case) and at teardown ----- */
 
-#define MAX_TRACKED 256
-static void *g_dev[MAX_TRACKED], *g_host[MAX_TRACKED];
-static int g_ndev, g_nhost;
-static cudaStream_t g_stream;
-static tp_sdpa *g_plan; /* the plan of the current case, destroyed by release_all */
+static tp_sdpa *g_plan; /* the plan of the current case, destroyed by release_case */
 
-static void release_all(void) {
+static void release_case(void) {
     if (g_stream) cudaStreamSynchronize(g_stream);
     tp_sdpa_destroy(g_plan);
     g_plan = NULL;
-    for (int i = 0; i < g_ndev; i++) cudaFree(g_dev[i]);
-    for (int i = 0; i < g_nhost; i++) free(g_host[i]);
-    g_ndev = g_nhost = 0;
+    free_tracked();
 }
 
 static void setup(void) {
-    g_ndev = g_nhost = 0;
     g_plan = NULL;
-    snprintf(g_case, sizeof g_case, "setup");
-    /* blocking stream: ordered after the legacy default stream, where the pageable uploads run */
-    CUDA_OK(cudaStreamCreate(&g_stream));
+    gpu_setup();
 }
 
 static void teardown(void) {
-    release_all();
-    if (g_stream) cudaStreamDestroy(g_stream);
-    g_stream = NULL;
+    release_case();
+    close_stream();
 }
 
 /* 1 when cuDNN is usable; otherwise prints the skip reason and returns 0, or fails under TPROF_REQUIRE_CUDNN. */
@@ -118,56 +101,10 @@ static int cudnn_here(const char *test) {
     return ok;
 }
 
-static void *hmalloc(size_t bytes) {
-    ck_assert_msg(g_nhost < MAX_TRACKED, "test bug: too many host allocations");
-    void *p = malloc(bytes ? bytes : 1);
-    ck_assert_msg(p != NULL, "[%s] out of host memory (%zu bytes)", g_case, bytes);
-    g_host[g_nhost++] = p;
-    return p;
-}
-
-static size_t esize(tp_dtype t) { return tp_dtype_info(t)->bytes; }
-static const char *dname(tp_dtype t) { return tp_dtype_info(t)->name; }
-
-/* bytes of device memory, poisoned with 0xFF bytes (NaN in F16 and BF16) */
-static void *dev_bytes(size_t bytes) {
-    ck_assert_msg(g_ndev < MAX_TRACKED, "test bug: too many device allocations");
-    void *p = NULL;
-    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
-    g_dev[g_ndev++] = p;
-    CUDA_OK(cudaMemset(p, 0xFF, bytes));
-    return p;
-}
-
-/* uploads n fp32 values as dt into a buffer of n_alloc >= n elements (the rest stays poison) */
-static void *dev_upload(tp_dtype dt, const float *x, size_t n, size_t n_alloc) {
-    void *d = dev_bytes(n_alloc * esize(dt)), *tmp = hmalloc(n * esize(dt));
-    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
-    CUDA_OK(cudaMemcpy(d, tmp, n * esize(dt), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static void *download_bytes(const void *d, size_t bytes) {
-    void *h = hmalloc(bytes);
-    CUDA_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    return h;
-}
-
 static float *to_f32(tp_dtype dt, const void *raw, size_t n) {
     float *f = hmalloc(n * sizeof(float));
     tp_convert_to_f32(dt, raw, f, n, 1.0f);
     return f;
-}
-
-static float *host_normal(size_t n, uint64_t seed, double std) {
-    float *x = hmalloc(n * sizeof(float));
-    tp_rng r;
-    tp_rng_seed(&r, seed);
-    for (size_t i = 0; i < n; i++) {
-        float v = (float)(std * tp_rng_normal(&r));
-        x[i] = v != 0.0f ? v : (float)(std * 1e-3);
-    }
-    return x;
 }
 
 static void round_to(tp_dtype dt, float *x, size_t n) {
@@ -176,12 +113,6 @@ static void round_to(tp_dtype dt, float *x, size_t n) {
     tp_convert_from_f32(dt, x, tmp, n, 1.0f);
     tp_convert_to_f32(dt, tmp, x, n, 1.0f);
     free(tmp);
-}
-
-static float host_amax(const float *x, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
-    return m;
 }
 
 /* max |V| over the V part of qkv (B, T, 3, H, D) */
@@ -274,7 +205,7 @@ static int run_case(tp_dtype dt, int B, int T, int H, int D, float scale, int re
     ck_assert_msg(st == TP_OK, "[%s] tp_sdpa_create: %s: %s", g_case, tp_status_name(st), err.msg);
     printf("  plan  %s: %s (planned in %.3f s)\n", g_case, tp_sdpa_describe(g_plan), t_plan);
 
-    float *qkv = host_normal(n_in, seed, 2.0);
+    float *qkv = host_normal(n_in, seed, 0.0, 2.0);
     round_to(dt, qkv, n_in);
     float *ref = hmalloc(n_out * sizeof(float));
     tp_cpu_attention(qkv, ref, B, T, H, D, scale);
@@ -310,12 +241,12 @@ START_TEST(test_sdpa_shapes) {
                 const int T = Ts[ti], B = Bs[bi], H = HD[hi][0], D = HD[hi][1];
                 const int ok = run_case(dt, B, T, H, D, 1.0f / sqrtf((float)D), D != 80, seed++);
                 run += ok, refused += !ok;
-                release_all();
+                release_case();
             }
     /* ViT-B/16 at batch 64 */
     for (int T = 197; T <= 257; T += 60) {
         run += run_case(dt, 64, T, 12, 64, 0.125f, 1, seed++);
-        release_all();
+        release_case();
     }
     printf("  info  sdpa shapes %s: %d shapes checked, %d refused by cuDNN (D = 80 only)\n", dname(dt), run, refused);
 }
@@ -335,7 +266,7 @@ START_TEST(test_sdpa_scales) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int B = cases[c][0], T = cases[c][1], H = cases[c][2], D = cases[c][3];
         run_case(dt, B, T, H, D, 1.0f, 1, 9000 + 10 * c);
-        release_all();
+        release_case();
         const float refused[] = {0.0f, -1.0f / sqrtf((float)D), NAN};
         for (size_t si = 0; si < sizeof refused / sizeof refused[0]; si++) {
             tp_error err = {0};
@@ -352,7 +283,7 @@ START_TEST(test_sdpa_scales) {
             SET_CASE("sdpa %s B=%d T=%d H=%d D=%d scale=%g", dname(dt), B, T, H, D, (double)small[si]);
             tp_error err = {0};
             ck_assert_msg(tp_sdpa_create(B, T, H, D, dt, small[si], &g_plan, &err) == TP_OK, "[%s] %s", g_case, err.msg);
-            float *qkv = host_normal(n_in, 9500 + 10 * c + si, 2.0);
+            float *qkv = host_normal(n_in, 9500 + 10 * c + si, 0.0, 2.0);
             round_to(dt, qkv, n_in);
             float *ref = hmalloc(n_out * sizeof(float));
             tp_cpu_attention(qkv, ref, B, T, H, D, small[si]);
@@ -373,7 +304,7 @@ START_TEST(test_sdpa_scales) {
             printf("  info  %s (not required): %zu NaN/Inf of %zu, rel_l2 %.3e (bound %.1e)\n", g_case, bad, n_out,
                    den > 0.0 ? sqrt(num / den) : 0.0, 4.0 * unit_round(dt));
             fflush(stdout);
-            release_all();
+            release_case();
         }
     }
 }
@@ -418,7 +349,7 @@ START_TEST(test_sdpa_rejects) {
     tp_status st48 = tp_sdpa_create(1, 4, 1, 48, TP_F16, 0.1f, &g_plan, &err);
     printf("  info  D = 48: %s%s%s\n", tp_status_name(st48), st48 ? ": " : "", st48 ? err.msg : "");
     ck_assert_msg(st48 == TP_OK || st48 == TP_ERR_UNSUPPORTED, "D = 48: %s: %s", tp_status_name(st48), err.msg);
-    release_all();
+    release_case();
     ck_assert_int_eq(tp_sdpa_create(2, 8, 2, 64, TP_F16, 0.125f, &g_plan, &err), TP_OK);
     char *buf = dev_bytes(1 << 16);
     const size_t wsb = tp_sdpa_workspace_bytes(g_plan);
@@ -458,7 +389,7 @@ START_TEST(test_sdpa_graph) {
         SET_CASE("sdpa graph capture (%s) f16 B=%d T=%d H=%d D=%d", warm ? "warm" : "cold", B, T, H, D);
         tp_error err = {0};
         ck_assert_msg(tp_sdpa_create(B, T, H, D, TP_F16, 0.125f, &g_plan, &err) == TP_OK, "[%s] %s", g_case, err.msg);
-        void *d_qkv = dev_upload(TP_F16, host_normal(n_in, 8000, 2.0), n_in, n_in);
+        void *d_qkv = dev_upload(TP_F16, host_normal(n_in, 8000, 0.0, 2.0), n_in, n_in);
         void *d_a = dev_bytes(ob), *d_b = dev_bytes(ob);
         const size_t wsb = tp_sdpa_workspace_bytes(g_plan);
         void *ws = wsb ? dev_bytes(wsb) : NULL;
@@ -481,7 +412,7 @@ START_TEST(test_sdpa_graph) {
             if (graph) cudaGraphDestroy(graph);
             cudaStreamDestroy(cs);
             ck_assert_msg(!warm, "[%s] capture failed: run %d, end capture %s", g_case, r, cudaGetErrorName(ec));
-            release_all();
+            release_case();
             continue;
         }
         size_t nodes = 0;
@@ -514,33 +445,20 @@ START_TEST(test_sdpa_graph) {
         cudaGraphDestroy(graph);
         cudaStreamDestroy(cs);
         ck_assert_msg(diff == 0, "[%s] graph replay differs from the eager run in %zu bytes", g_case, diff);
-        release_all();
+        release_case();
     }
 }
 END_TEST
 
 /* ---- suite ----------------------------------------------------------------------------------------------------- */
 
-static TCase *new_tcase(const char *name) {
-    TCase *tc = tcase_create(name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 600); /* fp64 CPU references (up to ~20 GFLOP per dtype) and cuDNN plan building */
-    return tc;
-}
-
+/* new_tcase (gpu_check.h): 600 s a test, for fp64 CPU references (up to ~20 GFLOP per dtype) and cuDNN plan
+ * building */
 Suite *gpu_sdpa_suite(void) {
     Suite *s = suite_create("gpu_sdpa");
-    TCase *tc = new_tcase("sdpa_shapes");
-    tcase_add_loop_test(tc, test_sdpa_shapes, 0, (int)(sizeof DT / sizeof DT[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("sdpa_scales");
-    tcase_add_loop_test(tc, test_sdpa_scales, 0, (int)(sizeof DT / sizeof DT[0]));
-    suite_add_tcase(s, tc);
-    tc = new_tcase("sdpa_rejects");
-    tcase_add_test(tc, test_sdpa_rejects);
-    suite_add_tcase(s, tc);
-    tc = new_tcase("sdpa_graph");
-    tcase_add_test(tc, test_sdpa_graph);
-    suite_add_tcase(s, tc);
+    tcase_add_loop_test(new_tcase(s, "sdpa_shapes"), test_sdpa_shapes, 0, N_OF(DT));
+    tcase_add_loop_test(new_tcase(s, "sdpa_scales"), test_sdpa_scales, 0, N_OF(DT));
+    tcase_add_test(new_tcase(s, "sdpa_rejects"), test_sdpa_rejects);
+    tcase_add_test(new_tcase(s, "sdpa_graph"), test_sdpa_graph);
     return s;
 }
