@@ -51,6 +51,7 @@ typedef struct {
     double format_weight_bytes;             /* weights in their format (what an engine file stores) */
     json_t *plan;    /* per op: layer, op, precision, FLOP, bytes, how (owned) */
     char attn_impl[200]; /* the attention implementation the engine chose, with its build-time timings */
+    json_t *attn_cost;   /* FP8 attention ops: per layer, cosine and rel L2 against FP16 attention (owned) */
     json_t *profile; /* tprof profile: the kernel-level summary (owned) */
     float *logits;   /* --save-output: a copy of the output (B, classes) fp32 */
     int has_prof;    /* trace and prof below are owned */
@@ -109,6 +110,29 @@ static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
     }
     return a;
 }
+
+#ifdef TPROF_HAVE_CUDA
+/* FP8 attention's cost layer by layer (tp_engine_attention_cost): printed, and kept for the JSON. */
+static tp_status attention_cost(tp_engine *e, const tp_graph *g, prec_result *r, tp_error *err) {
+    double *cs = malloc(sizeof(double) * (size_t)g->n_ops), *rl = malloc(sizeof(double) * (size_t)g->n_ops);
+    int n = 0;
+    tp_status st = cs && rl ? tp_engine_attention_cost(e, cs, rl, &n, err) : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    if (!st) {
+        printf("\nFP8 attention, accuracy cost per layer (its output against FP16/BF16 flash attention on the same "
+               "input):\n  %-26s %10s %10s\n", "layer", "cosine", "rel L2");
+        r->attn_cost = json_array();
+        for (int i = 0; i < g->n_ops; i++) {
+            if (isnan(cs[i])) continue;
+            printf("  %-26s %10.6f %10.3e\n", g->ops[i].layer, cs[i], rl[i]);
+            json_array_append_new(r->attn_cost, json_pack("{s:s,s:f,s:f}", "layer", g->ops[i].layer, "cosine", cs[i],
+                                                          "rel_l2", rl[i]));
+        }
+    }
+    free(cs);
+    free(rl);
+    return st;
+}
+#endif
 
 static void print_summary(const tp_bench_options *o, const prec_result *r, const char *device, double flop,
                           int ref_rows) {
@@ -245,6 +269,7 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         for (int k = 0; k < r->n; k++) json_array_append_new(s, json_real(r->samples[k]));
         json_object_set_new(p, "samples_ms", s);
         if (r->plan) json_object_set(p, "plan", r->plan);
+        if (r->attn_cost) json_object_set(p, "fp8_attention_cost", r->attn_cost);
         if (r->profile) json_object_set(p, "profile", r->profile);
         json_array_append_new(arr, p);
     }
@@ -554,6 +579,9 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             if (!st) st = tp_engine_get_output(e, out, err);
             if (!st) st = tp_engine_benchmark(e, o->warmup_ms, o->iterations, o->duration_s * 1e3, &r->samples, &r->n,
                                               &r->wall_ms, err);
+            int n_fp8_attn = 0;
+            for (int i = 0; i < g.n_ops; i++) n_fp8_attn += g.ops[i].kind == TP_OP_ATTENTION && plan.op_prec[i] == TP_PREC_FP8;
+            if (!st && n_fp8_attn) st = attention_cost(e, &g, r, err);
             if (e) {
                 r->weight_bytes = tp_engine_weight_bytes(e);
                 r->act_bytes = tp_engine_activation_bytes(e);
@@ -634,6 +662,7 @@ done:
             free(res[i].samples);
             free(res[i].logits);
             json_decref(res[i].plan);
+            json_decref(res[i].attn_cost);
             json_decref(res[i].profile);
             if (res[i].has_prof) {
                 tp_trace_free(&res[i].trace);

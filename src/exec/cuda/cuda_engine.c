@@ -892,6 +892,69 @@ fail:
     return st;
 }
 
+tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2, int *n_out, tp_error *err) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    tp_status st = TP_OK;
+    void *d_ref = NULL, *h8 = NULL, *h16 = NULL;
+    float *f8 = NULL, *f16 = NULL;
+    int n = 0;
+    for (int i = 0; i < g->n_ops; i++) cosine[i] = rel_l2[i] = NAN;
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        if ((st = launch_op(e, i, err))) break;
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_ATTENTION || pl->op_prec[i] != TP_PREC_FP8) continue;
+        const tp_value *xv = &g->values[op->in[0]], *ov = &g->values[op->out];
+        const tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
+        const size_t m = (size_t)tp_value_numel(ov), rb = m * tp_dtype_info(xdt)->bytes, yb = value_bytes(e, op->out);
+        if (!d_ref) {
+            CU_TRY(cudaMalloc(&d_ref, rb));
+            h8 = malloc(yb > rb ? yb : rb);
+            h16 = malloc(rb);
+            f8 = malloc(sizeof(float) * m);
+            f16 = malloc(sizeof(float) * m);
+            if (!h8 || !h16 || !f8 || !f16) {
+                st = tp_fail(err, TP_ERR_OOM, "out of host memory comparing %s", op->layer);
+                break;
+            }
+        }
+        /* the reference: the high-precision flash kernel on the same qkv, output in the input's type */
+        int rc = tpk_flash_attention(e->dptr[op->in[0]], xdt, d_ref, xdt, NULL, (int)xv->shape[0], (int)xv->shape[1],
+                                     op->heads, op->head_dim, op->scale, e->stream);
+        if (rc) {
+            st = tp_fail(err, TP_ERR_CUDA, "reference attention for %s: %s", op->layer, cudaGetErrorString((cudaError_t)rc));
+            break;
+        }
+        float ys = 1.0f;
+        CU_TRY(cudaMemcpyAsync(h8, e->dptr[op->out], yb, cudaMemcpyDeviceToHost, e->stream));
+        CU_TRY(cudaMemcpyAsync(h16, d_ref, rb, cudaMemcpyDeviceToHost, e->stream));
+        if (ydt == TP_E4M3)
+            CU_TRY(cudaMemcpyAsync(&ys, e->d_scales + SCALE_SLOT * op->out, sizeof ys, cudaMemcpyDeviceToHost, e->stream));
+        CU_TRY(cudaStreamSynchronize(e->stream));
+        tp_convert_to_f32(ydt, h8, f8, m, ys);
+        tp_convert_to_f32(xdt, h16, f16, m, 1.0f);
+        double dot = 0, a2 = 0, b2 = 0, d2 = 0;
+        for (size_t k = 0; k < m; k++) {
+            double a = f8[k], b = f16[k];
+            dot += a * b;
+            a2 += a * a;
+            b2 += b * b;
+            d2 += (a - b) * (a - b);
+        }
+        cosine[i] = dot / sqrt(a2 * b2);
+        rel_l2[i] = sqrt(d2 / b2);
+        n++;
+    }
+fail:
+    cudaFree(d_ref);
+    free(h8);
+    free(h16);
+    free(f8);
+    free(f16);
+    if (!st) *n_out = n;
+    return st;
+}
+
 tp_status tp_engine_forward(tp_engine *e, tp_error *err) {
     tp_status st = TP_OK;
     /* poison the output so an unwritten element shows as NaN */

@@ -77,6 +77,14 @@ void tp_engine_destroy(tp_engine *e);
  * NULL for other ops. The string lives as long as the engine. */
 const char *tp_engine_op_impl(const tp_engine *e, int op);
 
+/* The accuracy cost of FP8 attention, layer by layer: one eager forward pass over the engine's current input in
+ * which every attention op the plan runs in FP8 is also run by the FP16/BF16 flash kernel on the same input; for
+ * those ops i, cosine[i] and rel_l2[i] (|y8 - y16|_2 / |y16|_2) of the FP8 output (E4M3 outputs dequantized with
+ * their scale) against it, NaN for every other op (arrays of n_ops). The input of each layer is the engine's own,
+ * so each number is that layer's cost alone. *n_out receives the number of FP8 attention ops compared. Errors:
+ * TP_ERR_OOM, TP_ERR_CUDA. */
+tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2, int *n_out, tp_error *err);
+
 /* Copies images (the graph input's shape, fp32, row-major) to the device. */
 tp_status tp_engine_set_input(tp_engine *e, const float *images, tp_error *err);
 /* Runs one forward pass and waits for it. */
