@@ -85,6 +85,18 @@ static void case_model(const engine_case *k, tp_params *p, tp_graph *g) {
     ck_assert_int_eq(tp_vit_build_graph(&c, p, k->batch, g, &e), TP_OK);
 }
 
+/* Builds the engine, runs one forward pass on `in`, copies the logits to `got`; the engine stays for more. */
+static tp_engine *build_and_run(const tp_graph *g, const tp_params *p, const tp_plan *plan,
+                                const tp_engine_options *o, const float *in, float *got, const char *what) {
+    tp_error e;
+    tp_engine *eng = NULL;
+    ck_assert_msg(tp_engine_build(g, p, plan, o, &eng, &e) == TP_OK, "%s: %s", what, e.msg);
+    ck_assert_int_eq(tp_engine_set_input(eng, in, &e), TP_OK);
+    ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK, "%s: %s", what, e.msg);
+    ck_assert_int_eq(tp_engine_get_output(eng, got, &e), TP_OK);
+    return eng;
+}
+
 /* Builds the engine of precision prec for the case, runs it, compares with the CPU reference. */
 static void run_case(const engine_case *k, tp_precision prec) {
     tp_error e;
@@ -115,17 +127,13 @@ static void run_case(const engine_case *k, tp_precision prec) {
                              prec == TP_PREC_FP8_BLOCK;
     tp_engine_options o = {.device = 0, .use_graph = 1, .act_amax = amax,
                            .attention = vs_emulation ? TP_ATTN_CLASSIC : TP_ATTN_AUTO};
-    tp_engine *eng = NULL;
-    ck_assert_msg(tp_engine_build(&g, &p, &plan, &o, &eng, &e) == TP_OK, "%s: %s", k->what, e.msg);
+    tp_engine *eng = build_and_run(&g, &p, &plan, &o, in, got, k->what);
     {
         const char *im = NULL;
         for (int i = 0; i < g.n_ops && !im; i++) im = tp_engine_op_impl(eng, i);
         ck_assert_msg(im != NULL, "no attention implementation recorded");
         printf("  engine %-5s %-46s attention: %s\n", tp_precision_name(prec), k->what, im);
     }
-    ck_assert_int_eq(tp_engine_set_input(eng, in, &e), TP_OK);
-    ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK, "%s", e.msg);
-    ck_assert_int_eq(tp_engine_get_output(eng, got, &e), TP_OK);
     tp_accuracy a;
     tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
     printf("  engine %-5s %-46s cosine %.7f rel L2 %.3e max abs %.3e top-1 %.2f\n", tp_precision_name(prec), k->what,
@@ -164,10 +172,7 @@ static void run_case(const engine_case *k, tp_precision prec) {
         tp_engine *eager = NULL;
         tp_engine_options oe = {.device = 0, .use_graph = 0};
         float *got2 = malloc(sizeof(float) * out_n);
-        ck_assert_int_eq(tp_engine_build(&g, &p, &plan, &oe, &eager, &e), TP_OK);
-        ck_assert_int_eq(tp_engine_set_input(eager, in, &e), TP_OK);
-        ck_assert_int_eq(tp_engine_forward(eager, &e), TP_OK);
-        ck_assert_int_eq(tp_engine_get_output(eager, got2, &e), TP_OK);
+        eager = build_and_run(&g, &p, &plan, &oe, in, got2, "eager");
         ck_assert_msg(memcmp(got, got2, sizeof(float) * out_n) == 0, "graph and eager outputs differ");
         tp_engine_destroy(eager);
         free(got2);
@@ -234,11 +239,7 @@ START_TEST(test_engine_fp8_percentile) {
     tp_plan plan;
     ck_assert_msg(tp_plan_build(&g, TP_PREC_FP8, gpu_sm(), &plan, &e) == TP_OK, "%s", e.msg);
     tp_engine_options o = {.device = 0, .use_graph = 1, .act_amax = pct};
-    tp_engine *eng = NULL;
-    ck_assert_msg(tp_engine_build(&g, &p, &plan, &o, &eng, &e) == TP_OK, "%s", e.msg);
-    ck_assert_int_eq(tp_engine_set_input(eng, in, &e), TP_OK);
-    ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK, "%s", e.msg);
-    ck_assert_int_eq(tp_engine_get_output(eng, got, &e), TP_OK);
+    tp_engine *eng = build_and_run(&g, &p, &plan, &o, in, got, k->what);
     tp_accuracy a;
     tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
     printf("  engine fp8 (percentile 99.9 calibration) %s: %d of the activations' amax lowered; cosine %.5f rel L2 "
@@ -281,11 +282,7 @@ START_TEST(test_engine_fp8_attention) {
     ck_assert_msg(tp_plan_build_policy(&g, &pol, gpu_sm(), &plan, &e) == TP_OK, "%s", e.msg);
     ck_assert_msg(tp_calibrate_max(&g, &p, 0, gpu_sm(), in, amax, &e) == TP_OK, "%s", e.msg);
     tp_engine_options o = {.device = 0, .use_graph = 1, .act_amax = amax};
-    tp_engine *eng = NULL;
-    ck_assert_msg(tp_engine_build(&g, &p, &plan, &o, &eng, &e) == TP_OK, "%s", e.msg);
-    ck_assert_int_eq(tp_engine_set_input(eng, in, &e), TP_OK);
-    ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK, "%s", e.msg);
-    ck_assert_int_eq(tp_engine_get_output(eng, got, &e), TP_OK);
+    tp_engine *eng = build_and_run(&g, &p, &plan, &o, in, got, k->what);
     int n8 = 0;
     for (int i = 0; i < g.n_ops; i++)
         if (g.ops[i].kind == TP_OP_ATTENTION) {
