@@ -57,8 +57,9 @@ static void usage(FILE *f) {
             "  --calib max|percentile  static activation scales (fp8, nvfp4's per-tensor scale) from max |x|\n"
             "                        (default) or a percentile of |x| over the calibration batch\n"
             "  --calib-percentile P  the percentile (default 99.99; implies --calib percentile)\n"
-            "  --attention IMPL      auto (default: time tprof's flash kernel and cuDNN's SDPA when the engine\n"
-            "                        is built, keep the faster), flash, cudnn (loaded at run time), classic\n"
+            "  --attention IMPL      auto (default: time tprof's flash kernels (mma.sync; wgmma on sm_90) and\n"
+            "                        cuDNN's SDPA when the engine is built, keep the fastest), flash, wgmma,\n"
+            "                        cudnn (loaded at run time), classic\n"
             "profile options (besides the bench options):\n"
             "  --profile-iters N     forward passes traced after the timed ones (default 20)\n"
             "  --top N               rows in the top-kernel table (default 15)\n"
@@ -333,13 +334,13 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
             }
         } else if (FLAG("--attention")) {
             NEED_VAL();
-            static const char *names[] = {"auto", "flash", "cudnn", "classic"};
+            static const char *names[] = {"auto", "flash", "cudnn", "classic", "wgmma"};
             o.attention = -1;
-            for (int k = 0; k < 4; k++)
+            for (int k = 0; k < 5; k++)
                 if (strcmp(val, names[k]) == 0) o.attention = k;
             if (o.attention < 0) {
-                fprintf(stderr, "tprof: --attention: unknown implementation '%s' (expected auto, flash, cudnn or "
-                                "classic)\n", val);
+                fprintf(stderr, "tprof: --attention: unknown implementation '%s' (expected auto, flash, wgmma, cudnn "
+                                "or classic)\n", val);
                 return 2;
             }
         } else if (FLAG("--calib-percentile")) {

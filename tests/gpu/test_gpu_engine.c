@@ -36,6 +36,7 @@
 #include "bench/stats.h"
 #include "core/rng.h"
 #include "exec/cpu/cpu_exec.h"
+#include "exec/cuda/attention_wgmma.h"
 #include "exec/cuda/cuda_engine.h"
 #include "models/vit.h"
 #include "planner/plan.h"
@@ -167,15 +168,53 @@ static void run_case(const engine_case *k, tp_precision prec) {
         if (prec == TP_PREC_FP8) ck_assert_msg(a.cosine >= 0.99, "fp8 %s: cosine %.5f < 0.99", k->what, a.cosine);
     }
 
-    /* the CUDA graph and eager launches run the same kernels on the same data: identical bits */
+    /* the CUDA graph and eager launches run the same kernels on the same data: identical bits (the eager engine
+     * takes the graph engine's attention choice: a second timing could pick another kernel of equal speed) */
     if (prec == TP_PREC_FP16) {
         tp_engine *eager = NULL;
         tp_engine_options oe = {.device = 0, .use_graph = 0};
+        for (int i = 0; i < g.n_ops; i++)
+            if (tp_engine_attention_choice(eng, i) >= 0) oe.attention = (tp_attn_impl)tp_engine_attention_choice(eng, i);
         float *got2 = malloc(sizeof(float) * out_n);
         eager = build_and_run(&g, &p, &plan, &oe, in, got2, "eager");
         ck_assert_msg(memcmp(got, got2, sizeof(float) * out_n) == 0, "graph and eager outputs differ");
         tp_engine_destroy(eager);
         free(got2);
+    }
+    /* each tensor-core attention forced in turn: the FA2 kernel always runs; the wgmma kernel where the GPU and
+     * the op allow it (compute capability 9.0, head dim 64), and elsewhere the build must refuse, naming the rule */
+    if (prec == TP_PREC_FP16 || prec == TP_PREC_BF16) {
+        const tp_op *aop = NULL;
+        for (int i = 0; i < g.n_ops && !aop; i++)
+            if (g.ops[i].kind == TP_OP_ATTENTION) aop = &g.ops[i];
+        static const tp_attn_impl forced[] = {TP_ATTN_FLASH, TP_ATTN_WGMMA};
+        for (int f = 0; aop && f < 2; f++) {
+            tp_engine_options of = {.device = 0, .use_graph = 1, .attention = forced[f]};
+            const int ok = forced[f] == TP_ATTN_FLASH ||
+                           tpk_flash_attention_wgmma_supported(plan.value_dt[aop->in[0]], plan.value_dt[aop->out],
+                                                               (int)g.values[aop->in[0]].shape[1], aop->head_dim);
+            if (!ok) {
+                tp_engine *ef = NULL;
+                const tp_status bs = tp_engine_build(&g, &p, &plan, &of, &ef, &e);
+                printf("  engine %-5s %-46s --attention wgmma refused: %s\n", tp_precision_name(prec), k->what,
+                       bs ? e.msg : "(built!)");
+                ck_assert_msg(bs == TP_ERR_UNSUPPORTED && strstr(e.msg, "--attention wgmma needs"),
+                              "--attention wgmma on an ineligible op: status %d", (int)bs);
+                tp_engine_destroy(ef);
+                continue;
+            }
+            float *gf = malloc(sizeof(float) * out_n);
+            tp_engine *ef = build_and_run(&g, &p, &plan, &of, in, gf, tp_attn_impl_name(forced[f]));
+            tp_accuracy af;
+            tp_accuracy_compute(gf, ref, k->batch, k->classes, &af);
+            const double bound = prec == TP_PREC_FP16 ? 5e-3 : 3e-2;
+            printf("  engine %-5s %-46s --attention %-5s: rel L2 %.3e\n", tp_precision_name(prec), k->what,
+                   tp_attn_impl_name(forced[f]), af.rel_l2);
+            ck_assert_msg(af.nonfinite == 0 && af.rel_l2 <= bound, "%s --attention %s: rel L2 %.3e > %.1e",
+                          k->what, tp_attn_impl_name(forced[f]), af.rel_l2, bound);
+            tp_engine_destroy(ef);
+            free(gf);
+        }
     }
     /* a second forward pass on the same engine gives the same result (no state leaks between runs) */
     float *got3 = malloc(sizeof(float) * out_n);

@@ -23,6 +23,7 @@ Suite *gpu_formats_suite(void); /* tests/gpu/test_gpu_formats.c */
 Suite *gpu_sdpa_suite(void);    /* tests/gpu/test_gpu_sdpa.c */
 Suite *gpu_attention_suite(void); /* tests/gpu/test_gpu_attention.c */
 Suite *gpu_attention_fp8_suite(void); /* tests/gpu/test_gpu_attention_fp8.c */
+Suite *gpu_attention_wgmma_suite(void); /* tests/gpu/test_gpu_attention_wgmma.c */
 
 #define SKIP_CODE 77
 
@@ -121,6 +122,7 @@ int main(void) {
     srunner_add_suite(sr, gpu_sdpa_suite());
     srunner_add_suite(sr, gpu_attention_suite());
     srunner_add_suite(sr, gpu_attention_fp8_suite());
+    srunner_add_suite(sr, gpu_attention_wgmma_suite());
     if (in_process) srunner_set_fork_status(sr, CK_NOFORK); /* CUDA is live here: forked tests could not use it */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

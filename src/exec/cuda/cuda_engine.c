@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/util.h"
 #include "exec/cuda/attention.h"
+#include "exec/cuda/attention_wgmma.h"
 #include "exec/cuda/attention_fp8.h"
 #include "exec/cuda/cudnn_sdpa.h"
 #include "exec/cuda/gemm_cublaslt.h"
@@ -277,6 +278,9 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         }
         switch (e->attn[i]) {
         case TP_ATTN_FLASH: rc = tpk_flash_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s); break;
+        case TP_ATTN_WGMMA:
+            rc = tpk_flash_attention_wgmma(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s);
+            break;
         case TP_ATTN_CUDNN: rc = tp_sdpa_run(e->sdpa[i], x, y, e->d_sdpa_ws, s); break;
         default: rc = tpk_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s); break;
         }
@@ -527,7 +531,7 @@ done:
 
 /* ---- attention implementations ---------------------------------------------------------------------- */
 
-static const char *ATTN_NAMES[TP_ATTN_COUNT] = {"auto", "flash", "cudnn", "classic"};
+static const char *ATTN_NAMES[TP_ATTN_COUNT] = {"auto", "flash", "cudnn", "classic", "wgmma"};
 
 const char *tp_attn_impl_name(tp_attn_impl a) { return (unsigned)a < TP_ATTN_COUNT ? ATTN_NAMES[a] : "?"; }
 
@@ -601,12 +605,19 @@ static tp_status choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err
         }
         prev = i;
         const int flash_ok = flash_eligible(in, D);
+        const int wgmma_ok = tpk_flash_attention_wgmma_supported(in, out, T, D);
         const int cudnn_dt = (in == TP_F16 || in == TP_BF16) && out == in;
         if (want == TP_ATTN_FLASH && !flash_ok)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
                            "layer %s: --attention flash needs f16/bf16 Q/K/V and head dim 32, 64, 80, 96 or 128; "
                            "this op has %s and head dim %d",
                            op->layer, tp_dtype_info(in)->name, D);
+        if (want == TP_ATTN_WGMMA && !wgmma_ok)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: --attention wgmma needs a compute capability 9.0 GPU (wgmma is sm_90a only), "
+                           "f16/bf16 Q/K/V, head dim 64 and a head that fits shared memory (T <= 577); this op has %s, "
+                           "head dim %d, T %d",
+                           op->layer, tp_dtype_info(in)->name, D, T);
         if (want == TP_ATTN_CUDNN && !cudnn_dt)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
                            "layer %s: --attention cudnn needs f16 or bf16 in and out (cuDNN's SDPA writes no e4m3); "
@@ -619,7 +630,7 @@ static tp_status choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err
             if (cs && want == TP_ATTN_CUDNN) return tp_fail(err, cs, "layer %s: --attention cudnn: %s", op->layer, ce.msg);
             if (cs) snprintf(e->impl_note[i], sizeof e->impl_note[i], "cudnn not used (%.120s); ", ce.msg);
         }
-        if (want != TP_ATTN_AUTO || (!flash_ok && !sd)) {
+        if (want != TP_ATTN_AUTO || (!flash_ok && !wgmma_ok && !sd)) {
             tp_attn_impl pick = want != TP_ATTN_AUTO ? want : TP_ATTN_CLASSIC;
             e->attn[i] = pick;
             e->sdpa[i] = pick == TP_ATTN_CUDNN ? sd : NULL;
@@ -631,12 +642,14 @@ static tp_status choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err
             if (pick == TP_ATTN_CUDNN && tp_sdpa_workspace_bytes(sd) > ws) ws = tp_sdpa_workspace_bytes(sd);
             continue;
         }
-        /* AUTO with candidates: time them on this op */
+        /* AUTO with candidates: time each on this op, keep the fastest */
         int rc = tpk_fill_uniform(e->dptr[op->in[0]], in, (size_t)tp_value_numel(xv), 7, e->stream);
         if (rc) return tp_fail(err, TP_ERR_CUDA, "filling %s: %s", xv->name, cudaGetErrorString((cudaError_t)rc));
-        double t_flash = -1, t_cudnn = -1;
+        double t[TP_ATTN_COUNT];
+        for (int k = 0; k < TP_ATTN_COUNT; k++) t[k] = -1.0;
         void *ws_tmp = NULL;
-        if (flash_ok) st = time_attention(e, i, TP_ATTN_FLASH, &t_flash, err);
+        if (flash_ok) st = time_attention(e, i, TP_ATTN_FLASH, &t[TP_ATTN_FLASH], err);
+        if (!st && wgmma_ok) st = time_attention(e, i, TP_ATTN_WGMMA, &t[TP_ATTN_WGMMA], err);
         if (!st && sd) {
             size_t need = tp_sdpa_workspace_bytes(sd);
             if (need && cudaMalloc(&ws_tmp, need) != cudaSuccess) {
@@ -646,7 +659,7 @@ static tp_status choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err
             void *keep_ws = e->d_sdpa_ws;
             e->d_sdpa_ws = ws_tmp;
             e->sdpa[i] = sd;
-            if (!st) st = time_attention(e, i, TP_ATTN_CUDNN, &t_cudnn, err);
+            if (!st) st = time_attention(e, i, TP_ATTN_CUDNN, &t[TP_ATTN_CUDNN], err);
             e->d_sdpa_ws = keep_ws;
             cudaFree(ws_tmp);
         }
@@ -655,21 +668,31 @@ static tp_status choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err
             tp_sdpa_destroy(sd);
             return st;
         }
-        const int use_cudnn = sd && (t_flash < 0 || t_cudnn < t_flash);
-        e->attn[i] = use_cudnn ? TP_ATTN_CUDNN : TP_ATTN_FLASH;
-        if (!use_cudnn) {
+        static const tp_attn_impl CAND[] = {TP_ATTN_FLASH, TP_ATTN_WGMMA, TP_ATTN_CUDNN};
+        tp_attn_impl best = TP_ATTN_COUNT;
+        int n_timed = 0;
+        for (int k = 0; k < 3; k++) {
+            const tp_attn_impl c = CAND[k];
+            if (t[c] < 0) continue;
+            n_timed++;
+            if (best == TP_ATTN_COUNT || t[c] < t[best]) best = c;
+        }
+        e->attn[i] = best;
+        if (best != TP_ATTN_CUDNN) {
             e->sdpa[i] = NULL;
             tp_sdpa_destroy(sd);
         } else if (tp_sdpa_workspace_bytes(sd) > ws) {
             ws = tp_sdpa_workspace_bytes(sd);
         }
         size_t l = strlen(e->impl_note[i]);
-        if (t_flash >= 0 && t_cudnn >= 0)
-            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s: flash (tprof) %.1f us, cudnn %.1f us",
-                     use_cudnn ? "cudnn" : "flash", t_flash, t_cudnn);
-        else
-            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s: %.1f us (the only one eligible)",
-                     use_cudnn ? "cudnn" : "flash", use_cudnn ? t_cudnn : t_flash);
+        l += (size_t)snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s:", tp_attn_impl_name(best));
+        for (int k = 0; k < 3 && l < sizeof e->impl_note[i]; k++)
+            if (t[CAND[k]] >= 0)
+                l += (size_t)snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, " %s%s %.1f us",
+                                      tp_attn_impl_name(CAND[k]), CAND[k] == TP_ATTN_CUDNN ? "" : " (tprof)",
+                                      t[CAND[k]]);
+        if (n_timed == 1 && l < sizeof e->impl_note[i])
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, " (the only one eligible)");
     }
     if (!st && ws) {
         st = dev_alloc(e, ws, &e->d_sdpa_ws, "cuDNN SDPA workspace", err);
@@ -856,6 +879,12 @@ fail:
 const char *tp_engine_op_impl(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || !e->impl_note[op][0]) return NULL;
     return e->impl_note[op];
+}
+
+int tp_engine_attention_choice(const tp_engine *e, int op) {
+    if (!e || op < 0 || op >= e->g->n_ops || e->g->ops[op].kind != TP_OP_ATTENTION) return -1;
+    if (e->plan->op_prec[op] == TP_PREC_FP8) return -1;
+    return (int)e->attn[op];
 }
 
 void tp_engine_destroy(tp_engine *e) {

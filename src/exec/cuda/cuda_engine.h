@@ -44,9 +44,10 @@ typedef enum {
     TP_ATTN_FLASH,   /* tprof's tensor-core kernel (attention.h): F16/BF16 inputs, D in {32, 64, 80, 96, 128} */
     TP_ATTN_CUDNN,   /* cuDNN's SDPA (cudnn_sdpa.h), loaded at run time: F16/BF16 in and out (no E4M3 output) */
     TP_ATTN_CLASSIC, /* tprof's CUDA-core kernel (kernels.h tpk_attention): any type, the reference on the GPU */
+    TP_ATTN_WGMMA,   /* tprof's Hopper kernel (attention_wgmma.h): compute capability 9.0, F16/BF16 in, D = 64 */
     TP_ATTN_COUNT
 } tp_attn_impl;
-/* "auto", "flash", "cudnn", "classic"; parse returns -1 for anything else. */
+/* "auto", "flash", "cudnn", "classic", "wgmma"; parse returns -1 for anything else. */
 const char *tp_attn_impl_name(tp_attn_impl a);
 int tp_attn_impl_parse(const char *s);
 
@@ -72,10 +73,15 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                           const tp_engine_options *opt, tp_engine **out, tp_error *err);
 void tp_engine_destroy(tp_engine *e);
 
-/* What runs op `op` when the engine chose among implementations (attention ops): e.g. "flash (tprof, tensor
- * cores) 21.4 us; cuDNN 9.19.0 SDPA fwd, engine 3: 44.0 us" with the build-time timings (median of 10 runs, us);
- * NULL for other ops. The string lives as long as the engine. */
+/* What runs op `op` when the engine chose among implementations (attention ops): e.g. "wgmma: flash (tprof)
+ * 50.9 us wgmma (tprof) 44.0 us cudnn 46.5 us" (the choice, then the build-time timings: mean of 10 back-to-back
+ * runs, us); NULL for other ops. The string lives as long as the engine. */
 const char *tp_engine_op_impl(const tp_engine *e, int op);
+
+/* The attention implementation op `op` runs (never TP_ATTN_AUTO once built: pass it as tp_engine_options.attention
+ * to build an engine that runs the same kernels); -1 for a non-attention op, an FP8 attention op (one kernel) or a
+ * bad index. */
+int tp_engine_attention_choice(const tp_engine *e, int op);
 
 /* The accuracy cost of FP8 attention, layer by layer: one eager forward pass over the engine's current input in
  * which every attention op the plan runs in FP8 is also run by the FP16/BF16 flash kernel on the same input; for

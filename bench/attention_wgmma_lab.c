@@ -1,0 +1,181 @@
+/* attention_wgmma_lab.c: tprof's two fused attention kernels side by side at ViT shapes, in one process on one
+ * GPU: the FlashAttention-2 style kernel on mma.sync (tpk_flash_attention, attention.h) and every variant of the
+ * Hopper kernel on wgmma (tpk_flash_attention_wgmma_variant, attention_wgmma.h; variant 0 is the default). cuDNN's SDPA at the same shapes: bench/sdpa_lab.c, run in
+ * the same call by scripts/gpu_session.sh (step `attention`).
+ *
+ * Shapes: B 64, H 12, D 64 (ViT-B/16 at batch 64) with T 197 (224 / 16 with a class token), 196, 256, 257 and 577
+ * (ViT at 384 with a class token), F16 and BF16 in and out, scale D^-0.5, qkv ~ N(0, 1). Per kernel and shape: one
+ * run on a NaN-poisoned output (must leave no NaN), the relative L2 difference of the wgmma output to the mma.sync
+ * output (both approximate the same fp32 attention: expected ~1e-3 for F16), 10 warmup runs, then `runs` runs (default
+ * 100) each between two CUDA events, enqueued back to back (the warmup fills the queue, so host launch gaps are not
+ * timed). Prints median, min and max in us and the median's TFLOP/s (4 B H T^2 D FLOP: Q K^T and P V, no padding
+ * counted) and its fraction of the measured FP16 dense GEMM peak passed as argv[2] (TFLOP/s; default 0 = not shown).
+ *
+ * Build: cmake --build <build dir> --target attention_wgmma_lab. Run: ./attention_wgmma_lab [runs] [peak_tflops].
+ * Exit status: 0; 1 when an output has NaN/Inf or the kernels disagree (rel L2 > 1e-2); 2 on a CUDA error. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "exec/cuda/attention.h"
+#include "exec/cuda/attention_wgmma.h"
+#include "formats/dtype.h"
+
+#define CK(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_),              \
+                    cudaGetErrorString(e_));                                                                       \
+            exit(2);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+typedef int (*attn_fn)(const void *, tp_dtype, void *, tp_dtype, const float *, int, int, int, int, float, tp_stream);
+
+#define WG_WRAP(v)                                                                                                  \
+    static int wg_v##v(const void *q, tp_dtype i, void *o, tp_dtype od, const float *s, int B, int T, int H, int D,  \
+                       float sc, tp_stream st) {                                                                   \
+        return tpk_flash_attention_wgmma_variant(q, i, o, od, s, B, T, H, D, sc, v, st);                         \
+    }
+WG_WRAP(0)
+WG_WRAP(1)
+WG_WRAP(2)
+WG_WRAP(3)
+WG_WRAP(4)
+WG_WRAP(5)
+WG_WRAP(6)
+WG_WRAP(7)
+static const attn_fn WG_FN[] = {wg_v0, wg_v1, wg_v2, wg_v3, wg_v4, wg_v5, wg_v6, wg_v7};
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* times fn; returns the median in us and fills *lo, *hi */
+static double time_fn(attn_fn fn, const void *qkv, tp_dtype dt, void *out, int B, int T, int H, int D, float scale,
+                      int runs, cudaStream_t st, double *lo, double *hi) {
+    cudaEvent_t *ev = malloc(2 * (size_t)runs * sizeof *ev);
+    float *us = malloc((size_t)runs * sizeof *us);
+    if (!ev || !us) exit(2);
+    for (int i = 0; i < 2 * runs; i++) CK(cudaEventCreate(&ev[i]));
+    for (int i = 0; i < 10; i++) CK((cudaError_t)fn(qkv, dt, out, dt, NULL, B, T, H, D, scale, st));
+    for (int i = 0; i < runs; i++) {
+        CK(cudaEventRecord(ev[2 * i], st));
+        CK((cudaError_t)fn(qkv, dt, out, dt, NULL, B, T, H, D, scale, st));
+        CK(cudaEventRecord(ev[2 * i + 1], st));
+    }
+    CK(cudaStreamSynchronize(st));
+    for (int i = 0; i < runs; i++) {
+        float ms = 0.0f;
+        CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+        us[i] = 1000.0f * ms;
+    }
+    qsort(us, (size_t)runs, sizeof *us, cmp_float);
+    const double med = runs % 2 ? us[runs / 2] : 0.5 * (us[runs / 2 - 1] + us[runs / 2]);
+    *lo = us[0];
+    *hi = us[runs - 1];
+    for (int i = 0; i < 2 * runs; i++) cudaEventDestroy(ev[i]);
+    free(ev);
+    free(us);
+    return med;
+}
+
+/* one run into a poisoned buffer, downloaded as fp32; returns the number of non-finite outputs */
+static size_t run_once(attn_fn fn, const void *qkv, tp_dtype dt, void *d_out, float *h_out, void *raw, size_t n_out,
+                       int B, int T, int H, int D, float scale, cudaStream_t st) {
+    const size_t es = tp_dtype_info(dt)->bytes;
+    CK(cudaMemsetAsync(d_out, 0xFF, n_out * es, st));
+    CK((cudaError_t)fn(qkv, dt, d_out, dt, NULL, B, T, H, D, scale, st));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpy(raw, d_out, n_out * es, cudaMemcpyDeviceToHost));
+    tp_convert_to_f32(dt, raw, h_out, n_out, 1.0f);
+    size_t bad = 0;
+    for (size_t i = 0; i < n_out; i++) bad += !isfinite(h_out[i]);
+    return bad;
+}
+
+static int lab_case(int B, int T, int H, int D, tp_dtype dt, int runs, double peak, cudaStream_t st) {
+    const char *name = tp_dtype_info(dt)->name;
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D, es = tp_dtype_info(dt)->bytes;
+    float *x = malloc(n_in * sizeof(float)), *o_fa = malloc(n_out * sizeof(float)), *o_wg = malloc(n_out * sizeof(float));
+    void *raw = malloc(n_in * es);
+    if (!x || !raw || !o_fa || !o_wg) exit(2);
+    tp_rng r;
+    tp_rng_seed(&r, 4321 + (uint64_t)T);
+    for (size_t i = 0; i < n_in; i++) x[i] = (float)tp_rng_normal(&r);
+    tp_convert_from_f32(dt, x, raw, n_in, 1.0f);
+    void *d_qkv = NULL, *d_out = NULL;
+    CK(cudaMalloc(&d_qkv, n_in * es));
+    CK(cudaMalloc(&d_out, n_out * es));
+    CK(cudaMemcpy(d_qkv, raw, n_in * es, cudaMemcpyHostToDevice));
+    const double flop = 4.0 * B * H * (double)T * T * D;
+    int fails = 0;
+
+    const size_t bad_fa = run_once(tpk_flash_attention, d_qkv, dt, d_out, o_fa, raw, n_out, B, T, H, D, scale, st);
+    double lo, hi;
+    const double t_fa = time_fn(tpk_flash_attention, d_qkv, dt, d_out, B, T, H, D, scale, runs, st, &lo, &hi);
+    printf("B=%d T=%3d H=%d D=%d %-4s | mma.sync FA2 | median %7.2f us  min %7.2f  max %7.2f | %6.1f TFLOP/s",
+           B, T, H, D, name, t_fa, lo, hi, flop / (t_fa * 1e-6) / 1e12);
+    if (peak > 0) printf(" (%4.1f%% of %.0f)", 100.0 * flop / (t_fa * 1e-6) / 1e12 / peak, peak);
+    printf("%s\n", bad_fa ? " | NaN/Inf IN OUTPUT" : "");
+    fails += bad_fa != 0;
+
+    for (int v = 0; v < (int)(sizeof WG_FN / sizeof WG_FN[0]); v++) {
+        if (WG_FN[v](d_qkv, dt, d_out, dt, NULL, B, T, H, D, scale, st) != 0) {
+            printf("B=%d T=%3d H=%d D=%d %-4s | wgmma v%d     | not supported on this device/shape\n", B, T, H, D,
+                   name, v);
+            continue;
+        }
+        const size_t bad = run_once(WG_FN[v], d_qkv, dt, d_out, o_wg, raw, n_out, B, T, H, D, scale, st);
+        double num = 0.0, den = 0.0;
+        for (size_t i = 0; i < n_out; i++) {
+            const double d = (double)o_wg[i] - o_fa[i];
+            num += d * d;
+            den += (double)o_fa[i] * o_fa[i];
+        }
+        const double rel = sqrt(num / (den > 0 ? den : 1.0));
+        const double t = time_fn(WG_FN[v], d_qkv, dt, d_out, B, T, H, D, scale, runs, st, &lo, &hi);
+        printf("B=%d T=%3d H=%d D=%d %-4s | wgmma v%d     | median %7.2f us  min %7.2f  max %7.2f | %6.1f TFLOP/s",
+               B, T, H, D, name, v, t, lo, hi, flop / (t * 1e-6) / 1e12);
+        if (peak > 0) printf(" (%4.1f%% of %.0f)", 100.0 * flop / (t * 1e-6) / 1e12 / peak, peak);
+        printf(" | %.2fx FA2 | rel L2 vs FA2 %.2e%s\n", t_fa / t, rel, bad ? " | NaN/Inf IN OUTPUT" : "");
+        fails += bad != 0 || !(rel <= 1e-2);
+    }
+    fflush(stdout);
+    free(x);
+    free(raw);
+    free(o_fa);
+    free(o_wg);
+    cudaFree(d_qkv);
+    cudaFree(d_out);
+    return fails;
+}
+
+int main(int argc, char **argv) {
+    int runs = argc > 1 ? atoi(argv[1]) : 100;
+    if (runs < 1) runs = 100;
+    const double peak = argc > 2 ? atof(argv[2]) : 0.0;
+    struct cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    printf("attention_wgmma_lab: %s (sm_%d%d, %d SMs), CUDA driver %d, runtime %d; %d timed runs per kernel and shape\n",
+           p.name, p.major, p.minor, p.multiProcessorCount, drv, rt, runs);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    static const tp_dtype dts[] = {TP_F16, TP_BF16};
+    static const int Ts[] = {197, 196, 256, 257, 577};
+    int fails = 0;
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+            fails += lab_case(64, Ts[ti], 12, 64, dts[di], runs, peak, st);
+    cudaStreamDestroy(st);
+    return fails ? 1 : 0;
+}
