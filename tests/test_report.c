@@ -2,7 +2,8 @@
  * pair of traces with hand-computed answers, and on the two H200 traces committed as fixtures (ViT-B/16, batch
  * 64, fp16 and fp8) against values recomputed here from the raw records and the per-layer rows; the report
  * files written from those fixtures: every section present, the JSON parses and holds the data, both SVGs are
- * well-formed XML, the HTML inlines them and escapes kernel names. */
+ * well-formed XML, the HTML inlines them and escapes kernel names; FP8 attention's per-layer accuracy cost in every
+ * format (Markdown, HTML, JSON) for the engines that have it, absent for the others. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -471,6 +472,9 @@ START_TEST(test_write_fixtures) {
                                "blocks.N.attn"};
     for (size_t k = 0; k < sizeof MD / sizeof MD[0]; k++)
         ck_assert_msg(strstr(md, MD[k]) != NULL, "report.md lacks \"%s\"", MD[k]);
+    /* no engine here runs attention in FP8: no such section */
+    ck_assert_ptr_null(strstr(md, "FP8 attention accuracy"));
+    ck_assert_ptr_null(strstr(md, "(worst)"));
     /* Outside code spans no raw angle bracket: names with <> are in backticks, other text is escaped. */
     int in_code = 0;
     for (const char *p = md; *p; p++) {
@@ -488,6 +492,7 @@ START_TEST(test_write_fixtures) {
     ck_assert_msg(j != NULL, "report.json: %s at line %d", je.text, je.line);
     ck_assert_str_eq(json_string_value(jget(j, "format")), "tprof-compare-1");
     ck_assert_str_eq(json_string_value(jget(j, "baseline")), "fp16");
+    ck_assert_ptr_null(json_object_get(j, "fp8_attention_cost"));
     json_t *conf = jget(j, "configuration");
     ck_assert(json_is_true(jget(conf, "cuda_graph")));
     ck_assert_str_eq(json_string_value(jget(conf, "data_transfers")), "excluded");
@@ -558,6 +563,7 @@ START_TEST(test_write_fixtures) {
     ck_assert_ptr_null(strstr(html, "<script"));
     ck_assert_ptr_null(strstr(html, "<link"));
     ck_assert_ptr_null(strstr(html, "src="));
+    ck_assert_ptr_null(strstr(html, "FP8 attention accuracy"));
     for (int k = 0; k < N_SECTIONS; k++)
         ck_assert_msg(strstr(html, SECTIONS[k] + 3) != NULL, "html lacks %s", SECTIONS[k]);
 
@@ -653,6 +659,235 @@ START_TEST(test_write_errors) {
 }
 END_TEST
 
+/* ---- FP8 attention's accuracy cost ------------------------------------------------------------------------------ */
+
+START_TEST(test_attn_worst) {
+    tp_attn_cost r[4] = {{2, TP_PREC_FP16, 0.9995, 3e-2}, {5, TP_PREC_FP16, 0.9999, 1e-2},
+                         {8, TP_PREC_FP16, 0.9990, 4e-2}, {9, TP_PREC_FP16, 0.9990, 5e-2}};
+    ck_assert_int_eq(tp_compare_attn_worst(r, 4), 2); /* lowest cosine; the first of a tie */
+    ck_assert_int_eq(tp_compare_attn_worst(r, 2), 0);
+    ck_assert_int_eq(tp_compare_attn_worst(r, 1), 0);
+    ck_assert_int_eq(tp_compare_attn_worst(r, 0), -1);
+    ck_assert_int_eq(tp_compare_attn_worst(NULL, 3), -1);
+    r[1].cosine = NAN; /* a non-finite output is the worst there is */
+    ck_assert_int_eq(tp_compare_attn_worst(r, 4), 1);
+    r[3].cosine = NAN;
+    ck_assert_int_eq(tp_compare_attn_worst(r, 4), 1);
+}
+END_TEST
+
+/* The attention ops of a fixture trace (ViT-B/16: blocks.0.attn .. blocks.11.attn), in op order. */
+static int attention_ops(const tp_trace *t, int *ops, int cap) {
+    int n = 0;
+    for (int i = 0; i < t->n_ops && n < cap; i++)
+        if (t->ops[i].kind == TP_OP_ATTENTION) ops[n++] = i;
+    return n;
+}
+
+/* Writes the fixtures' report with the fp8 entry carrying FP8 attention cost rows (cosine rising from 0.99955 in
+ * block 0 to 0.99999 in block 11, as measured on the H200 with --policy 'blocks.*.attn=fp8'; rel L2 falling),
+ * the fp16 entry without: the section, the table, the worst layer and the JSON fields are there for fp8 only. */
+START_TEST(test_write_attn_cost) {
+    loaded x[2];
+    load_fixtures(&x[0], &x[1]);
+    int ops[32];
+    const int n = attention_ops(&x[1].t, ops, 32);
+    ck_assert_int_eq(n, 12);
+    tp_attn_cost rows[12];
+    for (int k = 0; k < n; k++)
+        rows[k] = (tp_attn_cost){ops[k], TP_PREC_FP16, 0.99955 + k * (0.99999 - 0.99955) / 11, 3.0e-2 - k * 2.0e-3};
+    tp_compare_entry entries[2] = {x[0].e, x[1].e};
+    entries[1].attn_cost = rows;
+    entries[1].n_attn_cost = n;
+    tp_compare_config cfg = fixture_config();
+    char dir[1024], p[1200], want[512];
+    make_dir(dir, sizeof dir);
+    tp_error err;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+
+    /* Markdown: the section between coverage and the speedup analysis, a table for fp8 alone */
+    char *md = read_in(dir, "report.md");
+    const char *sec = strstr(md, "## FP8 attention accuracy");
+    ck_assert_ptr_nonnull(sec);
+    ck_assert(strstr(md, "## Coverage") < sec && sec < strstr(md, "## Theoretical vs. actual speedup"));
+    ck_assert_ptr_nonnull(strstr(md, "`--policy 'blocks.*.attn=fp8'`"));
+    ck_assert_ptr_nonnull(strstr(sec, "### fp8 engine: 12 attention ops in FP8"));
+    ck_assert_ptr_null(strstr(md, "### fp16 engine:"));
+    ck_assert_ptr_nonnull(strstr(sec, "| Layer | Reference | Cosine vs. reference | Rel. L2 |"));
+    ck_assert_msg(strstr(sec, "Worst layer: `blocks.0.attn`, cosine 0.999550, relative L2 0.03 against fp16 "
+                              "attention.") != NULL,
+                  "%.400s", sec);
+    for (int k = 0; k < n; k++) {
+        snprintf(want, sizeof want, "| `%s`%s | fp16 attention | %.6f | %.3e |", x[1].t.ops[ops[k]].layer,
+                 k == 0 ? " (worst)" : "", rows[k].cosine, rows[k].rel_l2);
+        ck_assert_msg(strstr(sec, want) != NULL, "report.md lacks the row \"%s\"", want);
+    }
+    ck_assert_ptr_nonnull(strstr(sec, "| `blocks.11.attn` | fp16 attention | 0.999990 | 8.000e-03 |"));
+    const char *worst = strstr(md, "(worst)");
+    ck_assert_ptr_nonnull(worst);
+    ck_assert_ptr_null(strstr(worst + 1, "(worst)")); /* one worst layer */
+    ck_assert_ptr_null(strstr(md, "fp8_attention_layer"));
+    ck_assert_ptr_null(strstr(md, "FP8 attention costs most accuracy")); /* every layer clears 0.999 */
+
+    /* HTML: the same content */
+    char *html = read_in(dir, "report.html");
+    ck_assert_ptr_nonnull(strstr(html, "<h2 id=\"fp8-attention\">FP8 attention accuracy</h2>"));
+    ck_assert_ptr_nonnull(strstr(html, "id=\"fp8-attention-fp8-1\""));
+    ck_assert_ptr_nonnull(strstr(html, "<td><code>blocks.0.attn</code> (worst)</td>"));
+    ck_assert_ptr_nonnull(strstr(html, "<td class=\"r\">0.999550</td>"));
+    ck_assert_ptr_null(strstr(html, "fp8-attention-fp16"));
+
+    /* JSON: the rows as data, for fp8 alone */
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    ck_assert_msg(j != NULL, "report.json: %s at line %d", je.text, je.line);
+    json_t *ac = jget(j, "fp8_attention_cost");
+    ck_assert_int_eq((int)json_array_size(ac), 1);
+    json_t *a8 = json_array_get(ac, 0);
+    ck_assert_str_eq(json_string_value(jget(a8, "precision")), "fp8");
+    ck_assert_int_eq((int)json_integer_value(jget(a8, "fp8_attention_ops")), 12);
+    json_t *w = jget(a8, "worst");
+    ck_assert_str_eq(json_string_value(jget(w, "layer")), "blocks.0.attn");
+    ck_assert_int_eq((int)json_integer_value(jget(w, "op")), ops[0]);
+    ck_assert_str_eq(json_string_value(jget(w, "reference")), "fp16");
+    ck_assert(json_real_value(jget(w, "cosine")) == rows[0].cosine);
+    ck_assert(json_real_value(jget(w, "rel_l2")) == rows[0].rel_l2);
+    json_t *ls = jget(a8, "layers");
+    ck_assert_int_eq((int)json_array_size(ls), 12);
+    for (int k = 0; k < n; k++) {
+        json_t *r = json_array_get(ls, (size_t)k);
+        ck_assert_str_eq(json_string_value(jget(r, "layer")), x[1].t.ops[ops[k]].layer);
+        ck_assert_int_eq((int)json_integer_value(jget(r, "op")), ops[k]);
+        ck_assert_str_eq(json_string_value(jget(r, "reference")), "fp16");
+        ck_assert(json_real_value(jget(r, "cosine")) == rows[k].cosine);
+        ck_assert(json_real_value(jget(r, "rel_l2")) == rows[k].rel_l2);
+        ck_assert(json_is_true(jget(r, "worst")) == (k == 0));
+    }
+    json_decref(j);
+    free(md);
+    free(html);
+
+    /* block 5 under the 0.999 bar: it is the worst layer and a recommendation keeps it in fp16 */
+    rows[5].cosine = 0.9982;
+    rows[5].rel_l2 = 6.1e-2;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    md = read_in(dir, "report.md");
+    ck_assert_ptr_nonnull(strstr(md, "Worst layer: `blocks.5.attn`, cosine 0.998200, relative L2 0.061 against"));
+    ck_assert_ptr_nonnull(strstr(md, "| `blocks.5.attn` (worst) | fp16 attention | 0.998200 | 6.100e-02 |"));
+    ck_assert_ptr_nonnull(strstr(md, "| `blocks.0.attn` | fp16 attention | 0.999550 |"));
+    ck_assert_ptr_nonnull(strstr(md, "FP8 attention costs most accuracy in blocks.5.attn of the fp8 engine: cosine "
+                                     "0.998200, relative L2 0.061 against fp16 attention on the same input (1 of 12 "
+                                     "FP8 attention layers under 0.999); keep it in fp16 by adding the policy rule "
+                                     "blocks.5.attn=fp16"));
+    j = json_load_file(p, 0, &je);
+    ck_assert_msg(j != NULL, "report.json: %s", je.text);
+    ck_assert_str_eq(json_string_value(jget(jget(json_array_get(jget(j, "fp8_attention_cost"), 0), "worst"), "layer")),
+                     "blocks.5.attn");
+    json_t *recs = jget(j, "recommendations");
+    int found = 0;
+    for (size_t k = 0; k < json_array_size(recs); k++) {
+        json_t *r = json_array_get(recs, k);
+        if (strcmp(json_string_value(jget(r, "rule")), "fp8_attention_layer") != 0) continue;
+        found++;
+        ck_assert_str_eq(json_string_value(jget(r, "precision")), "fp8");
+        ck_assert(json_real_value(jget(jget(r, "basis"), "value")) == 0.9982);
+        ck_assert(json_real_value(jget(jget(r, "basis"), "threshold")) == 0.999);
+    }
+    ck_assert_int_eq(found, 1);
+    json_decref(j);
+    free(md);
+
+    /* a non-finite output: n/a in the table, null in the JSON, and the worst layer */
+    rows[7].cosine = NAN;
+    rows[7].rel_l2 = NAN;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    md = read_in(dir, "report.md");
+    ck_assert_ptr_nonnull(strstr(md, "Worst layer: `blocks.7.attn`, non-finite output against fp16 attention."));
+    ck_assert_ptr_nonnull(
+        strstr(md, "| `blocks.7.attn` (worst) | fp16 attention | n/a (non-finite) | n/a (non-finite) |"));
+    j = json_load_file(p, 0, &je);
+    ck_assert_msg(j != NULL, "report.json: %s", je.text);
+    json_t *r7 = json_array_get(jget(json_array_get(jget(j, "fp8_attention_cost"), 0), "layers"), 7);
+    ck_assert(json_is_null(jget(r7, "cosine")) && json_is_null(jget(r7, "rel_l2")) && json_is_true(jget(r7, "worst")));
+    json_decref(j);
+    free(md);
+
+    /* both engines with FP8 attention (the policy applies to every precision compare runs): two tables */
+    rows[7].cosine = 0.99991, rows[7].rel_l2 = 1.2e-2;
+    tp_attn_cost rows16[12];
+    for (int k = 0; k < n; k++) rows16[k] = (tp_attn_cost){ops[k], TP_PREC_FP16, 0.9999, 1e-2};
+    rows16[3].cosine = 0.99962;
+    entries[0].attn_cost = rows16;
+    entries[0].n_attn_cost = n;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    md = read_in(dir, "report.md");
+    ck_assert_ptr_nonnull(strstr(md, "### fp16 engine: 12 attention ops in FP8"));
+    ck_assert_ptr_nonnull(strstr(md, "### fp8 engine: 12 attention ops in FP8"));
+    ck_assert_ptr_nonnull(strstr(md, "| `blocks.3.attn` (worst) | fp16 attention | 0.999620 |"));
+    j = json_load_file(p, 0, &je);
+    ck_assert_msg(j != NULL, "report.json: %s", je.text);
+    ck_assert_int_eq((int)json_array_size(jget(j, "fp8_attention_cost")), 2);
+    ck_assert_str_eq(json_string_value(jget(json_array_get(jget(j, "fp8_attention_cost"), 0), "precision")), "fp16");
+    json_decref(j);
+    free(md);
+    remove_dir(dir);
+    unload(&x[0]);
+    unload(&x[1]);
+}
+END_TEST
+
+/* Rows that do not fit the entry's trace are refused before anything is written. */
+START_TEST(test_attn_cost_errors) {
+    loaded b, e;
+    make_pair(&b, &e); /* ops: 0 qkv (linear), 1 fc1 (linear), 2 attn (attention) */
+    tp_compare_entry entries[2] = {b.e, e.e};
+    tp_compare_config cfg = fixture_config();
+    tp_attn_cost rows[2] = {{2, TP_PREC_FP16, 0.9995, 3e-2}, {2, TP_PREC_FP16, 0.9996, 2e-2}};
+    char dir[1024];
+    make_dir(dir, sizeof dir);
+    tp_error err;
+    entries[1].attn_cost = rows;
+    entries[1].n_attn_cost = 1;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    char *md = read_in(dir, "report.md");
+    ck_assert_ptr_nonnull(strstr(md, "### fp8 engine: 1 attention op in FP8"));
+    ck_assert_ptr_nonnull(strstr(md, "| `blocks.0.attn` (worst) | fp16 attention | 0.999500 | 3.000e-02 |"));
+    free(md);
+    remove_dir(dir);
+    make_dir(dir, sizeof dir);
+    entries[1].n_attn_cost = 2; /* op 2 twice */
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 0, dir, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "increasing op order") && strstr(err.msg, "fp8") && !strchr(err.msg, '\n'), "%s",
+                  err.msg);
+    rows[0].op = 1; /* a linear op */
+    entries[1].n_attn_cost = 1;
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 0, dir, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "blocks.0.mlp.fc1") && strstr(err.msg, "not attention"), "%s", err.msg);
+    rows[0].op = 3; /* out of range */
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 0, dir, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "op 3 of 3") != NULL, "%s", err.msg);
+    rows[0].op = -1;
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 0, dir, &err), TP_ERR_ARG);
+    rows[0].op = 2;
+    entries[1].attn_cost = NULL; /* rows promised, none given */
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 0, dir, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "no array") != NULL, "%s", err.msg);
+    entries[1].attn_cost = rows;
+    entries[1].n_attn_cost = -1;
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 0, dir, &err), TP_ERR_ARG);
+    entries[1].n_attn_cost = 0;
+    entries[0].attn_cost = rows; /* the baseline is checked too */
+    entries[0].n_attn_cost = 1;
+    rows[0].op = 0;
+    ck_assert_int_eq(tp_compare_write(&cfg, entries, 2, 0, dir, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "fp16") != NULL, "%s", err.msg);
+    ck_assert_int_eq(rmdir(dir), 0); /* nothing was written */
+    unload(&b);
+    unload(&e);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("report");
     TCase *t = tcase_create("compare");
@@ -664,6 +899,9 @@ int main(void) {
     tcase_add_test(t, test_write_fixtures);
     tcase_add_test(t, test_write_synthetic);
     tcase_add_test(t, test_write_errors);
+    tcase_add_test(t, test_attn_worst);
+    tcase_add_test(t, test_write_attn_cost);
+    tcase_add_test(t, test_attn_cost_errors);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

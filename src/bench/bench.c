@@ -19,12 +19,12 @@
 #include "planner/policy.h"
 #include "profile/analysis.h"
 #include "profile/trace.h"
+#include "report/compare.h"
 #include "tp_build_info.h"
 #ifdef TPROF_HAVE_CUDA
 #include "exec/cuda/cuda_engine.h"
 #include "exec/cuda/gemm_peak.h"
 #include "profile/profile_run.h"
-#include "report/compare.h"
 #else
 typedef struct {
     int present;
@@ -51,7 +51,9 @@ typedef struct {
     double format_weight_bytes;             /* weights in their format (what an engine file stores) */
     json_t *plan;    /* per op: layer, op, precision, FLOP, bytes, how (owned) */
     char attn_impl[200]; /* the attention implementation the engine chose, with its build-time timings */
-    json_t *attn_cost;   /* FP8 attention ops: per layer, cosine and rel L2 against FP16 attention (owned) */
+    tp_attn_cost *attn_cost; /* FP8 attention ops, in op order: cosine and rel L2 against FP16/BF16 attention on
+                                the same input (owned; NULL when the engine runs no attention in FP8) */
+    int n_attn_cost;
     json_t *profile; /* tprof profile: the kernel-level summary (owned) */
     float *logits;   /* --save-output: a copy of the output (B, classes) fp32 */
     int has_prof;    /* trace and prof below are owned */
@@ -112,21 +114,31 @@ static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
 }
 
 #ifdef TPROF_HAVE_CUDA
-/* FP8 attention's cost layer by layer (tp_engine_attention_cost): printed, and kept for the JSON. */
-static tp_status attention_cost(tp_engine *e, const tp_graph *g, prec_result *r, tp_error *err) {
+/* FP8 attention's cost layer by layer (tp_engine_attention_cost): printed with its worst layer, and kept in r
+ * (r->attn_cost, one row per attention op the plan runs in FP8) for the JSON and the comparison report. The
+ * reference's precision is that of the op's qkv input (plan->value_dt). */
+static tp_status attention_cost(tp_engine *e, const tp_graph *g, const tp_plan *plan, prec_result *r, tp_error *err) {
     double *cs = malloc(sizeof(double) * (size_t)g->n_ops), *rl = malloc(sizeof(double) * (size_t)g->n_ops);
     int n = 0;
     tp_status st = cs && rl ? tp_engine_attention_cost(e, cs, rl, &n, err) : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    if (!st && !(r->attn_cost = calloc((size_t)g->n_ops, sizeof *r->attn_cost)))
+        st = tp_fail(err, TP_ERR_OOM, "out of host memory");
     if (!st) {
         printf("\nFP8 attention, accuracy cost per layer (its output against FP16/BF16 flash attention on the same "
-               "input):\n  %-26s %10s %10s\n", "layer", "cosine", "rel L2");
-        r->attn_cost = json_array();
+               "input):\n  %-26s %-9s %10s %10s\n", "layer", "reference", "cosine", "rel L2");
         for (int i = 0; i < g->n_ops; i++) {
-            if (isnan(cs[i])) continue;
-            printf("  %-26s %10.6f %10.3e\n", g->ops[i].layer, cs[i], rl[i]);
-            json_array_append_new(r->attn_cost, json_pack("{s:s,s:f,s:f}", "layer", g->ops[i].layer, "cosine", cs[i],
-                                                          "rel_l2", rl[i]));
+            if (g->ops[i].kind != TP_OP_ATTENTION || plan->op_prec[i] != TP_PREC_FP8) continue;
+            tp_attn_cost *a = &r->attn_cost[r->n_attn_cost++];
+            a->op = i;
+            a->ref = plan->value_dt[g->ops[i].in[0]] == TP_BF16 ? TP_PREC_BF16 : TP_PREC_FP16;
+            a->cosine = cs[i];
+            a->rel_l2 = rl[i];
+            printf("  %-26s %-9s %10.6f %10.3e\n", g->ops[i].layer, tp_precision_name(a->ref), cs[i], rl[i]);
         }
+        int w = tp_compare_attn_worst(r->attn_cost, r->n_attn_cost);
+        if (w >= 0)
+            printf("  worst: %s (cosine %.6f, rel L2 %.3e)\n", g->ops[r->attn_cost[w].op].layer,
+                   r->attn_cost[w].cosine, r->attn_cost[w].rel_l2);
     }
     free(cs);
     free(rl);
@@ -196,8 +208,8 @@ static json_t *json_stats(const tp_latency_stats *l) {
 static json_t *json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, const char *device,
-                            const prec_result *res, int n_res, double flop, double matmul_flop, int ref_rows,
-                            const char *input_desc, tp_error *err) {
+                            const tp_graph *g, const prec_result *res, int n_res, double flop, double matmul_flop,
+                            int ref_rows, const char *input_desc, tp_error *err) {
     char cpu[256], when[64];
     host_cpu_name(cpu, sizeof cpu);
     time_t t = time(NULL);
@@ -269,7 +281,16 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         for (int k = 0; k < r->n; k++) json_array_append_new(s, json_real(r->samples[k]));
         json_object_set_new(p, "samples_ms", s);
         if (r->plan) json_object_set(p, "plan", r->plan);
-        if (r->attn_cost) json_object_set(p, "fp8_attention_cost", r->attn_cost);
+        if (r->attn_cost) {
+            json_t *ac = json_array();
+            for (int k = 0; k < r->n_attn_cost; k++) {
+                const tp_attn_cost *a = &r->attn_cost[k];
+                json_array_append_new(ac, json_pack("{s:s,s:s,s:o,s:o}", "layer", g->ops[a->op].layer, "reference",
+                                                    tp_precision_name(a->ref), "cosine", json_num(a->cosine),
+                                                    "rel_l2", json_num(a->rel_l2)));
+            }
+            json_object_set_new(p, "fp8_attention_cost", ac);
+        }
         if (r->profile) json_object_set(p, "profile", r->profile);
         json_array_append_new(arr, p);
     }
@@ -361,6 +382,8 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
         e->cosine = r->acc.cosine, e->rel_l2 = r->acc.rel_l2, e->max_abs = r->acc.max_abs;
         e->top1 = r->acc.top1_agree;
         e->ref_images = R;
+        e->attn_cost = r->attn_cost; /* measured once, in the benchmark (attention_cost) */
+        e->n_attn_cost = r->n_attn_cost;
         const char *ext[3] = {"trace", "chrome", "profile"};
         for (int k = 0; k < 3 && cfg.n_artifacts < 3 * TP_MAX_PRECISIONS; k++) {
             /* relative to the report, which sits in the same folder */
@@ -581,7 +604,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                                               &r->wall_ms, err);
             int n_fp8_attn = 0;
             for (int i = 0; i < g.n_ops; i++) n_fp8_attn += g.ops[i].kind == TP_OP_ATTENTION && plan.op_prec[i] == TP_PREC_FP8;
-            if (!st && n_fp8_attn) st = attention_cost(e, &g, r, err);
+            if (!st && n_fp8_attn) st = attention_cost(e, &g, &plan, r, err);
             if (e) {
                 r->weight_bytes = tp_engine_weight_bytes(e);
                 r->act_bytes = tp_engine_activation_bytes(e);
@@ -633,7 +656,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     printf("(speedup: median time of %s over each; accuracy over %d image%s against the FP32 CPU reference)\n",
            tp_precision_name(res[base].prec), R, R == 1 ? "" : "s");
     if (o->json_path)
-        st = write_json(o, &gpu, device, res, o->n_precs, flop, mflop, R, input_desc, err);
+        st = write_json(o, &gpu, device, &g, res, o->n_precs, flop, mflop, R, input_desc, err);
 #ifdef TPROF_HAVE_CUDA
     if (!st && o->compare) st = write_compare(o, &gpu, res, base, R, err);
 #endif
@@ -662,7 +685,7 @@ done:
             free(res[i].samples);
             free(res[i].logits);
             json_decref(res[i].plan);
-            json_decref(res[i].attn_cost);
+            free(res[i].attn_cost);
             json_decref(res[i].profile);
             if (res[i].has_prof) {
                 tp_trace_free(&res[i].trace);

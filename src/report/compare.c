@@ -48,6 +48,10 @@
 #define TH_IDLE_MS 0.050
 /* A precision that loses accuracy should buy at least 10 % of speed. */
 #define TH_PAYOFF 1.10
+/* An FP8 attention layer whose output has cosine < 0.999 against FP16/BF16 attention on the same input (for
+ * outputs of equal norm a relative L2 error of about 4.5 %: sqrt(2 (1 - cos))) is worth keeping in the higher
+ * precision; the same bar as the logits' (TH_COSINE). */
+#define TH_ATTN_COSINE 0.999
 
 static const char *pname(tp_precision p) { return tp_precision_name(p); }
 
@@ -144,6 +148,39 @@ tp_status tp_compare_amdahl(const tp_compare_entry *b, const tp_compare_entry *e
         out->gap_ms[c] = e->prof->cat_ns_per_iter[c] * 1e-6 - ideal;
     }
     out->actual_ms = e->prof->kernel_ns_per_iter * 1e-6;
+    return TP_OK;
+}
+
+/* ---- FP8 attention cost ------------------------------------------------------------------------------------ */
+
+int tp_compare_attn_worst(const tp_attn_cost *rows, int n) {
+    if (!rows || n < 1) return -1;
+    int w = 0;
+    for (int k = 1; k < n && !isnan(rows[w].cosine); k++)
+        if (isnan(rows[k].cosine) || rows[k].cosine < rows[w].cosine) w = k;
+    return w;
+}
+
+static tp_status check_attn_cost(const tp_compare_entry *x, tp_error *err) {
+    if (x->n_attn_cost < 0 || (x->n_attn_cost > 0 && !x->attn_cost))
+        return tp_fail(err, TP_ERR_ARG, "compare: the %s entry has %d FP8 attention cost rows%s", pname(x->prec),
+                       x->n_attn_cost, x->n_attn_cost > 0 ? " but no array" : "");
+    for (int k = 0; k < x->n_attn_cost; k++) {
+        const tp_attn_cost *r = &x->attn_cost[k];
+        if (r->op < 0 || r->op >= x->trace->n_ops)
+            return tp_fail(err, TP_ERR_ARG, "compare: the %s entry's FP8 attention cost row %d names op %d of %d",
+                           pname(x->prec), k, r->op, x->trace->n_ops);
+        if (x->trace->ops[r->op].kind != TP_OP_ATTENTION)
+            return tp_fail(err, TP_ERR_ARG,
+                           "compare: the %s entry's FP8 attention cost row %d names op %d (%s), a %s op, not attention",
+                           pname(x->prec), k, r->op, x->trace->ops[r->op].layer,
+                           tp_op_kind_name(x->trace->ops[r->op].kind));
+        if (k > 0 && r->op <= x->attn_cost[k - 1].op)
+            return tp_fail(err, TP_ERR_ARG,
+                           "compare: the %s entry's FP8 attention cost rows are not in increasing op order (row %d: "
+                           "op %d after op %d)",
+                           pname(x->prec), k, r->op, x->attn_cost[k - 1].op);
+    }
     return TP_OK;
 }
 
@@ -434,6 +471,19 @@ static void entry_recos(model *m, int i) {
                  "here), and keep the most sensitive layers in higher precision or refine the scales.",
                  ep, 100 * e->top1, e->ref_images, e->cosine, e->rel_l2, 100 * TH_TOP1, TH_COSINE,
                  100.0 / e->ref_images);
+    int w = tp_compare_attn_worst(e->attn_cost, e->n_attn_cost);
+    if (w >= 0 && !(e->attn_cost[w].cosine >= TH_ATTN_COSINE)) {
+        const tp_attn_cost *a = &e->attn_cost[w];
+        int below = 0;
+        for (int k = 0; k < e->n_attn_cost; k++) below += !(e->attn_cost[k].cosine >= TH_ATTN_COSINE);
+        if ((r = add_reco(m, "fp8_attention_layer", i, "attention_cosine", a->cosine, TH_ATTN_COSINE)))
+            cat_text(r,
+                     "FP8 attention costs most accuracy in %s of the %s engine: cosine %.6f, relative L2 %.4g against "
+                     "%s attention on the same input (%d of %d FP8 attention layers under %.3f); keep it in %s by "
+                     "adding the policy rule %s=%s (later rules win).",
+                     e->trace->ops[a->op].layer, ep, a->cosine, a->rel_l2, pname(a->ref), below, e->n_attn_cost,
+                     TH_ATTN_COSINE, pname(a->ref), e->trace->ops[a->op].layer, pname(a->ref));
+    }
     double traced = e->prof->kernel_ns_per_iter * 1e-6, idle = e->median_ms - traced;
     if (e->median_ms > 0 && idle >= TH_IDLE_MS && idle >= TH_IDLE_FRAC * e->median_ms &&
         (r = add_reco(m, "idle_gpu", i, "idle_fraction", idle / e->median_ms, TH_IDLE_FRAC)))
@@ -711,6 +761,68 @@ static void sec_coverage(tp_doc *d, const model *m) {
     }
 }
 
+/* Cosine or relative L2 in a table cell; NaN (a non-finite output) says so. */
+static void td_metric(tp_doc *d, const char *fmt, double v) {
+    if (isnan(v))
+        tp_doc_td(d, "n/a (non-finite)");
+    else
+        tp_doc_td(d, fmt, v);
+}
+
+static int any_attn_cost(const model *m) {
+    for (int i = 0; i < m->n; i++)
+        if (m->e[i].n_attn_cost > 0) return 1;
+    return 0;
+}
+
+/* Per engine that runs attention in FP8: each such layer's output against FP16/BF16 attention on the same input,
+ * the worst layer named; nothing when no engine does. */
+static void sec_fp8_attention(tp_doc *d, const model *m) {
+    char id[64];
+    if (!any_attn_cost(m)) return;
+    tp_doc_heading(d, 2, "fp8-attention", "FP8 attention accuracy");
+    tp_doc_para_open(d);
+    tp_doc_txt(d, "For every engine that runs attention in FP8 (e.g. ");
+    tp_doc_code(d, "--policy 'blocks.*.attn=fp8'");
+    tp_doc_txt(d, "): each FP8 attention op's output (E4M3 outputs dequantized with their scale) against the "
+                  "FP16/BF16 flash attention kernel on the same input, the engine's own input to that layer, so each "
+                  "row is that layer's accuracy cost alone: cosine similarity and relative L2 error (‖y_fp8 − "
+                  "y_ref‖₂ / ‖y_ref‖₂). Engines without FP8 attention are not listed.");
+    tp_doc_para_close(d);
+    for (int i = 0; i < m->n; i++) {
+        const tp_compare_entry *e = &m->e[i];
+        if (e->n_attn_cost < 1) continue;
+        const int w = tp_compare_attn_worst(e->attn_cost, e->n_attn_cost);
+        const tp_attn_cost *a = &e->attn_cost[w];
+        snprintf(id, sizeof id, "fp8-attention-%s-%d", pname(e->prec), i);
+        tp_doc_heading(d, 3, id, "%s engine: %d attention op%s in FP8", pname(e->prec), e->n_attn_cost,
+                       e->n_attn_cost == 1 ? "" : "s");
+        tp_doc_para_open(d);
+        tp_doc_txt(d, "Worst layer: ");
+        tp_doc_code(d, e->trace->ops[a->op].layer);
+        if (isnan(a->cosine))
+            tp_doc_txt(d, ", non-finite output against %s attention.", pname(a->ref));
+        else
+            tp_doc_txt(d, ", cosine %.6f, relative L2 %.4g against %s attention.", a->cosine, a->rel_l2,
+                       pname(a->ref));
+        tp_doc_para_close(d);
+        tp_doc_table_open(d, "llrr", "Layer", "Reference", "Cosine vs. reference", "Rel. L2", NULL);
+        for (int k = 0; k < e->n_attn_cost; k++) {
+            const tp_attn_cost *r = &e->attn_cost[k];
+            tp_doc_tr_open(d);
+            tp_doc_td_open(d);
+            tp_doc_code(d, e->trace->ops[r->op].layer);
+            if (k == w) tp_doc_txt(d, " (worst)");
+            tp_doc_td_close(d);
+            tp_doc_td(d, "%s attention", pname(r->ref));
+            td_metric(d, "%.6f", r->cosine);
+            td_metric(d, "%.3e", r->rel_l2);
+            tp_doc_tr_close(d);
+        }
+        tp_doc_table_close(d);
+    }
+}
+
 /* What a category's gap is made of, in words: new kernels; ops that kept their precision (and whether their
  * plan changed, for at least half of the category's time); or the changed ops, which either got slower than
  * in the baseline, sped up by less than r, or by more. */
@@ -920,6 +1032,7 @@ static void write_doc(tp_doc *d, const model *m) {
     sec_config(d, m);
     sec_breakdown(d, m);
     sec_coverage(d, m);
+    sec_fp8_attention(d, m);
     sec_amdahl(d, m);
     sec_recos(d, m);
     sec_artifacts(d, m);
@@ -1018,6 +1131,30 @@ static json_t *report_json(const model *m) {
                                            "own_precision_ms", jnum(cv->own_ms), "groups", gs));
     }
     json_object_set_new(j, "coverage", a);
+
+    if (any_attn_cost(m)) {
+        a = json_array();
+        for (int i = 0; i < m->n; i++) {
+            const tp_compare_entry *e = &m->e[i];
+            if (e->n_attn_cost < 1) continue;
+            const int w = tp_compare_attn_worst(e->attn_cost, e->n_attn_cost);
+            json_t *rows = json_array();
+            for (int k = 0; k < e->n_attn_cost; k++) {
+                const tp_attn_cost *r = &e->attn_cost[k];
+                json_array_append_new(rows, json_pack("{s:s,s:i,s:s,s:o,s:o,s:b}", "layer", e->trace->ops[r->op].layer,
+                                                      "op", r->op, "reference", pname(r->ref), "cosine",
+                                                      jnum(r->cosine), "rel_l2", jnum(r->rel_l2), "worst", k == w));
+            }
+            const tp_attn_cost *x = &e->attn_cost[w];
+            json_array_append_new(
+                a, json_pack("{s:s,s:s,s:i,s:{s:s,s:i,s:s,s:o,s:o},s:o}", "precision", pname(e->prec), "measure",
+                             "each FP8 attention op's output against FP16/BF16 flash attention on the same input",
+                             "fp8_attention_ops", e->n_attn_cost, "worst", "layer", e->trace->ops[x->op].layer, "op",
+                             x->op, "reference", pname(x->ref), "cosine", jnum(x->cosine), "rel_l2", jnum(x->rel_l2),
+                             "layers", rows));
+        }
+        json_object_set_new(j, "fp8_attention_cost", a);
+    }
 
     a = json_array();
     for (int i = 0; i < m->n; i++) {
@@ -1121,6 +1258,7 @@ tp_status tp_compare_write(const tp_compare_config *cfg, const tp_compare_entry 
         if (st) return st;
         if ((unsigned)entries[i].prec >= TP_PREC_COUNT)
             return tp_fail(err, TP_ERR_ARG, "compare: entry %d has no valid precision", i);
+        if ((st = check_attn_cost(&entries[i], err))) return st;
     }
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         return tp_fail(err, TP_ERR_IO, "%s: cannot create the report directory: %s", out_dir, strerror(errno));

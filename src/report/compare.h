@@ -12,6 +12,17 @@
 #include "profile/trace.h"
 #include "tprof.h"
 
+/* FP8 attention's accuracy cost in one layer (tp_engine_attention_cost, src/exec/cuda/cuda_engine.h): the output
+ * of an attention op the engine runs in FP8 (E4M3 outputs dequantized with their scale) against the FP16/BF16
+ * flash kernel's output on the same input, that is the engine's own input to the layer, so each row is that
+ * layer's cost alone. */
+typedef struct {
+    int op;           /* index of the attention op in the entry's trace (trace->ops[op].layer names it) */
+    tp_precision ref; /* the reference's precision: TP_PREC_FP16 or TP_PREC_BF16 (the type of the op's qkv input) */
+    double cosine;    /* cosine similarity of the two outputs, flattened; NaN when not finite */
+    double rel_l2;    /* |y_fp8 - y_ref|_2 / |y_ref|_2; NaN when not finite */
+} tp_attn_cost;
+
 /* One precision's measurements. */
 typedef struct {
     tp_precision prec;
@@ -23,6 +34,9 @@ typedef struct {
     double cosine, rel_l2, max_abs, top1; /* against the FP32 CPU reference */
     int ref_images;
     int emulated_ops;               /* ops run emulated (0 until block-scaled formats exist) */
+    const tp_attn_cost *attn_cost;  /* one row per attention op the engine runs in FP8, ops in increasing order;
+                                       NULL with n_attn_cost 0 for an engine without FP8 attention */
+    int n_attn_cost;
 } tp_compare_entry;
 
 typedef struct {
@@ -67,17 +81,25 @@ typedef struct {
 tp_status tp_compare_amdahl(const tp_compare_entry *b, const tp_compare_entry *e, double r, tp_amdahl *out,
                             tp_error *err);
 
+/* The worst row of an FP8 attention cost table: the lowest cosine, a NaN cosine counting as lowest (the first
+ * NaN row); on ties the first row. -1 when n < 1 or rows is NULL. */
+int tp_compare_attn_worst(const tp_attn_cost *rows, int n);
+
 /* Writes out_dir/report.md, out_dir/report.json, out_dir/report.html and the SVG charts
  * (out_dir/breakdown.svg: stacked category bars per precision, ms per forward pass; out_dir/speedup.svg:
  * measured against Amdahl-bound speedup). entries[baseline] is the reference for speedups (normally fp16).
  * Sections: summary, configuration, kernel breakdown per precision, coverage (which ops ran in which precision
- * and why: native, emulated, kept high by policy), theoretical against actual speedup with the gap attributed to
- * categories in ms, recommendations (each citing the number it rests on; rules and thresholds in compare.c),
- * artifacts (the five files above, then cfg->artifacts). An entry whose precision or the baseline's has no
- * peak_tflops gets no Amdahl figures, with the reason in the report. out_dir is created when missing (not its
+ * and why: native, emulated, kept high by policy), FP8 attention accuracy (only when some entry has attn_cost
+ * rows: per such entry a table of layer, reference, cosine and relative L2, the worst layer (tp_compare_attn_worst)
+ * named; JSON key "fp8_attention_cost", absent when no entry has rows), theoretical against actual speedup with the
+ * gap attributed to categories in ms, recommendations (each citing the number it rests on; rules and thresholds in
+ * compare.c), artifacts (the five files above, then cfg->artifacts). An entry whose precision or the baseline's has
+ * no peak_tflops gets no Amdahl figures, with the reason in the report. out_dir is created when missing (not its
  * parents); existing report files in it are overwritten.
  * Errors: TP_ERR_IO naming the file, TP_ERR_ARG for inconsistent entries (n < 1, baseline out of range, an entry
- * without trace or profile, or traces of different graphs: see tp_compare_amdahl). */
+ * without trace or profile, traces of different graphs: see tp_compare_amdahl; attn_cost rows that are missing
+ * (NULL with n_attn_cost > 0), negative in number, name an op out of range or not an attention op, or are not in
+ * increasing op order). */
 tp_status tp_compare_write(const tp_compare_config *cfg, const tp_compare_entry *entries, int n, int baseline,
                            const char *out_dir, tp_error *err);
 
