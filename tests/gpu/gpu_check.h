@@ -2,8 +2,9 @@
  * test_gpu_attention_fp8.c, test_gpu_sdpa.c): the case string quoted in every message (g_case, SET_CASE), the
  * CUDA_OK / LAUNCH_OK / KERNEL_OK assertions, the stream the tests run on (g_stream), tracked host and device
  * allocations (device buffers poisoned with 0xFF bytes), their upload and download helpers and their release,
- * host_normal / host_amax, the argument-rejection check (check_rejected), and new_tcase(), a TCase of the suite
- * with the file's checked fixture.
+ * host_normal / host_amax, strided tensors with NaN gaps (host_strided_normal, host_strided_amax, strided_gather),
+ * the argument-rejection check (check_rejected), and new_tcase(), a TCase of the suite with the file's checked
+ * fixture.
  *
  * Each test file is its own translation unit with its own state. Everything here is static: the variables, and
  * the functions `static inline` (a file need not use them all), so every file that includes this header gets its
@@ -185,6 +186,62 @@ static inline float host_amax(const float *x, size_t n) {
     float m = 0.0f;
     for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
     return m;
+}
+
+/* ---- strided tensors (rows of `width` used elements, row stride rs >= width, batch stride bs >= T rs) ------- */
+
+/* B * bs floats: element e < width of row t of batch b, at b * bs + t * rs + e, ~ N(0, std^2) (never zero) rounded
+ * to dt (so a reference computed from these values sees exactly what the GPU reads); NaN in every gap, so a kernel
+ * that reads one poisons its output. */
+static inline float *host_strided_normal(tp_dtype dt, int B, int T, long long width, long long rs, long long bs,
+                                         uint64_t seed, double std) {
+    const size_t n = (size_t)B * (size_t)bs, used = (size_t)B * (size_t)T * (size_t)width;
+    float *x = hmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+    const float *v = host_normal(used, seed, 0.0, std);
+    size_t k = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (long long e = 0; e < width; e++)
+                x[b * bs + t * rs + e] = v[k++];
+    void *tmp = malloc(n * esize(dt));
+    ck_assert_msg(tmp != NULL, "[%s] out of host memory", g_case);
+    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
+    tp_convert_to_f32(dt, tmp, x, n, 1.0f);
+    free(tmp);
+    return x;
+}
+
+/* max |x| over the used elements of a strided tensor */
+static inline float host_strided_amax(const float *x, int B, int T, long long width, long long rs, long long bs) {
+    float m = 0.0f;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            m = fmaxf(m, host_amax(x + b * bs + t * rs, (size_t)width));
+    return m;
+}
+
+/* The used elements of raw (a downloaded strided dt tensor of B * bs elements) decoded into dense (B, T, width)
+ * fp32 (FP8: times scale); returns how many bytes of the gaps are not 0xFF (were written). */
+static inline size_t strided_gather(tp_dtype dt, const unsigned char *raw, int B, int T, long long width, long long rs,
+                                    long long bs, float scale, float *dense) {
+    const size_t es = esize(dt);
+    size_t touched = 0, k = 0;
+    for (int b = 0; b < B; b++) {
+        size_t next = (size_t)b * (size_t)bs * es; /* first byte not yet checked */
+        for (int t = 0; t < T; t++) {
+            const size_t r0 = ((size_t)b * (size_t)bs + (size_t)t * (size_t)rs) * es;
+            for (size_t i = next; i < r0; i++)
+                touched += raw[i] != 0xFF;
+            tp_convert_to_f32(dt, raw + r0, dense + k, (size_t)width, scale);
+            k += (size_t)width;
+            next = r0 + (size_t)width * es;
+        }
+        for (size_t i = next; i < (size_t)(b + 1) * (size_t)bs * es; i++)
+            touched += raw[i] != 0xFF;
+    }
+    return touched;
 }
 
 /* ---- argument rejection ------------------------------------------------------------------------------------ */

@@ -38,6 +38,11 @@
  * 1.6e-2); both graph captures work (a memset and a kernel node) and replay bit for bit; scale 0 and negative
  * scales gave all-NaN outputs before tp_sdpa_create refused them; 1e-3 and 2^-20 are fine.
  *
+ * The general plan (test_sdpa_ex below), cuDNN 9.19.0 on an H200 (2026-11-21,
+ * bench/results/2026-11-21_h200_gpu_tests_sdpa_decoder.log): all 144 configurations plan and pass, the causal ones
+ * with 1 < Tq <= Tkv through the composite graph (engine 2), the others through the unified operation (engines 8
+ * and 9); worst relative L2 2.2e-4 (f16) and 1.8e-3 (bf16); Tq > Tkv causal refused up front as specified.
+ *
  * CUDA (and cuDNN, whose handle creation initializes CUDA) is used only inside tests, never in the runner's
  * parent process. */
 #include <check.h>
@@ -450,6 +455,107 @@ START_TEST(test_sdpa_graph) {
 }
 END_TEST
 
+/* ================================================================================================================
+ * The general plan (tp_sdpa_create_ex / tp_sdpa_run_ex): separate strided Q, K, V, O; Tq != Tkv; GQA; causal with
+ * the bottom-right diagonal; against tp_cpu_attention_ex. Layout as test_gpu_attention.c's flash_ex test: rows
+ * longer than their heads and batches longer than their rows, NaN in the input gaps (never to be read), poison in
+ * the output gaps (never to be written), O poisoned before each run.
+ * Shapes, each in 4 configurations (B, H, Hkv, D) = (1, 8, 2, 128), (3, 4, 4, 64), (3, 8, 2, 64), (1, 4, 4, 128):
+ * D 64 and 128, batch 1 and 3, GQA (G = 4) and MHA, in every pairing of two (each new shape can cost cuDNN a
+ * runtime compilation, so not all 8 combinations):
+ *   required (a refusal fails): non-causal Tq in {1, 7} x Tkv in {1, 63, 1000, 8192}; causal Tq = 1 with those Tkv
+ *   (the one query sees every key); causal Tq = Tkv in {197, 577} (cuDNN's everyday causal case);
+ *   allowed to be refused (printed "unsupported"), but checked when planned: causal Tq 7 with Tkv 63, 1000, 8192,
+ *   causal Tq 300 / Tkv 1000 (bottom-right with Tq < Tkv: the composite graph);
+ *   refused by tp_sdpa_create_ex (TP_ERR_UNSUPPORTED, no plan): causal Tq > Tkv (7 / 1, 100 / 37).
+ * Tolerance: sdpa_tol with T = Tkv.
+ * ============================================================================================================== */
+
+typedef struct {
+    int Tq, Tkv, causal, need; /* need: 1 required, 0 may be refused, -1 must be refused */
+} sdpa_ex_shape;
+
+START_TEST(test_sdpa_ex) {
+    const tp_dtype dt = DT[_i];
+    if (!cudnn_here("sdpa ex")) return;
+    static const sdpa_ex_shape shapes[] = {
+        {1, 1, 0, 1},    {1, 63, 0, 1},   {1, 1000, 0, 1},   {1, 8192, 0, 1},  {7, 1, 0, 1},
+        {7, 63, 0, 1},   {7, 1000, 0, 1}, {7, 8192, 0, 1},   {1, 1, 1, 1},     {1, 63, 1, 1},
+        {1, 1000, 1, 1}, {1, 8192, 1, 1}, {197, 197, 1, 1},  {577, 577, 1, 1}, {7, 63, 1, 0},
+        {7, 1000, 1, 0}, {7, 8192, 1, 0}, {300, 1000, 1, 0}, {7, 1, 1, -1},    {100, 37, 1, -1},
+    };
+    static const int cfg[][4] = {{1, 8, 2, 128}, {3, 4, 4, 64}, {3, 8, 2, 64}, {1, 4, 4, 128}}; /* B H Hkv D */
+    uint64_t seed = 60000 + 1000 * (uint64_t)_i;
+    int run = 0, refused = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+            const sdpa_ex_shape sh = shapes[si];
+            const int B = cfg[ci][0], H = cfg[ci][1], Hkv = cfg[ci][2], D = cfg[ci][3];
+            tp_sdpa_desc d;
+            memset(&d, 0, sizeof d);
+            d.B = B, d.H = H, d.Hkv = Hkv, d.Tq = sh.Tq, d.Tkv = sh.Tkv, d.D = D, d.causal = sh.causal;
+            d.scale = 1.0f / sqrtf((float)D), d.dt = dt;
+            d.q_row_stride = (long long)H * D + 16, d.q_batch_stride = sh.Tq * d.q_row_stride + 64;
+            d.k_row_stride = (long long)Hkv * D + 8, d.k_batch_stride = sh.Tkv * d.k_row_stride + 64;
+            d.v_row_stride = (long long)Hkv * D + 24, d.v_batch_stride = sh.Tkv * d.v_row_stride + 64;
+            d.o_row_stride = (long long)H * D + 8, d.o_batch_stride = sh.Tq * d.o_row_stride + 64;
+            SET_CASE("sdpa_ex %s B=%d H=%d Hkv=%d Tq=%d Tkv=%d D=%d %s", dname(dt), B, H, Hkv, sh.Tq, sh.Tkv, D,
+                     sh.causal ? "causal" : "full");
+            tp_error err = {0};
+            const double t0 = now_s();
+            const tp_status st = tp_sdpa_create_ex(&d, &g_plan, &err);
+            const double t_plan = now_s() - t0;
+            if (sh.need < 0) {
+                printf("  %s  %s refused: %s: %s\n", st == TP_ERR_UNSUPPORTED ? "ok  " : "FAIL", g_case,
+                       tp_status_name(st), err.msg);
+                ck_assert_msg(st == TP_ERR_UNSUPPORTED && g_plan == NULL, "[%s] want TP_ERR_UNSUPPORTED, got %s",
+                              g_case, tp_status_name(st));
+                continue;
+            }
+            if (st == TP_ERR_UNSUPPORTED && sh.need == 0) {
+                printf("  unsupported  %s: %s\n", g_case, err.msg);
+                fflush(stdout);
+                refused++;
+                continue;
+            }
+            ck_assert_msg(st == TP_OK, "[%s] tp_sdpa_create_ex: %s: %s", g_case, tp_status_name(st), err.msg);
+            printf("  plan  %s: %s (planned in %.3f s)\n", g_case, tp_sdpa_describe(g_plan), t_plan);
+            float *q =
+                host_strided_normal(dt, B, sh.Tq, (long long)H * D, d.q_row_stride, d.q_batch_stride, seed++, 2.0);
+            float *k =
+                host_strided_normal(dt, B, sh.Tkv, (long long)Hkv * D, d.k_row_stride, d.k_batch_stride, seed++, 2.0);
+            float *v =
+                host_strided_normal(dt, B, sh.Tkv, (long long)Hkv * D, d.v_row_stride, d.v_batch_stride, seed++, 2.0);
+            const size_t n_dense = (size_t)B * sh.Tq * H * D;
+            float *ref = hmalloc(n_dense * sizeof(float));
+            const tp_cpu_attn_args ca = {q, k, v, ref, d.q_batch_stride, d.q_row_stride, d.k_batch_stride,
+                                         d.k_row_stride, d.v_batch_stride, d.v_row_stride, (int64_t)sh.Tq * H * D,
+                                         (int64_t)H * D, B, H, Hkv, sh.Tq, sh.Tkv, D, sh.causal, d.scale};
+            tp_cpu_attention_ex(&ca);
+            const tol_t tol = sdpa_tol(
+                dt, sh.Tkv, host_strided_amax(v, B, sh.Tkv, (long long)Hkv * D, d.v_row_stride, d.v_batch_stride),
+                host_amax(ref, n_dense));
+            void *dq = dev_upload(dt, q, (size_t)B * d.q_batch_stride, (size_t)B * d.q_batch_stride);
+            void *dk = dev_upload(dt, k, (size_t)B * d.k_batch_stride, (size_t)B * d.k_batch_stride);
+            void *dv = dev_upload(dt, v, (size_t)B * d.v_batch_stride, (size_t)B * d.v_batch_stride);
+            const size_t ob = (size_t)B * d.o_batch_stride * esize(dt);
+            void *o = dev_bytes(ob);
+            const size_t wsb = tp_sdpa_workspace_bytes(g_plan);
+            void *ws = wsb ? dev_bytes(wsb) : NULL;
+            SDPA_OK(tp_sdpa_run_ex(g_plan, dq, dk, dv, o, ws, g_stream));
+            float *dense = hmalloc(n_dense * sizeof(float));
+            const size_t touched = strided_gather(dt, download_bytes(o, ob), B, sh.Tq, (long long)H * D, d.o_row_stride,
+                                                  d.o_batch_stride, 1.0f, dense);
+            check_close("out", dense, ref, n_dense, (size_t)H * D, tol);
+            ck_assert_msg(touched == 0, "[%s] %zu bytes of O outside its rows were written", g_case, touched);
+            run++;
+            release_case();
+        }
+    printf("  info  sdpa_ex %s: %d configurations checked, %d refused by cuDNN (allowed shapes only)\n", dname(dt), run,
+           refused);
+}
+END_TEST
+
 /* ---- suite ----------------------------------------------------------------------------------------------------- */
 
 /* new_tcase (gpu_check.h): 600 s a test, for fp64 CPU references (up to ~20 GFLOP per dtype) and cuDNN plan
@@ -460,5 +566,6 @@ Suite *gpu_sdpa_suite(void) {
     tcase_add_loop_test(new_tcase(s, "sdpa_scales"), test_sdpa_scales, 0, N_OF(DT));
     tcase_add_test(new_tcase(s, "sdpa_rejects"), test_sdpa_rejects);
     tcase_add_test(new_tcase(s, "sdpa_graph"), test_sdpa_graph);
+    tcase_add_loop_test(new_tcase(s, "sdpa_ex"), test_sdpa_ex, 0, N_OF(DT));
     return s;
 }

@@ -99,6 +99,51 @@ void tp_cpu_attention(const float *qkv, float *out, int64_t B, int64_t T, int64_
         }
 }
 
+void tp_cpu_attention_ex(const tp_cpu_attn_args *a) {
+    const int64_t B = a->B, H = a->H, Tq = a->Tq, Tkv = a->Tkv, D = a->D, G = a->H / a->Hkv;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            double *s = malloc(sizeof(double) * (size_t)(Tkv > 0 ? Tkv : 1));
+            double *acc = malloc(sizeof(double) * (size_t)D);
+            if (!s || !acc) abort();
+            const float *kb = a->k + b * a->k_bs + (h / G) * D, *vb = a->v + b * a->v_bs + (h / G) * D;
+            for (int64_t t = 0; t < Tq; t++) {
+                const float *q = a->q + b * a->q_bs + t * a->q_rs + h * D;
+                /* keys j < n are visible: every key, or j <= t + Tkv - Tq (bottom-right causal) */
+                int64_t n = a->causal ? t + Tkv - Tq + 1 : Tkv;
+                if (n > Tkv) n = Tkv;
+                if (n < 0) n = 0;
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < n; j++) {
+                    const float *k = kb + j * a->k_rs;
+                    double d = 0;
+                    for (int64_t e = 0; e < D; e++)
+                        d += (double)q[e] * k[e];
+                    s[j] = d * a->scale;
+                    if (s[j] > mx) mx = s[j];
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    s[j] = exp(s[j] - mx);
+                    sum += s[j];
+                }
+                memset(acc, 0, sizeof(double) * (size_t)D);
+                for (int64_t j = 0; j < n; j++) {
+                    const float *v = vb + j * a->v_rs;
+                    const double p = s[j] / sum;
+                    for (int64_t e = 0; e < D; e++)
+                        acc[e] += p * v[e];
+                }
+                float *o = a->o + b * a->o_bs + t * a->o_rs + h * D; /* n = 0: the empty sum, zeros */
+                for (int64_t e = 0; e < D; e++)
+                    o[e] = (float)acc[e];
+            }
+            free(s);
+            free(acc);
+        }
+}
+
 void tp_cpu_im2col(const float *img, float *cols, int64_t B, int64_t H, int64_t W, int64_t P) {
     const int64_t gh = H / P, gw = W / P, Np = gh * gw, K = 3 * P * P;
 #pragma omp parallel for collapse(2) schedule(static)

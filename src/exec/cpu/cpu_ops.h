@@ -23,6 +23,25 @@ void tp_cpu_add(const float *a, const float *b, float *y, int64_t n);
  * out: (B, T, H, D) = softmax(scale * Q K^T) V per (b, h), non-causal. 4*B*H*T*T*D FLOP. */
 void tp_cpu_attention(const float *qkv, float *out, int64_t B, int64_t T, int64_t H, int64_t D, float scale);
 
+/* The general attention reference (the contract of tpk_flash_attention_ex, src/exec/cuda/attention.h, in fp32
+ * storage, fp64 math): separate strided Q, K, V, O; Tq queries, Tkv keys; grouped-query attention; causal masks
+ * aligned bottom-right.
+ *   o[b, t, h, :] = sum_{j in S(t)} softmax_j(scale * q[b, t, h, :] . k[b, j, h / G, :]) v[b, j, h / G, :]
+ * with G = H / Hkv, S(t) = [0, Tkv) when !causal, else {j < Tkv : j <= t + Tkv - Tq} (FlashAttention >= 2.1 and
+ * cuDNN's BOTTOM_RIGHT alignment: the last query sees every key). A row with S(t) empty (causal, t < Tq - Tkv) is
+ * written as zeros. Element (b, t, h, d) of Q is q[b * q_bs + t * q_rs + h * D + d]; K, V (Hkv heads, Tkv rows) and
+ * O (H heads, Tq rows) likewise with their own strides, in elements. Requires H % Hkv == 0 (not checked).
+ * 4 * D * (number of visible (t, j) pairs) * B * H FLOP. */
+typedef struct {
+    const float *q, *k, *v;
+    float *o;
+    int64_t q_bs, q_rs, k_bs, k_rs, v_bs, v_rs, o_bs, o_rs;
+    int64_t B, H, Hkv, Tq, Tkv, D;
+    int causal;
+    float scale;
+} tp_cpu_attn_args;
+void tp_cpu_attention_ex(const tp_cpu_attn_args *a);
+
 /* Patch extraction for a stride-P, kernel-P convolution (Conv2d as a GEMM).
  * img: (B, 3, H, W); cols: (B * Np, 3 * P * P) with Np = (H / P) * (W / P) patches in row-major patch order
  * and column index c * P * P + ky * P + kx, matching a Conv2d weight (C, 3, P, P) flattened to (C, 3*P*P). */

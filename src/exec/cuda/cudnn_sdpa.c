@@ -64,6 +64,16 @@ int tp_sdpa_run(tp_sdpa *s, const void *qkv, void *out, void *workspace, tp_stre
     (void)s, (void)qkv, (void)out, (void)workspace, (void)stream;
     return 3000; /* CUDNN_STATUS_NOT_SUPPORTED */
 }
+tp_status tp_sdpa_create_ex(const tp_sdpa_desc *d, tp_sdpa **out, tp_error *err) {
+    (void)d;
+    if (out) *out = NULL;
+    return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: %s: this build cannot use cuDNN", TP_SDPA_STUB_WHY);
+}
+int tp_sdpa_run_ex(tp_sdpa *s, const void *q, const void *k, const void *v, void *o, void *workspace,
+                   tp_stream stream) {
+    (void)s, (void)q, (void)k, (void)v, (void)o, (void)workspace, (void)stream;
+    return 3000; /* CUDNN_STATUS_NOT_SUPPORTED */
+}
 const char *tp_sdpa_describe(const tp_sdpa *s) {
     (void)s;
     return "cuDNN SDPA unavailable: " TP_SDPA_STUB_WHY;
@@ -323,22 +333,30 @@ int tp_sdpa_cudnn_available(char *msg, size_t n) {
 
 /* ---- the plan ------------------------------------------------------------------------------------------------ */
 
-enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_SCALE, N_TENSORS = 5 };
+/* Unique ids: the non-virtual tensors (in the variant pack), then the composite graph's virtual ones. */
+enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_SCALE, UID_NEG_INF, UID_SQ, UID_SKV, UID_VIRTUAL = 100 };
+enum { MAX_TENSORS = 24, MAX_OPS = 16 };
 #define SDPA_ALIGN 16
 
 struct tp_sdpa {
     const cudnn_api *api;
     cudnnHandle_t handle;
-    cudnnBackendDescriptor_t tensors[N_TENSORS], op, graph, heur, cfg, plan;
+    tp_sdpa_desc d;
+    int composite; /* 1: the composite (causal) graph; 0: the unified SDPA_FWD operation */
+    cudnnBackendDescriptor_t tensors[MAX_TENSORS];
+    int n_tensors;
+    cudnnBackendDescriptor_t ops[MAX_OPS], op_descs[MAX_OPS]; /* operations and their pointwise/matmul/reduction
+                                                                  descriptors */
+    int n_ops;
+    cudnnBackendDescriptor_t graph, heur, cfg, plan;
     cudnnBackendDescriptor_t vpack; /* the last variant pack, for the pointers below */
-    const void *vp_qkv;
-    void *vp_out, *vp_ws;
-    int B, T, H, D;
-    tp_dtype dt;
-    float scale; /* the by-value scale's storage: its address is in the variant pack */
+    const void *vp_q, *vp_k, *vp_v;
+    void *vp_o, *vp_ws;
+    float scale, neg_inf; /* by-value scalars: their addresses are in the variant pack */
+    int32_t s_q, s_kv;
     size_t ws_bytes;
     int64_t engine;
-    char desc[320];
+    char desc[400];
 };
 
 /* The cuDNN status, its name, and cuDNN's last error message when it has one, into buf. */
@@ -362,11 +380,15 @@ static tp_status classify(cudnnStatus_t st) {
     return TP_ERR_CUDA;
 }
 
-static cudnnStatus_t make_tensor(const cudnn_api *a, cudnnBackendDescriptor_t *t, int64_t uid,
-                                 cudnnDataType_t type, const int64_t dims[4], const int64_t strides[4],
-                                 int64_t align, bool by_value) {
-    cudnnStatus_t st = a->create_desc(CUDNN_BACKEND_TENSOR_DESCRIPTOR, t);
+/* A finalized 4-d tensor descriptor, kept in s->tensors (released with the plan); *t receives it. */
+static cudnnStatus_t add_tensor(tp_sdpa *s, cudnnBackendDescriptor_t *t, int64_t uid, cudnnDataType_t type,
+                                const int64_t dims[4], const int64_t strides[4], int64_t align, bool by_value,
+                                bool is_virtual) {
+    const cudnn_api *a = s->api;
+    if (s->n_tensors >= MAX_TENSORS) return CUDNN_STATUS_INTERNAL_ERROR;
+    cudnnStatus_t st = a->create_desc(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &s->tensors[s->n_tensors]);
     if (st) return st;
+    *t = s->tensors[s->n_tensors++];
     if ((st = a->set_attr(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type))) return st;
     if ((st = a->set_attr(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims))) return st;
     if ((st = a->set_attr(*t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides))) return st;
@@ -374,7 +396,186 @@ static cudnnStatus_t make_tensor(const cudnn_api *a, cudnnBackendDescriptor_t *t
     if ((st = a->set_attr(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align))) return st;
     if (by_value && (st = a->set_attr(*t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value)))
         return st;
+    if (is_virtual && (st = a->set_attr(*t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual)))
+        return st;
     return a->finalize(*t);
+}
+
+/* Reserves the next operation slot: its operation descriptor (type op_type) and, when desc_type is not 0, its
+ * mode descriptor (pointwise, matmul or reduction). */
+static cudnnStatus_t new_op(tp_sdpa *s, cudnnBackendDescriptorType_t op_type, cudnnBackendDescriptorType_t desc_type,
+                            cudnnBackendDescriptor_t *op, cudnnBackendDescriptor_t *desc) {
+    const cudnn_api *a = s->api;
+    if (s->n_ops >= MAX_OPS) return CUDNN_STATUS_INTERNAL_ERROR;
+    const int i = s->n_ops++;
+    cudnnStatus_t st = a->create_desc(desc_type, &s->op_descs[i]);
+    if (!st) st = a->create_desc(op_type, &s->ops[i]);
+    *op = s->ops[i], *desc = s->op_descs[i];
+    return st;
+}
+
+/* y = mode(x [, b [, t]]) elementwise, computed in prec; GEN_INDEX takes axis (else ignored). */
+static cudnnStatus_t add_pointwise(tp_sdpa *s, cudnnPointwiseMode_t mode, cudnnDataType_t prec, int64_t axis,
+                                   cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
+                                   cudnnBackendDescriptor_t y) {
+    const cudnn_api *a = s->api;
+    cudnnBackendDescriptor_t op = NULL, pw = NULL;
+    cudnnStatus_t st =
+        new_op(s, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &op, &pw);
+    if (st) return st;
+    if ((st = a->set_attr(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode))) return st;
+    if ((st = a->set_attr(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec))) return st;
+    if (mode == CUDNN_POINTWISE_GEN_INDEX &&
+        (st = a->set_attr(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis)))
+        return st;
+    if ((st = a->finalize(pw))) return st;
+    const float one = 1.0f;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw)))
+        return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x))) return st;
+    if (b && (st = a->set_attr(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b)))
+        return st;
+    if (t && (st = a->set_attr(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t)))
+        return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y))) return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one))) return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one))) return st;
+    return a->finalize(op);
+}
+
+/* c = a_ @ b (batched over the leading two dims, the head dim of b broadcast for grouped-query attention), fp32
+ * accumulation. */
+static cudnnStatus_t add_matmul(tp_sdpa *s, cudnnBackendDescriptor_t a_, cudnnBackendDescriptor_t b,
+                                cudnnBackendDescriptor_t c) {
+    const cudnn_api *a = s->api;
+    cudnnBackendDescriptor_t op = NULL, mm = NULL;
+    cudnnStatus_t st = new_op(s, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_BACKEND_MATMUL_DESCRIPTOR, &op, &mm);
+    if (st) return st;
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    if ((st = a->set_attr(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32))) return st;
+    if ((st = a->finalize(mm))) return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a_))) return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b))) return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c))) return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm))) return st;
+    return a->finalize(op);
+}
+
+/* y = reduce(x) over the last dim (MAX or ADD), fp32. */
+static cudnnStatus_t add_reduction(tp_sdpa *s, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+                                   cudnnBackendDescriptor_t y) {
+    const cudnn_api *a = s->api;
+    cudnnBackendDescriptor_t op = NULL, rd = NULL;
+    cudnnStatus_t st =
+        new_op(s, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &op, &rd);
+    if (st) return st;
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    if ((st = a->set_attr(rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32))) return st;
+    if ((st = a->set_attr(rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode))) return st;
+    if ((st = a->finalize(rd))) return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd))) return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x))) return st;
+    if ((st = a->set_attr(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y))) return st;
+    return a->finalize(op);
+}
+
+/* The I/O tensors both graphs share: Q [B, H, Tq, D], K [B, Hkv, Tkv, D] (or its transpose [B, Hkv, D, Tkv], the
+ * composite graph's matmul operand), V [B, Hkv, Tkv, D], O [B, H, Tq, D], as strided views of the caller's
+ * buffers (head stride D), and the by-value attention scale. */
+static cudnnStatus_t add_io(tp_sdpa *s, cudnnDataType_t type, bool k_transposed, cudnnBackendDescriptor_t io[5]) {
+    const tp_sdpa_desc *d = &s->d;
+    const int64_t B = d->B, H = d->H, Hkv = d->Hkv, Tq = d->Tq, Tkv = d->Tkv, D = d->D;
+    const int64_t qd[4] = {B, H, Tq, D}, qs[4] = {d->q_batch_stride, D, d->q_row_stride, 1};
+    const int64_t kd[4] = {B, Hkv, Tkv, D}, ks[4] = {d->k_batch_stride, D, d->k_row_stride, 1};
+    const int64_t ktd[4] = {B, Hkv, D, Tkv}, kts[4] = {d->k_batch_stride, D, 1, d->k_row_stride};
+    const int64_t vd[4] = {B, Hkv, Tkv, D}, vs[4] = {d->v_batch_stride, D, d->v_row_stride, 1};
+    const int64_t os[4] = {d->o_batch_stride, D, d->o_row_stride, 1}, one[4] = {1, 1, 1, 1};
+    cudnnStatus_t st;
+    if ((st = add_tensor(s, &io[0], UID_Q, type, qd, qs, SDPA_ALIGN, false, false))) return st;
+    if ((st = add_tensor(s, &io[1], UID_K, type, k_transposed ? ktd : kd, k_transposed ? kts : ks, SDPA_ALIGN, false,
+                         false)))
+        return st;
+    if ((st = add_tensor(s, &io[2], UID_V, type, vd, vs, SDPA_ALIGN, false, false))) return st;
+    if ((st = add_tensor(s, &io[3], UID_O, type, qd, os, SDPA_ALIGN, false, false))) return st;
+    return add_tensor(s, &io[4], UID_SCALE, CUDNN_DATA_FLOAT, one, one, sizeof(float), true, false);
+}
+
+/* The unified operation (cuDNN >= 9.13.1): Q, K, V, O and the scale; no stats (inference), no masks. */
+static cudnnStatus_t build_unified(tp_sdpa *s, cudnnDataType_t type) {
+    const cudnn_api *a = s->api;
+    cudnnBackendDescriptor_t io[5], op = NULL, unused = NULL;
+    cudnnStatus_t st = add_io(s, type, false, io);
+    if (st) return st;
+    (void)unused;
+    if (s->n_ops >= MAX_OPS) return CUDNN_STATUS_INTERNAL_ERROR;
+    if ((st = a->create_desc(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, &s->ops[s->n_ops]))) return st;
+    op = s->ops[s->n_ops++];
+    static const cudnnBackendAttributeName_t slots[5] = {
+        CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC,
+        CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC};
+    for (int i = 0; i < 5; i++)
+        if ((st = a->set_attr(op, slots[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &io[i]))) return st;
+    return a->finalize(op);
+}
+
+/* The composite graph cudnn-frontend's CompositeSDPANode builds for a bottom-right causal mask with fixed
+ * sequence lengths (cuDNN < 9.21, whose unified operation takes no mask), in the same order:
+ *   S = Q @ K^T; S1 = S * scale;
+ *   row = gen_index(S1, axis 2); col = gen_index(S1, axis 3); row' = row + Tkv - Tq (two int32 ops, ADD then SUB,
+ *   by-value scalars); keep = row' >= col; S2 = keep ? S1 : -inf (binary select);
+ *   softmax: m = max_j S2; E = exp(S2 - m); l = sum_j E; stats = m + log(l) (virtual: the frontend builds it for
+ *   inference too); P = E / l in the I/O type;
+ *   O = P @ V.
+ * Virtual tensors are fp32 [B, H, Tq, Tkv] (row-major), [B, H, Tq, 1] for the row statistics, int32/boolean for
+ * the mask. */
+static cudnnStatus_t build_composite(tp_sdpa *s, cudnnDataType_t type) {
+    const tp_sdpa_desc *d = &s->d;
+    cudnnBackendDescriptor_t io[5];
+    cudnnStatus_t st = add_io(s, type, true, io);
+    if (st) return st;
+    const int64_t B = d->B, H = d->H, Tq = d->Tq, Tkv = d->Tkv;
+    const int64_t sd[4] = {B, H, Tq, Tkv}, ss[4] = {H * Tq * Tkv, Tq * Tkv, Tkv, 1};
+    const int64_t rd[4] = {B, H, Tq, 1}, rs[4] = {H * Tq, Tq, 1, 1}, one[4] = {1, 1, 1, 1};
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bl = CUDNN_DATA_BOOLEAN;
+    cudnnBackendDescriptor_t neg_inf, sq, skv, S, S1, row, col, row1, row2, keep, S2, m, sub, E, l, lg, stats, P;
+    int64_t uid = UID_VIRTUAL;
+    if ((st = add_tensor(s, &neg_inf, UID_NEG_INF, f32, one, one, sizeof(float), true, false))) return st;
+    if ((st = add_tensor(s, &sq, UID_SQ, i32, one, one, sizeof(int32_t), true, false))) return st;
+    if ((st = add_tensor(s, &skv, UID_SKV, i32, one, one, sizeof(int32_t), true, false))) return st;
+#define VT(t, type_, dims, strides)                                                                                    \
+    if ((st = add_tensor(s, &t, uid++, type_, dims, strides, SDPA_ALIGN, false, true))) return st
+    VT(S, f32, sd, ss);
+    VT(S1, f32, sd, ss);
+    VT(row, i32, sd, ss);
+    VT(col, i32, sd, ss);
+    VT(row1, i32, sd, ss);
+    VT(row2, i32, sd, ss);
+    VT(keep, bl, sd, ss);
+    VT(S2, f32, sd, ss);
+    VT(m, f32, rd, rs);
+    VT(sub, f32, sd, ss);
+    VT(E, f32, sd, ss);
+    VT(l, f32, rd, rs);
+    VT(lg, f32, rd, rs);
+    VT(stats, f32, rd, rs);
+    VT(P, type, sd, ss);
+#undef VT
+    if ((st = add_matmul(s, io[0], io[1], S))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_MUL, f32, 0, S, io[4], NULL, S1))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_GEN_INDEX, f32, 2, S1, NULL, NULL, row))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_GEN_INDEX, f32, 3, S1, NULL, NULL, col))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_ADD, i32, 0, row, skv, NULL, row1))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_SUB, i32, 0, row1, sq, NULL, row2))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_CMP_GE, bl, 0, row2, col, NULL, keep))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_BINARY_SELECT, f32, 0, S1, neg_inf, keep, S2))) return st;
+    if ((st = add_reduction(s, CUDNN_REDUCE_TENSOR_MAX, S2, m))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_SUB, f32, 0, S2, m, NULL, sub))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_EXP, f32, 0, sub, NULL, NULL, E))) return st;
+    if ((st = add_reduction(s, CUDNN_REDUCE_TENSOR_ADD, E, l))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_LOG, f32, 0, l, NULL, NULL, lg))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_ADD, f32, 0, m, lg, NULL, stats))) return st;
+    if ((st = add_pointwise(s, CUDNN_POINTWISE_DIV, f32, 0, E, l, NULL, P))) return st;
+    return add_matmul(s, P, io[2], io[3]);
 }
 
 /* Engine index, knob choices and behaviour notes of cfg, for tp_sdpa_describe (best effort: failures leave
@@ -417,50 +618,77 @@ static void describe_cfg(tp_sdpa *s, int rank, int n_cfgs) {
     for (int i = 0; i < made; i++) a->destroy_desc(kc[i]);
     s->desc[0] = '\0';
     appendf(s->desc, sizeof s->desc,
-             "cuDNN %zu.%zu.%zu SDPA fwd, engine %lld (heuristic A choice %d of %d%s; knobs%s), workspace %zu B",
-             a->version / 10000, a->version % 10000 / 100, a->version % 100, (long long)s->engine, rank, n_cfgs,
-             notes, knobs[0] ? knobs : " none", s->ws_bytes);
+            "cuDNN %zu.%zu.%zu SDPA fwd (%s), engine %lld (heuristic A choice %d of %d%s; knobs%s), workspace %zu B",
+            a->version / 10000, a->version % 10000 / 100, a->version % 100,
+            s->composite  ? "composite graph, bottom-right causal"
+            : s->d.causal ? "unified op; causal with Tq = 1 "
+                            "masks nothing"
+                          : "unified op",
+            (long long)s->engine, rank, n_cfgs, notes, knobs[0] ? knobs : " none", s->ws_bytes);
 }
 
 void tp_sdpa_destroy(tp_sdpa *s) {
     if (!s) return;
     const cudnn_api *a = s->api;
-    cudnnBackendDescriptor_t all[] = {s->vpack, s->plan, s->cfg, s->heur, s->graph, s->op};
+    cudnnBackendDescriptor_t all[] = {s->vpack, s->plan, s->cfg, s->heur, s->graph};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) a->destroy_desc(all[i]);
-    for (int i = 0; i < N_TENSORS; i++)
+    for (int i = 0; i < s->n_ops; i++) {
+        if (s->ops[i]) a->destroy_desc(s->ops[i]);
+        if (s->op_descs[i]) a->destroy_desc(s->op_descs[i]);
+    }
+    for (int i = 0; i < s->n_tensors; i++)
         if (s->tensors[i]) a->destroy_desc(s->tensors[i]);
     if (s->handle) a->destroy(s->handle);
     free(s);
 }
 
-tp_status tp_sdpa_create(int B, int T, int H, int D, tp_dtype dt, float scale, tp_sdpa **out, tp_error *err) {
+tp_status tp_sdpa_create_ex(const tp_sdpa_desc *d, tp_sdpa **out, tp_error *err) {
     if (!out) return tp_fail(err, TP_ERR_ARG, "cuDNN SDPA: out is NULL");
     *out = NULL;
-    if (B < 1 || T < 1 || H < 1 || D < 1)
-        return tp_fail(err, TP_ERR_ARG, "cuDNN SDPA: B=%d T=%d H=%d D=%d: every dimension must be >= 1", B, T, H, D);
-    if (dt != TP_F16 && dt != TP_BF16) {
-        const tp_dtype_traits *tr = tp_dtype_info(dt);
+    if (!d) return tp_fail(err, TP_ERR_ARG, "cuDNN SDPA: the description is NULL");
+    if (d->B < 1 || d->H < 1 || d->Hkv < 1 || d->Tq < 1 || d->Tkv < 1 || d->D < 1)
+        return tp_fail(err, TP_ERR_ARG, "cuDNN SDPA: B=%d H=%d Hkv=%d Tq=%d Tkv=%d D=%d: every dimension must be >= 1",
+                       d->B, d->H, d->Hkv, d->Tq, d->Tkv, d->D);
+    if (d->H % d->Hkv != 0)
+        return tp_fail(err, TP_ERR_ARG, "cuDNN SDPA: H=%d is not a multiple of Hkv=%d (grouped-query attention)", d->H,
+                       d->Hkv);
+    const long long strides[8] = {d->q_batch_stride, d->q_row_stride, d->k_batch_stride, d->k_row_stride,
+                                  d->v_batch_stride, d->v_row_stride, d->o_batch_stride, d->o_row_stride};
+    for (int i = 0; i < 8; i++)
+        if (strides[i] < 0) return tp_fail(err, TP_ERR_ARG, "cuDNN SDPA: negative stride %lld", strides[i]);
+    if (d->dt != TP_F16 && d->dt != TP_BF16) {
+        const tp_dtype_traits *tr = tp_dtype_info(d->dt);
         return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: dtype %s: only f16 and bf16 are supported",
                        tr ? tr->name : "(invalid)");
     }
     /* cuDNN's engines assume a positive scale: on an H200, cuDNN 9.14.0 (engine 5) and 9.19.0 (engine 9) returned
      * an all-NaN output, every call succeeding, for a scale of -D^-0.5 and for 0 (test_gpu_sdpa.c). Refused here
      * rather than returned as NaN. */
-    if (!(scale > 0.0f) || !isfinite(scale))
+    if (!(d->scale > 0.0f) || !isfinite(d->scale))
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "cuDNN SDPA: scale %g: only finite scales > 0 are supported (cuDNN's engines return NaN for "
                        "zero and negative ones)",
-                       (double)scale);
-    /* K and V start H D elements into qkv, and every tensor is declared 16-byte aligned to cuDNN. */
-    if ((size_t)H * (size_t)D * 2 % SDPA_ALIGN != 0)
+                       (double)d->scale);
+    /* every tensor is declared 16-byte aligned: its strides must keep every row and head there */
+    for (int i = 0; i < 9; i++)
+        if ((i < 8 ? strides[i] : d->D) % 8 != 0)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "cuDNN SDPA: D=%d, strides %lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld: every stride and D "
+                           "must be a multiple of 8 elements (cuDNN's SDPA needs 16-byte aligned rows and heads)",
+                           d->D, strides[0], strides[1], strides[2], strides[3], strides[4], strides[5], strides[6],
+                           strides[7]);
+    /* cudnn-frontend refuses a bottom-right causal mask with Tq > Tkv unless variable sequence lengths are given
+     * (sdpa_support_surface.h: "does not support max_s_q > max_s_kv"); the rows that would see no key have no
+     * softmax. tprof's kernel writes zeros there; cuDNN is not asked. */
+    if (d->causal && d->Tq > d->Tkv)
         return tp_fail(err, TP_ERR_UNSUPPORTED,
-                       "cuDNN SDPA: H=%d D=%d: K and V start H*D*2 = %zu bytes into each qkv row, not a multiple of "
-                       "%d (cuDNN's SDPA needs 16-byte aligned tensors; D a multiple of 8 always is)",
-                       H, D, (size_t)H * (size_t)D * 2, SDPA_ALIGN);
-    if ((int64_t)B * T * 3 * H * D > ((int64_t)1 << 40))
-        return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: B=%d T=%d H=%d D=%d: qkv larger than 2^40 elements", B,
-                       T, H, D);
+                       "cuDNN SDPA: causal with Tq=%d > Tkv=%d: cuDNN's bottom-right causal mask needs Tq <= Tkv "
+                       "(cudnn-frontend refuses it: the first Tq - Tkv query rows would see no key)",
+                       d->Tq, d->Tkv);
+    const int composite = d->causal && d->Tq > 1; /* Tq = 1 bottom-right: the only query sees every key */
+    if (composite && (int64_t)d->B * d->H * d->Tq * d->Tkv > ((int64_t)1 << 40))
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: the (virtual) score tensor has more than 2^40 elements");
     const char *why = NULL;
     const cudnn_api *a = api_get(&why);
     if (!a) return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: cuDNN not usable: %s", why);
@@ -468,9 +696,12 @@ tp_status tp_sdpa_create(int B, int T, int H, int D, tp_dtype dt, float scale, t
     tp_sdpa *s = calloc(1, sizeof *s);
     if (!s) return tp_fail(err, TP_ERR_OOM, "cuDNN SDPA: out of host memory");
     s->api = a;
-    s->B = B, s->T = T, s->H = H, s->D = D, s->dt = dt, s->scale = scale;
-    char shape[96], sbuf[400];
-    snprintf(shape, sizeof shape, "B=%d T=%d H=%d D=%d %s", B, T, H, D, tp_dtype_info(dt)->name);
+    s->d = *d;
+    s->composite = composite;
+    s->scale = d->scale, s->neg_inf = -INFINITY, s->s_q = d->Tq, s->s_kv = d->Tkv;
+    char shape[160], sbuf[400];
+    snprintf(shape, sizeof shape, "B=%d H=%d Hkv=%d Tq=%d Tkv=%d D=%d %s%s", d->B, d->H, d->Hkv, d->Tq, d->Tkv, d->D,
+             tp_dtype_info(d->dt)->name, d->causal ? " causal" : "");
     tp_status rc = TP_OK;
     cudnnStatus_t st = a->create(&s->handle);
     if (st) {
@@ -480,44 +711,21 @@ tp_status tp_sdpa_create(int B, int T, int H, int D, tp_dtype dt, float scale, t
         goto fail;
     }
 
-    /* Tensors: [B, H, T, D] views. Q, K, V read qkv (B, T, 3, H, D) in place: moving one token is 3 H D elements,
-     * one head D, and K / V start H D / 2 H D elements after Q (offsets applied to the pointers at run time). */
-    const cudnnDataType_t type = dt == TP_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
-    const int64_t b = B, h = H, t = T, d = D;
-    const int64_t dims[4] = {b, h, t, d};
-    const int64_t qkv_strides[4] = {t * 3 * h * d, d, 3 * h * d, 1};
-    const int64_t o_strides[4] = {t * h * d, d, h * d, 1};
-    const int64_t one[4] = {1, 1, 1, 1};
-    const struct {
-        int64_t uid;
-        const int64_t *strides;
-    } tv[4] = {{UID_Q, qkv_strides}, {UID_K, qkv_strides}, {UID_V, qkv_strides}, {UID_O, o_strides}};
-    for (int i = 0; i < 4; i++)
-        if ((st = make_tensor(a, &s->tensors[i], tv[i].uid, type, dims, tv[i].strides, SDPA_ALIGN, false))) {
-            rc = tp_fail(err, classify(st), "cuDNN SDPA %s: tensor %d: %s", shape, i,
-                         status_text(a, st, sbuf, sizeof sbuf));
-            goto fail;
-        }
-    if ((st = make_tensor(a, &s->tensors[4], UID_SCALE, CUDNN_DATA_FLOAT, one, one, sizeof(float), true))) {
-        rc = tp_fail(err, classify(st), "cuDNN SDPA %s: scale tensor: %s", shape, status_text(a, st, sbuf, sizeof sbuf));
+    const cudnnDataType_t type = d->dt == TP_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+    st = composite ? build_composite(s, type) : build_unified(s, type);
+    if (st) {
+        rc = tp_fail(err, classify(st), "cuDNN SDPA %s: building the %s: %s", shape,
+                     composite ? "composite causal graph" : "SDPA forward operation",
+                     status_text(a, st, sbuf, sizeof sbuf));
         goto fail;
     }
-
-    /* The operation: Q, K, V, O and the scale; no stats (inference), no masks. */
-    static const cudnnBackendAttributeName_t slots[N_TENSORS] = {
-        CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC,
-        CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC};
-    if ((st = a->create_desc(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, &s->op))) goto fail_op;
-    for (int i = 0; i < N_TENSORS; i++)
-        if ((st = a->set_attr(s->op, slots[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &s->tensors[i]))) goto fail_op;
-    if ((st = a->finalize(s->op))) goto fail_op;
 
     /* The graph. OPERATIONGRAPH_HANDLE is marked deprecated in 9.19's header (for device-less compilation) but
      * is still what cudnn-frontend sets when it has a handle, and the graph has no other way to learn the device. */
     if ((st = a->create_desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &s->graph))) goto fail_graph;
     if ((st = a->set_attr(s->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &s->handle)))
         goto fail_graph;
-    if ((st = a->set_attr(s->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &s->op)))
+    if ((st = a->set_attr(s->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, s->n_ops, s->ops)))
         goto fail_graph;
     if ((st = a->finalize(s->graph))) goto fail_graph;
 
@@ -587,10 +795,6 @@ tp_status tp_sdpa_create(int B, int T, int H, int D, tp_dtype dt, float scale, t
     *out = s;
     return TP_OK;
 
-fail_op:
-    rc = tp_fail(err, classify(st), "cuDNN SDPA %s: the SDPA forward operation: %s", shape,
-                 status_text(a, st, sbuf, sizeof sbuf));
-    goto fail;
 fail_graph:
     rc = tp_fail(err, classify(st), "cuDNN SDPA %s: the operation graph: %s", shape,
                  status_text(a, st, sbuf, sizeof sbuf));
@@ -603,24 +807,46 @@ fail:
     return rc;
 }
 
+tp_status tp_sdpa_create(int B, int T, int H, int D, tp_dtype dt, float scale, tp_sdpa **out, tp_error *err) {
+    if (!out) return tp_fail(err, TP_ERR_ARG, "cuDNN SDPA: out is NULL");
+    *out = NULL;
+    if (B < 1 || T < 1 || H < 1 || D < 1)
+        return tp_fail(err, TP_ERR_ARG, "cuDNN SDPA: B=%d T=%d H=%d D=%d: every dimension must be >= 1", B, T, H, D);
+    /* K and V start H D elements into qkv, and every tensor is declared 16-byte aligned to cuDNN. */
+    if ((size_t)H * (size_t)D * 2 % SDPA_ALIGN != 0)
+        return tp_fail(err, TP_ERR_UNSUPPORTED,
+                       "cuDNN SDPA: H=%d D=%d: K and V start H*D*2 = %zu bytes into each qkv row, not a multiple of "
+                       "%d (cuDNN's SDPA needs 16-byte aligned tensors; D a multiple of 8 always is)",
+                       H, D, (size_t)H * (size_t)D * 2, SDPA_ALIGN);
+    if ((int64_t)B * T * 3 * H * D > ((int64_t)1 << 40))
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: B=%d T=%d H=%d D=%d: qkv larger than 2^40 elements", B, T,
+                       H, D);
+    tp_sdpa_desc d;
+    memset(&d, 0, sizeof d);
+    d.B = B, d.H = d.Hkv = H, d.Tq = d.Tkv = T, d.D = D, d.causal = 0, d.scale = scale, d.dt = dt;
+    d.q_row_stride = d.k_row_stride = d.v_row_stride = 3LL * H * D;
+    d.q_batch_stride = d.k_batch_stride = d.v_batch_stride = 3LL * T * H * D;
+    d.o_row_stride = (long long)H * D, d.o_batch_stride = (long long)T * H * D;
+    return tp_sdpa_create_ex(&d, out, err);
+}
+
 size_t tp_sdpa_workspace_bytes(const tp_sdpa *s) { return s ? s->ws_bytes : 0; }
 
 const char *tp_sdpa_describe(const tp_sdpa *s) { return s ? s->desc : "(no cuDNN SDPA plan)"; }
 
 /* Builds the variant pack for these pointers (host-only work: no GPU call, safe during stream capture). */
-static cudnnStatus_t build_vpack(tp_sdpa *s, const void *qkv, void *out, void *ws) {
+static cudnnStatus_t build_vpack(tp_sdpa *s, const void *q, const void *k, const void *v, void *o, void *ws) {
     const cudnn_api *a = s->api;
     if (s->vpack) a->destroy_desc(s->vpack);
     s->vpack = NULL;
-    s->vp_qkv = NULL; /* invalid until the new one is finalized */
-    const size_t hd_bytes = (size_t)s->H * (size_t)s->D * tp_dtype_info(s->dt)->bytes;
-    const char *base = qkv;
-    void *ptrs[N_TENSORS] = {(void *)base, (void *)(base + hd_bytes), (void *)(base + 2 * hd_bytes), out, &s->scale};
-    static const int64_t uids[N_TENSORS] = {UID_Q, UID_K, UID_V, UID_O, UID_SCALE};
+    s->vp_q = NULL; /* invalid until the new one is finalized */
+    void *ptrs[8] = {(void *)q, (void *)k, (void *)v, o, &s->scale, &s->neg_inf, &s->s_q, &s->s_kv};
+    static const int64_t uids[8] = {UID_Q, UID_K, UID_V, UID_O, UID_SCALE, UID_NEG_INF, UID_SQ, UID_SKV};
+    const int64_t n = s->composite ? 8 : 5;
     cudnnBackendDescriptor_t vp = NULL;
     cudnnStatus_t st = a->create_desc(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-    if (!st) st = a->set_attr(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, N_TENSORS, uids);
-    if (!st) st = a->set_attr(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, N_TENSORS, ptrs);
+    if (!st) st = a->set_attr(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+    if (!st) st = a->set_attr(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
     if (!st) st = a->set_attr(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
     if (!st) st = a->finalize(vp);
     if (st) {
@@ -628,23 +854,32 @@ static cudnnStatus_t build_vpack(tp_sdpa *s, const void *qkv, void *out, void *w
         return st;
     }
     s->vpack = vp;
-    s->vp_qkv = qkv, s->vp_out = out, s->vp_ws = ws;
+    s->vp_q = q, s->vp_k = k, s->vp_v = v, s->vp_o = o, s->vp_ws = ws;
     return CUDNN_STATUS_SUCCESS;
 }
 
-int tp_sdpa_run(tp_sdpa *s, const void *qkv, void *out, void *workspace, tp_stream stream) {
-    if (!s || !qkv || !out || ((uintptr_t)qkv | (uintptr_t)out | (uintptr_t)workspace) % SDPA_ALIGN != 0 ||
+int tp_sdpa_run_ex(tp_sdpa *s, const void *q, const void *k, const void *v, void *o, void *workspace,
+                   tp_stream stream) {
+    if (!s || !q || !k || !v || !o ||
+        ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)o | (uintptr_t)workspace) % SDPA_ALIGN != 0 ||
         (s->ws_bytes > 0 && !workspace))
         return (int)CUDNN_STATUS_BAD_PARAM;
     const cudnn_api *a = s->api;
     /* cudnnSetStream only records the stream in the handle (no GPU work), so it is capture-safe. */
     cudnnStatus_t st = a->set_stream(s->handle, (cudaStream_t)stream);
     if (st) return (int)st;
-    if (!s->vpack || s->vp_qkv != qkv || s->vp_out != out || s->vp_ws != workspace) {
-        st = build_vpack(s, qkv, out, workspace);
+    if (!s->vpack || s->vp_q != q || s->vp_k != k || s->vp_v != v || s->vp_o != o || s->vp_ws != workspace) {
+        st = build_vpack(s, q, k, v, o, workspace);
         if (st) return (int)st;
     }
     return (int)a->execute(s->handle, s->plan, s->vpack);
+}
+
+int tp_sdpa_run(tp_sdpa *s, const void *qkv, void *out, void *workspace, tp_stream stream) {
+    if (!s || !qkv) return (int)CUDNN_STATUS_BAD_PARAM;
+    const size_t hd_bytes = (size_t)s->d.H * (size_t)s->d.D * tp_dtype_info(s->d.dt)->bytes;
+    const char *base = qkv;
+    return tp_sdpa_run_ex(s, base, base + hd_bytes, base + 2 * hd_bytes, out, workspace, stream);
 }
 
 #endif /* TP_HAVE_CUDNN_HEADERS */

@@ -51,7 +51,7 @@ extern "C" {
  * operation graph and the execution plan of the chosen engine configuration, its workspace size. */
 typedef struct tp_sdpa tp_sdpa;
 
-/* Loads cuDNN (first call in the process) and plans
+/* Loads cuDNN (first call in the process) and plans (through tp_sdpa_create_ex below)
  *     out[b, t, h, :] = sum_j softmax_j(scale * q[b, t, h, :] . k[b, j, h, :]) v[b, j, h, :]
  * for qkv (B, T, 3, H, D) row-major in dt (TP_F16 or TP_BF16; the fused QKV GEMM's output as timm lays it out)
  * and out (B, T, H, D) row-major in dt: non-causal, no mask, no dropout, inference (no softmax statistics).
@@ -70,10 +70,53 @@ typedef struct tp_sdpa tp_sdpa;
  * any other cuDNN failure. Never crashes, never exits. */
 tp_status tp_sdpa_create(int B, int T, int H, int D, tp_dtype dt, float scale, tp_sdpa **out, tp_error *err);
 
+/* The general problem (the contract of tpk_flash_attention_ex, attention.h, which it is timed against):
+ *     o[b, t, h, :] = sum_j softmax_j(scale * q[b, t, h, :] . k[b, j, h / G, :]) v[b, j, h / G, :],  G = H / Hkv,
+ * j over every key, or with causal over j <= t + Tkv - Tq (the mask aligned to the bottom-right corner: cuDNN's
+ * DiagonalAlignment BOTTOM_RIGHT, FlashAttention >= 2.1). Element (b, t, h, d) of Q is at q[b * q_batch_stride +
+ * t * q_row_stride + h * D + d], K and V likewise (Hkv heads, Tkv rows), O likewise (H heads, Tq rows); strides in
+ * elements. Q, K, V and O all in dt. */
+typedef struct {
+    int B, H, Hkv, Tq, Tkv, D; /* >= 1; H % Hkv == 0 */
+    int causal;                /* 0: every key; 1: bottom-right causal */
+    float scale;               /* finite, > 0 */
+    tp_dtype dt;               /* TP_F16 or TP_BF16 */
+    long long q_batch_stride, q_row_stride, k_batch_stride, k_row_stride;
+    long long v_batch_stride, v_row_stride, o_batch_stride, o_row_stride;
+} tp_sdpa_desc;
+
+/* Plans *d. cuDNN sees Q [B, H, Tq, D] with strides [q_batch_stride, D, q_row_stride, 1], K and V [B, Hkv, Tkv, D]
+ * likewise, O [B, H, Tq, D]; grouped-query attention by cuDNN's broadcast of the KV heads; the scale by value.
+ * Two graphs, both what cudnn-frontend builds for the same request on cuDNN 9.13.1 - 9.20:
+ *   - non-causal, and causal with Tq = 1 (the one query sees every key, so the bottom-right mask hides nothing):
+ *     the unified SDPA_FWD operation;
+ *   - causal with 1 < Tq <= Tkv: the composite graph of cudnn-frontend's CompositeSDPANode (Q K^T matmul, scale,
+ *     index generation and comparison row + Tkv - Tq >= col, select -inf, softmax as max / sub / exp / sum / div,
+ *     P V matmul), because the unified operation of these versions takes no mask (its mask subgraph needs 9.21).
+ * Seen with cuDNN 9.19.0 on an H200 (tests/gpu/test_gpu_sdpa.c, bench/sdpa_lab.c): every tested shape plans
+ * (Tq 1, 7, 197, 300, 577; Tkv 1, 37, 63, 1000, 8192; D 64, 128; GQA 8/2 and MHA; f16, bf16): the composite graph on
+ * engine 2, decode on engine 8, small Tq on engine 9, all runtime-compiled (0.2-0.6 s for a process's first plan of
+ * a kind, ~30 ms later).
+ * Errors: TP_ERR_ARG (NULL d or out, a dimension < 1, H % Hkv != 0, a negative stride); TP_ERR_UNSUPPORTED for
+ * everything cuDNN or this code cannot do, with the reason: no cuDNN (where it looked), a dtype other than f16/bf16,
+ * a scale <= 0 or not finite, D or a stride not a multiple of 8 elements, causal with Tq > Tkv (cudnn-frontend
+ * refuses a bottom-right mask whose first rows would see no key; tprof's kernel writes zeros there), or no engine
+ * configuration of cuDNN's heuristic finalizes (cuDNN's last status and message); TP_ERR_OOM; TP_ERR_CUDA. Never a
+ * silent fallback to another graph or implementation. */
+tp_status tp_sdpa_create_ex(const tp_sdpa_desc *d, tp_sdpa **out, tp_error *err);
+
+/* Enqueues a plan of tp_sdpa_create_ex (or tp_sdpa_create) with separate device pointers, laid out as its
+ * description says, each 16-byte aligned; workspace as tp_sdpa_run. Returns 0 or the cudnnStatus_t value
+ * (CUDNN_STATUS_BAD_PARAM = 2000 for a NULL or misaligned pointer or a missing workspace; nothing enqueued then).
+ * The variant pack is rebuilt only when a pointer changes; capturable into a CUDA graph as tp_sdpa_run. */
+int tp_sdpa_run_ex(tp_sdpa *s, const void *q, const void *k, const void *v, void *o, void *workspace,
+                   tp_stream stream);
+
 /* Bytes of device workspace tp_sdpa_run needs (0 is possible); 0 for NULL. */
 size_t tp_sdpa_workspace_bytes(const tp_sdpa *s);
 
-/* Enqueues the attention on stream (cudnnSetStream + cudnnBackendExecute; no synchronization). qkv and out are
+/* Enqueues the attention on stream (cudnnSetStream + cudnnBackendExecute; no synchronization): tp_sdpa_run_ex
+ * with q = qkv, k = qkv + H D, v = qkv + 2 H D (the packed layout of tp_sdpa_create). qkv and out are
  * device pointers laid out as in tp_sdpa_create, 16-byte aligned; workspace: tp_sdpa_workspace_bytes of device
  * memory, 16-byte aligned (may be NULL when that is 0). Returns 0 or the cudnnStatus_t value
  * (CUDNN_STATUS_BAD_PARAM = 2000 for NULL/misaligned pointers or a missing workspace; nothing enqueued then).
@@ -86,8 +129,9 @@ size_t tp_sdpa_workspace_bytes(const tp_sdpa *s);
  * parameters; the pointers are those of the captured call. */
 int tp_sdpa_run(tp_sdpa *s, const void *qkv, void *out, void *workspace, tp_stream stream);
 
-/* One line for logs and reports, e.g. "cuDNN 9.19.0 SDPA fwd, engine 9 (heuristic A choice 0 of 5,
- * runtime-compiled, native-graph-API; knobs k24=7), workspace 256 B": cuDNN's version, the engine's global index,
+/* One line for logs and reports, e.g. "cuDNN 9.19.0 SDPA fwd (unified op), engine 9 (heuristic A choice 0 of 5,
+ * runtime-compiled, native-graph-API; knobs k24=7), workspace 256 B": cuDNN's version, which graph (unified op or
+ * composite graph), the engine's global index,
  * the rank of the configuration among the heuristic's results, the engine's behaviour notes, the knob choices
  * (k<cudnnBackendKnobType_t>=value) and the workspace. The string lives as long as s. */
 const char *tp_sdpa_describe(const tp_sdpa *s);
