@@ -49,7 +49,8 @@ WG_WRAP(4)
 WG_WRAP(5)
 WG_WRAP(6)
 WG_WRAP(7)
-static const attn_fn WG_FN[] = {wg_v0, wg_v1, wg_v2, wg_v3, wg_v4, wg_v5, wg_v6, wg_v7};
+WG_WRAP(8)
+static const attn_fn WG_FN[] = {wg_v0, wg_v1, wg_v2, wg_v3, wg_v4, wg_v5, wg_v6, wg_v7, wg_v8};
 
 static int cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;

@@ -59,9 +59,10 @@ PY
     tar czf "$OUT/report.tgz" report
     ;;
   attention)
-    echo "=== attention alone: tprof's kernels and cuDNN's SDPA (bench/attention_lab.cu, bench/sdpa_lab.c)"
+    echo "=== attention alone: tprof's kernels and cuDNN's SDPA (bench/attention_lab.cu, attention_wgmma_lab.c, sdpa_lab.c: ViT and decoder shapes)"
     "$BUILD/attention_lab" || rc=1
-    "$BUILD/sdpa_lab" || rc=1
+    "$BUILD/attention_wgmma_lab" || rc=1
+    "$BUILD/sdpa_lab" all --json "$OUT/sdpa_lab.json" || rc=1
     ;;
   peers)
     echo "=== PyTorch (timm) side by side with tprof: bench/pytorch_peers.py"

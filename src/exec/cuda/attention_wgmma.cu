@@ -222,14 +222,13 @@ __device__ __forceinline__ void wg_issue_s(float (&s)[N / 2], uint64_t qd, uint6
 }
 
 /* Softmax of a computed S chunk (its wgmma complete) and O += P V issued (not waited for). */
+/* The softmax step of one chunk on registers only (the caller fences them against the wgmma's): updates m, l,
+ * rescales o, and leaves P in a[] as the A fragments of P V. */
 template <typename TI, int N, bool MASK, bool NEG>
-__device__ __forceinline__ void wg_softmax_pv(float (&o)[32], float (&m)[2], float (&l)[2], float (&s)[N / 2],
-                                              uint64_t vd, int key0, int T, float sl2, float asl2, int lane) {
+__device__ __forceinline__ void wg_softmax(float (&o)[32], float (&m)[2], float (&l)[2], float (&s)[N / 2],
+                                           uint32_t (&a)[N / 16][4], int key0, int T, float sl2, float asl2,
+                                           int lane) {
     const TI tag = TI();
-#pragma unroll
-    for (int i = 0; i < N / 2; i++) wg_reg_fence(s[i]);
-#pragma unroll
-    for (int i = 0; i < 32; i++) wg_reg_fence(o[i]);
     /* row max of v = +-s (NEG: scale < 0, so the largest scaled score is the smallest raw one): FMNMX takes the
      * negation for free, and p = 2^(s sl2 - m) is then one FFMA and one MUFU per score */
     const int c0 = key0 + 2 * (lane & 3);
@@ -278,7 +277,6 @@ __device__ __forceinline__ void wg_softmax_pv(float (&o)[32], float (&m)[2], flo
         o[4 * j + 2] *= al[1];
         o[4 * j + 3] *= al[1];
     }
-    uint32_t a[N / 16][4];
 #pragma unroll
     for (int k = 0; k < N / 16; k++) {
         a[k][0] = pack2(s[8 * k + 0], s[8 * k + 1], tag);
@@ -286,14 +284,70 @@ __device__ __forceinline__ void wg_softmax_pv(float (&o)[32], float (&m)[2], flo
         a[k][2] = pack2(s[8 * k + 4], s[8 * k + 5], tag);
         a[k][3] = pack2(s[8 * k + 6], s[8 * k + 7], tag);
     }
-#pragma unroll
-    for (int i = 0; i < 32; i++) wg_reg_fence(o[i]);
-    wg_fence();
+}
+
+/* O += P V for one chunk (N keys, V's descriptor vd), issued without a commit. */
+template <typename TI, int N>
+__device__ __forceinline__ void wg_issue_pv(float (&o)[32], const uint32_t (&a)[N / 16][4], uint64_t vd) {
+    const TI tag = TI();
 #pragma unroll
     for (int k = 0; k < N / 16; k++) wg_rs(o, a[k], vd + (uint64_t)((k * 16 * WG_ROWB) >> 4), tag);
-    wg_commit();
+}
+
+template <int N> __device__ __forceinline__ void wg_fence_regs(float (&r)[N]) {
 #pragma unroll
-    for (int i = 0; i < 32; i++) wg_reg_fence(o[i]);
+    for (int i = 0; i < N; i++) wg_reg_fence(r[i]);
+}
+
+/* Softmax of a computed S chunk (its wgmma complete) and O += P V issued (not waited for). */
+template <typename TI, int N, bool MASK, bool NEG>
+__device__ __forceinline__ void wg_softmax_pv(float (&o)[32], float (&m)[2], float (&l)[2], float (&s)[N / 2],
+                                              uint64_t vd, int key0, int T, float sl2, float asl2, int lane) {
+    wg_fence_regs(s);
+    wg_fence_regs(o);
+    uint32_t a[N / 16][4];
+    wg_softmax<TI, N, MASK, NEG>(o, m, l, s, a, key0, T, sl2, asl2, lane);
+    wg_fence_regs(o);
+    wg_fence();
+    wg_issue_pv<TI, N>(o, a, vd);
+    wg_commit();
+    wg_fence_regs(o);
+}
+
+/* Two query tiles of one warpgroup on one chunk at once (variant 8): both S issued as one group, both softmaxes
+ * (independent instruction streams the scheduler can interleave: twice the instruction-level parallelism of a
+ * warp), then both P V issued as one group. */
+template <typename TI, int N, bool MASK, bool NEG>
+__device__ __forceinline__ void wg_chunk2(float (&o0)[32], float (&o1)[32], float (&m0)[2], float (&m1)[2],
+                                          float (&l0)[2], float (&l1)[2], uint64_t qd0, uint64_t qd1, uint64_t kd,
+                                          uint64_t vd, int key0, int T, float sl2, float asl2, int lane) {
+    const TI tag = TI();
+    float s0[N / 2], s1[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) s0[i] = s1[i] = 0.0f;
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < WG_D / 16; kk++) {
+        wg_ss<N>(s0, qd0 + 2 * kk, kd + 2 * kk, kk, tag);
+        wg_ss<N>(s1, qd1 + 2 * kk, kd + 2 * kk, kk, tag);
+    }
+    wg_commit();
+    wg_wait0();
+    wg_fence_regs(s0);
+    wg_fence_regs(s1);
+    wg_fence_regs(o0);
+    wg_fence_regs(o1);
+    uint32_t a0[N / 16][4], a1[N / 16][4];
+    wg_softmax<TI, N, MASK, NEG>(o0, m0, l0, s0, a0, key0, T, sl2, asl2, lane);
+    wg_softmax<TI, N, MASK, NEG>(o1, m1, l1, s1, a1, key0, T, sl2, asl2, lane);
+    wg_fence_regs(o0);
+    wg_fence_regs(o1);
+    wg_fence();
+    wg_issue_pv<TI, N>(o0, a0, vd);
+    wg_issue_pv<TI, N>(o1, a1, vd);
+    wg_commit();
+    wg_fence_regs(o0);
+    wg_fence_regs(o1);
 }
 
 #if WG_HAVE_WGMMA
@@ -348,6 +402,38 @@ __device__ __forceinline__ void wg_chunk_ready(int pending) {
     __syncthreads();
 }
 
+/* The end of a query tile: O / l rounded once, staged in this tile's own query rows (st: no wgmma reads them any
+ * more), then written as 16-byte row chunks of out (B, T, H, 64); rows >= T are not written. */
+template <typename TO>
+__device__ __forceinline__ void wg_epilogue(float (&o)[32], float (&l)[2], unsigned char *st, int qt, int T, int H,
+                                            int b, int h, TO *__restrict__ out, float osc, int warp, int lane) {
+    const TO otag = TO();
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        inv[r] = 1.0f / l[r];
+    }
+    const int r0 = warp * 16 + (lane >> 2), cb = 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        wg_st2(st, r0, 8 * j + cb, o[4 * j] * inv[0], o[4 * j + 1] * inv[0], osc, otag);
+        wg_st2(st, r0 + 8, 8 * j + cb, o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1], osc, otag);
+    }
+    __syncwarp();
+    constexpr int CPR = WG_D * (int)sizeof(TO) / 16; /* 16-byte chunks per output row */
+#pragma unroll
+    for (int i = 0; i < 16 * CPR / 32; i++) {
+        const int idx = lane + 32 * i, row = warp * 16 + idx / CPR, c = idx % CPR, q = qt * 64 + row;
+        if (q < T) {
+            const uint4 v = *reinterpret_cast<const uint4 *>(st + row * WG_ROWB + ((c ^ (row & 7)) << 4));
+            *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(out) +
+                                       (((size_t)b * T + q) * H + h) * WG_D * sizeof(TO) + c * 16) = v;
+        }
+    }
+}
+
 /* ================================================================================================================
  * One query tile of 64 rows (qt, the tile's index in the head) for one warpgroup: every key chunk, then the
  * epilogue. q_addr: the tile's Q in shared memory (also its output staging, `st`); kd0, vd0: descriptors of the
@@ -359,7 +445,6 @@ __device__ __forceinline__ void wg_tile(uint32_t q_addr, unsigned char *st, uint
                                         bool first, int nch, int T, int H, int b, int h, TO *__restrict__ out,
                                         float sl2, float asl2, float osc, int warp, int lane) {
     const int nfull = T >> 6, rem = T & 63, ntail = (rem + 15) & ~15;
-    const TO otag = TO();
     const uint64_t qd = wg_desc(q_addr);
     float o[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -397,32 +482,41 @@ __device__ __forceinline__ void wg_tile(uint32_t q_addr, unsigned char *st, uint
 #pragma unroll
     for (int i = 0; i < 32; i++) wg_reg_fence(o[i]);
 
-    /* O / l rounded once, staged in this tile's own query rows (no wgmma reads them any more), then written as
-     * 16-byte row chunks */
-    float inv[2];
+    wg_epilogue<TO>(o, l, st, qt, T, H, b, h, out, osc, warp, lane);
+}
+
+/* Two query tiles (qt, qt + 1) of one warpgroup at once, every chunk through wg_chunk2 (variant 8); all of K
+ * and V has landed. */
+template <typename TI, typename TO, bool NEG>
+__device__ __forceinline__ void wg_tile2(uint32_t q_addr, unsigned char *st, uint64_t kd0, uint64_t vd0, int qt,
+                                         int T, int H, int b, int h, TO *__restrict__ out, float sl2, float asl2,
+                                         float osc, int warp, int lane) {
+    const int nfull = T >> 6, rem = T & 63, ntail = (rem + 15) & ~15;
+    const uint64_t qd0 = wg_desc(q_addr), qd1 = wg_desc(q_addr + WG_QTILE);
+    float o0[32], o1[32], m0[2] = {-INFINITY, -INFINITY}, m1[2] = {-INFINITY, -INFINITY};
+    float l0[2] = {0.0f, 0.0f}, l1[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        inv[r] = 1.0f / l[r];
+    for (int i = 0; i < 32; i++) o0[i] = o1[i] = 0.0f;
+    for (int j = 0; j < nfull; j++) {
+        const uint64_t off = (uint64_t)((j * 64 * WG_ROWB) >> 4);
+        wg_chunk2<TI, 64, false, NEG>(o0, o1, m0, m1, l0, l1, qd0, qd1, kd0 + off, vd0 + off, j * 64, T, sl2, asl2,
+                                      lane);
     }
-    const int r0 = warp * 16 + (lane >> 2), cb = 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        wg_st2(st, r0, 8 * j + cb, o[4 * j] * inv[0], o[4 * j + 1] * inv[0], osc, otag);
-        wg_st2(st, r0 + 8, 8 * j + cb, o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1], osc, otag);
-    }
-    __syncwarp();
-    constexpr int CPR = WG_D * (int)sizeof(TO) / 16; /* 16-byte chunks per output row */
-#pragma unroll
-    for (int i = 0; i < 16 * CPR / 32; i++) {
-        const int idx = lane + 32 * i, row = warp * 16 + idx / CPR, c = idx % CPR, q = qt * 64 + row;
-        if (q < T) {
-            const uint4 v = *reinterpret_cast<const uint4 *>(st + row * WG_ROWB + ((c ^ (row & 7)) << 4));
-            *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(out) +
-                                       (((size_t)b * T + q) * H + h) * WG_D * sizeof(TO) + c * 16) = v;
+    if (rem) {
+        const uint64_t off = (uint64_t)((nfull * 64 * WG_ROWB) >> 4), kd = kd0 + off, vd = vd0 + off;
+        const int k0 = nfull * 64;
+        switch (ntail) {
+        case 16: wg_chunk2<TI, 16, true, NEG>(o0, o1, m0, m1, l0, l1, qd0, qd1, kd, vd, k0, T, sl2, asl2, lane); break;
+        case 32: wg_chunk2<TI, 32, true, NEG>(o0, o1, m0, m1, l0, l1, qd0, qd1, kd, vd, k0, T, sl2, asl2, lane); break;
+        case 48: wg_chunk2<TI, 48, true, NEG>(o0, o1, m0, m1, l0, l1, qd0, qd1, kd, vd, k0, T, sl2, asl2, lane); break;
+        default: wg_chunk2<TI, 64, true, NEG>(o0, o1, m0, m1, l0, l1, qd0, qd1, kd, vd, k0, T, sl2, asl2, lane); break;
         }
     }
+    wg_wait0();
+    wg_fence_regs(o0);
+    wg_fence_regs(o1);
+    wg_epilogue<TO>(o0, l0, st, qt, T, H, b, h, out, osc, warp, lane);
+    wg_epilogue<TO>(o1, l1, st + WG_QTILE, qt + 1, T, H, b, h, out, osc, warp, lane);
 }
 
 /* Copies Q rows [q_lo * 64, q_hi * 64) and K, V rows [0, tpad) of head (b, h) into the swizzled tiles at
@@ -453,7 +547,7 @@ __device__ __forceinline__ void wg_load_head(uint32_t base, uint32_t k_off, uint
  * The CTA's query tiles are qg * qpc ... min(nqt, (qg + 1) * qpc) - 1; warpgroup w takes every NWG-th of them.
  * MINB: CTAs per SM the register allocation must allow (__launch_bounds__). NEG: scale < 0.
  * ============================================================================================================== */
-template <typename TI, typename TO, int NWG, int MINB, bool NEG, bool PIPE>
+template <typename TI, typename TO, int NWG, int MINB, bool NEG, int MODE>
 __global__ void __launch_bounds__(NWG * 128, MINB)
     wg_attention_kernel(const TI *__restrict__ qkv, TO *__restrict__ out, const float *__restrict__ out_scale, int T,
                         int H, float sl2, int nqt, int qpc, int nqg, int tpad, uint32_t k_off, uint32_t v_off) {
@@ -496,10 +590,15 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
     const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const uint64_t kd0 = wg_desc(base + k_off), vd0 = wg_desc(base + v_off);
     const float osc = sizeof(TO) == 1 ? *out_scale : 1.0f, asl2 = fabsf(sl2);
+    if (MODE == 2 && NWG == 1 && q_hi - q_lo == 2) { /* both tiles at once, once everything has landed */
+        wg_chunk_ready(0);
+        wg_tile2<TI, TO, NEG>(base, sm, kd0, vd0, q_lo, T, H, b, h, out, sl2, asl2, osc, warp, lane);
+        return;
+    }
     if (q_lo + wg >= q_hi) /* no query tile here: still take part in the chunk barriers */
         for (int j = 0; j < nch; j++) wg_chunk_ready(nch - 1 - j);
     for (int qt = q_lo + wg; qt < q_hi; qt += NWG)
-        wg_tile<TI, TO, NEG, PIPE>(base + (qt - q_lo) * WG_QTILE, sm + (qt - q_lo) * WG_QTILE, kd0, vd0, qt,
+        wg_tile<TI, TO, NEG, MODE == 1>(base + (qt - q_lo) * WG_QTILE, sm + (qt - q_lo) * WG_QTILE, kd0, vd0, qt,
                              qt == q_lo + wg, nch, T, H, b, h, out, sl2, asl2, osc, warp, lane);
 #else
     (void)qkv, (void)out, (void)out_scale, (void)T, (void)H, (void)sl2, (void)nqt, (void)qpc, (void)nqg, (void)tpad,
@@ -567,7 +666,7 @@ __global__ void __launch_bounds__(256, 1)
  * capped at 128 a thread and ptxas serializes the wgmma's (warning C7512); 1 warpgroup and 3 CTAs per SM allow
  * 168, enough for asynchronous wgmma. */
 typedef struct {
-    int nwg, minb, qpc, persistent, pipe;
+    int nwg, minb, qpc, persistent, pipe; /* pipe: 1 software-pipelined chunks, 2 two query tiles at once */
 } wg_variant;
 static const wg_variant WG_VARIANTS[] = {
     {1, 3, 2, 0, 0}, /* 0: the default (bench/attention_wgmma_lab.c) */
@@ -578,6 +677,7 @@ static const wg_variant WG_VARIANTS[] = {
     {2, 1, 0, 1, 0}, /* 5: persistent, one CTA per SM looping over heads, the next head's copy in flight */
     {2, 1, 0, 1, 1}, /* 6: 5 with the full chunks software-pipelined (S of chunk j + 1 during softmax j) */
     {1, 3, 2, 0, 1}, /* 7: 3 with its second query tile software-pipelined */
+    {1, 2, 2, 0, 2}, /* 8: one warpgroup runs its 2 query tiles together (pipe = 2): twice the ILP, 2 CTAs per SM */
 };
 #define WG_NVAR ((int)(sizeof WG_VARIANTS / sizeof WG_VARIANTS[0]))
 
@@ -621,13 +721,13 @@ int tpk_flash_attention_wgmma_supported(tp_dtype in_dt, tp_dtype out_dt, int T, 
     return wg_shape_ok(in_dt, out_dt, T, D) && wg_device_ok(wg_geometry(T, WG_VARIANTS[0].qpc, WG_VARIANTS[0].persistent).smem);
 }
 
-template <typename TI, typename TO, int NWG, int MINB, bool NEG, bool PIPE>
+template <typename TI, typename TO, int NWG, int MINB, bool NEG, int MODE>
 static int wg_launch1(const void *qkv, void *out, const float *out_scale, int B, int T, int H, float sl2,
                       const wg_geom *g, tp_stream stream) {
-    cudaError_t e = cudaFuncSetAttribute(wg_attention_kernel<TI, TO, NWG, MINB, NEG, PIPE>,
+    cudaError_t e = cudaFuncSetAttribute(wg_attention_kernel<TI, TO, NWG, MINB, NEG, MODE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->smem);
     if (e != cudaSuccess) return (int)e;
-    wg_attention_kernel<TI, TO, NWG, MINB, NEG, PIPE><<<(unsigned)((size_t)B * H * g->nqg), NWG * 128, g->smem,
+    wg_attention_kernel<TI, TO, NWG, MINB, NEG, MODE><<<(unsigned)((size_t)B * H * g->nqg), NWG * 128, g->smem,
                                                   (cudaStream_t)stream>>>((const TI *)qkv, (TO *)out, out_scale, T, H,
                                                                           sl2, g->nqt, g->qpc, g->nqg, g->tpad,
                                                                           g->k_off, g->v_off);
@@ -649,11 +749,11 @@ static int wg_launch_persistent(const void *qkv, void *out, const float *out_sca
     return (int)cudaGetLastError();
 }
 
-template <typename TI, typename TO, int NWG, int MINB, bool PIPE>
+template <typename TI, typename TO, int NWG, int MINB, int MODE>
 static int wg_launch(const void *qkv, void *out, const float *out_scale, int B, int T, int H, float sl2,
                      const wg_geom *g, tp_stream stream) {
-    return sl2 < 0.0f ? wg_launch1<TI, TO, NWG, MINB, true, PIPE>(qkv, out, out_scale, B, T, H, sl2, g, stream)
-                      : wg_launch1<TI, TO, NWG, MINB, false, PIPE>(qkv, out, out_scale, B, T, H, sl2, g, stream);
+    return sl2 < 0.0f ? wg_launch1<TI, TO, NWG, MINB, true, MODE>(qkv, out, out_scale, B, T, H, sl2, g, stream)
+                      : wg_launch1<TI, TO, NWG, MINB, false, MODE>(qkv, out, out_scale, B, T, H, sl2, g, stream);
 }
 
 template <typename TI, typename TO>
@@ -665,11 +765,13 @@ static int wg_dispatch_var(const void *qkv, void *out, const float *out_scale, i
     if (v->persistent)
         return sl2 < 0.0f ? wg_launch_persistent<TI, TO, true, false>(qkv, out, out_scale, B, T, H, sl2, g, stream)
                           : wg_launch_persistent<TI, TO, false, false>(qkv, out, out_scale, B, T, H, sl2, g, stream);
-    if (v->nwg == 2 && v->minb == 2) return wg_launch<TI, TO, 2, 2, false>(qkv, out, out_scale, B, T, H, sl2, g, stream);
-    if (v->nwg == 2 && v->minb == 1) return wg_launch<TI, TO, 2, 1, false>(qkv, out, out_scale, B, T, H, sl2, g, stream);
-    if (v->nwg == 1 && v->minb == 3 && v->pipe)
-        return wg_launch<TI, TO, 1, 3, true>(qkv, out, out_scale, B, T, H, sl2, g, stream);
-    if (v->nwg == 1 && v->minb == 3) return wg_launch<TI, TO, 1, 3, false>(qkv, out, out_scale, B, T, H, sl2, g, stream);
+    if (v->nwg == 2 && v->minb == 2) return wg_launch<TI, TO, 2, 2, 0>(qkv, out, out_scale, B, T, H, sl2, g, stream);
+    if (v->nwg == 2 && v->minb == 1) return wg_launch<TI, TO, 2, 1, 0>(qkv, out, out_scale, B, T, H, sl2, g, stream);
+    if (v->nwg == 1 && v->minb == 3 && v->pipe == 1)
+        return wg_launch<TI, TO, 1, 3, 1>(qkv, out, out_scale, B, T, H, sl2, g, stream);
+    if (v->nwg == 1 && v->minb == 3) return wg_launch<TI, TO, 1, 3, 0>(qkv, out, out_scale, B, T, H, sl2, g, stream);
+    if (v->nwg == 1 && v->minb == 2 && v->pipe == 2)
+        return wg_launch<TI, TO, 1, 2, 2>(qkv, out, out_scale, B, T, H, sl2, g, stream);
     return TPK_INVALID;
 }
 

@@ -32,7 +32,8 @@ int tpk_flash_attention_wgmma(const void *qkv, tp_dtype in_dt, void *out, tp_dty
  * per 2 query tiles of 64 rows (K and V loaded once per 128 rows, 3 CTAs per SM); 4 = one warpgroup per query tile;
  * 5 = persistent: one CTA of 2 warpgroups per SM loops over heads with the next head's copy in flight (two
  * buffers: T <= about 300); 6 = 5 with the full 64-key chunks software-pipelined (Q K^T of chunk j + 1 on the
- * tensor cores during the softmax of chunk j); 7 = 3 with its second query tile pipelined likewise.
+ * tensor cores during the softmax of chunk j); 7 = 3 with its second query tile pipelined likewise; 8 = one
+ * warpgroup computes its 2 query tiles together (two independent softmaxes per warp), 2 CTAs per SM.
  * Other values: cudaErrorInvalidValue. */
 int tpk_flash_attention_wgmma_variant(const void *qkv, tp_dtype in_dt, void *out, tp_dtype out_dt,
                                       const float *out_scale, int B, int T, int H, int D, float scale, int variant,
