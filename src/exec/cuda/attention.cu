@@ -57,6 +57,7 @@
 #include <string.h>
 
 #include "exec/cuda/attention.h"
+#include "exec/cuda/attention_ptx.cuh"
 
 typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only */
 
@@ -65,12 +66,6 @@ typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only */
 
 /* ---- PTX wrappers ---------------------------------------------------------------------------------------------- */
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* 16 bytes global -> shared, bypassing L1; src_bytes = 0 writes 16 zero bytes and reads nothing. */
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -101,25 +96,6 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Two fp32 -> one 32-bit register of the input type, lo in the low half (the lower column of a fragment). */
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-/* y / s correctly rounded (the IEEE quotient kernels.cu uses), from rcp = RN(1 / s) by one FMA correction
- * (Markstein: with rcp within half an ulp of 1 / s and q0 within one ulp of y / s, RN(q0 + RN(y - s q0) rcp) is
- * RN(y / s); y - s q0 is exact in an FMA), for any normal finite s > 0 whose reciprocal is normal: 3 instructions
- * instead of the division's subroutine. */
-__device__ __forceinline__ float div_rn(float y, float s, float rcp) {
-    const float q0 = y * rcp;
-    return fmaf(fmaf(-q0, s, y), rcp, q0);
-}
-
 /* Two adjacent outputs into shared memory (staging), in the output type. */
 __device__ __forceinline__ void st2(unsigned char *p, float a, float b, float, float, __half) {
     *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
@@ -134,15 +110,49 @@ __device__ __forceinline__ void st2(unsigned char *p, float a, float b, float sc
     *reinterpret_cast<uint16_t *>(p) = (uint16_t)(lo | (hi << 8));
 }
 
-/* 2^x with the SFU (ex2.approx.ftz: max relative error 2^-22; 2^-inf = +0) */
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 template <typename TO> __device__ __forceinline__ float fa_out_scale(const float *) { return 1.0f; }
 template <> __device__ __forceinline__ float fa_out_scale<e4m3_t>(const float *s) { return *s; }
+
+/* Split mode's merge: warps 1..NW-1 hand their partial softmax states (running max ms, sum l, accumulators o of
+ * the same rows and columns, in the same lanes) to warp 0 through mb, laid out [warp - 1][value][lane] (conflict
+ * free), and warp 0 combines them: m = max, each state weighted by 2^(m_w - m). A warp that saw no key (m = -inf,
+ * l = 0) weighs 0; when every m is -inf the reference point is 0, so the weights are 2^-inf = 0, never NaN.
+ * Every thread of the CTA calls it (it synchronizes); returns 1 in warp 0, which continues, and 0 elsewhere. */
+template <int NW, int ND>
+__device__ __forceinline__ int fa_merge_warps(float (&ms)[2], float (&l)[2], float (&o)[ND][4], float *mb, int warp,
+                                              int lane) {
+    constexpr int NV = 4 + 4 * ND; /* ms[2], l[2], o[ND][4] */
+    __syncthreads();               /* every warp is done with the last K/V tile, whose buffers mb reuses */
+    if (warp > 0) {
+        float *q = mb + (size_t)(warp - 1) * NV * 32 + lane;
+        q[0] = ms[0], q[32] = ms[1], q[64] = l[0], q[96] = l[1];
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) q[(4 + 4 * n + e) * 32] = o[n][e];
+    }
+    __syncthreads();
+    if (warp > 0) return 0;
+#pragma unroll 1
+    for (int w = 1; w < NW; w++) {
+        const float *q = mb + (size_t)(w - 1) * NV * 32 + lane;
+        const float m0 = fmaxf(ms[0], q[0]), m1 = fmaxf(ms[1], q[32]);
+        const float r0 = m0 == -INFINITY ? 0.0f : m0, r1 = m1 == -INFINITY ? 0.0f : m1;
+        const float a0 = fast_exp2(ms[0] - r0), a1 = fast_exp2(ms[1] - r1);
+        const float b0 = fast_exp2(q[0] - r0), b1 = fast_exp2(q[32] - r1);
+        ms[0] = m0, ms[1] = m1;
+        l[0] = l[0] * a0 + q[64] * b0;
+        l[1] = l[1] * a1 + q[96] * b1;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            o[n][0] = o[n][0] * a0 + q[(4 + 4 * n) * 32] * b0;
+            o[n][1] = o[n][1] * a0 + q[(5 + 4 * n) * 32] * b0;
+            o[n][2] = o[n][2] * a1 + q[(6 + 4 * n) * 32] * b1;
+            o[n][3] = o[n][3] * a1 + q[(7 + 4 * n) * 32] * b1;
+        }
+    }
+    return 1;
+}
 
 /* ROWS rows of D elements, the first at src (row stride rs elements), -> shared memory at byte address dst, rows
  * of D + 8 elements. Only the first `nvalid` rows are read; the others (tokens >= T) are zero-filled by cp.async
@@ -458,34 +468,7 @@ __global__ void __launch_bounds__(NW * 32, MINB)
         constexpr int NV = 4 + 4 * ND; /* ms[2], l[2], o[ND][4] */
         static_assert((NW - 1) * NV * 32 * 4 <= 4 * BN * LD * (int)sizeof(TI), "merge buffer exceeds K/V smem");
         float *mb = reinterpret_cast<float *>(fa_smem + (size_t)BM * LD * sizeof(TI));
-        __syncthreads(); /* every warp is done with the last K/V tile */
-        if (warp > 0) {
-            float *p = mb + (size_t)(warp - 1) * NV * 32 + lane;
-            p[0] = ms[0][0], p[32] = ms[0][1], p[64] = l[0][0], p[96] = l[0][1];
-#pragma unroll
-            for (int n = 0; n < ND; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) p[(4 + 4 * n + e) * 32] = o[0][n][e];
-        }
-        __syncthreads();
-        if (warp > 0) return;
-#pragma unroll 1
-        for (int w = 1; w < NW; w++) {
-            const float *p = mb + (size_t)(w - 1) * NV * 32 + lane;
-            const float m0 = fmaxf(ms[0][0], p[0]), m1 = fmaxf(ms[0][1], p[32]); /* finite: warp 0 has key 0 */
-            const float a0 = fast_exp2(ms[0][0] - m0), a1 = fast_exp2(ms[0][1] - m1);
-            const float b0 = fast_exp2(p[0] - m0), b1 = fast_exp2(p[32] - m1); /* 0 for a warp with no key */
-            ms[0][0] = m0, ms[0][1] = m1;
-            l[0][0] = l[0][0] * a0 + p[64] * b0;
-            l[0][1] = l[0][1] * a1 + p[96] * b1;
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                o[0][n][0] = o[0][n][0] * a0 + p[(4 + 4 * n) * 32] * b0;
-                o[0][n][1] = o[0][n][1] * a0 + p[(5 + 4 * n) * 32] * b0;
-                o[0][n][2] = o[0][n][2] * a1 + p[(6 + 4 * n) * 32] * b1;
-                o[0][n][3] = o[0][n][3] * a1 + p[(7 + 4 * n) * 32] * b1;
-            }
-        }
+        if (!fa_merge_warps<NW, ND>(ms[0], l[0], o[0], mb, warp, lane)) return;
     }
 
     /* epilogue: stage the warp's rows in its own Q rows (read only by this warp), then 16-byte row chunks */
@@ -1069,35 +1052,7 @@ __global__ void __launch_bounds__(128, D <= 64 ? 4 : DEC ? 3 : 2) flash_attn_ex_
         constexpr int NV = 4 + 4 * ND;
         static_assert((NW - 1) * NV * 32 * 4 <= 4 * BN * LD * (int)sizeof(TI), "merge buffer exceeds K/V smem");
         float *mb = reinterpret_cast<float *>(fa_smem + QB);
-        __syncthreads();
-        if (warp > 0) {
-            float *q = mb + (size_t)(warp - 1) * NV * 32 + lane;
-            q[0] = ms[0][0], q[32] = ms[0][1], q[64] = l[0][0], q[96] = l[0][1];
-#pragma unroll
-            for (int n = 0; n < ND; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) q[(4 + 4 * n + e) * 32] = o[0][n][e];
-        }
-        __syncthreads();
-        if (warp > 0) return;
-#pragma unroll 1
-        for (int w = 1; w < NW; w++) {
-            const float *q = mb + (size_t)(w - 1) * NV * 32 + lane;
-            const float m0 = fmaxf(ms[0][0], q[0]), m1 = fmaxf(ms[0][1], q[32]);
-            const float r0 = m0 == -INFINITY ? 0.0f : m0, r1 = m1 == -INFINITY ? 0.0f : m1;
-            const float a0 = fast_exp2(ms[0][0] - r0), a1 = fast_exp2(ms[0][1] - r1);
-            const float b0 = fast_exp2(q[0] - r0), b1 = fast_exp2(q[32] - r1);
-            ms[0][0] = m0, ms[0][1] = m1;
-            l[0][0] = l[0][0] * a0 + q[64] * b0;
-            l[0][1] = l[0][1] * a1 + q[96] * b1;
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                o[0][n][0] = o[0][n][0] * a0 + q[(4 + 4 * n) * 32] * b0;
-                o[0][n][1] = o[0][n][1] * a0 + q[(5 + 4 * n) * 32] * b0;
-                o[0][n][2] = o[0][n][2] * a1 + q[(6 + 4 * n) * 32] * b1;
-                o[0][n][3] = o[0][n][3] * a1 + q[(7 + 4 * n) * 32] * b1;
-            }
-        }
+        if (!fa_merge_warps<NW, ND>(ms[0], l[0], o[0], mb, warp, lane)) return;
     }
     if (!active) return;
 

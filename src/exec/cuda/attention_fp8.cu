@@ -84,6 +84,7 @@
 #include <string.h>
 
 #include "exec/cuda/attention_fp8.h"
+#include "exec/cuda/attention_ptx.cuh"
 
 #define F8_INVALID ((int)cudaErrorInvalidValue)
 
@@ -110,8 +111,6 @@ template <int D, int MK> struct f8_geom {
 };
 
 /* ---- PTX wrappers ---------------------------------------------------------------------------------------------- */
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -197,20 +196,6 @@ __device__ __forceinline__ uint16_t pack2_e4m3(float x0, float x1) {
     return r;
 }
 
-/* y / s correctly rounded from rcp = RN(1 / s) by one FMA correction (Markstein; attention.cu's div_rn): the IEEE
- * quotient for normal s with a normal reciprocal and a finite quotient. */
-__device__ __forceinline__ float div_rn(float y, float s, float rcp) {
-    const float q0 = y * rcp;
-    return fmaf(fmaf(-q0, s, y), rcp, q0);
-}
-
-/* 2^x with the SFU (ex2.approx.ftz: max relative error 2^-22; 2^-inf = +0) */
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* one 32-bit word of two input elements -> two floats (lo = the lower address) */
 __device__ __forceinline__ float2 unpack2(uint32_t u, __half) {
     __half2 h;
@@ -228,7 +213,6 @@ template <typename TI> __device__ __forceinline__ uint32_t quant4(uint32_t w0, u
 }
 
 __device__ __forceinline__ uint4 ldg16(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
-
 
 /* ---- quantizing loads ------------------------------------------------------------------------------------------ */
 

@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "exec/cuda/attention_wgmma.h"
+#include "exec/cuda/attention_ptx.cuh"
 
 typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only */
 
@@ -56,12 +57,6 @@ typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only */
 #endif
 
 /* ---- PTX wrappers ---------------------------------------------------------------------------------------------- */
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
 
 /* wgmma shared-memory descriptor, 128-byte swizzle, stride byte offset 1024, leading byte offset unused (16) */
 __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
@@ -169,22 +164,6 @@ template <int N> __device__ __forceinline__ void wg_ss(float *d, uint64_t da, ui
 __device__ __forceinline__ void wg_rs(float *d, const uint32_t *a, uint64_t db, __half) { wg_rs_n64_h(d, a, db); }
 __device__ __forceinline__ void wg_rs(float *d, const uint32_t *a, uint64_t db, __nv_bfloat16) {
     wg_rs_n64_b(d, a, db);
-}
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-/* 2^x on the SFU (ex2.approx.ftz: max relative error 2^-22; 2^-inf = +0) */
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
 }
 
 /* Two adjacent outputs (columns c, c + 1 of staging row `row`) into the 128-byte-swizzled staging tile. */
