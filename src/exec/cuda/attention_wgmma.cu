@@ -141,12 +141,14 @@ __device__ __forceinline__ void wg_rs_n64_b(float *d, const uint32_t *a, uint64_
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 #else
-#define WG_STUB_SS(n, t) \
-    __device__ __forceinline__ void wg_ss_n##n##_##t(float *, uint64_t, uint64_t, int) {}
-WG_STUB_SS(16, h) WG_STUB_SS(32, h) WG_STUB_SS(48, h) WG_STUB_SS(64, h)
-WG_STUB_SS(16, b) WG_STUB_SS(32, b) WG_STUB_SS(48, b) WG_STUB_SS(64, b)
-__device__ __forceinline__ void wg_rs_n64_h(float *, const uint32_t *, uint64_t) {}
-__device__ __forceinline__ void wg_rs_n64_b(float *, const uint32_t *, uint64_t) {}
+/* The host compilation pass parses the device code too, without wgmma: these bodies let it, and trap if ever run
+ * (they cannot be: the only device pass is sm_90a, and the entry points refuse other devices). */
+#define WG_NO_WGMMA_SS(n, t) \
+    __device__ __forceinline__ void wg_ss_n##n##_##t(float *, uint64_t, uint64_t, int) { __trap(); }
+WG_NO_WGMMA_SS(16, h) WG_NO_WGMMA_SS(32, h) WG_NO_WGMMA_SS(48, h) WG_NO_WGMMA_SS(64, h)
+WG_NO_WGMMA_SS(16, b) WG_NO_WGMMA_SS(32, b) WG_NO_WGMMA_SS(48, b) WG_NO_WGMMA_SS(64, b)
+__device__ __forceinline__ void wg_rs_n64_h(float *, const uint32_t *, uint64_t) { __trap(); }
+__device__ __forceinline__ void wg_rs_n64_b(float *, const uint32_t *, uint64_t) { __trap(); }
 #endif
 
 template <int N> __device__ __forceinline__ void wg_ss(float *d, uint64_t da, uint64_t db, int acc, __half) {
