@@ -11,7 +11,10 @@
  * timed). Prints median, min and max in us and the median's TFLOP/s (4 B H T^2 D FLOP: Q K^T and P V, no padding
  * counted) and its fraction of the measured FP16 dense GEMM peak passed as argv[2] (TFLOP/s; default 0 = not shown).
  *
- * Build: cmake --build <build dir> --target attention_wgmma_lab. Run: ./attention_wgmma_lab [runs] [peak_tflops].
+ * Then (fp8_case) FP8 attention against FP16 attention at B 64, H 12, T 197, 256, 577 (comment there).
+ *
+ * Build: cmake --build <build dir> --target attention_wgmma_lab.
+ * Run: ./attention_wgmma_lab [runs] [peak_tflops] [fp16|fp8|all (default)].
  * Exit status: 0; 1 when an output has NaN/Inf or the kernels disagree (rel L2 > 1e-2); 2 on a CUDA error. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -21,6 +24,7 @@
 
 #include "core/rng.h"
 #include "exec/cuda/attention.h"
+#include "exec/cuda/attention_fp8.h"
 #include "exec/cuda/attention_wgmma.h"
 #include "formats/dtype.h"
 
@@ -158,6 +162,162 @@ static int lab_case(int B, int T, int H, int D, tp_dtype dt, int runs, double pe
     return fails;
 }
 
+/* ================================================================================================================
+ * FP8 attention against FP16 attention at one shape (B, T, H, D = 64), all in one process:
+ *   fp16 wgmma  f16 in -> f16 out, and f16 in -> e4m3 out (what an FP8 engine with FP16 attention runs);
+ *   fp8 mma     tpk_flash_attention_fp8: f16 in, quantized on load, mma.sync (fp16 HMMA on sm_90);
+ *   fp8 wgmma   tpk_flash_attention_wgmma_fp8, every variant: E4M3 in (the QKV GEMM's output), f16 or e4m3 out.
+ * Per kernel: median/min/max us, TFLOP/s, and the bytes it moves (inputs read once, outputs written once) as
+ * GB/s; the DRAM floor of each configuration is the same number of bytes through cudaMemcpyAsync (device to
+ * device, read + write = in + out bytes), timed the same way. Accuracy: cosine of each output against the fp16
+ * wgmma output. qkv ~ N(0, 1), E4M3 per-tensor scales amax / 448 of the Q, K, V parts.
+ * ============================================================================================================== */
+
+typedef struct {
+    const void *qkv;
+    const float *qkv_scale, *out_scale;
+    void *out;
+    tp_dtype in_dt, out_dt;
+    int B, T, H, D, kind, variant; /* kind: 0 fp16 wgmma, 1 fp8 mma.sync, 2 fp8 wgmma, 3 memcpy of `bytes` */
+    float scale;
+    size_t bytes;
+} f8_call;
+
+static int f8_launch(const f8_call *c, cudaStream_t st) {
+    switch (c->kind) {
+    case 0: return tpk_flash_attention_wgmma(c->qkv, c->in_dt, c->out, c->out_dt, c->out_scale, c->B, c->T, c->H,
+                                             c->D, c->scale, st);
+    case 1: return tpk_flash_attention_fp8(c->qkv, c->in_dt, c->qkv_scale, c->out, c->out_dt, c->out_scale, c->B,
+                                           c->T, c->H, c->D, c->scale, st);
+    case 2: return tpk_flash_attention_wgmma_fp8_variant(c->qkv, c->qkv_scale, c->out, c->out_dt, c->out_scale, c->B,
+                                                         c->T, c->H, c->D, c->scale, c->variant, st);
+    default: return (int)cudaMemcpyAsync(c->out, c->qkv, c->bytes, cudaMemcpyDeviceToDevice, st);
+    }
+}
+
+static double f8_time(const f8_call *c, int runs, cudaStream_t st, double *lo, double *hi) {
+    cudaEvent_t *ev = malloc(2 * (size_t)runs * sizeof *ev);
+    float *us = malloc((size_t)runs * sizeof *us);
+    if (!ev || !us) exit(2);
+    for (int i = 0; i < 2 * runs; i++) CK(cudaEventCreate(&ev[i]));
+    for (int i = 0; i < 10; i++) CK((cudaError_t)f8_launch(c, st));
+    for (int i = 0; i < runs; i++) {
+        CK(cudaEventRecord(ev[2 * i], st));
+        CK((cudaError_t)f8_launch(c, st));
+        CK(cudaEventRecord(ev[2 * i + 1], st));
+    }
+    CK(cudaStreamSynchronize(st));
+    for (int i = 0; i < runs; i++) {
+        float ms = 0.0f;
+        CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+        us[i] = 1000.0f * ms;
+    }
+    qsort(us, (size_t)runs, sizeof *us, cmp_float);
+    const double med = runs % 2 ? us[runs / 2] : 0.5 * (us[runs / 2 - 1] + us[runs / 2]);
+    *lo = us[0];
+    *hi = us[runs - 1];
+    for (int i = 0; i < 2 * runs; i++) cudaEventDestroy(ev[i]);
+    free(ev);
+    free(us);
+    return med;
+}
+
+static double cosine(const float *a, const float *b, size_t n) {
+    double ab = 0.0, aa = 0.0, bb = 0.0;
+    for (size_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
+static int fp8_case(int B, int T, int H, int runs, double peak, cudaStream_t st) {
+    const int D = 64;
+    const float scale = 0.125f;
+    const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D, C = (size_t)H * D;
+    float *x = malloc(n_in * sizeof(float)), *ref = malloc(n_out * sizeof(float)), *got = malloc(n_out * sizeof(float));
+    unsigned char *raw = malloc(n_in * 2), *codes = malloc(n_in);
+    if (!x || !ref || !got || !raw || !codes) exit(2);
+    tp_rng r;
+    tp_rng_seed(&r, 8765 + (uint64_t)T);
+    for (size_t i = 0; i < n_in; i++) x[i] = (float)tp_rng_normal(&r);
+    tp_convert_from_f32(TP_F16, x, raw, n_in, 1.0f);
+    tp_convert_to_f32(TP_F16, raw, x, n_in, 1.0f);
+    float s[3] = {0, 0, 0};
+    for (size_t i = 0; i < n_in; i++) s[(i / C) % 3] = fmaxf(s[(i / C) % 3], fabsf(x[i]));
+    for (int w = 0; w < 3; w++) s[w] /= 448.0f;
+    for (size_t i = 0; i < n_in; i++) codes[i] = tp_f32_to_e4m3(x[i] / s[(i / C) % 3]);
+    void *d_x16 = NULL, *d_x8 = NULL, *d_out = NULL;
+    float *d_sc = NULL; /* s_q, s_k, s_v, out_scale */
+    CK(cudaMalloc(&d_x16, n_in * 2));
+    CK(cudaMalloc(&d_x8, n_in));
+    CK(cudaMalloc(&d_out, n_in * 2));
+    CK(cudaMalloc((void **)&d_sc, 4 * sizeof(float)));
+    CK(cudaMemcpy(d_x16, raw, n_in * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_x8, codes, n_in, cudaMemcpyHostToDevice));
+    const double flop = 4.0 * B * H * (double)T * T * D;
+    int fails = 0;
+    /* the fp16 reference output, and the E4M3 output scale from it */
+    f8_call base = {d_x16, d_sc, d_sc + 3, d_out, TP_F16, TP_F16, B, T, H, D, 0, 0, scale, 0};
+    CK((cudaError_t)f8_launch(&base, st));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpy(raw, d_out, n_out * 2, cudaMemcpyDeviceToHost));
+    tp_convert_to_f32(TP_F16, raw, ref, n_out, 1.0f);
+    float sc4[4] = {s[0], s[1], s[2], 0.0f};
+    for (size_t i = 0; i < n_out; i++) sc4[3] = fmaxf(sc4[3], fabsf(ref[i]));
+    sc4[3] /= 448.0f;
+    CK(cudaMemcpy(d_sc, sc4, sizeof sc4, cudaMemcpyHostToDevice));
+
+    f8_call calls[16];
+    const char *names[16];
+    int nc = 0;
+    calls[nc] = base, names[nc++] = "fp16 wgmma   f16 -> f16 ";
+    calls[nc] = base, calls[nc].out_dt = TP_E4M3, names[nc++] = "fp16 wgmma   f16 -> e4m3";
+    calls[nc] = base, calls[nc].kind = 1, names[nc++] = "fp8 mma.sync f16 -> f16 ";
+    calls[nc] = base, calls[nc].kind = 1, calls[nc].out_dt = TP_E4M3, names[nc++] = "fp8 mma.sync f16 -> e4m3";
+    static const char *W8N[2][4] = {{"fp8 wgmma v0 e4m3 -> f16 ", "fp8 wgmma v1 e4m3 -> f16 ", "fp8 wgmma v2 e4m3 -> f16 ",
+                                     "fp8 wgmma v3 e4m3 -> f16 "},
+                                    {"fp8 wgmma v0 e4m3 -> e4m3", "fp8 wgmma v1 e4m3 -> e4m3", "fp8 wgmma v2 e4m3 -> e4m3",
+                                     "fp8 wgmma v3 e4m3 -> e4m3"}};
+    for (int o = 0; o < 2; o++)
+        for (int v = 0; v < 4; v++) {
+            calls[nc] = base, calls[nc].kind = 2, calls[nc].qkv = d_x8, calls[nc].in_dt = TP_E4M3;
+            calls[nc].out_dt = o ? TP_E4M3 : TP_F16, calls[nc].variant = v, names[nc++] = W8N[o][v];
+        }
+    double t_ref = 0.0;
+    for (int c = 0; c < nc; c++) {
+        const size_t ib = tp_dtype_info(calls[c].in_dt)->bytes, ob = tp_dtype_info(calls[c].out_dt)->bytes;
+        const double bytes = (double)n_in * ib + (double)n_out * ob;
+        CK(cudaMemsetAsync(d_out, 0xFF, n_out * ob, st));
+        if (f8_launch(&calls[c], st) != 0) {
+            printf("B=%d T=%3d H=%d D=%d | %s | not supported on this device/shape\n", B, T, H, D, names[c]);
+            cudaGetLastError();
+            continue;
+        }
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(raw, d_out, n_out * ob, cudaMemcpyDeviceToHost));
+        tp_convert_to_f32(calls[c].out_dt, raw, got, n_out, calls[c].out_dt == TP_E4M3 ? sc4[3] : 1.0f);
+        size_t bad = 0;
+        for (size_t i = 0; i < n_out; i++) bad += !isfinite(got[i]);
+        const double cs = cosine(got, ref, n_out);
+        double lo, hi;
+        const double t = f8_time(&calls[c], runs, st, &lo, &hi);
+        if (c == 0) t_ref = t;
+        f8_call mc = {d_x16, NULL, NULL, d_out, TP_F16, TP_F16, B, T, H, D, 3, 0, 0.0f, (size_t)(bytes / 2)};
+        double mlo, mhi;
+        const double tm = f8_time(&mc, runs, st, &mlo, &mhi);
+        printf("B=%d T=%3d H=%d D=%d | %s | median %7.2f us  min %7.2f  max %7.2f | %6.1f TFLOP/s", B, T, H, D,
+               names[c], t, lo, hi, flop / (t * 1e-6) / 1e12);
+        if (peak > 0) printf(" (%4.1f%% of %.0f)", 100.0 * flop / (t * 1e-6) / 1e12 / peak, peak);
+        printf(" | %5.1f MB, %6.0f GB/s, memcpy of the same bytes %6.2f us | %.2fx fp16 wgmma f16->f16 | cosine vs "
+               "fp16 %.5f%s\n",
+               bytes / 1e6, bytes / (t * 1e-6) / 1e9, tm, t_ref / t, cs,
+               bad ? " | NaN/Inf IN OUTPUT" : "");
+        fails += bad != 0 || !(cs >= 0.99);
+    }
+    fflush(stdout);
+    free(x), free(ref), free(got), free(raw), free(codes);
+    cudaFree(d_x16), cudaFree(d_x8), cudaFree(d_out), cudaFree(d_sc);
+    return fails;
+}
+
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : 100;
     if (runs < 1) runs = 100;
@@ -173,10 +333,16 @@ int main(int argc, char **argv) {
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     static const tp_dtype dts[] = {TP_F16, TP_BF16};
     static const int Ts[] = {197, 196, 256, 257, 577};
+    const char *mode = argc > 3 ? argv[3] : "all";
     int fails = 0;
-    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++)
-        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
-            fails += lab_case(64, Ts[ti], 12, 64, dts[di], runs, peak, st);
+    if (strcmp(mode, "fp8") != 0)
+        for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++)
+            for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+                fails += lab_case(64, Ts[ti], 12, 64, dts[di], runs, peak, st);
+    if (strcmp(mode, "fp16") != 0) {
+        static const int T8[] = {197, 256, 577};
+        for (size_t ti = 0; ti < sizeof T8 / sizeof T8[0]; ti++) fails += fp8_case(64, T8[ti], 12, runs, peak, st);
+    }
     cudaStreamDestroy(st);
     return fails ? 1 : 0;
 }

@@ -498,6 +498,26 @@ START_TEST(test_planner_attention_policy) {
     ck_assert_msg(strstr(e.msg, "blocks.1.attn") && strstr(e.msg, "multiples of 32") && strstr(e.msg, "197") &&
                       strstr(e.msg, "tprof lint"),
                   "%s", e.msg);
+    /* an FP8 engine with FP8 attention: on sm_90 (head dim 64 here) the QKV GEMM writes E4M3 Q/K/V for the wgmma
+     * kernel; on sm_89 the attention kernel quantizes f16 Q/K/V as it loads them */
+    for (int sm = 89; sm <= 90; sm++) {
+        tp_policy_default(&pol, TP_PREC_FP8);
+        ck_assert_int_eq(tp_policy_parse(&pol, "blocks.*.attn=fp8", &e), TP_OK);
+        ck_assert_msg(tp_plan_build_policy(&g, &pol, sm, &plan, &e) == TP_OK, "%s", e.msg);
+        int n8 = 0;
+        for (int i = 0; i < g.n_ops; i++) {
+            if (g.ops[i].kind != TP_OP_ATTENTION) continue;
+            const int x = g.ops[i].in[0], prod = g.values[x].producer;
+            n8++;
+            ck_assert_int_eq(plan.op_prec[i], TP_PREC_FP8);
+            ck_assert_int_eq(plan.op_prec[prod], TP_PREC_FP8);
+            ck_assert_int_eq(plan.value_dt[x], sm == 90 ? TP_E4M3 : plan.act_dt);
+            ck_assert_int_eq(strstr(plan.op_note[i], "from the QKV GEMM") != NULL, sm == 90);
+            ck_assert_int_eq(strstr(plan.op_note[prod], "writes e4m3 for") != NULL, sm == 90);
+        }
+        ck_assert_int_eq(n8, 2);
+        tp_plan_free(&plan);
+    }
     /* a high-precision rule on attention is fine */
     tp_policy_default(&pol, TP_PREC_FP8);
     ck_assert_int_eq(tp_policy_parse(&pol, "blocks.*=fp8,blocks.0.attn=fp16", &e), TP_OK);

@@ -299,6 +299,24 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         size_t l = strlen(p->op_note[prod]);
         snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
     }
+    /* FP8 attention whose Q/K/V come from an FP8 GEMM read by nothing else: the GEMM writes them in E4M3 (cuBLASLt
+     * quantizes D with the calibrated per-tensor scale, the one the attention kernel would quantize with on load)
+     * where the kernel on E4M3 inputs runs (attention_wgmma.h: sm_90, head dim 64, T <= 1024 in shared memory).
+     * Half the bytes into the attention op, and its products on the FP8 tensor cores. */
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_ATTENTION || p->op_prec[i] != TP_PREC_FP8) continue;
+        const int x = op->in[0], prod = g->values[x].producer;
+        if (sm != 90 || op->head_dim != 64 || g->values[x].shape[1] > 1024 || prod < 0 ||
+            g->ops[prod].kind != TP_OP_LINEAR || p->op_prec[prod] != TP_PREC_FP8 || g->ops[prod].gemm_n % 16 ||
+            consumers(g, x) != 1)
+            continue;
+        p->value_dt[x] = TP_E4M3;
+        snprintf(p->op_note[i], sizeof p->op_note[i],
+                 "fp8: Q/K/V e4m3 from the QKV GEMM (per-tensor, calibrated), P e4m3, fp32 softmax; wgmma on e4m3");
+        size_t l = strlen(p->op_note[prod]);
+        snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
+    }
 out:
     free(keep);
     free(why);

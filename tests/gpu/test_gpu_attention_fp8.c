@@ -62,6 +62,7 @@
 #include "core/rng.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/attention_fp8.h"
+#include "exec/cuda/attention_wgmma.h"
 #include "formats/dtype.h"
 
 #define TP_GPU_MAX_TRACKED 1024
@@ -181,11 +182,21 @@ static void emulate_fp8(const float *qkv, float *out, int B, int T, int H, int D
 
 static double unit_round(tp_dtype t) { return t == TP_F16 ? 0x1p-11 : t == TP_BF16 ? 0x1p-8 : 0x1p-4; }
 
+/* Tolerance knobs of check_emulation beyond the header's model (the FP8 wgmma kernel's section explains them):
+ * acc: added to the tight bound, in units of vmax (and, relative to the outputs' RMS, to the relative L2 bound);
+ * above_frac: the fraction of elements allowed beyond the tight
+ * bound (before the + 16); rel_extra: added to the relative L2 bound. */
+typedef struct {
+    double acc, above_frac, rel_extra;
+} emu_tol;
+static const emu_tol EMU_TOL_MMA = {0.0, 0.01, 1e-3};
+
 /* (1): against the emulation (header comment) */
-static void check_emulation(const float *got, const float *emu, size_t n, size_t cols, tp_dtype odt, float oscale,
-                            double vmax) {
+static void check_emulation_tol(const float *got, const float *emu, size_t n, size_t cols, tp_dtype odt,
+                                float oscale, double vmax, emu_tol tol) {
     const double uo = unit_round(odt);
-    const double floor_ = (odt == TP_F16 ? 0x1p-25 : odt == TP_E4M3 ? 0x1p-10 * oscale : 0.0) + 0x1p-16 * vmax;
+    const double floor_ =
+        (odt == TP_F16 ? 0x1p-25 : odt == TP_E4M3 ? 0x1p-10 * oscale : 0.0) + (0x1p-16 + tol.acc) * vmax;
     const double flip = 0x1p-2 * vmax;
     double num = 0.0, den = 0.0, worst_ratio = 0.0;
     size_t bad = 0, above = 0, beyond = 0, worst = 0, first_beyond = 0;
@@ -203,8 +214,10 @@ static void check_emulation(const float *got, const float *emu, size_t n, size_t
         if (d / tight > worst_ratio) worst_ratio = d / tight, worst = i;
     }
     const double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
-    const double rel_tol = (odt == TP_E4M3 ? (n >= 4096 ? 4e-2 : 0.0625 * 1.01) : 2.0 * uo) + 1e-3;
-    const size_t above_max = (size_t)(0.01 * (double)n) + 16; /* + 16: a flip in a tiny case */
+    /* + the accumulation bound of every element relative to the outputs' RMS */
+    const double rel_tol = (odt == TP_E4M3 ? (n >= 4096 ? 4e-2 : 0.0625 * 1.01) : 2.0 * uo) + tol.rel_extra +
+                           (den > 0.0 ? tol.acc * vmax / sqrt(den / (double)n) : 0.0);
+    const size_t above_max = (size_t)(tol.above_frac * (double)n) + 16; /* + 16: a flip in a tiny case */
     const int ok = bad == 0 && rel <= rel_tol && above <= above_max && beyond == 0;
     printf("  %s  %s | vs emulation: rel_l2=%.3e (tol %.1e) beyond tight=%zu of %zu (max %zu), worst %.2fx tight at "
            "[%zu,%zu] got %.7g emu %.7g%s\n",
@@ -217,6 +230,11 @@ static void check_emulation(const float *got, const float *emu, size_t n, size_t
                   "%zu: got %.7g emu %.7g)", g_case, beyond, n, first_beyond, got[first_beyond], emu[first_beyond]);
     ck_assert_msg(above <= above_max, "[%s] %zu of %zu outputs beyond the tight bound (max %zu)", g_case, above, n,
                   above_max);
+}
+
+static void check_emulation(const float *got, const float *emu, size_t n, size_t cols, tp_dtype odt, float oscale,
+                            double vmax) {
+    check_emulation_tol(got, emu, n, cols, odt, oscale, vmax, EMU_TOL_MMA);
 }
 
 /* (2): against FP32; bound (header comment) from sigma_l, or the fixed 5e-2 / 0.999 when flat (F16/BF16 outputs
@@ -481,6 +499,221 @@ START_TEST(test_fp8_attention_graph) {
 }
 END_TEST
 
+/* ================================================================================================================
+ * The same numerics on E4M3 inputs, on Hopper's FP8 tensor cores (tpk_flash_attention_wgmma_fp8, D = 64). On a
+ * device other than compute capability 9.0 the kernel must refuse every call (checked instead).
+ *
+ * What differs from the mma.sync kernel: Hopper's FP8 tensor cores do not accumulate in IEEE fp32 but keep about
+ * 14 mantissa bits (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.3.2, measured on an H800; on an
+ * H200 this kernel's logits on N(0, 2^2) data move the E4M3 P of ~1% of the keys one step from the fp64
+ * emulation's). Hence two kinds of data:
+ *   exact    Q and K codes in {+-0.5, +-1, +-1.5, +-2} (all scales 1): every partial sum of S is a multiple of 0.25
+ *            below 256, exact in 11 bits, so S is the emulation's, and only fp32 effects remain in the logits (the
+ *            header's flip model holds, as for the mma.sync kernel). V ~ N(0, 8^2) as codes. O and l still
+ *            accumulate with >= 13 bits: bound (b) becomes 2 ceil(T / 32) 2^-13 vmax (each k32 step adds at most
+ *            2^-13 relative to the running sums of O <= l vmax and l). The header's checks, with that bound;
+ *   random   N(0, 2^2) with outliers and per-tensor scales (the realistic case): logits carry ~2^-14 relative
+ *            errors, many P's flip, so vs the emulation only: no NaN, no element beyond one flip, relative L2
+ *            within the output rounding's + 1e-2 (measured on an H200: <= 2.6e-3 for F16 out); vs FP32 the
+ *            header's bound (2) unchanged.
+ * ============================================================================================================== */
+
+static int is_sm90(void) {
+    int dev = 0, major = 0, minor = 0;
+    CUDA_OK(cudaGetDevice(&dev));
+    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+}
+
+/* qkv (B, T, 3, H, D) fp32 -> E4M3 codes q = e4m3(x / s_part), into a device buffer of n_alloc bytes (the rest
+ * poison: 0xFF, an E4M3 NaN) */
+static void *upload_e4m3_qkv(const float *qkv, int B, int T, int H, int D, const float s[3], size_t n_alloc) {
+    const size_t C = (size_t)H * D, n = (size_t)B * T * 3 * C;
+    unsigned char *codes = hmalloc(n);
+    for (size_t i = 0; i < n; i++) codes[i] = tp_f32_to_e4m3(qkv[i] / s[(i / C) % 3]);
+    void *d = dev_bytes(n_alloc);
+    CUDA_OK(cudaMemcpy(d, codes, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* the `exact` data above: Q, K in {+-0.5, +-1, +-1.5, +-2}, V = e4m3(N(0, 8^2)), never zero */
+static float *make_exact_qkv(size_t n, size_t C, uint64_t seed) {
+    float *x = hmalloc(n * sizeof(float));
+    tp_rng r;
+    tp_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) {
+        if ((i / C) % 3 < 2) {
+            const uint64_t u = tp_rng_u64(&r);
+            x[i] = (float)(0.5 * (double)(1 + (u & 3))) * ((u >> 2) & 1 ? -1.0f : 1.0f);
+        } else {
+            const float v = (float)(8.0 * tp_rng_normal(&r));
+            x[i] = tp_e4m3_to_f32(tp_f32_to_e4m3(v != 0.0f ? v : 1.0f));
+        }
+    }
+    return x;
+}
+
+#define N_W8_VARIANTS 3 /* tpk_flash_attention_wgmma_fp8_variant 1..3, plus 0 = the default */
+
+/* One shape, every output type (the first n_out_t of OUT_T) x variant. exact: the data kind above (else random,
+ * flat: N(0, 0.5^2) without outliers); pad: NaN token rows after the input and poison after the output. */
+static void run_shape_w8(int B, int T, int H, float scale, uint64_t seed, int exact, int flat, int n_out_t, int pad) {
+    const int D = 64;
+    const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D;
+    const size_t pad_in = (size_t)pad * 3 * H * D, pad_out = (size_t)pad * H * D;
+    const char *kind = exact ? "exact" : flat ? "random flat" : "random";
+    SET_CASE("wgmma fp8 %s B=%d T=%d H=%d scale=%g", kind, B, T, H, scale);
+    float *qkv = exact ? make_exact_qkv(n_in, (size_t)H * D, seed) : make_qkv(TP_F16, n_in, seed, flat ? 0.5 : 2.0, !flat);
+    float s[3] = {1.0f, 1.0f, 1.0f};
+    double rms[3], vmax;
+    if (!exact) qkv_scales(qkv, B, T, H, D, s, rms);
+    float *ref = hmalloc(n_out * sizeof(float)), *emu = hmalloc(n_out * sizeof(float));
+    if (!exact) tp_cpu_attention(qkv, ref, B, T, H, D, scale);
+    emulate_fp8(qkv, emu, B, T, H, D, scale, s, &vmax);
+    const double sigma_l = exact ? 0.0 : fabs(scale) * sqrt((double)D) * rms[0] * rms[1];
+    void *d_qkv = upload_e4m3_qkv(qkv, B, T, H, D, s, n_in + pad_in);
+    float *d_s = dev_floats(s, 3);
+    const emu_tol tol = exact ? (emu_tol){2.0 * ((T + 31) / 32) * 0x1p-13, 0.01, 1e-3} : (emu_tol){0.0, 1.0, 1e-2};
+    for (int oi = 0; oi < n_out_t; oi++) {
+        const tp_dtype odt = OUT_T[oi];
+        const float oscale = odt == TP_E4M3 ? host_amax(emu, n_out) / 448.0f : 1.0f;
+        float *d_os = odt == TP_E4M3 ? dev_floats(&oscale, 1) : NULL;
+        ck_assert_msg(tpk_flash_attention_wgmma_fp8_supported(odt, T, D), "[%s] not supported on compute capability "
+                      "9.0", g_case);
+        for (int v = 0; v <= N_W8_VARIANTS; v++) {
+            SET_CASE("wgmma fp8 %s e4m3->%s v%d B=%d T=%d H=%d scale=%g%s", kind, dname(odt), v, B, T, H, scale,
+                     pad ? " padded" : "");
+            void *d_out = dev_alloc(odt, n_out + pad_out);
+            KERNEL_OK(tpk_flash_attention_wgmma_fp8_variant(d_qkv, d_s, d_out, odt, d_os, B, T, H, D, scale, v,
+                                                            g_stream));
+            const float *got = download_f32(odt, d_out, n_out, oscale);
+            check_emulation_tol(got, emu, n_out, (size_t)H * D, odt, oscale, vmax, tol);
+            if (!exact && !pad) check_fp32(got, ref, n_out, sigma_l, flat, odt);
+            if (pad) {
+                const unsigned char *tail = download_bytes((const char *)d_out + n_out * esize(odt), pad_out * esize(odt));
+                size_t touched = 0;
+                for (size_t i = 0; i < pad_out * esize(odt); i++) touched += tail[i] != 0xFF;
+                printf("  %s  %s | rows >= T untouched: %zu bytes, %zu overwritten\n", touched ? "FAIL" : "ok  ",
+                       g_case, pad_out * esize(odt), touched);
+                fflush(stdout);
+                ck_assert_msg(touched == 0, "[%s] %zu bytes past row T were written", g_case, touched);
+            }
+        }
+    }
+    release_all();
+}
+
+START_TEST(test_fp8_wgmma_attention) {
+    if (!is_sm90()) {
+        SET_CASE("wgmma fp8 on a device other than compute capability 9.0");
+        ck_assert_int_eq(tpk_flash_attention_wgmma_fp8_supported(TP_F16, 197, 64), 0);
+        char *buf = dev_alloc(TP_E4M3, 1 << 16);
+        ck_assert_int_eq(tpk_flash_attention_wgmma_fp8(buf, (const float *)(buf + 32768), buf + 8192, TP_F16, NULL,
+                                                       1, 4, 1, 64, 0.1f, g_stream),
+                         (int)cudaErrorInvalidValue);
+        printf("  ok    %s: refused\n", g_case);
+        return;
+    }
+    /* T: 1 key; 7; 32 and 33 (one 32-key chunk; 32 + 1); 64, 65 (a full chunk; + a 32-key tail); 100 (+ a 64-key
+     * tail); ViT's 197 (3 x 64 + a 32-key tail), 256, 257, 577; B 1 and 3, H 1 and 12. Scale 0.25 on the exact
+     * data gives logits of standard deviation ~3.7 (peaked softmaxes whose max moves across chunks). */
+    static const int Ts[] = {1, 7, 32, 33, 64, 65, 100, 197, 256, 257, 577};
+    const int ex = _i == 0;
+    uint64_t seed = 71000 + 1000 * (uint64_t)_i;
+    const float sc = ex ? 0.25f : 0.125f;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+        run_shape_w8(1, Ts[ti], 1, sc, seed++, ex, 0, 3, 0);
+        run_shape_w8(3, Ts[ti], 12, sc, seed++, ex, 0, Ts[ti] > 257 ? 1 : 3, 0);
+    }
+    run_shape_w8(2, 197, 3, -sc, seed++, ex, 0, 1, 0);   /* negative scale */
+    run_shape_w8(2, 70, 2, 0.0f, seed++, ex, 0, 1, 0);   /* uniform weights */
+    run_shape_w8(2, 197, 2, sc, seed++, ex, 0, 3, 70);   /* NaN rows after the input, poison after the output */
+    run_shape_w8(1, 7, 3, sc, seed++, ex, 0, 3, 70);
+    if (!ex) {
+        run_shape_w8(2, 197, 12, sc, seed++, 0, 1, 2, 0); /* near-flat: cosine >= 0.999 against FP32 */
+        run_shape_w8(2, 577, 3, sc, seed++, 0, 1, 1, 0);
+    }
+}
+END_TEST
+
+START_TEST(test_fp8_wgmma_rejects) {
+    SET_CASE("wgmma fp8 rejects");
+    char *buf = dev_alloc(TP_E4M3, 1 << 16);
+    const float *sc = (const float *)(buf + 32768);
+    const rejected_call r[] = {
+        {"D = 128", tpk_flash_attention_wgmma_fp8(buf, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 128, 0.1f, g_stream)},
+        {"D = 32", tpk_flash_attention_wgmma_fp8(buf, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 32, 0.1f, g_stream)},
+        {"f32 output", tpk_flash_attention_wgmma_fp8(buf, sc, buf + 8192, TP_F32, NULL, 1, 4, 1, 64, 0.1f, g_stream)},
+        {"e4m3 output without scale",
+         tpk_flash_attention_wgmma_fp8(buf, sc, buf + 8192, TP_E4M3, NULL, 1, 4, 1, 64, 0.1f, g_stream)},
+        {"no qkv scales", tpk_flash_attention_wgmma_fp8(buf, NULL, buf + 8192, TP_F16, NULL, 1, 4, 1, 64, 0.1f, g_stream)},
+        {"qkv not 16-byte aligned",
+         tpk_flash_attention_wgmma_fp8(buf + 8, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 64, 0.1f, g_stream)},
+        {"out not 16-byte aligned",
+         tpk_flash_attention_wgmma_fp8(buf, sc, buf + 8200, TP_F16, NULL, 1, 4, 1, 64, 0.1f, g_stream)},
+        {"NULL qkv", tpk_flash_attention_wgmma_fp8(NULL, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 64, 0.1f, g_stream)},
+        {"NULL out", tpk_flash_attention_wgmma_fp8(buf, sc, NULL, TP_F16, NULL, 1, 4, 1, 64, 0.1f, g_stream)},
+        {"T beyond shared memory",
+         tpk_flash_attention_wgmma_fp8(buf, sc, buf + 8192, TP_F16, NULL, 1, 100000, 1, 64, 0.1f, g_stream)},
+        {"negative T", tpk_flash_attention_wgmma_fp8(buf, sc, buf + 8192, TP_F16, NULL, 1, -1, 1, 64, 0.1f, g_stream)},
+        {"negative H", tpk_flash_attention_wgmma_fp8(buf, sc, buf + 8192, TP_F16, NULL, 1, 4, -1, 64, 0.1f, g_stream)},
+        {"variant 4", tpk_flash_attention_wgmma_fp8_variant(buf, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 64, 0.1f, 4,
+                                                            g_stream)},
+        {"variant -1", tpk_flash_attention_wgmma_fp8_variant(buf, sc, buf + 8192, TP_F16, NULL, 1, 4, 1, 64, 0.1f, -1,
+                                                             g_stream)},
+    };
+    check_rejected(r, sizeof r / sizeof r[0]);
+    ck_assert_int_eq(tpk_flash_attention_wgmma_fp8(NULL, NULL, NULL, TP_F16, NULL, 0, 4, 1, 64, 0.1f, g_stream), 0);
+    ck_assert_int_eq(tpk_flash_attention_wgmma_fp8(NULL, NULL, NULL, TP_E4M3, NULL, 2, 0, 1, 64, 0.1f, g_stream), 0);
+}
+END_TEST
+
+/* Graph capture of the FP8 wgmma kernel (every variant): the replay equals an eager launch bit for bit. */
+START_TEST(test_fp8_wgmma_graph) {
+    if (!is_sm90()) return; /* refused everywhere else: test_fp8_wgmma_attention */
+    const int B = 3, T = 197, H = 12, D = 64;
+    const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D;
+    for (int variant = 0; variant <= N_W8_VARIANTS; variant++) {
+        SET_CASE("wgmma fp8 graph capture e4m3->e4m3 v%d B=%d T=%d H=%d", variant, B, T, H);
+        float *qkv = make_qkv(TP_F16, n_in, 72000, 2.0, 1);
+        float s[3], osc = 1.0f / 32.0f;
+        double rms[3];
+        qkv_scales(qkv, B, T, H, D, s, rms);
+        void *d_qkv = upload_e4m3_qkv(qkv, B, T, H, D, s, n_in);
+        float *d_s = dev_floats(s, 3), *d_os = dev_floats(&osc, 1);
+        void *d_a = dev_alloc(TP_E4M3, n_out), *d_b = dev_alloc(TP_E4M3, n_out);
+        cudaStream_t cs;
+        CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CUDA_OK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+        const int r = tpk_flash_attention_wgmma_fp8_variant(d_qkv, d_s, d_a, TP_E4M3, d_os, B, T, H, D, 0.125f,
+                                                            variant, cs);
+        const cudaError_t ec = cudaStreamEndCapture(cs, &graph);
+        ck_assert_msg(r == 0, "[%s] launch inside capture returned %d (%s)", g_case, r, cudaGetErrorName((cudaError_t)r));
+        CUDA_OK(ec);
+        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_OK(cudaGraphLaunch(exec, cs));
+        CUDA_OK(cudaStreamSynchronize(cs));
+        LAUNCH_OK(tpk_flash_attention_wgmma_fp8_variant(d_qkv, d_s, d_b, TP_E4M3, d_os, B, T, H, D, 0.125f, variant, cs));
+        CUDA_OK(cudaStreamSynchronize(cs));
+        const unsigned char *a = download_bytes(d_a, n_out), *b = download_bytes(d_b, n_out);
+        size_t diff = 0, poison = 0;
+        for (size_t i = 0; i < n_out; i++) diff += a[i] != b[i], poison += a[i] == 0xFF || a[i] == 0x7F;
+        printf("  %s  %s: replay vs eager, %zu of %zu bytes differ, %zu NaN\n", diff || poison ? "FAIL" : "ok  ",
+               g_case, diff, n_out, poison);
+        fflush(stdout);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(cs);
+        ck_assert_msg(diff == 0, "[%s] graph replay differs from the eager launch in %zu bytes", g_case, diff);
+        ck_assert_msg(poison == 0, "[%s] %zu NaN outputs", g_case, poison);
+        release_all();
+    }
+}
+END_TEST
+
 /* ---- suite ----------------------------------------------------------------------------------------------------- */
 
 /* new_tcase (gpu_check.h): 600 s a test, for fp64 CPU references and emulation of up to ~4 GFLOP per shape */
@@ -492,5 +725,8 @@ Suite *gpu_attention_fp8_suite(void) {
     tcase_add_loop_test(new_tcase(s, "fp8_attention_padding"), test_fp8_attention_padding, 0, N_OF(IN_T));
     tcase_add_test(new_tcase(s, "fp8_attention_rejects"), test_fp8_attention_rejects);
     tcase_add_test(new_tcase(s, "fp8_attention_graph"), test_fp8_attention_graph);
+    tcase_add_loop_test(new_tcase(s, "fp8_wgmma_attention"), test_fp8_wgmma_attention, 0, 2); /* exact, random */
+    tcase_add_test(new_tcase(s, "fp8_wgmma_rejects"), test_fp8_wgmma_rejects);
+    tcase_add_test(new_tcase(s, "fp8_wgmma_graph"), test_fp8_wgmma_graph);
     return s;
 }

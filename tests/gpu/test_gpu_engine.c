@@ -55,6 +55,12 @@ static const engine_case CASES[] = {
     {"17 tokens avg pool, no class token, batch 64", 32, 8, 64, 2, 2, 10, 0, 1, 64},
 };
 
+static int first_attention(const tp_graph *g) {
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == TP_OP_ATTENTION) return i;
+    return 0;
+}
+
 static void random_input(float *x, size_t n, uint64_t seed) {
     tp_rng r;
     tp_rng_seed(&r, seed);
@@ -300,11 +306,14 @@ START_TEST(test_engine_fp8_percentile) {
 }
 END_TEST
 
-/* FP8 attention through the policy ("blocks.*.attn=fp8") in an FP16 engine: Q, K, V and P in E4M3, so the FP8
- * bound of the engine tests applies (cosine >= 0.99, relative L2 <= 0.15 against FP32), and the engine says
- * which kernel ran. */
+/* FP8 attention through the policy ("blocks.*.attn=fp8") in an FP16 engine and in an FP8 engine (_i >= the
+ * number of cases): Q, K, V and P in E4M3, so the FP8 bound of the engine tests applies (cosine >= 0.99, relative
+ * L2 <= 0.15 against FP32), and the engine says which kernel ran: in the FP8 engine on a compute capability 9.0
+ * GPU with head dim 64, the QKV GEMM writes E4M3 Q/K/V and the wgmma kernel runs (plan.c). */
 START_TEST(test_engine_fp8_attention) {
-    const engine_case *k = &CASES[_i];
+    const int ncase = (int)(sizeof CASES / sizeof CASES[0]);
+    const engine_case *k = &CASES[_i % ncase];
+    const tp_precision eng_prec = _i < ncase ? TP_PREC_FP16 : TP_PREC_FP8;
     tp_error e;
     tp_params p;
     tp_graph g;
@@ -315,7 +324,7 @@ START_TEST(test_engine_fp8_attention) {
     random_input(in, in_n, 5);
     ck_assert_int_eq(tp_cpu_run(&g, &p, in, ref, &e), TP_OK);
     tp_policy pol;
-    tp_policy_default(&pol, TP_PREC_FP16);
+    tp_policy_default(&pol, eng_prec);
     ck_assert_int_eq(tp_policy_parse(&pol, "blocks.*.attn=fp8", &e), TP_OK);
     tp_plan plan;
     ck_assert_msg(tp_plan_build_policy(&g, &pol, gpu_sm(), &plan, &e) == TP_OK, "%s", e.msg);
@@ -327,6 +336,9 @@ START_TEST(test_engine_fp8_attention) {
         if (g.ops[i].kind == TP_OP_ATTENTION) {
             n8++;
             ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), "fp8"));
+            const int e4 = plan.value_dt[g.ops[i].in[0]] == TP_E4M3;
+            ck_assert_int_eq(e4, eng_prec == TP_PREC_FP8 && gpu_sm() == 90 && g.ops[i].head_dim == 64);
+            ck_assert_int_eq(strstr(tp_engine_op_impl(eng, i), "wgmma") != NULL, e4);
         }
     ck_assert_int_gt(n8, 0);
     /* the per-layer cost: every FP8 attention op compared with FP16 attention on its own input, nothing else */
@@ -350,8 +362,9 @@ START_TEST(test_engine_fp8_attention) {
     free(rl);
     tp_accuracy a;
     tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
-    printf("  engine fp16 + fp8 attention %-46s cosine %.6f rel L2 %.3e; worst layer cosine vs fp16 attention %.6f\n",
-           k->what, a.cosine, a.rel_l2, worst);
+    printf("  engine %s + fp8 attention %-46s cosine %.6f rel L2 %.3e; worst layer cosine vs fp16 attention %.6f "
+           "(%s)\n",
+           tp_precision_name(eng_prec), k->what, a.cosine, a.rel_l2, worst, tp_engine_op_impl(eng, first_attention(&g)));
     ck_assert_int_eq(a.nonfinite, 0);
     ck_assert_msg(a.cosine >= 0.99 && a.rel_l2 <= 0.15, "%s: cosine %.5f rel L2 %.3e", k->what, a.cosine, a.rel_l2);
     tp_engine_destroy(eng);
@@ -402,7 +415,7 @@ Suite *gpu_engine_suite(void) {
     tcase_add_loop_test(t, test_engine_fp8_block, 0, n);
     tcase_add_loop_test(t, test_engine_mxfp4, 0, n);
     tcase_add_test(t, test_engine_fp8_percentile);
-    tcase_add_loop_test(t, test_engine_fp8_attention, 0, n);
+    tcase_add_loop_test(t, test_engine_fp8_attention, 0, 2 * n);
     tcase_add_test(t, test_engine_errors);
     suite_add_tcase(s, t);
     return s;

@@ -523,7 +523,8 @@ END_TEST
 
 static const struct {
     tp_dtype ab, d;
-} GEMM_TYPES[] = {{TP_F32, TP_F32}, {TP_F16, TP_F16}, {TP_BF16, TP_BF16}, {TP_E4M3, TP_F16}, {TP_E4M3, TP_BF16}};
+} GEMM_TYPES[] = {{TP_F32, TP_F32},  {TP_F16, TP_F16},   {TP_BF16, TP_BF16},
+                 {TP_E4M3, TP_F16}, {TP_E4M3, TP_BF16}, {TP_E4M3, TP_E4M3}};
 
 static void gemm_ctx(void) {
     if (g_gemm) return;
@@ -546,9 +547,12 @@ static tp_gemm_plan *gemm_plan(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, in
 
 START_TEST(test_gemm) {
     const tp_dtype ab = GEMM_TYPES[_i].ab, dt = GEMM_TYPES[_i].d;
-    const int fp8 = ab == TP_E4M3;
-    /* FP8 needs K % 16 == 0 and N % 8 == 0 (see gemm_cublaslt.c), so its tiny case is (3, 16, 80). */
-    const int64_t shapes[][3] = {{197 * 3, 2304, 768}, {50, 1000, 192}, {3, fp8 ? 16 : 10, 80}};
+    const int fp8 = ab == TP_E4M3, q8 = dt == TP_E4M3;
+    /* FP8 needs K % 16 == 0 and N % 8 == 0 (N % 16 == 0 for an E4M3 D; see gemm_cublaslt.c), so its tiny case is
+     * (3, 16, 80). An E4M3 D: bias in F16, D's storage scale amax(reference) / 448, its reciprocal as d_scale;
+     * the tolerance of an E4M3 output (one rounding of the exact result). */
+    const tp_dtype bdt = q8 ? TP_F16 : dt;
+    const int64_t shapes[][3] = {{197 * 3, 2304, 768}, {50, q8 ? 1008 : 1000, 192}, {3, fp8 ? 16 : 10, 80}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         const size_t nA = (size_t)(M * K), nW = (size_t)(N * K), nD = (size_t)(M * N);
@@ -558,23 +562,28 @@ START_TEST(test_gemm) {
         const float a_scale = fp8 ? host_amax(A, nA) / 448.0f : 1.0f, w_scale = fp8 ? host_amax(W, nW) / 448.0f : 1.0f;
         round_to(ab, A, nA, a_scale); /* for E4M3: quantize, then dequantize with the same scale */
         round_to(ab, W, nW, w_scale);
-        round_to(dt, bias, (size_t)N, 1.0f);
+        round_to(bdt, bias, (size_t)N, 1.0f);
         float *ref = hmalloc(nD * sizeof(float)), *ref_b = hmalloc(nD * sizeof(float));
         tp_cpu_linear(A, W, NULL, ref, M, N, K);
         for (size_t i = 0; i < nD; i++) ref_b[i] = (float)((double)ref[i] + bias[i % (size_t)N]);
 
         void *d_A = dev_upload_at(ab, A, nA, a_scale, 0), *d_W = dev_upload_at(ab, W, nW, w_scale, 0);
-        void *d_bias = dev_upload_at(dt, bias, (size_t)N, 1.0f, 0);
+        void *d_bias = dev_upload_at(bdt, bias, (size_t)N, 1.0f, 0);
         float *d_as = fp8 ? dev_scalar(a_scale) : NULL, *d_ws = fp8 ? dev_scalar(w_scale) : NULL;
         for (int has_bias = 0; has_bias <= 1; has_bias++) {
             SET_CASE("gemm %s->%s M=%lld N=%lld K=%lld bias=%d", dname(ab), dname(dt), (long long)M, (long long)N,
                      (long long)K, has_bias);
             tp_gemm_plan *p = gemm_plan(ab, dt, M, N, K, has_bias);
             void *d_D = dev_alloc_at(dt, nD, 0);
-            int r = tp_gemm_run(g_gemm, p, d_A, d_W, has_bias ? d_bias : NULL, d_D, d_as, d_ws, g_stream);
-            ck_assert_msg(r == 0, "[%s] tp_gemm_run returned cuBLAS status %d", g_case, r);
+            const float *want = has_bias ? ref_b : ref, ds = q8 ? host_amax(want, nD) / 448.0f : 1.0f;
+            float *d_ds = q8 ? dev_scalar(1.0f / ds) : NULL;
+            int r = tp_gemm_run_q(g_gemm, p, d_A, d_W, has_bias ? d_bias : NULL, d_D, d_as, d_ws, d_ds, 1.0f, g_stream);
+            ck_assert_msg(r == 0, "[%s] tp_gemm_run_q returned cuBLAS status %d", g_case, r);
             CUDA_OK(cudaStreamSynchronize(g_stream));
-            check_close("D", download_f32(dt, d_D, nD, 1.0f), has_bias ? ref_b : ref, nD, (size_t)N, tol_for(dt, nD));
+            check_close("D", download_f32(dt, d_D, nD, ds), want, nD, (size_t)N, tol_for(dt, nD));
+            if (q8) /* the E4M3 D without its scale: refused */
+                ck_assert_msg(tp_gemm_run(g_gemm, p, d_A, d_W, has_bias ? d_bias : NULL, d_D, d_as, d_ws, g_stream) != 0,
+                              "[%s] E4M3 D without d_scale accepted", g_case);
         }
     }
 }

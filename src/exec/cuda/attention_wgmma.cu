@@ -40,6 +40,7 @@
 
 #include "exec/cuda/attention_wgmma.h"
 #include "exec/cuda/attention_ptx.cuh"
+#include "exec/cuda/wgmma_ptx.cuh"
 
 typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only */
 
@@ -49,32 +50,11 @@ typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only */
 #define WG_QTILE 8192    /* one 64-row query tile */
 #define WG_THREADS 256   /* 2 warpgroups */
 
-/* Only the sm_90a pass has wgmma; every other pass (none, as CMakeLists.txt builds this file) gets an empty body. */
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WG_HAVE_WGMMA 1
-#else
-#define WG_HAVE_WGMMA 0
-#endif
 
 /* ---- PTX wrappers ---------------------------------------------------------------------------------------------- */
 
-/* wgmma shared-memory descriptor, 128-byte swizzle, stride byte offset 1024, leading byte offset unused (16) */
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-
-#if WG_HAVE_WGMMA
-__device__ __forceinline__ void wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-#else
-__device__ __forceinline__ void wg_fence(void) {}
-__device__ __forceinline__ void wg_commit(void) {}
-__device__ __forceinline__ void wg_wait0(void) {}
-#endif
-/* keeps the compiler from moving register reads/writes of an accumulator across an asynchronous wgmma */
-__device__ __forceinline__ void wg_reg_fence(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+/* wgmma shared-memory descriptor, 128-byte swizzle, stride byte offset 1024 (8 rows of 128 bytes) */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) { return wg_make_desc(saddr, 1024, 1); }
 
 /* Generated (one per shape and type): D (64 x N fp32, per thread N / 2 registers in the mma C layout) = or +=
  * A (64 x 16, descriptor da) * B (16 x N, descriptor db), both K-major ("ss"); and the register-A form
@@ -275,10 +255,6 @@ __device__ __forceinline__ void wg_issue_pv(float (&o)[32], const uint32_t (&a)[
     for (int k = 0; k < N / 16; k++) wg_rs(o, a[k], vd + (uint64_t)((k * 16 * WG_ROWB) >> 4), tag);
 }
 
-template <int N> __device__ __forceinline__ void wg_fence_regs(float (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) wg_reg_fence(r[i]);
-}
 
 /* Softmax of a computed S chunk (its wgmma complete) and O += P V issued (not waited for). */
 template <typename TI, int N, bool MASK, bool NEG>
@@ -331,11 +307,6 @@ __device__ __forceinline__ void wg_chunk2(float (&o0)[32], float (&o1)[32], floa
     wg_fence_regs(o1);
 }
 
-#if WG_HAVE_WGMMA
-__device__ __forceinline__ void wg_wait1(void) { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-#else
-__device__ __forceinline__ void wg_wait1(void) {}
-#endif
 
 /* One chunk, not overlapped: S issued and waited for (with the previous chunk's P V), softmax, P V issued. */
 template <typename TI, int N, bool MASK, bool NEG>

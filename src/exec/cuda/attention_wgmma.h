@@ -39,6 +39,27 @@ int tpk_flash_attention_wgmma_variant(const void *qkv, tp_dtype in_dt, void *out
                                       const float *out_scale, int B, int T, int H, int D, float scale, int variant,
                                       tp_stream stream);
 
+
+/* FP8 attention on FP8 tensor cores (attention_wgmma_fp8.cu): the numerics of tpk_flash_attention_fp8
+ * (attention_fp8.h: S = Q K^T and O = P V on E4M3, P = sat_e4m3(rne(2^8 2^(S sl2 - m))) over 64-key tiles,
+ * l = sum of the quantized P, out = O s_v / l) on inputs that are already E4M3:
+ *   qkv (B, T, 3, H, D) row-major E4M3 codes q = sat_e4m3(rne(x / s)) with the per-tensor scales
+ *   qkv_scale = device pointer to (s_q, s_k, s_v) fp32 (positive, finite, normal);
+ *   out (B, T, H, D) row-major in out_dt (F16, BF16, or E4M3 with *out_scale as tpk_flash_attention);
+ *   scale multiplies Q K^T (any sign), non-causal. D == 64; T up to what shared memory holds (about
+ *   2 * 4096 + 64 * (2 tpad + 72 tpad / 64) bytes, tpad = T rounded up to 32: T <= 1000 or so on an H100/H200).
+ * Runs on compute capability 9.0 only (wgmma). Returns cudaErrorInvalidValue without launching for an unsupported
+ * configuration (see _supported), a NULL or non-16-byte-aligned pointer, a missing scale; empty work (B, T or
+ * H = 0) returns cudaSuccess without a launch. */
+int tpk_flash_attention_wgmma_fp8_supported(tp_dtype out_dt, int T, int D);
+int tpk_flash_attention_wgmma_fp8(const void *qkv, const float *qkv_scale, void *out, tp_dtype out_dt,
+                                  const float *out_scale, int B, int T, int H, int D, float scale, tp_stream stream);
+/* variant 0 = the default (2 query tiles of 64 rows per CTA, up to 168 registers a thread); 1 = 2 tiles, 4 CTAs
+ * per SM (128 registers); 2 = 1 tile per CTA, 4 CTAs per SM; 3 = 4 tiles per CTA. Other values: invalid. */
+int tpk_flash_attention_wgmma_fp8_variant(const void *qkv, const float *qkv_scale, void *out, tp_dtype out_dt,
+                                          const float *out_scale, int B, int T, int H, int D, float scale,
+                                          int variant, tp_stream stream);
+
 #ifdef __cplusplus
 }
 #endif

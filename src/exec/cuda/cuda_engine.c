@@ -48,7 +48,8 @@ struct tp_engine {
     const tp_qtensor *const *weights_q;
     cudaStream_t stream;
     void **dptr;          /* per value */
-    float *d_scales;      /* per value v at d_scales[SCALE_SLOT * v]: the fp32 per-tensor scale of E4M3 values */
+    float *d_scales;      /* per value v at d_scales[SCALE_SLOT * v]: the fp32 per-tensor scale of E4M3 values;
+                           * at d_scales[SCALE_SLOT * (n_values + v)] its reciprocal (a GEMM's E4M3 D scale) */
     float *d_amax;        /* per value: calibration scratch */
     void *d_cols;         /* im2col scratch */
     void *d_qdq;          /* emulated block-scaled formats: the dequantized GEMM input (bf16) */
@@ -264,16 +265,21 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
             x = e->d_qdq;
             HOOK(e, i, TP_CAT_GEMM);
         }
-        rc = tp_gemm_run_alpha(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
-                               y, fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
-                               fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL, e->alpha[i], s);
+        rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y,
+                           fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
+                           fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL,
+                           ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + op->out) : NULL, e->alpha[i], s);
         break;
     }
     case TP_OP_ATTENTION: {
         const int B = (int)xv->shape[0], T = (int)xv->shape[1];
         if (pl->op_prec[i] == TP_PREC_FP8) {
-            rc = tpk_flash_attention_fp8(x, xdt, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T, op->heads,
-                                         op->head_dim, op->scale, s);
+            if (xdt == TP_E4M3) /* Q/K/V in E4M3 from the QKV GEMM (plan.c) */
+                rc = tpk_flash_attention_wgmma_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T,
+                                                   op->heads, op->head_dim, op->scale, s);
+            else
+                rc = tpk_flash_attention_fp8(x, xdt, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T,
+                                             op->heads, op->head_dim, op->scale, s);
             break;
         }
         switch (e->attn[i]) {
@@ -583,7 +589,19 @@ static tp_status choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_ATTENTION) continue;
         if (e->plan->op_prec[i] == TP_PREC_FP8) { /* the policy asked for FP8 attention: one kernel does it */
-            snprintf(e->impl_note[i], sizeof e->impl_note[i], "fp8 (tprof, attention_fp8.cu)");
+            const tp_value *xv = &g->values[op->in[0]];
+            if (e->plan->value_dt[op->in[0]] != TP_E4M3) {
+                snprintf(e->impl_note[i], sizeof e->impl_note[i], "fp8 (tprof, attention_fp8.cu)");
+                continue;
+            }
+            if (!tpk_flash_attention_wgmma_fp8_supported(e->plan->value_dt[op->out], (int)xv->shape[1], op->head_dim))
+                return tp_fail(err, TP_ERR_UNSUPPORTED,
+                               "layer %s: the plan gives this fp8 attention e4m3 Q/K/V, which only the wgmma kernel "
+                               "takes: it needs a compute capability 9.0 GPU, head dim 64 and T whose K and V fit "
+                               "shared memory (T <= 1024); here head dim %d, T %d",
+                               op->layer, op->head_dim, (int)xv->shape[1]);
+            snprintf(e->impl_note[i], sizeof e->impl_note[i],
+                     "fp8 wgmma (tprof, attention_wgmma_fp8.cu: e4m3 Q/K/V from the QKV GEMM)");
             continue;
         }
         const tp_value *xv = &g->values[op->in[0]];
@@ -723,13 +741,13 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->impl_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->impl_note);
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
-    h_scales = malloc(sizeof(float) * SCALE_SLOT * (size_t)g->n_values);
+    h_scales = malloc(sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values);
     if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->wglobal || !e->alpha ||
         !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
-    for (int v = 0; v < SCALE_SLOT * g->n_values; v++) h_scales[v] = 1.0f;
+    for (int v = 0; v < 2 * SCALE_SLOT * g->n_values; v++) h_scales[v] = 1.0f;
     CU_TRY(cudaSetDevice(opt->device));
     CU_TRY(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
 
@@ -760,11 +778,14 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     }
     st = upload_params(e, h_scales, err);
     if (st) goto fail;
-    st = dev_alloc(e, sizeof(float) * SCALE_SLOT * (size_t)g->n_values, (void **)&e->d_scales, "scales", err);
+    for (int v = 0; v < g->n_values; v++) /* reciprocals: a GEMM's E4M3 D scale (tp_gemm_run_q) */
+        h_scales[SCALE_SLOT * (g->n_values + v)] = 1.0f / h_scales[SCALE_SLOT * v];
+    st = dev_alloc(e, sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values, (void **)&e->d_scales, "scales", err);
     if (st) goto fail;
     st = dev_alloc(e, sizeof(float) * (size_t)g->n_values, (void **)&e->d_amax, "calibration", err);
     if (st) goto fail;
-    CU_TRY(cudaMemcpy(e->d_scales, h_scales, sizeof(float) * SCALE_SLOT * (size_t)g->n_values, cudaMemcpyHostToDevice));
+    CU_TRY(cudaMemcpy(e->d_scales, h_scales, sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values,
+                      cudaMemcpyHostToDevice));
     st = alloc_activations(e, err);
     if (st) goto fail;
 
@@ -925,8 +946,8 @@ tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2,
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
     tp_status st = TP_OK;
-    void *d_ref = NULL, *h8 = NULL, *h16 = NULL;
-    float *f8 = NULL, *f16 = NULL;
+    void *d_ref = NULL, *h8 = NULL, *h16 = NULL, *d_q16 = NULL, *h_q = NULL;
+    float *f8 = NULL, *f16 = NULL, *f_q = NULL;
     int n = 0;
     for (int i = 0; i < g->n_ops; i++) cosine[i] = rel_l2[i] = NAN;
     for (int i = 0; i < g->n_ops && !st; i++) {
@@ -935,7 +956,11 @@ tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2,
         if (op->kind != TP_OP_ATTENTION || pl->op_prec[i] != TP_PREC_FP8) continue;
         const tp_value *xv = &g->values[op->in[0]], *ov = &g->values[op->out];
         const tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
-        const size_t m = (size_t)tp_value_numel(ov), rb = m * tp_dtype_info(xdt)->bytes, yb = value_bytes(e, op->out);
+        /* E4M3 Q/K/V (written by the QKV GEMM): the reference runs on their values in f16 (exact), so the cost
+         * is that of P and the output; Q/K/V's own rounding happened in the GEMM */
+        const tp_dtype rdt = xdt == TP_E4M3 ? TP_F16 : xdt;
+        const size_t m = (size_t)tp_value_numel(ov), rb = m * tp_dtype_info(rdt)->bytes, yb = value_bytes(e, op->out);
+        const void *ref_in = e->dptr[op->in[0]];
         if (!d_ref) {
             CU_TRY(cudaMalloc(&d_ref, rb));
             h8 = malloc(yb > rb ? yb : rb);
@@ -947,9 +972,28 @@ tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2,
                 break;
             }
         }
+        if (xdt == TP_E4M3) {
+            const size_t nq = (size_t)tp_value_numel(xv);
+            float sq = 1.0f;
+            free(h_q), free(f_q), cudaFree(d_q16);
+            d_q16 = NULL, h_q = malloc(nq * 2), f_q = malloc(sizeof(float) * nq);
+            if (!h_q || !f_q) {
+                st = tp_fail(err, TP_ERR_OOM, "out of host memory comparing %s", op->layer);
+                break;
+            }
+            CU_TRY(cudaMalloc(&d_q16, nq * 2));
+            CU_TRY(cudaMemcpyAsync(h_q, e->dptr[op->in[0]], nq, cudaMemcpyDeviceToHost, e->stream));
+            CU_TRY(cudaMemcpyAsync(&sq, e->d_scales + SCALE_SLOT * op->in[0], sizeof sq, cudaMemcpyDeviceToHost,
+                                   e->stream));
+            CU_TRY(cudaStreamSynchronize(e->stream));
+            tp_convert_to_f32(TP_E4M3, h_q, f_q, nq, sq); /* one scale for Q, K and V (plan.c) */
+            tp_convert_from_f32(TP_F16, f_q, h_q, nq, 1.0f);
+            CU_TRY(cudaMemcpy(d_q16, h_q, nq * 2, cudaMemcpyHostToDevice));
+            ref_in = d_q16;
+        }
         /* the reference: the high-precision flash kernel on the same qkv, output in the input's type */
-        int rc = tpk_flash_attention(e->dptr[op->in[0]], xdt, d_ref, xdt, NULL, (int)xv->shape[0], (int)xv->shape[1],
-                                     op->heads, op->head_dim, op->scale, e->stream);
+        int rc = tpk_flash_attention(ref_in, rdt, d_ref, rdt, NULL, (int)xv->shape[0], (int)xv->shape[1], op->heads,
+                                     op->head_dim, op->scale, e->stream);
         if (rc) {
             st = tp_fail(err, TP_ERR_CUDA, "reference attention for %s: %s", op->layer, cudaGetErrorString((cudaError_t)rc));
             break;
@@ -961,7 +1005,7 @@ tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2,
             CU_TRY(cudaMemcpyAsync(&ys, e->d_scales + SCALE_SLOT * op->out, sizeof ys, cudaMemcpyDeviceToHost, e->stream));
         CU_TRY(cudaStreamSynchronize(e->stream));
         tp_convert_to_f32(ydt, h8, f8, m, ys);
-        tp_convert_to_f32(xdt, h16, f16, m, 1.0f);
+        tp_convert_to_f32(rdt, h16, f16, m, 1.0f);
         double dot = 0, a2 = 0, b2 = 0, d2 = 0;
         for (size_t k = 0; k < m; k++) {
             double a = f8[k], b = f16[k];
@@ -976,6 +1020,9 @@ tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2,
     }
 fail:
     cudaFree(d_ref);
+    cudaFree(d_q16);
+    free(h_q);
+    free(f_q);
     free(h8);
     free(h16);
     free(f8);

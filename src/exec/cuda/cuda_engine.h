@@ -87,7 +87,9 @@ int tp_engine_attention_choice(const tp_engine *e, int op);
  * which every attention op the plan runs in FP8 is also run by the FP16/BF16 flash kernel on the same input; for
  * those ops i, cosine[i] and rel_l2[i] (|y8 - y16|_2 / |y16|_2) of the FP8 output (E4M3 outputs dequantized with
  * their scale) against it, NaN for every other op (arrays of n_ops). The input of each layer is the engine's own,
- * so each number is that layer's cost alone. *n_out receives the number of FP8 attention ops compared. Errors:
+ * so each number is that layer's cost alone. Where the plan has the QKV GEMM write E4M3 Q/K/V (plan.c), the
+ * reference runs on those values (exactly, in f16): the number is then the cost of P's and the output's E4M3,
+ * Q/K/V's rounding being the GEMM's. *n_out receives the number of FP8 attention ops compared. Errors:
  * TP_ERR_OOM, TP_ERR_CUDA. */
 tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2, int *n_out, tp_error *err);
 

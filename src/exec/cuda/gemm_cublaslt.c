@@ -26,7 +26,8 @@
  * Hopper it skips the periodic promotion of the tensor-core partial sums to fp32, and tprof's FP8 engines are
  * meant to measure FP8 storage error, not a reduced-precision accumulator.
  * Per-tensor scales: A_SCALE_POINTER (cuBLASLt's A = W) = w_scale, B_SCALE_POINTER (B = activations) = a_scale,
- * so D = (a_scale * w_scale) * (Aq @ Wq^T) + bias. */
+ * so D = (a_scale * w_scale) * (Aq @ Wq^T) + bias; an E4M3 D also takes D_SCALE_POINTER = d_scale, the reciprocal of
+ * its storage scale: Dq = sat_e4m3(rne(d_scale * D)) (cuBLASLt applies the D scale after the epilogue). */
 #include "exec/cuda/gemm_cublaslt.h"
 
 #include <cublasLt.h>
@@ -51,6 +52,7 @@ struct tp_gemm_plan {
     tp_gemm_desc desc;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (= W), B (= activations), C = D */
+    cublasLtMatrixLayout_t ld;         /* D's own layout when it differs from C's (E4M3 D: C is F16), else NULL */
     cublasLtMatmulAlgo_t algo;
     size_t workspace_needed; /* from the heuristic; <= the context's workspace */
     char name[96];
@@ -109,6 +111,7 @@ void tp_gemm_ctx_destroy(tp_gemm_ctx *ctx) {
 
 void tp_gemm_plan_destroy(tp_gemm_plan *p) {
     if (!p) return;
+    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
     if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
     if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
     if (p->la) cublasLtMatrixLayoutDestroy(p->la);
@@ -122,7 +125,7 @@ static int combo_supported(tp_dtype ab, tp_dtype d) {
     case TP_F32: return d == TP_F32;
     case TP_F16: return d == TP_F16;
     case TP_BF16: return d == TP_BF16 || d == TP_F32; /* f32 out: checking emulated formats without rounding D */
-    case TP_E4M3: return d == TP_F16 || d == TP_BF16;
+    case TP_E4M3: return d == TP_F16 || d == TP_BF16 || d == TP_E4M3;
     default: return 0;
     }
 }
@@ -175,7 +178,7 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
     if (!bs && !combo_supported(desc->ab_dt, desc->d_dt))
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "gemm %s: inputs %s with output %s is not supported (supported: f32->f32, f16->f16, "
-                       "bf16->bf16 or f32, e4m3->f16 or bf16)",
+                       "bf16->bf16 or f32, e4m3->f16, bf16 or e4m3)",
                        name, dt_name(desc->ab_dt), dt_name(desc->d_dt));
     if (desc->block128 && (desc->ab_dt != TP_E4M3 || desc->d_dt != TP_BF16))
         return tp_fail(err, TP_ERR_UNSUPPORTED,
@@ -192,11 +195,12 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
                            "gemm %s: e4m3 inputs need K %% 16 == 0 (16-byte rows, cuBLASLt FP8 rule), got K=%lld "
                            "(M=%lld N=%lld, output %s)",
                            name, (long long)K, (long long)M, (long long)N, dt_name(desc->d_dt));
-        if (N % 8 != 0)
+        if (N % (desc->d_dt == TP_E4M3 ? 16 : 8) != 0)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
-                           "gemm %s: e4m3 inputs with %s output need N %% 8 == 0 (16-byte output rows, cuBLASLt FP8 "
+                           "gemm %s: e4m3 inputs with %s output need N %% %d == 0 (16-byte output rows, cuBLASLt FP8 "
                            "rule), got N=%lld (M=%lld K=%lld)",
-                           name, dt_name(desc->d_dt), (long long)N, (long long)M, (long long)K);
+                           name, dt_name(desc->d_dt), desc->d_dt == TP_E4M3 ? 16 : 8, (long long)N, (long long)M,
+                           (long long)K);
     }
 
     cudaDataType ab_t, d_t;
@@ -214,8 +218,11 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
     const int32_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
     LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
     LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN));
+    /* An E4M3 D takes an F16 C (never read: beta = 0) and an F16 bias: cuBLASLt's FP8 table (cublasLtMatmul,
+     * "E4M3 E4M3 -> C 16F, D E4M3, bias 16F") */
+    const cudaDataType c_t = desc->d_dt == TP_E4M3 ? CUDA_R_16F : d_t;
     if (desc->has_bias) {
-        const int32_t epi = CUBLASLT_EPILOGUE_BIAS, bias_t = (int32_t)d_t;
+        const int32_t epi = CUBLASLT_EPILOGUE_BIAS, bias_t = (int32_t)c_t;
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
     }
@@ -247,7 +254,8 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
 
     LT_PLAN(cublasLtMatrixLayoutCreate(&p->la, ab_t, (uint64_t)K, (uint64_t)N, K));
     LT_PLAN(cublasLtMatrixLayoutCreate(&p->lb, ab_t, (uint64_t)K, (uint64_t)M, K));
-    LT_PLAN(cublasLtMatrixLayoutCreate(&p->lc, d_t, (uint64_t)N, (uint64_t)M, N));
+    LT_PLAN(cublasLtMatrixLayoutCreate(&p->lc, c_t, (uint64_t)N, (uint64_t)M, N));
+    if (c_t != d_t) LT_PLAN(cublasLtMatrixLayoutCreate(&p->ld, d_t, (uint64_t)N, (uint64_t)M, N));
 
     cublasLtMatmulPreference_t pref = NULL;
     LT_PLAN(cublasLtMatmulPreferenceCreate(&pref));
@@ -267,7 +275,8 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
     memset(&res, 0, sizeof res);
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+        st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->op, p->la, p->lb, p->lc, p->ld ? p->ld : p->lc, pref, 1, &res,
+                                            &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
         tp_fail(err, TP_ERR_UNSUPPORTED,
@@ -298,6 +307,11 @@ int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const
 
 int tp_gemm_run_alpha(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
                       void *D, const float *a_scale, const float *w_scale, float alpha_in, tp_stream stream) {
+    return tp_gemm_run_q(ctx, plan, A, W, bias, D, a_scale, w_scale, NULL, alpha_in, stream);
+}
+
+int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias, void *D,
+                  const float *a_scale, const float *w_scale, const float *d_scale, float alpha_in, tp_stream stream) {
     const int fp8 = plan->desc.ab_dt == TP_E4M3 || plan->desc.ab_dt == TP_E2M1; /* scaled inputs */
     /* Caller bugs are reported as INVALID_VALUE rather than handed to cuBLASLt, whose failure modes for a
      * missing scale (silently 1.0) or bias would be wrong answers, not errors. */
@@ -307,6 +321,8 @@ int tp_gemm_run_alpha(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A,
     /* cuBLASLt 13.1 on H200 answers CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul for 4-byte-aligned scale
      * pointers (seen by cuda_engine.c); checked here so the contract is explicit and the failure immediate. */
     if (fp8 && (misaligned(a_scale) || misaligned(w_scale))) return (int)CUBLAS_STATUS_INVALID_VALUE;
+    const int q8 = plan->desc.d_dt == TP_E4M3; /* quantized output: D = d_scale * (...) */
+    if (q8 ? (!d_scale || misaligned(d_scale)) : d_scale != NULL) return (int)CUBLAS_STATUS_INVALID_VALUE;
 
     cublasStatus_t st;
     if (plan->desc.has_bias) {
@@ -319,8 +335,15 @@ int tp_gemm_run_alpha(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A,
         st = cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale);
         if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
     }
+    if (q8) {
+        st = cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &d_scale, sizeof d_scale);
+        if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
+    }
+    /* C is never read (beta = 0); when its type differs from D's (E4M3 D) it must not alias D: cuBLASLt 13.1 then
+     * answers INVALID_VALUE, and takes C = NULL (tools/probes/fp8_e4m3_out.c, on an H200) */
     const float alpha = alpha_in, beta = 0.0f;
-    st = cublasLtMatmul(ctx->lt, plan->op, &alpha, W, plan->la, A, plan->lb, &beta, D, plan->lc, D, plan->lc,
-                        &plan->algo, ctx->workspace, plan->workspace_needed, (cudaStream_t)stream);
+    st = cublasLtMatmul(ctx->lt, plan->op, &alpha, W, plan->la, A, plan->lb, &beta, plan->ld ? NULL : D, plan->lc, D,
+                        plan->ld ? plan->ld : plan->lc, &plan->algo, ctx->workspace, plan->workspace_needed,
+                        (cudaStream_t)stream);
     return (int)st;
 }

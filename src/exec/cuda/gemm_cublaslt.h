@@ -11,6 +11,9 @@
  *   BF16 / BF16      / CUBLAS_COMPUTE_32F
  *   E4M3 / F16 or BF16 / CUBLAS_COMPUTE_32F with per-tensor scales: device fp32 pointers a_scale, w_scale
  *                     (CUBLASLT_MATMUL_DESC_B_SCALE_POINTER / A_SCALE_POINTER); K a multiple of 16.
+ *   E4M3 / E4M3      / the same, D quantized by cuBLASLt: Dq = sat_e4m3(rne(d_scale * (alpha * A @ W^T + bias)))
+ *                     with d_scale (CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, device fp32) the reciprocal of D's
+ *                     storage scale; bias in F16; K % 16 == 0, N % 16 == 0 (tp_gemm_run_q).
  *   E4M3 / BF16      / CUBLAS_COMPUTE_32F with FP8 block-128 scales (desc.block128, sm_90): a_scale points to the
  *                     activations' (ceil(K/128), M) fp32 1x128 scales, M contiguous (VEC128_32F), w_scale to the
  *                     weights' 128x128 scales as tp_gemm_b128_weight_scales lays them out (BLK128x128_32F);
@@ -72,5 +75,10 @@ int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const
  * second-level scales s2_a * s2_w. */
 int tp_gemm_run_alpha(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
                       void *D, const float *a_scale, const float *w_scale, float alpha, tp_stream stream);
+/* As tp_gemm_run_alpha, for a plan whose D is E4M3: d_scale (device fp32, 16-byte aligned) multiplies the result
+ * before cuBLASLt rounds it to E4M3 (saturating), i.e. 1 / the storage scale of D. d_scale must be NULL for any
+ * other D type. Same return values; a missing or misaligned d_scale is CUBLAS_STATUS_INVALID_VALUE. */
+int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias, void *D,
+                  const float *a_scale, const float *w_scale, const float *d_scale, float alpha, tp_stream stream);
 
 #endif
