@@ -61,17 +61,18 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* times fn; returns the median in us and fills *lo, *hi */
-static double time_fn(attn_fn fn, const void *qkv, tp_dtype dt, void *out, int B, int T, int H, int D, float scale,
-                      int runs, cudaStream_t st, double *lo, double *hi) {
+/* times launch(ctx) (10 warmup calls, then `runs` calls each between two events, enqueued back to back); returns
+ * the median in us and fills *lo, *hi */
+static double time_launch(int (*launch)(const void *, cudaStream_t), const void *ctx, int runs, cudaStream_t st,
+                          double *lo, double *hi) {
     cudaEvent_t *ev = malloc(2 * (size_t)runs * sizeof *ev);
     float *us = malloc((size_t)runs * sizeof *us);
     if (!ev || !us) exit(2);
     for (int i = 0; i < 2 * runs; i++) CK(cudaEventCreate(&ev[i]));
-    for (int i = 0; i < 10; i++) CK((cudaError_t)fn(qkv, dt, out, dt, NULL, B, T, H, D, scale, st));
+    for (int i = 0; i < 10; i++) CK((cudaError_t)launch(ctx, st));
     for (int i = 0; i < runs; i++) {
         CK(cudaEventRecord(ev[2 * i], st));
-        CK((cudaError_t)fn(qkv, dt, out, dt, NULL, B, T, H, D, scale, st));
+        CK((cudaError_t)launch(ctx, st));
         CK(cudaEventRecord(ev[2 * i + 1], st));
     }
     CK(cudaStreamSynchronize(st));
@@ -88,6 +89,26 @@ static double time_fn(attn_fn fn, const void *qkv, tp_dtype dt, void *out, int B
     free(ev);
     free(us);
     return med;
+}
+
+typedef struct {
+    attn_fn fn;
+    const void *qkv;
+    tp_dtype dt;
+    void *out;
+    int B, T, H, D;
+    float scale;
+} fn_call;
+
+static int fn_launch(const void *ctx, cudaStream_t st) {
+    const fn_call *c = ctx;
+    return c->fn(c->qkv, c->dt, c->out, c->dt, NULL, c->B, c->T, c->H, c->D, c->scale, st);
+}
+
+static double time_fn(attn_fn fn, const void *qkv, tp_dtype dt, void *out, int B, int T, int H, int D, float scale,
+                      int runs, cudaStream_t st, double *lo, double *hi) {
+    const fn_call c = {fn, qkv, dt, out, B, T, H, D, scale};
+    return time_launch(fn_launch, &c, runs, st, lo, hi);
 }
 
 /* one run into a poisoned buffer, downloaded as fp32; returns the number of non-finite outputs */
@@ -195,31 +216,10 @@ static int f8_launch(const f8_call *c, cudaStream_t st) {
     }
 }
 
+static int f8_launch_ctx(const void *c, cudaStream_t st) { return f8_launch((const f8_call *)c, st); }
+
 static double f8_time(const f8_call *c, int runs, cudaStream_t st, double *lo, double *hi) {
-    cudaEvent_t *ev = malloc(2 * (size_t)runs * sizeof *ev);
-    float *us = malloc((size_t)runs * sizeof *us);
-    if (!ev || !us) exit(2);
-    for (int i = 0; i < 2 * runs; i++) CK(cudaEventCreate(&ev[i]));
-    for (int i = 0; i < 10; i++) CK((cudaError_t)f8_launch(c, st));
-    for (int i = 0; i < runs; i++) {
-        CK(cudaEventRecord(ev[2 * i], st));
-        CK((cudaError_t)f8_launch(c, st));
-        CK(cudaEventRecord(ev[2 * i + 1], st));
-    }
-    CK(cudaStreamSynchronize(st));
-    for (int i = 0; i < runs; i++) {
-        float ms = 0.0f;
-        CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-        us[i] = 1000.0f * ms;
-    }
-    qsort(us, (size_t)runs, sizeof *us, cmp_float);
-    const double med = runs % 2 ? us[runs / 2] : 0.5 * (us[runs / 2 - 1] + us[runs / 2]);
-    *lo = us[0];
-    *hi = us[runs - 1];
-    for (int i = 0; i < 2 * runs; i++) cudaEventDestroy(ev[i]);
-    free(ev);
-    free(us);
-    return med;
+    return time_launch(f8_launch_ctx, c, runs, st, lo, hi);
 }
 
 static double cosine(const float *a, const float *b, size_t n) {

@@ -3,7 +3,8 @@
  * CUDA_OK / LAUNCH_OK / KERNEL_OK assertions, the stream the tests run on (g_stream), tracked host and device
  * allocations (device buffers poisoned with 0xFF bytes), their upload and download helpers and their release,
  * host_normal / host_amax, strided tensors with NaN gaps (host_strided_normal, host_strided_amax, strided_gather),
- * the argument-rejection check (check_rejected), and new_tcase(), a TCase of the suite with the file's checked
+ * the argument-rejection check (check_rejected), rows past the end left alone (check_untouched), graph replay
+ * against an eager launch (check_graph_replay), and new_tcase(), a TCase of the suite with the file's checked
  * fixture.
  *
  * Each test file is its own translation unit with its own state. Everything here is static: the variables, and
@@ -263,6 +264,55 @@ static inline void check_rejected(const rejected_call *r, size_t n) {
     }
     CUDA_OK(cudaStreamSynchronize(g_stream));
     CUDA_OK(cudaGetLastError());
+}
+
+/* ---- outputs past the end, CUDA graph capture --------------------------------------------------------------- */
+
+/* Bytes [from, to) of the device buffer d (rows past the last one a kernel may write) are still the 0xFF poison. */
+static inline void check_untouched(const char *what, const void *d, size_t from, size_t to) {
+    const unsigned char *h = download_bytes((const char *)d + from, to - from);
+    size_t touched = 0, first = 0;
+    for (size_t i = 0; i < to - from; i++)
+        if (h[i] != 0xFF)
+            if (touched++ == 0) first = i;
+    printf("  %s  %s | %s: %zu bytes, %zu overwritten\n", touched ? "FAIL" : "ok  ", g_case, what, to - from, touched);
+    fflush(stdout);
+    ck_assert_msg(touched == 0, "[%s] %s: %zu of %zu bytes past the output were written; first at byte %zu", g_case,
+                  what, touched, to - from, first);
+}
+
+/* Enqueues one kernel call writing `out` on `stream`; returns its error code (0 = success). */
+typedef int (*capture_launch_fn)(const void *ctx, void *out, cudaStream_t stream);
+
+/* The call captured into a CUDA graph (global mode: a synchronizing or allocating call inside fails the capture)
+ * writing out_a, the graph replayed, then the call launched eagerly writing out_b: the two outputs (bytes long)
+ * must be equal byte for byte. Returns the replay's output on the host (tracked), for further checks. */
+static inline const unsigned char *check_graph_replay(capture_launch_fn launch, const void *ctx, void *out_a,
+                                                      void *out_b, size_t bytes) {
+    cudaStream_t cs;
+    CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CUDA_OK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    const int r = launch(ctx, out_a, cs);
+    const cudaError_t ec = cudaStreamEndCapture(cs, &graph);
+    ck_assert_msg(r == 0, "[%s] launch inside capture returned %d (%s)", g_case, r, cudaGetErrorName((cudaError_t)r));
+    CUDA_OK(ec);
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_OK(cudaGraphLaunch(exec, cs));
+    CUDA_OK(cudaStreamSynchronize(cs));
+    LAUNCH_OK(launch(ctx, out_b, cs));
+    CUDA_OK(cudaStreamSynchronize(cs));
+    const unsigned char *a = download_bytes(out_a, bytes), *b = download_bytes(out_b, bytes);
+    size_t diff = 0;
+    for (size_t i = 0; i < bytes; i++) diff += a[i] != b[i];
+    printf("  %s  %s: replay vs eager, %zu of %zu bytes differ\n", diff ? "FAIL" : "ok  ", g_case, diff, bytes);
+    fflush(stdout);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(cs);
+    ck_assert_msg(diff == 0, "[%s] graph replay differs from the eager launch in %zu bytes", g_case, diff);
+    return a;
 }
 
 /* ---- test cases --------------------------------------------------------------------------------------------- */

@@ -289,6 +289,18 @@ END_TEST
  * The replay must equal an eager launch bit for bit.
  * ============================================================================================================== */
 
+typedef struct {
+    const void *qkv;
+    const float *sc;
+    int B, T, H, D, variant;
+} fa_launch_ctx;
+
+static int fa_launch(const void *ctx, void *out, cudaStream_t st) {
+    const fa_launch_ctx *c = ctx;
+    return tpk_flash_attention_variant(c->qkv, TP_F16, out, TP_E4M3, c->sc, c->B, c->T, c->H, c->D, 0.125f,
+                                       c->variant, st);
+}
+
 START_TEST(test_flash_attention_graph) {
     static const int cases[][4] = {{2, 197, 3, 128}, {3, 197, 12, 64}, {2, 197, 3, 128}, {3, 197, 12, 64}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -297,32 +309,9 @@ START_TEST(test_flash_attention_graph) {
         const int variant = c < 2 ? 0 : 6; /* the default, then the persistent kernel (host-side occupancy queries) */
         SET_CASE("flash graph capture f16->e4m3 v%d B=%d T=%d H=%d D=%d", variant, B, T, H, D);
         float *qkv = host_normal(n_in, 8000 + c, 0.0, 2.0);
-        void *d_qkv = dev_upload(TP_F16, qkv, n_in, n_in);
-        void *d_a = dev_alloc(TP_E4M3, n_out), *d_b = dev_alloc(TP_E4M3, n_out);
-        float *d_sc = dev_scalar(1.0f / 32.0f); /* |out| <= max|V| ~ 9: |out / scale| < 448 */
-        cudaStream_t cs;
-        CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-        cudaGraph_t graph = NULL;
-        cudaGraphExec_t exec = NULL;
-        CUDA_OK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
-        const int r = tpk_flash_attention_variant(d_qkv, TP_F16, d_a, TP_E4M3, d_sc, B, T, H, D, 0.125f, variant, cs);
-        const cudaError_t ec = cudaStreamEndCapture(cs, &graph);
-        ck_assert_msg(r == 0, "[%s] launch inside capture returned %d (%s)", g_case, r, cudaGetErrorName((cudaError_t)r));
-        CUDA_OK(ec);
-        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-        CUDA_OK(cudaGraphLaunch(exec, cs));
-        CUDA_OK(cudaStreamSynchronize(cs));
-        LAUNCH_OK(tpk_flash_attention_variant(d_qkv, TP_F16, d_b, TP_E4M3, d_sc, B, T, H, D, 0.125f, variant, cs));
-        CUDA_OK(cudaStreamSynchronize(cs));
-        const unsigned char *a = download_bytes(d_a, n_out), *b = download_bytes(d_b, n_out);
-        size_t diff = 0;
-        for (size_t i = 0; i < n_out; i++) diff += a[i] != b[i];
-        printf("  %s  %s: replay vs eager, %zu of %zu bytes differ\n", diff ? "FAIL" : "ok  ", g_case, diff, n_out);
-        fflush(stdout);
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
-        cudaStreamDestroy(cs);
-        ck_assert_msg(diff == 0, "[%s] graph replay differs from the eager launch in %zu bytes", g_case, diff);
+        /* |out| <= max|V| ~ 9: |out / scale| < 448 */
+        const fa_launch_ctx ctx = {dev_upload(TP_F16, qkv, n_in, n_in), dev_scalar(1.0f / 32.0f), B, T, H, D, variant};
+        check_graph_replay(fa_launch, &ctx, dev_alloc(TP_E4M3, n_out), dev_alloc(TP_E4M3, n_out), n_out);
         release_all();
     }
 }

@@ -127,14 +127,7 @@ START_TEST(test_wgmma_attention_padding) {
                                                             g_stream));
                 check_close("out rows < T", download_f32(odt, d_out, n_out, oscale), ref, n_out, (size_t)H * D,
                             fa_tol(idt, odt, n_out, T, vmax, refmax, oscale));
-                const unsigned char *tail =
-                    download_bytes((const char *)d_out + n_out * esize(odt), pad_out * esize(odt));
-                size_t touched = 0;
-                for (size_t i = 0; i < pad_out * esize(odt); i++) touched += tail[i] != 0xFF;
-                printf("  %s  %s | rows >= T untouched: %zu bytes, %zu overwritten\n", touched ? "FAIL" : "ok  ",
-                       g_case, pad_out * esize(odt), touched);
-                fflush(stdout);
-                ck_assert_msg(touched == 0, "[%s] %zu bytes past row T were written", g_case, touched);
+                check_untouched("rows >= T", d_out, n_out * esize(odt), (n_out + pad_out) * esize(odt));
             }
         }
         release_all();
@@ -169,6 +162,17 @@ START_TEST(test_wgmma_attention_scales) {
 }
 END_TEST
 
+typedef struct {
+    const void *qkv;
+    const float *sc;
+    int B, T, H, D;
+} wg_launch_ctx;
+
+static int wg_launch(const void *ctx, void *out, cudaStream_t st) {
+    const wg_launch_ctx *c = ctx;
+    return tpk_flash_attention_wgmma(c->qkv, TP_F16, out, TP_E4M3, c->sc, c->B, c->T, c->H, c->D, 0.125f, st);
+}
+
 /* Capture into a CUDA graph (global mode: a synchronizing or allocating call fails it); replay == eager. */
 START_TEST(test_wgmma_attention_graph) {
     if (!hopper_or_refused()) return;
@@ -176,32 +180,8 @@ START_TEST(test_wgmma_attention_graph) {
     const size_t n_in = (size_t)B * T * 3 * H * D, n_out = (size_t)B * T * H * D;
     SET_CASE("wgmma graph capture f16->e4m3 B=%d T=%d H=%d", B, T, H);
     float *qkv = host_normal(n_in, 18000, 0.0, 2.0);
-    void *d_qkv = dev_upload(TP_F16, qkv, n_in, n_in);
-    void *d_a = dev_alloc(TP_E4M3, n_out), *d_b = dev_alloc(TP_E4M3, n_out);
-    float *d_sc = dev_scalar(1.0f / 32.0f);
-    cudaStream_t cs;
-    CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    CUDA_OK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
-    const int r = tpk_flash_attention_wgmma(d_qkv, TP_F16, d_a, TP_E4M3, d_sc, B, T, H, D, 0.125f, cs);
-    const cudaError_t ec = cudaStreamEndCapture(cs, &graph);
-    ck_assert_msg(r == 0, "[%s] launch inside capture returned %d (%s)", g_case, r, cudaGetErrorName((cudaError_t)r));
-    CUDA_OK(ec);
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    CUDA_OK(cudaGraphLaunch(exec, cs));
-    CUDA_OK(cudaStreamSynchronize(cs));
-    LAUNCH_OK(tpk_flash_attention_wgmma(d_qkv, TP_F16, d_b, TP_E4M3, d_sc, B, T, H, D, 0.125f, cs));
-    CUDA_OK(cudaStreamSynchronize(cs));
-    const unsigned char *a = download_bytes(d_a, n_out), *b = download_bytes(d_b, n_out);
-    size_t diff = 0;
-    for (size_t i = 0; i < n_out; i++) diff += a[i] != b[i];
-    printf("  %s  %s: replay vs eager, %zu of %zu bytes differ\n", diff ? "FAIL" : "ok  ", g_case, diff, n_out);
-    fflush(stdout);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(cs);
-    ck_assert_msg(diff == 0, "[%s] graph replay differs from the eager launch in %zu bytes", g_case, diff);
+    const wg_launch_ctx ctx = {dev_upload(TP_F16, qkv, n_in, n_in), dev_scalar(1.0f / 32.0f), B, T, H, D};
+    check_graph_replay(wg_launch, &ctx, dev_alloc(TP_E4M3, n_out), dev_alloc(TP_E4M3, n_out), n_out);
 }
 END_TEST
 

@@ -171,18 +171,6 @@ static void check_close(const char *what, const float *got, const float *ref, si
                   what, max_abs, tol.abs, worst / cols, worst % cols, got[worst], ref[worst]);
 }
 
-/* bytes [from, to) of a device buffer must still be 0xFF */
-static void check_untouched(const char *what, const void *d, size_t from, size_t to) {
-    const unsigned char *h = download_bytes((const char *)d + from, to - from);
-    size_t touched = 0, first = 0;
-    for (size_t i = 0; i < to - from; i++)
-        if (h[i] != 0xFF)
-            if (touched++ == 0) first = i;
-    if (touched) printf("  FAIL  %s | %s: %zu of %zu bytes overwritten\n", g_case, what, touched, to - from);
-    ck_assert_msg(touched == 0, "[%s] %s: %zu of %zu bytes past the output were written; first at byte %zu", g_case,
-                  what, touched, to - from, first);
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
