@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/dtype.h"
 #include "bench/stats.h"
 #include "exec/cpu/cpu_exec.h"
 #include "io/safetensors.h"
@@ -529,11 +530,59 @@ START_TEST(test_planner_attention_policy) {
 }
 END_TEST
 
+/* Residual adds run in the epilogue of the GEMM producing their branch (plan.h): on a GPU target when that GEMM
+ * reads f32/f16/bf16 operands; never on the CPU, never for FP8 or block-scaled GEMMs. */
+START_TEST(test_planner_residual_fusion) {
+    tp_vit_config c;
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+    tp_error e;
+    tiny2(&c, 2, &p, &g);
+    static const struct {
+        tp_precision prec;
+        int sm, fused;
+    } cases[] = {{TP_PREC_FP16, 90, 1}, {TP_PREC_BF16, 90, 1}, {TP_PREC_FP8, 90, 0}, {TP_PREC_FP32, 90, 1},
+                 {TP_PREC_FP32, 0, 0},  {TP_PREC_MXFP8, 90, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ck_assert_msg(tp_plan_build(&g, cases[k].prec, cases[k].sm, &plan, &e) == TP_OK, "%s", e.msg);
+        int n_add = 0, n_fused = 0;
+        for (int i = 0; i < g.n_ops; i++) {
+            const tp_op *op = &g.ops[i];
+            if (op->kind != TP_OP_ADD) {
+                ck_assert_int_eq(plan.op_fused_into[i], -1);
+                continue;
+            }
+            n_add++;
+            const int j = plan.op_fused_into[i];
+            if (j < 0) continue;
+            n_fused++;
+            /* the GEMM whose output is one operand, read by this add alone, does it and writes its output */
+            ck_assert_int_eq(g.ops[j].kind, TP_OP_LINEAR);
+            ck_assert_int_eq(plan.op_epilogue_add[j], i);
+            ck_assert(op->in[0] == g.ops[j].out || op->in[1] == g.ops[j].out);
+            ck_assert(strstr(g.ops[j].layer, strstr(op->layer, "residual1") ? "attn.proj" : "mlp.fc2") != NULL);
+            ck_assert_ptr_nonnull(strstr(plan.op_note[i], g.ops[j].layer));
+            ck_assert_ptr_nonnull(strstr(plan.op_note[j], op->layer));
+            ck_assert(tp_plan_op_bytes(&plan, &g, i) == 0.0);
+            const double res = (double)tp_value_numel(&g.values[op->out]) * tp_dtype_info(plan.value_dt[op->out])->bytes;
+            ck_assert(tp_plan_op_bytes(&plan, &g, j) > res);
+        }
+        ck_assert_int_eq(n_add, 4);
+        ck_assert_int_eq(n_fused, cases[k].fused ? 4 : 0);
+        tp_plan_free(&plan);
+    }
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *t = tcase_create("vit");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_presets);
+    tcase_add_test(t, test_planner_residual_fusion);
     tcase_add_test(t, test_config_validation);
     tcase_add_test(t, test_param_names_shapes);
     tcase_add_test(t, test_flop_counts);

@@ -234,6 +234,9 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
                             "timing", "GPU compute time per run from CUDA events; host-device transfers excluded");
     char cdesc[48];
     json_object_set_new(cfg, "calibration", json_string(tp_calib_describe(&o->calib, cdesc, sizeof cdesc)));
+    json_object_set_new(cfg, "gemm_selection",
+                        json_string(o->gemm_first ? "cuBLASLt's first heuristic algorithm (--no-gemm-select)"
+                                                  : "cuBLASLt's heuristic candidates timed at build, fastest kept"));
     json_object_set_new(root, "config", cfg);
     json_t *sys = json_pack("{s:s}", "cpu", cpu);
     if (gpu->present) {
@@ -581,7 +584,8 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 st = amax ? tp_calibrate(&g, &params, 0, gpu.sm, calib, &o->calib, amax, err)
                           : tp_fail(err, TP_ERR_OOM, "out of host memory");
             }
-            tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .act_amax = amax,
+            tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
+                                    .act_amax = amax,
                                     .hook = cupti ? tp_cupti_hook : NULL, .hook_user = cupti, .weights_q = wq,
                                     .attention = (tp_attn_impl)o->attention};
             if (!st) st = tp_engine_build(&g, &params, &plan, &eo, &e, err);
@@ -595,7 +599,8 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 snprintf(how, sizeof how, "%s; %s", plan.op_note[i], im);
                 json_object_set_new(row, "how", json_string(how));
                 json_object_set_new(row, "implementation", json_string(im));
-                if (!r->attn_impl[0]) snprintf(r->attn_impl, sizeof r->attn_impl, "%s", im);
+                if (!r->attn_impl[0] && g.ops[i].kind == TP_OP_ATTENTION)
+                    snprintf(r->attn_impl, sizeof r->attn_impl, "%s", im);
             }
             if (!st) st = tp_engine_set_input(e, images, err);
             if (!st) st = tp_engine_forward(e, err);

@@ -47,6 +47,8 @@ static void usage(FILE *f) {
             "  --ref-images N        images the FP32 CPU reference checks (default min(batch, 8))\n"
             "  --json FILE           write every sample, the configuration and the system to FILE\n"
             "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
+            "  --no-gemm-select      run cuBLASLt's first heuristic algorithm for each GEMM instead of timing\n"
+            "                        its candidates when the engine is built and keeping the fastest\n"
             "  --plan                print the per-layer plan: precision, FLOP, bytes, and why\n"
             "  --save-output FILE    write each precision's output (batch, classes) fp32 to FILE (safetensors)\n"
             "  --policy SPEC         per-layer precision overrides, later rules win, e.g.\n"
@@ -303,6 +305,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         if (!(val = opt_value(name, val, argc, argv, &i))) return 2; \
     } while (0)
         if (FLAG("--no-graph")) o.use_graph = 0;
+        else if (FLAG("--no-gemm-select")) o.gemm_first = 1;
         else if (FLAG("--plan")) o.print_plan = 1;
         else if (FLAG("-h") || FLAG("--help")) {
             usage(stdout);

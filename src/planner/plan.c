@@ -14,6 +14,8 @@ void tp_plan_free(tp_plan *p) {
     free(p->value_scaled);
     free(p->value_qf);
     free(p->op_emulated);
+    free(p->op_fused_into);
+    free(p->op_epilogue_add);
     free(p->op_prec);
     free(p->op_note);
     memset(p, 0, sizeof *p);
@@ -60,6 +62,33 @@ static int consumers(const tp_graph *g, int v) {
     for (int i = 0; i < g->n_ops; i++)
         for (int j = 0; j < g->ops[i].n_in; j++) n += g->ops[i].in[j] == v;
     return n;
+}
+
+/* plan.h's fusion: each residual add whose operand is the output of a plain GEMM (f32, f16, bf16 operands) read
+ * only by that add, with every storage type equal and not E4M3, is done by the GEMM's epilogue. */
+static void fuse_residual_adds(const tp_graph *g, tp_plan *p) {
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_ADD || op->n_in != 2) continue;
+        const tp_dtype dt = p->value_dt[op->out];
+        if (dt == TP_E4M3 || p->value_dt[op->in[0]] != dt || p->value_dt[op->in[1]] != dt) continue;
+        for (int k = 1; k >= 0; k--) { /* the second operand first: the block's branch in timm's order */
+            const int v = op->in[k], j = g->values[v].producer;
+            if (j < 0 || g->ops[j].kind != TP_OP_LINEAR || consumers(g, v) != 1 || p->op_epilogue_add[j] >= 0) continue;
+            if (p->value_qf[g->ops[j].in[0]] != TP_QF_NONE) continue; /* block formats: their own GEMM paths */
+            /* FP8 GEMMs keep their add: with a C operand cuBLASLt's first heuristic algorithm for ViT-B's proj and
+             * fc2 took 56 us instead of 37 (H200, bench/results/2026-11-21_h200_vit-b16_b64_fusion_profile.log),
+             * more than the add it saves */
+            if (p->value_dt[g->ops[j].in[0]] == TP_E4M3) continue;
+            p->op_fused_into[i] = j;
+            p->op_epilogue_add[j] = i;
+            snprintf(p->op_note[i], sizeof p->op_note[i], "fused: done by the epilogue of %s (+ %s, one rounding)",
+                     g->ops[j].layer, g->values[op->in[1 - k]].name);
+            size_t l = strlen(p->op_note[j]);
+            snprintf(p->op_note[j] + l, sizeof p->op_note[j] - l, "; + residual in the epilogue (%s)", op->layer);
+            break;
+        }
+    }
 }
 
 /* The block-scaled formats (see plan.h): the Linear layers of the blocks read MXFP8 / NVFP4 / MXFP4 operands. */
@@ -218,17 +247,20 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     p->value_scaled = calloc((size_t)g->n_values, sizeof(int));
     p->value_qf = calloc((size_t)g->n_values, sizeof(tp_qformat));
     p->op_emulated = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
+    p->op_fused_into = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    p->op_epilogue_add = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_prec = malloc(sizeof(tp_precision) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *p->op_note);
     int *keep = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
     char(*why)[200] = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *why);
     if (!p->value_dt || !p->value_scaled || !p->value_qf || !p->op_emulated || !p->op_prec || !p->op_note || !keep ||
-        !why) {
+        !why || !p->op_fused_into || !p->op_epilogue_add) {
         free(keep);
         free(why);
         tp_plan_free(p);
         return tp_fail(err, TP_ERR_OOM, "out of host memory planning the engine");
     }
+    for (int i = 0; i < g->n_ops; i++) p->op_fused_into[i] = p->op_epilogue_add[i] = -1;
     tp_status st = resolve_policy(g, pol, prec, keep, why, err);
     if (st) goto out;
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
@@ -318,6 +350,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
     }
 out:
+    if (!st && sm > 0) fuse_residual_adds(g, p);
     free(keep);
     free(why);
     if (st) tp_plan_free(p);
@@ -327,6 +360,12 @@ out:
 double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
     const tp_op *op = &g->ops[i];
     double b = 0;
+    if (p->op_fused_into && p->op_fused_into[i] >= 0) return 0.0; /* its bytes are the fusing GEMM's */
+    if (p->op_epilogue_add && p->op_epilogue_add[i] >= 0) {   /* + the residual read by the epilogue */
+        const tp_op *a = &g->ops[p->op_epilogue_add[i]];
+        const int r = a->in[0] == op->out ? a->in[1] : a->in[0];
+        b += (double)tp_value_numel(&g->values[r]) * (double)tp_dtype_info(p->value_dt[r])->bytes;
+    }
     for (int j = 0; j < op->n_in; j++)
         b += (double)tp_value_numel(&g->values[op->in[j]]) * (double)tp_dtype_info(p->value_dt[op->in[j]])->bytes;
     b += (double)tp_value_numel(&g->values[op->out]) * (double)tp_dtype_info(p->value_dt[op->out])->bytes;

@@ -23,7 +23,11 @@
  *         engine runs (dynamic, no calibration) by the producer (LayerNorm, GELU write the format themselves) or
  *         by a standalone quantize kernel (the attention output, whose 128-blocks span two heads). cuBLASLt's
  *         VEC128_32F / BLK128x128_32F scale modes, FP32 accumulation, BF16 output; the rest runs BF16. A partial
- *         last block along K is allowed (K % 16 == 0 is cuBLASLt's FP8 rule). */
+ *         last block along K is allowed (K % 16 == 0 is cuBLASLt's FP8 rule).
+ * Fusion (GPU targets): a residual add whose one operand is a GEMM output read by nothing else runs in that GEMM's
+ * epilogue (C = the other operand, beta = 1) when the GEMM reads f32, f16 or bf16 operands and writes the add's
+ * storage type: the add's kernel and its 3 passes over the activations disappear, and the sum is rounded once
+ * instead of twice. FP8 and block-scaled GEMMs keep their add (plan.c says why). */
 #ifndef TP_PLAN_H
 #define TP_PLAN_H
 
@@ -43,6 +47,10 @@ typedef struct {
     int *op_emulated;          /* per op: 1 when the format is emulated on this target (no hardware path) */
     tp_precision *op_prec;     /* per op: the precision its main math runs in */
     char (*op_note)[256];      /* per op: how and why, e.g. "e4m3 GEMM, fp32 accumulate, fp16 out" */
+    int *op_fused_into;        /* per op: -1, or the op that computes it (a residual add done by the epilogue of
+                                  the GEMM producing its other operand: that op writes the add's output) */
+    int *op_epilogue_add;      /* per GEMM op: -1, or the residual add op its epilogue performs
+                                  (D = A W^T + bias + residual, one rounding; cuBLASLt beta = 1) */
 } tp_plan;
 
 /* Plans graph g for precision prec on target sm (0: CPU, which supports fp32 only).
@@ -59,7 +67,7 @@ void tp_plan_free(tp_plan *p);
 tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, tp_plan *p, tp_error *err);
 
 /* Bytes an op moves through memory at its planned storage types: every input read once, output written
- * once (the fewest bytes; the roofline's denominator). */
+ * once (the fewest bytes; the roofline's denominator); a fused op 0, the GEMM that fuses it its residual too. */
 double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int op);
 /* Bytes of all parameters at their planned storage types (plus 4 bytes per FP8 scale). */
 double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g);

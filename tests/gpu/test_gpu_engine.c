@@ -175,17 +175,24 @@ static void run_case(const engine_case *k, tp_precision prec) {
     }
 
     /* the CUDA graph and eager launches run the same kernels on the same data: identical bits (the eager engine
-     * takes the graph engine's attention choice: a second timing could pick another kernel of equal speed) */
+     * takes the graph engine's attention and GEMM choices: a second timing could pick another kernel of equal
+     * speed) */
     if (prec == TP_PREC_FP16) {
         tp_engine *eager = NULL;
-        tp_engine_options oe = {.device = 0, .use_graph = 0};
-        for (int i = 0; i < g.n_ops; i++)
+        int *gc = malloc(sizeof(int) * (size_t)g.n_ops);
+        ck_assert_ptr_nonnull(gc);
+        tp_engine_options oe = {.device = 0, .use_graph = 0, .gemm_choice = gc};
+        for (int i = 0; i < g.n_ops; i++) {
             if (tp_engine_attention_choice(eng, i) >= 0) oe.attention = (tp_attn_impl)tp_engine_attention_choice(eng, i);
+            gc[i] = tp_engine_gemm_choice(eng, i);
+        }
         float *got2 = malloc(sizeof(float) * out_n);
         eager = build_and_run(&g, &p, &plan, &oe, in, got2, "eager");
         ck_assert_msg(memcmp(got, got2, sizeof(float) * out_n) == 0, "graph and eager outputs differ");
+        for (int i = 0; i < g.n_ops; i++) ck_assert_int_eq(tp_engine_gemm_choice(eager, i), gc[i]);
         tp_engine_destroy(eager);
         free(got2);
+        free(gc);
     }
     /* each tensor-core attention forced in turn: the FA2 kernel always runs; the wgmma kernel where the GPU and
      * the op allow it (compute capability 9.0, head dim 64), and elsewhere the build must refuse, naming the rule */

@@ -533,9 +533,9 @@ static void gemm_ctx(void) {
     ck_assert_msg(st == TP_OK, "[%s] tp_gemm_ctx_create: %s: %s", g_case, tp_status_name(st), err.msg);
 }
 
-static tp_gemm_plan *gemm_plan(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, int bias) {
+static tp_gemm_plan *gemm_plan_r(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, int bias, int residual) {
     gemm_ctx();
-    tp_gemm_desc desc = {M, N, K, ab, d, bias, 0, 0};
+    tp_gemm_desc desc = {M, N, K, ab, d, bias, 0, 0, residual};
     tp_gemm_plan *p = NULL;
     tp_error err = {0};
     tp_status st = tp_gemm_plan_create(g_gemm, &desc, "test", &p, &err);
@@ -543,6 +543,9 @@ static tp_gemm_plan *gemm_plan(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, in
     ck_assert_msg(g_nplans < 64, "test bug: too many plans");
     g_plans[g_nplans++] = p;
     return p;
+}
+static tp_gemm_plan *gemm_plan(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, int bias) {
+    return gemm_plan_r(ab, d, M, N, K, bias, 0);
 }
 
 START_TEST(test_gemm) {
@@ -577,13 +580,37 @@ START_TEST(test_gemm) {
             void *d_D = dev_alloc_at(dt, nD, 0);
             const float *want = has_bias ? ref_b : ref, ds = q8 ? host_amax(want, nD) / 448.0f : 1.0f;
             float *d_ds = q8 ? dev_scalar(1.0f / ds) : NULL;
-            int r = tp_gemm_run_q(g_gemm, p, d_A, d_W, has_bias ? d_bias : NULL, d_D, d_as, d_ws, d_ds, 1.0f, g_stream);
+            int r = tp_gemm_run_q(g_gemm, p, d_A, d_W, has_bias ? d_bias : NULL, NULL, d_D, d_as, d_ws, d_ds, 1.0f,
+                                  g_stream);
             ck_assert_msg(r == 0, "[%s] tp_gemm_run_q returned cuBLAS status %d", g_case, r);
             CUDA_OK(cudaStreamSynchronize(g_stream));
             check_close("D", download_f32(dt, d_D, nD, ds), want, nD, (size_t)N, tol_for(dt, nD));
             if (q8) /* the E4M3 D without its scale: refused */
                 ck_assert_msg(tp_gemm_run(g_gemm, p, d_A, d_W, has_bias ? d_bias : NULL, d_D, d_as, d_ws, g_stream) != 0,
                               "[%s] E4M3 D without d_scale accepted", g_case);
+            if (!q8) { /* + a residual R in the epilogue (C, beta = 1): D = A W^T (+ bias) + R, rounded once */
+                SET_CASE("gemm %s->%s M=%lld N=%lld K=%lld bias=%d + residual", dname(ab), dname(dt), (long long)M,
+                         (long long)N, (long long)K, has_bias);
+                float *R = host_normal(nD, 1800 + s, 0.0, 1.0), *ref_r = hmalloc(nD * sizeof(float));
+                round_to(dt, R, nD, 1.0f);
+                for (size_t i = 0; i < nD; i++) ref_r[i] = (float)((double)want[i] + R[i]);
+                void *d_R = dev_upload_at(dt, R, nD, 1.0f, 0), *d_DR = dev_alloc_at(dt, nD, 0);
+                tp_gemm_plan *pr = gemm_plan_r(ab, dt, M, N, K, has_bias, 1);
+                r = tp_gemm_run_q(g_gemm, pr, d_A, d_W, has_bias ? d_bias : NULL, d_R, d_DR, d_as, d_ws, NULL, 1.0f,
+                                  g_stream);
+                ck_assert_msg(r == 0, "[%s] tp_gemm_run_q returned cuBLAS status %d", g_case, r);
+                CUDA_OK(cudaStreamSynchronize(g_stream));
+                check_close("D", download_f32(dt, d_DR, nD, 1.0f), ref_r, nD, (size_t)N, tol_for(dt, nD));
+                /* the same in place (R is D), and a residual plan without its residual: refused */
+                r = tp_gemm_run_q(g_gemm, pr, d_A, d_W, has_bias ? d_bias : NULL, d_R, d_R, d_as, d_ws, NULL, 1.0f,
+                                  g_stream);
+                ck_assert_msg(r == 0, "[%s] in place: cuBLAS status %d", g_case, r);
+                CUDA_OK(cudaStreamSynchronize(g_stream));
+                check_close("D in place", download_f32(dt, d_R, nD, 1.0f), ref_r, nD, (size_t)N, tol_for(dt, nD));
+                ck_assert_msg(tp_gemm_run_q(g_gemm, pr, d_A, d_W, has_bias ? d_bias : NULL, NULL, d_DR, d_as, d_ws, NULL,
+                                            1.0f, g_stream) != 0,
+                              "[%s] residual plan without a residual accepted", g_case);
+            }
         }
     }
 }
@@ -592,7 +619,7 @@ END_TEST
 static void expect_plan_rejected(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, tp_status want,
                                  const char *must_mention) {
     gemm_ctx();
-    tp_gemm_desc desc = {M, N, K, ab, d, 1, 0, 0};
+    tp_gemm_desc desc = {M, N, K, ab, d, 1, 0, 0, 0};
     tp_gemm_plan *p = NULL;
     tp_error err = {0};
     SET_CASE("gemm plan %s->%s M=%lld N=%lld K=%lld must fail", dname(ab), dname(d), (long long)M, (long long)N,

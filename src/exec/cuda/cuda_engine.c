@@ -265,7 +265,15 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
             x = e->d_qdq;
             HOOK(e, i, TP_CAT_GEMM);
         }
-        rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y,
+        /* a residual add fused into this epilogue (plan.c): D is the add's output, C its other operand */
+        const int ea = pl->op_epilogue_add[i];
+        const void *res = NULL;
+        if (ea >= 0) {
+            const tp_op *a = &g->ops[ea];
+            res = e->dptr[a->in[0] == op->out ? a->in[1] : a->in[0]];
+            y = e->dptr[a->out];
+        }
+        rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
                            fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
                            fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL,
                            ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + op->out) : NULL, e->alpha[i], s);
@@ -301,7 +309,9 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
             rc = tpk_gelu(x, xdt, y, ydt, ys, (size_t)tp_value_numel(o), s);
         }
         break;
-    case TP_OP_ADD: rc = tpk_add(x, e->dptr[op->in[1]], y, ydt, (size_t)tp_value_numel(o), s); break;
+    case TP_OP_ADD: /* nothing to launch when a GEMM's epilogue does it (plan.c) */
+        if (pl->op_fused_into[i] < 0) rc = tpk_add(x, e->dptr[op->in[1]], y, ydt, (size_t)tp_value_numel(o), s);
+        break;
     case TP_OP_POOL:
         rc = tpk_pool(x, y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->pool_mode, op->prefix,
                       s);
@@ -554,12 +564,13 @@ static int flash_eligible(tp_dtype in, int D) {
 /* 3 launches to warm up, then the mean of 10 back-to-back launches between two events
  * (each a few tens of us, so launch gaps do not matter on the GPU timeline), in us. The hook is muted: these
  * launches are not part of any profiled pass. */
-static tp_status time_attention(tp_engine *e, int i, tp_attn_impl impl, double *us, tp_error *err) {
+/* Times op i as it is configured: 3 warm-up launches, then 10 back to back between two events (mean, us); the
+ * hook is off meanwhile (no profiler records for build-time work). */
+static tp_status time_op(tp_engine *e, int i, double *us, tp_error *err) {
     tp_status st = TP_OK;
     cudaEvent_t ev[2] = {NULL, NULL};
     tp_launch_hook hook = e->hook;
     e->hook = NULL;
-    e->attn[i] = impl;
     CU_TRY(cudaEventCreate(&ev[0]));
     CU_TRY(cudaEventCreate(&ev[1]));
     for (int r = 0; r < 3 && !st; r++) st = launch_op(e, i, err);
@@ -574,6 +585,84 @@ fail:
     if (ev[0]) cudaEventDestroy(ev[0]);
     if (ev[1]) cudaEventDestroy(ev[1]);
     e->hook = hook;
+    return st;
+}
+
+static tp_status time_attention(tp_engine *e, int i, tp_attn_impl impl, double *us, tp_error *err) {
+    e->attn[i] = impl;
+    return time_op(e, i, us, err);
+}
+
+static int same_gemm(const tp_gemm_desc *a, const tp_gemm_desc *b) {
+    return a->M == b->M && a->N == b->N && a->K == b->K && a->ab_dt == b->ab_dt && a->d_dt == b->d_dt &&
+           a->has_bias == b->has_bias && a->block128 == b->block128 && a->block_fmt == b->block_fmt &&
+           a->residual == b->residual;
+}
+
+/* GEMM selection (gemm_cublaslt.h): each GEMM op's heuristic candidates timed on the op's own buffers (its
+ * activation input, and the residual its epilogue adds, filled with uniform values first) and the fastest kept;
+ * an op with the same shape and types as an earlier one takes that one's choice (a timing cache). `first`: keep
+ * the heuristic's first candidate, time nothing. The choice goes into the op's implementation note. */
+static tp_status choose_gemms(tp_engine *e, int first, const int *given, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = TP_OK;
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        tp_gemm_plan *gp = e->gplan[i];
+        if (!gp) continue;
+        const int n = tp_gemm_plan_candidates(gp);
+        if (given && given[i] >= 0) {
+            if (tp_gemm_plan_select(gp, given[i]))
+                return tp_fail(err, TP_ERR_ARG, "gemm %s: candidate %d asked, cuBLASLt has %d", g->ops[i].layer,
+                               given[i], n);
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt algorithm %d of %d (as given)", given[i] + 1,
+                     n);
+            continue;
+        }
+        if (first || n < 2) {
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt: the heuristic's first of %d algorithms%s", n,
+                     first && n > 1 ? " (selection off)" : "");
+            continue;
+        }
+        int prev = -1;
+        for (int j = 0; j < i && prev < 0; j++)
+            if (e->gplan[j] && same_gemm(tp_gemm_plan_desc(e->gplan[j]), tp_gemm_plan_desc(gp))) prev = j;
+        if (prev >= 0) {
+            tp_gemm_plan_select(gp, tp_gemm_plan_choice(e->gplan[prev]));
+            memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
+            continue;
+        }
+        const tp_op *op = &g->ops[i];
+        const int in = op->kind == TP_OP_PATCH_EMBED ? g->input : op->in[0];
+        int rc = tpk_fill_uniform(e->dptr[in], e->plan->value_dt[in], (size_t)tp_value_numel(&g->values[in]), 11,
+                                  e->stream);
+        const int ea = e->plan->op_epilogue_add[i];
+        if (!rc && ea >= 0) {
+            const tp_op *a = &g->ops[ea];
+            const int r = a->in[0] == op->out ? a->in[1] : a->in[0];
+            rc = tpk_fill_uniform(e->dptr[r], e->plan->value_dt[r], (size_t)tp_value_numel(&g->values[r]), 12,
+                                  e->stream);
+        }
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "filling the inputs of %s: %s", op->layer,
+                               cudaGetErrorString((cudaError_t)rc));
+        double t[TP_GEMM_MAX_CANDIDATES];
+        int best = -1;
+        for (int k = 0; k < n && !st; k++) {
+            tp_gemm_plan_select(gp, k);
+            tp_error ek;
+            t[k] = -1.0;
+            if (time_op(e, i, &t[k], &ek)) { /* a candidate that fails to launch is skipped, not fatal */
+                cudaGetLastError();
+                t[k] = -1.0;
+                continue;
+            }
+            if (best < 0 || t[k] < t[best]) best = k;
+        }
+        if (best < 0) return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: none of cuBLASLt's %d algorithms ran", op->layer, n);
+        tp_gemm_plan_select(gp, best);
+        snprintf(e->impl_note[i], sizeof e->impl_note[i],
+                 "cuBLASLt algorithm %d of %d by time: %.1f us (the heuristic's first: %.1f us)", best + 1, n, t[best],
+                 t[0]);
+    }
     return st;
 }
 
@@ -808,7 +897,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                 e->act_bytes += (double)(sizeof(float) * (size_t)(kb * Mp));
             }
             if (plan->value_dt[x] != TP_E4M3 && (size_t)(Mp * op->gemm_k) > q8_bytes) q8_bytes = (size_t)(Mp * op->gemm_k);
-            tp_gemm_desc d = {Mp, op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1, 0};
+            tp_gemm_desc d = {Mp, op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1, 0, 0};
             st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
             if (st) goto fail;
             continue;
@@ -828,7 +917,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
             if (cb > q8_bytes) q8_bytes = cb;
             e->alpha[i] = (qt->global_scale ? h_scales[SCALE_SLOT * x] : 1.0f) * e->wglobal[op->in[1]];
             tp_gemm_desc d = {op->gemm_m, op->gemm_n, op->gemm_k, qt->elem, plan->value_dt[op->out], op->n_in > 2, 0,
-                              (int)qf};
+                              (int)qf, 0};
             st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
             if (st) goto fail;
             continue;
@@ -842,7 +931,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                           op->kind == TP_OP_PATCH_EMBED                  ? plan->value_dt[op->in[1]]
                           : plan->value_qf[op->in[0]] != TP_QF_NONE ? TP_BF16
                                                                           : plan->value_dt[op->in[0]],
-                          plan->value_dt[op->out], op->n_in > 2, 0, 0};
+                          plan->value_dt[op->out], op->n_in > 2, 0, 0, plan->op_epilogue_add[i] >= 0};
         st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
         if (st) goto fail;
         if (op->kind == TP_OP_PATCH_EMBED) {
@@ -867,6 +956,8 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     }
 
     st = choose_attention(e, opt->attention, err);
+    if (st) goto fail;
+    st = choose_gemms(e, opt->gemm_first, opt->gemm_choice, err);
     if (st) goto fail;
 
     /* one eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then capture; it is
@@ -900,6 +991,11 @@ fail:
 const char *tp_engine_op_impl(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || !e->impl_note[op][0]) return NULL;
     return e->impl_note[op];
+}
+
+int tp_engine_gemm_choice(const tp_engine *e, int op) {
+    if (!e || op < 0 || op >= e->g->n_ops || !e->gplan[op]) return -1;
+    return tp_gemm_plan_choice(e->gplan[op]);
 }
 
 int tp_engine_attention_choice(const tp_engine *e, int op) {
@@ -1142,7 +1238,7 @@ tp_status tp_calibrate(const tp_graph *g, const tp_params *params, int device, i
     /* eager: calibration launches amax kernels between ops. The classic attention kernel (fp32 P): the scales then
      * do not depend on whether cuDNN is installed or which attention kernel would win the timing, so an engine
      * calibrates the same on every machine */
-    tp_engine_options eo = {.device = device, .use_graph = 0, .attention = TP_ATTN_CLASSIC};
+    tp_engine_options eo = {.device = device, .use_graph = 0, .attention = TP_ATTN_CLASSIC, .gemm_first = 1};
     int *want = calloc((size_t)g->n_values, sizeof(int));
     if (!want) {
         tp_plan_free(&p16);

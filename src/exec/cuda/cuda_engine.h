@@ -56,6 +56,10 @@ typedef struct {
     int use_graph;           /* 1: capture the forward pass in one CUDA graph (default); 0: eager launches */
     tp_attn_impl attention;  /* fused attention implementation (default AUTO) */
     size_t workspace_bytes;  /* cuBLASLt workspace; 0 = 32 MiB */
+    int gemm_first;          /* 1: run cuBLASLt's first heuristic algorithm; 0 (default): time its candidates at
+                                build and keep the fastest per GEMM shape (gemm_cublaslt.h, GEMM selection) */
+    const int *gemm_choice;  /* optional, per op: the candidate index to run (tp_engine_gemm_choice of another
+                                engine of the same graph and plan), taken as given; -1 entries: as above */
     const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 */
     tp_launch_hook hook;     /* optional */
     void *hook_user;
@@ -73,15 +77,20 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                           const tp_engine_options *opt, tp_engine **out, tp_error *err);
 void tp_engine_destroy(tp_engine *e);
 
-/* What runs op `op` when the engine chose among implementations (attention ops): e.g. "wgmma: flash (tprof)
+/* What runs op `op` when the engine chose among implementations: attention ops, e.g. "wgmma: flash (tprof)
  * 50.9 us wgmma (tprof) 44.0 us cudnn 46.5 us" (the choice, then the build-time timings: mean of 10 back-to-back
- * runs, us); NULL for other ops. The string lives as long as the engine. */
+ * runs, us); GEMM ops, e.g. "cuBLASLt algorithm 3 of 8 by time: 41.2 us (the heuristic's first: 44.0 us)"; NULL
+ * for other ops. The string lives as long as the engine. */
 const char *tp_engine_op_impl(const tp_engine *e, int op);
 
 /* The attention implementation op `op` runs (never TP_ATTN_AUTO once built: pass it as tp_engine_options.attention
  * to build an engine that runs the same kernels); -1 for a non-attention op, an FP8 attention op (one kernel) or a
  * bad index. */
 int tp_engine_attention_choice(const tp_engine *e, int op);
+
+/* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice); -1 for a non-GEMM op or a
+ * bad index. */
+int tp_engine_gemm_choice(const tp_engine *e, int op);
 
 /* The accuracy cost of FP8 attention, layer by layer: one eager forward pass over the engine's current input in
  * which every attention op the plan runs in FP8 is also run by the FP16/BF16 flash kernel on the same input; for

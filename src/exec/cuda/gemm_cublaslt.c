@@ -4,7 +4,7 @@
  * column-major, D' (N, M) = op_T(W' (K, N)) @ A' (K, M) + bias. cuBLASLt therefore sees
  *   matrix "A" = W:           type ab, layout rows K, cols N, ld K, op T   -> op(A) is (N x K)
  *   matrix "B" = activations: type ab, layout rows K, cols M, ld K, op N   -> op(B) is (K x M)
- *   matrices C = D:           type d,  layout rows N, cols M, ld N          (beta = 0, C aliases D)
+ *   matrices C, D:            type d,  layout rows N, cols M, ld N          (beta = 0 and C aliases D, or a residual)
  * i.e. cuBLAS's m = N, n = M, k = K, in the "TN" form that FP8 requires on Hopper.
  *
  * Per-run attributes. The FP8 scale pointers and the bias pointer are passed to tp_gemm_run, so they are written
@@ -55,6 +55,8 @@ struct tp_gemm_plan {
     cublasLtMatrixLayout_t ld;         /* D's own layout when it differs from C's (E4M3 D: C is F16), else NULL */
     cublasLtMatmulAlgo_t algo;
     size_t workspace_needed; /* from the heuristic; <= the context's workspace */
+    cublasLtMatmulHeuristicResult_t cand[TP_GEMM_MAX_CANDIDATES]; /* the heuristic's candidates, best-ranked first */
+    int n_cand, chosen;
     char name[96];
 };
 
@@ -180,6 +182,9 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
                        "gemm %s: inputs %s with output %s is not supported (supported: f32->f32, f16->f16, "
                        "bf16->bf16 or f32, e4m3->f16, bf16 or e4m3)",
                        name, dt_name(desc->ab_dt), dt_name(desc->d_dt));
+    if (desc->residual && desc->d_dt == TP_E4M3)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: a residual in the epilogue needs an f16/bf16/f32 output, not "
+                       "e4m3", name);
     if (desc->block128 && (desc->ab_dt != TP_E4M3 || desc->d_dt != TP_BF16))
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "gemm %s: FP8 block-128 scales need e4m3 inputs and a bf16 output, got %s -> %s", name,
@@ -271,12 +276,12 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
+    memset(p->cand, 0, sizeof p->cand);
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->op, p->la, p->lb, p->lc, p->ld ? p->ld : p->lc, pref, 1, &res,
-                                            &found);
+        st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->op, p->la, p->lb, p->lc, p->ld ? p->ld : p->lc, pref,
+                                            TP_GEMM_MAX_CANDIDATES, p->cand, &found);
+    const cublasLtMatmulHeuristicResult_t res = p->cand[0];
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
         tp_fail(err, TP_ERR_UNSUPPORTED,
@@ -292,10 +297,26 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
         tp_gemm_plan_destroy(p);
         return TP_ERR_UNSUPPORTED;
     }
-    p->algo = res.algo;
-    p->workspace_needed = res.workspaceSize;
+    p->n_cand = 0; /* the usable candidates, in the heuristic's order */
+    for (int k = 0; k < found && k < TP_GEMM_MAX_CANDIDATES; k++)
+        if (p->cand[k].state == CUBLAS_STATUS_SUCCESS) p->cand[p->n_cand++] = p->cand[k];
+    p->chosen = 0;
+    p->algo = p->cand[0].algo;
+    p->workspace_needed = p->cand[0].workspaceSize;
     *out = p;
     return TP_OK;
+}
+
+int tp_gemm_plan_candidates(const tp_gemm_plan *p) { return p ? p->n_cand : 0; }
+int tp_gemm_plan_choice(const tp_gemm_plan *p) { return p ? p->chosen : -1; }
+const tp_gemm_desc *tp_gemm_plan_desc(const tp_gemm_plan *p) { return p ? &p->desc : NULL; }
+
+int tp_gemm_plan_select(tp_gemm_plan *p, int k) {
+    if (!p || k < 0 || k >= p->n_cand) return -1;
+    p->chosen = k;
+    p->algo = p->cand[k].algo;
+    p->workspace_needed = p->cand[k].workspaceSize;
+    return 0;
 }
 
 static int misaligned(const void *ptr) { return ((uintptr_t)ptr % GEMM_MIN_ALIGN) != 0; }
@@ -307,11 +328,12 @@ int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const
 
 int tp_gemm_run_alpha(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
                       void *D, const float *a_scale, const float *w_scale, float alpha_in, tp_stream stream) {
-    return tp_gemm_run_q(ctx, plan, A, W, bias, D, a_scale, w_scale, NULL, alpha_in, stream);
+    return tp_gemm_run_q(ctx, plan, A, W, bias, NULL, D, a_scale, w_scale, NULL, alpha_in, stream);
 }
 
-int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias, void *D,
-                  const float *a_scale, const float *w_scale, const float *d_scale, float alpha_in, tp_stream stream) {
+int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
+                  const void *residual, void *D, const float *a_scale, const float *w_scale, const float *d_scale,
+                  float alpha_in, tp_stream stream) {
     const int fp8 = plan->desc.ab_dt == TP_E4M3 || plan->desc.ab_dt == TP_E2M1; /* scaled inputs */
     /* Caller bugs are reported as INVALID_VALUE rather than handed to cuBLASLt, whose failure modes for a
      * missing scale (silently 1.0) or bias would be wrong answers, not errors. */
@@ -323,6 +345,8 @@ int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, con
     if (fp8 && (misaligned(a_scale) || misaligned(w_scale))) return (int)CUBLAS_STATUS_INVALID_VALUE;
     const int q8 = plan->desc.d_dt == TP_E4M3; /* quantized output: D = d_scale * (...) */
     if (q8 ? (!d_scale || misaligned(d_scale)) : d_scale != NULL) return (int)CUBLAS_STATUS_INVALID_VALUE;
+    if (plan->desc.residual ? (!residual || misaligned(residual)) : residual != NULL)
+        return (int)CUBLAS_STATUS_INVALID_VALUE;
 
     cublasStatus_t st;
     if (plan->desc.has_bias) {
@@ -339,10 +363,11 @@ int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, con
         st = cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &d_scale, sizeof d_scale);
         if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
     }
-    /* C is never read (beta = 0); when its type differs from D's (E4M3 D) it must not alias D: cuBLASLt 13.1 then
-     * answers INVALID_VALUE, and takes C = NULL (tools/probes/fp8_e4m3_out.c, on an H200) */
-    const float alpha = alpha_in, beta = 0.0f;
-    st = cublasLtMatmul(ctx->lt, plan->op, &alpha, W, plan->la, A, plan->lb, &beta, plan->ld ? NULL : D, plan->lc, D,
+    /* C is the residual (beta = 1), or never read (beta = 0); when its type differs from D's (E4M3 D) it must not
+     * alias D: cuBLASLt 13.1 then answers INVALID_VALUE, and takes C = NULL (tools/probes/fp8_e4m3_out.c, H200) */
+    const float alpha = alpha_in, beta = residual ? 1.0f : 0.0f;
+    const void *C = residual ? residual : plan->ld ? NULL : D;
+    st = cublasLtMatmul(ctx->lt, plan->op, &alpha, W, plan->la, A, plan->lb, &beta, C, plan->lc, D,
                         plan->ld ? plan->ld : plan->lc, &plan->algo, ctx->workspace, plan->workspace_needed,
                         (cudaStream_t)stream);
     return (int)st;

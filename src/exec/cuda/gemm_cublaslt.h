@@ -25,7 +25,8 @@
  *                     operands' scale codes (bytes, not fp32) in the 128x4 tiled layout (scale_layout.h), the
  *                     NVFP4 per-tensor scales go into alpha; K % 32 == 0, N % 8 == 0. Built and planned
  *                     everywhere; cuBLASLt finds no algorithm before sm_100 (TP_ERR_UNSUPPORTED at plan time).
- * Bias (optional) is fused as the BIAS epilogue, in D's type (F32 for F32). Anything else: TP_ERR_UNSUPPORTED
+ * Bias (optional) is fused as the BIAS epilogue, in D's type (F32 for F32); a residual (optional) as C with
+ * beta = 1, in D's type (not with an E4M3 D). Anything else: TP_ERR_UNSUPPORTED
  * at plan time, naming the combination. */
 #ifndef TP_GEMM_CUBLASLT_H
 #define TP_GEMM_CUBLASLT_H
@@ -46,6 +47,7 @@ typedef struct {
     int has_bias;
     int block128;    /* E4M3 only: FP8 block-128 scales instead of per-tensor ones */
     int block_fmt;   /* a tp_qformat (TP_QF_MXFP8, TP_QF_NVFP4, TP_QF_MXFP4) for native block-scaled MMA, else 0 */
+    int residual;    /* D = ... + R: a residual (M, N) in D's type added in the epilogue (C = R, beta = 1) */
 } tp_gemm_desc;
 
 /* The weights' 128x128 block scales in the layout BLK128x128_32F reads: from the plain row-major
@@ -60,11 +62,23 @@ void tp_gemm_ctx_destroy(tp_gemm_ctx *ctx);
 /* cuBLASLt's version number (cublasLtGetVersion, e.g. 130100 for 13.1.0). */
 size_t tp_gemm_lib_version(void);
 
-/* Plans a GEMM: validates the type combination and alignment, creates descriptors and picks the first of
- * cuBLASLt's heuristic algorithms. `name` (the layer) goes into error messages. */
+/* Plans a GEMM: validates the type combination and alignment, creates descriptors and keeps cuBLASLt's heuristic
+ * algorithms, the first selected (see GEMM selection below). `name` (the layer) goes into error messages. */
 tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const char *name, tp_gemm_plan **out,
                               tp_error *err);
 void tp_gemm_plan_destroy(tp_gemm_plan *plan);
+
+/* GEMM selection. tp_gemm_plan_create keeps up to TP_GEMM_MAX_CANDIDATES of cuBLASLt's heuristic algorithms
+ * (cublasLtMatmulAlgoGetHeuristic, best-ranked first; every one fits the context's workspace) and runs the first;
+ * the engine times them on the real buffers when it is built and selects the fastest (cuda_engine.c), as
+ * TensorRT's tactic selection does. candidates: how many (>= 1 for a created plan); choice: the index that runs;
+ * select: runs candidate k from the next tp_gemm_run on (0, or -1 for k out of range: nothing changes); desc:
+ * the plan's shape and types (for a cache of choices by shape). */
+#define TP_GEMM_MAX_CANDIDATES 8
+int tp_gemm_plan_candidates(const tp_gemm_plan *plan);
+int tp_gemm_plan_choice(const tp_gemm_plan *plan);
+int tp_gemm_plan_select(tp_gemm_plan *plan, int k);
+const tp_gemm_desc *tp_gemm_plan_desc(const tp_gemm_plan *plan);
 
 /* Enqueues D = A @ W^T (+ bias) on stream. a_scale and w_scale are device fp32 pointers for E4M3, NULL
  * otherwise. Returns 0 or the cublasStatus_t value. No allocation, no synchronization (graph-capturable). */
@@ -75,10 +89,14 @@ int tp_gemm_run(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const
  * second-level scales s2_a * s2_w. */
 int tp_gemm_run_alpha(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
                       void *D, const float *a_scale, const float *w_scale, float alpha, tp_stream stream);
-/* As tp_gemm_run_alpha, for a plan whose D is E4M3: d_scale (device fp32, 16-byte aligned) multiplies the result
- * before cuBLASLt rounds it to E4M3 (saturating), i.e. 1 / the storage scale of D. d_scale must be NULL for any
- * other D type. Same return values; a missing or misaligned d_scale is CUBLAS_STATUS_INVALID_VALUE. */
-int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias, void *D,
-                  const float *a_scale, const float *w_scale, const float *d_scale, float alpha, tp_stream stream);
+/* The general form. residual: R (M, N) row-major in D's type, added in the epilogue with the bias:
+ * D = alpha * (A @ W^T) + bias + R, rounded once (cuBLASLt's C with beta = 1; R may be D itself); required by a
+ * plan with desc.residual, NULL otherwise. d_scale: for a plan whose D is E4M3 (device fp32, 16-byte aligned), it
+ * multiplies the result before cuBLASLt rounds it to E4M3 (saturating), i.e. 1 / the storage scale of D; NULL
+ * for any other D type. Same return values; a missing, misaligned or unexpected residual or d_scale is
+ * CUBLAS_STATUS_INVALID_VALUE. */
+int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, const void *W, const void *bias,
+                  const void *residual, void *D, const float *a_scale, const float *w_scale, const float *d_scale,
+                  float alpha, tp_stream stream);
 
 #endif
