@@ -66,6 +66,17 @@ expect_error "wrong model for the weights" "timm_vit_token.safetensors" bench "$
 expect_error "unknown precision" "fp7" bench "${small[@]}" --precision fp32,fp7
 expect_error "batch 0" "--batch '0'" bench "${small[@]}" --batch 0
 expect_error "batch not a number" "--batch 'x'" bench "${small[@]}" --batch x
+expect_error "batch list with a hole" "--batch '1,,2'" bench "${small[@]}" --batch 1,,2
+expect_error "batch list entry 0" "--batch '0'" bench "${small[@]}" --batch 1,0
+expect_error "batch list for profile" "a list of sizes" profile --device cpu --model vit-tiny --batch 1,2
+# a sweep on the CPU: one run and one JSON per size, then the sweep table
+expect_ok "batch sweep" "=== Batch sweep" bench "${small[@]}" --batch 1,2 --json "$tmp/sw.json"
+if [ -s "$tmp/sw_b1.json" ] && [ -s "$tmp/sw_b2.json" ] && grep -q '"batch": 2' "$tmp/sw_b2.json"; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1))
+  echo "FAIL batch sweep: per-batch JSON files sw_b1.json / sw_b2.json missing or wrong"
+fi
 echo "not an image" >"$tmp/cat.png"
 expect_error "unreadable image" "cat.png" bench "${small[@]}" --image "$tmp/cat.png"
 expect_error "missing image" "nothere.jpg" bench "${small[@]}" --image "$tmp/nothere.jpg"

@@ -57,6 +57,7 @@ typedef struct {
     json_t *profile; /* tprof profile: the kernel-level summary (owned) */
     float *logits;   /* --save-output: a copy of the output (B, classes) fp32 */
     int has_prof;    /* trace and prof below are owned */
+    double peak_tflops; /* measured dense GEMM peak of this precision (0: not measured) */
     tp_trace trace;
     tp_profile_summary prof;
 } prec_result;
@@ -263,7 +264,10 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         double qps = r->n / (r->wall_ms * 1e-3);
         json_object_set_new(p, "throughput_qps", json_num(qps));
         json_object_set_new(p, "images_per_s", json_num(qps * o->batch));
-        json_object_set_new(p, "tflops_at_median", json_num(flop / (r->lat.median * 1e-3) * 1e-12));
+        const double tf = flop / (r->lat.median * 1e-3) * 1e-12;
+        json_object_set_new(p, "tflops_at_median", json_num(tf));
+        json_object_set_new(p, "gemm_peak_tflops", r->peak_tflops > 0 ? json_real(r->peak_tflops) : json_null());
+        json_object_set_new(p, "mfu", r->peak_tflops > 0 ? json_num(tf / r->peak_tflops) : json_null());
         json_object_set_new(p, "weight_bytes", json_real(r->weight_bytes));
         json_object_set_new(p, "format_weight_bytes", json_real(r->format_weight_bytes));
         json_object_set_new(p, "quantized_ops", json_integer(r->n_quant_ops));
@@ -337,6 +341,8 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
     char driver[128], cuda[64], lt[64], date[64], peak_shape[128], art[3 * TP_MAX_PRECISIONS + 1][1100];
     const int peak_n = 8192;
     printf("\nMeasuring dense GEMM peak rates (%d x %d x %d, cuBLASLt):", peak_n, peak_n, peak_n);
+    for (int i = 0; i < o->n_precs; i++)
+        if (res[i].peak_tflops > 0) cfg.peak_tflops[res[i].prec] = res[i].peak_tflops; /* measured by the bench */
     for (int i = 0; i < o->n_precs; i++) {
         tp_precision p = res[i].prec;
         if (cfg.peak_tflops[p] > 0) continue;
@@ -648,18 +654,46 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     }
 
     int base = baseline_index(res, o->n_precs);
+#ifdef TPROF_HAVE_CUDA
+    if (dev == TP_DEVICE_GPU) /* MFU's denominators: each precision's dense GEMM peak, measured (once per sweep) */
+        for (int pi = 0; pi < o->n_precs && !st; pi++) {
+            const tp_precision p = res[pi].prec;
+            const int block = p == TP_PREC_MXFP8 || p == TP_PREC_NVFP4 || p == TP_PREC_MXFP4;
+            if (block && !res[pi].n_emulated_ops) continue; /* native block-scaled MMA: gemm_peak.h cannot time it */
+            double pk = o->peak_cache ? o->peak_cache[p] : 0.0;
+            for (int pj = 0; pj < pi && pk <= 0; pj++)
+                if (res[pj].prec == p) pk = res[pj].peak_tflops;
+            if (pk <= 0 && (st = tp_gemm_peak(p, 8192, 50, &pk, err))) goto done;
+            res[pi].peak_tflops = pk;
+            if (o->peak_cache) o->peak_cache[p] = pk;
+        }
+    if (dev == TP_DEVICE_GPU) {
+        printf("\nDense GEMM peaks measured on this GPU (8192^3, cuBLASLt; the MFU denominators):");
+        for (int pi = 0; pi < o->n_precs; pi++)
+            if (res[pi].peak_tflops > 0) printf(" %s %.0f TFLOP/s", tp_precision_name(res[pi].prec), res[pi].peak_tflops);
+        printf("\n");
+    }
+#endif
     printf("\n=== Comparison (%s, batch %d, %s) ===\n", c->name, B, device);
-    printf("%-9s %12s %12s %12s %9s %10s %11s %11s %9s\n", "precision", "median ms", "p99 ms", "images/s", "speedup",
-           "weights MB", "cosine", "rel L2", "top-1 %");
+    printf("%-9s %12s %12s %12s %9s %10s %11s %11s %9s %9s %6s\n", "precision", "median ms", "p99 ms", "images/s",
+           "speedup", "weights MB", "cosine", "rel L2", "top-1 %", "TFLOP/s", "MFU %");
     for (int pi = 0; pi < o->n_precs; pi++) {
         const prec_result *r = &res[pi];
-        double qps = r->n / (r->wall_ms * 1e-3);
-        printf("%-9s %12.4f %12.4f %12.1f %8.2fx %10.1f %11.6f %11.3e %9.1f\n", tp_precision_name(r->prec),
+        double qps = r->n / (r->wall_ms * 1e-3), tf = flop / (r->lat.median * 1e-3) * 1e-12;
+        char mfu[16] = "-";
+        if (r->peak_tflops > 0) snprintf(mfu, sizeof mfu, "%.1f", 100.0 * tf / r->peak_tflops);
+        printf("%-9s %12.4f %12.4f %12.1f %8.2fx %10.1f %11.6f %11.3e %9.1f %9.3f %6s\n", tp_precision_name(r->prec),
                r->lat.median, r->lat.p99, qps * B, res[base].lat.median / r->lat.median, r->weight_bytes * 1e-6,
-               r->acc.cosine, r->acc.rel_l2, 100 * r->acc.top1_agree);
+               r->acc.cosine, r->acc.rel_l2, 100 * r->acc.top1_agree, tf, mfu);
+        if (o->rows_out)
+            o->rows_out[pi] = (tp_bench_row){r->prec, r->lat.median, qps * B, tf, r->peak_tflops,
+                                             r->peak_tflops > 0 ? tf / r->peak_tflops : 0.0};
     }
-    printf("(speedup: median time of %s over each; accuracy over %d image%s against the FP32 CPU reference)\n",
-           tp_precision_name(res[base].prec), R, R == 1 ? "" : "s");
+    printf("(speedup: median time of %s over each; accuracy over %d image%s against the FP32 CPU reference; %s)\n",
+           tp_precision_name(res[base].prec), R, R == 1 ? "" : "s",
+           dev == TP_DEVICE_GPU ? "TFLOP/s: model FLOPs per batch over the median; MFU: that over the dense GEMM "
+                                  "peak of the precision measured on this GPU (8192^3 cuBLASLt)"
+                                : "TFLOP/s: model FLOPs per batch over the median; no MFU on the CPU");
     if (o->json_path)
         st = write_json(o, &gpu, device, &g, res, o->n_precs, flop, mflop, R, input_desc, err);
 #ifdef TPROF_HAVE_CUDA
@@ -783,5 +817,57 @@ done:
     tp_plan_free(&plan);
     tp_graph_free(&g);
     tp_params_free(&params);
+    return st;
+}
+
+tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_batches, tp_error *err) {
+    if (n_batches <= 0) return tp_fail(err, TP_ERR_ARG, "--batch: no batch size given");
+    double peaks[TP_PREC_COUNT] = {0};
+    tp_bench_row *rows = calloc((size_t)n_batches * (size_t)o->n_precs, sizeof *rows);
+    char *json = o->json_path ? malloc(strlen(o->json_path) + 32) : NULL;
+    if (!rows || (o->json_path && !json)) {
+        free(rows);
+        free(json);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
+    tp_status st = TP_OK;
+    for (int b = 0; b < n_batches && !st; b++) {
+        tp_bench_options ob = *o;
+        ob.batch = batches[b];
+        ob.peak_cache = peaks;
+        ob.rows_out = rows + (size_t)b * (size_t)o->n_precs;
+        if (json) { /* out.json -> out_b64.json; no extension: out_b64 */
+            const char *dot = strrchr(o->json_path, '.'), *slash = strrchr(o->json_path, '/');
+            const size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - o->json_path) : strlen(o->json_path);
+            snprintf(json, strlen(o->json_path) + 32, "%.*s_b%d%s", (int)stem, o->json_path, batches[b],
+                     o->json_path + stem);
+            ob.json_path = json;
+        }
+        printf("\n##### batch %d (%d of %d) #####\n", batches[b], b + 1, n_batches);
+        st = tp_bench_run(&ob, err);
+        if (st) {
+            char m[sizeof err->msg];
+            snprintf(m, sizeof m, "%s", err->msg);
+            tp_fail(err, st, "batch %d: %s", batches[b], m);
+        } else if (json) {
+            printf("JSON for batch %d: %s\n", batches[b], json);
+        }
+    }
+    if (!st) {
+        printf("\n=== Batch sweep (%s) ===\n%7s %-9s %12s %12s %10s %7s\n", o->cfg.name, "batch", "precision",
+               "median ms", "images/s", "TFLOP/s", "MFU %");
+        for (int b = 0; b < n_batches; b++)
+            for (int p = 0; p < o->n_precs; p++) {
+                const tp_bench_row *r = &rows[(size_t)b * (size_t)o->n_precs + (size_t)p];
+                char mfu[16] = "-";
+                if (r->peak_tflops > 0) snprintf(mfu, sizeof mfu, "%.1f", 100.0 * r->mfu);
+                printf("%7d %-9s %12.4f %12.1f %10.3f %7s\n", batches[b], tp_precision_name(r->prec), r->median_ms,
+                       r->images_s, r->tflops, mfu);
+            }
+        printf("(TFLOP/s: model FLOPs per batch over the median; MFU: that over the precision's dense GEMM peak "
+               "measured on this GPU, 8192^3 cuBLASLt; none on the CPU)\n");
+    }
+    free(rows);
+    free(json);
     return st;
 }

@@ -14,6 +14,15 @@
 
 typedef enum { TP_DEVICE_AUTO = 0, TP_DEVICE_GPU, TP_DEVICE_CPU } tp_device_kind;
 
+/* One precision's headline numbers from a run (tp_bench_options.rows_out), for a batch sweep's table. */
+typedef struct {
+    tp_precision prec;
+    double median_ms, images_s;
+    double tflops;      /* model FLOPs per batch / median time, TFLOP/s */
+    double peak_tflops; /* the measured dense GEMM peak of prec on this GPU (gemm_peak.h); 0 when not measured */
+    double mfu;         /* tflops / peak_tflops (model FLOP utilization); 0 when not measured */
+} tp_bench_row;
+
 typedef struct {
     tp_vit_config cfg;
     int batch;
@@ -44,12 +53,23 @@ typedef struct {
     tp_calib_options calib;  /* --calib max|percentile, --calib-percentile P: static activation scales */
     int attention;           /* --attention: a tp_attn_impl (exec/cuda/cuda_engine.h), 0 = auto */
     const char *command_line;
+    /* Optional: per tp_precision, the measured GEMM peak (TFLOP/s) to use for MFU; 0 entries are measured by the
+     * run (8192^3 cuBLASLt GEMMs, GPU only) and written back, so a batch sweep measures each once. NULL: measured
+     * and kept inside the run. */
+    double *peak_cache;
+    tp_bench_row *rows_out; /* optional, n_precs rows: filled by a successful run */
 } tp_bench_options;
 
 /* Runs the benchmark and prints the report to stdout. Errors (one line in err): bad options (TP_ERR_ARG),
  * unreadable or mismatching weights and images (TP_ERR_IO, TP_ERR_FORMAT, TP_ERR_SHAPE), a precision the
  * device cannot run (TP_ERR_UNSUPPORTED), no GPU when --device gpu (TP_ERR_NO_GPU), out of memory. */
 tp_status tp_bench_run(const tp_bench_options *o, tp_error *err);
+
+/* `tprof bench --batch 1,8,64,256`: tp_bench_run once per batch (o->batch ignored), the GEMM peaks measured once,
+ * each run's JSON (when o->json_path is set) written to the path with "_b<batch>" before its extension, then one
+ * table: batch x precision, median ms, images/s, TFLOP/s, MFU. Errors as tp_bench_run (the first failing batch's,
+ * naming it). */
+tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_batches, tp_error *err);
 
 /* `tprof build -o FILE`: plans the model for o->precs[0] (one precision) on the GPU present, or on target sm
  * when there is none (sm 0: this GPU), calibrates on it when the plan needs static scales (a GPU is then

@@ -35,7 +35,8 @@ static void usage(FILE *f) {
             "\n"
             "bench options (trtexec's spirit):\n"
             "  --model NAME          timm name or alias (vit-b16 = vit_base_patch16_224); `tprof models` lists them\n"
-            "  --batch N             images per forward pass (default 64 on GPU, 1 on CPU)\n"
+            "  --batch N[,N...]      images per forward pass (default 64 on GPU, 1 on CPU); a list runs a sweep\n"
+            "                        (tprof bench): one run per size, then images/s, TFLOP/s and MFU per size\n"
             "  --precision LIST      comma list of fp32,fp16,bf16,fp8 (default fp16,fp8 on GPU; fp32 on CPU)\n"
             "  --warmup MS           warm-up time before timing (default 200)\n"
             "  --iterations N        at least N timed runs (default 10 on GPU, 3 on CPU)\n"
@@ -288,6 +289,9 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     const char *out_dir = compare ? "tprof-report" : "tprof-profile";
     const char *model = NULL, *prec = NULL;
     long batch = -1, iters = -1, seed = 0, ref = 8;
+    enum { MAX_BATCHES = 16 };
+    long batches[MAX_BATCHES];
+    int n_batches = 0;
     double warm = 200, dur = -1;
     int device_given = 0;
     knobs k = KNOBS_UNSET;
@@ -354,7 +358,30 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         else if (profile && FLAG("--out")) { NEED_VAL(); out_dir = val; }
         else if (profile && FLAG("--profile-iters")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &prof_iters)) return 2; }
         else if (profile && FLAG("--top")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &top)) return 2; }
-        else if (FLAG("--batch")) { NEED_VAL(); if (parse_int(name, val, 1, 1 << 20, &batch)) return 2; }
+        else if (FLAG("--batch")) {
+            NEED_VAL();
+            /* one size, or a comma list for a sweep (tprof bench only) */
+            n_batches = 0;
+            for (const char *q = val; n_batches < MAX_BATCHES;) {
+                char one[32];
+                const size_t len = strcspn(q, ",");
+                if (len == 0 || len >= sizeof one) {
+                    fprintf(stderr, "tprof: --batch '%s': expected N or a comma list such as 1,8,64,256\n", val);
+                    return 2;
+                }
+                memcpy(one, q, len);
+                one[len] = '\0';
+                if (parse_int(name, one, 1, 1 << 20, &batches[n_batches])) return 2;
+                n_batches++;
+                if (!q[len]) break;
+                q += len + 1;
+                if (n_batches == MAX_BATCHES) {
+                    fprintf(stderr, "tprof: --batch '%s': at most %d sizes\n", val, MAX_BATCHES);
+                    return 2;
+                }
+            }
+            batch = batches[0];
+        }
         else if (FLAG("--iterations")) { NEED_VAL(); if (parse_int(name, val, 1, 100000, &iters)) return 2; }
         else if (FLAG("--seed")) { NEED_VAL(); if (parse_int(name, val, 0, 0x7FFFFFFFL, &seed)) return 2; }
         else if (FLAG("--ref-images")) { NEED_VAL(); if (parse_int(name, val, 1, 1 << 20, &ref)) return 2; }
@@ -450,7 +477,16 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         o.out_dir = out_dir;
         o.compare = compare;
     }
-    tp_status st = build ? tp_build_run(&o, out_file, arch, &err) : tp_bench_run(&o, &err);
+    if (n_batches > 1 && (build || profile)) {
+        fprintf(stderr, "tprof: --batch: a list of sizes (a sweep) is for tprof bench; %s takes one\n",
+                build ? "tprof build" : compare ? "tprof compare" : "tprof profile");
+        return 2;
+    }
+    int bsizes[MAX_BATCHES];
+    for (int i = 0; i < n_batches; i++) bsizes[i] = (int)batches[i];
+    tp_status st = build           ? tp_build_run(&o, out_file, arch, &err)
+                   : n_batches > 1 ? tp_bench_sweep(&o, bsizes, n_batches, &err)
+                                   : tp_bench_run(&o, &err);
     tp_engine_file_free(&ef);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);
