@@ -69,6 +69,7 @@ expect_error "batch not a number" "--batch 'x'" bench "${small[@]}" --batch x
 expect_error "batch list with a hole" "--batch '1,,2'" bench "${small[@]}" --batch 1,,2
 expect_error "batch list entry 0" "--batch '0'" bench "${small[@]}" --batch 1,0
 expect_error "batch list for profile" "a list of sizes" profile --device cpu --model vit-tiny --batch 1,2
+expect_error "unknown gelu form" "--gelu: unknown form 'fast'" bench "${small[@]}" --gelu fast
 # a sweep on the CPU: one run and one JSON per size, then the sweep table
 expect_ok "batch sweep" "=== Batch sweep" bench "${small[@]}" --batch 1,2 --json "$tmp/sw.json"
 if [ -s "$tmp/sw_b1.json" ] && [ -s "$tmp/sw_b2.json" ] && grep -q '"batch": 2' "$tmp/sw_b2.json"; then

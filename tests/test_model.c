@@ -577,12 +577,57 @@ START_TEST(test_planner_residual_fusion) {
 }
 END_TEST
 
+/* GELU in the fc1 epilogue only when the policy asks for the tanh form (plan.h), on a GPU target: the GEMM then
+ * writes the GELU's output (E4M3 in an FP8 engine); never by default, never on the CPU, never for block formats. */
+START_TEST(test_planner_gelu_fusion) {
+    tp_vit_config c;
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+    tp_error e;
+    tiny2(&c, 2, &p, &g);
+    static const struct {
+        tp_precision prec;
+        int sm, tanh_form, fused;
+    } cases[] = {{TP_PREC_FP16, 90, 1, 1}, {TP_PREC_FP8, 90, 1, 1}, {TP_PREC_BF16, 90, 1, 1},
+                 {TP_PREC_FP16, 90, 0, 0}, {TP_PREC_FP32, 0, 1, 0},  {TP_PREC_NVFP4, 90, 1, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tp_policy pol;
+        tp_policy_default(&pol, cases[k].prec);
+        pol.gelu_tanh = cases[k].tanh_form;
+        ck_assert_msg(tp_plan_build_policy(&g, &pol, cases[k].sm, &plan, &e) == TP_OK, "%s", e.msg);
+        int n_gelu = 0, n_fused = 0;
+        for (int i = 0; i < g.n_ops; i++) {
+            const tp_op *op = &g.ops[i];
+            if (op->kind != TP_OP_GELU) continue;
+            n_gelu++;
+            const int j = plan.op_fused_into[i];
+            if (j < 0) continue;
+            n_fused++;
+            ck_assert_int_eq(g.ops[j].kind, TP_OP_LINEAR);
+            ck_assert_int_eq(g.ops[j].out, op->in[0]);
+            ck_assert_int_eq(plan.op_epilogue_gelu[j], i);
+            ck_assert_ptr_nonnull(strstr(plan.op_note[i], "tanh approximation"));
+            ck_assert_ptr_nonnull(strstr(plan.op_note[j], "GELU (tanh approximation)"));
+            if (cases[k].prec == TP_PREC_FP8) ck_assert_int_eq(plan.value_dt[op->out], TP_E4M3);
+            ck_assert(tp_plan_op_bytes(&plan, &g, i) == 0.0);
+        }
+        ck_assert_int_eq(n_gelu, 2);
+        ck_assert_int_eq(n_fused, cases[k].fused ? 2 : 0);
+        tp_plan_free(&plan);
+    }
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *t = tcase_create("vit");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_presets);
     tcase_add_test(t, test_planner_residual_fusion);
+    tcase_add_test(t, test_planner_gelu_fusion);
     tcase_add_test(t, test_config_validation);
     tcase_add_test(t, test_param_names_shapes);
     tcase_add_test(t, test_flop_counts);

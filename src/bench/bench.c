@@ -235,6 +235,9 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
                             "timing", "GPU compute time per run from CUDA events; host-device transfers excluded");
     char cdesc[48];
     json_object_set_new(cfg, "calibration", json_string(tp_calib_describe(&o->calib, cdesc, sizeof cdesc)));
+    json_object_set_new(cfg, "gelu",
+                        json_string(o->gelu_tanh ? "tanh approximation in the epilogue of the GEMM before it (--gelu tanh)"
+                                                 : "exact (erf), its own kernel"));
     json_object_set_new(cfg, "gemm_selection",
                         json_string(o->gemm_first ? "cuBLASLt's first heuristic algorithm (--no-gemm-select)"
                                                   : "cuBLASLt's heuristic candidates timed at build, fastest kept"));
@@ -425,7 +428,9 @@ static tp_status make_policy(const tp_bench_options *o, tp_precision prec, tp_po
         if (st) return st;
         if (fp.def == prec) *pol = fp;
     }
-    return o->policy ? tp_policy_parse(pol, o->policy, err) : TP_OK;
+    tp_status st = o->policy ? tp_policy_parse(pol, o->policy, err) : TP_OK;
+    pol->gelu_tanh = o->gelu_tanh;
+    return st;
 }
 
 tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {

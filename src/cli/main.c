@@ -48,6 +48,9 @@ static void usage(FILE *f) {
             "  --ref-images N        images the FP32 CPU reference checks (default min(batch, 8))\n"
             "  --json FILE           write every sample, the configuration and the system to FILE\n"
             "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
+            "  --gelu erf|tanh       erf (default): the model's exact GELU, its own kernel; tanh: the tanh\n"
+            "                        approximation in the epilogue of the GEMM before it (cuBLASLt's GELU;\n"
+            "                        differs from erf by up to 4.7e-4), no GELU kernel; labelled in --plan\n"
             "  --no-gemm-select      run cuBLASLt's first heuristic algorithm for each GEMM instead of timing\n"
             "                        its candidates when the engine is built and keeping the fastest\n"
             "  --plan                print the per-layer plan: precision, FLOP, bytes, and why\n"
@@ -337,6 +340,14 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
             else if (strcmp(val, "percentile") == 0) o.calib.method = TP_CALIB_PERCENTILE;
             else {
                 fprintf(stderr, "tprof: --calib: unknown method '%s' (expected max or percentile)\n", val);
+                return 2;
+            }
+        } else if (FLAG("--gelu")) {
+            NEED_VAL();
+            if (strcmp(val, "erf") == 0) o.gelu_tanh = 0;
+            else if (strcmp(val, "tanh") == 0) o.gelu_tanh = 1;
+            else {
+                fprintf(stderr, "tprof: --gelu: unknown form '%s' (expected erf or tanh)\n", val);
                 return 2;
             }
         } else if (FLAG("--attention")) {

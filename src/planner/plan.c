@@ -16,6 +16,7 @@ void tp_plan_free(tp_plan *p) {
     free(p->op_emulated);
     free(p->op_fused_into);
     free(p->op_epilogue_add);
+    free(p->op_epilogue_gelu);
     free(p->op_prec);
     free(p->op_note);
     memset(p, 0, sizeof *p);
@@ -88,6 +89,29 @@ static void fuse_residual_adds(const tp_graph *g, tp_plan *p) {
             snprintf(p->op_note[j] + l, sizeof p->op_note[j] - l, "; + residual in the epilogue (%s)", op->layer);
             break;
         }
+    }
+}
+
+/* plan.h's GELU fusion (the policy's gelu_tanh): a GELU whose input is a plain or per-tensor FP8 GEMM's output read
+ * by nothing else; an E4M3 GELU output needs the FP8 GEMM (cuBLASLt writes E4M3 only from E4M3 operands), any
+ * other the GEMM's own output type; block formats keep their kernels. */
+static void fuse_gelu_tanh(const tp_graph *g, tp_plan *p) {
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_GELU) continue;
+        const int x = op->in[0], y = op->out, j = g->values[x].producer;
+        if (j < 0 || g->ops[j].kind != TP_OP_LINEAR || consumers(g, x) != 1 || p->op_epilogue_add[j] >= 0) continue;
+        const int a = g->ops[j].in[0];
+        if (p->value_qf[a] != TP_QF_NONE || p->value_qf[y] != TP_QF_NONE) continue;
+        if (p->value_dt[y] == TP_E4M3 ? p->value_dt[a] != TP_E4M3 : p->value_dt[y] != p->value_dt[x]) continue;
+        p->op_fused_into[i] = j;
+        p->op_epilogue_gelu[j] = i;
+        snprintf(p->op_note[i], sizeof p->op_note[i],
+                 "fused: bias + GELU in the epilogue of %s, tanh approximation (cuBLASLt; --gelu tanh)",
+                 g->ops[j].layer);
+        size_t l = strlen(p->op_note[j]);
+        snprintf(p->op_note[j] + l, sizeof p->op_note[j] - l, "; + GELU (tanh approximation) in the epilogue, writes %s",
+                 tp_dtype_info(p->value_dt[y])->name);
     }
 }
 
@@ -249,18 +273,19 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     p->op_emulated = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
     p->op_fused_into = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_epilogue_add = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    p->op_epilogue_gelu = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_prec = malloc(sizeof(tp_precision) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *p->op_note);
     int *keep = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
     char(*why)[200] = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *why);
     if (!p->value_dt || !p->value_scaled || !p->value_qf || !p->op_emulated || !p->op_prec || !p->op_note || !keep ||
-        !why || !p->op_fused_into || !p->op_epilogue_add) {
+        !why || !p->op_fused_into || !p->op_epilogue_add || !p->op_epilogue_gelu) {
         free(keep);
         free(why);
         tp_plan_free(p);
         return tp_fail(err, TP_ERR_OOM, "out of host memory planning the engine");
     }
-    for (int i = 0; i < g->n_ops; i++) p->op_fused_into[i] = p->op_epilogue_add[i] = -1;
+    for (int i = 0; i < g->n_ops; i++) p->op_fused_into[i] = p->op_epilogue_add[i] = p->op_epilogue_gelu[i] = -1;
     tp_status st = resolve_policy(g, pol, prec, keep, why, err);
     if (st) goto out;
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
@@ -351,6 +376,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     }
 out:
     if (!st && sm > 0) fuse_residual_adds(g, p);
+    if (!st && sm > 0 && pol->gelu_tanh) fuse_gelu_tanh(g, p);
     free(keep);
     free(why);
     if (st) tp_plan_free(p);
@@ -368,7 +394,9 @@ double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
     }
     for (int j = 0; j < op->n_in; j++)
         b += (double)tp_value_numel(&g->values[op->in[j]]) * (double)tp_dtype_info(p->value_dt[op->in[j]])->bytes;
-    b += (double)tp_value_numel(&g->values[op->out]) * (double)tp_dtype_info(p->value_dt[op->out])->bytes;
+    /* the output: the fused GELU's when the epilogue computes it (its storage type) */
+    const int y = p->op_epilogue_gelu && p->op_epilogue_gelu[i] >= 0 ? g->ops[p->op_epilogue_gelu[i]].out : op->out;
+    b += (double)tp_value_numel(&g->values[y]) * (double)tp_dtype_info(p->value_dt[y])->bytes;
     return b;
 }
 

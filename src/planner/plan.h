@@ -27,7 +27,11 @@
  * Fusion (GPU targets): a residual add whose one operand is a GEMM output read by nothing else runs in that GEMM's
  * epilogue (C = the other operand, beta = 1) when the GEMM reads f32, f16 or bf16 operands and writes the add's
  * storage type: the add's kernel and its 3 passes over the activations disappear, and the sum is rounded once
- * instead of twice. FP8 and block-scaled GEMMs keep their add (plan.c says why). */
+ * instead of twice. FP8 and block-scaled GEMMs keep their add (plan.c says why). With the policy's gelu_tanh
+ * (`--gelu tanh`), a GELU whose input is a GEMM output read by nothing else runs in that GEMM's epilogue as the
+ * tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (cuBLASLt's GELU; the model's exact erf GELU
+ * differs by up to 4.7e-4), the GEMM writing the GELU's output in its storage type (E4M3 with its scale for an FP8
+ * GEMM); labelled in every op note. */
 #ifndef TP_PLAN_H
 #define TP_PLAN_H
 
@@ -51,6 +55,8 @@ typedef struct {
                                   the GEMM producing its other operand: that op writes the add's output) */
     int *op_epilogue_add;      /* per GEMM op: -1, or the residual add op its epilogue performs
                                   (D = A W^T + bias + residual, one rounding; cuBLASLt beta = 1) */
+    int *op_epilogue_gelu;     /* per GEMM op: -1, or the GELU op its epilogue performs (tanh approximation, only
+                                  with the policy's gelu_tanh; the GEMM then writes the GELU's output, E4M3 too) */
 } tp_plan;
 
 /* Plans graph g for precision prec on target sm (0: CPU, which supports fp32 only).

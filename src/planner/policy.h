@@ -46,6 +46,9 @@ typedef struct {
     tp_precision def; /* precision of a layer no rule matches */
     int n_rules;
     tp_policy_rule rules[TP_POLICY_MAX_RULES]; /* in order; later entries win */
+    int gelu_tanh; /* 1 (`--gelu tanh`): GELU may run as the tanh approximation in the epilogue of the GEMM that
+                      feeds it (cuBLASLt's GELU epilogue is that form: tools/probes/gelu_epilogue.c); 0: exact
+                      erf GELU, its own kernel */
 } tp_policy;
 
 /* A policy with default def and no rules. */

@@ -533,9 +533,10 @@ static void gemm_ctx(void) {
     ck_assert_msg(st == TP_OK, "[%s] tp_gemm_ctx_create: %s: %s", g_case, tp_status_name(st), err.msg);
 }
 
-static tp_gemm_plan *gemm_plan_r(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, int bias, int residual) {
+static tp_gemm_plan *gemm_plan_r(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, int bias, int residual,
+                                 int gelu) {
     gemm_ctx();
-    tp_gemm_desc desc = {M, N, K, ab, d, bias, 0, 0, residual};
+    tp_gemm_desc desc = {M, N, K, ab, d, bias, 0, 0, residual, gelu};
     tp_gemm_plan *p = NULL;
     tp_error err = {0};
     tp_status st = tp_gemm_plan_create(g_gemm, &desc, "test", &p, &err);
@@ -545,7 +546,7 @@ static tp_gemm_plan *gemm_plan_r(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, 
     return p;
 }
 static tp_gemm_plan *gemm_plan(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, int bias) {
-    return gemm_plan_r(ab, d, M, N, K, bias, 0);
+    return gemm_plan_r(ab, d, M, N, K, bias, 0, 0);
 }
 
 START_TEST(test_gemm) {
@@ -595,7 +596,7 @@ START_TEST(test_gemm) {
                 round_to(dt, R, nD, 1.0f);
                 for (size_t i = 0; i < nD; i++) ref_r[i] = (float)((double)want[i] + R[i]);
                 void *d_R = dev_upload_at(dt, R, nD, 1.0f, 0), *d_DR = dev_alloc_at(dt, nD, 0);
-                tp_gemm_plan *pr = gemm_plan_r(ab, dt, M, N, K, has_bias, 1);
+                tp_gemm_plan *pr = gemm_plan_r(ab, dt, M, N, K, has_bias, 1, 0);
                 r = tp_gemm_run_q(g_gemm, pr, d_A, d_W, has_bias ? d_bias : NULL, d_R, d_DR, d_as, d_ws, NULL, 1.0f,
                                   g_stream);
                 ck_assert_msg(r == 0, "[%s] tp_gemm_run_q returned cuBLAS status %d", g_case, r);
@@ -611,6 +612,24 @@ START_TEST(test_gemm) {
                                             1.0f, g_stream) != 0,
                               "[%s] residual plan without a residual accepted", g_case);
             }
+            { /* GELU in the epilogue (GELU / GELU_BIAS): cuBLASLt's tanh form against it in fp64, E4M3 D included */
+                SET_CASE("gemm %s->%s M=%lld N=%lld K=%lld bias=%d + gelu (tanh)", dname(ab), dname(dt), (long long)M,
+                         (long long)N, (long long)K, has_bias);
+                float *ref_g = hmalloc(nD * sizeof(float));
+                for (size_t i = 0; i < nD; i++) {
+                    const double v = (has_bias ? ref_b : ref)[i];
+                    ref_g[i] = (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+                }
+                const float gs = q8 ? host_amax(ref_g, nD) / 448.0f : 1.0f;
+                float *d_gs = q8 ? dev_scalar(1.0f / gs) : NULL;
+                void *d_DG = dev_alloc_at(dt, nD, 0);
+                tp_gemm_plan *pg = gemm_plan_r(ab, dt, M, N, K, has_bias, 0, 1);
+                r = tp_gemm_run_q(g_gemm, pg, d_A, d_W, has_bias ? d_bias : NULL, NULL, d_DG, d_as, d_ws, d_gs, 1.0f,
+                                  g_stream);
+                ck_assert_msg(r == 0, "[%s] tp_gemm_run_q returned cuBLAS status %d", g_case, r);
+                CUDA_OK(cudaStreamSynchronize(g_stream));
+                check_close("D", download_f32(dt, d_DG, nD, gs), ref_g, nD, (size_t)N, tol_for(dt, nD));
+            }
         }
     }
 }
@@ -619,7 +638,7 @@ END_TEST
 static void expect_plan_rejected(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, tp_status want,
                                  const char *must_mention) {
     gemm_ctx();
-    tp_gemm_desc desc = {M, N, K, ab, d, 1, 0, 0, 0};
+    tp_gemm_desc desc = {M, N, K, ab, d, 1, 0, 0, 0, 0};
     tp_gemm_plan *p = NULL;
     tp_error err = {0};
     SET_CASE("gemm plan %s->%s M=%lld N=%lld K=%lld must fail", dname(ab), dname(d), (long long)M, (long long)N,

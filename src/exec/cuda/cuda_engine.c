@@ -265,18 +265,23 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
             x = e->d_qdq;
             HOOK(e, i, TP_CAT_GEMM);
         }
-        /* a residual add fused into this epilogue (plan.c): D is the add's output, C its other operand */
-        const int ea = pl->op_epilogue_add[i];
+        /* a residual add fused into this epilogue (plan.c): D is the add's output, C its other operand; a fused
+         * GELU: D is the GELU's output, in its type */
+        const int ea = pl->op_epilogue_add[i], eg = pl->op_epilogue_gelu[i];
         const void *res = NULL;
+        int yv = op->out;
         if (ea >= 0) {
             const tp_op *a = &g->ops[ea];
             res = e->dptr[a->in[0] == op->out ? a->in[1] : a->in[0]];
-            y = e->dptr[a->out];
+            yv = a->out;
         }
+        if (eg >= 0) yv = g->ops[eg].out;
+        y = e->dptr[yv];
+        ydt = pl->value_dt[yv];
         rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
                            fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
                            fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL,
-                           ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + op->out) : NULL, e->alpha[i], s);
+                           ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + yv) : NULL, e->alpha[i], s);
         break;
     }
     case TP_OP_ATTENTION: {
@@ -301,6 +306,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         break;
     }
     case TP_OP_GELU:
+        if (pl->op_fused_into[i] >= 0) break; /* computed by the epilogue of the GEMM before it (plan.c) */
         if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3) {
             int M = (int)value_rows(e, op->out);
             rc = tpk_quant_fp8_b128(x, xdt, 1, y, (float *)e->d_bscale[op->out], M, (int)rows_pad(M),
@@ -897,7 +903,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                 e->act_bytes += (double)(sizeof(float) * (size_t)(kb * Mp));
             }
             if (plan->value_dt[x] != TP_E4M3 && (size_t)(Mp * op->gemm_k) > q8_bytes) q8_bytes = (size_t)(Mp * op->gemm_k);
-            tp_gemm_desc d = {Mp, op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1, 0, 0};
+            tp_gemm_desc d = {Mp, op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1, 0, 0, 0};
             st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
             if (st) goto fail;
             continue;
@@ -917,7 +923,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
             if (cb > q8_bytes) q8_bytes = cb;
             e->alpha[i] = (qt->global_scale ? h_scales[SCALE_SLOT * x] : 1.0f) * e->wglobal[op->in[1]];
             tp_gemm_desc d = {op->gemm_m, op->gemm_n, op->gemm_k, qt->elem, plan->value_dt[op->out], op->n_in > 2, 0,
-                              (int)qf, 0};
+                              (int)qf, 0, 0};
             st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
             if (st) goto fail;
             continue;
@@ -927,11 +933,13 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
             if (b > qdq_bytes) qdq_bytes = b;
             e->alpha[i] = h_scales[SCALE_SLOT * op->in[0]] * e->wglobal[op->in[1]];
         }
+        const int eg = plan->op_epilogue_gelu[i]; /* a fused GELU: the GEMM writes its output (plan.c) */
         tp_gemm_desc d = {op->gemm_m, op->gemm_n, op->gemm_k,
                           op->kind == TP_OP_PATCH_EMBED                  ? plan->value_dt[op->in[1]]
                           : plan->value_qf[op->in[0]] != TP_QF_NONE ? TP_BF16
                                                                           : plan->value_dt[op->in[0]],
-                          plan->value_dt[op->out], op->n_in > 2, 0, 0, plan->op_epilogue_add[i] >= 0};
+                          plan->value_dt[eg >= 0 ? g->ops[eg].out : op->out], op->n_in > 2, 0, 0,
+                          plan->op_epilogue_add[i] >= 0, eg >= 0};
         st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
         if (st) goto fail;
         if (op->kind == TP_OP_PATCH_EMBED) {

@@ -182,6 +182,8 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
                        "gemm %s: inputs %s with output %s is not supported (supported: f32->f32, f16->f16, "
                        "bf16->bf16 or f32, e4m3->f16, bf16 or e4m3)",
                        name, dt_name(desc->ab_dt), dt_name(desc->d_dt));
+    if (desc->residual && desc->gelu)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: a residual and GELU in one epilogue are not supported", name);
     if (desc->residual && desc->d_dt == TP_E4M3)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: a residual in the epilogue needs an f16/bf16/f32 output, not "
                        "e4m3", name);
@@ -226,10 +228,13 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
     /* An E4M3 D takes an F16 C (never read: beta = 0) and an F16 bias: cuBLASLt's FP8 table (cublasLtMatmul,
      * "E4M3 E4M3 -> C 16F, D E4M3, bias 16F") */
     const cudaDataType c_t = desc->d_dt == TP_E4M3 ? CUDA_R_16F : d_t;
-    if (desc->has_bias) {
-        const int32_t epi = CUBLASLT_EPILOGUE_BIAS, bias_t = (int32_t)c_t;
+    if (desc->has_bias || desc->gelu) {
+        const int32_t epi = desc->gelu ? (desc->has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
+                                       : CUBLASLT_EPILOGUE_BIAS,
+                      bias_t = (int32_t)c_t;
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
+        if (desc->has_bias)
+            LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
     }
     if (desc->ab_dt == TP_E4M3) {
         const int8_t fast = 0;

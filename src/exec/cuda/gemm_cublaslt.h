@@ -26,7 +26,7 @@
  *                     NVFP4 per-tensor scales go into alpha; K % 32 == 0, N % 8 == 0. Built and planned
  *                     everywhere; cuBLASLt finds no algorithm before sm_100 (TP_ERR_UNSUPPORTED at plan time).
  * Bias (optional) is fused as the BIAS epilogue, in D's type (F32 for F32); a residual (optional) as C with
- * beta = 1, in D's type (not with an E4M3 D). Anything else: TP_ERR_UNSUPPORTED
+ * beta = 1, in D's type (not with an E4M3 D); GELU (optional, tanh form) as the GELU / GELU_BIAS epilogue. Anything else: TP_ERR_UNSUPPORTED
  * at plan time, naming the combination. */
 #ifndef TP_GEMM_CUBLASLT_H
 #define TP_GEMM_CUBLASLT_H
@@ -48,6 +48,8 @@ typedef struct {
     int block128;    /* E4M3 only: FP8 block-128 scales instead of per-tensor ones */
     int block_fmt;   /* a tp_qformat (TP_QF_MXFP8, TP_QF_NVFP4, TP_QF_MXFP4) for native block-scaled MMA, else 0 */
     int residual;    /* D = ... + R: a residual (M, N) in D's type added in the epilogue (C = R, beta = 1) */
+    int gelu;        /* D = GELU(A W^T + bias), cuBLASLt's GELU epilogue: the tanh approximation
+                        (tools/probes/gelu_epilogue.c); not with a residual */
 } tp_gemm_desc;
 
 /* The weights' 128x128 block scales in the layout BLK128x128_32F reads: from the plain row-major
