@@ -418,7 +418,8 @@ static tp_status write_compare(const tp_bench_options *o, const tp_gpu_info *gpu
  * default (patch embedding and head kept high for quantized formats), plus the --policy overrides. */
 static tp_status make_policy(const tp_bench_options *o, tp_precision prec, tp_policy *pol, tp_error *err) {
     if (o->engine_file) {
-        *pol = o->engine_file->policy; /* the engine as it was built */
+        *pol = o->engine_file->policy; /* the engine as it was built; the GELU form is chosen when it runs */
+        pol->gelu_tanh = o->gelu_tanh;
         return TP_OK;
     }
     tp_policy_default(pol, prec);

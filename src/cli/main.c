@@ -488,6 +488,11 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         o.out_dir = out_dir;
         o.compare = compare;
     }
+    if (build && o.gelu_tanh) {
+        fprintf(stderr, "tprof: --gelu: chosen when an engine runs (tprof bench --engine FILE --gelu tanh), not "
+                        "stored in the engine file\n");
+        return 2;
+    }
     if (n_batches > 1 && (build || profile)) {
         fprintf(stderr, "tprof: --batch: a list of sizes (a sweep) is for tprof bench; %s takes one\n",
                 build ? "tprof build" : compare ? "tprof compare" : "tprof profile");
