@@ -314,6 +314,51 @@ START_TEST(test_engine_fp8_percentile) {
 }
 END_TEST
 
+/* One engine case under a policy: the model, a random input (seed), the FP32 CPU reference, the plan (checked by
+ * the caller through check(), before anything runs), calibration when the plan has scaled activations, then the
+ * engine (one CUDA graph) run on the input. Everything is owned by r (policy_run_free). */
+typedef struct {
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+    float *in, *ref, *got, *amax;
+    tp_engine *eng;
+} policy_run;
+
+static void run_with_policy(const engine_case *k, const tp_policy *pol, uint64_t seed,
+                            void (*check)(const tp_graph *, const tp_plan *), policy_run *r) {
+    tp_error e;
+    memset(r, 0, sizeof *r);
+    case_model(k, &r->p, &r->g);
+    const size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
+    r->in = malloc(sizeof(float) * in_n);
+    r->ref = malloc(sizeof(float) * out_n);
+    r->got = malloc(sizeof(float) * out_n);
+    r->amax = malloc(sizeof(float) * (size_t)r->g.n_values);
+    ck_assert(r->in && r->ref && r->got && r->amax);
+    random_input(r->in, in_n, seed);
+    ck_assert_int_eq(tp_cpu_run(&r->g, &r->p, r->in, r->ref, &e), TP_OK);
+    ck_assert_msg(tp_plan_build_policy(&r->g, pol, gpu_sm(), &r->plan, &e) == TP_OK, "%s", e.msg);
+    if (check) check(&r->g, &r->plan);
+    int calibrate = 0;
+    for (int v = 0; v < r->g.n_values; v++) calibrate |= r->plan.value_scaled[v] && r->g.values[v].kind == TP_VAL_ACT;
+    if (calibrate)
+        ck_assert_msg(tp_calibrate_max(&r->g, &r->p, 0, gpu_sm(), r->in, r->amax, &e) == TP_OK, "%s", e.msg);
+    tp_engine_options o = {.device = 0, .use_graph = 1, .act_amax = calibrate ? r->amax : NULL};
+    r->eng = build_and_run(&r->g, &r->p, &r->plan, &o, r->in, r->got, k->what);
+}
+
+static void policy_run_free(policy_run *r) {
+    tp_engine_destroy(r->eng);
+    tp_plan_free(&r->plan);
+    tp_graph_free(&r->g);
+    tp_params_free(&r->p);
+    free(r->in);
+    free(r->ref);
+    free(r->got);
+    free(r->amax);
+}
+
 /* FP8 attention through the policy ("blocks.*.attn=fp8") in an FP16 engine and in an FP8 engine (_i >= the
  * number of cases): Q, K, V and P in E4M3, so the FP8 bound of the engine tests applies (cosine >= 0.99, relative
  * L2 <= 0.15 against FP32), and the engine says which kernel ran: in the FP8 engine on a compute capability 9.0
@@ -323,66 +368,50 @@ START_TEST(test_engine_fp8_attention) {
     const engine_case *k = &CASES[_i % ncase];
     const tp_precision eng_prec = _i < ncase ? TP_PREC_FP16 : TP_PREC_FP8;
     tp_error e;
-    tp_params p;
-    tp_graph g;
-    case_model(k, &p, &g);
-    size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
-    float *in = malloc(sizeof(float) * in_n), *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
-    float *amax = malloc(sizeof(float) * (size_t)g.n_values);
-    random_input(in, in_n, 5);
-    ck_assert_int_eq(tp_cpu_run(&g, &p, in, ref, &e), TP_OK);
     tp_policy pol;
     tp_policy_default(&pol, eng_prec);
     ck_assert_int_eq(tp_policy_parse(&pol, "blocks.*.attn=fp8", &e), TP_OK);
-    tp_plan plan;
-    ck_assert_msg(tp_plan_build_policy(&g, &pol, gpu_sm(), &plan, &e) == TP_OK, "%s", e.msg);
-    ck_assert_msg(tp_calibrate_max(&g, &p, 0, gpu_sm(), in, amax, &e) == TP_OK, "%s", e.msg);
-    tp_engine_options o = {.device = 0, .use_graph = 1, .act_amax = amax};
-    tp_engine *eng = build_and_run(&g, &p, &plan, &o, in, got, k->what);
+    policy_run r;
+    run_with_policy(k, &pol, 5, NULL, &r);
+    const tp_graph *gp = &r.g;
+    tp_engine *eng = r.eng;
     int n8 = 0;
-    for (int i = 0; i < g.n_ops; i++)
-        if (g.ops[i].kind == TP_OP_ATTENTION) {
+    for (int i = 0; i < gp->n_ops; i++)
+        if (gp->ops[i].kind == TP_OP_ATTENTION) {
             n8++;
             ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), "fp8"));
-            const int e4 = plan.value_dt[g.ops[i].in[0]] == TP_E4M3;
-            ck_assert_int_eq(e4, eng_prec == TP_PREC_FP8 && gpu_sm() == 90 && g.ops[i].head_dim == 64);
+            const int e4 = r.plan.value_dt[gp->ops[i].in[0]] == TP_E4M3;
+            ck_assert_int_eq(e4, eng_prec == TP_PREC_FP8 && gpu_sm() == 90 && gp->ops[i].head_dim == 64);
             ck_assert_int_eq(strstr(tp_engine_op_impl(eng, i), "wgmma") != NULL, e4);
         }
     ck_assert_int_gt(n8, 0);
     /* the per-layer cost: every FP8 attention op compared with FP16 attention on its own input, nothing else */
-    double *cs = malloc(sizeof(double) * (size_t)g.n_ops), *rl = malloc(sizeof(double) * (size_t)g.n_ops);
+    double *cs = malloc(sizeof(double) * (size_t)gp->n_ops), *rl = malloc(sizeof(double) * (size_t)gp->n_ops);
     int nc = -1;
     ck_assert_msg(tp_engine_attention_cost(eng, cs, rl, &nc, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(nc, n8);
     double worst = 1.0;
-    for (int i = 0; i < g.n_ops; i++) {
-        if (g.ops[i].kind != TP_OP_ATTENTION) {
+    for (int i = 0; i < gp->n_ops; i++) {
+        if (gp->ops[i].kind != TP_OP_ATTENTION) {
             ck_assert(isnan(cs[i]) && isnan(rl[i]));
             continue;
         }
         /* E4M3 Q/K/V/P: a 2^-4 relative step on each operand; the lab's worst at realistic ranges is cosine
          * 0.9983 (bench/results/2026-11-21_h200_attention_fp8_lab.log) */
         ck_assert_msg(cs[i] >= 0.99 && cs[i] <= 1.0 + 1e-9 && rl[i] > 0 && rl[i] < 0.15, "%s: cosine %.6f rel L2 %.3e",
-                      g.ops[i].layer, cs[i], rl[i]);
+                      gp->ops[i].layer, cs[i], rl[i]);
         if (cs[i] < worst) worst = cs[i];
     }
     free(cs);
     free(rl);
     tp_accuracy a;
-    tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
+    tp_accuracy_compute(r.got, r.ref, k->batch, k->classes, &a);
     printf("  engine %s + fp8 attention %-46s cosine %.6f rel L2 %.3e; worst layer cosine vs fp16 attention %.6f "
            "(%s)\n",
-           tp_precision_name(eng_prec), k->what, a.cosine, a.rel_l2, worst, tp_engine_op_impl(eng, first_attention(&g)));
+           tp_precision_name(eng_prec), k->what, a.cosine, a.rel_l2, worst, tp_engine_op_impl(eng, first_attention(gp)));
     ck_assert_int_eq(a.nonfinite, 0);
     ck_assert_msg(a.cosine >= 0.99 && a.rel_l2 <= 0.15, "%s: cosine %.5f rel L2 %.3e", k->what, a.cosine, a.rel_l2);
-    tp_engine_destroy(eng);
-    tp_plan_free(&plan);
-    tp_graph_free(&g);
-    tp_params_free(&p);
-    free(in);
-    free(ref);
-    free(got);
-    free(amax);
+    policy_run_free(&r);
 }
 END_TEST
 
@@ -390,36 +419,27 @@ END_TEST
  * cases): every GELU op fused into its GEMM (no GELU kernel), the output against the FP32 reference (exact erf
  * GELU) within the precision's bound of the engine tests: the tanh form differs from erf by at most 4.7e-4 per
  * activation (tools/probes/gelu_epilogue.c), below FP16's own rounding of those activations. */
+static void check_gelu_fused(const tp_graph *g, const tp_plan *plan) {
+    int n_gelu = 0;
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == TP_OP_GELU) {
+            n_gelu++;
+            ck_assert_msg(plan->op_fused_into[i] >= 0, "%s not fused", g->ops[i].layer);
+        }
+    ck_assert_int_gt(n_gelu, 0);
+}
+
 START_TEST(test_engine_gelu_tanh) {
     const int ncase = (int)(sizeof CASES / sizeof CASES[0]);
     const engine_case *k = &CASES[_i % ncase];
     const tp_precision prec = _i < ncase ? TP_PREC_FP16 : TP_PREC_FP8;
-    tp_error e;
-    tp_params p;
-    tp_graph g;
-    case_model(k, &p, &g);
-    size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
-    float *in = malloc(sizeof(float) * in_n), *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
-    float *amax = malloc(sizeof(float) * (size_t)g.n_values);
-    random_input(in, in_n, 7);
-    ck_assert_int_eq(tp_cpu_run(&g, &p, in, ref, &e), TP_OK);
     tp_policy pol;
     tp_policy_default(&pol, prec);
     pol.gelu_tanh = 1;
-    tp_plan plan;
-    ck_assert_msg(tp_plan_build_policy(&g, &pol, gpu_sm(), &plan, &e) == TP_OK, "%s", e.msg);
-    int n_gelu = 0;
-    for (int i = 0; i < g.n_ops; i++)
-        if (g.ops[i].kind == TP_OP_GELU) {
-            n_gelu++;
-            ck_assert_msg(plan.op_fused_into[i] >= 0, "%s not fused", g.ops[i].layer);
-        }
-    ck_assert_int_gt(n_gelu, 0);
-    if (prec == TP_PREC_FP8) ck_assert_msg(tp_calibrate_max(&g, &p, 0, gpu_sm(), in, amax, &e) == TP_OK, "%s", e.msg);
-    tp_engine_options o = {.device = 0, .use_graph = 1, .act_amax = prec == TP_PREC_FP8 ? amax : NULL};
-    tp_engine *eng = build_and_run(&g, &p, &plan, &o, in, got, k->what);
+    policy_run r;
+    run_with_policy(k, &pol, 7, check_gelu_fused, &r);
     tp_accuracy a;
-    tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
+    tp_accuracy_compute(r.got, r.ref, k->batch, k->classes, &a);
     printf("  engine %-5s --gelu tanh %-46s cosine %.7f rel L2 %.3e\n", tp_precision_name(prec), k->what, a.cosine,
            a.rel_l2);
     ck_assert_int_eq(a.nonfinite, 0);
@@ -427,14 +447,7 @@ START_TEST(test_engine_gelu_tanh) {
     ck_assert_msg(a.rel_l2 <= bound, "%s %s: relative L2 %.3e > %.1e", tp_precision_name(prec), k->what, a.rel_l2,
                   bound);
     if (prec == TP_PREC_FP8) ck_assert_msg(a.cosine >= 0.99, "fp8 %s: cosine %.5f < 0.99", k->what, a.cosine);
-    tp_engine_destroy(eng);
-    tp_plan_free(&plan);
-    tp_graph_free(&g);
-    tp_params_free(&p);
-    free(in);
-    free(ref);
-    free(got);
-    free(amax);
+    policy_run_free(&r);
 }
 END_TEST
 
