@@ -531,7 +531,7 @@ START_TEST(test_planner_attention_policy) {
 END_TEST
 
 /* Residual adds run in the epilogue of the GEMM producing their branch (plan.h): on a GPU target when that GEMM
- * reads f32/f16/bf16 operands; never on the CPU, never for FP8 or block-scaled GEMMs. */
+ * reads f32/f16/bf16 or per-tensor E4M3 operands; never on the CPU, never for block-scaled GEMMs. */
 START_TEST(test_planner_residual_fusion) {
     tp_vit_config c;
     tp_params p;
@@ -542,7 +542,7 @@ START_TEST(test_planner_residual_fusion) {
     static const struct {
         tp_precision prec;
         int sm, fused;
-    } cases[] = {{TP_PREC_FP16, 90, 1}, {TP_PREC_BF16, 90, 1}, {TP_PREC_FP8, 90, 0}, {TP_PREC_FP32, 90, 1},
+    } cases[] = {{TP_PREC_FP16, 90, 1}, {TP_PREC_BF16, 90, 1}, {TP_PREC_FP8, 90, 1}, {TP_PREC_FP32, 90, 1},
                  {TP_PREC_FP32, 0, 0},  {TP_PREC_MXFP8, 90, 0}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ck_assert_msg(tp_plan_build(&g, cases[k].prec, cases[k].sm, &plan, &e) == TP_OK, "%s", e.msg);

@@ -65,8 +65,11 @@ static int consumers(const tp_graph *g, int v) {
     return n;
 }
 
-/* plan.h's fusion: each residual add whose operand is the output of a plain GEMM (f32, f16, bf16 operands) read
- * only by that add, with every storage type equal and not E4M3, is done by the GEMM's epilogue. */
+/* plan.h's fusion: each residual add whose operand is the output of a plain or per-tensor FP8 GEMM read only by
+ * that add, with every storage type equal and not E4M3, is done by the GEMM's epilogue. (FP8 GEMMs with a C
+ * operand need the engine's GEMM selection: cuBLASLt's first heuristic algorithm for ViT-B's proj and fc2 took 56
+ * us instead of 37 on an H200, bench/results/2026-11-21_h200_vit-b16_b64_fusion_profile.log; the timed choice
+ * makes the fused FP8 engine 4% faster, ..._fp8_residual_fusion.log.) */
 static void fuse_residual_adds(const tp_graph *g, tp_plan *p) {
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
@@ -77,10 +80,6 @@ static void fuse_residual_adds(const tp_graph *g, tp_plan *p) {
             const int v = op->in[k], j = g->values[v].producer;
             if (j < 0 || g->ops[j].kind != TP_OP_LINEAR || consumers(g, v) != 1 || p->op_epilogue_add[j] >= 0) continue;
             if (p->value_qf[g->ops[j].in[0]] != TP_QF_NONE) continue; /* block formats: their own GEMM paths */
-            /* FP8 GEMMs keep their add: with a C operand cuBLASLt's first heuristic algorithm for ViT-B's proj and
-             * fc2 took 56 us instead of 37 (H200, bench/results/2026-11-21_h200_vit-b16_b64_fusion_profile.log),
-             * more than the add it saves */
-            if (p->value_dt[g->ops[j].in[0]] == TP_E4M3) continue;
             p->op_fused_into[i] = j;
             p->op_epilogue_add[j] = i;
             snprintf(p->op_note[i], sizeof p->op_note[i], "fused: done by the epilogue of %s (+ %s, one rounding)",

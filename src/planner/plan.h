@@ -25,9 +25,9 @@
  *         VEC128_32F / BLK128x128_32F scale modes, FP32 accumulation, BF16 output; the rest runs BF16. A partial
  *         last block along K is allowed (K % 16 == 0 is cuBLASLt's FP8 rule).
  * Fusion (GPU targets): a residual add whose one operand is a GEMM output read by nothing else runs in that GEMM's
- * epilogue (C = the other operand, beta = 1) when the GEMM reads f32, f16 or bf16 operands and writes the add's
- * storage type: the add's kernel and its 3 passes over the activations disappear, and the sum is rounded once
- * instead of twice. FP8 and block-scaled GEMMs keep their add (plan.c says why). With the policy's gelu_tanh
+ * epilogue (C = the other operand, beta = 1) when the GEMM reads f32, f16, bf16 or per-tensor E4M3 operands and
+ * writes the add's storage type: the add's kernel and its 3 passes over the activations disappear, and the sum is
+ * rounded once instead of twice. Block-scaled GEMMs keep their add. With the policy's gelu_tanh
  * (`--gelu tanh`), a GELU whose input is a GEMM output read by nothing else runs in that GEMM's epilogue as the
  * tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (cuBLASLt's GELU; the model's exact erf GELU
  * differs by up to 4.7e-4), the GEMM writing the GELU's output in its storage type (E4M3 with its scale for an FP8
