@@ -1,4 +1,5 @@
-/* attn_check.h: helpers shared by the GPU attention tests (test_gpu_attention.c, test_gpu_attention_wgmma.c):
+/* attn_check.h: helpers shared by the GPU attention tests (test_gpu_attention.c, test_gpu_attention_wgmma.c,
+ * test_gpu_sdpa.c):
  * rounding test inputs to the kernel's input type, max |V|, the format-derived tolerances of a fused attention
  * (derived in test_gpu_attention.c's header comment) and the checked comparison against the CPU reference.
  * Include after gpu_check.h (g_case, hmalloc, esize, host_amax). */

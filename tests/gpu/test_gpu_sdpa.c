@@ -60,6 +60,7 @@
 
 #define TP_GPU_MAX_TRACKED 256
 #include "gpu_check.h"
+#include "attn_check.h"
 
 Suite *gpu_sdpa_suite(void);
 
@@ -112,27 +113,6 @@ static float *to_f32(tp_dtype dt, const void *raw, size_t n) {
     return f;
 }
 
-static void round_to(tp_dtype dt, float *x, size_t n) {
-    void *tmp = malloc(n * esize(dt));
-    ck_assert_msg(tmp != NULL, "out of host memory");
-    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
-    tp_convert_to_f32(dt, tmp, x, n, 1.0f);
-    free(tmp);
-}
-
-/* max |V| over the V part of qkv (B, T, 3, H, D) */
-static float host_vmax(const float *qkv, int B, int T, int H, int D) {
-    float m = 0.0f;
-    for (size_t bt = 0; bt < (size_t)B * T; bt++) m = fmaxf(m, host_amax(qkv + (bt * 3 + 2) * H * D, (size_t)H * D));
-    return m;
-}
-
-static double unit_round(tp_dtype t) { return t == TP_F16 ? 0x1p-11 : 0x1p-8; }
-
-typedef struct {
-    double rel_l2, abs;
-} tol_t;
-
 /* the bounds of the header comment */
 static tol_t sdpa_tol(tp_dtype dt, int T, float vmax, float refmax) {
     const double u = unit_round(dt);
@@ -143,33 +123,6 @@ static tol_t sdpa_tol(tp_dtype dt, int T, float vmax, float refmax) {
     return t;
 }
 
-static void check_close(const char *what, const float *got, const float *ref, size_t n, size_t cols, tol_t tol) {
-    double num = 0.0, den = 0.0, max_abs = 0.0;
-    size_t worst = 0, bad = 0, first_bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) {
-            if (bad++ == 0) first_bad = i;
-            continue;
-        }
-        const double d = (double)got[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-        if (fabs(d) > max_abs) max_abs = fabs(d), worst = i;
-    }
-    const double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
-    const int ok = bad == 0 && rel <= tol.rel_l2 && max_abs <= tol.abs;
-    printf("  %s  %s | %s: n=%zu rel_l2=%.3e (tol %.1e) max_abs=%.3e (tol %.3e) at [%zu,%zu] got %.7g ref %.7g%s\n",
-           ok ? "ok  " : "FAIL", g_case, what, n, rel, tol.rel_l2, max_abs, tol.abs, worst / cols, worst % cols,
-           n ? got[worst] : 0.0, n ? ref[worst] : 0.0, bad ? " (+NaN outputs)" : "");
-    fflush(stdout);
-    ck_assert_msg(bad == 0, "[%s] %s: %zu of %zu outputs are NaN/Inf (poison never overwritten, or a NaN read); "
-                  "first at [%zu,%zu], ref there %.7g",
-                  g_case, what, bad, n, first_bad / cols, first_bad % cols, ref[first_bad]);
-    ck_assert_msg(rel <= tol.rel_l2, "[%s] %s: relative L2 error %.3e > %.1e (max abs %.3e: got %.7g ref %.7g)", g_case,
-                  what, rel, tol.rel_l2, max_abs, got[worst], ref[worst]);
-    ck_assert_msg(max_abs <= tol.abs, "[%s] %s: max abs error %.3e > %.3e at [%zu,%zu]: got %.7g ref %.7g", g_case,
-                  what, max_abs, tol.abs, worst / cols, worst % cols, got[worst], ref[worst]);
-}
 
 static double now_s(void) {
     struct timespec ts;

@@ -39,22 +39,22 @@
 
 #ifndef TP_HAVE_CUDNN_HEADERS
 
-/* ---- stub: no usable cuDNN headers at build time ------------------------------------------------------------ */
+/* ---- builds without usable cuDNN headers: every call refuses, naming why ----------------------------------------- */
 
 #if defined(CUDNN_MAJOR) && defined(CUDNN_MINOR)
 #define TP_SDPA_STR2(x) #x
 #define TP_SDPA_STR(x) TP_SDPA_STR2(x)
-#define TP_SDPA_STUB_WHY                                                                                          \
+#define TP_SDPA_NO_CUDNN_WHY                                                                                          \
     "cuDNN headers at build time are version " TP_SDPA_STR(CUDNN_MAJOR) "." TP_SDPA_STR(CUDNN_MINOR)              \
     ", older than 9.13"
 #else
-#define TP_SDPA_STUB_WHY "cuDNN headers not found at build time (cudnn_graph.h, cudnn_version.h)"
+#define TP_SDPA_NO_CUDNN_WHY "cuDNN headers not found at build time (cudnn_graph.h, cudnn_version.h)"
 #endif
 
 tp_status tp_sdpa_create(int B, int T, int H, int D, tp_dtype dt, float scale, tp_sdpa **out, tp_error *err) {
     (void)B, (void)T, (void)H, (void)D, (void)dt, (void)scale;
     if (out) *out = NULL;
-    return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: %s: this build cannot use cuDNN", TP_SDPA_STUB_WHY);
+    return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: %s: this build cannot use cuDNN", TP_SDPA_NO_CUDNN_WHY);
 }
 size_t tp_sdpa_workspace_bytes(const tp_sdpa *s) {
     (void)s;
@@ -67,7 +67,7 @@ int tp_sdpa_run(tp_sdpa *s, const void *qkv, void *out, void *workspace, tp_stre
 tp_status tp_sdpa_create_ex(const tp_sdpa_desc *d, tp_sdpa **out, tp_error *err) {
     (void)d;
     if (out) *out = NULL;
-    return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: %s: this build cannot use cuDNN", TP_SDPA_STUB_WHY);
+    return tp_fail(err, TP_ERR_UNSUPPORTED, "cuDNN SDPA: %s: this build cannot use cuDNN", TP_SDPA_NO_CUDNN_WHY);
 }
 int tp_sdpa_run_ex(tp_sdpa *s, const void *q, const void *k, const void *v, void *o, void *workspace,
                    tp_stream stream) {
@@ -76,10 +76,10 @@ int tp_sdpa_run_ex(tp_sdpa *s, const void *q, const void *k, const void *v, void
 }
 const char *tp_sdpa_describe(const tp_sdpa *s) {
     (void)s;
-    return "cuDNN SDPA unavailable: " TP_SDPA_STUB_WHY;
+    return "cuDNN SDPA unavailable: " TP_SDPA_NO_CUDNN_WHY;
 }
 int tp_sdpa_cudnn_available(char *msg, size_t n) {
-    if (msg && n) snprintf(msg, n, "%s", TP_SDPA_STUB_WHY);
+    if (msg && n) snprintf(msg, n, "%s", TP_SDPA_NO_CUDNN_WHY);
     return 0;
 }
 void tp_sdpa_destroy(tp_sdpa *s) { (void)s; }

@@ -31,7 +31,7 @@
  * 0.2-0.7 s for the first plan of a process, ~35 ms for later ones), with a 256-byte workspace (0 for T = 1).
  *
  * Builds without the cuDNN headers (cudnn_graph.h, cudnn_version.h; only their enums and types are used) or
- * with headers older than 9.13.1 compile a stub whose tp_sdpa_create returns TP_ERR_UNSUPPORTED saying so.
+ * with headers older than 9.13.1 compile a version whose every call returns TP_ERR_UNSUPPORTED saying so.
  *
  * Threads: creating plans is thread-safe (the loading is done under pthread_once). One tp_sdpa must not be run
  * from two host threads at once (it caches its last variant pack). */
