@@ -84,7 +84,7 @@ static void write_engine(const model *m, tp_precision prec, const tp_policy *pol
     tp_plan plan;
     if (pol) ck_assert_msg(tp_plan_build_policy(&m->g, pol, 90, &plan, &err) == TP_OK, "%s", err.msg);
     else ck_assert_msg(tp_plan_build(&m->g, prec, 90, &plan, &err) == TP_OK, "%s", err.msg);
-    tp_status s = tp_engine_file_write(path, &m->cfg, prec, pol, 90, &m->params, &m->g, &plan, amax, &err);
+    tp_status s = tp_engine_file_write(path, &m->cfg, prec, pol, 90, &m->params, &m->g, &plan, amax, NULL, &err);
     ck_assert_msg(s == TP_OK, "write %s: %s", tp_precision_name(prec), err.msg);
     if (plan_out) *plan_out = plan;
     else tp_plan_free(&plan);
@@ -482,11 +482,11 @@ START_TEST(test_magic_version) {
 
     put_le(b + 8, 7, 4);
     write_bytes(p, b, n);
-    expect_read_fail(p, TP_ERR_FORMAT, "engine file version 7, this tprof reads version 1", NULL);
+    expect_read_fail(p, TP_ERR_FORMAT, "engine file version 7, this tprof reads versions 1 to 2", NULL);
     put_le(b + 8, 0, 4);
     write_bytes(p, b, n);
     expect_read_fail(p, TP_ERR_FORMAT, "engine file version 0", NULL);
-    put_le(b + 8, 1, 4);
+    put_le(b + 8, TP_ENGINE_VERSION, 4);
     put_le(b + 12, 5, 4);
     write_bytes(p, b, n);
     expect_read_fail(p, TP_ERR_FORMAT, "reserved", NULL);
@@ -512,6 +512,107 @@ START_TEST(test_magic_version) {
     ck_assert_msg(tp_engine_file_read(p, &f, &err) == TP_OK, "%s", err.msg);
     tp_engine_file_free(&f);
     free(b);
+}
+END_TEST
+
+/* The GEMM selection (version 2): written and read back; null; version 1 files (no key) still read; a version 2
+ * file without it, with the wrong number of entries or an index out of range is refused; the writer checks it. */
+START_TEST(test_gemm_selection) {
+    model m;
+    make_model(&m);
+    tp_plan plan;
+    tp_error err = {0};
+    ck_assert_msg(tp_plan_build(&m.g, TP_PREC_FP16, 90, &plan, &err) == TP_OK, "%s", err.msg);
+    int *algo = malloc(sizeof(int) * (size_t)m.g.n_ops);
+    ck_assert_ptr_nonnull(algo);
+    int n_gemm = 0;
+    for (int i = 0; i < m.g.n_ops; i++) {
+        const int gemm = m.g.ops[i].kind == TP_OP_LINEAR;
+        algo[i] = gemm ? i % 5 : -1;
+        n_gemm += gemm;
+    }
+    ck_assert_int_gt(n_gemm, 2);
+    tp_engine_gemm_sel gs = {"NVIDIA H200", 130100, 64, m.g.n_ops, algo};
+    const char *p = tpath("gemm.tpe");
+    ck_assert_msg(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err) ==
+                      TP_OK, "%s", err.msg);
+    tp_engine_file f;
+    ck_assert_msg(tp_engine_file_read(p, &f, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(f.version, TP_ENGINE_VERSION);
+    ck_assert_int_eq(f.has_gemm, 1);
+    ck_assert_str_eq(f.gemm.gpu, "NVIDIA H200");
+    ck_assert_int_eq(f.gemm.cublaslt, 130100);
+    ck_assert_int_eq(f.gemm.batch, 64);
+    ck_assert_int_eq(f.gemm.n_ops, m.g.n_ops);
+    for (int i = 0; i < m.g.n_ops; i++) ck_assert_int_eq(f.gemm.algo[i], algo[i]);
+    tp_engine_file_free(&f);
+
+    /* the writer refuses a selection that does not fit the graph */
+    gs.n_ops = m.g.n_ops - 1;
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err),
+                     TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "GEMM selection"));
+    gs.n_ops = m.g.n_ops;
+    algo[0] = -2;
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err),
+                     TP_ERR_ARG);
+    algo[0] = -1;
+    ck_assert_msg(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err) ==
+                      TP_OK, "%s", err.msg);
+
+    size_t n;
+    unsigned char *b = read_bytes(p, &n);
+    uint64_t H, D;
+    const char *q = tpath("gemm_edit.tpe");
+    json_t *root = header_of(b, n, &H, &D);
+    json_object_set_new(root, "gemm_selection", json_null()); /* null: none */
+    write_with_header(q, b, n, root);
+    ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(f.has_gemm, 0);
+    ck_assert_ptr_null(f.gemm.algo);
+    tp_engine_file_free(&f);
+
+    json_object_del(root, "gemm_selection"); /* version 2 without the key */
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "missing key 'gemm_selection'", NULL);
+    unsigned char *v1 = read_bytes(q, &n); /* the same header as version 1: read, without a selection */
+    put_le(v1 + 8, 1, 4);
+    write_bytes(q, v1, n);
+    ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(f.version, 1);
+    ck_assert_int_eq(f.has_gemm, 0);
+    tp_engine_file_free(&f);
+    free(v1);
+    json_decref(root);
+
+    root = header_of(b, n, &H, &D); /* version 1 with the key: unknown there */
+    write_with_header(q, b, n, root);
+    v1 = read_bytes(q, &n);
+    put_le(v1 + 8, 1, 4);
+    write_bytes(q, v1, n);
+    expect_read_fail(q, TP_ERR_FORMAT, "unknown key 'gemm_selection'", NULL);
+    free(v1);
+
+    json_t *a = json_object_get(json_object_get(root, "gemm_selection"), "algos");
+    json_array_append_new(a, json_integer(0)); /* one entry too many */
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "'algos' has", "entries");
+    json_array_remove(a, json_array_size(a) - 1);
+    json_array_set_new(a, 1, json_integer(-3));
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "algos[1]", "out of range");
+    json_array_set_new(a, 1, json_string("3"));
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "algos[1]", "a string");
+    json_array_set_new(a, 1, json_integer(-1));
+    json_object_set_new(json_object_get(root, "gemm_selection"), "batch", json_integer(0));
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "batch", NULL);
+    json_decref(root);
+    free(b);
+    free(algo);
+    tp_plan_free(&plan);
+    free_model(&m);
 }
 END_TEST
 
@@ -753,60 +854,60 @@ START_TEST(test_write_errors) {
     tp_plan plan;
     ck_assert(tp_plan_build(&m.g, TP_PREC_FP16, 90, &plan, &err) == TP_OK);
     const char *p = tpath("w.tpe");
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP8, NULL, 90, &m.params, &m.g, &plan, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP8, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_ARG);
     check_msg_form(&err, p);
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 100, &m.params, &m.g, &plan, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 100, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_ARG);
     tp_policy pol;
     tp_policy_default(&pol, TP_PREC_BF16);
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, &pol, 90, &m.params, &m.g, &plan, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, &pol, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_ARG);
     float *amax = calloc((size_t)m.g.n_values, sizeof(float));
     ck_assert(amax != NULL);
     amax[m.g.output] = -1.0f;
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, amax, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, amax, NULL, &err),
                      TP_ERR_ARG);
     ck_assert_msg(strstr(err.msg, "calibration") != NULL, "%s", err.msg);
     amax[m.g.output] = INFINITY;
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, amax, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, amax, NULL, &err),
                      TP_ERR_ARG);
     ck_assert(access(p, F_OK) != 0); /* nothing written */
 
     /* a parameter the graph lacks */
     tp_params fewer = m.params;
     fewer.n_params--;
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &fewer, &m.g, &plan, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &fewer, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_SHAPE);
     check_msg_form(&err, p);
 
     /* an unwritable place: TP_ERR_IO, and no temporary file left anywhere */
     const char *bad = tpath("no_dir/x.tpe");
-    ck_assert_int_eq(tp_engine_file_write(bad, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(bad, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_IO);
     check_msg_form(&err, bad);
 
     /* A good write replaces an existing file; a failed one leaves it as it was. */
     write_bytes(p, "old", 3);
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_OK);
     size_t n1;
     unsigned char *b1 = read_bytes(p, &n1);
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP8, NULL, 90, &m.params, &m.g, &plan, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP8, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_ARG);
     size_t n2;
     unsigned char *b2 = read_bytes(p, &n2);
     ck_assert(n1 == n2 && memcmp(b1, b2, n1) == 0);
     ck_assert_int_eq(count_temp_files(), 0);
     /* the writer is deterministic */
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_OK);
     free(b2);
     b2 = read_bytes(p, &n2);
     ck_assert(n1 == n2 && memcmp(b1, b2, n1) == 0);
     /* file layout: magic, version, reserved, the data section 64-byte aligned */
     ck_assert(memcmp(b1, "TPRFENG\0", 8) == 0);
-    ck_assert_uint_eq(le(b1 + 8, 4), 1);
+    ck_assert_uint_eq(le(b1 + 8, 4), TP_ENGINE_VERSION);
     ck_assert_uint_eq(le(b1 + 12, 4), 0);
     uint64_t H = le(b1 + 16, 8);
     ck_assert_uint_eq(le(b1 + 24 + H, 4), tp_crc32(0, b1 + 24, (size_t)H));
@@ -909,6 +1010,7 @@ static Suite *engine_file_suite(void) {
     tcase_set_timeout(bad, 120);
     tcase_add_test(bad, test_missing_file);
     tcase_add_test(bad, test_magic_version);
+    tcase_add_test(bad, test_gemm_selection);
     tcase_add_test(bad, test_truncated);
     tcase_add_test(bad, test_corrupted);
     tcase_add_test(bad, test_schema);

@@ -550,7 +550,7 @@ START_TEST(test_planner_residual_fusion) {
         for (int i = 0; i < g.n_ops; i++) {
             const tp_op *op = &g.ops[i];
             if (op->kind != TP_OP_ADD) {
-                ck_assert_int_eq(plan.op_fused_into[i], -1);
+                if (op->kind != TP_OP_EMBED_TOKENS) ck_assert_int_eq(plan.op_fused_into[i], -1);
                 continue;
             }
             n_add++;
@@ -574,6 +574,57 @@ START_TEST(test_planner_residual_fusion) {
     }
     tp_graph_free(&g);
     tp_params_free(&p);
+}
+END_TEST
+
+/* The token embedding in the patch embedding's kernel (plan.h, patch_embed.h): on sm_90 for 16-bit patch
+ * embeddings whose shape the kernel takes; not on other GPUs, not in fp32, not on the CPU, not for P = 14. */
+START_TEST(test_planner_embed_fusion) {
+    tp_vit_config c;
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+    tp_error e;
+    static const struct {
+        tp_precision prec;
+        int sm, patch, fused;
+    } cases[] = {{TP_PREC_FP16, 90, 16, 1}, {TP_PREC_BF16, 90, 16, 1}, {TP_PREC_FP8, 90, 16, 1},
+                 {TP_PREC_NVFP4, 90, 16, 1}, {TP_PREC_FP16, 89, 16, 0}, {TP_PREC_FP16, 100, 16, 0},
+                 {TP_PREC_FP32, 90, 16, 0},  {TP_PREC_FP32, 0, 16, 0},  {TP_PREC_FP16, 90, 14, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        c = preset("vit-tiny");
+        c.depth = 1;
+        c.patch_size = cases[k].patch;
+        c.img_size = 14 * 16;
+        memset(&p, 0, sizeof p);
+        ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+        ck_assert_int_eq(tp_vit_build_graph(&c, &p, 3, &g, &e), TP_OK);
+        ck_assert_msg(tp_plan_build(&g, cases[k].prec, cases[k].sm, &plan, &e) == TP_OK, "%s", e.msg);
+        int pe = -1, emb = -1;
+        for (int i = 0; i < g.n_ops; i++) {
+            if (g.ops[i].kind == TP_OP_PATCH_EMBED) pe = i;
+            if (g.ops[i].kind == TP_OP_EMBED_TOKENS) emb = i;
+        }
+        ck_assert(pe >= 0 && emb >= 0);
+        if (cases[k].fused) {
+            ck_assert_int_eq(plan.op_epilogue_embed[pe], emb);
+            ck_assert_int_eq(plan.op_fused_into[emb], pe);
+            ck_assert_ptr_nonnull(strstr(plan.op_note[pe], "one tprof kernel"));
+            ck_assert_ptr_nonnull(strstr(plan.op_note[emb], g.ops[pe].layer));
+            ck_assert(tp_plan_op_bytes(&plan, &g, emb) == 0.0);
+            /* the fused op reads the image, weights, bias, position embedding and class token, writes the tokens */
+            const tp_value *x = &g.values[g.ops[emb].out], *img = &g.values[g.input];
+            ck_assert(tp_plan_op_bytes(&plan, &g, pe) >
+                      (double)tp_value_numel(x) * tp_dtype_info(plan.value_dt[g.ops[emb].out])->bytes +
+                          (double)tp_value_numel(img) * 4.0);
+        } else {
+            ck_assert_int_eq(plan.op_epilogue_embed[pe], -1);
+            ck_assert_int_eq(plan.op_fused_into[emb], -1);
+        }
+        tp_plan_free(&plan);
+        tp_graph_free(&g);
+        tp_params_free(&p);
+    }
 }
 END_TEST
 
@@ -628,6 +679,7 @@ int main(void) {
     tcase_add_test(t, test_presets);
     tcase_add_test(t, test_planner_residual_fusion);
     tcase_add_test(t, test_planner_gelu_fusion);
+    tcase_add_test(t, test_planner_embed_fusion);
     tcase_add_test(t, test_config_validation);
     tcase_add_test(t, test_param_names_shapes);
     tcase_add_test(t, test_flop_counts);

@@ -596,8 +596,22 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 st = amax ? tp_calibrate(&g, &params, 0, gpu.sm, calib, &o->calib, amax, err)
                           : tp_fail(err, TP_ERR_OOM, "out of host memory");
             }
+            /* an engine file's GEMM selection, when it was timed where this runs (engine_file.h) */
+            const int *given = NULL;
+            if (o->engine_file && o->engine_file->has_gemm && !o->gemm_first) {
+                const tp_engine_gemm_sel *gs = &o->engine_file->gemm;
+                if (gs->n_ops == g.n_ops && gs->batch == B && (size_t)gs->cublaslt == gpu.cublaslt_version &&
+                    strcmp(gs->gpu, gpu.name) == 0 && !pol.gelu_tanh) {
+                    given = gs->algo;
+                    printf("GEMM algorithms: as stored in the engine file (timed on this GPU, cuBLASLt %d, batch %d)\n",
+                           gs->cublaslt, gs->batch);
+                } else {
+                    printf("GEMM algorithms: timed again (the engine file's are for %s, cuBLASLt %d, batch %d%s)\n",
+                           gs->gpu, gs->cublaslt, gs->batch, pol.gelu_tanh ? ", without --gelu tanh" : "");
+                }
+            }
             tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
-                                    .act_amax = amax,
+                                    .gemm_choice = given, .act_amax = amax,
                                     .hook = cupti ? tp_cupti_hook : NULL, .hook_user = cupti, .weights_q = wq,
                                     .attention = (tp_attn_impl)o->attention};
             if (!st) st = tp_engine_build(&g, &params, &plan, &eo, &e, err);
@@ -808,7 +822,36 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
         goto done;
 #endif
     }
-    if ((st = tp_engine_file_write(out_path, c, prec, &pol, sm, &params, &g, &plan, amax, err))) goto done;
+    /* GEMM selection on the target itself (engine_file.h "gemm_selection"): the engine built once here */
+    tp_engine_gemm_sel gsel = {0}, *gs = NULL;
+#ifdef TPROF_HAVE_CUDA
+    if (gpu.present && gpu.sm == sm && !o->gemm_first) {
+        tp_engine *e = NULL;
+        tp_engine_options eo = {.device = 0, .use_graph = 0, .act_amax = amax,
+                                .attention = (tp_attn_impl)o->attention};
+        double t0 = tp_now_ms();
+        if ((st = tp_engine_build(&g, &params, &plan, &eo, &e, err))) goto done;
+        gsel.algo = malloc(sizeof(int) * (size_t)g.n_ops);
+        if (!gsel.algo) {
+            tp_engine_destroy(e);
+            st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+            goto done;
+        }
+        int n_gemm = 0;
+        for (int i = 0; i < g.n_ops; i++) n_gemm += (gsel.algo[i] = tp_engine_gemm_choice(e, i)) >= 0;
+        tp_engine_destroy(e);
+        snprintf(gsel.gpu, sizeof gsel.gpu, "%s", gpu.name);
+        gsel.cublaslt = (int)gpu.cublaslt_version;
+        gsel.batch = o->batch;
+        gsel.n_ops = g.n_ops;
+        gs = &gsel;
+        printf("GEMM selection: %d GEMMs timed on %s at batch %d (%.0f ms), stored in the engine\n", n_gemm, gpu.name,
+               o->batch, tp_now_ms() - t0);
+    }
+#endif
+    st = tp_engine_file_write(out_path, c, prec, &pol, sm, &params, &g, &plan, amax, gs, err);
+    free(gsel.algo);
+    if (st) goto done;
     {
         char b[32];
         int emulated = 0;

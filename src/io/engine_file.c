@@ -231,9 +231,20 @@ static const char *storage_name(const wtensor *t) {
     return t->qf != TP_QF_NONE ? tp_qformat_info(t->qf)->name : tp_dtype_info(t->dt)->name;
 }
 
+static json_t *gemm_json(const tp_engine_gemm_sel *gs, int *bad) {
+    if (!gs) return json_null();
+    json_t *o = json_object(), *a = json_array();
+    jset(o, "gpu", json_string(gs->gpu), bad);
+    jset(o, "cublaslt", json_integer(gs->cublaslt), bad);
+    jset(o, "batch", json_integer(gs->batch), bad);
+    for (int i = 0; i < gs->n_ops; i++) jappend(a, json_integer(gs->algo[i]), bad);
+    jset(o, "algos", a, bad);
+    return o;
+}
+
 static json_t *header_json(const tp_vit_config *cfg, tp_precision prec, const tp_policy *pol, int sm,
                            const tp_graph *g, const tp_plan *plan, const float *act_amax, const wtensor *wt, int n,
-                           uint64_t weight_bytes, int *bad) {
+                           uint64_t weight_bytes, const tp_engine_gemm_sel *gemm, int *bad) {
     json_t *root = json_object();
     jset(root, "tprof", json_string(TPROF_VERSION), bad);
     jset(root, "commit", json_string(TP_GIT_COMMIT), bad);
@@ -278,6 +289,7 @@ static json_t *header_json(const tp_vit_config *cfg, tp_precision prec, const tp
     }
     jset(root, "tensors", ts, bad);
     jset(root, "weight_bytes", json_integer((json_int_t)weight_bytes), bad);
+    jset(root, "gemm_selection", gemm_json(gemm, bad), bad);
     return root;
 }
 
@@ -423,7 +435,7 @@ static tp_status map_params(const char *path, const tp_params *params, const tp_
 
 tp_status tp_engine_file_write(const char *path, const tp_vit_config *cfg, tp_precision prec, const tp_policy *pol,
                                int sm, const tp_params *params, const tp_graph *g, const tp_plan *plan,
-                               const float *act_amax, tp_error *err) {
+                               const float *act_amax, const tp_engine_gemm_sel *gemm, tp_error *err) {
     if (!path || !*path) return tp_fail(err, TP_ERR_ARG, "engine file: no output path given");
     if (!cfg || !params || !g || !plan)
         return ef_fail(err, TP_ERR_ARG, path, "missing model configuration, parameters, graph or plan");
@@ -437,6 +449,15 @@ tp_status tp_engine_file_write(const char *path, const tp_vit_config *cfg, tp_pr
     if (plan->n_values != g->n_values || plan->n_ops != g->n_ops)
         return ef_fail(err, TP_ERR_ARG, path, "the plan (%d values, %d ops) is not the graph's (%d values, %d ops)",
                        plan->n_values, plan->n_ops, g->n_values, g->n_ops);
+    if (gemm) {
+        if (gemm->n_ops != g->n_ops || !gemm->algo || gemm->batch < 1 || gemm->cublaslt < 0)
+            return ef_fail(err, TP_ERR_ARG, path, "GEMM selection: %d ops for a graph of %d, batch %d", gemm->n_ops,
+                           g->n_ops, gemm->batch);
+        for (int i = 0; i < g->n_ops; i++)
+            if (gemm->algo[i] < -1 || gemm->algo[i] > 1000)
+                return ef_fail(err, TP_ERR_ARG, path, "GEMM selection: algorithm %d for op %s", gemm->algo[i],
+                               g->ops[i].layer);
+    }
     tp_policy policy;
     if (pol) policy = *pol;
     else tp_policy_default(&policy, prec);
@@ -482,7 +503,7 @@ tp_status tp_engine_file_write(const char *path, const tp_vit_config *cfg, tp_pr
     }
 
     int bad = 0;
-    root = header_json(cfg, prec, &policy, sm, g, plan, act_amax, wt, n, weight_bytes, &bad);
+    root = header_json(cfg, prec, &policy, sm, g, plan, act_amax, wt, n, weight_bytes, gemm, &bad);
     if (bad || !root) {
         s = ef_fail(err, TP_ERR_OOM, path, "out of host memory building the header");
         goto done;
@@ -599,7 +620,7 @@ static tp_status get_arr(rctx *c, const json_t *o, const char *where, const char
 
 static tp_status get_int(rctx *c, const json_t *o, const char *where, const char *key, int64_t lo, int64_t hi,
                          int64_t *out) {
-    const json_t *v;
+    const json_t *v = NULL;
     tp_status s = field(c, o, where, key, JSON_INTEGER, "an integer", &v);
     if (s) return s;
     json_int_t x = json_integer_value(v);
@@ -981,15 +1002,50 @@ static tp_status check_against_model(rctx *c, tp_engine_file *f) {
     return s;
 }
 
+/* "gemm_selection" (version 2): null, or its object with one algorithm index per op. */
+static tp_status parse_gemm(rctx *c, const json_t *root, tp_engine_file *f) {
+    static const char *const keys[] = {"gpu", "cublaslt", "batch", "algos", NULL};
+    const char *w = "gemm_selection";
+    const json_t *o = json_object_get(root, w), *a;
+    tp_status s;
+    if (!o) return ef_fail(c->err, TP_ERR_FORMAT, c->path, "header: missing key 'gemm_selection'");
+    if (json_is_null(o)) return TP_OK;
+    if (!json_is_object(o))
+        return ef_fail(c->err, TP_ERR_FORMAT, c->path, "header: 'gemm_selection' is %s, expected an object or null",
+                       jkind(o));
+    if ((s = check_keys(c, o, w, keys, 0))) return s;
+    if ((s = get_str(c, o, w, "gpu", f->gemm.gpu, sizeof f->gemm.gpu, 1))) return s;
+    if ((s = get_i32(c, o, w, "cublaslt", 0, INT_MAX, &f->gemm.cublaslt))) return s;
+    if ((s = get_i32(c, o, w, "batch", 1, INT_MAX, &f->gemm.batch))) return s;
+    if ((s = get_arr(c, o, w, "algos", &a))) return s;
+    if (json_array_size(a) != (size_t)f->n_ops)
+        return ef_fail(c->err, TP_ERR_FORMAT, c->path, "gemm_selection: 'algos' has %zu entries for %d ops",
+                       json_array_size(a), f->n_ops);
+    f->gemm.algo = malloc(sizeof(int) * (size_t)(f->n_ops > 0 ? f->n_ops : 1));
+    if (!f->gemm.algo) return ef_fail(c->err, TP_ERR_OOM, c->path, "out of host memory");
+    for (int i = 0; i < f->n_ops; i++) {
+        const json_t *v = json_array_get(a, (size_t)i);
+        if (!json_is_integer(v) || json_integer_value(v) < -1 || json_integer_value(v) > 1000)
+            return ef_fail(c->err, TP_ERR_FORMAT, c->path, "gemm_selection: algos[%d] (%s) is %s, expected an integer "
+                           "in -1..1000", i, f->ops[i].layer, json_is_integer(v) ? "out of range" : jkind(v));
+        f->gemm.algo[i] = (int)json_integer_value(v);
+    }
+    f->gemm.n_ops = f->n_ops;
+    f->has_gemm = 1;
+    return TP_OK;
+}
+
 static tp_status parse_header(rctx *c, const json_t *root, tp_engine_file *f, tregion **regions) {
     static const char *const keys[] = {"tprof", "commit", "model", "precision", "policy", "target_sm",
-                                       "calibration", "ops", "tensors", "weight_bytes", NULL};
+                                       "calibration", "ops", "tensors", "weight_bytes", "gemm_selection", NULL};
+    static const char *const keys_v1[] = {"tprof", "commit", "model", "precision", "policy", "target_sm",
+                                          "calibration", "ops", "tensors", "weight_bytes", NULL};
     const char *w = "header";
     tp_status s;
     const json_t *o;
     if (!json_is_object(root))
         return ef_fail(c->err, TP_ERR_FORMAT, c->path, "the header is %s, expected an object", jkind(root));
-    if ((s = check_keys(c, root, w, keys, 0))) return s;
+    if ((s = check_keys(c, root, w, f->version == 1 ? keys_v1 : keys, 0))) return s;
     if ((s = get_str(c, root, w, "tprof", f->tprof_version, sizeof f->tprof_version, 1))) return s;
     if ((s = get_str(c, root, w, "commit", f->commit, sizeof f->commit, 1))) return s;
     if ((s = get_obj(c, root, w, "model", &o))) return s;
@@ -1005,6 +1061,7 @@ static tp_status parse_header(rctx *c, const json_t *root, tp_engine_file *f, tr
     if ((s = parse_calibration(c, o, f))) return s;
     if ((s = get_arr(c, root, w, "ops", &o))) return s;
     if ((s = parse_ops(c, o, f))) return s;
+    if (f->version >= 2 && (s = parse_gemm(c, root, f))) return s;
     int64_t wb;
     if ((s = get_int(c, root, w, "weight_bytes", 0, INT64_MAX, &wb))) return s;
     f->weight_bytes = (uint64_t)wb;
@@ -1071,6 +1128,7 @@ void tp_engine_file_free(tp_engine_file *f) {
     free(f->ops);
     free(f->calib_names);
     free(f->calib_amax);
+    free(f->gemm.algo);
     memset(f, 0, sizeof *f);
 }
 
@@ -1126,11 +1184,12 @@ tp_status tp_engine_file_read(const char *path, tp_engine_file *out, tp_error *e
     }
     const uint32_t version = (uint32_t)get_le(pre + 8, 4), reserved = (uint32_t)get_le(pre + 12, 4);
     const uint64_t H = get_le(pre + 16, 8);
-    if (version != TP_ENGINE_VERSION) {
-        s = ef_fail(err, TP_ERR_FORMAT, path, "engine file version %u, this tprof reads version %u (rebuild the "
-                    "engine with this tprof)", version, TP_ENGINE_VERSION);
+    if (version < TP_ENGINE_MIN_VERSION || version > TP_ENGINE_VERSION) {
+        s = ef_fail(err, TP_ERR_FORMAT, path, "engine file version %u, this tprof reads versions %u to %u (rebuild "
+                    "the engine with this tprof)", version, TP_ENGINE_MIN_VERSION, TP_ENGINE_VERSION);
         goto done;
     }
+    f->version = version;
     if (reserved != 0) {
         s = ef_fail(err, TP_ERR_FORMAT, path, "reserved prefix field is %u, expected 0 (file corrupted)", reserved);
         goto done;

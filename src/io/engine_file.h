@@ -5,7 +5,7 @@
  * Layout (every integer little-endian; offsets in bytes):
  *
  *   0   8 bytes   magic "TPRFENG\0"
- *   8   u32       format version (TP_ENGINE_VERSION = 1); a reader refuses any other version
+ *   8   u32       format version (TP_ENGINE_VERSION = 2); a reader takes 1 (no "gemm_selection") and 2
  *   12  u32       reserved, 0
  *   16  u64       H, the length of the JSON header (2 .. TP_ENGINE_MAX_HEADER)
  *   24  H bytes   JSON header (UTF-8, jansson; schema below)
@@ -39,6 +39,11 @@
  *            elems, "scales_*" its scales (FP8 per-tensor: one little-endian f32, the scale amax / 448).
  *            The tensors are exactly the model's parameters (names and shapes of tp_vit_params_shapes).
  *   "weight_bytes": the sum of every tensor's bytes and scales_bytes: the engine's weight size in its format.
+ *   "gemm_selection" (version 2): null, or the GEMM algorithms `tprof build` timed on the target GPU (GEMM
+ *            selection, gemm_cublaslt.h): {"gpu": its name, "cublaslt": cublasLtGetVersion(), "batch": the batch
+ *            size timed (the GEMMs' M), "algos": [per op of "ops", the cuBLASLt heuristic candidate index run,
+ *            -1 for ops without a cuBLASLt GEMM]}. `tprof bench --engine` reuses them when the GPU, the
+ *            cuBLASLt version and the batch size are the same (a timing cache), and times again otherwise.
  *
  * Integers in the JSON are JSON integers; floats are written with 17 significant digits, so every f32 (amax,
  * global scale, ln_eps, mean, std) and every double (mlp_ratio, crop_pct) reads back bit for bit.
@@ -60,7 +65,8 @@
 #include "tprof.h"
 
 #define TP_ENGINE_MAGIC "TPRFENG" /* 7 characters and the terminating NUL: the 8 magic bytes */
-#define TP_ENGINE_VERSION 1u
+#define TP_ENGINE_VERSION 2u     /* written */
+#define TP_ENGINE_MIN_VERSION 1u /* oldest read: version 1 has no "gemm_selection" */
 #define TP_ENGINE_ALIGN 64
 #define TP_ENGINE_PREFIX_BYTES 24 /* magic, version, reserved, H */
 /* A larger header is a broken or hostile file: a ViT-H header is about 100 KB. */
@@ -94,6 +100,15 @@ typedef struct {
     char how[256];     /* plan->op_note */
 } tp_engine_op;
 
+/* The GEMM algorithms an engine was tuned with (the header's "gemm_selection"). */
+typedef struct {
+    char gpu[256]; /* the GPU's name (cudaDeviceProp.name) */
+    int cublaslt;  /* cublasLtGetVersion() of the run that timed them */
+    int batch;     /* the batch size they were timed at */
+    int n_ops;     /* the number of ops of the plan (entries of algo) */
+    int *algo;     /* per op: the cuBLASLt candidate index (tp_engine_options.gemm_choice), -1: no cuBLASLt GEMM */
+} tp_engine_gemm_sel;
+
 typedef struct {
     char tprof_version[32]; /* the writer's TPROF_VERSION (cut to 31 bytes) */
     char commit[64];        /* the writer's git commit (cut to 63 bytes) */
@@ -110,6 +125,9 @@ typedef struct {
     tp_engine_tensor *tensors; /* in the file's (the model's parameter) order */
     uint64_t weight_bytes;     /* sum of element and scale bytes of every tensor: the engine size per format */
     uint64_t file_bytes;       /* size of the file */
+    uint32_t version;          /* the file's format version */
+    int has_gemm;              /* 1: gemm holds the file's GEMM selection (owned: algo is freed with the file) */
+    tp_engine_gemm_sel gemm;
 } tp_engine_file;
 
 /* Writes an engine file for a plan.
@@ -126,6 +144,7 @@ typedef struct {
  *           (f32, f16 or bf16, RNE);
  *   act_amax per graph value (g->n_values floats) the calibrated max |x|, or NULL for none: every value that is
  *           not a parameter and whose entry is not NaN is recorded under its name (NaN: not calibrated).
+ *   gemm    the GEMM algorithms to record (gemm->n_ops == g->n_ops, every algo >= -1), or NULL for none.
  * The file is written to "<path>.tmp.<pid>.<n>" in the same directory and renamed over path once complete
  * and flushed to disk, so a failed or interrupted write never leaves a partial file at path.
  * Errors: TP_ERR_ARG (inconsistent arguments, a negative or infinite amax, non-finite weights that give a
@@ -133,11 +152,11 @@ typedef struct {
  * disagree), TP_ERR_IO (cannot create, write or rename; the temporary file is removed), TP_ERR_OOM. */
 tp_status tp_engine_file_write(const char *path, const tp_vit_config *cfg, tp_precision prec, const tp_policy *pol,
                                int sm, const tp_params *params, const tp_graph *g, const tp_plan *plan,
-                               const float *act_amax, tp_error *err);
+                               const float *act_amax, const tp_engine_gemm_sel *gemm, tp_error *err);
 
 /* Reads and validates an engine file into *out (which it owns; free with tp_engine_file_free). Checks, in file
- * order: the magic ("not a tprof engine file"), the version ("engine file version 7, this tprof reads version
- * 1"), the reserved word, the header length (within the limit and the file), the header CRC ("header checksum
+ * order: the magic ("not a tprof engine file"), the version ("engine file version 7, this tprof reads versions
+ * 1 to 2"), the reserved word, the header length (within the limit and the file), the header CRC ("header checksum
  * mismatch (file corrupted)"), the JSON and its schema (every field present, of its type and range, no
  * unknown key; the model validated with tp_vit_config_validate; precision == policy.default), the tensors
  * against the model's parameter table (names, order-independent, and shapes), each tensor's sizes against its

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/cuda/patch_embed.h" /* its shape rules (header-only) */
 #include "formats/dtype.h"
 #include "planner/caps.h"
 #include "planner/policy.h"
@@ -16,6 +17,7 @@ void tp_plan_free(tp_plan *p) {
     free(p->op_emulated);
     free(p->op_fused_into);
     free(p->op_epilogue_add);
+    free(p->op_epilogue_embed);
     free(p->op_epilogue_gelu);
     free(p->op_prec);
     free(p->op_note);
@@ -111,6 +113,38 @@ static void fuse_gelu_tanh(const tp_graph *g, tp_plan *p) {
         size_t l = strlen(p->op_note[j]);
         snprintf(p->op_note[j] + l, sizeof p->op_note[j] - l, "; + GELU (tanh approximation) in the epilogue, writes %s",
                  tp_dtype_info(p->value_dt[y])->name);
+    }
+}
+
+/* plan.h's embedding fusion: on sm_90 a patch embedding read only by the token embedding, with the weights, the
+ * position embedding, the class token and both outputs in one 16-bit type and the image in fp32, runs as one
+ * kernel (patch_embed.h) when its shape rules hold: no im2col, no cast, no concatenation kernel. */
+static void fuse_patch_embed(const tp_graph *g, int sm, tp_plan *p) {
+    if (sm != 90) return; /* the kernel is wgmma: compute capability 9.0 only */
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_PATCH_EMBED || consumers(g, op->out) != 1) continue;
+        int j = -1;
+        for (int k = 0; k < g->n_ops; k++)
+            if (g->ops[k].kind == TP_OP_EMBED_TOKENS && g->ops[k].in[0] == op->out) j = k;
+        if (j < 0) continue;
+        const tp_op *eo = &g->ops[j];
+        const tp_dtype dt = p->value_dt[op->in[1]];
+        int ok = p->value_dt[op->in[0]] == TP_F32 && tpk_patch_embed_shape_ok(dt, op->patch, (int)op->gemm_n);
+        const int vals[] = {op->in[1], op->n_in > 2 ? op->in[2] : op->in[1], op->out, eo->in[1],
+                            eo->n_in > 2 ? eo->in[2] : eo->in[1], eo->out};
+        for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
+            ok = ok && p->value_dt[vals[k]] == dt && p->value_qf[vals[k]] == TP_QF_NONE;
+        if (!ok) continue;
+        p->op_fused_into[j] = i;
+        p->op_epilogue_embed[i] = j;
+        snprintf(p->op_note[j], sizeof p->op_note[j],
+                 "fused: done by the epilogue of %s (+ position embedding%s, one rounding)", op->layer,
+                 eo->n_in > 2 ? ", class token rows" : "");
+        size_t l = strlen(p->op_note[i]);
+        snprintf(p->op_note[i] + l, sizeof p->op_note[i] - l,
+                 "; one tprof kernel: im2col + cast to %s in the loads, bias + %s in the epilogue", tp_dtype_info(dt)->name,
+                 eo->layer);
     }
 }
 
@@ -272,19 +306,22 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     p->op_emulated = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
     p->op_fused_into = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_epilogue_add = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    p->op_epilogue_embed = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_epilogue_gelu = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_prec = malloc(sizeof(tp_precision) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *p->op_note);
     int *keep = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
     char(*why)[200] = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *why);
     if (!p->value_dt || !p->value_scaled || !p->value_qf || !p->op_emulated || !p->op_prec || !p->op_note || !keep ||
-        !why || !p->op_fused_into || !p->op_epilogue_add || !p->op_epilogue_gelu) {
+        !why || !p->op_fused_into || !p->op_epilogue_add || !p->op_epilogue_gelu ||
+        !p->op_epilogue_embed) {
         free(keep);
         free(why);
         tp_plan_free(p);
         return tp_fail(err, TP_ERR_OOM, "out of host memory planning the engine");
     }
-    for (int i = 0; i < g->n_ops; i++) p->op_fused_into[i] = p->op_epilogue_add[i] = p->op_epilogue_gelu[i] = -1;
+    for (int i = 0; i < g->n_ops; i++)
+        p->op_fused_into[i] = p->op_epilogue_add[i] = p->op_epilogue_gelu[i] = p->op_epilogue_embed[i] = -1;
     tp_status st = resolve_policy(g, pol, prec, keep, why, err);
     if (st) goto out;
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
@@ -376,6 +413,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
 out:
     if (!st && sm > 0) fuse_residual_adds(g, p);
     if (!st && sm > 0 && pol->gelu_tanh) fuse_gelu_tanh(g, p);
+    if (!st && sm > 0) fuse_patch_embed(g, sm, p);
     free(keep);
     free(why);
     if (st) tp_plan_free(p);
@@ -393,8 +431,15 @@ double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
     }
     for (int j = 0; j < op->n_in; j++)
         b += (double)tp_value_numel(&g->values[op->in[j]]) * (double)tp_dtype_info(p->value_dt[op->in[j]])->bytes;
-    /* the output: the fused GELU's when the epilogue computes it (its storage type) */
-    const int y = p->op_epilogue_gelu && p->op_epilogue_gelu[i] >= 0 ? g->ops[p->op_epilogue_gelu[i]].out : op->out;
+    int y = op->out;
+    if (p->op_epilogue_embed && p->op_epilogue_embed[i] >= 0) { /* + position embedding and class token read */
+        const tp_op *eo = &g->ops[p->op_epilogue_embed[i]];
+        for (int j = 1; j < eo->n_in; j++)
+            b += (double)tp_value_numel(&g->values[eo->in[j]]) * (double)tp_dtype_info(p->value_dt[eo->in[j]])->bytes;
+        y = eo->out;
+    }
+    /* the output: the fused GELU's (or token embedding's) when the epilogue computes it (its storage type) */
+    if (p->op_epilogue_gelu && p->op_epilogue_gelu[i] >= 0) y = g->ops[p->op_epilogue_gelu[i]].out;
     b += (double)tp_value_numel(&g->values[y]) * (double)tp_dtype_info(p->value_dt[y])->bytes;
     return b;
 }

@@ -28,6 +28,7 @@
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
+#include "exec/cuda/patch_embed.h"
 #include "formats/dtype.h"
 
 #define TP_GPU_MAX_TRACKED 4096
@@ -241,6 +242,80 @@ START_TEST(test_embed_tokens) {
 END_TEST
 
 /* ================================================================================================================
+ * patch_embed (patch_embed.h): the fused token embedding against the CPU path it replaces, im2col -> the GEMM's
+ * input type -> linear (fp64 accumulation) + bias -> + position embedding (no rounding between: the kernel rounds
+ * once), and the class token rows. Shapes: several row tiles with a partial last one (B 3 at 224: M = 588), a
+ * partial column tile (C 40, 136), P 8 (K 192: three K steps), no class token, no bias, B 1. On a device other
+ * than compute capability 9.0 the entry point must refuse.
+ * ============================================================================================================== */
+
+START_TEST(test_patch_embed) {
+    const tp_dtype dt = _i ? TP_BF16 : TP_F16;
+    /* B, H, W, P, C, has_cls, has_bias */
+    static const int cases[][7] = {{3, 224, 224, 16, 768, 1, 1}, {1, 32, 48, 16, 40, 1, 1}, {2, 24, 40, 8, 136, 0, 1},
+                                   {3, 64, 64, 16, 192, 1, 0},   {64, 16, 16, 16, 64, 1, 1}};
+    if (!tpk_patch_embed_supported(dt, 16, 768)) {
+        int major = 0, minor = 0, dev = 0;
+        CUDA_OK(cudaGetDevice(&dev));
+        CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        ck_assert_msg(!(major == 9 && minor == 0), "patch_embed unsupported on compute capability 9.0");
+        ck_assert_int_ne(tpk_patch_embed(NULL, NULL, NULL, NULL, NULL, NULL, dt, 1, 16, 16, 16, 768, 1, g_stream), 0);
+        return;
+    }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int B = cases[c][0], H = cases[c][1], W = cases[c][2], P = cases[c][3], C = cases[c][4];
+        const int has_cls = cases[c][5], has_bias = cases[c][6];
+        const int Np = (H / P) * (W / P), K = 3 * P * P, T = Np + has_cls;
+        const size_t M = (size_t)B * Np, n_img = (size_t)B * 3 * H * W, n_x = (size_t)B * T * C;
+        SET_CASE("patch_embed %s B=%d H=%d W=%d P=%d C=%d cls=%d bias=%d", dname(dt), B, H, W, P, C, has_cls,
+                 has_bias);
+        float *img = host_normal(n_img, 1100 + c, 0.2, 1.0), *w = host_normal((size_t)C * K, 1200 + c, 0.0, 0.03);
+        float *bias = host_normal((size_t)C, 1300 + c, 0.0, 0.5), *pos = host_normal((size_t)T * C, 1400 + c, 0.0, 0.5);
+        float *cls = host_normal((size_t)C, 1500 + c, 0.0, 0.5);
+        round_to(dt, w, (size_t)C * K, 1.0f);
+        round_to(dt, bias, (size_t)C, 1.0f);
+        round_to(dt, pos, (size_t)T * C, 1.0f);
+        round_to(dt, cls, (size_t)C, 1.0f);
+        float *cols = hmalloc(M * K * sizeof(float)), *pe = hmalloc(M * C * sizeof(float));
+        float *ref = hmalloc(n_x * sizeof(float));
+        tp_cpu_im2col(img, cols, B, H, W, P);
+        round_to(dt, cols, M * K, 1.0f);
+        tp_cpu_linear(cols, w, has_bias ? bias : NULL, pe, (int64_t)M, C, K);
+        tp_cpu_embed_tokens(pe, has_cls ? cls : NULL, pos, ref, B, Np, C, has_cls);
+        void *d_img = dev_upload_at(TP_F32, img, n_img, 1.0f, 0), *d_w = dev_upload_at(dt, w, (size_t)C * K, 1.0f, 0);
+        void *d_bias = has_bias ? dev_upload_at(dt, bias, (size_t)C, 1.0f, 0) : NULL;
+        void *d_pos = dev_upload_at(dt, pos, (size_t)T * C, 1.0f, 0), *d_cls = dev_upload_at(dt, cls, (size_t)C, 1.0f, 0);
+        void *d_x = dev_alloc_at(dt, n_x + 16, 0); /* 16 poisoned elements past the end must stay so */
+        KERNEL_OK(tpk_patch_embed(d_img, d_w, d_bias, d_cls, d_pos, d_x, dt, B, H, W, P, C, has_cls, g_stream));
+        check_close("x", download_f32(dt, d_x, n_x, 1.0f), ref, n_x, (size_t)C, tol_for(dt, n_x));
+        check_untouched("x past its end", (const char *)d_x + n_x * esize(dt), 0, 16 * esize(dt));
+        if (has_cls) { /* class token rows: one fp32 add, one rounding: bit-exact */
+            float *row = hmalloc((size_t)C * sizeof(float));
+            for (int n = 0; n < C; n++) row[n] = cls[n] + pos[n];
+            void *want = hmalloc((size_t)C * esize(dt));
+            tp_convert_from_f32(dt, row, want, (size_t)C, 1.0f);
+            for (int b = 0; b < B; b++)
+                check_bytes_equal("class token row", dt,
+                                  download_bytes((const char *)d_x + (size_t)b * T * C * esize(dt), C * esize(dt)),
+                                  want, (size_t)C, (size_t)C);
+        }
+    }
+    /* rejections: shapes the kernel cannot take, misaligned image, fp32 */
+    void *buf = dev_bytes(1 << 20);
+    const rejected_call bad[] = {
+        {"patch 14 (K 588 not a multiple of 64)", tpk_patch_embed(buf, buf, NULL, buf, buf, buf, dt, 1, 28, 28, 14, 64, 1, g_stream)},
+        {"C 100 (not a multiple of 8)", tpk_patch_embed(buf, buf, NULL, buf, buf, buf, dt, 1, 32, 32, 16, 100, 1, g_stream)},
+        {"H not a multiple of P", tpk_patch_embed(buf, buf, NULL, buf, buf, buf, dt, 1, 40, 32, 16, 64, 1, g_stream)},
+        {"misaligned image", tpk_patch_embed((const float *)buf + 1, buf, NULL, buf, buf, buf, dt, 1, 32, 32, 16, 64, 1, g_stream)},
+        {"fp32 weights", tpk_patch_embed(buf, buf, NULL, buf, buf, buf, TP_F32, 1, 32, 32, 16, 64, 1, g_stream)},
+        {"no position embedding", tpk_patch_embed(buf, buf, NULL, buf, NULL, buf, dt, 1, 32, 32, 16, 64, 1, g_stream)},
+    };
+    check_rejected(bad, sizeof bad / sizeof bad[0]);
+}
+END_TEST
+
+/* ================================================================================================================
  * LayerNorm: rows of M = B*T tokens; x has a non-zero mean (1.5) so a one-pass variance would lose digits.
  * ============================================================================================================== */
 
@@ -255,8 +330,10 @@ static const struct {
 START_TEST(test_layernorm) {
     const tp_dtype xdt = LN_COMBOS[_i].x, wdt = LN_COMBOS[_i].w, ydt = LN_COMBOS[_i].y;
     /* M, C, base offset in elements (1 = misaligned: scalar path) */
-    static const int cases[][3] = {{1, 192, 0},   {591, 768, 0}, {100, 100, 0}, {591, 192, 1},
-                                   {150, 768, 1}, {50, 37, 0},   {1, 100, 1}};
+    /* C % 128 == 0 and C <= 1024 take the row-in-registers kernel (384, 768, 1024; 768 misaligned and 1152 do
+     * not), the others the three-pass one */
+    static const int cases[][3] = {{1, 192, 0}, {591, 768, 0},  {100, 100, 0}, {591, 192, 1}, {150, 768, 1},
+                                   {50, 37, 0}, {1, 100, 1},    {3, 384, 0},   {197, 1024, 0}, {7, 1152, 0}};
     const float eps = 1e-6f;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int M = cases[c][0], C = cases[c][1];
@@ -304,8 +381,65 @@ START_TEST(test_gelu) {
         void *d_x = dev_upload_at(xdt, x, n, 1.0f, off), *d_y = dev_alloc_at(ydt, n, off);
         float *d_scale = ydt == TP_E4M3 ? dev_scalar(scale) : NULL;
         KERNEL_OK(tpk_gelu(d_x, xdt, d_y, ydt, d_scale, n, g_stream));
-        check_close("y", download_f32(ydt, d_y, n, scale), ref, n, n, tol_for(ydt, n));
+        const float *got = download_f32(ydt, d_y, n, scale);
+        check_close("y", got, ref, n, n, tol_for(ydt, n));
+        if (ydt == TP_E4M3) { /* every element within half an E4M3 step of the exact GELU (+ the erf's 1e-6) */
+            size_t worse = 0, first = 0;
+            for (size_t i = 0; i < n; i++) {
+                const double a = fabs((double)ref[i]) / scale;
+                const double step = a < 0x1p-6 ? 0x1p-9 : ldexp(1.0, (int)floor(log2(a)) - 3);
+                if (fabs((double)got[i] - ref[i]) > 0.5 * step * scale + 1e-6 * fabs((double)ref[i]) + 1e-6)
+                    if (worse++ == 0) first = i;
+            }
+            printf("  %s  %s | within half an e4m3 step: %zu of %zu beyond\n", worse ? "FAIL" : "ok  ", g_case, worse, n);
+            ck_assert_msg(worse == 0, "[%s] %zu elements beyond half an E4M3 step, first %zu: x %.9g got %.9g ref %.9g",
+                          g_case, worse, first, x[first], got[first], ref[first]);
+        }
     }
+}
+END_TEST
+
+/* ================================================================================================================
+ * E4M3 outputs are rounded like the host codec: q = sat(rne(y / scale)). The kernels divide by a reciprocal
+ * and one correction step (div_by_scale in kernels.cu), so this test aims at the inputs where that could go
+ * wrong: y / scale within a few ulps of a midpoint between two E4M3 values, for scales that are not powers of
+ * two. GELU is the identity (to the bit) for x >= 6 in fp32 (erfc(-x / sqrt 2) < 2e-9 rounds 2 - erfc to 2),
+ * so y = x there and the quotients are chosen exactly; the f32 output of the same kernel checks that premise.
+ * The data must be able to fail: a bare multiply by RN(1 / scale) rounds some of them differently.
+ * ============================================================================================================== */
+
+START_TEST(test_e4m3_rounding) {
+    static const float scales[] = {0.1f, 0.3f, 1.0f / 3.0f, 0.7f, 1.1f, 0.0137f * 1000.0f / 7.0f};
+    enum { MAX_N = 4096 };
+    float *x = hmalloc(MAX_N * sizeof(float));
+    size_t n_bare_differs = 0;
+    for (int si = 0; si < N_OF(scales); si++) {
+        const float sc = scales[si], r = 1.0f / sc;
+        size_t n = 0;
+        /* midpoints between consecutive E4M3 values from 64 to 448 (spacing 8, 16, 32), +-0..6 ulps around m*sc */
+        for (float lo = 64.0f; lo < 448.0f;) {
+            const float step = lo < 128.0f ? 8.0f : lo < 256.0f ? 16.0f : 32.0f, m = lo + step / 2;
+            float c = m * sc;
+            for (int k = 0; k < 6; k++) c = nextafterf(c, 0.0f);
+            for (int k = 0; k < 13 && n < MAX_N; k++, c = nextafterf(c, INFINITY))
+                if (c >= 6.0f) x[n++] = c;
+            lo += step;
+        }
+        SET_CASE("e4m3 rounding: gelu f32 -> e4m3, scale %.9g, %zu values near midpoints", sc, n);
+        for (size_t i = 0; i < n; i++)
+            if (tp_f32_to_e4m3(x[i] * r) != tp_f32_to_e4m3(x[i] / sc)) n_bare_differs++;
+        void *d_x = dev_upload_at(TP_F32, x, n, 1.0f, 0), *d_y32 = dev_alloc_at(TP_F32, n, 0);
+        void *d_y8 = dev_alloc_at(TP_E4M3, n, 0);
+        float *d_scale = dev_scalar(sc);
+        KERNEL_OK(tpk_gelu(d_x, TP_F32, d_y32, TP_F32, NULL, n, g_stream));
+        KERNEL_OK(tpk_gelu(d_x, TP_F32, d_y8, TP_E4M3, d_scale, n, g_stream));
+        const float *y32 = download_bytes(d_y32, n * sizeof(float));
+        ck_assert_msg(memcmp(y32, x, n * sizeof(float)) == 0, "gelu(x) != x for x >= 6 in fp32: the premise fails");
+        uint8_t *want = hmalloc(n);
+        tp_convert_from_f32(TP_E4M3, x, want, n, sc);
+        check_bytes_equal("gelu e4m3", TP_E4M3, download_bytes(d_y8, n), want, n, n);
+    }
+    ck_assert_msg(n_bare_differs > 0, "no input where a bare multiply by 1/scale rounds differently: test is blind");
 }
 END_TEST
 
@@ -820,9 +954,12 @@ Suite *gpu_ops_suite(void) {
     Suite *s = suite_create("gpu_ops");
     TCase *tc;
     tcase_add_loop_test(new_tcase(s, "im2col"), test_im2col, 0, N_OF(ACT));
+    tcase_add_loop_test(new_tcase(s, "patch_embed"), test_patch_embed, 0, 2);
     tcase_add_loop_test(new_tcase(s, "embed_tokens"), test_embed_tokens, 0, N_OF(ACT));
     tcase_add_loop_test(new_tcase(s, "layernorm"), test_layernorm, 0, N_OF(LN_COMBOS));
-    tcase_add_loop_test(new_tcase(s, "gelu"), test_gelu, 0, N_OF(GELU_COMBOS));
+    tc = new_tcase(s, "gelu");
+    tcase_add_loop_test(tc, test_gelu, 0, N_OF(GELU_COMBOS));
+    tcase_add_test(tc, test_e4m3_rounding);
     tcase_add_loop_test(new_tcase(s, "add"), test_add, 0, N_OF(ACT));
     tcase_add_loop_test(new_tcase(s, "attention"), test_attention, 0, N_OF(ATT_COMBOS));
     tcase_add_loop_test(new_tcase(s, "pool"), test_pool, 0, N_OF(ACT));

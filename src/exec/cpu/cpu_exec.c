@@ -145,8 +145,12 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
             break;
         default: CHECK(!"unknown op kind");
         }
-        /* emulating a plan: the activation is stored in fp16/bf16 as the engine stores it */
-        if (plan && narrow(plan->value_dt[op->out])) round_to(plan->value_dt[op->out], y, y, n);
+        /* emulating a plan: the activation is stored in fp16/bf16 as the engine stores it, unless the op's
+         * epilogue goes on with the next op (a fused residual add, GELU or token embedding: never stored) */
+        const int stored = !plan || ((!plan->op_epilogue_add || plan->op_epilogue_add[i] < 0) &&
+                                     (!plan->op_epilogue_gelu || plan->op_epilogue_gelu[i] < 0) &&
+                                     (!plan->op_epilogue_embed || plan->op_epilogue_embed[i] < 0));
+        if (plan && stored && narrow(plan->value_dt[op->out])) round_to(plan->value_dt[op->out], y, y, n);
         /* free what no later op reads (never params or the input) */
         for (int j = 0; j < op->n_in; j++) {
             int v = op->in[j];

@@ -16,6 +16,7 @@
 #include "exec/cuda/cudnn_sdpa.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
+#include "exec/cuda/patch_embed.h"
 #include "exec/cuda/scale_layout.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
@@ -202,6 +203,14 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     HOOK(e, i, op_category(op->kind));
     switch (op->kind) {
     case TP_OP_PATCH_EMBED:
+        if (pl->op_epilogue_embed[i] >= 0) { /* im2col + GEMM + bias + token embedding in one kernel (plan.c) */
+            const tp_op *eo = &g->ops[pl->op_epilogue_embed[i]];
+            rc = tpk_patch_embed(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                                 eo->n_in > 2 ? e->dptr[eo->in[2]] : NULL, e->dptr[eo->in[1]], e->dptr[eo->out],
+                                 pl->value_dt[eo->out], (int)xv->shape[0], (int)xv->shape[2], (int)xv->shape[3],
+                                 op->patch, (int)op->gemm_n, eo->n_in > 2, s);
+            break;
+        }
         HOOK(e, i, TP_CAT_CONVERT); /* im2col is a layout transform feeding the GEMM */
         rc = tpk_im2col(x, e->d_cols, pl->value_dt[op->in[1]], (int)xv->shape[0], (int)xv->shape[2],
                         (int)xv->shape[3], op->patch, s);
@@ -211,6 +220,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
                              s);
         break;
     case TP_OP_EMBED_TOKENS:
+        if (pl->op_fused_into[i] >= 0) break; /* written by the patch embedding's kernel (plan.c) */
         rc = tpk_embed_tokens(x, op->n_in > 2 ? e->dptr[op->in[2]] : NULL, e->dptr[op->in[1]], y, ydt,
                               (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->n_in > 2, s);
         break;
@@ -889,6 +899,17 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR && op->kind != TP_OP_PATCH_EMBED) continue;
         e->alpha[i] = 1.0f;
+        if (plan->op_epilogue_embed[i] >= 0) { /* tprof's kernel, no cuBLASLt plan, no im2col scratch */
+            if (!tpk_patch_embed_supported(plan->value_dt[op->in[1]], op->patch, (int)op->gemm_n)) {
+                st = tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: the fused patch embedding (patch_embed.h) does not "
+                             "run on this device", op->layer);
+                goto fail;
+            }
+            snprintf(e->impl_note[i], sizeof e->impl_note[i],
+                     "tprof patch_embed.cu: wgmma GEMM, im2col + cast in its loads, bias + %s in its epilogue",
+                     g->ops[plan->op_epilogue_embed[i]].layer);
+            continue;
+        }
         if (op->kind == TP_OP_LINEAR && plan->value_qf[op->in[0]] == TP_QF_FP8_BLOCK128) {
             /* native FP8 block-128: the input's 1x128 scales (one buffer per value), E4M3 scratch when no producer
              * writes the format */

@@ -7,8 +7,8 @@
  * Numerics: every value is widened to fp32 on load, all arithmetic and statistics are fp32, and the result is
  * rounded once on store: RNE for F16/BF16, and for E4M3 q = sat(rne(y / scale)) through
  * __nv_cvt_float_to_fp8(..., __NV_SATFINITE, __NV_E4M3), matching the host codec tp_f32_to_e4m3 (dtype.c).
- * The division by scale is a true IEEE division (not a multiply by 1/scale) because kernels.h specifies
- * y / scale and the two differ in the last bit for some scales.
+ * The division by scale is correctly rounded (div_by_scale: a reciprocal and one exact correction, not a bare
+ * multiply by 1/scale) because kernels.h specifies y / scale and the two differ in the last bit for some scales.
  *
  * Vector paths: elementwise and row kernels move 4 elements per access (16 bytes for fp32, 8 for 16-bit types,
  * 4 for FP8) when every pointer involved is aligned to that width; otherwise they fall back to scalar accesses.
@@ -44,8 +44,26 @@ __device__ __forceinline__ float ld1(const __nv_bfloat16 *p, size_t i) { return 
 __device__ __forceinline__ void st1(float *p, size_t i, float v, float) { p[i] = v; }
 __device__ __forceinline__ void st1(__half *p, size_t i, float v, float) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void st1(__nv_bfloat16 *p, size_t i, float v, float) { p[i] = __float2bfloat16_rn(v); }
+/* v / scale, correctly rounded, without the division: with r = RN(1 / scale) (rcp.rn: one PTX instruction, so
+ * every store with this scale shares it), q = RN(v r) is within an ulp of v / scale and one correction step
+ * RN(q + (v - q scale) r), the remainder exact through the FMA, is the correctly rounded quotient (Markstein's
+ * theorem; Muller et al., Handbook of Floating-Point Arithmetic, 2nd ed., 4.7 and 5.5). Branch-free: where the
+ * corrected quotient is not finite (v infinite or NaN, overflow) the plain product is, like v / scale, +-inf or
+ * NaN. Outside the theorem's hypotheses: quotients below 2^-126 may differ in the last bit, and all of them
+ * round to zero in E4M3 (smallest subnormal 2^-9); scales that are not normal (below 2^-126, kernels.h asks
+ * for normal ones) may saturate a quotient that is finite. */
+__device__ __forceinline__ float div_by_scale(float v, float scale) {
+    const float r = __frcp_rn(scale);
+    const float q = v * r, q1 = fmaf(fmaf(-q, scale, v), r, q);
+    return isfinite(q1) ? q1 : q;
+}
 __device__ __forceinline__ __nv_fp8_storage_t to_e4m3(float v, float scale) {
-    return __nv_cvt_float_to_fp8(v / scale, __NV_SATFINITE, __NV_E4M3);
+    return __nv_cvt_float_to_fp8(div_by_scale(v, scale), __NV_SATFINITE, __NV_E4M3);
+}
+/* Two values in one cvt.rn.satfinite.e4m3x2.f32: lo in bits 0-7, hi in bits 8-15. */
+__device__ __forceinline__ uint32_t to_e4m3x2(float lo, float hi, float scale) {
+    float2 f = make_float2(div_by_scale(lo, scale), div_by_scale(hi, scale));
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
 }
 __device__ __forceinline__ void st1(e4m3_t *p, size_t i, float v, float scale) {
     reinterpret_cast<__nv_fp8_storage_t *>(p)[i] = to_e4m3(v, scale);
@@ -91,9 +109,61 @@ __device__ __forceinline__ void st4(__nv_bfloat16 *p, size_t i, const float v[4]
     *reinterpret_cast<uint2 *>(p + i) = t;
 }
 __device__ __forceinline__ void st4(e4m3_t *p, size_t i, const float v[4], float scale) {
-    uint32_t t = (uint32_t)to_e4m3(v[0], scale) | ((uint32_t)to_e4m3(v[1], scale) << 8) |
-                 ((uint32_t)to_e4m3(v[2], scale) << 16) | ((uint32_t)to_e4m3(v[3], scale) << 24);
-    *reinterpret_cast<uint32_t *>(p + i) = t;
+    *reinterpret_cast<uint32_t *>(p + i) = to_e4m3x2(v[0], v[1], scale) | (to_e4m3x2(v[2], v[3], scale) << 16);
+}
+
+/* 8 consecutive elements (16 bytes of a 16-bit type): p + i aligned to 8 elements (host checks). The
+ * bandwidth-bound elementwise kernels use these; 4-element accesses of 16-bit data are only 8 bytes. */
+__device__ __forceinline__ void ld8(const float *p, size_t i, float v[8]) {
+    ld4(p, i, v);
+    ld4(p, i + 4, v + 4);
+}
+template <typename T2, typename T>
+__device__ __forceinline__ void ld8_16(const T *p, size_t i, float v[8], float2 (*cvt)(T2)) {
+    uint4 t = *reinterpret_cast<const uint4 *>(p + i);
+    const uint32_t w[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        T2 h;
+        memcpy(&h, &w[k], 4);
+        float2 f = cvt(h);
+        v[2 * k] = f.x, v[2 * k + 1] = f.y;
+    }
+}
+__device__ __forceinline__ float2 h2f2(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ float2 b2f2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+__device__ __forceinline__ void ld8(const __half *p, size_t i, float v[8]) { ld8_16<__half2>(p, i, v, h2f2); }
+__device__ __forceinline__ void ld8(const __nv_bfloat16 *p, size_t i, float v[8]) {
+    ld8_16<__nv_bfloat162>(p, i, v, b2f2);
+}
+__device__ __forceinline__ void st8(float *p, size_t i, const float v[8], float sc) {
+    st4(p, i, v, sc);
+    st4(p, i + 4, v + 4, sc);
+}
+__device__ __forceinline__ void st8(__half *p, size_t i, const float v[8], float) {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+        memcpy(&w[k], &h, 4);
+    }
+    *reinterpret_cast<uint4 *>(p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void st8(__nv_bfloat16 *p, size_t i, const float v[8], float) {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        memcpy(&w[k], &h, 4);
+    }
+    *reinterpret_cast<uint4 *>(p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void st8(e4m3_t *p, size_t i, const float v[8], float sc) {
+    uint32_t w[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        w[k] = to_e4m3x2(v[4 * k], v[4 * k + 1], sc) | (to_e4m3x2(v[4 * k + 2], v[4 * k + 3], sc) << 16);
+    *reinterpret_cast<uint2 *>(p + i) = make_uint2(w[0], w[1]);
 }
 
 /* The per-tensor output scale: read from device memory only for E4M3 outputs (the pointer may be NULL
@@ -273,6 +343,49 @@ __global__ void __launch_bounds__(TPK_THREADS)
     }
 }
 
+/* The same arithmetic, in the same order, with the row read from memory once into registers (LN_REG_VECS
+ * 4-element vectors per lane): for C % 128 == 0 and C <= 32 * 4 * LN_REG_VECS (ViT-S/B/L's 384, 768, 1024).
+ * The three-pass kernel above re-reads the row twice from L1 and spent ~12 us on ViT-B's 12608 x 768 f16 rows
+ * on an H200, 1.5x the time of its 39 MB of traffic. Results are bit-identical to it. */
+#define LN_REG_VECS 8
+
+template <typename TX, typename TW, typename TY>
+__global__ void __launch_bounds__(TPK_THREADS)
+    layernorm_reg_kernel(const TX *__restrict__ x, const TW *__restrict__ w, const TW *__restrict__ b,
+                         TY *__restrict__ y, const float *__restrict__ y_scale, int M, int C, float eps) {
+    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32, nv = C / 128;
+    if (row >= M) return;
+    const TX *xr = x + (size_t)row * C;
+    TY *yr = y + (size_t)row * C;
+    float v[LN_REG_VECS][4];
+#pragma unroll
+    for (int i = 0; i < LN_REG_VECS; i++)
+        if (i < nv) ld4(xr, lane * 4 + 128 * i, v[i]);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LN_REG_VECS; i++)
+        if (i < nv) s += (v[i][0] + v[i][1]) + (v[i][2] + v[i][3]);
+    const float mean = warp_sum(s) / (float)C;
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LN_REG_VECS; i++)
+        if (i < nv)
+#pragma unroll
+            for (int k = 0; k < 4; k++) q = fmaf(v[i][k] - mean, v[i][k] - mean, q);
+    const float rstd = rsqrtf(warp_sum(q) / (float)C + eps), sc = out_scale<TY>(y_scale);
+#pragma unroll
+    for (int i = 0; i < LN_REG_VECS; i++) {
+        if (i >= nv) break;
+        const int c = lane * 4 + 128 * i;
+        float wv[4], bv[4];
+        ld4(w, c, wv);
+        ld4(b, c, bv);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[i][k] = fmaf((v[i][k] - mean) * rstd, wv[k], bv[k]);
+        st4(yr, c, v[i], sc);
+    }
+}
+
 typedef struct {
     const void *x, *w, *b;
     void *y;
@@ -286,6 +399,11 @@ template <typename TX, typename TW, typename TY> static int ln_launch(const ln_a
     int vec = a->C % 4 == 0 && aligned(a->x, 4 * sizeof(TX)) && aligned(a->w, 4 * sizeof(TW)) &&
               aligned(a->b, 4 * sizeof(TW)) && aligned(a->y, 4 * sizeof(TY));
     unsigned blocks = (unsigned)((a->M + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    if (vec && a->C % 128 == 0 && a->C <= 128 * LN_REG_VECS) {
+        layernorm_reg_kernel<TX, TW, TY><<<blocks, TPK_THREADS, 0, a->s>>>(
+            (const TX *)a->x, (const TW *)a->w, (const TW *)a->b, (TY *)a->y, a->y_scale, a->M, a->C, a->eps);
+        return launched();
+    }
     layernorm_kernel<TX, TW, TY><<<blocks, TPK_THREADS, 0, a->s>>>((const TX *)a->x, (const TW *)a->w,
                                                                   (const TW *)a->b, (TY *)a->y, a->y_scale, a->M,
                                                                   a->C, a->eps, vec);
@@ -336,10 +454,21 @@ extern "C" int tpk_layernorm(const void *x, tp_dtype xdt, const void *w, const v
  * Numerical Recipes' erfcc (Press et al., Numerical Recipes in C, 2nd ed., section 6.2: fractional error below
  * 1.2e-7 everywhere), and erfc(-z) = 2 - erfc(z): accurate in both tails (a few 1e-7 relative in fp32), and one
  * reciprocal, one exp and ten FMAs instead of erfcf's branches (the GELU kernel was bound by them: 80 us for
- * ViT-B's 38.7M fc1 outputs on an H200, twice its memory time; 67 us with this and accurate expf). */
+ * ViT-B's 38.7M fc1 outputs on an H200, twice its memory time; 67 us with this and accurate expf). The
+ * kernel is close to both limits (about 25 instructions per element against 4 bytes of f16 traffic), so the
+ * reciprocal is the approximate one and every thread keeps GELU_UNROLL 16-byte loads in flight. */
+/* 2^x by ex2.approx.ftz (max relative error 2^-22.5 per the PTX ISA): __expf's non-ftz form adds a rescaling
+ * around it for results below 2^-126, which only GELU(x < -13) would reach: it is then 0 instead of ~1e-38. */
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ float gelu_f(float v) {
     const float z = -v * 0.70710678118654752440f, az = fabsf(z);
-    const float t = __frcp_rn(fmaf(0.5f, az, 1.0f));
+    float t; /* 1 / (1 + az / 2) in [0, 1]: rcp.approx (max error 1 ulp) moves erfc by a few 1e-7 relative */
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(0.5f, az, 1.0f)));
     float p = 0.17087277f;
     p = fmaf(p, t, -0.82215223f);
     p = fmaf(p, t, 1.48851587f);
@@ -350,35 +479,68 @@ __device__ __forceinline__ float gelu_f(float v) {
     p = fmaf(p, t, 0.37409196f);
     p = fmaf(p, t, 1.00002368f);
     p = fmaf(p, t, -1.26551223f);
-    const float e = t * __expf(fmaf(-az, az, p)); /* erfc(|z|); ex2.approx: 2^-21 relative for these arguments */
+    const float e = t * ex2_ftz(fmaf(-az, az, p) * 1.4426950408889634f); /* erfc(|z|) */
     return 0.5f * v * (z < 0.0f ? 2.0f - e : e);
 }
 
+/* GELU for an E4M3 output: erfc by Abramowitz & Stegun 7.1.26 (Handbook of Mathematical Functions, 1964:
+ * erfc(z) = t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-z^2), t = 1 / (1 + p z), |error| <= 1.5e-7 absolute),
+ * five FMAs instead of ten. Its absolute error in GELU, at most 0.5 |x| 1.5e-7 (7.5e-7 at |x| = 10), is below
+ * the smallest nonzero E4M3 step (2^-9 scale) whenever scale > 4e-4 (a calibrated amax over 0.17), so it moves a
+ * rounding only where the exact quotient lies that close to a midpoint; and the E4M3 GELU is the FP8 engine's
+ * hottest elementwise kernel (fc1's 38.7M outputs per ViT-B layer at batch 64). Other outputs keep gelu_f. */
+__device__ __forceinline__ float gelu_as(float v) {
+    const float z = -v * 0.70710678118654752440f, az = fabsf(z);
+    float t;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(0.3275911f, az, 1.0f)));
+    float p = 1.061405429f;
+    p = fmaf(p, t, -1.453152027f);
+    p = fmaf(p, t, 1.421413741f);
+    p = fmaf(p, t, -0.284496736f);
+    p = fmaf(p, t, 0.254829592f);
+    const float e = t * p * ex2_ftz(-az * az * 1.4426950408889634f);
+    return 0.5f * v * (z < 0.0f ? 2.0f - e : e);
+}
+template <typename TY> __device__ __forceinline__ float gelu_y(float v) { return gelu_f(v); }
+template <> __device__ __forceinline__ float gelu_y<e4m3_t>(float v) { return gelu_as(v); }
+
+#define GELU_UNROLL 2 /* 8-element vectors per thread per step, loaded before any is computed */
+
 template <typename TX, typename TY>
-__global__ void gelu_kernel(const TX *__restrict__ x, TY *__restrict__ y, const float *__restrict__ y_scale, size_t n,
-                            int vec) {
+__global__ void __launch_bounds__(TPK_THREADS)
+    gelu_kernel(const TX *__restrict__ x, TY *__restrict__ y, const float *__restrict__ y_scale, size_t n, int vec) {
     const float sc = out_scale<TY>(y_scale);
-    const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     size_t done = 0;
     if (vec) {
-        const size_t n4 = n / 4;
-        for (size_t i = tid; i < n4; i += stride) {
-            float v[4];
-            ld4(x, 4 * i, v);
+        /* step: GELU_UNROLL runs of blockDim.x consecutive vectors, so each load instruction stays coalesced */
+        const size_t n8 = n / 8, step = (size_t)blockDim.x * GELU_UNROLL;
+        for (size_t base = blockIdx.x * step + threadIdx.x; base < n8; base += (size_t)gridDim.x * step) {
+            float v[GELU_UNROLL][8];
 #pragma unroll
-            for (int k = 0; k < 4; k++) v[k] = gelu_f(v[k]);
-            st4(y, 4 * i, v, sc);
+            for (int u = 0; u < GELU_UNROLL; u++)
+                if (base + u * blockDim.x < n8) ld8(x, 8 * (base + u * blockDim.x), v[u]);
+#pragma unroll
+            for (int u = 0; u < GELU_UNROLL; u++) {
+                if (base + u * blockDim.x >= n8) break;
+#pragma unroll
+                for (int k = 0; k < 8; k++) v[u][k] = gelu_y<TY>(v[u][k]);
+                st8(y, 8 * (base + u * blockDim.x), v[u], sc);
+            }
         }
-        done = n4 * 4;
+        done = n8 * 8;
     }
-    for (size_t i = done + tid; i < n; i += stride) st1(y, i, gelu_f(ld1(x, i)), sc);
+    const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = done + tid; i < n; i += stride) st1(y, i, gelu_y<TY>(ld1(x, i)), sc);
 }
 
 template <typename TX, typename TY>
 static int gelu_launch(const void *x, void *y, const float *y_scale, size_t n, cudaStream_t s) {
-    int vec = aligned(x, 4 * sizeof(TX)) && aligned(y, 4 * sizeof(TY));
-    gelu_kernel<TX, TY><<<grid_for(vec ? (n + 3) / 4 : n), TPK_THREADS, 0, s>>>((const TX *)x, (TY *)y, y_scale, n,
-                                                                                  vec);
+    int vec = aligned(x, 8 * sizeof(TX)) && aligned(y, 8 * sizeof(TY));
+    size_t work = vec ? (n / 8 + GELU_UNROLL - 1) / GELU_UNROLL : n;
+    if (work == 0) work = 1; /* n < 8: only the scalar tail */
+    size_t blocks = (work + TPK_THREADS - 1) / TPK_THREADS;
+    if (blocks > 4 * TPK_MAX_BLOCKS) blocks = 4 * TPK_MAX_BLOCKS;
+    gelu_kernel<TX, TY><<<(unsigned)blocks, TPK_THREADS, 0, s>>>((const TX *)x, (TY *)y, y_scale, n, vec);
     return launched();
 }
 

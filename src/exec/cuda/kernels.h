@@ -3,8 +3,9 @@
  * Every function enqueues work on `stream` and returns cudaGetLastError() as an int (0 = cudaSuccess); it
  * never synchronizes, never allocates, so all of them can be captured into a CUDA graph.
  * Storage types: activations are TP_F32, TP_F16 or TP_BF16; outputs that feed an FP8 GEMM may be TP_E4M3,
- * quantized as q = sat_e4m3(rne(y / *scale)) with `scale` a device pointer to one fp32 per-tensor scale
- * (OCP FP8 E4M3, saturating at +-448 as __NV_SATFINITE does). All arithmetic and statistics are fp32.
+ * quantized as q = sat_e4m3(rne(y / *scale)) with `scale` a device pointer to one fp32 per-tensor scale, a
+ * positive normal number (>= 2^-126: below it a finite quotient may saturate) (OCP FP8 E4M3, saturating at +-448
+ * as __NV_SATFINITE does). All arithmetic and statistics are fp32.
  * All tensors are row-major and contiguous. */
 #ifndef TP_KERNELS_H
 #define TP_KERNELS_H
@@ -34,7 +35,9 @@ int tpk_embed_tokens(const void *pe, const void *cls, const void *pos, void *x, 
 int tpk_layernorm(const void *x, tp_dtype xdt, const void *w, const void *b, tp_dtype wdt, void *y, tp_dtype ydt,
                   const float *y_scale, int M, int C, float eps, tp_stream stream);
 
-/* y = GELU(x) = 0.5 x (1 + erf(x / sqrt 2)), n elements; x in xdt, y in ydt (E4M3 with y_scale). */
+/* y = GELU(x) = 0.5 x (1 + erf(x / sqrt 2)), n elements; x in xdt, y in ydt (E4M3 with y_scale). erf to a few
+ * 1e-7 relative (Numerical Recipes' erfc fit) for F32/F16/BF16 outputs; for E4M3 outputs to 1.5e-7 absolute
+ * (Abramowitz & Stegun 7.1.26), below the format's smallest step for scales over 4e-4 (kernels.cu). */
 int tpk_gelu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n, tp_stream stream);
 
 /* y = a + b, n elements, all in dt (F32/F16/BF16); y may alias a or b. */
