@@ -1,5 +1,6 @@
 /* wgmma_ptx.cuh: the warpgroup-MMA (wgmma) synchronization wrappers shared by the Hopper kernels
- * (attention_wgmma.cu, attention_wgmma_fp8.cu), and the shared-memory matrix descriptor (PTX ISA, "Matrix
+ * (attention_wgmma.cu, attention_wgmma_fp8.cu, patch_embed.cu), the m64n128k16 MMA of patch_embed.cu, and the
+ * shared-memory matrix descriptor (PTX ISA, "Matrix
  * Descriptor Format" of wgmma: start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride byte
  * offset >> 4 in 32-45, layout in 62-63: 1 = 128-byte swizzle, 2 = 64-byte, 3 = 32-byte). Header-only, CUDA C.
  * wgmma exists only in the sm_90a pass; every other pass (the host pass parses device code too) gets empty
