@@ -140,24 +140,24 @@ __device__ __forceinline__ void st8(float *p, size_t i, const float v[8], float 
     st4(p, i, v, sc);
     st4(p, i + 4, v + 4, sc);
 }
-__device__ __forceinline__ void st8(__half *p, size_t i, const float v[8], float) {
-    uint32_t w[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-        memcpy(&w[k], &h, 4);
-    }
-    *reinterpret_cast<uint4 *>(p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    uint32_t w;
+    memcpy(&w, &h, 4);
+    return w;
 }
-__device__ __forceinline__ void st8(__nv_bfloat16 *p, size_t i, const float v[8], float) {
-    uint32_t w[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-        memcpy(&w[k], &h, 4);
-    }
-    *reinterpret_cast<uint4 *>(p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    uint32_t w;
+    memcpy(&w, &h, 4);
+    return w;
 }
+template <typename T> __device__ __forceinline__ void st8_16(T *p, size_t i, const float v[8]) {
+    *reinterpret_cast<uint4 *>(p + i) = make_uint4(pack2(v[0], v[1], T()), pack2(v[2], v[3], T()),
+                                                   pack2(v[4], v[5], T()), pack2(v[6], v[7], T()));
+}
+__device__ __forceinline__ void st8(__half *p, size_t i, const float v[8], float) { st8_16(p, i, v); }
+__device__ __forceinline__ void st8(__nv_bfloat16 *p, size_t i, const float v[8], float) { st8_16(p, i, v); }
 __device__ __forceinline__ void st8(e4m3_t *p, size_t i, const float v[8], float sc) {
     uint32_t w[2];
 #pragma unroll
