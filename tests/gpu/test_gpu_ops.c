@@ -268,8 +268,6 @@ START_TEST(test_patch_embed) {
         const int has_cls = cases[c][5], has_bias = cases[c][6];
         const int Np = (H / P) * (W / P), K = 3 * P * P, T = Np + has_cls;
         const size_t M = (size_t)B * Np, n_img = (size_t)B * 3 * H * W, n_x = (size_t)B * T * C;
-        SET_CASE("patch_embed %s B=%d H=%d W=%d P=%d C=%d cls=%d bias=%d", dname(dt), B, H, W, P, C, has_cls,
-                 has_bias);
         float *img = host_normal(n_img, 1100 + c, 0.2, 1.0), *w = host_normal((size_t)C * K, 1200 + c, 0.0, 0.03);
         float *bias = host_normal((size_t)C, 1300 + c, 0.0, 0.5), *pos = host_normal((size_t)T * C, 1400 + c, 0.0, 0.5);
         float *cls = host_normal((size_t)C, 1500 + c, 0.0, 0.5);
@@ -286,19 +284,24 @@ START_TEST(test_patch_embed) {
         void *d_img = dev_upload_at(TP_F32, img, n_img, 1.0f, 0), *d_w = dev_upload_at(dt, w, (size_t)C * K, 1.0f, 0);
         void *d_bias = has_bias ? dev_upload_at(dt, bias, (size_t)C, 1.0f, 0) : NULL;
         void *d_pos = dev_upload_at(dt, pos, (size_t)T * C, 1.0f, 0), *d_cls = dev_upload_at(dt, cls, (size_t)C, 1.0f, 0);
-        void *d_x = dev_alloc_at(dt, n_x + 16, 0); /* 16 poisoned elements past the end must stay so */
-        KERNEL_OK(tpk_patch_embed(d_img, d_w, d_bias, d_cls, d_pos, d_x, dt, B, H, W, P, C, has_cls, g_stream));
-        check_close("x", download_f32(dt, d_x, n_x, 1.0f), ref, n_x, (size_t)C, tol_for(dt, n_x));
-        check_untouched("x past its end", (const char *)d_x + n_x * esize(dt), 0, 16 * esize(dt));
-        if (has_cls) { /* class token rows: one fp32 add, one rounding: bit-exact */
-            float *row = hmalloc((size_t)C * sizeof(float));
-            for (int n = 0; n < C; n++) row[n] = cls[n] + pos[n];
-            void *want = hmalloc((size_t)C * esize(dt));
-            tp_convert_from_f32(dt, row, want, (size_t)C, 1.0f);
-            for (int b = 0; b < B; b++)
-                check_bytes_equal("class token row", dt,
-                                  download_bytes((const char *)d_x + (size_t)b * T * C * esize(dt), C * esize(dt)),
-                                  want, (size_t)C, (size_t)C);
+        for (int v = 0; v < 2; v++) { /* both tile variants (patch_embed.h) */
+            SET_CASE("patch_embed %s variant %d B=%d H=%d W=%d P=%d C=%d cls=%d bias=%d", dname(dt), v, B, H, W, P, C,
+                     has_cls, has_bias);
+            void *d_x = dev_alloc_at(dt, n_x + 16, 0); /* 16 poisoned elements past the end must stay so */
+            KERNEL_OK(tpk_patch_embed_variant(d_img, d_w, d_bias, d_cls, d_pos, d_x, dt, B, H, W, P, C, has_cls, v,
+                                              g_stream));
+            check_close("x", download_f32(dt, d_x, n_x, 1.0f), ref, n_x, (size_t)C, tol_for(dt, n_x));
+            check_untouched("x past its end", (const char *)d_x + n_x * esize(dt), 0, 16 * esize(dt));
+            if (has_cls) { /* class token rows: one fp32 add, one rounding: bit-exact */
+                float *row = hmalloc((size_t)C * sizeof(float));
+                for (int n = 0; n < C; n++) row[n] = cls[n] + pos[n];
+                void *want = hmalloc((size_t)C * esize(dt));
+                tp_convert_from_f32(dt, row, want, (size_t)C, 1.0f);
+                for (int b = 0; b < B; b++)
+                    check_bytes_equal("class token row", dt,
+                                      download_bytes((const char *)d_x + (size_t)b * T * C * esize(dt), C * esize(dt)),
+                                      want, (size_t)C, (size_t)C);
+            }
         }
     }
     /* rejections: shapes the kernel cannot take, misaligned image, fp32 */
@@ -310,6 +313,7 @@ START_TEST(test_patch_embed) {
         {"misaligned image", tpk_patch_embed((const float *)buf + 1, buf, NULL, buf, buf, buf, dt, 1, 32, 32, 16, 64, 1, g_stream)},
         {"fp32 weights", tpk_patch_embed(buf, buf, NULL, buf, buf, buf, TP_F32, 1, 32, 32, 16, 64, 1, g_stream)},
         {"no position embedding", tpk_patch_embed(buf, buf, NULL, buf, NULL, buf, dt, 1, 32, 32, 16, 64, 1, g_stream)},
+        {"variant 2", tpk_patch_embed_variant(buf, buf, NULL, buf, buf, buf, dt, 1, 32, 32, 16, 64, 1, 2, g_stream)},
     };
     check_rejected(bad, sizeof bad / sizeof bad[0]);
 }

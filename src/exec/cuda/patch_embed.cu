@@ -1,12 +1,13 @@
 /* patch_embed.cu: the token embedding of a ViT as one GEMM kernel on Hopper's wgmma, contract in patch_embed.h.
  * Built for sm_90a only (CMakeLists.txt: the tprof_sm90a object library); elsewhere the entry point refuses.
  *
- * GEMM: D (M = B Np, N = C) = A (M, K = 3 P^2) W^T, A the im2col of the image, never stored. CTA tile 128 x 128,
- * 2 warpgroups (warpgroup g owns rows 64 g .. 64 g + 63, one wgmma m64n128k16 per k16 step), K in steps of 64.
- * Grid (ceil(C / 128), ceil(M / 128)): the N tiles of one row tile are adjacent, so the image rows they all read
- * come from L2 after the first.
+ * GEMM: D (M = B Np, N = C) = A (M, K = 3 P^2) W^T, A the im2col of the image, never stored. CTA tile 128 x BN
+ * (BN 128, variant 0, the default; 256, variant 1), 2 warpgroups (warpgroup g owns rows 64 g .. 64 g + 63, BN / 128
+ * wgmma m64n128k16 per k16 step), K in steps of 64. Grid (ceil(C / BN), ceil(M / 128)): the N tiles of one row
+ * tile are adjacent, so the image rows they all read come from L2 after the first.
  *
- * Operands in shared memory, two stages of 16 KB + 16 KB, each row 64 elements = 128 bytes in the 128-byte swizzle
+ * Operands in shared memory, two stages of 16 KB (A) + BN * 128 bytes (B), each row 64 elements = 128 bytes in the
+ * 128-byte swizzle
  * the descriptors name (16-byte chunk c of row r at chunk c ^ (r % 8), as attention_wgmma.cu):
  *   A: thread t loads float4 q = t % 16 (k = k0 + 4q) of rows t / 16 + 16 i, i < 8, from the image with __ldg
  *      (a 64-wide K step is 64 / P rows of P pixels of one channel, so a float4 never straddles a pixel row when
@@ -17,11 +18,13 @@
  * and a barrier; issue 4 wgmma's on the stage; store the prefetched A into the other stage; wait; barrier (the
  * other warpgroup may still read the stage the next step's copies overwrite).
  *
- * Where the time goes (ViT-B/16, batch 64, H200: 101 us, 150 TFLOP/s): the 6 column tiles each read their row
- * tile's fp32 image (231 MB in all) and the 98 row tiles each read the weights (116 MB), 347 MB from L2 at about
- * 3.5 TB/s, near what L2 delivers to the SMs. A version with a 3-stage cp.async pipeline of the fp32 image and a
- * shared-memory cast (no registers staged, 1 CTA per SM) took 115 us: the traffic, not the latency, bounds it.
- * Fewer bytes need larger tiles (128 x 256: 231 MB) or the image rows shared by a cluster's CTAs (multicast).
+ * Where the time goes (ViT-B/16, batch 64, H200: 88 us alone in bench/patch_embed_lab.c, 101 us in the engine,
+ * against 149 us for im2col + cuBLASLt + embed_tokens): the 6 column tiles each read their row tile's fp32 image
+ * (231 MB in all) and the 98 row tiles each read the weights (116 MB), 347 MB from L2 at about 3.5-4 TB/s, near
+ * what L2 delivers to the SMs. A version with a 3-stage cp.async pipeline of the fp32 image and a shared-memory
+ * cast (no registers staged, 1 CTA per SM) took 115 us in the engine; variant 1's 128 x 256 tiles (231 MB, 1 CTA
+ * per SM) 93 us alone at batch 64 and 279 against 291 us at batch 256. Next: the image rows shared by a
+ * cluster's CTAs (TMA multicast), so that each is read once.
  *
  * Epilogue from the accumulators (mma C layout: rows 16 warp + lane / 4 and + 8, columns 8 j + 2 (lane % 4) and
  * + 1): (acc + bias) + pos in fp32, one rounding, 4-byte stores to token row has_cls + p of image b. The CTAs of
@@ -37,14 +40,16 @@
 
 #define TPK_INVALID ((int)cudaErrorInvalidValue)
 #define PE_BM 128
-#define PE_BN 128
 #define PE_BK 64 /* tpk_patch_embed_shape_ok's 64 */
+#define PE_DEFAULT_VARIANT 0
 #define PE_THREADS 256
 #define PE_ROWS_PER_THREAD (PE_BM * PE_BK / 4 / PE_THREADS) /* float4 loads of A per thread per step: 8 */
 #define PE_TILE_A (PE_BM * 128)
-#define PE_TILE_B (PE_BN * 128)
-#define PE_STAGE (PE_TILE_A + PE_TILE_B)
-#define PE_SMEM (1024 + 2 * PE_STAGE) /* 1024: slack to align the stages to the swizzle's 1024-byte period */
+/* BN: the CTA's columns, 128 (variant 0: 2 CTAs per SM) or 256 (variant 1: the image read half as often, 1 CTA
+ * per SM for its 128 accumulators per thread) */
+#define PE_TILE_B(BN) ((BN) * 128)
+#define PE_STAGE(BN) (PE_TILE_A + PE_TILE_B(BN))
+#define PE_SMEM(BN) (1024 + 2 * PE_STAGE(BN)) /* 1024: slack to align the stages to the swizzle's 1024-byte period */
 
 /* ---- type helpers ---------------------------------------------------------------------------------------------- */
 
@@ -101,12 +106,12 @@ __device__ __forceinline__ void pe_store_a(uint32_t sa, const float4 (&av)[PE_RO
     }
 }
 
-/* The weight rows n0 .. n0 + 127, columns k0 .. k0 + 63, as 1024 16-byte chunks (4 per thread); no commit. */
-template <typename TE>
+/* The weight rows n0 .. n0 + BN - 1, columns k0 .. k0 + 63, as BN * 8 16-byte chunks; no commit. */
+template <typename TE, int BN>
 __device__ __forceinline__ void pe_load_b(uint32_t sb, const TE *__restrict__ w, int n0, int C, int K, int k0,
                                           int tid) {
 #pragma unroll
-    for (int j = 0; j < PE_BN * 8 / PE_THREADS; j++) {
+    for (int j = 0; j < BN * 8 / PE_THREADS; j++) {
         const int idx = j * PE_THREADS + tid, n = idx >> 3, c = idx & 7;
         const bool in = n0 + n < C;
         cp_async16(sb + n * 128 + ((c ^ (n & 7)) << 4), w + (size_t)(in ? n0 + n : 0) * K + k0 + c * 8, in ? 16 : 0);
@@ -115,8 +120,8 @@ __device__ __forceinline__ void pe_load_b(uint32_t sb, const TE *__restrict__ w,
 
 /* ---- the kernel ---------------------------------------------------------------------------------------------------- */
 
-template <typename TE>
-__global__ void __launch_bounds__(PE_THREADS, 2)
+template <typename TE, int BN>
+__global__ void __launch_bounds__(PE_THREADS, BN == 128 ? 2 : 1)
     patch_embed_kernel(const float *__restrict__ img, const TE *__restrict__ w, const TE *__restrict__ bias,
                        const TE *__restrict__ cls, const TE *__restrict__ pos, TE *__restrict__ x, int B, int H, int W,
                        int P, int C, int has_cls) {
@@ -125,7 +130,7 @@ __global__ void __launch_bounds__(PE_THREADS, 2)
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
     const pe_geom g = {H, W, P, P * P, 3 * P * P};
     const int gw = W / P, Np = (H / P) * gw, M = B * Np, T = Np + has_cls, KT = g.K / PE_BK;
-    const int n0 = blockIdx.x * PE_BN, m0 = blockIdx.y * PE_BM, tid = threadIdx.x, q = tid & 15, r0 = tid >> 4;
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * PE_BM, tid = threadIdx.x, q = tid & 15, r0 = tid >> 4;
 
     int rbase[PE_ROWS_PER_THREAD]; /* offset of each of this thread's A rows' patch corner in img, -1 past M */
 #pragma unroll
@@ -140,21 +145,21 @@ __global__ void __launch_bounds__(PE_THREADS, 2)
     }
 
     float4 av[PE_ROWS_PER_THREAD];
-    float acc[64];
+    float acc[BN / 2]; /* BN / 128 blocks of 64 (one m64n128 accumulator each) */
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
     pe_load_a(av, img, rbase, 4 * q, g);
-    pe_load_b<TE>(base + PE_TILE_A, w, n0, C, g.K, 0, tid);
+    pe_load_b<TE, BN>(base + PE_TILE_A, w, n0, C, g.K, 0, tid);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     pe_store_a<TE>(base, av, r0, q);
 
     const int wg = tid >> 7;
     for (int kt = 0; kt < KT; kt++) {
-        const uint32_t cur = base + (kt & 1) * PE_STAGE, nxt = base + ((kt + 1) & 1) * PE_STAGE;
+        const uint32_t cur = base + (kt & 1) * PE_STAGE(BN), nxt = base + ((kt + 1) & 1) * PE_STAGE(BN);
         const bool more = kt + 1 < KT;
         if (more) {
             pe_load_a(av, img, rbase, (kt + 1) * PE_BK + 4 * q, g);
-            pe_load_b<TE>(nxt + PE_TILE_A, w, n0, C, g.K, (kt + 1) * PE_BK, tid);
+            pe_load_b<TE, BN>(nxt + PE_TILE_A, w, n0, C, g.K, (kt + 1) * PE_BK, tid);
             asm volatile("cp.async.commit_group;\n" ::: "memory");
             asm volatile("cp.async.wait_group 1;\n" ::: "memory");
         } else {
@@ -166,7 +171,9 @@ __global__ void __launch_bounds__(PE_THREADS, 2)
         wg_fence_regs(acc);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < PE_BK / 16; kk++) pe_mma(acc, da + 2 * kk, db + 2 * kk, 1, TE()); /* +32 bytes */
+        for (int kk = 0; kk < PE_BK / 16; kk++) /* +32 bytes per k16 step; the next 128 columns 16 KB further */
+#pragma unroll
+            for (int h = 0; h < BN / 128; h++) pe_mma(acc + 64 * h, da + 2 * kk, db + 1024 * h + 2 * kk, 1, TE());
         wg_commit();
         if (more) pe_store_a<TE>(nxt, av, r0, q);
         wg_wait0();
@@ -184,18 +191,19 @@ __global__ void __launch_bounds__(PE_THREADS, 2)
         TE *xr = x + ((size_t)b * T + t) * C;
         const TE *pr = pos + (size_t)t * C;
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < BN / 8; j++) {
             const int n = n0 + 8 * j + 2 * (lane & 3);
             if (n < C) { /* C % 8 == 0: n + 1 < C too */
-                float a0 = acc[4 * j + 2 * h], a1 = acc[4 * j + 2 * h + 1];
+                const float *aj = acc + 64 * (j / 16) + 4 * (j % 16) + 2 * h;
+                float a0 = aj[0], a1 = aj[1];
                 if (bias) a0 += pe_f(bias[n]), a1 += pe_f(bias[n + 1]);
                 pe_st2(xr + n, a0 + pe_f(pr[n]), a1 + pe_f(pr[n + 1]));
             }
         }
     }
     if (has_cls && blockIdx.y == 0)
-        for (int idx = tid; idx < B * PE_BN; idx += PE_THREADS) {
-            const int b = idx / PE_BN, n = n0 + idx % PE_BN;
+        for (int idx = tid; idx < B * BN; idx += PE_THREADS) {
+            const int b = idx / BN, n = n0 + idx % BN;
             if (n < C) pe_st1(x + (size_t)b * T * C + n, pe_f(cls[n]) + pe_f(pos[n]));
         }
 #else
@@ -216,27 +224,38 @@ int tpk_patch_embed_supported(tp_dtype dt, int P, int C) {
     return major == 9 && minor == 0;
 }
 
-template <typename TE>
+template <typename TE, int BN>
 static int pe_launch(const float *img, const void *w, const void *bias, const void *cls, const void *pos, void *x,
                      int B, int H, int W, int P, int C, int has_cls, cudaStream_t s) {
-    cudaError_t e = cudaFuncSetAttribute(patch_embed_kernel<TE>, cudaFuncAttributeMaxDynamicSharedMemorySize, PE_SMEM);
+    cudaError_t e = cudaFuncSetAttribute(patch_embed_kernel<TE, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         PE_SMEM(BN));
     if (e != cudaSuccess) return (int)e;
     const long long M = (long long)B * (H / P) * (W / P);
-    dim3 grid((unsigned)((C + PE_BN - 1) / PE_BN), (unsigned)((M + PE_BM - 1) / PE_BM));
-    patch_embed_kernel<TE><<<grid, PE_THREADS, PE_SMEM, s>>>(img, (const TE *)w, (const TE *)bias, (const TE *)cls,
-                                                             (const TE *)pos, (TE *)x, B, H, W, P, C, has_cls);
+    dim3 grid((unsigned)((C + BN - 1) / BN), (unsigned)((M + PE_BM - 1) / PE_BM));
+    patch_embed_kernel<TE, BN><<<grid, PE_THREADS, PE_SMEM(BN), s>>>(
+        img, (const TE *)w, (const TE *)bias, (const TE *)cls, (const TE *)pos, (TE *)x, B, H, W, P, C, has_cls);
     return (int)cudaGetLastError();
 }
 
-int tpk_patch_embed(const float *img, const void *w, const void *bias, const void *cls, const void *pos, void *x,
-                    tp_dtype dt, int B, int H, int W, int P, int C, int has_cls, tp_stream stream) {
-    if (B < 0 || H <= 0 || W <= 0 || P <= 0 || H % P != 0 || W % P != 0 || (has_cls != 0 && has_cls != 1))
+int tpk_patch_embed_variant(const float *img, const void *w, const void *bias, const void *cls, const void *pos,
+                            void *x, tp_dtype dt, int B, int H, int W, int P, int C, int has_cls, int variant,
+                            tp_stream stream) {
+    if (B < 0 || H <= 0 || W <= 0 || P <= 0 || H % P != 0 || W % P != 0 || (has_cls != 0 && has_cls != 1) ||
+        variant < 0 || variant > 1)
         return TPK_INVALID;
     if (!tpk_patch_embed_supported(dt, P, C)) return TPK_INVALID;
     if (B == 0) return (int)cudaSuccess;
     if (!img || !w || !pos || !x || (has_cls && !cls)) return TPK_INVALID;
     if (((uintptr_t)img & 15) || ((uintptr_t)w & 15) || ((uintptr_t)x & 3)) return TPK_INVALID;
     if ((long long)B * 3 * H * W >= 0x7fffffffLL) return TPK_INVALID; /* 32-bit pixel offsets */
-    if (dt == TP_F16) return pe_launch<__half>(img, w, bias, cls, pos, x, B, H, W, P, C, has_cls, stream);
-    return pe_launch<__nv_bfloat16>(img, w, bias, cls, pos, x, B, H, W, P, C, has_cls, stream);
+    if (dt == TP_F16)
+        return variant ? pe_launch<__half, 256>(img, w, bias, cls, pos, x, B, H, W, P, C, has_cls, stream)
+                       : pe_launch<__half, 128>(img, w, bias, cls, pos, x, B, H, W, P, C, has_cls, stream);
+    return variant ? pe_launch<__nv_bfloat16, 256>(img, w, bias, cls, pos, x, B, H, W, P, C, has_cls, stream)
+                   : pe_launch<__nv_bfloat16, 128>(img, w, bias, cls, pos, x, B, H, W, P, C, has_cls, stream);
+}
+
+int tpk_patch_embed(const float *img, const void *w, const void *bias, const void *cls, const void *pos, void *x,
+                    tp_dtype dt, int B, int H, int W, int P, int C, int has_cls, tp_stream stream) {
+    return tpk_patch_embed_variant(img, w, bias, cls, pos, x, dt, B, H, W, P, C, has_cls, PE_DEFAULT_VARIANT, stream);
 }
