@@ -466,10 +466,21 @@ __device__ __forceinline__ float ex2_ftz(float x) {
     return y;
 }
 
+/* 1 / x by rcp.approx.ftz (max error 1 ulp): for the t = 1 / (1 + c |z|) in [0, 1] of the erfc fits below,
+ * where it moves erfc by a few 1e-7 relative */
+__device__ __forceinline__ float rcp_approx(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* GELU(v) = 0.5 v erfc(z), z = -v / sqrt 2, from e = erfc(|z|): erfc(-|z|) = 2 - erfc(|z|) */
+__device__ __forceinline__ float gelu_from_erfc(float v, float z, float e) {
+    return 0.5f * v * (z < 0.0f ? 2.0f - e : e);
+}
+
 __device__ __forceinline__ float gelu_f(float v) {
-    const float z = -v * 0.70710678118654752440f, az = fabsf(z);
-    float t; /* 1 / (1 + az / 2) in [0, 1]: rcp.approx (max error 1 ulp) moves erfc by a few 1e-7 relative */
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(0.5f, az, 1.0f)));
+    const float z = -v * 0.70710678118654752440f, az = fabsf(z), t = rcp_approx(fmaf(0.5f, az, 1.0f));
     float p = 0.17087277f;
     p = fmaf(p, t, -0.82215223f);
     p = fmaf(p, t, 1.48851587f);
@@ -480,8 +491,7 @@ __device__ __forceinline__ float gelu_f(float v) {
     p = fmaf(p, t, 0.37409196f);
     p = fmaf(p, t, 1.00002368f);
     p = fmaf(p, t, -1.26551223f);
-    const float e = t * ex2_ftz(fmaf(-az, az, p) * 1.4426950408889634f); /* erfc(|z|) */
-    return 0.5f * v * (z < 0.0f ? 2.0f - e : e);
+    return gelu_from_erfc(v, z, t * ex2_ftz(fmaf(-az, az, p) * 1.4426950408889634f));
 }
 
 /* GELU for an E4M3 output: erfc by Abramowitz & Stegun 7.1.26 (Handbook of Mathematical Functions, 1964:
@@ -491,16 +501,13 @@ __device__ __forceinline__ float gelu_f(float v) {
  * rounding only where the exact quotient lies that close to a midpoint; and the E4M3 GELU is the FP8 engine's
  * hottest elementwise kernel (fc1's 38.7M outputs per ViT-B layer at batch 64). Other outputs keep gelu_f. */
 __device__ __forceinline__ float gelu_as(float v) {
-    const float z = -v * 0.70710678118654752440f, az = fabsf(z);
-    float t;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(0.3275911f, az, 1.0f)));
+    const float z = -v * 0.70710678118654752440f, az = fabsf(z), t = rcp_approx(fmaf(0.3275911f, az, 1.0f));
     float p = 1.061405429f;
     p = fmaf(p, t, -1.453152027f);
     p = fmaf(p, t, 1.421413741f);
     p = fmaf(p, t, -0.284496736f);
     p = fmaf(p, t, 0.254829592f);
-    const float e = t * p * ex2_ftz(-az * az * 1.4426950408889634f);
-    return 0.5f * v * (z < 0.0f ? 2.0f - e : e);
+    return gelu_from_erfc(v, z, t * p * ex2_ftz(-az * az * 1.4426950408889634f));
 }
 template <typename TY> __device__ __forceinline__ float gelu_y(float v) { return gelu_f(v); }
 template <> __device__ __forceinline__ float gelu_y<e4m3_t>(float v) { return gelu_as(v); }
