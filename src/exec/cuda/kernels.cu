@@ -474,6 +474,15 @@ __device__ __forceinline__ float rcp_approx(float x) {
     return y;
 }
 
+/* c[0] t^(N-1) + ... + c[N-1] by Horner's rule, one FMA per coefficient (unrolled: the coefficients become
+ * immediates) */
+template <int N> __device__ __forceinline__ float horner(const float (&c)[N], float t) {
+    float p = c[0];
+#pragma unroll
+    for (int i = 1; i < N; i++) p = fmaf(p, t, c[i]);
+    return p;
+}
+
 /* GELU(v) = 0.5 v erfc(z), z = -v / sqrt 2, from e = erfc(|z|): erfc(-|z|) = 2 - erfc(|z|) */
 __device__ __forceinline__ float gelu_from_erfc(float v, float z, float e) {
     return 0.5f * v * (z < 0.0f ? 2.0f - e : e);
@@ -481,16 +490,9 @@ __device__ __forceinline__ float gelu_from_erfc(float v, float z, float e) {
 
 __device__ __forceinline__ float gelu_f(float v) {
     const float z = -v * 0.70710678118654752440f, az = fabsf(z), t = rcp_approx(fmaf(0.5f, az, 1.0f));
-    float p = 0.17087277f;
-    p = fmaf(p, t, -0.82215223f);
-    p = fmaf(p, t, 1.48851587f);
-    p = fmaf(p, t, -1.13520398f);
-    p = fmaf(p, t, 0.27886807f);
-    p = fmaf(p, t, -0.18628806f);
-    p = fmaf(p, t, 0.09678418f);
-    p = fmaf(p, t, 0.37409196f);
-    p = fmaf(p, t, 1.00002368f);
-    p = fmaf(p, t, -1.26551223f);
+    static const float c[10] = {0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                                -0.18628806f, 0.09678418f,  0.37409196f, 1.00002368f, -1.26551223f};
+    const float p = horner(c, t);
     return gelu_from_erfc(v, z, t * ex2_ftz(fmaf(-az, az, p) * 1.4426950408889634f));
 }
 
@@ -502,11 +504,8 @@ __device__ __forceinline__ float gelu_f(float v) {
  * hottest elementwise kernel (fc1's 38.7M outputs per ViT-B layer at batch 64). Other outputs keep gelu_f. */
 __device__ __forceinline__ float gelu_as(float v) {
     const float z = -v * 0.70710678118654752440f, az = fabsf(z), t = rcp_approx(fmaf(0.3275911f, az, 1.0f));
-    float p = 1.061405429f;
-    p = fmaf(p, t, -1.453152027f);
-    p = fmaf(p, t, 1.421413741f);
-    p = fmaf(p, t, -0.284496736f);
-    p = fmaf(p, t, 0.254829592f);
+    static const float c[5] = {1.061405429f, -1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f};
+    const float p = horner(c, t);
     return gelu_from_erfc(v, z, t * p * ex2_ftz(-az * az * 1.4426950408889634f));
 }
 template <typename TY> __device__ __forceinline__ float gelu_y(float v) { return gelu_f(v); }
