@@ -1,0 +1,313 @@
+/* gemm_sm90.cu: tprof's own GEMM on Hopper, contract in gemm_sm90.h. Built for sm_90a only (CMakeLists.txt: the
+ * tprof_sm90a object library); elsewhere the entry point refuses without launching.
+ *
+ * D (M, N) = epi(A (M, K) W (N, K)^T + bias), both operands K-major (row-major A and W), the layout wgmma reads.
+ * Tiles of 128 x 128, K in steps of 64 (one 128-byte swizzle row of 16-bit elements). Persistent: one CTA per SM,
+ * tile t of the CTA is blockIdx.x + t gridDim.x (the N tiles of a row tile adjacent, so A's rows come from DRAM
+ * once). 384 threads, warp-specialized as CUTLASS's sm90 "ping-pong" GEMMs (their structure only):
+ *   warpgroup 0, thread 0 (the producer): for each K step of each tile waits until ring stage s is free (mbarrier
+ *       empty[s]), announces its 32 KB on full[s] (arrive.expect_tx) and issues two TMA loads (cp.async.bulk.tensor.2d:
+ *       A rows m0 .. m0 + 127, W rows n0 .. n0 + 127, columns k0 .. k0 + 63) that complete on full[s]. TMA writes the
+ *       128-byte swizzle itself (CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk c of row r at c ^ (r % 8)) and zero-fills
+ *       what lies outside the tensor, so ragged M, N and K need no code. 6 stages; the producer runs on across tiles.
+ *   warpgroups 1 and 2 (consumers) take the CTA's tiles in turn. Per K step: wait for full[s], 8 wgmma m64n128k16
+ *       (rows 0-63 and 64-127, 4 k16 steps; descriptors as wgmma_ptx.cuh: stride byte offset 1024, +32 bytes per
+ *       k16), commit, wait until only this step's group is in flight, free the previous stage (arrive on empty).
+ *       128 fp32 accumulators per thread (setmaxnreg: 232 registers for the consumers, 40 for the producer).
+ *   Epilogue: bias (fetched before the K loop) and the GELU in fp32, one rounding, out through per-warp staging rows
+ *       in shared memory as 16-byte row-contiguous stores (the C layout's 4-byte pieces of 8 rows cost fc1 14 us).
+ * Where the time goes (ViT-B/16 batch 64 shapes on an H200, bench/gemm_lab.c and a globaltimer trace of one SM;
+ * bench/results/README.md): plain GEMMs run within 0-9% of cuBLASLt's best heuristic algorithm (proj 28.4 vs 28.5
+ * us, qkv 71.6 vs 70.3, fc1 92.8 vs 85.2, fc2 93.7 vs 81.9); with a GELU epilogue fc1 takes 125-132 us against
+ * cuBLASLt + tpk_gelu's 127.5, so the engines do not use it. The K loop of one 128 x 128 x 768 tile takes ~4.6 us,
+ * and the epilogue ~7.3 us, of which the exact GELU is ~4.7 us: ~64 cycles per 32 elements with one warp per
+ * scheduler (the standalone GELU kernel, latency hidden by occupancy, needs ~32), so the epilogue cannot hide
+ * behind the other warpgroup's K loop and the GELU costs what it costs as its own kernel. Ways on: a third consumer
+ * warpgroup or epilogue warps fed from shared memory, or a cheaper erfc of the same accuracy.
+ * Sources: PTX ISA 8.x (wgmma, cp.async.bulk.tensor, mbarrier try_wait.parity / expect_tx, setmaxnreg, bar.sync /
+ * bar.arrive), the CUDA driver API's cuTensorMapEncodeTiled. */
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "exec/cuda/attention_ptx.cuh"
+#include "exec/cuda/gelu.cuh"
+#include "exec/cuda/gemm_sm90.h"
+#include "exec/cuda/wgmma_ptx.cuh"
+
+#define TPK_INVALID ((int)cudaErrorInvalidValue)
+#define GM_BM 128
+#define GM_BN 128
+#define GM_ROWB 128 /* bytes of K per stage row: one swizzle row */
+#define GM_THREADS 384 /* a producer warpgroup (one thread issues the TMA) + two consumer warpgroups */
+#define GM_TILE_A (GM_BM * GM_ROWB)
+#define GM_TILE_B (GM_BN * GM_ROWB)
+#define GM_STAGE (GM_TILE_A + GM_TILE_B)
+#define GM_STAGES 6
+/* the epilogue's staging rows: per consumer warp 8 rows of GM_BN 16-bit values, each row padded by 16 bytes (a
+ * row then starts 4 banks after the previous one: the 8 rows x 4 lanes of a C-layout store hit 32 banks) */
+#define GM_STG_ROW (GM_BN * 2 + 16)
+#define GM_STG_WARP (8 * GM_STG_ROW)
+#define GM_SMEM (1024 + GM_STAGES * GM_STAGE + 8 * GM_STG_WARP) /* 1024: slack to align the stages to 1024 bytes */
+
+/* ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ------------------------------------------------ */
+
+#if WG_HAVE_WGMMA
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* until the phase with parity `parity` of the barrier has completed (a fresh barrier is in phase 0, so waiting
+ * for parity 1 returns at once: the producer's first pass over the stages) */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* box at (c0 = column, c1 = row) of the tensor map into shared memory at dst, completing on bar */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+#endif
+
+/* ---- type helpers ---------------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int accumulate, __half) {
+    wg_ss_n128_h(acc, da, db, accumulate);
+}
+__device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int accumulate, __nv_bfloat16) {
+    wg_ss_n128_b(acc, da, db, accumulate);
+}
+__device__ __forceinline__ float gm_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float gm_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ uint32_t gm_pack2(float a, float b, __half) { return pack2(a, b, __half()); }
+__device__ __forceinline__ uint32_t gm_pack2(float a, float b, __nv_bfloat16) { return pack2(a, b, __nv_bfloat16()); }
+
+/* the bias (packed pairs of the 16-bit type) and the GELU on round r's accumulators, in place */
+__device__ __forceinline__ float2 gm_unpack2(uint32_t v, __half) {
+    return __half22float2(*reinterpret_cast<__half2 *>(&v));
+}
+__device__ __forceinline__ float2 gm_unpack2(uint32_t v, __nv_bfloat16) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
+}
+template <int GELU, typename TE>
+__device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, int r) {
+#pragma unroll
+    for (int j = 0; j < GM_BN / 8; j++) {
+        float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
+        const float2 b = gm_unpack2(bpk[j], TE());
+        aj[0] += b.x, aj[1] += b.y;
+        if (GELU) aj[0] = gelu_f(aj[0]), aj[1] = gelu_f(aj[1]);
+    }
+}
+
+/* ---- the kernel ---------------------------------------------------------------------------------------------------- */
+
+template <typename TE, int GELU>
+__global__ void __launch_bounds__(GM_THREADS, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                     const TE *__restrict__ bias, TE *__restrict__ D, int M, int N, int K) {
+#if WG_HAVE_WGMMA
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t bars[2 * GM_STAGES]; /* full[s], then empty[s] */
+    const int S = GM_STAGES;
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int BK = GM_ROWB / (int)sizeof(TE), KT = (K + BK - 1) / BK;
+    const int tiles_n = (N + GM_BN - 1) / GM_BN, tiles = tiles_n * ((M + GM_BM - 1) / GM_BM);
+#define FULL(s) (bar0 + 8u * (uint32_t)(s))
+#define EMPTY(s) (bar0 + 8u * (uint32_t)(GM_STAGES + (s)))
+    if (tid == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(FULL(s), 1);    /* the producer's expect_tx; the TMA bytes complete the phase */
+            mbar_init(EMPTY(s), 128); /* every thread of the consuming warpgroup, after its wgmma's on the stage */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
+     * pipeline's steps i KT .. i KT + KT - 1 (stage = step % S, phase = (step / S) & 1) */
+    if (wg == 0) { /* producer: registers to the consumers (setmaxnreg: the whole warpgroup, same value) */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            uint32_t step = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * GM_BN;
+                for (int kt = 0; kt < KT; kt++, step++) {
+                    const uint32_t s = step % S, ph = (step / S) & 1u, sa = base + s * GM_STAGE;
+                    mbar_wait(EMPTY(s), ph ^ 1u);
+                    mbar_expect_tx(FULL(s), GM_STAGE);
+                    tma_load_2d(sa, &tmA, kt * BK, m0, FULL(s));
+                    tma_load_2d(sa + GM_TILE_A, &tmB, kt * BK, n0, FULL(s));
+                }
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+
+    /* consumer warpgroup c = wg - 1 takes the CTA's tiles i = c, c + 2, ... The two take turns at the tensor cores
+     * (named barriers 1 and 2, 256 threads: warpgroup 1 runs its K loop, arrives on 1 and goes to its epilogue,
+     * while warpgroup 2, which waited on 1, runs its K loop and then arrives on 2, ...): one's epilogue overlaps
+     * the other's MMAs, and a warpgroup starts waiting on the full barrier of step i KT only after the other has
+     * consumed step i KT - 1: a phase-parity wait would pass on an older phase of the same parity otherwise. */
+    const int c = wg - 1, ctid = tid & 127, warp = ctid >> 5, lane = tid & 31;
+    float acc[GM_BN]; /* rows 0-63: acc[0 .. GM_BN/2), rows 64-127: acc[GM_BN/2 .. GM_BN) (m64nBN C layout each) */
+    for (int i = c, t = blockIdx.x + c * gridDim.x; t < tiles; i += 2, t += 2 * gridDim.x) {
+        const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * GM_BN;
+        uint32_t step = (uint32_t)i * (uint32_t)KT;
+        /* this lane's bias pairs (columns n0 + 8 j + 2 (lane % 4), + 1), loaded now so the K loop hides them */
+        uint32_t bpk[GM_BN / 8];
+#pragma unroll
+        for (int j = 0; j < GM_BN / 8; j++) {
+            const int n = n0 + 8 * j + 2 * (lane & 3);
+            bpk[j] = bias && n < N ? __ldg(reinterpret_cast<const unsigned int *>(bias + n)) : 0u; /* N % 8 == 0 */
+        }
+        if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(2 - c) : "memory"); /* the other's K loop is done */
+        for (int kt = 0; kt < KT; kt++, step++) {
+            const uint32_t s = step % S, sa = base + s * GM_STAGE;
+            mbar_wait(FULL(s), (step / S) & 1u);
+            const uint64_t da = wg_make_desc(sa, 1024, 1), db = wg_make_desc(sa + GM_TILE_A, 1024, 1);
+            wg_fence_regs(acc);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) { /* +32 bytes (2 in descriptor units) per k16; rows 64.. 8 KB on */
+                gm_mma(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TE());
+                gm_mma(acc + GM_BN / 2, da + 512 + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TE());
+            }
+            wg_commit();
+            wg_wait1(); /* the previous step's wgmma's are done: its stage may be overwritten */
+            wg_fence_regs(acc);
+            if (kt > 0) mbar_arrive(EMPTY((step - 1) % S));
+        }
+        /* the other warpgroup's turn, when it has a next tile (arrivals stay balanced: none is left pending) */
+        if (t + (int)gridDim.x < tiles) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + c) : "memory");
+        wg_wait0();
+        wg_fence_regs(acc);
+        mbar_arrive(EMPTY((step - 1) % S));
+
+        /* epilogue, in 4 rounds of 8 rows (r: the warp's rows 64 (r / 2) + 16 warp + 8 (r % 2) + 0..7, 2 GM_BN / 8
+         * accumulators per lane): bias (fetched before the K loop) and GELU in fp32, one rounding, then out through
+         * this warp's staging rows. The C layout gives a lane 4 bytes of 8 rows per store; through shared memory
+         * each lane stores 16 bytes and a warp whole rows. The next round's GELU is issued between this round's
+         * shared-memory writes and its global stores, so the ALU work overlaps the memory work (one warp per
+         * scheduler: no other latency hiding). */
+        const uint32_t stg = base + GM_STAGES * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG_WARP);
+        gm_epi_round<GELU, TE>(acc, bpk, 0);
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+#pragma unroll
+            for (int j = 0; j < GM_BN / 8; j++) {
+                const float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
+                const uint32_t v = gm_pack2(aj[0], aj[1], TE());
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stg + (lane >> 2) * GM_STG_ROW + 16 * j +
+                                                                   4 * (lane & 3)),
+                             "r"(v)
+                             : "memory");
+            }
+            __syncwarp();
+            if (r < 3) gm_epi_round<GELU, TE>(acc, bpk, r + 1);
+            const int mr = m0 + 64 * (r >> 1) + warp * 16 + 8 * (r & 1);
+#pragma unroll
+            for (int q = 0; q < GM_BN / 32; q++) { /* 8 rows x GM_BN / 8 chunks of 16 bytes, 32 lanes */
+                const int idx = q * 32 + lane, row = idx / (GM_BN / 8), ch = idx % (GM_BN / 8);
+                const int m = mr + row, n = n0 + 8 * ch;
+                uint4 v;
+                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                             : "r"(stg + row * GM_STG_ROW + 16 * ch)
+                             : "memory");
+                if (m < M && n < N) *reinterpret_cast<uint4 *>(D + (size_t)m * N + n) = v; /* N % 8 == 0 */
+            }
+            __syncwarp();
+        }
+    }
+#undef FULL
+#undef EMPTY
+#else
+    (void)tmA, (void)tmB, (void)bias, (void)D, (void)M, (void)N, (void)K;
+#endif
+}
+
+/* ---- host ---------------------------------------------------------------------------------------------------------- */
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled through the runtime (no link against libcuda); NULL when the driver has none */
+static encode_tiled_fn gm_encoder(void) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return (encode_tiled_fn)fn;
+}
+
+int tpk_gemm_sm90_supported(void) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return 0;
+    return major == 9 && minor == 0 && gm_encoder() != NULL;
+}
+
+/* rows x K row-major 16-bit matrix at p, boxes of box_rows rows x 64 columns, 128-byte swizzle, zeros outside */
+static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype dt, int rows, int K, int box_rows) {
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
+    const cuuint32_t box[2] = {GM_ROWB / 2, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    CUresult r = enc(map, dt == TP_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                     (void *)p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : TPK_INVALID;
+}
+
+template <typename TE, int GELU>
+static int gm_launch(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
+                     cudaStream_t s) {
+    encode_tiled_fn enc = gm_encoder();
+    CUtensorMap ma, mb;
+    if (!enc || gm_map(enc, &ma, A, dt, M, K, GM_BM) || gm_map(enc, &mb, W, dt, N, K, GM_BN)) return TPK_INVALID;
+    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TE, GELU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         GM_SMEM);
+    if (e != cudaSuccess) return (int)e;
+    int dev = 0, sms = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+        return (int)e;
+    const long long tiles = (long long)((N + GM_BN - 1) / GM_BN) * ((M + GM_BM - 1) / GM_BM);
+    if (tiles > 0x7fffffffLL) return TPK_INVALID;
+    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
+    gemm_sm90_kernel<TE, GELU><<<grid, GM_THREADS, GM_SMEM, s>>>(ma, mb, (const TE *)bias, (TE *)D, M, N, K);
+    return (int)cudaGetLastError();
+}
+
+int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K, int gelu,
+                  tp_stream stream) {
+    if (!tpk_gemm_sm90_shape_ok(dt, M, N, K) || (gelu != 0 && gelu != 1)) return TPK_INVALID;
+    if (!A || !W || !D || ((uintptr_t)A & 15) || ((uintptr_t)W & 15) || ((uintptr_t)D & 15) ||
+        ((uintptr_t)bias & 3))
+        return TPK_INVALID;
+    if (!tpk_gemm_sm90_supported()) return TPK_INVALID;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (dt == TP_F16)
+        return gelu ? gm_launch<__half, 1>(A, W, bias, D, dt, M, N, K, s) : gm_launch<__half, 0>(A, W, bias, D, dt, M, N, K, s);
+    return gelu ? gm_launch<__nv_bfloat16, 1>(A, W, bias, D, dt, M, N, K, s)
+                : gm_launch<__nv_bfloat16, 0>(A, W, bias, D, dt, M, N, K, s);
+}

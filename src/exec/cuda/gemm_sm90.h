@@ -1,0 +1,50 @@
+/* gemm_sm90.h: tprof's own GEMM for Hopper (gemm_sm90.cu: TMA loads, an mbarrier pipeline, wgmma), for the epilogues
+ * cuBLASLt does not have. cuBLASLt's only GELU epilogue is the tanh approximation, so a model with the exact (erf)
+ * GELU, as torch.nn.GELU() and timm's ViTs, ran fc1 in cuBLASLt and the GELU as a separate kernel that reads and
+ * writes the whole hidden activation again (ViT-B/16 at batch 64 on an H200: fc1 86 us + GELU 47 us per layer).
+ * This GEMM computes the GELU on its fp32 accumulators and writes only the GELU's output. Measured on an H200
+ * (bench/gemm_lab.c) it does not beat that pair yet, so no engine runs it: the planner keeps cuBLASLt + tpk_gelu, and
+ * gemm_sm90.cu says where its time goes. It is tested like every kernel (tests/gpu/test_gpu_gemm_sm90.c).
+ * Same conventions as kernels.h: enqueues on `stream`, returns cudaGetLastError() as an int (0 = cudaSuccess), never
+ * synchronizes or allocates (graph-capturable: the TMA descriptors are kernel parameters, encoded on the host). */
+#ifndef TP_GEMM_SM90_H
+#define TP_GEMM_SM90_H
+
+#include <stdint.h>
+
+#include "exec/cuda/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The shape and type rules of tpk_gemm_sm90 without a device (header-only, so the planner applies them in builds
+ * without CUDA too): dt F16 or BF16 (A, W, bias and D all in dt); K % 8 == 0 (TMA needs 16-byte row strides);
+ * N % 8 == 0 (D is written in column pairs); M, N, K > 0. 1 when they hold. */
+static inline int tpk_gemm_sm90_shape_ok(tp_dtype dt, int64_t M, int64_t N, int64_t K) {
+    return (dt == TP_F16 || dt == TP_BF16) && M > 0 && N > 0 && K > 0 && K % 8 == 0 && N % 8 == 0 &&
+           M <= 0x7fffffffLL && N <= 0x7fffffffLL && K <= 0x7fffffffLL;
+}
+
+/* 1 when tpk_gemm_sm90 can run on the current device: compute capability 9.0 (wgmma and this kernel's TMA
+ * descriptors exist on sm_90a only) and the driver's cuTensorMapEncodeTiled is reachable. */
+int tpk_gemm_sm90_supported(void);
+
+/* D (M, N) row-major in dt = epi(A (M, K) @ W (N, K)^T + bias (N)), PyTorch's Linear convention, with
+ *   A    (M, K) row-major in dt, 16-byte aligned;  W (N, K) row-major in dt, 16-byte aligned (the weight);
+ *   bias (N) in dt or NULL, 4-byte aligned;  D (M, N) row-major in dt, 16-byte aligned, not overlapping A or W;
+ *   gelu 0: epi = identity; 1: epi = the exact GELU 0.5 v (1 + erf(v / sqrt 2)) (gelu.cuh, as tpk_gelu computes
+ *        it) applied to the fp32 value v = A W^T + bias before the one rounding to dt.
+ * fp32 accumulation; bias added in fp32; one RNE rounding per element (the unfused cuBLASLt + tpk_gelu path rounds
+ * twice: the GEMM output, then the GELU's).
+ * Errors: cudaErrorInvalidValue without a launch when the shape rules (tpk_gemm_sm90_shape_ok) fail, gelu is not
+ * 0 or 1, a pointer is NULL or misaligned, or the device is not sm_90; the driver's error when encoding a TMA
+ * descriptor fails. */
+int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
+                  int gelu, tp_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,176 @@
+/* test_gpu_gemm_sm90.c: tprof's Hopper GEMM (tpk_gemm_sm90, src/exec/cuda/gemm_sm90.h) against an fp64 CPU reference,
+ * on the GPU, element by element.
+ *
+ * Reference: v = sum_k A[m,k] W[n,k] + bias[n] in fp64 over the inputs as stored (rounded to F16/BF16 first), then
+ * GELU(v) = 0.5 v erfc(-v / sqrt 2) in fp64 when asked. Bound per element, from the format (../shared/docs/
+ * formats.md: unit roundoff 2^-11 for F16, 2^-8 for BF16):
+ *   |got - ref| <= ulp_dt(ref) + 2 (K + 2) 2^-24 sum_k |A W| + 4e-7 |v|
+ * one unit in the last place of the output type (RNE is half of one; the other half covers an accumulation error
+ * that moves the exact value across a rounding midpoint), twice the classical worst-case bound of fp32 summation
+ * (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., 3.1: gamma_K sum |a_k b_k|; GELU's slope is
+ * at most 1.13), and the erfc fit's error (gelu.cuh: a few 1e-7 relative). A transposed operand, a wrong tile
+ * offset, a skipped K step or a dropped bias is off by orders of magnitude more.
+ * Outputs are poisoned (0xFF: NaN in F16 and BF16) with 64 poisoned elements past the end: an unwritten element
+ * fails as NaN, a write past the end as touched poison.
+ * Shapes (M, N, K): M in {1, 3, 197, 257, 577, 591} (batch 1 and 3 of ViT's 197 tokens, partial 128-row tiles);
+ * N 8 .. 3072 (partial and several 128-column tiles); K 8, 72, 200, 264 (not multiples of 64: a partial last K
+ * step zero-filled by TMA), 768 (12 steps: the 6-stage ring wraps twice), 3072 (fc2's K, 48 steps); and M 1731,
+ * 2600 at N 3072, 2304 (>= 224 tiles: more than the SMs of an H100 or H200, so each persistent CTA's
+ * two consumer warpgroups take several tiles in turn and the pipeline's phases run on across tiles). Each with and
+ * without bias and GELU, F16 and BF16. Then graph capture (replay equal to an eager launch bit for bit) and
+ * rejected arguments. On a device that is not compute capability 9.0 every call must be refused.
+ * CPU work: about 4 G multiply-adds of fp64 per type. */
+#include <check.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/cuda/gemm_sm90.h"
+#include "formats/dtype.h"
+
+#define TP_GPU_MAX_TRACKED 1024
+#include "gpu_check.h"
+#include "attn_check.h"
+
+Suite *gpu_gemm_sm90_suite(void);
+
+static void setup(void) { gpu_setup(); }
+
+static void teardown(void) {
+    release_all();
+    close_stream();
+}
+
+static const tp_dtype GT[] = {TP_F16, TP_BF16};
+
+/* 1 on a compute capability 9.0 device; otherwise checks that the kernel refuses, prints why, and returns 0 */
+static int hopper_or_refused(void) {
+    if (tpk_gemm_sm90_supported()) return 1;
+    char *buf = dev_alloc(TP_F16, 1 << 16);
+    const int r = tpk_gemm_sm90(buf, buf, NULL, buf + 4096, TP_F16, 8, 8, 8, 0, g_stream);
+    printf("  ok    gemm_sm90: not a compute capability 9.0 device: refused (%d), nothing else tested\n", r);
+    fflush(stdout);
+    ck_assert_int_eq(r, (int)cudaErrorInvalidValue);
+    return 0;
+}
+
+/* one unit in the last place of dt at |x| (normal range; the subnormal spacing below it) */
+static double ulp_of(tp_dtype dt, double x) {
+    const int mant = dt == TP_F16 ? 10 : 7, emin = dt == TP_F16 ? -14 : -126;
+    int e = 0;
+    frexp(fabs(x), &e); /* |x| in [2^(e-1), 2^e) */
+    if (e - 1 < emin) e = emin + 1;
+    return ldexp(1.0, e - 1 - mant);
+}
+
+static double gelu_ref(double v) { return 0.5 * v * erfc(-v * 0.70710678118654752440); }
+
+START_TEST(test_gemm_sm90) {
+    if (!hopper_or_refused()) return;
+    const tp_dtype dt = GT[_i];
+    static const int shapes[][3] = {{197, 64, 72}, {591, 136, 200}, {257, 256, 768}, {577, 3072, 768},
+                                    {197, 768, 3072}, {3, 8, 8},    {1, 2304, 64},  {1731, 3072, 72},
+                                    {2600, 2304, 264}};
+    uint64_t seed = 26000 + 100 * (uint64_t)_i;
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
+        const size_t nA = (size_t)M * K, nW = (size_t)N * K, nD = (size_t)M * N;
+        float *A = host_normal(nA, seed++, 0.0, 1.0), *W = host_normal(nW, seed++, 0.0, 0.05);
+        float *bias = host_normal((size_t)N, seed++, 0.0, 0.5);
+        round_to(dt, A, nA);
+        round_to(dt, W, nW);
+        round_to(dt, bias, (size_t)N);
+        double *v = hmalloc(nD * sizeof(double)), *mag = hmalloc(nD * sizeof(double));
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double s = 0.0, a = 0.0;
+                for (int k = 0; k < K; k++) {
+                    const double p = (double)A[(size_t)m * K + k] * W[(size_t)n * K + k];
+                    s += p, a += fabs(p);
+                }
+                v[(size_t)m * N + n] = s, mag[(size_t)m * N + n] = a;
+            }
+        void *d_A = dev_upload(dt, A, nA, nA), *d_W = dev_upload(dt, W, nW, nW);
+        void *d_bias = dev_upload(dt, bias, (size_t)N, (size_t)N);
+        for (int has_bias = 0; has_bias <= 1; has_bias++)
+            for (int gelu = 0; gelu <= 1; gelu++) {
+                SET_CASE("gemm_sm90 %s M=%d N=%d K=%d bias=%d gelu=%d", dname(dt), M, N, K, has_bias, gelu);
+                void *d_D = dev_alloc(dt, nD + 64);
+                KERNEL_OK(tpk_gemm_sm90(d_A, d_W, has_bias ? d_bias : NULL, d_D, dt, M, N, K, gelu, g_stream));
+                const float *got = download_f32(dt, d_D, nD, 1.0f);
+                size_t bad = 0, worst = 0;
+                double worst_ratio = 0.0;
+                for (size_t i = 0; i < nD; i++) {
+                    const double x = v[i] + (has_bias ? bias[i % (size_t)N] : 0.0), ref = gelu ? gelu_ref(x) : x;
+                    const double tol = ulp_of(dt, ref) + 2.0 * (K + 2) * 0x1p-24 * mag[i] + 4e-7 * fabs(x);
+                    const double err = fabs((double)got[i] - ref);
+                    if (!(err <= tol)) bad++; /* NaN counts */
+                    const double ratio = isfinite(err) ? err / tol : INFINITY;
+                    if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+                }
+                const double x = v[worst] + (has_bias ? bias[worst % (size_t)N] : 0.0);
+                printf("  %s  %s: %zu of %zu outside the bound; worst err/bound %.3f at [%zu,%zu] got %.7g ref %.7g\n",
+                       bad ? "FAIL" : "ok  ", g_case, bad, nD, worst_ratio, worst / (size_t)N, worst % (size_t)N,
+                       got[worst], gelu ? gelu_ref(x) : x);
+                fflush(stdout);
+                ck_assert_msg(bad == 0, "[%s] %zu of %zu elements outside the bound (worst at %zu: got %.7g)", g_case,
+                              bad, nD, worst, got[worst]);
+                check_untouched("D past its end", d_D, nD * esize(dt), (nD + 64) * esize(dt));
+            }
+    }
+}
+END_TEST
+
+typedef struct {
+    const void *A, *W, *bias;
+    int M, N, K;
+} gm_launch_ctx;
+
+static int gm_launch(const void *ctx, void *out, cudaStream_t stream) {
+    const gm_launch_ctx *c = ctx;
+    return tpk_gemm_sm90(c->A, c->W, c->bias, out, TP_F16, c->M, c->N, c->K, 1, (tp_stream)stream);
+}
+
+START_TEST(test_gemm_sm90_graph) {
+    if (!hopper_or_refused()) return;
+    const int M = 591, N = 384, K = 200;
+    SET_CASE("gemm_sm90 graph capture f16 + bias + gelu M=%d N=%d K=%d", M, N, K);
+    const gm_launch_ctx ctx = {dev_upload(TP_F16, host_normal((size_t)M * K, 27000, 0.0, 1.0), (size_t)M * K, (size_t)M * K),
+                               dev_upload(TP_F16, host_normal((size_t)N * K, 27001, 0.0, 0.05), (size_t)N * K, (size_t)N * K),
+                               dev_upload(TP_F16, host_normal((size_t)N, 27002, 0.0, 0.5), (size_t)N, (size_t)N), M, N, K};
+    const size_t nD = (size_t)M * N;
+    check_graph_replay(gm_launch, &ctx, dev_alloc(TP_F16, nD), dev_alloc(TP_F16, nD), nD * 2);
+}
+END_TEST
+
+START_TEST(test_gemm_sm90_rejects) {
+    if (!hopper_or_refused()) return;
+    SET_CASE("gemm_sm90 rejects");
+    char *buf = dev_alloc(TP_F16, 1 << 16), *D = buf + 65536;
+    const rejected_call r[] = {
+        {"K 100 (not a multiple of 8)", tpk_gemm_sm90(buf, buf, NULL, D, TP_F16, 16, 16, 100, 0, g_stream)},
+        {"N 100 (not a multiple of 8)", tpk_gemm_sm90(buf, buf, NULL, D, TP_F16, 16, 100, 16, 0, g_stream)},
+        {"M 0", tpk_gemm_sm90(buf, buf, NULL, D, TP_F16, 0, 16, 16, 0, g_stream)},
+        {"f32", tpk_gemm_sm90(buf, buf, NULL, D, TP_F32, 16, 16, 16, 0, g_stream)},
+        {"e4m3", tpk_gemm_sm90(buf, buf, NULL, D, TP_E4M3, 16, 16, 16, 0, g_stream)},
+        {"gelu 2", tpk_gemm_sm90(buf, buf, NULL, D, TP_F16, 16, 16, 16, 2, g_stream)},
+        {"A not 16-byte aligned", tpk_gemm_sm90(buf + 8, buf, NULL, D, TP_F16, 16, 16, 16, 0, g_stream)},
+        {"W not 16-byte aligned", tpk_gemm_sm90(buf, buf + 2, NULL, D, TP_F16, 16, 16, 16, 0, g_stream)},
+        {"D not 16-byte aligned", tpk_gemm_sm90(buf, buf, NULL, D + 8, TP_F16, 16, 16, 16, 0, g_stream)},
+        {"bias not 4-byte aligned", tpk_gemm_sm90(buf, buf, buf + 2, D, TP_F16, 16, 16, 16, 0, g_stream)},
+        {"NULL W", tpk_gemm_sm90(buf, NULL, NULL, D, TP_F16, 16, 16, 16, 0, g_stream)},
+    };
+    check_rejected(r, sizeof r / sizeof r[0]);
+}
+END_TEST
+
+Suite *gpu_gemm_sm90_suite(void) {
+    Suite *s = suite_create("gpu_gemm_sm90");
+    tcase_add_loop_test(new_tcase(s, "gemm_sm90"), test_gemm_sm90, 0, N_OF(GT));
+    tcase_add_test(new_tcase(s, "gemm_sm90_graph"), test_gemm_sm90_graph);
+    tcase_add_test(new_tcase(s, "gemm_sm90_rejects"), test_gemm_sm90_rejects);
+    return s;
+}
