@@ -23,18 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab_common.h"
 #include "exec/cuda/attention.h"
 #include "exec/cuda/attention_fp8.h"
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (cudaError_t)(call);                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_),              \
-                    cudaGetErrorString(e_));                                                                       \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 /* host decode of one element */
 static float bits_f16(unsigned short h) {

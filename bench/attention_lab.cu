@@ -26,18 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab_common.h"
 #include "exec/cuda/attention.h"
 #include "exec/cuda/kernels.h"
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (cudaError_t)(call);                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_),              \
-                    cudaGetErrorString(e_));                                                                       \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 static size_t esize(tp_dtype t) { return t == TP_F32 ? 4 : t == TP_E4M3 ? 1 : 2; }
 static const char *dname(tp_dtype t) {
@@ -91,11 +83,6 @@ static void scale_dev(void *d, tp_dtype dt, size_t n, float a) {
     }
     CK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
     free(h);
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
 }
 
 typedef struct {

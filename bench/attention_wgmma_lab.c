@@ -22,21 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab_common.h"
 #include "core/rng.h"
 #include "exec/cuda/attention.h"
 #include "exec/cuda/attention_fp8.h"
 #include "exec/cuda/attention_wgmma.h"
 #include "formats/dtype.h"
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_),              \
-                    cudaGetErrorString(e_));                                                                       \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 typedef int (*attn_fn)(const void *, tp_dtype, void *, tp_dtype, const float *, int, int, int, int, float, tp_stream);
 
@@ -55,11 +47,6 @@ WG_WRAP(6)
 WG_WRAP(7)
 WG_WRAP(8)
 static const attn_fn WG_FN[] = {wg_v0, wg_v1, wg_v2, wg_v3, wg_v4, wg_v5, wg_v6, wg_v7, wg_v8};
-
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 /* times launch(ctx) (10 warmup calls, then `runs` calls each between two events, enqueued back to back); returns
  * the median in us and fills *lo, *hi */

@@ -18,20 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab_common.h"
 #include "core/rng.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/gemm_sm90.h"
 #include "exec/cuda/kernels.h"
 #include "formats/dtype.h"
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));               \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 typedef struct {
     const char *name;
@@ -54,11 +47,6 @@ static int run_way(const lab *l, int way) {
     int rc = tp_gemm_run(l->gemm, l->plan, l->A, l->W, l->bias, l->gelu ? l->H : l->D, NULL, NULL, (tp_stream)l->s);
     if (!rc && l->gelu) rc = tpk_gelu(l->H, l->dt, l->D, l->dt, NULL, (size_t)l->M * l->N, (tp_stream)l->s);
     return rc;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
 }
 
 static void *upload(tp_dtype dt, size_t n, uint64_t seed, double std) {

@@ -18,20 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab_common.h"
 #include "core/rng.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/patch_embed.h"
 #include "formats/dtype.h"
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));               \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 typedef struct {
     int B, H, W, P, C, Np, T, K;
@@ -51,11 +44,6 @@ static int run_way(const lab *l, int way) {
     if (!rc) rc = tp_gemm_run(l->gemm, l->plan, l->cols, l->w, l->bias, l->pe, NULL, NULL, (tp_stream)l->s);
     if (!rc) rc = tpk_embed_tokens(l->pe, l->cls, l->pos, l->x, TP_F16, l->B, l->Np, l->C, 1, (tp_stream)l->s);
     return rc;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
 }
 
 static void *upload_f16(const float *h, size_t n) {

@@ -45,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lab_common.h"
 #include "core/rng.h"
 #include "exec/cuda/attention.h"
 #include "exec/cuda/cudnn_sdpa.h"
@@ -52,20 +53,6 @@
 #include "exec/cuda/kernels.h"
 #include "formats/dtype.h"
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_),              \
-                    cudaGetErrorString(e_));                                                                       \
-            exit(2);                                                                                               \
-        }                                                                                                          \
-    } while (0)
-
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 static double now_s(void) {
     struct timespec ts;

@@ -10,8 +10,8 @@
  * Numerical Recipes' erfcc (Press et al., Numerical Recipes in C, 2nd ed., section 6.2: fractional error below
  * 1.2e-7 everywhere), and erfc(-z) = 2 - erfc(z): accurate in both tails (a few 1e-7 relative in fp32), and one
  * reciprocal, one exp and ten FMAs instead of erfcf's branches (the GELU kernel was bound by them: 80 us for
- * ViT-B's 38.7M fc1 outputs on an H200, twice its memory time; 65 us with this, rcp.rn and __expf). The
- * kernel is near both limits (about 22 instructions per element against 4 bytes of f16 traffic), so the
+ * ViT-B's 38.7M fc1 outputs on an H200, twice its memory time; 65 us with this, rcp.rn and __expf). That
+ * kernel (kernels.cu) is near both limits (about 22 instructions per element against 4 bytes of f16 traffic), so the
  * reciprocal is rcp.approx, the exponential ex2.approx.ftz, and every thread keeps GELU_UNROLL 16-byte loads in
  * flight: 47 us f16 -> f16, 42 us f16 -> E4M3 (with gelu_as below) on an H200, CUPTI-traced in the engines. */
 /* 2^x by ex2.approx.ftz (max relative error 2^-22.5 per the PTX ISA): __expf's non-ftz form adds a rescaling

@@ -17,9 +17,9 @@
  *   Epilogue: bias (fetched before the K loop) and the GELU in fp32, one rounding, out through per-warp staging rows
  *       in shared memory as 16-byte row-contiguous stores (the C layout's 4-byte pieces of 8 rows cost fc1 14 us).
  * Where the time goes (ViT-B/16 batch 64 shapes on an H200, bench/gemm_lab.c and a globaltimer trace of one SM;
- * bench/results/README.md): plain GEMMs run within 0-9% of cuBLASLt's best heuristic algorithm (proj 28.4 vs 28.5
- * us, qkv 71.6 vs 70.3, fc1 92.8 vs 85.2, fc2 93.7 vs 81.9); with a GELU epilogue fc1 takes 125-132 us against
- * cuBLASLt + tpk_gelu's 127.5, so the engines do not use it. The K loop of one 128 x 128 x 768 tile takes ~4.6 us,
+ * bench/results/README.md): plain GEMMs run 2-14% behind cuBLASLt's best heuristic algorithm (f16: proj 28.2 vs
+ * 27.7 us, qkv 72.1 vs 70.6, fc1 93.1 vs 85.5, fc2 94.2 vs 82.4); fc1 with the GELU epilogue takes 127.0 us against
+ * cuBLASLt + tpk_gelu's 127.9: a tie, so the engines do not use it. The K loop of one 128 x 128 x 768 tile takes ~4.6 us,
  * and the epilogue ~7.3 us, of which the exact GELU is ~4.7 us: ~64 cycles per 32 elements with one warp per
  * scheduler (the standalone GELU kernel, latency hidden by occupancy, needs ~32), so the epilogue cannot hide
  * behind the other warpgroup's K loop and the GELU costs what it costs as its own kernel. Ways on: a third consumer
@@ -84,17 +84,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
 #endif
 
 /* ---- type helpers ---------------------------------------------------------------------------------------------- */
-
-__device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int accumulate, __half) {
-    wg_ss_n128_h(acc, da, db, accumulate);
-}
-__device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int accumulate, __nv_bfloat16) {
-    wg_ss_n128_b(acc, da, db, accumulate);
-}
-__device__ __forceinline__ float gm_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float gm_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ uint32_t gm_pack2(float a, float b, __half) { return pack2(a, b, __half()); }
-__device__ __forceinline__ uint32_t gm_pack2(float a, float b, __nv_bfloat16) { return pack2(a, b, __nv_bfloat16()); }
 
 /* the bias (packed pairs of the 16-bit type) and the GELU on round r's accumulators, in place */
 __device__ __forceinline__ float2 gm_unpack2(uint32_t v, __half) {
@@ -186,8 +175,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) { /* +32 bytes (2 in descriptor units) per k16; rows 64.. 8 KB on */
-                gm_mma(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TE());
-                gm_mma(acc + GM_BN / 2, da + 512 + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TE());
+                wg_ss_n128(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TE());
+                wg_ss_n128(acc + GM_BN / 2, da + 512 + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TE());
             }
             wg_commit();
             wg_wait1(); /* the previous step's wgmma's are done: its stage may be overwritten */
@@ -213,7 +202,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 #pragma unroll
             for (int j = 0; j < GM_BN / 8; j++) {
                 const float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
-                const uint32_t v = gm_pack2(aj[0], aj[1], TE());
+                const uint32_t v = pack2(aj[0], aj[1], TE());
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stg + (lane >> 2) * GM_STG_ROW + 16 * j +
                                                                    4 * (lane & 3)),
                              "r"(v)

@@ -445,7 +445,8 @@ extern "C" int tpk_layernorm(const void *x, tp_dtype xdt, const void *w, const v
 }
 
 /* ================================================================================================================
- * GELU (exact erf form, as torch.nn.GELU() and the CPU reference) and add: grid-stride elementwise kernels.
+ * GELU (exact erf form, as torch.nn.GELU() and the CPU reference; the erfc fits in gelu.cuh, shared with the GELU
+ * epilogue of gemm_sm90.cu) and add: grid-stride elementwise kernels.
  * The vector path covers the first n - n % 4 elements, the scalar tail the rest.
  * ============================================================================================================== */
 

@@ -61,12 +61,6 @@ __device__ __forceinline__ uint2 pe_pack4(float4 v, __nv_bfloat16) {
     __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
     return make_uint2(*reinterpret_cast<uint32_t *>(&a), *reinterpret_cast<uint32_t *>(&b));
 }
-__device__ __forceinline__ void pe_mma(float *acc, uint64_t da, uint64_t db, int accumulate, __half) {
-    wg_ss_n128_h(acc, da, db, accumulate);
-}
-__device__ __forceinline__ void pe_mma(float *acc, uint64_t da, uint64_t db, int accumulate, __nv_bfloat16) {
-    wg_ss_n128_b(acc, da, db, accumulate);
-}
 __device__ __forceinline__ float pe_f(__half v) { return __half2float(v); }
 __device__ __forceinline__ float pe_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ void pe_st2(__half *p, float a, float b) {
@@ -173,7 +167,7 @@ __global__ void __launch_bounds__(PE_THREADS, BN == 128 ? 2 : 1)
 #pragma unroll
         for (int kk = 0; kk < PE_BK / 16; kk++) /* +32 bytes per k16 step; the next 128 columns 16 KB further */
 #pragma unroll
-            for (int h = 0; h < BN / 128; h++) pe_mma(acc + 64 * h, da + 2 * kk, db + 1024 * h + 2 * kk, 1, TE());
+            for (int h = 0; h < BN / 128; h++) wg_ss_n128(acc + 64 * h, da + 2 * kk, db + 1024 * h + 2 * kk, 1, TE());
         wg_commit();
         if (more) pe_store_a<TE>(nxt, av, r0, q);
         wg_wait0();

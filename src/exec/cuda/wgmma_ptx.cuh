@@ -1,5 +1,6 @@
 /* wgmma_ptx.cuh: the warpgroup-MMA (wgmma) synchronization wrappers shared by the Hopper kernels
- * (attention_wgmma.cu, attention_wgmma_fp8.cu, patch_embed.cu), the m64n128k16 MMA of patch_embed.cu, and the
+ * (attention_wgmma.cu, attention_wgmma_fp8.cu, patch_embed.cu, gemm_sm90.cu), the m64n128k16 MMA of the GEMM kernels
+ * (patch_embed.cu, gemm_sm90.cu), and the
  * shared-memory matrix descriptor (PTX ISA, "Matrix
  * Descriptor Format" of wgmma: start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride byte
  * offset >> 4 in 32-45, layout in 62-63: 1 = 128-byte swizzle, 2 = 64-byte, 3 = 32-byte). Header-only, CUDA C.
@@ -8,6 +9,8 @@
 #ifndef TP_WGMMA_PTX_CUH
 #define TP_WGMMA_PTX_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -62,5 +65,12 @@ __device__ __forceinline__ void wg_ss_n128_b(float *d, uint64_t da, uint64_t db,
 __device__ __forceinline__ void wg_ss_n128_h(float *, uint64_t, uint64_t, int) { __trap(); }
 __device__ __forceinline__ void wg_ss_n128_b(float *, uint64_t, uint64_t, int) { __trap(); }
 #endif
+/* the same chosen by the element type (a tag value of __half or __nv_bfloat16), for kernels templated on it */
+__device__ __forceinline__ void wg_ss_n128(float *d, uint64_t da, uint64_t db, int acc, __half) {
+    wg_ss_n128_h(d, da, db, acc);
+}
+__device__ __forceinline__ void wg_ss_n128(float *d, uint64_t da, uint64_t db, int acc, __nv_bfloat16) {
+    wg_ss_n128_b(d, da, db, acc);
+}
 
 #endif
