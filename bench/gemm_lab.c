@@ -66,10 +66,10 @@ static void *upload(tp_dtype dt, size_t n, uint64_t seed, double std) {
 
 /* median of `runs` timed calls of way (after 10 warmups), min and max into lo, hi; us */
 static float time_way(const lab *l, int way, int runs, cudaEvent_t *ev, float *t, float *lo, float *hi) {
-    for (int i = 0; i < 10; i++) run_way(l, way);
+    for (int i = 0; i < 10; i++) CK(run_way(l, way));
     for (int i = 0; i < runs; i++) {
         CK(cudaEventRecord(ev[2 * i], l->s));
-        run_way(l, way);
+        CK(run_way(l, way));
         CK(cudaEventRecord(ev[2 * i + 1], l->s));
     }
     CK(cudaStreamSynchronize(l->s));

@@ -7,16 +7,20 @@
  *   |got - ref| <= ulp_dt(ref) + 2 (K + 2) 2^-24 sum_k |A W| + 4e-7 |v|
  * one unit in the last place of the output type (RNE is half of one; the other half covers an accumulation error
  * that moves the exact value across a rounding midpoint), twice the classical worst-case bound of fp32 summation
- * (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., 3.1: gamma_K sum |a_k b_k|; GELU's slope is
- * at most 1.13), and the erfc fit's error (gelu.cuh: a few 1e-7 relative). A transposed operand, a wrong tile
+ * (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., 3.1: gamma_K sum |a_k b_k|; the factor 2 covers
+ * the tensor cores' truncating additions, whose error per addition is up to one ulp instead of half, and GELU's
+ * slope of at most 1.13 on random data, where the real error is ~sqrt(K) below the bound), and the erfc fit's error
+ * (gelu.cuh: a few 1e-7 relative). Tight at small K (a tanh GELU, 4.7e-4 off at x = -2.7, fails at K 72); at
+ * K 3072 the bound is ~18 f16 ulps and those shapes catch structural errors. A transposed operand, a wrong tile
  * offset, a skipped K step or a dropped bias is off by orders of magnitude more.
  * Outputs are poisoned (0xFF: NaN in F16 and BF16) with 64 poisoned elements past the end: an unwritten element
  * fails as NaN, a write past the end as touched poison.
  * Shapes (M, N, K): M in {1, 3, 197, 257, 577, 591} (batch 1 and 3 of ViT's 197 tokens, partial 128-row tiles);
  * N 8 .. 3072 (partial and several 128-column tiles); K 8, 72, 200, 264 (not multiples of 64: a partial last K
- * step zero-filled by TMA), 768 (12 steps: the 6-stage ring wraps twice), 3072 (fc2's K, 48 steps); and M 1731,
- * 2600 at N 3072, 2304 (>= 224 tiles: more than the SMs of an H100 or H200, so each persistent CTA's
- * two consumer warpgroups take several tiles in turn and the pipeline's phases run on across tiles). Each with and
+ * step zero-filled by TMA), 768 (12 steps: the 6-stage ring wraps twice), 3072 (fc2's K, 48 steps); M 1731 and
+ * 2600 (336 and 378 tiles: both consumer warpgroups of a persistent CTA get tiles on a 132-SM GPU) and 3000 x 3072
+ * x 136 (576 tiles, 3 K steps: 4-5 tiles per CTA, so each warpgroup waits on its turn barrier more than once and
+ * the ring's phases run on across tiles). Each with and
  * without bias and GELU, F16 and BF16. Then graph capture (replay equal to an eager launch bit for bit) and
  * rejected arguments. On a device that is not compute capability 9.0 every call must be refused.
  * CPU work: about 4 G multiply-adds of fp64 per type. */
@@ -57,12 +61,12 @@ static int hopper_or_refused(void) {
     return 0;
 }
 
-/* one unit in the last place of dt at |x| (normal range; the subnormal spacing below it) */
+/* one unit in the last place of dt at |x| (normal range; the subnormal spacing below it and at 0) */
 static double ulp_of(tp_dtype dt, double x) {
     const int mant = dt == TP_F16 ? 10 : 7, emin = dt == TP_F16 ? -14 : -126;
     int e = 0;
     frexp(fabs(x), &e); /* |x| in [2^(e-1), 2^e) */
-    if (e - 1 < emin) e = emin + 1;
+    if (x == 0.0 || e - 1 < emin) e = emin + 1;
     return ldexp(1.0, e - 1 - mant);
 }
 
@@ -73,7 +77,7 @@ START_TEST(test_gemm_sm90) {
     const tp_dtype dt = GT[_i];
     static const int shapes[][3] = {{197, 64, 72}, {591, 136, 200}, {257, 256, 768}, {577, 3072, 768},
                                     {197, 768, 3072}, {3, 8, 8},    {1, 2304, 64},  {1731, 3072, 72},
-                                    {2600, 2304, 264}};
+                                    {2600, 2304, 264}, {3000, 3072, 136}};
     uint64_t seed = 26000 + 100 * (uint64_t)_i;
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];

@@ -9,7 +9,8 @@
  *       empty[s]), announces its 32 KB on full[s] (arrive.expect_tx) and issues two TMA loads (cp.async.bulk.tensor.2d:
  *       A rows m0 .. m0 + 127, W rows n0 .. n0 + 127, columns k0 .. k0 + 63) that complete on full[s]. TMA writes the
  *       128-byte swizzle itself (CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk c of row r at c ^ (r % 8)) and zero-fills
- *       what lies outside the tensor, so ragged M, N and K need no code. 6 stages; the producer runs on across tiles.
+ *       what lies outside the tensor, so ragged M, N and K need no code in the loads (the stores check their
+ *       bounds). 6 stages; the producer runs on across tiles.
  *   warpgroups 1 and 2 (consumers) take the CTA's tiles in turn. Per K step: wait for full[s], 8 wgmma m64n128k16
  *       (rows 0-63 and 64-127, 4 k16 steps; descriptors as wgmma_ptx.cuh: stride byte offset 1024, +32 bytes per
  *       k16), commit, wait until only this step's group is in flight, free the previous stage (arrive on empty).
@@ -83,15 +84,16 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
 }
 #endif
 
-/* ---- type helpers ---------------------------------------------------------------------------------------------- */
+/* ---- epilogue helpers -------------------------------------------------------------------------------------------- */
 
-/* the bias (packed pairs of the 16-bit type) and the GELU on round r's accumulators, in place */
+/* a packed pair of the 16-bit type as two floats */
 __device__ __forceinline__ float2 gm_unpack2(uint32_t v, __half) {
     return __half22float2(*reinterpret_cast<__half2 *>(&v));
 }
 __device__ __forceinline__ float2 gm_unpack2(uint32_t v, __nv_bfloat16) {
     return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
 }
+/* the bias (packed pairs, gm_unpack2) and the GELU on round r's accumulators, in place */
 template <int GELU, typename TE>
 __device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, int r) {
 #pragma unroll
@@ -238,7 +240,8 @@ typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32
                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-/* cuTensorMapEncodeTiled through the runtime (no link against libcuda); NULL when the driver has none */
+/* cuTensorMapEncodeTiled through the runtime (no link against libcuda; cudaGetDriverEntryPointByVersion is CUDA
+ * 12.5+, README's toolkit is 13); NULL when the driver has none */
 static encode_tiled_fn gm_encoder(void) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;

@@ -20,7 +20,7 @@ extern "C" {
 
 /* The shape and type rules of tpk_gemm_sm90 without a device (header-only, so the planner applies them in builds
  * without CUDA too): dt F16 or BF16 (A, W, bias and D all in dt); K % 8 == 0 (TMA needs 16-byte row strides);
- * N % 8 == 0 (D is written in column pairs); M, N, K > 0. 1 when they hold. */
+ * N % 8 == 0 (D is written in 16-byte chunks of 8 columns); M, N, K > 0. 1 when they hold. */
 static inline int tpk_gemm_sm90_shape_ok(tp_dtype dt, int64_t M, int64_t N, int64_t K) {
     return (dt == TP_F16 || dt == TP_BF16) && M > 0 && N > 0 && K > 0 && K % 8 == 0 && N % 8 == 0 &&
            M <= 0x7fffffffLL && N <= 0x7fffffffLL && K <= 0x7fffffffLL;
@@ -38,8 +38,8 @@ int tpk_gemm_sm90_supported(void);
  * fp32 accumulation; bias added in fp32; one RNE rounding per element (the unfused cuBLASLt + tpk_gelu path rounds
  * twice: the GEMM output, then the GELU's).
  * Errors: cudaErrorInvalidValue without a launch when the shape rules (tpk_gemm_sm90_shape_ok) fail, gelu is not
- * 0 or 1, a pointer is NULL or misaligned, or the device is not sm_90; the driver's error when encoding a TMA
- * descriptor fails. */
+ * 0 or 1, a pointer is NULL or misaligned, the device is not sm_90, or the driver rejects a TMA descriptor
+ * (cuTensorMapEncodeTiled); the runtime's error when setting the kernel's shared-memory size fails. */
 int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
                   int gelu, tp_stream stream);
 

@@ -47,7 +47,8 @@ template <int N> __device__ __forceinline__ void wg_fence_regs(float (&r)[N]) {
 }
 
 /* D (64 x 128 fp32: 64 registers per thread in the mma C layout) = or += A (64 x 16) * B (16 x 128), both from
- * shared memory, K-major (descriptors da, db); acc = 0 overwrites D. The GEMM kernels' shape (patch_embed.cu). */
+ * shared memory, K-major (descriptors da, db); acc = 0 overwrites D. The GEMM kernels' shape (patch_embed.cu,
+ * gemm_sm90.cu). */
 #if WG_HAVE_WGMMA
 __device__ __forceinline__ void wg_ss_n128_h(float *d, uint64_t da, uint64_t db, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
