@@ -251,14 +251,17 @@ static encode_tiled_fn gm_encoder(void) {
     return (encode_tiled_fn)fn;
 }
 
-int tpk_gemm_sm90_supported(void) {
+/* 1 when the current device has compute capability 9.0 */
+static int gm_sm90_device(void) {
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
         return 0;
-    return major == 9 && minor == 0 && gm_encoder() != NULL;
+    return major == 9 && minor == 0;
 }
+
+int tpk_gemm_sm90_supported(void) { return gm_sm90_device() && gm_encoder() != NULL; }
 
 /* rows x K row-major 16-bit matrix at p, boxes of box_rows rows x 64 columns, 128-byte swizzle, zeros outside */
 static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype dt, int rows, int K, int box_rows) {
@@ -271,11 +274,10 @@ static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype
 }
 
 template <typename TE, int GELU>
-static int gm_launch(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
-                     cudaStream_t s) {
-    encode_tiled_fn enc = gm_encoder();
+static int gm_launch(encode_tiled_fn enc, const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M,
+                     int N, int K, cudaStream_t s) {
     CUtensorMap ma, mb;
-    if (!enc || gm_map(enc, &ma, A, dt, M, K, GM_BM) || gm_map(enc, &mb, W, dt, N, K, GM_BN)) return TPK_INVALID;
+    if (gm_map(enc, &ma, A, dt, M, K, GM_BM) || gm_map(enc, &mb, W, dt, N, K, GM_BN)) return TPK_INVALID;
     cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TE, GELU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          GM_SMEM);
     if (e != cudaSuccess) return (int)e;
@@ -296,10 +298,12 @@ int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dt
     if (!A || !W || !D || ((uintptr_t)A & 15) || ((uintptr_t)W & 15) || ((uintptr_t)D & 15) ||
         ((uintptr_t)bias & 3))
         return TPK_INVALID;
-    if (!tpk_gemm_sm90_supported()) return TPK_INVALID;
+    encode_tiled_fn enc = gm_sm90_device() ? gm_encoder() : NULL; /* looked up once per call */
+    if (!enc) return TPK_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
     if (dt == TP_F16)
-        return gelu ? gm_launch<__half, 1>(A, W, bias, D, dt, M, N, K, s) : gm_launch<__half, 0>(A, W, bias, D, dt, M, N, K, s);
-    return gelu ? gm_launch<__nv_bfloat16, 1>(A, W, bias, D, dt, M, N, K, s)
-                : gm_launch<__nv_bfloat16, 0>(A, W, bias, D, dt, M, N, K, s);
+        return gelu ? gm_launch<__half, 1>(enc, A, W, bias, D, dt, M, N, K, s)
+                    : gm_launch<__half, 0>(enc, A, W, bias, D, dt, M, N, K, s);
+    return gelu ? gm_launch<__nv_bfloat16, 1>(enc, A, W, bias, D, dt, M, N, K, s)
+                : gm_launch<__nv_bfloat16, 0>(enc, A, W, bias, D, dt, M, N, K, s);
 }
