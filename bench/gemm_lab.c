@@ -3,6 +3,8 @@
  *   fc1 + GELU  N 3072, K 768: cuBLASLt with the bias epilogue, then tpk_gelu (the exact GELU as its own kernel:
  *               what engines run for an erf-GELU model), against tpk_gemm_sm90 with the GELU in its epilogue;
  *   fc1, qkv (N 2304, K 768), proj (N 768, K 768), fc2 (N 768, K 3072): bias only, cuBLASLt against tpk_gemm_sm90.
+ * tprof's kernel runs in both of its variants (tpk_gemm_sm90_variant: v0 the consumers write their whole tiles, v1
+ * helper warps write half of each tile).
  * cuBLASLt is the baseline at its best: every heuristic candidate (tp_gemm_plan_candidates) timed, the fastest kept,
  * as tprof's engines select. Per way: one run on a NaN-poisoned output (none may remain) and the relative L2
  * difference of tprof's output to cuBLASLt's (both round once from fp32 sums in different orders; the unfused GELU
@@ -40,10 +42,11 @@ typedef struct {
     cudaStream_t s;
 } lab;
 
-/* way 0: cuBLASLt (+ tpk_gelu); 1: tpk_gemm_sm90. Returns the first error code (0: fine). */
+/* way 0: cuBLASLt (+ tpk_gelu); 1 + v: tpk_gemm_sm90's variant v. Returns the first error code (0: fine). */
 static int run_way(const lab *l, int way) {
     if (way)
-        return tpk_gemm_sm90(l->A, l->W, l->bias, l->D, l->dt, l->M, l->N, l->K, l->gelu, (tp_stream)l->s);
+        return tpk_gemm_sm90_variant(l->A, l->W, l->bias, l->D, l->dt, l->M, l->N, l->K, l->gelu, way - 1,
+                                     (tp_stream)l->s);
     int rc = tp_gemm_run(l->gemm, l->plan, l->A, l->W, l->bias, l->gelu ? l->H : l->D, NULL, NULL, (tp_stream)l->s);
     if (!rc && l->gelu) rc = tpk_gelu(l->H, l->dt, l->D, l->dt, NULL, (size_t)l->M * l->N, (tp_stream)l->s);
     return rc;
@@ -140,7 +143,7 @@ int main(int argc, char **argv) {
         uint16_t *ref = malloc(nD * 2), *got = malloc(nD * 2);
         if (!ref || !got) return 2;
         const double flop = 2.0 * M * l.N * l.K;
-        for (int way = 0; way <= 1; way++) {
+        for (int way = 0; way <= 2; way++) {
             CK(cudaMemsetAsync(l.D, 0xFF, nD * 2, l.s)); /* NaN in f16 and bf16 */
             int rc = run_way(&l, way);
             if (rc) {
@@ -162,7 +165,7 @@ int main(int argc, char **argv) {
             const float med = time_way(&l, way, runs, ev, t, &lo, &hi);
             char name[96];
             if (way)
-                snprintf(name, sizeof name, "%s tprof sm90%s", sh->name, gelu ? ", GELU in epilogue" : "");
+                snprintf(name, sizeof name, "%s tprof sm90 v%d%s", sh->name, way - 1, gelu ? ", GELU in epilogue" : "");
             else
                 snprintf(name, sizeof name, "%s %s", sh->name, gelu ? "cuBLASLt + tpk_gelu" : "cuBLASLt");
             char algo[48] = "";

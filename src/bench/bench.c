@@ -51,6 +51,7 @@ typedef struct {
     double format_weight_bytes;             /* weights in their format (what an engine file stores) */
     json_t *plan;    /* per op: layer, op, precision, FLOP, bytes, how (owned) */
     char attn_impl[200]; /* the attention implementation the engine chose, with its build-time timings */
+    char gelu_impl[240]; /* the first GEMM feeding a GELU: fused or not, with its build-time timings */
     tp_attn_cost *attn_cost; /* FP8 attention ops, in op order: cosine and rel L2 against FP16/BF16 attention on
                                 the same input (owned; NULL when the engine runs no attention in FP8) */
     int n_attn_cost;
@@ -172,6 +173,7 @@ static void print_summary(const tp_bench_options *o, const prec_result *r, const
                tp_fmt_bytes(r->act_bytes, ab, sizeof ab), r->build_ms);
     }
     if (r->attn_impl[0]) printf("Attention (chosen when the engine was built): %s\n", r->attn_impl);
+    if (r->gelu_impl[0]) printf("GEMM + GELU (chosen when the engine was built): %s\n", r->gelu_impl);
     if (r->n_quant_ops)
         printf("%s: %d of %d ops run %s GEMMs%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
                tp_precision_name(r->prec),
@@ -239,8 +241,12 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
                         json_string(o->gelu_tanh ? "tanh approximation in the epilogue of the GEMM before it (--gelu tanh)"
                                                  : "exact (erf), its own kernel"));
     json_object_set_new(cfg, "gemm_selection",
-                        json_string(o->gemm_first ? "cuBLASLt's first heuristic algorithm (--no-gemm-select)"
-                                                  : "cuBLASLt's heuristic candidates timed at build, fastest kept"));
+                        json_string(o->gemm_first      ? "cuBLASLt's first heuristic algorithm (--no-gemm-select)"
+                                    : o->cublaslt_only ? "cuBLASLt's heuristic candidates timed at build, fastest kept "
+                                                         "(--gemm cublaslt: no tprof GEMM)"
+                                                       : "cuBLASLt's heuristic candidates timed at build, fastest "
+                                                         "kept; on sm_90 tprof's GEMM with the GELU epilogue timed "
+                                                         "against cuBLASLt + the GELU kernel"));
     json_object_set_new(root, "config", cfg);
     json_t *sys = json_pack("{s:s}", "cpu", cpu);
     if (gpu->present) {
@@ -611,6 +617,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 }
             }
             tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
+                                    .cublaslt_only = o->cublaslt_only,
                                     .gemm_choice = given, .act_amax = amax,
                                     .hook = cupti ? tp_cupti_hook : NULL, .hook_user = cupti, .weights_q = wq,
                                     .attention = (tp_attn_impl)o->attention};
@@ -627,6 +634,8 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 json_object_set_new(row, "implementation", json_string(im));
                 if (!r->attn_impl[0] && g.ops[i].kind == TP_OP_ATTENTION)
                     snprintf(r->attn_impl, sizeof r->attn_impl, "%s", im);
+                if (!r->gelu_impl[0] && g.ops[i].kind == TP_OP_LINEAR && strstr(im, "GELU"))
+                    snprintf(r->gelu_impl, sizeof r->gelu_impl, "%s: %s", g.ops[i].layer, im);
             }
             if (!st) st = tp_engine_set_input(e, images, err);
             if (!st) st = tp_engine_forward(e, err);
@@ -827,7 +836,7 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
 #ifdef TPROF_HAVE_CUDA
     if (gpu.present && gpu.sm == sm && !o->gemm_first) {
         tp_engine *e = NULL;
-        tp_engine_options eo = {.device = 0, .use_graph = 0, .act_amax = amax,
+        tp_engine_options eo = {.device = 0, .use_graph = 0, .act_amax = amax, .cublaslt_only = o->cublaslt_only,
                                 .attention = (tp_attn_impl)o->attention};
         double t0 = tp_now_ms();
         if ((st = tp_engine_build(&g, &params, &plan, &eo, &e, err))) goto done;

@@ -38,6 +38,7 @@ typedef struct {
     const char *json_path;
     int use_graph;
     int gemm_first;      /* --no-gemm-select: cuBLASLt's first heuristic algorithm, no build-time timing */
+    int cublaslt_only;   /* --gemm cublaslt: never tprof's own GEMM (tp_engine_options.cublaslt_only) */
     int gelu_tanh;       /* --gelu tanh: GELU as the tanh approximation in the fc1 epilogue (plan.h) */
     int ref_images;      /* images the CPU reference runs for accuracy figures (<= batch) */
     int print_plan;      /* print the per-layer plan of each engine */

@@ -54,6 +54,9 @@ static void usage(FILE *f) {
             "                        differs from erf by up to 4.7e-4), no GELU kernel; labelled in --plan\n"
             "  --no-gemm-select      run cuBLASLt's first heuristic algorithm for each GEMM instead of timing\n"
             "                        its candidates when the engine is built and keeping the fastest\n"
+            "  --gemm auto|cublaslt  auto (default): on sm_90 also time tprof's GEMM with the exact GELU in its\n"
+            "                        epilogue against cuBLASLt + the GELU kernel and keep the faster; cublaslt:\n"
+            "                        cuBLASLt only\n"
             "  --plan                print the per-layer plan: precision, FLOP, bytes, and why\n"
             "  --save-output FILE    write each precision's output (batch, classes) fp32 to FILE (safetensors)\n"
             "  --policy SPEC         per-layer precision overrides, later rules win, e.g.\n"
@@ -314,6 +317,15 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     } while (0)
         if (FLAG("--no-graph")) o.use_graph = 0;
         else if (FLAG("--no-gemm-select")) o.gemm_first = 1;
+        else if (FLAG("--gemm")) {
+            NEED_VAL();
+            if (strcmp(val, "auto") == 0) o.cublaslt_only = 0;
+            else if (strcmp(val, "cublaslt") == 0) o.cublaslt_only = 1;
+            else {
+                fprintf(stderr, "tprof: --gemm: unknown choice '%s' (expected auto or cublaslt)\n", val);
+                return 2;
+            }
+        }
         else if (FLAG("--plan")) o.print_plan = 1;
         else if (FLAG("-h") || FLAG("--help")) {
             usage(stdout);

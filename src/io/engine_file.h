@@ -42,7 +42,8 @@
  *   "gemm_selection" (version 2): null, or the GEMM algorithms `tprof build` timed on the target GPU (GEMM
  *            selection, gemm_cublaslt.h): {"gpu": its name, "cublaslt": cublasLtGetVersion(), "batch": the batch
  *            size timed (the GEMMs' M), "algos": [per op of "ops", the cuBLASLt heuristic candidate index run,
- *            -1 for ops without a cuBLASLt GEMM]}. `tprof bench --engine` reuses them when the GPU, the
+ *            1000 where tprof's Hopper GEMM runs the op with the GELU after it in its epilogue
+ *            (TP_GEMM_CHOICE_SM90_GELU, cuda_engine.h), -1 for ops without a GEMM]}. `tprof bench --engine` reuses them when the GPU, the
  *            cuBLASLt version and the batch size are the same (a timing cache), and times again otherwise.
  *
  * Integers in the JSON are JSON integers; floats are written with 17 significant digits, so every f32 (amax,

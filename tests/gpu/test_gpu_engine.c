@@ -460,6 +460,90 @@ START_TEST(test_engine_gelu_tanh) {
 }
 END_TEST
 
+/* tprof's Hopper GEMM with the exact GELU in its epilogue (TP_GEMM_CHOICE_SM90_GELU) given for every linear whose
+ * output only a GELU reads, FP16 and BF16 engines (_i >= the number of cases: BF16). On compute capability 9.0
+ * those GEMMs run it (the engine says so for the GEMM and for the GELU, which launches nothing) and the logits are
+ * within the engine tests' bound of the FP32 reference and of the engine that runs cuBLASLt and the GELU kernel
+ * (gemm_first): the fused path rounds each hidden activation once instead of twice, a difference of the size of
+ * one storage rounding. The choice on a linear that feeds no GELU (qkv) is refused, naming the layer; on any
+ * other GPU the build refuses every such choice. */
+START_TEST(test_engine_gelu_sm90) {
+    const int ncase = (int)(sizeof CASES / sizeof CASES[0]);
+    const engine_case *k = &CASES[_i % ncase];
+    const tp_precision prec = _i < ncase ? TP_PREC_FP16 : TP_PREC_BF16;
+    const double bound = prec == TP_PREC_FP16 ? 5e-3 : 3e-2;
+    tp_error e;
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+    case_model(k, &p, &g);
+    const size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
+    float *in = malloc(sizeof(float) * in_n), *ref = malloc(sizeof(float) * out_n);
+    float *got = malloc(sizeof(float) * out_n), *unf = malloc(sizeof(float) * out_n);
+    int *gc = malloc(sizeof(int) * (size_t)g.n_ops);
+    ck_assert(in && ref && got && unf && gc);
+    random_input(in, in_n, 8);
+    ck_assert_int_eq(tp_cpu_run(&g, &p, in, ref, &e), TP_OK);
+    const int sm = gpu_sm();
+    ck_assert_msg(tp_plan_build(&g, prec, sm, &plan, &e) == TP_OK, "%s", e.msg);
+    int n_fused = 0, qkv = -1;
+    for (int i = 0; i < g.n_ops; i++) {
+        gc[i] = -1;
+        if (g.ops[i].kind != TP_OP_LINEAR) continue;
+        for (int j = 0; j < g.n_ops; j++)
+            if (g.ops[j].kind == TP_OP_GELU && g.ops[j].in[0] == g.ops[i].out) gc[i] = TP_GEMM_CHOICE_SM90_GELU;
+        n_fused += gc[i] >= 0;
+        if (qkv < 0 && strstr(g.ops[i].layer, "qkv")) qkv = i;
+    }
+    ck_assert_int_eq(n_fused, k->depth);
+    ck_assert_int_ge(qkv, 0);
+    tp_engine_options o = {.device = 0, .use_graph = 1, .gemm_choice = gc};
+    if (sm != 90) {
+        tp_engine *eng = NULL;
+        const tp_status bs = tp_engine_build(&g, &p, &plan, &o, &eng, &e);
+        printf("  engine %-5s %-46s tprof sm90 GEMM refused: %s\n", tp_precision_name(prec), k->what,
+               bs ? e.msg : "(built!)");
+        ck_assert_msg(bs == TP_ERR_UNSUPPORTED && strstr(e.msg, "compute capability 9.0"), "status %d", (int)bs);
+        tp_engine_destroy(eng);
+    } else {
+        tp_engine *eng = build_and_run(&g, &p, &plan, &o, in, got, k->what);
+        for (int i = 0; i < g.n_ops; i++) {
+            if (gc[i] < 0) continue;
+            ck_assert_int_eq(tp_engine_gemm_choice(eng, i), TP_GEMM_CHOICE_SM90_GELU);
+            ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), "tprof sm90 GEMM"));
+            for (int j = 0; j < g.n_ops; j++)
+                if (g.ops[j].kind == TP_OP_GELU && g.ops[j].in[0] == g.ops[i].out)
+                    ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, j), "no GELU kernel"));
+        }
+        tp_engine_options of = {.device = 0, .use_graph = 1, .gemm_first = 1};
+        tp_engine *eu = build_and_run(&g, &p, &plan, &of, in, unf, "cuBLASLt + GELU kernel");
+        for (int i = 0; i < g.n_ops; i++) ck_assert_int_ne(tp_engine_gemm_choice(eu, i), TP_GEMM_CHOICE_SM90_GELU);
+        tp_accuracy a, au;
+        tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
+        tp_accuracy_compute(got, unf, k->batch, k->classes, &au);
+        printf("  engine %-5s %-46s tprof sm90 GEMM + GELU: rel L2 %.3e vs FP32, %.3e vs cuBLASLt + GELU kernel\n",
+               tp_precision_name(prec), k->what, a.rel_l2, au.rel_l2);
+        ck_assert_int_eq(a.nonfinite, 0);
+        ck_assert_msg(a.rel_l2 <= bound && au.rel_l2 <= bound, "%s: rel L2 %.3e vs FP32, %.3e vs unfused (bound %.1e)",
+                      k->what, a.rel_l2, au.rel_l2, bound);
+        tp_engine_destroy(eu);
+        tp_engine_destroy(eng);
+        /* a linear that feeds no GELU cannot take the choice */
+        for (int i = 0; i < g.n_ops; i++) gc[i] = -1;
+        gc[qkv] = TP_GEMM_CHOICE_SM90_GELU;
+        eng = NULL;
+        const tp_status bs = tp_engine_build(&g, &p, &plan, &o, &eng, &e);
+        ck_assert_msg(bs == TP_ERR_UNSUPPORTED && strstr(e.msg, g.ops[qkv].layer), "qkv given the GELU GEMM: %d %s",
+                      (int)bs, bs ? e.msg : "(built!)");
+        tp_engine_destroy(eng);
+    }
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    free(in), free(ref), free(got), free(unf), free(gc);
+}
+END_TEST
+
 START_TEST(test_engine_errors) {
     /* an FP8 plan without calibration data is refused, naming the tensor */
     tp_vit_config c;
@@ -499,6 +583,7 @@ Suite *gpu_engine_suite(void) {
     tcase_add_test(t, test_engine_fp8_percentile);
     tcase_add_loop_test(t, test_engine_fp8_attention, 0, 2 * n);
     tcase_add_loop_test(t, test_engine_gelu_tanh, 0, 2 * n);
+    tcase_add_loop_test(t, test_engine_gelu_sm90, 0, 2 * n);
     tcase_add_test(t, test_engine_errors);
     suite_add_tcase(s, t);
     return s;

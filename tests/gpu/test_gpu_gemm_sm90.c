@@ -21,7 +21,8 @@
  * 2600 (336 and 378 tiles: both consumer warpgroups of a persistent CTA get tiles on a 132-SM GPU) and 3000 x 3072
  * x 136 (576 tiles, 3 K steps: 4-5 tiles per CTA, so each warpgroup waits on its turn barrier more than once and
  * the ring's phases run on across tiles). Each with and
- * without bias and GELU, F16 and BF16. Then graph capture (replay equal to an eager launch bit for bit) and
+ * without bias and GELU, F16 and BF16, in both kernel variants (tpk_gemm_sm90_variant; variant 1 must equal variant
+ * 0 bit for bit: same arithmetic, other warps store it). Then graph capture (replay equal to an eager launch bit for bit) and
  * rejected arguments. On a device that is not compute capability 9.0 every call must be refused.
  * CPU work: about 4 G multiply-adds of fp64 per type. */
 #include <check.h>
@@ -99,31 +100,39 @@ START_TEST(test_gemm_sm90) {
             }
         void *d_A = dev_upload(dt, A, nA, nA), *d_W = dev_upload(dt, W, nW, nW);
         void *d_bias = dev_upload(dt, bias, (size_t)N, (size_t)N);
+        const float *v0 = NULL; /* variant 0's output of the current (bias, gelu) */
         for (int has_bias = 0; has_bias <= 1; has_bias++)
-            for (int gelu = 0; gelu <= 1; gelu++) {
-                SET_CASE("gemm_sm90 %s M=%d N=%d K=%d bias=%d gelu=%d", dname(dt), M, N, K, has_bias, gelu);
-                void *d_D = dev_alloc(dt, nD + 64);
-                KERNEL_OK(tpk_gemm_sm90(d_A, d_W, has_bias ? d_bias : NULL, d_D, dt, M, N, K, gelu, g_stream));
-                const float *got = download_f32(dt, d_D, nD, 1.0f);
-                size_t bad = 0, worst = 0;
-                double worst_ratio = 0.0;
-                for (size_t i = 0; i < nD; i++) {
-                    const double x = v[i] + (has_bias ? bias[i % (size_t)N] : 0.0), ref = gelu ? gelu_ref(x) : x;
-                    const double tol = ulp_of(dt, ref) + 2.0 * (K + 2) * 0x1p-24 * mag[i] + 4e-7 * fabs(x);
-                    const double err = fabs((double)got[i] - ref);
-                    if (!(err <= tol)) bad++; /* NaN counts */
-                    const double ratio = isfinite(err) ? err / tol : INFINITY;
-                    if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+            for (int gelu = 0; gelu <= 1; gelu++)
+                for (int variant = 0; variant <= 1; variant++) {
+                    SET_CASE("gemm_sm90 v%d %s M=%d N=%d K=%d bias=%d gelu=%d", variant, dname(dt), M, N, K, has_bias,
+                             gelu);
+                    void *d_D = dev_alloc(dt, nD + 64);
+                    KERNEL_OK(tpk_gemm_sm90_variant(d_A, d_W, has_bias ? d_bias : NULL, d_D, dt, M, N, K, gelu,
+                                                    variant, g_stream));
+                    const float *got = download_f32(dt, d_D, nD, 1.0f);
+                    size_t bad = 0, worst = 0;
+                    double worst_ratio = 0.0;
+                    for (size_t i = 0; i < nD; i++) {
+                        const double x = v[i] + (has_bias ? bias[i % (size_t)N] : 0.0), ref = gelu ? gelu_ref(x) : x;
+                        const double tol = ulp_of(dt, ref) + 2.0 * (K + 2) * 0x1p-24 * mag[i] + 4e-7 * fabs(x);
+                        const double err = fabs((double)got[i] - ref);
+                        if (!(err <= tol)) bad++; /* NaN counts */
+                        const double ratio = isfinite(err) ? err / tol : INFINITY;
+                        if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+                    }
+                    const double x = v[worst] + (has_bias ? bias[worst % (size_t)N] : 0.0);
+                    printf("  %s  %s: %zu of %zu outside the bound; worst err/bound %.3f at [%zu,%zu] got %.7g ref "
+                           "%.7g\n",
+                           bad ? "FAIL" : "ok  ", g_case, bad, nD, worst_ratio, worst / (size_t)N, worst % (size_t)N,
+                           got[worst], gelu ? gelu_ref(x) : x);
+                    fflush(stdout);
+                    ck_assert_msg(bad == 0, "[%s] %zu of %zu elements outside the bound (worst at %zu: got %.7g)",
+                                  g_case, bad, nD, worst, got[worst]);
+                    check_untouched("D past its end", d_D, nD * esize(dt), (nD + 64) * esize(dt));
+                    if (variant == 0) v0 = got;
+                    else /* the same arithmetic, other warps store it: bit for bit */
+                        ck_assert_msg(memcmp(got, v0, nD * sizeof(float)) == 0, "[%s] differs from variant 0", g_case);
                 }
-                const double x = v[worst] + (has_bias ? bias[worst % (size_t)N] : 0.0);
-                printf("  %s  %s: %zu of %zu outside the bound; worst err/bound %.3f at [%zu,%zu] got %.7g ref %.7g\n",
-                       bad ? "FAIL" : "ok  ", g_case, bad, nD, worst_ratio, worst / (size_t)N, worst % (size_t)N,
-                       got[worst], gelu ? gelu_ref(x) : x);
-                fflush(stdout);
-                ck_assert_msg(bad == 0, "[%s] %zu of %zu elements outside the bound (worst at %zu: got %.7g)", g_case,
-                              bad, nD, worst, got[worst]);
-                check_untouched("D past its end", d_D, nD * esize(dt), (nD + 64) * esize(dt));
-            }
     }
 }
 END_TEST
@@ -166,6 +175,7 @@ START_TEST(test_gemm_sm90_rejects) {
         {"D not 16-byte aligned", tpk_gemm_sm90(buf, buf, NULL, D + 8, TP_F16, 16, 16, 16, 0, g_stream)},
         {"bias not 4-byte aligned", tpk_gemm_sm90(buf, buf, buf + 2, D, TP_F16, 16, 16, 16, 0, g_stream)},
         {"NULL W", tpk_gemm_sm90(buf, NULL, NULL, D, TP_F16, 16, 16, 16, 0, g_stream)},
+        {"variant 2", tpk_gemm_sm90_variant(buf, buf, NULL, D, TP_F16, 16, 16, 16, 0, 2, g_stream)},
     };
     check_rejected(r, sizeof r / sizeof r[0]);
 }

@@ -15,6 +15,7 @@
 #include "exec/cuda/attention_fp8.h"
 #include "exec/cuda/cudnn_sdpa.h"
 #include "exec/cuda/gemm_cublaslt.h"
+#include "exec/cuda/gemm_sm90.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/patch_embed.h"
 #include "exec/cuda/scale_layout.h"
@@ -67,6 +68,9 @@ struct tp_engine {
     tp_sdpa **sdpa;            /* per op: cuDNN's plan when it runs the op (plans are per op: they cache pointers) */
     void *d_sdpa_ws;           /* cuDNN's workspace, shared (one stream) */
     char (*impl_note)[200];    /* per op: what was chosen and the build-time timings */
+    int *gelu_sm90;            /* per GEMM op: the GELU op whose output tprof's Hopper GEMM writes (gemm_sm90.h, bias
+                                  and exact GELU in its epilogue; chosen by time in choose_gemms), -1: cuBLASLt, then
+                                  the GELU op's own kernel */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     double weight_bytes, act_bytes;
@@ -199,7 +203,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
     const float *ys = e->d_scales + SCALE_SLOT * op->out;
     cudaStream_t s = e->stream;
-    int rc = 0;
+    int rc = 0, cublas = 0; /* cublas: rc is a cuBLAS status, not a CUDA error */
     HOOK(e, i, op_category(op->kind));
     switch (op->kind) {
     case TP_OP_PATCH_EMBED:
@@ -215,9 +219,11 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         rc = tpk_im2col(x, e->d_cols, pl->value_dt[op->in[1]], (int)xv->shape[0], (int)xv->shape[2],
                         (int)xv->shape[3], op->patch, s);
         HOOK(e, i, TP_CAT_GEMM);
-        if (!rc)
+        if (!rc) {
             rc = tp_gemm_run(e->gemm, e->gplan[i], e->d_cols, e->dptr[op->in[1]], e->dptr[op->in[2]], y, NULL, NULL,
                              s);
+            cublas = 1;
+        }
         break;
     case TP_OP_EMBED_TOKENS:
         if (pl->op_fused_into[i] >= 0) break; /* written by the patch embedding's kernel (plan.c) */
@@ -237,6 +243,13 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     case TP_OP_LINEAR: {
         const tp_qformat qf = pl->value_qf[op->in[0]];
         const int fp8 = pl->value_dt[op->in[0]] == TP_E4M3;
+        if (e->gelu_sm90[i] >= 0) { /* GEMM + bias + exact GELU in one kernel: it writes the GELU's output */
+            rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                               e->dptr[g->ops[e->gelu_sm90[i]].out], xdt, (int)op->gemm_m, (int)op->gemm_n,
+                               (int)op->gemm_k, 1, s);
+            break;
+        }
+        cublas = 1;
         if (qf == TP_QF_FP8_BLOCK128) {
             /* native FP8 block-128: the input in E4M3 with its 1x128 scales (written by the producer, or here) */
             const int M = (int)op->gemm_m;
@@ -315,8 +328,10 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         }
         break;
     }
-    case TP_OP_GELU:
-        if (pl->op_fused_into[i] >= 0) break; /* computed by the epilogue of the GEMM before it (plan.c) */
+    case TP_OP_GELU: {
+        /* computed by the epilogue of the GEMM before it: cuBLASLt's tanh form (plan.c), or tprof's GEMM */
+        const int j = g->values[op->in[0]].producer;
+        if (pl->op_fused_into[i] >= 0 || (j >= 0 && e->gelu_sm90[j] == i)) break;
         if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3) {
             int M = (int)value_rows(e, op->out);
             rc = tpk_quant_fp8_b128(x, xdt, 1, y, (float *)e->d_bscale[op->out], M, (int)rows_pad(M),
@@ -325,6 +340,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
             rc = tpk_gelu(x, xdt, y, ydt, ys, (size_t)tp_value_numel(o), s);
         }
         break;
+    }
     case TP_OP_ADD: /* nothing to launch when a GEMM's epilogue does it (plan.c) */
         if (pl->op_fused_into[i] < 0) rc = tpk_add(x, e->dptr[op->in[1]], y, ydt, (size_t)tp_value_numel(o), s);
         break;
@@ -337,8 +353,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
     if (rc)
         return tp_fail(err, TP_ERR_CUDA, "op %s (%s): launch failed: error %d (%s)", op->layer,
                        tp_op_kind_name(op->kind), rc,
-                       op->kind == TP_OP_LINEAR || op->kind == TP_OP_PATCH_EMBED ? "cuBLAS status"
-                                                                                : cudaGetErrorString((cudaError_t)rc));
+                       cublas ? "cuBLAS status" : cudaGetErrorString((cudaError_t)rc));
     return TP_OK;
 }
 
@@ -613,16 +628,62 @@ static int same_gemm(const tp_gemm_desc *a, const tp_gemm_desc *b) {
            a->residual == b->residual && a->gelu == b->gelu;
 }
 
+/* The GELU op tprof's Hopper GEMM (gemm_sm90.h) can fuse into GEMM op i, or -1: op i a linear with F16/BF16
+ * operands, bias and output of one type, no block format and no other epilogue (plan.c's residual or tanh-GELU
+ * fusions), the kernel's shape rules; its output read by nothing but an exact-GELU op writing the same type. */
+static int sm90_gelu_candidate(const tp_engine *e, int i) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    if (op->kind != TP_OP_LINEAR || pl->op_epilogue_add[i] >= 0 || pl->op_epilogue_gelu[i] >= 0 ||
+        op->out == g->output)
+        return -1;
+    const tp_dtype dt = pl->value_dt[op->in[0]];
+    if (pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_dt[op->in[1]] != dt || pl->value_dt[op->out] != dt ||
+        (op->n_in > 2 && pl->value_dt[op->in[2]] != dt) || !tpk_gemm_sm90_shape_ok(dt, op->gemm_m, op->gemm_n, op->gemm_k))
+        return -1;
+    int gi = -1, n = 0;
+    for (int k = 0; k < g->n_ops; k++)
+        for (int j = 0; j < g->ops[k].n_in; j++)
+            if (g->ops[k].in[j] == op->out) n++, gi = k;
+    if (n != 1 || g->ops[gi].kind != TP_OP_GELU || pl->op_fused_into[gi] >= 0) return -1;
+    const int y = g->ops[gi].out;
+    return pl->value_dt[y] == dt && pl->value_qf[y] == TP_QF_NONE ? gi : -1;
+}
+
+/* Op i (a candidate of sm90_gelu_candidate) runs as tprof's GEMM with the GELU gi in its epilogue; both notes say so */
+static void set_gelu_sm90(tp_engine *e, int i, int gi, const char *why) {
+    e->gelu_sm90[i] = gi;
+    snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM + bias + exact GELU in the epilogue (%s)", why);
+    snprintf(e->impl_note[gi], sizeof e->impl_note[gi], "in the epilogue of %s (tprof sm90 GEMM): no GELU kernel",
+             e->g->ops[i].layer);
+}
+
 /* GEMM selection (gemm_cublaslt.h): each GEMM op's heuristic candidates timed on the op's own buffers (its
  * activation input, and the residual its epilogue adds, filled with uniform values first) and the fastest kept;
- * an op with the same shape and types as an earlier one takes that one's choice (a timing cache). `first`: keep
- * the heuristic's first candidate, time nothing. The choice goes into the op's implementation note. */
-static tp_status choose_gemms(tp_engine *e, int first, const int *given, tp_error *err) {
+ * an op with the same shape and types as an earlier one takes that one's choice (a timing cache). Where
+ * sm90_gelu_candidate holds on a device that runs tprof's Hopper GEMM, that GEMM with the GELU in its epilogue is
+ * timed against the fastest cuBLASLt algorithm plus the GELU op's kernel (the same buffers) and the faster pair
+ * kept (TP_GEMM_CHOICE_SM90_GELU). `first`: keep the heuristic's first candidate and the GELU kernel, time
+ * nothing. The choice goes into the op's implementation note. */
+static tp_status choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err) {
     const tp_graph *g = e->g;
+    const int hw = tpk_gemm_sm90_supported();
     for (int i = 0; i < g->n_ops; i++) {
         tp_gemm_plan *gp = e->gplan[i];
         if (!gp) continue;
-        const int n = tp_gemm_plan_candidates(gp);
+        const int n = tp_gemm_plan_candidates(gp), gi = hw && !cublaslt_only ? sm90_gelu_candidate(e, i) : -1;
+        if (given && given[i] == TP_GEMM_CHOICE_SM90_GELU) {
+            if (gi < 0)
+                return tp_fail(err, TP_ERR_UNSUPPORTED,
+                               "gemm %s: tprof's Hopper GEMM with the GELU epilogue asked, but %s", g->ops[i].layer,
+                               !hw             ? "this GPU is not compute capability 9.0"
+                               : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
+                                               : "this op is not a 16-bit linear feeding only an exact GELU of its "
+                                                 "type (K and N multiples of 8)");
+            set_gelu_sm90(e, i, gi, "as given");
+            continue;
+        }
         if (given && given[i] >= 0) {
             if (tp_gemm_plan_select(gp, given[i]))
                 return tp_fail(err, TP_ERR_ARG, "gemm %s: candidate %d asked, cuBLASLt has %d", g->ops[i].layer,
@@ -631,17 +692,24 @@ static tp_status choose_gemms(tp_engine *e, int first, const int *given, tp_erro
                      n);
             continue;
         }
-        if (first || n < 2) {
+        if (first || (n < 2 && gi < 0)) {
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt: the heuristic's first of %d algorithms%s", n,
                      first && n > 1 ? " (selection off)" : "");
             continue;
         }
         int prev = -1;
         for (int j = 0; j < i && prev < 0; j++)
-            if (e->gplan[j] && same_gemm(tp_gemm_plan_desc(e->gplan[j]), tp_gemm_plan_desc(gp))) prev = j;
+            if (e->gplan[j] && same_gemm(tp_gemm_plan_desc(e->gplan[j]), tp_gemm_plan_desc(gp)) &&
+                (hw && !cublaslt_only && sm90_gelu_candidate(e, j) >= 0) == (gi >= 0))
+                prev = j;
         if (prev >= 0) {
             tp_gemm_plan_select(gp, tp_gemm_plan_choice(e->gplan[prev]));
             memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
+            if (e->gelu_sm90[prev] >= 0) {
+                e->gelu_sm90[i] = gi;
+                snprintf(e->impl_note[gi], sizeof e->impl_note[gi],
+                         "in the epilogue of %s (tprof sm90 GEMM): no GELU kernel", g->ops[i].layer);
+            }
             continue;
         }
         const tp_op *op = &g->ops[i];
@@ -675,6 +743,25 @@ static tp_status choose_gemms(tp_engine *e, int first, const int *given, tp_erro
         snprintf(e->impl_note[i], sizeof e->impl_note[i],
                  "cuBLASLt algorithm %d of %d by time: %.1f us (the heuristic's first: %.1f us)", best + 1, n, t[best],
                  t[0]);
+        if (gi < 0) continue;
+        /* the GELU's kernel on the output the best algorithm wrote, then the fused kernel */
+        double t_gelu = 0, t_fused = 0;
+        tp_status st = time_op(e, gi, &t_gelu, err);
+        if (st) return st;
+        e->gelu_sm90[i] = gi;
+        st = time_op(e, i, &t_fused, err);
+        if (st) return st;
+        char why[120];
+        snprintf(why, sizeof why, "by time: %.1f us; cuBLASLt algorithm %d + GELU kernel: %.1f + %.1f us", t_fused,
+                 best + 1, t[best], t_gelu);
+        if (t_fused < t[best] + t_gelu) {
+            set_gelu_sm90(e, i, gi, why);
+        } else {
+            e->gelu_sm90[i] = -1;
+            size_t l = strlen(e->impl_note[i]);
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, " + GELU kernel %.1f us; tprof sm90 GEMM + GELU: "
+                     "%.1f us", t_gelu, t_fused);
+        }
     }
     return TP_OK;
 }
@@ -841,14 +928,16 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->attn = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->attn);
     e->sdpa = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->sdpa);
     e->impl_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->impl_note);
+    e->gelu_sm90 = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     h_scales = malloc(sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values);
-    if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->wglobal || !e->alpha ||
-        !h_scales) {
+    if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->gelu_sm90 ||
+        !e->wglobal || !e->alpha || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
+    for (int i = 0; i < g->n_ops; i++) e->gelu_sm90[i] = -1;
     for (int v = 0; v < 2 * SCALE_SLOT * g->n_values; v++) h_scales[v] = 1.0f;
     CU_TRY(cudaSetDevice(opt->device));
     CU_TRY(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
@@ -983,7 +1072,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
 
     st = choose_attention(e, opt->attention, err);
     if (st) goto fail;
-    st = choose_gemms(e, opt->gemm_first, opt->gemm_choice, err);
+    st = choose_gemms(e, opt->gemm_first, opt->cublaslt_only, opt->gemm_choice, err);
     if (st) goto fail;
 
     /* one eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then capture; it is
@@ -1021,7 +1110,7 @@ const char *tp_engine_op_impl(const tp_engine *e, int op) {
 
 int tp_engine_gemm_choice(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || !e->gplan[op]) return -1;
-    return tp_gemm_plan_choice(e->gplan[op]);
+    return e->gelu_sm90[op] >= 0 ? TP_GEMM_CHOICE_SM90_GELU : tp_gemm_plan_choice(e->gplan[op]);
 }
 
 int tp_engine_attention_choice(const tp_engine *e, int op) {
@@ -1048,6 +1137,7 @@ void tp_engine_destroy(tp_engine *e) {
         for (int i = 0; i < e->g->n_ops; i++) tp_sdpa_destroy(e->sdpa[i]);
     free(e->sdpa);
     free(e->attn);
+    free(e->gelu_sm90);
     free(e->impl_note);
     free(e->wglobal);
     free(e->alpha);

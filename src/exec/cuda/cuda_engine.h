@@ -56,10 +56,14 @@ typedef struct {
     int use_graph;           /* 1: capture the forward pass in one CUDA graph (default); 0: eager launches */
     tp_attn_impl attention;  /* fused attention implementation (default AUTO) */
     size_t workspace_bytes;  /* cuBLASLt workspace; 0 = 32 MiB */
-    int gemm_first;          /* 1: run cuBLASLt's first heuristic algorithm; 0 (default): time its candidates at
-                                build and keep the fastest per GEMM shape (gemm_cublaslt.h, GEMM selection) */
+    int gemm_first;          /* 1: run cuBLASLt's first heuristic algorithm (and every GELU as its own kernel);
+                                0 (default): time its candidates at build and keep the fastest per GEMM shape
+                                (gemm_cublaslt.h, GEMM selection), and where a GEMM feeds an exact GELU on sm_90,
+                                time tprof's GEMM with the GELU in its epilogue against it (TP_GEMM_CHOICE_SM90_GELU) */
+    int cublaslt_only;       /* 1: never tprof's own GEMM (TP_GEMM_CHOICE_SM90_GELU): every GELU its own kernel */
     const int *gemm_choice;  /* optional, per op: the candidate index to run (tp_engine_gemm_choice of another
-                                engine of the same graph and plan), taken as given; -1 entries: as above */
+                                engine of the same graph and plan, TP_GEMM_CHOICE_SM90_GELU included), taken as
+                                given; -1 entries: as above */
     const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 */
     tp_launch_hook hook;     /* optional */
     void *hook_user;
@@ -79,8 +83,10 @@ void tp_engine_destroy(tp_engine *e);
 
 /* What runs op `op` when the engine chose among implementations: attention ops, e.g. "wgmma: flash (tprof)
  * 50.9 us wgmma (tprof) 44.0 us cudnn 46.5 us" (the choice, then the build-time timings: mean of 10 back-to-back
- * runs, us); GEMM ops, e.g. "cuBLASLt algorithm 3 of 8 by time: 41.2 us (the heuristic's first: 44.0 us)"; NULL
- * for other ops. The string lives as long as the engine. */
+ * runs, us); GEMM ops, e.g. "cuBLASLt algorithm 3 of 8 by time: 41.2 us (the heuristic's first: 44.0 us)" or
+ * "tprof sm90 GEMM + bias + exact GELU in the epilogue (by time: ...)", and a GELU op run by that epilogue, "in the
+ * epilogue of <layer> (tprof sm90 GEMM): no GELU kernel"; NULL for other ops. The string lives as long as the
+ * engine. */
 const char *tp_engine_op_impl(const tp_engine *e, int op);
 
 /* The attention implementation op `op` runs (never TP_ATTN_AUTO once built: pass it as tp_engine_options.attention
@@ -88,8 +94,14 @@ const char *tp_engine_op_impl(const tp_engine *e, int op);
  * bad index. */
 int tp_engine_attention_choice(const tp_engine *e, int op);
 
-/* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice); -1 for a non-GEMM op or a
- * bad index. */
+/* A GEMM choice (tp_engine_gemm_choice, tp_engine_options.gemm_choice, an engine file's "algos") that is not a
+ * cuBLASLt candidate: tprof's Hopper GEMM (gemm_sm90.h) with the bias and the exact GELU of the op after it in its
+ * epilogue, one kernel writing the GELU's output (that GELU op then launches nothing). Only for a 16-bit linear read
+ * by nothing but an exact GELU of its type, on compute capability 9.0; elsewhere the build refuses it. */
+#define TP_GEMM_CHOICE_SM90_GELU 1000
+
+/* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice), TP_GEMM_CHOICE_SM90_GELU
+ * where tprof's Hopper GEMM runs it; -1 for a non-GEMM op or a bad index. */
 int tp_engine_gemm_choice(const tp_engine *e, int op);
 
 /* The accuracy cost of FP8 attention, layer by layer: one eager forward pass over the engine's current input in

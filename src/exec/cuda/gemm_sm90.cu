@@ -46,12 +46,19 @@
 #define GM_TILE_A (GM_BM * GM_ROWB)
 #define GM_TILE_B (GM_BN * GM_ROWB)
 #define GM_STAGE (GM_TILE_A + GM_TILE_B)
-#define GM_STAGES 6
+#define GM_STAGES 6 /* variant 0; variant 1 has GM_STAGES_H (its helpers' buffers take the rest) */
+#define GM_STAGES_H 4
 /* the epilogue's staging rows: per consumer warp 8 rows of GM_BN 16-bit values, each row padded by 16 bytes (a
  * row then starts 4 banks after the previous one: the 8 rows x 4 lanes of a C-layout store hit 32 banks) */
 #define GM_STG_ROW (GM_BN * 2 + 16)
 #define GM_STG_WARP (8 * GM_STG_ROW)
-#define GM_SMEM (1024 + GM_STAGES * GM_STAGE + 8 * GM_STG_WARP) /* 1024: slack to align the stages to 1024 bytes */
+/* variant 1: per consumer warpgroup a buffer of its tile's rows 64-127 in fp32 for the helper warps, rows padded by
+ * 32 bytes (8 banks: the 4 rows x 4 lanes x 8 bytes of a half-warp's C-layout store hit 32 banks) */
+#define GM_HB_ROW (GM_BN * 4 + 32)
+#define GM_HB (64 * GM_HB_ROW)
+#define GM_HELPERS 96 /* warps 1-3 of the producer warpgroup */
+/* 1024: slack to align the stages to 1024 bytes */
+#define GM_SMEM_V(help) (1024 + ((help) ? GM_STAGES_H : GM_STAGES) * GM_STAGE + 8 * GM_STG_WARP + ((help) ? 2 * GM_HB : 0))
 
 /* ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ------------------------------------------------ */
 
@@ -105,26 +112,43 @@ __device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, in
     }
 }
 
+/* (x, y) + b, then GELU when asked, packed as two 16-bit values of TE */
+template <int GELU, typename TE> __device__ __forceinline__ uint32_t gm_epi_pair(float x, float y, float2 b) {
+    x += b.x, y += b.y;
+    if (GELU) x = gelu_f(x), y = gelu_f(y);
+    return pack2(x, y, TE());
+}
+
 /* ---- the kernel ---------------------------------------------------------------------------------------------------- */
 
-template <typename TE, int GELU>
+/* HELP 0: variant 0 (each consumer warpgroup's epilogue writes its whole tile); 1: variant 1 (rows 64-127 of each
+ * tile go through shared memory to the helper warps) */
+template <typename TE, int GELU, int HELP>
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                      const TE *__restrict__ bias, TE *__restrict__ D, int M, int N, int K) {
 #if WG_HAVE_WGMMA
     extern __shared__ unsigned char smem_raw[];
-    __shared__ __align__(8) uint64_t bars[2 * GM_STAGES]; /* full[s], then empty[s] */
-    const int S = GM_STAGES;
+    /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
+    __shared__ __align__(8) uint64_t bars[2 * GM_STAGES + 4];
+    const int S = HELP ? GM_STAGES_H : GM_STAGES;
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
     const int tid = threadIdx.x, wg = tid >> 7;
     const int BK = GM_ROWB / (int)sizeof(TE), KT = (K + BK - 1) / BK;
     const int tiles_n = (N + GM_BN - 1) / GM_BN, tiles = tiles_n * ((M + GM_BM - 1) / GM_BM);
 #define FULL(s) (bar0 + 8u * (uint32_t)(s))
 #define EMPTY(s) (bar0 + 8u * (uint32_t)(GM_STAGES + (s)))
+#define HFULL(c) (bar0 + 8u * (uint32_t)(2 * GM_STAGES + (c)))
+#define HEMPTY(c) (bar0 + 8u * (uint32_t)(2 * GM_STAGES + 2 + (c)))
+    const uint32_t hbuf = base + S * GM_STAGE + 8 * GM_STG_WARP; /* variant 1: the helper buffers */
     if (tid == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(FULL(s), 1);    /* the producer's expect_tx; the TMA bytes complete the phase */
             mbar_init(EMPTY(s), 128); /* every thread of the consuming warpgroup, after its wgmma's on the stage */
+        }
+        for (int c = 0; c < 2 && HELP; c++) {
+            mbar_init(HFULL(c), 128);         /* consumer c's threads, after writing their rows 64-127 */
+            mbar_init(HEMPTY(c), GM_HELPERS); /* the helpers, after reading them */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -132,8 +156,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 
     /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
      * pipeline's steps i KT .. i KT + KT - 1 (stage = step % S, phase = (step / S) & 1) */
-    if (wg == 0) { /* producer: registers to the consumers (setmaxnreg: the whole warpgroup, same value) */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    /* setmaxnreg (the whole warpgroup, same value): the 384 x 168 registers of the launch go 40 / 232 / 232 to
+     * the producer warpgroup and the consumers, or 56 / 224 / 224 when its warps 1-3 are variant 1's helpers */
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(HELP ? 56 : 40) : "memory");
         if (tid == 0) {
             uint32_t step = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -146,10 +172,36 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                     tma_load_2d(sa + GM_TILE_A, &tmB, kt * BK, n0, FULL(s));
                 }
             }
+        } else if (HELP && tid >= 32) {
+            /* variant 1's helpers: the CTA's i-th tile belongs to consumer i % 2, its rows 64-127 wait in that
+             * consumer's buffer (hfull's phase i / 2). Warp h (0-2) takes rows h, h + 3, ...; lane l columns
+             * 4 l .. 4 l + 3 (16 bytes of fp32 in, 8 bytes of TE out: a warp reads and writes whole rows). */
+            const int hw = (tid >> 5) - 1, lane = tid & 31;
+            for (int i = 0, t = blockIdx.x; t < tiles; i++, t += gridDim.x) {
+                const int c = i & 1, m0 = (t / tiles_n) * GM_BM + 64, n = (t % tiles_n) * GM_BN + 4 * lane;
+                float2 b01 = make_float2(0.0f, 0.0f), b23 = b01;
+                if (bias && n < N) { /* 4-byte aligned: two pairs */
+                    b01 = gm_unpack2(__ldg(reinterpret_cast<const unsigned int *>(bias + n)), TE());
+                    b23 = gm_unpack2(__ldg(reinterpret_cast<const unsigned int *>(bias + n + 2)), TE());
+                }
+                mbar_wait(HFULL(c), (uint32_t)(i >> 1) & 1u);
+                const uint32_t hb = hbuf + (uint32_t)(c * GM_HB) + 16u * (uint32_t)lane;
+#pragma unroll 4
+                for (int row = hw; row < 64; row += 3) {
+                    float4 v;
+                    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                                 : "r"(hb + (uint32_t)(row * GM_HB_ROW))
+                                 : "memory");
+                    const uint2 o = make_uint2(gm_epi_pair<GELU, TE>(v.x, v.y, b01), gm_epi_pair<GELU, TE>(v.z, v.w, b23));
+                    if (m0 + row < M && n < N) *reinterpret_cast<uint2 *>(D + (size_t)(m0 + row) * N + n) = o;
+                }
+                mbar_arrive(HEMPTY(c));
+            }
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(HELP ? 224 : 232) : "memory");
 
     /* consumer warpgroup c = wg - 1 takes the CTA's tiles i = c, c + 2, ... The two take turns at the tensor cores
      * (named barriers 1 and 2, 256 threads: warpgroup 1 runs its K loop, arrives on 1 and goes to its epilogue,
@@ -197,10 +249,24 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
          * each lane stores 16 bytes and a warp whole rows. The next round's GELU is issued between this round's
          * shared-memory writes and its global stores, so the ALU work overlaps the memory work (one warp per
          * scheduler: no other latency hiding). */
-        const uint32_t stg = base + GM_STAGES * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG_WARP);
+        if (HELP) { /* rows 64-127, raw fp32, to the helpers (once they have read this buffer's previous tile) */
+            mbar_wait(HEMPTY(c), ((uint32_t)(i >> 1) & 1u) ^ 1u);
+            const uint32_t hb = hbuf + (uint32_t)(c * GM_HB) + (uint32_t)((warp * 16 + (lane >> 2)) * GM_HB_ROW) +
+                                8u * (uint32_t)(lane & 3);
+#pragma unroll
+            for (int j = 0; j < GM_BN / 8; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(hb + (uint32_t)(8 * h * GM_HB_ROW + 32 * j)),
+                                 "f"(acc[GM_BN / 2 + 4 * j + 2 * h]), "f"(acc[GM_BN / 2 + 4 * j + 2 * h + 1])
+                                 : "memory");
+            mbar_arrive(HFULL(c));
+        }
+        const int R = HELP ? 2 : 4; /* rounds this warpgroup writes */
+        const uint32_t stg = base + S * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG_WARP);
         gm_epi_round<GELU, TE>(acc, bpk, 0);
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < R; r++) {
 #pragma unroll
             for (int j = 0; j < GM_BN / 8; j++) {
                 const float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
@@ -211,7 +277,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                              : "memory");
             }
             __syncwarp();
-            if (r < 3) gm_epi_round<GELU, TE>(acc, bpk, r + 1);
+            if (r < R - 1) gm_epi_round<GELU, TE>(acc, bpk, r + 1);
             const int mr = m0 + 64 * (r >> 1) + warp * 16 + 8 * (r & 1);
 #pragma unroll
             for (int q = 0; q < GM_BN / 32; q++) { /* 8 rows x GM_BN / 8 chunks of 16 bytes, 32 lanes */
@@ -229,6 +295,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
     }
 #undef FULL
 #undef EMPTY
+#undef HFULL
+#undef HEMPTY
 #else
     (void)tmA, (void)tmB, (void)bias, (void)D, (void)M, (void)N, (void)K;
 #endif
@@ -273,13 +341,13 @@ static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype
     return r == CUDA_SUCCESS ? 0 : TPK_INVALID;
 }
 
-template <typename TE, int GELU>
+template <typename TE, int GELU, int HELP>
 static int gm_launch(encode_tiled_fn enc, const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M,
                      int N, int K, cudaStream_t s) {
     CUtensorMap ma, mb;
     if (gm_map(enc, &ma, A, dt, M, K, GM_BM) || gm_map(enc, &mb, W, dt, N, K, GM_BN)) return TPK_INVALID;
-    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TE, GELU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         GM_SMEM);
+    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TE, GELU, HELP>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM_V(HELP));
     if (e != cudaSuccess) return (int)e;
     int dev = 0, sms = 0;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
@@ -288,22 +356,36 @@ static int gm_launch(encode_tiled_fn enc, const void *A, const void *W, const vo
     const long long tiles = (long long)((N + GM_BN - 1) / GM_BN) * ((M + GM_BM - 1) / GM_BM);
     if (tiles > 0x7fffffffLL) return TPK_INVALID;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
-    gemm_sm90_kernel<TE, GELU><<<grid, GM_THREADS, GM_SMEM, s>>>(ma, mb, (const TE *)bias, (TE *)D, M, N, K);
+    gemm_sm90_kernel<TE, GELU, HELP>
+        <<<grid, GM_THREADS, GM_SMEM_V(HELP), s>>>(ma, mb, (const TE *)bias, (TE *)D, M, N, K);
     return (int)cudaGetLastError();
 }
 
-int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K, int gelu,
-                  tp_stream stream) {
-    if (!tpk_gemm_sm90_shape_ok(dt, M, N, K) || (gelu != 0 && gelu != 1)) return TPK_INVALID;
+template <typename TE>
+static int gm_launch_v(encode_tiled_fn enc, const void *A, const void *W, const void *bias, void *D, tp_dtype dt,
+                       int M, int N, int K, int gelu, int variant, cudaStream_t s) {
+    if (variant)
+        return gelu ? gm_launch<TE, 1, 1>(enc, A, W, bias, D, dt, M, N, K, s)
+                    : gm_launch<TE, 0, 1>(enc, A, W, bias, D, dt, M, N, K, s);
+    return gelu ? gm_launch<TE, 1, 0>(enc, A, W, bias, D, dt, M, N, K, s)
+                : gm_launch<TE, 0, 0>(enc, A, W, bias, D, dt, M, N, K, s);
+}
+
+int tpk_gemm_sm90_variant(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
+                          int gelu, int variant, tp_stream stream) {
+    if (!tpk_gemm_sm90_shape_ok(dt, M, N, K) || (gelu != 0 && gelu != 1) || (variant != 0 && variant != 1))
+        return TPK_INVALID;
     if (!A || !W || !D || ((uintptr_t)A & 15) || ((uintptr_t)W & 15) || ((uintptr_t)D & 15) ||
         ((uintptr_t)bias & 3))
         return TPK_INVALID;
     encode_tiled_fn enc = gm_sm90_device() ? gm_encoder() : NULL; /* looked up once per call */
     if (!enc) return TPK_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
-    if (dt == TP_F16)
-        return gelu ? gm_launch<__half, 1>(enc, A, W, bias, D, dt, M, N, K, s)
-                    : gm_launch<__half, 0>(enc, A, W, bias, D, dt, M, N, K, s);
-    return gelu ? gm_launch<__nv_bfloat16, 1>(enc, A, W, bias, D, dt, M, N, K, s)
-                : gm_launch<__nv_bfloat16, 0>(enc, A, W, bias, D, dt, M, N, K, s);
+    return dt == TP_F16 ? gm_launch_v<__half>(enc, A, W, bias, D, dt, M, N, K, gelu, variant, s)
+                        : gm_launch_v<__nv_bfloat16>(enc, A, W, bias, D, dt, M, N, K, gelu, variant, s);
+}
+
+int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K, int gelu,
+                  tp_stream stream) {
+    return tpk_gemm_sm90_variant(A, W, bias, D, dt, M, N, K, gelu, TPK_GEMM_SM90_DEFAULT_VARIANT(gelu), stream);
 }

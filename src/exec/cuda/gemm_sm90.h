@@ -43,6 +43,15 @@ int tpk_gemm_sm90_supported(void);
 int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
                   int gelu, tp_stream stream);
 
+/* The same with an explicit kernel version (bench/gemm_lab.c, the tests): variant 0 = each consumer warpgroup
+ * writes its whole 128 x 128 tile (6 pipeline stages); 1 = rows 64-127 of each tile go through shared memory in
+ * fp32 to three helper warps, which add the bias, apply the GELU and store them while the consumer writes rows 0-63
+ * (4 stages). Same results bit for bit; errors as tpk_gemm_sm90, and cudaErrorInvalidValue for another variant. */
+int tpk_gemm_sm90_variant(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
+                          int gelu, int variant, tp_stream stream);
+/* the variant tpk_gemm_sm90 runs (bench/results: gemm_lab) */
+#define TPK_GEMM_SM90_DEFAULT_VARIANT(gelu) ((gelu) ? 1 : 0)
+
 #ifdef __cplusplus
 }
 #endif
