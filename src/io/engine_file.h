@@ -43,8 +43,9 @@
  *            selection, gemm_cublaslt.h): {"gpu": its name, "cublaslt": cublasLtGetVersion(), "batch": the batch
  *            size timed (the GEMMs' M), "algos": [per op of "ops", the cuBLASLt heuristic candidate index run,
  *            1000 where tprof's Hopper GEMM runs the op with the GELU after it in its epilogue
- *            (TP_GEMM_CHOICE_SM90_GELU, cuda_engine.h), -1 for ops without a GEMM]}. `tprof bench --engine` reuses them when the GPU, the
- *            cuBLASLt version and the batch size are the same (a timing cache), and times again otherwise.
+ *            (TP_GEMM_CHOICE_SM90_GELU, cuda_engine.h), -1 for ops without a GEMM]}. `tprof bench --engine`
+ *            reuses them when the GPU, the cuBLASLt version and the batch size are the same (a timing cache),
+ *            and times again otherwise.
  *
  * Integers in the JSON are JSON integers; floats are written with 17 significant digits, so every f32 (amax,
  * global scale, ln_eps, mean, std) and every double (mlp_ratio, crop_pct) reads back bit for bit.

@@ -20,9 +20,10 @@
  * step zero-filled by TMA), 768 (12 steps: the 6-stage ring wraps twice), 3072 (fc2's K, 48 steps); M 1731 and
  * 2600 (336 and 378 tiles: both consumer warpgroups of a persistent CTA get tiles on a 132-SM GPU) and 3000 x 3072
  * x 136 (576 tiles, 3 K steps: 4-5 tiles per CTA, so each warpgroup waits on its turn barrier more than once and
- * the ring's phases run on across tiles). Each with and
- * without bias and GELU, F16 and BF16, in both kernel variants (tpk_gemm_sm90_variant; variant 1 must equal variant
- * 0 bit for bit: same arithmetic, other warps store it). Then graph capture (replay equal to an eager launch bit for bit) and
+ * the ring's phases run on across tiles; variant 1's 4-stage ring wraps 3 times at K 768). Each with and without
+ * bias and GELU, F16 and BF16, in both kernel variants (tpk_gemm_sm90_variant; variant 1 must equal variant 0 bit
+ * for bit: same arithmetic, other warps store it; its helper buffers alternate between the consumers over the
+ * 576-tile shape's 4-5 tiles per CTA). Then graph capture (replay equal to an eager launch bit for bit) and
  * rejected arguments. On a device that is not compute capability 9.0 every call must be refused.
  * CPU work: about 4 G multiply-adds of fp64 per type. */
 #include <check.h>

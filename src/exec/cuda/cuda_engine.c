@@ -640,7 +640,8 @@ static int sm90_gelu_candidate(const tp_engine *e, int i) {
         return -1;
     const tp_dtype dt = pl->value_dt[op->in[0]];
     if (pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_dt[op->in[1]] != dt || pl->value_dt[op->out] != dt ||
-        (op->n_in > 2 && pl->value_dt[op->in[2]] != dt) || !tpk_gemm_sm90_shape_ok(dt, op->gemm_m, op->gemm_n, op->gemm_k))
+        (op->n_in > 2 && pl->value_dt[op->in[2]] != dt) ||
+        !tpk_gemm_sm90_shape_ok(dt, op->gemm_m, op->gemm_n, op->gemm_k))
         return -1;
     int gi = -1, n = 0;
     for (int k = 0; k < g->n_ops; k++)

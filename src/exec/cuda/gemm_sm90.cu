@@ -17,14 +17,21 @@
  *       128 fp32 accumulators per thread (setmaxnreg: 232 registers for the consumers, 40 for the producer).
  *   Epilogue: bias (fetched before the K loop) and the GELU in fp32, one rounding, out through per-warp staging rows
  *       in shared memory as 16-byte row-contiguous stores (the C layout's 4-byte pieces of 8 rows cost fc1 14 us).
- * Where the time goes (ViT-B/16 batch 64 shapes on an H200, bench/gemm_lab.c and a globaltimer trace of one SM;
- * bench/results/README.md): plain GEMMs run 2-14% behind cuBLASLt's best heuristic algorithm (f16: proj 28.2 vs
- * 27.7 us, qkv 72.1 vs 70.6, fc1 93.1 vs 85.5, fc2 94.2 vs 82.4); fc1 with the GELU epilogue takes 127.0 us against
- * cuBLASLt + tpk_gelu's 127.9: a tie, so the engines do not use it. The K loop of one 128 x 128 x 768 tile takes ~4.6 us,
- * and the epilogue ~7.3 us, of which the exact GELU is ~4.7 us: ~64 cycles per 32 elements with one warp per
- * scheduler (the standalone GELU kernel, latency hidden by occupancy, needs ~32), so the epilogue cannot hide
- * behind the other warpgroup's K loop and the GELU costs what it costs as its own kernel. Ways on: a third consumer
- * warpgroup or epilogue warps fed from shared memory, or a cheaper erfc of the same accuracy.
+ *   Variant 1 (HELP, tpk_gemm_sm90's choice when it computes the GELU): warps 1-3 of the producer warpgroup are
+ *       helpers. A consumer writes its tile's rows 64-127 raw (fp32) to its helper buffer in shared memory
+ *       (mbarriers hfull / hempty per consumer: count 128 / 96) and then writes rows 0-63 itself; the helpers add
+ *       the bias, apply the GELU and store those rows (8 bytes per lane, whole rows per warp). The buffers take
+ *       the room of two ring stages (4 instead of 6). Results are bit-identical to variant 0 (same arithmetic).
+ * Where the time goes (ViT-B/16 batch 64 shapes, bench/gemm_lab.c, a globaltimer trace of one SM, nvidia-smi
+ * during a sustained run; bench/results/README.md): plain GEMMs run 2-14% behind cuBLASLt's best heuristic
+ * algorithm (H200 f16: proj 28.2 vs 27.7 us, qkv 72.1 vs 70.6, fc1 93.1 vs 85.5, fc2 94.2 vs 82.4). fc1 + GELU: on
+ * an H200 127.0 us (variant 0) against cuBLASLt + tpk_gelu's 127.9; on an H100, whose DRAM makes the GELU kernel
+ * slower, 124 (variant 1) against 146. The GELU costs ~30 us per fc1 in either variant, wherever it runs: in
+ * variant 0 the exact GELU of a 128 x 128 tile (~4.7 us, one warp per scheduler) does not hide behind the other
+ * warpgroup's ~4.6 us K loop; in variant 1 each half of it still costs ~14 us whether the consumers or the helpers
+ * compute it, because these GEMMs run at the GPU's 700 W power cap (SM clocks 1.2-1.6 GHz under sustained load,
+ * throttle reason "SW power cap"): arithmetic costs watts, so it costs time even where it overlaps. What fusing
+ * saves is the hidden activation's round trip through DRAM.
  * Sources: PTX ISA 8.x (wgmma, cp.async.bulk.tensor, mbarrier try_wait.parity / expect_tx, setmaxnreg, bar.sync /
  * bar.arrive), the CUDA driver API's cuTensorMapEncodeTiled. */
 #include <cuda.h>
@@ -58,7 +65,8 @@
 #define GM_HB (64 * GM_HB_ROW)
 #define GM_HELPERS 96 /* warps 1-3 of the producer warpgroup */
 /* 1024: slack to align the stages to 1024 bytes */
-#define GM_SMEM_V(help) (1024 + ((help) ? GM_STAGES_H : GM_STAGES) * GM_STAGE + 8 * GM_STG_WARP + ((help) ? 2 * GM_HB : 0))
+#define GM_SMEM_V(help)                                                                                             \
+    (1024 + ((help) ? GM_STAGES_H : GM_STAGES) * GM_STAGE + 8 * GM_STG_WARP + ((help) ? 2 * GM_HB : 0))
 
 /* ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ------------------------------------------------ */
 
@@ -193,7 +201,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                                  : "r"(hb + (uint32_t)(row * GM_HB_ROW))
                                  : "memory");
-                    const uint2 o = make_uint2(gm_epi_pair<GELU, TE>(v.x, v.y, b01), gm_epi_pair<GELU, TE>(v.z, v.w, b23));
+                    const uint2 o =
+                        make_uint2(gm_epi_pair<GELU, TE>(v.x, v.y, b01), gm_epi_pair<GELU, TE>(v.z, v.w, b23));
                     if (m0 + row < M && n < N) *reinterpret_cast<uint2 *>(D + (size_t)(m0 + row) * N + n) = o;
                 }
                 mbar_arrive(HEMPTY(c));
@@ -257,7 +266,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             for (int j = 0; j < GM_BN / 8; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(hb + (uint32_t)(8 * h * GM_HB_ROW + 32 * j)),
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n"
+                                 ::"r"(hb + (uint32_t)(8 * h * GM_HB_ROW + 32 * j)),
                                  "f"(acc[GM_BN / 2 + 4 * j + 2 * h]), "f"(acc[GM_BN / 2 + 4 * j + 2 * h + 1])
                                  : "memory");
             mbar_arrive(HFULL(c));
