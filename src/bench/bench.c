@@ -607,13 +607,14 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             if (o->engine_file && o->engine_file->has_gemm && !o->gemm_first) {
                 const tp_engine_gemm_sel *gs = &o->engine_file->gemm;
                 if (gs->n_ops == g.n_ops && gs->batch == B && (size_t)gs->cublaslt == gpu.cublaslt_version &&
-                    strcmp(gs->gpu, gpu.name) == 0 && !pol.gelu_tanh) {
+                    strcmp(gs->gpu, gpu.name) == 0 && !pol.gelu_tanh && !o->cublaslt_only) {
                     given = gs->algo;
                     printf("GEMM algorithms: as stored in the engine file (timed on this GPU, cuBLASLt %d, batch %d)\n",
                            gs->cublaslt, gs->batch);
                 } else {
                     printf("GEMM algorithms: timed again (the engine file's are for %s, cuBLASLt %d, batch %d%s)\n",
-                           gs->gpu, gs->cublaslt, gs->batch, pol.gelu_tanh ? ", without --gelu tanh" : "");
+                           gs->gpu, gs->cublaslt, gs->batch,
+                           pol.gelu_tanh ? ", without --gelu tanh" : o->cublaslt_only ? ", without --gemm cublaslt" : "");
                 }
             }
             tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
