@@ -238,8 +238,11 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
     char cdesc[48];
     json_object_set_new(cfg, "calibration", json_string(tp_calib_describe(&o->calib, cdesc, sizeof cdesc)));
     json_object_set_new(cfg, "gelu",
-                        json_string(o->gelu_tanh ? "tanh approximation in the epilogue of the GEMM before it (--gelu tanh)"
-                                                 : "exact (erf), its own kernel"));
+                        json_string(o->gelu_tanh       ? "tanh approximation in the epilogue of the GEMM before it (--gelu tanh)"
+                                    : o->cublaslt_only ? "exact (erf), its own kernel (--gemm cublaslt)"
+                                                       : "exact (erf): its own kernel, or on sm_90 in the epilogue of "
+                                                         "tprof's GEMM before it where that pair was faster at build "
+                                                         "(each GEMM's implementation says which)"));
     json_object_set_new(cfg, "gemm_selection",
                         json_string(o->gemm_first      ? "cuBLASLt's first heuristic algorithm (--no-gemm-select)"
                                     : o->cublaslt_only ? "cuBLASLt's heuristic candidates timed at build, fastest kept "
@@ -606,8 +609,10 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             const int *given = NULL;
             if (o->engine_file && o->engine_file->has_gemm && !o->gemm_first) {
                 const tp_engine_gemm_sel *gs = &o->engine_file->gemm;
+                int file_fused = 0; /* the file runs a GEMM + GELU in tprof's kernel (TP_GEMM_CHOICE_SM90_GELU) */
+                for (int i = 0; i < gs->n_ops; i++) file_fused |= gs->algo[i] == TP_GEMM_CHOICE_SM90_GELU;
                 if (gs->n_ops == g.n_ops && gs->batch == B && (size_t)gs->cublaslt == gpu.cublaslt_version &&
-                    strcmp(gs->gpu, gpu.name) == 0 && !pol.gelu_tanh && !o->cublaslt_only) {
+                    strcmp(gs->gpu, gpu.name) == 0 && !pol.gelu_tanh && (!o->cublaslt_only || !file_fused)) {
                     given = gs->algo;
                     printf("GEMM algorithms: as stored in the engine file (timed on this GPU, cuBLASLt %d, batch %d)\n",
                            gs->cublaslt, gs->batch);

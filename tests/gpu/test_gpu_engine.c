@@ -45,14 +45,15 @@
 typedef struct {
     const char *what;
     int img, patch, dim, depth, heads, classes, cls, pool, batch;
+    double mlp_ratio; /* 0: the preset's (4) */
 } engine_case;
 
 static const engine_case CASES[] = {
-    {"50 tokens, batch 1", 112, 16, 192, 2, 3, 10, 1, 0, 1},
-    {"50 tokens, batch 3", 112, 16, 192, 2, 3, 10, 1, 0, 3},
-    {"197 tokens, batch 3", 224, 16, 128, 2, 2, 16, 1, 0, 3},
-    {"577 tokens, batch 1, D 80", 384, 16, 160, 1, 2, 32, 1, 0, 1},
-    {"17 tokens avg pool, no class token, batch 64", 32, 8, 64, 2, 2, 10, 0, 1, 64},
+    {"50 tokens, batch 1", 112, 16, 192, 2, 3, 10, 1, 0, 1, 0},
+    {"50 tokens, batch 3", 112, 16, 192, 2, 3, 10, 1, 0, 3, 0},
+    {"197 tokens, batch 3", 224, 16, 128, 2, 2, 16, 1, 0, 3, 0},
+    {"577 tokens, batch 1, D 80", 384, 16, 160, 1, 2, 32, 1, 0, 1, 0},
+    {"17 tokens avg pool, no class token, batch 64", 32, 8, 64, 2, 2, 10, 0, 1, 64, 0},
 };
 
 static int first_attention(const tp_graph *g) {
@@ -87,6 +88,7 @@ static void case_model(const engine_case *k, tp_params *p, tp_graph *g) {
     c.num_classes = k->classes;
     c.class_token = k->cls;
     c.global_pool = k->pool;
+    if (k->mlp_ratio > 0) c.mlp_ratio = k->mlp_ratio;
     memset(p, 0, sizeof *p);
     ck_assert_msg(tp_vit_params_init(&c, 11, 1, p, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(tp_vit_build_graph(&c, p, k->batch, g, &e), TP_OK);
@@ -467,6 +469,52 @@ END_TEST
  * (gemm_first): the fused path rounds each hidden activation once instead of twice, a difference of the size of
  * one storage rounding. The choice on a linear that feeds no GELU (qkv) is refused, naming the layer; on any
  * other GPU the build refuses every such choice. */
+/* mlp ratio 1 (fc1's N == K): the engine reuses fc1's dead input buffer for the GELU's output, which the fused
+ * kernel would overwrite while it still reads it. Given the fused choice, the build either refuses it, naming the
+ * rule, or (another buffer layout) runs it and must be as accurate as ever. */
+static void check_gelu_sm90_alias(const engine_case *k0, tp_precision prec) {
+    engine_case k = *k0;
+    k.mlp_ratio = 1.0;
+    tp_error e;
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+    case_model(&k, &p, &g);
+    const size_t in_n = (size_t)k.batch * 3 * k.img * k.img, out_n = (size_t)k.batch * k.classes;
+    float *in = malloc(sizeof(float) * in_n), *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
+    int *gc = malloc(sizeof(int) * (size_t)g.n_ops);
+    ck_assert(in && ref && got && gc);
+    random_input(in, in_n, 9);
+    ck_assert_int_eq(tp_cpu_run(&g, &p, in, ref, &e), TP_OK);
+    ck_assert_msg(tp_plan_build(&g, prec, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    for (int i = 0; i < g.n_ops; i++) {
+        gc[i] = -1;
+        for (int j = 0; j < g.n_ops && g.ops[i].kind == TP_OP_LINEAR; j++)
+            if (g.ops[j].kind == TP_OP_GELU && g.ops[j].in[0] == g.ops[i].out) gc[i] = TP_GEMM_CHOICE_SM90_GELU;
+    }
+    tp_engine_options o = {.device = 0, .use_graph = 1, .gemm_choice = gc};
+    tp_engine *eng = NULL;
+    const tp_status bs = tp_engine_build(&g, &p, &plan, &o, &eng, &e);
+    if (bs) {
+        printf("  engine %-5s %-46s mlp ratio 1: fused choice refused: %s\n", tp_precision_name(prec), k.what, e.msg);
+        ck_assert_msg(bs == TP_ERR_UNSUPPORTED && strstr(e.msg, "apart from the GEMM's input"), "status %d", (int)bs);
+    } else {
+        ck_assert_int_eq(tp_engine_set_input(eng, in, &e), TP_OK);
+        ck_assert_int_eq(tp_engine_forward(eng, &e), TP_OK);
+        ck_assert_int_eq(tp_engine_get_output(eng, got, &e), TP_OK);
+        tp_accuracy a;
+        tp_accuracy_compute(got, ref, k.batch, k.classes, &a);
+        printf("  engine %-5s %-46s mlp ratio 1: fused, rel L2 %.3e vs FP32\n", tp_precision_name(prec), k.what,
+               a.rel_l2);
+        ck_assert_msg(a.nonfinite == 0 && a.rel_l2 <= (prec == TP_PREC_FP16 ? 5e-3 : 3e-2), "rel L2 %.3e", a.rel_l2);
+    }
+    tp_engine_destroy(eng);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    free(in), free(ref), free(got), free(gc);
+}
+
 START_TEST(test_engine_gelu_sm90) {
     const int ncase = (int)(sizeof CASES / sizeof CASES[0]);
     const engine_case *k = &CASES[_i % ncase];
@@ -536,6 +584,7 @@ START_TEST(test_engine_gelu_sm90) {
         ck_assert_msg(bs == TP_ERR_UNSUPPORTED && strstr(e.msg, g.ops[qkv].layer), "qkv given the GELU GEMM: %d %s",
                       (int)bs, bs ? e.msg : "(built!)");
         tp_engine_destroy(eng);
+        if (_i % ncase == 2) check_gelu_sm90_alias(k, prec);
     }
     tp_plan_free(&plan);
     tp_graph_free(&g);

@@ -249,7 +249,6 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
                                (int)op->gemm_k, 1, s);
             break;
         }
-        cublas = 1;
         if (qf == TP_QF_FP8_BLOCK128) {
             /* native FP8 block-128: the input in E4M3 with its 1x128 scales (written by the producer, or here) */
             const int M = (int)op->gemm_m;
@@ -261,6 +260,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
                 x = e->d_q8;
                 HOOK(e, i, TP_CAT_GEMM);
             }
+            cublas = 1;
             rc = tp_gemm_run(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
                              y, xs, (const float *)e->d_bscale[op->in[1]], s);
             break;
@@ -274,6 +274,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
                                         qf == TP_QF_NVFP4 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
             if (rc) break;
             HOOK(e, i, TP_CAT_GEMM);
+            cublas = 1;
             rc = tp_gemm_run_alpha(e->gemm, e->gplan[i], e->d_q8, e->dptr[op->in[1]],
                                    op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y, (const float *)e->d_bscale[op->in[0]],
                                    (const float *)e->d_bscale[op->in[1]], e->alpha[i], s);
@@ -301,6 +302,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         if (eg >= 0) yv = g->ops[eg].out;
         y = e->dptr[yv];
         ydt = pl->value_dt[yv];
+        cublas = 1;
         rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
                            fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
                            fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL,
@@ -630,7 +632,10 @@ static int same_gemm(const tp_gemm_desc *a, const tp_gemm_desc *b) {
 
 /* The GELU op tprof's Hopper GEMM (gemm_sm90.h) can fuse into GEMM op i, or -1: op i a linear with F16/BF16
  * operands, bias and output of one type, no block format and no other epilogue (plan.c's residual or tanh-GELU
- * fusions), the kernel's shape rules; its output read by nothing but an exact-GELU op writing the same type. */
+ * fusions), the kernel's shape rules; its output read by nothing but an exact-GELU op writing the same type, into a
+ * buffer apart from op i's input (alloc_activations hands a buffer that dies at op i to the next value of its
+ * size: with N == K the GELU's output would take fc1's own input, which the unfused path has read by then, but the
+ * fused kernel still reads while it writes). */
 static int sm90_gelu_candidate(const tp_engine *e, int i) {
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
@@ -649,13 +654,16 @@ static int sm90_gelu_candidate(const tp_engine *e, int i) {
             if (g->ops[k].in[j] == op->out) n++, gi = k;
     if (n != 1 || g->ops[gi].kind != TP_OP_GELU || pl->op_fused_into[gi] >= 0) return -1;
     const int y = g->ops[gi].out;
+    const char *ya = e->dptr[y], *xa = e->dptr[op->in[0]];
+    if (ya < xa + act_alloc_bytes(e, op->in[0]) && xa < ya + act_alloc_bytes(e, y)) return -1;
     return pl->value_dt[y] == dt && pl->value_qf[y] == TP_QF_NONE ? gi : -1;
 }
 
 /* Op i (a candidate of sm90_gelu_candidate) runs as tprof's GEMM with the GELU gi in its epilogue; both notes say so */
 static void set_gelu_sm90(tp_engine *e, int i, int gi, const char *why) {
     e->gelu_sm90[i] = gi;
-    snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM + bias + exact GELU in the epilogue (%s)", why);
+    snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM + %sexact GELU in the epilogue (%s)",
+             e->g->ops[i].n_in > 2 ? "bias + " : "", why);
     snprintf(e->impl_note[gi], sizeof e->impl_note[gi], "in the epilogue of %s (tprof sm90 GEMM): no GELU kernel",
              e->g->ops[i].layer);
 }
@@ -678,10 +686,12 @@ static tp_status choose_gemms(tp_engine *e, int first, int cublaslt_only, const 
             if (gi < 0)
                 return tp_fail(err, TP_ERR_UNSUPPORTED,
                                "gemm %s: tprof's Hopper GEMM with the GELU epilogue asked, but %s", g->ops[i].layer,
-                               !hw             ? "this GPU is not compute capability 9.0"
+                               !hw ? "the kernel cannot run here (it needs a compute capability 9.0 GPU and the "
+                                     "driver's cuTensorMapEncodeTiled)"
                                : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
                                                : "this op is not a 16-bit linear feeding only an exact GELU of its "
-                                                 "type (K and N multiples of 8)");
+                                                 "type (K and N multiples of 8, the GELU's output apart from the "
+                                                 "GEMM's input)");
             set_gelu_sm90(e, i, gi, "as given");
             continue;
         }
@@ -750,8 +760,15 @@ static tp_status choose_gemms(tp_engine *e, int first, int cublaslt_only, const 
         tp_status st = time_op(e, gi, &t_gelu, err);
         if (st) return st;
         e->gelu_sm90[i] = gi;
-        st = time_op(e, i, &t_fused, err);
-        if (st) return st;
+        tp_error ef;
+        if (time_op(e, i, &t_fused, &ef)) { /* a fused kernel that fails to launch is skipped, as a candidate is */
+            cudaGetLastError();
+            e->gelu_sm90[i] = -1;
+            size_t l = strlen(e->impl_note[i]);
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 GEMM + GELU failed: %.60s",
+                     ef.msg);
+            continue;
+        }
         char why[120];
         snprintf(why, sizeof why, "by time: %.1f us; cuBLASLt algorithm %d + GELU kernel: %.1f + %.1f us", t_fused,
                  best + 1, t[best], t_gelu);
