@@ -238,7 +238,8 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
     char cdesc[48];
     json_object_set_new(cfg, "calibration", json_string(tp_calib_describe(&o->calib, cdesc, sizeof cdesc)));
     json_object_set_new(cfg, "gelu",
-                        json_string(o->gelu_tanh       ? "tanh approximation in the epilogue of the GEMM before it (--gelu tanh)"
+                        json_string(o->gelu_tanh ? "tanh approximation in the epilogue of the GEMM before it "
+                                                   "(--gelu tanh)"
                                     : o->cublaslt_only ? "exact (erf), its own kernel (--gemm cublaslt)"
                                                        : "exact (erf): its own kernel, or on sm_90 in the epilogue of "
                                                          "tprof's GEMM before it where that pair was faster at build "

@@ -481,7 +481,8 @@ static void check_gelu_sm90_alias(const engine_case *k0, tp_precision prec) {
     tp_plan plan;
     case_model(&k, &p, &g);
     const size_t in_n = (size_t)k.batch * 3 * k.img * k.img, out_n = (size_t)k.batch * k.classes;
-    float *in = malloc(sizeof(float) * in_n), *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
+    float *in = malloc(sizeof(float) * in_n), *ref = malloc(sizeof(float) * out_n);
+    float *got = malloc(sizeof(float) * out_n);
     int *gc = malloc(sizeof(int) * (size_t)g.n_ops);
     ck_assert(in && ref && got && gc);
     random_input(in, in_n, 9);
