@@ -463,7 +463,9 @@ START_TEST(test_engine_gelu_tanh) {
 END_TEST
 
 /* tprof's Hopper GEMM with the exact GELU in its epilogue (TP_GEMM_CHOICE_SM90_GELU) given for every linear whose
- * output only a GELU reads, FP16 and BF16 engines (_i >= the number of cases: BF16). On compute capability 9.0
+ * output only a GELU reads, FP16, BF16 and FP8 engines (_i / the number of cases: 0, 1, 2; FP8 calibrated on the
+ * input, its fc1 in tpk_gemm_sm90_fp8 writing the GELU's E4M3 codes; bounds as test_engine_fp8's, vs FP32 and vs
+ * the unfused FP8 engine, whose GELU reads an F16 GEMM output). On compute capability 9.0
  * those GEMMs run it (the engine says so for the GEMM and for the GELU, which launches nothing) and the logits are
  * within the engine tests' bound of the FP32 reference and of the engine that runs cuBLASLt and the GELU kernel
  * (gemm_first): the fused path rounds each hidden activation once instead of twice, a difference of the size of
@@ -519,8 +521,8 @@ static void check_gelu_sm90_alias(const engine_case *k0, tp_precision prec) {
 START_TEST(test_engine_gelu_sm90) {
     const int ncase = (int)(sizeof CASES / sizeof CASES[0]);
     const engine_case *k = &CASES[_i % ncase];
-    const tp_precision prec = _i < ncase ? TP_PREC_FP16 : TP_PREC_BF16;
-    const double bound = prec == TP_PREC_FP16 ? 5e-3 : 3e-2;
+    const tp_precision prec = _i < ncase ? TP_PREC_FP16 : _i < 2 * ncase ? TP_PREC_BF16 : TP_PREC_FP8;
+    const double bound = prec == TP_PREC_FP16 ? 5e-3 : prec == TP_PREC_BF16 ? 3e-2 : 0.15;
     tp_error e;
     tp_params p;
     tp_graph g;
@@ -535,6 +537,12 @@ START_TEST(test_engine_gelu_sm90) {
     ck_assert_int_eq(tp_cpu_run(&g, &p, in, ref, &e), TP_OK);
     const int sm = gpu_sm();
     ck_assert_msg(tp_plan_build(&g, prec, sm, &plan, &e) == TP_OK, "%s", e.msg);
+    float *amax = NULL; /* FP8: calibrated on the input itself */
+    if (prec == TP_PREC_FP8) {
+        amax = malloc(sizeof(float) * (size_t)g.n_values);
+        ck_assert_ptr_nonnull(amax);
+        ck_assert_msg(tp_calibrate_max(&g, &p, 0, sm, in, amax, &e) == TP_OK, "%s", e.msg);
+    }
     int n_fused = 0, qkv = -1;
     for (int i = 0; i < g.n_ops; i++) {
         gc[i] = -1;
@@ -546,7 +554,7 @@ START_TEST(test_engine_gelu_sm90) {
     }
     ck_assert_int_eq(n_fused, k->depth);
     ck_assert_int_ge(qkv, 0);
-    tp_engine_options o = {.device = 0, .use_graph = 1, .gemm_choice = gc};
+    tp_engine_options o = {.device = 0, .use_graph = 1, .gemm_choice = gc, .act_amax = amax};
     if (sm != 90) {
         tp_engine *eng = NULL;
         const tp_status bs = tp_engine_build(&g, &p, &plan, &o, &eng, &e);
@@ -564,7 +572,7 @@ START_TEST(test_engine_gelu_sm90) {
                 if (g.ops[j].kind == TP_OP_GELU && g.ops[j].in[0] == g.ops[i].out)
                     ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, j), "no GELU kernel"));
         }
-        tp_engine_options of = {.device = 0, .use_graph = 1, .gemm_first = 1};
+        tp_engine_options of = {.device = 0, .use_graph = 1, .gemm_first = 1, .act_amax = amax};
         tp_engine *eu = build_and_run(&g, &p, &plan, &of, in, unf, "cuBLASLt + GELU kernel");
         for (int i = 0; i < g.n_ops; i++) ck_assert_int_ne(tp_engine_gemm_choice(eu, i), TP_GEMM_CHOICE_SM90_GELU);
         tp_accuracy a, au;
@@ -575,6 +583,9 @@ START_TEST(test_engine_gelu_sm90) {
         ck_assert_int_eq(a.nonfinite, 0);
         ck_assert_msg(a.rel_l2 <= bound && au.rel_l2 <= bound, "%s: rel L2 %.3e vs FP32, %.3e vs unfused (bound %.1e)",
                       k->what, a.rel_l2, au.rel_l2, bound);
+        if (prec == TP_PREC_FP8)
+            ck_assert_msg(a.cosine >= 0.99 && au.cosine >= 0.99, "fp8 %s: cosine %.5f vs FP32, %.5f vs unfused",
+                          k->what, a.cosine, au.cosine);
         tp_engine_destroy(eu);
         tp_engine_destroy(eng);
         /* a linear that feeds no GELU cannot take the choice */
@@ -585,12 +596,12 @@ START_TEST(test_engine_gelu_sm90) {
         ck_assert_msg(bs == TP_ERR_UNSUPPORTED && strstr(e.msg, g.ops[qkv].layer), "qkv given the GELU GEMM: %d %s",
                       (int)bs, bs ? e.msg : "(built!)");
         tp_engine_destroy(eng);
-        if (_i % ncase == 2) check_gelu_sm90_alias(k, prec);
+        if (_i % ncase == 2 && prec != TP_PREC_FP8) check_gelu_sm90_alias(k, prec);
     }
     tp_plan_free(&plan);
     tp_graph_free(&g);
     tp_params_free(&p);
-    free(in), free(ref), free(got), free(unf), free(gc);
+    free(in), free(ref), free(got), free(unf), free(gc), free(amax);
 }
 END_TEST
 
@@ -633,7 +644,7 @@ Suite *gpu_engine_suite(void) {
     tcase_add_test(t, test_engine_fp8_percentile);
     tcase_add_loop_test(t, test_engine_fp8_attention, 0, 2 * n);
     tcase_add_loop_test(t, test_engine_gelu_tanh, 0, 2 * n);
-    tcase_add_loop_test(t, test_engine_gelu_sm90, 0, 2 * n);
+    tcase_add_loop_test(t, test_engine_gelu_sm90, 0, 3 * n);
     tcase_add_test(t, test_engine_errors);
     suite_add_tcase(s, t);
     return s;

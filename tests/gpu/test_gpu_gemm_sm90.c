@@ -138,6 +138,116 @@ START_TEST(test_gemm_sm90) {
 }
 END_TEST
 
+/* x rounded in place to the E4M3 grid of scale (the values the kernel reads: code * scale) */
+static void to_e4m3_grid(float *x, size_t n, float scale) {
+    void *tmp = hmalloc(n);
+    tp_convert_from_f32(TP_E4M3, x, tmp, n, scale);
+    tp_convert_to_f32(TP_E4M3, tmp, x, n, scale);
+}
+
+/* one unit in the last place of E4M3 at |x| / scale, in real units (3 mantissa bits; below 2^-6 the subnormal
+ * spacing 2^-9) */
+static double ulp_e4m3(double x, double scale) {
+    int e = 0;
+    frexp(fabs(x) / scale, &e);
+    if (x == 0.0 || e - 1 < -6) e = -5;
+    return scale * ldexp(1.0, e - 1 - 3);
+}
+
+/* FP8 operands (tpk_gemm_sm90_fp8): A, W normal, rounded to E4M3 with per-tensor scales amax / 448; F16 bias;
+ * reference v = sum_k A W + bias in fp64 over the decoded operands. Bound per element:
+ *   F16 D:  ulp_f16(ref) + 1.13 acc + 4e-7 |v|;   E4M3 D:  ulp_e4m3(ref) + 1.13 acc + 1e-6 |v|
+ * with acc = (ceil(K / 32) + 2) 2^-13 sum_k |A W|: the tensor cores' FP8 accumulation without promotion, taken to
+ * keep about 14 bits per addition (DeepSeek-AI, DeepSeek-V3 Technical Report, arXiv:2412.19437, 3.3.2: "limited to
+ * retaining around 14 bits" on H800), one such rounding per k32 instruction plus the scale and the bias; 1.13 is
+ * GELU's largest slope; the last term the erfc fits' error (gelu.cuh). One output ulp: RNE's half, and half for
+ * an error that moves the value across a midpoint. d_scale of an E4M3 D: the reference's amax / 448 (no
+ * saturation). A transposed operand, a wrong K step (128 E4M3 per stage instead of 64 16-bit ones), a missing
+ * scale or bias is off by far more. Same shapes as the 16-bit test where N and K allow (N % 16, K % 16), F16 and
+ * E4M3 outputs, with and without bias and GELU, both variants bit-identical. */
+START_TEST(test_gemm_sm90_fp8) {
+    if (!hopper_or_refused()) return;
+    static const int shapes[][3] = {{197, 64, 80},    {591, 144, 208}, {257, 256, 768},   {577, 3072, 768},
+                                    {197, 768, 3072}, {3, 16, 16},     {1, 2304, 64},     {1731, 3072, 80},
+                                    {3000, 3072, 144}};
+    uint64_t seed = 26500;
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
+        const size_t nA = (size_t)M * K, nW = (size_t)N * K, nD = (size_t)M * N;
+        float *A = host_normal(nA, seed++, 0.0, 1.0), *W = host_normal(nW, seed++, 0.0, 0.05);
+        float *bias = host_normal((size_t)N, seed++, 0.0, 0.5);
+        const float as = host_amax(A, nA) / 448.0f, ws = host_amax(W, nW) / 448.0f;
+        to_e4m3_grid(A, nA, as);
+        to_e4m3_grid(W, nW, ws);
+        round_to(TP_F16, bias, (size_t)N);
+        double *v = hmalloc(nD * sizeof(double)), *mag = hmalloc(nD * sizeof(double));
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double sum = 0.0, a = 0.0;
+                for (int k = 0; k < K; k++) {
+                    const double p = (double)A[(size_t)m * K + k] * W[(size_t)n * K + k];
+                    sum += p, a += fabs(p);
+                }
+                v[(size_t)m * N + n] = sum, mag[(size_t)m * N + n] = a;
+            }
+        void *d_A = dev_alloc(TP_E4M3, nA), *d_W = dev_alloc(TP_E4M3, nW);
+        upload_to(d_A, TP_E4M3, A, nA, as);
+        upload_to(d_W, TP_E4M3, W, nW, ws);
+        void *d_bias = dev_upload(TP_F16, bias, (size_t)N, (size_t)N);
+        const float *d_as = dev_scalar(as), *d_ws = dev_scalar(ws);
+        double *ref = hmalloc(nD * sizeof(double));
+        const tp_dtype outs[] = {TP_F16, TP_E4M3};
+        for (size_t o = 0; o < N_OF(outs); o++)
+            for (int has_bias = 0; has_bias <= 1; has_bias++)
+                for (int gelu = 0; gelu <= 1; gelu++) {
+                    const tp_dtype odt = outs[o];
+                    double amax = 0.0;
+                    for (size_t i = 0; i < nD; i++) {
+                        const double x = v[i] + (has_bias ? bias[i % (size_t)N] : 0.0);
+                        ref[i] = gelu ? gelu_ref(x) : x;
+                        amax = fmax(amax, fabs(ref[i]));
+                    }
+                    const float ds = odt == TP_E4M3 ? (float)(amax / 448.0) : 1.0f;
+                    const float *d_ds = dev_scalar(ds);
+                    const float *v0 = NULL;
+                    for (int variant = 0; variant <= 1; variant++) {
+                        SET_CASE("gemm_sm90_fp8 v%d e4m3 -> %s M=%d N=%d K=%d bias=%d gelu=%d", variant, dname(odt),
+                                 M, N, K, has_bias, gelu);
+                        void *d_D = dev_alloc(odt, nD + 64);
+                        KERNEL_OK(tpk_gemm_sm90_fp8(d_A, d_as, d_W, d_ws, has_bias ? d_bias : NULL, d_D, odt, d_ds,
+                                                    M, N, K, gelu, variant, g_stream));
+                        const float *got = download_f32(odt, d_D, nD, ds);
+                        size_t bad = 0, worst = 0;
+                        double worst_ratio = 0.0;
+                        for (size_t i = 0; i < nD; i++) {
+                            const double x = v[i] + (has_bias ? bias[i % (size_t)N] : 0.0);
+                            const double acc = ((K + 31) / 32 + 2) * 0x1p-13 * mag[i];
+                            const double tol = odt == TP_E4M3
+                                                   ? ulp_e4m3(ref[i], ds) + 1.13 * acc + 1e-6 * fabs(x)
+                                                   : ulp_of(TP_F16, ref[i]) + 1.13 * acc + 4e-7 * fabs(x);
+                            const double err = fabs((double)got[i] - ref[i]);
+                            if (!(err <= tol)) bad++; /* NaN counts */
+                            const double ratio = isfinite(err) ? err / tol : INFINITY;
+                            if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+                        }
+                        printf("  %s  %s: %zu of %zu outside the bound; worst err/bound %.3f at [%zu,%zu] got %.7g "
+                               "ref %.7g\n",
+                               bad ? "FAIL" : "ok  ", g_case, bad, nD, worst_ratio, worst / (size_t)N,
+                               worst % (size_t)N, got[worst], ref[worst]);
+                        fflush(stdout);
+                        ck_assert_msg(bad == 0, "[%s] %zu of %zu elements outside the bound (worst at %zu: got %.7g)",
+                                      g_case, bad, nD, worst, got[worst]);
+                        check_untouched("D past its end", d_D, nD * esize(odt), (nD + 64) * esize(odt));
+                        if (variant == 0) v0 = got;
+                        else
+                            ck_assert_msg(memcmp(got, v0, nD * sizeof(float)) == 0, "[%s] differs from variant 0",
+                                          g_case);
+                    }
+                }
+    }
+}
+END_TEST
+
 typedef struct {
     const void *A, *W, *bias;
     int M, N, K;
@@ -164,6 +274,7 @@ START_TEST(test_gemm_sm90_rejects) {
     if (!hopper_or_refused()) return;
     SET_CASE("gemm_sm90 rejects");
     char *buf = dev_alloc(TP_F16, 1 << 16), *D = buf + 65536;
+    const float *sc = dev_scalar(1.0f);
     const rejected_call r[] = {
         {"K 100 (not a multiple of 8)", tpk_gemm_sm90(buf, buf, NULL, D, TP_F16, 16, 16, 100, 0, g_stream)},
         {"N 100 (not a multiple of 8)", tpk_gemm_sm90(buf, buf, NULL, D, TP_F16, 16, 100, 16, 0, g_stream)},
@@ -177,6 +288,18 @@ START_TEST(test_gemm_sm90_rejects) {
         {"bias not 4-byte aligned", tpk_gemm_sm90(buf, buf, buf + 2, D, TP_F16, 16, 16, 16, 0, g_stream)},
         {"NULL W", tpk_gemm_sm90(buf, NULL, NULL, D, TP_F16, 16, 16, 16, 0, g_stream)},
         {"variant 2", tpk_gemm_sm90_variant(buf, buf, NULL, D, TP_F16, 16, 16, 16, 0, 2, g_stream)},
+        {"fp8: K 40 (not a multiple of 16)",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_F16, NULL, 16, 16, 40, 0, 0, g_stream)},
+        {"fp8: E4M3 D with N 24 (not a multiple of 16)",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_E4M3, sc, 16, 24, 16, 0, 0, g_stream)},
+        {"fp8: BF16 D", tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_BF16, NULL, 16, 16, 16, 0, 0, g_stream)},
+        {"fp8: NULL a_scale", tpk_gemm_sm90_fp8(buf, NULL, buf, sc, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
+        {"fp8: NULL w_scale", tpk_gemm_sm90_fp8(buf, sc, buf, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
+        {"fp8: E4M3 D without d_scale",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_E4M3, NULL, 16, 16, 16, 0, 0, g_stream)},
+        {"fp8: a_scale not 4-byte aligned",
+         tpk_gemm_sm90_fp8(buf, (const float *)(buf + 2), buf, sc, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
+        {"fp8: variant 2", tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 2, g_stream)},
     };
     check_rejected(r, sizeof r / sizeof r[0]);
 }
@@ -185,6 +308,7 @@ END_TEST
 Suite *gpu_gemm_sm90_suite(void) {
     Suite *s = suite_create("gpu_gemm_sm90");
     tcase_add_loop_test(new_tcase(s, "gemm_sm90"), test_gemm_sm90, 0, N_OF(GT));
+    tcase_add_test(new_tcase(s, "gemm_sm90_fp8"), test_gemm_sm90_fp8);
     tcase_add_test(new_tcase(s, "gemm_sm90_graph"), test_gemm_sm90_graph);
     tcase_add_test(new_tcase(s, "gemm_sm90_rejects"), test_gemm_sm90_rejects);
     return s;

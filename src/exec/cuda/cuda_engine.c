@@ -244,9 +244,16 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         const tp_qformat qf = pl->value_qf[op->in[0]];
         const int fp8 = pl->value_dt[op->in[0]] == TP_E4M3;
         if (e->gelu_sm90[i] >= 0) { /* GEMM + bias + exact GELU in one kernel: it writes the GELU's output */
-            rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
-                               e->dptr[g->ops[e->gelu_sm90[i]].out], xdt, (int)op->gemm_m, (int)op->gemm_n,
-                               (int)op->gemm_k, 1, s);
+            const int gv = g->ops[e->gelu_sm90[i]].out;
+            const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
+            if (fp8) /* E4M3 operands with their scales; the GELU's output in its type (E4M3 with its scale) */
+                rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
+                                       e->d_scales + SCALE_SLOT * op->in[1], bias, e->dptr[gv], pl->value_dt[gv],
+                                       e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m, (int)op->gemm_n,
+                                       (int)op->gemm_k, 1, TPK_GEMM_SM90_DEFAULT_VARIANT(1), s);
+            else
+                rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], bias, e->dptr[gv], xdt, (int)op->gemm_m, (int)op->gemm_n,
+                                   (int)op->gemm_k, 1, s);
             break;
         }
         if (qf == TP_QF_FP8_BLOCK128) {
@@ -630,12 +637,14 @@ static int same_gemm(const tp_gemm_desc *a, const tp_gemm_desc *b) {
            a->residual == b->residual && a->gelu == b->gelu;
 }
 
-/* The GELU op tprof's Hopper GEMM (gemm_sm90.h) can fuse into GEMM op i, or -1: op i a linear with F16/BF16
- * operands, bias and output of one type, no block format and no other epilogue (plan.c's residual or tanh-GELU
- * fusions), the kernel's shape rules; its output read by nothing but an exact-GELU op writing the same type, into a
- * buffer apart from op i's input (alloc_activations hands a buffer that dies at op i to the next value of its
- * size: with N == K the GELU's output would take fc1's own input, which the unfused path has read by then, but the
- * fused kernel still reads while it writes). */
+/* The GELU op tprof's Hopper GEMM (gemm_sm90.h) can fuse into GEMM op i, or -1: op i a linear with no block format
+ * and no other epilogue (plan.c's residual or tanh-GELU fusions) whose types the kernel takes: F16/BF16 operands,
+ * bias, output and GELU output of one type (tpk_gemm_sm90), or per-tensor E4M3 operands with an F16 bias and output
+ * and a GELU writing F16 or per-tensor E4M3 (tpk_gemm_sm90_fp8, the FP8 engines' fc1); the kernel's shape rules;
+ * op i's output read by nothing but that exact-GELU op, whose output lies apart from op i's input
+ * (alloc_activations hands a buffer that dies at op i to the next value of its size: with N == K the GELU's output
+ * would take fc1's own input, which the unfused path has read by then, but the fused kernel still reads while it
+ * writes). */
 static int sm90_gelu_candidate(const tp_engine *e, int i) {
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
@@ -643,10 +652,10 @@ static int sm90_gelu_candidate(const tp_engine *e, int i) {
     if (op->kind != TP_OP_LINEAR || pl->op_epilogue_add[i] >= 0 || pl->op_epilogue_gelu[i] >= 0 ||
         op->out == g->output)
         return -1;
-    const tp_dtype dt = pl->value_dt[op->in[0]];
-    if (pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_dt[op->in[1]] != dt || pl->value_dt[op->out] != dt ||
-        (op->n_in > 2 && pl->value_dt[op->in[2]] != dt) ||
-        !tpk_gemm_sm90_shape_ok(dt, op->gemm_m, op->gemm_n, op->gemm_k))
+    const tp_dtype dt = pl->value_dt[op->in[0]], hdt = dt == TP_E4M3 ? TP_F16 : dt; /* bias, GEMM output */
+    if (pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_qf[op->in[1]] != TP_QF_NONE ||
+        pl->value_dt[op->in[1]] != dt || pl->value_dt[op->out] != hdt ||
+        (op->n_in > 2 && pl->value_dt[op->in[2]] != hdt))
         return -1;
     int gi = -1, n = 0;
     for (int k = 0; k < g->n_ops; k++)
@@ -654,16 +663,24 @@ static int sm90_gelu_candidate(const tp_engine *e, int i) {
             if (g->ops[k].in[j] == op->out) n++, gi = k;
     if (n != 1 || g->ops[gi].kind != TP_OP_GELU || pl->op_fused_into[gi] >= 0) return -1;
     const int y = g->ops[gi].out;
+    const tp_dtype ydt = pl->value_dt[y];
+    if (pl->value_qf[y] != TP_QF_NONE ||
+        (dt == TP_E4M3 ? (ydt != TP_F16 && ydt != TP_E4M3) ||
+                             !tpk_gemm_sm90_fp8_shape_ok(ydt, op->gemm_m, op->gemm_n, op->gemm_k)
+                       : ydt != dt || !tpk_gemm_sm90_shape_ok(dt, op->gemm_m, op->gemm_n, op->gemm_k)))
+        return -1;
     const char *ya = e->dptr[y], *xa = e->dptr[op->in[0]];
     if (ya < xa + act_alloc_bytes(e, op->in[0]) && xa < ya + act_alloc_bytes(e, y)) return -1;
-    return pl->value_dt[y] == dt && pl->value_qf[y] == TP_QF_NONE ? gi : -1;
+    return gi;
 }
 
 /* Op i (a candidate of sm90_gelu_candidate) runs as tprof's GEMM with the GELU gi in its epilogue; both notes say so */
 static void set_gelu_sm90(tp_engine *e, int i, int gi, const char *why) {
     e->gelu_sm90[i] = gi;
-    snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM + %sexact GELU in the epilogue (%s)",
-             e->g->ops[i].n_in > 2 ? "bias + " : "", why);
+    const int f8 = e->plan->value_dt[e->g->ops[i].in[0]] == TP_E4M3;
+    snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 %sGEMM + %sexact GELU%s in the epilogue (%s)",
+             f8 ? "FP8 " : "", e->g->ops[i].n_in > 2 ? "bias + " : "",
+             f8 && e->plan->value_dt[e->g->ops[gi].out] == TP_E4M3 ? " -> E4M3" : "", why);
     snprintf(e->impl_note[gi], sizeof e->impl_note[gi], "in the epilogue of %s (tprof sm90 GEMM): no GELU kernel",
              e->g->ops[i].layer);
 }
@@ -689,9 +706,9 @@ static tp_status choose_gemms(tp_engine *e, int first, int cublaslt_only, const 
                                !hw ? "the kernel cannot run here (it needs a compute capability 9.0 GPU and the "
                                      "driver's cuTensorMapEncodeTiled)"
                                : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
-                                               : "this op is not a 16-bit linear feeding only an exact GELU of its "
-                                                 "type (K and N multiples of 8, the GELU's output apart from the "
-                                                 "GEMM's input)");
+                                               : "this op is not a 16-bit or per-tensor FP8 linear feeding only an "
+                                                 "exact GELU (types, K and N as gemm_sm90.h takes them, the GELU's "
+                                                 "output apart from the GEMM's input)");
             set_gelu_sm90(e, i, gi, "as given");
             continue;
         }

@@ -101,48 +101,80 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
 
 /* ---- epilogue helpers -------------------------------------------------------------------------------------------- */
 
-/* a packed pair of the 16-bit type as two floats */
+typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only: E4M3 operands and outputs move as bytes */
+
+/* a packed pair of the bias type as two floats */
 __device__ __forceinline__ float2 gm_unpack2(uint32_t v, __half) {
     return __half22float2(*reinterpret_cast<__half2 *>(&v));
 }
 __device__ __forceinline__ float2 gm_unpack2(uint32_t v, __nv_bfloat16) {
     return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
 }
-/* the bias (packed pairs, gm_unpack2) and the GELU on round r's accumulators, in place */
-template <int GELU, typename TE>
-__device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, int r) {
+
+/* The epilogue's arithmetic on one fp32 accumulator a: v = alpha a + b for E4M3 operands (alpha = a_scale w_scale,
+ * cuBLASLt's D = alpha (A W^T) + bias), a + b for 16-bit ones (no multiply: bit-identical to the 16-bit kernel
+ * before FP8 existed); then the GELU when asked, gelu_as for an E4M3 output (the function tpk_gelu applies for one),
+ * gelu_f otherwise (gelu.cuh). */
+template <int F8, int O8, int GELU> __device__ __forceinline__ float gm_epi(float a, float alpha, float b) {
+    float v = F8 ? fmaf(a, alpha, b) : a + b;
+    if (GELU) v = O8 ? gelu_as(v) : gelu_f(v);
+    return v;
+}
+
+/* an E4M3 output's storage scale s and r = RN(1 / s) */
+typedef struct {
+    float s, r;
+} gm_oscale;
+
+/* v / s correctly rounded (div_rn); where that is not finite (v / s beyond fp32) the plain product, which
+ * saturates like kernels.cu's division */
+__device__ __forceinline__ float gm_div(float v, gm_oscale o) {
+    const float q1 = div_rn(v, o.s, o.r);
+    return isfinite(q1) ? q1 : v * o.r;
+}
+
+/* two outputs packed for storing: a 16-bit type in a 32-bit word (lo first); E4M3 as sat(rne(v / s)) in bits
+ * 0-15 (cvt.rn.satfinite.e4m3x2, kernels.cu's rounding of every E4M3 output) */
+__device__ __forceinline__ uint32_t gm_pack(float x, float y, gm_oscale, __half) { return pack2(x, y, __half()); }
+__device__ __forceinline__ uint32_t gm_pack(float x, float y, gm_oscale, __nv_bfloat16) {
+    return pack2(x, y, __nv_bfloat16());
+}
+__device__ __forceinline__ uint32_t gm_pack(float x, float y, gm_oscale o, e4m3_t) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(gm_div(x, o), gm_div(y, o)), __NV_SATFINITE, __NV_E4M3);
+}
+
+/* gm_epi on round r's accumulators (bias as packed pairs of TB, gm_unpack2), in place */
+template <int F8, int O8, int GELU, typename TB>
+__device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, int r, float alpha) {
 #pragma unroll
     for (int j = 0; j < GM_BN / 8; j++) {
         float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
-        const float2 b = gm_unpack2(bpk[j], TE());
-        aj[0] += b.x, aj[1] += b.y;
-        if (GELU) aj[0] = gelu_f(aj[0]), aj[1] = gelu_f(aj[1]);
+        const float2 b = gm_unpack2(bpk[j], TB());
+        aj[0] = gm_epi<F8, O8, GELU>(aj[0], alpha, b.x), aj[1] = gm_epi<F8, O8, GELU>(aj[1], alpha, b.y);
     }
-}
-
-/* (x, y) + b, then GELU when asked, packed as two 16-bit values of TE */
-template <int GELU, typename TE> __device__ __forceinline__ uint32_t gm_epi_pair(float x, float y, float2 b) {
-    x += b.x, y += b.y;
-    if (GELU) x = gelu_f(x), y = gelu_f(y);
-    return pack2(x, y, TE());
 }
 
 /* ---- the kernel ---------------------------------------------------------------------------------------------------- */
 
-/* HELP 0: variant 0 (each consumer warpgroup's epilogue writes its whole tile); 1: variant 1 (rows 64-127 of each
- * tile go through shared memory to the helper warps) */
-template <typename TE, int GELU, int HELP>
+/* TI: the operands' type (__half, __nv_bfloat16, e4m3_t); TB: the bias's (TO for 16-bit operands, __half for E4M3
+ * ones); TO: the output's (TI for 16-bit operands; __half or e4m3_t for E4M3 ones). HELP 0: variant 0 (each
+ * consumer warpgroup's epilogue writes its whole tile); 1: variant 1 (rows 64-127 of each tile go through shared
+ * memory to the helper warps). a_scale, w_scale: E4M3 operands' storage scales; d_scale: an E4M3 output's (device
+ * pointers, read once per thread: graph replays see their current values). */
+template <typename TI, typename TB, typename TO, int GELU, int HELP>
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                     const TE *__restrict__ bias, TE *__restrict__ D, int M, int N, int K) {
+                     const TB *__restrict__ bias, TO *__restrict__ D, const float *__restrict__ a_scale,
+                     const float *__restrict__ w_scale, const float *__restrict__ d_scale, int M, int N, int K) {
 #if WG_HAVE_WGMMA
+    enum { F8 = sizeof(TI) == 1, O8 = sizeof(TO) == 1 };
     extern __shared__ unsigned char smem_raw[];
     /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
     __shared__ __align__(8) uint64_t bars[2 * GM_STAGES + 4];
     const int S = HELP ? GM_STAGES_H : GM_STAGES;
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int BK = GM_ROWB / (int)sizeof(TE), KT = (K + BK - 1) / BK;
+    const int BK = GM_ROWB / (int)sizeof(TI), KT = (K + BK - 1) / BK;
     const int tiles_n = (N + GM_BN - 1) / GM_BN, tiles = tiles_n * ((M + GM_BM - 1) / GM_BM);
 #define FULL(s) (bar0 + 8u * (uint32_t)(s))
 #define EMPTY(s) (bar0 + 8u * (uint32_t)(GM_STAGES + (s)))
@@ -161,6 +193,9 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    const float alpha = F8 ? __ldg(a_scale) * __ldg(w_scale) : 1.0f;
+    gm_oscale os = {1.0f, 1.0f};
+    if (O8) os.s = __ldg(d_scale), os.r = __frcp_rn(os.s);
 
     /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
      * pipeline's steps i KT .. i KT + KT - 1 (stage = step % S, phase = (step / S) & 1) */
@@ -183,14 +218,14 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         } else if (HELP && tid >= 32) {
             /* variant 1's helpers: the CTA's i-th tile belongs to consumer i % 2, its rows 64-127 wait in that
              * consumer's buffer (hfull's phase i / 2). Warp h (0-2) takes rows h, h + 3, ...; lane l columns
-             * 4 l .. 4 l + 3 (16 bytes of fp32 in, 8 bytes of TE out: a warp reads and writes whole rows). */
+             * 4 l .. 4 l + 3 (16 bytes of fp32 in, 4 outputs out: a warp reads and writes whole rows). */
             const int hw = (tid >> 5) - 1, lane = tid & 31;
             for (int i = 0, t = blockIdx.x; t < tiles; i++, t += gridDim.x) {
                 const int c = i & 1, m0 = (t / tiles_n) * GM_BM + 64, n = (t % tiles_n) * GM_BN + 4 * lane;
                 float2 b01 = make_float2(0.0f, 0.0f), b23 = b01;
                 if (bias && n < N) { /* 4-byte aligned: two pairs */
-                    b01 = gm_unpack2(__ldg(reinterpret_cast<const unsigned int *>(bias + n)), TE());
-                    b23 = gm_unpack2(__ldg(reinterpret_cast<const unsigned int *>(bias + n + 2)), TE());
+                    b01 = gm_unpack2(__ldg(reinterpret_cast<const unsigned int *>(bias + n)), TB());
+                    b23 = gm_unpack2(__ldg(reinterpret_cast<const unsigned int *>(bias + n + 2)), TB());
                 }
                 mbar_wait(HFULL(c), (uint32_t)(i >> 1) & 1u);
                 const uint32_t hb = hbuf + (uint32_t)(c * GM_HB) + 16u * (uint32_t)lane;
@@ -201,9 +236,15 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                                  : "r"(hb + (uint32_t)(row * GM_HB_ROW))
                                  : "memory");
-                    const uint2 o =
-                        make_uint2(gm_epi_pair<GELU, TE>(v.x, v.y, b01), gm_epi_pair<GELU, TE>(v.z, v.w, b23));
-                    if (m0 + row < M && n < N) *reinterpret_cast<uint2 *>(D + (size_t)(m0 + row) * N + n) = o;
+                    const uint32_t lo = gm_pack(gm_epi<F8, O8, GELU>(v.x, alpha, b01.x),
+                                                gm_epi<F8, O8, GELU>(v.y, alpha, b01.y), os, TO()),
+                                   hi = gm_pack(gm_epi<F8, O8, GELU>(v.z, alpha, b23.x),
+                                                gm_epi<F8, O8, GELU>(v.w, alpha, b23.y), os, TO());
+                    if (m0 + row < M && n < N) {
+                        TO *p = D + (size_t)(m0 + row) * N + n;
+                        if (O8) *reinterpret_cast<uint32_t *>(p) = lo | (hi << 16);
+                        else *reinterpret_cast<uint2 *>(p) = make_uint2(lo, hi);
+                    }
                 }
                 mbar_arrive(HEMPTY(c));
             }
@@ -237,9 +278,9 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             wg_fence_regs(acc);
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) { /* +32 bytes (2 in descriptor units) per k16; rows 64.. 8 KB on */
-                wg_ss_n128(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TE());
-                wg_ss_n128(acc + GM_BN / 2, da + 512 + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TE());
+            for (int kk = 0; kk < 4; kk++) { /* +32 bytes (2 in descriptor units) per k16 / k32; rows 64.. 8 KB on */
+                wg_ss_n128(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TI());
+                wg_ss_n128(acc + GM_BN / 2, da + 512 + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TI());
             }
             wg_commit();
             wg_wait1(); /* the previous step's wgmma's are done: its stage may be overwritten */
@@ -253,10 +294,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         mbar_arrive(EMPTY((step - 1) % S));
 
         /* epilogue, in 4 rounds of 8 rows (r: the warp's rows 64 (r / 2) + 16 warp + 8 (r % 2) + 0..7, 2 GM_BN / 8
-         * accumulators per lane): bias (fetched before the K loop) and GELU in fp32, one rounding, then out through
-         * this warp's staging rows. The C layout gives a lane 4 bytes of 8 rows per store; through shared memory
-         * each lane stores 16 bytes and a warp whole rows. The next round's GELU is issued between this round's
-         * shared-memory writes and its global stores, so the ALU work overlaps the memory work (one warp per
+         * accumulators per lane): scale, bias (fetched before the K loop) and GELU in fp32, one rounding, then out
+         * through this warp's staging rows. The C layout gives a lane 2 outputs of 8 rows per store; through shared
+         * memory each lane stores 16 bytes and a warp whole rows. The next round's GELU is issued between this
+         * round's shared-memory writes and its global stores, so the ALU work overlaps the memory work (one warp per
          * scheduler: no other latency hiding). */
         if (HELP) { /* rows 64-127, raw fp32, to the helpers (once they have read this buffer's previous tile) */
             mbar_wait(HEMPTY(c), ((uint32_t)(i >> 1) & 1u) ^ 1u);
@@ -273,32 +314,33 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             mbar_arrive(HFULL(c));
         }
         const int R = HELP ? 2 : 4; /* rounds this warpgroup writes */
+        /* a staged row: GM_BN outputs, CH chunks of 16 bytes (16 for a 16-bit type, 8 for E4M3) */
+        enum { OB = sizeof(TO), CH = GM_BN * sizeof(TO) / 16 };
         const uint32_t stg = base + S * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG_WARP);
-        gm_epi_round<GELU, TE>(acc, bpk, 0);
+        gm_epi_round<F8, O8, GELU, TB>(acc, bpk, 0, alpha);
 #pragma unroll
         for (int r = 0; r < R; r++) {
 #pragma unroll
             for (int j = 0; j < GM_BN / 8; j++) {
                 const float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
-                const uint32_t v = pack2(aj[0], aj[1], TE());
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stg + (lane >> 2) * GM_STG_ROW + 16 * j +
-                                                                   4 * (lane & 3)),
-                             "r"(v)
-                             : "memory");
+                const uint32_t v = gm_pack(aj[0], aj[1], os, TO()),
+                               at = stg + (lane >> 2) * GM_STG_ROW + 8 * OB * j + 2 * OB * (lane & 3);
+                if (O8) asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(at), "h"((unsigned short)v) : "memory");
+                else asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
             }
             __syncwarp();
-            if (r < R - 1) gm_epi_round<GELU, TE>(acc, bpk, r + 1);
+            if (r < R - 1) gm_epi_round<F8, O8, GELU, TB>(acc, bpk, r + 1, alpha);
             const int mr = m0 + 64 * (r >> 1) + warp * 16 + 8 * (r & 1);
 #pragma unroll
-            for (int q = 0; q < GM_BN / 32; q++) { /* 8 rows x GM_BN / 8 chunks of 16 bytes, 32 lanes */
-                const int idx = q * 32 + lane, row = idx / (GM_BN / 8), ch = idx % (GM_BN / 8);
-                const int m = mr + row, n = n0 + 8 * ch;
+            for (int q = 0; q < 8 * CH / 32; q++) { /* 8 rows x CH chunks of 16 bytes, 32 lanes */
+                const int idx = q * 32 + lane, row = idx / CH, ch = idx % CH;
+                const int m = mr + row, n = n0 + ch * (16 / OB);
                 uint4 v;
                 asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                              : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                              : "r"(stg + row * GM_STG_ROW + 16 * ch)
                              : "memory");
-                if (m < M && n < N) *reinterpret_cast<uint4 *>(D + (size_t)m * N + n) = v; /* N % 8 == 0 */
+                if (m < M && n < N) *reinterpret_cast<uint4 *>(D + (size_t)m * N + n) = v; /* N % (16 / OB) == 0 */
             }
             __syncwarp();
         }
@@ -308,7 +350,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 #undef HFULL
 #undef HEMPTY
 #else
-    (void)tmA, (void)tmB, (void)bias, (void)D, (void)M, (void)N, (void)K;
+    (void)tmA, (void)tmB, (void)bias, (void)D, (void)a_scale, (void)w_scale, (void)d_scale, (void)M, (void)N, (void)K;
 #endif
 }
 
@@ -341,61 +383,91 @@ static int gm_sm90_device(void) {
 
 int tpk_gemm_sm90_supported(void) { return gm_sm90_device() && gm_encoder() != NULL; }
 
-/* rows x K row-major 16-bit matrix at p, boxes of box_rows rows x 64 columns, 128-byte swizzle, zeros outside */
+/* rows x K row-major matrix of dt (F16, BF16 or E4M3) at p, boxes of box_rows rows x 128 bytes of K (one swizzle
+ * row), 128-byte swizzle, zeros outside */
 static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype dt, int rows, int K, int box_rows) {
-    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
-    const cuuint32_t box[2] = {GM_ROWB / 2, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    CUresult r = enc(map, dt == TP_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-                     (void *)p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const int es = dt == TP_E4M3 ? 1 : 2;
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * es};
+    const cuuint32_t box[2] = {GM_ROWB / (cuuint32_t)es, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    const CUtensorMapDataType t = dt == TP_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                  : dt == TP_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    CUresult r = enc(map, t, 2, (void *)p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : TPK_INVALID;
 }
 
-template <typename TE, int GELU, int HELP>
-static int gm_launch(encode_tiled_fn enc, const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M,
-                     int N, int K, cudaStream_t s) {
+/* the arguments of one launch */
+typedef struct {
+    const void *A, *W, *bias;
+    void *D;
+    const float *a_scale, *w_scale, *d_scale;
+    tp_dtype in_dt;
+    int M, N, K;
+} gm_args;
+
+template <typename TI, typename TB, typename TO, int GELU, int HELP>
+static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     CUtensorMap ma, mb;
-    if (gm_map(enc, &ma, A, dt, M, K, GM_BM) || gm_map(enc, &mb, W, dt, N, K, GM_BN)) return TPK_INVALID;
-    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TE, GELU, HELP>,
+    if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) || gm_map(enc, &mb, a->W, a->in_dt, a->N, a->K, GM_BN))
+        return TPK_INVALID;
+    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM_V(HELP));
     if (e != cudaSuccess) return (int)e;
     int dev = 0, sms = 0;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
         (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
         return (int)e;
-    const long long tiles = (long long)((N + GM_BN - 1) / GM_BN) * ((M + GM_BM - 1) / GM_BM);
+    const long long tiles = (long long)((a->N + GM_BN - 1) / GM_BN) * ((a->M + GM_BM - 1) / GM_BM);
     if (tiles > 0x7fffffffLL) return TPK_INVALID;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
-    gemm_sm90_kernel<TE, GELU, HELP>
-        <<<grid, GM_THREADS, GM_SMEM_V(HELP), s>>>(ma, mb, (const TE *)bias, (TE *)D, M, N, K);
+    gemm_sm90_kernel<TI, TB, TO, GELU, HELP><<<grid, GM_THREADS, GM_SMEM_V(HELP), s>>>(
+        ma, mb, (const TB *)a->bias, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N, a->K);
     return (int)cudaGetLastError();
 }
 
-template <typename TE>
-static int gm_launch_v(encode_tiled_fn enc, const void *A, const void *W, const void *bias, void *D, tp_dtype dt,
-                       int M, int N, int K, int gelu, int variant, cudaStream_t s) {
-    if (variant)
-        return gelu ? gm_launch<TE, 1, 1>(enc, A, W, bias, D, dt, M, N, K, s)
-                    : gm_launch<TE, 0, 1>(enc, A, W, bias, D, dt, M, N, K, s);
-    return gelu ? gm_launch<TE, 1, 0>(enc, A, W, bias, D, dt, M, N, K, s)
-                : gm_launch<TE, 0, 0>(enc, A, W, bias, D, dt, M, N, K, s);
+template <typename TI, typename TB, typename TO>
+static int gm_launch_v(encode_tiled_fn enc, const gm_args *a, int gelu, int variant, cudaStream_t s) {
+    if (variant) return gelu ? gm_launch<TI, TB, TO, 1, 1>(enc, a, s) : gm_launch<TI, TB, TO, 0, 1>(enc, a, s);
+    return gelu ? gm_launch<TI, TB, TO, 1, 0>(enc, a, s) : gm_launch<TI, TB, TO, 0, 0>(enc, a, s);
+}
+
+/* the checks both entry points share: flags, operand and output pointers, the device and its encoder (looked up
+ * once per call); NULL when one fails */
+static encode_tiled_fn gm_check(const void *A, const void *W, const void *bias, const void *D, int gelu,
+                                int variant) {
+    if ((gelu != 0 && gelu != 1) || (variant != 0 && variant != 1)) return NULL;
+    if (!A || !W || !D || ((uintptr_t)A & 15) || ((uintptr_t)W & 15) || ((uintptr_t)D & 15) || ((uintptr_t)bias & 3))
+        return NULL;
+    return gm_sm90_device() ? gm_encoder() : NULL;
 }
 
 int tpk_gemm_sm90_variant(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
                           int gelu, int variant, tp_stream stream) {
-    if (!tpk_gemm_sm90_shape_ok(dt, M, N, K) || (gelu != 0 && gelu != 1) || (variant != 0 && variant != 1))
-        return TPK_INVALID;
-    if (!A || !W || !D || ((uintptr_t)A & 15) || ((uintptr_t)W & 15) || ((uintptr_t)D & 15) ||
-        ((uintptr_t)bias & 3))
-        return TPK_INVALID;
-    encode_tiled_fn enc = gm_sm90_device() ? gm_encoder() : NULL; /* looked up once per call */
+    if (!tpk_gemm_sm90_shape_ok(dt, M, N, K)) return TPK_INVALID;
+    encode_tiled_fn enc = gm_check(A, W, bias, D, gelu, variant);
     if (!enc) return TPK_INVALID;
+    const gm_args a = {A, W, bias, D, NULL, NULL, NULL, dt, M, N, K};
     cudaStream_t s = (cudaStream_t)stream;
-    return dt == TP_F16 ? gm_launch_v<__half>(enc, A, W, bias, D, dt, M, N, K, gelu, variant, s)
-                        : gm_launch_v<__nv_bfloat16>(enc, A, W, bias, D, dt, M, N, K, gelu, variant, s);
+    return dt == TP_F16 ? gm_launch_v<__half, __half, __half>(enc, &a, gelu, variant, s)
+                        : gm_launch_v<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(enc, &a, gelu, variant, s);
 }
 
 int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K, int gelu,
                   tp_stream stream) {
     return tpk_gemm_sm90_variant(A, W, bias, D, dt, M, N, K, gelu, TPK_GEMM_SM90_DEFAULT_VARIANT(gelu), stream);
+}
+
+int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const float *w_scale, const void *bias,
+                      void *D, tp_dtype d_dt, const float *d_scale, int M, int N, int K, int gelu, int variant,
+                      tp_stream stream) {
+    if (!tpk_gemm_sm90_fp8_shape_ok(d_dt, M, N, K) || !a_scale || !w_scale || ((uintptr_t)a_scale & 3) ||
+        ((uintptr_t)w_scale & 3) || (d_dt == TP_E4M3 && (!d_scale || ((uintptr_t)d_scale & 3))))
+        return TPK_INVALID;
+    encode_tiled_fn enc = gm_check(A, W, bias, D, gelu, variant);
+    if (!enc) return TPK_INVALID;
+    const gm_args a = {A, W, bias, D, a_scale, w_scale, d_dt == TP_E4M3 ? d_scale : NULL, TP_E4M3, M, N, K};
+    cudaStream_t s = (cudaStream_t)stream;
+    return d_dt == TP_E4M3 ? gm_launch_v<e4m3_t, __half, e4m3_t>(enc, &a, gelu, variant, s)
+                           : gm_launch_v<e4m3_t, __half, __half>(enc, &a, gelu, variant, s);
 }

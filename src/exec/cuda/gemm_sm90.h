@@ -51,6 +51,31 @@ int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dt
  * (4 stages). Same results bit for bit; errors as tpk_gemm_sm90, and cudaErrorInvalidValue for another variant. */
 int tpk_gemm_sm90_variant(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
                           int gelu, int variant, tp_stream stream);
+/* The shape and type rules of tpk_gemm_sm90_fp8 (header-only, as tpk_gemm_sm90_shape_ok): d_dt F16 or E4M3;
+ * K % 16 == 0 (16-byte rows of E4M3); N % 8 == 0 for an F16 D, N % 16 == 0 for an E4M3 D (16-byte chunks of
+ * columns); M, N, K > 0. 1 when they hold. */
+static inline int tpk_gemm_sm90_fp8_shape_ok(tp_dtype d_dt, int64_t M, int64_t N, int64_t K) {
+    return (d_dt == TP_F16 || d_dt == TP_E4M3) && M > 0 && N > 0 && K > 0 && K % 16 == 0 &&
+           N % (d_dt == TP_E4M3 ? 16 : 8) == 0 && M <= 0x7fffffffLL && N <= 0x7fffffffLL && K <= 0x7fffffffLL;
+}
+
+/* FP8 operands: D (M, N) row-major in d_dt = epi(alpha (A (M, K) @ W (N, K)^T) + bias (N)), alpha = a_scale w_scale,
+ *   A (M, K), W (N, K) row-major E4M3 codes, 16-byte aligned, with their per-tensor storage scales a_scale, w_scale
+ *        (device fp32 scalars: the real value of a code q is q * scale, formats/qformat.h);
+ *   bias (N) F16 or NULL, 4-byte aligned (cuBLASLt's bias type for FP8 GEMMs);
+ *   D F16, or E4M3 codes q = sat(rne(v / d_scale)) with d_scale a device fp32 scalar (kernels.h's rounding of every
+ *        E4M3 output); 16-byte aligned, not overlapping A or W;
+ *   gelu, variant as tpk_gemm_sm90_variant; an E4M3 D takes gelu.cuh's gelu_as (tpk_gelu's GELU for E4M3 outputs).
+ * K moves in steps of 128 (wgmma m64n128k32 e4m3, fp32 accumulators); the scales and the bias are applied in fp32
+ * to the accumulators, one rounding. Accumulation: the tensor cores' own, without the periodic promotion of partial
+ * sums into separate fp32 registers that cuBLASLt does with FAST_ACCUM off (gemm_cublaslt.c): a 128 x 128 tile per
+ * consumer warpgroup leaves no registers for a second set. bench/gemm_lab.c measures what that costs in accuracy.
+ * Errors: as tpk_gemm_sm90_variant, and cudaErrorInvalidValue when tpk_gemm_sm90_fp8_shape_ok fails or a scale
+ * pointer is NULL (d_scale: only with an E4M3 D) or not 4-byte aligned. */
+int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const float *w_scale, const void *bias,
+                      void *D, tp_dtype d_dt, const float *d_scale, int M, int N, int K, int gelu, int variant,
+                      tp_stream stream);
+
 /* the variant tpk_gemm_sm90 runs (bench/results: gemm_lab) */
 #define TPK_GEMM_SM90_DEFAULT_VARIANT(gelu) ((gelu) ? 1 : 0)
 
