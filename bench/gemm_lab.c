@@ -7,7 +7,8 @@
  * helper warps write half of each tile).
  * fp8: E4M3 operands with per-tensor scales (amax / 448), F16 bias, as the FP8 engines run them: fc1 + GELU is
  * cuBLASLt (E4M3 x E4M3 -> F16 + bias, FAST_ACCUM off) then tpk_gelu writing E4M3 (scale: the GELU output's amax /
- * 448), against tpk_gemm_sm90_fp8 writing the E4M3 codes itself; the plain shapes write F16 both ways. Since
+ * 448), against tpk_gemm_sm90_fp8 writing the E4M3 codes itself; the plain shapes write F16 both ways; cuBLASLt
+ * also with FAST_ACCUM ("fast-accum": no promotion, as tprof's FP8 kernel; what the engines' promotion costs). Since
  * tprof's FP8 kernel accumulates without cuBLASLt's promotion to fp32 (gemm_sm90.h), every way is also compared
  * with an fp64 reference on every 61st row (the decoded E4M3 inputs, the bias; GELU in fp64): "rel L2 vs fp64".
  * cuBLASLt is the baseline at its best: every heuristic candidate (tp_gemm_plan_candidates) timed, the fastest kept,
@@ -45,22 +46,25 @@ typedef struct {
     float *scales;              /* E4M3: device a_scale, w_scale, d_scale (the GELU output's) at 0, 4, 8: cuBLASLt
                                  * wants each 16-byte aligned */
     tp_gemm_ctx *gemm;
-    tp_gemm_plan *plan;
+    tp_gemm_plan *plan, *plan_fast; /* plan_fast: E4M3 with FAST_ACCUM (way WAY_FAST) */
     cudaStream_t s;
 } lab;
 
-/* way 0: cuBLASLt (+ tpk_gelu); 1 + v: tpk_gemm_sm90's variant v. Returns the first error code (0: fine). */
+/* way 0: cuBLASLt (+ tpk_gelu); 1 + v: tpk_gemm_sm90's variant v; WAY_FAST (E4M3): cuBLASLt with FAST_ACCUM
+ * (+ tpk_gelu). Returns the first error code (0: fine). */
+#define WAY_FAST 3
 static int run_way(const lab *l, int way) {
     const int f8 = l->dt == TP_E4M3;
     const tp_dtype hdt = f8 ? TP_F16 : l->dt, ddt = f8 && l->gelu ? TP_E4M3 : hdt; /* GEMM output, final output */
     const float *as = f8 ? l->scales : NULL, *ws = f8 ? l->scales + 4 : NULL, *ds = f8 ? l->scales + 8 : NULL;
-    if (way && f8)
+    if (way && way != WAY_FAST && f8)
         return tpk_gemm_sm90_fp8(l->A, as, l->W, ws, l->bias, l->D, ddt, ds, l->M, l->N, l->K, l->gelu, way - 1,
                                  (tp_stream)l->s);
     if (way)
         return tpk_gemm_sm90_variant(l->A, l->W, l->bias, l->D, l->dt, l->M, l->N, l->K, l->gelu, way - 1,
                                      (tp_stream)l->s);
-    int rc = tp_gemm_run(l->gemm, l->plan, l->A, l->W, l->bias, l->gelu ? l->H : l->D, as, ws, (tp_stream)l->s);
+    int rc = tp_gemm_run(l->gemm, way == WAY_FAST ? l->plan_fast : l->plan, l->A, l->W, l->bias, l->gelu ? l->H : l->D,
+                         as, ws, (tp_stream)l->s);
     if (!rc && l->gelu) rc = tpk_gelu(l->H, hdt, l->D, ddt, ds, (size_t)l->M * l->N, (tp_stream)l->s);
     return rc;
 }
@@ -182,22 +186,35 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&l.H, nD * 2));
         CK(cudaMalloc((void **)&l.scales, 12 * sizeof(float)));
         for (int k = 0; k < 3; k++) CK(cudaMemcpy(l.scales + 4 * k, &sc[k], sizeof(float), cudaMemcpyHostToDevice));
-        tp_gemm_desc d = {M, l.N, l.K, dt, hdt, 1, 0, 0, 0, 0};
+        tp_gemm_desc d = {M, l.N, l.K, dt, hdt, 1, 0, 0, 0, 0, 0};
         if (tp_gemm_plan_create(l.gemm, &d, sh->name, &l.plan, &err)) {
             fprintf(stderr, "cuBLASLt: %s\n", err.msg);
             return 2;
         }
-        /* cuBLASLt's candidates, the fastest kept (the GEMM alone) */
-        int best = 0;
-        float best_t = 1e30f, lo, hi;
+        l.plan_fast = NULL;
+        d.fast_accum = 1;
+        if (f8 && tp_gemm_plan_create(l.gemm, &d, sh->name, &l.plan_fast, &err)) {
+            fprintf(stderr, "cuBLASLt: %s\n", err.msg);
+            return 2;
+        }
+        /* cuBLASLt's candidates, the fastest kept (the GEMM alone); with FAST_ACCUM too for E4M3 */
+        int best = 0, best_fast = 0;
+        float lo, hi;
         const int gelu = l.gelu;
         l.gelu = 0;
-        for (int k = 0; k < tp_gemm_plan_candidates(l.plan); k++) {
-            tp_gemm_plan_select(l.plan, k);
-            const float m = time_way(&l, 0, runs < 20 ? runs : 20, ev, t, &lo, &hi);
-            if (m < best_t) best_t = m, best = k;
+        for (int pf = 0; pf <= f8; pf++) {
+            tp_gemm_plan *pp = pf ? l.plan_fast : l.plan;
+            float best_t = 1e30f;
+            int b = 0;
+            for (int k = 0; k < tp_gemm_plan_candidates(pp); k++) {
+                tp_gemm_plan_select(pp, k);
+                const float m = time_way(&l, pf ? WAY_FAST : 0, runs < 20 ? runs : 20, ev, t, &lo, &hi);
+                if (m < best_t) best_t = m, b = k;
+            }
+            tp_gemm_plan_select(pp, b);
+            if (pf) best_fast = b;
+            else best = b;
         }
-        tp_gemm_plan_select(l.plan, best);
         l.gelu = gelu;
         if (f8 && gelu) { /* the GELU output's scale: its amax (over cuBLASLt's F16 GEMM output) / 448 */
             uint16_t *h = malloc(nD * 2);
@@ -221,7 +238,10 @@ int main(int argc, char **argv) {
         double *r64 = fp64_ref(hA, hW, hb, M, l.N, l.K, gelu);
         if (!ref || !got || !raw) return 2;
         const double flop = 2.0 * M * l.N * l.K;
-        for (int way = 0; way <= 2; way++) {
+        const int ways[] = {0, WAY_FAST, 1, 2};
+        for (int wi = 0; wi < 4; wi++) {
+            const int way = ways[wi];
+            if (way == WAY_FAST && !f8) continue;
             CK(cudaMemsetAsync(l.D, 0xFF, nD * dsz, l.s)); /* NaN in f16, bf16 and e4m3 */
             int rc = run_way(&l, way);
             if (rc) {
@@ -242,12 +262,16 @@ int main(int argc, char **argv) {
             const double rel64 = rel_vs_fp64(a, r64, M, l.N);
             const float med = time_way(&l, way, runs, ev, t, &lo, &hi);
             char name[96];
-            if (way)
+            if (way == WAY_FAST)
+                snprintf(name, sizeof name, "%s %s", sh->name, gelu ? "cuBLASLt fast-accum + tpk_gelu" : "cuBLASLt fast-accum");
+            else if (way)
                 snprintf(name, sizeof name, "%s tprof sm90 v%d%s", sh->name, way - 1, gelu ? ", GELU in epilogue" : "");
             else
                 snprintf(name, sizeof name, "%s %s", sh->name, gelu ? "cuBLASLt + tpk_gelu" : "cuBLASLt");
             char algo[48] = "";
             if (!way) snprintf(algo, sizeof algo, "  (algo %d of %d)", best, tp_gemm_plan_candidates(l.plan));
+            if (way == WAY_FAST)
+                snprintf(algo, sizeof algo, "  (algo %d of %d)", best_fast, tp_gemm_plan_candidates(l.plan_fast));
             printf("%-46s median %8.1f us  min %8.1f  max %8.1f  %6.1f TFLOP/s  rel L2 vs cuBLASLt %.2e  vs fp64 "
                    "%.2e  non-finite %zu%s\n",
                    name, med, lo, hi, flop / (med * 1e-6) / 1e12, rel, rel64, nonfinite, algo);
@@ -257,6 +281,7 @@ int main(int argc, char **argv) {
         free(ref), free(got), free(raw), free(r64), free(hA), free(hW), free(hb);
         CK(cudaFree(l.scales));
         tp_gemm_plan_destroy(l.plan);
+        tp_gemm_plan_destroy(l.plan_fast);
         CK(cudaFree(l.A));
         CK(cudaFree(l.W));
         CK(cudaFree(l.bias));

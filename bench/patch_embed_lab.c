@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&l.x, n_x * 2));
     CK(cudaStreamCreate(&l.s));
     tp_error err;
-    tp_gemm_desc d = {(int64_t)M, l.C, l.K, TP_F16, TP_F16, 1, 0, 0, 0, 0};
+    tp_gemm_desc d = {(int64_t)M, l.C, l.K, TP_F16, TP_F16, 1, 0, 0, 0, 0, 0};
     if (tp_gemm_ctx_create(32u << 20, &l.gemm, &err) || tp_gemm_plan_create(l.gemm, &d, "patch_embed", &l.plan, &err)) {
         fprintf(stderr, "cuBLASLt: %s\n", err.msg);
         return 2;

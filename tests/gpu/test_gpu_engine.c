@@ -567,7 +567,8 @@ START_TEST(test_engine_gelu_sm90) {
         for (int i = 0; i < g.n_ops; i++) {
             if (gc[i] < 0) continue;
             ck_assert_int_eq(tp_engine_gemm_choice(eng, i), TP_GEMM_CHOICE_SM90_GELU);
-            ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), "tprof sm90 GEMM"));
+            ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), prec == TP_PREC_FP8 ? "tprof sm90 FP8 GEMM"
+                                                                                        : "tprof sm90 GEMM"));
             for (int j = 0; j < g.n_ops; j++)
                 if (g.ops[j].kind == TP_OP_GELU && g.ops[j].in[0] == g.ops[i].out)
                     ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, j), "no GELU kernel"));

@@ -143,7 +143,7 @@ START_TEST(test_emulated_gemm) {
     tp_gemm_ctx *ctx = NULL;
     tp_gemm_plan *plan = NULL;
     ck_assert_msg(tp_gemm_ctx_create(32u << 20, &ctx, &e) == TP_OK, "%s", e.msg);
-    tp_gemm_desc d = {M, N, K, TP_BF16, TP_F32, 0, 0, 0, 0, 0};
+    tp_gemm_desc d = {M, N, K, TP_BF16, TP_F32, 0, 0, 0, 0, 0, 0};
     ck_assert_msg(tp_gemm_plan_create(ctx, &d, "emulated", &plan, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(tp_gemm_run_alpha(ctx, plan, dq, dw, NULL, dd, NULL, NULL, alpha, NULL), 0);
     CU(cudaDeviceSynchronize());
@@ -284,7 +284,7 @@ START_TEST(test_fp8_block_gemm) {
     tp_gemm_ctx *ctx = NULL;
     tp_gemm_plan *plan = NULL;
     ck_assert_msg(tp_gemm_ctx_create(32u << 20, &ctx, &e) == TP_OK, "%s", e.msg);
-    tp_gemm_desc d = {Mp, N, K, TP_E4M3, TP_BF16, 1, 1, 0, 0, 0};
+    tp_gemm_desc d = {Mp, N, K, TP_E4M3, TP_BF16, 1, 1, 0, 0, 0, 0};
     ck_assert_msg(tp_gemm_plan_create(ctx, &d, "fp8-block", &plan, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(tp_gemm_run(ctx, plan, dq, dw, db, dd, dxs, dws, NULL), 0);
     CU(cudaDeviceSynchronize());
@@ -303,7 +303,7 @@ START_TEST(test_fp8_block_gemm) {
     ck_assert_msg(a.rel_l2 < 4e-3, "fp8-block GEMM: rel L2 %.3e against the CPU emulation", a.rel_l2);
     /* M not a multiple of 4 is refused at plan time, naming M */
     tp_gemm_plan *bad = NULL;
-    tp_gemm_desc d2 = {M, N, K, TP_E4M3, TP_BF16, 1, 1, 0, 0, 0};
+    tp_gemm_desc d2 = {M, N, K, TP_E4M3, TP_BF16, 1, 1, 0, 0, 0, 0};
     ck_assert_int_eq(tp_gemm_plan_create(ctx, &d2, "fp8-block", &bad, &e), TP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "M % 4"));
     tp_gemm_plan_destroy(plan);
@@ -375,7 +375,7 @@ START_TEST(test_native_quant_and_gemm) {
     tp_gemm_ctx *ctx = NULL;
     tp_gemm_plan *plan = NULL;
     ck_assert_msg(tp_gemm_ctx_create(32u << 20, &ctx, &e) == TP_OK, "%s", e.msg);
-    tp_gemm_desc d = {M, N, K, qt->elem, TP_BF16, 0, 0, (int)qf, 0, 0};
+    tp_gemm_desc d = {M, N, K, qt->elem, TP_BF16, 0, 0, (int)qf, 0, 0, 0};
     int dev = 0, major = 0;
     CU(cudaGetDevice(&dev));
     CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));

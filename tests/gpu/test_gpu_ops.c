@@ -674,7 +674,7 @@ static void gemm_ctx(void) {
 static tp_gemm_plan *gemm_plan_r(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, int bias, int residual,
                                  int gelu) {
     gemm_ctx();
-    tp_gemm_desc desc = {M, N, K, ab, d, bias, 0, 0, residual, gelu};
+    tp_gemm_desc desc = {M, N, K, ab, d, bias, 0, 0, residual, gelu, 0};
     tp_gemm_plan *p = NULL;
     tp_error err = {0};
     tp_status st = tp_gemm_plan_create(g_gemm, &desc, "test", &p, &err);
@@ -776,7 +776,7 @@ END_TEST
 static void expect_plan_rejected(tp_dtype ab, tp_dtype d, int64_t M, int64_t N, int64_t K, tp_status want,
                                  const char *must_mention) {
     gemm_ctx();
-    tp_gemm_desc desc = {M, N, K, ab, d, 1, 0, 0, 0, 0};
+    tp_gemm_desc desc = {M, N, K, ab, d, 1, 0, 0, 0, 0, 0};
     tp_gemm_plan *p = NULL;
     tp_error err = {0};
     SET_CASE("gemm plan %s->%s M=%lld N=%lld K=%lld must fail", dname(ab), dname(d), (long long)M, (long long)N,

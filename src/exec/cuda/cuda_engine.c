@@ -250,7 +250,7 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
                 rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
                                        e->d_scales + SCALE_SLOT * op->in[1], bias, e->dptr[gv], pl->value_dt[gv],
                                        e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m, (int)op->gemm_n,
-                                       (int)op->gemm_k, 1, TPK_GEMM_SM90_DEFAULT_VARIANT(1), s);
+                                       (int)op->gemm_k, 1, TPK_GEMM_SM90_FP8_DEFAULT_VARIANT, s);
             else
                 rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], bias, e->dptr[gv], xdt, (int)op->gemm_m, (int)op->gemm_n,
                                    (int)op->gemm_k, 1, s);
@@ -634,7 +634,7 @@ static tp_status time_attention(tp_engine *e, int i, tp_attn_impl impl, double *
 static int same_gemm(const tp_gemm_desc *a, const tp_gemm_desc *b) {
     return a->M == b->M && a->N == b->N && a->K == b->K && a->ab_dt == b->ab_dt && a->d_dt == b->d_dt &&
            a->has_bias == b->has_bias && a->block128 == b->block128 && a->block_fmt == b->block_fmt &&
-           a->residual == b->residual && a->gelu == b->gelu;
+           a->residual == b->residual && a->gelu == b->gelu && a->fast_accum == b->fast_accum;
 }
 
 /* The GELU op tprof's Hopper GEMM (gemm_sm90.h) can fuse into GEMM op i, or -1: op i a linear with no block format
@@ -1045,7 +1045,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                 e->act_bytes += (double)(sizeof(float) * (size_t)(kb * Mp));
             }
             if (plan->value_dt[x] != TP_E4M3 && (size_t)(Mp * op->gemm_k) > q8_bytes) q8_bytes = (size_t)(Mp * op->gemm_k);
-            tp_gemm_desc d = {Mp, op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1, 0, 0, 0};
+            tp_gemm_desc d = {Mp, op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1, 0, 0, 0, 0};
             st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
             if (st) goto fail;
             continue;
@@ -1065,7 +1065,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
             if (cb > q8_bytes) q8_bytes = cb;
             e->alpha[i] = (qt->global_scale ? h_scales[SCALE_SLOT * x] : 1.0f) * e->wglobal[op->in[1]];
             tp_gemm_desc d = {op->gemm_m, op->gemm_n, op->gemm_k, qt->elem, plan->value_dt[op->out], op->n_in > 2, 0,
-                              (int)qf, 0, 0};
+                              (int)qf, 0, 0, 0};
             st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
             if (st) goto fail;
             continue;
@@ -1081,7 +1081,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                           : plan->value_qf[op->in[0]] != TP_QF_NONE ? TP_BF16
                                                                           : plan->value_dt[op->in[0]],
                           plan->value_dt[eg >= 0 ? g->ops[eg].out : op->out], op->n_in > 2, 0, 0,
-                          plan->op_epilogue_add[i] >= 0, eg >= 0};
+                          plan->op_epilogue_add[i] >= 0, eg >= 0, 0};
         st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
         if (st) goto fail;
         if (op->kind == TP_OP_PATCH_EMBED) {

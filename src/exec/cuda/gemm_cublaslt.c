@@ -237,7 +237,7 @@ tp_status tp_gemm_plan_create(tp_gemm_ctx *ctx, const tp_gemm_desc *desc, const 
             LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
     }
     if (desc->ab_dt == TP_E4M3) {
-        const int8_t fast = 0;
+        const int8_t fast = desc->fast_accum ? 1 : 0;
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
     }
     if (desc->block128 || bs) {

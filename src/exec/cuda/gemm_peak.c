@@ -54,7 +54,7 @@ tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_e
         goto cuda_fail;
     }
     if ((st = tp_gemm_ctx_create(32u << 20, &ctx, err))) goto done;
-    tp_gemm_desc desc = {n, n, n, ab, d, 0, block128, 0, 0, 0};
+    tp_gemm_desc desc = {n, n, n, ab, d, 0, block128, 0, 0, 0, 0};
     if ((st = tp_gemm_plan_create(ctx, &desc, "peak", &plan, err))) goto done;
     const int fp8 = ab == TP_E4M3;
     ms = malloc(sizeof(double) * (size_t)iters);

@@ -78,6 +78,10 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
 
 /* the variant tpk_gemm_sm90 runs (bench/results: gemm_lab) */
 #define TPK_GEMM_SM90_DEFAULT_VARIANT(gelu) ((gelu) ? 1 : 0)
+/* the variant the FP8 engines run tpk_gemm_sm90_fp8 in: 0, with or without GELU. An E4M3 stage holds 128 of K, so
+ * ViT-B's fc1 (K 768) fits in variant 0's 6 stages and runs no faster with fewer stages and helper warps (H100,
+ * fc1 + GELU -> E4M3 at batch 64: v0 88.8 us, v1 95.4 us; bench/results/README.md, gemm_lab fp8) */
+#define TPK_GEMM_SM90_FP8_DEFAULT_VARIANT 0
 
 #ifdef __cplusplus
 }
