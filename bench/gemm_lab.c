@@ -60,7 +60,7 @@ static int run_way(const lab *l, int way) {
     if (way && way != WAY_FAST && f8)
         return tpk_gemm_sm90_fp8(l->A, as, l->W, ws, l->bias, l->D, ddt, ds, l->M, l->N, l->K, l->gelu, way - 1,
                                  (tp_stream)l->s);
-    if (way)
+    if (way && way != WAY_FAST)
         return tpk_gemm_sm90_variant(l->A, l->W, l->bias, l->D, l->dt, l->M, l->N, l->K, l->gelu, way - 1,
                                      (tp_stream)l->s);
     int rc = tp_gemm_run(l->gemm, way == WAY_FAST ? l->plan_fast : l->plan, l->A, l->W, l->bias, l->gelu ? l->H : l->D,
