@@ -40,6 +40,9 @@ def main():
         rel = re.search(r"rel L2 vs \S+ ([\d.e+-]+)", m["rest"])
         if rel:
             w["rel_l2_vs_baseline"] = float(rel[1])
+        r64 = re.search(r"vs fp64 ([\d.e+-]+)", m["rest"])
+        if r64:
+            w["rel_l2_vs_fp64"] = float(r64[1])
         nf = re.search(r"non-finite (\d+)", m["rest"])
         if nf:
             w["non_finite"] = int(nf[1])
