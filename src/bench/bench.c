@@ -249,8 +249,9 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
                                     : o->cublaslt_only ? "cuBLASLt's heuristic candidates timed at build, fastest kept "
                                                          "(--gemm cublaslt: no tprof GEMM)"
                                                        : "cuBLASLt's heuristic candidates timed at build, fastest "
-                                                         "kept; on sm_90 tprof's GEMM with the GELU epilogue timed "
-                                                         "against cuBLASLt + the GELU kernel"));
+                                                         "kept; on sm_90 tprof's GEMM with the GELU epilogue (FP8: "
+                                                         "writing E4M3, no fp32 promotion) timed against cuBLASLt + "
+                                                         "the GELU kernel"));
     json_object_set_new(root, "config", cfg);
     json_t *sys = json_pack("{s:s}", "cpu", cpu);
     if (gpu->present) {

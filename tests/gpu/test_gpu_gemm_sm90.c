@@ -1,5 +1,6 @@
-/* test_gpu_gemm_sm90.c: tprof's Hopper GEMM (tpk_gemm_sm90, src/exec/cuda/gemm_sm90.h) against an fp64 CPU reference,
- * on the GPU, element by element.
+/* test_gpu_gemm_sm90.c: tprof's Hopper GEMM (tpk_gemm_sm90 and, with E4M3 operands, tpk_gemm_sm90_fp8;
+ * src/exec/cuda/gemm_sm90.h) against an fp64 CPU reference, on the GPU, element by element. The FP8 test's bounds
+ * are at test_gemm_sm90_fp8; the 16-bit ones follow.
  *
  * Reference: v = sum_k A[m,k] W[n,k] + bias[n] in fp64 over the inputs as stored (rounded to F16/BF16 first), then
  * GELU(v) = 0.5 v erfc(-v / sqrt 2) in fp64 when asked. Bound per element, from the format (../shared/docs/

@@ -96,8 +96,10 @@ int tp_engine_attention_choice(const tp_engine *e, int op);
 
 /* A GEMM choice (tp_engine_gemm_choice, tp_engine_options.gemm_choice, an engine file's "algos") that is not a
  * cuBLASLt candidate: tprof's Hopper GEMM (gemm_sm90.h) with the bias and the exact GELU of the op after it in its
- * epilogue, one kernel writing the GELU's output (that GELU op then launches nothing). Only for a 16-bit linear read
- * by nothing but an exact GELU of its type, on compute capability 9.0; elsewhere the build refuses it. */
+ * epilogue, one kernel writing the GELU's output (that GELU op then launches nothing). Only for a linear read by
+ * nothing but an exact GELU, with 16-bit operands (the GELU in their type) or per-tensor E4M3 ones (an F16 GEMM
+ * output; the GELU writing F16 or E4M3: tpk_gemm_sm90_fp8), on compute capability 9.0; elsewhere the build refuses
+ * it. */
 #define TP_GEMM_CHOICE_SM90_GELU 1000
 
 /* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice), TP_GEMM_CHOICE_SM90_GELU
