@@ -75,6 +75,19 @@ static double ulp_of(tp_dtype dt, double x) {
 
 static double gelu_ref(double v) { return 0.5 * v * erfc(-v * 0.70710678118654752440); }
 
+/* v (M, N) = A (M, K) W (N, K)^T in fp64 and mag = the same sums of |A W| (the accumulation bounds' scale) */
+static void ref_products(const float *A, const float *W, int M, int N, int K, double *v, double *mag) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0.0, a = 0.0;
+            for (int k = 0; k < K; k++) {
+                const double p = (double)A[(size_t)m * K + k] * W[(size_t)n * K + k];
+                s += p, a += fabs(p);
+            }
+            v[(size_t)m * N + n] = s, mag[(size_t)m * N + n] = a;
+        }
+}
+
 START_TEST(test_gemm_sm90) {
     if (!hopper_or_refused()) return;
     const tp_dtype dt = GT[_i];
@@ -91,15 +104,7 @@ START_TEST(test_gemm_sm90) {
         round_to(dt, W, nW);
         round_to(dt, bias, (size_t)N);
         double *v = hmalloc(nD * sizeof(double)), *mag = hmalloc(nD * sizeof(double));
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++) {
-                double s = 0.0, a = 0.0;
-                for (int k = 0; k < K; k++) {
-                    const double p = (double)A[(size_t)m * K + k] * W[(size_t)n * K + k];
-                    s += p, a += fabs(p);
-                }
-                v[(size_t)m * N + n] = s, mag[(size_t)m * N + n] = a;
-            }
+        ref_products(A, W, M, N, K, v, mag);
         void *d_A = dev_upload(dt, A, nA, nA), *d_W = dev_upload(dt, W, nW, nW);
         void *d_bias = dev_upload(dt, bias, (size_t)N, (size_t)N);
         const float *v0 = NULL; /* variant 0's output of the current (bias, gelu) */
@@ -182,15 +187,7 @@ START_TEST(test_gemm_sm90_fp8) {
         to_e4m3_grid(W, nW, ws);
         round_to(TP_F16, bias, (size_t)N);
         double *v = hmalloc(nD * sizeof(double)), *mag = hmalloc(nD * sizeof(double));
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++) {
-                double sum = 0.0, a = 0.0;
-                for (int k = 0; k < K; k++) {
-                    const double p = (double)A[(size_t)m * K + k] * W[(size_t)n * K + k];
-                    sum += p, a += fabs(p);
-                }
-                v[(size_t)m * N + n] = sum, mag[(size_t)m * N + n] = a;
-            }
+        ref_products(A, W, M, N, K, v, mag);
         void *d_A = dev_alloc(TP_E4M3, nA), *d_W = dev_alloc(TP_E4M3, nW);
         upload_to(d_A, TP_E4M3, A, nA, as);
         upload_to(d_W, TP_E4M3, W, nW, ws);
