@@ -14,7 +14,8 @@
  * cuBLASLt is the baseline at its best: every heuristic candidate (tp_gemm_plan_candidates) timed, the fastest kept,
  * as tprof's engines select. Per way: one run on a NaN-poisoned output (none may remain) and the relative L2
  * difference of tprof's output to cuBLASLt's (both round once from fp32 sums in different orders; the unfused GELU
- * rounds twice: ~1e-3 expected for F16; E4M3 outputs up to 5e-2); 10 warmup runs, then `runs` (default 50) each between two CUDA events:
+ * rounds twice: ~1e-3 expected for F16; E4M3 outputs up to 5e-2); 10 warmup runs, then `runs` (default 50) each
+ * between two CUDA events:
  * median, min, max in us, and the median's TFLOP/s (2 M N K; the GELU's work is not counted).
  *
  * Build: cmake --build <build dir> --target gemm_lab. Run: ./gemm_lab [runs] [batch] [f16|bf16|fp8].
@@ -263,7 +264,8 @@ int main(int argc, char **argv) {
             const float med = time_way(&l, way, runs, ev, t, &lo, &hi);
             char name[96];
             if (way == WAY_FAST)
-                snprintf(name, sizeof name, "%s %s", sh->name, gelu ? "cuBLASLt fast-accum + tpk_gelu" : "cuBLASLt fast-accum");
+                snprintf(name, sizeof name, "%s %s", sh->name,
+                         gelu ? "cuBLASLt fast-accum + tpk_gelu" : "cuBLASLt fast-accum");
             else if (way)
                 snprintf(name, sizeof name, "%s tprof sm90 v%d%s", sh->name, way - 1, gelu ? ", GELU in epilogue" : "");
             else

@@ -7,9 +7,10 @@
  * stages and swizzle are the same bytes; alpha = a_scale w_scale and the bias in the epilogue, E4M3 outputs
  * rounded as kernels.cu rounds them). ViT-B/16 batch 64 on an H200 (bench/gemm_lab.c fp8): fc1 + GELU -> E4M3 89.7
  * us (variant 0; 96.6 in variant 1: with 128 of K per stage fc1's whole K fits in variant 0's 6 stages), plain
- * GEMMs 2-23% faster than cuBLASLt with its fp32 promotion and within 8% of cuBLASLt without it. Persistent: one CTA per SM,
- * tile t of the CTA is blockIdx.x + t gridDim.x (the N tiles of a row tile adjacent, so A's rows come from DRAM
- * once). 384 threads, warp-specialized as CUTLASS's sm90 "ping-pong" GEMMs (their structure only):
+ * GEMMs 2-23% faster than cuBLASLt with its fp32 promotion and within 8% of cuBLASLt without it.
+ * Persistent: one CTA per SM, tile t of the CTA is blockIdx.x + t gridDim.x (the N tiles of a row tile adjacent, so
+ * A's rows come from DRAM once). 384 threads, warp-specialized as CUTLASS's sm90 "ping-pong" GEMMs (their
+ * structure only):
  *   warpgroup 0, thread 0 (the producer): for each K step of each tile waits until ring stage s is free (mbarrier
  *       empty[s]), announces its 32 KB on full[s] (arrive.expect_tx) and issues two TMA loads (cp.async.bulk.tensor.2d:
  *       A rows m0 .. m0 + 127, W rows n0 .. n0 + 127, columns k0 .. k0 + 63) that complete on full[s]. TMA writes the

@@ -1,8 +1,9 @@
 /* wgmma_ptx.cuh: the warpgroup-MMA (wgmma) synchronization wrappers shared by the Hopper kernels
- * (attention_wgmma.cu, attention_wgmma_fp8.cu, patch_embed.cu, gemm_sm90.cu), the m64n128k16 MMA of the GEMM kernels
- * (patch_embed.cu, gemm_sm90.cu; k16 for F16/BF16, k32 for E4M3), and the shared-memory matrix descriptor (PTX ISA, "Matrix
- * Descriptor Format" of wgmma: start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride byte
- * offset >> 4 in 32-45, layout in 62-63: 1 = 128-byte swizzle, 2 = 64-byte, 3 = 32-byte). Header-only, CUDA C.
+ * (attention_wgmma.cu, attention_wgmma_fp8.cu, patch_embed.cu, gemm_sm90.cu), the m64n128 MMA of the GEMM kernels
+ * (patch_embed.cu, gemm_sm90.cu; k16 for F16/BF16, k32 for E4M3), and the shared-memory matrix descriptor (PTX
+ * ISA, "Matrix Descriptor Format" of wgmma: start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29,
+ * stride byte offset >> 4 in 32-45, layout in 62-63: 1 = 128-byte swizzle, 2 = 64-byte, 3 = 32-byte). Header-only,
+ * CUDA C.
  * wgmma exists only in the sm_90a pass; every other pass (the host pass parses device code too) gets empty
  * synchronization bodies, and the files that include this one trap in their MMA wrappers there. */
 #ifndef TP_WGMMA_PTX_CUH
