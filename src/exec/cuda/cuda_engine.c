@@ -1045,8 +1045,8 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                 e->act_bytes += (double)(sizeof(float) * (size_t)(kb * Mp));
             }
             if (plan->value_dt[x] != TP_E4M3 && (size_t)(Mp * op->gemm_k) > q8_bytes) q8_bytes = (size_t)(Mp * op->gemm_k);
-            tp_gemm_desc d = {Mp,        op->gemm_n, op->gemm_k, TP_E4M3, plan->value_dt[op->out], op->n_in > 2, 1, 0,
-                              0,         0,          0};
+            tp_gemm_desc d = {.M = Mp, .N = op->gemm_n, .K = op->gemm_k, .ab_dt = TP_E4M3,
+                              .d_dt = plan->value_dt[op->out], .has_bias = op->n_in > 2, .block128 = 1};
             st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
             if (st) goto fail;
             continue;
