@@ -11,6 +11,8 @@
  * also with FAST_ACCUM ("fast-accum": no promotion, as tprof's FP8 kernel; what the engines' promotion costs). Since
  * tprof's FP8 kernel accumulates without cuBLASLt's promotion to fp32 (gemm_sm90.h), every way is also compared
  * with an fp64 reference on every 61st row (the decoded E4M3 inputs, the bias; GELU in fp64): "rel L2 vs fp64".
+ * fp8 also times proj and fc2 with the residual add the engines fuse into them: "+ residual", an F16 R (M, N) in
+ * its own buffer, cuBLASLt's C (beta 1) against tpk_gemm_sm90_fp8's R (variant 0 only).
  * cuBLASLt is the baseline at its best: every heuristic candidate (tp_gemm_plan_candidates) timed, the fastest kept,
  * as tprof's engines select. Per way: one run on a NaN-poisoned output (none may remain) and the relative L2
  * difference of tprof's output to cuBLASLt's (both round once from fp32 sums in different orders; the unfused GELU
@@ -37,13 +39,14 @@
 
 typedef struct {
     const char *name;
-    int N, K, gelu;
+    int N, K, gelu, res;
 } shape;
 
 typedef struct {
-    int M, N, K, gelu;
+    int M, N, K, gelu, res;
     tp_dtype dt;                /* operands: F16, BF16 or E4M3 */
     void *A, *W, *bias, *D, *H; /* H: the unfused path's pre-GELU output */
+    void *R;                    /* res: the residual (M, N) F16 */
     float *scales;              /* E4M3: device a_scale, w_scale, d_scale (the GELU output's) at 0, 4, 8: cuBLASLt
                                  * wants each 16-byte aligned */
     tp_gemm_ctx *gemm;
@@ -59,13 +62,13 @@ static int run_way(const lab *l, int way) {
     const tp_dtype hdt = f8 ? TP_F16 : l->dt, ddt = f8 && l->gelu ? TP_E4M3 : hdt; /* GEMM output, final output */
     const float *as = f8 ? l->scales : NULL, *ws = f8 ? l->scales + 4 : NULL, *ds = f8 ? l->scales + 8 : NULL;
     if (way && way != WAY_FAST && f8)
-        return tpk_gemm_sm90_fp8(l->A, as, l->W, ws, l->bias, l->D, ddt, ds, l->M, l->N, l->K, l->gelu, way - 1,
-                                 (tp_stream)l->s);
+        return tpk_gemm_sm90_fp8(l->A, as, l->W, ws, l->bias, l->res ? l->R : NULL, l->D, ddt, ds, l->M, l->N, l->K,
+                                 l->gelu, way - 1, (tp_stream)l->s);
     if (way && way != WAY_FAST)
         return tpk_gemm_sm90_variant(l->A, l->W, l->bias, l->D, l->dt, l->M, l->N, l->K, l->gelu, way - 1,
                                      (tp_stream)l->s);
-    int rc = tp_gemm_run(l->gemm, way == WAY_FAST ? l->plan_fast : l->plan, l->A, l->W, l->bias, l->gelu ? l->H : l->D,
-                         as, ws, (tp_stream)l->s);
+    int rc = tp_gemm_run_q(l->gemm, way == WAY_FAST ? l->plan_fast : l->plan, l->A, l->W, l->bias,
+                           l->res ? l->R : NULL, l->gelu ? l->H : l->D, as, ws, NULL, 1.0f, (tp_stream)l->s);
     if (!rc && l->gelu) rc = tpk_gelu(l->H, hdt, l->D, ddt, ds, (size_t)l->M * l->N, (tp_stream)l->s);
     return rc;
 }
@@ -98,14 +101,15 @@ static void *upload(tp_dtype dt, size_t n, uint64_t seed, double std, float *sca
 
 static double gelu_ref(double v) { return 0.5 * v * erfc(-v * 0.70710678118654752440); }
 
-/* the fp64 reference on rows 0, 61, 122, ... (M, N row-major, other rows unset) */
+/* the fp64 reference on rows 0, 61, 122, ... (M, N row-major, other rows unset); R: the residual or NULL */
 #define REF_STEP 61
-static double *fp64_ref(const float *A, const float *W, const float *bias, int M, int N, int K, int gelu) {
+static double *fp64_ref(const float *A, const float *W, const float *bias, const float *R, int M, int N, int K,
+                        int gelu) {
     double *r = malloc(sizeof(double) * (size_t)M * N);
     if (!r) exit(2);
     for (int m = 0; m < M; m += REF_STEP)
         for (int n = 0; n < N; n++) {
-            double v = bias[n];
+            double v = (double)bias[n] + (R ? R[(size_t)m * N + n] : 0.0);
             for (int k = 0; k < K; k++) v += (double)A[(size_t)m * K + k] * W[(size_t)n * K + k];
             r[(size_t)m * N + n] = gelu ? gelu_ref(v) : v;
         }
@@ -154,8 +158,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gemm_lab: tpk_gemm_sm90 needs a compute capability 9.0 GPU\n");
         return 2;
     }
-    static const shape shapes[] = {{"fc1 + GELU", 3072, 768, 1}, {"fc1", 3072, 768, 0}, {"qkv", 2304, 768, 0},
-                                   {"proj", 768, 768, 0},        {"fc2", 768, 3072, 0}};
+    static const shape shapes[] = {{"fc1 + GELU", 3072, 768, 1, 0},    {"fc1", 3072, 768, 0, 0},
+                                   {"qkv", 2304, 768, 0, 0},           {"proj", 768, 768, 0, 0},
+                                   {"fc2", 768, 3072, 0, 0},           {"proj + residual", 768, 768, 0, 1},
+                                   {"fc2 + residual", 768, 3072, 0, 1}};
     const int M = B * 197;
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -175,19 +181,21 @@ int main(int argc, char **argv) {
     int bad = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
-        l.N = sh->N, l.K = sh->K, l.gelu = sh->gelu;
+        if (sh->res && !f8) continue; /* tpk_gemm_sm90 (16-bit) has no residual epilogue */
+        l.N = sh->N, l.K = sh->K, l.gelu = sh->gelu, l.res = sh->res;
         const size_t nD = (size_t)M * l.N;
         const tp_dtype hdt = f8 ? TP_F16 : dt, ddt = f8 && l.gelu ? TP_E4M3 : hdt; /* GEMM output, final output */
         const size_t dsz = tp_dtype_info(ddt)->bytes;
-        float sc[3] = {1.0f, 1.0f, 1.0f}, *hA, *hW, *hb;
+        float sc[3] = {1.0f, 1.0f, 1.0f}, *hA, *hW, *hb, *hR = NULL;
         l.A = upload(dt, (size_t)M * l.K, 10 + si, 1.0, &sc[0], &hA);
         l.W = upload(dt, (size_t)l.N * l.K, 20 + si, 0.03, &sc[1], &hW);
         l.bias = upload(hdt, (size_t)l.N, 30 + si, 0.5, NULL, &hb);
+        l.R = l.res ? upload(TP_F16, nD, 40 + si, 1.0, NULL, &hR) : NULL;
         CK(cudaMalloc(&l.D, nD * 2));
         CK(cudaMalloc(&l.H, nD * 2));
         CK(cudaMalloc((void **)&l.scales, 12 * sizeof(float)));
         for (int k = 0; k < 3; k++) CK(cudaMemcpy(l.scales + 4 * k, &sc[k], sizeof(float), cudaMemcpyHostToDevice));
-        tp_gemm_desc d = {M, l.N, l.K, dt, hdt, 1, 0, 0, 0, 0, 0};
+        tp_gemm_desc d = {M, l.N, l.K, dt, hdt, 1, 0, 0, l.res, 0, 0};
         if (tp_gemm_plan_create(l.gemm, &d, sh->name, &l.plan, &err)) {
             fprintf(stderr, "cuBLASLt: %s\n", err.msg);
             return 2;
@@ -236,13 +244,13 @@ int main(int argc, char **argv) {
         }
         float *ref = malloc(nD * sizeof(float)), *got = malloc(nD * sizeof(float));
         unsigned char *raw = malloc(nD * dsz);
-        double *r64 = fp64_ref(hA, hW, hb, M, l.N, l.K, gelu);
+        double *r64 = fp64_ref(hA, hW, hb, hR, M, l.N, l.K, gelu);
         if (!ref || !got || !raw) return 2;
         const double flop = 2.0 * M * l.N * l.K;
         const int ways[] = {0, WAY_FAST, 1, 2};
         for (int wi = 0; wi < 4; wi++) {
             const int way = ways[wi];
-            if (way == WAY_FAST && !f8) continue;
+            if ((way == WAY_FAST && !f8) || (way == 2 && l.res)) continue;
             CK(cudaMemsetAsync(l.D, 0xFF, nD * dsz, l.s)); /* NaN in f16, bf16 and e4m3 */
             int rc = run_way(&l, way);
             if (rc) {
@@ -280,7 +288,8 @@ int main(int argc, char **argv) {
             /* E4M3 outputs: codes one step apart where the two paths' fp32 values straddle a rounding midpoint */
             bad |= nonfinite > 0 || rel > (ddt == TP_E4M3 ? 5e-2 : 1e-2);
         }
-        free(ref), free(got), free(raw), free(r64), free(hA), free(hW), free(hb);
+        free(ref), free(got), free(raw), free(r64), free(hA), free(hW), free(hb), free(hR);
+        if (l.R) CK(cudaFree(l.R));
         CK(cudaFree(l.scales));
         tp_gemm_plan_destroy(l.plan);
         tp_gemm_plan_destroy(l.plan_fast);

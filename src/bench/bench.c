@@ -611,8 +611,9 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             const int *given = NULL;
             if (o->engine_file && o->engine_file->has_gemm && !o->gemm_first) {
                 const tp_engine_gemm_sel *gs = &o->engine_file->gemm;
-                int file_fused = 0; /* the file runs a GEMM + GELU in tprof's kernel (TP_GEMM_CHOICE_SM90_GELU) */
-                for (int i = 0; i < gs->n_ops; i++) file_fused |= gs->algo[i] == TP_GEMM_CHOICE_SM90_GELU;
+                int file_fused = 0; /* the file runs GEMMs in tprof's kernel (TP_GEMM_CHOICE_SM90(_GELU)) */
+                for (int i = 0; i < gs->n_ops; i++)
+                    file_fused |= gs->algo[i] == TP_GEMM_CHOICE_SM90_GELU || gs->algo[i] == TP_GEMM_CHOICE_SM90;
                 if (gs->n_ops == g.n_ops && gs->batch == B && (size_t)gs->cublaslt == gpu.cublaslt_version &&
                     strcmp(gs->gpu, gpu.name) == 0 && !pol.gelu_tanh && (!o->cublaslt_only || !file_fused)) {
                     given = gs->algo;

@@ -37,6 +37,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "engine_file.c assumes
 #define MAX_DIM 65536
 #define MAX_DEPTH 4096
 #define MAX_CLASSES 10000000
+/* the largest GEMM choice: TP_GEMM_CHOICE_SM90 (cuda_engine.h; this file builds without CUDA) */
+#define EF_MAX_ALGO 1001
 #define MAX_MLP_RATIO 64.0
 
 /* ---- CRC-32 ------------------------------------------------------------------------------------------- */
@@ -454,7 +456,7 @@ tp_status tp_engine_file_write(const char *path, const tp_vit_config *cfg, tp_pr
             return ef_fail(err, TP_ERR_ARG, path, "GEMM selection: %d ops for a graph of %d, batch %d", gemm->n_ops,
                            g->n_ops, gemm->batch);
         for (int i = 0; i < g->n_ops; i++)
-            if (gemm->algo[i] < -1 || gemm->algo[i] > 1000)
+            if (gemm->algo[i] < -1 || gemm->algo[i] > EF_MAX_ALGO)
                 return ef_fail(err, TP_ERR_ARG, path, "GEMM selection: algorithm %d for op %s", gemm->algo[i],
                                g->ops[i].layer);
     }
@@ -1025,9 +1027,9 @@ static tp_status parse_gemm(rctx *c, const json_t *root, tp_engine_file *f) {
     if (!f->gemm.algo) return ef_fail(c->err, TP_ERR_OOM, c->path, "out of host memory");
     for (int i = 0; i < f->n_ops; i++) {
         const json_t *v = json_array_get(a, (size_t)i);
-        if (!json_is_integer(v) || json_integer_value(v) < -1 || json_integer_value(v) > 1000)
+        if (!json_is_integer(v) || json_integer_value(v) < -1 || json_integer_value(v) > EF_MAX_ALGO)
             return ef_fail(c->err, TP_ERR_FORMAT, c->path, "gemm_selection: algos[%d] (%s) is %s, expected an integer "
-                           "in -1..1000", i, f->ops[i].layer, json_is_integer(v) ? "out of range" : jkind(v));
+                           "in -1..1001", i, f->ops[i].layer, json_is_integer(v) ? "out of range" : jkind(v));
         f->gemm.algo[i] = (int)json_integer_value(v);
     }
     f->gemm.n_ops = f->n_ops;

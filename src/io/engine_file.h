@@ -43,7 +43,8 @@
  *            selection, gemm_cublaslt.h): {"gpu": its name, "cublaslt": cublasLtGetVersion(), "batch": the batch
  *            size timed (the GEMMs' M), "algos": [per op of "ops", the cuBLASLt heuristic candidate index run,
  *            1000 where tprof's Hopper GEMM runs the op with the GELU after it in its epilogue
- *            (TP_GEMM_CHOICE_SM90_GELU, cuda_engine.h), -1 for ops without a GEMM]}. `tprof bench --engine`
+ *            (TP_GEMM_CHOICE_SM90_GELU, cuda_engine.h), 1001 where it runs an FP8 op without one
+ *            (TP_GEMM_CHOICE_SM90), -1 for ops without a GEMM]}. `tprof bench --engine`
  *            reuses them when the GPU, the cuBLASLt version and the batch size are the same (a timing cache),
  *            and times again otherwise.
  *

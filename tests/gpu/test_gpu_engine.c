@@ -469,8 +469,10 @@ END_TEST
  * those GEMMs run it (the engine says so for the GEMM and for the GELU, which launches nothing) and the logits are
  * within the engine tests' bound of the FP32 reference and of the engine that runs cuBLASLt and the GELU kernel
  * (gemm_first): the fused path rounds each hidden activation once instead of twice, a difference of the size of
- * one storage rounding. The choice on a linear that feeds no GELU (qkv) is refused, naming the layer; on any
- * other GPU the build refuses every such choice. */
+ * one storage rounding. The FP8 engines also get tprof's FP8 GEMM without GELU (TP_GEMM_CHOICE_SM90) for every
+ * other linear with E4M3 operands (qkv; proj and fc2 with the residual add in its epilogue, in place), the unfused
+ * engine none. The GELU choice on a linear that feeds no GELU (qkv) is refused, naming the layer, as is the plain
+ * FP8 choice on a linear with 16-bit operands (the head); on any other GPU the build refuses every such choice. */
 /* mlp ratio 1 (fc1's N == K): the engine reuses fc1's dead input buffer for the GELU's output, which the fused
  * kernel would overwrite while it still reads it. Given the fused choice, the build either refuses it, naming the
  * rule, or (another buffer layout) runs it and must be as accurate as ever. */
@@ -543,16 +545,20 @@ START_TEST(test_engine_gelu_sm90) {
         ck_assert_ptr_nonnull(amax);
         ck_assert_msg(tp_calibrate_max(&g, &p, 0, sm, in, amax, &e) == TP_OK, "%s", e.msg);
     }
-    int n_fused = 0, qkv = -1;
+    int n_fused = 0, n_plain = 0, qkv = -1, head = -1;
     for (int i = 0; i < g.n_ops; i++) {
         gc[i] = -1;
         if (g.ops[i].kind != TP_OP_LINEAR) continue;
         for (int j = 0; j < g.n_ops; j++)
             if (g.ops[j].kind == TP_OP_GELU && g.ops[j].in[0] == g.ops[i].out) gc[i] = TP_GEMM_CHOICE_SM90_GELU;
         n_fused += gc[i] >= 0;
+        if (gc[i] < 0 && plan.value_dt[g.ops[i].in[0]] == TP_E4M3) gc[i] = TP_GEMM_CHOICE_SM90, n_plain++;
         if (qkv < 0 && strstr(g.ops[i].layer, "qkv")) qkv = i;
+        if (plan.value_dt[g.ops[i].in[0]] != TP_E4M3) head = i;
     }
     ck_assert_int_eq(n_fused, k->depth);
+    ck_assert_int_eq(n_plain, prec == TP_PREC_FP8 ? 3 * k->depth : 0);
+    ck_assert_int_ge(head, 0);
     ck_assert_int_ge(qkv, 0);
     tp_engine_options o = {.device = 0, .use_graph = 1, .gemm_choice = gc, .act_amax = amax};
     if (sm != 90) {
@@ -566,16 +572,18 @@ START_TEST(test_engine_gelu_sm90) {
         tp_engine *eng = build_and_run(&g, &p, &plan, &o, in, got, k->what);
         for (int i = 0; i < g.n_ops; i++) {
             if (gc[i] < 0) continue;
-            ck_assert_int_eq(tp_engine_gemm_choice(eng, i), TP_GEMM_CHOICE_SM90_GELU);
+            ck_assert_int_eq(tp_engine_gemm_choice(eng, i), gc[i]);
             ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), prec == TP_PREC_FP8 ? "tprof sm90 FP8 GEMM"
                                                                                         : "tprof sm90 GEMM"));
+            if (gc[i] == TP_GEMM_CHOICE_SM90 && strstr(g.ops[i].layer, "qkv") == NULL)
+                ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), "+ residual"));
             for (int j = 0; j < g.n_ops; j++)
                 if (g.ops[j].kind == TP_OP_GELU && g.ops[j].in[0] == g.ops[i].out)
                     ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, j), "no GELU kernel"));
         }
         tp_engine_options of = {.device = 0, .use_graph = 1, .gemm_first = 1, .act_amax = amax};
         tp_engine *eu = build_and_run(&g, &p, &plan, &of, in, unf, "cuBLASLt + GELU kernel");
-        for (int i = 0; i < g.n_ops; i++) ck_assert_int_ne(tp_engine_gemm_choice(eu, i), TP_GEMM_CHOICE_SM90_GELU);
+        for (int i = 0; i < g.n_ops; i++) ck_assert_int_lt(tp_engine_gemm_choice(eu, i), TP_GEMM_CHOICE_SM90_GELU);
         tp_accuracy a, au;
         tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
         tp_accuracy_compute(got, unf, k->batch, k->classes, &au);
@@ -596,6 +604,14 @@ START_TEST(test_engine_gelu_sm90) {
         const tp_status bs = tp_engine_build(&g, &p, &plan, &o, &eng, &e);
         ck_assert_msg(bs == TP_ERR_UNSUPPORTED && strstr(e.msg, g.ops[qkv].layer), "qkv given the GELU GEMM: %d %s",
                       (int)bs, bs ? e.msg : "(built!)");
+        tp_engine_destroy(eng);
+        /* nor one with 16-bit operands tprof's plain FP8 GEMM */
+        gc[qkv] = -1;
+        gc[head] = TP_GEMM_CHOICE_SM90;
+        eng = NULL;
+        const tp_status bh = tp_engine_build(&g, &p, &plan, &o, &eng, &e);
+        ck_assert_msg(bh == TP_ERR_UNSUPPORTED && strstr(e.msg, g.ops[head].layer), "%s given the FP8 GEMM: %d %s",
+                      g.ops[head].layer, (int)bh, bh ? e.msg : "(built!)");
         tp_engine_destroy(eng);
         if (_i % ncase == 2 && prec != TP_PREC_FP8) check_gelu_sm90_alias(k, prec);
     }

@@ -212,8 +212,8 @@ START_TEST(test_gemm_sm90_fp8) {
                         SET_CASE("gemm_sm90_fp8 v%d e4m3 -> %s M=%d N=%d K=%d bias=%d gelu=%d", variant, dname(odt),
                                  M, N, K, has_bias, gelu);
                         void *d_D = dev_alloc(odt, nD + 64);
-                        KERNEL_OK(tpk_gemm_sm90_fp8(d_A, d_as, d_W, d_ws, has_bias ? d_bias : NULL, d_D, odt, d_ds,
-                                                    M, N, K, gelu, variant, g_stream));
+                        KERNEL_OK(tpk_gemm_sm90_fp8(d_A, d_as, d_W, d_ws, has_bias ? d_bias : NULL, NULL, d_D, odt,
+                                                    d_ds, M, N, K, gelu, variant, g_stream));
                         const float *got = download_f32(odt, d_D, nD, ds);
                         size_t bad = 0, worst = 0;
                         double worst_ratio = 0.0;
@@ -242,6 +242,33 @@ START_TEST(test_gemm_sm90_fp8) {
                                           g_case);
                     }
                 }
+        /* the residual epilogue (F16 D, no GELU, variant 0): R in its own buffer (D poisoned), then R = D */
+        float *res = host_normal(nD, seed++, 0.0, 1.0);
+        round_to(TP_F16, res, nD);
+        void *d_R = dev_upload(TP_F16, res, nD, nD);
+        for (int inplace = 0; inplace <= 1; inplace++) {
+            SET_CASE("gemm_sm90_fp8 e4m3 -> f16 + bias + residual%s M=%d N=%d K=%d", inplace ? " (in place)" : "", M,
+                     N, K);
+            void *d_D = inplace ? dev_upload(TP_F16, res, nD, nD + 64) : dev_alloc(TP_F16, nD + 64);
+            KERNEL_OK(tpk_gemm_sm90_fp8(d_A, d_as, d_W, d_ws, d_bias, inplace ? d_D : d_R, d_D, TP_F16, NULL, M, N, K,
+                                        0, 0, g_stream));
+            const float *got = download_f32(TP_F16, d_D, nD, 1.0f);
+            size_t bad = 0, worst = 0;
+            double worst_ratio = 0.0;
+            for (size_t i = 0; i < nD; i++) {
+                const double x = v[i] + bias[i % (size_t)N] + res[i];
+                const double tol = ulp_of(TP_F16, x) + ((K + 31) / 32 + 2) * 0x1p-13 * mag[i] + 4e-7 * fabs(x);
+                const double err = fabs((double)got[i] - x), ratio = isfinite(err) ? err / tol : INFINITY;
+                if (!(err <= tol)) bad++;
+                if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+            }
+            printf("  %s  %s: %zu of %zu outside the bound; worst err/bound %.3f\n", bad ? "FAIL" : "ok  ", g_case, bad,
+                   nD, worst_ratio);
+            fflush(stdout);
+            ck_assert_msg(bad == 0, "[%s] %zu of %zu elements outside the bound (worst at %zu: got %.7g)", g_case, bad,
+                          nD, worst, got[worst]);
+            check_untouched("D past its end", d_D, nD * 2, (nD + 64) * 2);
+        }
     }
 }
 END_TEST
@@ -287,17 +314,29 @@ START_TEST(test_gemm_sm90_rejects) {
         {"NULL W", tpk_gemm_sm90(buf, NULL, NULL, D, TP_F16, 16, 16, 16, 0, g_stream)},
         {"variant 2", tpk_gemm_sm90_variant(buf, buf, NULL, D, TP_F16, 16, 16, 16, 0, 2, g_stream)},
         {"fp8: K 40 (not a multiple of 16)",
-         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_F16, NULL, 16, 16, 40, 0, 0, g_stream)},
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 40, 0, 0, g_stream)},
         {"fp8: E4M3 D with N 24 (not a multiple of 16)",
-         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_E4M3, sc, 16, 24, 16, 0, 0, g_stream)},
-        {"fp8: BF16 D", tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_BF16, NULL, 16, 16, 16, 0, 0, g_stream)},
-        {"fp8: NULL a_scale", tpk_gemm_sm90_fp8(buf, NULL, buf, sc, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
-        {"fp8: NULL w_scale", tpk_gemm_sm90_fp8(buf, sc, buf, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_E4M3, sc, 16, 24, 16, 0, 0, g_stream)},
+        {"fp8: BF16 D", tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_BF16, NULL, 16, 16, 16, 0, 0, g_stream)},
+        {"fp8: NULL a_scale",
+         tpk_gemm_sm90_fp8(buf, NULL, buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
+        {"fp8: NULL w_scale",
+         tpk_gemm_sm90_fp8(buf, sc, buf, NULL, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
         {"fp8: E4M3 D without d_scale",
-         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_E4M3, NULL, 16, 16, 16, 0, 0, g_stream)},
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_E4M3, NULL, 16, 16, 16, 0, 0, g_stream)},
         {"fp8: a_scale not 4-byte aligned",
-         tpk_gemm_sm90_fp8(buf, (const float *)(buf + 2), buf, sc, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
-        {"fp8: variant 2", tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 2, g_stream)},
+         tpk_gemm_sm90_fp8(buf, (const float *)(buf + 2), buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0,
+                           g_stream)},
+        {"fp8: variant 2",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 2, g_stream)},
+        {"fp8: residual with an E4M3 D",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, buf, D, TP_E4M3, sc, 16, 16, 16, 0, 0, g_stream)},
+        {"fp8: residual with GELU",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, buf, D, TP_F16, NULL, 16, 16, 16, 1, 0, g_stream)},
+        {"fp8: residual in variant 1",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, buf, D, TP_F16, NULL, 16, 16, 16, 0, 1, g_stream)},
+        {"fp8: residual not 16-byte aligned",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, buf + 8, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
     };
     check_rejected(r, sizeof r / sizeof r[0]);
 }

@@ -71,6 +71,8 @@ struct tp_engine {
     int *gelu_sm90;            /* per GEMM op: the GELU op whose output tprof's Hopper GEMM writes (gemm_sm90.h, bias
                                   and exact GELU in its epilogue; chosen by time in choose_gemms), -1: cuBLASLt, then
                                   the GELU op's own kernel */
+    unsigned char *plain_sm90; /* per GEMM op: 1 where tprof's Hopper GEMM runs a per-tensor FP8 linear without a
+                                  GELU (bias and the fused residual add in its epilogue; sm90_plain_candidate) */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     double weight_bytes, act_bytes;
@@ -248,9 +250,9 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
             const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
             if (fp8) /* E4M3 operands with their scales; the GELU's output in its type (E4M3 with its scale) */
                 rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
-                                       e->d_scales + SCALE_SLOT * op->in[1], bias, e->dptr[gv], pl->value_dt[gv],
-                                       e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m, (int)op->gemm_n,
-                                       (int)op->gemm_k, 1, TPK_GEMM_SM90_FP8_DEFAULT_VARIANT, s);
+                                       e->d_scales + SCALE_SLOT * op->in[1], bias, NULL, e->dptr[gv],
+                                       pl->value_dt[gv], e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m,
+                                       (int)op->gemm_n, (int)op->gemm_k, 1, TPK_GEMM_SM90_FP8_DEFAULT_VARIANT, s);
             else
                 rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], bias, e->dptr[gv], xdt, (int)op->gemm_m, (int)op->gemm_n,
                                    (int)op->gemm_k, 1, s);
@@ -309,6 +311,13 @@ static tp_status launch_op(tp_engine *e, int i, tp_error *err) {
         if (eg >= 0) yv = g->ops[eg].out;
         y = e->dptr[yv];
         ydt = pl->value_dt[yv];
+        if (e->plain_sm90[i]) { /* E4M3 operands; D F16 (+ the residual) or E4M3 with its storage scale */
+            rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
+                                   e->d_scales + SCALE_SLOT * op->in[1], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                                   res, y, ydt, e->d_scales + SCALE_SLOT * yv, (int)op->gemm_m, (int)op->gemm_n,
+                                   (int)op->gemm_k, 0, TPK_GEMM_SM90_FP8_DEFAULT_VARIANT, s);
+            break;
+        }
         cublas = 1;
         rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
                            fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
@@ -674,6 +683,49 @@ static int sm90_gelu_candidate(const tp_engine *e, int i) {
     return gi;
 }
 
+/* 1 when tprof's Hopper GEMM can run op i without a GELU (tpk_gemm_sm90_fp8, TP_GEMM_CHOICE_SM90): a linear with
+ * per-tensor E4M3 operands, no GELU after it that sm90_gelu_candidate fuses and none that plan.c fused (tanh), an
+ * F16 bias, writing F16 (then with the residual add plan.c fused, its other operand F16 and either the output
+ * itself or apart from it) or per-tensor E4M3; the kernel's shape rules; the output apart from the input. For
+ * 16-bit linears cuBLASLt stays: it is faster than tprof's kernel at them (gemm_sm90.h). */
+static int sm90_plain_candidate(const tp_engine *e, int i) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    if (op->kind != TP_OP_LINEAR || pl->op_epilogue_gelu[i] >= 0 || sm90_gelu_candidate(e, i) >= 0 ||
+        pl->value_dt[op->in[0]] != TP_E4M3 || pl->value_dt[op->in[1]] != TP_E4M3 ||
+        pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_qf[op->in[1]] != TP_QF_NONE ||
+        (op->n_in > 2 && pl->value_dt[op->in[2]] != TP_F16))
+        return 0;
+    const int ea = pl->op_epilogue_add[i];
+    const int y = ea >= 0 ? g->ops[ea].out : op->out;
+    const tp_dtype ydt = pl->value_dt[y];
+    if (pl->value_qf[y] != TP_QF_NONE || (ydt != TP_F16 && ydt != TP_E4M3) || (ea >= 0 && ydt != TP_F16) ||
+        !tpk_gemm_sm90_fp8_shape_ok(ydt, op->gemm_m, op->gemm_n, op->gemm_k))
+        return 0;
+    const char *ya = e->dptr[y], *xa = e->dptr[op->in[0]];
+    if (ya < xa + act_alloc_bytes(e, op->in[0]) && xa < ya + act_alloc_bytes(e, y)) return 0;
+    if (ea >= 0) {
+        const tp_op *a = &g->ops[ea];
+        const int r = a->in[0] == op->out ? a->in[1] : a->in[0];
+        const char *ra = e->dptr[r];
+        if (pl->value_dt[r] != TP_F16 ||
+            (ra != ya && ra < ya + act_alloc_bytes(e, y) && ya < ra + act_alloc_bytes(e, r)))
+            return 0;
+    }
+    return 1;
+}
+
+/* Op i (a candidate of sm90_plain_candidate) runs as tprof's FP8 GEMM; the note says so */
+static void set_plain_sm90(tp_engine *e, int i, const char *why) {
+    e->plain_sm90[i] = 1;
+    const int ea = e->plan->op_epilogue_add[i];
+    snprintf(e->impl_note[i], sizeof e->impl_note[i],
+             "tprof sm90 FP8 GEMM%s%s%s, tensor-core accumulation (%s)", e->g->ops[i].n_in > 2 ? " + bias" : "",
+             ea >= 0 ? " + residual" : "", e->plan->value_dt[ea >= 0 ? e->g->ops[ea].out : e->g->ops[i].out] == TP_E4M3
+                                               ? " -> E4M3" : "", why);
+}
+
 /* Op i (a candidate of sm90_gelu_candidate) runs as tprof's GEMM with the GELU gi in its epilogue; both notes say so */
 static void set_gelu_sm90(tp_engine *e, int i, int gi, const char *why) {
     e->gelu_sm90[i] = gi;
@@ -699,6 +751,20 @@ static tp_status choose_gemms(tp_engine *e, int first, int cublaslt_only, const 
         tp_gemm_plan *gp = e->gplan[i];
         if (!gp) continue;
         const int n = tp_gemm_plan_candidates(gp), gi = hw && !cublaslt_only ? sm90_gelu_candidate(e, i) : -1;
+        const int pc = hw && !cublaslt_only && sm90_plain_candidate(e, i);
+        if (given && given[i] == TP_GEMM_CHOICE_SM90) {
+            if (!pc)
+                return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: tprof's Hopper FP8 GEMM asked, but %s",
+                               g->ops[i].layer,
+                               !hw ? "the kernel cannot run here (it needs a compute capability 9.0 GPU and the "
+                                     "driver's cuTensorMapEncodeTiled)"
+                               : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
+                                               : "this op is not a per-tensor FP8 linear writing F16 (+ residual) or "
+                                                 "E4M3 without a GELU after it (types, K and N as gemm_sm90.h takes "
+                                                 "them)");
+            set_plain_sm90(e, i, "as given");
+            continue;
+        }
         if (given && given[i] == TP_GEMM_CHOICE_SM90_GELU) {
             if (gi < 0)
                 return tp_fail(err, TP_ERR_UNSUPPORTED,
@@ -720,7 +786,7 @@ static tp_status choose_gemms(tp_engine *e, int first, int cublaslt_only, const 
                      n);
             continue;
         }
-        if (first || (n < 2 && gi < 0)) {
+        if (first || (n < 2 && gi < 0 && !pc)) {
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt: the heuristic's first of %d algorithms%s", n,
                      first && n > 1 ? " (selection off)" : "");
             continue;
@@ -728,11 +794,13 @@ static tp_status choose_gemms(tp_engine *e, int first, int cublaslt_only, const 
         int prev = -1;
         for (int j = 0; j < i && prev < 0; j++)
             if (e->gplan[j] && same_gemm(tp_gemm_plan_desc(e->gplan[j]), tp_gemm_plan_desc(gp)) &&
-                (hw && !cublaslt_only && sm90_gelu_candidate(e, j) >= 0) == (gi >= 0))
+                (hw && !cublaslt_only && sm90_gelu_candidate(e, j) >= 0) == (gi >= 0) &&
+                (hw && !cublaslt_only && sm90_plain_candidate(e, j)) == pc)
                 prev = j;
         if (prev >= 0) {
             tp_gemm_plan_select(gp, tp_gemm_plan_choice(e->gplan[prev]));
             memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
+            e->plain_sm90[i] = e->plain_sm90[prev];
             if (e->gelu_sm90[prev] >= 0) {
                 e->gelu_sm90[i] = gi;
                 snprintf(e->impl_note[gi], sizeof e->impl_note[gi],
@@ -771,6 +839,27 @@ static tp_status choose_gemms(tp_engine *e, int first, int cublaslt_only, const 
         snprintf(e->impl_note[i], sizeof e->impl_note[i],
                  "cuBLASLt algorithm %d of %d by time: %.1f us (the heuristic's first: %.1f us)", best + 1, n, t[best],
                  t[0]);
+        if (pc) { /* tprof's FP8 GEMM on the same buffers; kept when faster */
+            double t_sm90 = 0;
+            tp_error ef;
+            e->plain_sm90[i] = 1;
+            const int failed = time_op(e, i, &t_sm90, &ef) != TP_OK;
+            e->plain_sm90[i] = 0;
+            size_t l = strlen(e->impl_note[i]);
+            if (failed) { /* skipped, as a candidate that fails to launch is */
+                cudaGetLastError();
+                snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 FP8 GEMM failed: %.60s",
+                         ef.msg);
+            } else if (t_sm90 < t[best]) {
+                char why[120];
+                snprintf(why, sizeof why, "by time: %.1f us; cuBLASLt algorithm %d: %.1f us", t_sm90, best + 1,
+                         t[best]);
+                set_plain_sm90(e, i, why);
+            } else {
+                snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 FP8 GEMM: %.1f us", t_sm90);
+            }
+            continue;
+        }
         if (gi < 0) continue;
         /* the GELU's kernel on the output the best algorithm wrote, then the fused kernel */
         double t_gelu = 0, t_fused = 0;
@@ -964,11 +1053,12 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->sdpa = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->sdpa);
     e->impl_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->impl_note);
     e->gelu_sm90 = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    e->plain_sm90 = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     h_scales = malloc(sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values);
     if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->gelu_sm90 ||
-        !e->wglobal || !e->alpha || !h_scales) {
+        !e->plain_sm90 || !e->wglobal || !e->alpha || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
@@ -1146,6 +1236,7 @@ const char *tp_engine_op_impl(const tp_engine *e, int op) {
 
 int tp_engine_gemm_choice(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || !e->gplan[op]) return -1;
+    if (e->plain_sm90[op]) return TP_GEMM_CHOICE_SM90;
     return e->gelu_sm90[op] >= 0 ? TP_GEMM_CHOICE_SM90_GELU : tp_gemm_plan_choice(e->gplan[op]);
 }
 
@@ -1174,6 +1265,7 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->sdpa);
     free(e->attn);
     free(e->gelu_sm90);
+    free(e->plain_sm90);
     free(e->impl_note);
     free(e->wglobal);
     free(e->alpha);

@@ -60,9 +60,10 @@ typedef struct {
                                 0 (default): time its candidates at build and keep the fastest per GEMM shape
                                 (gemm_cublaslt.h, GEMM selection), and where a GEMM feeds an exact GELU on sm_90,
                                 time tprof's GEMM with the GELU in its epilogue against it (TP_GEMM_CHOICE_SM90_GELU) */
-    int cublaslt_only;       /* 1: never tprof's own GEMM (TP_GEMM_CHOICE_SM90_GELU): every GELU its own kernel */
+    int cublaslt_only;       /* 1: never tprof's own GEMM (TP_GEMM_CHOICE_SM90_GELU, TP_GEMM_CHOICE_SM90): every
+                                GEMM in cuBLASLt (FP8 ones with its fp32 promotion), every GELU its own kernel */
     const int *gemm_choice;  /* optional, per op: the candidate index to run (tp_engine_gemm_choice of another
-                                engine of the same graph and plan, TP_GEMM_CHOICE_SM90_GELU included), taken as
+                                engine of the same graph and plan, TP_GEMM_CHOICE_SM90(_GELU) included), taken as
                                 given; -1 entries: as above */
     const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 */
     tp_launch_hook hook;     /* optional */
@@ -101,9 +102,15 @@ int tp_engine_attention_choice(const tp_engine *e, int op);
  * output; the GELU writing F16 or E4M3: tpk_gemm_sm90_fp8), on compute capability 9.0; elsewhere the build refuses
  * it. */
 #define TP_GEMM_CHOICE_SM90_GELU 1000
+/* The other such choice: tprof's Hopper GEMM with E4M3 operands and no GELU (tpk_gemm_sm90_fp8), the bias and a
+ * residual add fused by the plan in its epilogue, writing F16 or E4M3; accumulation in the tensor cores without
+ * cuBLASLt's fp32 promotion (gemm_sm90.h). Only for a per-tensor FP8 linear that no GELU follows (then
+ * TP_GEMM_CHOICE_SM90_GELU), on compute capability 9.0; elsewhere the build refuses it. Chosen by time against
+ * cuBLASLt's best candidate when the engine is built. */
+#define TP_GEMM_CHOICE_SM90 1001
 
 /* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice), TP_GEMM_CHOICE_SM90_GELU
- * where tprof's Hopper GEMM runs it; -1 for a non-GEMM op or a bad index. */
+ * or TP_GEMM_CHOICE_SM90 where tprof's Hopper GEMM runs it; -1 for a non-GEMM op or a bad index. */
 int tp_engine_gemm_choice(const tp_engine *e, int op);
 
 /* The accuracy cost of FP8 attention, layer by layer: one eager forward pass over the engine's current input in

@@ -61,6 +61,7 @@
 #define GM_STAGE (GM_TILE_A + GM_TILE_B)
 #define GM_STAGES 6 /* variant 0; variant 1 has GM_STAGES_H (its helpers' buffers take the rest) */
 #define GM_STAGES_H 4
+#define GM_STAGES_R 5 /* the residual epilogue: its fp32 staging rows (GM_STG32) take a sixth stage's room */
 /* the epilogue's staging rows: per consumer warp 8 rows of GM_BN 16-bit values, each row padded by 16 bytes (a
  * row then starts 4 banks after the previous one: the 8 rows x 4 lanes of a C-layout store hit 32 banks) */
 #define GM_STG_ROW (GM_BN * 2 + 16)
@@ -70,9 +71,13 @@
 #define GM_HB_ROW (GM_BN * 4 + 32)
 #define GM_HB (64 * GM_HB_ROW)
 #define GM_HELPERS 96 /* warps 1-3 of the producer warpgroup */
+/* the residual epilogue's staging rows: per consumer warp 8 rows of GM_BN fp32 values, padded as GM_HB_ROW (the
+ * residual is added in fp32 before the one rounding, and read 8 bytes per lane: whole rows per warp) */
+#define GM_STG32_WARP (8 * GM_HB_ROW)
+#define GM_NSTAGES(help, res) ((help) ? GM_STAGES_H : (res) ? GM_STAGES_R : GM_STAGES)
 /* 1024: slack to align the stages to 1024 bytes */
-#define GM_SMEM_V(help)                                                                                             \
-    (1024 + ((help) ? GM_STAGES_H : GM_STAGES) * GM_STAGE + 8 * GM_STG_WARP + ((help) ? 2 * GM_HB : 0))
+#define GM_SMEM_V(help, res)                                                                                        \
+    (1024 + GM_NSTAGES(help, res) * GM_STAGE + 8 * ((res) ? GM_STG32_WARP : GM_STG_WARP) + ((help) ? 2 * GM_HB : 0))
 
 /* ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ------------------------------------------------ */
 
@@ -102,6 +107,14 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
+}
+
+/* 8 bytes from global memory by a plain (coherent) load: the residual may be the output itself, read here just
+ * before this thread overwrites it */
+__device__ __forceinline__ uint2 ld_global_v2(const void *p) {
+    uint2 v;
+    asm volatile("ld.global.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
+    return v;
 }
 #endif
 
@@ -167,17 +180,18 @@ __device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, in
  * consumer warpgroup's epilogue writes its whole tile); 1: variant 1 (rows 64-127 of each tile go through shared
  * memory to the helper warps). a_scale, w_scale: E4M3 operands' storage scales; d_scale: an E4M3 output's (device
  * pointers, read once per thread: graph replays see their current values). */
-template <typename TI, typename TB, typename TO, int GELU, int HELP>
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES>
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                     const TB *__restrict__ bias, TO *__restrict__ D, const float *__restrict__ a_scale,
+                     const TB *__restrict__ bias, const TO *R, TO *D, const float *__restrict__ a_scale,
                      const float *__restrict__ w_scale, const float *__restrict__ d_scale, int M, int N, int K) {
 #if WG_HAVE_WGMMA
     enum { F8 = sizeof(TI) == 1, O8 = sizeof(TO) == 1 };
     extern __shared__ unsigned char smem_raw[];
     /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
     __shared__ __align__(8) uint64_t bars[2 * GM_STAGES + 4];
-    const int S = HELP ? GM_STAGES_H : GM_STAGES;
+    static_assert(!RES || (sizeof(TO) == 2 && !GELU && !HELP), "the residual epilogue: 16-bit D, variant 0, no GELU");
+    const int S = GM_NSTAGES(HELP, RES);
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
     const int tid = threadIdx.x, wg = tid >> 7;
     const int BK = GM_ROWB / (int)sizeof(TI), KT = (K + BK - 1) / BK;
@@ -319,13 +333,50 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                                  : "memory");
             mbar_arrive(HFULL(c));
         }
-        const int R = HELP ? 2 : 4; /* rounds this warpgroup writes */
+        if constexpr (RES) { /* R added in fp32 before the rounding: rounds of 8 rows, through fp32 staging rows */
+            const uint32_t stg = base + S * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG32_WARP);
+            const int n = n0 + 4 * lane; /* this lane's 4 columns of every staged row (N % 8 == 0: all or none) */
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int mr = m0 + 64 * (r >> 1) + warp * 16 + 8 * (r & 1);
+                uint2 rv[8]; /* the round's residual, loaded first: the staging below hides its latency */
+#pragma unroll
+                for (int row = 0; row < 8; row++)
+                    rv[row] = mr + row < M && n < N ? ld_global_v2(R + (size_t)(mr + row) * N + n) : make_uint2(0, 0);
+                gm_epi_round<F8, O8, 0, TB>(acc, bpk, r, alpha);
+#pragma unroll
+                for (int j = 0; j < GM_BN / 8; j++) {
+                    const float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n"
+                                 ::"r"(stg + (uint32_t)((lane >> 2) * GM_HB_ROW + 32 * j + 8 * (lane & 3))),
+                                 "f"(aj[0]), "f"(aj[1])
+                                 : "memory");
+                }
+                __syncwarp();
+#pragma unroll
+                for (int row = 0; row < 8; row++) {
+                    float4 v;
+                    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                                 : "r"(stg + (uint32_t)(row * GM_HB_ROW + 16 * lane))
+                                 : "memory");
+                    const float2 r01 = gm_unpack2(rv[row].x, TO()), r23 = gm_unpack2(rv[row].y, TO());
+                    if (mr + row < M && n < N)
+                        *reinterpret_cast<uint2 *>(D + (size_t)(mr + row) * N + n) =
+                            make_uint2(gm_pack(v.x + r01.x, v.y + r01.y, os, TO()),
+                                       gm_pack(v.z + r23.x, v.w + r23.y, os, TO()));
+                }
+                __syncwarp();
+            }
+            continue;
+        }
+        const int NR = HELP ? 2 : 4; /* rounds this warpgroup writes */
         /* a staged row: GM_BN outputs, CH chunks of 16 bytes (16 for a 16-bit type, 8 for E4M3) */
         enum { OB = sizeof(TO), CH = GM_BN * sizeof(TO) / 16 };
         const uint32_t stg = base + S * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG_WARP);
         gm_epi_round<F8, O8, GELU, TB>(acc, bpk, 0, alpha);
 #pragma unroll
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < NR; r++) {
 #pragma unroll
             for (int j = 0; j < GM_BN / 8; j++) {
                 const float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
@@ -335,7 +386,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 else asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
             }
             __syncwarp();
-            if (r < R - 1) gm_epi_round<F8, O8, GELU, TB>(acc, bpk, r + 1, alpha);
+            if (r < NR - 1) gm_epi_round<F8, O8, GELU, TB>(acc, bpk, r + 1, alpha);
             const int mr = m0 + 64 * (r >> 1) + warp * 16 + 8 * (r & 1);
 #pragma unroll
             for (int q = 0; q < 8 * CH / 32; q++) { /* 8 rows x CH chunks of 16 bytes, 32 lanes */
@@ -356,7 +407,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 #undef HFULL
 #undef HEMPTY
 #else
-    (void)tmA, (void)tmB, (void)bias, (void)D, (void)a_scale, (void)w_scale, (void)d_scale, (void)M, (void)N, (void)K;
+    (void)tmA, (void)tmB, (void)bias, (void)R, (void)D, (void)a_scale, (void)w_scale, (void)d_scale;
+    (void)M, (void)N, (void)K;
 #endif
 }
 
@@ -405,20 +457,20 @@ static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype
 
 /* the arguments of one launch */
 typedef struct {
-    const void *A, *W, *bias;
+    const void *A, *W, *bias, *R;
     void *D;
     const float *a_scale, *w_scale, *d_scale;
     tp_dtype in_dt;
     int M, N, K;
 } gm_args;
 
-template <typename TI, typename TB, typename TO, int GELU, int HELP>
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES>
 static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     CUtensorMap ma, mb;
     if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) || gm_map(enc, &mb, a->W, a->in_dt, a->N, a->K, GM_BN))
         return TPK_INVALID;
-    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM_V(HELP));
+    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM_V(HELP, RES));
     if (e != cudaSuccess) return (int)e;
     int dev = 0, sms = 0;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
@@ -427,15 +479,16 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     const long long tiles = (long long)((a->N + GM_BN - 1) / GM_BN) * ((a->M + GM_BM - 1) / GM_BM);
     if (tiles > 0x7fffffffLL) return TPK_INVALID;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
-    gemm_sm90_kernel<TI, TB, TO, GELU, HELP><<<grid, GM_THREADS, GM_SMEM_V(HELP), s>>>(
-        ma, mb, (const TB *)a->bias, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N, a->K);
+    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES><<<grid, GM_THREADS, GM_SMEM_V(HELP, RES), s>>>(
+        ma, mb, (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
+        a->K);
     return (int)cudaGetLastError();
 }
 
 template <typename TI, typename TB, typename TO>
 static int gm_launch_v(encode_tiled_fn enc, const gm_args *a, int gelu, int variant, cudaStream_t s) {
-    if (variant) return gelu ? gm_launch<TI, TB, TO, 1, 1>(enc, a, s) : gm_launch<TI, TB, TO, 0, 1>(enc, a, s);
-    return gelu ? gm_launch<TI, TB, TO, 1, 0>(enc, a, s) : gm_launch<TI, TB, TO, 0, 0>(enc, a, s);
+    if (variant) return gelu ? gm_launch<TI, TB, TO, 1, 1, 0>(enc, a, s) : gm_launch<TI, TB, TO, 0, 1, 0>(enc, a, s);
+    return gelu ? gm_launch<TI, TB, TO, 1, 0, 0>(enc, a, s) : gm_launch<TI, TB, TO, 0, 0, 0>(enc, a, s);
 }
 
 /* the checks both entry points share: flags, operand and output pointers, the device and its encoder (looked up
@@ -453,7 +506,7 @@ int tpk_gemm_sm90_variant(const void *A, const void *W, const void *bias, void *
     if (!tpk_gemm_sm90_shape_ok(dt, M, N, K)) return TPK_INVALID;
     encode_tiled_fn enc = gm_check(A, W, bias, D, gelu, variant);
     if (!enc) return TPK_INVALID;
-    const gm_args a = {A, W, bias, D, NULL, NULL, NULL, dt, M, N, K};
+    const gm_args a = {A, W, bias, NULL, D, NULL, NULL, NULL, dt, M, N, K};
     cudaStream_t s = (cudaStream_t)stream;
     return dt == TP_F16 ? gm_launch_v<__half, __half, __half>(enc, &a, gelu, variant, s)
                         : gm_launch_v<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(enc, &a, gelu, variant, s);
@@ -465,15 +518,17 @@ int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dt
 }
 
 int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const float *w_scale, const void *bias,
-                      void *D, tp_dtype d_dt, const float *d_scale, int M, int N, int K, int gelu, int variant,
-                      tp_stream stream) {
+                      const void *R, void *D, tp_dtype d_dt, const float *d_scale, int M, int N, int K, int gelu,
+                      int variant, tp_stream stream) {
     if (!tpk_gemm_sm90_fp8_shape_ok(d_dt, M, N, K) || !a_scale || !w_scale || ((uintptr_t)a_scale & 3) ||
-        ((uintptr_t)w_scale & 3) || (d_dt == TP_E4M3 && (!d_scale || ((uintptr_t)d_scale & 3))))
+        ((uintptr_t)w_scale & 3) || (d_dt == TP_E4M3 && (!d_scale || ((uintptr_t)d_scale & 3))) ||
+        (R && (d_dt != TP_F16 || gelu || variant || ((uintptr_t)R & 15))))
         return TPK_INVALID;
     encode_tiled_fn enc = gm_check(A, W, bias, D, gelu, variant);
     if (!enc) return TPK_INVALID;
-    const gm_args a = {A, W, bias, D, a_scale, w_scale, d_dt == TP_E4M3 ? d_scale : NULL, TP_E4M3, M, N, K};
+    const gm_args a = {A, W, bias, R, D, a_scale, w_scale, d_dt == TP_E4M3 ? d_scale : NULL, TP_E4M3, M, N, K};
     cudaStream_t s = (cudaStream_t)stream;
+    if (R) return gm_launch<e4m3_t, __half, __half, 0, 0, 1>(enc, &a, s);
     return d_dt == TP_E4M3 ? gm_launch_v<e4m3_t, __half, e4m3_t>(enc, &a, gelu, variant, s)
                            : gm_launch_v<e4m3_t, __half, __half>(enc, &a, gelu, variant, s);
 }

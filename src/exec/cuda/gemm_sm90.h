@@ -60,10 +60,16 @@ static inline int tpk_gemm_sm90_fp8_shape_ok(tp_dtype d_dt, int64_t M, int64_t N
            N % (d_dt == TP_E4M3 ? 16 : 8) == 0 && M <= 0x7fffffffLL && N <= 0x7fffffffLL && K <= 0x7fffffffLL;
 }
 
-/* FP8 operands: D (M, N) row-major in d_dt = epi(alpha (A (M, K) @ W (N, K)^T) + bias (N)), alpha = a_scale w_scale,
+/* FP8 operands: D (M, N) row-major in d_dt = epi(alpha (A (M, K) @ W (N, K)^T) + bias (N)) [+ R (M, N)],
+ * alpha = a_scale w_scale,
  *   A (M, K), W (N, K) row-major E4M3 codes, 16-byte aligned, with their per-tensor storage scales a_scale, w_scale
  *        (device fp32 scalars: the real value of a code q is q * scale, formats/qformat.h);
  *   bias (N) F16 or NULL, 4-byte aligned (cuBLASLt's bias type for FP8 GEMMs);
+ *   R (M, N) row-major F16 or NULL, 16-byte aligned: a residual added in fp32 before the one rounding (cuBLASLt's
+ *        D = alpha A W^T + C + bias with C = R), only with an F16 D, gelu 0 and variant 0; R may be D itself (the
+ *        in-place x += proj(...) of a transformer block: each element is read just before the same thread writes
+ *        it), but must not overlap D otherwise. The kernel then has 5 pipeline stages (its fp32 staging rows take
+ *        the sixth's shared memory). ViT-B/16's proj and fc2 at batch 64: bench/results/README.md, gemm_lab fp8.
  *   D F16, or E4M3 codes q = sat(rne(v / d_scale)) with d_scale a device fp32 scalar (kernels.h's rounding of every
  *        E4M3 output); 16-byte aligned, not overlapping A or W;
  *   gelu, variant as tpk_gemm_sm90_variant; an E4M3 D takes gelu.cuh's gelu_as (tpk_gelu's GELU for E4M3 outputs).
@@ -71,11 +77,12 @@ static inline int tpk_gemm_sm90_fp8_shape_ok(tp_dtype d_dt, int64_t M, int64_t N
  * to the accumulators, one rounding. Accumulation: the tensor cores' own, without the periodic promotion of partial
  * sums into separate fp32 registers that cuBLASLt does with FAST_ACCUM off (gemm_cublaslt.c): a 128 x 128 tile per
  * consumer warpgroup leaves no registers for a second set. bench/gemm_lab.c measures what that costs in accuracy.
- * Errors: as tpk_gemm_sm90_variant, and cudaErrorInvalidValue when tpk_gemm_sm90_fp8_shape_ok fails or a scale
- * pointer is NULL (d_scale: only with an E4M3 D) or not 4-byte aligned. */
+ * Errors: as tpk_gemm_sm90_variant, and cudaErrorInvalidValue when tpk_gemm_sm90_fp8_shape_ok fails, a scale
+ * pointer is NULL (d_scale: only with an E4M3 D) or not 4-byte aligned, or R is misaligned or given with an E4M3 D,
+ * gelu 1 or variant 1. */
 int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const float *w_scale, const void *bias,
-                      void *D, tp_dtype d_dt, const float *d_scale, int M, int N, int K, int gelu, int variant,
-                      tp_stream stream);
+                      const void *R, void *D, tp_dtype d_dt, const float *d_scale, int M, int N, int K, int gelu,
+                      int variant, tp_stream stream);
 
 /* the variant tpk_gemm_sm90 runs (bench/results: gemm_lab) */
 #define TPK_GEMM_SM90_DEFAULT_VARIANT(gelu) ((gelu) ? 1 : 0)
