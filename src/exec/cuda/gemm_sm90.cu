@@ -290,6 +290,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             const int n = n0 + 8 * j + 2 * (lane & 3);
             bpk[j] = bias && n < N ? __ldg(reinterpret_cast<const unsigned int *>(bias + n)) : 0u; /* N % 8 == 0 */
         }
+        if (RES) /* the tile's residual into L2 while the K loop runs (thread ctid: row ctid, 2 x 128 bytes) */
+            for (int h = 0; h < 2; h++)
+                if (m0 + ctid < M && n0 + 64 * h < N)
+                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(R + (size_t)(m0 + ctid) * N + n0 + 64 * h));
         if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(2 - c) : "memory"); /* the other's K loop is done */
         for (int kt = 0; kt < KT; kt++, step++) {
             const uint32_t s = step % S, sa = base + s * GM_STAGE;
@@ -336,13 +340,21 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         if constexpr (RES) { /* R added in fp32 before the rounding: rounds of 8 rows, through fp32 staging rows */
             const uint32_t stg = base + S * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG32_WARP);
             const int n = n0 + 4 * lane; /* this lane's 4 columns of every staged row (N % 8 == 0: all or none) */
+            /* round r's rows, and the residual there (rv: this round's, rn: the next one's, loaded a round ahead so
+             * its latency hides behind this round's work; the prefetch above put the tile in L2) */
+#define GM_MR(r) (m0 + 64 * ((r) >> 1) + warp * 16 + 8 * ((r) & 1))
+            uint2 rv[8], rn[8];
+#pragma unroll
+            for (int row = 0; row < 8; row++)
+                rv[row] = GM_MR(0) + row < M && n < N ? ld_global_v2(R + (size_t)(GM_MR(0) + row) * N + n)
+                                                      : make_uint2(0, 0);
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                const int mr = m0 + 64 * (r >> 1) + warp * 16 + 8 * (r & 1);
-                uint2 rv[8]; /* the round's residual, loaded first: the staging below hides its latency */
+                const int mr = GM_MR(r);
 #pragma unroll
-                for (int row = 0; row < 8; row++)
-                    rv[row] = mr + row < M && n < N ? ld_global_v2(R + (size_t)(mr + row) * N + n) : make_uint2(0, 0);
+                for (int row = 0; row < 8 && r < 3; row++)
+                    rn[row] = GM_MR(r + 1) + row < M && n < N ? ld_global_v2(R + (size_t)(GM_MR(r + 1) + row) * N + n)
+                                                              : make_uint2(0, 0);
                 gm_epi_round<F8, O8, 0, TB>(acc, bpk, r, alpha);
 #pragma unroll
                 for (int j = 0; j < GM_BN / 8; j++) {
@@ -367,7 +379,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                                        gm_pack(v.z + r23.x, v.w + r23.y, os, TO()));
                 }
                 __syncwarp();
+#pragma unroll
+                for (int row = 0; row < 8; row++) rv[row] = rn[row];
             }
+#undef GM_MR
             continue;
         }
         const int NR = HELP ? 2 : 4; /* rounds this warpgroup writes */
