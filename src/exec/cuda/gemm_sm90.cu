@@ -61,7 +61,6 @@
 #define GM_STAGE (GM_TILE_A + GM_TILE_B)
 #define GM_STAGES 6 /* variant 0; variant 1 has GM_STAGES_H (its helpers' buffers take the rest) */
 #define GM_STAGES_H 4
-#define GM_STAGES_R 5 /* the residual epilogue: its fp32 staging rows (GM_STG32) take a sixth stage's room */
 /* the epilogue's staging rows: per consumer warp 8 rows of GM_BN 16-bit values, each row padded by 16 bytes (a
  * row then starts 4 banks after the previous one: the 8 rows x 4 lanes of a C-layout store hit 32 banks) */
 #define GM_STG_ROW (GM_BN * 2 + 16)
@@ -71,13 +70,9 @@
 #define GM_HB_ROW (GM_BN * 4 + 32)
 #define GM_HB (64 * GM_HB_ROW)
 #define GM_HELPERS 96 /* warps 1-3 of the producer warpgroup */
-/* the residual epilogue's staging rows: per consumer warp 8 rows of GM_BN fp32 values, padded as GM_HB_ROW (the
- * residual is added in fp32 before the one rounding, and read 8 bytes per lane: whole rows per warp) */
-#define GM_STG32_WARP (8 * GM_HB_ROW)
-#define GM_NSTAGES(help, res) ((help) ? GM_STAGES_H : (res) ? GM_STAGES_R : GM_STAGES)
 /* 1024: slack to align the stages to 1024 bytes */
-#define GM_SMEM_V(help, res)                                                                                        \
-    (1024 + GM_NSTAGES(help, res) * GM_STAGE + 8 * ((res) ? GM_STG32_WARP : GM_STG_WARP) + ((help) ? 2 * GM_HB : 0))
+#define GM_SMEM_V(help)                                                                                             \
+    (1024 + ((help) ? GM_STAGES_H : GM_STAGES) * GM_STAGE + 8 * GM_STG_WARP + ((help) ? 2 * GM_HB : 0))
 
 /* ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ------------------------------------------------ */
 
@@ -109,11 +104,11 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
                  : "memory");
 }
 
-/* 8 bytes from global memory by a plain (coherent) load: the residual may be the output itself, read here just
- * before this thread overwrites it */
-__device__ __forceinline__ uint2 ld_global_v2(const void *p) {
-    uint2 v;
-    asm volatile("ld.global.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
+/* 4 bytes from global memory by a plain (coherent, not .nc) load: the residual may be the output itself, which
+ * this thread overwrites later in the kernel */
+__device__ __forceinline__ uint32_t ld_global_b32(const void *p) {
+    uint32_t v;
+    asm volatile("ld.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 #endif
@@ -173,6 +168,30 @@ __device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, in
     }
 }
 
+/* the residual pairs (TR, packed) at a consumer lane's accumulators of rows 64 h .. 64 h + 63 of the tile at (m0,
+ * n0): rpk[16 (r % 2) + j] for round r = 2 h + r % 2 (gm_epi_round's rows and columns); 0 outside R */
+template <typename TR>
+__device__ __forceinline__ void gm_load_res(uint32_t *rpk, const TR *R, int m0, int n0, int h, int warp, int lane,
+                                            int M, int N) {
+#pragma unroll
+    for (int q = 0; q < 2; q++)
+#pragma unroll
+        for (int j = 0; j < GM_BN / 8; j++) {
+            const int m = m0 + 64 * h + warp * 16 + 8 * q + (lane >> 2), n = n0 + 8 * j + 2 * (lane & 3);
+            rpk[q * (GM_BN / 8) + j] = m < M && n < N ? ld_global_b32(R + (size_t)m * N + n) : 0u;
+        }
+}
+
+/* round r's accumulators += the residual pairs rpk[16 (r % 2) + j] (gm_load_res) */
+template <typename TR> __device__ __forceinline__ void gm_add_round(float *acc, const uint32_t *rpk, int r) {
+#pragma unroll
+    for (int j = 0; j < GM_BN / 8; j++) {
+        float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
+        const float2 v = gm_unpack2(rpk[(r & 1) * (GM_BN / 8) + j], TR());
+        aj[0] += v.x, aj[1] += v.y;
+    }
+}
+
 /* ---- the kernel ---------------------------------------------------------------------------------------------------- */
 
 /* TI: the operands' type (__half, __nv_bfloat16, e4m3_t); TB: the bias's (TO for 16-bit operands, __half for E4M3
@@ -191,7 +210,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
     /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
     __shared__ __align__(8) uint64_t bars[2 * GM_STAGES + 4];
     static_assert(!RES || (sizeof(TO) == 2 && !GELU && !HELP), "the residual epilogue: 16-bit D, variant 0, no GELU");
-    const int S = GM_NSTAGES(HELP, RES);
+    const int S = HELP ? GM_STAGES_H : GM_STAGES;
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
     const int tid = threadIdx.x, wg = tid >> 7;
     const int BK = GM_ROWB / (int)sizeof(TI), KT = (K + BK - 1) / BK;
@@ -290,10 +309,16 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             const int n = n0 + 8 * j + 2 * (lane & 3);
             bpk[j] = bias && n < N ? __ldg(reinterpret_cast<const unsigned int *>(bias + n)) : 0u; /* N % 8 == 0 */
         }
-        if (RES) /* the tile's residual into L2 while the K loop runs (thread ctid: row ctid, 2 x 128 bytes) */
-            for (int h = 0; h < 2; h++)
-                if (m0 + ctid < M && n0 + 64 * h < N)
-                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(R + (size_t)(m0 + ctid) * N + n0 + 64 * h));
+        /* the residual at this lane's accumulators of rows 0-63 (rounds 0 and 1), loaded now so the K loop hides
+         * their latency (rows 64-127 into L2 now, into these registers once rounds 0 and 1 have used them: the
+         * whole tile's would not fit beside the accumulators); added in fp32 before the one rounding */
+        uint32_t rpk[RES ? 2 * GM_BN / 8 : 1];
+        if constexpr (RES) {
+            gm_load_res(rpk, R, m0, n0, 0, warp, lane, M, N);
+            if (m0 + 64 + (ctid >> 1) < M && n0 + 64 * (ctid & 1) < N)
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(R + (size_t)(m0 + 64 + (ctid >> 1)) * N + n0 +
+                                                                 64 * (ctid & 1)));
+        }
         if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(2 - c) : "memory"); /* the other's K loop is done */
         for (int kt = 0; kt < KT; kt++, step++) {
             const uint32_t s = step % S, sa = base + s * GM_STAGE;
@@ -337,59 +362,12 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                                  : "memory");
             mbar_arrive(HFULL(c));
         }
-        if constexpr (RES) { /* R added in fp32 before the rounding: rounds of 8 rows, through fp32 staging rows */
-            const uint32_t stg = base + S * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG32_WARP);
-            const int n = n0 + 4 * lane; /* this lane's 4 columns of every staged row (N % 8 == 0: all or none) */
-            /* round r's rows, and the residual there (rv: this round's, rn: the next one's, loaded a round ahead so
-             * its latency hides behind this round's work; the prefetch above put the tile in L2) */
-#define GM_MR(r) (m0 + 64 * ((r) >> 1) + warp * 16 + 8 * ((r) & 1))
-            uint2 rv[8], rn[8];
-#pragma unroll
-            for (int row = 0; row < 8; row++)
-                rv[row] = GM_MR(0) + row < M && n < N ? ld_global_v2(R + (size_t)(GM_MR(0) + row) * N + n)
-                                                      : make_uint2(0, 0);
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int mr = GM_MR(r);
-#pragma unroll
-                for (int row = 0; row < 8 && r < 3; row++)
-                    rn[row] = GM_MR(r + 1) + row < M && n < N ? ld_global_v2(R + (size_t)(GM_MR(r + 1) + row) * N + n)
-                                                              : make_uint2(0, 0);
-                gm_epi_round<F8, O8, 0, TB>(acc, bpk, r, alpha);
-#pragma unroll
-                for (int j = 0; j < GM_BN / 8; j++) {
-                    const float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
-                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n"
-                                 ::"r"(stg + (uint32_t)((lane >> 2) * GM_HB_ROW + 32 * j + 8 * (lane & 3))),
-                                 "f"(aj[0]), "f"(aj[1])
-                                 : "memory");
-                }
-                __syncwarp();
-#pragma unroll
-                for (int row = 0; row < 8; row++) {
-                    float4 v;
-                    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                                 : "r"(stg + (uint32_t)(row * GM_HB_ROW + 16 * lane))
-                                 : "memory");
-                    const float2 r01 = gm_unpack2(rv[row].x, TO()), r23 = gm_unpack2(rv[row].y, TO());
-                    if (mr + row < M && n < N)
-                        *reinterpret_cast<uint2 *>(D + (size_t)(mr + row) * N + n) =
-                            make_uint2(gm_pack(v.x + r01.x, v.y + r01.y, os, TO()),
-                                       gm_pack(v.z + r23.x, v.w + r23.y, os, TO()));
-                }
-                __syncwarp();
-#pragma unroll
-                for (int row = 0; row < 8; row++) rv[row] = rn[row];
-            }
-#undef GM_MR
-            continue;
-        }
         const int NR = HELP ? 2 : 4; /* rounds this warpgroup writes */
         /* a staged row: GM_BN outputs, CH chunks of 16 bytes (16 for a 16-bit type, 8 for E4M3) */
         enum { OB = sizeof(TO), CH = GM_BN * sizeof(TO) / 16 };
         const uint32_t stg = base + S * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG_WARP);
         gm_epi_round<F8, O8, GELU, TB>(acc, bpk, 0, alpha);
+        if constexpr (RES) gm_add_round<TO>(acc, rpk, 0);
 #pragma unroll
         for (int r = 0; r < NR; r++) {
 #pragma unroll
@@ -402,6 +380,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             }
             __syncwarp();
             if (r < NR - 1) gm_epi_round<F8, O8, GELU, TB>(acc, bpk, r + 1, alpha);
+            if constexpr (RES) {
+                if (r < NR - 1) gm_add_round<TO>(acc, rpk, r + 1);
+                if (r == 0) gm_load_res(rpk, R, m0, n0, 1, warp, lane, M, N); /* rounds 2 and 3 */
+            }
             const int mr = m0 + 64 * (r >> 1) + warp * 16 + 8 * (r & 1);
 #pragma unroll
             for (int q = 0; q < 8 * CH / 32; q++) { /* 8 rows x CH chunks of 16 bytes, 32 lanes */
@@ -485,7 +467,7 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) || gm_map(enc, &mb, a->W, a->in_dt, a->N, a->K, GM_BN))
         return TPK_INVALID;
     cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM_V(HELP, RES));
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM_V(HELP));
     if (e != cudaSuccess) return (int)e;
     int dev = 0, sms = 0;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
@@ -494,7 +476,7 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     const long long tiles = (long long)((a->N + GM_BN - 1) / GM_BN) * ((a->M + GM_BM - 1) / GM_BM);
     if (tiles > 0x7fffffffLL) return TPK_INVALID;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
-    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES><<<grid, GM_THREADS, GM_SMEM_V(HELP, RES), s>>>(
+    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES><<<grid, GM_THREADS, GM_SMEM_V(HELP), s>>>(
         ma, mb, (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
         a->K);
     return (int)cudaGetLastError();
