@@ -251,7 +251,8 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
                                                        : "cuBLASLt's heuristic candidates timed at build, fastest "
                                                          "kept; on sm_90 tprof's GEMM with the GELU epilogue (FP8: "
                                                          "writing E4M3, no fp32 promotion) timed against cuBLASLt + "
-                                                         "the GELU kernel"));
+                                                         "the GELU kernel, and for the other FP8 GEMMs (bias, "
+                                                         "residual, no fp32 promotion) against cuBLASLt"));
     json_object_set_new(root, "config", cfg);
     json_t *sys = json_pack("{s:s}", "cpu", cpu);
     if (gpu->present) {
