@@ -71,6 +71,8 @@ expect_error "batch list entry 0" "--batch '0'" bench "${small[@]}" --batch 1,0
 expect_error "batch list for profile" "a list of sizes" profile --device cpu --model vit-tiny --batch 1,2
 expect_error "unknown gelu form" "--gelu: unknown form 'fast'" bench "${small[@]}" --gelu fast
 expect_error "unknown gemm choice" "--gemm: unknown choice 'tprof'" bench "${small[@]}" --gemm tprof
+expect_error "unknown fp8 accumulation" "--fp8-accum: unknown choice 'slow'" bench "${small[@]}" --fp8-accum slow
+expect_error "fp8 accumulation without a value" "--fp8-accum" bench "${small[@]}" --fp8-accum
 expect_error "gelu form for an engine file" "not stored in the engine file" build --model vit-tiny --precision fp32 --gelu tanh -o "$tmp/g.tpe"
 # a sweep on the CPU: one run and one JSON per size, then the sweep table
 expect_ok "batch sweep" "=== Batch sweep" bench "${small[@]}" --batch 1,2 --json "$tmp/sw.json"

@@ -532,7 +532,7 @@ START_TEST(test_gemm_selection) {
         n_gemm += gemm;
     }
     ck_assert_int_gt(n_gemm, 2);
-    tp_engine_gemm_sel gs = {"NVIDIA H200", 130100, 64, m.g.n_ops, algo};
+    tp_engine_gemm_sel gs = {"NVIDIA H200", 130100, 64, m.g.n_ops, algo, TP_FP8_ACCUM_PROMOTE};
     const char *p = tpath("gemm.tpe");
     ck_assert_msg(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err) ==
                       TP_OK, "%s", err.msg);
@@ -545,6 +545,7 @@ START_TEST(test_gemm_selection) {
     ck_assert_int_eq(f.gemm.batch, 64);
     ck_assert_int_eq(f.gemm.n_ops, m.g.n_ops);
     for (int i = 0; i < m.g.n_ops; i++) ck_assert_int_eq(f.gemm.algo[i], algo[i]);
+    ck_assert_int_eq(f.gemm.fp8_accum, TP_FP8_ACCUM_PROMOTE);
     tp_engine_file_free(&f);
 
     /* the writer refuses a selection that does not fit the graph */
@@ -562,6 +563,7 @@ START_TEST(test_gemm_selection) {
 
     size_t n;
     unsigned char *b = read_bytes(p, &n);
+    const size_t nb = n; /* b's size (n is reused for the version-1 copies below) */
     uint64_t H, D;
     const char *q = tpath("gemm_edit.tpe");
     json_t *root = header_of(b, n, &H, &D);
@@ -604,6 +606,29 @@ START_TEST(test_gemm_selection) {
     json_array_set_new(a, 1, json_string("3"));
     write_with_header(q, b, n, root);
     expect_read_fail(q, TP_ERR_FORMAT, "algos[1]", "a string");
+    json_array_set_new(a, 1, json_integer(1002)); /* above TP_GEMM_CHOICE_SM90 */
+    write_with_header(q, b, nb, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "algos[1]", "out of range");
+    json_array_set_new(a, 1, json_integer(1001)); /* TP_GEMM_CHOICE_SM90: read as given */
+    json_t *gsel = json_object_get(root, "gemm_selection");
+    json_object_del(gsel, "fp8_accum"); /* a file from before the key: unknown accumulation */
+    write_with_header(q, b, nb, root);
+    ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(f.gemm.algo[1], 1001);
+    ck_assert_int_eq(f.gemm.fp8_accum, TP_FP8_ACCUM_UNKNOWN);
+    tp_engine_file_free(&f);
+    json_object_set_new(gsel, "fp8_accum", json_string("fast"));
+    write_with_header(q, b, nb, root);
+    ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(f.gemm.fp8_accum, TP_FP8_ACCUM_FAST);
+    tp_engine_file_free(&f);
+    json_object_set_new(gsel, "fp8_accum", json_string("slow"));
+    write_with_header(q, b, nb, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "'fp8_accum' is 'slow'", NULL);
+    json_object_set_new(gsel, "fp8_accum", json_integer(1));
+    write_with_header(q, b, nb, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "'fp8_accum' is an integer", NULL);
+    json_object_set_new(gsel, "fp8_accum", json_string("fast"));
     json_array_set_new(a, 1, json_integer(-1));
     json_object_set_new(json_object_get(root, "gemm_selection"), "batch", json_integer(0));
     write_with_header(q, b, n, root);

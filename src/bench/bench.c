@@ -253,6 +253,10 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
                                                          "writing E4M3, no fp32 promotion) timed against cuBLASLt + "
                                                          "the GELU kernel, and for the other FP8 GEMMs (bias, "
                                                          "residual, no fp32 promotion) against cuBLASLt"));
+    json_object_set_new(cfg, "fp8_accumulation",
+                        json_string(o->fp8_promote ? "promote: cuBLASLt with fp32 promotion (--fp8-accum promote)"
+                                                   : "fast: tensor cores without fp32 promotion (cuBLASLt FAST_ACCUM, "
+                                                     "tprof's FP8 GEMM)"));
     json_object_set_new(root, "config", cfg);
     json_t *sys = json_pack("{s:s}", "cpu", cpu);
     if (gpu->present) {
@@ -615,19 +619,24 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 int file_fused = 0; /* the file runs GEMMs in tprof's kernel (TP_GEMM_CHOICE_SM90(_GELU)) */
                 for (int i = 0; i < gs->n_ops; i++)
                     file_fused |= gs->algo[i] == TP_GEMM_CHOICE_SM90_GELU || gs->algo[i] == TP_GEMM_CHOICE_SM90;
+                const int accum = o->fp8_promote ? TP_FP8_ACCUM_PROMOTE : TP_FP8_ACCUM_FAST;
                 if (gs->n_ops == g.n_ops && gs->batch == B && (size_t)gs->cublaslt == gpu.cublaslt_version &&
-                    strcmp(gs->gpu, gpu.name) == 0 && !pol.gelu_tanh && (!o->cublaslt_only || !file_fused)) {
+                    strcmp(gs->gpu, gpu.name) == 0 && !pol.gelu_tanh && (!o->cublaslt_only || !file_fused) &&
+                    gs->fp8_accum == accum) {
                     given = gs->algo;
                     printf("GEMM algorithms: as stored in the engine file (timed on this GPU, cuBLASLt %d, batch %d)\n",
                            gs->cublaslt, gs->batch);
                 } else {
                     printf("GEMM algorithms: timed again (the engine file's are for %s, cuBLASLt %d, batch %d%s)\n",
                            gs->gpu, gs->cublaslt, gs->batch,
-                           pol.gelu_tanh ? ", without --gelu tanh" : o->cublaslt_only ? ", without --gemm cublaslt" : "");
+                           pol.gelu_tanh                 ? ", without --gelu tanh"
+                           : o->cublaslt_only && file_fused ? ", without --gemm cublaslt"
+                           : gs->fp8_accum != accum          ? ", with another or unrecorded --fp8-accum"
+                                                             : "");
                 }
             }
             tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
-                                    .cublaslt_only = o->cublaslt_only,
+                                    .cublaslt_only = o->cublaslt_only, .fp8_promote = o->fp8_promote,
                                     .gemm_choice = given, .act_amax = amax,
                                     .hook = cupti ? tp_cupti_hook : NULL, .hook_user = cupti, .weights_q = wq,
                                     .attention = (tp_attn_impl)o->attention};
@@ -847,7 +856,7 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
     if (gpu.present && gpu.sm == sm && !o->gemm_first) {
         tp_engine *e = NULL;
         tp_engine_options eo = {.device = 0, .use_graph = 0, .act_amax = amax, .cublaslt_only = o->cublaslt_only,
-                                .attention = (tp_attn_impl)o->attention};
+                                .fp8_promote = o->fp8_promote, .attention = (tp_attn_impl)o->attention};
         double t0 = tp_now_ms();
         if ((st = tp_engine_build(&g, &params, &plan, &eo, &e, err))) goto done;
         gsel.algo = malloc(sizeof(int) * (size_t)g.n_ops);
@@ -862,6 +871,7 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
         snprintf(gsel.gpu, sizeof gsel.gpu, "%s", gpu.name);
         gsel.cublaslt = (int)gpu.cublaslt_version;
         gsel.batch = o->batch;
+        gsel.fp8_accum = o->fp8_promote ? TP_FP8_ACCUM_PROMOTE : TP_FP8_ACCUM_FAST;
         gsel.n_ops = g.n_ops;
         gs = &gsel;
         printf("GEMM selection: %d GEMMs timed on %s at batch %d (%.0f ms), stored in the engine\n", n_gemm, gpu.name,

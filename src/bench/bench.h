@@ -39,6 +39,7 @@ typedef struct {
     int use_graph;
     int gemm_first;      /* --no-gemm-select: cuBLASLt's first heuristic algorithm, no build-time timing */
     int cublaslt_only;   /* --gemm cublaslt: never tprof's own GEMM (tp_engine_options.cublaslt_only) */
+    int fp8_promote;     /* --fp8-accum promote: FP8 GEMMs with fp32 promotion (tp_engine_options.fp8_promote) */
     int gelu_tanh;       /* --gelu tanh: GELU as the tanh approximation in the fc1 epilogue (plan.h) */
     int ref_images;      /* images the CPU reference runs for accuracy figures (<= batch) */
     int print_plan;      /* print the per-layer plan of each engine */

@@ -239,6 +239,8 @@ static json_t *gemm_json(const tp_engine_gemm_sel *gs, int *bad) {
     jset(o, "gpu", json_string(gs->gpu), bad);
     jset(o, "cublaslt", json_integer(gs->cublaslt), bad);
     jset(o, "batch", json_integer(gs->batch), bad);
+    if (gs->fp8_accum != TP_FP8_ACCUM_UNKNOWN)
+        jset(o, "fp8_accum", json_string(gs->fp8_accum == TP_FP8_ACCUM_PROMOTE ? "promote" : "fast"), bad);
     for (int i = 0; i < gs->n_ops; i++) jappend(a, json_integer(gs->algo[i]), bad);
     jset(o, "algos", a, bad);
     return o;
@@ -1006,7 +1008,7 @@ static tp_status check_against_model(rctx *c, tp_engine_file *f) {
 
 /* "gemm_selection" (version 2): null, or its object with one algorithm index per op. */
 static tp_status parse_gemm(rctx *c, const json_t *root, tp_engine_file *f) {
-    static const char *const keys[] = {"gpu", "cublaslt", "batch", "algos", NULL};
+    static const char *const keys[] = {"gpu", "cublaslt", "batch", "algos", "fp8_accum", NULL};
     const char *w = "gemm_selection";
     const json_t *o = json_object_get(root, w), *a;
     tp_status s;
@@ -1019,6 +1021,15 @@ static tp_status parse_gemm(rctx *c, const json_t *root, tp_engine_file *f) {
     if ((s = get_str(c, o, w, "gpu", f->gemm.gpu, sizeof f->gemm.gpu, 1))) return s;
     if ((s = get_i32(c, o, w, "cublaslt", 0, INT_MAX, &f->gemm.cublaslt))) return s;
     if ((s = get_i32(c, o, w, "batch", 1, INT_MAX, &f->gemm.batch))) return s;
+    f->gemm.fp8_accum = TP_FP8_ACCUM_UNKNOWN;
+    if (json_object_get(o, "fp8_accum")) {
+        char acc[16];
+        if ((s = get_str(c, o, w, "fp8_accum", acc, sizeof acc, 0))) return s;
+        if (strcmp(acc, "fast") != 0 && strcmp(acc, "promote") != 0)
+            return ef_fail(c->err, TP_ERR_FORMAT, c->path, "gemm_selection: 'fp8_accum' is '%s', expected fast or "
+                           "promote", acc);
+        f->gemm.fp8_accum = strcmp(acc, "fast") == 0 ? TP_FP8_ACCUM_FAST : TP_FP8_ACCUM_PROMOTE;
+    }
     if ((s = get_arr(c, o, w, "algos", &a))) return s;
     if (json_array_size(a) != (size_t)f->n_ops)
         return ef_fail(c->err, TP_ERR_FORMAT, c->path, "gemm_selection: 'algos' has %zu entries for %d ops",

@@ -44,7 +44,9 @@
  *            size timed (the GEMMs' M), "algos": [per op of "ops", the cuBLASLt heuristic candidate index run,
  *            1000 where tprof's Hopper GEMM runs the op with the GELU after it in its epilogue
  *            (TP_GEMM_CHOICE_SM90_GELU, cuda_engine.h), 1001 where it runs an FP8 op without one
- *            (TP_GEMM_CHOICE_SM90), -1 for ops without a GEMM]}. `tprof bench --engine`
+ *            (TP_GEMM_CHOICE_SM90), -1 for ops without a GEMM], "fp8_accum": "fast" or "promote" (the
+ *            accumulation of FP8 GEMMs they were timed with, `--fp8-accum`; optional: files written before it
+ *            have none, and their algorithms are timed again)}. `tprof bench --engine`
  *            reuses them when the GPU, the cuBLASLt version and the batch size are the same (a timing cache),
  *            and times again otherwise.
  *
@@ -104,12 +106,15 @@ typedef struct {
 } tp_engine_op;
 
 /* The GEMM algorithms an engine was tuned with (the header's "gemm_selection"). */
+enum { TP_FP8_ACCUM_UNKNOWN = -1, TP_FP8_ACCUM_FAST = 0, TP_FP8_ACCUM_PROMOTE = 1 };
 typedef struct {
     char gpu[256]; /* the GPU's name (cudaDeviceProp.name) */
     int cublaslt;  /* cublasLtGetVersion() of the run that timed them */
     int batch;     /* the batch size they were timed at */
     int n_ops;     /* the number of ops of the plan (entries of algo) */
     int *algo;     /* per op: the cuBLASLt candidate index (tp_engine_options.gemm_choice), -1: no cuBLASLt GEMM */
+    int fp8_accum; /* the FP8 accumulation they were timed with ("fp8_accum": TP_FP8_ACCUM_FAST or _PROMOTE,
+                      tp_engine_options.fp8_promote); TP_FP8_ACCUM_UNKNOWN in files written before it existed */
 } tp_engine_gemm_sel;
 
 typedef struct {

@@ -584,6 +584,32 @@ START_TEST(test_engine_gelu_sm90) {
         tp_engine_options of = {.device = 0, .use_graph = 1, .gemm_first = 1, .act_amax = amax};
         tp_engine *eu = build_and_run(&g, &p, &plan, &of, in, unf, "cuBLASLt + GELU kernel");
         for (int i = 0; i < g.n_ops; i++) ck_assert_int_lt(tp_engine_gemm_choice(eu, i), TP_GEMM_CHOICE_SM90_GELU);
+        if (prec == TP_PREC_FP8) { /* the cuBLASLt FP8 GEMMs say their accumulation: FAST_ACCUM by default */
+            for (int i = 0; i < g.n_ops; i++)
+                if (n_plain && gc[i] >= 0) ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eu, i), "FAST_ACCUM"));
+            /* --fp8-accum promote: cuBLASLt with its promotion; tprof's FP8 GEMMs refused when given */
+            tp_engine_options op8 = {.device = 0, .use_graph = 1, .fp8_promote = 1, .act_amax = amax};
+            float *pro = malloc(sizeof(float) * out_n);
+            ck_assert_ptr_nonnull(pro);
+            tp_engine *ep = build_and_run(&g, &p, &plan, &op8, in, pro, "fp8 promote");
+            for (int i = 0; i < g.n_ops; i++) {
+                ck_assert_int_lt(tp_engine_gemm_choice(ep, i), TP_GEMM_CHOICE_SM90_GELU);
+                if (gc[i] >= 0) ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(ep, i), "fp32 promotion"));
+            }
+            tp_accuracy ap;
+            tp_accuracy_compute(pro, ref, k->batch, k->classes, &ap);
+            printf("  engine fp8   %-46s --fp8-accum promote: rel L2 %.3e vs FP32\n", k->what, ap.rel_l2);
+            ck_assert_msg(ap.nonfinite == 0 && ap.rel_l2 <= bound && ap.cosine >= 0.99, "promote: rel L2 %.3e",
+                          ap.rel_l2);
+            tp_engine_destroy(ep);
+            free(pro);
+            op8.gemm_choice = gc;
+            ep = NULL;
+            const tp_status bp = tp_engine_build(&g, &p, &plan, &op8, &ep, &e);
+            ck_assert_msg(bp == TP_ERR_UNSUPPORTED && strstr(e.msg, "--fp8-accum promote"), "promote + sm90: %d %s",
+                          (int)bp, bp ? e.msg : "(built!)");
+            tp_engine_destroy(ep);
+        }
         tp_accuracy a, au;
         tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
         tp_accuracy_compute(got, unf, k->batch, k->classes, &au);

@@ -554,6 +554,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->params = params;
     e->plan = plan;
     e->use_graph = opt->use_graph;
+    e->fp8_promote = opt->fp8_promote != 0;
     e->hook = opt->hook;
     e->hook_user = opt->hook_user;
     e->weights_q = opt->weights_q;
@@ -684,6 +685,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                                                                           : plan->value_dt[op->in[0]],
                           plan->value_dt[eg >= 0 ? g->ops[eg].out : op->out], op->n_in > 2, 0, 0,
                           plan->op_epilogue_add[i] >= 0, eg >= 0, 0};
+        d.fast_accum = d.ab_dt == TP_E4M3 && !e->fp8_promote; /* per-tensor FP8: tp_engine_options.fp8_promote */
         st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
         if (st) goto fail;
         if (op->kind == TP_OP_PATCH_EMBED) {

@@ -61,7 +61,12 @@ typedef struct {
                                 (gemm_cublaslt.h, GEMM selection), and where a GEMM feeds an exact GELU on sm_90,
                                 time tprof's GEMM with the GELU in its epilogue against it (TP_GEMM_CHOICE_SM90_GELU) */
     int cublaslt_only;       /* 1: never tprof's own GEMM (TP_GEMM_CHOICE_SM90_GELU, TP_GEMM_CHOICE_SM90): every
-                                GEMM in cuBLASLt (FP8 ones with its fp32 promotion), every GELU its own kernel */
+                                GEMM in cuBLASLt, every GELU its own kernel */
+    int fp8_promote;         /* per-tensor FP8 GEMMs' accumulation. 0 (default, --fp8-accum fast): in the tensor
+                                cores without periodic promotion to fp32, as Transformer Engine's forward GEMMs:
+                                cuBLASLt with FAST_ACCUM, and on sm_90 tprof's FP8 GEMM timed against it; 1
+                                (--fp8-accum promote): cuBLASLt with its fp32 promotion (FAST_ACCUM off), never
+                                tprof's FP8 GEMM. bench/gemm_lab.c measures both (10-17% apart on an H200) */
     const int *gemm_choice;  /* optional, per op: the candidate index to run (tp_engine_gemm_choice of another
                                 engine of the same graph and plan, TP_GEMM_CHOICE_SM90(_GELU) included), taken as
                                 given; -1 entries: as above */

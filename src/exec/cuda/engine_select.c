@@ -81,8 +81,8 @@ static int sm90_gelu_candidate(const tp_engine *e, int i) {
         op->out == g->output)
         return -1;
     const tp_dtype dt = pl->value_dt[op->in[0]], hdt = dt == TP_E4M3 ? TP_F16 : dt; /* bias, GEMM output */
-    if (pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_qf[op->in[1]] != TP_QF_NONE ||
-        pl->value_dt[op->in[1]] != dt || pl->value_dt[op->out] != hdt ||
+    if ((dt == TP_E4M3 && e->fp8_promote) || pl->value_qf[op->in[0]] != TP_QF_NONE ||
+        pl->value_qf[op->in[1]] != TP_QF_NONE || pl->value_dt[op->in[1]] != dt || pl->value_dt[op->out] != hdt ||
         (op->n_in > 2 && pl->value_dt[op->in[2]] != hdt))
         return -1;
     int gi = -1, n = 0;
@@ -111,7 +111,8 @@ static int sm90_plain_candidate(const tp_engine *e, int i) {
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
     const tp_op *op = &g->ops[i];
-    if (op->kind != TP_OP_LINEAR || pl->op_epilogue_gelu[i] >= 0 || sm90_gelu_candidate(e, i) >= 0 ||
+    if (op->kind != TP_OP_LINEAR || e->fp8_promote || pl->op_epilogue_gelu[i] >= 0 ||
+        sm90_gelu_candidate(e, i) >= 0 ||
         pl->value_dt[op->in[0]] != TP_E4M3 || pl->value_dt[op->in[1]] != TP_E4M3 ||
         pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_qf[op->in[1]] != TP_QF_NONE ||
         (op->n_in > 2 && pl->value_dt[op->in[2]] != TP_F16))
@@ -178,6 +179,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                                !hw ? "the kernel cannot run here (it needs a compute capability 9.0 GPU and the "
                                      "driver's cuTensorMapEncodeTiled)"
                                : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
+                               : e->fp8_promote ? "its FP8 GEMMs promote to fp32 (--fp8-accum promote)"
                                                : "this op is not a per-tensor FP8 linear writing F16 (+ residual) or "
                                                  "E4M3 without a GELU after it (types, K and N as gemm_sm90.h takes "
                                                  "them)");
@@ -193,7 +195,8 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                                : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
                                                : "this op is not a 16-bit or per-tensor FP8 linear feeding only an "
                                                  "exact GELU (types, K and N as gemm_sm90.h takes them, the GELU's "
-                                                 "output apart from the GEMM's input)");
+                                                 "output apart from the GEMM's input; FP8 not with --fp8-accum "
+                                                 "promote)");
             set_gelu_sm90(e, i, gi, "as given");
             continue;
         }
@@ -305,6 +308,14 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, " + GELU kernel %.1f us; tprof sm90 GEMM + GELU: "
                      "%.1f us", t_gelu, t_fused);
         }
+    }
+    /* the accumulation of every per-tensor FP8 GEMM cuBLASLt runs, in its note (tprof's kernel says its own) */
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_gemm_desc *d = e->gplan[i] ? tp_gemm_plan_desc(e->gplan[i]) : NULL;
+        if (!d || d->ab_dt != TP_E4M3 || d->block128 || e->plain_sm90[i] || e->gelu_sm90[i] >= 0) continue;
+        const size_t l = strlen(e->impl_note[i]);
+        snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s",
+                 d->fast_accum ? "FAST_ACCUM: no fp32 promotion" : "fp32 promotion (--fp8-accum promote)");
     }
     return TP_OK;
 }
