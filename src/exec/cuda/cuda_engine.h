@@ -104,14 +104,14 @@ int tp_engine_attention_choice(const tp_engine *e, int op);
  * cuBLASLt candidate: tprof's Hopper GEMM (gemm_sm90.h) with the bias and the exact GELU of the op after it in its
  * epilogue, one kernel writing the GELU's output (that GELU op then launches nothing). Only for a linear read by
  * nothing but an exact GELU, with 16-bit operands (the GELU in their type) or per-tensor E4M3 ones (an F16 GEMM
- * output; the GELU writing F16 or E4M3: tpk_gemm_sm90_fp8), on compute capability 9.0; elsewhere the build refuses
- * it. */
+ * output; the GELU writing F16 or E4M3: tpk_gemm_sm90_fp8; not with fp8_promote), on compute capability 9.0;
+ * elsewhere the build refuses it. */
 #define TP_GEMM_CHOICE_SM90_GELU 1000
 /* The other such choice: tprof's Hopper GEMM with E4M3 operands and no GELU (tpk_gemm_sm90_fp8), the bias and a
  * residual add fused by the plan in its epilogue, writing F16 or E4M3; accumulation in the tensor cores without
  * cuBLASLt's fp32 promotion (gemm_sm90.h). Only for a per-tensor FP8 linear that no GELU follows (then
- * TP_GEMM_CHOICE_SM90_GELU), on compute capability 9.0; elsewhere the build refuses it. Chosen by time against
- * cuBLASLt's best candidate when the engine is built. */
+ * TP_GEMM_CHOICE_SM90_GELU), on compute capability 9.0, and not with fp8_promote; elsewhere the build refuses it.
+ * Chosen by time against cuBLASLt's best candidate when the engine is built. */
 #define TP_GEMM_CHOICE_SM90 1001
 
 /* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice), TP_GEMM_CHOICE_SM90_GELU

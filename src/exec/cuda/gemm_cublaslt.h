@@ -52,7 +52,8 @@ typedef struct {
                         (tools/probes/gelu_epilogue.c); not with a residual */
     int fast_accum;  /* E4M3 only: 1 sets CUBLASLT_MATMUL_DESC_FAST_ACCUM (the tensor cores' partial sums are not
                         promoted to fp32 every few K blocks; Transformer Engine's forward GEMMs run so). The engines
-                        keep 0 (gemm_cublaslt.c); bench/gemm_lab.c times both */
+                        set it unless tp_engine_options.fp8_promote (--fp8-accum promote); bench/gemm_lab.c times
+                        both */
 } tp_gemm_desc;
 
 /* The weights' 128x128 block scales in the layout BLK128x128_32F reads: from the plain row-major
