@@ -206,6 +206,17 @@ static char *opt_value(const char *name, char *val, int argc, char **argv, int *
     return argv[++*i];
 }
 
+/* An option with two values: *out = 0 for v0, 1 for v1; -1 after printing "tprof: NAME: unknown KIND 'VAL'
+ * (expected V0 or V1)" for anything else. */
+static int two_way(const char *name, const char *val, const char *kind, const char *v0, const char *v1, int *out) {
+    if (strcmp(val, v0) == 0 || strcmp(val, v1) == 0) {
+        *out = strcmp(val, v1) == 0;
+        return 0;
+    }
+    fprintf(stderr, "tprof: %s: unknown %s '%s' (expected %s or %s)\n", name, kind, val, v0, v1);
+    return -1;
+}
+
 typedef struct {
     long img, patch, dim, depth, heads, classes;
     double mlp, eps;
@@ -325,21 +336,11 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         else if (FLAG("--no-gemm-select")) o.gemm_first = 1;
         else if (FLAG("--gemm")) {
             NEED_VAL();
-            if (strcmp(val, "auto") == 0) o.cublaslt_only = 0;
-            else if (strcmp(val, "cublaslt") == 0) o.cublaslt_only = 1;
-            else {
-                fprintf(stderr, "tprof: --gemm: unknown choice '%s' (expected auto or cublaslt)\n", val);
-                return 2;
-            }
+            if (two_way(name, val, "choice", "auto", "cublaslt", &o.cublaslt_only)) return 2;
         }
         else if (FLAG("--fp8-accum")) {
             NEED_VAL();
-            if (strcmp(val, "fast") == 0) o.fp8_promote = 0;
-            else if (strcmp(val, "promote") == 0) o.fp8_promote = 1;
-            else {
-                fprintf(stderr, "tprof: --fp8-accum: unknown choice '%s' (expected fast or promote)\n", val);
-                return 2;
-            }
+            if (two_way(name, val, "choice", "fast", "promote", &o.fp8_promote)) return 2;
         }
         else if (FLAG("--plan")) o.print_plan = 1;
         else if (FLAG("-h") || FLAG("--help")) {
@@ -372,12 +373,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
             }
         } else if (FLAG("--gelu")) {
             NEED_VAL();
-            if (strcmp(val, "erf") == 0) o.gelu_tanh = 0;
-            else if (strcmp(val, "tanh") == 0) o.gelu_tanh = 1;
-            else {
-                fprintf(stderr, "tprof: --gelu: unknown form '%s' (expected erf or tanh)\n", val);
-                return 2;
-            }
+            if (two_way(name, val, "form", "erf", "tanh", &o.gelu_tanh)) return 2;
         } else if (FLAG("--attention")) {
             NEED_VAL();
             static const char *names[] = {"auto", "flash", "cudnn", "classic", "wgmma"};
