@@ -620,9 +620,12 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 for (int i = 0; i < gs->n_ops; i++)
                     file_fused |= gs->algo[i] == TP_GEMM_CHOICE_SM90_GELU || gs->algo[i] == TP_GEMM_CHOICE_SM90;
                 const int accum = o->fp8_promote ? TP_FP8_ACCUM_PROMOTE : TP_FP8_ACCUM_FAST;
+                int has_fp8 = 0; /* the FP8 accumulation matters to a plan with E4M3 GEMMs only */
+                for (int i = 0; i < g.n_ops; i++)
+                    has_fp8 |= g.ops[i].kind == TP_OP_LINEAR && plan.value_dt[g.ops[i].in[0]] == TP_E4M3;
                 if (gs->n_ops == g.n_ops && gs->batch == B && (size_t)gs->cublaslt == gpu.cublaslt_version &&
                     strcmp(gs->gpu, gpu.name) == 0 && !pol.gelu_tanh && (!o->cublaslt_only || !file_fused) &&
-                    gs->fp8_accum == accum) {
+                    (!has_fp8 || gs->fp8_accum == accum)) {
                     given = gs->algo;
                     printf("GEMM algorithms: as stored in the engine file (timed on this GPU, cuBLASLt %d, batch %d)\n",
                            gs->cublaslt, gs->batch);
@@ -631,7 +634,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                            gs->gpu, gs->cublaslt, gs->batch,
                            pol.gelu_tanh                 ? ", without --gelu tanh"
                            : o->cublaslt_only && file_fused ? ", without --gemm cublaslt"
-                           : gs->fp8_accum != accum          ? ", with another or unrecorded --fp8-accum"
+                           : has_fp8 && gs->fp8_accum != accum ? ", with another or unrecorded --fp8-accum"
                                                              : "");
                 }
             }

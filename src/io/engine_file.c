@@ -457,6 +457,9 @@ tp_status tp_engine_file_write(const char *path, const tp_vit_config *cfg, tp_pr
         if (gemm->n_ops != g->n_ops || !gemm->algo || gemm->batch < 1 || gemm->cublaslt < 0)
             return ef_fail(err, TP_ERR_ARG, path, "GEMM selection: %d ops for a graph of %d, batch %d", gemm->n_ops,
                            g->n_ops, gemm->batch);
+        if (gemm->fp8_accum < TP_FP8_ACCUM_UNKNOWN || gemm->fp8_accum > TP_FP8_ACCUM_PROMOTE)
+            return ef_fail(err, TP_ERR_ARG, path, "GEMM selection: FP8 accumulation %d (expected -1, 0 or 1)",
+                           gemm->fp8_accum);
         for (int i = 0; i < g->n_ops; i++)
             if (gemm->algo[i] < -1 || gemm->algo[i] > EF_MAX_ALGO)
                 return ef_fail(err, TP_ERR_ARG, path, "GEMM selection: algorithm %d for op %s", gemm->algo[i],

@@ -47,8 +47,9 @@
  *            (TP_GEMM_CHOICE_SM90), -1 for ops without a GEMM], "fp8_accum": "fast" or "promote" (the
  *            accumulation of FP8 GEMMs they were timed with, `--fp8-accum`; optional: files written before it
  *            have none, and their algorithms are timed again)}. `tprof bench --engine`
- *            reuses them when the GPU, the cuBLASLt version and the batch size are the same (a timing cache),
- *            and times again otherwise.
+ *            reuses them when the GPU, the cuBLASLt version, the batch size and (for engines with FP8 GEMMs)
+ *            the FP8 accumulation are the same, and neither --gelu tanh nor (for a selection with tprof's GEMMs)
+ *            --gemm cublaslt is given (a timing cache); it times again otherwise.
  *
  * Integers in the JSON are JSON integers; floats are written with 17 significant digits, so every f32 (amax,
  * global scale, ln_eps, mean, std) and every double (mlp_ratio, crop_pct) reads back bit for bit.

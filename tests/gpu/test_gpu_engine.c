@@ -470,7 +470,7 @@ END_TEST
  * within the engine tests' bound of the FP32 reference and of the engine that runs cuBLASLt and the GELU kernel
  * (gemm_first): the fused path rounds each hidden activation once instead of twice, a difference of the size of
  * one storage rounding. The FP8 engines also get tprof's FP8 GEMM without GELU (TP_GEMM_CHOICE_SM90) for every
- * other linear with E4M3 operands (qkv; proj and fc2 with the residual add in its epilogue, in place), the unfused
+ * other linear with E4M3 operands (qkv; proj and fc2 with the residual add in its epilogue), the unfused
  * engine none. The GELU choice on a linear that feeds no GELU (qkv) is refused, naming the layer, as is the plain
  * FP8 choice on a linear with 16-bit operands (the head); on any other GPU the build refuses every such choice. */
 /* mlp ratio 1 (fc1's N == K): the engine reuses fc1's dead input buffer for the GELU's output, which the fused

@@ -264,8 +264,8 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
             rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
                                    e->d_scales + SCALE_SLOT * op->in[1], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
                                    res, y, ydt, e->d_scales + SCALE_SLOT * yv, (int)op->gemm_m, (int)op->gemm_n,
-                                   (int)op->gemm_k, 0, TPK_GEMM_SM90_FP8_DEFAULT_VARIANT, s);
-            break;
+                                   (int)op->gemm_k, 0, res ? 0 : TPK_GEMM_SM90_FP8_DEFAULT_VARIANT, s);
+            break; /* (the residual epilogue exists in variant 0 only) */
         }
         cublas = 1;
         rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,

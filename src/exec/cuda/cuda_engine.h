@@ -58,8 +58,9 @@ typedef struct {
     size_t workspace_bytes;  /* cuBLASLt workspace; 0 = 32 MiB */
     int gemm_first;          /* 1: run cuBLASLt's first heuristic algorithm (and every GELU as its own kernel);
                                 0 (default): time its candidates at build and keep the fastest per GEMM shape
-                                (gemm_cublaslt.h, GEMM selection), and where a GEMM feeds an exact GELU on sm_90,
-                                time tprof's GEMM with the GELU in its epilogue against it (TP_GEMM_CHOICE_SM90_GELU) */
+                                (gemm_cublaslt.h, GEMM selection), and on sm_90 time tprof's GEMM against it where
+                                it can run the op: with the exact GELU after it in its epilogue
+                                (TP_GEMM_CHOICE_SM90_GELU), or a per-tensor FP8 op without (TP_GEMM_CHOICE_SM90) */
     int cublaslt_only;       /* 1: never tprof's own GEMM (TP_GEMM_CHOICE_SM90_GELU, TP_GEMM_CHOICE_SM90): every
                                 GEMM in cuBLASLt, every GELU its own kernel */
     int fp8_promote;         /* per-tensor FP8 GEMMs' accumulation. 0 (default, --fp8-accum fast): in the tensor
@@ -109,9 +110,11 @@ int tp_engine_attention_choice(const tp_engine *e, int op);
 #define TP_GEMM_CHOICE_SM90_GELU 1000
 /* The other such choice: tprof's Hopper GEMM with E4M3 operands and no GELU (tpk_gemm_sm90_fp8), the bias and a
  * residual add fused by the plan in its epilogue, writing F16 or E4M3; accumulation in the tensor cores without
- * cuBLASLt's fp32 promotion (gemm_sm90.h). Only for a per-tensor FP8 linear that no GELU follows (then
- * TP_GEMM_CHOICE_SM90_GELU), on compute capability 9.0, and not with fp8_promote; elsewhere the build refuses it.
- * Chosen by time against cuBLASLt's best candidate when the engine is built. */
+ * cuBLASLt's fp32 promotion (gemm_sm90.h). Only for a per-tensor FP8 linear that TP_GEMM_CHOICE_SM90_GELU does
+ * not take (no exact GELU after it, or one it cannot fuse: the GELU kernel then runs after this GEMM), whose output
+ * lies apart from its input and whose residual is F16 and either the output or apart from it, on compute
+ * capability 9.0, and not with fp8_promote; elsewhere the build refuses it. Chosen by time against cuBLASLt's best
+ * candidate when the engine is built. */
 #define TP_GEMM_CHOICE_SM90 1001
 
 /* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice), TP_GEMM_CHOICE_SM90_GELU

@@ -157,13 +157,18 @@ static void set_gelu_sm90(tp_engine *e, int i, int gi, const char *why) {
              e->g->ops[i].layer);
 }
 
+/* engine_file.c checks an engine file's GEMM choices against this without CUDA's headers (EF_MAX_ALGO) */
+_Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000, "engine_file.c's EF_MAX_ALGO");
+
 /* GEMM selection (gemm_cublaslt.h): each GEMM op's heuristic candidates timed on the op's own buffers (its
  * activation input, and the residual its epilogue adds, filled with uniform values first) and the fastest kept;
  * an op with the same shape and types as an earlier one takes that one's choice (a timing cache). Where
  * sm90_gelu_candidate holds on a device that runs tprof's Hopper GEMM, that GEMM with the GELU in its epilogue is
  * timed against the fastest cuBLASLt algorithm plus the GELU op's kernel (the same buffers) and the faster pair
- * kept (TP_GEMM_CHOICE_SM90_GELU). `first`: keep the heuristic's first candidate and the GELU kernel, time
- * nothing. The choice goes into the op's implementation note. */
+ * kept (TP_GEMM_CHOICE_SM90_GELU); where sm90_plain_candidate holds, tprof's FP8 GEMM against the fastest
+ * cuBLASLt algorithm (TP_GEMM_CHOICE_SM90). `first`: keep the heuristic's first candidate and the GELU kernel,
+ * time nothing. The choice goes into the op's implementation note, and every per-tensor FP8 GEMM cuBLASLt runs
+ * says its accumulation there. */
 tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err) {
     const tp_graph *g = e->g;
     const int hw = tpk_gemm_sm90_supported();
@@ -181,8 +186,9 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                                : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
                                : e->fp8_promote ? "its FP8 GEMMs promote to fp32 (--fp8-accum promote)"
                                                : "this op is not a per-tensor FP8 linear writing F16 (+ residual) or "
-                                                 "E4M3 without a GELU after it (types, K and N as gemm_sm90.h takes "
-                                                 "them)");
+                                                 "E4M3 that the GELU choice does not take (types, K and N as "
+                                                 "gemm_sm90.h takes them, the output apart from the input, an F16 "
+                                                 "residual that is the output or apart from it)");
             set_plain_sm90(e, i, "as given");
             continue;
         }
@@ -312,7 +318,8 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
     /* the accumulation of every per-tensor FP8 GEMM cuBLASLt runs, in its note (tprof's kernel says its own) */
     for (int i = 0; i < g->n_ops; i++) {
         const tp_gemm_desc *d = e->gplan[i] ? tp_gemm_plan_desc(e->gplan[i]) : NULL;
-        if (!d || d->ab_dt != TP_E4M3 || d->block128 || e->plain_sm90[i] || e->gelu_sm90[i] >= 0) continue;
+        if (!d || d->ab_dt != TP_E4M3 || d->block128 || d->block_fmt || e->plain_sm90[i] || e->gelu_sm90[i] >= 0)
+            continue;
         const size_t l = strlen(e->impl_note[i]);
         snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s",
                  d->fast_accum ? "FAST_ACCUM: no fp32 promotion" : "fp32 promotion (--fp8-accum promote)");

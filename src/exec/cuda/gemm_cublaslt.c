@@ -22,9 +22,9 @@
  * listed in Tensor Core Usage (i.e. pointers and matrix dimensions must support 16-byte alignment)"). In the
  * mapping above that means (k * 1 byte) % 16 and (ldc * sizeof(D)) % 16, i.e. K % 16 == 0 and N % 8 == 0 for
  * F16/BF16 outputs; M is cuBLAS's n and is free. Both are checked at plan time so an FP8 shape is rejected with
- * TP_ERR_UNSUPPORTED naming the dimension, never left to fail inside cublasLtMatmul. FAST_ACCUM stays off: on
- * Hopper it skips the periodic promotion of the tensor-core partial sums to fp32, and tprof's FP8 engines are
- * meant to measure FP8 storage error, not a reduced-precision accumulator.
+ * TP_ERR_UNSUPPORTED naming the dimension, never left to fail inside cublasLtMatmul. FAST_ACCUM (desc.fast_accum)
+ * skips the periodic promotion of the tensor-core partial sums to fp32 on Hopper; the engines set it unless
+ * --fp8-accum promote (tp_engine_options.fp8_promote), and every FP8 GEMM's note says which.
  * Per-tensor scales: A_SCALE_POINTER (cuBLASLt's A = W) = w_scale, B_SCALE_POINTER (B = activations) = a_scale,
  * so D = (a_scale * w_scale) * (Aq @ Wq^T) + bias; an E4M3 D also takes D_SCALE_POINTER = d_scale, the reciprocal of
  * its storage scale: Dq = sat_e4m3(rne(d_scale * D)) (cuBLASLt applies the D scale after the epilogue). */

@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 if (O8) asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(at), "h"((unsigned short)v) : "memory");
                 else asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
             }
-            __syncwarp();
+            __syncwarp(); /* also orders a residual R == D: every lane has used its R values before any stores */
             if (r < NR - 1) gm_epi_round<F8, O8, GELU, TB>(acc, bpk, r + 1, alpha);
             if constexpr (RES) {
                 if (r < NR - 1) gm_add_round<TO>(acc, rpk, r + 1);
