@@ -68,9 +68,9 @@ static inline int tpk_gemm_sm90_fp8_shape_ok(tp_dtype d_dt, int64_t M, int64_t N
  *   R (M, N) row-major F16 or NULL, 16-byte aligned: a residual added in fp32 before the one rounding (cuBLASLt's
  *        D = alpha A W^T + C + bias with C = R), only with an F16 D, gelu 0 and variant 0; R may be D itself (an
  *        in-place x += proj(...): every element of a tile is read, and its value used, by the warp that later
- *        stores it, with a __syncwarp between), but must not overlap D otherwise. ViT-B/16 at batch 64 on an H200 (gemm_lab fp8): proj + residual
- *        28.0 us, fc2 + residual 56.3, as cuBLASLt with its C (27.9, 56.0); the residual costs 10 and 7 us where
- *        cuBLASLt's costs 5 (bench/results/README.md), so the engines time both.
+ *        stores it, with a __syncwarp between), but must not overlap D otherwise. ViT-B/16 at batch 64 on an H200
+ *        (gemm_lab fp8): proj + residual 28.0 us, fc2 + residual 56.3, as cuBLASLt with its C (27.9, 56.0); the
+ *        residual costs 10 and 7 us where cuBLASLt's costs 5 (bench/results/README.md), so the engines time both.
  *   D F16, or E4M3 codes q = sat(rne(v / d_scale)) with d_scale a device fp32 scalar (kernels.h's rounding of every
  *        E4M3 output); 16-byte aligned, not overlapping A or W;
  *   gelu, variant as tpk_gemm_sm90_variant; an E4M3 D takes gelu.cuh's gelu_as (tpk_gelu's GELU for E4M3 outputs).
