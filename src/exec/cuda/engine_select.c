@@ -157,6 +157,18 @@ static void set_gelu_sm90(tp_engine *e, int i, int gi, const char *why) {
              e->g->ops[i].layer);
 }
 
+/* TP_ERR_UNSUPPORTED for a tprof GEMM choice `what` given for op i that cannot run: the first reason that holds
+ * (no sm_90 kernel here, --gemm cublaslt, FP8 promotion when `promote`, else `rule`, the op's own) */
+static tp_status sm90_refused(const tp_engine *e, int i, int hw, int cublaslt_only, int promote, const char *what,
+                              const char *rule, tp_error *err) {
+    return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: %s asked, but %s", e->g->ops[i].layer, what,
+                   !hw ? "the kernel cannot run here (it needs a compute capability 9.0 GPU and the driver's "
+                         "cuTensorMapEncodeTiled)"
+                   : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
+                   : promote       ? "its FP8 GEMMs promote to fp32 (--fp8-accum promote)"
+                                   : rule);
+}
+
 /* engine_file.c checks an engine file's GEMM choices against this without CUDA's headers (EF_MAX_ALGO) */
 _Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000, "engine_file.c's EF_MAX_ALGO");
 
@@ -179,30 +191,22 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         const int pc = hw && !cublaslt_only && sm90_plain_candidate(e, i);
         if (given && given[i] == TP_GEMM_CHOICE_SM90) {
             if (!pc)
-                return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: tprof's Hopper FP8 GEMM asked, but %s",
-                               g->ops[i].layer,
-                               !hw ? "the kernel cannot run here (it needs a compute capability 9.0 GPU and the "
-                                     "driver's cuTensorMapEncodeTiled)"
-                               : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
-                               : e->fp8_promote ? "its FP8 GEMMs promote to fp32 (--fp8-accum promote)"
-                                               : "this op is not a per-tensor FP8 linear writing F16 (+ residual) or "
-                                                 "E4M3 that the GELU choice does not take (types, K and N as "
-                                                 "gemm_sm90.h takes them, the output apart from the input, an F16 "
-                                                 "residual that is the output or apart from it)");
+                return sm90_refused(e, i, hw, cublaslt_only, e->fp8_promote, "tprof's Hopper FP8 GEMM",
+                                    "this op is not a per-tensor FP8 linear writing F16 (+ residual) or E4M3 that "
+                                    "the GELU choice does not take (types, K and N as gemm_sm90.h takes them, the "
+                                    "output apart from the input, an F16 residual that is the output or apart from "
+                                    "it)",
+                                    err);
             set_plain_sm90(e, i, "as given");
             continue;
         }
         if (given && given[i] == TP_GEMM_CHOICE_SM90_GELU) {
             if (gi < 0)
-                return tp_fail(err, TP_ERR_UNSUPPORTED,
-                               "gemm %s: tprof's Hopper GEMM with the GELU epilogue asked, but %s", g->ops[i].layer,
-                               !hw ? "the kernel cannot run here (it needs a compute capability 9.0 GPU and the "
-                                     "driver's cuTensorMapEncodeTiled)"
-                               : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
-                                               : "this op is not a 16-bit or per-tensor FP8 linear feeding only an "
-                                                 "exact GELU (types, K and N as gemm_sm90.h takes them, the GELU's "
-                                                 "output apart from the GEMM's input; FP8 not with --fp8-accum "
-                                                 "promote)");
+                return sm90_refused(e, i, hw, cublaslt_only, 0, "tprof's Hopper GEMM with the GELU epilogue",
+                                    "this op is not a 16-bit or per-tensor FP8 linear feeding only an exact GELU "
+                                    "(types, K and N as gemm_sm90.h takes them, the GELU's output apart from the "
+                                    "GEMM's input; FP8 not with --fp8-accum promote)",
+                                    err);
             set_gelu_sm90(e, i, gi, "as given");
             continue;
         }
