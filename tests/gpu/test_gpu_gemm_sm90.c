@@ -170,7 +170,8 @@ static double ulp_e4m3(double x, double scale) {
  * an error that moves the value across a midpoint. d_scale of an E4M3 D: the reference's amax / 448 (no
  * saturation). A transposed operand, a wrong K step (128 E4M3 per stage instead of 64 16-bit ones), a missing
  * scale or bias is off by far more. Same shapes as the 16-bit test where N and K allow (N % 16, K % 16), F16 and
- * E4M3 outputs, with and without bias and GELU, both variants bit-identical. */
+ * E4M3 outputs, with and without bias and GELU, the variants bit-identical (v2, 128 x 96 tiles: F16 D only; the
+ * same k32 instructions in the same order per output). */
 START_TEST(test_gemm_sm90_fp8) {
     if (!hopper_or_refused()) return;
     static const int shapes[][3] = {{197, 64, 80},    {591, 144, 208}, {257, 256, 768},   {577, 3072, 768},
@@ -208,7 +209,8 @@ START_TEST(test_gemm_sm90_fp8) {
                     const float ds = odt == TP_E4M3 ? (float)(amax / 448.0) : 1.0f;
                     const float *d_ds = dev_scalar(ds);
                     const float *v0 = NULL;
-                    for (int variant = 0; variant <= 1; variant++) {
+                    for (int variant = 0; variant <= 2; variant++) {
+                        if (variant == 2 && odt != TP_F16) continue;
                         SET_CASE("gemm_sm90_fp8 v%d e4m3 -> %s M=%d N=%d K=%d bias=%d gelu=%d", variant, dname(odt),
                                  M, N, K, has_bias, gelu);
                         void *d_D = dev_alloc(odt, nD + 64);
@@ -242,16 +244,17 @@ START_TEST(test_gemm_sm90_fp8) {
                                           g_case);
                     }
                 }
-        /* the residual epilogue (F16 D, no GELU, variant 0): R in its own buffer (D poisoned), then R = D */
+        /* the residual epilogue (F16 D, no GELU, variants 0 and 2): R in its own buffer (D poisoned), then R = D */
         float *res = host_normal(nD, seed++, 0.0, 1.0);
         round_to(TP_F16, res, nD);
         void *d_R = dev_upload(TP_F16, res, nD, nD);
-        for (int inplace = 0; inplace <= 1; inplace++) {
-            SET_CASE("gemm_sm90_fp8 e4m3 -> f16 + bias + residual%s M=%d N=%d K=%d", inplace ? " (in place)" : "", M,
-                     N, K);
-            void *d_D = inplace ? dev_upload(TP_F16, res, nD, nD + 64) : dev_alloc(TP_F16, nD + 64);
-            KERNEL_OK(tpk_gemm_sm90_fp8(d_A, d_as, d_W, d_ws, d_bias, inplace ? d_D : d_R, d_D, TP_F16, NULL, M, N, K,
-                                        0, 0, g_stream));
+        for (int inplace = 0; inplace <= 3; inplace++) {
+            const int variant = inplace >> 1 ? 2 : 0, in_place = inplace & 1;
+            SET_CASE("gemm_sm90_fp8 v%d e4m3 -> f16 + bias + residual%s M=%d N=%d K=%d", variant,
+                     in_place ? " (in place)" : "", M, N, K);
+            void *d_D = in_place ? dev_upload(TP_F16, res, nD, nD + 64) : dev_alloc(TP_F16, nD + 64);
+            KERNEL_OK(tpk_gemm_sm90_fp8(d_A, d_as, d_W, d_ws, d_bias, in_place ? d_D : d_R, d_D, TP_F16, NULL, M, N,
+                                        K, 0, variant, g_stream));
             const float *got = download_f32(TP_F16, d_D, nD, 1.0f);
             size_t bad = 0, worst = 0;
             double worst_ratio = 0.0;
@@ -327,8 +330,12 @@ START_TEST(test_gemm_sm90_rejects) {
         {"fp8: a_scale not 4-byte aligned",
          tpk_gemm_sm90_fp8(buf, (const float *)(buf + 2), buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 0,
                            g_stream)},
-        {"fp8: variant 2",
-         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 2, g_stream)},
+        {"fp8: variant 3",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 3, g_stream)},
+        {"fp8: variant 2 with an E4M3 D",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_E4M3, sc, 16, 16, 16, 0, 2, g_stream)},
+        {"fp8: variant -1",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, -1, g_stream)},
         {"fp8: residual with an E4M3 D",
          tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, buf, D, TP_E4M3, sc, 16, 16, 16, 0, 0, g_stream)},
         {"fp8: residual with GELU",
@@ -342,11 +349,41 @@ START_TEST(test_gemm_sm90_rejects) {
 }
 END_TEST
 
+/* tpk_gemm_sm90_fp8_pick_variant against the rule in gemm_sm90.h, computed here from the device's SM count: the
+ * busiest SM's work ceil(tiles / SMs) x tile width, 96 against 128 (F16 D only) */
+START_TEST(test_gemm_sm90_fp8_pick) {
+    if (!hopper_or_refused()) return;
+    int dev = 0, sms = 0;
+    CUDA_OK(cudaGetDevice(&dev));
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    static const int shapes[][2] = {{12608, 2304}, {12608, 768}, {12608, 3072}, {197, 768}, {3, 16}, {1576, 384}};
+    int twos = 0;
+    for (size_t c = 0; c < N_OF(shapes); c++) {
+        const long long M = shapes[c][0], N = shapes[c][1], mt = (M + 127) / 128;
+        const long long w128 = (mt * ((N + 127) / 128) + sms - 1) / sms * 128,
+                        w96 = (mt * ((N + 95) / 96) + sms - 1) / sms * 96;
+        const int want = w96 < w128 ? 2 : 0;
+        SET_CASE("gemm_sm90_fp8 pick_variant M=%lld N=%lld on %d SMs", M, N, sms);
+        ck_assert_msg(tpk_gemm_sm90_fp8_pick_variant(TP_F16, (int)M, (int)N) == want, "[%s] want %d", g_case, want);
+        ck_assert_msg(tpk_gemm_sm90_fp8_pick_variant(TP_E4M3, (int)M, (int)N) == 0, "[%s] E4M3 D: want 0", g_case);
+        twos += want == 2;
+    }
+    if (sms == 132) /* H100 SXM / H200: ViT-B/16 batch 64's qkv, proj and fc2 take 96-wide tiles, fc1 not */
+        ck_assert_msg(tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 2304) == 2 &&
+                          tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 768) == 2 &&
+                          tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 3072) == 0,
+                      "ViT-B/16 batch 64 on 132 SMs: want 2, 2, 0");
+    printf("  ok    gemm_sm90_fp8 pick_variant: %d of %d shapes take 96-wide tiles on %d SMs\n", twos, (int)N_OF(shapes),
+           sms);
+}
+END_TEST
+
 Suite *gpu_gemm_sm90_suite(void) {
     Suite *s = suite_create("gpu_gemm_sm90");
     tcase_add_loop_test(new_tcase(s, "gemm_sm90"), test_gemm_sm90, 0, N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_fp8"), test_gemm_sm90_fp8);
     tcase_add_test(new_tcase(s, "gemm_sm90_graph"), test_gemm_sm90_graph);
     tcase_add_test(new_tcase(s, "gemm_sm90_rejects"), test_gemm_sm90_rejects);
+    tcase_add_test(new_tcase(s, "gemm_sm90_fp8_pick"), test_gemm_sm90_fp8_pick);
     return s;
 }

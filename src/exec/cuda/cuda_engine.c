@@ -201,7 +201,10 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
                 rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
                                        e->d_scales + SCALE_SLOT * op->in[1], bias, NULL, e->dptr[gv],
                                        pl->value_dt[gv], e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m,
-                                       (int)op->gemm_n, (int)op->gemm_k, 1, TPK_GEMM_SM90_FP8_DEFAULT_VARIANT, s);
+                                       (int)op->gemm_n, (int)op->gemm_k, 1,
+                                       tpk_gemm_sm90_fp8_pick_variant(pl->value_dt[gv], (int)op->gemm_m,
+                                                                      (int)op->gemm_n),
+                                       s);
             else
                 rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], bias, e->dptr[gv], xdt, (int)op->gemm_m, (int)op->gemm_n,
                                    (int)op->gemm_k, 1, s);
@@ -264,8 +267,9 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
             rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
                                    e->d_scales + SCALE_SLOT * op->in[1], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
                                    res, y, ydt, e->d_scales + SCALE_SLOT * yv, (int)op->gemm_m, (int)op->gemm_n,
-                                   (int)op->gemm_k, 0, res ? 0 : TPK_GEMM_SM90_FP8_DEFAULT_VARIANT, s);
-            break; /* (the residual epilogue exists in variant 0 only) */
+                                   (int)op->gemm_k, 0, tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n),
+                                   s);
+            break;
         }
         cublas = 1;
         rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,

@@ -5,9 +5,10 @@
  * Tiles of 128 x 128, K in steps of one 128-byte swizzle row: 64 16-bit elements, or 128 E4M3 ones (the FP8
  * instantiations: wgmma m64n128k32 e4m3, 32 bytes of K per instruction as k16 of a 16-bit type, so descriptors,
  * stages and swizzle are the same bytes; alpha = a_scale w_scale and the bias in the epilogue, E4M3 outputs
- * rounded as kernels.cu rounds them). ViT-B/16 batch 64 on an H200 (bench/gemm_lab.c fp8): fc1 + GELU -> E4M3 89.7
- * us (variant 0; 96.6 in variant 1: with 128 of K per stage fc1's whole K fits in variant 0's 6 stages), plain
- * GEMMs 2-23% faster than cuBLASLt with its fp32 promotion and within 8% of cuBLASLt without it.
+ * rounded as cuBLASLt rounds them: times the reciprocal of their scale). ViT-B/16 batch 64 on an H200
+ * (bench/gemm_lab.c fp8): fc1 + GELU -> E4M3 89.7 us (variant 0; 96.6 in variant 1: with 128 of K per stage
+ * fc1's whole K fits in variant 0's 6 stages), plain GEMMs 2-23% faster than cuBLASLt with its fp32 promotion and
+ * within 8% of cuBLASLt without it.
  * A residual R (FP8 operands, F16 D; RES): each consumer thread reads R at its accumulators' positions (4-byte
  * pairs of the C layout) into registers before the K loop, rows 0-63 of the tile (32 registers; the rows 64-127
  * go into L2 then and into the same registers once rounds 0 and 1 have used them: 64 would not fit beside the
@@ -33,6 +34,11 @@
  *       (mbarriers hfull / hempty per consumer: count 128 / 96) and then writes rows 0-63 itself; the helpers add
  *       the bias, apply the GELU and store those rows (8 bytes per lane, whole rows per warp). The buffers take
  *       the room of two ring stages (4 instead of 6). Results are bit-identical to variant 0 (same arithmetic).
+ *   Variant 2 (E4M3 operands, F16 D; BN = 96): variant 0 with 128 x 96 tiles (wgmma m64n96k32, 96 accumulators per
+ *       consumer thread, 28 KB stages). A persistent CTA runs its tiles one after another, so a GEMM takes about
+ *       ceil(tiles / SMs) tile times: ViT-B/16 batch 64's N 768 GEMMs (proj, fc2) have 594 tiles of 128 x 128 on
+ *       132 SMs (5 on some SMs, 4 on others) but 792 of 128 x 96 (6 on every SM, each 3/4 of the work), and qkv
+ *       (N 2304) 1782 (14) against 2376 (18); tpk_gemm_sm90_fp8_pick_variant applies that rule.
  * Where the time goes (ViT-B/16 batch 64 shapes, bench/gemm_lab.c, a globaltimer trace of one SM, nvidia-smi
  * during a sustained run; bench/results/README.md): plain GEMMs run 2-14% behind cuBLASLt's best heuristic
  * algorithm (H200 f16: proj 28.2 vs 27.7 us, qkv 72.1 vs 70.6, fc1 93.1 vs 85.5, fc2 94.2 vs 82.4). fc1 + GELU: on
@@ -58,26 +64,27 @@
 
 #define TPK_INVALID ((int)cudaErrorInvalidValue)
 #define GM_BM 128
-#define GM_BN 128
+#define GM_BN 128 /* the N extent of a tile; variant 2 (E4M3 operands, F16 D) has GM_BN96 */
+#define GM_BN96 96
 #define GM_ROWB 128 /* bytes of K per stage row: one swizzle row */
 #define GM_THREADS 384 /* a producer warpgroup (one thread issues the TMA) + two consumer warpgroups */
 #define GM_TILE_A (GM_BM * GM_ROWB)
-#define GM_TILE_B (GM_BN * GM_ROWB)
-#define GM_STAGE (GM_TILE_A + GM_TILE_B)
-#define GM_STAGES 6 /* variant 0; variant 1 has GM_STAGES_H (its helpers' buffers take the rest) */
+#define GM_STAGE(bn) (GM_TILE_A + (bn) * GM_ROWB) /* a multiple of 1024 bytes for bn 128 and 96 */
+#define GM_STAGES 6 /* variants 0 and 2; variant 1 has GM_STAGES_H (its helpers' buffers take the rest) */
 #define GM_STAGES_H 4
-/* the epilogue's staging rows: per consumer warp 8 rows of GM_BN 16-bit values, each row padded by 16 bytes (a
- * row then starts 4 banks after the previous one: the 8 rows x 4 lanes of a C-layout store hit 32 banks) */
-#define GM_STG_ROW (GM_BN * 2 + 16)
-#define GM_STG_WARP (8 * GM_STG_ROW)
+/* the epilogue's staging rows: per consumer warp 8 rows of bn 16-bit values, each row padded by 16 bytes (a row
+ * then starts 4 banks (bn 128) or 20 (bn 96) after the previous one: the 8 rows x 4 lanes of a C-layout store hit
+ * 32 banks) */
+#define GM_STG_ROW(bn) ((bn) * 2 + 16)
+#define GM_STG_WARP(bn) (8 * GM_STG_ROW(bn))
 /* variant 1: per consumer warpgroup a buffer of its tile's rows 64-127 in fp32 for the helper warps, rows padded by
  * 32 bytes (8 banks: the 4 rows x 4 lanes x 8 bytes of a half-warp's C-layout store hit 32 banks) */
 #define GM_HB_ROW (GM_BN * 4 + 32)
 #define GM_HB (64 * GM_HB_ROW)
 #define GM_HELPERS 96 /* warps 1-3 of the producer warpgroup */
 /* 1024: slack to align the stages to 1024 bytes */
-#define GM_SMEM_V(help)                                                                                             \
-    (1024 + ((help) ? GM_STAGES_H : GM_STAGES) * GM_STAGE + 8 * GM_STG_WARP + ((help) ? 2 * GM_HB : 0))
+#define GM_SMEM(help, bn)                                                                                           \
+    (1024 + ((help) ? GM_STAGES_H : GM_STAGES) * GM_STAGE(bn) + 8 * GM_STG_WARP(bn) + ((help) ? 2 * GM_HB : 0))
 
 /* ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ------------------------------------------------ */
 
@@ -140,34 +147,27 @@ template <int F8, int O8, int GELU> __device__ __forceinline__ float gm_epi(floa
     return v;
 }
 
-/* an E4M3 output's storage scale s and r = RN(1 / s) */
-typedef struct {
-    float s, r;
-} gm_oscale;
-
-/* v / s correctly rounded (div_rn); where that is not finite (v / s beyond fp32) the plain product, which
- * saturates like kernels.cu's division */
-__device__ __forceinline__ float gm_div(float v, gm_oscale o) {
-    const float q1 = div_rn(v, o.s, o.r);
-    return isfinite(q1) ? q1 : v * o.r;
-}
-
-/* two outputs packed for storing: a 16-bit type in a 32-bit word (lo first); E4M3 as sat(rne(v / s)) in bits
- * 0-15 (cvt.rn.satfinite.e4m3x2, kernels.cu's rounding of every E4M3 output) */
-__device__ __forceinline__ uint32_t gm_pack(float x, float y, gm_oscale, __half) { return pack2(x, y, __half()); }
-__device__ __forceinline__ uint32_t gm_pack(float x, float y, gm_oscale, __nv_bfloat16) {
+/* two outputs packed for storing: a 16-bit type in a 32-bit word (lo first); E4M3 as sat(rne(RN(v r))) in bits
+ * 0-15, r = RN(1 / d_scale) (cvt.rn.satfinite.e4m3x2). The product by the reciprocal is cuBLASLt's rounding of an
+ * E4M3 D (it multiplies by the D scale it is given, gemm_cublaslt.c passes 1 / s), not kernels.cu's correctly
+ * rounded quotient: the two differ by at most 1.5 fp32 ulps before the E4M3 rounding, so a code moves (by one)
+ * only where v / s lies that close to a midpoint of the E4M3 grid. The correction to the quotient (two FMAs and a
+ * finiteness check per output) cost fc1 + GELU -> E4M3 ~X us of 86 on an H200 (bench/results/README.md): that
+ * epilogue is bound by the SMs' instruction issue. Infinities saturate, NaN stays NaN, as in the division. */
+__device__ __forceinline__ uint32_t gm_pack(float x, float y, float, __half) { return pack2(x, y, __half()); }
+__device__ __forceinline__ uint32_t gm_pack(float x, float y, float, __nv_bfloat16) {
     return pack2(x, y, __nv_bfloat16());
 }
-__device__ __forceinline__ uint32_t gm_pack(float x, float y, gm_oscale o, e4m3_t) {
-    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(gm_div(x, o), gm_div(y, o)), __NV_SATFINITE, __NV_E4M3);
+__device__ __forceinline__ uint32_t gm_pack(float x, float y, float r, e4m3_t) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(x * r, y * r), __NV_SATFINITE, __NV_E4M3);
 }
 
 /* gm_epi on round r's accumulators (bias as packed pairs of TB, gm_unpack2), in place */
-template <int F8, int O8, int GELU, typename TB>
+template <int F8, int O8, int GELU, typename TB, int BN>
 __device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, int r, float alpha) {
 #pragma unroll
-    for (int j = 0; j < GM_BN / 8; j++) {
-        float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
+    for (int j = 0; j < BN / 8; j++) {
+        float *aj = acc + (r >> 1) * (BN / 2) + 4 * j + 2 * (r & 1);
         const float2 b = gm_unpack2(bpk[j], TB());
         aj[0] = gm_epi<F8, O8, GELU>(aj[0], alpha, b.x), aj[1] = gm_epi<F8, O8, GELU>(aj[1], alpha, b.y);
     }
@@ -175,26 +175,34 @@ __device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, in
 
 /* the residual pairs (TR, packed) at a consumer lane's accumulators of rows 64 h .. 64 h + 63 of the tile at (m0,
  * n0): rpk[16 (r % 2) + j] for round r = 2 h + r % 2 (gm_epi_round's rows and columns); 0 outside R */
-template <typename TR>
+template <int BN, typename TR>
 __device__ __forceinline__ void gm_load_res(uint32_t *rpk, const TR *R, int m0, int n0, int h, int warp, int lane,
                                             int M, int N) {
 #pragma unroll
     for (int q = 0; q < 2; q++)
 #pragma unroll
-        for (int j = 0; j < GM_BN / 8; j++) {
+        for (int j = 0; j < BN / 8; j++) {
             const int m = m0 + 64 * h + warp * 16 + 8 * q + (lane >> 2), n = n0 + 8 * j + 2 * (lane & 3);
-            rpk[q * (GM_BN / 8) + j] = m < M && n < N ? ld_global_b32(R + (size_t)m * N + n) : 0u;
+            rpk[q * (BN / 8) + j] = m < M && n < N ? ld_global_b32(R + (size_t)m * N + n) : 0u;
         }
 }
 
 /* round r's accumulators += the residual pairs rpk[16 (r % 2) + j] (gm_load_res) */
-template <typename TR> __device__ __forceinline__ void gm_add_round(float *acc, const uint32_t *rpk, int r) {
+template <typename TR, int BN>
+__device__ __forceinline__ void gm_add_round(float *acc, const uint32_t *rpk, int r) {
 #pragma unroll
-    for (int j = 0; j < GM_BN / 8; j++) {
-        float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
-        const float2 v = gm_unpack2(rpk[(r & 1) * (GM_BN / 8) + j], TR());
+    for (int j = 0; j < BN / 8; j++) {
+        float *aj = acc + (r >> 1) * (BN / 2) + 4 * j + 2 * (r & 1);
+        const float2 v = gm_unpack2(rpk[(r & 1) * (BN / 8) + j], TR());
         aj[0] += v.x, aj[1] += v.y;
     }
+}
+
+/* one k step of a 64 x BN block: wgmma m64n128 (any operand type) or m64n96 (E4M3) */
+template <int BN, typename TI>
+__device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int accumulate, TI tag) {
+    if constexpr (BN == GM_BN96) wg_ss_n96_e4(acc, da, db, accumulate);
+    else wg_ss_n128(acc, da, db, accumulate, tag);
 }
 
 /* ---- the kernel ---------------------------------------------------------------------------------------------------- */
@@ -204,7 +212,7 @@ template <typename TR> __device__ __forceinline__ void gm_add_round(float *acc, 
  * consumer warpgroup's epilogue writes its whole tile); 1: variant 1 (rows 64-127 of each tile go through shared
  * memory to the helper warps). a_scale, w_scale: E4M3 operands' storage scales; d_scale: an E4M3 output's (device
  * pointers, read once per thread: graph replays see their current values). */
-template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES>
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN>
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                      const TB *__restrict__ bias, const TO *R, TO *D, const float *__restrict__ a_scale,
@@ -215,16 +223,18 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
     /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
     __shared__ __align__(8) uint64_t bars[2 * GM_STAGES + 4];
     static_assert(!RES || (sizeof(TO) == 2 && !GELU && !HELP), "the residual epilogue: 16-bit D, variant 0, no GELU");
+    static_assert(BN == GM_BN || (BN == GM_BN96 && sizeof(TI) == 1 && sizeof(TO) == 2 && !HELP),
+                  "96-wide tiles: E4M3 operands, F16 D, no helpers");
     const int S = HELP ? GM_STAGES_H : GM_STAGES;
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
     const int tid = threadIdx.x, wg = tid >> 7;
     const int BK = GM_ROWB / (int)sizeof(TI), KT = (K + BK - 1) / BK;
-    const int tiles_n = (N + GM_BN - 1) / GM_BN, tiles = tiles_n * ((M + GM_BM - 1) / GM_BM);
+    const int tiles_n = (N + BN - 1) / BN, tiles = tiles_n * ((M + GM_BM - 1) / GM_BM);
 #define FULL(s) (bar0 + 8u * (uint32_t)(s))
 #define EMPTY(s) (bar0 + 8u * (uint32_t)(GM_STAGES + (s)))
 #define HFULL(c) (bar0 + 8u * (uint32_t)(2 * GM_STAGES + (c)))
 #define HEMPTY(c) (bar0 + 8u * (uint32_t)(2 * GM_STAGES + 2 + (c)))
-    const uint32_t hbuf = base + S * GM_STAGE + 8 * GM_STG_WARP; /* variant 1: the helper buffers */
+    const uint32_t hbuf = base + S * GM_STAGE(BN) + 8 * GM_STG_WARP(BN); /* variant 1: the helper buffers */
     if (tid == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(FULL(s), 1);    /* the producer's expect_tx; the TMA bytes complete the phase */
@@ -238,8 +248,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
     }
     __syncthreads();
     const float alpha = F8 ? __ldg(a_scale) * __ldg(w_scale) : 1.0f;
-    gm_oscale os = {1.0f, 1.0f};
-    if (O8) os.s = __ldg(d_scale), os.r = __frcp_rn(os.s);
+    const float os = O8 ? __frcp_rn(__ldg(d_scale)) : 1.0f; /* r = RN(1 / d_scale): gm_pack */
 
     /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
      * pipeline's steps i KT .. i KT + KT - 1 (stage = step % S, phase = (step / S) & 1) */
@@ -250,11 +259,11 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         if (tid == 0) {
             uint32_t step = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * GM_BN;
+                const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * BN;
                 for (int kt = 0; kt < KT; kt++, step++) {
-                    const uint32_t s = step % S, ph = (step / S) & 1u, sa = base + s * GM_STAGE;
+                    const uint32_t s = step % S, ph = (step / S) & 1u, sa = base + s * GM_STAGE(BN);
                     mbar_wait(EMPTY(s), ph ^ 1u);
-                    mbar_expect_tx(FULL(s), GM_STAGE);
+                    mbar_expect_tx(FULL(s), GM_STAGE(BN));
                     tma_load_2d(sa, &tmA, kt * BK, m0, FULL(s));
                     tma_load_2d(sa + GM_TILE_A, &tmB, kt * BK, n0, FULL(s));
                 }
@@ -265,7 +274,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
              * 4 l .. 4 l + 3 (16 bytes of fp32 in, 4 outputs out: a warp reads and writes whole rows). */
             const int hw = (tid >> 5) - 1, lane = tid & 31;
             for (int i = 0, t = blockIdx.x; t < tiles; i++, t += gridDim.x) {
-                const int c = i & 1, m0 = (t / tiles_n) * GM_BM + 64, n = (t % tiles_n) * GM_BN + 4 * lane;
+                const int c = i & 1, m0 = (t / tiles_n) * GM_BM + 64, n = (t % tiles_n) * BN + 4 * lane;
                 float2 b01 = make_float2(0.0f, 0.0f), b23 = b01;
                 if (bias && n < N) { /* 4-byte aligned: two pairs */
                     b01 = gm_unpack2(__ldg(reinterpret_cast<const unsigned int *>(bias + n)), TB());
@@ -303,38 +312,38 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
      * the other's MMAs, and a warpgroup starts waiting on the full barrier of step i KT only after the other has
      * consumed step i KT - 1: a phase-parity wait would pass on an older phase of the same parity otherwise. */
     const int c = wg - 1, ctid = tid & 127, warp = ctid >> 5, lane = tid & 31;
-    float acc[GM_BN]; /* rows 0-63: acc[0 .. GM_BN/2), rows 64-127: acc[GM_BN/2 .. GM_BN) (m64nBN C layout each) */
+    float acc[BN]; /* rows 0-63: acc[0 .. BN/2), rows 64-127: acc[BN/2 .. BN) (m64nBN C layout each) */
     for (int i = c, t = blockIdx.x + c * gridDim.x; t < tiles; i += 2, t += 2 * gridDim.x) {
-        const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * GM_BN;
+        const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * BN;
         uint32_t step = (uint32_t)i * (uint32_t)KT;
         /* this lane's bias pairs (columns n0 + 8 j + 2 (lane % 4), + 1), loaded now so the K loop hides them */
-        uint32_t bpk[GM_BN / 8];
+        uint32_t bpk[BN / 8];
 #pragma unroll
-        for (int j = 0; j < GM_BN / 8; j++) {
+        for (int j = 0; j < BN / 8; j++) {
             const int n = n0 + 8 * j + 2 * (lane & 3);
             bpk[j] = bias && n < N ? __ldg(reinterpret_cast<const unsigned int *>(bias + n)) : 0u; /* N % 8 == 0 */
         }
         /* the residual at this lane's accumulators of rows 0-63 (rounds 0 and 1), loaded now so the K loop hides
          * their latency (rows 64-127 into L2 now, into these registers once rounds 0 and 1 have used them: the
          * whole tile's would not fit beside the accumulators); added in fp32 before the one rounding */
-        uint32_t rpk[RES ? 2 * GM_BN / 8 : 1];
+        uint32_t rpk[RES ? 2 * BN / 8 : 1];
         if constexpr (RES) {
-            gm_load_res(rpk, R, m0, n0, 0, warp, lane, M, N);
+            gm_load_res<BN>(rpk, R, m0, n0, 0, warp, lane, M, N);
             if (m0 + 64 + (ctid >> 1) < M && n0 + 64 * (ctid & 1) < N)
                 asm volatile("prefetch.global.L2 [%0];\n" ::"l"(R + (size_t)(m0 + 64 + (ctid >> 1)) * N + n0 +
                                                                  64 * (ctid & 1)));
         }
         if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(2 - c) : "memory"); /* the other's K loop is done */
         for (int kt = 0; kt < KT; kt++, step++) {
-            const uint32_t s = step % S, sa = base + s * GM_STAGE;
+            const uint32_t s = step % S, sa = base + s * GM_STAGE(BN);
             mbar_wait(FULL(s), (step / S) & 1u);
             const uint64_t da = wg_make_desc(sa, 1024, 1), db = wg_make_desc(sa + GM_TILE_A, 1024, 1);
             wg_fence_regs(acc);
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) { /* +32 bytes (2 in descriptor units) per k16 / k32; rows 64.. 8 KB on */
-                wg_ss_n128(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TI());
-                wg_ss_n128(acc + GM_BN / 2, da + 512 + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TI());
+                gm_mma<BN>(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TI());
+                gm_mma<BN>(acc + BN / 2, da + 512 + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TI());
             }
             wg_commit();
             wg_wait1(); /* the previous step's wgmma's are done: its stage may be overwritten */
@@ -347,7 +356,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         wg_fence_regs(acc);
         mbar_arrive(EMPTY((step - 1) % S));
 
-        /* epilogue, in 4 rounds of 8 rows (r: the warp's rows 64 (r / 2) + 16 warp + 8 (r % 2) + 0..7, 2 GM_BN / 8
+        /* epilogue, in 4 rounds of 8 rows (r: the warp's rows 64 (r / 2) + 16 warp + 8 (r % 2) + 0..7, 2 BN / 8
          * accumulators per lane): scale, bias (fetched before the K loop) and GELU in fp32, one rounding, then out
          * through this warp's staging rows. The C layout gives a lane 2 outputs of 8 rows per store; through shared
          * memory each lane stores 16 bytes and a warp whole rows. The next round's GELU is issued between this
@@ -358,36 +367,36 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             const uint32_t hb = hbuf + (uint32_t)(c * GM_HB) + (uint32_t)((warp * 16 + (lane >> 2)) * GM_HB_ROW) +
                                 8u * (uint32_t)(lane & 3);
 #pragma unroll
-            for (int j = 0; j < GM_BN / 8; j++)
+            for (int j = 0; j < BN / 8; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
                     asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n"
                                  ::"r"(hb + (uint32_t)(8 * h * GM_HB_ROW + 32 * j)),
-                                 "f"(acc[GM_BN / 2 + 4 * j + 2 * h]), "f"(acc[GM_BN / 2 + 4 * j + 2 * h + 1])
+                                 "f"(acc[BN / 2 + 4 * j + 2 * h]), "f"(acc[BN / 2 + 4 * j + 2 * h + 1])
                                  : "memory");
             mbar_arrive(HFULL(c));
         }
         const int NR = HELP ? 2 : 4; /* rounds this warpgroup writes */
-        /* a staged row: GM_BN outputs, CH chunks of 16 bytes (16 for a 16-bit type, 8 for E4M3) */
-        enum { OB = sizeof(TO), CH = GM_BN * sizeof(TO) / 16 };
-        const uint32_t stg = base + S * GM_STAGE + (uint32_t)((c * 4 + warp) * GM_STG_WARP);
-        gm_epi_round<F8, O8, GELU, TB>(acc, bpk, 0, alpha);
-        if constexpr (RES) gm_add_round<TO>(acc, rpk, 0);
+        /* a staged row: BN outputs, CH chunks of 16 bytes (16 for a 16-bit type, 8 for E4M3) */
+        enum { OB = sizeof(TO), CH = BN * sizeof(TO) / 16 };
+        const uint32_t stg = base + S * GM_STAGE(BN) + (uint32_t)((c * 4 + warp) * GM_STG_WARP(BN));
+        gm_epi_round<F8, O8, GELU, TB, BN>(acc, bpk, 0, alpha);
+        if constexpr (RES) gm_add_round<TO, BN>(acc, rpk, 0);
 #pragma unroll
         for (int r = 0; r < NR; r++) {
 #pragma unroll
-            for (int j = 0; j < GM_BN / 8; j++) {
-                const float *aj = acc + (r >> 1) * (GM_BN / 2) + 4 * j + 2 * (r & 1);
+            for (int j = 0; j < BN / 8; j++) {
+                const float *aj = acc + (r >> 1) * (BN / 2) + 4 * j + 2 * (r & 1);
                 const uint32_t v = gm_pack(aj[0], aj[1], os, TO()),
-                               at = stg + (lane >> 2) * GM_STG_ROW + 8 * OB * j + 2 * OB * (lane & 3);
+                               at = stg + (lane >> 2) * GM_STG_ROW(BN) + 8 * OB * j + 2 * OB * (lane & 3);
                 if (O8) asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(at), "h"((unsigned short)v) : "memory");
                 else asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
             }
             __syncwarp(); /* also orders a residual R == D: every lane has used its R values before any stores */
-            if (r < NR - 1) gm_epi_round<F8, O8, GELU, TB>(acc, bpk, r + 1, alpha);
+            if (r < NR - 1) gm_epi_round<F8, O8, GELU, TB, BN>(acc, bpk, r + 1, alpha);
             if constexpr (RES) {
-                if (r < NR - 1) gm_add_round<TO>(acc, rpk, r + 1);
-                if (r == 0) gm_load_res(rpk, R, m0, n0, 1, warp, lane, M, N); /* rounds 2 and 3 */
+                if (r < NR - 1) gm_add_round<TO, BN>(acc, rpk, r + 1);
+                if (r == 0) gm_load_res<BN>(rpk, R, m0, n0, 1, warp, lane, M, N); /* rounds 2 and 3 */
             }
             const int mr = m0 + 64 * (r >> 1) + warp * 16 + 8 * (r & 1);
 #pragma unroll
@@ -397,7 +406,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 uint4 v;
                 asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                              : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                             : "r"(stg + row * GM_STG_ROW + 16 * ch)
+                             : "r"(stg + row * GM_STG_ROW(BN) + 16 * ch)
                              : "memory");
                 if (m < M && n < N) *reinterpret_cast<uint4 *>(D + (size_t)m * N + n) = v; /* N % (16 / OB) == 0 */
             }
@@ -466,22 +475,29 @@ typedef struct {
     int M, N, K;
 } gm_args;
 
-template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES>
+/* the SM count of the current device (0 when it cannot be read) */
+static int gm_sms(void) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 0;
+    return sms;
+}
+
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN>
 static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     CUtensorMap ma, mb;
-    if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) || gm_map(enc, &mb, a->W, a->in_dt, a->N, a->K, GM_BN))
+    if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) || gm_map(enc, &mb, a->W, a->in_dt, a->N, a->K, BN))
         return TPK_INVALID;
-    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM_V(HELP));
+    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM(HELP, BN));
     if (e != cudaSuccess) return (int)e;
-    int dev = 0, sms = 0;
-    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
-        (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
-        return (int)e;
-    const long long tiles = (long long)((a->N + GM_BN - 1) / GM_BN) * ((a->M + GM_BM - 1) / GM_BM);
+    const int sms = gm_sms();
+    if (sms <= 0) return (int)cudaErrorInvalidDevice;
+    const long long tiles = (long long)((a->N + BN - 1) / BN) * ((a->M + GM_BM - 1) / GM_BM);
     if (tiles > 0x7fffffffLL) return TPK_INVALID;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
-    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES><<<grid, GM_THREADS, GM_SMEM_V(HELP), s>>>(
+    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN><<<grid, GM_THREADS, GM_SMEM(HELP, BN), s>>>(
         ma, mb, (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
         a->K);
     return (int)cudaGetLastError();
@@ -489,15 +505,16 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
 
 template <typename TI, typename TB, typename TO>
 static int gm_launch_v(encode_tiled_fn enc, const gm_args *a, int gelu, int variant, cudaStream_t s) {
-    if (variant) return gelu ? gm_launch<TI, TB, TO, 1, 1, 0>(enc, a, s) : gm_launch<TI, TB, TO, 0, 1, 0>(enc, a, s);
-    return gelu ? gm_launch<TI, TB, TO, 1, 0, 0>(enc, a, s) : gm_launch<TI, TB, TO, 0, 0, 0>(enc, a, s);
+    if (variant == 1)
+        return gelu ? gm_launch<TI, TB, TO, 1, 1, 0, GM_BN>(enc, a, s) : gm_launch<TI, TB, TO, 0, 1, 0, GM_BN>(enc, a, s);
+    return gelu ? gm_launch<TI, TB, TO, 1, 0, 0, GM_BN>(enc, a, s) : gm_launch<TI, TB, TO, 0, 0, 0, GM_BN>(enc, a, s);
 }
 
 /* the checks both entry points share: flags, operand and output pointers, the device and its encoder (looked up
  * once per call); NULL when one fails */
 static encode_tiled_fn gm_check(const void *A, const void *W, const void *bias, const void *D, int gelu,
-                                int variant) {
-    if ((gelu != 0 && gelu != 1) || (variant != 0 && variant != 1)) return NULL;
+                                int variant, int max_variant) {
+    if ((gelu != 0 && gelu != 1) || variant < 0 || variant > max_variant) return NULL;
     if (!A || !W || !D || ((uintptr_t)A & 15) || ((uintptr_t)W & 15) || ((uintptr_t)D & 15) || ((uintptr_t)bias & 3))
         return NULL;
     return gm_sm90_device() ? gm_encoder() : NULL;
@@ -506,7 +523,7 @@ static encode_tiled_fn gm_check(const void *A, const void *W, const void *bias, 
 int tpk_gemm_sm90_variant(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
                           int gelu, int variant, tp_stream stream) {
     if (!tpk_gemm_sm90_shape_ok(dt, M, N, K)) return TPK_INVALID;
-    encode_tiled_fn enc = gm_check(A, W, bias, D, gelu, variant);
+    encode_tiled_fn enc = gm_check(A, W, bias, D, gelu, variant, 1);
     if (!enc) return TPK_INVALID;
     const gm_args a = {A, W, bias, NULL, D, NULL, NULL, NULL, dt, M, N, K};
     cudaStream_t s = (cudaStream_t)stream;
@@ -524,13 +541,29 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
                       int variant, tp_stream stream) {
     if (!tpk_gemm_sm90_fp8_shape_ok(d_dt, M, N, K) || !a_scale || !w_scale || ((uintptr_t)a_scale & 3) ||
         ((uintptr_t)w_scale & 3) || (d_dt == TP_E4M3 && (!d_scale || ((uintptr_t)d_scale & 3))) ||
-        (R && (d_dt != TP_F16 || gelu || variant || ((uintptr_t)R & 15))))
+        (R && (d_dt != TP_F16 || gelu || variant == 1 || ((uintptr_t)R & 15))) || (variant == 2 && d_dt != TP_F16))
         return TPK_INVALID;
-    encode_tiled_fn enc = gm_check(A, W, bias, D, gelu, variant);
+    encode_tiled_fn enc = gm_check(A, W, bias, D, gelu, variant, 2);
     if (!enc) return TPK_INVALID;
     const gm_args a = {A, W, bias, R, D, a_scale, w_scale, d_dt == TP_E4M3 ? d_scale : NULL, TP_E4M3, M, N, K};
     cudaStream_t s = (cudaStream_t)stream;
-    if (R) return gm_launch<e4m3_t, __half, __half, 0, 0, 1>(enc, &a, s);
+    if (variant == 2) {
+        if (R) return gm_launch<e4m3_t, __half, __half, 0, 0, 1, GM_BN96>(enc, &a, s);
+        return gelu ? gm_launch<e4m3_t, __half, __half, 1, 0, 0, GM_BN96>(enc, &a, s)
+                    : gm_launch<e4m3_t, __half, __half, 0, 0, 0, GM_BN96>(enc, &a, s);
+    }
+    if (R) return gm_launch<e4m3_t, __half, __half, 0, 0, 1, GM_BN>(enc, &a, s);
     return d_dt == TP_E4M3 ? gm_launch_v<e4m3_t, __half, e4m3_t>(enc, &a, gelu, variant, s)
                            : gm_launch_v<e4m3_t, __half, __half>(enc, &a, gelu, variant, s);
+}
+
+int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N) {
+    const int sms = gm_sms();
+    if (d_dt != TP_F16 || sms <= 0 || M <= 0 || N <= 0) return 0;
+    /* per SM, tiles run one after the other on the tensor cores, each for a time proportional to its width: the
+     * busiest SM's share of the work is ceil(tiles / SMs) x width */
+    const long long mt = (M + GM_BM - 1) / GM_BM, t128 = mt * ((N + GM_BN - 1) / GM_BN),
+                    t96 = mt * ((N + GM_BN96 - 1) / GM_BN96);
+    const long long w128 = (t128 + sms - 1) / sms * GM_BN, w96 = (t96 + sms - 1) / sms * GM_BN96;
+    return w96 < w128 ? 2 : 0;
 }

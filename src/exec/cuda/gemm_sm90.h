@@ -66,31 +66,41 @@ static inline int tpk_gemm_sm90_fp8_shape_ok(tp_dtype d_dt, int64_t M, int64_t N
  *        (device fp32 scalars: the real value of a code q is q * scale, formats/qformat.h);
  *   bias (N) F16 or NULL, 4-byte aligned (cuBLASLt's bias type for FP8 GEMMs);
  *   R (M, N) row-major F16 or NULL, 16-byte aligned: a residual added in fp32 before the one rounding (cuBLASLt's
- *        D = alpha A W^T + C + bias with C = R), only with an F16 D, gelu 0 and variant 0; R may be D itself (an
+ *        D = alpha A W^T + C + bias with C = R), only with an F16 D, gelu 0 and variant 0 or 2; R may be D itself (an
  *        in-place x += proj(...): every element of a tile is read, and its value used, by the warp that later
  *        stores it, with a __syncwarp between), but must not overlap D otherwise. ViT-B/16 at batch 64 on an H200
  *        (gemm_lab fp8): proj + residual 28.0 us, fc2 + residual 56.3, as cuBLASLt with its C (27.9, 56.0); the
  *        residual costs 10 and 7 us where cuBLASLt's costs 5 (bench/results/README.md), so the engines time both.
- *   D F16, or E4M3 codes q = sat(rne(v / d_scale)) with d_scale a device fp32 scalar (kernels.h's rounding of every
- *        E4M3 output); 16-byte aligned, not overlapping A or W;
- *   gelu, variant as tpk_gemm_sm90_variant; an E4M3 D takes gelu.cuh's gelu_as (tpk_gelu's GELU for E4M3 outputs).
+ *   D F16, or E4M3 codes q = sat(rne(v r)), r = RN(1 / d_scale), d_scale a device fp32 scalar: cuBLASLt's rounding
+ *        of an E4M3 D (a product by the reciprocal; kernels.h's kernels divide, and the two codes differ, by one,
+ *        only where v / d_scale lies within 1.5 fp32 ulps of an E4M3 midpoint); 16-byte aligned, not overlapping A
+ *        or W;
+ *   gelu as tpk_gemm_sm90_variant; an E4M3 D takes gelu.cuh's gelu_as (tpk_gelu's GELU for E4M3 outputs);
+ *   variant 0 or 1 as tpk_gemm_sm90_variant, or 2 (an F16 D only): variant 0 with tiles of 128 x 96 instead of
+ *        128 x 128 (wgmma m64n96k32), for the shapes where 96-wide tiles spread more evenly over the SMs
+ *        (tpk_gemm_sm90_fp8_pick_variant).
  * K moves in steps of 128 (wgmma m64n128k32 e4m3, fp32 accumulators); the scales and the bias are applied in fp32
  * to the accumulators, one rounding. Accumulation: the tensor cores' own, without the periodic promotion of partial
  * sums into separate fp32 registers that cuBLASLt does with FAST_ACCUM off (gemm_cublaslt.c): a 128 x 128 tile per
  * consumer warpgroup leaves no registers for a second set. bench/gemm_lab.c measures what that costs in accuracy.
  * Errors: as tpk_gemm_sm90_variant, and cudaErrorInvalidValue when tpk_gemm_sm90_fp8_shape_ok fails, a scale
- * pointer is NULL (d_scale: only with an E4M3 D) or not 4-byte aligned, or R is misaligned or given with an E4M3 D,
- * gelu 1 or variant 1. */
+ * pointer is NULL (d_scale: only with an E4M3 D) or not 4-byte aligned, R is misaligned or given with an E4M3 D,
+ * gelu 1 or variant 1, or variant 2 is asked with an E4M3 D. */
 int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const float *w_scale, const void *bias,
                       const void *R, void *D, tp_dtype d_dt, const float *d_scale, int M, int N, int K, int gelu,
                       int variant, tp_stream stream);
 
 /* the variant tpk_gemm_sm90 runs (bench/results: gemm_lab) */
 #define TPK_GEMM_SM90_DEFAULT_VARIANT(gelu) ((gelu) ? 1 : 0)
-/* the variant the FP8 engines run tpk_gemm_sm90_fp8 in: 0, with or without GELU. An E4M3 stage holds 128 of K, so
- * ViT-B's fc1 (K 768) fits in variant 0's 6 stages and runs no faster with fewer stages and helper warps (H100,
- * fc1 + GELU -> E4M3 at batch 64: v0 88.8 us, v1 95.4 us; bench/results/README.md, gemm_lab fp8) */
-#define TPK_GEMM_SM90_FP8_DEFAULT_VARIANT 0
+/* The variant the FP8 engines run tpk_gemm_sm90_fp8 in for a D (M, N) of d_dt on the current device: 2 for an F16 D
+ * where 128 x 96 tiles put less work on the busiest SM than 128 x 128 ones (the kernel is persistent, and an SM
+ * runs its tiles one after another, each for a time proportional to its width: work = ceil(tiles / SMs) x width;
+ * ViT-B/16 batch 64 on 132 SMs: qkv (N 2304) 18 x 96 against 14 x 128, proj and fc2 (N 768) 6 x 96 against
+ * 5 x 128), 0 otherwise (an E4M3 D; fc1's N 3072 is 18 x 128 either way). Variant 1 (helper warps) is never the
+ * choice: with 128 of K per E4M3 stage fc1's K 768 fits in variant 0's 6 stages and runs no faster with 4 and the
+ * helpers (H100, fc1 + GELU -> E4M3 at batch 64: v0 88.8 us, v1 95.4; bench/results/README.md, gemm_lab fp8).
+ * Returns 0 when the device cannot be queried. */
+int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N);
 
 #ifdef __cplusplus
 }
