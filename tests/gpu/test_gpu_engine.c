@@ -38,6 +38,7 @@
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cuda/attention_wgmma.h"
 #include "exec/cuda/cuda_engine.h"
+#include "exec/cuda/gemm_sm90.h"
 #include "models/vit.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
@@ -577,6 +578,12 @@ START_TEST(test_engine_gelu_sm90) {
                                                                                         : "tprof sm90 GEMM"));
             if (gc[i] == TP_GEMM_CHOICE_SM90 && strstr(g.ops[i].layer, "qkv") == NULL)
                 ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), "+ residual"));
+            if (gc[i] == TP_GEMM_CHOICE_SM90) /* the tile shape tpk_gemm_sm90_fp8_pick_variant gives it */
+                ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i),
+                                             tpk_gemm_sm90_fp8_pick_variant(TP_F16, (int)g.ops[i].gemm_m,
+                                                                            (int)g.ops[i].gemm_n) == 2
+                                                 ? "128 x 96 tiles"
+                                                 : "128 x 128 tiles"));
             for (int j = 0; j < g.n_ops; j++)
                 if (g.ops[j].kind == TP_OP_GELU && g.ops[j].in[0] == g.ops[i].out)
                     ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, j), "no GELU kernel"));

@@ -140,10 +140,12 @@ static int sm90_plain_candidate(const tp_engine *e, int i) {
 static void set_plain_sm90(tp_engine *e, int i, const char *why) {
     e->plain_sm90[i] = 1;
     const int ea = e->plan->op_epilogue_add[i];
+    const tp_dtype ydt = e->plan->value_dt[ea >= 0 ? e->g->ops[ea].out : e->g->ops[i].out];
+    const int v = tpk_gemm_sm90_fp8_pick_variant(ydt, (int)e->g->ops[i].gemm_m, (int)e->g->ops[i].gemm_n);
     snprintf(e->impl_note[i], sizeof e->impl_note[i],
-             "tprof sm90 FP8 GEMM%s%s%s, tensor-core accumulation (%s)", e->g->ops[i].n_in > 2 ? " + bias" : "",
-             ea >= 0 ? " + residual" : "", e->plan->value_dt[ea >= 0 ? e->g->ops[ea].out : e->g->ops[i].out] == TP_E4M3
-                                               ? " -> E4M3" : "", why);
+             "tprof sm90 FP8 GEMM%s%s%s, %s tiles, tensor-core accumulation (%s)",
+             e->g->ops[i].n_in > 2 ? " + bias" : "", ea >= 0 ? " + residual" : "", ydt == TP_E4M3 ? " -> E4M3" : "",
+             v == 2 ? "128 x 96" : "128 x 128", why);
 }
 
 /* Op i (a candidate of sm90_gelu_candidate) runs as tprof's GEMM with the GELU gi in its epilogue; both notes say so */

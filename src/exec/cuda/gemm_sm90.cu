@@ -37,8 +37,10 @@
  *   Variant 2 (E4M3 operands, F16 D; BN = 96): variant 0 with 128 x 96 tiles (wgmma m64n96k32, 96 accumulators per
  *       consumer thread, 28 KB stages). A persistent CTA runs its tiles one after another, so a GEMM takes about
  *       ceil(tiles / SMs) tile times: ViT-B/16 batch 64's N 768 GEMMs (proj, fc2) have 594 tiles of 128 x 128 on
- *       132 SMs (5 on some SMs, 4 on others) but 792 of 128 x 96 (6 on every SM, each 3/4 of the work), and qkv
- *       (N 2304) 1782 (14) against 2376 (18); tpk_gemm_sm90_fp8_pick_variant applies that rule.
+ *       132 SMs (5 on some SMs, 4 on others) but 792 of 128 x 96 (6 on every SM, each 0.82 of the time: not 0.75,
+ *       the narrower MMA reads more shared memory per FLOP). tpk_gemm_sm90_fp8_pick_variant applies that rule; its
+ *       measured effect is in gemm_sm90.h. With a residual the narrower tile also gains more (proj + residual 24.3
+ *       against 28.1 us: 24 instead of 32 residual registers per thread).
  * Where the time goes (ViT-B/16 batch 64 shapes, bench/gemm_lab.c, a globaltimer trace of one SM, nvidia-smi
  * during a sustained run; bench/results/README.md): plain GEMMs run 2-14% behind cuBLASLt's best heuristic
  * algorithm (H200 f16: proj 28.2 vs 27.7 us, qkv 72.1 vs 70.6, fc1 93.1 vs 85.5, fc2 94.2 vs 82.4). fc1 + GELU: on
@@ -66,6 +68,10 @@
 #define GM_BM 128
 #define GM_BN 128 /* the N extent of a tile; variant 2 (E4M3 operands, F16 D) has GM_BN96 */
 #define GM_BN96 96
+/* a 128 x 96 tile's time in hundredths of a 128 x 128 one's: 82, not 75 (m64n96 wgmma reads more shared memory per
+ * FLOP); ViT-B/16 batch 64 on an H200 (gemm_lab fp8, commit f5d8f33): fc2 (K 3072) 48.8 us in 6 tiles per SM
+ * against 49.7 in 5 */
+#define GM_T96 82
 #define GM_ROWB 128 /* bytes of K per stage row: one swizzle row */
 #define GM_THREADS 384 /* a producer warpgroup (one thread issues the TMA) + two consumer warpgroups */
 #define GM_TILE_A (GM_BM * GM_ROWB)
@@ -560,10 +566,9 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
 int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N) {
     const int sms = gm_sms();
     if (d_dt != TP_F16 || sms <= 0 || M <= 0 || N <= 0) return 0;
-    /* per SM, tiles run one after the other on the tensor cores, each for a time proportional to its width: the
-     * busiest SM's share of the work is ceil(tiles / SMs) x width */
+    /* per SM, tiles run one after the other on the tensor cores: the busiest SM takes ceil(tiles / SMs) tile
+     * times, a 128 x 96 tile GM_T96 hundredths of a 128 x 128 one's (gemm_sm90.h) */
     const long long mt = (M + GM_BM - 1) / GM_BM, t128 = mt * ((N + GM_BN - 1) / GM_BN),
                     t96 = mt * ((N + GM_BN96 - 1) / GM_BN96);
-    const long long w128 = (t128 + sms - 1) / sms * GM_BN, w96 = (t96 + sms - 1) / sms * GM_BN96;
-    return w96 < w128 ? 2 : 0;
+    return (t96 + sms - 1) / sms * GM_T96 < (t128 + sms - 1) / sms * 100 ? 2 : 0;
 }
