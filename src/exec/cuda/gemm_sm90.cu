@@ -6,9 +6,10 @@
  * instantiations: wgmma m64n128k32 e4m3, 32 bytes of K per instruction as k16 of a 16-bit type, so descriptors,
  * stages and swizzle are the same bytes; alpha = a_scale w_scale and the bias in the epilogue, E4M3 outputs
  * rounded as cuBLASLt rounds them: times the reciprocal of their scale). ViT-B/16 batch 64 on an H200
- * (bench/gemm_lab.c fp8): fc1 + GELU -> E4M3 89.7 us (variant 0; 96.6 in variant 1: with 128 of K per stage
- * fc1's whole K fits in variant 0's 6 stages), plain GEMMs 2-23% faster than cuBLASLt with its fp32 promotion and
- * within 8% of cuBLASLt without it.
+ * (bench/gemm_lab.c fp8, commit 7b94749): fc1 + GELU -> E4M3 74.8 us (variant 0; 85.3 in variant 1: with 128 of K
+ * per stage fc1's whole K fits in variant 0's 6 stages) against cuBLASLt + the GELU kernel's 94.2 (FAST_ACCUM);
+ * plain GEMMs 3-24% faster than cuBLASLt with its fp32 promotion and from 9% faster to 3% slower than cuBLASLt
+ * without it.
  * A residual R (FP8 operands, F16 D; RES): each consumer thread reads R at its accumulators' positions (4-byte
  * pairs of the C layout) into registers before the K loop, rows 0-63 of the tile (32 registers; the rows 64-127
  * go into L2 then and into the same registers once rounds 0 and 1 have used them: 64 would not fit beside the
@@ -158,8 +159,9 @@ template <int F8, int O8, int GELU> __device__ __forceinline__ float gm_epi(floa
  * E4M3 D (it multiplies by the D scale it is given, gemm_cublaslt.c passes 1 / s), not kernels.cu's correctly
  * rounded quotient: the two differ by at most 1.5 fp32 ulps before the E4M3 rounding, so a code moves (by one)
  * only where v / s lies that close to a midpoint of the E4M3 grid. The correction to the quotient (two FMAs and a
- * finiteness check per output) cost fc1 + GELU -> E4M3 ~X us of 86 on an H200 (bench/results/README.md): that
- * epilogue is bound by the SMs' instruction issue. Infinities saturate, NaN stays NaN, as in the division. */
+ * finiteness check per output, 512 of the kernel's 3455 SASS instructions) cost fc1 + GELU -> E4M3 12 us on an
+ * H200 (86.0 against 73.8 at engine build; bench/results/README.md): that epilogue is bound by instruction issue.
+ * Infinities saturate, NaN stays NaN, as in the division. */
 __device__ __forceinline__ uint32_t gm_pack(float x, float y, float, __half) { return pack2(x, y, __half()); }
 __device__ __forceinline__ uint32_t gm_pack(float x, float y, float, __nv_bfloat16) {
     return pack2(x, y, __nv_bfloat16());

@@ -6,7 +6,8 @@
  * cuBLASLt + tpk_gelu when they are built and keep the faster (cuda_engine.c, TP_GEMM_CHOICE_SM90_GELU): on an H100
  * 124 against 146 us for ViT-B/16's fc1 at batch 64, on an H200 a tie (bench/gemm_lab.c; gemm_sm90.cu says where
  * the time goes). With E4M3 operands (tpk_gemm_sm90_fp8) it also writes the GELU's E4M3 codes, which the FP8
- * engines' fc2 reads: 89.7 against 64.2 + 40.9 us on an H200. Plain 16-bit GEMMs stay with cuBLASLt, which is faster
+ * engines' fc2 reads: 74.8 against 65.1 + 39.7 us on an H200 (commit 7b94749), and the FP8 engines' plain GEMMs
+ * (qkv, proj + residual, fc2 + residual) where it beats cuBLASLt. Plain 16-bit GEMMs stay with cuBLASLt, faster
  * at them. It is tested like every kernel (tests/gpu/test_gpu_gemm_sm90.c).
  * Same conventions as kernels.h: enqueues on `stream`, returns cudaGetLastError() as an int (0 = cudaSuccess), never
  * synchronizes or allocates (graph-capturable: the TMA descriptors are kernel parameters, encoded on the host). */
