@@ -578,12 +578,13 @@ START_TEST(test_engine_gelu_sm90) {
                                                                                         : "tprof sm90 GEMM"));
             if (gc[i] == TP_GEMM_CHOICE_SM90 && strstr(g.ops[i].layer, "qkv") == NULL)
                 ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), "+ residual"));
-            if (gc[i] == TP_GEMM_CHOICE_SM90) /* the tile shape tpk_gemm_sm90_fp8_pick_variant gives it */
-                ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i),
-                                             tpk_gemm_sm90_fp8_pick_variant(TP_F16, (int)g.ops[i].gemm_m,
-                                                                            (int)g.ops[i].gemm_n) == 2
-                                                 ? "128 x 96 tiles"
-                                                 : "128 x 128 tiles"));
+            if (gc[i] == TP_GEMM_CHOICE_SM90) { /* the tile shape tpk_gemm_sm90_fp8_pick_variant gives it */
+                tp_gpu_info gi;
+                ck_assert_int_eq(tp_gpu_query(0, &gi, &e), TP_OK);
+                const int v = tpk_gemm_sm90_fp8_pick_variant(TP_F16, (int)g.ops[i].gemm_m, (int)g.ops[i].gemm_n,
+                                                             gi.sm_count);
+                ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, i), v == 2 ? "128 x 96 tiles" : "128 x 128 tiles"));
+            }
             for (int j = 0; j < g.n_ops; j++)
                 if (g.ops[j].kind == TP_OP_GELU && g.ops[j].in[0] == g.ops[i].out)
                     ck_assert_ptr_nonnull(strstr(tp_engine_op_impl(eng, j), "no GELU kernel"));

@@ -349,7 +349,7 @@ START_TEST(test_gemm_sm90_rejects) {
 }
 END_TEST
 
-/* tpk_gemm_sm90_fp8_pick_variant against the rule in gemm_sm90.h, computed here from the device's SM count: the
+/* tpk_gemm_sm90_fp8_pick_variant against the rule in gemm_sm90.h, computed here for the device's SM count: the
  * busiest SM's ceil(tiles / SMs) tile times, a 128 x 96 tile 0.82 of a 128 x 128 one (F16 D only) */
 START_TEST(test_gemm_sm90_fp8_pick) {
     if (!hopper_or_refused()) return;
@@ -364,14 +364,15 @@ START_TEST(test_gemm_sm90_fp8_pick) {
                         w96 = (mt * ((N + 95) / 96) + sms - 1) / sms * 82;
         const int want = w96 < w128 ? 2 : 0;
         SET_CASE("gemm_sm90_fp8 pick_variant M=%lld N=%lld on %d SMs", M, N, sms);
-        ck_assert_msg(tpk_gemm_sm90_fp8_pick_variant(TP_F16, (int)M, (int)N) == want, "[%s] want %d", g_case, want);
-        ck_assert_msg(tpk_gemm_sm90_fp8_pick_variant(TP_E4M3, (int)M, (int)N) == 0, "[%s] E4M3 D: want 0", g_case);
+        ck_assert_msg(tpk_gemm_sm90_fp8_pick_variant(TP_F16, (int)M, (int)N, sms) == want, "[%s] want %d", g_case,
+                      want);
+        ck_assert_msg(tpk_gemm_sm90_fp8_pick_variant(TP_E4M3, (int)M, (int)N, sms) == 0, "[%s] E4M3 D: want 0", g_case);
         twos += want == 2;
     }
     if (sms == 132) /* H100 SXM / H200: ViT-B/16 batch 64's proj and fc2 take 96-wide tiles, qkv and fc1 not */
-        ck_assert_msg(tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 2304) == 0 &&
-                          tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 768) == 2 &&
-                          tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 3072) == 0,
+        ck_assert_msg(tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 2304, sms) == 0 &&
+                          tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 768, sms) == 2 &&
+                          tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 3072, sms) == 0,
                       "ViT-B/16 batch 64 on 132 SMs: want 0, 2, 0");
     printf("  ok    gemm_sm90_fp8 pick_variant: %d of %d shapes take 96-wide tiles on %d SMs\n", twos, (int)N_OF(shapes),
            sms);

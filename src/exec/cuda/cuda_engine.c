@@ -203,7 +203,7 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
                                        pl->value_dt[gv], e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m,
                                        (int)op->gemm_n, (int)op->gemm_k, 1,
                                        tpk_gemm_sm90_fp8_pick_variant(pl->value_dt[gv], (int)op->gemm_m,
-                                                                      (int)op->gemm_n),
+                                                                      (int)op->gemm_n, e->sms),
                                        s);
             else
                 rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], bias, e->dptr[gv], xdt, (int)op->gemm_m, (int)op->gemm_n,
@@ -267,8 +267,8 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
             rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
                                    e->d_scales + SCALE_SLOT * op->in[1], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
                                    res, y, ydt, e->d_scales + SCALE_SLOT * yv, (int)op->gemm_m, (int)op->gemm_n,
-                                   (int)op->gemm_k, 0, tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n),
-                                   s);
+                                   (int)op->gemm_k, 0,
+                                   tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms), s);
             break;
         }
         cublas = 1;
@@ -581,6 +581,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     for (int i = 0; i < g->n_ops; i++) e->gelu_sm90[i] = -1;
     for (int v = 0; v < 2 * SCALE_SLOT * g->n_values; v++) h_scales[v] = 1.0f;
     CU_TRY(cudaSetDevice(opt->device));
+    CU_TRY(cudaDeviceGetAttribute(&e->sms, cudaDevAttrMultiProcessorCount, opt->device));
     CU_TRY(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
 
     /* activation scales from calibration: amax / 448 (max calibration) */

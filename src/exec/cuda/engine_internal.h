@@ -60,6 +60,7 @@ struct tp_engine {
     unsigned char *plain_sm90; /* per GEMM op: 1 where tprof's Hopper GEMM runs a per-tensor FP8 linear without a
                                   GELU (bias and the fused residual add in its epilogue; sm90_plain_candidate) */
     int fp8_promote;           /* tp_engine_options.fp8_promote */
+    int sms;                   /* the device's SM count (tpk_gemm_sm90_fp8_pick_variant's tiling rule) */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     double weight_bytes, act_bytes;

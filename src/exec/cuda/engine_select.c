@@ -141,7 +141,8 @@ static void set_plain_sm90(tp_engine *e, int i, const char *why) {
     e->plain_sm90[i] = 1;
     const int ea = e->plan->op_epilogue_add[i];
     const tp_dtype ydt = e->plan->value_dt[ea >= 0 ? e->g->ops[ea].out : e->g->ops[i].out];
-    const int v = tpk_gemm_sm90_fp8_pick_variant(ydt, (int)e->g->ops[i].gemm_m, (int)e->g->ops[i].gemm_n);
+    const tp_op *op = &e->g->ops[i];
+    const int v = tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms);
     snprintf(e->impl_note[i], sizeof e->impl_note[i],
              "tprof sm90 FP8 GEMM%s%s%s, %s tiles, tensor-core accumulation (%s)",
              e->g->ops[i].n_in > 2 ? " + bias" : "", ea >= 0 ? " + residual" : "", ydt == TP_E4M3 ? " -> E4M3" : "",

@@ -565,8 +565,7 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
                            : gm_launch_v<e4m3_t, __half, __half>(enc, &a, gelu, variant, s);
 }
 
-int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N) {
-    const int sms = gm_sms();
+int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N, int sms) {
     if (d_dt != TP_F16 || sms <= 0 || M <= 0 || N <= 0) return 0;
     /* per SM, tiles run one after the other on the tensor cores: the busiest SM takes ceil(tiles / SMs) tile
      * times, a 128 x 96 tile GM_T96 hundredths of a 128 x 128 one's (gemm_sm90.h) */

@@ -101,9 +101,10 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
  * against 17.9, + residual 24.3 against 28.1; fc2 48.8 against 49.7, + residual 53.1 against 56.3); qkv (N 2304)
  * 18 x 0.82 against 14, so 0 (v2 44.7 against 42.9); fc1 (E4M3 D) 0. Variant 1 (helper warps) is never the choice:
  * with 128 of K per E4M3 stage fc1's K 768 fits in variant 0's 6 stages and runs no faster with 4 and the helpers
- * (H200, fc1 + GELU -> E4M3 at batch 64: v0 74.8 us, v1 85.5; bench/results/README.md). Returns 0 when the device
- * cannot be queried. */
-int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N);
+ * (H200, fc1 + GELU -> E4M3 at batch 64: v0 74.8 us, v1 85.5; bench/results/README.md). sms: the device's SM
+ * count (cudaDevAttrMultiProcessorCount; the engines read it once when they are built); 0 for sms <= 0. Pure
+ * arithmetic: no CUDA call. */
+int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N, int sms);
 
 #ifdef __cplusplus
 }
