@@ -374,7 +374,7 @@ START_TEST(test_gemm_sm90_fp8_pick) {
                           tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 768, sms) == 2 &&
                           tpk_gemm_sm90_fp8_pick_variant(TP_F16, 12608, 3072, sms) == 0,
                       "ViT-B/16 batch 64 on 132 SMs: want 0, 2, 0");
-    printf("  ok    gemm_sm90_fp8 pick_variant: %d of %d shapes take 96-wide tiles on %d SMs\n", twos, (int)N_OF(shapes),
+    printf("  ok    gemm_sm90_fp8 pick_variant: %d of %d shapes take 96-wide tiles on %d SMs\n", twos, N_OF(shapes),
            sms);
 }
 END_TEST

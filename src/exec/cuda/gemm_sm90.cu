@@ -38,10 +38,10 @@
  *   Variant 2 (E4M3 operands, F16 D; BN = 96): variant 0 with 128 x 96 tiles (wgmma m64n96k32, 96 accumulators per
  *       consumer thread, 28 KB stages). A persistent CTA runs its tiles one after another, so a GEMM takes about
  *       ceil(tiles / SMs) tile times: ViT-B/16 batch 64's N 768 GEMMs (proj, fc2) have 594 tiles of 128 x 128 on
- *       132 SMs (5 on some SMs, 4 on others) but 792 of 128 x 96 (6 on every SM, each 0.82 of the time: not 0.75,
- *       the narrower MMA reads more shared memory per FLOP). tpk_gemm_sm90_fp8_pick_variant applies that rule; its
- *       measured effect is in gemm_sm90.h. With a residual the narrower tile also gains more (proj + residual 24.3
- *       against 28.1 us: 24 instead of 32 residual registers per thread).
+ *       132 SMs (5 on some SMs, 4 on others) but 792 of 128 x 96 (6 on every SM, each 0.82 of the time, measured:
+ *       not 0.75). tpk_gemm_sm90_fp8_pick_variant applies that rule; its
+ *       measured effect is in gemm_sm90.h. With a residual the narrower tile gains more (proj + residual 24.4
+ *       against 28.0 us, plain proj 17.6 against 18.0), not yet explained.
  * Where the time goes (ViT-B/16 batch 64 shapes, bench/gemm_lab.c, a globaltimer trace of one SM, nvidia-smi
  * during a sustained run; bench/results/README.md): plain GEMMs run 2-14% behind cuBLASLt's best heuristic
  * algorithm (H200 f16: proj 28.2 vs 27.7 us, qkv 72.1 vs 70.6, fc1 93.1 vs 85.5, fc2 94.2 vs 82.4). fc1 + GELU: on
@@ -69,9 +69,9 @@
 #define GM_BM 128
 #define GM_BN 128 /* the N extent of a tile; variant 2 (E4M3 operands, F16 D) has GM_BN96 */
 #define GM_BN96 96
-/* a 128 x 96 tile's time in hundredths of a 128 x 128 one's: 82, not 75 (m64n96 wgmma reads more shared memory per
- * FLOP); ViT-B/16 batch 64 on an H200 (gemm_lab fp8, commit f5d8f33): fc2 (K 3072) 48.8 us in 6 tiles per SM
- * against 49.7 in 5 */
+/* a 128 x 96 tile's time in hundredths of a 128 x 128 one's: 82, not 75 (likely the m64n96 wgmma's larger
+ * shared-memory reads per FLOP; not verified); ViT-B/16 batch 64 on an H200 (gemm_lab fp8, commit f5d8f33): fc2
+ * (K 3072) 48.8 us in 6 tiles per SM against 49.7 in 5 */
 #define GM_T96 82
 #define GM_ROWB 128 /* bytes of K per stage row: one swizzle row */
 #define GM_THREADS 384 /* a producer warpgroup (one thread issues the TMA) + two consumer warpgroups */
@@ -182,7 +182,7 @@ __device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, in
 }
 
 /* the residual pairs (TR, packed) at a consumer lane's accumulators of rows 64 h .. 64 h + 63 of the tile at (m0,
- * n0): rpk[16 (r % 2) + j] for round r = 2 h + r % 2 (gm_epi_round's rows and columns); 0 outside R */
+ * n0): rpk[BN / 8 (r % 2) + j] for round r = 2 h + r % 2 (gm_epi_round's rows and columns); 0 outside R */
 template <int BN, typename TR>
 __device__ __forceinline__ void gm_load_res(uint32_t *rpk, const TR *R, int m0, int n0, int h, int warp, int lane,
                                             int M, int N) {
@@ -195,7 +195,7 @@ __device__ __forceinline__ void gm_load_res(uint32_t *rpk, const TR *R, int m0, 
         }
 }
 
-/* round r's accumulators += the residual pairs rpk[16 (r % 2) + j] (gm_load_res) */
+/* round r's accumulators += the residual pairs rpk[BN / 8 (r % 2) + j] (gm_load_res) */
 template <typename TR, int BN>
 __device__ __forceinline__ void gm_add_round(float *acc, const uint32_t *rpk, int r) {
 #pragma unroll
@@ -483,15 +483,6 @@ typedef struct {
     int M, N, K;
 } gm_args;
 
-/* the SM count of the current device (0 when it cannot be read) */
-static int gm_sms(void) {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return 0;
-    return sms;
-}
-
 template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN>
 static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     CUtensorMap ma, mb;
@@ -500,8 +491,10 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM(HELP, BN));
     if (e != cudaSuccess) return (int)e;
-    const int sms = gm_sms();
-    if (sms <= 0) return (int)cudaErrorInvalidDevice;
+    int dev = 0, sms = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+        return (int)e;
     const long long tiles = (long long)((a->N + BN - 1) / BN) * ((a->M + GM_BM - 1) / GM_BM);
     if (tiles > 0x7fffffffLL) return TPK_INVALID;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
@@ -514,7 +507,8 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
 template <typename TI, typename TB, typename TO>
 static int gm_launch_v(encode_tiled_fn enc, const gm_args *a, int gelu, int variant, cudaStream_t s) {
     if (variant == 1)
-        return gelu ? gm_launch<TI, TB, TO, 1, 1, 0, GM_BN>(enc, a, s) : gm_launch<TI, TB, TO, 0, 1, 0, GM_BN>(enc, a, s);
+        return gelu ? gm_launch<TI, TB, TO, 1, 1, 0, GM_BN>(enc, a, s)
+                    : gm_launch<TI, TB, TO, 0, 1, 0, GM_BN>(enc, a, s);
     return gelu ? gm_launch<TI, TB, TO, 1, 0, 0, GM_BN>(enc, a, s) : gm_launch<TI, TB, TO, 0, 0, 0, GM_BN>(enc, a, s);
 }
 

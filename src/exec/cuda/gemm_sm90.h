@@ -93,13 +93,14 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
 
 /* the variant tpk_gemm_sm90 runs (bench/results: gemm_lab) */
 #define TPK_GEMM_SM90_DEFAULT_VARIANT(gelu) ((gelu) ? 1 : 0)
-/* The variant the FP8 engines run tpk_gemm_sm90_fp8 in for a D (M, N) of d_dt on the current device: 2 for an F16 D
- * where 128 x 96 tiles leave the busiest SM less to do than 128 x 128 ones, 0 otherwise. The kernel is persistent
- * and an SM runs its tiles one after another, so a GEMM takes ceil(tiles / SMs) tile times; a 128 x 96 tile takes
- * 0.82 of a 128 x 128 one's time (measured: the m64n96 MMA reads more shared memory per FLOP; not 0.75). ViT-B/16
- * batch 64 on 132 SMs (gemm_lab fp8, H200): proj and fc2 (N 768) 6 x 0.82 against 5 tile times, so 2 (proj 17.4 us
- * against 17.9, + residual 24.3 against 28.1; fc2 48.8 against 49.7, + residual 53.1 against 56.3); qkv (N 2304)
- * 18 x 0.82 against 14, so 0 (v2 44.7 against 42.9); fc1 (E4M3 D) 0. Variant 1 (helper warps) is never the choice:
+/* The variant the FP8 engines run tpk_gemm_sm90_fp8 in for a D (M, N) of d_dt on a GPU with `sms` SMs: 2 for an
+ * F16 D where 128 x 96 tiles leave the busiest SM less to do than 128 x 128 ones, 0 otherwise. The kernel is
+ * persistent and an SM runs its tiles one after another, so a GEMM takes ceil(tiles / SMs) tile times; a 128 x 96
+ * tile takes 0.82 of a 128 x 128 one's time (measured, not 0.75; likely because the m64n96 MMA reads more shared
+ * memory per FLOP, not verified). ViT-B/16 batch 64 on 132 SMs (gemm_lab fp8, H200, commit f5d8f33): proj and fc2
+ * (N 768) 6 x 0.82 against 5 tile times, so 2 (proj 17.4 us against 17.9, + residual 24.3 against 28.1; fc2 48.8
+ * against 49.7, + residual 53.1 against 56.3); qkv (N 2304) 18 x 0.82 against 14, so 0 (v2 44.7 against 42.9);
+ * fc1 (E4M3 D) 0. Variant 1 (helper warps) is never the choice:
  * with 128 of K per E4M3 stage fc1's K 768 fits in variant 0's 6 stages and runs no faster with 4 and the helpers
  * (H200, fc1 + GELU -> E4M3 at batch 64: v0 74.8 us, v1 85.5; bench/results/README.md). sms: the device's SM
  * count (cudaDevAttrMultiProcessorCount; the engines read it once when they are built); 0 for sms <= 0. Pure
