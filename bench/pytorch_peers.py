@@ -15,6 +15,10 @@ Then `tprof bench` runs the same model and batch in the precisions asked, and th
 the ratios against PyTorch eager FP16 and torch.compile. The JSON holds every sample, the versions, the GPU and
 the exact commands. Weights are timm's random init (seed 0) in both; only speed is compared here (tprof's own
 accuracy check against its FP32 reference is in its JSON).
+Last, each speed target (--targets, by default issue 6's: tprof fp16 1.7x eager and 1.55x compile, fp8 2.7x eager)
+as the time it asks for, beside tprof's median and tprof's roofline floor for that engine measured in the same run
+(`tprof bench --json`: results[].roofline, src/profile/roofline.h): a target below the floor asks for more than
+every op at the measured GEMM peak and copy rate.
 """
 import argparse
 import json
@@ -103,6 +107,8 @@ def main():
     ap.add_argument("--skip", default="", help="comma list of PyTorch variants to leave out (e.g. compile)")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--targets", default="fp16:eager:1.7,fp16:compile:1.55,fp8:eager:2.7",
+                    help="comma list of tprof-precision:eager|compile:speedup to check")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
 
@@ -179,12 +185,36 @@ def main():
               + (f"{comp / v['median_ms']:10.2f}x" if comp else f"{'-':>11s}"))
     print("(ratios: PyTorch time over each variant's; > 1 means faster than that PyTorch variant)")
 
+    floors = {r["precision"]: (r.get("roofline") or {}).get("floor_ms") for r in tj["results"]}
+    targets = []
+    print(f"\n{'target':34s} {'needs ms':>9s} {'tprof ms':>9s} {'floor ms':>9s}  verdict")
+    for t in filter(None, a.targets.split(",")):
+        prec, peer, x = t.split(":")
+        ref = eager if peer == "eager" else comp
+        got = res.get(f"tprof {prec}", {}).get("median_ms")
+        if ref is None or got is None:
+            continue
+        need, fl = ref / float(x), floors.get(prec)
+        if got <= need:
+            verdict = "met"
+        elif fl and need < fl:
+            verdict = "not met: the target is below the roofline floor"
+        elif fl:
+            verdict = f"not met: needs {fl / need * 100:.0f}% roofline attainment (now {fl / got * 100:.0f}%)"
+        else:
+            verdict = "not met"
+        name = f"tprof {prec} >= {x}x {peer}"
+        print(f"{name:34s} {need:9.3f} {got:9.3f} " + (f"{fl:9.3f}" if fl else f"{'-':>9s}") + f"  {verdict}")
+        targets.append({"target": name, "needs_ms": need, "tprof_ms": got, "floor_ms": fl, "verdict": verdict})
+    print("(floor: tprof's roofline floor for that engine in this run, every op at max(matmul FLOP / GEMM peak, "
+          "bytes / copy rate))")
+
     if a.json:
         out = {"tool": "bench/pytorch_peers.py", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "gpu": gpu, "torch": torch.__version__, "torch_cuda": torch.version.cuda, "timm": timm.__version__,
                "python": platform.python_version(), "model": a.model, "batch": a.batch,
                "command": " ".join(sys.argv), "tprof_command": " ".join(cmd), "tprof_commit": tj.get("commit"),
-               "flop_per_batch": flop, "results": res, "tprof_json": tj}
+               "flop_per_batch": flop, "results": res, "targets": targets, "tprof_json": tj}
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -391,6 +391,114 @@ START_TEST(test_summary_json) {
 }
 END_TEST
 
+/* ---- roofline ------------------------------------------------------------------------------------------------
+ * Rates of 1 FLOP/ns at fp16, 2 FLOP/ns at fp8 and 2 bytes/ns of copy; op costs and floors (ns per iteration):
+ *   op 0 patch_embed fp16  400 FLOP  600 B: compute 400, memory 300 -> 400 compute; time 515
+ *   op 1 qkv fp8           400 FLOP  800 B: compute 200, memory 400 -> 400 memory;  time 305 (131 %: beats it)
+ *   op 2 gelu fp16           0 FLOP    0 B: fused, floor 0;                           time  52
+ *   op 3 qkv fp8           600 FLOP    0 B: compute 300 -> 300 compute;               time 303
+ *   op 4 fc1 fp8          1000 FLOP 1000 B: 500 and 500, a tie -> 500 memory;         time 602
+ * Total floor 1600 (compute 700, memory 900) against the ops' 1777 ns. */
+static const double OP_FLOP[5] = {400, 400, 0, 600, 1000}, OP_BYTES[5] = {600, 800, 0, 0, 1000};
+
+static void add_roofline(tp_trace *t) {
+    t->rates.peak_tflops[TP_PREC_FP16] = 1e-3; /* 1e9 FLOP/s = 1 FLOP/ns */
+    t->rates.peak_tflops[TP_PREC_FP8] = 2e-3;
+    t->rates.copy_gbps = 2; /* 2 bytes/ns */
+    for (int i = 0; i < 5; i++) t->ops[i].matmul_flop = OP_FLOP[i], t->ops[i].bytes = OP_BYTES[i];
+}
+
+START_TEST(test_roofline_op) {
+    tp_roofline_rates r;
+    memset(&r, 0, sizeof r);
+    tp_roofline_floor f;
+    tp_roofline_op(&r, TP_PREC_FP16, 0, 0, &f); /* nothing of its own: known without any rate */
+    ck_assert(f.known && f.ns == 0 && f.compute_ns == 0 && f.memory_ns == 0);
+    tp_roofline_op(&r, TP_PREC_FP16, 10, 0, &f); /* a needed rate missing */
+    ck_assert(!f.known);
+    r.copy_gbps = 4;
+    tp_roofline_op(&r, TP_PREC_FP16, 10, 8, &f); /* memory known, compute not: partial */
+    ck_assert(!f.known && f.ns == 2 && f.memory_ns == 2);
+    r.peak_tflops[TP_PREC_FP16] = 1e-3;
+    tp_roofline_op(&r, TP_PREC_FP16, 10, 8, &f);
+    ck_assert(f.known && f.ns == 10 && f.compute_ns == 10 && f.memory_ns == 0);
+    tp_roofline_op(&r, TP_PREC_COUNT, 10, 0, &f); /* an out-of-range precision has no rate */
+    ck_assert(!f.known);
+    tp_roofline_floor acc = {0, 0, 0, 1}, g = {5, 5, 0, 1};
+    tp_roofline_add(&acc, &g);
+    tp_roofline_add(&acc, &(tp_roofline_floor){3, 0, 3, 0});
+    ck_assert(acc.ns == 8 && acc.compute_ns == 5 && acc.memory_ns == 3 && !acc.known);
+}
+END_TEST
+
+START_TEST(test_roofline_analysis) {
+    tp_trace t;
+    make_trace(&t);
+    tp_profile_summary s;
+    analyze(&t, &s);
+    ck_assert_int_eq(s.has_roofline, 0); /* no rates, no costs: no roofline, as in older traces */
+    char *out = print_report(&t, &s, 0);
+    ck_assert_ptr_null(strstr(out, "Roofline"));
+    ck_assert_ptr_null(strstr(out, "floor ms"));
+    free(out);
+    json_t *j = tp_profile_summary_json(&t, &s);
+    ck_assert(json_is_null(json_object_get(j, "roofline")));
+    ck_assert(json_is_null(json_object_get(json_array_get(json_object_get(j, "layers"), 0), "floor_ns")));
+    json_decref(j);
+    tp_profile_summary_free(&s);
+
+    add_roofline(&t);
+    analyze(&t, &s);
+    ck_assert_int_eq(s.has_roofline, 1);
+    static const double FLOOR[5] = {400, 400, 0, 300, 500}, COMPUTE[5] = {400, 0, 0, 300, 0};
+    for (int o = 0; o < 5; o++) {
+        ck_assert_msg(s.layers[o].floor.known && s.layers[o].floor.ns == FLOOR[o] &&
+                          s.layers[o].floor.compute_ns == COMPUTE[o] &&
+                          s.layers[o].floor.memory_ns == FLOOR[o] - COMPUTE[o],
+                      "op %d: floor %g (compute %g, memory %g)", o, s.layers[o].floor.ns, s.layers[o].floor.compute_ns,
+                      s.layers[o].floor.memory_ns);
+    }
+    ck_assert(s.floor.known && s.floor.ns == 1600 && s.floor.compute_ns == 700 && s.floor.memory_ns == 900);
+    ck_assert(s.attributed_ns_per_iter == 1777);
+    ck_assert_int_eq(s.n_by_kind, 3); /* in order of first appearance; the fused GELU has time, so a row */
+    ck_assert(s.by_kind[0].kind == TP_OP_PATCH_EMBED && s.by_kind[0].ops == 1 && s.by_kind[0].floor.ns == 400);
+    ck_assert(s.by_kind[1].kind == TP_OP_LINEAR && s.by_kind[1].ops == 3 && s.by_kind[1].ns_per_iter == 1210);
+    ck_assert(s.by_kind[1].floor.ns == 1200 && s.by_kind[1].floor.compute_ns == 300);
+    ck_assert(s.by_kind[2].kind == TP_OP_GELU && s.by_kind[2].ops == 1 && s.by_kind[2].floor.ns == 0);
+
+    out = print_report(&t, &s, 0);
+    static const char *WANT[] = {"floor ms", "bound", "attain %", "Roofline by op", "fp16 0.001 fp8 0.002 TFLOP/s",
+                                 "copy 2 GB/s", "compute-bound", "memory-bound", "attainment %",
+                                 "131.1", /* op 1 beats its floor: printed as measured */
+                                 "77.7", "total             5     0.0018     0.0016         0.0007        0.0009",
+                                 "would take 0.0016 ms", "1.31x the floor"};
+    for (size_t i = 0; i < sizeof WANT / sizeof WANT[0]; i++)
+        ck_assert_msg(strstr(out, WANT[i]) != NULL, "report lacks \"%s\":\n%s", WANT[i], out);
+    free(out);
+    j = tp_profile_summary_json(&t, &s);
+    json_t *rf = json_object_get(j, "roofline"), *l1 = json_array_get(json_object_get(j, "layers"), 1);
+    ck_assert(fabs(json_number_value(json_object_get(rf, "floor_ms")) - 1600e-6) < 1e-15);
+    ck_assert(fabs(json_number_value(json_object_get(rf, "attainment")) - 1600.0 / 1777.0) < 1e-12);
+    ck_assert(json_number_value(json_object_get(json_object_get(rf, "gemm_peak_tflops"), "fp8")) == 2e-3);
+    ck_assert_int_eq((int)json_array_size(json_object_get(rf, "by_op")), 3);
+    ck_assert_str_eq(json_string_value(json_object_get(l1, "bound")), "memory");
+    ck_assert(fabs(json_number_value(json_object_get(l1, "attainment")) - 400.0 / 305.0) < 1e-12);
+    ck_assert(json_is_null(json_object_get(json_array_get(json_object_get(j, "layers"), 2), "bound")));
+    json_decref(j);
+    tp_profile_summary_free(&s);
+
+    t.rates.peak_tflops[TP_PREC_FP8] = 0; /* a rate not measured: those floors are partial, and said so */
+    analyze(&t, &s);
+    ck_assert(s.layers[0].floor.known && !s.layers[1].floor.known && !s.layers[3].floor.known && !s.floor.known);
+    ck_assert(s.layers[1].floor.ns == 400); /* its memory term still counts */
+    out = print_report(&t, &s, 0);
+    ck_assert_ptr_nonnull(strstr(out, "partial"));
+    free(out);
+    tp_profile_summary_free(&s);
+    tp_trace_free(&t);
+}
+END_TEST
+
 /* ---- trace file -------------------------------------------------------------------------------------------- */
 
 static void assert_traces_equal(const tp_trace *a, const tp_trace *b) {
@@ -406,7 +514,9 @@ static void assert_traces_equal(const tp_trace *a, const tp_trace *b) {
         ck_assert_int_eq(a->ops[i].kind, b->ops[i].kind);
         ck_assert_int_eq(a->ops[i].prec, b->ops[i].prec);
         ck_assert_str_eq(a->ops[i].how, b->ops[i].how);
+        ck_assert(a->ops[i].matmul_flop == b->ops[i].matmul_flop && a->ops[i].bytes == b->ops[i].bytes);
     }
+    ck_assert(memcmp(&a->rates, &b->rates, sizeof a->rates) == 0);
     ck_assert_int_eq(a->n, b->n);
     for (int i = 0; i < a->n; i++) {
         const tp_trace_record *x = &a->rec[i], *y = &b->rec[i];
@@ -442,6 +552,9 @@ START_TEST(test_save_load_roundtrip) {
     t.rec[2].graph_node = 1ull << 40;
     t.rec[2].stream = 4000000000u;
     t.event_median_ms = 1.0 / 3.0;
+    add_roofline(&t);
+    t.rates.peak_tflops[TP_PREC_BF16] = 1.0 / 7.0; /* not representable in decimal: the round trip must be exact */
+    t.ops[4].bytes = 5e12 / 3.0;
     char p1[512], p2[512];
     tmp_path(p1, sizeof p1, "a.trace.json");
     tmp_path(p2, sizeof p2, "b.trace.json");
@@ -513,6 +626,19 @@ static void e_op_kind(json_t *r) {
 static void e_iterations(json_t *r) { json_object_del(r, "iterations"); }
 static void e_format(json_t *r) { json_object_set_new(r, "format", json_string("tprof-trace-0")); }
 static void e_records(json_t *r) { json_object_set_new(r, "records", json_object()); }
+static void e_op_bytes(json_t *r) {
+    json_object_set_new(json_array_get(json_object_get(r, "ops"), 3), "bytes", json_real(-1));
+}
+static void e_op_flop(json_t *r) {
+    json_object_set_new(json_array_get(json_object_get(r, "ops"), 2), "matmul_flop", json_string("many"));
+}
+static void e_peak_prec(json_t *r) {
+    json_object_set_new(json_object_get(r, "gemm_peak_tflops"), "fp7", json_real(100));
+}
+static void e_peak_value(json_t *r) {
+    json_object_set_new(json_object_get(r, "gemm_peak_tflops"), "fp16", json_string("fast"));
+}
+static void e_copy(json_t *r) { json_object_set_new(r, "copy_gbps", json_real(-3)); }
 
 START_TEST(test_load_errors) {
     expect_load_error(e_missing_start, TP_ERR_FORMAT, "records[2]", "\"start_ns\" missing");
@@ -528,6 +654,11 @@ START_TEST(test_load_errors) {
     expect_load_error(e_iterations, TP_ERR_FORMAT, "top level", "\"iterations\" missing");
     expect_load_error(e_format, TP_ERR_FORMAT, "\"format\"", NULL);
     expect_load_error(e_records, TP_ERR_FORMAT, "\"records\" must be an array", NULL);
+    expect_load_error(e_op_bytes, TP_ERR_FORMAT, "ops[3]", "\"bytes\" must be a finite number >= 0");
+    expect_load_error(e_op_flop, TP_ERR_FORMAT, "ops[2]", "\"matmul_flop\"");
+    expect_load_error(e_peak_prec, TP_ERR_FORMAT, "\"gemm_peak_tflops\"", "unknown precision");
+    expect_load_error(e_peak_value, TP_ERR_FORMAT, "\"gemm_peak_tflops\"", "finite number");
+    expect_load_error(e_copy, TP_ERR_FORMAT, "top level", "\"copy_gbps\"");
 
     tp_trace u;
     tp_error e;
@@ -675,6 +806,14 @@ START_TEST(test_fixture_traces) {
             ck_assert_msg(rel < 0.05, "%s: traced %.4f ms per iteration vs event-timed %.4f ms: %.1f %% apart", path,
                           s.kernel_ns_per_iter * 1e-6, t.event_median_ms, 100 * rel);
         }
+        if (s.has_roofline) { /* recorded with the roofline: the rows add up, each floor is positive and sane */
+            double sum = 0;
+            for (int k = 0; k < s.n_by_kind; k++) sum += s.by_kind[k].floor.ns;
+            ck_assert_msg(fabs(sum - s.floor.ns) <= 1e-9 * s.floor.ns, "%s: by-op floors %g, total %g", path, sum,
+                          s.floor.ns);
+            ck_assert_msg(s.floor.known && s.floor.ns > 0 && s.floor.ns < s.attributed_ns_per_iter * 1.5,
+                          "%s: floor %g ns against %g traced", path, s.floor.ns, s.attributed_ns_per_iter);
+        }
         char *out = print_report(&t, &s, 10);
         ck_assert_ptr_nonnull(strstr(out, "Category breakdown"));
         ck_assert_ptr_nonnull(strstr(out, "Per-layer time"));
@@ -706,6 +845,8 @@ int main(void) {
     tcase_add_test(t, test_analyze_errors);
     tcase_add_test(t, test_print_sections);
     tcase_add_test(t, test_summary_json);
+    tcase_add_test(t, test_roofline_op);
+    tcase_add_test(t, test_roofline_analysis);
     tcase_add_test(t, test_save_load_roundtrip);
     tcase_add_test(t, test_load_errors);
     tcase_add_test(t, test_chrome_trace);

@@ -37,6 +37,12 @@ typedef struct {
 } tp_gpu_info;
 #endif
 
+/* An op's roofline inputs (profile/roofline.h), kept from its plan */
+typedef struct {
+    tp_precision prec;
+    double matmul_flop, bytes;
+} op_cost;
+
 typedef struct {
     tp_precision prec;
     int ok;
@@ -59,6 +65,10 @@ typedef struct {
     float *logits;   /* --save-output: a copy of the output (B, classes) fp32 */
     int has_prof;    /* trace and prof below are owned */
     double peak_tflops; /* measured dense GEMM peak of this precision (0: not measured) */
+    op_cost *cost;      /* per op of the plan: what its roofline floor needs (owned) */
+    int n_cost;
+    unsigned rate_mask; /* bit p: the floor needs the GEMM peak of tp_precision p (one gemm_peak.h can time) */
+    tp_roofline_floor floor; /* the engine's roofline floor per forward pass (GPU runs) */
     tp_trace trace;
     tp_profile_summary prof;
 } prec_result;
@@ -210,9 +220,43 @@ static json_t *json_stats(const tp_latency_stats *l) {
 
 static json_t *json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
+/* 1 when gemm_peak.h can time precision p for an op (or engine) that runs it emulated or not: a block-scaled
+ * format on native block-scaled MMA (Blackwell) cannot be, its floor stays partial */
+static int peak_measurable(tp_precision p, int emulated) {
+    const int block = p == TP_PREC_MXFP8 || p == TP_PREC_NVFP4 || p == TP_PREC_MXFP4;
+    return !block || emulated;
+}
+
+#ifdef TPROF_HAVE_CUDA
+/* Measures what rt lacks: the GEMM peak of each precision in mask (bit p: tp_precision p) and the copy rate. */
+static tp_status measure_rates(tp_roofline_rates *rt, unsigned mask, tp_error *err) {
+    for (int p = 0; p < TP_PREC_COUNT; p++) {
+        if (!(mask >> p & 1) || rt->peak_tflops[p] > 0) continue;
+        tp_status st = tp_gemm_peak((tp_precision)p, 8192, 50, &rt->peak_tflops[p], err);
+        if (st) return st;
+    }
+    return rt->copy_gbps > 0 ? TP_OK : tp_copy_rate((size_t)256 << 20, 20, &rt->copy_gbps, err);
+}
+
+/* The engines' roofline floors beside their medians */
+static void print_floors(const prec_result *res, int n, const tp_roofline_rates *rt) {
+    printf("\nRoofline floor per forward pass: each op at max(matmul FLOP / the GEMM peak of its precision, bytes / "
+           "the copy rate %.0f GB/s), summed (profile/roofline.h)\n%-9s %10s %18s %17s %10s %15s\n", rt->copy_gbps,
+           "precision", "floor ms", "compute-bound ms", "memory-bound ms", "median ms", "median / floor");
+    for (int i = 0; i < n; i++) {
+        const prec_result *r = &res[i];
+        char ratio[32] = "-";
+        if (r->floor.ns > 0) snprintf(ratio, sizeof ratio, "%.2fx", r->lat.median / (r->floor.ns * 1e-6));
+        printf("%-9s %10.4f %18.4f %17.4f %10.4f %15s%s\n", tp_precision_name(r->prec), r->floor.ns * 1e-6,
+               r->floor.compute_ns * 1e-6, r->floor.memory_ns * 1e-6, r->lat.median, ratio,
+               r->floor.known ? "" : "  (partial: a GEMM peak could not be measured)");
+    }
+}
+#endif
+
 static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, const char *device,
                             const tp_graph *g, const prec_result *res, int n_res, double flop, double matmul_flop,
-                            int ref_rows, const char *input_desc, tp_error *err) {
+                            int ref_rows, const char *input_desc, const tp_roofline_rates *rt, tp_error *err) {
     char cpu[256], when[64];
     host_cpu_name(cpu, sizeof cpu);
     time_t t = time(NULL);
@@ -269,6 +313,15 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         json_object_set_new(sys, "cuda_runtime_version", json_integer(gpu->runtime_cuda));
         json_object_set_new(sys, "cublaslt_version", json_integer((json_int_t)gpu->cublaslt_version));
     }
+    if (rt) {
+        json_t *pk = json_object();
+        for (int p = 0; p < TP_PREC_COUNT; p++)
+            if (rt->peak_tflops[p] > 0) json_object_set_new(pk, tp_precision_name((tp_precision)p), json_real(rt->peak_tflops[p]));
+        json_object_set_new(sys, "measured_rates",
+                            json_pack("{s:o,s:s,s:o,s:s}", "gemm_peak_tflops", pk, "gemm_peak_shape",
+                                      "8192 x 8192 x 8192 cuBLASLt", "copy_gbps", json_num(rt->copy_gbps), "copy",
+                                      "device-to-device cudaMemcpyAsync of 256 MiB, (read + written bytes) / median"));
+    }
     json_object_set_new(root, "system", sys);
     json_object_set_new(root, "model_flop_per_batch", json_real(flop));
     json_object_set_new(root, "model_matmul_flop_per_batch", json_real(matmul_flop));
@@ -287,6 +340,14 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         json_object_set_new(p, "tflops_at_median", json_num(tf));
         json_object_set_new(p, "gemm_peak_tflops", r->peak_tflops > 0 ? json_real(r->peak_tflops) : json_null());
         json_object_set_new(p, "mfu", r->peak_tflops > 0 ? json_num(tf / r->peak_tflops) : json_null());
+        if (rt)
+            json_object_set_new(p, "roofline",
+                                json_pack("{s:o,s:o,s:o,s:b,s:o}", "floor_ms", json_num(r->floor.ns * 1e-6),
+                                          "compute_bound_ms", json_num(r->floor.compute_ns * 1e-6), "memory_bound_ms",
+                                          json_num(r->floor.memory_ns * 1e-6), "floor_known", r->floor.known,
+                                          "median_over_floor", r->floor.ns > 0
+                                                                   ? json_num(r->lat.median / (r->floor.ns * 1e-6))
+                                                                   : json_null()));
         json_object_set_new(p, "weight_bytes", json_real(r->weight_bytes));
         json_object_set_new(p, "format_weight_bytes", json_real(r->format_weight_bytes));
         json_object_set_new(p, "quantized_ops", json_integer(r->n_quant_ops));
@@ -509,6 +570,11 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     float *ref = malloc(sizeof(float) * (size_t)R * out_cols);
     float *out = malloc(sizeof(float) * (size_t)B * out_cols);
     prec_result *res = calloc((size_t)o->n_precs, sizeof *res);
+#ifdef TPROF_HAVE_CUDA
+    tp_roofline_rates rt_local;
+    memset(&rt_local, 0, sizeof rt_local);
+    tp_roofline_rates *rt = o->rates_cache ? o->rates_cache : &rt_local;
+#endif
     tp_graph g = {0}, gref = {0};
     char input_desc[600];
     if (!images || !calib || !ref || !out || !res) {
@@ -581,6 +647,18 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
         }
         r->format_weight_bytes = tp_plan_weight_bytes(&plan, &g);
         r->plan = json_plan(&g, &plan);
+        if (!(r->cost = malloc(sizeof *r->cost * (size_t)g.n_ops))) {
+            tp_plan_free(&plan);
+            st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+            goto done;
+        }
+        r->n_cost = g.n_ops;
+        r->rate_mask = peak_measurable(r->prec, r->n_emulated_ops) ? 1u << r->prec : 0; /* MFU's denominator */
+        for (int i = 0; i < g.n_ops; i++) {
+            r->cost[i] = (op_cost){plan.op_prec[i], g.ops[i].matmul_flop, tp_plan_op_bytes(&plan, &g, i)};
+            if (g.ops[i].matmul_flop > 0 && peak_measurable(plan.op_prec[i], plan.op_emulated[i]))
+                r->rate_mask |= 1u << plan.op_prec[i];
+        }
         if (o->print_plan) {
             printf("\nPlan for %s:\n", tp_precision_name(r->prec));
             print_plan(&g, &plan);
@@ -687,8 +765,10 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             }
         }
 #ifdef TPROF_HAVE_CUDA
+        if (!st && cupti) st = measure_rates(rt, r->rate_mask, err); /* after the timed runs, as without profiling */
         if (!st && cupti) {
-            tp_profile_request req = {c->name, B, gpu.name, r->lat.median, o->profile_iters, o->top_n, o->out_dir};
+            tp_profile_request req = {c->name, B,           gpu.name, r->lat.median, o->profile_iters,
+                                      o->top_n, o->out_dir, rt};
             st = tp_profile_engine(cupti, e, &g, &plan, &req, &r->trace, &r->prof, &r->profile, err);
             r->has_prof = 1; /* trace and summary are owned even after an error */
         }
@@ -706,23 +786,24 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
 
     int base = baseline_index(res, o->n_precs);
 #ifdef TPROF_HAVE_CUDA
-    if (dev == TP_DEVICE_GPU) /* MFU's denominators: each precision's dense GEMM peak, measured (once per sweep) */
-        for (int pi = 0; pi < o->n_precs && !st; pi++) {
-            const tp_precision p = res[pi].prec;
-            const int block = p == TP_PREC_MXFP8 || p == TP_PREC_NVFP4 || p == TP_PREC_MXFP4;
-            if (block && !res[pi].n_emulated_ops) continue; /* native block-scaled MMA: gemm_peak.h cannot time it */
-            double pk = o->peak_cache ? o->peak_cache[p] : 0.0;
-            for (int pj = 0; pj < pi && pk <= 0; pj++)
-                if (res[pj].prec == p) pk = res[pj].peak_tflops;
-            if (pk <= 0 && (st = tp_gemm_peak(p, 8192, 50, &pk, err))) goto done;
-            res[pi].peak_tflops = pk;
-            if (o->peak_cache) o->peak_cache[p] = pk;
+    if (dev == TP_DEVICE_GPU) { /* MFU's and the roofline's denominators, measured (once per sweep) */
+        unsigned mask = 0;
+        for (int pi = 0; pi < o->n_precs; pi++) mask |= res[pi].rate_mask;
+        if ((st = measure_rates(rt, mask, err))) goto done;
+        for (int pi = 0; pi < o->n_precs; pi++) {
+            prec_result *r = &res[pi];
+            r->peak_tflops = r->rate_mask >> r->prec & 1 ? rt->peak_tflops[r->prec] : 0.0;
+            r->floor = (tp_roofline_floor){0, 0, 0, 1};
+            for (int i = 0; i < r->n_cost; i++) {
+                tp_roofline_floor f;
+                tp_roofline_op(rt, r->cost[i].prec, r->cost[i].matmul_flop, r->cost[i].bytes, &f);
+                tp_roofline_add(&r->floor, &f);
+            }
         }
-    if (dev == TP_DEVICE_GPU) {
         printf("\nDense GEMM peaks measured on this GPU (8192^3, cuBLASLt; the MFU denominators):");
-        for (int pi = 0; pi < o->n_precs; pi++)
-            if (res[pi].peak_tflops > 0) printf(" %s %.0f TFLOP/s", tp_precision_name(res[pi].prec), res[pi].peak_tflops);
-        printf("\n");
+        for (int p = 0; p < TP_PREC_COUNT; p++)
+            if (mask >> p & 1) printf(" %s %.0f TFLOP/s", tp_precision_name((tp_precision)p), rt->peak_tflops[p]);
+        printf("; device-to-device copy %.0f GB/s (read + write)\n", rt->copy_gbps);
     }
 #endif
     printf("\n=== Comparison (%s, batch %d, %s) ===\n", c->name, B, device);
@@ -738,15 +819,18 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                r->acc.cosine, r->acc.rel_l2, 100 * r->acc.top1_agree, tf, mfu);
         if (o->rows_out)
             o->rows_out[pi] = (tp_bench_row){r->prec, r->lat.median, qps * B, tf, r->peak_tflops,
-                                             r->peak_tflops > 0 ? tf / r->peak_tflops : 0.0};
+                                             r->peak_tflops > 0 ? tf / r->peak_tflops : 0.0,
+                                             r->floor.known ? r->floor.ns * 1e-6 : 0.0};
     }
     printf("(speedup: median time of %s over each; accuracy over %d image%s against the FP32 CPU reference; %s)\n",
            tp_precision_name(res[base].prec), R, R == 1 ? "" : "s",
            dev == TP_DEVICE_GPU ? "TFLOP/s: model FLOPs per batch over the median; MFU: that over the dense GEMM "
                                   "peak of the precision measured on this GPU (8192^3 cuBLASLt)"
                                 : "TFLOP/s: model FLOPs per batch over the median; no MFU on the CPU");
+    if (dev == TP_DEVICE_GPU) print_floors(res, o->n_precs, rt);
     if (o->json_path)
-        st = write_json(o, &gpu, device, &g, res, o->n_precs, flop, mflop, R, input_desc, err);
+        st = write_json(o, &gpu, device, &g, res, o->n_precs, flop, mflop, R, input_desc,
+                        dev == TP_DEVICE_GPU ? rt : NULL, err);
 #ifdef TPROF_HAVE_CUDA
     if (!st && o->compare) st = write_compare(o, &gpu, res, base, R, err);
 #endif
@@ -776,6 +860,7 @@ done:
             free(res[i].logits);
             json_decref(res[i].plan);
             free(res[i].attn_cost);
+            free(res[i].cost);
             json_decref(res[i].profile);
             if (res[i].has_prof) {
                 tp_trace_free(&res[i].trace);
@@ -903,7 +988,8 @@ done:
 
 tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_batches, tp_error *err) {
     if (n_batches <= 0) return tp_fail(err, TP_ERR_ARG, "--batch: no batch size given");
-    double peaks[TP_PREC_COUNT] = {0};
+    tp_roofline_rates rates;
+    memset(&rates, 0, sizeof rates);
     tp_bench_row *rows = calloc((size_t)n_batches * (size_t)o->n_precs, sizeof *rows);
     char *json = o->json_path ? malloc(strlen(o->json_path) + 32) : NULL;
     if (!rows || (o->json_path && !json)) {
@@ -915,7 +1001,7 @@ tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_ba
     for (int b = 0; b < n_batches && !st; b++) {
         tp_bench_options ob = *o;
         ob.batch = batches[b];
-        ob.peak_cache = peaks;
+        ob.rates_cache = &rates;
         ob.rows_out = rows + (size_t)b * (size_t)o->n_precs;
         if (json) { /* out.json -> out_b64.json; no extension: out_b64 */
             const char *dot = strrchr(o->json_path, '.'), *slash = strrchr(o->json_path, '/');
@@ -935,18 +1021,23 @@ tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_ba
         }
     }
     if (!st) {
-        printf("\n=== Batch sweep (%s) ===\n%7s %-9s %12s %12s %10s %7s\n", o->cfg.name, "batch", "precision",
-               "median ms", "images/s", "TFLOP/s", "MFU %");
+        printf("\n=== Batch sweep (%s) ===\n%7s %-9s %12s %12s %10s %7s %10s %9s\n", o->cfg.name, "batch", "precision",
+               "median ms", "images/s", "TFLOP/s", "MFU %", "floor ms", "/ floor");
         for (int b = 0; b < n_batches; b++)
             for (int p = 0; p < o->n_precs; p++) {
                 const tp_bench_row *r = &rows[(size_t)b * (size_t)o->n_precs + (size_t)p];
-                char mfu[16] = "-";
+                char mfu[16] = "-", fl[16] = "-", over[16] = "-";
                 if (r->peak_tflops > 0) snprintf(mfu, sizeof mfu, "%.1f", 100.0 * r->mfu);
-                printf("%7d %-9s %12.4f %12.1f %10.3f %7s\n", batches[b], tp_precision_name(r->prec), r->median_ms,
-                       r->images_s, r->tflops, mfu);
+                if (r->floor_ms > 0) {
+                    snprintf(fl, sizeof fl, "%.4f", r->floor_ms);
+                    snprintf(over, sizeof over, "%.2fx", r->median_ms / r->floor_ms);
+                }
+                printf("%7d %-9s %12.4f %12.1f %10.3f %7s %10s %9s\n", batches[b], tp_precision_name(r->prec),
+                       r->median_ms, r->images_s, r->tflops, mfu, fl, over);
             }
         printf("(TFLOP/s: model FLOPs per batch over the median; MFU: that over the precision's dense GEMM peak "
-               "measured on this GPU, 8192^3 cuBLASLt; none on the CPU)\n");
+               "measured on this GPU, 8192^3 cuBLASLt; floor: the engine's roofline floor, profile/roofline.h; "
+               "neither on the CPU)\n");
     }
     free(rows);
     free(json);

@@ -8,6 +8,7 @@
 #include "formats/qformat.h"
 #include "io/engine_file.h"
 #include "models/vit.h"
+#include "profile/roofline.h"
 #include "tprof.h"
 
 #define TP_MAX_PRECISIONS 8
@@ -21,6 +22,7 @@ typedef struct {
     double tflops;      /* model FLOPs per batch / median time, TFLOP/s */
     double peak_tflops; /* the measured dense GEMM peak of prec on this GPU (gemm_peak.h); 0 when not measured */
     double mfu;         /* tflops / peak_tflops (model FLOP utilization); 0 when not measured */
+    double floor_ms;    /* the engine's roofline floor per forward pass (profile/roofline.h); 0 when not known */
 } tp_bench_row;
 
 typedef struct {
@@ -56,10 +58,11 @@ typedef struct {
     tp_calib_options calib;  /* --calib max|percentile, --calib-percentile P: static activation scales */
     int attention;           /* --attention: a tp_attn_impl (exec/cuda/cuda_engine.h), 0 = auto */
     const char *command_line;
-    /* Optional: per tp_precision, the measured GEMM peak (TFLOP/s) to use for MFU; 0 entries are measured by the
-     * run (8192^3 cuBLASLt GEMMs, GPU only) and written back, so a batch sweep measures each once. NULL: measured
-     * and kept inside the run. */
-    double *peak_cache;
+    /* Optional: the GPU's measured rates (profile/roofline.h: the GEMM peak per precision for MFU and the
+     * roofline, the copy rate for the roofline); 0 entries are measured by the run (8192^3 cuBLASLt GEMMs, a
+     * 256 MiB device-to-device copy; GPU only) and written back, so a batch sweep measures each once. NULL:
+     * measured and kept inside the run. */
+    tp_roofline_rates *rates_cache;
     tp_bench_row *rows_out; /* optional, n_precs rows: filled by a successful run */
 } tp_bench_options;
 

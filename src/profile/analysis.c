@@ -128,6 +128,33 @@ static tp_status layer_add_kernel(tp_layer_row *L, int row) {
     return TP_OK;
 }
 
+/* The roofline columns: each op's floor from the trace's op costs and rates, summed by op kind and over the
+ * pass. Only when the trace has a copy rate and op costs (older traces have neither). */
+static void roofline(const tp_trace *t, tp_profile_summary *s) {
+    int costs = 0;
+    for (int o = 0; o < t->n_ops; o++) costs |= t->ops[o].bytes > 0 || t->ops[o].matmul_flop > 0;
+    s->has_roofline = costs && t->rates.copy_gbps > 0;
+    if (!s->has_roofline) return;
+    int row_of_kind[TP_OP_KIND_COUNT];
+    for (int k = 0; k < TP_OP_KIND_COUNT; k++) row_of_kind[k] = -1;
+    s->floor = (tp_roofline_floor){0, 0, 0, 1};
+    for (int o = 0; o < s->n_layers; o++) {
+        tp_layer_row *L = &s->layers[o];
+        tp_roofline_op(&t->rates, t->ops[o].prec, t->ops[o].matmul_flop, t->ops[o].bytes, &L->floor);
+        tp_roofline_add(&s->floor, &L->floor);
+        s->attributed_ns_per_iter += L->ns_per_iter;
+        if (L->ns_per_iter <= 0 && L->floor.ns <= 0) continue; /* fused into another op: nothing of its own */
+        const int k = (unsigned)L->kind < TP_OP_KIND_COUNT ? (int)L->kind : 0;
+        if (row_of_kind[k] < 0) row_of_kind[k] = s->n_by_kind++;
+        tp_roofline_row *R = &s->by_kind[row_of_kind[k]];
+        if (!R->ops) R->floor = (tp_roofline_floor){0, 0, 0, 1};
+        R->kind = L->kind;
+        R->ops++;
+        R->ns_per_iter += L->ns_per_iter;
+        tp_roofline_add(&R->floor, &L->floor);
+    }
+}
+
 tp_status tp_profile_analyze(const tp_trace *t, tp_profile_summary *s, tp_error *err) {
     memset(s, 0, sizeof *s);
     tp_status st = check_records(t, err);
@@ -227,6 +254,7 @@ tp_status tp_profile_analyze(const tp_trace *t, tp_profile_summary *s, tp_error 
         L->pct = s->kernel_ns ? 100.0 * (double)L->total_ns / (double)s->kernel_ns : 0;
         L->kernels_per_iter /= I;
     }
+    roofline(t, s);
     goto done;
 oom:
     st = tp_fail(err, TP_ERR_OOM, "out of host memory analyzing a trace of %d records", t->n);
@@ -261,6 +289,41 @@ static void layers_cell(const tp_trace *t, const tp_kernel_row *k, char *buf, si
 }
 
 static double traced_ms(const tp_profile_summary *s) { return s->kernel_ns_per_iter * 1e-6; }
+
+/* "compute", "memory", or "-" for an op without a floor (fused, no cost) or without the rate it needs */
+static const char *bound_name(const tp_roofline_floor *fl) {
+    if (!fl->known || fl->ns <= 0) return "-";
+    return fl->compute_ns > 0 ? "compute" : "memory";
+}
+
+static void roofline_line(FILE *f, const char *name, int ops, double ns, const tp_roofline_floor *fl) {
+    char at[16] = "-";
+    if (fl->ns > 0 && ns > 0) snprintf(at, sizeof at, "%.1f", 100.0 * fl->ns / ns);
+    fprintf(f, "%-13s %5d %10.4f %10.4f %14.4f %13.4f %13s%s\n", name, ops, ns * 1e-6, fl->ns * 1e-6,
+            fl->compute_ns * 1e-6, fl->memory_ns * 1e-6, at, fl->known ? "" : "  (partial: a rate was not measured)");
+}
+
+static void print_roofline(const tp_trace *t, const tp_profile_summary *s, FILE *f) {
+    fprintf(f, "\nRoofline by op (per iteration; profile/roofline.h): each op's floor is max(matmul FLOP / the GEMM "
+               "peak of its precision,\nbytes / the copy rate), with the rates measured on this GPU: GEMM peaks");
+    for (int p = 0; p < TP_PREC_COUNT; p++)
+        if (t->rates.peak_tflops[p] > 0) fprintf(f, " %s %.4g", tp_precision_name((tp_precision)p), t->rates.peak_tflops[p]);
+    fprintf(f, " TFLOP/s (8192^3 cuBLASLt), copy %.4g GB/s (read + write).\nAttainment = floor / time: above 100%% "
+               "where an op beats the model (its input still in L2, or clocks above the peak run's)\n",
+            t->rates.copy_gbps);
+    fprintf(f, "%-13s %5s %10s %10s %14s %13s %13s\n", "Op", "Ops", "ms/iter", "floor ms", "compute-bound", "memory-bound",
+            "attainment %");
+    int ops = 0;
+    for (int r = 0; r < s->n_by_kind; r++) {
+        const tp_roofline_row *R = &s->by_kind[r];
+        roofline_line(f, tp_op_kind_name(R->kind), R->ops, R->ns_per_iter, &R->floor);
+        ops += R->ops;
+    }
+    roofline_line(f, "total", ops, s->attributed_ns_per_iter, &s->floor);
+    if (s->floor.ns > 0 && t->event_median_ms > 0)
+        fprintf(f, "At the floor a forward pass would take %.4f ms; the event-timed one takes %.4f ms (%.2fx the "
+                   "floor)\n", s->floor.ns * 1e-6, t->event_median_ms, t->event_median_ms / (s->floor.ns * 1e-6));
+}
 
 void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n, FILE *f) {
     fprintf(f, "=== Profile: %s, %s, batch %d, on %s: %d profiled iteration%s ===\n", t->model, t->precision,
@@ -303,12 +366,22 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
     int w = (int)strlen("(unattributed)");
     for (int o = 0; o < s->n_layers; o++)
         if ((int)strlen(s->layers[o].layer) > w) w = (int)strlen(s->layers[o].layer);
-    fprintf(f, "\nPer-layer time (per iteration)\n%-*s  %-12s  %-9s  %12s  %10s  %7s  %s\n", w, "Layer", "Op",
-            "Precision", "Kernels/iter", "ms/iter", "%", "Kernel(s)");
+    const int rf = s->has_roofline;
+    fprintf(f, "\nPer-layer time (per iteration%s)\n%-*s  %-12s  %-9s  %12s  %10s  %7s  ", rf ? "; floor: roofline.h" : "",
+            w, "Layer", "Op", "Precision", "Kernels/iter", "ms/iter", "%");
+    if (rf) fprintf(f, "%10s  %-7s  %9s  ", "floor ms", "bound", "attain %");
+    fputs("Kernel(s)\n", f);
     for (int o = 0; o < s->n_layers; o++) {
         const tp_layer_row *L = &s->layers[o];
         fprintf(f, "%-*s  %-12s  %-9s  %12.2f  %10.4f  %7.2f  ", w, L->layer, tp_op_kind_name(L->kind),
                 tp_precision_name(L->prec), L->kernels_per_iter, L->ns_per_iter * 1e-6, L->pct);
+        if (rf) {
+            char fl[16] = "-", at[16] = "-";
+            if (L->floor.known) snprintf(fl, sizeof fl, "%.4f", L->floor.ns * 1e-6);
+            if (L->floor.known && L->floor.ns > 0 && L->ns_per_iter > 0)
+                snprintf(at, sizeof at, "%.1f", 100.0 * L->floor.ns / L->ns_per_iter);
+            fprintf(f, "%10s  %-7s  %9s  ", fl, bound_name(&L->floor), at);
+        }
         for (int j = 0; j < L->n_kernels; j++) fprintf(f, "%s%s", j ? ", " : "", s->kernels[L->kernels[j]].name);
         fputs(L->n_kernels ? "\n" : "-\n", f);
     }
@@ -316,11 +389,38 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
         fprintf(f, "%-*s  %-12s  %-9s  %12.2f  %10.4f  %7.2f  -\n", w, "(unattributed)", "-", "-",
                 (double)s->unattributed / s->iterations, (double)s->unattributed_ns / s->iterations * 1e-6,
                 s->kernel_ns ? 100.0 * (double)s->unattributed_ns / (double)s->kernel_ns : 0.0);
+    if (rf) print_roofline(t, s, f);
 }
 
 /* ---- summary JSON ---------------------------------------------------------------------------------------- */
 
 static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *floor_json(json_t *o, double ns, const tp_roofline_floor *fl) {
+    json_object_set_new(o, "ms_per_iter", jnum(ns * 1e-6));
+    json_object_set_new(o, "floor_ms", jnum(fl->ns * 1e-6));
+    json_object_set_new(o, "compute_bound_ms", jnum(fl->compute_ns * 1e-6));
+    json_object_set_new(o, "memory_bound_ms", jnum(fl->memory_ns * 1e-6));
+    json_object_set_new(o, "floor_known", json_boolean(fl->known));
+    json_object_set_new(o, "attainment", fl->ns > 0 && ns > 0 ? jnum(fl->ns / ns) : json_null());
+    return o;
+}
+
+static json_t *roofline_json(const tp_trace *t, const tp_profile_summary *s) {
+    json_t *r = json_object(), *pk = json_object(), *a = json_array();
+    for (int p = 0; p < TP_PREC_COUNT; p++)
+        if (t->rates.peak_tflops[p] > 0) json_object_set_new(pk, tp_precision_name((tp_precision)p), jnum(t->rates.peak_tflops[p]));
+    json_object_set_new(r, "gemm_peak_tflops", pk);
+    json_object_set_new(r, "copy_gbps", jnum(t->rates.copy_gbps));
+    floor_json(r, s->attributed_ns_per_iter, &s->floor);
+    for (int k = 0; k < s->n_by_kind; k++) {
+        const tp_roofline_row *R = &s->by_kind[k];
+        json_t *o = json_pack("{s:s,s:i}", "op", tp_op_kind_name(R->kind), "ops", R->ops);
+        json_array_append_new(a, floor_json(o, R->ns_per_iter, &R->floor));
+    }
+    json_object_set_new(r, "by_op", a);
+    return r;
+}
 
 json_t *tp_profile_summary_json(const tp_trace *t, const tp_profile_summary *s) {
     json_t *j = json_object();
@@ -390,9 +490,15 @@ json_t *tp_profile_summary_json(const tp_trace *t, const tp_profile_summary *s) 
         json_object_set_new(o, "total_ns", json_integer((json_int_t)L->total_ns));
         json_object_set_new(o, "ns_per_iter", jnum(L->ns_per_iter));
         json_object_set_new(o, "percent", jnum(L->pct));
+        const int fk = s->has_roofline && L->floor.known;
+        json_object_set_new(o, "floor_ns", fk ? jnum(L->floor.ns) : json_null());
+        json_object_set_new(o, "bound", fk && L->floor.ns > 0 ? json_string(bound_name(&L->floor)) : json_null());
+        json_object_set_new(o, "attainment",
+                            fk && L->floor.ns > 0 && L->ns_per_iter > 0 ? jnum(L->floor.ns / L->ns_per_iter) : json_null());
         json_array_append_new(a, o);
     }
     json_object_set_new(j, "layers", a);
+    json_object_set_new(j, "roofline", s->has_roofline ? roofline_json(t, s) : json_null());
     return j;
 }
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "profile/roofline.h"
 #include "profile/trace.h"
 
 /* One row of the kernel summary (nsys stats' cuda_gpu_kern_sum): the records sharing a name and a category. */
@@ -40,7 +41,16 @@ typedef struct {
     double kernels_per_iter;  /* records launched by this op per iteration */
     int *kernels;             /* distinct kernel rows (indices into tp_profile_summary.kernels), first launch */
     int n_kernels;            /*   first */
+    tp_roofline_floor floor;  /* its roofline floor per iteration (roofline.h) from the trace's op costs and rates */
 } tp_layer_row;
+
+/* Time against the roofline floor for the ops of one kind (linear, attention, ...), per iteration. */
+typedef struct {
+    tp_op_kind kind;
+    int ops;                  /* ops of this kind with time or a floor */
+    double ns_per_iter;       /* their traced time */
+    tp_roofline_floor floor;  /* the sum of their floors */
+} tp_roofline_row;
 
 typedef struct {
     int iterations;             /* profiled forward passes (the trace's) */
@@ -60,6 +70,13 @@ typedef struct {
     int n_kernels;
     tp_layer_row *layers;       /* one per trace op, in op order */
     int n_layers;
+    /* the roofline (roofline.h): has_roofline when the trace carries measured rates and op costs (traces
+     * recorded before they existed do not); by_kind has one row per op kind present, in tp_op_kind order */
+    int has_roofline;
+    tp_roofline_floor floor;    /* per iteration, all ops */
+    double attributed_ns_per_iter; /* traced time of the ops (the unattributed records excluded) */
+    tp_roofline_row by_kind[TP_OP_KIND_COUNT];
+    int n_by_kind;
 } tp_profile_summary;
 
 /* Computes the summary of t into *s (overwritten; free with tp_profile_summary_free, also after an error).
@@ -73,8 +90,9 @@ void tp_profile_summary_free(tp_profile_summary *s);
 /* Prints the report of s (computed from t) to f: header (model, precision, batch, GPU, iterations); traced
  * kernel time, span and event-timed GPU time per iteration with their gap; the category breakdown (ms per
  * iteration, %); the top_n kernels (all when top_n <= 0) with nsys' cuda_gpu_kern_sum columns plus Category
- * and Layers (Name last, since it is unbounded); the per-layer table. Times in ns in the kernel table, ms
- * elsewhere. */
+ * and Layers (Name last, since it is unbounded); the per-layer table (with each op's roofline floor and the
+ * attainment floor / time when the trace has the roofline); the roofline by op kind and for the whole pass.
+ * Times in ns in the kernel table, ms elsewhere. */
 void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n, FILE *f);
 
 /* The whole summary as a JSON object (new reference; caller json_decref's); NULL only when out of memory.
@@ -83,7 +101,10 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
  * unattributed, unattributed_ns_per_iter, per_iteration [{kernel_ns, span_ns}], categories [{category,
  * ns_per_iter, ms_per_iter, percent}], kernels [{name, category, instances, total_ns, avg_ns, med_ns, min_ns,
  * max_ns, stddev_ns, time_pct, layers [all names]}], layers [{layer, op, precision, how, kernels_per_iter,
- * kernels [names], total_ns, ns_per_iter, percent}]. */
+ * kernels [names], total_ns, ns_per_iter, percent, floor_ns, bound ("compute", "memory" or null),
+ * attainment (floor_ns / ns_per_iter, null without a floor or time)}], roofline (null without one: {gemm_peak_tflops
+ * {precision: TFLOP/s}, copy_gbps, ms_per_iter (the ops' traced time), floor_ms, compute_bound_ms,
+ * memory_bound_ms, floor_known, attainment, by_op [{op, ops, and the same six}]}). */
 json_t *tp_profile_summary_json(const tp_trace *t, const tp_profile_summary *s);
 
 /* Writes one profiled iteration (0 <= iteration < t->iterations) of t as a Chrome trace (Trace Event Format,

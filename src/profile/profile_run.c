@@ -36,7 +36,10 @@ tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const 
         t->ops[i].kind = g->ops[i].kind;
         t->ops[i].prec = p->op_prec[i];
         snprintf(t->ops[i].how, sizeof t->ops[i].how, "%s", p->op_note[i]);
+        t->ops[i].matmul_flop = g->ops[i].matmul_flop;
+        t->ops[i].bytes = tp_plan_op_bytes(p, g, i);
     }
+    if (req->rates) t->rates = *req->rates;
     snprintf(t->precision, sizeof t->precision, "%s", prec);
     snprintf(t->model, sizeof t->model, "%s", req->model);
     snprintf(t->gpu, sizeof t->gpu, "%s", req->gpu);

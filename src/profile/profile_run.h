@@ -21,6 +21,7 @@ typedef struct {
     int iterations;         /* profiled forward passes */
     int top_n;              /* rows of the top-kernel table */
     const char *out_dir;    /* where <precision>.trace.json, .chrome.json, .profile.json go; NULL: none */
+    const tp_roofline_rates *rates; /* this GPU's measured rates for the roofline columns; NULL: none */
 } tp_profile_request;
 
 /* Runs req->iterations forward passes of e with CUPTI recording, attributes every record to its op (e must

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,8 @@ static json_t *op_json(const tp_trace_op *o) {
     json_object_set_new(j, "op", json_string(tp_op_kind_name(o->kind)));
     json_object_set_new(j, "precision", json_string(tp_precision_name(o->prec)));
     json_object_set_new(j, "how", jstr(o->how));
+    json_object_set_new(j, "matmul_flop", json_real(o->matmul_flop));
+    json_object_set_new(j, "bytes", json_real(o->bytes));
     return j;
 }
 
@@ -142,6 +145,12 @@ tp_status tp_trace_save(const tp_trace *t, const char *path, tp_error *err) {
     json_object_set_new(meta, "gpu", jstr(t->gpu));
     json_object_set_new(meta, "iterations", json_integer(t->iterations));
     json_object_set_new(meta, "event_median_ms", json_real(t->event_median_ms));
+    json_t *pk = json_object();
+    for (int p = 0; p < TP_PREC_COUNT; p++)
+        if (t->rates.peak_tflops[p] > 0)
+            json_object_set_new(pk, tp_precision_name((tp_precision)p), json_real(t->rates.peak_tflops[p]));
+    json_object_set_new(meta, "gemm_peak_tflops", pk);
+    json_object_set_new(meta, "copy_gbps", json_real(t->rates.copy_gbps));
     /* The meta object is dumped whole, then reopened (its closing brace dropped) to append the two arrays
      * one element per line. */
     char *m = json_dumps(meta, JSON_COMPACT);
@@ -244,6 +253,17 @@ static tp_status get_dim3(const loc *l, const json_t *o, const char *key, int ou
     return TP_OK;
 }
 
+/* An optional number >= 0 (a roofline input): absent leaves *out 0. */
+static tp_status get_opt_nonneg(const loc *l, const json_t *o, const char *key, double *out) {
+    json_t *v = json_object_get(o, key);
+    *out = 0;
+    if (!v) return TP_OK;
+    if (!json_is_number(v) || !(json_number_value(v) >= 0) || !isfinite(json_number_value(v)))
+        return bad_field(l, key, "must be a finite number >= 0");
+    *out = json_number_value(v);
+    return TP_OK;
+}
+
 static tp_status load_op(const loc *l, const json_t *o, tp_trace_op *op) {
     const char *s;
     tp_status st;
@@ -255,6 +275,8 @@ static tp_status load_op(const loc *l, const json_t *o, tp_trace_op *op) {
     op->kind = (tp_op_kind)k;
     if ((st = get_str(l, o, "precision", NULL, 0, &s))) return st;
     if (tp_precision_parse(s, &op->prec, NULL)) return bad_field(l, "precision", "is not fp32, fp16, bf16 or fp8");
+    if ((st = get_opt_nonneg(l, o, "matmul_flop", &op->matmul_flop))) return st;
+    if ((st = get_opt_nonneg(l, o, "bytes", &op->bytes))) return st;
     return get_str(l, o, "how", op->how, sizeof op->how, NULL);
 }
 
@@ -313,6 +335,20 @@ static tp_status load_doc(const loc *top, const json_t *root, tp_trace *t) {
     if (!json_is_number(v) || !(json_number_value(v) >= 0))
         return bad_field(&l, "event_median_ms", "must be a number >= 0");
     t->event_median_ms = json_number_value(v);
+    if ((st = get_opt_nonneg(&l, root, "copy_gbps", &t->rates.copy_gbps))) return st;
+    json_t *pk = json_object_get(root, "gemm_peak_tflops");
+    if (pk) {
+        if (!json_is_object(pk)) return bad_field(&l, "gemm_peak_tflops", "must be an object");
+        const char *key;
+        json_t *pv;
+        json_object_foreach(pk, key, pv) {
+            tp_precision p;
+            if (tp_precision_parse(key, &p, NULL)) return bad_field(&l, "gemm_peak_tflops", "names an unknown precision");
+            if (!json_is_number(pv) || !(json_number_value(pv) >= 0) || !isfinite(json_number_value(pv)))
+                return bad_field(&l, "gemm_peak_tflops", "must map each precision to a finite number >= 0");
+            t->rates.peak_tflops[p] = json_number_value(pv);
+        }
+    }
 
     json_t *ops, *recs;
     if ((st = get_field(&l, root, "ops", &ops))) return st;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ir/graph.h"
+#include "profile/roofline.h"
 #include "tprof.h"
 
 typedef enum {
@@ -49,6 +50,8 @@ typedef struct {
     tp_op_kind kind;
     tp_precision prec; /* the precision the plan executed it in */
     char how[256];     /* the plan's note */
+    double matmul_flop; /* FLOP of its matrix products per forward pass (ir/graph.h); 0 when none or unknown */
+    double bytes;       /* its fewest bytes per forward pass at the planned types (plan.h); 0: fused or unknown */
 } tp_trace_op;
 
 typedef struct {
@@ -62,6 +65,7 @@ typedef struct {
     int batch;
     char gpu[128];
     double event_median_ms;   /* event-timed GPU compute time per forward pass (the benchmark), 0 if unknown */
+    tp_roofline_rates rates;  /* the GPU's measured rates (roofline.h); zeros when not measured */
 } tp_trace;
 
 void tp_trace_init(tp_trace *t);
@@ -70,7 +74,10 @@ void tp_trace_free(tp_trace *t);
 tp_status tp_trace_add(tp_trace *t, const tp_trace_record *r, tp_error *err);
 
 /* Saves / loads the trace as JSON (jansson): {"format": "tprof-trace-1", meta..., "ops": [...], "records": [...]}.
- * Load errors name the file and the field: TP_ERR_IO, TP_ERR_FORMAT. */
+ * The roofline inputs are optional on load (traces recorded before they existed): meta "gemm_peak_tflops"
+ * {precision: TFLOP/s} and "copy_gbps", each op's "matmul_flop" and "bytes"; absent means 0 (not measured).
+ * Load errors name the file and the field: TP_ERR_IO, TP_ERR_FORMAT (also for a present but negative or
+ * non-numeric roofline field, or an unknown precision in gemm_peak_tflops). */
 tp_status tp_trace_save(const tp_trace *t, const char *path, tp_error *err);
 tp_status tp_trace_load(const char *path, tp_trace *t, tp_error *err);
 

@@ -38,6 +38,7 @@
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cuda/attention_wgmma.h"
 #include "exec/cuda/cuda_engine.h"
+#include "exec/cuda/gemm_peak.h"
 #include "exec/cuda/gemm_sm90.h"
 #include "models/vit.h"
 #include "planner/plan.h"
@@ -679,6 +680,22 @@ START_TEST(test_engine_errors) {
 }
 END_TEST
 
+/* The roofline's memory rate: a plausible figure for a datacenter GPU (the HBM of an H100/H200 copies at 2-5
+ * TB/s read plus write; the bounds catch a unit slip, ms for s or bits for bytes), and errors for bad arguments. */
+START_TEST(test_copy_rate) {
+    double big = 0;
+    tp_error e;
+    ck_assert_msg(tp_copy_rate((size_t)256 << 20, 10, &big, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(big > 300 && big < 30000, "copy rate %g GB/s", big);
+    double x = 1;
+    ck_assert_int_eq(tp_copy_rate(3, 10, &x, &e), TP_ERR_ARG);
+    ck_assert(x == 0);
+    ck_assert_ptr_nonnull(strstr(e.msg, "copy rate"));
+    ck_assert_int_eq(tp_copy_rate(1024, 0, &x, &e), TP_ERR_ARG);
+    printf("copy rate on this GPU: %.0f GB/s (256 MiB, read + write)\n", big);
+}
+END_TEST
+
 Suite *gpu_engine_suite(void) {
     Suite *s = suite_create("gpu_engine");
     TCase *t = tcase_create("engines");
@@ -697,6 +714,7 @@ Suite *gpu_engine_suite(void) {
     tcase_add_loop_test(t, test_engine_gelu_tanh, 0, 2 * n);
     tcase_add_loop_test(t, test_engine_gelu_sm90, 0, 3 * n);
     tcase_add_test(t, test_engine_errors);
+    tcase_add_test(t, test_copy_rate);
     suite_add_tcase(s, t);
     return s;
 }

@@ -94,3 +94,53 @@ done:
     if (s) cudaStreamDestroy(s);
     return st;
 }
+
+tp_status tp_copy_rate(size_t bytes, int iters, double *gbps, tp_error *err) {
+    void *src = NULL, *dst = NULL;
+    cudaStream_t s = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    double *ms = NULL;
+    tp_status st = TP_OK;
+    cudaError_t ce;
+    *gbps = 0;
+    if (bytes < 4 || iters < 1) return tp_fail(err, TP_ERR_ARG, "copy rate: %zu bytes, %d runs", bytes, iters);
+    bytes &= ~(size_t)3;
+    if ((ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) || (ce = cudaEventCreate(&ev[0])) ||
+        (ce = cudaEventCreate(&ev[1])))
+        goto cuda_fail;
+    if ((ce = cudaMalloc(&src, bytes)) || (ce = cudaMalloc(&dst, bytes))) {
+        st = tp_fail(err, TP_ERR_OOM, "copy rate: 2 x %zu bytes on the GPU: %s", bytes, cudaGetErrorString(ce));
+        goto done;
+    }
+    int rc = tpk_fill_uniform(src, TP_F32, bytes / 4, 3, s);
+    if (rc) {
+        ce = (cudaError_t)rc;
+        goto cuda_fail;
+    }
+    if (!(ms = malloc(sizeof(double) * (size_t)iters))) {
+        st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+        goto done;
+    }
+    for (int i = -5; i < iters; i++) { /* 5 warm-up copies */
+        float t = 0;
+        if ((ce = cudaEventRecord(ev[0], s)) || (ce = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s)) ||
+            (ce = cudaEventRecord(ev[1], s)) || (ce = cudaEventSynchronize(ev[1])) ||
+            (ce = cudaEventElapsedTime(&t, ev[0], ev[1])))
+            goto cuda_fail;
+        if (i >= 0) ms[i] = t;
+    }
+    tp_latency_stats l;
+    tp_latency_stats_compute(ms, iters, &l);
+    *gbps = 2.0 * (double)bytes / (l.median * 1e-3) * 1e-9;
+    goto done;
+cuda_fail:
+    st = tp_fail(err, TP_ERR_CUDA, "copy rate (%zu bytes): %s", bytes, cudaGetErrorString(ce));
+done:
+    free(ms);
+    cudaFree(src);
+    cudaFree(dst);
+    if (ev[0]) cudaEventDestroy(ev[0]);
+    if (ev[1]) cudaEventDestroy(ev[1]);
+    if (s) cudaStreamDestroy(s);
+    return st;
+}

@@ -4,6 +4,8 @@
 #ifndef TP_GEMM_PEAK_H
 #define TP_GEMM_PEAK_H
 
+#include <stddef.h>
+
 #include "tprof.h"
 
 /* Times D (n, n) = A (n, n) @ W (n, n)^T in precision prec (fp32: F32 in/out; fp16, bf16: in and out; fp8: E4M3
@@ -13,5 +15,12 @@
  * around each; *tflops receives 2 n^3 / median time. Errors: TP_ERR_OOM (3 n^2 elements on the GPU), TP_ERR_CUDA,
  * TP_ERR_UNSUPPORTED. */
 tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_error *err);
+
+/* The memory rate of this GPU as a device-to-device cudaMemcpyAsync of `bytes` (rounded down to a multiple of 4;
+ * use well over the L2 size: the bench takes 256 MiB) between two fresh buffers of random contents, `iters` runs
+ * after 5 warm-up runs, CUDA events around each; *gbps receives 2 bytes / median time / 1e9 (bytes read plus
+ * bytes written per second: the denominator of a roofline's memory term, profile/roofline.h). Errors: TP_ERR_ARG
+ * (bytes < 4 or iters < 1), TP_ERR_OOM (the two buffers), TP_ERR_CUDA. */
+tp_status tp_copy_rate(size_t bytes, int iters, double *gbps, tp_error *err);
 
 #endif
