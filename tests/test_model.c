@@ -530,6 +530,37 @@ START_TEST(test_planner_attention_policy) {
 }
 END_TEST
 
+/* The roofline's bytes of a pool (plan.h): a class-token pool reads one row of each image and writes it, a mean
+ * pool reads every row; B 3, T 197, C 192 (vit-tiny), fp16: 2 * 3 * 192 * 2 bytes against (3 * 197 + 3) * 192 * 2. */
+START_TEST(test_plan_pool_bytes) {
+    for (int mode = 0; mode < 2; mode++) {
+        tp_vit_config c = preset("vit-tiny");
+        c.depth = 1;
+        c.global_pool = mode;
+        tp_params p;
+        tp_graph g;
+        tp_plan plan;
+        tp_error e;
+        memset(&p, 0, sizeof p);
+        ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+        ck_assert_int_eq(tp_vit_build_graph(&c, &p, 3, &g, &e), TP_OK);
+        ck_assert_msg(tp_plan_build(&g, TP_PREC_FP16, 90, &plan, &e) == TP_OK, "%s", e.msg);
+        int n = 0;
+        for (int i = 0; i < g.n_ops; i++) {
+            if (g.ops[i].kind != TP_OP_POOL) continue;
+            n++;
+            const double rows_in = mode == 0 ? 3.0 : 3.0 * 197, want = (rows_in + 3.0) * 192 * 2;
+            ck_assert_msg(tp_plan_op_bytes(&plan, &g, i) == want, "pool mode %d: %g bytes, want %g", mode,
+                          tp_plan_op_bytes(&plan, &g, i), want);
+        }
+        ck_assert_int_eq(n, 1);
+        tp_plan_free(&plan);
+        tp_graph_free(&g);
+        tp_params_free(&p);
+    }
+}
+END_TEST
+
 /* Residual adds run in the epilogue of the GEMM producing their branch (plan.h): on a GPU target when that GEMM
  * reads f32/f16/bf16 or per-tensor E4M3 operands; never on the CPU, never for block-scaled GEMMs. */
 START_TEST(test_planner_residual_fusion) {
@@ -688,6 +719,7 @@ int main(void) {
     tcase_add_test(t, test_planner_block_formats);
     tcase_add_test(t, test_planner_fp8_block);
     tcase_add_test(t, test_planner_attention_policy);
+    tcase_add_test(t, test_plan_pool_bytes);
     tcase_add_test(t, test_synthesized_weights);
     tcase_add_test(t, test_golden_timm_token);
     tcase_add_test(t, test_golden_timm_avg);

@@ -737,6 +737,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 if (!r->gelu_impl[0] && g.ops[i].kind == TP_OP_LINEAR && strstr(im, "GELU"))
                     snprintf(r->gelu_impl, sizeof r->gelu_impl, "%s: %s", g.ops[i].layer, im);
             }
+            for (int i = 0; !st && i < g.n_ops; i++) r->cost[i].bytes = tp_engine_op_bytes(e, i); /* its fusions */
             if (!st) st = tp_engine_set_input(e, images, err);
             if (!st) st = tp_engine_forward(e, err);
             if (!st) st = tp_engine_get_output(e, out, err);

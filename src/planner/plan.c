@@ -431,6 +431,9 @@ double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
     }
     for (int j = 0; j < op->n_in; j++)
         b += (double)tp_value_numel(&g->values[op->in[j]]) * (double)tp_dtype_info(p->value_dt[op->in[j]])->bytes;
+    if (op->kind == TP_OP_POOL && op->pool_mode == 0) /* the class token's row of each image, not all T rows */
+        b -= (double)(tp_value_numel(&g->values[op->in[0]]) - tp_value_numel(&g->values[op->out])) *
+             (double)tp_dtype_info(p->value_dt[op->in[0]])->bytes;
     int y = op->out;
     if (p->op_epilogue_embed && p->op_epilogue_embed[i] >= 0) { /* + position embedding and class token read */
         const tp_op *eo = &g->ops[p->op_epilogue_embed[i]];

@@ -75,8 +75,9 @@ void tp_plan_free(tp_plan *p);
 #include "planner/policy.h"
 tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, tp_plan *p, tp_error *err);
 
-/* Bytes an op moves through memory at its planned storage types: every input read once, output written
- * once (the fewest bytes; the roofline's denominator); a fused op 0, the GEMM that fuses it its residual too. */
+/* Bytes an op moves through memory at its planned storage types: every input read once (a class-token pool: that
+ * token's rows only), output written once (the fewest bytes; the roofline's denominator); a fused op 0, the GEMM
+ * that fuses it its residual too. Fusions an engine makes at build are not here: tp_engine_op_bytes. */
 double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int op);
 /* Bytes of all parameters at their planned storage types (plus 4 bytes per FP8 scale). */
 double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g);

@@ -37,7 +37,7 @@ tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const 
         t->ops[i].prec = p->op_prec[i];
         snprintf(t->ops[i].how, sizeof t->ops[i].how, "%s", p->op_note[i]);
         t->ops[i].matmul_flop = g->ops[i].matmul_flop;
-        t->ops[i].bytes = tp_plan_op_bytes(p, g, i);
+        t->ops[i].bytes = tp_engine_op_bytes(e, i);
     }
     if (req->rates) t->rates = *req->rates;
     snprintf(t->precision, sizeof t->precision, "%s", prec);

@@ -758,6 +758,20 @@ int tp_engine_gemm_choice(const tp_engine *e, int op) {
     return e->gelu_sm90[op] >= 0 ? TP_GEMM_CHOICE_SM90_GELU : tp_gemm_plan_choice(e->gplan[op]);
 }
 
+double tp_engine_op_bytes(const tp_engine *e, int op) {
+    if (!e || op < 0 || op >= e->g->n_ops) return 0.0;
+    const tp_graph *g = e->g;
+    for (int j = 0; j < g->n_ops; j++)
+        if (e->gelu_sm90[j] == op) return 0.0; /* a GELU done by GEMM j's epilogue: its bytes are j's */
+    double b = tp_plan_op_bytes(e->plan, g, op);
+    if (e->gelu_sm90[op] >= 0) { /* writes the GELU's output instead of its own */
+        const int x = g->ops[op].out, y = g->ops[e->gelu_sm90[op]].out;
+        b += (double)tp_value_numel(&g->values[y]) * (double)tp_dtype_info(e->plan->value_dt[y])->bytes -
+             (double)tp_value_numel(&g->values[x]) * (double)tp_dtype_info(e->plan->value_dt[x])->bytes;
+    }
+    return b;
+}
+
 int tp_engine_attention_choice(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || e->g->ops[op].kind != TP_OP_ATTENTION) return -1;
     if (e->plan->op_prec[op] == TP_PREC_FP8) return -1;
