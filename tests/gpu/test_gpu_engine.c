@@ -680,8 +680,8 @@ START_TEST(test_engine_errors) {
 }
 END_TEST
 
-/* The roofline's memory rate: a plausible figure for a datacenter GPU (the HBM of an H100/H200 copies at 2-5
- * TB/s read plus write; the bounds catch a unit slip, ms for s or bits for bytes), and errors for bad arguments. */
+/* The roofline's rates: plausible figures for a datacenter GPU (the HBM of an H100/H200 copies at 2-5 TB/s read
+ * plus write; the bounds catch a unit slip, ms for s or bits for bytes), and errors for bad arguments. */
 START_TEST(test_copy_rate) {
     double big = 0;
     tp_error e;
@@ -692,7 +692,12 @@ START_TEST(test_copy_rate) {
     ck_assert(x == 0);
     ck_assert_ptr_nonnull(strstr(e.msg, "copy rate"));
     ck_assert_int_eq(tp_copy_rate(1024, 0, &x, &e), TP_ERR_ARG);
-    printf("copy rate on this GPU: %.0f GB/s (256 MiB, read + write)\n", big);
+    double pk = 0; /* and the compute rate: sustained fp16 dense GEMMs of an H100/H200 run at 500-990 TFLOP/s */
+    ck_assert_msg(tp_gemm_peak(TP_PREC_FP16, 4096, 10, &pk, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(pk > 100 && pk < 2000, "fp16 GEMM peak %g TFLOP/s", pk);
+    ck_assert_int_eq(tp_gemm_peak(TP_PREC_FP16, 4096, 0, &pk, &e), TP_ERR_ARG);
+    ck_assert(pk == 0);
+    printf("copy rate on this GPU: %.0f GB/s (256 MiB, read + write); fp16 GEMM 4096^3 %.0f TFLOP/s\n", big, pk);
 }
 END_TEST
 

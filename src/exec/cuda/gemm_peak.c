@@ -6,7 +6,10 @@
 #include "bench/stats.h"
 #include "exec/cuda/gemm_cublaslt.h"
 #include "exec/cuda/kernels.h"
+#include "core/util.h"
 #include "formats/dtype.h"
+
+#define PEAK_WARM_MS 500.0 /* back-to-back GEMMs before the timed ones */
 
 tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_error *err) {
     /* the block-scaled formats are measured on the path this GPU runs them on: Hopper emulates them with bf16
@@ -26,16 +29,15 @@ tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_e
     const size_t kb = ((size_t)n + 127) / 128, n_act_sc = block128 ? kb * (size_t)n : 4,
                  n_sc = n_act_sc + (block128 ? tp_gemm_b128_weight_scale_count(n, n) : 4);
     cudaStream_t s = NULL;
-    cudaEvent_t ev[2] = {NULL, NULL};
     tp_gemm_ctx *ctx = NULL;
     tp_gemm_plan *plan = NULL;
     double *ms = NULL;
+    cudaEvent_t *evs = NULL; /* iters + 1: around and between the timed runs */
     tp_status st = TP_OK;
     cudaError_t ce;
     *tflops = 0;
-    if ((ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) || (ce = cudaEventCreate(&ev[0])) ||
-        (ce = cudaEventCreate(&ev[1])))
-        goto cuda_fail;
+    if (n < 1 || iters < 1) return tp_fail(err, TP_ERR_ARG, "GEMM peak: n %d, %d runs", n, iters);
+    if ((ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))) goto cuda_fail;
     if ((ce = cudaMalloc(&A, nn * tp_dtype_info(ab)->bytes)) || (ce = cudaMalloc(&W, nn * tp_dtype_info(ab)->bytes)) ||
         (ce = cudaMalloc(&D, nn * tp_dtype_info(d)->bytes)) || (ce = cudaMalloc((void **)&scales, sizeof(float) * n_sc))) {
         st = tp_fail(err, TP_ERR_OOM, "GEMM peak %s n=%d: %s", tp_precision_name(prec), n, cudaGetErrorString(ce));
@@ -58,21 +60,41 @@ tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_e
     if ((st = tp_gemm_plan_create(ctx, &desc, "peak", &plan, err))) goto done;
     const int fp8 = ab == TP_E4M3;
     ms = malloc(sizeof(double) * (size_t)iters);
-    if (!ms) {
+    evs = calloc((size_t)iters + 1, sizeof *evs);
+    for (int i = 0; evs && i <= iters; i++)
+        if ((ce = cudaEventCreate(&evs[i]))) goto cuda_fail;
+    if (!ms || !evs) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto done;
     }
-    for (int i = -20; i < iters; i++) { /* 20 warm-up runs: clocks ramp up under sustained load */
-        if ((ce = cudaEventRecord(ev[0], s))) goto cuda_fail;
+    /* Warm-up until the clocks settle: these GPUs hold their boost clock for a fraction of a second under dense
+     * GEMMs, then their power limit lowers it (H200, 700 W: 1.98 GHz down to 1.2-1.6), and the engines' timed
+     * runs are sustained, back to back. A 20-run warm-up (30 ms at fp16) measured 640 or 756 TFLOP/s depending on
+     * what ran before it (bench/results/README.md). */
+    const double t0 = tp_now_ms();
+    for (int i = 0; i < 20 || tp_now_ms() - t0 < PEAK_WARM_MS; i++) {
         rc = tp_gemm_run(ctx, plan, A, W, NULL, D, fp8 ? scales : NULL, fp8 ? scales + n_act_sc : NULL, s);
         if (rc) {
             st = tp_fail(err, TP_ERR_CUDA, "GEMM peak %s: cuBLASLt status %d", tp_precision_name(prec), rc);
             goto done;
         }
-        if ((ce = cudaEventRecord(ev[1], s)) || (ce = cudaEventSynchronize(ev[1]))) goto cuda_fail;
+        if (i % 8 == 7 && (ce = cudaStreamSynchronize(s))) goto cuda_fail; /* keep the host clock meaningful */
+    }
+    /* then the timed runs back to back, an event between each two (no gap for the clocks to recover in) */
+    for (int i = 0; i <= iters; i++) {
+        if ((ce = cudaEventRecord(evs[i], s))) goto cuda_fail;
+        if (i == iters) break;
+        rc = tp_gemm_run(ctx, plan, A, W, NULL, D, fp8 ? scales : NULL, fp8 ? scales + n_act_sc : NULL, s);
+        if (rc) {
+            st = tp_fail(err, TP_ERR_CUDA, "GEMM peak %s: cuBLASLt status %d", tp_precision_name(prec), rc);
+            goto done;
+        }
+    }
+    if ((ce = cudaEventSynchronize(evs[iters]))) goto cuda_fail;
+    for (int i = 0; i < iters; i++) {
         float t = 0;
-        if ((ce = cudaEventElapsedTime(&t, ev[0], ev[1]))) goto cuda_fail;
-        if (i >= 0) ms[i] = t;
+        if ((ce = cudaEventElapsedTime(&t, evs[i], evs[i + 1]))) goto cuda_fail;
+        ms[i] = t;
     }
     tp_latency_stats l;
     tp_latency_stats_compute(ms, iters, &l);
@@ -81,6 +103,9 @@ tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_e
 cuda_fail:
     st = tp_fail(err, TP_ERR_CUDA, "GEMM peak %s n=%d: %s", tp_precision_name(prec), n, cudaGetErrorString(ce));
 done:
+    for (int i = 0; evs && i <= iters; i++)
+        if (evs[i]) cudaEventDestroy(evs[i]);
+    free(evs);
     free(ms);
     free(h_ones);
     tp_gemm_plan_destroy(plan);
@@ -89,8 +114,6 @@ done:
     cudaFree(W);
     cudaFree(D);
     cudaFree(scales);
-    if (ev[0]) cudaEventDestroy(ev[0]);
-    if (ev[1]) cudaEventDestroy(ev[1]);
     if (s) cudaStreamDestroy(s);
     return st;
 }

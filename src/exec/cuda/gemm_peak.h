@@ -11,9 +11,10 @@
 /* Times D (n, n) = A (n, n) @ W (n, n)^T in precision prec (fp32: F32 in/out; fp16, bf16: in and out; fp8: E4M3
  * in, F16 out, unit scales; fp8-block: E4M3 in, BF16 out, unit 1x128 / 128x128 block scales; mxfp8, nvfp4, mxfp4:
  * the bf16 GEMM their emulation runs on, the only path on a GPU without block-scaled MMA; callers on Blackwell
- * must not use this for them) on random operands (never zeros), `iters` runs after 20 warm-up runs, CUDA events
- * around each; *tflops receives 2 n^3 / median time. Errors: TP_ERR_OOM (3 n^2 elements on the GPU), TP_ERR_CUDA,
- * TP_ERR_UNSUPPORTED. */
+ * must not use this for them) on random operands (never zeros): at least 20 and 0.5 s of back-to-back warm-up runs
+ * (the sustained, power-limited clocks the engines' timed runs see), then `iters` runs back to back with a CUDA
+ * event between each two; *tflops receives 2 n^3 / median time. Errors: TP_ERR_ARG (n or iters < 1), TP_ERR_OOM
+ * (3 n^2 elements on the GPU), TP_ERR_CUDA, TP_ERR_UNSUPPORTED. */
 tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_error *err);
 
 /* The memory rate of this GPU as a device-to-device cudaMemcpyAsync of `bytes` (rounded down to a multiple of 4;
