@@ -55,7 +55,7 @@ typedef struct {
     double build_ms;
     int n_quant_ops, n_emulated_ops, n_ops; /* ops in the requested quantized format; of them emulated */
     double format_weight_bytes;             /* weights in their format (what an engine file stores) */
-    json_t *plan;    /* per op: layer, op, precision, FLOP, bytes, how (owned) */
+    json_t *plan;    /* per op: layer, op, precision, FLOP, bytes (the engine's on a GPU), how (owned) */
     char attn_impl[200]; /* the attention implementation the engine chose, with its build-time timings */
     char gelu_impl[240]; /* the first GEMM feeding a GELU: fused or not, with its build-time timings */
     tp_attn_cost *attn_cost; /* FP8 attention ops, in op order: cosine and rel L2 against FP16/BF16 attention on
@@ -762,7 +762,10 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
                 if (!r->gelu_impl[0] && g.ops[i].kind == TP_OP_LINEAR && strstr(im, "GELU"))
                     snprintf(r->gelu_impl, sizeof r->gelu_impl, "%s: %s", g.ops[i].layer, im);
             }
-            for (int i = 0; !st && i < g.n_ops; i++) r->cost[i].bytes = tp_engine_op_bytes(e, i); /* its fusions */
+            for (int i = 0; !st && i < g.n_ops; i++) { /* the bytes of the fusions the build made (a GELU) */
+                r->cost[i].bytes = tp_engine_op_bytes(e, i);
+                json_object_set_new(json_array_get(r->plan, (size_t)i), "bytes", json_real(r->cost[i].bytes));
+            }
             if (!st) st = tp_engine_set_input(e, images, err);
             if (!st) st = tp_engine_forward(e, err);
             if (!st) st = tp_engine_get_output(e, out, err);
