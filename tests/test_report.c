@@ -20,6 +20,8 @@
 
 #define FIX16 "tests/fixtures/h200_vit-b16_b64_fp16.trace.json"
 #define FIX8 "tests/fixtures/h200_vit-b16_b64_fp8.trace.json"
+#define FIX16R "tests/fixtures/h200_vit-b16_b64_fp16_roofline.trace.json" /* recorded with the roofline's inputs */
+#define FIX8R "tests/fixtures/h200_vit-b16_b64_fp8_roofline.trace.json"
 #define PEAK16 765.0 /* TFLOP/s, FP16 GEMM 8192^3 measured on the H200 (shared/docs/device.md) */
 #define PEAK8 1387.0 /* TFLOP/s, FP8 E4M3 GEMM 8192^3 */
 
@@ -378,8 +380,8 @@ START_TEST(test_xml_fallback) {
 END_TEST
 
 static const char *SECTIONS[] = {
-    "## Summary",         "## Configuration", "## Kernel breakdown", "## Coverage", "## Theoretical vs. actual speedup",
-    "## Recommendations", "## Artifacts"};
+    "## Summary", "## Configuration",  "## Kernel breakdown", "## Roofline", "## Coverage",
+    "## Theoretical vs. actual speedup", "## Recommendations", "## Artifacts"};
 #define N_SECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 static const char *FILES[] = {"report.md", "report.json", "report.html", "breakdown.svg", "speedup.svg"};
 
@@ -472,8 +474,9 @@ START_TEST(test_write_fixtures) {
                                "blocks.N.attn"};
     for (size_t k = 0; k < sizeof MD / sizeof MD[0]; k++)
         ck_assert_msg(strstr(md, MD[k]) != NULL, "report.md lacks \"%s\"", MD[k]);
-    /* no engine here runs attention in FP8: no such section */
+    /* no engine here runs attention in FP8: no such section; traces from before the roofline: a sentence */
     ck_assert_ptr_null(strstr(md, "FP8 attention accuracy"));
+    ck_assert_ptr_nonnull(strstr(md, "no roofline"));
     ck_assert_ptr_null(strstr(md, "(worst)"));
     /* Outside code spans no raw angle bracket: names with <> are in backticks, other text is escaped. */
     int in_code = 0;
@@ -493,6 +496,7 @@ START_TEST(test_write_fixtures) {
     ck_assert_str_eq(json_string_value(jget(j, "format")), "tprof-compare-1");
     ck_assert_str_eq(json_string_value(jget(j, "baseline")), "fp16");
     ck_assert_ptr_null(json_object_get(j, "fp8_attention_cost"));
+    ck_assert_int_eq((int)json_array_size(jget(j, "roofline")), 0);
     json_t *conf = jget(j, "configuration");
     ck_assert(json_is_true(jget(conf, "cuda_graph")));
     ck_assert_str_eq(json_string_value(jget(conf, "data_transfers")), "excluded");
@@ -592,6 +596,59 @@ START_TEST(test_write_fixtures) {
 END_TEST
 
 /* Names with <, >, & and | through every writer; a pair without peak rates (no bound); a baseline alone. */
+/* The fixtures recorded with the roofline (rates and op costs in the traces): the section's tables, and the JSON's
+ * floors, consistent with the profiles and ordered by the gap above the floor. */
+START_TEST(test_write_roofline) {
+    loaded x[2];
+    load_fixture(&x[0], FIX16R, TP_PREC_FP16);
+    load_fixture(&x[1], FIX8R, TP_PREC_FP8);
+    ck_assert(x[0].s.has_roofline && x[1].s.has_roofline);
+    tp_compare_entry entries[2] = {x[0].e, x[1].e};
+    tp_compare_config cfg = fixture_config();
+    char dir[1024];
+    make_dir(dir, sizeof dir);
+    tp_error err;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    char *md = read_in(dir, "report.md");
+    static const char *MD[] = {"## Roofline", "bytes / the copy rate", "GB/s (read + write)", "Median / floor",
+                               "fp16 by op kind", "fp8 by op kind", "Above floor (ms)", "| linear |", "| attention |",
+                               "`blocks."};
+    for (size_t k = 0; k < sizeof MD / sizeof MD[0]; k++)
+        ck_assert_msg(strstr(md, MD[k]) != NULL, "report.md lacks \"%s\"", MD[k]);
+    ck_assert_ptr_null(strstr(md, "no roofline"));
+    ck_assert(strstr(md, "## Kernel breakdown") < strstr(md, "## Roofline"));
+    free(md);
+    json_error_t je;
+    char p[1200];
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    json_t *j = json_load_file(p, 0, &je);
+    ck_assert_msg(j != NULL, "report.json: %s", je.text);
+    json_t *rf = jget(j, "roofline");
+    ck_assert_int_eq((int)json_array_size(rf), 2);
+    for (int i = 0; i < 2; i++) {
+        json_t *r = json_array_get(rf, (size_t)i);
+        ck_assert_str_eq(json_string_value(jget(r, "precision")), i ? "fp8" : "fp16");
+        ck_assert(close_to(json_number_value(jget(r, "floor_ms")), x[i].s.floor.ns * 1e-6, 0));
+        ck_assert(json_number_value(jget(r, "median_over_floor")) > 1); /* these engines are above their floor */
+        json_t *tg = jget(r, "top_gaps");
+        ck_assert_int_eq((int)json_array_size(tg), 8);
+        double prev = INFINITY;
+        for (size_t k = 0; k < json_array_size(tg); k++) {
+            json_t *g = json_array_get(tg, k);
+            const double above = json_number_value(jget(g, "above_floor_ms"));
+            ck_assert(above <= prev);
+            ck_assert(close_to(above, json_number_value(jget(g, "time_ms")) - json_number_value(jget(g, "floor_ms")),
+                               1e-6));
+            prev = above;
+        }
+    }
+    json_decref(j);
+    remove_dir(dir);
+    unload(&x[0]);
+    unload(&x[1]);
+}
+END_TEST
+
 START_TEST(test_write_synthetic) {
     loaded b, e;
     make_pair(&b, &e);
@@ -897,6 +954,7 @@ int main(void) {
     tcase_add_test(t, test_amdahl_fixtures);
     tcase_add_test(t, test_xml_fallback);
     tcase_add_test(t, test_write_fixtures);
+    tcase_add_test(t, test_write_roofline);
     tcase_add_test(t, test_write_synthetic);
     tcase_add_test(t, test_write_errors);
     tcase_add_test(t, test_attn_worst);

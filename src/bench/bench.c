@@ -327,7 +327,8 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
     if (rt) {
         json_t *pk = json_object();
         for (int p = 0; p < TP_PREC_COUNT; p++)
-            if (rt->peak_tflops[p] > 0) json_object_set_new(pk, tp_precision_name((tp_precision)p), json_real(rt->peak_tflops[p]));
+            if (rt->peak_tflops[p] > 0)
+                json_object_set_new(pk, tp_precision_name((tp_precision)p), json_real(rt->peak_tflops[p]));
         json_object_set_new(sys, "measured_rates",
                             json_pack("{s:o,s:s,s:o,s:s}", "gemm_peak_tflops", pk, "gemm_peak_shape",
                                       "8192 x 8192 x 8192 cuBLASLt", "copy_gbps", json_num(rt->copy_gbps), "copy",

@@ -307,12 +307,13 @@ static void print_roofline(const tp_trace *t, const tp_profile_summary *s, FILE 
     fprintf(f, "\nRoofline by op (per iteration; profile/roofline.h): each op's floor is max(matmul FLOP / the GEMM "
                "peak of its precision,\nbytes / the copy rate), with the rates measured on this GPU: GEMM peaks");
     for (int p = 0; p < TP_PREC_COUNT; p++)
-        if (t->rates.peak_tflops[p] > 0) fprintf(f, " %s %.4g", tp_precision_name((tp_precision)p), t->rates.peak_tflops[p]);
+        if (t->rates.peak_tflops[p] > 0)
+            fprintf(f, " %s %.4g", tp_precision_name((tp_precision)p), t->rates.peak_tflops[p]);
     fprintf(f, " TFLOP/s (8192^3 cuBLASLt), copy %.4g GB/s (read + write).\nAttainment = floor / time: above 100%% "
                "where an op beats the model (its input still in L2, or clocks above the peak run's)\n",
             t->rates.copy_gbps);
-    fprintf(f, "%-13s %5s %10s %10s %14s %13s %13s\n", "Op", "Ops", "ms/iter", "floor ms", "compute-bound", "memory-bound",
-            "attainment %");
+    fprintf(f, "%-13s %5s %10s %10s %14s %13s %13s\n", "Op", "Ops", "ms/iter", "floor ms", "compute-bound",
+            "memory-bound", "attainment %");
     int ops = 0;
     for (int r = 0; r < s->n_by_kind; r++) {
         const tp_roofline_row *R = &s->by_kind[r];
@@ -367,8 +368,8 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
     for (int o = 0; o < s->n_layers; o++)
         if ((int)strlen(s->layers[o].layer) > w) w = (int)strlen(s->layers[o].layer);
     const int rf = s->has_roofline;
-    fprintf(f, "\nPer-layer time (per iteration%s)\n%-*s  %-12s  %-9s  %12s  %10s  %7s  ", rf ? "; floor: roofline.h" : "",
-            w, "Layer", "Op", "Precision", "Kernels/iter", "ms/iter", "%");
+    fprintf(f, "\nPer-layer time (per iteration%s)\n%-*s  %-12s  %-9s  %12s  %10s  %7s  ",
+            rf ? "; floor: roofline.h" : "", w, "Layer", "Op", "Precision", "Kernels/iter", "ms/iter", "%");
     if (rf) fprintf(f, "%10s  %-7s  %9s  ", "floor ms", "bound", "attain %");
     fputs("Kernel(s)\n", f);
     for (int o = 0; o < s->n_layers; o++) {
@@ -409,7 +410,8 @@ static json_t *floor_json(json_t *o, double ns, const tp_roofline_floor *fl) {
 static json_t *roofline_json(const tp_trace *t, const tp_profile_summary *s) {
     json_t *r = json_object(), *pk = json_object(), *a = json_array();
     for (int p = 0; p < TP_PREC_COUNT; p++)
-        if (t->rates.peak_tflops[p] > 0) json_object_set_new(pk, tp_precision_name((tp_precision)p), jnum(t->rates.peak_tflops[p]));
+        if (t->rates.peak_tflops[p] > 0)
+            json_object_set_new(pk, tp_precision_name((tp_precision)p), jnum(t->rates.peak_tflops[p]));
     json_object_set_new(r, "gemm_peak_tflops", pk);
     json_object_set_new(r, "copy_gbps", jnum(t->rates.copy_gbps));
     floor_json(r, s->attributed_ns_per_iter, &s->floor);
@@ -493,8 +495,8 @@ json_t *tp_profile_summary_json(const tp_trace *t, const tp_profile_summary *s) 
         const int fk = s->has_roofline && L->floor.known;
         json_object_set_new(o, "floor_ns", fk ? jnum(L->floor.ns) : json_null());
         json_object_set_new(o, "bound", fk && L->floor.ns > 0 ? json_string(bound_name(&L->floor)) : json_null());
-        json_object_set_new(o, "attainment",
-                            fk && L->floor.ns > 0 && L->ns_per_iter > 0 ? jnum(L->floor.ns / L->ns_per_iter) : json_null());
+        const int at = fk && L->floor.ns > 0 && L->ns_per_iter > 0;
+        json_object_set_new(o, "attainment", at ? jnum(L->floor.ns / L->ns_per_iter) : json_null());
         json_array_append_new(a, o);
     }
     json_object_set_new(j, "layers", a);

@@ -343,7 +343,8 @@ static tp_status load_doc(const loc *top, const json_t *root, tp_trace *t) {
         json_t *pv;
         json_object_foreach(pk, key, pv) {
             tp_precision p;
-            if (tp_precision_parse(key, &p, NULL)) return bad_field(&l, "gemm_peak_tflops", "names an unknown precision");
+            if (tp_precision_parse(key, &p, NULL))
+                return bad_field(&l, "gemm_peak_tflops", "names an unknown precision");
             if (!json_is_number(pv) || !(json_number_value(pv) >= 0) || !isfinite(json_number_value(pv)))
                 return bad_field(&l, "gemm_peak_tflops", "must map each precision to a finite number >= 0");
             t->rates.peak_tflops[p] = json_number_value(pv);

@@ -20,6 +20,7 @@
 #include "report/doc.h"
 
 #define TOP_KERNELS 10
+#define TOP_GAPS 8 /* rows of each precision's largest gaps above the roofline floor */
 #define MAX_RECO 48
 
 /* Recommendation thresholds. A rule emits its recommendation only when its number clears the threshold, so
@@ -687,6 +688,127 @@ top:
     }
 }
 
+/* Ops of one entry with a known floor and time, grouped by layer name with block indices as N
+ * (blocks.N.mlp.fc1: the same layer of every block) */
+typedef struct {
+    char name[TP_NAME_LEN];
+    tp_op_kind kind;
+    int ops;
+    double ns, floor_ns, compute_ns; /* per pass, summed over the group */
+} gap_row;
+
+static int cmp_gap(const void *x, const void *y) {
+    const gap_row *a = x, *b = y;
+    const double ga = a->ns - a->floor_ns, gb = b->ns - b->floor_ns;
+    return ga < gb ? 1 : ga > gb ? -1 : strcmp(a->name, b->name);
+}
+
+/* Fills rows (capacity: e's op count) with e's groups, the largest time above the floor first; returns how many. */
+static int roofline_gaps(const tp_compare_entry *e, gap_row *rows) {
+    const tp_profile_summary *s = e->prof;
+    int n = 0;
+    for (int o = 0; o < s->n_layers; o++) {
+        const tp_layer_row *L = &s->layers[o];
+        if (!L->floor.known || L->ns_per_iter <= 0) continue;
+        char key[TP_NAME_LEN];
+        normalize(L->layer, key, sizeof key);
+        int g = 0;
+        while (g < n && strcmp(rows[g].name, key) != 0) g++;
+        if (g == n) {
+            memset(&rows[n], 0, sizeof rows[n]);
+            memcpy(rows[n].name, key, sizeof key);
+            rows[n++].kind = L->kind;
+        }
+        rows[g].ops++;
+        rows[g].ns += L->ns_per_iter;
+        rows[g].floor_ns += L->floor.ns;
+        rows[g].compute_ns += L->floor.compute_ns;
+    }
+    qsort(rows, (size_t)n, sizeof *rows, cmp_gap);
+    return n;
+}
+
+static void sec_roofline(tp_doc *d, const model *m) {
+    tp_doc_heading(d, 2, "roofline", "Roofline");
+    const tp_trace *rt = NULL;
+    for (int i = 0; i < m->n && !rt; i++)
+        if (m->e[i].prof->has_roofline) rt = m->e[i].trace;
+    if (!rt) {
+        tp_doc_para(d, "The traces carry no measured rates (recorded before tprof measured them): no roofline.");
+        return;
+    }
+    tp_doc_para_open(d);
+    tp_doc_txt(d, "Each op's floor is max(matmul FLOP / the dense GEMM rate of its precision, bytes / the copy rate), "
+                  "the fewest bytes it can move at its storage types; the rates measured on this GPU before the "
+                  "engines ran: GEMM");
+    for (int p = 0; p < TP_PREC_COUNT; p++)
+        if (rt->rates.peak_tflops[p] > 0) tp_doc_txt(d, " %s %.0f", pname((tp_precision)p), rt->rates.peak_tflops[p]);
+    tp_doc_txt(d, " TFLOP/s (8192³, cuBLASLt, sustained), copy %.0f GB/s (read + write). The floor of a pass is the "
+                  "sum over its ops; attainment is floor / time, above 100%% where an op beats the model (its "
+                  "input still in L2).", rt->rates.copy_gbps);
+    tp_doc_para_close(d);
+    tp_doc_table_open(d, "lrrrrrr", "Precision", "Median (ms)", "Floor (ms)", "Compute-bound (ms)", "Memory-bound (ms)",
+                      "Median / floor", "Traced attainment (%)", NULL);
+    for (int i = 0; i < m->n; i++) {
+        const tp_compare_entry *e = &m->e[i];
+        const tp_profile_summary *s = e->prof;
+        tp_doc_tr_open(d);
+        tp_doc_td(d, "%s", pname(e->prec));
+        tp_doc_td(d, "%.3f", e->median_ms);
+        if (!s->has_roofline) {
+            for (int k = 0; k < 5; k++) tp_doc_td(d, "n/a");
+        } else {
+            tp_doc_td(d, "%.3f%s", s->floor.ns * 1e-6, s->floor.known ? "" : " (partial)");
+            tp_doc_td(d, "%.3f", s->floor.compute_ns * 1e-6);
+            tp_doc_td(d, "%.3f", s->floor.memory_ns * 1e-6);
+            tp_doc_td_ratio(d, e->median_ms, s->floor.ns * 1e-6);
+            tp_doc_td(d, "%.1f", s->attributed_ns_per_iter > 0 ? 100 * s->floor.ns / s->attributed_ns_per_iter : 0);
+        }
+        tp_doc_tr_close(d);
+    }
+    tp_doc_table_close(d);
+    gap_row *gr = malloc(sizeof *gr * (size_t)(rt->n_ops ? rt->n_ops : 1));
+    for (int i = 0; i < m->n && gr; i++) {
+        const tp_compare_entry *e = &m->e[i];
+        const tp_profile_summary *s = e->prof;
+        char id[64];
+        if (!s->has_roofline || s->n_layers > rt->n_ops) continue;
+        snprintf(id, sizeof id, "roofline-%s-%d", pname(e->prec), i);
+        tp_doc_heading(d, 3, id, "%s by op kind, and the layers furthest above their floor", pname(e->prec));
+        tp_doc_table_open(d, "lrrrr", "Op kind", "Ops", "Time (ms)", "Floor (ms)", "Attainment (%)", NULL);
+        for (int k = 0; k < s->n_by_kind; k++) {
+            const tp_roofline_row *R = &s->by_kind[k];
+            tp_doc_tr_open(d);
+            tp_doc_td(d, "%s", tp_op_kind_name(R->kind));
+            tp_doc_td(d, "%d", R->ops);
+            tp_doc_td(d, "%.3f", R->ns_per_iter * 1e-6);
+            tp_doc_td(d, "%.3f", R->floor.ns * 1e-6);
+            if (R->floor.ns > 0 && R->ns_per_iter > 0) tp_doc_td(d, "%.1f", 100 * R->floor.ns / R->ns_per_iter);
+            else tp_doc_td(d, "-");
+            tp_doc_tr_close(d);
+        }
+        tp_doc_table_close(d);
+        const int n = roofline_gaps(e, gr), rows = n < TOP_GAPS ? n : TOP_GAPS;
+        tp_doc_table_open(d, "lllrrrrr", "Layer", "Op", "Bound", "Ops", "Time (ms)", "Floor (ms)", "Above floor (ms)",
+                          "Attainment (%)", NULL);
+        for (int k = 0; k < rows; k++) {
+            const gap_row *g = &gr[k];
+            tp_doc_tr_open(d);
+            tp_doc_td_code(d, g->name);
+            tp_doc_td(d, "%s", tp_op_kind_name(g->kind));
+            tp_doc_td(d, "%s", g->compute_ns * 2 > g->floor_ns ? "compute" : g->floor_ns > 0 ? "memory" : "-");
+            tp_doc_td(d, "%d", g->ops);
+            tp_doc_td(d, "%.3f", g->ns * 1e-6);
+            tp_doc_td(d, "%.3f", g->floor_ns * 1e-6);
+            tp_doc_td(d, "%.3f", (g->ns - g->floor_ns) * 1e-6);
+            tp_doc_td(d, "%.1f", 100 * g->floor_ns / g->ns);
+            tp_doc_tr_close(d);
+        }
+        tp_doc_table_close(d);
+    }
+    free(gr);
+}
+
 static void sec_coverage(tp_doc *d, const model *m) {
     char buf[64], id[64];
     tp_doc_heading(d, 2, "coverage", "Coverage");
@@ -1031,6 +1153,7 @@ static void write_doc(tp_doc *d, const model *m) {
     sec_summary(d, m);
     sec_config(d, m);
     sec_breakdown(d, m);
+    sec_roofline(d, m);
     sec_coverage(d, m);
     sec_fp8_attention(d, m);
     sec_amdahl(d, m);
@@ -1187,6 +1310,30 @@ static json_t *report_json(const model *m) {
         json_array_append_new(a, o);
     }
     json_object_set_new(j, "amdahl", a);
+
+    a = json_array();
+    gap_row *gr = malloc(sizeof *gr * (size_t)(b->trace->n_ops ? b->trace->n_ops : 1));
+    for (int i = 0; i < m->n && gr; i++) {
+        const tp_compare_entry *e = &m->e[i];
+        const tp_profile_summary *s = e->prof;
+        if (!s->has_roofline || s->n_layers > b->trace->n_ops) continue;
+        json_t *tg = json_array();
+        const int n = roofline_gaps(e, gr), rows = n < TOP_GAPS ? n : TOP_GAPS;
+        for (int k = 0; k < rows; k++)
+            json_array_append_new(tg, json_pack("{s:s,s:s,s:i,s:o,s:o,s:o}", "layer", gr[k].name, "op",
+                                                tp_op_kind_name(gr[k].kind), "ops", gr[k].ops, "time_ms",
+                                                jnum(gr[k].ns * 1e-6), "floor_ms", jnum(gr[k].floor_ns * 1e-6),
+                                                "above_floor_ms", jnum((gr[k].ns - gr[k].floor_ns) * 1e-6)));
+        const double fl = s->floor.ns * 1e-6;
+        json_array_append_new(a, json_pack("{s:s,s:o,s:o,s:o,s:o,s:b,s:o,s:o}", "precision", pname(e->prec),
+                                           "median_ms", jnum(e->median_ms), "floor_ms", jnum(fl), "compute_bound_ms",
+                                           jnum(s->floor.compute_ns * 1e-6), "memory_bound_ms",
+                                           jnum(s->floor.memory_ns * 1e-6), "floor_known", s->floor.known,
+                                           "median_over_floor", fl > 0 ? jnum(e->median_ms / fl) : json_null(),
+                                           "top_gaps", tg));
+    }
+    free(gr);
+    json_object_set_new(j, "roofline", a);
 
     a = json_array();
     for (int k = 0; k < m->n_rec; k++) {

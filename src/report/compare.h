@@ -88,7 +88,10 @@ int tp_compare_attn_worst(const tp_attn_cost *rows, int n);
 /* Writes out_dir/report.md, out_dir/report.json, out_dir/report.html and the SVG charts
  * (out_dir/breakdown.svg: stacked category bars per precision, ms per forward pass; out_dir/speedup.svg:
  * measured against Amdahl-bound speedup). entries[baseline] is the reference for speedups (normally fp16).
- * Sections: summary, configuration, kernel breakdown per precision, coverage (which ops ran in which precision
+ * Sections: summary, configuration, kernel breakdown per precision, roofline (per entry whose profile has one,
+ * profile/roofline.h: the floor of a pass, median / floor, traced attainment, the floor by op kind, and the
+ * TOP_GAPS layers furthest above their floor, the same layer of every block as one row, blocks.N.mlp.fc1; JSON key
+ * "roofline", one element per such entry; one sentence when none has), coverage (which ops ran in which precision
  * and why: native, emulated, kept high by policy), FP8 attention accuracy (only when some entry has attn_cost
  * rows: per such entry a table of layer, reference, cosine and relative L2, the worst layer (tp_compare_attn_worst)
  * named; JSON key "fp8_attention_cost", absent when no entry has rows), theoretical against actual speedup with the
