@@ -497,6 +497,8 @@ START_TEST(test_write_fixtures) {
     ck_assert_str_eq(json_string_value(jget(j, "baseline")), "fp16");
     ck_assert_ptr_null(json_object_get(j, "fp8_attention_cost"));
     ck_assert_int_eq((int)json_array_size(jget(j, "roofline")), 0);
+    for (size_t k = 0; k < json_array_size(jget(j, "recommendations")); k++) /* no floor: no roofline advice */
+        ck_assert_str_ne(json_string_value(jget(json_array_get(jget(j, "recommendations"), k), "rule")), "roofline_gap");
     json_t *conf = jget(j, "configuration");
     ck_assert(json_is_true(jget(conf, "cuda_graph")));
     ck_assert_str_eq(json_string_value(jget(conf, "data_transfers")), "excluded");
@@ -617,6 +619,9 @@ START_TEST(test_write_roofline) {
         ck_assert_msg(strstr(md, MD[k]) != NULL, "report.md lacks \"%s\"", MD[k]);
     ck_assert_ptr_null(strstr(md, "no roofline"));
     ck_assert(strstr(md, "## Kernel breakdown") < strstr(md, "## Roofline"));
+    /* the recommendation names the group furthest above its floor (fp16: fc1 with its GELU; fp8: attention) */
+    ck_assert_ptr_nonnull(strstr(md, "In fp16, blocks.N.mlp.fc1 (12 ops) is the furthest above its roofline floor"));
+    ck_assert_ptr_nonnull(strstr(md, "In fp8, blocks.N.attn (12 ops) is the furthest above its roofline floor"));
     free(md);
     json_error_t je;
     char p[1200];

@@ -53,6 +53,9 @@
  * outputs of equal norm a relative L2 error of about 4.5 %: sqrt(2 (1 - cos))) is worth keeping in the higher
  * precision; the same bar as the logits' (TH_COSINE). */
 #define TH_ATTN_COSINE 0.999
+/* the layer (grouped across blocks) furthest above its roofline floor is named when that gap is at least this
+ * share of the traced pass */
+#define TH_GAP_FRAC 0.05
 
 static const char *pname(tp_precision p) { return tp_precision_name(p); }
 
@@ -271,6 +274,46 @@ static void normalize(const char *in, char *out, size_t n) {
     out[o] = '\0';
 }
 
+/* Ops of one entry with a known floor and time, grouped by layer name with block indices as N
+ * (blocks.N.mlp.fc1: the same layer of every block) */
+typedef struct {
+    char name[TP_NAME_LEN];
+    tp_op_kind kind;
+    int ops;
+    double ns, floor_ns, compute_ns; /* per pass, summed over the group */
+} gap_row;
+
+static int cmp_gap(const void *x, const void *y) {
+    const gap_row *a = x, *b = y;
+    const double ga = a->ns - a->floor_ns, gb = b->ns - b->floor_ns;
+    return ga < gb ? 1 : ga > gb ? -1 : strcmp(a->name, b->name);
+}
+
+/* Fills rows (capacity: e's op count) with e's groups, the largest time above the floor first; returns how many. */
+static int roofline_gaps(const tp_compare_entry *e, gap_row *rows) {
+    const tp_profile_summary *s = e->prof;
+    int n = 0;
+    for (int o = 0; o < s->n_layers; o++) {
+        const tp_layer_row *L = &s->layers[o];
+        if (!L->floor.known || L->ns_per_iter <= 0) continue;
+        char key[TP_NAME_LEN];
+        normalize(L->layer, key, sizeof key);
+        int g = 0;
+        while (g < n && strcmp(rows[g].name, key) != 0) g++;
+        if (g == n) {
+            memset(&rows[n], 0, sizeof rows[n]);
+            memcpy(rows[n].name, key, sizeof key);
+            rows[n++].kind = L->kind;
+        }
+        rows[g].ops++;
+        rows[g].ns += L->ns_per_iter;
+        rows[g].floor_ns += L->floor.ns;
+        rows[g].compute_ns += L->floor.compute_ns;
+    }
+    qsort(rows, (size_t)n, sizeof *rows, cmp_gap);
+    return n;
+}
+
 static tp_status build_coverage(const tp_compare_entry *x, coverage *cv) {
     const tp_trace *t = x->trace;
     cv->g = calloc((size_t)(t->n_ops ? t->n_ops : 1), sizeof *cv->g);
@@ -485,6 +528,26 @@ static void entry_recos(model *m, int i) {
                      e->trace->ops[a->op].layer, ep, a->cosine, a->rel_l2, pname(a->ref), below, e->n_attn_cost,
                      TH_ATTN_COSINE, pname(a->ref), e->trace->ops[a->op].layer, pname(a->ref));
     }
+    const tp_profile_summary *s = e->prof;
+    gap_row *g = s->has_roofline && s->n_layers > 0 ? malloc(sizeof *g * (size_t)s->n_layers) : NULL;
+    const int ng = g ? roofline_gaps(e, g) : 0;
+    const double pass = s->kernel_ns_per_iter, above = ng ? g[0].ns - g[0].floor_ns : 0;
+    if (ng && pass > 0 && above >= TH_GAP_FRAC * pass &&
+        (r = add_reco(m, "roofline_gap", i, "above_floor_fraction", above / pass, TH_GAP_FRAC))) {
+        const int compute = g[0].compute_ns * 2 > g[0].floor_ns;
+        cat_text(r,
+                 "In %s, %s (%d op%s) is the furthest above its roofline floor: %.3f ms per pass against a floor of "
+                 "%.3f ms (%.1f %% attainment, %s-bound; %.1f %% of the pass above the floor)",
+                 ep, g[0].name, g[0].ops, g[0].ops == 1 ? "" : "s", g[0].ns * 1e-6, g[0].floor_ns * 1e-6,
+                 100 * g[0].floor_ns / g[0].ns, compute ? "compute" : "memory", 100 * above / pass);
+        if (ng > 1)
+            cat_text(r, "; next %s, %.3f ms above its floor", g[1].name, (g[1].ns - g[1].floor_ns) * 1e-6);
+        cat_text(r, compute ? ". Its tensor cores run below the 8192³ GEMM rate: tile shapes, the epilogue's work, "
+                              "or too few tiles per SM at this shape."
+                            : ". It moves more bytes than it must or waits on latency: fuse it with its neighbour, "
+                              "narrow its formats, or keep more loads in flight.");
+    }
+    free(g);
     double traced = e->prof->kernel_ns_per_iter * 1e-6, idle = e->median_ms - traced;
     if (e->median_ms > 0 && idle >= TH_IDLE_MS && idle >= TH_IDLE_FRAC * e->median_ms &&
         (r = add_reco(m, "idle_gpu", i, "idle_fraction", idle / e->median_ms, TH_IDLE_FRAC)))
@@ -686,46 +749,6 @@ top:
         }
         tp_doc_table_close(d);
     }
-}
-
-/* Ops of one entry with a known floor and time, grouped by layer name with block indices as N
- * (blocks.N.mlp.fc1: the same layer of every block) */
-typedef struct {
-    char name[TP_NAME_LEN];
-    tp_op_kind kind;
-    int ops;
-    double ns, floor_ns, compute_ns; /* per pass, summed over the group */
-} gap_row;
-
-static int cmp_gap(const void *x, const void *y) {
-    const gap_row *a = x, *b = y;
-    const double ga = a->ns - a->floor_ns, gb = b->ns - b->floor_ns;
-    return ga < gb ? 1 : ga > gb ? -1 : strcmp(a->name, b->name);
-}
-
-/* Fills rows (capacity: e's op count) with e's groups, the largest time above the floor first; returns how many. */
-static int roofline_gaps(const tp_compare_entry *e, gap_row *rows) {
-    const tp_profile_summary *s = e->prof;
-    int n = 0;
-    for (int o = 0; o < s->n_layers; o++) {
-        const tp_layer_row *L = &s->layers[o];
-        if (!L->floor.known || L->ns_per_iter <= 0) continue;
-        char key[TP_NAME_LEN];
-        normalize(L->layer, key, sizeof key);
-        int g = 0;
-        while (g < n && strcmp(rows[g].name, key) != 0) g++;
-        if (g == n) {
-            memset(&rows[n], 0, sizeof rows[n]);
-            memcpy(rows[n].name, key, sizeof key);
-            rows[n++].kind = L->kind;
-        }
-        rows[g].ops++;
-        rows[g].ns += L->ns_per_iter;
-        rows[g].floor_ns += L->floor.ns;
-        rows[g].compute_ns += L->floor.compute_ns;
-    }
-    qsort(rows, (size_t)n, sizeof *rows, cmp_gap);
-    return n;
 }
 
 static void sec_roofline(tp_doc *d, const model *m) {
