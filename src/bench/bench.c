@@ -796,8 +796,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
         }
 #ifdef TPROF_HAVE_CUDA
         if (!st && cupti) {
-            tp_profile_request req = {c->name, B,           gpu.name, r->lat.median, o->profile_iters,
-                                      o->top_n, o->out_dir, rt};
+            tp_profile_request req = {c->name, B, gpu.name, r->lat.median, o->profile_iters, o->top_n, o->out_dir, rt};
             st = tp_profile_engine(cupti, e, &g, &plan, &req, &r->trace, &r->prof, &r->profile, err);
             r->has_prof = 1; /* trace and summary are owned even after an error */
         }
@@ -856,10 +855,11 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
            dev == TP_DEVICE_GPU ? "TFLOP/s: model FLOPs per batch over the median; MFU: that over the dense GEMM "
                                   "peak of the precision measured on this GPU (8192^3 cuBLASLt)"
                                 : "TFLOP/s: model FLOPs per batch over the median; no MFU on the CPU");
-    if (dev == TP_DEVICE_GPU) print_floors(res, o->n_precs, rt);
-    if (o->json_path)
-        st = write_json(o, &gpu, device, &g, res, o->n_precs, flop, mflop, R, input_desc,
-                        dev == TP_DEVICE_GPU ? rt : NULL, err);
+    const tp_roofline_rates *rates = NULL; /* measured on a GPU only */
+#ifdef TPROF_HAVE_CUDA
+    if (dev == TP_DEVICE_GPU) print_floors(res, o->n_precs, rates = rt);
+#endif
+    if (o->json_path) st = write_json(o, &gpu, device, &g, res, o->n_precs, flop, mflop, R, input_desc, rates, err);
 #ifdef TPROF_HAVE_CUDA
     if (!st && o->compare) st = write_compare(o, &gpu, res, base, R, err);
 #endif
