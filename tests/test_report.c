@@ -441,15 +441,20 @@ static json_t *jget(json_t *o, const char *k) {
     return v;
 }
 
+/* Writes the report of the pair x (baseline x[0]) into a fresh directory, named in dir. */
+static void write_pair(const loaded x[2], char *dir, size_t n) {
+    tp_compare_entry entries[2] = {x[0].e, x[1].e};
+    tp_compare_config cfg = fixture_config();
+    make_dir(dir, n);
+    tp_error err;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+}
+
 START_TEST(test_write_fixtures) {
     loaded x[2];
     load_fixtures(&x[0], &x[1]);
-    tp_compare_entry entries[2] = {x[0].e, x[1].e};
-    tp_compare_config cfg = fixture_config();
     char dir[1024];
-    make_dir(dir, sizeof dir);
-    tp_error err;
-    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    write_pair(x, dir, sizeof dir);
 
     char *md = read_in(dir, "report.md");
     for (int k = 0; k < N_SECTIONS; k++)
@@ -530,7 +535,8 @@ START_TEST(test_write_fixtures) {
     ck_assert_int_eq((int)json_array_size(jget(j, "amdahl")), 1);
     json_t *am = json_array_get(jget(j, "amdahl"), 0);
     tp_amdahl a;
-    ck_assert(tp_compare_amdahl(&entries[0], &entries[1], PEAK8 / PEAK16, &a, &err) == TP_OK);
+    tp_error err;
+    ck_assert(tp_compare_amdahl(&x[0].e, &x[1].e, PEAK8 / PEAK16, &a, &err) == TP_OK);
     ck_assert(json_is_true(jget(am, "available")));
     ck_assert(close_to(json_number_value(jget(am, "f")), a.f, 0));
     ck_assert(close_to(json_number_value(jget(am, "bound")), a.bound, 0));
@@ -606,12 +612,8 @@ START_TEST(test_write_roofline) {
     load_fixture(&x[0], FIX16R, TP_PREC_FP16);
     load_fixture(&x[1], FIX8R, TP_PREC_FP8);
     ck_assert(x[0].s.has_roofline && x[1].s.has_roofline);
-    tp_compare_entry entries[2] = {x[0].e, x[1].e};
-    tp_compare_config cfg = fixture_config();
     char dir[1024];
-    make_dir(dir, sizeof dir);
-    tp_error err;
-    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    write_pair(x, dir, sizeof dir);
     char *md = read_in(dir, "report.md");
     static const char *MD[] = {"## Roofline", "bytes / the copy rate", "GB/s (read + write)", "Median / floor",
                                "fp16 by op kind", "fp8 by op kind", "Above floor (ms)", "| linear |", "| attention |",

@@ -325,12 +325,9 @@ static tp_status write_json(const tp_bench_options *o, const tp_gpu_info *gpu, c
         json_object_set_new(sys, "cublaslt_version", json_integer((json_int_t)gpu->cublaslt_version));
     }
     if (rt) {
-        json_t *pk = json_object();
-        for (int p = 0; p < TP_PREC_COUNT; p++)
-            if (rt->peak_tflops[p] > 0)
-                json_object_set_new(pk, tp_precision_name((tp_precision)p), json_real(rt->peak_tflops[p]));
         json_object_set_new(sys, "measured_rates",
-                            json_pack("{s:o,s:s,s:o,s:s}", "gemm_peak_tflops", pk, "gemm_peak_shape",
+                            json_pack("{s:o,s:s,s:o,s:s}", "gemm_peak_tflops", tp_roofline_peaks_json(rt),
+                                      "gemm_peak_shape",
                                       "8192 x 8192 x 8192 cuBLASLt", "copy_gbps", json_num(rt->copy_gbps), "copy",
                                       "device-to-device cudaMemcpyAsync of 256 MiB, (read + written bytes) / median"));
     }

@@ -408,11 +408,8 @@ static json_t *floor_json(json_t *o, double ns, const tp_roofline_floor *fl) {
 }
 
 static json_t *roofline_json(const tp_trace *t, const tp_profile_summary *s) {
-    json_t *r = json_object(), *pk = json_object(), *a = json_array();
-    for (int p = 0; p < TP_PREC_COUNT; p++)
-        if (t->rates.peak_tflops[p] > 0)
-            json_object_set_new(pk, tp_precision_name((tp_precision)p), jnum(t->rates.peak_tflops[p]));
-    json_object_set_new(r, "gemm_peak_tflops", pk);
+    json_t *r = json_object(), *a = json_array();
+    json_object_set_new(r, "gemm_peak_tflops", tp_roofline_peaks_json(&t->rates));
     json_object_set_new(r, "copy_gbps", jnum(t->rates.copy_gbps));
     floor_json(r, s->attributed_ns_per_iter, &s->floor);
     for (int k = 0; k < s->n_by_kind; k++) {

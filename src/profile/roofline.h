@@ -18,6 +18,8 @@
 #ifndef TP_ROOFLINE_H
 #define TP_ROOFLINE_H
 
+#include <jansson.h>
+
 #include "ir/graph.h"
 #include "tprof.h"
 
@@ -44,5 +46,9 @@ void tp_roofline_op(const tp_roofline_rates *r, tp_precision prec, double matmul
 
 /* acc += f (ns, compute_ns, memory_ns summed; known only while both are known). acc starts as {0, 0, 0, 1}. */
 void tp_roofline_add(tp_roofline_floor *acc, const tp_roofline_floor *f);
+
+/* The measured GEMM peaks as a JSON object {precision: TFLOP/s}, those > 0 only (new reference; the form traces,
+ * profile summaries and the bench JSON share). NULL only when out of memory. */
+json_t *tp_roofline_peaks_json(const tp_roofline_rates *r);
 
 #endif

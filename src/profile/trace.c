@@ -145,11 +145,7 @@ tp_status tp_trace_save(const tp_trace *t, const char *path, tp_error *err) {
     json_object_set_new(meta, "gpu", jstr(t->gpu));
     json_object_set_new(meta, "iterations", json_integer(t->iterations));
     json_object_set_new(meta, "event_median_ms", json_real(t->event_median_ms));
-    json_t *pk = json_object();
-    for (int p = 0; p < TP_PREC_COUNT; p++)
-        if (t->rates.peak_tflops[p] > 0)
-            json_object_set_new(pk, tp_precision_name((tp_precision)p), json_real(t->rates.peak_tflops[p]));
-    json_object_set_new(meta, "gemm_peak_tflops", pk);
+    json_object_set_new(meta, "gemm_peak_tflops", tp_roofline_peaks_json(&t->rates));
     json_object_set_new(meta, "copy_gbps", json_real(t->rates.copy_gbps));
     /* The meta object is dumped whole, then reopened (its closing brace dropped) to append the two arrays
      * one element per line. */
