@@ -14,7 +14,7 @@
  * reading what the previous GEMM just wrote) can beat its memory floor, and a GEMM can beat its compute floor by
  * running at higher clocks than the peak measurement did (these GPUs run at their power cap under sustained
  * GEMMs). The report prints attainment (floor / measured time) as measured, above 100% when that happens.
- * Pure arithmetic; no CUDA, so profiles recorded on a GPU are analyzed the same on any machine. */
+ * Arithmetic and JSON only, no CUDA: profiles recorded on a GPU are analyzed the same on any machine. */
 #ifndef TP_ROOFLINE_H
 #define TP_ROOFLINE_H
 
