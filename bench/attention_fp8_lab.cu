@@ -12,8 +12,8 @@
  *
  * Build: the CMake target `attention_fp8_lab` (cmake --build build-x --target attention_fp8_lab), or by hand from
  * the repository root:
- *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc bench/attention_fp8_lab.cu src/exec/cuda/attention.cu \
- *        src/exec/cuda/attention_fp8.cu -o attention_fp8_lab
+ *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc bench/attention_fp8_lab.cu src/exec/cuda/attention/attention.cu \
+ *        src/exec/cuda/attention/attention_fp8.cu -o attention_fp8_lab
  * Run: ./attention_fp8_lab [runs]   (exit 1 if a check fails) */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "lab_common.h"
-#include "exec/cuda/attention.h"
-#include "exec/cuda/attention_fp8.h"
+#include "exec/cuda/attention/attention.h"
+#include "exec/cuda/attention/attention_fp8.h"
 
 
 /* host decode of one element */

@@ -15,8 +15,8 @@
  *
  * Build: the CMake target `attention_lab` (cmake --build build-fa --target attention_lab), or by hand from the
  * repository root:
- *   nvcc -O3 -arch=sm_90 -DTPK_FA_ABLATIONS=1 -Iinclude -Isrc bench/attention_lab.cu src/exec/cuda/kernels.cu \
- *        src/exec/cuda/attention.cu -o attention_lab
+ *   nvcc -O3 -arch=sm_90 -DTPK_FA_ABLATIONS=1 -Iinclude -Isrc bench/attention_lab.cu src/exec/cuda/kernels/kernels.cu \
+ *        src/exec/cuda/attention/attention.cu -o attention_lab
  * Run: ./attention_lab [runs]   (exit 1 if a check fails); ./attention_lab profile V runs version V (-1 = v1,
  * 0..6 = v2 variants) 3 times at the first shape, untimed, for ncu. */
 #include <cuda_fp16.h>
@@ -27,8 +27,8 @@
 #include <string.h>
 
 #include "lab_common.h"
-#include "exec/cuda/attention.h"
-#include "exec/cuda/kernels.h"
+#include "exec/cuda/attention/attention.h"
+#include "exec/cuda/kernels/kernels.h"
 
 
 static size_t esize(tp_dtype t) { return t == TP_F32 ? 4 : t == TP_E4M3 ? 1 : 2; }

@@ -24,9 +24,9 @@
 
 #include "lab_common.h"
 #include "core/rng.h"
-#include "exec/cuda/attention.h"
-#include "exec/cuda/attention_fp8.h"
-#include "exec/cuda/attention_wgmma.h"
+#include "exec/cuda/attention/attention.h"
+#include "exec/cuda/attention/attention_fp8.h"
+#include "exec/cuda/attention/attention_wgmma.h"
 #include "formats/dtype.h"
 
 

@@ -31,9 +31,9 @@
 
 #include "lab_common.h"
 #include "core/rng.h"
-#include "exec/cuda/gemm_cublaslt.h"
-#include "exec/cuda/gemm_sm90.h"
-#include "exec/cuda/kernels.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "exec/cuda/gemm/gemm_sm90.h"
+#include "exec/cuda/kernels/kernels.h"
 #include "formats/dtype.h"
 
 

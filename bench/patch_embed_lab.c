@@ -20,9 +20,9 @@
 
 #include "lab_common.h"
 #include "core/rng.h"
-#include "exec/cuda/gemm_cublaslt.h"
-#include "exec/cuda/kernels.h"
-#include "exec/cuda/patch_embed.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "exec/cuda/kernels/kernels.h"
+#include "exec/cuda/kernels/patch_embed.h"
 #include "formats/dtype.h"
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark: timm's ViT in PyTorch against tprof's engines, same GPU, same batch, one run.
 
-Runs on the GPU machine (torch, timm present there; see ../shared/docs/device.md):
+Runs on the GPU machine (torch, timm present there; see docs/device.md):
     python3 bench/pytorch_peers.py --tprof build/tprof --json out/peers.json
 PyTorch variants (each timed with CUDA events around every forward pass after a warm-up, median and spread):
     eager      FP16 weights and inputs, torch.inference_mode

@@ -1,4 +1,4 @@
-/* sdpa_lab.c: times cuDNN's SDPA forward (tp_sdpa_run, src/exec/cuda/cudnn_sdpa.h) on ViT-B/16 shapes, as the
+/* sdpa_lab.c: times cuDNN's SDPA forward (tp_sdpa_run, src/exec/cuda/vendor/cudnn_sdpa.h) on ViT-B/16 shapes, as the
  * baseline for tprof's own attention kernels (bench/attention_lab.cu).
  *
  * Shapes: B 64, H 12, D 64, T 197 (ViT-B/16 at 224, class token) and 256 (a multiple of the tile), F16 and BF16,
@@ -47,10 +47,10 @@
 
 #include "lab_common.h"
 #include "core/rng.h"
-#include "exec/cuda/attention.h"
-#include "exec/cuda/cudnn_sdpa.h"
-#include "exec/cuda/gemm_peak.h"
-#include "exec/cuda/kernels.h"
+#include "exec/cuda/attention/attention.h"
+#include "exec/cuda/vendor/cudnn_sdpa.h"
+#include "exec/cuda/gemm/gemm_peak.h"
+#include "exec/cuda/kernels/kernels.h"
 #include "formats/dtype.h"
 
 

@@ -1,9 +1,9 @@
 /* tprof.h: public C API of tprof, a transformer inference engine builder, benchmark and profiler.
  *
  * Overview
- *   A model (today: the ViT family, parameter names exactly timm's VisionTransformer) is described by a
- *   configuration (tp_vit_config), built once into an IR graph (tp_graph: ops with shapes, layer names and
- *   FLOP counts), and executed by one of two executors over the same graph:
+ *   A model is a family and its configuration (src/models/model.h: tp_model, tp_family; today the ViT family,
+ *   parameter names exactly timm's VisionTransformer), built once into an IR graph (tp_graph: ops with shapes,
+ *   layer names and FLOP counts), and executed by one of two executors over the same graph:
  *     - the CPU executor: FP32 storage, FP64 accumulation in GEMMs and reductions; the reference;
  *     - the CUDA executor: cuBLASLt GEMMs plus tprof's own kernels, FP32/FP16/BF16/FP8 (E4M3) engines,
  *       the whole forward pass captured in one CUDA graph.
@@ -16,7 +16,8 @@
  * Layouts
  *   Every tensor is row-major (C order). Activations are (B, T, C): batch, tokens, channels. Weights follow
  *   PyTorch: a Linear weight is (out_features, in_features), a Conv2d weight (C_out, C_in, kH, kW).
- *   Images are (B, 3, H, W) fp32, already normalized with the preset's mean and std.
+ *   Images are (B, 3, H, W) fp32, already normalized with the model's preprocessing (its checkpoint's config,
+ *   else its preset's mean and std).
  */
 #ifndef TPROF_H
 #define TPROF_H

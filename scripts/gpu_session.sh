@@ -116,6 +116,47 @@ PY
     "$BUILD/tprof" bench --model vit-b8 --batch 10000 --precision fp16 --ref-images 1 --iterations 1 --duration 0
     echo "exit code $? (expected 1: out of GPU memory)"
     ;;
+  ab)
+    # Issue 19's check that the redesign left ViT as it was: the same command with the binary before the change
+    # (BASE, built from the commit named in $BASE_COMMIT and carried) and after, interleaved, 3 rounds each.
+    base=${BASE:-.base/tprof}
+    echo "=== before/after, interleaved: $("$base" --version) vs $("$BUILD/tprof" --version)"
+    for i in 1 2 3; do
+      for who in before after; do
+        bin=$BUILD/tprof; [ $who = before ] && bin=$base
+        "$bin" bench --model vit-b16 --batch 64 --precision fp16,bf16,fp8 --json "$OUT/ab_${who}_$i.json" \
+          > "/tmp/ab_${who}_$i.log" 2>&1 || rc=1
+        grep -E "^(fp16|bf16|fp8) +[0-9]" "/tmp/ab_${who}_$i.log" | sed "s/^/$who $i: /"
+      done
+    done
+    python3 - "$OUT" <<'PY' || rc=1
+import json, statistics, sys, glob, os
+out = sys.argv[1]
+med = {}
+for who in ("before", "after"):
+    for f in sorted(glob.glob(os.path.join(out, f"ab_{who}_*.json"))):
+        for r in json.load(open(f))["results"]:
+            med.setdefault((who, r["precision"]), []).append(r["latency"]["median_ms"])
+rows = []
+for p in ("fp16", "bf16", "fp8"):
+    b, a = statistics.median(med[("before", p)]), statistics.median(med[("after", p)])
+    rows.append({"precision": p, "before_ms": med[("before", p)], "after_ms": med[("after", p)],
+                 "before_median_ms": b, "after_median_ms": a, "after_over_before": a / b})
+    print(f"{p}: before {b:.4f} ms, after {a:.4f} ms (median of 3 runs' medians), after/before {a / b:.4f}")
+json.dump(rows, open(os.path.join(out, "ab_summary.json"), "w"), indent=1)
+assert all(abs(r["after_over_before"] - 1) <= 0.02 for r in rows), "before and after differ by more than 2%"
+PY
+    tar czf "$OUT/ab_runs.tgz" -C "$OUT" $(cd "$OUT" && ls ab_before_*.json ab_after_*.json) && rm -f "$OUT"/ab_before_*.json "$OUT"/ab_after_*.json
+    ;;
+  h14)
+    echo "=== vit-h14 at batch 64: seconds from the start to each line (the reference on the GPU)"
+    "$BUILD/tprof" bench --model vit-h14 --batch 64 --precision fp16 --duration 3 2>&1 | python3 -u -c '
+import sys, time
+t0 = time.time()
+for line in sys.stdin:
+    print(f"[{time.time() - t0:7.2f} s] {line}", end="")
+' || rc=1
+    ;;
   *) echo "unknown step $s"; rc=1 ;;
   esac
 done

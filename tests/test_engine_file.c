@@ -19,7 +19,7 @@
 #include "core/rng.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
-#include "io/engine_file.h"
+#include "planner/engine_file.h"
 #include "models/vit.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
@@ -49,6 +49,7 @@ static uint32_t bits(float f) {
  * so that every tensor has distinct values. */
 typedef struct {
     tp_vit_config cfg;
+    tp_model model; /* cfg as a model of the ViT family */
     tp_params params;
     tp_graph g;
     int *vmap; /* parameter index -> graph value */
@@ -61,6 +62,7 @@ static void make_model(model *m) {
     m->cfg.img_size = m->cfg.pre.img_size = 64;
     m->cfg.num_classes = 32;
     snprintf(m->cfg.name, sizeof m->cfg.name, "vit_tiny_patch16_224+custom");
+    tp_vit_model(&m->cfg, &m->model);
     ck_assert_int_eq(tp_vit_params_init(&m->cfg, 1234, 1, &m->params, &err), TP_OK);
     ck_assert_msg(tp_vit_build_graph(&m->cfg, &m->params, 2, &m->g, &err) == TP_OK, "%s", err.msg);
     m->vmap = malloc(sizeof(int) * (size_t)m->params.n_params);
@@ -84,7 +86,7 @@ static void write_engine(const model *m, tp_precision prec, const tp_policy *pol
     tp_plan plan;
     if (pol) ck_assert_msg(tp_plan_build_policy(&m->g, pol, 90, &plan, &err) == TP_OK, "%s", err.msg);
     else ck_assert_msg(tp_plan_build(&m->g, prec, 90, &plan, &err) == TP_OK, "%s", err.msg);
-    tp_status s = tp_engine_file_write(path, &m->cfg, prec, pol, 90, &m->params, &m->g, &plan, amax, NULL, &err);
+    tp_status s = tp_engine_file_write(path, &m->model, prec, pol, 90, &m->params, &m->g, &plan, amax, NULL, &err);
     ck_assert_msg(s == TP_OK, "write %s: %s", tp_precision_name(prec), err.msg);
     if (plan_out) *plan_out = plan;
     else tp_plan_free(&plan);
@@ -187,6 +189,8 @@ static void check_cfg_equal(const tp_vit_config *a, const tp_vit_config *b) {
         ck_assert_uint_eq(bits(a->pre.mean[c]), bits(b->pre.mean[c]));
         ck_assert_uint_eq(bits(a->pre.std[c]), bits(b->pre.std[c]));
     }
+    ck_assert_int_eq(a->pre.interpolation, b->pre.interpolation);
+    ck_assert_int_eq(a->pre.crop_mode, b->pre.crop_mode);
 }
 
 static void check_policy_equal(const tp_policy *a, const tp_policy *b) {
@@ -288,7 +292,8 @@ START_TEST(test_roundtrip) {
 
     ck_assert_str_eq(f.tprof_version, TPROF_VERSION);
     ck_assert(f.commit[0] != '\0');
-    check_cfg_equal(&f.cfg, &m.cfg);
+    ck_assert_ptr_eq(f.model.family, &tp_vit_family);
+    check_cfg_equal(tp_vit_cfg(&f.model), &m.cfg);
     ck_assert_int_eq(f.precision, prec);
     tp_policy pol;
     tp_policy_default(&pol, prec);
@@ -417,7 +422,7 @@ START_TEST(test_policy_and_calibration) {
     tp_graph g2;
     tp_plan plan2;
     ck_assert(tp_engine_file_params(&f, &dec, &err) == TP_OK);
-    ck_assert(tp_vit_build_graph(&f.cfg, &dec, 2, &g2, &err) == TP_OK);
+    ck_assert(tp_model_build_graph(&f.model, &dec, 2, &g2, &err) == TP_OK);
     ck_assert(tp_plan_build_policy(&g2, &f.policy, f.target_sm, &plan2, &err) == TP_OK);
     ck_assert_int_eq(plan2.n_ops, plan.n_ops);
     for (int i = 0; i < plan.n_ops; i++) ck_assert_str_eq(plan2.op_note[i], plan.op_note[i]);
@@ -482,7 +487,7 @@ START_TEST(test_magic_version) {
 
     put_le(b + 8, 7, 4);
     write_bytes(p, b, n);
-    expect_read_fail(p, TP_ERR_FORMAT, "engine file version 7, this tprof reads versions 1 to 2", NULL);
+    expect_read_fail(p, TP_ERR_FORMAT, "engine file version 7, this tprof reads versions 1 to 3", NULL);
     put_le(b + 8, 0, 4);
     write_bytes(p, b, n);
     expect_read_fail(p, TP_ERR_FORMAT, "engine file version 0", NULL);
@@ -534,7 +539,7 @@ START_TEST(test_gemm_selection) {
     ck_assert_int_gt(n_gemm, 2);
     tp_engine_gemm_sel gs = {"NVIDIA H200", 130100, 64, m.g.n_ops, algo, TP_FP8_ACCUM_PROMOTE};
     const char *p = tpath("gemm.tpe");
-    ck_assert_msg(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err) ==
+    ck_assert_msg(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err) ==
                       TP_OK, "%s", err.msg);
     tp_engine_file f;
     ck_assert_msg(tp_engine_file_read(p, &f, &err) == TP_OK, "%s", err.msg);
@@ -550,15 +555,15 @@ START_TEST(test_gemm_selection) {
 
     /* the writer refuses a selection that does not fit the graph */
     gs.n_ops = m.g.n_ops - 1;
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err),
                      TP_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err.msg, "GEMM selection"));
     gs.n_ops = m.g.n_ops;
     algo[0] = -2;
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err),
                      TP_ERR_ARG);
     algo[0] = -1;
-    ck_assert_msg(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err) ==
+    ck_assert_msg(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, &gs, &err) ==
                       TP_OK, "%s", err.msg);
 
     size_t n;
@@ -797,6 +802,42 @@ static void e_name_newline(json_t *r) {
     json_object_set_new(tensor_entry(r, "head.bias"), "storage", json_string("bad\nstorage"));
 }
 
+/* Version 3 names the model's family; versions 1 and 2 hold a ViT without it (and without the preprocessing's
+ * interpolation and crop mode: bicubic, center). */
+START_TEST(test_model_family) {
+    size_t n;
+    unsigned char *b = good_file("family.tpe", &n);
+    uint64_t H, D;
+    const char *q = tpath("family_edit.tpe");
+    json_t *root = header_of(b, n, &H, &D);
+    json_t *model = json_object_get(root, "model");
+    ck_assert_str_eq(json_string_value(json_object_get(model, "family")), "vit");
+    json_object_set_new(model, "family", json_string("llama"));
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "model: unknown family 'llama'", NULL);
+    json_object_del(model, "family");
+    json_object_del(json_object_get(model, "preprocess"), "interpolation");
+    json_object_del(json_object_get(model, "preprocess"), "crop_mode");
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "model: 'family' is missing", NULL);
+    size_t n2;
+    unsigned char *v2 = read_bytes(q, &n2);
+    put_le(v2 + 8, 2, 4); /* the same header as version 2: a ViT */
+    write_bytes(q, v2, n2);
+    tp_engine_file f;
+    tp_error err = {0};
+    ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(f.version, 2);
+    ck_assert_ptr_eq(f.model.family, &tp_vit_family);
+    ck_assert_int_eq(tp_vit_cfg(&f.model)->pre.interpolation, TP_INTERP_BICUBIC);
+    ck_assert_int_eq(tp_vit_cfg(&f.model)->pre.crop_mode, TP_CROP_CENTER);
+    tp_engine_file_free(&f);
+    free(v2);
+    json_decref(root);
+    free(b);
+}
+END_TEST
+
 START_TEST(test_schema) {
     size_t n;
     unsigned char *b = good_file("good.tpe", &n);
@@ -879,53 +920,53 @@ START_TEST(test_write_errors) {
     tp_plan plan;
     ck_assert(tp_plan_build(&m.g, TP_PREC_FP16, 90, &plan, &err) == TP_OK);
     const char *p = tpath("w.tpe");
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP8, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP8, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_ARG);
     check_msg_form(&err, p);
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 100, &m.params, &m.g, &plan, NULL, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 100, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_ARG);
     tp_policy pol;
     tp_policy_default(&pol, TP_PREC_BF16);
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, &pol, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP16, &pol, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_ARG);
     float *amax = calloc((size_t)m.g.n_values, sizeof(float));
     ck_assert(amax != NULL);
     amax[m.g.output] = -1.0f;
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, amax, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, amax, NULL, &err),
                      TP_ERR_ARG);
     ck_assert_msg(strstr(err.msg, "calibration") != NULL, "%s", err.msg);
     amax[m.g.output] = INFINITY;
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, amax, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, amax, NULL, &err),
                      TP_ERR_ARG);
     ck_assert(access(p, F_OK) != 0); /* nothing written */
 
     /* a parameter the graph lacks */
     tp_params fewer = m.params;
     fewer.n_params--;
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &fewer, &m.g, &plan, NULL, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 90, &fewer, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_SHAPE);
     check_msg_form(&err, p);
 
     /* an unwritable place: TP_ERR_IO, and no temporary file left anywhere */
     const char *bad = tpath("no_dir/x.tpe");
-    ck_assert_int_eq(tp_engine_file_write(bad, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(bad, &m.model, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_IO);
     check_msg_form(&err, bad);
 
     /* A good write replaces an existing file; a failed one leaves it as it was. */
     write_bytes(p, "old", 3);
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_OK);
     size_t n1;
     unsigned char *b1 = read_bytes(p, &n1);
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP8, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP8, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_ERR_ARG);
     size_t n2;
     unsigned char *b2 = read_bytes(p, &n2);
     ck_assert(n1 == n2 && memcmp(b1, b2, n1) == 0);
     ck_assert_int_eq(count_temp_files(), 0);
     /* the writer is deterministic */
-    ck_assert_int_eq(tp_engine_file_write(p, &m.cfg, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
+    ck_assert_int_eq(tp_engine_file_write(p, &m.model, TP_PREC_FP16, NULL, 90, &m.params, &m.g, &plan, NULL, NULL, &err),
                      TP_OK);
     free(b2);
     b2 = read_bytes(p, &n2);
@@ -1035,6 +1076,7 @@ static Suite *engine_file_suite(void) {
     tcase_set_timeout(bad, 120);
     tcase_add_test(bad, test_missing_file);
     tcase_add_test(bad, test_magic_version);
+    tcase_add_test(bad, test_model_family);
     tcase_add_test(bad, test_gemm_selection);
     tcase_add_test(bad, test_truncated);
     tcase_add_test(bad, test_corrupted);

@@ -1,10 +1,11 @@
-/* test_image_stats.c: image preprocessing (src/io/image.c) and benchmark/accuracy statistics
- * (src/bench/stats.c).
+/* test_image_stats.c: image preprocessing (src/io/image.c), timm's config.json reader (src/io/timm_config.c)
+ * and benchmark/accuracy statistics (src/core/stats.c).
  *
- * Images are written at run time with stb_image_write into a fresh mkdtemp folder per test (removed by the
- * fixture's teardown), so the tests need no fixture files and cannot see each other's files. Expected values
- * are computed here from the definitions (timm/torchvision eval transform), never by calling the code under
- * test a second way. */
+ * Most images are written at run time with stb_image_write into a fresh mkdtemp folder per test (removed by the
+ * fixture's teardown), so those tests cannot see each other's files, and their expected values are computed
+ * here from the definitions (timm/torchvision eval transform, Pillow's resampling), never by calling the code
+ * under test a second way. The exactness against Pillow itself is checked by test_pil_golden on the
+ * tests/fixtures/preprocess_* files that tools/check_preprocess_pil.py wrote with Pillow 13. */
 #include <check.h>
 #include <dirent.h>
 #include <math.h>
@@ -16,8 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bench/stats.h"
+#include "core/stats.h"
 #include "io/image.h"
+#include "io/timm_config.h"
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_STATIC
@@ -33,11 +35,14 @@
  * include dir, where the header lives under stb/. */
 #if defined(__has_include)
 #if __has_include(<stb_image_write.h>)
+#include <stb_image.h>
 #include <stb_image_write.h>
 #else
+#include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
 #endif
 #else
+#include <stb_image.h>
 #include <stb_image_write.h>
 #endif
 #if defined(__GNUC__)
@@ -126,11 +131,13 @@ static void write_text(const char *name, const char *text) {
 
 /* ImageNet constants, as timm's IMAGENET_DEFAULT_MEAN/STD (float32 on the torch side too). */
 static tp_preprocess pp_imagenet(int img_size, double crop_pct) {
-    tp_preprocess pp = {img_size, crop_pct, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+    tp_preprocess pp = {.img_size = img_size, .crop_pct = crop_pct, .mean = {0.485f, 0.456f, 0.406f},
+                        .std = {0.229f, 0.224f, 0.225f}}; /* bicubic, center: the zero values */
     return pp;
 }
 static tp_preprocess pp_raw(int img_size, double crop_pct) { /* output = pixel / 255: easy to reason about */
-    tp_preprocess pp = {img_size, crop_pct, {0.0f, 0.0f, 0.0f}, {1.0f, 1.0f, 1.0f}};
+    tp_preprocess pp = {.img_size = img_size, .crop_pct = crop_pct, .mean = {0.0f, 0.0f, 0.0f},
+                        .std = {1.0f, 1.0f, 1.0f}};
     return pp;
 }
 
@@ -260,8 +267,9 @@ START_TEST(test_crop_pct_above_one_pads) {
 END_TEST
 
 /* 192x64 with thirds 0 | 128 | 255, img 32, crop_pct 1: resized to 96x32 (exact 2x downsample), crop left
- * (96 - 32) / 2 = 32, i.e. original columns 64..127: the middle third. The Catmull-Rom support at 2x is 4
- * input pixels each side, so only the outermost crop columns can see the neighbours. */
+ * (96 - 32) / 2 = 32, i.e. original columns 64..127: the middle third. PIL's bicubic support at 2x is 4
+ * input pixels each side of the output pixel's centre, so only the outermost crop columns can see the
+ * neighbours, and the 22-bit fixed-point weights of the others sum to 1 closely enough to give 128 exactly. */
 START_TEST(test_center_crop_picks_center) {
     const char *p = write_image("thirds.png", 192, 64, 3, px_thirds);
     tp_preprocess pp = pp_raw(32, 1.0);
@@ -530,6 +538,517 @@ START_TEST(test_bad_arguments) {
 }
 END_TEST
 
+/* ---- resampling, filters and crop modes ------------------------------------------------------------ */
+
+START_TEST(test_interp_crop_names) {
+    static const char *const interps[] = {"bicubic", "bilinear", "nearest"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(tp_interp_parse(interps[i]), i);
+        ck_assert_str_eq(tp_interp_name((tp_interp)i), interps[i]);
+    }
+    ck_assert_int_eq(TP_INTERP_BICUBIC, 0); /* a zero-initialised tp_preprocess is bicubic */
+    ck_assert_int_eq(TP_CROP_CENTER, 0);    /* ... and center */
+    ck_assert_int_eq(tp_interp_parse("lanczos"), -1);
+    ck_assert_int_eq(tp_interp_parse("Bicubic"), -1); /* timm's strings are lower case */
+    ck_assert_int_eq(tp_interp_parse(""), -1);
+    ck_assert_int_eq(tp_interp_parse(NULL), -1);
+    ck_assert_str_eq(tp_interp_name((tp_interp)7), "?");
+    ck_assert_int_eq(tp_crop_mode_parse("center"), TP_CROP_CENTER);
+    ck_assert_int_eq(tp_crop_mode_parse("squash"), TP_CROP_SQUASH);
+    ck_assert_str_eq(tp_crop_mode_name(TP_CROP_CENTER), "center");
+    ck_assert_str_eq(tp_crop_mode_name(TP_CROP_SQUASH), "squash");
+    ck_assert_int_eq(tp_crop_mode_parse("border"), -1);
+    ck_assert_int_eq(tp_crop_mode_parse(NULL), -1);
+    ck_assert_str_eq(tp_crop_mode_name((tp_crop_mode)-1), "?");
+}
+END_TEST
+
+START_TEST(test_enum_out_of_range) {
+    const char *p = write_image("ok.png", 8, 8, 3, px_const);
+    float out[3 * 8 * 8];
+    tp_error err = {0};
+    tp_preprocess pp = pp_imagenet(8, 0.9);
+    pp.interpolation = (tp_interp)7;
+    ck_assert_int_eq(tp_image_load(p, &pp, out, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "interpolation 7") != NULL, "%s", err.msg);
+    pp = pp_imagenet(8, 0.9);
+    pp.crop_mode = (tp_crop_mode)5;
+    ck_assert_int_eq(tp_image_load(p, &pp, out, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "crop_mode 5") != NULL, "%s", err.msg);
+    unsigned char rgb[8 * 8 * 3];
+    ck_assert_int_eq(tp_image_load_rgb8(p, &pp, rgb, &err), TP_ERR_ARG);
+    pp = pp_imagenet(8, 0.9);
+    pp.pillow_version = -1;
+    ck_assert_int_eq(tp_image_load_rgb8(p, &pp, rgb, &err), TP_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "pillow_version -1") != NULL, "%s", err.msg);
+    pp = pp_imagenet(8, 0.9);
+    ck_assert_int_eq(tp_image_load_rgb8(p, &pp, NULL, &err), TP_ERR_ARG);
+    ck_assert_int_eq(tp_image_load_rgb8(p, &pp, rgb, &err), TP_OK);
+}
+END_TEST
+
+/* One row [0, 255] (2 x 4 image), img 4, crop_pct 1: the short side 2 becomes 4, so the row is upsampled 2x
+ * (and the constant columns 4 -> 8 rows, exactly). Pillow's weights, by hand: output pixel j has centre
+ * c = (j + 0.5) / 2 and taps [int(c - support + 0.5), int(c + support + 0.5)) clipped to [0, 2), each weighted
+ * filter(tap - c + 0.5), then normalized.
+ *   bilinear: j = 0: c 0.25, taps {0}: 0. j = 1: c 0.75, taps {0, 1} weights 0.75, 0.25: 63.75 -> 64 (fixed
+ *     point: (255 * 2^20 + 2^21) >> 22). j = 2: weights 0.25, 0.75: 191.25 -> 191. j = 3: taps {1}: 255.
+ *   bicubic (a = -0.5): j = 1: taps {0, 1} (the taps at -1 and 2 fall outside and are dropped, not clamped to
+ *     the edge), weights k(0.25) = 0.8671875 and k(0.75) = 0.2265625, normalized: 255 * 0.2265625 / 1.09375 =
+ *     52.8 -> 53. j = 0: k(0.25) and k(1.25) = -0.0703125: 255 * -0.0703125 / 0.796875 < 0, clamped to 0.
+ *     By symmetry j = 2, 3: 202, 255. (An edge-clamping resampler gives other values at j = 1, 2.) */
+START_TEST(test_border_weights_by_hand) {
+    const char *p = path_in("pair.png");
+    unsigned char px[2 * 4 * 3];
+    for (int y = 0; y < 4; y++)
+        for (int c = 0; c < 3; c++) px[(y * 2 + 0) * 3 + c] = 0, px[(y * 2 + 1) * 3 + c] = 255;
+    ck_assert_int_ne(stbi_write_png(p, 2, 4, 3, px, 6), 0);
+    static const int want[2][4] = {{0, 53, 202, 255}, {0, 64, 191, 255}};
+    for (int f = 0; f < 2; f++) {
+        tp_preprocess pp = pp_raw(4, 1.0);
+        pp.interpolation = f == 0 ? TP_INTERP_BICUBIC : TP_INTERP_BILINEAR;
+        unsigned char rgb[4 * 4 * 3];
+        memset(rgb, 0xA5, sizeof rgb);
+        tp_error err = {0};
+        ck_assert_int_eq(tp_image_load_rgb8(p, &pp, rgb, &err), TP_OK);
+        for (int y = 0; y < 4; y++)
+            for (int x = 0; x < 4; x++)
+                for (int c = 0; c < 3; c++)
+                    ck_assert_msg(rgb[(y * 4 + x) * 3 + c] == want[f][x], "%s: y %d x %d c %d = %d, want %d",
+                                  tp_interp_name(pp.interpolation), y, x, c, rgb[(y * 4 + x) * 3 + c], want[f][x]);
+    }
+}
+END_TEST
+
+/* Nearest and squash, from the definitions. px_coords encodes column * 7 in channel 0, row * 7 in channel 1.
+ *   64 x 32, img 32, crop_pct 1, squash: both sides to 32; Pillow's nearest takes source column
+ *     int((x + 0.5) * 64 / 32) = 2x + 1 and row int((y + 0.5) * 1) = y.
+ *   the same in center mode: short side 32 already, long side 64: no resampling, crop offset 16.
+ *   10 x 7, img 20, crop_pct 1, nearest, center: 28 x 20 (int(20 * 10 / 7)), crop columns from
+ *     round((28 - 20) / 2) = 4; source column int((x + 4 + 0.5) * 10 / 28), row int((y + 0.5) * 7 / 20) (no
+ *     sum lands within rounding distance of an integer, so Pillow's accumulation gives the same indices). */
+START_TEST(test_nearest_and_squash) {
+    const char *p = write_image("coords64.png", 64, 32, 3, px_coords);
+    tp_preprocess pp = pp_raw(32, 1.0);
+    pp.interpolation = TP_INTERP_NEAREST;
+    pp.crop_mode = TP_CROP_SQUASH;
+    unsigned char rgb[32 * 32 * 3];
+    tp_error err = {0};
+    ck_assert_int_eq(tp_image_load_rgb8(p, &pp, rgb, &err), TP_OK);
+    for (int y = 0; y < 32; y++)
+        for (int x = 0; x < 32; x++) {
+            REQUIRE(rgb[(y * 32 + x) * 3 + 0] == (unsigned char)((2 * x + 1) * 7), "squash: y %d x %d col %d", y, x,
+                    rgb[(y * 32 + x) * 3] / 7);
+            REQUIRE(rgb[(y * 32 + x) * 3 + 1] == (unsigned char)(y * 7), "squash: y %d x %d row", y, x);
+        }
+    pp.crop_mode = TP_CROP_CENTER;
+    ck_assert_int_eq(tp_image_load_rgb8(p, &pp, rgb, &err), TP_OK);
+    for (int y = 0; y < 32; y++)
+        for (int x = 0; x < 32; x++)
+            REQUIRE(rgb[(y * 32 + x) * 3 + 0] == (unsigned char)((x + 16) * 7), "center: y %d x %d", y, x);
+
+    p = write_image("coords10.png", 10, 7, 3, px_coords);
+    pp = pp_raw(20, 1.0);
+    pp.interpolation = TP_INTERP_NEAREST;
+    unsigned char up[20 * 20 * 3];
+    ck_assert_int_eq(tp_image_load_rgb8(p, &pp, up, &err), TP_OK);
+    for (int y = 0; y < 20; y++)
+        for (int x = 0; x < 20; x++) {
+            int sx = (int)((x + 4 + 0.5) * 10.0 / 28.0), sy = (int)((y + 0.5) * 7.0 / 20.0);
+            REQUIRE(up[(y * 20 + x) * 3 + 0] == (unsigned char)(sx * 7) &&
+                        up[(y * 20 + x) * 3 + 1] == (unsigned char)(sy * 7),
+                    "upsampled: y %d x %d: got col %d row %d, want %d %d", y, x, up[(y * 20 + x) * 3] / 7,
+                    up[(y * 20 + x) * 3 + 1] / 7, sx, sy);
+        }
+}
+END_TEST
+
+/* Squash with crop_pct > 1: both sides to floor(24 / 1.15) = 20, zero-padded by 2 on each side. A constant
+ * image stays constant through any resampling (the weights sum to 1). */
+START_TEST(test_squash_pads) {
+    const char *p = write_image("squash.png", 50, 20, 3, px_const);
+    tp_preprocess pp = pp_raw(24, 1.15);
+    pp.crop_mode = TP_CROP_SQUASH;
+    pp.interpolation = TP_INTERP_BILINEAR;
+    float *out = alloc_batch(1, 24);
+    tp_error err = {0};
+    ck_assert_int_eq(tp_image_load(p, &pp, out, &err), TP_OK);
+    check_guard(out, 1, 24);
+    static const int rgb[3] = {200, 100, 30};
+    for (int c = 0; c < 3; c++)
+        for (int y = 0; y < 24; y++)
+            for (int x = 0; x < 24; x++) {
+                int inside = y >= 2 && y < 22 && x >= 2 && x < 22;
+                REQUIRE(out[(c * 24 + y) * 24 + x] == (inside ? rgb[c] / 255.0f : 0.0f), "c %d y %d x %d = %g", c,
+                        y, x, (double)out[(c * 24 + y) * 24 + x]);
+            }
+    free(out);
+}
+END_TEST
+
+/* ---- exactness against Pillow: the golden fixtures ---------------------------------------------------- */
+
+static const char *fixture(const char *name) {
+    static char buf[2][256];
+    static int k;
+    char *p = buf[k++ & 1];
+    snprintf(p, 256, "tests/fixtures/%s", name);
+    return p;
+}
+
+typedef struct {
+    int cases, vfirst, nearest, bilinear, squash, normalized_files, order_matters;
+} golden_counts;
+
+/* Runs every case of one manifest (tests/fixtures/preprocess_cases*.txt, written by
+ * tools/check_preprocess_pil.py): the source PNG through tp_image_load_rgb8, with the manifest's Pillow major
+ * version as pillow_version, must give the expected crop (written by that Pillow) byte for byte, and
+ * tp_image_load its normalization: within 1e-6 of the crop normalized here, and equal to the fp32 values numpy
+ * computed where the case has them. Cases from an older Pillow also count where the newest Pillow's pass
+ * order gives another result (order_matters), so that the fixture is known to tell the two apart. */
+static void run_golden(const char *manifest, int want_pillow_min, int want_pillow_max, golden_counts *k) {
+    FILE *f = fopen(fixture(manifest), "r");
+    ck_assert_msg(f != NULL, "cannot open %s (run from the repository root)", fixture(manifest));
+    char line[1024];
+    memset(k, 0, sizeof *k);
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        char src[128], interp[32], mode[32], exp[128], nrm[128], order[16];
+        int S, pil;
+        double crop;
+        ck_assert_int_eq(sscanf(line, "%127s %d %lf %31s %31s %127s %127s %15s %d", src, &S, &crop, interp, mode,
+                                exp, nrm, order, &pil),
+                         9);
+        ck_assert(S >= 1 && S <= 64);
+        ck_assert_msg(pil >= want_pillow_min && pil <= want_pillow_max, "%s: a case written by Pillow %d", manifest,
+                      pil);
+        tp_preprocess pp = pp_imagenet(S, crop);
+        int ii = tp_interp_parse(interp), cm = tp_crop_mode_parse(mode);
+        ck_assert_msg(ii >= 0 && cm >= 0, "case %d: %s %s", k->cases, interp, mode);
+        pp.interpolation = (tp_interp)ii;
+        pp.crop_mode = (tp_crop_mode)cm;
+        pp.pillow_version = pil;
+        k->vfirst += !strcmp(order, "vfirst");
+        k->nearest += pp.interpolation == TP_INTERP_NEAREST;
+        k->bilinear += pp.interpolation == TP_INTERP_BILINEAR;
+        k->squash += pp.crop_mode == TP_CROP_SQUASH;
+
+        int ew = 0, eh = 0, en = 0;
+        unsigned char *want = stbi_load(fixture(exp), &ew, &eh, &en, 3);
+        ck_assert_msg(want != NULL, "cannot decode %s", fixture(exp));
+        ck_assert_msg(ew == S && eh == S, "%s is %dx%d, not %dx%d", exp, ew, eh, S, S);
+
+        const size_t n = (size_t)S * S * 3;
+        unsigned char *got = malloc(n);
+        ck_assert_ptr_nonnull(got);
+        memset(got, 0xA5, n); /* poison: every byte must be written */
+        tp_error err = {0};
+        ck_assert_msg(tp_image_load_rgb8(fixture(src), &pp, got, &err) == TP_OK, "%s", err.msg);
+        size_t ndiff = 0, first = n;
+        for (size_t i = 0; i < n; i++)
+            if (got[i] != want[i]) {
+                if (!ndiff) first = i;
+                ndiff++;
+            }
+        REQUIRE(ndiff == 0, "%s case %d (%s S %d crop %g %s %s, %s, Pillow %d): %zu of %zu values differ from "
+                "Pillow's, the first at y %zu x %zu c %zu: %d, want %d", manifest, k->cases, src, S, crop, interp,
+                mode, order, pil, ndiff, n, first / 3 / S, first / 3 % S, first % 3, got[first], want[first]);
+        if (pil != 0 && pil <= 12) { /* the newest Pillow's order on the same case */
+            tp_preprocess pn = pp;
+            pn.pillow_version = 0;
+            ck_assert_int_eq(tp_image_load_rgb8(fixture(src), &pn, got, &err), TP_OK);
+            k->order_matters += memcmp(got, want, n) != 0;
+        }
+
+        float *x = alloc_batch(1, S);
+        ck_assert_msg(tp_image_load(fixture(src), &pp, x, &err) == TP_OK, "%s", err.msg);
+        check_guard(x, 1, S);
+        for (int c = 0; c < 3; c++)
+            for (int i = 0; i < S * S; i++)
+                REQUIRE(fabsf(x[c * S * S + i] - normalized(want[i * 3 + c], &pp, c)) <= 1e-6f,
+                        "case %d: normalized c %d elem %d = %.9g, want %.9g", k->cases, c, i,
+                        (double)x[c * S * S + i], (double)normalized(want[i * 3 + c], &pp, c));
+        if (strcmp(nrm, "-")) {
+            FILE *g = fopen(fixture(nrm), "rb");
+            ck_assert_msg(g != NULL, "cannot open %s", fixture(nrm));
+            float *ref = malloc(n * sizeof *ref);
+            ck_assert_ptr_nonnull(ref);
+            ck_assert_msg(fread(ref, sizeof *ref, n, g) == n && fgetc(g) == EOF, "%s: not %zu floats", nrm, n);
+            fclose(g);
+            for (size_t i = 0; i < n; i++)
+                REQUIRE(x[i] == ref[i], "case %d: element %zu = %.9g, numpy's %.9g (torch's fp32 division, not a "
+                        "product by 1/std, is exact, so equal is the target)", k->cases, i, (double)x[i],
+                        (double)ref[i]);
+            free(ref);
+            k->normalized_files++;
+        }
+        free(x);
+        free(got);
+        stbi_image_free(want);
+        k->cases++;
+    }
+    fclose(f);
+}
+
+START_TEST(test_pil_golden) {
+    golden_counts k;
+    run_golden("preprocess_cases.txt", 13, 13, &k); /* written by Pillow 13: regenerate with 13 */
+    /* a truncated or emptied manifest must not pass */
+    ck_assert_int_ge(k.cases, 19);
+    ck_assert_int_ge(k.vfirst, 3);
+    ck_assert_int_ge(k.nearest, 2);
+    ck_assert_int_ge(k.bilinear, 4);
+    ck_assert_int_ge(k.squash, 3);
+    ck_assert_int_ge(k.normalized_files, 2);
+}
+END_TEST
+
+/* The same on the cases written by Pillow 12, whose pass order is horizontal first throughout. */
+START_TEST(test_pil12_golden) {
+    golden_counts k;
+    run_golden("preprocess_cases_pil12.txt", 1, 12, &k);
+    ck_assert_int_ge(k.cases, 4);
+    ck_assert_int_ge(k.order_matters, 3); /* those cases differ with Pillow 13's order: the knob is tested */
+}
+END_TEST
+
+/* ---- timm config.json --------------------------------------------------------------------------------- */
+
+static tp_status read_cfg(const char *json, tp_timm_config *cfg, tp_error *err) {
+    write_text("config.json", json);
+    return tp_timm_config_read(path_in("config.json"), cfg, err);
+}
+
+/* timm/vit_base_patch16_224.augreg2_in21k_ft_in1k's config.json as the hub serves it. */
+START_TEST(test_timm_config_hub_file) {
+    tp_timm_config cfg;
+    memset(&cfg, 0x5A, sizeof cfg);
+    tp_error err = {0};
+    ck_assert_msg(read_cfg("{\n"
+                           "    \"architecture\": \"vit_base_patch16_224\",\n"
+                           "    \"num_classes\": 1000,\n"
+                           "    \"num_features\": 768,\n"
+                           "    \"global_pool\": \"token\",\n"
+                           "    \"pretrained_cfg\": {\n"
+                           "        \"tag\": \"augreg2_in21k_ft_in1k\",\n"
+                           "        \"custom_load\": false,\n"
+                           "        \"input_size\": [3, 224, 224],\n"
+                           "        \"fixed_input_size\": true,\n"
+                           "        \"interpolation\": \"bicubic\",\n"
+                           "        \"crop_pct\": 0.9,\n"
+                           "        \"crop_mode\": \"center\",\n"
+                           "        \"mean\": [0.5, 0.5, 0.5],\n"
+                           "        \"std\": [0.5, 0.5, 0.5],\n"
+                           "        \"num_classes\": 1000,\n"
+                           "        \"pool_size\": null,\n"
+                           "        \"first_conv\": \"patch_embed.proj\",\n"
+                           "        \"classifier\": \"head\"\n"
+                           "    }\n"
+                           "}\n",
+                           &cfg, &err) == TP_OK,
+                  "%s", err.msg);
+    ck_assert_str_eq(cfg.architecture, "vit_base_patch16_224");
+    ck_assert_str_eq(cfg.tag, "augreg2_in21k_ft_in1k");
+    ck_assert_int_eq(cfg.num_classes, 1000);
+    ck_assert_int_eq(cfg.num_features, 768);
+    ck_assert_int_eq(cfg.global_pool, TP_TIMM_POOL_TOKEN);
+    ck_assert_int_eq(cfg.has_pre, 1);
+    ck_assert_int_eq(cfg.pre.img_size, 224);
+    ck_assert_double_eq(cfg.pre.crop_pct, 0.9);
+    ck_assert_int_eq(cfg.pre.interpolation, TP_INTERP_BICUBIC);
+    ck_assert_int_eq(cfg.pre.crop_mode, TP_CROP_CENTER);
+    for (int c = 0; c < 3; c++) {
+        ck_assert_float_eq(cfg.pre.mean[c], 0.5f);
+        ck_assert_float_eq(cfg.pre.std[c], 0.5f);
+    }
+}
+END_TEST
+
+/* deit-style: ImageNet constants as JSON doubles (rounded to float32 as torch does), avg pool, squash and
+ * bilinear; num_classes only inside pretrained_cfg; unknown keys (model_args, label_names) ignored. */
+START_TEST(test_timm_config_variants) {
+    tp_timm_config cfg;
+    tp_error err = {0};
+    ck_assert_msg(read_cfg("{\"architecture\": \"vit_small_patch16_384\", \"global_pool\": \"avg\","
+                           " \"model_args\": {\"img_size\": 384, \"class_token\": false},"
+                           " \"label_names\": [\"a\", \"b\"],"
+                           " \"pretrained_cfg\": {\"input_size\": [3, 384, 384], \"interpolation\": \"bilinear\","
+                           " \"crop_pct\": 1, \"crop_mode\": \"squash\", \"mean\": [0.485, 0.456, 0.406],"
+                           " \"std\": [0.229, 0.224, 0.225], \"num_classes\": 21843, \"license\": \"mit\"}}",
+                           &cfg, &err) == TP_OK,
+                  "%s", err.msg);
+    ck_assert_int_eq(cfg.num_classes, 21843);
+    ck_assert_int_eq(cfg.num_features, -1);
+    ck_assert_int_eq(cfg.global_pool, TP_TIMM_POOL_AVG);
+    ck_assert_str_eq(cfg.tag, "");
+    ck_assert_int_eq(cfg.pre.img_size, 384);
+    ck_assert_double_eq(cfg.pre.crop_pct, 1.0);
+    ck_assert_int_eq(cfg.pre.interpolation, TP_INTERP_BILINEAR);
+    ck_assert_int_eq(cfg.pre.crop_mode, TP_CROP_SQUASH);
+    ck_assert(cfg.pre.mean[0] == 0.485f && cfg.pre.mean[1] == 0.456f && cfg.pre.mean[2] == 0.406f);
+    ck_assert(cfg.pre.std[0] == 0.229f && cfg.pre.std[1] == 0.224f && cfg.pre.std[2] == 0.225f);
+
+    /* top-level num_classes wins over pretrained_cfg's (timm's _parse_model_cfg) */
+    ck_assert_int_eq(read_cfg("{\"num_classes\": 10, \"pretrained_cfg\": {\"num_classes\": 1000}}", &cfg, &err),
+                     TP_OK);
+    ck_assert_int_eq(cfg.num_classes, 10);
+    /* nearest, and num_classes 0 (a headless checkpoint) */
+    ck_assert_int_eq(read_cfg("{\"num_classes\": 0, \"pretrained_cfg\": {\"interpolation\": \"nearest\"}}", &cfg,
+                              &err),
+                     TP_OK);
+    ck_assert_int_eq(cfg.num_classes, 0);
+    ck_assert_int_eq(cfg.pre.interpolation, TP_INTERP_NEAREST);
+}
+END_TEST
+
+/* Missing, null and empty fields take timm's defaults (resolve_data_config tests them for truth). */
+START_TEST(test_timm_config_defaults) {
+    tp_timm_config cfg;
+    tp_error err = {0};
+    static const char *const docs[] = {
+        "{\"pretrained_cfg\": {}}",
+        "{\"pretrained_cfg\": {\"input_size\": null, \"crop_pct\": null, \"interpolation\": \"\", \"mean\": [],"
+        " \"std\": null, \"crop_mode\": null, \"tag\": null}}",
+        "{\"pretrained_cfg\": {\"crop_pct\": 0, \"interpolation\": null, \"crop_mode\": \"\"}}",
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+        memset(&cfg, 0x5A, sizeof cfg);
+        ck_assert_msg(read_cfg(docs[i], &cfg, &err) == TP_OK, "doc %zu: %s", i, err.msg);
+        ck_assert_str_eq(cfg.architecture, "");
+        ck_assert_str_eq(cfg.tag, "");
+        ck_assert_int_eq(cfg.num_classes, -1);
+        ck_assert_int_eq(cfg.num_features, -1);
+        ck_assert_int_eq(cfg.global_pool, TP_TIMM_POOL_ABSENT);
+        ck_assert_int_eq(cfg.has_pre, 1);
+        ck_assert_int_eq(cfg.pre.img_size, 224);
+        ck_assert_double_eq(cfg.pre.crop_pct, 0.875);
+        ck_assert_int_eq(cfg.pre.interpolation, TP_INTERP_BICUBIC);
+        ck_assert_int_eq(cfg.pre.crop_mode, TP_CROP_CENTER);
+        ck_assert(cfg.pre.mean[0] == 0.485f && cfg.pre.mean[1] == 0.456f && cfg.pre.mean[2] == 0.406f);
+        ck_assert(cfg.pre.std[0] == 0.229f && cfg.pre.std[1] == 0.224f && cfg.pre.std[2] == 0.225f);
+    }
+    /* no pretrained_cfg at all: not an error, no data config */
+    memset(&cfg, 0x5A, sizeof cfg);
+    ck_assert_int_eq(read_cfg("{\"architecture\": \"vit_tiny_patch16_224\", \"num_classes\": 10}", &cfg, &err),
+                     TP_OK);
+    ck_assert_int_eq(cfg.has_pre, 0);
+    ck_assert_int_eq(cfg.num_classes, 10);
+    ck_assert_int_eq(cfg.pre.img_size, 0);
+    ck_assert_int_eq(read_cfg("{}", &cfg, &err), TP_OK);
+    ck_assert_int_eq(cfg.has_pre, 0);
+    /* the legacy single-dict layout: the data fields at the top level */
+    ck_assert_msg(read_cfg("{\"architecture\": \"vit_base_patch16_384\", \"num_features\": 768, \"num_classes\": 5,"
+                           " \"input_size\": [3, 384, 384], \"crop_pct\": 1.0, \"interpolation\": \"bilinear\","
+                           " \"mean\": [0.5, 0.5, 0.5], \"std\": [0.5, 0.5, 0.5], \"tag\": \"augreg_in21k_ft_in1k\"}",
+                           &cfg, &err) == TP_OK,
+                  "%s", err.msg);
+    ck_assert_int_eq(cfg.has_pre, 1);
+    ck_assert_int_eq(cfg.pre.img_size, 384);
+    ck_assert_int_eq(cfg.pre.interpolation, TP_INTERP_BILINEAR);
+    ck_assert_str_eq(cfg.tag, "augreg_in21k_ft_in1k");
+    ck_assert_int_eq(cfg.num_classes, 5);
+}
+END_TEST
+
+/* Every error: the expected code, one line starting with the file's path and naming the field (or value). */
+START_TEST(test_timm_config_errors) {
+    char long_name[400];
+    snprintf(long_name, sizeof long_name, "{\"architecture\": \"%0200d\"}", 7);
+    const struct {
+        const char *json;
+        tp_status code;
+        const char *needle;
+    } cases[] = {
+        {"{\"pretrained_cfg\": {\"mean\": [0.5, 0.5]}}", TP_ERR_FORMAT,
+         "field 'pretrained_cfg.mean': expected 3 numbers"},
+        {"{\"pretrained_cfg\": {\"mean\": [\"a\", 0.5, 0.5]}}", TP_ERR_FORMAT, "'pretrained_cfg.mean'"},
+        {"{\"pretrained_cfg\": {\"mean\": {\"r\": 1}}}", TP_ERR_FORMAT, "'pretrained_cfg.mean'"},
+        {"{\"pretrained_cfg\": {\"std\": [0.5, 0, 0.5]}}", TP_ERR_FORMAT, "'pretrained_cfg.std': expected 3 non-zero"},
+        {"{\"pretrained_cfg\": {\"std\": [0.5, 1e300, 0.5]}}", TP_ERR_FORMAT, "'pretrained_cfg.std'"},
+        {"{\"pretrained_cfg\": {\"input_size\": \"224\"}}", TP_ERR_FORMAT, "'pretrained_cfg.input_size'"},
+        {"{\"pretrained_cfg\": {\"input_size\": [3, 224]}}", TP_ERR_FORMAT, "'pretrained_cfg.input_size'"},
+        {"{\"pretrained_cfg\": {\"input_size\": [3, 224.0, 224]}}", TP_ERR_FORMAT, "'pretrained_cfg.input_size'"},
+        {"{\"pretrained_cfg\": {\"input_size\": [3, -2, -2]}}", TP_ERR_FORMAT, "'pretrained_cfg.input_size'"},
+        {"{\"pretrained_cfg\": {\"input_size\": [3, 20000, 20000]}}", TP_ERR_FORMAT, "'pretrained_cfg.input_size'"},
+        {"{\"pretrained_cfg\": {\"crop_pct\": \"0.9\"}}", TP_ERR_FORMAT, "'pretrained_cfg.crop_pct'"},
+        {"{\"pretrained_cfg\": {\"crop_pct\": -0.5}}", TP_ERR_FORMAT, "'pretrained_cfg.crop_pct'"},
+        {"{\"pretrained_cfg\": {\"interpolation\": 3}}", TP_ERR_FORMAT,
+         "'pretrained_cfg.interpolation': expected a string"},
+        {"{\"pretrained_cfg\": {\"crop_mode\": true}}", TP_ERR_FORMAT, "'pretrained_cfg.crop_mode'"},
+        {"{\"pretrained_cfg\": {\"tag\": 12}}", TP_ERR_FORMAT, "'pretrained_cfg.tag'"},
+        {"{\"pretrained_cfg\": [1, 2]}", TP_ERR_FORMAT, "'pretrained_cfg': expected an object"},
+        {"{\"architecture\": 5}", TP_ERR_FORMAT, "'architecture': expected a string"},
+        {long_name, TP_ERR_FORMAT, "'architecture': longer than"},
+        {"{\"num_classes\": \"1000\"}", TP_ERR_FORMAT, "'num_classes'"},
+        {"{\"num_classes\": -3}", TP_ERR_FORMAT, "'num_classes'"},
+        {"{\"num_classes\": 1000.0}", TP_ERR_FORMAT, "'num_classes'"},
+        {"{\"num_features\": [768]}", TP_ERR_FORMAT, "'num_features'"},
+        {"{\"pretrained_cfg\": {\"num_classes\": \"x\"}}", TP_ERR_FORMAT, "'pretrained_cfg.num_classes'"},
+        {"{\"global_pool\": 1}", TP_ERR_FORMAT, "'global_pool'"},
+        {"[1, 2, 3]", TP_ERR_FORMAT, "top level"},
+        {"{\"architecture\": \"vit\",\n \"num_classes\": }", TP_ERR_FORMAT, "line 2"},
+        {"", TP_ERR_FORMAT, "invalid JSON"},
+        {"{\"mean\": [1, 2]}", TP_ERR_FORMAT, "field 'mean'"}, /* legacy layout: top-level names */
+        /* valid timm values tprof does not run, named */
+        {"{\"pretrained_cfg\": {\"input_size\": [3, 224, 256]}}", TP_ERR_UNSUPPORTED, "[3, 224, 256] is not square"},
+        {"{\"pretrained_cfg\": {\"input_size\": [1, 224, 224]}}", TP_ERR_UNSUPPORTED, "1 input channels"},
+        {"{\"pretrained_cfg\": {\"interpolation\": \"lanczos\"}}", TP_ERR_UNSUPPORTED, "'lanczos'"},
+        {"{\"pretrained_cfg\": {\"interpolation\": \"random\"}}", TP_ERR_UNSUPPORTED, "'random'"},
+        {"{\"pretrained_cfg\": {\"crop_mode\": \"border\"}}", TP_ERR_UNSUPPORTED, "'border'"},
+        {"{\"global_pool\": \"map\"}", TP_ERR_UNSUPPORTED, "'global_pool': 'map'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tp_timm_config cfg, before;
+        memset(&cfg, 0x5A, sizeof cfg);
+        memcpy(&before, &cfg, sizeof cfg);
+        tp_error err = {0};
+        tp_status st = read_cfg(cases[i].json, &cfg, &err);
+        ck_assert_msg(st == cases[i].code, "case %zu (%s): status %d, want %d (%s)", i, cases[i].json, st,
+                      cases[i].code, err.msg);
+        ck_assert_int_eq(err.code, cases[i].code);
+        ck_assert_msg(strstr(err.msg, cases[i].needle) != NULL, "case %zu: message '%s' lacks '%s'", i, err.msg,
+                      cases[i].needle);
+        ck_assert_msg(strncmp(err.msg, path_in("config.json"), strlen(path_in("config.json"))) == 0,
+                      "case %zu: message '%s' does not start with the path", i, err.msg);
+        ck_assert_ptr_null(strchr(err.msg, '\n'));
+        ck_assert_msg(memcmp(&cfg, &before, sizeof cfg) == 0, "case %zu: *out written on error", i);
+    }
+    /* I/O and arguments */
+    tp_timm_config cfg;
+    tp_error err = {0};
+    ck_assert_int_eq(tp_timm_config_read(path_in("missing.json"), &cfg, &err), TP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(err.msg, path_in("missing.json")));
+    ck_assert_int_eq(tp_timm_config_read(g_dir, &cfg, &err), TP_ERR_IO);
+    ck_assert_int_eq(tp_timm_config_read(NULL, &cfg, &err), TP_ERR_ARG);
+    write_text("ok.json", "{}");
+    ck_assert_int_eq(tp_timm_config_read(path_in("ok.json"), NULL, &err), TP_ERR_ARG);
+    ck_assert_int_eq(tp_timm_config_read(path_in("ok.json"), &cfg, NULL), TP_OK); /* err is optional */
+}
+END_TEST
+
+START_TEST(test_timm_config_beside) {
+    char buf[256], want[256];
+    ck_assert_int_eq(mkdir(path_in("repo"), 0700), 0);
+    write_text("repo/model.safetensors", "x");
+    snprintf(want, sizeof want, "%s/repo/config.json", g_dir);
+    ck_assert_int_eq(tp_timm_config_beside(path_in("repo/model.safetensors"), buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, want); /* the path, even when the file is missing */
+    write_text("repo/config.json", "{}");
+    ck_assert_int_eq(tp_timm_config_beside(path_in("repo/model.safetensors"), buf, sizeof buf), 1);
+    ck_assert_str_eq(buf, want);
+    ck_assert_int_eq(mkdir(path_in("repo2"), 0700), 0);
+    ck_assert_int_eq(mkdir(path_in("repo2/config.json"), 0700), 0); /* a folder is not the file */
+    ck_assert_int_eq(tp_timm_config_beside(path_in("repo2/model.safetensors"), buf, sizeof buf), 0);
+    /* no folder in the name: the current directory's config.json */
+    ck_assert_int_eq(tp_timm_config_beside("model.safetensors", buf, sizeof buf), access("config.json", F_OK) == 0);
+    ck_assert_str_eq(buf, "config.json");
+    /* too small a buffer: 0 and "" */
+    ck_assert_int_eq(tp_timm_config_beside(path_in("repo/model.safetensors"), buf, 12), 0);
+    ck_assert_str_eq(buf, "");
+    ck_assert_int_eq(tp_timm_config_beside(NULL, buf, sizeof buf), 0);
+}
+END_TEST
+
 /* ---- latency statistics ------------------------------------------------------------------------------ */
 
 START_TEST(test_latency_percentiles) {
@@ -739,7 +1258,25 @@ static Suite *suite(void) {
     tcase_add_test(img, test_truncated_png);
     tcase_add_test(img, test_empty_folder);
     tcase_add_test(img, test_bad_arguments);
+    tcase_add_test(img, test_interp_crop_names);
+    tcase_add_test(img, test_enum_out_of_range);
+    tcase_add_test(img, test_border_weights_by_hand);
+    tcase_add_test(img, test_nearest_and_squash);
+    tcase_add_test(img, test_squash_pads);
+    tcase_add_test(img, test_pil_golden);
+    tcase_add_test(img, test_pil12_golden);
     suite_add_tcase(s, img);
+
+    TCase *tc = tcase_create("timm_config");
+    tcase_add_unchecked_fixture(tc, setup_root, teardown_root);
+    tcase_add_checked_fixture(tc, setup_dir, teardown_dir);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_timm_config_hub_file);
+    tcase_add_test(tc, test_timm_config_variants);
+    tcase_add_test(tc, test_timm_config_defaults);
+    tcase_add_test(tc, test_timm_config_errors);
+    tcase_add_test(tc, test_timm_config_beside);
+    suite_add_tcase(s, tc);
 
     TCase *st = tcase_create("stats");
     tcase_set_timeout(st, 60);

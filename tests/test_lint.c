@@ -11,6 +11,7 @@
 #include "test_tmpdir.h"
 
 #include "lint/lint.h"
+#include "models/vit.h"
 
 static tp_vit_config preset(const char *name) {
     tp_vit_config c;
@@ -26,6 +27,13 @@ static tp_vit_config no_cls(tp_vit_config c, int img) {
     return c;
 }
 
+/* The rules on a ViT configuration, through the family interface as tprof lint runs them. */
+static tp_status lint_vit(const tp_vit_config *c, const tp_precision *p, int n, tp_lint_result *r, tp_error *e) {
+    tp_model m;
+    tp_vit_model(c, &m);
+    return tp_lint(&m, p, n, r, e);
+}
+
 /* Runs the rules; the result lives in static storage (it is ~100 KB, and each test uses one at a time). */
 static const tp_lint_result *lint(const tp_vit_config *c, const char *precs) {
     static tp_lint_result r;
@@ -35,7 +43,7 @@ static const tp_lint_result *lint(const tp_vit_config *c, const char *precs) {
     snprintf(buf, sizeof buf, "%s", precs);
     tp_error e = {0};
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) ck_assert_int_eq(tp_precision_parse(t, &p[n++], &e), TP_OK);
-    ck_assert_msg(tp_lint_vit(c, p, n, &r, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(lint_vit(c, p, n, &r, &e) == TP_OK, "%s", e.msg);
     return &r;
 }
 
@@ -85,9 +93,9 @@ END_TEST
 START_TEST(test_vit_b16_224_class_token_fails) {
     tp_vit_config c = preset("vit-b16");
     const tp_lint_result *r = lint(&c, "mxfp8,nvfp4");
-    ck_assert_int_eq(r->model.tokens, 197);
-    ck_assert_int_eq(r->model.patches, 196);
-    ck_assert_int_eq(r->model.head_dim, 64);
+    ck_assert_int_eq(r->model.sh.tokens, 197);
+    ck_assert_int_eq(r->model.sh.patches, 196);
+    ck_assert_int_eq(r->model.sh.head_dim, 64);
     ck_assert_int_eq(tp_lint_ok(r), 0);
     for (int i = 0; i < 2; i++) {
         const tp_lint_format *f = &r->formats[i];
@@ -119,7 +127,7 @@ END_TEST
 START_TEST(test_vit_b16_256_no_class_token_passes) {
     tp_vit_config c = no_cls(preset("vit-b16"), 256);
     const tp_lint_result *r = lint(&c, "mxfp8,nvfp4,mxfp4");
-    ck_assert_int_eq(r->model.tokens, 256);
+    ck_assert_int_eq(r->model.sh.tokens, 256);
     ck_assert_int_eq(tp_lint_ok(r), 1);
     for (int i = 0; i < r->n_formats; i++) {
         ck_assert_str_eq(failing(&r->formats[i]), "");
@@ -216,7 +224,7 @@ START_TEST(test_patch_and_layout) {
         ck_assert_int_eq(p->status, TP_LINT_FAIL);
         ck_assert_ptr_nonnull(strstr(p->fix, "--img-size 224 or 240"));
     }
-    ck_assert_int_eq(r->model.tokens, 197);
+    ck_assert_int_eq(r->model.sh.tokens, 197);
     /* vit-h14: patch embedding K = 3 * 14^2 = 588 is no multiple of 16: a WARN (kept high), never a FAIL */
     c = preset("vit-h14");
     r = lint(&c, "nvfp4");
@@ -240,19 +248,19 @@ START_TEST(test_errors) {
     tp_precision p[3] = {TP_PREC_MXFP8, TP_PREC_NVFP4, TP_PREC_MXFP8};
     static tp_lint_result r;
     tp_error e = {0};
-    ck_assert_int_eq(tp_lint_vit(&c, p, 3, &r, &e), TP_ERR_ARG);
+    ck_assert_int_eq(lint_vit(&c, p, 3, &r, &e), TP_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "mxfp8 given twice"));
-    ck_assert_int_eq(tp_lint_vit(&c, p, 0, &r, &e), TP_ERR_ARG);
+    ck_assert_int_eq(lint_vit(&c, p, 0, &r, &e), TP_ERR_ARG);
     c.img_size = 8;
-    ck_assert_int_eq(tp_lint_vit(&c, p, 1, &r, &e), TP_ERR_ARG);
+    ck_assert_int_eq(lint_vit(&c, p, 1, &r, &e), TP_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "--img-size 8"));
     c = preset("vit-b16");
     c.num_heads = 7;
-    ck_assert_int_eq(tp_lint_vit(&c, p, 1, &r, &e), TP_ERR_ARG);
+    ck_assert_int_eq(lint_vit(&c, p, 1, &r, &e), TP_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "--heads 7"));
     c = preset("vit-b16");
     c.class_token = 0; /* with 'token' pooling */
-    ck_assert_int_eq(tp_lint_vit(&c, p, 1, &r, &e), TP_ERR_ARG);
+    ck_assert_int_eq(lint_vit(&c, p, 1, &r, &e), TP_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "--global-pool"));
 }
 END_TEST

@@ -8,12 +8,15 @@
 #include <string.h>
 
 #include "formats/dtype.h"
-#include "bench/stats.h"
+#include "core/stats.h"
 #include "exec/cpu/cpu_exec.h"
 #include "io/safetensors.h"
 #include "models/vit.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+
+#define TP_TMPDIR_PREFIX "/tmp/tp_model_test_"
+#include "test_tmpdir.h"
 
 static tp_vit_config preset(const char *name) {
     tp_vit_config c;
@@ -703,6 +706,122 @@ START_TEST(test_planner_gelu_fusion) {
 }
 END_TEST
 
+
+/* ---- the family interface (models/model.h) ------------------------------------------------------------------- */
+
+/* A preset through the interface: found by timm name or alias in the registry, knobs applied by the family
+ * (architecture knobs rename the model, preprocessing knobs do not), errors name the value. */
+START_TEST(test_family_interface) {
+    tp_model m;
+    tp_error e = {0};
+    ck_assert_ptr_eq(tp_family_find("vit"), &tp_vit_family);
+    ck_assert_ptr_null(tp_family_find("llama"));
+    ck_assert_int_eq(tp_model_preset("nope", &m, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "unknown model 'nope'"));
+    ck_assert_ptr_nonnull(strstr(e.msg, "vit-b16 (vit_base_patch16_224)"));
+    ck_assert_int_eq(tp_model_preset("vit-b16", &m, &e), TP_OK);
+    ck_assert_str_eq(tp_model_name(&m), "vit_base_patch16_224");
+    ck_assert_int_eq(tp_model_knob(&m, "--mean", "0.485,0.456,0.406", &e), 1);
+    ck_assert_str_eq(tp_model_name(&m), "vit_base_patch16_224");
+    ck_assert_int_eq(tp_model_knob(&m, "--depth", "2", &e), 1);
+    ck_assert_str_eq(tp_model_name(&m), "vit_base_patch16_224+custom");
+    ck_assert_int_eq(tp_model_knob(&m, "--no-such-knob", "1", &e), 0);
+    ck_assert_int_eq(tp_model_knob(&m, "--heads", "x", &e), -1);
+    ck_assert_ptr_nonnull(strstr(e.msg, "--heads 'x'"));
+    ck_assert_int_eq(tp_model_knob(&m, "--mean", "1,2", &e), -1);
+    ck_assert_ptr_nonnull(strstr(e.msg, "R,G,B"));
+    ck_assert_int_eq(tp_model_knob(&m, "--interpolation", "lanczos", &e), -1);
+    ck_assert_int_eq(tp_model_knob(&m, "--interpolation", "bilinear", &e), 1);
+    ck_assert_int_eq(tp_model_knob(&m, "--crop-mode", "border", &e), -1);
+    /* the input: one image (3, 224, 224); its preprocessing says where it comes from */
+    tp_input_desc d;
+    tp_model_input(&m, &d);
+    ck_assert_int_eq(d.kind, TP_INPUT_IMAGE);
+    ck_assert_int_eq(d.ndim, 3);
+    ck_assert(d.shape[0] == 3 && d.shape[1] == 224 && d.shape[2] == 224);
+    ck_assert_int_eq(tp_model_input_numel(&m), 3 * 224 * 224);
+    ck_assert_ptr_nonnull(strstr(d.preprocess, "bilinear"));
+    ck_assert_msg(strstr(d.preprocess, "mean (0.485, 0.456, 0.406)"), "%s", d.preprocess);
+    /* the JSON round trip (engine files) keeps every field, preprocessing included */
+    json_t *j = tp_model_to_json(&m);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "family")), "vit");
+    tp_model back;
+    ck_assert_msg(tp_model_from_json(j, NULL, &back, &e) == TP_OK, "%s", e.msg);
+    const tp_vit_config *a = tp_vit_cfg(&m), *b = tp_vit_cfg(&back);
+    ck_assert_str_eq(a->name, b->name);
+    ck_assert_int_eq(a->depth, b->depth);
+    ck_assert_int_eq(b->pre.interpolation, TP_INTERP_BILINEAR);
+    ck_assert(a->pre.mean[0] == b->pre.mean[0] && a->pre.std[2] == b->pre.std[2]);
+    json_object_set_new(j, "depth", json_string("2"));
+    ck_assert_int_eq(tp_model_from_json(j, NULL, &back, &e), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "'depth' is a string"));
+    json_object_del(j, "depth");
+    ck_assert_int_eq(tp_model_from_json(j, NULL, &back, &e), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "'depth' is missing"));
+    json_object_set_new(j, "family", json_string("llama"));
+    ck_assert_int_eq(tp_model_from_json(j, NULL, &back, &e), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "unknown family 'llama'"));
+    json_decref(j);
+}
+END_TEST
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+#define TIMM_CFG(classes, size)                                                                               \
+    "{\"architecture\": \"deit_tiny_patch16_224\", \"num_classes\": " classes ", \"global_pool\": \"token\", " \
+    "\"pretrained_cfg\": {\"input_size\": [3, " size ", " size "], \"interpolation\": \"bilinear\", "           \
+    "\"crop_pct\": 0.875, \"mean\": [0.485, 0.456, 0.406], \"std\": [0.229, 0.224, 0.225]}}"
+
+/* The checkpoint's own preprocessing (issue 19): config.json beside the weights sets it (the command line's fields
+ * stay), a checkpoint without one gets a warning, and a config that contradicts the model is an error. */
+START_TEST(test_checkpoint_config) {
+    tp_model m;
+    tp_error e = {0};
+    char note[700];
+    const char *w = tpath("model.safetensors"); /* only its folder matters: config.json is read beside it */
+    ck_assert_int_eq(tp_model_preset("vit-tiny", &m, &e), TP_OK);
+    ck_assert_int_eq(tp_model_checkpoint(&m, w, note, sizeof note, &e), TP_OK);
+    ck_assert_msg(strncmp(note, "warning: no config.json beside", 30) == 0, "%s", note);
+    ck_assert(tp_vit_cfg(&m)->pre.mean[0] == 0.5f);
+
+    write_text(tpath("config.json"), TIMM_CFG("1000", "224"));
+    ck_assert_msg(tp_model_checkpoint(&m, w, note, sizeof note, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(strstr(note, "preprocessing from") && strstr(note, "deit_tiny_patch16_224"), "%s", note);
+    const tp_preprocess *p = &tp_vit_cfg(&m)->pre;
+    ck_assert(p->mean[0] == 0.485f && p->std[2] == 0.225f && p->crop_pct == 0.875);
+    ck_assert_int_eq(p->interpolation, TP_INTERP_BILINEAR);
+    tp_input_desc d;
+    tp_model_input(&m, &d);
+    ck_assert_msg(strstr(d.preprocess, "config.json") && strstr(d.preprocess, "shorter side to 256"), "%s",
+                  d.preprocess);
+
+    /* the command line's mean stays; the file sets the rest */
+    ck_assert_int_eq(tp_model_preset("vit-tiny", &m, &e), TP_OK);
+    ck_assert_int_eq(tp_model_knob(&m, "--mean", "0.1,0.2,0.3", &e), 1);
+    ck_assert_int_eq(tp_model_checkpoint(&m, w, note, sizeof note, &e), TP_OK);
+    ck_assert(p->mean[0] == 0.1f && p->std[0] == 0.229f);
+    ck_assert_ptr_nonnull(strstr(note, "field by field"));
+
+    /* contradictions are errors naming the file and the field */
+    write_text(tpath("config.json"), TIMM_CFG("10", "224"));
+    ck_assert_int_eq(tp_model_preset("vit-tiny", &m, &e), TP_OK);
+    ck_assert_int_eq(tp_model_checkpoint(&m, w, note, sizeof note, &e), TP_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "num_classes 10"));
+    write_text(tpath("config.json"), TIMM_CFG("1000", "384"));
+    ck_assert_int_eq(tp_model_checkpoint(&m, w, note, sizeof note, &e), TP_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "input_size is 384"));
+    write_text(tpath("config.json"), "{\"pretrained_cfg\": {\"mean\": [1, 2]}}");
+    ck_assert_int_eq(tp_model_checkpoint(&m, w, note, sizeof note, &e), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "config.json"));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *t = tcase_create("vit");
@@ -724,6 +843,11 @@ int main(void) {
     tcase_add_test(t, test_golden_timm_token);
     tcase_add_test(t, test_golden_timm_avg);
     suite_add_tcase(s, t);
+    TCase *f = tcase_create("family");
+    tcase_add_checked_fixture(f, setup, teardown);
+    tcase_add_test(f, test_family_interface);
+    tcase_add_test(f, test_checkpoint_config);
+    suite_add_tcase(s, f);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

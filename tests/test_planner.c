@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "models/vit.h"
-#include "exec/cuda/scale_layout.h"
+#include "exec/cuda/kernels/scale_layout.h"
 #include "planner/caps.h"
 #include "planner/policy.h"
 
@@ -167,7 +167,7 @@ START_TEST(test_caps_require) {
 }
 END_TEST
 
-/* The 128x4 tiled scale layout the Blackwell block-scaled GEMMs read (src/exec/cuda/scale_layout.h). */
+/* The 128x4 tiled scale layout the Blackwell block-scaled GEMMs read (src/exec/cuda/kernels/scale_layout.h). */
 START_TEST(test_scale_layout_128x4) {
     const int64_t rows = 200, kb = 7; /* padded to 256 x 8: 2 x 2 tiles of 512 bytes */
     ck_assert_uint_eq(tp_swz_bytes(rows, kb), 2048);

@@ -22,7 +22,7 @@
 #define FIX8 "tests/fixtures/h200_vit-b16_b64_fp8.trace.json"
 #define FIX16R "tests/fixtures/h200_vit-b16_b64_fp16_roofline.trace.json" /* recorded with the roofline's inputs */
 #define FIX8R "tests/fixtures/h200_vit-b16_b64_fp8_roofline.trace.json"
-#define PEAK16 765.0 /* TFLOP/s, FP16 GEMM 8192^3 measured on the H200 (shared/docs/device.md) */
+#define PEAK16 765.0 /* TFLOP/s, FP16 GEMM 8192^3 measured on the H200 (docs/device.md) */
 #define PEAK8 1387.0 /* TFLOP/s, FP8 E4M3 GEMM 8192^3 */
 
 /* Relative closeness; values near zero (small gaps) compare against `scale` instead of themselves. */

@@ -42,7 +42,7 @@ static const char *tpath(const char *name) {
     return b;
 }
 
-static void write_bytes(const char *path, const void *p, size_t n) {
+static inline void write_bytes(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
     ck_assert_msg(f != NULL, "cannot create %s", path);
     ck_assert(n == 0 || fwrite(p, 1, n, f) == n);
@@ -50,7 +50,7 @@ static void write_bytes(const char *path, const void *p, size_t n) {
 }
 
 /* The whole file, malloc'ed (one spare byte), its size in *n. */
-static unsigned char *read_bytes(const char *path, size_t *n) {
+static inline unsigned char *read_bytes(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     ck_assert_msg(f != NULL, "cannot open %s", path);
     ck_assert(fseek(f, 0, SEEK_END) == 0);

@@ -2,7 +2,7 @@
 """Writes tests/fixtures/formats_golden.bin, the golden vectors tests/test_qformat.c checks tprof's codecs and
 block quantizers (src/formats/qformat.c, dtype.c) against. Nothing here calls tprof: the element codecs are
 ml_dtypes', the block quantizers are written below from the published rules (qformat.h's header comment,
-../shared/docs/formats.md).
+docs/formats.md).
 
     pip install ml_dtypes numpy
     python3 tools/make_format_golden.py [OUT]        # default tests/fixtures/formats_golden.bin

@@ -1,32 +1,59 @@
-/* bench.h: `tprof bench`: builds engines for one or more precisions on the same model, weights and inputs,
- * times them, checks each against the FP32 CPU reference, and reports in trtexec's vocabulary. */
+/* bench.h: running `tprof bench`, `profile`, `compare` and `build`: builds engines for one or more precisions on
+ * the same model, weights and inputs, times them, checks each against the FP32 reference, and collects the
+ * results. Writing them (the text summary, the JSON, the sweep table, the comparison report) is report/'s
+ * (report/bench_report.h), reached through the writer hooks of tp_bench_options, so this module prints only
+ * progress lines. Everything model-specific goes through the family interface (models/model.h). */
 #ifndef TP_BENCH_H
 #define TP_BENCH_H
 
 #include <stdint.h>
 
+#include <jansson.h>
+
+#include "core/stats.h"
+#include "core/system.h"
 #include "formats/qformat.h"
-#include "io/engine_file.h"
-#include "models/vit.h"
+#include "models/model.h"
+#include "planner/engine_file.h"
+#include "planner/plan.h"
+#include "profile/analysis.h"
 #include "profile/roofline.h"
+#include "profile/trace.h"
 #include "tprof.h"
 
 #define TP_MAX_PRECISIONS 8
 
 typedef enum { TP_DEVICE_AUTO = 0, TP_DEVICE_GPU, TP_DEVICE_CPU } tp_device_kind;
 
+/* Where the FP32 reference behind the accuracy figures runs (--reference). AUTO: the GPU when the run is on one
+ * (an FP32 engine: FP32 GEMMs with FP32 accumulation, CUDA-core attention, no fusion; checked against the CPU
+ * executor in the GPU tests), else the CPU executor (FP32 storage, FP64 accumulation). */
+typedef enum { TP_REF_AUTO = 0, TP_REF_GPU, TP_REF_CPU, TP_REF_NONE } tp_reference_kind;
+
 /* One precision's headline numbers from a run (tp_bench_options.rows_out), for a batch sweep's table. */
 typedef struct {
     tp_precision prec;
-    double median_ms, images_s;
+    double median_ms, samples_s; /* samples/s: images/s for an image family */
     double tflops;      /* model FLOPs per batch / median time, TFLOP/s */
     double peak_tflops; /* the measured dense GEMM peak of prec on this GPU (gemm_peak.h); 0 when not measured */
     double mfu;         /* tflops / peak_tflops (model FLOP utilization); 0 when not measured */
     double floor_ms;    /* the engine's roofline floor per forward pass (profile/roofline.h); 0 when not known */
 } tp_bench_row;
 
+typedef struct tp_bench_report tp_bench_report;
+
+/* The writer's hooks (report/bench_report.h has the text one); each may be NULL. */
 typedef struct {
-    tp_vit_config cfg;
+    void (*start)(const tp_bench_report *r);                /* the run's header, before the reference */
+    void (*plan)(const tp_bench_report *r, int i, const tp_plan *plan); /* --plan: engine i's plan */
+    void (*result)(const tp_bench_report *r, int i);        /* engine i is done: its summary */
+    /* every engine done: the comparison, the JSON, the report; an error (a file that cannot be written) fails the
+     * run */
+    tp_status (*end)(const tp_bench_report *r, tp_error *err);
+} tp_bench_writer;
+
+typedef struct {
+    tp_model model;
     int batch;
     tp_precision precs[TP_MAX_PRECISIONS];
     int n_precs;
@@ -34,8 +61,9 @@ typedef struct {
     int iterations;      /* at least this many timed runs (trtexec --iterations: 10) */
     double duration_s;   /* and at least this long (trtexec --duration: 3 s) */
     tp_device_kind device;
+    tp_reference_kind reference;
     const char *weights; /* safetensors path or NULL (synthesized from seed) */
-    const char *image;   /* image file or folder, or NULL (random inputs from seed) */
+    const char *image;   /* input file or folder, or NULL (random inputs from seed) */
     uint64_t seed;
     const char *json_path;
     int use_graph;
@@ -43,7 +71,7 @@ typedef struct {
     int cublaslt_only;   /* --gemm cublaslt: never tprof's own GEMM (tp_engine_options.cublaslt_only) */
     int fp8_promote;     /* --fp8-accum promote: FP8 GEMMs with fp32 promotion (tp_engine_options.fp8_promote) */
     int gelu_tanh;       /* --gelu tanh: GELU as the tanh approximation in the fc1 epilogue (plan.h) */
-    int ref_images;      /* images the CPU reference runs for accuracy figures (<= batch) */
+    int ref_samples;     /* samples the reference runs for accuracy figures (<= batch) */
     int print_plan;      /* print the per-layer plan of each engine */
     int profile_iters;   /* tprof profile: forward passes traced with CUPTI after the timed ones (0: none) */
     int top_n;           /* rows of the top-kernel table */
@@ -52,11 +80,11 @@ typedef struct {
     const char *policy;      /* --policy "glob=prec,...": overrides added to each precision's default policy */
     const char *policy_file; /* --policy-file FILE: a whole policy (default format + overrides), JSON */
     const tp_engine_file *engine_file; /* --engine FILE (read by the caller): model, policy, weights as stored,
-                                          calibration; cfg and precs must be the file's */
+                                          calibration; model and precs must be the file's */
     const char *engine_path;
-    const char *save_output; /* --save-output FILE: every precision's logits (B, classes) fp32 as safetensors */
+    const char *save_output; /* --save-output FILE: every precision's output (B, ...) fp32 as safetensors */
     tp_calib_options calib;  /* --calib max|percentile, --calib-percentile P: static activation scales */
-    int attention;           /* --attention: a tp_attn_impl (exec/cuda/cuda_engine.h), 0 = auto */
+    int attention;           /* --attention: a tp_attn_impl (exec/cuda/engine/cuda_engine.h), 0 = auto */
     const char *command_line;
     /* Optional: the GPU's measured rates (profile/roofline.h: the GEMM peak per precision for MFU and the
      * roofline, the copy rate for the roofline); 0 entries are measured by the run (8192^3 cuBLASLt GEMMs, a
@@ -64,23 +92,87 @@ typedef struct {
      * measured and kept inside the run. */
     tp_roofline_rates *rates_cache;
     tp_bench_row *rows_out; /* optional, n_precs rows: filled by a successful run */
+    const tp_bench_writer *writer; /* optional: NULL prints nothing but progress */
 } tp_bench_options;
 
-/* Runs the benchmark and prints the report to stdout. Errors (one line in err): bad options (TP_ERR_ARG),
- * unreadable or mismatching weights and images (TP_ERR_IO, TP_ERR_FORMAT, TP_ERR_SHAPE), a precision the
- * device cannot run (TP_ERR_UNSUPPORTED), no GPU when --device gpu (TP_ERR_NO_GPU), out of memory. */
+/* An op's roofline inputs (profile/roofline.h), kept from its plan */
+typedef struct {
+    tp_precision prec;
+    double matmul_flop, bytes;
+} tp_op_cost;
+
+/* One engine's results. */
+typedef struct {
+    tp_precision prec;
+    int ok;
+    double *samples; /* n timed runs, ms */
+    int n;
+    double wall_ms;
+    tp_latency_stats lat;
+    tp_accuracy acc;
+    double weight_bytes, act_bytes;
+    double build_ms;
+    int n_quant_ops, n_emulated_ops, n_ops; /* ops in the requested quantized format; of them emulated */
+    double format_weight_bytes;             /* weights in their format (what an engine file stores) */
+    json_t *plan;    /* per op: layer, op, precision, FLOP, bytes (the engine's on a GPU), how (owned) */
+    char attn_impl[200]; /* the attention implementation the engine chose, with its build-time timings */
+    char gelu_impl[240]; /* the first GEMM feeding a GELU: fused or not, with its build-time timings */
+    tp_attn_cost *attn_cost; /* FP8 attention ops, in op order (owned; NULL when the engine runs none in FP8) */
+    int n_attn_cost;
+    json_t *profile; /* tprof profile: the kernel-level summary (owned) */
+    float *output;   /* --save-output: a copy of the output (B, out_cols) fp32 */
+    int has_prof;    /* trace and prof below are owned */
+    double peak_tflops; /* measured dense GEMM peak of this precision (0: not measured) */
+    tp_op_cost *cost;   /* per op of the plan: what its roofline floor needs (owned) */
+    int n_cost;
+    unsigned rate_mask; /* bit p: the floor needs the GEMM peak of tp_precision p (one gemm_peak.h can time) */
+    tp_roofline_floor floor; /* the engine's roofline floor per forward pass (GPU runs) */
+    tp_trace trace;
+    tp_profile_summary prof;
+} tp_bench_result;
+
+/* What the writers read: the run as a whole. Valid during the hooks. */
+struct tp_bench_report {
+    const tp_bench_options *o;
+    tp_gpu_info gpu;
+    tp_device_kind dev;      /* where the engines run */
+    char device[300];        /* "NVIDIA H200 (sm_90)" or the CPU's name */
+    tp_model model;          /* the model as it ran: o->model with its checkpoint's configuration applied */
+    char model_desc[300];    /* tp_model_describe */
+    tp_input_desc input;     /* tp_model_input */
+    char input_desc[600];    /* where the input came from */
+    char checkpoint_note[700]; /* what the checkpoint's own configuration said (tp_model_checkpoint); may be "" */
+    const tp_graph *g;       /* the graph at the run's batch */
+    double flop, matmul_flop;
+    int out_cols;            /* output values per sample */
+    tp_reference_kind reference; /* where the reference ran (GPU, CPU or NONE) */
+    int ref_rows;            /* samples the reference ran */
+    double ref_ms;           /* the reference's time */
+    tp_bench_result *res;
+    int n_res;               /* engines done so far */
+    int base;                /* speedups are against res[base] */
+    const tp_roofline_rates *rates; /* measured rates (GPU only), NULL otherwise */
+};
+
+/* Runs the benchmark. Errors (one line in err): bad options (TP_ERR_ARG), unreadable or mismatching weights and
+ * inputs (TP_ERR_IO, TP_ERR_FORMAT, TP_ERR_SHAPE), a precision the device cannot run (TP_ERR_UNSUPPORTED), no GPU
+ * when --device gpu or --reference gpu (TP_ERR_NO_GPU), out of memory. */
 tp_status tp_bench_run(const tp_bench_options *o, tp_error *err);
 
 /* `tprof bench --batch 1,8,64,256`: tp_bench_run once per batch (o->batch ignored), the GEMM peaks measured once,
- * each run's JSON (when o->json_path is set) written to the path with "_b<batch>" before its extension, then one
- * table: batch x precision, median ms, images/s, TFLOP/s, MFU. Errors as tp_bench_run (the first failing batch's,
- * naming it). */
-tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_batches, tp_error *err);
+ * each run's JSON (when o->json_path is set) written to the path with "_b<batch>" before its extension; rows
+ * (n_batches x n_precs, batch-major) receive each run's headline numbers. Errors as tp_bench_run (the first
+ * failing batch's, naming it). */
+tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_batches, tp_bench_row *rows,
+                         tp_error *err);
 
 /* `tprof build -o FILE`: plans the model for o->precs[0] (one precision) on the GPU present, or on target sm
  * when there is none (sm 0: this GPU), calibrates on it when the plan needs static scales (a GPU is then
- * required), and writes the engine file (src/io/engine_file.h). Prints the engine size. Errors as
+ * required), and writes the engine file (src/planner/engine_file.h). Prints the engine size. Errors as
  * tp_bench_run, plus TP_ERR_NO_GPU when calibration needs a GPU and there is none, TP_ERR_IO. */
 tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, tp_error *err);
+
+/* Where the reference runs for a run on dev: o->reference resolved (AUTO: GPU on a GPU run, else CPU). */
+tp_reference_kind tp_bench_reference(tp_reference_kind asked, tp_device_kind dev);
 
 #endif

@@ -5,15 +5,18 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "io/engine_file.h"
 #include "core/util.h"
 #include "lint/lint.h"
-#include "models/vit.h"
+#include "models/model.h"
 #include "planner/caps.h"
+#include "planner/engine_file.h"
+#include "report/bench_report.h"
 #include "tp_build_info.h"
 #ifdef TPROF_HAVE_CUDA
-#include "exec/cuda/cuda_engine.h"
+#include "exec/cuda/engine/cuda_engine.h"
 #endif
+
+static void usage_knobs(FILE *f);
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -38,15 +41,19 @@ static void usage(FILE *f) {
             "  --model NAME          timm name or alias (vit-b16 = vit_base_patch16_224); `tprof models` lists them\n"
             "  --batch N[,N...]      images per forward pass (default 64 on GPU, 1 on CPU); a list runs a sweep\n"
             "                        (tprof bench): one run per size, then images/s, TFLOP/s and MFU per size\n"
-            "  --precision LIST      comma list of fp32,fp16,bf16,fp8 (default fp16,fp8 on GPU; fp32 on CPU)\n"
+            "  --precision LIST      comma list of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4 (default fp16,fp8 on\n"
+            "                        GPU; fp32 on CPU)\n"
             "  --warmup MS           warm-up time before timing (default 200)\n"
             "  --iterations N        at least N timed runs (default 10 on GPU, 3 on CPU)\n"
             "  --duration S          and at least S seconds of timed runs (default 3 on GPU, 0 on CPU)\n"
             "  --device gpu|cpu      where to run (default: the GPU if there is one)\n"
-            "  --weights FILE        timm checkpoint as .safetensors (default: synthesized from --seed)\n"
-            "  --image PATH          image file or folder (PNG/JPEG), timm eval preprocessing (default: random)\n"
+            "  --weights FILE        checkpoint as .safetensors, the reference's tensor names (default: synthesized)\n"
+            "  --image PATH          image file or folder (PNG/JPEG/BMP), the model's preprocessing (default: random)\n"
             "  --seed N              seed for synthesized weights and inputs (default 0)\n"
-            "  --ref-images N        images the FP32 CPU reference checks (default min(batch, 8))\n"
+            "  --reference gpu|cpu|none  where the FP32 reference behind the accuracy figures runs (default: the GPU\n"
+            "                        on a GPU run: an FP32 engine with FP32 accumulation and plain kernels; else the\n"
+            "                        CPU executor); none skips the accuracy check\n"
+            "  --ref-samples N       samples the FP32 reference checks (default min(batch, 8)); --ref-images: the same\n"
             "  --json FILE           write every sample, the configuration and the system to FILE\n"
             "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
             "  --gelu erf|tanh       erf (default): the model's exact GELU (its own kernel, or in the epilogue of\n"
@@ -84,13 +91,23 @@ static void usage(FILE *f) {
             "lint options: --model NAME and the model knobs, --json FILE, --precision LIST (default mxfp8,nvfp4;\n"
             "  any of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4); exit 0: every format usable as asked,\n"
             "  1: one is not, 2: a bad option or model, 3: the JSON file cannot be written\n"
-            "model knobs (override the preset):\n"
-            "  --img-size N --patch-size N --embed-dim N --depth N --heads N --mlp-ratio X\n"
-            "  --class-token | --no-class-token   --global-pool token|avg   --num-classes N   --ln-eps X\n"
-            "\n"
-            "With no options: ViT-B/16 at 224, batch 64, fp16 and fp8 on the GPU; without a GPU, vit-tiny at batch 1\n"
-            "in fp32 on the CPU.\n",
+            "  --weights FILE: a checkpoint's own config.json beside it (timm's HF layout) sets the preprocessing\n",
             TPROF_VERSION);
+    usage_knobs(f);
+    fprintf(f, "\nWith no options: ViT-B/16 at 224, batch 64, fp16 and fp8 on the GPU; without a GPU, vit-tiny at batch 1\n"
+               "in fp32 on the CPU.\n");
+}
+
+/* Each family's knobs, from its table */
+static void usage_knobs(FILE *f) {
+    for (const tp_family *const *fam = tp_families(); *fam; fam++) {
+        fprintf(f, "model knobs of the %s family (%s; override the preset):\n", (*fam)->name, (*fam)->title);
+        for (const tp_knob *k = (*fam)->knobs; k->name; k++) {
+            char lhs[64];
+            snprintf(lhs, sizeof lhs, "%s%s%s", k->name, k->arg ? " " : "", k->arg ? k->arg : "");
+            fprintf(f, "  %-22s%s%s\n", lhs, strlen(lhs) >= 22 ? "\n                        " : "", k->help);
+        }
+    }
 }
 
 static int parse_int(const char *opt, const char *s, long lo, long hi, long *out) {
@@ -165,24 +182,27 @@ static int cmd_caps(int argc, char **argv) {
 }
 
 static int cmd_models(void) {
-    printf("%-24s %-14s %6s %6s %6s %6s %6s %8s\n", "timm name", "alias", "img", "patch", "dim", "depth", "heads",
-           "GFLOP");
-    for (const tp_vit_preset *p = tp_vit_presets(); p->name; p++) {
-        tp_vit_config c;
-        tp_error e;
-        tp_params params = {0};
-        tp_graph g;
-        double gf = 0;
-        if (tp_vit_config_preset(p->name, &c, &e) == TP_OK && tp_vit_params_shapes(&c, &params, &e) == TP_OK &&
-            tp_vit_build_graph(&c, &params, 1, &g, &e) == TP_OK) {
-            gf = tp_graph_matmul_flop(&g) * 1e-9;
-            tp_graph_free(&g);
+    printf("%-8s %-24s %-14s %8s  %s\n", "family", "name", "alias", "GFLOP", "shape");
+    for (const tp_family *const *fam = tp_families(); *fam; fam++)
+        for (int i = 0; i < (*fam)->preset_count(); i++) {
+            const char *name, *alias;
+            (*fam)->preset_info(i, &name, &alias);
+            tp_model m;
+            tp_error e;
+            tp_params params = {0};
+            tp_graph g;
+            double gf = 0;
+            char desc[300] = "";
+            if (tp_model_preset(name, &m, &e) == TP_OK && tp_model_params_shapes(&m, &params, &e) == TP_OK &&
+                tp_model_build_graph(&m, &params, 1, &g, &e) == TP_OK) {
+                gf = tp_graph_matmul_flop(&g) * 1e-9;
+                tp_graph_free(&g);
+                tp_model_describe(&m, desc, sizeof desc);
+            }
+            tp_params_free(&params);
+            printf("%-8s %-24s %-14s %8.2f  %s\n", (*fam)->name, name, alias, gf, desc);
         }
-        tp_params_free(&params);
-        printf("%-24s %-14s %6d %6d %6d %6d %6d %8.2f\n", p->name, p->alias, p->img_size, p->patch_size,
-               p->embed_dim, p->depth, p->num_heads, gf);
-    }
-    printf("(GFLOP: matrix products per image, 2 FLOP per multiply-add)\n");
+    printf("(GFLOP: matrix products per sample, 2 FLOP per multiply-add)\n");
     return 0;
 }
 
@@ -217,70 +237,56 @@ static int two_way(const char *name, const char *val, const char *kind, const ch
     return -1;
 }
 
+/* Model knobs as given, applied once the model is known (the knobs may come before --model). */
+#define MAX_KNOBS 32
 typedef struct {
-    long img, patch, dim, depth, heads, classes;
-    double mlp, eps;
-    int cls; /* -1 unset */
-    int pool; /* -1 unset */
+    int n;
+    const char *name[MAX_KNOBS], *val[MAX_KNOBS];
 } knobs;
-#define KNOBS_UNSET {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
 
-/* The model knobs, shared by every command that takes a model. Returns 1 when name is a knob (applied to k;
- * its value from val or the next argument), 0 when it is not one, -1 after printing a one-line error. */
+/* The knob table entry of some family named name, or NULL. */
+static const tp_knob *find_knob(const char *name) {
+    for (const tp_family *const *fam = tp_families(); *fam; fam++)
+        for (const tp_knob *k = (*fam)->knobs; k->name; k++)
+            if (strcmp(k->name, name) == 0) return k;
+    return NULL;
+}
+
+/* Returns 1 when name is a knob of some family (kept in k, its value from val or the next argument), 0 when it
+ * is not one, -1 after printing a one-line error. */
 static int parse_knob(const char *name, char *val, int argc, char **argv, int *i, knobs *k) {
-    /* the integer knobs, then the real ones, in the order of ints[] and reals[] */
-    static const struct {
-        const char *name;
-        double lo, hi;
-    } NUM[] = {{"--img-size", 1, 8192}, {"--patch-size", 1, 1024}, {"--embed-dim", 1, 65536},
-               {"--depth", 1, 1024},    {"--heads", 1, 1024},      {"--num-classes", 0, 1 << 20},
-               {"--mlp-ratio", 1e-3, 64}, {"--ln-eps", 1e-30, 1}};
-    long *ints[] = {&k->img, &k->patch, &k->dim, &k->depth, &k->heads, &k->classes};
-    double *reals[] = {&k->mlp, &k->eps};
-    const int n_ints = (int)(sizeof ints / sizeof ints[0]);
-    if (strcmp(name, "--class-token") == 0 || strcmp(name, "--no-class-token") == 0) {
-        k->cls = strcmp(name, "--class-token") == 0;
-        return 1;
+    const tp_knob *kn = find_knob(name);
+    if (!kn) return 0;
+    if (kn->arg && !(val = opt_value(name, val, argc, argv, i))) return -1;
+    if (!kn->arg && val) {
+        fprintf(stderr, "tprof: %s takes no value\n", name);
+        return -1;
     }
-    if (strcmp(name, "--global-pool") == 0) {
-        if (!(val = opt_value(name, val, argc, argv, i))) return -1;
-        if (strcmp(val, "token") != 0 && strcmp(val, "avg") != 0) {
-            fprintf(stderr, "tprof: --global-pool '%s': expected token or avg\n", val);
+    if (k->n == MAX_KNOBS) {
+        fprintf(stderr, "tprof: at most %d model knobs\n", MAX_KNOBS);
+        return -1;
+    }
+    k->name[k->n] = kn->name;
+    k->val[k->n++] = kn->arg ? val : NULL;
+    return 1;
+}
+
+/* Applies the knobs to the model through its family; -1 after printing the error. */
+static int apply_knobs(const knobs *k, tp_model *m) {
+    for (int i = 0; i < k->n; i++) {
+        tp_error e = {0};
+        int r = tp_model_knob(m, k->name[i], k->val[i], &e);
+        if (r < 0) {
+            fprintf(stderr, "tprof: %s\n", e.msg);
             return -1;
         }
-        k->pool = strcmp(val, "avg") == 0;
-        return 1;
-    }
-    for (int n = 0; n < (int)(sizeof NUM / sizeof NUM[0]); n++) {
-        if (strcmp(name, NUM[n].name) != 0) continue;
-        if (!(val = opt_value(name, val, argc, argv, i))) return -1;
-        if (n < n_ints) return parse_int(name, val, (long)NUM[n].lo, (long)NUM[n].hi, ints[n]) ? -1 : 1;
-        return parse_double(name, val, NUM[n].lo, NUM[n].hi, reals[n - n_ints]) ? -1 : 1;
+        if (r == 0) {
+            fprintf(stderr, "tprof: %s is not a knob of the %s family (model %s)\n", k->name[i], m->family->name,
+                    tp_model_name(m));
+            return -1;
+        }
     }
     return 0;
-}
-
-static int knobs_given(const knobs *k) {
-    return k->img >= 0 || k->patch >= 0 || k->dim >= 0 || k->depth >= 0 || k->heads >= 0 || k->classes >= 0 ||
-           k->mlp >= 0 || k->eps >= 0 || k->cls >= 0 || k->pool >= 0;
-}
-
-/* Overrides the preset with the knobs given; the name then says the model is no longer the preset. */
-static void apply_knobs(const knobs *k, tp_vit_config *cfg) {
-    if (k->img >= 0) cfg->img_size = cfg->pre.img_size = (int)k->img;
-    if (k->patch >= 0) cfg->patch_size = (int)k->patch;
-    if (k->dim >= 0) cfg->embed_dim = (int)k->dim;
-    if (k->depth >= 0) cfg->depth = (int)k->depth;
-    if (k->heads >= 0) cfg->num_heads = (int)k->heads;
-    if (k->classes >= 0) cfg->num_classes = (int)k->classes;
-    if (k->mlp >= 0) cfg->mlp_ratio = k->mlp;
-    if (k->eps >= 0) cfg->ln_eps = (float)k->eps;
-    if (k->cls >= 0) cfg->class_token = k->cls;
-    if (k->pool >= 0) cfg->global_pool = k->pool;
-    if (knobs_given(k)) {
-        size_t l = strlen(cfg->name);
-        snprintf(cfg->name + l, sizeof cfg->name - l, "+custom");
-    }
 }
 
 /* A comma list of at most max precisions into out; the count, or -1 after printing the error. */
@@ -318,7 +324,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     int n_batches = 0;
     double warm = 200, dur = -1;
     int device_given = 0;
-    knobs k = KNOBS_UNSET;
+    knobs k = {0};
     o.use_graph = 1;
     o.device = TP_DEVICE_AUTO;
     o.calib.method = TP_CALIB_MAX;
@@ -419,7 +425,19 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         }
         else if (FLAG("--iterations")) { NEED_VAL(); if (parse_int(name, val, 1, 100000, &iters)) return 2; }
         else if (FLAG("--seed")) { NEED_VAL(); if (parse_int(name, val, 0, 0x7FFFFFFFL, &seed)) return 2; }
-        else if (FLAG("--ref-images")) { NEED_VAL(); if (parse_int(name, val, 1, 1 << 20, &ref)) return 2; }
+        else if (FLAG("--ref-images") || FLAG("--ref-samples")) { NEED_VAL(); if (parse_int(name, val, 1, 1 << 20, &ref)) return 2; }
+        else if (FLAG("--reference")) {
+            NEED_VAL();
+            static const char *refs[] = {"gpu", "cpu", "none"};
+            int kref = -1;
+            for (int q = 0; q < 3; q++)
+                if (strcmp(val, refs[q]) == 0) kref = q;
+            if (kref < 0) {
+                fprintf(stderr, "tprof: --reference '%s': expected gpu, cpu or none\n", val);
+                return 2;
+            }
+            o.reference = (tp_reference_kind)(TP_REF_GPU + kref);
+        }
         else if (FLAG("--warmup")) { NEED_VAL(); if (parse_double(name, val, 0, 3.6e6, &warm)) return 2; }
         else if (FLAG("--duration")) { NEED_VAL(); if (parse_double(name, val, 0, 3600, &dur)) return 2; }
         else if (FLAG("--device")) {
@@ -451,7 +469,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     if (engine) {
         /* the file carries the model, the precision, the policy and the weights */
         const char *clash = model ? "--model" : prec ? "--precision" : o.weights ? "--weights" : o.policy ? "--policy"
-                            : o.policy_file ? "--policy-file" : knobs_given(&k) ? "a model knob" : NULL;
+                            : o.policy_file ? "--policy-file" : k.n ? "a model knob" : NULL;
         if (clash) {
             fprintf(stderr, "tprof: --engine %s carries the model, precision and weights: drop %s\n", engine, clash);
             return 2;
@@ -461,7 +479,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
             fprintf(stderr, "tprof: error: %s\n", fe.msg);
             return 1;
         }
-        model = ef.cfg.name;
+        model = tp_model_name(&ef.model);
         prec = tp_precision_name(ef.precision);
         o.engine_file = &ef;
         o.engine_path = engine;
@@ -490,12 +508,12 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
 
     tp_error err = {0};
     if (engine) {
-        o.cfg = ef.cfg;
-    } else if (tp_vit_config_preset(model, &o.cfg, &err)) {
+        o.model = ef.model;
+    } else if (tp_model_preset(model, &o.model, &err)) {
         fprintf(stderr, "tprof: --model: %s\n", err.msg);
         return 2;
     }
-    apply_knobs(&k, &o.cfg);
+    if (apply_knobs(&k, &o.model)) return 2;
     int np = parse_precisions(prec, o.precs, TP_MAX_PRECISIONS);
     if (np < 0) return 2;
     o.n_precs = np;
@@ -504,7 +522,8 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     o.duration_s = dur;
     o.warmup_ms = warm;
     o.seed = (uint64_t)seed;
-    o.ref_images = (int)ref;
+    o.ref_samples = (int)ref;
+    o.writer = tp_bench_text_writer();
     o.command_line = cmdline;
     if (profile) {
         o.profile_iters = (int)prof_iters;
@@ -524,9 +543,11 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     }
     int bsizes[MAX_BATCHES];
     for (int i = 0; i < n_batches; i++) bsizes[i] = (int)batches[i];
+    tp_bench_row rows[MAX_BATCHES * TP_MAX_PRECISIONS];
     tp_status st = build           ? tp_build_run(&o, out_file, arch, &err)
-                   : n_batches > 1 ? tp_bench_sweep(&o, bsizes, n_batches, &err)
+                   : n_batches > 1 ? tp_bench_sweep(&o, bsizes, n_batches, rows, &err)
                                    : tp_bench_run(&o, &err);
+    if (!st && !build && n_batches > 1) tp_bench_print_sweep(&o, bsizes, n_batches, rows);
     tp_engine_file_free(&ef);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);
@@ -539,7 +560,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
  * asked; 1: one is not; 2: a bad option or model; 3: the JSON file cannot be written (the table is printed). */
 static int cmd_lint(int argc, char **argv) {
     const char *model = "vit-b16", *prec = "mxfp8,nvfp4", *json = NULL;
-    knobs k = KNOBS_UNSET;
+    knobs k = {0};
     for (int i = 0; i < argc; i++) {
         char name[64];
         char *val = opt_split(argv[i], name);
@@ -558,13 +579,13 @@ static int cmd_lint(int argc, char **argv) {
             return 2;
         }
     }
-    tp_vit_config cfg;
+    tp_model m;
     tp_error err = {0};
-    if (tp_vit_config_preset(model, &cfg, &err)) {
+    if (tp_model_preset(model, &m, &err)) {
         fprintf(stderr, "tprof: --model: %s\n", err.msg);
         return 2;
     }
-    apply_knobs(&k, &cfg);
+    if (apply_knobs(&k, &m)) return 2;
     tp_precision precs[TP_PREC_COUNT];
     int np = parse_precisions(prec, precs, TP_PREC_COUNT);
     if (np < 0) return 2;
@@ -574,7 +595,7 @@ static int cmd_lint(int argc, char **argv) {
         return 2;
     }
     int rc = 2;
-    if (tp_lint_vit(&cfg, precs, np, r, &err)) {
+    if (tp_lint(&m, precs, np, r, &err)) {
         fprintf(stderr, "tprof: lint: %s\n", err.msg);
     } else {
         tp_lint_print(r, stdout);

@@ -1,5 +1,8 @@
 #include "core/util.h"
+#include "core/system.h"
 
+#include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -23,4 +26,46 @@ int tp_split_commas(char *s, char **parts, int max) {
     char *save = NULL;
     for (char *t = strtok_r(s, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save)) parts[n++] = t;
     return n;
+}
+
+void tp_host_cpu_name(char *buf, size_t n) {
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p++;
+                while (*p == ' ') p++;
+                p[strcspn(p, "\n")] = 0;
+                snprintf(buf, n, "%s", p);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+void tp_append(char *buf, size_t n, const char *fmt, ...) {
+    size_t l = strlen(buf);
+    if (l + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + l, n - l, fmt, ap);
+    va_end(ap);
+}
+
+const char *tp_json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "unknown";
 }

@@ -9,5 +9,16 @@ double tp_now_ms(void); /* monotonic wall clock, ms */
 const char *tp_fmt_bytes(double bytes, char *buf, size_t n);
 /* Splits a comma list in place; returns the count (at most max), pointers into s. */
 int tp_split_commas(char *s, char **parts, int max);
+/* Appends printf output to the NUL-terminated buf of n bytes; what does not fit is dropped (buffers are sized
+ * for the longest text, so truncation only shortens a message). */
+void tp_append(char *buf, size_t n, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* What a JSON value is, for messages: "an object", "an array", "a string", "an integer", "a real number",
+ * "a boolean", "null" (jansson's json_t). */
+struct json_t;
+const char *tp_json_kind(const struct json_t *v);
 
 #endif

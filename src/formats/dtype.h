@@ -4,7 +4,7 @@
  * saturate to the largest finite value (CUDA's __NV_SATFINITE behaviour), which is what quantizers in this
  * field do; NaN maps to the format's NaN. Sources: IEEE 754 (binary16), the bfloat16 layout (top 16 bits of
  * binary32), OCP 8-bit Floating Point Specification (OFP8) rev 1.0 for E4M3/E5M2; summarized in
- * ../shared/docs/formats.md. */
+ * docs/formats.md. */
 #ifndef TP_DTYPE_H
 #define TP_DTYPE_H
 

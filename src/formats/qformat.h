@@ -1,7 +1,7 @@
 /* qformat.h: quantized tensor formats (per-tensor FP8, FP8 block-128, MXFP8, NVFP4, MXFP4): one table of
  * traits and bit-exact CPU quantizers, the reference every GPU path (native or emulated) is checked against.
  *
- * Scale rules (each named; ../shared/docs/formats.md collects the sources):
+ * Scale rules (each named; docs/formats.md collects the sources):
  *   fp8 (per tensor)  scale = amax / 448 (amax 0 -> 1), q = E4M3_sat_rne(x / scale).
  *   fp8-block128      activations: one FP32 scale per 1 x 128 block along K, weights: per 128 x 128 block;
  *                     scale = amax_block / 448 (amax 0 -> 1), q = E4M3_sat_rne(x / scale) (DeepSeek-V3's recipe;

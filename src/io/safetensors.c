@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "core/check.h"
+#include "core/util.h"
 #include "formats/dtype.h"
 
 /* The data section is used in place as little-endian values (F32 goes through memcpy), and tp_st_write
@@ -175,20 +176,6 @@ static int json_uint(const json_t *v, uint64_t *out) {
     return 0;
 }
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "unknown";
-}
-
 /* Validates one header entry into *t (t->name is set by the caller). */
 static tp_status parse_entry(const char *path, const char *name, const json_t *v, uint64_t data_size,
                              tp_st_tensor *t, tp_error *err) {
@@ -196,7 +183,7 @@ static tp_status parse_entry(const char *path, const char *name, const json_t *v
     quote(qn, sizeof qn, name);
     if (!json_is_object(v))
         return st_fail(err, TP_ERR_FORMAT, path, "tensor '%s': entry is %s, expected an object with dtype, shape "
-                       "and data_offsets", qn, json_kind(v));
+                       "and data_offsets", qn, tp_json_kind(v));
     const char *field;
     json_t *fv;
     json_object_foreach((json_t *)v, field, fv) {
@@ -212,7 +199,7 @@ static tp_status parse_entry(const char *path, const char *name, const json_t *v
     const json_t *jd = json_object_get(v, "dtype");
     if (!json_is_string(jd))
         return st_fail(err, TP_ERR_FORMAT, path, "tensor '%s': field 'dtype' is %s, expected a string", qn,
-                       json_kind(jd));
+                       tp_json_kind(jd));
     if (tp_dtype_from_st(json_string_value(jd), &t->dtype) != 0)
         return st_fail(err, TP_ERR_FORMAT, path, "tensor '%s': unknown dtype '%s'", qn,
                        quote(qs, sizeof qs, json_string_value(jd)));
@@ -220,7 +207,7 @@ static tp_status parse_entry(const char *path, const char *name, const json_t *v
     const json_t *js = json_object_get(v, "shape");
     if (!json_is_array(js))
         return st_fail(err, TP_ERR_FORMAT, path, "tensor '%s': field 'shape' is %s, expected an array of integers",
-                       qn, json_kind(js));
+                       qn, tp_json_kind(js));
     size_t nd = json_array_size(js);
     if (nd > TP_ST_MAX_DIMS)
         return st_fail(err, TP_ERR_FORMAT, path, "tensor '%s': shape has %zu dimensions, at most %d are supported",
@@ -232,7 +219,7 @@ static tp_status parse_entry(const char *path, const char *name, const json_t *v
         int rc = json_uint(e, &d);
         if (rc == -1)
             return st_fail(err, TP_ERR_FORMAT, path, "tensor '%s': shape[%zu] is %s, expected an integer", qn, i,
-                           json_kind(e));
+                           tp_json_kind(e));
         if (rc == -2)
             return st_fail(err, TP_ERR_FORMAT, path, "tensor '%s': shape[%zu] is negative (%lld)", qn, i,
                            (long long)json_integer_value(e));
@@ -249,7 +236,7 @@ static tp_status parse_entry(const char *path, const char *name, const json_t *v
         int rc = json_uint(e, &off[i]);
         if (rc == -1)
             return st_fail(err, TP_ERR_FORMAT, path, "tensor '%s': data_offsets[%zu] is %s, expected an integer",
-                           qn, i, json_kind(e));
+                           qn, i, tp_json_kind(e));
         if (rc == -2)
             return st_fail(err, TP_ERR_FORMAT, path, "tensor '%s': data_offsets[%zu] is negative (%lld)", qn, i,
                            (long long)json_integer_value(e));
@@ -290,12 +277,12 @@ static tp_status parse_header(const char *path, const char *hdr, size_t n, tp_sa
     }
     tp_status s = TP_OK;
     if (!json_is_object(root)) {
-        s = st_fail(err, TP_ERR_FORMAT, path, "header JSON is %s, expected an object of tensors", json_kind(root));
+        s = st_fail(err, TP_ERR_FORMAT, path, "header JSON is %s, expected an object of tensors", tp_json_kind(root));
         goto done;
     }
     const json_t *meta = json_object_get(root, "__metadata__");
     if (meta && !json_is_object(meta)) {
-        s = st_fail(err, TP_ERR_FORMAT, path, "'__metadata__' is %s, expected an object of strings", json_kind(meta));
+        s = st_fail(err, TP_ERR_FORMAT, path, "'__metadata__' is %s, expected an object of strings", tp_json_kind(meta));
         goto done;
     }
     /* The array grows as entries validate rather than being sized from the key count up front: a hostile

@@ -139,3 +139,32 @@ void tp_graph_last_use(const tp_graph *g, int *last_use) {
     for (int i = 0; i < g->n_ops; i++)
         for (int j = 0; j < g->ops[i].n_in; j++) last_use[g->ops[i].in[j]] = i;
 }
+
+static const char *const CAT_NAMES[TP_CAT_COUNT] = {
+    [TP_CAT_GEMM] = "GEMM",           [TP_CAT_ATTENTION] = "attention", [TP_CAT_NORM] = "normalization",
+    [TP_CAT_ACTIVATION] = "activation", [TP_CAT_ELEMENTWISE] = "elementwise", [TP_CAT_QUANT] = "quantize",
+    [TP_CAT_CONVERT] = "conversion",  [TP_CAT_MEMORY] = "memory",       [TP_CAT_OTHER] = "other",
+};
+
+const char *tp_category_name(tp_category c) { return (unsigned)c < TP_CAT_COUNT ? CAT_NAMES[c] : "?"; }
+
+int tp_category_parse(const char *s) {
+    if (!s) return -1;
+    for (int i = 0; i < TP_CAT_COUNT; i++)
+        if (strcmp(s, CAT_NAMES[i]) == 0) return i;
+    return -1;
+}
+
+tp_category tp_op_category(tp_op_kind k) {
+    switch (k) {
+    case TP_OP_PATCH_EMBED:
+    case TP_OP_LINEAR: return TP_CAT_GEMM;
+    case TP_OP_ATTENTION: return TP_CAT_ATTENTION;
+    case TP_OP_LAYERNORM: return TP_CAT_NORM;
+    case TP_OP_GELU: return TP_CAT_ACTIVATION;
+    case TP_OP_EMBED_TOKENS:
+    case TP_OP_ADD:
+    case TP_OP_POOL: return TP_CAT_ELEMENTWISE;
+    default: return TP_CAT_OTHER;
+    }
+}

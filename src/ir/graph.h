@@ -70,6 +70,27 @@ typedef struct {
 
 const char *tp_op_kind_name(tp_op_kind k);
 
+/* What kind of work a kernel does, for profiles: each op kind has one (tp_op_category); kernels an op launches
+ * besides its main one (quantize, im2col) name their own. */
+typedef enum {
+    TP_CAT_GEMM = 0,
+    TP_CAT_ATTENTION,
+    TP_CAT_NORM,        /* LayerNorm, RMSNorm */
+    TP_CAT_ACTIVATION,  /* GELU, SiLU */
+    TP_CAT_ELEMENTWISE, /* residual add, token embedding, pooling */
+    TP_CAT_QUANT,       /* standalone quantize / dequantize, amax */
+    TP_CAT_CONVERT,     /* format conversion: layout (im2col), cast, reformat */
+    TP_CAT_MEMORY,      /* memcpy, memset */
+    TP_CAT_OTHER,
+    TP_CAT_COUNT
+} tp_category;
+
+const char *tp_category_name(tp_category c); /* "GEMM", "attention", "normalization", ... */
+/* Parses a name from tp_category_name; -1 if unknown. */
+int tp_category_parse(const char *s);
+/* The category of op kind k's main kernel: GEMM for linear and patch embedding, attention, norm, ... */
+tp_category tp_op_category(tp_op_kind k);
+
 void tp_graph_init(tp_graph *g, int64_t batch);
 void tp_graph_free(tp_graph *g);
 /* Adds a value; returns its id. ndim <= TP_MAX_DIMS. */

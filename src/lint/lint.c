@@ -7,25 +7,12 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/util.h"
 
 /* ---- small helpers ---------------------------------------------------------------------------------- */
 
-/* Appends to a NUL-terminated buffer; output past the end is dropped (the buffers are sized for the longest
- * text a rule writes, so truncation would only shorten a message). */
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static void put(char *buf, size_t n, const char *fmt, ...) {
-    size_t l = strlen(buf);
-    if (l + 1 >= n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + l, n - l, fmt, ap);
-    va_end(ap);
-}
-
-#define DETAIL(c, ...) put((c)->detail, sizeof (c)->detail, __VA_ARGS__)
-#define FIX(c, ...) put((c)->fix, sizeof (c)->fix, __VA_ARGS__)
+#define DETAIL(c, ...) tp_append((c)->detail, sizeof (c)->detail, __VA_ARGS__)
+#define FIX(c, ...) tp_append((c)->fix, sizeof (c)->fix, __VA_ARGS__)
 
 static void value(tp_lint_check *c, const char *name, int64_t v) {
     CHECK(c->n_values < TP_LINT_MAX_VALUES);
@@ -48,14 +35,6 @@ static int64_t lcm64(int64_t a, int64_t b) { return a / gcd64(a, b) * b; }
 
 /* The layer name without the "blocks.*." prefix: "attn.qkv", "patch_embed.proj". */
 static const char *short_layer(const char *l) { return strncmp(l, "blocks.*.", 9) == 0 ? l + 9 : l; }
-
-/* Of the two candidates (0: none), the one closer to x; on a tie the larger (a larger image or dimension keeps
- * what the model sees or holds, a smaller one throws some of it away). */
-static int64_t nearer(int64_t x, int64_t a, int64_t b) {
-    if (!a || !b) return a ? a : b;
-    int64_t da = llabs(a - x), db = llabs(b - x);
-    return da < db ? a : db < da ? b : a > b ? a : b;
-}
 
 /* ---- formats ---------------------------------------------------------------------------------------- */
 
@@ -93,110 +72,11 @@ static int not_quantized(const tp_lint_format *f, tp_lint_check *c) {
     return 1;
 }
 
-/* ---- the ViT family's fixes (the knobs of `tprof lint`/`bench`) ------------------------------------------ */
-
-/* How far from the image size the search for another goes: 64 px, or 4 patches for patches above 16 px. */
-static int vit_window(int P) { return 4 * P > 64 ? 4 * P : 64; }
-
-/* Image sizes near S (multiples of the patch P within vit_window, S excluded) whose token count without a
- * class token is a multiple of block: the nearest (ties: the larger) and the nearest on its other side of S; 0
- * where none. (With a class token, T = g^2 + 1 is never a multiple of a block of 16 or more, see
- * attn.class_token, and every block of qformat.h is 16, 32 or 128.) */
-static void vit_near_images(int S, int P, int block, int *best, int *other) {
-    const int W = vit_window(P);
-    int below = 0, above = 0;
-    for (int s = P; s <= S + W; s += P) {
-        const int g = s / P;
-        if (s == S || s < S - W || (g * g) % block) continue;
-        if (s < S) below = s; /* ascending: the last one below is the nearest */
-        else if (!above) above = s;
-    }
-    *best = (int)nearer(S, below, above);
-    *other = *best == above ? below : above;
-}
-
-static void vit_fix_seq(const tp_lint_model *m, int b, tp_lint_check *c) {
-    const tp_vit_config *v = &m->vit;
-    if (m->extra_tokens) {
-        FIX(c, "drop the class token and pool by average (--no-class-token --global-pool avg) -> %d tokens",
-            m->patches);
-        if (m->patches % b == 0) {
-            FIX(c, " = %d x %d", m->patches / b, b);
-            return;
-        }
-        FIX(c, ", still not a multiple of %d: ", b);
-    }
-    int best, other; /* without a class token from here on (vit_near_images says why) */
-    vit_near_images(v->img_size, v->patch_size, b, &best, &other);
-    if (!best) {
-        FIX(c, "no image size within %d px of %d gives a multiple of %d tokens", vit_window(v->patch_size),
-            v->img_size, b);
-        return;
-    }
-    const int g = best / v->patch_size;
-    FIX(c, "use --img-size %d (%d x %d = %d tokens, %.2fx today's %d", best, g, g, g * g,
-        (double)(g * g) / m->tokens, m->tokens);
-    if (other) FIX(c, "; or %d: %d tokens", other, (other / v->patch_size) * (other / v->patch_size));
-    FIX(c, ")");
-}
-
-static void vit_fix_class_token(const tp_lint_model *m, int b, tp_lint_check *c) {
-    FIX(c, "--no-class-token --global-pool avg (timm's 'avg' pooling: the mean of the patch tokens) -> %d tokens",
-        m->patches);
-    if (m->patches % b == 0) FIX(c, ", a multiple of %d", b);
-    else FIX(c, ", not yet a multiple of %d: see attn.seq_block", b);
-}
-
-static void vit_fix_head_dim(const tp_lint_model *m, int b, tp_lint_check *c) {
-    const int C = m->embed_dim, h = m->heads;
-    int best = 0;
-    for (int k = 1; k <= C; k++)
-        if (C % k == 0 && (C / k) % b == 0 && (!best || abs(k - h) < abs(best - h) ||
-                                               (abs(k - h) == abs(best - h) && k > best)))
-            best = k;
-    if (best) FIX(c, "use --heads %d (head dim %d); or ", best, C / best);
-    else FIX(c, "no head count splits embed %d into head dims that are multiples of %d; ", C, b);
-    const int step = h * b, lo = C / step * step, hi = lo + step;
-    FIX(c, "keep %d heads with --embed-dim ", h);
-    if (lo > 0) FIX(c, "%d (head dim %d) or ", lo, lo / h);
-    FIX(c, "%d (head dim %d)", hi, hi / h);
-}
-
-static void vit_fix_patch(const tp_lint_model *m, tp_lint_check *c) {
-    const int P = m->vit.patch_size, lo = m->grid * P, hi = lo + P;
-    const int best = (int)nearer(m->vit.img_size, lo, hi);
-    FIX(c, "use --img-size %d or %d (multiples of the patch %d)", best, best == lo ? hi : lo, P);
-}
-
-/* An --mlp-ratio text that gives exactly hidden H from embed C under timm's int(C * ratio). */
-static void ratio_text(int C, int H, char *buf, size_t n) {
-    double r = (double)H / C;
-    for (int d = 1; d <= 17; d++) {
-        snprintf(buf, n, "%.*g", d, r);
-        if ((int)(C * strtod(buf, NULL)) == H) return;
-    }
-    snprintf(buf, n, "%.17g", nextafter(r, 2 * r)); /* r rounded down in binary: one ulp up floors to H */
-}
-
-/* K and N of the blocks' GEMMs: embed_dim (qkv/proj/fc1 K, proj/fc2 N, and 3C for qkv N) and the mlp hidden
- * size (fc2 K, fc1 N), to multiples of mult. An embed dim is proposed only where the heads still divide it
- * and, for a block format, the head dim stays a multiple of the block (attn.head_dim_block). */
-static void vit_fix_dims(const tp_lint_model *m, const tp_lint_format *f, int mult, tp_lint_check *c) {
-    const int C = m->embed_dim, H = m->mlp_hidden, h = m->heads;
-    if (C % mult) {
-        const int L = (int)lcm64(mult, (int64_t)h * (f->block ? f->block : 1)), lo = C / L * L, hi = lo + L;
-        const int best = (int)nearer(C, lo, hi), other = best == lo ? hi : lo;
-        FIX(c, "use --embed-dim %d (head dim %d)", best, best / h);
-        if (other > 0) FIX(c, " or %d (head dim %d)", other, other / h);
-        FIX(c, " with %d heads: K and N multiples of %d", h, mult);
-    }
-    if (H % mult) {
-        const int lo = H / mult * mult, hi = lo + mult, best = (int)nearer(H, lo, hi);
-        char r[32];
-        ratio_text(C, best, r, sizeof r);
-        FIX(c, "%s--mlp-ratio %s (mlp hidden %d = %d x %d)", C % mult ? "; and " : "use ", r, best, best / mult,
-            mult);
-    }
+/* A fix in the family's own knobs (tp_family.fix), appended to the check's */
+static void family_fix(const tp_lint_model *m, tp_fix_kind kind, int block, int mult, tp_lint_check *c) {
+    char buf[sizeof c->fix] = "";
+    m->model.family->fix(m->model.cfg.bytes, &m->sh, kind, block, mult, buf, sizeof buf);
+    FIX(c, "%s", buf);
 }
 
 /* ---- the rules ------------------------------------------------------------------------------------------ */
@@ -242,7 +122,7 @@ static const tp_lint_rule_info RULES[N_RULES] = {
     [R_LAYOUT] = {"attn.layout", "attention",
                   "attention reads the fused qkv output (B, T, 3, H, D) in place as B*H strided [T, D] matrices "
                   "(the [B*H, S, D] layout, no transpose copy); tprof's CUDA kernel holds D <= 128",
-                  "timm Attention.forward (qkv.reshape(B, N, 3, H, D)); src/exec/cuda/kernels.h tpk_attention"},
+                  "timm Attention.forward (qkv.reshape(B, N, 3, H, D)); src/exec/cuda/kernels/kernels.h tpk_attention"},
 };
 
 const tp_lint_rule_info *tp_lint_rules(void) { return RULES; }
@@ -259,15 +139,15 @@ static int multiple(tp_lint_check *c, int64_t x, int64_t b) {
 
 static void rule_seq(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
     if (not_blocked(f, c)) return;
-    const int T = m->tokens, b = f->block;
+    const int T = m->sh.tokens, b = f->block;
     value(c, "T", T);
-    value(c, "patches", m->patches);
-    value(c, "class_tokens", m->extra_tokens);
+    value(c, "patches", m->sh.patches);
+    value(c, "class_tokens", m->sh.extra_tokens);
     value(c, "block", b);
-    DETAIL(c, "%s; ", m->tokens_how);
+    DETAIL(c, "%s; ", m->sh.tokens_how);
     if (multiple(c, T, b)) return;
     c->status = TP_LINT_FAIL;
-    if (m->family == TP_LINT_VIT) vit_fix_seq(m, b, c);
+    family_fix(m, TP_FIX_SEQ_BLOCK, b, 0, c);
     /* padding is exact when the padded keys are masked to -inf before the softmax; it costs the square */
     const int64_t Tp = ceil_to(T, b);
     value(c, "T_padded", Tp);
@@ -277,15 +157,15 @@ static void rule_seq(const tp_lint_model *m, const tp_lint_format *f, tp_lint_ch
 
 static void rule_head_dim(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
     if (not_blocked(f, c)) return;
-    const int D = m->head_dim, b = f->block;
+    const int D = m->sh.head_dim, b = f->block;
     value(c, "D", D);
-    value(c, "embed_dim", m->embed_dim);
-    value(c, "heads", m->heads);
+    value(c, "embed_dim", m->sh.embed_dim);
+    value(c, "heads", m->sh.heads);
     value(c, "block", b);
-    DETAIL(c, "D = %d / %d heads = %d; ", m->embed_dim, m->heads, D);
+    DETAIL(c, "D = %d / %d heads = %d; ", m->sh.embed_dim, m->sh.heads, D);
     if (multiple(c, D, b)) return;
     c->status = TP_LINT_FAIL;
-    if (m->family == TP_LINT_VIT) vit_fix_head_dim(m, b, c);
+    family_fix(m, TP_FIX_HEAD_DIM, b, 0, c);
     /* zero columns of Q and K add nothing to Q K^T; V's zero columns give output columns that are dropped */
     const int64_t Dp = ceil_to(D, b);
     FIX(c, "; or zero-pad the head dim to %lld inside attention (exact; +%.0f%% attention FLOP)", (long long)Dp,
@@ -294,30 +174,30 @@ static void rule_head_dim(const tp_lint_model *m, const tp_lint_format *f, tp_li
 
 static void rule_class_token(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
     if (not_blocked(f, c)) return;
-    value(c, "class_tokens", m->extra_tokens);
-    if (!m->extra_tokens) {
-        DETAIL(c, "no class token: T = %d patches", m->patches);
+    value(c, "class_tokens", m->sh.extra_tokens);
+    if (!m->sh.extra_tokens) {
+        DETAIL(c, "no class token: T = %d patches", m->sh.patches);
         return;
     }
-    DETAIL(c, "class token on: T = %d + %d = %d", m->patches, m->extra_tokens, m->tokens);
+    DETAIL(c, "class token on: T = %d + %d = %d", m->sh.patches, m->sh.extra_tokens, m->sh.tokens);
     c->status = TP_LINT_FAIL;
-    if (m->family == TP_LINT_VIT) vit_fix_class_token(m, f->block, c);
+    family_fix(m, TP_FIX_CLASS_TOKEN, f->block, 0, c);
 }
 
 static void rule_patch(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
     (void)f;
-    if (m->family != TP_LINT_VIT) {
+    if (!m->sh.patch_size) {
         c->status = TP_LINT_NA;
         DETAIL(c, "no patch embedding");
         return;
     }
-    const int S = m->vit.img_size, P = m->vit.patch_size;
+    const int S = m->sh.img_size, P = m->sh.patch_size;
     value(c, "img_size", S);
     value(c, "patch_size", P);
     if (multiple(c, S, P)) return;
-    DETAIL(c, ": the last %d pixel rows and columns would be cropped (%d x %d patches)", S % P, m->grid, m->grid);
+    DETAIL(c, ": the last %d pixel rows and columns would be cropped (%d x %d patches)", S % P, m->sh.grid, m->sh.grid);
     c->status = TP_LINT_FAIL;
-    vit_fix_patch(m, c);
+    family_fix(m, TP_FIX_PATCH, 0, 0, c);
 }
 
 /* Checks one dimension ('K' or 'N') of the GEMMs whose kept_high is `kept` against mult, one clause per
@@ -327,8 +207,8 @@ static void rule_patch(const tp_lint_model *m, const tp_lint_format *f, tp_lint_
 static int check_dim(const tp_lint_model *m, int kept, char dim, int mult, int record, tp_lint_check *c,
                      unsigned *failed) {
     int bad = 0, first = 1;
-    for (int i = 0; i < m->n_gemms; i++) {
-        const tp_lint_gemm *gi = &m->gemms[i];
+    for (int i = 0; i < m->sh.n_gemms; i++) {
+        const tp_model_gemm *gi = &m->sh.gemms[i];
         if (gi->kept_high != kept) continue;
         const int64_t x = dim == 'K' ? gi->k : gi->n;
         if (record) {
@@ -338,12 +218,12 @@ static int check_dim(const tp_lint_model *m, int kept, char dim, int mult, int r
         }
         int seen = 0; /* one clause per distinct size, at its first layer */
         for (int j = 0; j < i; j++)
-            seen |= m->gemms[j].kept_high == kept && (dim == 'K' ? m->gemms[j].k : m->gemms[j].n) == x;
+            seen |= m->sh.gemms[j].kept_high == kept && (dim == 'K' ? m->sh.gemms[j].k : m->sh.gemms[j].n) == x;
         if (seen) continue;
         DETAIL(c, "%s%c = %lld (", first ? "" : ", ", dim, (long long)x);
         first = 0;
-        for (int j = i, k = 0; j < m->n_gemms; j++) {
-            const tp_lint_gemm *gj = &m->gemms[j];
+        for (int j = i, k = 0; j < m->sh.n_gemms; j++) {
+            const tp_model_gemm *gj = &m->sh.gemms[j];
             if (gj->kept_high != kept || (dim == 'K' ? gj->k : gj->n) != x) continue;
             DETAIL(c, "%s%s", k++ ? ", " : "", short_layer(gj->layer));
             if (x % mult) *failed |= 1u << j;
@@ -369,7 +249,7 @@ static void rule_k_block(const tp_lint_model *m, const tp_lint_format *f, tp_lin
     value(c, "block", f->block);
     if (!check_dim(m, 0, 'K', f->block, 1, c, &failed)) return;
     c->status = TP_LINT_FAIL;
-    if (m->family == TP_LINT_VIT) vit_fix_dims(m, f, gemm_multiple(f), c);
+    family_fix(m, TP_FIX_GEMM_DIMS, f->block, gemm_multiple(f), c);
 }
 
 static void rule_row_align(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
@@ -384,7 +264,7 @@ static void rule_row_align(const tp_lint_model *m, const tp_lint_format *f, tp_l
     if (!bad) return;
     c->status = TP_LINT_FAIL;
     /* N of the blocks' GEMMs is 3C, C or the mlp hidden size, so both dimensions come down to C and hidden */
-    if (m->family == TP_LINT_VIT) vit_fix_dims(m, f, gemm_multiple(f), c);
+    family_fix(m, TP_FIX_GEMM_DIMS, f->block, gemm_multiple(f), c);
 }
 
 static void rule_kept_high(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
@@ -403,21 +283,21 @@ static void rule_kept_high(const tp_lint_model *m, const tp_lint_format *f, tp_l
     if (!bad) return;
     c->status = TP_LINT_WARN;
     FIX(c, "keep ");
-    for (int i = 0, k = 0; i < m->n_gemms; i++)
-        if (failed >> i & 1) FIX(c, "%s%s", k++ ? " and " : "", short_layer(m->gemms[i].layer));
+    for (int i = 0, k = 0; i < m->sh.n_gemms; i++)
+        if (failed >> i & 1) FIX(c, "%s%s", k++ ? " and " : "", short_layer(m->sh.gemms[i].layer));
     FIX(c, " in fp16/bf16, as tprof's default policy does: a --policy that quantizes %s cannot run in %s",
         (failed & (failed - 1)) ? "them" : "it", tp_precision_name(f->prec));
 }
 
 static void rule_layout(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
     (void)f;
-    const int D = m->head_dim, H = m->heads, C = m->embed_dim;
-    value(c, "T", m->tokens);
+    const int D = m->sh.head_dim, H = m->sh.heads, C = m->sh.embed_dim;
+    value(c, "T", m->sh.tokens);
     value(c, "H", H);
     value(c, "D", D);
     value(c, "row_stride", 3 * C);
-    DETAIL(c, "qkv (B, %d, 3, %d, %d) read as B*%d [%d, %d] matrices with row stride %d; D = %d %s 128", m->tokens,
-           H, D, H, m->tokens, D, 3 * C, D, D <= 128 ? "<=" : ">");
+    DETAIL(c, "qkv (B, %d, 3, %d, %d) read as B*%d [%d, %d] matrices with row stride %d; D = %d %s 128", m->sh.tokens,
+           H, D, H, m->sh.tokens, D, 3 * C, D, D <= 128 ? "<=" : ">");
     if (D <= 128) return;
     c->status = TP_LINT_FAIL;
     int h = (C + 127) / 128;
@@ -434,51 +314,10 @@ static const rule_fn RULE_FN[N_RULES] = {
 
 /* ---- the model and the run ------------------------------------------------------------------------------ */
 
-static void add_gemm(tp_lint_model *m, const char *layer, int64_t n, int64_t k, int kept_high) {
-    CHECK(m->n_gemms < TP_LINT_MAX_GEMMS);
-    tp_lint_gemm *g = &m->gemms[m->n_gemms++];
-    snprintf(g->layer, sizeof g->layer, "%s", layer);
-    g->n = n;
-    g->k = k;
-    g->kept_high = kept_high;
-}
-
-tp_status tp_lint_model_vit(const tp_vit_config *cfg, tp_lint_model *m, tp_error *err) {
+tp_status tp_lint_describe(const tp_model *model, tp_lint_model *m, tp_error *err) {
     memset(m, 0, sizeof *m);
-    if (cfg->patch_size <= 0) return tp_fail(err, TP_ERR_ARG, "--patch-size %d: must be positive", cfg->patch_size);
-    if (cfg->img_size < cfg->patch_size)
-        return tp_fail(err, TP_ERR_ARG, "--img-size %d: smaller than one patch (%d)", cfg->img_size,
-                       cfg->patch_size);
-    /* an image the patch does not divide is a rule here (the model would crop it), not an error: validate the
-     * rest of the configuration with the image cropped to whole patches */
-    tp_vit_config v = *cfg;
-    v.img_size = cfg->img_size / cfg->patch_size * cfg->patch_size;
-    tp_status st = tp_vit_config_validate(&v, err);
-    if (st) return st;
-    m->family = TP_LINT_VIT;
-    m->vit = *cfg;
-    m->grid = v.img_size / v.patch_size;
-    m->patches = m->grid * m->grid;
-    m->extra_tokens = cfg->class_token ? 1 : 0;
-    m->tokens = m->patches + m->extra_tokens;
-    m->heads = cfg->num_heads;
-    m->embed_dim = cfg->embed_dim;
-    m->head_dim = cfg->embed_dim / cfg->num_heads;
-    m->mlp_hidden = tp_vit_mlp_hidden(cfg);
-    snprintf(m->tokens_how, sizeof m->tokens_how, "image %d, patch %d -> %d x %d = %d patches", cfg->img_size,
-             cfg->patch_size, m->grid, m->grid, m->patches);
-    if (m->extra_tokens)
-        put(m->tokens_how, sizeof m->tokens_how, " + 1 class token = %d tokens", m->tokens);
-    else
-        put(m->tokens_how, sizeof m->tokens_how, " = %d tokens (no class token)", m->tokens);
-    const int64_t C = cfg->embed_dim, H = m->mlp_hidden, P = cfg->patch_size;
-    add_gemm(m, "blocks.*.attn.qkv", 3 * C, C, 0);
-    add_gemm(m, "blocks.*.attn.proj", C, C, 0);
-    add_gemm(m, "blocks.*.mlp.fc1", H, C, 0);
-    add_gemm(m, "blocks.*.mlp.fc2", C, H, 0);
-    add_gemm(m, "patch_embed.proj", C, 3 * P * P, 1); /* Conv2d(3, C, P, stride P) as a GEMM */
-    if (cfg->num_classes > 0) add_gemm(m, "head", cfg->num_classes, C, 1);
-    return TP_OK;
+    m->model = *model;
+    return model->family->shapes(model->cfg.bytes, &m->sh, err);
 }
 
 tp_status tp_lint_run(const tp_lint_model *m, const tp_precision *precs, int n, tp_lint_result *out,
@@ -515,10 +354,9 @@ tp_status tp_lint_run(const tp_lint_model *m, const tp_precision *precs, int n, 
     return TP_OK;
 }
 
-tp_status tp_lint_vit(const tp_vit_config *cfg, const tp_precision *precs, int n, tp_lint_result *out,
-                      tp_error *err) {
+tp_status tp_lint(const tp_model *model, const tp_precision *precs, int n, tp_lint_result *out, tp_error *err) {
     tp_lint_model m;
-    tp_status st = tp_lint_model_vit(cfg, &m, err);
+    tp_status st = tp_lint_describe(model, &m, err);
     return st ? st : tp_lint_run(&m, precs, n, out, err);
 }
 
@@ -539,41 +377,40 @@ void tp_lint_verdict(const tp_lint_format *f, char *buf, size_t n) {
     buf[0] = 0;
     const char *name = tp_precision_name(f->prec);
     if (tp_lint_format_ok(f)) {
-        put(buf, n, "%s: usable as asked: %d rule%s pass", name, f->n_pass, f->n_pass == 1 ? "" : "s");
-        if (f->n_warn) put(buf, n, ", %d warn%s (layers kept high)", f->n_warn, f->n_warn == 1 ? "s" : "");
-        if (f->n_na) put(buf, n, ", %d N-A", f->n_na);
+        tp_append(buf, n, "%s: usable as asked: %d rule%s pass", name, f->n_pass, f->n_pass == 1 ? "" : "s");
+        if (f->n_warn) tp_append(buf, n, ", %d warn%s (layers kept high)", f->n_warn, f->n_warn == 1 ? "s" : "");
+        if (f->n_na) tp_append(buf, n, ", %d N-A", f->n_na);
         return;
     }
     /* what cannot run, by area, in the order of the table's areas */
     static const char *AREAS[][2] = {{"attention", "attention"}, {"gemm", "the GEMMs"}, {"model", "the model"}};
-    put(buf, n, "%s: ", name);
+    tp_append(buf, n, "%s: ", name);
     int k = 0;
     for (int a = 0; a < 3; a++) {
         int hit = 0;
         for (int r = 0; r < N_RULES; r++)
             hit |= f->checks[r].status == TP_LINT_FAIL && strcmp(f->checks[r].area, AREAS[a][0]) == 0;
-        if (hit) put(buf, n, "%s%s", k++ ? " and " : "", AREAS[a][1]);
+        if (hit) tp_append(buf, n, "%s%s", k++ ? " and " : "", AREAS[a][1]);
     }
-    put(buf, n, " cannot run as asked: %d rule%s (", f->n_fail, f->n_fail == 1 ? " fails" : "s fail");
+    tp_append(buf, n, " cannot run as asked: %d rule%s (", f->n_fail, f->n_fail == 1 ? " fails" : "s fail");
     k = 0;
     for (int r = 0; r < N_RULES; r++)
-        if (f->checks[r].status == TP_LINT_FAIL) put(buf, n, "%s%s", k++ ? ", " : "", f->checks[r].id);
-    put(buf, n, ")");
+        if (f->checks[r].status == TP_LINT_FAIL) tp_append(buf, n, "%s%s", k++ ? ", " : "", f->checks[r].id);
+    tp_append(buf, n, ")");
 }
 
 /* ---- output --------------------------------------------------------------------------------------------- */
 
 void tp_lint_print(const tp_lint_result *r, FILE *f) {
     const tp_lint_model *m = &r->model;
-    const tp_vit_config *v = &m->vit;
-    fprintf(f, "tprof lint: %s (ViT)\n", v->name);
-    fprintf(f, "  %s\n", m->tokens_how);
-    fprintf(f, "  embed %d, %d heads -> head dim %d; mlp hidden %d; depth %d\n", m->embed_dim, m->heads, m->head_dim,
-            m->mlp_hidden, v->depth);
+    fprintf(f, "tprof lint: %s (%s)\n", tp_model_name(&m->model), m->model.family->title);
+    fprintf(f, "  %s\n", m->sh.tokens_how);
+    fprintf(f, "  embed %d, %d heads -> head dim %d; mlp hidden %d; depth %d\n", m->sh.embed_dim, m->sh.heads, m->sh.head_dim,
+            m->sh.mlp_hidden, m->sh.depth);
     fprintf(f, "  GEMMs (N x K):");
-    for (int i = 0; i < m->n_gemms; i++)
-        fprintf(f, "%s %s %lld x %lld%s", i ? "," : "", short_layer(m->gemms[i].layer), (long long)m->gemms[i].n,
-                (long long)m->gemms[i].k, m->gemms[i].kept_high ? " (kept high)" : "");
+    for (int i = 0; i < m->sh.n_gemms; i++)
+        fprintf(f, "%s %s %lld x %lld%s", i ? "," : "", short_layer(m->sh.gemms[i].layer), (long long)m->sh.gemms[i].n,
+                (long long)m->sh.gemms[i].k, m->sh.gemms[i].kept_high ? " (kept high)" : "");
     fprintf(f, "\n\n%-26s %-10s %-6s %s\n", "rule", "format", "status", "detail");
     for (int i = 0; i < r->n_formats; i++) {
         const tp_lint_format *fm = &r->formats[i];
@@ -617,24 +454,20 @@ static json_t *format_json(const tp_lint_format *f, int *oom) {
 json_t *tp_lint_json(const tp_lint_result *r) {
     int oom = 0;
     const tp_lint_model *m = &r->model;
-    const tp_vit_config *v = &m->vit;
-    /* the model's keys are those of `tprof bench --json` */
-    json_t *model = json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:f,s:i,s:b,s:s,s:i}", "family", "vit", "name", v->name,
-                              "img_size", v->img_size, "patch_size", v->patch_size, "embed_dim", v->embed_dim,
-                              "depth", v->depth, "num_heads", v->num_heads, "mlp_ratio", v->mlp_ratio, "mlp_hidden",
-                              m->mlp_hidden, "class_token", v->class_token, "global_pool",
-                              v->global_pool ? "avg" : "token", "num_classes", v->num_classes);
+    /* the model's keys are those of `tprof bench --json` and engine files (tp_model_to_json) */
+    json_t *model = tp_model_to_json(&m->model);
+    oom |= !model;
     json_t *gemms = json_array(), *formats = json_array();
-    for (int i = 0; i < m->n_gemms; i++) {
-        const tp_lint_gemm *g = &m->gemms[i];
+    for (int i = 0; i < m->sh.n_gemms; i++) {
+        const tp_model_gemm *g = &m->sh.gemms[i];
         oom |= json_array_append_new(gemms, json_pack("{s:s,s:I,s:I,s:b}", "layer", g->layer, "n", (json_int_t)g->n,
                                                       "k", (json_int_t)g->k, "kept_high", g->kept_high)) != 0;
     }
     for (int i = 0; i < r->n_formats; i++)
         oom |= json_array_append_new(formats, format_json(&r->formats[i], &oom)) != 0;
     json_t *root = json_pack("{s:s,s:b,s:o,s:i,s:i,s:i,s:i,s:o,s:o}", "tool", "tprof lint " TPROF_VERSION, "ok",
-                             tp_lint_ok(r), "model", model, "grid", m->grid, "patches", m->patches, "tokens",
-                             m->tokens, "head_dim", m->head_dim, "gemms", gemms, "formats", formats);
+                             tp_lint_ok(r), "model", model, "grid", m->sh.grid, "patches", m->sh.patches, "tokens",
+                             m->sh.tokens, "head_dim", m->sh.head_dim, "gemms", gemms, "formats", formats);
     if (oom || !root) {
         json_decref(root);
         return NULL;

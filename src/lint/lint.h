@@ -25,14 +25,15 @@
  * tensor, no block). A rule that does not apply to a format is N-A. A format is usable as asked when none of
  * its rules is FAIL.
  *
- * Families: the rules read a family-neutral description (tp_lint_model: sequence length, heads, head dim, the
- * GEMM list); only the fix strings know the family's knobs. The ViT family fills it today (tp_lint_vit); a
- * decoder adds its own filler and fix text, the rules stay.
+ * Families: the rules read a family-neutral description (tp_model_shapes, models/model.h: sequence length, heads,
+ * head dim, the GEMM list) that the model's family fills (tp_family.shapes); only the fix strings know the
+ * family's knobs, and the family writes them (tp_family.fix). A new family adds its filler and fix text; the rules
+ * stay.
  *
  * Usage:
  *   tp_lint_result r;
  *   tp_precision p[2] = {TP_PREC_MXFP8, TP_PREC_NVFP4};
- *   if (tp_lint_vit(&cfg, p, 2, &r, &err)) ...;      // TP_ERR_ARG: the configuration itself is invalid
+ *   if (tp_lint(&model, p, 2, &r, &err)) ...;    // TP_ERR_ARG: the configuration itself is invalid
  *   tp_lint_print(&r, stdout);
  *   tp_lint_write_json(&r, "lint.json", &err);
  *   exit(tp_lint_ok(&r) ? 0 : 1);
@@ -46,40 +47,21 @@
 #include <jansson.h>
 
 #include "formats/qformat.h"
-#include "models/vit.h"
+#include "models/model.h"
 #include "tprof.h"
 
-#define TP_LINT_MAX_GEMMS 8
 #define TP_LINT_MAX_VALUES 20 /* row_align: K and N of up to 8 GEMMs, and the row size */
 #define TP_LINT_N_RULES 8
-
-typedef enum { TP_LINT_VIT = 0 } tp_lint_family;
 
 typedef enum { TP_LINT_PASS = 0, TP_LINT_FAIL, TP_LINT_WARN, TP_LINT_NA } tp_lint_status;
 
 /* "PASS", "FAIL", "WARN", "N-A". */
 const char *tp_lint_status_name(tp_lint_status s);
 
-/* One GEMM shape of the model, per token: Y (M x n) = X (M x k) W^T, M = batch x tokens (any M works: block
- * scales run along K, and the swizzled scale layout pads rows itself). */
+/* What the rules read: the model and its family's description of its shapes. */
 typedef struct {
-    char layer[48]; /* timm's module path with the block index as '*': "blocks.*.attn.qkv" */
-    int64_t n, k;
-    int kept_high; /* 1: tprof's default policy keeps it in fp16/bf16 for quantized formats */
-} tp_lint_gemm;
-
-/* What the rules read. */
-typedef struct {
-    tp_lint_family family;
-    tp_vit_config vit; /* family TP_LINT_VIT: the configuration as given */
-    int grid;          /* patches per side: img_size / patch_size (floor: the edge is cropped) */
-    int patches;       /* grid^2 */
-    int extra_tokens;  /* class token: 0 or 1 */
-    int tokens;        /* attention sequence length T = patches + extra_tokens */
-    char tokens_how[160]; /* how T comes about, in the family's words: "image 224, patch 16 -> 14 x 14 = ..." */
-    int heads, head_dim, embed_dim, mlp_hidden;
-    int n_gemms;
-    tp_lint_gemm gemms[TP_LINT_MAX_GEMMS];
+    tp_model model;
+    tp_model_shapes sh;
 } tp_lint_model;
 
 /* One rule's outcome for one format. Strings are static or inside the struct. */
@@ -119,18 +101,16 @@ typedef struct {
 } tp_lint_rule_info;
 const tp_lint_rule_info *tp_lint_rules(void);
 
-/* Describes a ViT configuration for the rules. cfg may have an image size that the patch does not divide (that
- * is a rule, model.patch_divides_image, not an error); everything else must pass tp_vit_config_validate.
- * Errors: TP_ERR_ARG naming the field (an image smaller than one patch included). */
-tp_status tp_lint_model_vit(const tp_vit_config *cfg, tp_lint_model *m, tp_error *err);
+/* Describes a model for the rules (tp_family.shapes). An image the patch does not divide is a rule
+ * (model.patch_divides_image), not an error; anything else the family refuses is TP_ERR_ARG naming the field. */
+tp_status tp_lint_describe(const tp_model *model, tp_lint_model *m, tp_error *err);
 
 /* Runs every rule for each of the n precisions (1..TP_PREC_COUNT, no repeats) on the model. Pure: no I/O.
  * Errors: TP_ERR_ARG (n out of range, a precision repeated or out of range). */
 tp_status tp_lint_run(const tp_lint_model *m, const tp_precision *precs, int n, tp_lint_result *out,
                       tp_error *err);
-/* tp_lint_model_vit, then tp_lint_run. */
-tp_status tp_lint_vit(const tp_vit_config *cfg, const tp_precision *precs, int n, tp_lint_result *out,
-                      tp_error *err);
+/* tp_lint_describe, then tp_lint_run. */
+tp_status tp_lint(const tp_model *model, const tp_precision *precs, int n, tp_lint_result *out, tp_error *err);
 
 /* 1 when no rule of any format is FAIL (WARN and N-A do not count). */
 int tp_lint_ok(const tp_lint_result *r);
@@ -146,8 +126,7 @@ void tp_lint_print(const tp_lint_result *r, FILE *f);
 
 /* Everything as JSON (new reference; NULL when out of memory):
  *   {"tool": "tprof lint 0.1.0", "ok": false,
- *    "model": {"family": "vit", "name", "img_size", "patch_size", "embed_dim", "depth", "num_heads",
- *              "mlp_ratio", "mlp_hidden", "class_token", "global_pool": "token"|"avg", "num_classes"},
+ *    "model": tp_model_to_json's object ({"family": "vit", "name", "img_size", ...: engine files' "model"),
  *    "grid", "patches", "tokens", "head_dim", "gemms": [{"layer", "n", "k", "kept_high"}],
  *    "formats": [{"precision", "qformat", "block", "element_bits", "usable", "verdict",
  *                 "counts": {"pass", "fail", "warn", "na"},

@@ -1,20 +1,36 @@
-/* model.h: a model's parameters, independent of the family: a table of named fp32 master tensors from which
- * every engine derives its own storage (FP16, BF16, FP8 with scales). Names and shapes follow the reference
- * implementation of the family (timm for ViT), so checkpoints load as they are. */
+/* model.h: the model-family interface. Everything downstream of src/models (planner, executors, bench, profile,
+ * report, lint, engine files, the command line) sees a model only through this header: a tp_model is a family
+ * (tp_family: one file under src/models per architecture, in the spirit of llama.cpp's model files) and that
+ * family's configuration, opaque to everyone else. A family, from its configuration alone:
+ *   - builds the IR graph (ir/graph.h) at a batch size, its layers named with the checkpoint's module paths;
+ *   - names and shapes its parameters exactly as the reference implementation's checkpoints do (timm for ViT), so
+ *     a safetensors file loads as it is, and synthesizes them with the reference's initialization;
+ *   - describes its input (images today; token ids, positions and a KV cache next) and makes it: random, or from
+ *     files with the checkpoint's own preprocessing;
+ *   - parses its own command-line knobs, reads its checkpoint's config file, and writes and reads its
+ *     configuration as JSON (engine files, bench JSON);
+ *   - describes its shapes for `tprof lint` and writes the lint's fixes in its own knobs.
+ * Adding a family: one file implementing tp_family, and one line in model.c's registry.
+ *
+ * Parameters: a table of named fp32 master tensors from which every engine derives its own storage (FP16, BF16,
+ * FP8 with scales). Row-major; a Linear weight is (out_features, in_features) as in PyTorch. */
 #ifndef TP_MODEL_H
 #define TP_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "ir/graph.h"
+#include "tprof.h"
 
 typedef struct {
     char name[TP_NAME_LEN];
     int ndim;
     int64_t shape[TP_MAX_DIMS];
     int64_t numel;
-    float *data; /* numel fp32 values, row-major */
+    float *data; /* numel fp32 values, row-major; NULL in a table of names and shapes only */
 } tp_param;
 
 typedef struct {
@@ -25,5 +41,141 @@ typedef struct {
 void tp_params_free(tp_params *p);
 int tp_params_find(const tp_params *p, const char *name); /* index or -1 */
 size_t tp_params_count(const tp_params *p);                /* total number of values */
+
+/* ---- the family interface ---------------------------------------------------------------------------- */
+
+#define TP_MODEL_CFG_BYTES 4096 /* a family's configuration lives inside tp_model, so models copy by value */
+
+typedef enum { TP_INPUT_IMAGE = 0 } tp_input_kind;
+
+/* What the graph's input is, per sample (the batch dimension excluded). */
+typedef struct {
+    tp_input_kind kind;
+    int ndim;
+    int64_t shape[TP_MAX_DIMS - 1]; /* image: (3, S, S) fp32, normalized */
+    const char *unit;               /* what one sample is called in throughputs ("image": images/s) */
+    char preprocess[384];           /* how files become input, for the summary ("timm eval: shorter side to 248
+                                       (bicubic), center crop 224, mean (0.485, ...), std (...); source: ...");
+                                       empty if none */
+} tp_input_desc;
+
+/* One command-line knob of a family, for parsing and help. */
+typedef struct {
+    const char *name; /* "--img-size" */
+    const char *arg;  /* "N", "X", "token|avg", ...; NULL: a flag without a value */
+    const char *help;
+} tp_knob;
+
+/* The family-neutral shapes tprof lint's rules read (lint/lint.h). */
+#define TP_SHAPES_MAX_GEMMS 8
+/* One GEMM shape of the model, per token: Y (M x n) = X (M x k) W^T, M = batch x tokens. */
+typedef struct {
+    char layer[48]; /* module path with the block index as '*': "blocks.*.attn.qkv" */
+    int64_t n, k;
+    int kept_high;  /* 1: tprof's default policy keeps it in fp16/bf16 for quantized formats */
+} tp_model_gemm;
+typedef struct {
+    int img_size, patch_size; /* image families: the image and patch sides (0 for other families) */
+    int grid, patches;     /* image families: patches per side and in all */
+    int extra_tokens;      /* tokens that are not patches (class token) */
+    int tokens;            /* attention sequence length T */
+    char tokens_how[160];  /* how T comes about, in the family's words */
+    int heads, head_dim, embed_dim, mlp_hidden, depth;
+    int n_gemms;
+    tp_model_gemm gemms[TP_SHAPES_MAX_GEMMS];
+} tp_model_shapes;
+
+/* What a lint rule asks the family to fix, with the format's block (elements per scale along K, 0: none) and
+ * the multiple the GEMM dims need (mult). */
+typedef enum {
+    TP_FIX_SEQ_BLOCK = 0, /* T a multiple of block */
+    TP_FIX_CLASS_TOKEN,   /* no extra token */
+    TP_FIX_HEAD_DIM,      /* head dim a multiple of block */
+    TP_FIX_PATCH,         /* the patch divides the image */
+    TP_FIX_GEMM_DIMS      /* every GEMM's K and N multiples of mult */
+} tp_fix_kind;
+
+typedef struct tp_family {
+    const char *name;  /* "vit": the key engine files and JSON store */
+    const char *title; /* "Vision Transformer (timm VisionTransformer)" */
+    size_t cfg_size;   /* <= TP_MODEL_CFG_BYTES */
+    const tp_knob *knobs; /* terminated by a NULL name */
+    /* presets: i in 0..n-1; name is the reference's (timm's), alias tprof's short one */
+    int (*preset_count)(void);
+    void (*preset_info)(int i, const char **name, const char **alias);
+    void (*preset_config)(int i, void *cfg);
+    const char *(*model_name)(const void *cfg); /* the preset's name, "+custom" appended once a knob changed it */
+    tp_status (*validate)(const void *cfg, tp_error *err);
+    /* 1: name is this family's knob and was applied (val: its value, NULL for a flag); 0: not a knob of this
+     * family; -1: a bad value, with the reason in err (TP_ERR_ARG) */
+    int (*knob)(void *cfg, const char *name, const char *val, tp_error *err);
+    /* one line: "img 224, patch 16, dim 768, depth 12, heads 12, 197 tokens" */
+    void (*describe)(const void *cfg, char *buf, size_t n);
+    json_t *(*to_json)(const void *cfg);
+    /* strict: every key of to_json present, no other; TP_ERR_FORMAT naming the key ("model: 'depth' is ...") */
+    tp_status (*from_json)(const json_t *j, void *cfg, tp_error *err);
+    /* the checkpoint's own configuration beside weights_path (timm: config.json), applied to cfg; note receives
+     * one line saying what was read, or a warning starting "warning:" when nothing tells the preprocessing */
+    tp_status (*checkpoint)(void *cfg, const char *weights_path, char *note, size_t n, tp_error *err);
+    /* parameters: names and shapes (data NULL), or synthesized with the reference's initialization (nonzero_bias:
+     * biases and norm affines random too, for tests) */
+    tp_status (*params_table)(const void *cfg, tp_params *out, tp_error *err);
+    tp_status (*params_init)(const void *cfg, uint64_t seed, int nonzero_bias, tp_params *out, tp_error *err);
+    tp_status (*build_graph)(const void *cfg, const tp_params *params, int64_t batch, tp_graph *g, tp_error *err);
+    void (*input)(const void *cfg, tp_input_desc *d);
+    /* fills dst (B, input shape) fp32: from path (files or a folder; desc says what was read) or, path NULL,
+     * random from seed (never zeros) */
+    tp_status (*make_input)(const void *cfg, int B, uint64_t seed, const char *path, float *dst, char *desc,
+                            size_t desc_n, tp_error *err);
+    tp_status (*shapes)(const void *cfg, tp_model_shapes *s, tp_error *err);
+    void (*fix)(const void *cfg, const tp_model_shapes *s, tp_fix_kind kind, int block, int mult, char *buf,
+                size_t n);
+} tp_family;
+
+typedef struct {
+    const tp_family *family;
+    union {
+        long double align;
+        unsigned char bytes[TP_MODEL_CFG_BYTES];
+    } cfg;
+} tp_model;
+
+/* The registered families, terminated by NULL. */
+const tp_family *const *tp_families(void);
+const tp_family *tp_family_find(const char *name); /* NULL if unknown */
+
+/* Looks a preset up by name or alias in every family. TP_ERR_ARG naming the model and listing the known ones. */
+tp_status tp_model_preset(const char *name, tp_model *m, tp_error *err);
+/* The preset's (or "+custom") name. */
+const char *tp_model_name(const tp_model *m);
+tp_status tp_model_validate(const tp_model *m, tp_error *err);
+/* As tp_family.knob. */
+int tp_model_knob(tp_model *m, const char *name, const char *val, tp_error *err);
+void tp_model_describe(const tp_model *m, char *buf, size_t n);
+void tp_model_input(const tp_model *m, tp_input_desc *d);
+/* Values per sample of the input (the product of tp_input_desc.shape). */
+int64_t tp_model_input_numel(const tp_model *m);
+
+/* {"family": "vit", <the family's keys>}; NULL when out of memory. */
+json_t *tp_model_to_json(const tp_model *m);
+/* The inverse. family_default: the family when j has no "family" key (files written before families existed),
+ * or NULL to require it. TP_ERR_FORMAT naming the key. */
+tp_status tp_model_from_json(const json_t *j, const char *family_default, tp_model *m, tp_error *err);
+
+/* The checkpoint's configuration beside weights_path (as tp_family.checkpoint). */
+tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note, size_t n, tp_error *err);
+
+/* Parameters: names and shapes only (data NULL: enough to build a graph and count FLOP); synthesized from seed;
+ * or loaded from a safetensors file (F32/F16/BF16, names and shapes checked against the table: tp_st_load_params).
+ * Errors: TP_ERR_ARG (invalid configuration), TP_ERR_OOM, and the loader's. */
+tp_status tp_model_params_shapes(const tp_model *m, tp_params *out, tp_error *err);
+tp_status tp_model_params_init(const tp_model *m, uint64_t seed, int nonzero_bias, tp_params *out, tp_error *err);
+tp_status tp_model_params_load(const tp_model *m, const char *path, tp_params *out, tp_error *err);
+
+/* Builds the forward graph at batch B (input: B x the input shape, fp32 -> the model's output). */
+tp_status tp_model_build_graph(const tp_model *m, const tp_params *params, int64_t B, tp_graph *g, tp_error *err);
+/* As tp_family.make_input. */
+tp_status tp_model_make_input(const tp_model *m, int B, uint64_t seed, const char *path, float *dst, char *desc,
+                              size_t desc_n, tp_error *err);
 
 #endif

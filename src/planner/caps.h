@@ -9,7 +9,7 @@
  *   in this build   whether tprof's source implements that path today. A path can exist in hardware and not
  *                   in tprof (Blackwell block-scaled GEMMs: no Blackwell GPU to test them on yet).
  *
- * Sources (../shared/docs/formats.md collects them):
+ * Sources (docs/formats.md collects them):
  *   FP8 E4M3 tensor cores: sm_89 (Ada) and newer; cuBLASLt FP8 per-tensor scales (cuBLAS docs, cublasLtMatmul
  *     "FP8" type table).
  *   FP8 block-128 scales (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / BLK128x128_32F): cuBLAS 12.9+, sm_90 only

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/cuda/patch_embed.h" /* its shape rules (header-only) */
 #include "formats/dtype.h"
 #include "planner/caps.h"
 #include "planner/policy.h"
+#include "planner/supports.h"
 
 void tp_plan_free(tp_plan *p) {
     free(p->value_dt);
@@ -130,7 +130,8 @@ static void fuse_patch_embed(const tp_graph *g, int sm, tp_plan *p) {
         if (j < 0) continue;
         const tp_op *eo = &g->ops[j];
         const tp_dtype dt = p->value_dt[op->in[1]];
-        int ok = p->value_dt[op->in[0]] == TP_F32 && tpk_patch_embed_shape_ok(dt, op->patch, (int)op->gemm_n);
+        const tp_kernel_shape ks = {dt, 0, op->gemm_n, 0, op->patch, 0};
+        int ok = p->value_dt[op->in[0]] == TP_F32 && tp_supports(TP_KERNEL_PATCH_EMBED_FUSED, &ks, NULL, 0);
         const int vals[] = {op->in[1], op->n_in > 2 ? op->in[2] : op->in[1], op->out, eo->in[1],
                             eo->n_in > 2 ? eo->in[2] : eo->in[1], eo->out};
         for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
@@ -158,9 +159,10 @@ static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm,
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR || keep[i]) continue;
         int x = op->in[0], w = op->in[1];
-        if (op->gemm_k % qt->block) {
-            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s needs K %% %d == 0 (blocks of %d along K); K = %lld",
-                           op->layer, qt->name, qt->block, qt->block, (long long)op->gemm_k);
+        const tp_kernel_shape ks = {TP_F32, op->gemm_m, op->gemm_n, op->gemm_k, 0, qt->block};
+        char why[200];
+        if (!tp_supports(TP_KERNEL_GEMM_BLOCK_SCALED, &ks, why, sizeof why)) {
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s: %s", op->layer, qt->name, why);
         }
         p->value_qf[x] = qf;
         p->value_qf[w] = qf;
@@ -187,11 +189,10 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR || keep[i]) continue;
         int x = op->in[0], w = op->in[1];
-        if (op->gemm_k % 16 || op->gemm_n % 8)
-            return tp_fail(err, TP_ERR_UNSUPPORTED,
-                           "layer %s: fp8-block GEMM needs K %% 16 == 0 and N %% 8 == 0 (cuBLASLt FP8 alignment); K = "
-                           "%lld, N = %lld",
-                           op->layer, (long long)op->gemm_k, (long long)op->gemm_n);
+        const tp_kernel_shape ks = {TP_E4M3, op->gemm_m, op->gemm_n, op->gemm_k, 0, 128};
+        char why[200];
+        if (!tp_supports(TP_KERNEL_GEMM_FP8_BLOCK, &ks, why, sizeof why))
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s", op->layer, why);
         int prod = g->values[x].producer;
         tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
         /* LayerNorm and GELU hold a whole 1x128 block in one warp, so they write the format themselves; the
@@ -366,10 +367,10 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR || keep[i]) continue;
         int x = op->in[0], w = op->in[1];
-        if (op->gemm_k % 16 || op->gemm_n % 16) {
-            st = tp_fail(err, TP_ERR_UNSUPPORTED,
-                         "layer %s: fp8 GEMM needs K and N multiples of 16 (cuBLASLt FP8 alignment); K = %lld, N = %lld",
-                         op->layer, (long long)op->gemm_k, (long long)op->gemm_n);
+        const tp_kernel_shape ks = {TP_E4M3, op->gemm_m, op->gemm_n, op->gemm_k, 0, 0};
+        char why[200];
+        if (!tp_supports(TP_KERNEL_GEMM_FP8, &ks, why, sizeof why)) {
+            st = tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s", op->layer, why);
             goto out;
         }
         int prod = g->values[x].producer;
@@ -465,18 +466,4 @@ double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g) {
         if (p->value_scaled[v]) b += 4;
     }
     return b;
-}
-
-static const char *PREC_NAMES[TP_PREC_COUNT] = {"fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp8", "nvfp4", "mxfp4"};
-
-const char *tp_precision_name(tp_precision p) { return (unsigned)p < TP_PREC_COUNT ? PREC_NAMES[p] : "?"; }
-
-tp_status tp_precision_parse(const char *s, tp_precision *out, tp_error *err) {
-    for (int i = 0; i < TP_PREC_COUNT; i++)
-        if (strcmp(s, PREC_NAMES[i]) == 0) {
-            *out = (tp_precision)i;
-            return TP_OK;
-        }
-    return tp_fail(err, TP_ERR_ARG,
-                   "unknown precision '%s' (expected fp32, fp16, bf16, fp8, fp8-block, mxfp8, nvfp4 or mxfp4)", s);
 }

@@ -58,7 +58,7 @@ typedef struct {
     int *op_epilogue_gelu;     /* per GEMM op: -1, or the GELU op its epilogue performs (tanh approximation, only
                                   with the policy's gelu_tanh; the GEMM then writes the GELU's output, E4M3 too) */
     int *op_epilogue_embed;    /* per PATCH_EMBED op: -1, or the EMBED_TOKENS op it performs too (sm_90: one
-                                  kernel, exec/cuda/patch_embed.h: im2col in the GEMM's loads, bias + position
+                                  kernel, exec/cuda/kernels/patch_embed.h: im2col in the GEMM's loads, bias + position
                                   embedding + class token in its epilogue, one rounding; it writes the tokens) */
 } tp_plan;
 

@@ -117,4 +117,15 @@ json_t *tp_profile_summary_json(const tp_trace *t, const tp_profile_summary *s);
  * TP_ERR_OOM. */
 tp_status tp_chrome_trace_write(const tp_trace *t, int iteration, const char *path, tp_error *err);
 
+/* FP8 attention's accuracy cost in one layer (tp_engine_attention_cost, src/exec/cuda/engine/cuda_engine.h): the output
+ * of an attention op the engine runs in FP8 (E4M3 outputs dequantized with their scale) against the FP16/BF16
+ * flash kernel's output on the same input, that is the engine's own input to the layer, so each row is that
+ * layer's cost alone. */
+typedef struct {
+    int op;           /* index of the attention op in the entry's trace (trace->ops[op].layer names it) */
+    tp_precision ref; /* the reference's precision: TP_PREC_FP16 or TP_PREC_BF16 (the type of the op's qkv input) */
+    double cosine;    /* cosine similarity of the two outputs, flattened; NaN when not finite */
+    double rel_l2;    /* |y_fp8 - y_ref|_2 / |y_ref|_2; NaN when not finite */
+} tp_attn_cost;
+
 #endif

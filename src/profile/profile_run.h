@@ -6,7 +6,7 @@
 
 #include <jansson.h>
 
-#include "exec/cuda/cuda_engine.h"
+#include "exec/cuda/engine/cuda_engine.h"
 #include "profile/analysis.h"
 #include "profile/cupti_trace.h"
 

@@ -4,7 +4,7 @@
  * for multicore architectures", CACM 52(4), 2009): an op that does F FLOP of matrix products and moves B bytes
  * cannot finish in less than max(F / P, B / W), P the tensor-core rate of its precision and W the memory rate.
  * tprof measures both on the GPU it runs on instead of taking datasheet figures: P is the dense cuBLASLt GEMM rate
- * of the precision at 8192^3 (exec/cuda/gemm_peak.h), W the rate of a device-to-device copy of 2 x 256 MiB
+ * of the precision at 8192^3 (exec/cuda/gemm/gemm_peak.h), W the rate of a device-to-device copy of 2 x 256 MiB
  * (bytes read plus bytes written per second). B is the op's fewest bytes at its planned storage types (every
  * input read once, the output written once: planner/plan.h, tp_plan_op_bytes), F its matmul FLOPs (ir/graph.h).
  * FLOPs outside matrix products (LayerNorm's, the softmax's) are not counted: the CUDA-core rate is not measured,

@@ -15,24 +15,10 @@
 
 #define TRACE_FORMAT "tprof-trace-1"
 
-static const char *CAT_NAMES[TP_CAT_COUNT] = {
-    [TP_CAT_GEMM] = "GEMM",           [TP_CAT_ATTENTION] = "attention", [TP_CAT_NORM] = "normalization",
-    [TP_CAT_ACTIVATION] = "activation", [TP_CAT_ELEMENTWISE] = "elementwise", [TP_CAT_QUANT] = "quantize",
-    [TP_CAT_CONVERT] = "conversion",  [TP_CAT_MEMORY] = "memory",       [TP_CAT_OTHER] = "other",
-};
 
 static const char *REC_KIND_NAMES[] = {[TP_REC_KERNEL] = "kernel", [TP_REC_MEMCPY] = "memcpy",
                                        [TP_REC_MEMSET] = "memset"};
 #define REC_KIND_COUNT ((int)(sizeof REC_KIND_NAMES / sizeof REC_KIND_NAMES[0]))
-
-const char *tp_category_name(tp_category c) { return (unsigned)c < TP_CAT_COUNT ? CAT_NAMES[c] : "?"; }
-
-int tp_category_parse(const char *s) {
-    if (!s) return -1;
-    for (int i = 0; i < TP_CAT_COUNT; i++)
-        if (strcmp(s, CAT_NAMES[i]) == 0) return i;
-    return -1;
-}
 
 static int rec_kind_parse(const char *s) {
     for (int i = 0; i < REC_KIND_COUNT; i++)

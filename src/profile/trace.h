@@ -11,22 +11,6 @@
 #include "profile/roofline.h"
 #include "tprof.h"
 
-typedef enum {
-    TP_CAT_GEMM = 0,
-    TP_CAT_ATTENTION,
-    TP_CAT_NORM,        /* LayerNorm, RMSNorm */
-    TP_CAT_ACTIVATION,  /* GELU, SiLU */
-    TP_CAT_ELEMENTWISE, /* residual add, token embedding, pooling */
-    TP_CAT_QUANT,       /* standalone quantize / dequantize, amax */
-    TP_CAT_CONVERT,     /* format conversion: layout (im2col), cast, reformat */
-    TP_CAT_MEMORY,      /* memcpy, memset */
-    TP_CAT_OTHER,
-    TP_CAT_COUNT
-} tp_category;
-
-const char *tp_category_name(tp_category c); /* "GEMM", "attention", "normalization", ... */
-/* Parses a name from tp_category_name; -1 if unknown. */
-int tp_category_parse(const char *s);
 
 typedef enum { TP_REC_KERNEL = 0, TP_REC_MEMCPY, TP_REC_MEMSET } tp_record_kind;
 

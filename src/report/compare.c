@@ -633,9 +633,9 @@ static void sec_summary(tp_doc *d, const model *m) {
     tp_doc_para(
         d,
         "Latency: event-timed GPU compute time per forward pass of batch %d (CUDA events; median, mean and p99 over "
-        "the timed runs; host-device transfers excluded). Accuracy: logits against the FP32 CPU reference on the "
+        "the timed runs; host-device transfers excluded). Accuracy: logits against the %s reference on the "
         "same weights and inputs (cosine similarity, relative L2 error, largest absolute error, top-1 agreement).",
-        m->cfg->batch);
+        m->cfg->batch, m->cfg->reference ? m->cfg->reference : "FP32 CPU");
 }
 
 static void sec_config(tp_doc *d, const model *m) {
@@ -1225,7 +1225,8 @@ static json_t *report_json(const model *m) {
                       "traced_ms", jnum(e->prof->kernel_ns_per_iter * 1e-6));
         json_object_set_new(o, "accuracy",
                             e->ref_images > 0
-                                ? json_pack("{s:s,s:i,s:o,s:o,s:o,s:o}", "reference", "FP32 CPU", "images",
+                                ? json_pack("{s:s,s:i,s:o,s:o,s:o,s:o}", "reference",
+                                            c->reference ? c->reference : "FP32 CPU", "images",
                                             e->ref_images, "cosine", jnum(e->cosine), "rel_l2", jnum(e->rel_l2),
                                             "max_abs", jnum(e->max_abs), "top1", jnum(e->top1))
                                 : json_null());

@@ -12,16 +12,6 @@
 #include "profile/trace.h"
 #include "tprof.h"
 
-/* FP8 attention's accuracy cost in one layer (tp_engine_attention_cost, src/exec/cuda/cuda_engine.h): the output
- * of an attention op the engine runs in FP8 (E4M3 outputs dequantized with their scale) against the FP16/BF16
- * flash kernel's output on the same input, that is the engine's own input to the layer, so each row is that
- * layer's cost alone. */
-typedef struct {
-    int op;           /* index of the attention op in the entry's trace (trace->ops[op].layer names it) */
-    tp_precision ref; /* the reference's precision: TP_PREC_FP16 or TP_PREC_BF16 (the type of the op's qkv input) */
-    double cosine;    /* cosine similarity of the two outputs, flattened; NaN when not finite */
-    double rel_l2;    /* |y_fp8 - y_ref|_2 / |y_ref|_2; NaN when not finite */
-} tp_attn_cost;
 
 /* One precision's measurements. */
 typedef struct {
@@ -51,6 +41,8 @@ typedef struct {
     double peak_tflops[TP_PREC_COUNT]; /* dense GEMM rate measured on this GPU per precision, TFLOP/s (0: not
                                           measured) */
     const char *peak_shape;            /* e.g. "8192 x 8192 x 8192" */
+    const char *reference;             /* where the FP32 reference behind the accuracy figures ran: "FP32 GPU" or
+                                          "FP32 CPU"; NULL: "FP32 CPU" */
     const char *artifacts[32];         /* files written besides the report (per-precision JSON, traces) */
     int n_artifacts;
 } tp_compare_config;

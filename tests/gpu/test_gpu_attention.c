@@ -1,4 +1,4 @@
-/* test_gpu_attention.c: the tensor-core fused attention (tpk_flash_attention, src/exec/cuda/attention.h) against
+/* test_gpu_attention.c: the tensor-core fused attention (tpk_flash_attention, src/exec/cuda/attention/attention.h) against
  * the fp64 CPU reference tp_cpu_attention, on the GPU; and its general entry point tpk_flash_attention_ex (strided
  * Q/K/V/O, Tq != Tkv, causal, GQA, split-KV) against tp_cpu_attention_ex: see the flash_ex tests further down.
  * Seen on an H200 (2026-11-21, bench/results/2026-11-21_h200_gpu_tests_attention_decoder.log): 16 checks pass,
@@ -43,7 +43,7 @@
 #include <string.h>
 
 #include "exec/cpu/cpu_ops.h"
-#include "exec/cuda/attention.h"
+#include "exec/cuda/attention/attention.h"
 #include "formats/dtype.h"
 
 #define TP_GPU_MAX_TRACKED 1024

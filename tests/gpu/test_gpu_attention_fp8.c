@@ -1,4 +1,4 @@
-/* test_gpu_attention_fp8.c: the FP8 fused attention (tpk_flash_attention_fp8, src/exec/cuda/attention_fp8.h) on
+/* test_gpu_attention_fp8.c: the FP8 fused attention (tpk_flash_attention_fp8, src/exec/cuda/attention/attention_fp8.h) on
  * the GPU, against (1) a CPU emulation of exactly its numerics and (2) the FP32 CPU reference tp_cpu_attention.
  *
  * Method (as test_gpu_attention.c):
@@ -64,8 +64,8 @@
 
 #include "core/rng.h"
 #include "exec/cpu/cpu_ops.h"
-#include "exec/cuda/attention_fp8.h"
-#include "exec/cuda/attention_wgmma.h"
+#include "exec/cuda/attention/attention_fp8.h"
+#include "exec/cuda/attention/attention_wgmma.h"
 #include "formats/dtype.h"
 
 #define TP_GPU_MAX_TRACKED 1024

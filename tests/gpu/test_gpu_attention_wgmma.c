@@ -1,4 +1,4 @@
-/* test_gpu_attention_wgmma.c: the Hopper attention kernel (tpk_flash_attention_wgmma, src/exec/cuda/attention_wgmma.h)
+/* test_gpu_attention_wgmma.c: the Hopper attention kernel (tpk_flash_attention_wgmma, src/exec/cuda/attention/attention_wgmma.h)
  * against the fp64 CPU reference tp_cpu_attention, on the GPU.
  *
  * Method and tolerances as test_gpu_attention.c (same numerics contract; its header derives the bounds): qkv ~
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "exec/cpu/cpu_ops.h"
-#include "exec/cuda/attention_wgmma.h"
+#include "exec/cuda/attention/attention_wgmma.h"
 #include "formats/dtype.h"
 
 #define TP_GPU_MAX_TRACKED 1024

@@ -23,12 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/stats.h"
+#include "core/stats.h"
 #include "core/rng.h"
 #include "exec/cpu/cpu_ops.h"
-#include "exec/cuda/gemm_cublaslt.h"
-#include "exec/cuda/kernels.h"
-#include "exec/cuda/scale_layout.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "exec/cuda/kernels/kernels.h"
+#include "exec/cuda/kernels/scale_layout.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
 

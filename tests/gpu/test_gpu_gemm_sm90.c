@@ -1,9 +1,9 @@
 /* test_gpu_gemm_sm90.c: tprof's Hopper GEMM (tpk_gemm_sm90 and, with E4M3 operands, tpk_gemm_sm90_fp8;
- * src/exec/cuda/gemm_sm90.h) against an fp64 CPU reference, on the GPU, element by element. The FP8 test's bounds
+ * src/exec/cuda/gemm/gemm_sm90.h) against an fp64 CPU reference, on the GPU, element by element. The FP8 test's bounds
  * are at test_gemm_sm90_fp8; the 16-bit ones follow.
  *
  * Reference: v = sum_k A[m,k] W[n,k] + bias[n] in fp64 over the inputs as stored (rounded to F16/BF16 first), then
- * GELU(v) = 0.5 v erfc(-v / sqrt 2) in fp64 when asked. Bound per element, from the format (../shared/docs/
+ * GELU(v) = 0.5 v erfc(-v / sqrt 2) in fp64 when asked. Bound per element, from the format (docs/
  * formats.md: unit roundoff 2^-11 for F16, 2^-8 for BF16):
  *   |got - ref| <= ulp_dt(ref) + 2 (K + 2) 2^-24 sum_k |A W| + 4e-7 |v|
  * one unit in the last place of the output type (RNE is half of one; the other half covers an accumulation error
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/cuda/gemm_sm90.h"
+#include "exec/cuda/gemm/gemm_sm90.h"
 #include "formats/dtype.h"
 
 #define TP_GPU_MAX_TRACKED 1024

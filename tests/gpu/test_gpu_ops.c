@@ -26,9 +26,9 @@
 #include <string.h>
 
 #include "exec/cpu/cpu_ops.h"
-#include "exec/cuda/gemm_cublaslt.h"
-#include "exec/cuda/kernels.h"
-#include "exec/cuda/patch_embed.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "exec/cuda/kernels/kernels.h"
+#include "exec/cuda/kernels/patch_embed.h"
 #include "formats/dtype.h"
 
 #define TP_GPU_MAX_TRACKED 4096

@@ -1,4 +1,4 @@
-/* test_gpu_sdpa.c: cuDNN's SDPA forward (tp_sdpa_*, src/exec/cuda/cudnn_sdpa.h) against the fp64 CPU reference
+/* test_gpu_sdpa.c: cuDNN's SDPA forward (tp_sdpa_*, src/exec/cuda/vendor/cudnn_sdpa.h) against the fp64 CPU reference
  * tp_cpu_attention, on the GPU.
  *
  * cuDNN is loaded at run time. Where it cannot be loaded (or the build had no cuDNN headers) every test prints
@@ -55,7 +55,7 @@
 #include <time.h>
 
 #include "exec/cpu/cpu_ops.h"
-#include "exec/cuda/cudnn_sdpa.h"
+#include "exec/cuda/vendor/cudnn_sdpa.h"
 #include "formats/dtype.h"
 
 #define TP_GPU_MAX_TRACKED 256

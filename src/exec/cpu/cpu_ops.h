@@ -23,7 +23,7 @@ void tp_cpu_add(const float *a, const float *b, float *y, int64_t n);
  * out: (B, T, H, D) = softmax(scale * Q K^T) V per (b, h), non-causal. 4*B*H*T*T*D FLOP. */
 void tp_cpu_attention(const float *qkv, float *out, int64_t B, int64_t T, int64_t H, int64_t D, float scale);
 
-/* The general attention reference (the contract of tpk_flash_attention_ex, src/exec/cuda/attention.h, in fp32
+/* The general attention reference (the contract of tpk_flash_attention_ex, src/exec/cuda/attention/attention.h, in fp32
  * storage, fp64 math): separate strided Q, K, V, O; Tq queries, Tkv keys; grouped-query attention; causal masks
  * aligned bottom-right.
  *   o[b, t, h, :] = sum_{j in S(t)} softmax_j(scale * q[b, t, h, :] . k[b, j, h / G, :]) v[b, j, h / G, :]

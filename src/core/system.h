@@ -1,0 +1,25 @@
+/* system.h: what a result records about the machine it ran on (bench JSON, reports). */
+#ifndef TP_SYSTEM_H
+#define TP_SYSTEM_H
+
+#include <stddef.h>
+
+/* One GPU, as tp_gpu_query (exec/cuda/engine/cuda_engine.h) fills it; present 0 where there is none (or the
+ * build has no CUDA). */
+typedef struct {
+    int present;
+    char name[256];
+    int sm;                  /* compute capability x 10 */
+    int sm_count;
+    double mem_bytes;
+    double l2_bytes;
+    char driver[96];         /* NVIDIA driver version (NVML), "unknown" if NVML is absent */
+    int driver_cuda;         /* CUDA version the driver supports, e.g. 13000 */
+    int runtime_cuda;        /* CUDA runtime version linked in */
+    size_t cublaslt_version; /* e.g. 130100 */
+} tp_gpu_info;
+
+/* The host CPU's model name (/proc/cpuinfo), "unknown" where it cannot be read. */
+void tp_host_cpu_name(char *buf, size_t n);
+
+#endif

@@ -1,0 +1,178 @@
+/* cuda_engine.h: the CUDA executor. An engine is one graph planned for one precision on one GPU: weights
+ * converted and uploaded once, every activation buffer allocated once (buffers reused by liveness), GEMMs
+ * planned with cuBLASLt, and the whole forward pass captured in one CUDA graph. Running and timing it does
+ * no allocation and no host synchronization inside the timed region. */
+#ifndef TP_CUDA_ENGINE_H
+#define TP_CUDA_ENGINE_H
+
+#include <stddef.h>
+
+#include "core/system.h"
+#include "ir/graph.h"
+#include "models/model.h"
+#include "formats/qformat.h"
+#include "planner/plan.h"
+#include "tprof.h"
+
+
+/* Fills info for device `device`. TP_ERR_NO_GPU (with the CUDA reason) when there is none. */
+tp_status tp_gpu_query(int device, tp_gpu_info *info, tp_error *err);
+
+typedef struct tp_engine tp_engine;
+
+/* Called before every kernel or GEMM the engine enqueues (also while capturing the CUDA graph), with the IR op
+ * and the category of what follows (a tp_category); op -1 after the last. The profiler attributes kernels
+ * through it. */
+typedef void (*tp_launch_hook)(void *user, int op, int category);
+
+/* Which implementation runs the fused attention ops. AUTO times every eligible one on the op's shape when the
+ * engine is built and keeps the fastest (once per distinct shape); the others force one, and are an error at
+ * build time where it cannot run the op. */
+typedef enum {
+    TP_ATTN_AUTO = 0,
+    TP_ATTN_FLASH,   /* tprof's tensor-core kernel (attention.h): F16/BF16 inputs, D in {32, 64, 80, 96, 128} */
+    TP_ATTN_CUDNN,   /* cuDNN's SDPA (cudnn_sdpa.h), loaded at run time: F16/BF16 in and out (no E4M3 output) */
+    TP_ATTN_CLASSIC, /* tprof's CUDA-core kernel (kernels.h tpk_attention): any type, the reference on the GPU */
+    TP_ATTN_WGMMA,   /* tprof's Hopper kernel (attention_wgmma.h): compute capability 9.0, F16/BF16 in, D = 64 */
+    TP_ATTN_COUNT
+} tp_attn_impl;
+/* "auto", "flash", "cudnn", "classic", "wgmma"; parse returns -1 for anything else. */
+const char *tp_attn_impl_name(tp_attn_impl a);
+int tp_attn_impl_parse(const char *s);
+
+typedef struct {
+    int device;
+    int use_graph;           /* 1: capture the forward pass in one CUDA graph (default); 0: eager launches */
+    tp_attn_impl attention;  /* fused attention implementation (default AUTO) */
+    size_t workspace_bytes;  /* cuBLASLt workspace; 0 = 32 MiB */
+    int gemm_first;          /* 1: run cuBLASLt's first heuristic algorithm (and every GELU as its own kernel);
+                                0 (default): time its candidates at build and keep the fastest per GEMM shape
+                                (gemm_cublaslt.h, GEMM selection), and on sm_90 time tprof's GEMM against it where
+                                it can run the op: with the exact GELU after it in its epilogue
+                                (TP_GEMM_CHOICE_SM90_GELU), or a per-tensor FP8 op without (TP_GEMM_CHOICE_SM90) */
+    int cublaslt_only;       /* 1: never tprof's own GEMM (TP_GEMM_CHOICE_SM90_GELU, TP_GEMM_CHOICE_SM90): every
+                                GEMM in cuBLASLt, every GELU its own kernel */
+    int fp8_promote;         /* per-tensor FP8 GEMMs' accumulation. 0 (default, --fp8-accum fast): in the tensor
+                                cores without periodic promotion to fp32, as Transformer Engine's forward GEMMs:
+                                cuBLASLt with FAST_ACCUM, and on sm_90 tprof's FP8 GEMM timed against it; 1
+                                (--fp8-accum promote): cuBLASLt with its fp32 promotion (FAST_ACCUM off), never
+                                tprof's FP8 GEMM. bench/gemm_lab.c measures both (10-17% apart on an H200) */
+    const int *gemm_choice;  /* optional, per op: the candidate index to run (tp_engine_gemm_choice of another
+                                engine of the same graph and plan, TP_GEMM_CHOICE_SM90(_GELU) included), taken as
+                                given; -1 entries: as above */
+    const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 */
+    tp_launch_hook hook;     /* optional */
+    void *hook_user;
+    /* Optional, per parameter index: the weight already quantized (an engine file's tensors). Used as stored
+     * for the values the plan quantizes, so an engine loaded from a file is bit-exact with the one that wrote
+     * it (re-quantizing decoded values is not idempotent for every format). NULL entries: quantize the fp32
+     * master. */
+    const tp_qtensor *const *weights_q;
+} tp_engine_options;
+
+/* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
+ * naming the bytes asked), TP_ERR_UNSUPPORTED (a GEMM cuBLASLt cannot run, naming the layer), TP_ERR_ARG
+ * (an FP8 plan without calibration data), TP_ERR_CUDA. */
+tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_plan *plan,
+                          const tp_engine_options *opt, tp_engine **out, tp_error *err);
+void tp_engine_destroy(tp_engine *e);
+
+/* What runs op `op` when the engine chose among implementations: attention ops, e.g. "wgmma: flash (tprof)
+ * 50.9 us wgmma (tprof) 44.0 us cudnn 46.5 us" (the choice, then the build-time timings: mean of 10 back-to-back
+ * runs, us); GEMM ops, e.g. "cuBLASLt algorithm 3 of 8 by time: 41.2 us (the heuristic's first: 44.0 us)" or
+ * "tprof sm90 GEMM + bias + exact GELU in the epilogue (by time: ...)", and a GELU op run by that epilogue, "in the
+ * epilogue of <layer> (tprof sm90 GEMM): no GELU kernel"; NULL for other ops. The string lives as long as the
+ * engine. */
+const char *tp_engine_op_impl(const tp_engine *e, int op);
+
+/* Bytes op `op` moves per forward pass in this engine (the roofline's memory term, profile/roofline.h): the plan's
+ * (tp_plan_op_bytes: every input read once, the output written once), except where the build fused more than the
+ * plan: a GEMM run as TP_GEMM_CHOICE_SM90_GELU writes its GELU's output instead of its own, and that GELU op moves
+ * nothing. 0 for a bad index. */
+double tp_engine_op_bytes(const tp_engine *e, int op);
+
+/* The attention implementation op `op` runs (never TP_ATTN_AUTO once built: pass it as tp_engine_options.attention
+ * to build an engine that runs the same kernels); -1 for a non-attention op, an FP8 attention op (one kernel) or a
+ * bad index. */
+int tp_engine_attention_choice(const tp_engine *e, int op);
+
+/* A GEMM choice (tp_engine_gemm_choice, tp_engine_options.gemm_choice, an engine file's "algos") that is not a
+ * cuBLASLt candidate: tprof's Hopper GEMM (gemm_sm90.h) with the bias and the exact GELU of the op after it in its
+ * epilogue, one kernel writing the GELU's output (that GELU op then launches nothing). Only for a linear read by
+ * nothing but an exact GELU, with 16-bit operands (the GELU in their type) or per-tensor E4M3 ones (an F16 GEMM
+ * output; the GELU writing F16 or E4M3: tpk_gemm_sm90_fp8; not with fp8_promote), on compute capability 9.0;
+ * elsewhere the build refuses it. */
+#define TP_GEMM_CHOICE_SM90_GELU 1000
+/* The other such choice: tprof's Hopper GEMM with E4M3 operands and no GELU (tpk_gemm_sm90_fp8), the bias and a
+ * residual add fused by the plan in its epilogue, writing F16 or E4M3; accumulation in the tensor cores without
+ * cuBLASLt's fp32 promotion (gemm_sm90.h). Only for a per-tensor FP8 linear that TP_GEMM_CHOICE_SM90_GELU does
+ * not take (no exact GELU after it, or one it cannot fuse: the GELU kernel then runs after this GEMM), whose output
+ * lies apart from its input and whose residual is F16 and either the output or apart from it, on compute
+ * capability 9.0, and not with fp8_promote; elsewhere the build refuses it. Chosen by time against cuBLASLt's best
+ * candidate when the engine is built. */
+#define TP_GEMM_CHOICE_SM90 1001
+
+/* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice), TP_GEMM_CHOICE_SM90_GELU
+ * or TP_GEMM_CHOICE_SM90 where tprof's Hopper GEMM runs it; -1 for a non-GEMM op or a bad index. */
+int tp_engine_gemm_choice(const tp_engine *e, int op);
+
+/* The accuracy cost of FP8 attention, layer by layer: one eager forward pass over the engine's current input in
+ * which every attention op the plan runs in FP8 is also run by the FP16/BF16 flash kernel on the same input; for
+ * those ops i, cosine[i] and rel_l2[i] (|y8 - y16|_2 / |y16|_2) of the FP8 output (E4M3 outputs dequantized with
+ * their scale) against it, NaN for every other op (arrays of n_ops). The input of each layer is the engine's own,
+ * so each number is that layer's cost alone. Where the plan has the QKV GEMM write E4M3 Q/K/V (plan.c), the
+ * reference runs on those values (exactly, in f16): the number is then the cost of P's and the output's E4M3,
+ * Q/K/V's rounding being the GEMM's. *n_out receives the number of FP8 attention ops compared. Errors:
+ * TP_ERR_OOM, TP_ERR_CUDA. */
+tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2, int *n_out, tp_error *err);
+
+/* Copies images (the graph input's shape, fp32, row-major) to the device. */
+tp_status tp_engine_set_input(tp_engine *e, const float *images, tp_error *err);
+/* Runs one forward pass and waits for it. */
+tp_status tp_engine_forward(tp_engine *e, tp_error *err);
+/* Copies the output (fp32, the graph output's shape) back to the host. */
+tp_status tp_engine_get_output(tp_engine *e, float *out, tp_error *err);
+
+/* Max calibration: runs one eager forward pass on the current input and raises amax[v] to max |value v| for
+ * every v with want[v] set (amax is per graph value, host fp32, initialized by the caller). */
+tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_error *err);
+
+/* Max calibration (the FP8 recipe of issue 2): builds an FP16 engine of g on `device` (compute capability sm),
+ * runs it on `images` (the graph input's shape) and writes amax[v] = max |value v| for every activation v
+ * (0 for the others; n_values entries, host). A scale is then amax / 448 for E4M3. */
+tp_status tp_calibrate_max(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
+                           float *amax, tp_error *err);
+
+#define TP_CALIB_BINS 2048
+
+/* Calibration by method: max as tp_calibrate_max; percentile runs a second pass that histograms |value v| in
+ * TP_CALIB_BINS bins over [0, max] and writes amax[v] = the p-th percentile (tp_hist_percentile, src/core/stats.h),
+ * so the top (100 - p)% of magnitudes saturate in E4M3 instead of stretching the scale. Errors as
+ * tp_calibrate_max, plus TP_ERR_ARG for p outside (0, 100]. */
+tp_status tp_calibrate(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
+                       const tp_calib_options *co, float *amax, tp_error *err);
+
+/* Runs n forward passes back to back (graph launches, or eager), then waits: the profiled run. */
+tp_status tp_engine_run_n(tp_engine *e, int n, tp_error *err);
+
+/* Times the forward pass: warm-up for warmup_ms, then max(iterations, duration_ms / estimated time) runs,
+ * each bracketed by CUDA events (GPU compute time per run, ms), all inside the NVTX range "BENCHMARK" (so
+ * `ncu --nvtx --nvtx-include "BENCHMARK/"` and `nsys --capture-range=nvtx --nvtx-capture=BENCHMARK` see
+ * exactly the timed runs). *samples (malloc'ed, caller frees) receives
+ * one time per run; *wall_ms the time from the first start event to the last end event. */
+tp_status tp_engine_benchmark(tp_engine *e, double warmup_ms, int iterations, double duration_ms, double **samples,
+                              int *n, double *wall_ms, tp_error *err);
+
+double tp_engine_weight_bytes(const tp_engine *e);     /* device bytes of parameters (+ scales) */
+double tp_engine_activation_bytes(const tp_engine *e); /* device bytes of activations and scratch */
+
+/* The FP32 reference on the GPU: runs g once on input (the graph input's shape, host fp32) and writes its output
+ * (host fp32) with the plainest engine: an FP32 plan (policy fp32 everywhere), cuBLASLt's first FP32 algorithm
+ * with FP32 accumulation (CUBLAS_COMPUTE_32F: no TF32), the CUDA-core attention (TP_ATTN_CLASSIC), no fused
+ * epilogues, eager launches. It agrees with the CPU executor (fp64 accumulation) to relative L2 ~2e-6 on ViT-B/16
+ * (test_gpu_engine checks <= 1e-5) and takes milliseconds where the CPU takes a minute for ViT-H. sm: the device's
+ * compute capability x 10 (tp_gpu_query). Errors as tp_engine_build. */
+tp_status tp_gpu_reference(const tp_graph *g, const tp_params *params, int sm, const float *input, float *output,
+                           tp_error *err);
+
+#endif

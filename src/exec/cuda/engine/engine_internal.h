@@ -1,0 +1,121 @@
+/* engine_internal.h: what engine_launch.c (allocating, launching one op), engine_select.c (the build-time choices
+ * of attention and GEMM implementations) and cuda_engine.c (building, running) share: the engine's definition and a few helpers. Not a public header:
+ * nothing outside src/exec/cuda includes it. C11. */
+#ifndef TP_ENGINE_INTERNAL_H
+#define TP_ENGINE_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+#include "exec/cuda/engine/cuda_engine.h"
+#include "exec/cuda/vendor/cudnn_sdpa.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "formats/dtype.h"
+
+/* A CUDA runtime call that can fail for reasons outside tprof (no device, out of memory): a status. */
+#define CU_TRY(call)                                                                                  \
+    do {                                                                                              \
+        cudaError_t e_ = (call);                                                                      \
+        if (e_ != cudaSuccess) {                                                                      \
+            st = tp_fail(err, e_ == cudaErrorMemoryAllocation ? TP_ERR_OOM : TP_ERR_CUDA, "%s: %s (%s:%d)", \
+                         #call, cudaGetErrorString(e_), __FILE__, __LINE__);                          \
+            goto fail;                                                                                \
+        }                                                                                             \
+    } while (0)
+
+/* One scale per value, each in its own 16-byte slot: cuBLASLt rejects FP8 scale pointers that are only 4-byte
+ * aligned (CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul, seen on H200 with cuBLASLt 13.1). */
+#define SCALE_SLOT 4
+
+struct tp_engine {
+    const tp_graph *g;
+    const tp_params *params;
+    const tp_plan *plan;
+    int use_graph;
+    tp_launch_hook hook;
+    void *hook_user;
+    const tp_qtensor *const *weights_q;
+    cudaStream_t stream;
+    void **dptr;          /* per value */
+    float *d_scales;      /* per value v at d_scales[SCALE_SLOT * v]: the fp32 per-tensor scale of E4M3 values;
+                           * at d_scales[SCALE_SLOT * (n_values + v)] its reciprocal (a GEMM's E4M3 D scale) */
+    float *d_amax;        /* per value: calibration scratch */
+    void *d_cols;         /* im2col scratch */
+    void *d_qdq;          /* emulated block-scaled formats: the dequantized GEMM input (bf16) */
+    void *d_q8;           /* fp8-block, native MX/NV: the codes of a GEMM input quantized by a standalone kernel */
+    void **d_bscale;      /* per value: block scales as cuBLASLt reads them (fp8-block: fp32 (K/128, M_pad) for
+                             activations, 128x128 tiles for weights; native MX/NV: codes in the 128x4 layout) */
+    float *wglobal;       /* per value: NVFP4 weights' second-level scale s2 (1 elsewhere), host */
+    float *alpha;         /* per op: the GEMM's alpha (s2_a * s2_w for NVFP4, else 1), host */
+    void **allocs;        /* everything cudaMalloc'ed, for destroy */
+    int n_allocs, cap_allocs;
+    tp_gemm_ctx *gemm;
+    tp_gemm_plan **gplan; /* per op */
+    tp_attn_impl *attn;        /* per op: the attention implementation chosen (attention ops) */
+    tp_sdpa **sdpa;            /* per op: cuDNN's plan when it runs the op (plans are per op: they cache pointers) */
+    void *d_sdpa_ws;           /* cuDNN's workspace, shared (one stream) */
+    char (*impl_note)[200];    /* per op: what was chosen and the build-time timings */
+    int *gelu_sm90;            /* per GEMM op: the GELU op whose output tprof's Hopper GEMM writes (gemm_sm90.h, bias
+                                  and exact GELU in its epilogue; chosen by time in choose_gemms), -1: cuBLASLt, then
+                                  the GELU op's own kernel */
+    unsigned char *plain_sm90; /* per GEMM op: 1 where tprof's Hopper GEMM runs a per-tensor FP8 linear without a
+                                  GELU (bias and the fused residual add in its epilogue; sm90_plain_candidate) */
+    int fp8_promote;           /* tp_engine_options.fp8_promote */
+    int sms;                   /* the device's SM count (tpk_gemm_sm90_fp8_pick_variant's tiling rule) */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    double weight_bytes, act_bytes;
+};
+
+/* cudaMalloc of `bytes` (16 when 0) recorded for tp_engine_destroy; TP_ERR_OOM naming `what` and the bytes, or
+ * TP_ERR_CUDA. */
+tp_status tpe_dev_alloc(tp_engine *e, size_t bytes, void **p, const char *what, tp_error *err);
+/* bytes of value v's activation buffer: its elements in the plan's type plus the PAD_ROWS rows of slack */
+size_t tpe_act_alloc_bytes(const tp_engine *e, int v);
+/* enqueues op i as it is configured (its kernels, or nothing when another op's kernel computes it) on e->stream */
+tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err);
+
+/* engine_select.c. Attention: every attention op's implementation (tp_attn_impl; `want` AUTO: the eligible ones
+ * timed on the op's buffers, the fastest kept), and cuDNN's workspace. GEMMs: every GEMM op's cuBLASLt candidate
+ * or tprof's Hopper GEMM (TP_GEMM_CHOICE_SM90, _SM90_GELU), timed unless `first` or given. Both write the
+ * choice and its timings into e->impl_note. Errors: TP_ERR_UNSUPPORTED (a choice that cannot run, naming the
+ * layer), TP_ERR_ARG, TP_ERR_OOM, TP_ERR_CUDA. */
+tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err);
+tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err);
+
+/* engine_launch.c's helpers, shared by the build */
+static inline size_t value_bytes(const tp_engine *e, int v) {
+    return (size_t)tp_value_numel(&e->g->values[v]) * tp_dtype_info(e->plan->value_dt[v])->bytes;
+}
+
+/* Rows of an activation viewed as a GEMM operand (M, K), K its last dimension; fp8-block GEMMs run on rows
+ * rounded up to a multiple of 4 (cuBLASLt refuses block scales otherwise), so every activation buffer has
+ * PAD_ROWS rows of slack after its last row. */
+#define PAD_ROWS 3
+static inline int64_t value_cols(const tp_engine *e, int v) {
+    const tp_value *val = &e->g->values[v];
+    return val->shape[val->ndim - 1];
+}
+static inline int64_t value_rows(const tp_engine *e, int v) { return tp_value_numel(&e->g->values[v]) / value_cols(e, v); }
+static inline int64_t rows_pad(int64_t m) { return (m + 3) / 4 * 4; }
+/* Op i is a GEMM on Blackwell's block-scaled MMA (a native MXFP8 / NVFP4 / MXFP4 plan). */
+static inline int op_native_bs(const tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    tp_qformat qf = op->kind == TP_OP_LINEAR ? e->plan->value_qf[op->in[0]] : TP_QF_NONE;
+    return (qf == TP_QF_MXFP8 || qf == TP_QF_NVFP4 || qf == TP_QF_MXFP4) && !e->plan->op_emulated[i];
+}
+
+/* Weight v is read by a native block-scaled GEMM. */
+static inline int weight_native_bs(const tp_engine *e, int v) {
+    for (int i = 0; i < e->g->n_ops; i++)
+        if (e->g->ops[i].n_in > 1 && e->g->ops[i].in[1] == v && op_native_bs(e, i)) return 1;
+    return 0;
+}
+
+/* Before every kernel an op enqueues: the launch hook (profiling) with the op and the kernel's category. */
+#define HOOK(e, op, cat)                                        \
+    do {                                                        \
+        if ((e)->hook) (e)->hook((e)->hook_user, (op), (int)(cat)); \
+    } while (0)
+
+#endif

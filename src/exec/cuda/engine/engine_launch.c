@@ -1,0 +1,240 @@
+/* engine_launch.c: enqueuing one op of an engine as the build configured it (tpe_launch_op), and the engine's
+ * device allocations: the layer below both the build-time choices (engine_select.c, which times ops through it)
+ * and the engine's build and run (cuda_engine.c). */
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/stats.h"
+#include "core/check.h"
+#include "core/util.h"
+#include "exec/cuda/attention/attention.h"
+#include "exec/cuda/attention/attention_wgmma.h"
+#include "exec/cuda/attention/attention_fp8.h"
+#include "exec/cuda/vendor/cudnn_sdpa.h"
+#include "exec/cuda/engine/engine_internal.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "exec/cuda/gemm/gemm_sm90.h"
+#include "exec/cuda/kernels/kernels.h"
+#include "exec/cuda/kernels/patch_embed.h"
+#include "exec/cuda/kernels/scale_layout.h"
+#include "formats/dtype.h"
+#include "formats/qformat.h"
+
+#include <nvtx3/nvToolsExt.h>
+
+tp_status tpe_dev_alloc(tp_engine *e, size_t bytes, void **p, const char *what, tp_error *err) {
+    if (e->n_allocs == e->cap_allocs) {
+        e->cap_allocs = e->cap_allocs ? 2 * e->cap_allocs : 256;
+        void **na = realloc(e->allocs, sizeof(void *) * (size_t)e->cap_allocs);
+        if (!na) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        e->allocs = na;
+    }
+    cudaError_t ce = cudaMalloc(p, bytes ? bytes : 16);
+    if (ce != cudaSuccess) {
+        char b[32];
+        cudaGetLastError();
+        return tp_fail(err, ce == cudaErrorMemoryAllocation ? TP_ERR_OOM : TP_ERR_CUDA,
+                       "out of GPU memory allocating %s for %s (%s)", tp_fmt_bytes((double)bytes, b, sizeof b),
+                       what, cudaGetErrorString(ce));
+    }
+    e->allocs[e->n_allocs++] = *p;
+    return TP_OK;
+}
+
+size_t tpe_act_alloc_bytes(const tp_engine *e, int v) {
+    return value_bytes(e, v) + (size_t)(PAD_ROWS * value_cols(e, v)) * tp_dtype_info(e->plan->value_dt[v])->bytes;
+}
+
+/* ---- launching ----------------------------------------------------------------------------------------- */
+
+
+
+tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    const tp_value *o = &g->values[op->out], *xv = &g->values[op->in[0]];
+    void *y = e->dptr[op->out];
+    const void *x = e->dptr[op->in[0]];
+    tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
+    const float *ys = e->d_scales + SCALE_SLOT * op->out;
+    cudaStream_t s = e->stream;
+    int rc = 0, cublas = 0; /* cublas: rc is a cuBLAS status, not a CUDA error */
+    HOOK(e, i, tp_op_category(op->kind));
+    switch (op->kind) {
+    case TP_OP_PATCH_EMBED:
+        if (pl->op_epilogue_embed[i] >= 0) { /* im2col + GEMM + bias + token embedding in one kernel (plan.c) */
+            const tp_op *eo = &g->ops[pl->op_epilogue_embed[i]];
+            rc = tpk_patch_embed(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                                 eo->n_in > 2 ? e->dptr[eo->in[2]] : NULL, e->dptr[eo->in[1]], e->dptr[eo->out],
+                                 pl->value_dt[eo->out], (int)xv->shape[0], (int)xv->shape[2], (int)xv->shape[3],
+                                 op->patch, (int)op->gemm_n, eo->n_in > 2, s);
+            break;
+        }
+        HOOK(e, i, TP_CAT_CONVERT); /* im2col is a layout transform feeding the GEMM */
+        rc = tpk_im2col(x, e->d_cols, pl->value_dt[op->in[1]], (int)xv->shape[0], (int)xv->shape[2],
+                        (int)xv->shape[3], op->patch, s);
+        HOOK(e, i, TP_CAT_GEMM);
+        if (!rc) {
+            rc = tp_gemm_run(e->gemm, e->gplan[i], e->d_cols, e->dptr[op->in[1]], e->dptr[op->in[2]], y, NULL, NULL,
+                             s);
+            cublas = 1;
+        }
+        break;
+    case TP_OP_EMBED_TOKENS:
+        if (pl->op_fused_into[i] >= 0) break; /* written by the patch embedding's kernel (plan.c) */
+        rc = tpk_embed_tokens(x, op->n_in > 2 ? e->dptr[op->in[2]] : NULL, e->dptr[op->in[1]], y, ydt,
+                              (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->n_in > 2, s);
+        break;
+    case TP_OP_LAYERNORM: {
+        int C = (int)o->shape[o->ndim - 1], M = (int)(tp_value_numel(o) / C);
+        if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3)
+            rc = tpk_layernorm_fp8_b128(x, xdt, e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]], y,
+                                        (float *)e->d_bscale[op->out], M, (int)rows_pad(M), C, op->eps, s);
+        else
+            rc = tpk_layernorm(x, xdt, e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]], y, ydt, ys,
+                               M, C, op->eps, s);
+        break;
+    }
+    case TP_OP_LINEAR: {
+        const tp_qformat qf = pl->value_qf[op->in[0]];
+        const int fp8 = pl->value_dt[op->in[0]] == TP_E4M3;
+        if (e->gelu_sm90[i] >= 0) { /* GEMM + bias + exact GELU in one kernel: it writes the GELU's output */
+            const int gv = g->ops[e->gelu_sm90[i]].out;
+            const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
+            if (fp8) /* E4M3 operands with their scales; the GELU's output in its type (E4M3 with its scale) */
+                rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
+                                       e->d_scales + SCALE_SLOT * op->in[1], bias, NULL, e->dptr[gv],
+                                       pl->value_dt[gv], e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m,
+                                       (int)op->gemm_n, (int)op->gemm_k, 1,
+                                       tpk_gemm_sm90_fp8_pick_variant(pl->value_dt[gv], (int)op->gemm_m,
+                                                                      (int)op->gemm_n, e->sms),
+                                       s);
+            else
+                rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], bias, e->dptr[gv], xdt, (int)op->gemm_m, (int)op->gemm_n,
+                                   (int)op->gemm_k, 1, s);
+            break;
+        }
+        if (qf == TP_QF_FP8_BLOCK128) {
+            /* native FP8 block-128: the input in E4M3 with its 1x128 scales (written by the producer, or here) */
+            const int M = (int)op->gemm_m;
+            float *xs = (float *)e->d_bscale[op->in[0]];
+            if (!fp8) {
+                HOOK(e, i, TP_CAT_QUANT);
+                rc = tpk_quant_fp8_b128(x, xdt, 0, e->d_q8, xs, M, (int)rows_pad(M), (int)op->gemm_k, s);
+                if (rc) break;
+                x = e->d_q8;
+                HOOK(e, i, TP_CAT_GEMM);
+            }
+            cublas = 1;
+            rc = tp_gemm_run(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                             y, xs, (const float *)e->d_bscale[op->in[1]], s);
+            break;
+        }
+        if (op_native_bs(e, i)) {
+            /* Blackwell: the input's codes and 128x4-tiled scales, then the block-scaled GEMM (NVFP4's per-tensor
+             * scales in alpha) */
+            HOOK(e, i, TP_CAT_QUANT);
+            rc = tpk_block_quant_native(x, xdt, e->d_q8, e->d_bscale[op->in[0]], (long long)op->gemm_m,
+                                        (long long)op->gemm_k, (int)qf,
+                                        qf == TP_QF_NVFP4 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
+            if (rc) break;
+            HOOK(e, i, TP_CAT_GEMM);
+            cublas = 1;
+            rc = tp_gemm_run_alpha(e->gemm, e->gplan[i], e->d_q8, e->dptr[op->in[1]],
+                                   op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y, (const float *)e->d_bscale[op->in[0]],
+                                   (const float *)e->d_bscale[op->in[1]], e->alpha[i], s);
+            break;
+        }
+        if (qf != TP_QF_NONE) {
+            /* emulation: the operand's exact block-scaled values, in bf16, feed a bf16 GEMM */
+            HOOK(e, i, TP_CAT_QUANT);
+            rc = tpk_block_qdq(x, xdt, e->d_qdq, TP_BF16, (long long)op->gemm_m, (long long)op->gemm_k, (int)qf,
+                               tp_qformat_info(qf)->global_scale ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
+            if (rc) break;
+            x = e->d_qdq;
+            HOOK(e, i, TP_CAT_GEMM);
+        }
+        /* a residual add fused into this epilogue (plan.c): D is the add's output, C its other operand; a fused
+         * GELU: D is the GELU's output, in its type */
+        const int ea = pl->op_epilogue_add[i], eg = pl->op_epilogue_gelu[i];
+        const void *res = NULL;
+        int yv = op->out;
+        if (ea >= 0) {
+            const tp_op *a = &g->ops[ea];
+            res = e->dptr[a->in[0] == op->out ? a->in[1] : a->in[0]];
+            yv = a->out;
+        }
+        if (eg >= 0) yv = g->ops[eg].out;
+        y = e->dptr[yv];
+        ydt = pl->value_dt[yv];
+        if (e->plain_sm90[i]) { /* E4M3 operands; D F16 (+ the residual) or E4M3 with its storage scale */
+            rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
+                                   e->d_scales + SCALE_SLOT * op->in[1], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                                   res, y, ydt, e->d_scales + SCALE_SLOT * yv, (int)op->gemm_m, (int)op->gemm_n,
+                                   (int)op->gemm_k, 0,
+                                   tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms), s);
+            break;
+        }
+        cublas = 1;
+        rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
+                           fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
+                           fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL,
+                           ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + yv) : NULL, e->alpha[i], s);
+        break;
+    }
+    case TP_OP_ATTENTION: {
+        const int B = (int)xv->shape[0], T = (int)xv->shape[1];
+        if (pl->op_prec[i] == TP_PREC_FP8) {
+            if (xdt == TP_E4M3) /* Q/K/V in E4M3 from the QKV GEMM (plan.c) */
+                rc = tpk_flash_attention_wgmma_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T,
+                                                   op->heads, op->head_dim, op->scale, s);
+            else
+                rc = tpk_flash_attention_fp8(x, xdt, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T,
+                                             op->heads, op->head_dim, op->scale, s);
+            break;
+        }
+        switch (e->attn[i]) {
+        case TP_ATTN_FLASH: rc = tpk_flash_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s); break;
+        case TP_ATTN_WGMMA:
+            rc = tpk_flash_attention_wgmma(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s);
+            break;
+        case TP_ATTN_CUDNN: rc = tp_sdpa_run(e->sdpa[i], x, y, e->d_sdpa_ws, s); break;
+        default: rc = tpk_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s); break;
+        }
+        break;
+    }
+    case TP_OP_GELU: {
+        /* computed by the epilogue of the GEMM before it: cuBLASLt's tanh form (plan.c), or tprof's GEMM */
+        const int j = g->values[op->in[0]].producer;
+        if (pl->op_fused_into[i] >= 0 || (j >= 0 && e->gelu_sm90[j] == i)) break;
+        if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3) {
+            int M = (int)value_rows(e, op->out);
+            rc = tpk_quant_fp8_b128(x, xdt, 1, y, (float *)e->d_bscale[op->out], M, (int)rows_pad(M),
+                                    (int)value_cols(e, op->out), s);
+        } else {
+            rc = tpk_gelu(x, xdt, y, ydt, ys, (size_t)tp_value_numel(o), s);
+        }
+        break;
+    }
+    case TP_OP_ADD: /* nothing to launch when a GEMM's epilogue does it (plan.c) */
+        if (pl->op_fused_into[i] < 0) rc = tpk_add(x, e->dptr[op->in[1]], y, ydt, (size_t)tp_value_numel(o), s);
+        break;
+    case TP_OP_POOL:
+        rc = tpk_pool(x, y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->pool_mode, op->prefix,
+                      s);
+        break;
+    default: CHECK(!"unknown op kind");
+    }
+    if (rc)
+        return tp_fail(err, TP_ERR_CUDA, "op %s (%s): launch failed: error %d (%s)", op->layer,
+                       tp_op_kind_name(op->kind), rc,
+                       cublas ? "cuBLAS status" : cudaGetErrorString((cudaError_t)rc));
+    return TP_OK;
+}
+
+/* Every op inside an NVTX range named after its layer, so external tools (nsys, ncu --nvtx) see the model. */

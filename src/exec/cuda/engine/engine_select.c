@@ -1,0 +1,477 @@
+/* engine_select.c: the choices an engine makes when it is built (engine_internal.h): which kernel runs each
+ * attention op and each GEMM, timed on the op's own buffers. C11. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "exec/cuda/attention/attention.h"
+#include "exec/cuda/attention/attention_fp8.h"
+#include "exec/cuda/attention/attention_wgmma.h"
+#include "exec/cuda/engine/engine_internal.h"
+#include "exec/cuda/gemm/gemm_sm90.h"
+#include "exec/cuda/kernels/kernels.h"
+#include "formats/dtype.h"
+
+/* ---- attention implementations ---------------------------------------------------------------------- */
+
+static const char *ATTN_NAMES[TP_ATTN_COUNT] = {"auto", "flash", "cudnn", "classic", "wgmma"};
+
+const char *tp_attn_impl_name(tp_attn_impl a) { return (unsigned)a < TP_ATTN_COUNT ? ATTN_NAMES[a] : "?"; }
+
+int tp_attn_impl_parse(const char *s) {
+    for (int i = 0; s && i < TP_ATTN_COUNT; i++)
+        if (strcmp(s, ATTN_NAMES[i]) == 0) return i;
+    return -1;
+}
+
+static int flash_eligible(tp_dtype in, int D) {
+    return (in == TP_F16 || in == TP_BF16) && (D == 32 || D == 64 || D == 80 || D == 96 || D == 128);
+}
+
+/* Times op i as it is configured: 3 launches to warm up, then the mean of 10 back-to-back launches between two
+ * events (each a few tens of us, so launch gaps do not matter on the GPU timeline), in us. The hook is muted:
+ * these launches are not part of any profiled pass. */
+static tp_status time_op(tp_engine *e, int i, double *us, tp_error *err) {
+    tp_status st = TP_OK;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    tp_launch_hook hook = e->hook;
+    e->hook = NULL;
+    CU_TRY(cudaEventCreate(&ev[0]));
+    CU_TRY(cudaEventCreate(&ev[1]));
+    for (int r = 0; r < 3 && !st; r++) st = tpe_launch_op(e, i, err);
+    CU_TRY(cudaEventRecord(ev[0], e->stream));
+    for (int r = 0; r < 10 && !st; r++) st = tpe_launch_op(e, i, err);
+    CU_TRY(cudaEventRecord(ev[1], e->stream));
+    CU_TRY(cudaEventSynchronize(ev[1]));
+    float ms = 0;
+    CU_TRY(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    *us = ms * 100.0; /* ms / 10 runs * 1000 */
+fail:
+    if (ev[0]) cudaEventDestroy(ev[0]);
+    if (ev[1]) cudaEventDestroy(ev[1]);
+    e->hook = hook;
+    return st;
+}
+
+static tp_status time_attention(tp_engine *e, int i, tp_attn_impl impl, double *us, tp_error *err) {
+    e->attn[i] = impl;
+    return time_op(e, i, us, err);
+}
+
+static int same_gemm(const tp_gemm_desc *a, const tp_gemm_desc *b) {
+    return a->M == b->M && a->N == b->N && a->K == b->K && a->ab_dt == b->ab_dt && a->d_dt == b->d_dt &&
+           a->has_bias == b->has_bias && a->block128 == b->block128 && a->block_fmt == b->block_fmt &&
+           a->residual == b->residual && a->gelu == b->gelu && a->fast_accum == b->fast_accum;
+}
+
+/* The GELU op tprof's Hopper GEMM (gemm_sm90.h) can fuse into GEMM op i, or -1: op i a linear with no block format
+ * and no other epilogue (plan.c's residual or tanh-GELU fusions) whose types the kernel takes: F16/BF16 operands,
+ * bias, output and GELU output of one type (tpk_gemm_sm90), or per-tensor E4M3 operands with an F16 bias and output
+ * and a GELU writing F16 or per-tensor E4M3 (tpk_gemm_sm90_fp8, the FP8 engines' fc1); the kernel's shape rules;
+ * op i's output read by nothing but that exact-GELU op, whose output lies apart from op i's input
+ * (alloc_activations hands a buffer that dies at op i to the next value of its size: with N == K the GELU's output
+ * would take fc1's own input, which the unfused path has read by then, but the fused kernel still reads while it
+ * writes). */
+static int sm90_gelu_candidate(const tp_engine *e, int i) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    if (op->kind != TP_OP_LINEAR || pl->op_epilogue_add[i] >= 0 || pl->op_epilogue_gelu[i] >= 0 ||
+        op->out == g->output)
+        return -1;
+    const tp_dtype dt = pl->value_dt[op->in[0]], hdt = dt == TP_E4M3 ? TP_F16 : dt; /* bias, GEMM output */
+    if ((dt == TP_E4M3 && e->fp8_promote) || pl->value_qf[op->in[0]] != TP_QF_NONE ||
+        pl->value_qf[op->in[1]] != TP_QF_NONE || pl->value_dt[op->in[1]] != dt || pl->value_dt[op->out] != hdt ||
+        (op->n_in > 2 && pl->value_dt[op->in[2]] != hdt))
+        return -1;
+    int gi = -1, n = 0;
+    for (int k = 0; k < g->n_ops; k++)
+        for (int j = 0; j < g->ops[k].n_in; j++)
+            if (g->ops[k].in[j] == op->out) n++, gi = k;
+    if (n != 1 || g->ops[gi].kind != TP_OP_GELU || pl->op_fused_into[gi] >= 0) return -1;
+    const int y = g->ops[gi].out;
+    const tp_dtype ydt = pl->value_dt[y];
+    if (pl->value_qf[y] != TP_QF_NONE ||
+        (dt == TP_E4M3 ? (ydt != TP_F16 && ydt != TP_E4M3) ||
+                             !tpk_gemm_sm90_fp8_shape_ok(ydt, op->gemm_m, op->gemm_n, op->gemm_k)
+                       : ydt != dt || !tpk_gemm_sm90_shape_ok(dt, op->gemm_m, op->gemm_n, op->gemm_k)))
+        return -1;
+    const char *ya = e->dptr[y], *xa = e->dptr[op->in[0]];
+    if (ya < xa + tpe_act_alloc_bytes(e, op->in[0]) && xa < ya + tpe_act_alloc_bytes(e, y)) return -1;
+    return gi;
+}
+
+/* 1 when tprof's Hopper GEMM can run op i without a GELU (tpk_gemm_sm90_fp8, TP_GEMM_CHOICE_SM90): a linear with
+ * per-tensor E4M3 operands, no GELU after it that sm90_gelu_candidate fuses and none that plan.c fused (tanh), an
+ * F16 bias, writing F16 (then with the residual add plan.c fused, its other operand F16 and either the output
+ * itself or apart from it) or per-tensor E4M3; the kernel's shape rules; the output apart from the input. For
+ * 16-bit linears cuBLASLt stays: it is faster than tprof's kernel at them (gemm_sm90.h). */
+static int sm90_plain_candidate(const tp_engine *e, int i) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    if (op->kind != TP_OP_LINEAR || e->fp8_promote || pl->op_epilogue_gelu[i] >= 0 ||
+        sm90_gelu_candidate(e, i) >= 0 ||
+        pl->value_dt[op->in[0]] != TP_E4M3 || pl->value_dt[op->in[1]] != TP_E4M3 ||
+        pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_qf[op->in[1]] != TP_QF_NONE ||
+        (op->n_in > 2 && pl->value_dt[op->in[2]] != TP_F16))
+        return 0;
+    const int ea = pl->op_epilogue_add[i];
+    const int y = ea >= 0 ? g->ops[ea].out : op->out;
+    const tp_dtype ydt = pl->value_dt[y];
+    if (pl->value_qf[y] != TP_QF_NONE || (ydt != TP_F16 && ydt != TP_E4M3) || (ea >= 0 && ydt != TP_F16) ||
+        !tpk_gemm_sm90_fp8_shape_ok(ydt, op->gemm_m, op->gemm_n, op->gemm_k))
+        return 0;
+    const char *ya = e->dptr[y], *xa = e->dptr[op->in[0]];
+    if (ya < xa + tpe_act_alloc_bytes(e, op->in[0]) && xa < ya + tpe_act_alloc_bytes(e, y)) return 0;
+    if (ea >= 0) {
+        const tp_op *a = &g->ops[ea];
+        const int r = a->in[0] == op->out ? a->in[1] : a->in[0];
+        const char *ra = e->dptr[r];
+        if (pl->value_dt[r] != TP_F16 ||
+            (ra != ya && ra < ya + tpe_act_alloc_bytes(e, y) && ya < ra + tpe_act_alloc_bytes(e, r)))
+            return 0;
+    }
+    return 1;
+}
+
+/* Op i (a candidate of sm90_plain_candidate) runs as tprof's FP8 GEMM; the note says so */
+static void set_plain_sm90(tp_engine *e, int i, const char *why) {
+    e->plain_sm90[i] = 1;
+    const int ea = e->plan->op_epilogue_add[i];
+    const tp_dtype ydt = e->plan->value_dt[ea >= 0 ? e->g->ops[ea].out : e->g->ops[i].out];
+    const tp_op *op = &e->g->ops[i];
+    const int v = tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms);
+    snprintf(e->impl_note[i], sizeof e->impl_note[i],
+             "tprof sm90 FP8 GEMM%s%s%s, %s tiles, tensor-core accumulation (%s)",
+             e->g->ops[i].n_in > 2 ? " + bias" : "", ea >= 0 ? " + residual" : "", ydt == TP_E4M3 ? " -> E4M3" : "",
+             v == 2 ? "128 x 96" : "128 x 128", why);
+}
+
+/* Op i (a candidate of sm90_gelu_candidate) runs as tprof's GEMM with the GELU gi in its epilogue; both notes say so */
+static void set_gelu_sm90(tp_engine *e, int i, int gi, const char *why) {
+    e->gelu_sm90[i] = gi;
+    const int f8 = e->plan->value_dt[e->g->ops[i].in[0]] == TP_E4M3;
+    snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 %sGEMM + %sexact GELU%s in the epilogue (%s)",
+             f8 ? "FP8 " : "", e->g->ops[i].n_in > 2 ? "bias + " : "",
+             f8 && e->plan->value_dt[e->g->ops[gi].out] == TP_E4M3 ? " -> E4M3" : "", why);
+    snprintf(e->impl_note[gi], sizeof e->impl_note[gi], "in the epilogue of %s (tprof sm90 GEMM): no GELU kernel",
+             e->g->ops[i].layer);
+}
+
+/* TP_ERR_UNSUPPORTED for a tprof GEMM choice `what` given for op i that cannot run: the first reason that holds
+ * (no sm_90 kernel here, --gemm cublaslt, FP8 promotion when `promote`, else `rule`, the op's own) */
+static tp_status sm90_refused(const tp_engine *e, int i, int hw, int cublaslt_only, int promote, const char *what,
+                              const char *rule, tp_error *err) {
+    return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: %s asked, but %s", e->g->ops[i].layer, what,
+                   !hw ? "the kernel cannot run here (it needs a compute capability 9.0 GPU and the driver's "
+                         "cuTensorMapEncodeTiled)"
+                   : cublaslt_only ? "the engine may run cuBLASLt only (--gemm cublaslt)"
+                   : promote       ? "its FP8 GEMMs promote to fp32 (--fp8-accum promote)"
+                                   : rule);
+}
+
+/* engine_file.c checks an engine file's GEMM choices against this without CUDA's headers (EF_MAX_ALGO) */
+_Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000, "engine_file.c's EF_MAX_ALGO");
+
+/* GEMM selection (gemm_cublaslt.h): each GEMM op's heuristic candidates timed on the op's own buffers (its
+ * activation input, and the residual its epilogue adds, filled with uniform values first) and the fastest kept;
+ * an op with the same shape and types as an earlier one takes that one's choice (a timing cache). Where
+ * sm90_gelu_candidate holds on a device that runs tprof's Hopper GEMM, that GEMM with the GELU in its epilogue is
+ * timed against the fastest cuBLASLt algorithm plus the GELU op's kernel (the same buffers) and the faster pair
+ * kept (TP_GEMM_CHOICE_SM90_GELU); where sm90_plain_candidate holds, tprof's FP8 GEMM against the fastest
+ * cuBLASLt algorithm (TP_GEMM_CHOICE_SM90). `first`: keep the heuristic's first candidate and the GELU kernel,
+ * time nothing. The choice goes into the op's implementation note, and every per-tensor FP8 GEMM cuBLASLt runs
+ * says its accumulation there. */
+tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err) {
+    const tp_graph *g = e->g;
+    const int hw = tpk_gemm_sm90_supported();
+    for (int i = 0; i < g->n_ops; i++) {
+        tp_gemm_plan *gp = e->gplan[i];
+        if (!gp) continue;
+        const int n = tp_gemm_plan_candidates(gp), gi = hw && !cublaslt_only ? sm90_gelu_candidate(e, i) : -1;
+        const int pc = hw && !cublaslt_only && sm90_plain_candidate(e, i);
+        if (given && given[i] == TP_GEMM_CHOICE_SM90) {
+            if (!pc)
+                return sm90_refused(e, i, hw, cublaslt_only, e->fp8_promote, "tprof's Hopper FP8 GEMM",
+                                    "this op is not a per-tensor FP8 linear writing F16 (+ residual) or E4M3 that "
+                                    "the GELU choice does not take (types, K and N as gemm_sm90.h takes them, the "
+                                    "output apart from the input, an F16 residual that is the output or apart from "
+                                    "it)",
+                                    err);
+            set_plain_sm90(e, i, "as given");
+            continue;
+        }
+        if (given && given[i] == TP_GEMM_CHOICE_SM90_GELU) {
+            if (gi < 0)
+                return sm90_refused(e, i, hw, cublaslt_only, 0, "tprof's Hopper GEMM with the GELU epilogue",
+                                    "this op is not a 16-bit or per-tensor FP8 linear feeding only an exact GELU "
+                                    "(types, K and N as gemm_sm90.h takes them, the GELU's output apart from the "
+                                    "GEMM's input; FP8 not with --fp8-accum promote)",
+                                    err);
+            set_gelu_sm90(e, i, gi, "as given");
+            continue;
+        }
+        if (given && given[i] >= 0) {
+            if (tp_gemm_plan_select(gp, given[i]))
+                return tp_fail(err, TP_ERR_ARG, "gemm %s: candidate %d asked, cuBLASLt has %d", g->ops[i].layer,
+                               given[i], n);
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt algorithm %d of %d (as given)", given[i] + 1,
+                     n);
+            continue;
+        }
+        if (first || (n < 2 && gi < 0 && !pc)) {
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt: the heuristic's first of %d algorithms%s", n,
+                     first && n > 1 ? " (selection off)" : "");
+            continue;
+        }
+        int prev = -1;
+        for (int j = 0; j < i && prev < 0; j++)
+            if (e->gplan[j] && same_gemm(tp_gemm_plan_desc(e->gplan[j]), tp_gemm_plan_desc(gp)) &&
+                (hw && !cublaslt_only && sm90_gelu_candidate(e, j) >= 0) == (gi >= 0) &&
+                (hw && !cublaslt_only && sm90_plain_candidate(e, j)) == pc)
+                prev = j;
+        if (prev >= 0) {
+            tp_gemm_plan_select(gp, tp_gemm_plan_choice(e->gplan[prev]));
+            memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
+            e->plain_sm90[i] = e->plain_sm90[prev];
+            if (e->gelu_sm90[prev] >= 0) {
+                e->gelu_sm90[i] = gi;
+                snprintf(e->impl_note[gi], sizeof e->impl_note[gi],
+                         "in the epilogue of %s (tprof sm90 GEMM): no GELU kernel", g->ops[i].layer);
+            }
+            continue;
+        }
+        const tp_op *op = &g->ops[i];
+        const int in = op->kind == TP_OP_PATCH_EMBED ? g->input : op->in[0];
+        int rc = tpk_fill_uniform(e->dptr[in], e->plan->value_dt[in], (size_t)tp_value_numel(&g->values[in]), 11,
+                                  e->stream);
+        const int ea = e->plan->op_epilogue_add[i];
+        if (!rc && ea >= 0) {
+            const tp_op *a = &g->ops[ea];
+            const int r = a->in[0] == op->out ? a->in[1] : a->in[0];
+            rc = tpk_fill_uniform(e->dptr[r], e->plan->value_dt[r], (size_t)tp_value_numel(&g->values[r]), 12,
+                                  e->stream);
+        }
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "filling the inputs of %s: %s", op->layer,
+                               cudaGetErrorString((cudaError_t)rc));
+        double t[TP_GEMM_MAX_CANDIDATES];
+        int best = -1;
+        for (int k = 0; k < n; k++) {
+            tp_gemm_plan_select(gp, k);
+            tp_error ek;
+            t[k] = -1.0;
+            if (time_op(e, i, &t[k], &ek)) { /* a candidate that fails to launch is skipped, not fatal */
+                cudaGetLastError();
+                t[k] = -1.0;
+                continue;
+            }
+            if (best < 0 || t[k] < t[best]) best = k;
+        }
+        if (best < 0) return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: none of cuBLASLt's %d algorithms ran", op->layer, n);
+        tp_gemm_plan_select(gp, best);
+        snprintf(e->impl_note[i], sizeof e->impl_note[i],
+                 "cuBLASLt algorithm %d of %d by time: %.1f us (the heuristic's first: %.1f us)", best + 1, n, t[best],
+                 t[0]);
+        if (pc) { /* tprof's FP8 GEMM on the same buffers; kept when faster */
+            double t_sm90 = 0;
+            tp_error ef;
+            e->plain_sm90[i] = 1;
+            const int failed = time_op(e, i, &t_sm90, &ef) != TP_OK;
+            e->plain_sm90[i] = 0;
+            size_t l = strlen(e->impl_note[i]);
+            if (failed) { /* skipped, as a candidate that fails to launch is */
+                cudaGetLastError();
+                snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 FP8 GEMM failed: %.60s",
+                         ef.msg);
+            } else if (t_sm90 < t[best]) {
+                char why[120];
+                snprintf(why, sizeof why, "by time: %.1f us; cuBLASLt algorithm %d: %.1f us", t_sm90, best + 1,
+                         t[best]);
+                set_plain_sm90(e, i, why);
+            } else {
+                snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 FP8 GEMM: %.1f us", t_sm90);
+            }
+            continue;
+        }
+        if (gi < 0) continue;
+        /* the GELU's kernel on the output the best algorithm wrote, then the fused kernel */
+        double t_gelu = 0, t_fused = 0;
+        tp_status st = time_op(e, gi, &t_gelu, err);
+        if (st) return st;
+        e->gelu_sm90[i] = gi;
+        tp_error ef;
+        if (time_op(e, i, &t_fused, &ef)) { /* a fused kernel that fails to launch is skipped, as a candidate is */
+            cudaGetLastError();
+            e->gelu_sm90[i] = -1;
+            size_t l = strlen(e->impl_note[i]);
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 GEMM + GELU failed: %.60s",
+                     ef.msg);
+            continue;
+        }
+        char why[120];
+        snprintf(why, sizeof why, "by time: %.1f us; cuBLASLt algorithm %d + GELU kernel: %.1f + %.1f us", t_fused,
+                 best + 1, t[best], t_gelu);
+        if (t_fused < t[best] + t_gelu) {
+            set_gelu_sm90(e, i, gi, why);
+        } else {
+            e->gelu_sm90[i] = -1;
+            size_t l = strlen(e->impl_note[i]);
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, " + GELU kernel %.1f us; tprof sm90 GEMM + GELU: "
+                     "%.1f us", t_gelu, t_fused);
+        }
+    }
+    /* the accumulation of every per-tensor FP8 GEMM cuBLASLt runs, in its note (tprof's kernel says its own) */
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_gemm_desc *d = e->gplan[i] ? tp_gemm_plan_desc(e->gplan[i]) : NULL;
+        if (!d || d->ab_dt != TP_E4M3 || d->block128 || d->block_fmt || e->plain_sm90[i] || e->gelu_sm90[i] >= 0)
+            continue;
+        const size_t l = strlen(e->impl_note[i]);
+        snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s",
+                 d->fast_accum ? "FAST_ACCUM: no fp32 promotion" : "fp32 promotion (--fp8-accum promote)");
+    }
+    return TP_OK;
+}
+
+/* Picks the implementation of every attention op (see tp_attn_impl): AUTO times the eligible ones once per
+ * distinct shape and type on the op's own buffers (its input filled with uniform values first: the engine's
+ * buffers hold nothing defined yet) and keeps the fastest. */
+tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = TP_OK;
+    size_t ws = 0;
+    int prev = -1;
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_ATTENTION) continue;
+        if (e->plan->op_prec[i] == TP_PREC_FP8) { /* the policy asked for FP8 attention: one kernel does it */
+            const tp_value *xv = &g->values[op->in[0]];
+            if (e->plan->value_dt[op->in[0]] != TP_E4M3) {
+                snprintf(e->impl_note[i], sizeof e->impl_note[i], "fp8 (tprof, attention_fp8.cu)");
+                continue;
+            }
+            if (!tpk_flash_attention_wgmma_fp8_supported(e->plan->value_dt[op->out], (int)xv->shape[1], op->head_dim))
+                return tp_fail(err, TP_ERR_UNSUPPORTED,
+                               "layer %s: the plan gives this fp8 attention e4m3 Q/K/V, which only the wgmma kernel "
+                               "takes: it needs a compute capability 9.0 GPU, head dim 64 and T whose K and V fit "
+                               "shared memory (T <= 1024); here head dim %d, T %d",
+                               op->layer, op->head_dim, (int)xv->shape[1]);
+            snprintf(e->impl_note[i], sizeof e->impl_note[i],
+                     "fp8 wgmma (tprof, attention_wgmma_fp8.cu: e4m3 Q/K/V from the QKV GEMM)");
+            continue;
+        }
+        const tp_value *xv = &g->values[op->in[0]];
+        const tp_dtype in = e->plan->value_dt[op->in[0]], out = e->plan->value_dt[op->out];
+        const int B = (int)xv->shape[0], T = (int)xv->shape[1], H = op->heads, D = op->head_dim;
+        if (prev >= 0) { /* the same shape and types as the previous attention op: the same choice */
+            const tp_op *po = &g->ops[prev];
+            const tp_value *pv = &g->values[po->in[0]];
+            if (pv->shape[0] == B && pv->shape[1] == T && po->heads == H && po->head_dim == D &&
+                e->plan->value_dt[po->in[0]] == in && e->plan->value_dt[po->out] == out && po->scale == op->scale) {
+                e->attn[i] = e->attn[prev];
+                memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
+                if (e->attn[i] == TP_ATTN_CUDNN) {
+                    st = tp_sdpa_create(B, T, H, D, in, op->scale, &e->sdpa[i], err);
+                    if (!st && tp_sdpa_workspace_bytes(e->sdpa[i]) > ws) ws = tp_sdpa_workspace_bytes(e->sdpa[i]);
+                }
+                continue;
+            }
+        }
+        prev = i;
+        const int flash_ok = flash_eligible(in, D);
+        const int wgmma_ok = tpk_flash_attention_wgmma_supported(in, out, T, D);
+        const int cudnn_dt = (in == TP_F16 || in == TP_BF16) && out == in;
+        if (want == TP_ATTN_FLASH && !flash_ok)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: --attention flash needs f16/bf16 Q/K/V and head dim 32, 64, 80, 96 or 128; "
+                           "this op has %s and head dim %d",
+                           op->layer, tp_dtype_info(in)->name, D);
+        if (want == TP_ATTN_WGMMA && !wgmma_ok)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: --attention wgmma needs a compute capability 9.0 GPU (wgmma is sm_90a only), "
+                           "f16/bf16 Q/K/V, head dim 64 and a head that fits shared memory (T <= 577); this op has %s, "
+                           "head dim %d, T %d",
+                           op->layer, tp_dtype_info(in)->name, D, T);
+        if (want == TP_ATTN_CUDNN && !cudnn_dt)
+            return tp_fail(err, TP_ERR_UNSUPPORTED,
+                           "layer %s: --attention cudnn needs f16 or bf16 in and out (cuDNN's SDPA writes no e4m3); "
+                           "this op reads %s and writes %s",
+                           op->layer, tp_dtype_info(in)->name, tp_dtype_info(out)->name);
+        tp_sdpa *sd = NULL;
+        if (want == TP_ATTN_CUDNN || (want == TP_ATTN_AUTO && cudnn_dt)) {
+            tp_error ce;
+            tp_status cs = tp_sdpa_create(B, T, H, D, in, op->scale, &sd, &ce);
+            if (cs && want == TP_ATTN_CUDNN) return tp_fail(err, cs, "layer %s: --attention cudnn: %s", op->layer, ce.msg);
+            if (cs) snprintf(e->impl_note[i], sizeof e->impl_note[i], "cudnn not used (%.120s); ", ce.msg);
+        }
+        if (want != TP_ATTN_AUTO || (!flash_ok && !wgmma_ok && !sd)) {
+            tp_attn_impl pick = want != TP_ATTN_AUTO ? want : TP_ATTN_CLASSIC;
+            e->attn[i] = pick;
+            e->sdpa[i] = pick == TP_ATTN_CUDNN ? sd : NULL;
+            if (pick != TP_ATTN_CUDNN) tp_sdpa_destroy(sd);
+            size_t l = strlen(e->impl_note[i]);
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s (%s)",
+                     pick == TP_ATTN_CUDNN ? tp_sdpa_describe(e->sdpa[i]) : tp_attn_impl_name(pick),
+                     want == TP_ATTN_AUTO ? "the only one eligible" : "as asked");
+            if (pick == TP_ATTN_CUDNN && tp_sdpa_workspace_bytes(sd) > ws) ws = tp_sdpa_workspace_bytes(sd);
+            continue;
+        }
+        /* AUTO with candidates: time each on this op, keep the fastest */
+        int rc = tpk_fill_uniform(e->dptr[op->in[0]], in, (size_t)tp_value_numel(xv), 7, e->stream);
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "filling %s: %s", xv->name, cudaGetErrorString((cudaError_t)rc));
+        double t[TP_ATTN_COUNT];
+        for (int k = 0; k < TP_ATTN_COUNT; k++) t[k] = -1.0;
+        void *ws_tmp = NULL;
+        if (flash_ok) st = time_attention(e, i, TP_ATTN_FLASH, &t[TP_ATTN_FLASH], err);
+        if (!st && wgmma_ok) st = time_attention(e, i, TP_ATTN_WGMMA, &t[TP_ATTN_WGMMA], err);
+        if (!st && sd) {
+            size_t need = tp_sdpa_workspace_bytes(sd);
+            if (need && cudaMalloc(&ws_tmp, need) != cudaSuccess) {
+                cudaGetLastError();
+                st = tp_fail(err, TP_ERR_OOM, "cuDNN SDPA workspace of %zu bytes for %s", need, op->layer);
+            }
+            void *keep_ws = e->d_sdpa_ws;
+            e->d_sdpa_ws = ws_tmp;
+            e->sdpa[i] = sd;
+            if (!st) st = time_attention(e, i, TP_ATTN_CUDNN, &t[TP_ATTN_CUDNN], err);
+            e->d_sdpa_ws = keep_ws;
+            cudaFree(ws_tmp);
+        }
+        if (st) {
+            e->sdpa[i] = NULL;
+            tp_sdpa_destroy(sd);
+            return st;
+        }
+        static const tp_attn_impl CAND[] = {TP_ATTN_FLASH, TP_ATTN_WGMMA, TP_ATTN_CUDNN};
+        tp_attn_impl best = TP_ATTN_COUNT;
+        int n_timed = 0;
+        for (int k = 0; k < 3; k++) {
+            const tp_attn_impl c = CAND[k];
+            if (t[c] < 0) continue;
+            n_timed++;
+            if (best == TP_ATTN_COUNT || t[c] < t[best]) best = c;
+        }
+        e->attn[i] = best;
+        if (best != TP_ATTN_CUDNN) {
+            e->sdpa[i] = NULL;
+            tp_sdpa_destroy(sd);
+        } else if (tp_sdpa_workspace_bytes(sd) > ws) {
+            ws = tp_sdpa_workspace_bytes(sd);
+        }
+        size_t l = strlen(e->impl_note[i]);
+        l += (size_t)snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s:", tp_attn_impl_name(best));
+        for (int k = 0; k < 3 && l < sizeof e->impl_note[i]; k++)
+            if (t[CAND[k]] >= 0)
+                l += (size_t)snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, " %s%s %.1f us",
+                                      tp_attn_impl_name(CAND[k]), CAND[k] == TP_ATTN_CUDNN ? "" : " (tprof)",
+                                      t[CAND[k]]);
+        if (n_timed == 1 && l < sizeof e->impl_note[i])
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, " (the only one eligible)");
+    }
+    if (!st && ws) {
+        st = tpe_dev_alloc(e, ws, &e->d_sdpa_ws, "cuDNN SDPA workspace", err);
+        if (!st) e->act_bytes += (double)ws;
+    }
+    return st;
+}

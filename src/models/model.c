@@ -1,0 +1,187 @@
+/* model.c: the family registry and what every family shares (parameter tables, loading, JSON framing). */
+#include "models/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "io/safetensors.h"
+#include "models/vit.h"
+
+static const tp_family *const FAMILIES[] = {&tp_vit_family, NULL};
+
+const tp_family *const *tp_families(void) { return FAMILIES; }
+
+const tp_family *tp_family_find(const char *name) {
+    for (int i = 0; FAMILIES[i]; i++)
+        if (strcmp(FAMILIES[i]->name, name) == 0) return FAMILIES[i];
+    return NULL;
+}
+
+void tp_params_free(tp_params *p) {
+    for (int i = 0; i < p->n_params; i++) free(p->params[i].data);
+    free(p->params);
+    p->params = NULL;
+    p->n_params = 0;
+}
+
+int tp_params_find(const tp_params *p, const char *name) {
+    for (int i = 0; i < p->n_params; i++)
+        if (strcmp(p->params[i].name, name) == 0) return i;
+    return -1;
+}
+
+size_t tp_params_count(const tp_params *p) {
+    size_t n = 0;
+    for (int i = 0; i < p->n_params; i++) n += (size_t)p->params[i].numel;
+    return n;
+}
+
+static void model_init(tp_model *m, const tp_family *f) {
+    CHECK(f->cfg_size <= TP_MODEL_CFG_BYTES);
+    memset(m, 0, sizeof *m);
+    m->family = f;
+}
+
+tp_status tp_model_preset(const char *name, tp_model *m, tp_error *err) {
+    for (int k = 0; FAMILIES[k]; k++) {
+        const tp_family *f = FAMILIES[k];
+        for (int i = 0; i < f->preset_count(); i++) {
+            const char *pn, *alias;
+            f->preset_info(i, &pn, &alias);
+            if (strcmp(name, pn) != 0 && strcmp(name, alias) != 0) continue;
+            model_init(m, f);
+            f->preset_config(i, m->cfg.bytes);
+            return TP_OK;
+        }
+    }
+    char list[2048] = "";
+    for (int k = 0; FAMILIES[k]; k++)
+        for (int i = 0; i < FAMILIES[k]->preset_count(); i++) {
+            const char *pn, *alias;
+            FAMILIES[k]->preset_info(i, &pn, &alias);
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s%s (%s)", l ? ", " : "", alias, pn);
+        }
+    return tp_fail(err, TP_ERR_ARG, "unknown model '%s'; known: %s", name, list);
+}
+
+const char *tp_model_name(const tp_model *m) { return m->family->model_name(m->cfg.bytes); }
+
+tp_status tp_model_validate(const tp_model *m, tp_error *err) {
+    if (!m->family) return tp_fail(err, TP_ERR_ARG, "no model given");
+    return m->family->validate(m->cfg.bytes, err);
+}
+
+int tp_model_knob(tp_model *m, const char *name, const char *val, tp_error *err) {
+    return m->family->knob(m->cfg.bytes, name, val, err);
+}
+
+void tp_model_describe(const tp_model *m, char *buf, size_t n) { m->family->describe(m->cfg.bytes, buf, n); }
+
+void tp_model_input(const tp_model *m, tp_input_desc *d) {
+    memset(d, 0, sizeof *d);
+    m->family->input(m->cfg.bytes, d);
+}
+
+int64_t tp_model_input_numel(const tp_model *m) {
+    tp_input_desc d;
+    tp_model_input(m, &d);
+    int64_t n = 1;
+    for (int i = 0; i < d.ndim; i++) n *= d.shape[i];
+    return n;
+}
+
+json_t *tp_model_to_json(const tp_model *m) {
+    json_t *j = m->family->to_json(m->cfg.bytes);
+    if (!j) return NULL;
+    /* the family first, so a reader sees what the rest means */
+    json_t *o = json_object();
+    if (!o || json_object_set_new(o, "family", json_string(m->family->name)) || json_object_update(o, j)) {
+        json_decref(o);
+        json_decref(j);
+        return NULL;
+    }
+    json_decref(j);
+    return o;
+}
+
+tp_status tp_model_from_json(const json_t *j, const char *family_default, tp_model *m, tp_error *err) {
+    if (!json_is_object(j)) return tp_fail(err, TP_ERR_FORMAT, "model: expected an object");
+    const json_t *fj = json_object_get(j, "family");
+    const char *fname = family_default;
+    if (fj && !json_is_string(fj)) return tp_fail(err, TP_ERR_FORMAT, "model: 'family' must be a string");
+    if (fj) fname = json_string_value(fj);
+    if (!fname) return tp_fail(err, TP_ERR_FORMAT, "model: 'family' is missing");
+    const tp_family *f = tp_family_find(fname);
+    if (!f) {
+        char list[256] = "";
+        for (int k = 0; FAMILIES[k]; k++) {
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", FAMILIES[k]->name);
+        }
+        return tp_fail(err, TP_ERR_FORMAT, "model: unknown family '%.64s' (this tprof knows %s)", fname, list);
+    }
+    json_t *rest = json_deep_copy(j);
+    if (!rest) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    json_object_del(rest, "family");
+    model_init(m, f);
+    tp_status st = f->from_json(rest, m->cfg.bytes, err);
+    json_decref(rest);
+    return st;
+}
+
+tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note, size_t n, tp_error *err) {
+    if (n) note[0] = 0;
+    return m->family->checkpoint(m->cfg.bytes, weights_path, note, n, err);
+}
+
+tp_status tp_model_params_shapes(const tp_model *m, tp_params *out, tp_error *err) {
+    memset(out, 0, sizeof *out);
+    tp_status st = tp_model_validate(m, err);
+    return st ? st : m->family->params_table(m->cfg.bytes, out, err);
+}
+
+tp_status tp_model_params_init(const tp_model *m, uint64_t seed, int nonzero_bias, tp_params *out, tp_error *err) {
+    memset(out, 0, sizeof *out);
+    tp_status st = tp_model_validate(m, err);
+    return st ? st : m->family->params_init(m->cfg.bytes, seed, nonzero_bias, out, err);
+}
+
+tp_status tp_model_params_load(const tp_model *m, const char *path, tp_params *out, tp_error *err) {
+    tp_status s = tp_model_params_shapes(m, out, err);
+    if (s) return s;
+    tp_param_spec *specs = calloc((size_t)out->n_params, sizeof *specs);
+    if (!specs) {
+        tp_params_free(out);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory loading %s", path);
+    }
+    for (int i = 0; i < out->n_params && !s; i++) {
+        tp_param *p = &out->params[i];
+        p->data = malloc(sizeof(float) * (size_t)(p->numel ? p->numel : 1));
+        if (!p->data) s = tp_fail(err, TP_ERR_OOM, "out of host memory for %s (%lld values)", p->name,
+                                  (long long)p->numel);
+        specs[i].name = p->name;
+        specs[i].ndim = p->ndim;
+        for (int d = 0; d < p->ndim; d++) specs[i].shape[d] = p->shape[d];
+        specs[i].dst = p->data;
+    }
+    if (!s) s = tp_st_load_params(path, specs, out->n_params, err);
+    free(specs);
+    if (s) tp_params_free(out);
+    return s;
+}
+
+tp_status tp_model_build_graph(const tp_model *m, const tp_params *params, int64_t B, tp_graph *g, tp_error *err) {
+    tp_status st = tp_model_validate(m, err);
+    if (st) return st;
+    if (B <= 0) return tp_fail(err, TP_ERR_ARG, "--batch %lld: must be positive", (long long)B);
+    return m->family->build_graph(m->cfg.bytes, params, B, g, err);
+}
+
+tp_status tp_model_make_input(const tp_model *m, int B, uint64_t seed, const char *path, float *dst, char *desc,
+                              size_t desc_n, tp_error *err) {
+    if (desc_n) desc[0] = 0;
+    return m->family->make_input(m->cfg.bytes, B, seed, path, dst, desc, desc_n, err);
+}

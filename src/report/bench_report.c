@@ -1,0 +1,437 @@
+/* bench_report.c: the text, JSON and comparison-report writers of a benchmark run (bench_report.h). */
+#include "report/bench_report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/util.h"
+#include "report/compare.h"
+#include "tp_build_info.h"
+#ifdef TPROF_HAVE_CUDA
+#include "exec/cuda/gemm/gemm_peak.h"
+#endif
+
+static const char *reference_name(tp_reference_kind k) {
+    switch (k) {
+    case TP_REF_GPU: return "GPU FP32 engine: FP32 GEMMs with FP32 accumulation (cuBLASLt, no TF32), CUDA-core attention";
+    case TP_REF_CPU: return "CPU executor, fp32 storage, fp64 accumulation";
+    default: return "none (--reference none)";
+    }
+}
+
+static json_t *json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static void print_plan(const tp_graph *g, const tp_plan *p) {
+    printf("  %-26s %-12s %-5s %10s %10s  %s\n", "layer", "op", "prec", "GFLOP", "MB", "how");
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        printf("  %-26s %-12s %-5s %10.3f %10.2f  %s\n", op->layer, tp_op_kind_name(op->kind),
+               tp_precision_name(p->op_prec[i]), op->flop * 1e-9, tp_plan_op_bytes(p, g, i) * 1e-6, p->op_note[i]);
+    }
+}
+
+static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) {
+    const tp_bench_options *o = rep->o;
+    const char *device = rep->device, *unit = rep->input.unit;
+    const double flop = rep->flop;
+    const int ref_rows = rep->ref_rows;
+    char wb[32], ab[32];
+    const tp_latency_stats *l = &r->lat;
+    printf("\n=== %s%s on %s: performance summary ===\n", tp_precision_name(r->prec),
+           r->n_emulated_ops ? " (EMULATED)" : "", device);
+    double qps = r->n / (r->wall_ms * 1e-3);
+    printf("Throughput: %.2f qps, %.1f %ss/s (batch %d)\n", qps, qps * o->batch, unit, o->batch);
+    printf("%s Compute Time: min = %.4f ms, max = %.4f ms, mean = %.4f ms, median = %.4f ms, "
+           "percentile(90%%) = %.4f ms, percentile(95%%) = %.4f ms, percentile(99%%) = %.4f ms (%d runs)\n",
+           o->device == TP_DEVICE_CPU ? "Host" : "GPU", l->min, l->max, l->mean, l->median, l->p90, l->p95, l->p99,
+           l->n);
+    printf("Coefficient of variation: %.2f %%%s\n", 100 * l->cov,
+           l->cov > 0.025 ? "  WARNING: above 2.5%, the timings are noisy (other load, clocks, or too few runs)" : "");
+    double rate = flop / (l->median * 1e-3);
+    if (o->device == TP_DEVICE_CPU) {
+        printf("Model compute: %.2f GFLOP per batch -> %.1f GFLOP/s at the median\n", flop * 1e-9, rate * 1e-9);
+        printf("Weights: %s (%.0f bytes, fp32)\n", tp_fmt_bytes(r->weight_bytes, wb, sizeof wb), r->weight_bytes);
+    } else {
+        printf("Model compute: %.2f GFLOP per batch -> %.1f TFLOP/s at the median\n", flop * 1e-9, rate * 1e-12);
+        printf("Weights: %s (%.0f bytes); activations and scratch: %s; engine build %.0f ms\n",
+               tp_fmt_bytes(r->weight_bytes, wb, sizeof wb), r->weight_bytes,
+               tp_fmt_bytes(r->act_bytes, ab, sizeof ab), r->build_ms);
+    }
+    if (r->attn_impl[0]) printf("Attention (chosen when the engine was built): %s\n", r->attn_impl);
+    if (r->gelu_impl[0]) printf("GEMM + GELU (chosen when the engine was built): %s\n", r->gelu_impl);
+    if (r->n_quant_ops)
+        printf("%s: %d of %d ops run %s GEMMs%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
+               tp_precision_name(r->prec),
+               r->prec == TP_PREC_FP8 ? (o->calib.method == TP_CALIB_PERCENTILE
+                                             ? " (static per-tensor scales, percentile calibration)"
+                                             : " (static per-tensor scales, max calibration)")
+                                      : "",
+               r->n_emulated_ops ? ", EMULATED (no hardware path on this GPU: see --plan)" : "",
+               r->prec == TP_PREC_FP8 ? "fp16" : "bf16");
+    if (r->format_weight_bytes > 0 && fabs(r->format_weight_bytes - r->weight_bytes) > 0.5) {
+        char fb[32];
+        printf("Weights in %s: %s (%.0f bytes; the emulation keeps them dequantized on the device)\n",
+               tp_precision_name(r->prec), tp_fmt_bytes(r->format_weight_bytes, fb, sizeof fb), r->format_weight_bytes);
+    }
+    const tp_accuracy *a = &r->acc;
+    if (rep->reference == TP_REF_NONE) {
+        printf("Accuracy: not checked (--reference none)%s\n", a->nonfinite ? "  NON-FINITE VALUES IN OUTPUT" : "");
+        return;
+    }
+    printf("Accuracy vs FP32 %s reference (%d of %d %ss): cosine = %.6f, relative L2 = %.3e, "
+           "max abs error = %.3e, top-1 agreement = %.1f %% (%d/%d)%s\n",
+           rep->reference == TP_REF_GPU ? "GPU" : "CPU", ref_rows, o->batch, unit, a->cosine, a->rel_l2, a->max_abs,
+           100 * a->top1_agree, (int)lround(a->top1_agree * a->rows), a->rows,
+           a->nonfinite ? "  NON-FINITE VALUES IN OUTPUT" : "");
+}
+
+static json_t *json_stats(const tp_latency_stats *l) {
+    return json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "runs", l->n, "min_ms", l->min, "max_ms", l->max,
+                     "mean_ms", l->mean, "median_ms", l->median, "p90_ms", l->p90, "p95_ms", l->p95, "p99_ms",
+                     l->p99, "stddev_ms", l->stddev, "cov", l->cov);
+}
+
+static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
+    const tp_bench_options *o = rep->o;
+    const tp_gpu_info *gpu = &rep->gpu;
+    const char *device = rep->device, *input_desc = rep->input_desc;
+    const tp_graph *g = rep->g;
+    const tp_bench_result *res = rep->res;
+    const int n_res = rep->n_res, ref_rows = rep->ref_rows;
+    const double flop = rep->flop, matmul_flop = rep->matmul_flop;
+    const tp_roofline_rates *rt = rep->rates;
+    char cpu[256], when[64];
+    tp_host_cpu_name(cpu, sizeof cpu);
+    time_t t = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    json_t *root = json_object();
+    json_object_set_new(root, "tool", json_string("tprof bench " TPROF_VERSION));
+    json_object_set_new(root, "commit", json_string(TP_GIT_COMMIT));
+    json_object_set_new(root, "commit_dirty", json_boolean(TP_GIT_DIRTY));
+    json_object_set_new(root, "date", json_string(when));
+    json_object_set_new(root, "command", json_string(o->command_line ? o->command_line : ""));
+    json_t *model = tp_model_to_json(&rep->model);
+    if (model) json_object_set_new(model, "description", json_string(rep->model_desc));
+    json_object_set_new(root, "model", model);
+    json_t *cfg = json_pack("{s:i,s:f,s:i,s:f,s:s,s:b,s:s,s:s,s:I,s:i,s:s}", "batch", o->batch, "warmup_ms",
+                            o->warmup_ms, "iterations", o->iterations, "duration_s", o->duration_s, "device", device,
+                            "cuda_graph", o->use_graph, "weights", o->weights ? o->weights : "synthesized (the reference's init)",
+                            "input", input_desc, "seed", (json_int_t)o->seed, "reference_images", ref_rows,
+                            "timing", "GPU compute time per run from CUDA events; host-device transfers excluded");
+    char cdesc[48];
+    json_object_set_new(cfg, "calibration", json_string(tp_calib_describe(&o->calib, cdesc, sizeof cdesc)));
+    json_object_set_new(cfg, "gelu",
+                        json_string(o->gelu_tanh ? "tanh approximation in the epilogue of the GEMM before it "
+                                                   "(--gelu tanh)"
+                                    : o->cublaslt_only ? "exact (erf), its own kernel (--gemm cublaslt)"
+                                                       : "exact (erf): its own kernel, or on sm_90 in the epilogue of "
+                                                         "tprof's GEMM before it where that pair was faster at build "
+                                                         "(each GEMM's implementation says which)"));
+    json_object_set_new(cfg, "gemm_selection",
+                        json_string(o->gemm_first      ? "cuBLASLt's first heuristic algorithm (--no-gemm-select)"
+                                    : o->cublaslt_only ? "cuBLASLt's heuristic candidates timed at build, fastest kept "
+                                                         "(--gemm cublaslt: no tprof GEMM)"
+                                                       : "cuBLASLt's heuristic candidates timed at build, fastest "
+                                                         "kept; on sm_90 tprof's GEMM with the GELU epilogue (FP8: "
+                                                         "writing E4M3, no fp32 promotion) timed against cuBLASLt + "
+                                                         "the GELU kernel, and for the other FP8 GEMMs (bias, "
+                                                         "residual, no fp32 promotion) against cuBLASLt"));
+    json_object_set_new(cfg, "fp8_accumulation",
+                        json_string(o->fp8_promote ? "promote: cuBLASLt with fp32 promotion (--fp8-accum promote)"
+                                                   : "fast: tensor cores without fp32 promotion (cuBLASLt FAST_ACCUM, "
+                                                     "tprof's FP8 GEMM)"));
+    json_object_set_new(cfg, "preprocessing", json_string(rep->input.preprocess));
+    json_object_set_new(cfg, "checkpoint_config", json_string(rep->checkpoint_note));
+    json_object_set_new(root, "config", cfg);
+    json_t *sys = json_pack("{s:s}", "cpu", cpu);
+    if (gpu->present) {
+        json_object_set_new(sys, "gpu", json_string(gpu->name));
+        json_object_set_new(sys, "compute_capability", json_integer(gpu->sm));
+        json_object_set_new(sys, "sm_count", json_integer(gpu->sm_count));
+        json_object_set_new(sys, "gpu_memory_bytes", json_real(gpu->mem_bytes));
+        json_object_set_new(sys, "driver", json_string(gpu->driver));
+        json_object_set_new(sys, "driver_cuda_version", json_integer(gpu->driver_cuda));
+        json_object_set_new(sys, "cuda_runtime_version", json_integer(gpu->runtime_cuda));
+        json_object_set_new(sys, "cublaslt_version", json_integer((json_int_t)gpu->cublaslt_version));
+    }
+    if (rt) {
+        json_object_set_new(sys, "measured_rates",
+                            json_pack("{s:o,s:s,s:o,s:s}", "gemm_peak_tflops", tp_roofline_peaks_json(rt),
+                                      "gemm_peak_shape",
+                                      "8192 x 8192 x 8192 cuBLASLt", "copy_gbps", json_num(rt->copy_gbps), "copy",
+                                      "device-to-device cudaMemcpyAsync of 256 MiB, (read + written bytes) / median"));
+    }
+    json_object_set_new(root, "system", sys);
+    json_object_set_new(root, "model_flop_per_batch", json_real(flop));
+    json_object_set_new(root, "model_matmul_flop_per_batch", json_real(matmul_flop));
+    const int base = rep->base;
+    json_object_set_new(root, "speedup_baseline", json_string(tp_precision_name(res[base].prec)));
+    json_t *arr = json_array();
+    for (int i = 0; i < n_res; i++) {
+        const tp_bench_result *r = &res[i];
+        json_t *p = json_object();
+        json_object_set_new(p, "precision", json_string(tp_precision_name(r->prec)));
+        json_object_set_new(p, "latency", json_stats(&r->lat));
+        double qps = r->n / (r->wall_ms * 1e-3);
+        json_object_set_new(p, "throughput_qps", json_num(qps));
+        char per_s[32];
+        snprintf(per_s, sizeof per_s, "%ss_per_s", rep->input.unit);
+        json_object_set_new(p, per_s, json_num(qps * o->batch));
+        const double tf = flop / (r->lat.median * 1e-3) * 1e-12;
+        json_object_set_new(p, "tflops_at_median", json_num(tf));
+        json_object_set_new(p, "gemm_peak_tflops", r->peak_tflops > 0 ? json_real(r->peak_tflops) : json_null());
+        json_object_set_new(p, "mfu", r->peak_tflops > 0 ? json_num(tf / r->peak_tflops) : json_null());
+        if (rt)
+            json_object_set_new(p, "roofline",
+                                json_pack("{s:o,s:o,s:o,s:b,s:o}", "floor_ms", json_num(r->floor.ns * 1e-6),
+                                          "compute_bound_ms", json_num(r->floor.compute_ns * 1e-6), "memory_bound_ms",
+                                          json_num(r->floor.memory_ns * 1e-6), "floor_known", r->floor.known,
+                                          "median_over_floor", r->floor.ns > 0
+                                                                   ? json_num(r->lat.median / (r->floor.ns * 1e-6))
+                                                                   : json_null()));
+        json_object_set_new(p, "weight_bytes", json_real(r->weight_bytes));
+        json_object_set_new(p, "format_weight_bytes", json_real(r->format_weight_bytes));
+        json_object_set_new(p, "quantized_ops", json_integer(r->n_quant_ops));
+        json_object_set_new(p, "emulated_ops", json_integer(r->n_emulated_ops));
+        json_object_set_new(p, "activation_bytes", json_real(r->act_bytes));
+        json_object_set_new(p, "build_ms", json_real(r->build_ms));
+        json_object_set_new(p, "speedup_vs_baseline", json_num(res[base].lat.median / r->lat.median));
+        json_t *acc = json_object();
+        json_object_set_new(acc, "reference", json_string(reference_name(rep->reference)));
+        json_object_set_new(acc, "images", json_integer(r->acc.rows));
+        json_object_set_new(acc, "cosine", json_num(r->acc.cosine));
+        json_object_set_new(acc, "rel_l2", json_num(r->acc.rel_l2));
+        json_object_set_new(acc, "max_abs", json_num(r->acc.max_abs));
+        json_object_set_new(acc, "top1_agreement", json_num(r->acc.top1_agree));
+        json_object_set_new(acc, "nonfinite", json_integer(r->acc.nonfinite));
+        json_object_set_new(p, "accuracy", acc);
+        json_t *s = json_array();
+        for (int k = 0; k < r->n; k++) json_array_append_new(s, json_real(r->samples[k]));
+        json_object_set_new(p, "samples_ms", s);
+        if (r->plan) json_object_set(p, "plan", r->plan);
+        if (r->attn_cost) {
+            json_t *ac = json_array();
+            for (int k = 0; k < r->n_attn_cost; k++) {
+                const tp_attn_cost *a = &r->attn_cost[k];
+                json_array_append_new(ac, json_pack("{s:s,s:s,s:o,s:o}", "layer", g->ops[a->op].layer, "reference",
+                                                    tp_precision_name(a->ref), "cosine", json_num(a->cosine),
+                                                    "rel_l2", json_num(a->rel_l2)));
+            }
+            json_object_set_new(p, "fp8_attention_cost", ac);
+        }
+        if (r->profile) json_object_set(p, "profile", r->profile);
+        json_array_append_new(arr, p);
+    }
+    json_object_set_new(root, "results", arr);
+    int rc = json_dump_file(root, o->json_path, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (rc) return tp_fail(err, TP_ERR_IO, "%s: cannot write the JSON report", o->json_path);
+    printf("\nJSON report: %s\n", o->json_path);
+    return TP_OK;
+}
+
+#ifdef TPROF_HAVE_CUDA
+static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
+    const tp_bench_options *o = rep->o;
+    const tp_gpu_info *gpu = &rep->gpu;
+    const tp_bench_result *res = rep->res;
+    const int base = rep->base, R = rep->ref_rows;
+    tp_compare_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    char driver[128], cuda[64], lt[64], date[64], peak_shape[128], art[3 * TP_MAX_PRECISIONS + 1][1100];
+    const int peak_n = 8192;
+    printf("\nMeasuring dense GEMM peak rates (%d x %d x %d, cuBLASLt):", peak_n, peak_n, peak_n);
+    for (int i = 0; i < o->n_precs; i++)
+        if (res[i].peak_tflops > 0) cfg.peak_tflops[res[i].prec] = res[i].peak_tflops; /* measured by the bench */
+    for (int i = 0; i < o->n_precs; i++) {
+        tp_precision p = res[i].prec;
+        if (cfg.peak_tflops[p] > 0) continue;
+        tp_status st = tp_gemm_peak(p, peak_n, 50, &cfg.peak_tflops[p], err);
+        if (st) return st;
+        printf(" %s %.0f TFLOP/s", tp_precision_name(p), cfg.peak_tflops[p]);
+    }
+    printf("\n");
+    snprintf(driver, sizeof driver, "%s", gpu->driver);
+    snprintf(cuda, sizeof cuda, "driver %d.%d, runtime %d.%d", gpu->driver_cuda / 1000, gpu->driver_cuda % 1000 / 10,
+             gpu->runtime_cuda / 1000, gpu->runtime_cuda % 1000 / 10);
+    snprintf(lt, sizeof lt, "%zu", gpu->cublaslt_version);
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    int emu = 0;
+    for (int i = 0; i < o->n_precs; i++) emu |= res[i].n_emulated_ops > 0;
+    snprintf(peak_shape, sizeof peak_shape, "%d x %d x %d%s", peak_n, peak_n, peak_n,
+             emu ? "; emulated formats on their emulation path (bf16 GEMM)" : "");
+    cfg.model = tp_model_name(&rep->model);
+    cfg.reference = rep->reference == TP_REF_GPU ? "FP32 GPU" : "FP32 CPU";
+    cfg.batch = o->batch;
+    cfg.gpu = gpu->name;
+    cfg.driver = driver;
+    cfg.cuda = cuda;
+    cfg.cublaslt = lt;
+    cfg.warmup_ms = o->warmup_ms;
+    cfg.iterations = o->iterations;
+    cfg.duration_s = o->duration_s;
+    cfg.cuda_graph = o->use_graph;
+    cfg.commit = TP_GIT_DIRTY ? TP_GIT_COMMIT " (with uncommitted changes)" : TP_GIT_COMMIT;
+    cfg.date = date;
+    cfg.command = o->command_line ? o->command_line : "";
+    cfg.peak_shape = peak_shape;
+    tp_compare_entry *ent = calloc((size_t)o->n_precs, sizeof *ent);
+    if (!ent) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int i = 0; i < o->n_precs; i++) {
+        const tp_bench_result *r = &res[i];
+        tp_compare_entry *e = &ent[i];
+        e->prec = r->prec;
+        e->trace = &r->trace;
+        e->prof = &r->prof;
+        e->median_ms = r->lat.median, e->mean_ms = r->lat.mean, e->p99_ms = r->lat.p99, e->cov = r->lat.cov;
+        e->qps = r->n / (r->wall_ms * 1e-3);
+        e->images_per_s = e->qps * o->batch; /* samples per second of the family's unit */
+        e->weight_bytes = r->format_weight_bytes;
+        e->emulated_ops = r->n_emulated_ops;
+        e->cosine = r->acc.cosine, e->rel_l2 = r->acc.rel_l2, e->max_abs = r->acc.max_abs;
+        e->top1 = r->acc.top1_agree;
+        e->ref_images = R;
+        e->attn_cost = r->attn_cost; /* measured once, in the benchmark (attention_cost) */
+        e->n_attn_cost = r->n_attn_cost;
+        const char *ext[3] = {"trace", "chrome", "profile"};
+        for (int k = 0; k < 3 && cfg.n_artifacts < 3 * TP_MAX_PRECISIONS; k++) {
+            /* relative to the report, which sits in the same folder */
+            snprintf(art[cfg.n_artifacts], sizeof art[0], "%s.%s.json", tp_precision_name(r->prec), ext[k]);
+            cfg.artifacts[cfg.n_artifacts] = art[cfg.n_artifacts];
+            cfg.n_artifacts++;
+        }
+    }
+    if (o->json_path) cfg.artifacts[cfg.n_artifacts++] = o->json_path;
+    tp_status st = tp_compare_write(&cfg, ent, o->n_precs, base, o->out_dir, err);
+    free(ent);
+    if (!st)
+        printf("Comparison report: %s/report.md, %s/report.html, %s/report.json\n", o->out_dir, o->out_dir,
+               o->out_dir);
+    return st;
+}
+
+#endif
+
+static void print_floors(const tp_bench_result *res, int n, const tp_roofline_rates *rt) {
+    printf("\nRoofline floor per forward pass: each op at max(matmul FLOP / the GEMM peak of its precision, bytes / "
+           "the copy rate %.0f GB/s), summed (profile/roofline.h)\n%-9s %10s %18s %17s %10s %15s\n", rt->copy_gbps,
+           "precision", "floor ms", "compute-bound ms", "memory-bound ms", "median ms", "median / floor");
+    for (int i = 0; i < n; i++) {
+        const tp_bench_result *r = &res[i];
+        char ratio[32] = "-";
+        if (r->floor.ns > 0) snprintf(ratio, sizeof ratio, "%.2fx", r->lat.median / (r->floor.ns * 1e-6));
+        printf("%-9s %10.4f %18.4f %17.4f %10.4f %15s%s\n", tp_precision_name(r->prec), r->floor.ns * 1e-6,
+               r->floor.compute_ns * 1e-6, r->floor.memory_ns * 1e-6, r->lat.median, ratio,
+               r->floor.known ? "" : "  (partial: a GEMM peak could not be measured)");
+    }
+}
+
+/* FP8 attention's cost per layer, with its worst layer */
+static void print_attention_cost(const tp_bench_report *rep, const tp_bench_result *r) {
+    if (!r->n_attn_cost) return;
+    printf("\nFP8 attention, accuracy cost per layer (its output against FP16/BF16 flash attention on the same "
+           "input):\n  %-26s %-9s %10s %10s\n", "layer", "reference", "cosine", "rel L2");
+    for (int k = 0; k < r->n_attn_cost; k++) {
+        const tp_attn_cost *a = &r->attn_cost[k];
+        printf("  %-26s %-9s %10.6f %10.3e\n", rep->g->ops[a->op].layer, tp_precision_name(a->ref), a->cosine,
+               a->rel_l2);
+    }
+    int w = tp_compare_attn_worst(r->attn_cost, r->n_attn_cost);
+    if (w >= 0)
+        printf("  worst: %s (cosine %.6f, rel L2 %.3e)\n", rep->g->ops[r->attn_cost[w].op].layer,
+               r->attn_cost[w].cosine, r->attn_cost[w].rel_l2);
+}
+
+static void text_start(const tp_bench_report *rep) {
+    const tp_bench_options *o = rep->o;
+    printf("tprof bench: %s (%s), batch %d, %.2f GFLOP/%s (matmul %.2f)\n", tp_model_name(&rep->model), rep->model_desc,
+           o->batch, rep->flop / o->batch * 1e-9, rep->input.unit, rep->matmul_flop / o->batch * 1e-9);
+    printf("Device: %s%s\n", rep->device,
+           rep->dev == TP_DEVICE_GPU ? (o->use_graph ? "; forward pass in one CUDA graph" : "; eager launches (--no-graph)")
+                                     : "; CPU executor (fp32, the reference)");
+    const tp_gpu_info *gpu = &rep->gpu;
+    if (gpu->present)
+        printf("GPU: %d SMs, %.1f GB, driver %s, CUDA driver %d.%d, runtime %d.%d, cuBLASLt %zu\n", gpu->sm_count,
+               gpu->mem_bytes * 1e-9, gpu->driver, gpu->driver_cuda / 1000, gpu->driver_cuda % 1000 / 10,
+               gpu->runtime_cuda / 1000, gpu->runtime_cuda % 1000 / 10, gpu->cublaslt_version);
+    printf("Weights: %s; input: %s\n",
+           o->engine_path ? o->engine_path : o->weights ? o->weights : "synthesized from the seed (the reference's init)",
+           rep->input_desc);
+    if (rep->input.preprocess[0]) printf("Preprocessing: %s\n", rep->input.preprocess);
+    if (rep->checkpoint_note[0]) printf("%s\n", rep->checkpoint_note);
+}
+
+static void text_plan(const tp_bench_report *rep, int i, const tp_plan *plan) {
+    printf("\nPlan for %s:\n", tp_precision_name(rep->o->precs[i]));
+    print_plan(rep->g, plan);
+}
+
+static void text_result(const tp_bench_report *rep, int i) {
+    print_attention_cost(rep, &rep->res[i]);
+    print_summary(rep, &rep->res[i]);
+}
+
+static tp_status text_end(const tp_bench_report *rep, tp_error *err) {
+    const tp_bench_options *o = rep->o;
+    const int B = o->batch, base = rep->base;
+    printf("\n=== Comparison (%s, batch %d, %s) ===\n", tp_model_name(&rep->model), B, rep->device);
+    char per_s[32];
+    snprintf(per_s, sizeof per_s, "%ss/s", rep->input.unit);
+    printf("%-9s %12s %12s %12s %9s %10s %11s %11s %9s %9s %6s\n", "precision", "median ms", "p99 ms", per_s,
+           "speedup", "weights MB", "cosine", "rel L2", "top-1 %", "TFLOP/s", "MFU %");
+    for (int pi = 0; pi < rep->n_res; pi++) {
+        const tp_bench_result *r = &rep->res[pi];
+        double qps = r->n / (r->wall_ms * 1e-3), tf = rep->flop / (r->lat.median * 1e-3) * 1e-12;
+        char mfu[16] = "-";
+        if (r->peak_tflops > 0) snprintf(mfu, sizeof mfu, "%.1f", 100.0 * tf / r->peak_tflops);
+        printf("%-9s %12.4f %12.4f %12.1f %8.2fx %10.1f %11.6f %11.3e %9.1f %9.3f %6s\n", tp_precision_name(r->prec),
+               r->lat.median, r->lat.p99, qps * B, rep->res[base].lat.median / r->lat.median, r->weight_bytes * 1e-6,
+               r->acc.cosine, r->acc.rel_l2, 100 * r->acc.top1_agree, tf, mfu);
+    }
+    printf("(speedup: median time of %s over each; accuracy over %d %s%s against the FP32 %s reference; %s)\n",
+           tp_precision_name(rep->res[base].prec), rep->ref_rows, rep->input.unit, rep->ref_rows == 1 ? "" : "s",
+           rep->reference == TP_REF_GPU ? "GPU" : rep->reference == TP_REF_CPU ? "CPU" : "(none)",
+           rep->dev == TP_DEVICE_GPU ? "TFLOP/s: model FLOPs per batch over the median; MFU: that over the dense GEMM "
+                                       "peak of the precision measured on this GPU (8192^3 cuBLASLt)"
+                                     : "TFLOP/s: model FLOPs per batch over the median; no MFU on the CPU");
+    tp_status st = TP_OK;
+    if (rep->rates) print_floors(rep->res, rep->n_res, rep->rates);
+    if (o->json_path) st = write_json(rep, err);
+#ifdef TPROF_HAVE_CUDA
+    if (!st && o->compare) st = write_compare(rep, err);
+#endif
+    return st;
+}
+
+const tp_bench_writer *tp_bench_text_writer(void) {
+    static const tp_bench_writer W = {text_start, text_plan, text_result, text_end};
+    return &W;
+}
+
+void tp_bench_print_sweep(const tp_bench_options *o, const int *batches, int n_batches, const tp_bench_row *rows) {
+    tp_input_desc in;
+    tp_model_input(&o->model, &in);
+    char per_s[32];
+    snprintf(per_s, sizeof per_s, "%ss/s", in.unit);
+    printf("\n=== Batch sweep (%s) ===\n%7s %-9s %12s %12s %10s %7s %10s %9s\n", tp_model_name(&o->model), "batch",
+           "precision", "median ms", per_s, "TFLOP/s", "MFU %", "floor ms", "/ floor");
+    for (int b = 0; b < n_batches; b++)
+        for (int p = 0; p < o->n_precs; p++) {
+            const tp_bench_row *r = &rows[(size_t)b * (size_t)o->n_precs + (size_t)p];
+            char mfu[16] = "-", fl[16] = "-", over[16] = "-";
+            if (r->peak_tflops > 0) snprintf(mfu, sizeof mfu, "%.1f", 100.0 * r->mfu);
+            if (r->floor_ms > 0) {
+                snprintf(fl, sizeof fl, "%.4f", r->floor_ms);
+                snprintf(over, sizeof over, "%.2fx", r->median_ms / r->floor_ms);
+            }
+            printf("%7d %-9s %12.4f %12.1f %10.3f %7s %10s %9s\n", batches[b], tp_precision_name(r->prec),
+                   r->median_ms, r->samples_s, r->tflops, mfu, fl, over);
+        }
+    printf("(TFLOP/s: model FLOPs per batch over the median; MFU: that over the precision's dense GEMM peak "
+           "measured on this GPU, 8192^3 cuBLASLt; floor: the engine's roofline floor, profile/roofline.h; "
+           "neither on the CPU)\n");
+}
