@@ -4,8 +4,9 @@
  * Most images are written at run time with stb_image_write into a fresh mkdtemp folder per test (removed by the
  * fixture's teardown), so those tests cannot see each other's files, and their expected values are computed
  * here from the definitions (timm/torchvision eval transform, Pillow's resampling), never by calling the code
- * under test a second way. The exactness against Pillow itself is checked by test_pil_golden on the
- * tests/fixtures/preprocess_* files that tools/check_preprocess_pil.py wrote with Pillow 13. */
+ * under test a second way. The exactness against Pillow itself is checked by test_pil_golden and
+ * test_pil12_golden on the tests/fixtures/preprocess_* files that tools/check_preprocess_pil.py wrote with
+ * Pillow 13 and Pillow 12. */
 #include <check.h>
 #include <dirent.h>
 #include <math.h>

@@ -322,6 +322,84 @@ START_TEST(test_golden_timm_avg) {
 }
 END_TEST
 
+/* Golden checkpoints made from image files by timm's own eval transform (tools/make_timm_golden.py, run where
+ * torch and timm are): tests/fixtures/<name>/ holds model.safetensors and timm's config.json beside it (HF hub
+ * layout; its pretrained_cfg is the preprocessing), io.safetensors holds timm's "input" (its transform of the two
+ * PNGs, in order) and fp32 "output". The path a user takes: the preset and knobs of the architecture, the
+ * checkpoint's config.json, the weights, the images through tprof's preprocessing, the CPU reference; logits within
+ * relative L2 1e-5 of timm's (issue 19), and tprof's preprocessed input equal to timm's. */
+static void golden_checkpoint(const char *name, const char *const *knobs, int classes) {
+    static const char *const IMAGES[2] = {"tests/fixtures/preprocess_timm_a.png", "tests/fixtures/preprocess_timm_b.png"};
+    char wpath[256], iopath[256], note[700], desc[600];
+    snprintf(wpath, sizeof wpath, "tests/fixtures/%s/model.safetensors", name);
+    snprintf(iopath, sizeof iopath, "tests/fixtures/%s/io.safetensors", name);
+    tp_model m;
+    tp_error e = {0};
+    ck_assert_int_eq(tp_model_preset("vit-tiny", &m, &e), TP_OK);
+    for (int i = 0; knobs[i]; i += 2) ck_assert_msg(tp_model_knob(&m, knobs[i], knobs[i + 1], &e) == 1, "%s", e.msg);
+    ck_assert_msg(tp_model_checkpoint(&m, wpath, note, sizeof note, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(strncmp(note, "preprocessing from", 18) == 0, "%s", note);
+    tp_params p = {0};
+    ck_assert_msg(tp_model_params_load(&m, wpath, &p, &e) == TP_OK, "%s", e.msg);
+    const int B = 2, S = 32, n1 = 3 * S * S;
+    float *in = malloc(sizeof(float) * B * n1), *timm_in = malloc(sizeof(float) * B * n1);
+    float *want = malloc(sizeof(float) * B * classes), *got = malloc(sizeof(float) * B * classes);
+    ck_assert(in && timm_in && want && got);
+    for (int i = 0; i < B * n1; i++) in[i] = NAN; /* poison */
+    for (int b = 0; b < B; b++)
+        ck_assert_msg(tp_model_make_input(&m, 1, 0, IMAGES[b], in + b * n1, desc, sizeof desc, &e) == TP_OK, "%s",
+                      e.msg);
+    tp_param_spec io[2] = {{"input", 4, {B, 3, S, S}, timm_in}, {"output", 2, {B, classes}, want}};
+    ck_assert_msg(tp_st_load_params(iopath, io, 2, &e) == TP_OK, "%s", e.msg);
+    double worst = 0;
+    for (int i = 0; i < B * n1; i++) worst = fmax(worst, fabs((double)in[i] - timm_in[i]));
+    ck_assert_msg(worst <= 1e-6, "%s: tprof's preprocessing differs from timm's by up to %g", name, worst);
+    tp_graph g;
+    ck_assert_int_eq(tp_model_build_graph(&m, &p, B, &g, &e), TP_OK);
+    for (int i = 0; i < B * classes; i++) got[i] = NAN;
+    ck_assert_msg(tp_cpu_run(&g, &p, in, got, &e) == TP_OK, "%s", e.msg);
+    tp_accuracy acc;
+    tp_accuracy_compute(got, want, B, classes, &acc);
+    printf("%s: input max |tprof - timm| %.3g; logits relative L2 %.3e against timm\n", name, worst, acc.rel_l2);
+    ck_assert_int_eq(acc.nonfinite, 0);
+    ck_assert_msg(acc.rel_l2 <= 1e-5, "%s: relative L2 error against timm %.3e (max abs %.3e)", name, acc.rel_l2,
+                  acc.max_abs);
+    ck_assert(acc.top1_agree == 1.0);
+    /* without the checkpoint's config (the preset's preprocessing), the input is not timm's: the silent error this
+     * reading prevents */
+    tp_model bare;
+    ck_assert_int_eq(tp_model_preset("vit-tiny", &bare, &e), TP_OK);
+    for (int i = 0; knobs[i]; i += 2) ck_assert_int_eq(tp_model_knob(&bare, knobs[i], knobs[i + 1], &e), 1);
+    ck_assert_int_eq(tp_model_make_input(&bare, 1, 0, IMAGES[0], in, desc, sizeof desc, &e), TP_OK);
+    double off = 0;
+    for (int i = 0; i < n1; i++) off = fmax(off, fabs((double)in[i] - timm_in[i]));
+    ck_assert_msg(off > 0.05, "%s: the preset's preprocessing gives timm's input too (%g): the test shows nothing",
+                  name, off);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    free(in);
+    free(timm_in);
+    free(want);
+    free(got);
+}
+
+/* ImageNet mean and std, crop_pct 0.9, bicubic */
+START_TEST(test_golden_checkpoint_crop090) {
+    static const char *const K[] = {"--img-size", "32", "--patch-size", "8", "--embed-dim", "48", "--depth", "2",
+                                    "--heads", "3", "--num-classes", "10", NULL};
+    golden_checkpoint("timm_in1k_crop090", K, 10);
+}
+END_TEST
+
+/* mean and std 0.5, crop_pct 1.0, bilinear, no class token, average pooling */
+START_TEST(test_golden_checkpoint_crop100) {
+    static const char *const K[] = {"--img-size", "32", "--patch-size", "8", "--embed-dim", "64", "--depth", "2",
+                                    "--heads", "2", "--mlp-ratio", "3", "--no-class-token", NULL, "--global-pool",
+                                    "avg", "--num-classes", "6", NULL};
+    golden_checkpoint("timm_crop100", K, 6);
+}
+END_TEST
+
 /* vit-tiny with 2 blocks, shapes only (the planner needs no weights), at batch B. */
 static void tiny2(tp_vit_config *c, int B, tp_params *p, tp_graph *g) {
     tp_error e;
@@ -842,6 +920,8 @@ int main(void) {
     tcase_add_test(t, test_synthesized_weights);
     tcase_add_test(t, test_golden_timm_token);
     tcase_add_test(t, test_golden_timm_avg);
+    tcase_add_test(t, test_golden_checkpoint_crop090);
+    tcase_add_test(t, test_golden_checkpoint_crop100);
     suite_add_tcase(s, t);
     TCase *f = tcase_create("family");
     tcase_add_checked_fixture(f, setup, teardown);

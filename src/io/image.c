@@ -14,8 +14,9 @@
  * headroom for the negative lobes, in a 32-bit int); a pass sums value * weight onto 1 << 21 (the rounding
  * half), shifts right by 22 and clamps to [0, 255]. The double arithmetic is written in the same operation order
  * as Pillow's, so that the weights are the same doubles and their fixed-point rounding the same integers: that is
- * what makes the result identical, not merely close. GCC in -std=c11 mode does not contract a * b + c into an FMA
- * (-ffp-contract=off), which this relies on.
+ * what makes the result identical, not merely close. That relies on no a * b + c being contracted into an FMA:
+ * GCC in -std=c11 mode does not (-ffp-contract=off), clang is told so below. (Checked on x86-64, where Pillow's
+ * wheels do not contract either.)
  *
  * Only the crop window of the resized image is computed. A window of an axis's outputs uses exactly the weights
  * of those outputs, so computing the window is the same as resizing everything and cropping; the intermediate
@@ -112,6 +113,10 @@ static tp_status check_preprocess(const tp_preprocess *pp, tp_error *err) {
 }
 
 /* ---- Pillow's filters and weights (libImaging/Resample.c) --------------------------------------------- */
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* clang contracts within an expression by default; GCC in ISO mode does not */
+#endif
 
 /* Keys' cubic convolution kernel with a = -0.5. Pillow writes the polynomials with a symbolic a; with a = -0.5
  * the constants a + 2 = 1.5 and a + 3 = 2.5 are exact and the final product by a = -0.5 only flips the sign and

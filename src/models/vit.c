@@ -465,6 +465,7 @@ static const tp_knob KNOBS[] = {
     {"--crop-pct", "X", "resize the shorter side to floor(img / X), then center crop"},
     {"--interpolation", "bicubic|bilinear", "resampling filter of the resize"},
     {"--crop-mode", "center|squash", "timm's crop mode"},
+    {"--pillow", "N", "reproduce Pillow N's resize order: 13+ (default) or 12 and older"},
     {NULL, NULL, NULL},
 };
 
@@ -574,6 +575,10 @@ static int vit_knob(void *cfg, const char *name, const char *val, tp_error *err)
         c->pre.interpolation = (tp_interp)k;
         c->pre_given |= TP_VIT_PRE_INTERP;
         return 1;
+    } else if (strcmp(name, "--pillow") == 0) {
+        if (parse_long(name, val, 1, 99, &v, err)) return -1;
+        c->pre.pillow_version = v >= 13 ? 0 : (int)v;
+        return 1;
     } else if (strcmp(name, "--crop-mode") == 0) {
         int k = tp_crop_mode_parse(val);
         if (k < 0) {
@@ -605,9 +610,10 @@ static json_t *floats3(const float *x) {
 
 static json_t *vit_to_json(const void *cfg) {
     const tp_vit_config *c = cfg;
-    json_t *pre = json_pack("{s:i,s:f,s:o,s:o,s:s,s:s}", "img_size", c->pre.img_size, "crop_pct", c->pre.crop_pct,
+    json_t *pre = json_pack("{s:i,s:f,s:o,s:o,s:s,s:s,s:i}", "img_size", c->pre.img_size, "crop_pct", c->pre.crop_pct,
                             "mean", floats3(c->pre.mean), "std", floats3(c->pre.std), "interpolation",
-                            tp_interp_name(c->pre.interpolation), "crop_mode", tp_crop_mode_name(c->pre.crop_mode));
+                            tp_interp_name(c->pre.interpolation), "crop_mode", tp_crop_mode_name(c->pre.crop_mode),
+                            "pillow", c->pre.pillow_version);
     if (!pre) return NULL;
     return json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:b,s:s,s:i,s:f,s:o}", "name", c->name, "img_size",
                      c->img_size, "patch_size", c->patch_size, "in_chans", c->in_chans, "embed_dim", c->embed_dim,
@@ -694,8 +700,10 @@ static tp_status vit_from_json(const json_t *m, void *cfg, tp_error *err) {
     static const char *const keys[] = {"name", "img_size", "patch_size", "in_chans", "embed_dim", "depth",
                                        "num_heads", "mlp_ratio", "class_token", "global_pool", "num_classes",
                                        "ln_eps", "preprocess", NULL};
-    /* interpolation and crop_mode: engine files of version <= 2 have neither (bicubic, center) */
-    static const char *const pkeys[] = {"img_size", "crop_pct", "mean", "std", "interpolation", "crop_mode", NULL};
+    /* interpolation, crop_mode and pillow: engine files of version <= 2 have none (bicubic, center, 0: the newest
+     * Pillow's resize) */
+    static const char *const pkeys[] = {"img_size", "crop_pct", "mean", "std", "interpolation", "crop_mode",
+                                        "pillow", NULL};
     static const int MAX_IMG = 16384, MAX_DIM = 65536, MAX_DEPTH = 4096, MAX_CLASSES = 10000000;
     tp_vit_config *c = cfg;
     memset(c, 0, sizeof *c);
@@ -737,6 +745,7 @@ static tp_status vit_from_json(const json_t *m, void *cfg, tp_error *err) {
         (s = jenum(pre, w, "interpolation", 1, tp_interp_parse, &interp, err)) ||
         (s = jenum(pre, w, "crop_mode", 1, tp_crop_mode_parse, &crop, err)))
         return s;
+    if (json_object_get(pre, "pillow") && (s = jint(pre, w, "pillow", 0, 12, &c->pre.pillow_version, err))) return s;
     c->pre.interpolation = (tp_interp)interp;
     c->pre.crop_mode = (tp_crop_mode)crop;
     snprintf(c->pre_source, sizeof c->pre_source, "the engine file");
