@@ -147,5 +147,25 @@ if [ $rc -eq 3 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL l
 rc=$?
 if [ $rc -eq 2 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL lint: bad option exits $rc, not 2"; fi
 
+# The checkpoint's own preprocessing (issue 19): config.json beside the weights, a warning without it, the family's
+# knobs through the CLI, --reference on a run without a GPU
+golden=(--device cpu --model vit-tiny --img-size 32 --patch-size 8 --embed-dim 48 --depth 2 --heads 3 --num-classes 10
+        --image tests/fixtures/preprocess_timm_a.png --batch 1 --duration 0 --iterations 1 --warmup 0)
+expect_ok "checkpoint config.json read" "source: tests/fixtures/timm_in1k_crop090/config.json" \
+  bench "${golden[@]}" --weights tests/fixtures/timm_in1k_crop090/model.safetensors
+mkdir -p "$tmp/nocfg" && cp tests/fixtures/timm_in1k_crop090/model.safetensors "$tmp/nocfg/"
+expect_ok "checkpoint without config.json warns" "warning: no config.json beside" \
+  bench "${golden[@]}" --weights "$tmp/nocfg/model.safetensors"
+expect_ok "--mean kept over config.json" "mean (0.1, 0.2, 0.3), std (0.229" \
+  bench "${golden[@]}" --weights tests/fixtures/timm_in1k_crop090/model.safetensors --mean 0.1,0.2,0.3
+expect_error "config.json contradicts --num-classes" "num_classes 10, but the model has 7" \
+  bench "${golden[@]}" --weights tests/fixtures/timm_in1k_crop090/model.safetensors --num-classes 7
+expect_error "--mean needs three numbers" "R,G,B" bench --device cpu --mean 1,2
+expect_error "--interpolation unknown" "lanczos" bench --device cpu --interpolation lanczos
+expect_error "--reference unknown" "--reference 'tpu'" bench --device cpu --reference tpu
+expect_error "--reference gpu on the CPU" "--reference gpu" bench --device cpu --reference gpu
+expect_ok "--reference none" "Accuracy: not checked" bench "${golden[@]}" --reference none
+expect_ok "models lists the family" "^vit  *vit_base_patch16_224" models
+
 echo "test_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]
