@@ -162,7 +162,7 @@ expect_error "config.json contradicts --num-classes" "num_classes 10, but the mo
   bench "${golden[@]}" --weights tests/fixtures/timm_in1k_crop090/model.safetensors --num-classes 7
 expect_error "--mean needs three numbers" "R,G,B" bench --device cpu --mean 1,2
 expect_error "--interpolation unknown" "lanczos" bench --device cpu --interpolation lanczos
-expect_error "--reference unknown" "--reference 'tpu'" bench --device cpu --reference tpu
+expect_error "--reference unknown" "unknown reference 'tpu'" bench --device cpu --reference tpu
 expect_error "--reference gpu on the CPU" "--reference gpu" bench --device cpu --reference gpu
 expect_ok "--reference none" "Accuracy: not checked" bench "${golden[@]}" --reference none
 expect_ok "models lists the family" "^vit  *vit_base_patch16_224" models

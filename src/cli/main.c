@@ -309,245 +309,275 @@ static int parse_precisions(const char *prec, tp_precision *out, int max) {
     return np;
 }
 
-/* `tprof bench` and `tprof profile` share every option; profile adds the traced run and its artifacts. */
-static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, int compare, int build) {
+/* `tprof bench`, `profile`, `compare` and `build` share every option; profile adds the traced run and its
+ * artifacts, build the engine file. What the command line gave, before defaults: */
+enum { MAX_BATCHES = 16 };
+typedef struct {
+    int profile, compare, build; /* the command */
     tp_bench_options o;
-    memset(&o, 0, sizeof o);
-    const char *out_file = NULL, *engine = NULL;
-    int arch = 0;
-    long prof_iters = 20, top = 15;
-    const char *out_dir = compare ? "tprof-report" : "tprof-profile";
-    const char *model = NULL, *prec = NULL;
-    long batch = -1, iters = -1, seed = 0, ref = 8;
-    enum { MAX_BATCHES = 16 };
+    const char *out_file, *engine, *out_dir, *model, *prec;
+    int arch;
+    long prof_iters, top, batch, iters, seed, ref;
     long batches[MAX_BATCHES];
-    int n_batches = 0;
-    double warm = 200, dur = -1;
-    int device_given = 0;
-    knobs k = {0};
-    o.use_graph = 1;
-    o.device = TP_DEVICE_AUTO;
-    o.calib.method = TP_CALIB_MAX;
-    o.calib.percentile = 99.99;
+    int n_batches;
+    double warm, dur;
+    knobs k;
+} bench_args;
+
+/* --batch N or a comma list (a sweep); 0, or -1 after printing the error */
+static int parse_batches(const char *name, const char *val, bench_args *a) {
+    a->n_batches = 0;
+    for (const char *q = val; a->n_batches < MAX_BATCHES;) {
+        char one[32];
+        const size_t len = strcspn(q, ",");
+        if (len == 0 || len >= sizeof one) {
+            fprintf(stderr, "tprof: --batch '%s': expected N or a comma list such as 1,8,64,256\n", val);
+            return -1;
+        }
+        memcpy(one, q, len);
+        one[len] = '\0';
+        if (parse_int(name, one, 1, 1 << 20, &a->batches[a->n_batches])) return -1;
+        a->n_batches++;
+        if (!q[len]) break;
+        q += len + 1;
+        if (a->n_batches == MAX_BATCHES) {
+            fprintf(stderr, "tprof: --batch '%s': at most %d sizes\n", val, MAX_BATCHES);
+            return -1;
+        }
+    }
+    a->batch = a->batches[0];
+    return 0;
+}
+
+/* val among names[0..n): its index; -1 after printing "tprof: NAME: unknown KIND 'VAL' (expected ...)" */
+static int one_of(const char *name, const char *val, const char *kind, const char *const *names, int n) {
+    for (int k = 0; k < n; k++)
+        if (strcmp(val, names[k]) == 0) return k;
+    fprintf(stderr, "tprof: %s: unknown %s '%s' (expected", name, kind, val);
+    for (int k = 0; k < n; k++) fprintf(stderr, "%s%s", k ? (k == n - 1 ? " or " : ", ") : " ", names[k]);
+    fprintf(stderr, ")\n");
+    return -1;
+}
+
+/* The options that take a value. 1: handled; 0: not one of them; -1: an error was printed. */
+static int parse_value_option(const char *name, const char *val, bench_args *a) {
+    tp_bench_options *o = &a->o;
+    static const char *const CALIB[] = {"max", "percentile"}, *const ATTN[] = {"auto", "flash", "cudnn", "classic",
+                                                                               "wgmma"};
+    static const char *const REF[] = {"gpu", "cpu", "none"}, *const DEV[] = {"gpu", "cpu"};
+    int k;
+#define IS(s) (strcmp(name, s) == 0)
+    if (IS("--model")) a->model = val;
+    else if (IS("--precision")) a->prec = val;
+    else if (IS("--weights")) o->weights = val;
+    else if (IS("--image")) o->image = val;
+    else if (IS("--json")) o->json_path = val;
+    else if (IS("--policy")) o->policy = val;
+    else if (IS("--policy-file")) o->policy_file = val;
+    else if (!a->build && IS("--save-output")) o->save_output = val;
+    else if (a->build && (IS("-o") || IS("--output"))) a->out_file = val;
+    else if (!a->build && IS("--engine")) a->engine = val;
+    else if (a->profile && IS("--out")) a->out_dir = val;
+    else if (IS("--gemm")) return two_way(name, val, "choice", "auto", "cublaslt", &o->cublaslt_only) ? -1 : 1;
+    else if (IS("--fp8-accum")) return two_way(name, val, "choice", "fast", "promote", &o->fp8_promote) ? -1 : 1;
+    else if (IS("--gelu")) return two_way(name, val, "form", "erf", "tanh", &o->gelu_tanh) ? -1 : 1;
+    else if (IS("--calib")) {
+        if ((k = one_of(name, val, "method", CALIB, 2)) < 0) return -1;
+        o->calib.method = k ? TP_CALIB_PERCENTILE : TP_CALIB_MAX;
+    } else if (IS("--calib-percentile")) {
+        if (parse_double(name, val, 1e-9, 100, &o->calib.percentile)) return -1;
+        o->calib.method = TP_CALIB_PERCENTILE;
+    } else if (IS("--attention")) {
+        if ((k = one_of(name, val, "implementation", ATTN, 5)) < 0) return -1;
+        o->attention = k;
+    } else if (IS("--reference")) {
+        if ((k = one_of(name, val, "reference", REF, 3)) < 0) return -1;
+        o->reference = (tp_reference_kind)(TP_REF_GPU + k);
+    } else if (IS("--device")) {
+        if ((k = one_of(name, val, "device", DEV, 2)) < 0) return -1;
+        o->device = k ? TP_DEVICE_CPU : TP_DEVICE_GPU;
+    } else if (a->build && IS("--arch")) {
+        tp_error ae;
+        if (tp_caps_parse_arch(val, &a->arch, &ae)) {
+            fprintf(stderr, "tprof: --arch: %s\n", ae.msg);
+            return -1;
+        }
+    } else if (IS("--batch")) return parse_batches(name, val, a) ? -1 : 1;
+    else if (a->profile && IS("--profile-iters")) return parse_int(name, val, 1, 1000, &a->prof_iters) ? -1 : 1;
+    else if (a->profile && IS("--top")) return parse_int(name, val, 1, 1000, &a->top) ? -1 : 1;
+    else if (IS("--iterations")) return parse_int(name, val, 1, 100000, &a->iters) ? -1 : 1;
+    else if (IS("--seed")) return parse_int(name, val, 0, 0x7FFFFFFFL, &a->seed) ? -1 : 1;
+    else if (IS("--ref-images") || IS("--ref-samples")) return parse_int(name, val, 1, 1 << 20, &a->ref) ? -1 : 1;
+    else if (IS("--warmup")) return parse_double(name, val, 0, 3.6e6, &a->warm) ? -1 : 1;
+    else if (IS("--duration")) return parse_double(name, val, 0, 3600, &a->dur) ? -1 : 1;
+    else return 0;
+#undef IS
+    return 1;
+}
+
+/* Every option. 1: run; 0: help printed; 2: an error was printed. */
+static int parse_bench_args(int argc, char **argv, bench_args *a) {
+    static const char *const VALUED[] = {
+        "--model", "--precision", "--weights", "--image", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
+        "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
+        "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};
     for (int i = 0; i < argc; i++) {
-        char *a = argv[i], name[64];
-        char *val = opt_split(a, name);
-        int knob;
-#define FLAG(s) (strcmp(name, s) == 0)
-#define NEED_VAL()                                                   \
-    do {                                                             \
-        if (!(val = opt_value(name, val, argc, argv, &i))) return 2; \
-    } while (0)
-        if (FLAG("--no-graph")) o.use_graph = 0;
-        else if (FLAG("--no-gemm-select")) o.gemm_first = 1;
-        else if (FLAG("--gemm")) {
-            NEED_VAL();
-            if (two_way(name, val, "choice", "auto", "cublaslt", &o.cublaslt_only)) return 2;
-        }
-        else if (FLAG("--fp8-accum")) {
-            NEED_VAL();
-            if (two_way(name, val, "choice", "fast", "promote", &o.fp8_promote)) return 2;
-        }
-        else if (FLAG("--plan")) o.print_plan = 1;
-        else if (FLAG("-h") || FLAG("--help")) {
+        char name[64];
+        const char *arg = argv[i];
+        char *val = opt_split(argv[i], name);
+        int r = 0;
+        if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
             usage(stdout);
             return 0;
-        } else if (FLAG("--model")) { NEED_VAL(); model = val; }
-        else if (FLAG("--precision")) { NEED_VAL(); prec = val; }
-        else if (FLAG("--weights")) { NEED_VAL(); o.weights = val; }
-        else if (FLAG("--image")) { NEED_VAL(); o.image = val; }
-        else if (FLAG("--json")) { NEED_VAL(); o.json_path = val; }
-        else if (FLAG("--policy")) { NEED_VAL(); o.policy = val; }
-        else if (!build && FLAG("--save-output")) { NEED_VAL(); o.save_output = val; }
-        else if (build && (FLAG("-o") || FLAG("--output"))) { NEED_VAL(); out_file = val; }
-        else if (build && FLAG("--arch")) {
-            NEED_VAL();
-            tp_error ae;
-            if (tp_caps_parse_arch(val, &arch, &ae)) {
-                fprintf(stderr, "tprof: --arch: %s\n", ae.msg);
-                return 2;
-            }
-        } else if (!build && FLAG("--engine")) { NEED_VAL(); engine = val; }
-        else if (FLAG("--policy-file")) { NEED_VAL(); o.policy_file = val; }
-        else if (FLAG("--calib")) {
-            NEED_VAL();
-            if (strcmp(val, "max") == 0) o.calib.method = TP_CALIB_MAX;
-            else if (strcmp(val, "percentile") == 0) o.calib.method = TP_CALIB_PERCENTILE;
-            else {
-                fprintf(stderr, "tprof: --calib: unknown method '%s' (expected max or percentile)\n", val);
-                return 2;
-            }
-        } else if (FLAG("--gelu")) {
-            NEED_VAL();
-            if (two_way(name, val, "form", "erf", "tanh", &o.gelu_tanh)) return 2;
-        } else if (FLAG("--attention")) {
-            NEED_VAL();
-            static const char *names[] = {"auto", "flash", "cudnn", "classic", "wgmma"};
-            o.attention = -1;
-            for (int k = 0; k < 5; k++)
-                if (strcmp(val, names[k]) == 0) o.attention = k;
-            if (o.attention < 0) {
-                fprintf(stderr, "tprof: --attention: unknown implementation '%s' (expected auto, flash, wgmma, cudnn "
-                                "or classic)\n", val);
-                return 2;
-            }
-        } else if (FLAG("--calib-percentile")) {
-            NEED_VAL();
-            if (parse_double(name, val, 1e-9, 100, &o.calib.percentile)) return 2;
-            o.calib.method = TP_CALIB_PERCENTILE;
+        } else if (strcmp(name, "--no-graph") == 0) {
+            a->o.use_graph = 0, r = 1;
+        } else if (strcmp(name, "--no-gemm-select") == 0) {
+            a->o.gemm_first = 1, r = 1;
+        } else if (strcmp(name, "--plan") == 0) {
+            a->o.print_plan = 1, r = 1;
+        } else {
+            int valued = 0;
+            for (int k = 0; VALUED[k] && !valued; k++) valued = strcmp(name, VALUED[k]) == 0;
+            /* options of another command are unknown here, value or not */
+            static const char *const BUILD_ONLY[] = {"-o", "--output", "--arch", NULL},
+                                     *const RUN_ONLY[] = {"--save-output", "--engine", NULL},
+                                     *const PROFILE_ONLY[] = {"--out", "--profile-iters", "--top", NULL};
+            for (int k = 0; BUILD_ONLY[k]; k++) valued &= a->build || strcmp(name, BUILD_ONLY[k]) != 0;
+            for (int k = 0; RUN_ONLY[k]; k++) valued &= !a->build || strcmp(name, RUN_ONLY[k]) != 0;
+            for (int k = 0; PROFILE_ONLY[k]; k++) valued &= a->profile || strcmp(name, PROFILE_ONLY[k]) != 0;
+            if (valued && !(val = opt_value(name, val, argc, argv, &i))) return 2;
+            if (valued) r = parse_value_option(name, val, a);
+            if (r == 0) r = parse_knob(name, val, argc, argv, &i, &a->k);
         }
-        else if (profile && FLAG("--out")) { NEED_VAL(); out_dir = val; }
-        else if (profile && FLAG("--profile-iters")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &prof_iters)) return 2; }
-        else if (profile && FLAG("--top")) { NEED_VAL(); if (parse_int(name, val, 1, 1000, &top)) return 2; }
-        else if (FLAG("--batch")) {
-            NEED_VAL();
-            /* one size, or a comma list for a sweep (tprof bench only) */
-            n_batches = 0;
-            for (const char *q = val; n_batches < MAX_BATCHES;) {
-                char one[32];
-                const size_t len = strcspn(q, ",");
-                if (len == 0 || len >= sizeof one) {
-                    fprintf(stderr, "tprof: --batch '%s': expected N or a comma list such as 1,8,64,256\n", val);
-                    return 2;
-                }
-                memcpy(one, q, len);
-                one[len] = '\0';
-                if (parse_int(name, one, 1, 1 << 20, &batches[n_batches])) return 2;
-                n_batches++;
-                if (!q[len]) break;
-                q += len + 1;
-                if (n_batches == MAX_BATCHES) {
-                    fprintf(stderr, "tprof: --batch '%s': at most %d sizes\n", val, MAX_BATCHES);
-                    return 2;
-                }
-            }
-            batch = batches[0];
-        }
-        else if (FLAG("--iterations")) { NEED_VAL(); if (parse_int(name, val, 1, 100000, &iters)) return 2; }
-        else if (FLAG("--seed")) { NEED_VAL(); if (parse_int(name, val, 0, 0x7FFFFFFFL, &seed)) return 2; }
-        else if (FLAG("--ref-images") || FLAG("--ref-samples")) { NEED_VAL(); if (parse_int(name, val, 1, 1 << 20, &ref)) return 2; }
-        else if (FLAG("--reference")) {
-            NEED_VAL();
-            static const char *refs[] = {"gpu", "cpu", "none"};
-            int kref = -1;
-            for (int q = 0; q < 3; q++)
-                if (strcmp(val, refs[q]) == 0) kref = q;
-            if (kref < 0) {
-                fprintf(stderr, "tprof: --reference '%s': expected gpu, cpu or none\n", val);
-                return 2;
-            }
-            o.reference = (tp_reference_kind)(TP_REF_GPU + kref);
-        }
-        else if (FLAG("--warmup")) { NEED_VAL(); if (parse_double(name, val, 0, 3.6e6, &warm)) return 2; }
-        else if (FLAG("--duration")) { NEED_VAL(); if (parse_double(name, val, 0, 3600, &dur)) return 2; }
-        else if (FLAG("--device")) {
-            NEED_VAL();
-            if (strcmp(val, "gpu") == 0) o.device = TP_DEVICE_GPU;
-            else if (strcmp(val, "cpu") == 0) o.device = TP_DEVICE_CPU;
-            else {
-                fprintf(stderr, "tprof: --device '%s': expected gpu or cpu\n", val);
-                return 2;
-            }
-            device_given = 1;
-        } else if ((knob = parse_knob(name, val, argc, argv, &i, &k)) < 0) {
-            return 2;
-        } else if (!knob) {
-            fprintf(stderr, "tprof: unknown option '%s' (tprof %s --help lists them)\n", a,
-                    compare ? "compare" : profile ? "profile" : "bench");
+        if (r < 0) return 2;
+        if (r == 0) {
+            fprintf(stderr, "tprof: unknown option '%s' (tprof %s --help lists them)\n", arg,
+                    a->build ? "build" : a->compare ? "compare" : a->profile ? "profile" : "bench");
             return 2;
         }
-#undef FLAG
-#undef NEED_VAL
     }
+    return 1;
+}
 
-    if (build && !out_file) {
+/* The embedded default where nothing was given: the GPU's main job, or the CPU's small one without a GPU. */
+static void bench_defaults(bench_args *a) {
+    tp_bench_options *o = &a->o;
+    int gpu = 0;
+    char why[600] = "";
+    if (o->device != TP_DEVICE_CPU) gpu = have_gpu(why, sizeof why);
+    if (o->device == TP_DEVICE_AUTO && !gpu) {
+        o->device = TP_DEVICE_CPU;
+        if (a->build) { /* no run on the CPU: build only plans and writes */
+        } else if (!a->model && a->batch < 0 && !a->prec)
+            printf("No GPU found (%s): running the CPU default, vit-tiny at batch 1 in fp32.\n", why);
+        else printf("No GPU found (%s): running on the CPU.\n", why);
+    } else if (o->device == TP_DEVICE_AUTO) {
+        o->device = TP_DEVICE_GPU;
+    }
+    const int on_cpu = o->device == TP_DEVICE_CPU;
+    if (!a->model) a->model = on_cpu ? "vit-tiny" : "vit-b16";
+    if (a->batch < 0) a->batch = on_cpu ? 1 : 64;
+    if (!a->prec) a->prec = on_cpu ? "fp32" : "fp16,fp8";
+    if (a->iters < 0) a->iters = on_cpu ? 3 : 10;
+    if (a->dur < 0) a->dur = on_cpu ? 0 : 3;
+}
+
+/* The options into a->o once the model is known; 0, or 2 after printing the error. */
+static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cmdline) {
+    tp_bench_options *o = &a->o;
+    tp_error err = {0};
+    if (ef) {
+        o->model = ef->model;
+    } else if (tp_model_preset(a->model, &o->model, &err)) {
+        fprintf(stderr, "tprof: --model: %s\n", err.msg);
+        return 2;
+    }
+    if (apply_knobs(&a->k, &o->model)) return 2;
+    int np = parse_precisions(a->prec, o->precs, TP_MAX_PRECISIONS);
+    if (np < 0) return 2;
+    o->n_precs = np;
+    o->batch = (int)a->batch;
+    o->iterations = (int)a->iters;
+    o->duration_s = a->dur;
+    o->warmup_ms = a->warm;
+    o->seed = (uint64_t)a->seed;
+    o->ref_samples = (int)a->ref;
+    o->writer = tp_bench_text_writer();
+    o->command_line = cmdline;
+    if (a->profile) {
+        o->profile_iters = (int)a->prof_iters;
+        o->top_n = (int)a->top;
+        o->out_dir = a->out_dir;
+        o->compare = a->compare;
+    }
+    if (a->build && o->gelu_tanh) {
+        fprintf(stderr, "tprof: --gelu: chosen when an engine runs (tprof bench --engine FILE --gelu tanh), not "
+                        "stored in the engine file\n");
+        return 2;
+    }
+    if (a->n_batches > 1 && (a->build || a->profile)) {
+        fprintf(stderr, "tprof: --batch: a list of sizes (a sweep) is for tprof bench; %s takes one\n",
+                a->build ? "tprof build" : a->compare ? "tprof compare" : "tprof profile");
+        return 2;
+    }
+    return 0;
+}
+
+/* --engine: the file carries the model, the precision, the policy and the weights. 0, 1 (unreadable file) or 2. */
+static int read_engine(bench_args *a, tp_engine_file *ef) {
+    const tp_bench_options *o = &a->o;
+    const char *clash = a->model ? "--model" : a->prec ? "--precision" : o->weights ? "--weights" : o->policy ? "--policy"
+                        : o->policy_file ? "--policy-file" : a->k.n ? "a model knob" : NULL;
+    if (clash) {
+        fprintf(stderr, "tprof: --engine %s carries the model, precision and weights: drop %s\n", a->engine, clash);
+        return 2;
+    }
+    tp_error fe = {0};
+    if (tp_engine_file_read(a->engine, ef, &fe)) {
+        fprintf(stderr, "tprof: error: %s\n", fe.msg);
+        return 1;
+    }
+    a->model = tp_model_name(&ef->model);
+    a->prec = tp_precision_name(ef->precision);
+    a->o.engine_file = ef;
+    a->o.engine_path = a->engine;
+    return 0;
+}
+
+static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, int compare, int build) {
+    bench_args a;
+    memset(&a, 0, sizeof a);
+    a.profile = profile, a.compare = compare, a.build = build;
+    a.out_dir = compare ? "tprof-report" : "tprof-profile";
+    a.prof_iters = 20, a.top = 15, a.batch = -1, a.iters = -1, a.seed = 0, a.ref = 8;
+    a.warm = 200, a.dur = -1;
+    a.o.use_graph = 1;
+    a.o.device = TP_DEVICE_AUTO;
+    a.o.calib.method = TP_CALIB_MAX;
+    a.o.calib.percentile = 99.99;
+    int rc = parse_bench_args(argc, argv, &a);
+    if (rc != 1) return rc;
+    if (build && !a.out_file) {
         fprintf(stderr, "tprof: build: name the engine file with -o FILE.tpe\n");
         return 2;
     }
     tp_engine_file ef;
     memset(&ef, 0, sizeof ef);
-    if (engine) {
-        /* the file carries the model, the precision, the policy and the weights */
-        const char *clash = model ? "--model" : prec ? "--precision" : o.weights ? "--weights" : o.policy ? "--policy"
-                            : o.policy_file ? "--policy-file" : k.n ? "a model knob" : NULL;
-        if (clash) {
-            fprintf(stderr, "tprof: --engine %s carries the model, precision and weights: drop %s\n", engine, clash);
-            return 2;
-        }
-        tp_error fe = {0};
-        if (tp_engine_file_read(engine, &ef, &fe)) {
-            fprintf(stderr, "tprof: error: %s\n", fe.msg);
-            return 1;
-        }
-        model = tp_model_name(&ef.model);
-        prec = tp_precision_name(ef.precision);
-        o.engine_file = &ef;
-        o.engine_path = engine;
-    }
-
-    /* the embedded default: the GPU's main job, or the CPU's small one when there is no GPU */
-    int gpu = 0;
-    char why[600] = "";
-    if (o.device != TP_DEVICE_CPU) gpu = have_gpu(why, sizeof why);
-    if (o.device == TP_DEVICE_AUTO && !gpu) {
-        o.device = TP_DEVICE_CPU;
-        if (build) { /* no run on the CPU: build only plans and writes */
-        } else if (!model && batch < 0 && !prec)
-            printf("No GPU found (%s): running the CPU default, vit-tiny at batch 1 in fp32.\n", why);
-        else printf("No GPU found (%s): running on the CPU.\n", why);
-    } else if (o.device == TP_DEVICE_AUTO) {
-        o.device = TP_DEVICE_GPU;
-    }
-    (void)device_given;
-    int on_cpu = o.device == TP_DEVICE_CPU;
-    if (!model) model = on_cpu ? "vit-tiny" : "vit-b16";
-    if (batch < 0) batch = on_cpu ? 1 : 64;
-    if (!prec) prec = on_cpu ? "fp32" : "fp16,fp8";
-    if (iters < 0) iters = on_cpu ? 3 : 10;
-    if (dur < 0) dur = on_cpu ? 0 : 3;
-
-    tp_error err = {0};
-    if (engine) {
-        o.model = ef.model;
-    } else if (tp_model_preset(model, &o.model, &err)) {
-        fprintf(stderr, "tprof: --model: %s\n", err.msg);
-        return 2;
-    }
-    if (apply_knobs(&k, &o.model)) return 2;
-    int np = parse_precisions(prec, o.precs, TP_MAX_PRECISIONS);
-    if (np < 0) return 2;
-    o.n_precs = np;
-    o.batch = (int)batch;
-    o.iterations = (int)iters;
-    o.duration_s = dur;
-    o.warmup_ms = warm;
-    o.seed = (uint64_t)seed;
-    o.ref_samples = (int)ref;
-    o.writer = tp_bench_text_writer();
-    o.command_line = cmdline;
-    if (profile) {
-        o.profile_iters = (int)prof_iters;
-        o.top_n = (int)top;
-        o.out_dir = out_dir;
-        o.compare = compare;
-    }
-    if (build && o.gelu_tanh) {
-        fprintf(stderr, "tprof: --gelu: chosen when an engine runs (tprof bench --engine FILE --gelu tanh), not "
-                        "stored in the engine file\n");
-        return 2;
-    }
-    if (n_batches > 1 && (build || profile)) {
-        fprintf(stderr, "tprof: --batch: a list of sizes (a sweep) is for tprof bench; %s takes one\n",
-                build ? "tprof build" : compare ? "tprof compare" : "tprof profile");
-        return 2;
+    if (a.engine && (rc = read_engine(&a, &ef))) return rc;
+    bench_defaults(&a);
+    if ((rc = bench_options(&a, a.engine ? &ef : NULL, cmdline))) {
+        tp_engine_file_free(&ef);
+        return rc;
     }
     int bsizes[MAX_BATCHES];
-    for (int i = 0; i < n_batches; i++) bsizes[i] = (int)batches[i];
+    for (int i = 0; i < a.n_batches; i++) bsizes[i] = (int)a.batches[i];
     tp_bench_row rows[MAX_BATCHES * TP_MAX_PRECISIONS];
-    tp_status st = build           ? tp_build_run(&o, out_file, arch, &err)
-                   : n_batches > 1 ? tp_bench_sweep(&o, bsizes, n_batches, rows, &err)
-                                   : tp_bench_run(&o, &err);
-    if (!st && !build && n_batches > 1) tp_bench_print_sweep(&o, bsizes, n_batches, rows);
+    tp_error err = {0};
+    tp_status st = build             ? tp_build_run(&a.o, a.out_file, a.arch, &err)
+                   : a.n_batches > 1 ? tp_bench_sweep(&a.o, bsizes, a.n_batches, rows, &err)
+                                     : tp_bench_run(&a.o, &err);
+    if (!st && !build && a.n_batches > 1) tp_bench_print_sweep(&a.o, bsizes, a.n_batches, rows);
     tp_engine_file_free(&ef);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);

@@ -104,7 +104,7 @@ static const tp_lint_rule_info RULES[N_RULES] = {
     [R_PATCH] = {"model.patch_divides_image", "model",
                  "image size a multiple of the patch size: the patch embedding (a stride-P convolution) would crop "
                  "the remainder, and tprof refuses such a model",
-                 "timm PatchEmbed (strict_img_size); tp_vit_config_validate"},
+                 "timm PatchEmbed (strict_img_size); the ViT family's validation (src/models/vit.c)"},
     [R_K_BLOCK] = {"gemm.k_block", "gemm",
                    "K of every Linear layer in the blocks (qkv, proj, fc1: embed dim; fc2: mlp hidden) a multiple "
                    "of the block: block-scaled GEMMs take no partial block, and tprof's planner refuses one",

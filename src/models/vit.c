@@ -240,13 +240,96 @@ tp_status tp_vit_params_load(const tp_vit_config *c, const char *path, tp_params
     return tp_model_params_load(&m, path, out, err);
 }
 
-static int param_value(tp_graph *g, const tp_params *p, const char *name, tp_error *err, tp_status *st) {
-    int i = tp_params_find(p, name);
+/* The graph under construction: a failure (a parameter missing from the table) is kept in st, and every helper
+ * does nothing once it is set, so the builder reads as the forward pass and checks once at the end. */
+typedef struct {
+    tp_graph *g;
+    const tp_params *p;
+    tp_error *err;
+    tp_status st;
+} graph_builder;
+
+/* The value of parameter "<layer>.<suffix>" (suffix NULL: the name is layer), or -1 with st set */
+static int param_value(graph_builder *b, const char *layer, const char *suffix) {
+    char name[TP_NAME_LEN + 32];
+    snprintf(name, sizeof name, "%s%s%s", layer, suffix ? "." : "", suffix ? suffix : "");
+    int i = tp_params_find(b->p, name);
     if (i < 0) {
-        *st = tp_fail(err, TP_ERR_SHAPE, "parameter '%s' missing from the model's table", name);
+        if (!b->st) b->st = tp_fail(b->err, TP_ERR_SHAPE, "parameter '%s' missing from the model's table", name);
         return -1;
     }
-    return tp_graph_add_value(g, name, TP_VAL_PARAM, p->params[i].ndim, p->params[i].shape, i);
+    return tp_graph_add_value(b->g, name, TP_VAL_PARAM, b->p->params[i].ndim, b->p->params[i].shape, i);
+}
+
+/* Adds op (its kind and attributes set by the caller) named layer over in[0..n_in) with an output of shape
+ * (ndim, shape); returns the output value, or -1 once the build has failed */
+static int add(graph_builder *b, tp_op *op, const char *layer, const int *in, int n_in, int ndim, const int64_t *shape,
+               const char *out_name) {
+    if (b->st) return -1;
+    snprintf(op->layer, sizeof op->layer, "%s", layer);
+    return tp_graph_op_out(b->g, tp_graph_add_op(b->g, op, in, n_in, ndim, shape, out_name));
+}
+
+/* LayerNorm "<layer>" with its weight and bias */
+static int layernorm(graph_builder *b, const tp_vit_config *c, const char *layer, int x, int ndim, const int64_t *shape) {
+    tp_op op = {.kind = TP_OP_LAYERNORM, .eps = c->ln_eps};
+    const int in[3] = {x, param_value(b, layer, "weight"), param_value(b, layer, "bias")};
+    return add(b, &op, layer, in, 3, ndim, shape, NULL);
+}
+
+/* Linear "<layer>" with its weight and bias */
+static int linear(graph_builder *b, const char *layer, int x, int ndim, const int64_t *shape, const char *out_name) {
+    tp_op op = {.kind = TP_OP_LINEAR};
+    const int in[3] = {x, param_value(b, layer, "weight"), param_value(b, layer, "bias")};
+    return add(b, &op, layer, in, 3, ndim, shape, out_name);
+}
+
+static int binary_add(graph_builder *b, const char *layer, int x, int y, const int64_t *shape, const char *out_name) {
+    tp_op op = {.kind = TP_OP_ADD};
+    const int in[2] = {x, y};
+    return add(b, &op, layer, in, 2, 3, shape, out_name);
+}
+
+/* One of timm's Blocks: x + attn(norm1(x)), then + mlp(norm2(x)); returns the block's output */
+static int vit_block(graph_builder *b, const tp_vit_config *c, int i, int x, int64_t B) {
+    const int64_t C = c->embed_dim, T = tp_vit_tokens(c), H = c->num_heads, Hd = tp_vit_mlp_hidden(c);
+    const int64_t xs[3] = {B, T, C}, qkv_s[3] = {B, T, 3 * C}, hid_s[3] = {B, T, Hd};
+    char l[TP_NAME_LEN];
+#define LAYER(fmt) (snprintf(l, sizeof l, "blocks.%d." fmt, i), l)
+    int h = layernorm(b, c, LAYER("norm1"), x, 3, xs);
+    h = linear(b, LAYER("attn.qkv"), h, 3, qkv_s, NULL);
+    tp_op att = {.kind = TP_OP_ATTENTION, .heads = (int)H, .head_dim = (int)(C / H),
+                 .scale = (float)(1.0 / sqrt((double)(C / H)))};
+    h = add(b, &att, LAYER("attn"), &h, 1, 3, xs, NULL);
+    h = linear(b, LAYER("attn.proj"), h, 3, xs, NULL);
+    x = binary_add(b, LAYER("residual1"), x, h, xs, NULL);
+    h = layernorm(b, c, LAYER("norm2"), x, 3, xs);
+    h = linear(b, LAYER("mlp.fc1"), h, 3, hid_s, NULL);
+    tp_op gelu = {.kind = TP_OP_GELU};
+    h = add(b, &gelu, LAYER("mlp.act"), &h, 1, 3, hid_s, NULL);
+    h = linear(b, LAYER("mlp.fc2"), h, 3, xs, NULL);
+    char out[TP_NAME_LEN];
+    snprintf(out, sizeof out, "blocks.%d.out", i);
+    return binary_add(b, LAYER("residual2"), x, h, xs, out);
+#undef LAYER
+}
+
+/* timm's head: 'token' pooling normalizes every token, then takes the class token; 'avg' averages the
+ * non-prefix tokens, then applies fc_norm; then the classifier when there is one */
+static int vit_head(graph_builder *b, const tp_vit_config *c, int x, int64_t B) {
+    const int64_t C = c->embed_dim, xs[3] = {B, tp_vit_tokens(c), C}, pooled_s[2] = {B, C};
+    tp_op pool = {.kind = TP_OP_POOL, .pool_mode = c->global_pool, .prefix = c->class_token ? 1 : 0};
+    if (c->global_pool == 0) {
+        x = layernorm(b, c, "norm", x, 3, xs);
+        pool.prefix = 0;
+        x = add(b, &pool, "pool", &x, 1, 2, pooled_s, NULL);
+    } else {
+        x = add(b, &pool, "pool", &x, 1, 2, pooled_s, NULL);
+        x = layernorm(b, c, "fc_norm", x, 2, pooled_s);
+    }
+    if (c->num_classes <= 0) return x;
+    const int64_t logit_s[2] = {B, c->num_classes};
+    return linear(b, "head", x, 2, logit_s, "logits");
 }
 
 tp_status tp_vit_build_graph(const tp_vit_config *c, const tp_params *p, int64_t B, tp_graph *g, tp_error *err) {
@@ -254,172 +337,24 @@ tp_status tp_vit_build_graph(const tp_vit_config *c, const tp_params *p, int64_t
     if (st) return st;
     if (B <= 0) return tp_fail(err, TP_ERR_ARG, "--batch %lld: must be positive", (long long)B);
     tp_graph_init(g, B);
+    graph_builder b = {g, p, err, TP_OK};
     const int64_t S = c->img_size, C = c->embed_dim, Pz = c->patch_size, Np = (S / Pz) * (S / Pz);
-    const int64_t T = tp_vit_tokens(c), H = c->num_heads, D = C / H, Hd = tp_vit_mlp_hidden(c);
-    st = TP_OK;
-#define PV(name) param_value(g, p, name, err, &st)
-    int64_t img_shape[4] = {B, 3, S, S};
+    const int64_t img_shape[4] = {B, 3, S, S}, pe_shape[3] = {B, Np, C}, xs[3] = {B, tp_vit_tokens(c), C};
     g->input = tp_graph_add_value(g, "input", TP_VAL_INPUT, 4, img_shape, -1);
-
-    tp_op op;
-    memset(&op, 0, sizeof op);
-    op.kind = TP_OP_PATCH_EMBED;
-    op.patch = (int)Pz;
-    snprintf(op.layer, sizeof op.layer, "patch_embed.proj");
-    int in[4] = {g->input, PV("patch_embed.proj.weight"), PV("patch_embed.proj.bias")};
-    if (st) goto fail;
-    int64_t pe_shape[3] = {B, Np, C};
-    int x = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 3, pe_shape, NULL));
-
-    memset(&op, 0, sizeof op);
-    op.kind = TP_OP_EMBED_TOKENS;
-    snprintf(op.layer, sizeof op.layer, "pos_embed");
-    int64_t xs[3] = {B, T, C};
+    /* patch_embed.proj: Conv2d(3, C, P, stride P) as im2col + GEMM; then the class token and pos_embed */
+    tp_op pe = {.kind = TP_OP_PATCH_EMBED, .patch = (int)Pz};
+    int in[3] = {g->input, param_value(&b, "patch_embed.proj", "weight"), param_value(&b, "patch_embed.proj", "bias")};
+    int x = add(&b, &pe, "patch_embed.proj", in, 3, 3, pe_shape, NULL);
+    tp_op emb = {.kind = TP_OP_EMBED_TOKENS};
     in[0] = x;
-    in[1] = PV("pos_embed");
+    in[1] = param_value(&b, "pos_embed", NULL);
     int n_in = 2;
-    if (c->class_token) in[n_in++] = PV("cls_token");
-    if (st) goto fail;
-    x = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, n_in, 3, xs, "tokens"));
-
-    char name[TP_NAME_LEN], pn[TP_NAME_LEN + 32];
-    for (int i = 0; i < c->depth; i++) {
-        int64_t qkv_s[3] = {B, T, 3 * C}, hid_s[3] = {B, T, Hd};
-        /* norm1 */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_LAYERNORM;
-        op.eps = c->ln_eps;
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.norm1", i);
-        snprintf(pn, sizeof pn, "%s.weight", op.layer), in[1] = PV(pn);
-        snprintf(pn, sizeof pn, "%s.bias", op.layer), in[2] = PV(pn);
-        in[0] = x;
-        if (st) goto fail;
-        int h = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 3, xs, NULL));
-        /* attn.qkv */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_LINEAR;
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.attn.qkv", i);
-        snprintf(pn, sizeof pn, "%s.weight", op.layer), in[1] = PV(pn);
-        snprintf(pn, sizeof pn, "%s.bias", op.layer), in[2] = PV(pn);
-        in[0] = h;
-        if (st) goto fail;
-        h = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 3, qkv_s, NULL));
-        /* attention core */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_ATTENTION;
-        op.heads = (int)H;
-        op.head_dim = (int)D;
-        op.scale = (float)(1.0 / sqrt((double)D));
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.attn", i);
-        in[0] = h;
-        h = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 1, 3, xs, NULL));
-        /* attn.proj */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_LINEAR;
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.attn.proj", i);
-        snprintf(pn, sizeof pn, "%s.weight", op.layer), in[1] = PV(pn);
-        snprintf(pn, sizeof pn, "%s.bias", op.layer), in[2] = PV(pn);
-        in[0] = h;
-        if (st) goto fail;
-        h = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 3, xs, NULL));
-        /* residual 1 */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_ADD;
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.residual1", i);
-        in[0] = x;
-        in[1] = h;
-        x = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 2, 3, xs, NULL));
-        /* norm2 */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_LAYERNORM;
-        op.eps = c->ln_eps;
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.norm2", i);
-        snprintf(pn, sizeof pn, "%s.weight", op.layer), in[1] = PV(pn);
-        snprintf(pn, sizeof pn, "%s.bias", op.layer), in[2] = PV(pn);
-        in[0] = x;
-        if (st) goto fail;
-        h = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 3, xs, NULL));
-        /* mlp.fc1 */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_LINEAR;
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.mlp.fc1", i);
-        snprintf(pn, sizeof pn, "%s.weight", op.layer), in[1] = PV(pn);
-        snprintf(pn, sizeof pn, "%s.bias", op.layer), in[2] = PV(pn);
-        in[0] = h;
-        if (st) goto fail;
-        h = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 3, hid_s, NULL));
-        /* mlp.act */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_GELU;
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.mlp.act", i);
-        in[0] = h;
-        h = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 1, 3, hid_s, NULL));
-        /* mlp.fc2 */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_LINEAR;
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.mlp.fc2", i);
-        snprintf(pn, sizeof pn, "%s.weight", op.layer), in[1] = PV(pn);
-        snprintf(pn, sizeof pn, "%s.bias", op.layer), in[2] = PV(pn);
-        in[0] = h;
-        if (st) goto fail;
-        h = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 3, xs, NULL));
-        /* residual 2 */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_ADD;
-        snprintf(op.layer, sizeof op.layer, "blocks.%d.residual2", i);
-        in[0] = x;
-        in[1] = h;
-        snprintf(name, sizeof name, "blocks.%d.out", i);
-        x = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 2, 3, xs, name));
-    }
-    int64_t pooled_s[2] = {B, C};
-    if (c->global_pool == 0) {
-        /* timm: x = norm(x) over all tokens, then pool takes the class token */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_LAYERNORM;
-        op.eps = c->ln_eps;
-        snprintf(op.layer, sizeof op.layer, "norm");
-        in[0] = x, in[1] = PV("norm.weight"), in[2] = PV("norm.bias");
-        if (st) goto fail;
-        x = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 3, xs, NULL));
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_POOL;
-        op.pool_mode = 0;
-        snprintf(op.layer, sizeof op.layer, "pool");
-        in[0] = x;
-        x = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 1, 2, pooled_s, NULL));
-    } else {
-        /* timm: avg over the non-prefix tokens, then fc_norm */
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_POOL;
-        op.pool_mode = 1;
-        op.prefix = c->class_token ? 1 : 0;
-        snprintf(op.layer, sizeof op.layer, "pool");
-        in[0] = x;
-        x = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 1, 2, pooled_s, NULL));
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_LAYERNORM;
-        op.eps = c->ln_eps;
-        snprintf(op.layer, sizeof op.layer, "fc_norm");
-        in[0] = x, in[1] = PV("fc_norm.weight"), in[2] = PV("fc_norm.bias");
-        if (st) goto fail;
-        x = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 2, pooled_s, NULL));
-    }
-    if (c->num_classes > 0) {
-        int64_t logit_s[2] = {B, c->num_classes};
-        memset(&op, 0, sizeof op);
-        op.kind = TP_OP_LINEAR;
-        snprintf(op.layer, sizeof op.layer, "head");
-        in[0] = x, in[1] = PV("head.weight"), in[2] = PV("head.bias");
-        if (st) goto fail;
-        x = tp_graph_op_out(g, tp_graph_add_op(g, &op, in, 3, 2, logit_s, "logits"));
-    }
-    g->output = x;
-#undef PV
-    return TP_OK;
-fail:
-    tp_graph_free(g);
-    return st;
+    if (c->class_token) in[n_in++] = param_value(&b, "cls_token", NULL);
+    x = add(&b, &emb, "pos_embed", in, n_in, 3, xs, "tokens");
+    for (int i = 0; i < c->depth; i++) x = vit_block(&b, c, i, x, B);
+    g->output = vit_head(&b, c, x, B);
+    if (b.st) tp_graph_free(g);
+    return b.st;
 }
 
 void tp_vit_model(const tp_vit_config *cfg, tp_model *m) {
