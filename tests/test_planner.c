@@ -11,6 +11,7 @@
 #include "exec/cuda/kernels/scale_layout.h"
 #include "planner/caps.h"
 #include "planner/policy.h"
+#include "planner/supports.h"
 
 /* ---- capability table ---------------------------------------------------------------------------------- */
 
@@ -666,6 +667,55 @@ START_TEST(test_policy_unmatched_rules) {
 }
 END_TEST
 
+/* The kernel-capability table (supports.h): each rule's yes at a shape that holds and its no, with the reason naming
+ * the values, at an awkward one; the per-dimension rules tprof lint shares. */
+START_TEST(test_supports) {
+    char why[256];
+    tp_kernel_shape s = {TP_E4M3, 197 * 3, 768, 768, 0, 0};
+    ck_assert(tp_supports(TP_KERNEL_GEMM_FP8, &s, why, sizeof why));
+    ck_assert_str_eq(why, "");
+    s.k = 200; /* 200 % 16 = 8 */
+    ck_assert(!tp_supports(TP_KERNEL_GEMM_FP8, &s, why, sizeof why));
+    ck_assert_msg(strstr(why, "multiples of 16") && strstr(why, "K = 200"), "%s", why);
+    s.k = 768, s.n = 1000; /* N 1000: 16-byte rows of the output fail for FP8, pass for fp8-block (N % 8) */
+    ck_assert(!tp_supports(TP_KERNEL_GEMM_FP8, &s, why, sizeof why));
+    ck_assert(tp_supports(TP_KERNEL_GEMM_FP8_BLOCK, &s, why, sizeof why));
+    s.k = 48, s.block = 32;
+    ck_assert(!tp_supports(TP_KERNEL_GEMM_BLOCK_SCALED, &s, why, sizeof why));
+    ck_assert_msg(strstr(why, "K % 32 == 0") && strstr(why, "K = 48"), "%s", why);
+    s.block = 16;
+    ck_assert(tp_supports(TP_KERNEL_GEMM_BLOCK_SCALED, &s, NULL, 0));
+    s.block = 0;
+    ck_assert(!tp_supports(TP_KERNEL_GEMM_BLOCK_SCALED, &s, why, sizeof why));
+    tp_kernel_shape g = {TP_F16, 591, 384, 200, 0, 0};
+    ck_assert(tp_supports(TP_KERNEL_GEMM_SM90, &g, NULL, 0));
+    g.k = 100;
+    ck_assert(!tp_supports(TP_KERNEL_GEMM_SM90, &g, why, sizeof why));
+    g.k = 200, g.dt = TP_F32;
+    ck_assert(!tp_supports(TP_KERNEL_GEMM_SM90, &g, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "f16 or bf16"));
+    tp_kernel_shape f8 = {TP_E4M3, 591, 24, 32, 0, 0}; /* E4M3 D needs N % 16, F16 D N % 8 */
+    ck_assert(!tp_supports(TP_KERNEL_GEMM_SM90_FP8, &f8, why, sizeof why));
+    f8.dt = TP_F16;
+    ck_assert(tp_supports(TP_KERNEL_GEMM_SM90_FP8, &f8, NULL, 0));
+    tp_kernel_shape pe = {TP_F16, 0, 768, 0, 16, 0};
+    ck_assert(tp_supports(TP_KERNEL_PATCH_EMBED_FUSED, &pe, NULL, 0));
+    pe.patch = 14; /* ViT-H: 14 % 4 != 0 */
+    ck_assert(!tp_supports(TP_KERNEL_PATCH_EMBED_FUSED, &pe, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "P = 14"));
+    pe.patch = 8; /* 3 * 64 % 64 == 0 */
+    ck_assert(tp_supports(TP_KERNEL_PATCH_EMBED_FUSED, &pe, NULL, 0));
+    ck_assert_str_eq(tp_kernel_name(TP_KERNEL_GEMM_FP8), "cuBLASLt FP8 GEMM");
+    int64_t mult;
+    ck_assert(tp_supports_dim(TP_DIM_ROW16, 32, 4, &mult) && mult == 32);  /* FP4: 32 elements per 16 bytes */
+    ck_assert(!tp_supports_dim(TP_DIM_ROW16, 16, 4, &mult));
+    ck_assert(tp_supports_dim(TP_DIM_ROW16, 16, 8, &mult) && mult == 16);
+    ck_assert(!tp_supports_dim(TP_DIM_K_BLOCK, 197, 32, &mult) && mult == 32);
+    ck_assert(!tp_supports_dim(TP_DIM_K_BLOCK, 0, 32, NULL));
+    ck_assert(!tp_supports_dim(TP_DIM_K_BLOCK, 64, 0, NULL));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("planner");
     TCase *c = tcase_create("caps");
@@ -677,6 +727,7 @@ int main(void) {
     tcase_add_test(c, test_caps_print);
     tcase_add_test(c, test_caps_json);
     tcase_add_test(c, test_scale_layout_128x4);
+    tcase_add_test(c, test_supports);
     suite_add_tcase(s, c);
     TCase *p = tcase_create("policy");
     tcase_add_test(p, test_policy_parse);

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/util.h"
+#include "planner/supports.h"
 
 /* ---- small helpers ---------------------------------------------------------------------------------- */
 
@@ -204,8 +205,11 @@ static void rule_patch(const tp_lint_model *m, const tp_lint_format *f, tp_lint_
  * distinct size ("K = 768 (attn.qkv, attn.proj, mlp.fc1) = 24 x 32"); records each GEMM's size as a value
  * (unless `record` is 0); returns how many distinct sizes fail, and sets bit i of *failed for each failing
  * GEMM i. */
-static int check_dim(const tp_lint_model *m, int kept, char dim, int mult, int record, tp_lint_check *c,
-                     unsigned *failed) {
+static int check_dim(const tp_lint_model *m, int kept, char dim, tp_dim_rule rule, int param, int record,
+                     tp_lint_check *c, unsigned *failed) {
+    int64_t mult64 = 0;
+    tp_supports_dim(rule, 1, param, &mult64); /* the multiple the rule asks, for the detail */
+    const int mult = (int)mult64;
     int bad = 0, first = 1;
     for (int i = 0; i < m->sh.n_gemms; i++) {
         const tp_model_gemm *gi = &m->sh.gemms[i];
@@ -226,9 +230,9 @@ static int check_dim(const tp_lint_model *m, int kept, char dim, int mult, int r
             const tp_model_gemm *gj = &m->sh.gemms[j];
             if (gj->kept_high != kept || (dim == 'K' ? gj->k : gj->n) != x) continue;
             DETAIL(c, "%s%s", k++ ? ", " : "", short_layer(gj->layer));
-            if (x % mult) *failed |= 1u << j;
+            if (!tp_supports_dim(rule, x, param, NULL)) *failed |= 1u << j;
         }
-        if (x % mult) DETAIL(c, "): %lld %% %d = %lld", (long long)x, mult, (long long)(x % mult)), bad++;
+        if (!tp_supports_dim(rule, x, param, NULL)) DETAIL(c, "): %lld %% %d = %lld", (long long)x, mult, (long long)(x % mult)), bad++;
         else DETAIL(c, ") = %lld x %d", (long long)(x / mult), mult);
     }
     return bad;
@@ -247,7 +251,7 @@ static void rule_k_block(const tp_lint_model *m, const tp_lint_format *f, tp_lin
     if (not_blocked(f, c)) return;
     unsigned failed = 0;
     value(c, "block", f->block);
-    if (!check_dim(m, 0, 'K', f->block, 1, c, &failed)) return;
+    if (!check_dim(m, 0, 'K', TP_DIM_K_BLOCK, f->block, 1, c, &failed)) return;
     c->status = TP_LINT_FAIL;
     family_fix(m, TP_FIX_GEMM_DIMS, f->block, gemm_multiple(f), c);
 }
@@ -258,9 +262,9 @@ static void rule_row_align(const tp_lint_model *m, const tp_lint_format *f, tp_l
     unsigned failed = 0;
     value(c, "k_multiple", r);
     DETAIL(c, "%d-bit elements, %d per 16 bytes: ", f->bits, r);
-    int bad = check_dim(m, 0, 'K', r, 1, c, &failed);
+    int bad = check_dim(m, 0, 'K', TP_DIM_ROW16, f->bits, 1, c, &failed);
     DETAIL(c, "; ");
-    bad += check_dim(m, 0, 'N', 16, 1, c, &failed);
+    bad += check_dim(m, 0, 'N', TP_DIM_ROW16, 8, 1, c, &failed);
     if (!bad) return;
     c->status = TP_LINT_FAIL;
     /* N of the blocks' GEMMs is 3C, C or the mlp hidden size, so both dimensions come down to C and hidden */
@@ -273,13 +277,13 @@ static void rule_kept_high(const tp_lint_model *m, const tp_lint_format *f, tp_l
     int bad = 0;
     if (f->block) {
         DETAIL(c, "block %d: ", f->block);
-        bad += check_dim(m, 1, 'K', f->block, 1, c, &failed);
+        bad += check_dim(m, 1, 'K', TP_DIM_K_BLOCK, f->block, 1, c, &failed);
         DETAIL(c, "; ");
     }
     DETAIL(c, "rows of %d: ", row_elems(f));
-    bad += check_dim(m, 1, 'K', row_elems(f), !f->block, c, &failed);
+    bad += check_dim(m, 1, 'K', TP_DIM_ROW16, f->bits, !f->block, c, &failed);
     DETAIL(c, "; ");
-    bad += check_dim(m, 1, 'N', 16, 1, c, &failed);
+    bad += check_dim(m, 1, 'N', TP_DIM_ROW16, 8, 1, c, &failed);
     if (!bad) return;
     c->status = TP_LINT_WARN;
     FIX(c, "keep ");

@@ -25,6 +25,9 @@
  * tensor, no block). A rule that does not apply to a format is N-A. A format is usable as asked when none of
  * its rules is FAIL.
  *
+ * The GEMM rules check each dimension with the kernel-capability table's per-dimension rules (planner/supports.h,
+ * tp_supports_dim: K a whole number of blocks, 16-byte rows), the ones the planner's GEMM entries are made of.
+ *
  * Families: the rules read a family-neutral description (tp_model_shapes, models/model.h: sequence length, heads,
  * head dim, the GEMM list) that the model's family fills (tp_family.shapes); only the fix strings know the
  * family's knobs, and the family writes them (tp_family.fix). A new family adds its filler and fix text; the rules

@@ -33,12 +33,19 @@ static int fits_int(const tp_kernel_shape *s) {
     return s->m <= 0x7fffffffLL && s->n <= 0x7fffffffLL && s->k <= 0x7fffffffLL;
 }
 
+int tp_supports_dim(tp_dim_rule r, int64_t x, int param, int64_t *mult) {
+    int64_t m = 0;
+    if (param > 0) m = r == TP_DIM_K_BLOCK ? param : (128 % param == 0 ? 128 / param : 0);
+    if (mult) *mult = m;
+    return x > 0 && m > 0 && x % m == 0;
+}
+
 int tp_supports(tp_kernel k, const tp_kernel_shape *s, char *why, size_t n) {
     if (why && n) why[0] = 0;
     const long long M = (long long)s->m, N = (long long)s->n, K = (long long)s->k;
     switch (k) {
     case TP_KERNEL_GEMM_FP8:
-        return verdict(K > 0 && N > 0 && K % 16 == 0 && N % 16 == 0, why, n,
+        return verdict(tp_supports_dim(TP_DIM_ROW16, K, 8, NULL) && tp_supports_dim(TP_DIM_ROW16, N, 8, NULL), why, n,
                        "fp8 GEMM needs K and N multiples of 16 (cuBLASLt FP8 alignment); K = %lld, N = %lld", K, N);
     case TP_KERNEL_GEMM_FP8_BLOCK:
         return verdict(K > 0 && N > 0 && K % 16 == 0 && N % 8 == 0, why, n,
@@ -47,7 +54,7 @@ int tp_supports(tp_kernel k, const tp_kernel_shape *s, char *why, size_t n) {
     case TP_KERNEL_GEMM_BLOCK_SCALED:
         if (s->block <= 0) return verdict(0, why, n, "block-scaled GEMM: block %lld must be positive",
                                           (long long)s->block);
-        return verdict(K > 0 && K % s->block == 0, why, n,
+        return verdict(tp_supports_dim(TP_DIM_K_BLOCK, K, s->block, NULL), why, n,
                        "block-scaled GEMM needs K %% %d == 0 (no partial block along K); K = %lld", s->block, K);
     case TP_KERNEL_GEMM_SM90:
         if (s->dt != TP_F16 && s->dt != TP_BF16)

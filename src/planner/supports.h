@@ -40,6 +40,17 @@ typedef struct {
     int block;          /* GEMM_BLOCK_SCALED: elements per scale along K */
 } tp_kernel_shape;
 
+/* The per-dimension rules the GEMM entries are made of, which tprof lint checks one dimension at a time:
+ *   TP_DIM_K_BLOCK  K a whole number of blocks of `param` elements (one scale per block along K; block-scaled
+ *                   GEMMs take no partial block);
+ *   TP_DIM_ROW16    a row of x elements of `param` bits a whole number of 16 bytes (cuBLASLt's FP8 and FP4
+ *                   operands; for N, the output's rows at 8 bits). */
+typedef enum { TP_DIM_K_BLOCK = 0, TP_DIM_ROW16 } tp_dim_rule;
+
+/* 1 when x satisfies rule r with param (block elements, or element bits); *mult (if non-NULL) receives the
+ * multiple x needs (block, or 128 / bits). 0 for x <= 0 or param <= 0. */
+int tp_supports_dim(tp_dim_rule r, int64_t x, int param, int64_t *mult);
+
 /* "cuBLASLt FP8 GEMM", ... */
 const char *tp_kernel_name(tp_kernel k);
 
