@@ -69,3 +69,13 @@ const char *tp_json_kind(const json_t *v) {
     }
     return "unknown";
 }
+
+int64_t tp_lcm64(int64_t a, int64_t b) {
+    int64_t x = a, y = b;
+    while (y) {
+        int64_t r = x % y;
+        x = y;
+        y = r;
+    }
+    return a / x * b;
+}

@@ -16,6 +16,8 @@ void tp_append(char *buf, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* Least common multiple of two positive integers. */
+int64_t tp_lcm64(int64_t a, int64_t b);
 /* What a JSON value is, for messages: "an object", "an array", "a string", "an integer", "a real number",
  * "a boolean", "null" (jansson's json_t). */
 struct json_t;

@@ -23,17 +23,6 @@ static void value(tp_lint_check *c, const char *name, int64_t v) {
 
 static int64_t ceil_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-static int64_t gcd64(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-static int64_t lcm64(int64_t a, int64_t b) { return a / gcd64(a, b) * b; }
-
 /* The layer name without the "blocks.*." prefix: "attn.qkv", "patch_embed.proj". */
 static const char *short_layer(const char *l) { return strncmp(l, "blocks.*.", 9) == 0 ? l + 9 : l; }
 
@@ -244,7 +233,7 @@ static int row_elems(const tp_lint_format *f) { return 128 / f->bits; }
 /* The multiple that satisfies gemm.k_block and gemm.row_align at once (K and N), so that the fix of one rule
  * does not break the other: 16 for fp8, 32 for mxfp8, nvfp4 and mxfp4, 128 for fp8-block. */
 static int gemm_multiple(const tp_lint_format *f) {
-    return (int)lcm64(lcm64(f->block ? f->block : 1, row_elems(f)), 16);
+    return (int)tp_lcm64(tp_lcm64(f->block ? f->block : 1, row_elems(f)), 16);
 }
 
 static void rule_k_block(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {

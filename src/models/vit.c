@@ -795,17 +795,6 @@ static tp_status vit_make_input(const void *cfg, int B, uint64_t seed, const cha
     return TP_OK;
 }
 
-static int64_t gcd64(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-static int64_t lcm64(int64_t a, int64_t b) { return a / gcd64(a, b) * b; }
-
 /* Of the two candidates (0: none), the one closer to x; on a tie the larger (a larger image or dimension keeps
  * what the model sees or holds, a smaller one throws some of it away). */
 static int64_t nearer(int64_t x, int64_t a, int64_t b) {
@@ -904,7 +893,7 @@ static void ratio_text(int C, int H, char *rbuf, size_t rn) {
 static void vit_fix_dims(const tp_model_shapes *m, int block, int mult, char *buf, size_t n) {
     const int C = m->embed_dim, H = m->mlp_hidden, h = m->heads;
     if (C % mult) {
-        const int L = (int)lcm64(mult, (int64_t)h * (block ? block : 1)), lo = C / L * L, hi = lo + L;
+        const int L = (int)tp_lcm64(mult, (int64_t)h * (block ? block : 1)), lo = C / L * L, hi = lo + L;
         const int best = (int)nearer(C, lo, hi), other = best == lo ? hi : lo;
         tp_append(buf, n, "use --embed-dim %d (head dim %d)", best, best / h);
         if (other > 0) tp_append(buf, n, " or %d (head dim %d)", other, other / h);
