@@ -47,7 +47,8 @@ static void usage(FILE *f) {
             "  --iterations N        at least N timed runs (default 10 on GPU, 3 on CPU)\n"
             "  --duration S          and at least S seconds of timed runs (default 3 on GPU, 0 on CPU)\n"
             "  --device gpu|cpu      where to run (default: the GPU if there is one)\n"
-            "  --weights FILE        checkpoint as .safetensors, the reference's tensor names (default: synthesized)\n"
+            "  --weights FILE        checkpoint as .safetensors, the reference's tensor names (default: synthesized);\n"
+            "                        its config.json beside it (timm's HF hub layout) sets the preprocessing\n"
             "  --image PATH          image file or folder (PNG/JPEG/BMP), the model's preprocessing (default: random)\n"
             "  --seed N              seed for synthesized weights and inputs (default 0)\n"
             "  --reference gpu|cpu|none  where the FP32 reference behind the accuracy figures runs (default: the GPU\n"
@@ -90,8 +91,7 @@ static void usage(FILE *f) {
             "                        compare: tprof-report, with report.md, report.html, report.json)\n"
             "lint options: --model NAME and the model knobs, --json FILE, --precision LIST (default mxfp8,nvfp4;\n"
             "  any of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4); exit 0: every format usable as asked,\n"
-            "  1: one is not, 2: a bad option or model, 3: the JSON file cannot be written\n"
-            "  --weights FILE: a checkpoint's own config.json beside it (timm's HF layout) sets the preprocessing\n",
+            "  1: one is not, 2: a bad option or model, 3: the JSON file cannot be written\n",
             TPROF_VERSION);
     usage_knobs(f);
     fprintf(f, "\nWith no options: ViT-B/16 at 224, batch 64, fp16 and fp8 on the GPU; without a GPU, vit-tiny at batch 1\n"
