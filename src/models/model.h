@@ -144,12 +144,14 @@ typedef struct {
 const tp_family *const *tp_families(void);
 const tp_family *tp_family_find(const char *name); /* NULL if unknown */
 
-/* Looks a preset up by name or alias in every family. TP_ERR_ARG naming the model and listing the known ones. */
+/* Looks a preset up by name or alias in every family and fills m with its configuration. TP_ERR_ARG naming the
+ * model and listing the known ones. */
 tp_status tp_model_preset(const char *name, tp_model *m, tp_error *err);
 /* The preset's (or "+custom") name. */
 const char *tp_model_name(const tp_model *m);
 tp_status tp_model_validate(const tp_model *m, tp_error *err);
-/* As tp_family.knob. */
+/* Applies one command-line knob (name "--depth", val its value or NULL for a flag) through the model's family:
+ * 1 applied, 0 not a knob of this family, -1 a bad value with the reason in err (TP_ERR_ARG). */
 int tp_model_knob(tp_model *m, const char *name, const char *val, tp_error *err);
 void tp_model_describe(const tp_model *m, char *buf, size_t n);
 void tp_model_input(const tp_model *m, tp_input_desc *d);
@@ -162,7 +164,11 @@ json_t *tp_model_to_json(const tp_model *m);
  * or NULL to require it. TP_ERR_FORMAT naming the key. */
 tp_status tp_model_from_json(const json_t *j, const char *family_default, tp_model *m, tp_error *err);
 
-/* The checkpoint's configuration beside weights_path (as tp_family.checkpoint). */
+/* The checkpoint's configuration beside weights_path (as tp_family.checkpoint): for the ViT family timm's
+ * config.json (io/timm_config.h), whose pretrained_cfg sets the preprocessing field by field under the command
+ * line's. note (n bytes) receives one line; it starts with "warning:" when the checkpoint's preprocessing is
+ * unknown. Errors: the reader's (TP_ERR_IO, TP_ERR_FORMAT, TP_ERR_UNSUPPORTED, naming the file and field), and
+ * TP_ERR_SHAPE where the file contradicts the model (num_classes, global_pool, input_size), naming both values. */
 tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note, size_t n, tp_error *err);
 
 /* Parameters: names and shapes only (data NULL: enough to build a graph and count FLOP); synthesized from seed;
@@ -174,7 +180,11 @@ tp_status tp_model_params_load(const tp_model *m, const char *path, tp_params *o
 
 /* Builds the forward graph at batch B (input: B x the input shape, fp32 -> the model's output). */
 tp_status tp_model_build_graph(const tp_model *m, const tp_params *params, int64_t B, tp_graph *g, tp_error *err);
-/* As tp_family.make_input. */
+/* The input of B samples into dst (B x tp_model_input_numel fp32, row-major; for images (B, 3, S, S) normalized):
+ * from path (an image file repeated over the batch, or a folder's images cycled; desc says what was read) with the
+ * model's preprocessing, or, path NULL, random from seed (pixels U[0, 1) normalized: never zeros). Errors:
+ * TP_ERR_IO (missing file or empty folder), TP_ERR_FORMAT (not a decodable image), TP_ERR_ARG (bad
+ * preprocessing). */
 tp_status tp_model_make_input(const tp_model *m, int B, uint64_t seed, const char *path, float *dst, char *desc,
                               size_t desc_n, tp_error *err);
 
