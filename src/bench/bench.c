@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/check.h"
 #include "core/util.h"
 #include "exec/cpu/cpu_exec.h"
 #include "io/safetensors.h"
@@ -178,6 +179,7 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     if (st) return st;
     tp_model_describe(mp, rep->model_desc, sizeof rep->model_desc);
     tp_model_input(mp, &rep->input);
+    tp_model_output(mp, &rep->output);
     const int B = o->batch;
     const size_t in_n = (size_t)B * (size_t)tp_model_input_numel(mp);
     /* the input and calibration batches live on the host too: refuse before touching memory the machine lacks
@@ -196,6 +198,9 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     rep->matmul_flop = tp_graph_matmul_flop(&c->g);
     const tp_value *ov = &c->g.values[c->g.output];
     rep->out_cols = (int)(tp_value_numel(ov) / B);
+    int64_t cols = 1;
+    for (int d = 0; d < rep->output.ndim; d++) cols *= rep->output.shape[d];
+    CHECK(cols == rep->out_cols); /* the family's description of its output is its graph's */
     rep->ref_rows = o->ref_samples > 0 && o->ref_samples < B ? o->ref_samples : B;
     c->input = malloc(sizeof(float) * in_n);
     c->calib = malloc(sizeof(float) * in_n);

@@ -140,6 +140,7 @@ struct tp_bench_report {
     tp_model model;          /* the model as it ran: o->model with its checkpoint's configuration applied */
     char model_desc[300];    /* tp_model_describe */
     tp_input_desc input;     /* tp_model_input */
+    tp_output_desc output;   /* tp_model_output: logits (top-1 agreement meaningful) or features */
     char input_desc[600];    /* where the input came from */
     char checkpoint_note[700]; /* what the checkpoint's own configuration said (tp_model_checkpoint); may be "" */
     const tp_graph *g;       /* the graph at the run's batch */

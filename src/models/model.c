@@ -85,6 +85,11 @@ void tp_model_input(const tp_model *m, tp_input_desc *d) {
     m->family->input(m->cfg.bytes, d);
 }
 
+void tp_model_output(const tp_model *m, tp_output_desc *d) {
+    memset(d, 0, sizeof *d);
+    m->family->output(m->cfg.bytes, d);
+}
+
 int64_t tp_model_input_numel(const tp_model *m) {
     tp_input_desc d;
     tp_model_input(m, &d);

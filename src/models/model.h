@@ -59,6 +59,14 @@ typedef struct {
                                        empty if none */
 } tp_input_desc;
 
+/* What the graph's output is, per sample. */
+typedef struct {
+    int ndim;
+    int64_t shape[TP_MAX_DIMS - 1]; /* ViT: (classes) logits, or (C) pooled features without a head */
+    const char *what;               /* "logits" or "features" */
+    int classes;                    /* classification outputs (top-1 is meaningful); 0 for features */
+} tp_output_desc;
+
 /* One command-line knob of a family, for parsing and help. */
 typedef struct {
     const char *name; /* "--img-size" */
@@ -123,6 +131,7 @@ typedef struct tp_family {
     tp_status (*params_init)(const void *cfg, uint64_t seed, int nonzero_bias, tp_params *out, tp_error *err);
     tp_status (*build_graph)(const void *cfg, const tp_params *params, int64_t batch, tp_graph *g, tp_error *err);
     void (*input)(const void *cfg, tp_input_desc *d);
+    void (*output)(const void *cfg, tp_output_desc *d);
     /* fills dst (B, input shape) fp32: from path (files or a folder; desc says what was read) or, path NULL,
      * random from seed (never zeros) */
     tp_status (*make_input)(const void *cfg, int B, uint64_t seed, const char *path, float *dst, char *desc,
@@ -155,6 +164,7 @@ tp_status tp_model_validate(const tp_model *m, tp_error *err);
 int tp_model_knob(tp_model *m, const char *name, const char *val, tp_error *err);
 void tp_model_describe(const tp_model *m, char *buf, size_t n);
 void tp_model_input(const tp_model *m, tp_input_desc *d);
+void tp_model_output(const tp_model *m, tp_output_desc *d);
 /* Values per sample of the input (the product of tp_input_desc.shape). */
 int64_t tp_model_input_numel(const tp_model *m);
 

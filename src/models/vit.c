@@ -773,6 +773,15 @@ static void vit_input(const void *cfg, tp_input_desc *d) {
              c->pre_given && !strstr(c->pre_source, "command line") ? " and the command line" : "");
 }
 
+/* timm's forward: the head's logits, or the pooled (and normed) features when there is no head */
+static void vit_output(const void *cfg, tp_output_desc *d) {
+    const tp_vit_config *c = cfg;
+    d->ndim = 1;
+    d->shape[0] = c->num_classes > 0 ? c->num_classes : c->embed_dim;
+    d->what = c->num_classes > 0 ? "logits" : "features";
+    d->classes = c->num_classes;
+}
+
 /* Random inputs: pixels uniform in [0, 1), normalized with the preprocessing's mean and std, as a real image would
  * be after timm's preprocessing (never zeros). */
 static tp_status vit_make_input(const void *cfg, int B, uint64_t seed, const char *path, float *dst, char *desc,
@@ -987,6 +996,7 @@ const tp_family tp_vit_family = {
     .params_init = vit_params_init,
     .build_graph = vit_build_graph,
     .input = vit_input,
+    .output = vit_output,
     .make_input = vit_make_input,
     .shapes = vit_shapes,
     .fix = vit_fix,

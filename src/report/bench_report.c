@@ -81,11 +81,14 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
         printf("Accuracy: not checked (--reference none)%s\n", a->nonfinite ? "  NON-FINITE VALUES IN OUTPUT" : "");
         return;
     }
+    char top1[64] = "top-1 agreement: n/a (the output is features)";
+    if (rep->output.classes > 0)
+        snprintf(top1, sizeof top1, "top-1 agreement = %.1f %% (%d/%d)", 100 * a->top1_agree,
+                 (int)lround(a->top1_agree * a->rows), a->rows);
     printf("Accuracy vs FP32 %s reference (%d of %d %ss): cosine = %.6f, relative L2 = %.3e, "
-           "max abs error = %.3e, top-1 agreement = %.1f %% (%d/%d)%s\n",
+           "max abs error = %.3e, %s%s\n",
            rep->reference == TP_REF_GPU ? "GPU" : "CPU", ref_rows, o->batch, unit, a->cosine, a->rel_l2, a->max_abs,
-           100 * a->top1_agree, (int)lround(a->top1_agree * a->rows), a->rows,
-           a->nonfinite ? "  NON-FINITE VALUES IN OUTPUT" : "");
+           top1, a->nonfinite ? "  NON-FINITE VALUES IN OUTPUT" : "");
 }
 
 static json_t *json_stats(const tp_latency_stats *l) {
@@ -205,7 +208,7 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
         json_object_set_new(acc, "cosine", json_num(r->acc.cosine));
         json_object_set_new(acc, "rel_l2", json_num(r->acc.rel_l2));
         json_object_set_new(acc, "max_abs", json_num(r->acc.max_abs));
-        json_object_set_new(acc, "top1_agreement", json_num(r->acc.top1_agree));
+        json_object_set_new(acc, "top1_agreement", rep->output.classes > 0 ? json_num(r->acc.top1_agree) : json_null());
         json_object_set_new(acc, "nonfinite", json_integer(r->acc.nonfinite));
         json_object_set_new(p, "accuracy", acc);
         json_t *s = json_array();
@@ -361,6 +364,7 @@ static void text_start(const tp_bench_report *rep) {
     printf("Weights: %s; input: %s\n",
            o->engine_path ? o->engine_path : o->weights ? o->weights : "synthesized from the seed (the reference's init)",
            rep->input_desc);
+    printf("Output: %s, %lld per %s\n", rep->output.what, (long long)rep->out_cols, rep->input.unit);
     if (rep->input.preprocess[0]) printf("Preprocessing: %s\n", rep->input.preprocess);
     if (rep->checkpoint_note[0]) printf("%s\n", rep->checkpoint_note);
 }
@@ -388,9 +392,11 @@ static tp_status text_end(const tp_bench_report *rep, tp_error *err) {
         double qps = r->n / (r->wall_ms * 1e-3), tf = rep->flop / (r->lat.median * 1e-3) * 1e-12;
         char mfu[16] = "-";
         if (r->peak_tflops > 0) snprintf(mfu, sizeof mfu, "%.1f", 100.0 * tf / r->peak_tflops);
-        printf("%-9s %12.4f %12.4f %12.1f %8.2fx %10.1f %11.6f %11.3e %9.1f %9.3f %6s\n", tp_precision_name(r->prec),
+        char top1[16] = "-";
+        if (rep->output.classes > 0) snprintf(top1, sizeof top1, "%.1f", 100 * r->acc.top1_agree);
+        printf("%-9s %12.4f %12.4f %12.1f %8.2fx %10.1f %11.6f %11.3e %9s %9.3f %6s\n", tp_precision_name(r->prec),
                r->lat.median, r->lat.p99, qps * B, rep->res[base].lat.median / r->lat.median, r->weight_bytes * 1e-6,
-               r->acc.cosine, r->acc.rel_l2, 100 * r->acc.top1_agree, tf, mfu);
+               r->acc.cosine, r->acc.rel_l2, top1, tf, mfu);
     }
     printf("(speedup: median time of %s over each; accuracy over %d %s%s against the FP32 %s reference; %s)\n",
            tp_precision_name(rep->res[base].prec), rep->ref_rows, rep->input.unit, rep->ref_rows == 1 ? "" : "s",
