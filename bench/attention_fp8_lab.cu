@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "lab_common.h"
+#include "lab_variants.h"
 #include "exec/cuda/attention/attention.h"
 #include "exec/cuda/attention/attention_fp8.h"
 

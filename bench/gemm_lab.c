@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "lab_common.h"
+#include "lab_variants.h"
 #include "core/rng.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "exec/cuda/gemm/gemm_sm90.h"
@@ -62,8 +63,8 @@ static int run_way(const lab *l, int way) {
     const tp_dtype hdt = f8 ? TP_F16 : l->dt, ddt = f8 && l->gelu ? TP_E4M3 : hdt; /* GEMM output, final output */
     const float *as = f8 ? l->scales : NULL, *ws = f8 ? l->scales + 4 : NULL, *ds = f8 ? l->scales + 8 : NULL;
     if (way && way != WAY_FAST && f8)
-        return tpk_gemm_sm90_fp8(l->A, as, l->W, ws, l->bias, l->res ? l->R : NULL, l->D, ddt, ds, l->M, l->N, l->K,
-                                 l->gelu, way - 1, (tp_stream)l->s);
+        return tpk_gemm_sm90_fp8_variant(l->A, as, l->W, ws, l->bias, l->res ? l->R : NULL, l->D, ddt, ds, l->M, l->N,
+                                         l->K, l->gelu, way - 1, (tp_stream)l->s);
     if (way && way != WAY_FAST)
         return tpk_gemm_sm90_variant(l->A, l->W, l->bias, l->D, l->dt, l->M, l->N, l->K, l->gelu, way - 1,
                                      (tp_stream)l->s);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "lab_common.h"
+#include "lab_variants.h"
 #include "core/rng.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "exec/cuda/kernels/kernels.h"

@@ -45,6 +45,7 @@
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/attention/attention.h"
 #include "formats/dtype.h"
+#include "lab_variants.h" /* bench/: the lab-only kernel variants */
 
 #define TP_GPU_MAX_TRACKED 1024
 #include "gpu_check.h"

@@ -67,6 +67,7 @@
 #include "exec/cuda/attention/attention_fp8.h"
 #include "exec/cuda/attention/attention_wgmma.h"
 #include "formats/dtype.h"
+#include "lab_variants.h" /* bench/: the lab-only kernel variants */
 
 #define TP_GPU_MAX_TRACKED 1024
 #include "gpu_check.h"

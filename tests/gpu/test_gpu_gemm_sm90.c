@@ -37,6 +37,7 @@
 
 #include "exec/cuda/gemm/gemm_sm90.h"
 #include "formats/dtype.h"
+#include "lab_variants.h" /* bench/: the lab-only kernel variants */
 
 #define TP_GPU_MAX_TRACKED 1024
 #include "gpu_check.h"
@@ -214,8 +215,8 @@ START_TEST(test_gemm_sm90_fp8) {
                         SET_CASE("gemm_sm90_fp8 v%d e4m3 -> %s M=%d N=%d K=%d bias=%d gelu=%d", variant, dname(odt),
                                  M, N, K, has_bias, gelu);
                         void *d_D = dev_alloc(odt, nD + 64);
-                        KERNEL_OK(tpk_gemm_sm90_fp8(d_A, d_as, d_W, d_ws, has_bias ? d_bias : NULL, NULL, d_D, odt,
-                                                    d_ds, M, N, K, gelu, variant, g_stream));
+                        KERNEL_OK(tpk_gemm_sm90_fp8_variant(d_A, d_as, d_W, d_ws, has_bias ? d_bias : NULL, NULL,
+                                                            d_D, odt, d_ds, M, N, K, gelu, variant, g_stream));
                         const float *got = download_f32(odt, d_D, nD, ds);
                         size_t bad = 0, worst = 0;
                         double worst_ratio = 0.0;
@@ -341,7 +342,11 @@ START_TEST(test_gemm_sm90_rejects) {
         {"fp8: residual with GELU",
          tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, buf, D, TP_F16, NULL, 16, 16, 16, 1, 0, g_stream)},
         {"fp8: residual in variant 1",
-         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, buf, D, TP_F16, NULL, 16, 16, 16, 0, 1, g_stream)},
+         tpk_gemm_sm90_fp8_variant(buf, sc, buf, sc, NULL, buf, D, TP_F16, NULL, 16, 16, 16, 0, 1, g_stream)},
+        {"fp8: variant 3 (lab entry)",
+         tpk_gemm_sm90_fp8_variant(buf, sc, buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 3, g_stream)},
+        {"fp8: variant 1 in the product's entry (lab-only)",
+         tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, NULL, D, TP_F16, NULL, 16, 16, 16, 0, 1, g_stream)},
         {"fp8: residual not 16-byte aligned",
          tpk_gemm_sm90_fp8(buf, sc, buf, sc, NULL, buf + 8, D, TP_F16, NULL, 16, 16, 16, 0, 0, g_stream)},
     };

@@ -30,6 +30,7 @@
 #include "exec/cuda/kernels/kernels.h"
 #include "exec/cuda/kernels/patch_embed.h"
 #include "formats/dtype.h"
+#include "lab_variants.h" /* bench/: the lab-only kernel variants */
 
 #define TP_GPU_MAX_TRACKED 4096
 #define TP_GPU_POISON_ON_STREAM /* new device buffers are poisoned on g_stream (cudaMemsetAsync, then a sync) */

@@ -25,14 +25,9 @@ extern "C" {
 int tpk_flash_attention(const void *qkv, tp_dtype in_dt, void *out, tp_dtype out_dt, const float *out_scale, int B,
                         int T, int H, int D, float scale, tp_stream stream);
 
-/* The same with an explicit kernel configuration, for the benchmark lab (bench/attention_lab.cu) and tests:
- * variant 0 = the default tpk_flash_attention uses; 1 = 4 warps x 16 query rows per CTA, <= 128 registers a thread
- * for D <= 64 (4 CTAs per SM); 2 = 8 warps x 16 rows; 3 = 4 warps x 32 rows; 4 = 2 warps x 32 rows (3 and 4 only
- * for D <= 96); 5 = 4 warps x 16 rows, <= 168 registers for D <= 64; 6 = variant 1's tiles in a persistent grid
- * (each CTA loops over work items, loading the next item while finishing the current one).
- * Other values: cudaErrorInvalidValue. */
-int tpk_flash_attention_variant(const void *qkv, tp_dtype in_dt, void *out, tp_dtype out_dt, const float *out_scale,
-                                int B, int T, int H, int D, float scale, int variant, tp_stream stream);
+/* tpk_flash_attention runs one configuration of its kernel (4 warps x 16 query rows: attention_impl.cuh), the only
+ * one the product compiles. The lab's others and tpk_flash_attention_variant, which picks one by number, are
+ * compiled only into the labs and the GPU tests: bench/attention_variants.cu, declared in bench/lab_variants.h. */
 
 /* ================================================================================================================
  * The general entry point: separate, strided Q, K, V and O; KV length != query length; causal (decoder) masks;

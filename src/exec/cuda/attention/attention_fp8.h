@@ -35,20 +35,18 @@ extern "C" {
 int tpk_flash_attention_fp8(const void *qkv, tp_dtype in_dt, const float *qkv_scale, void *out, tp_dtype out_dt,
                             const float *out_scale, int B, int T, int H, int D, float scale, tp_stream stream);
 
-/* The same with an explicit kernel configuration, for tests and the lab (bench/attention_fp8_lab.cu); all compute
- * the numerics above (they may differ only in the fp32 accumulation inside the tensor cores).
+/* The kernel's configurations ("variants"; attention_fp8_impl.cuh): all compute the numerics above (they may differ
+ * only in the fp32 accumulation inside the tensor cores).
  *   product kind: E4M3 = mma.sync.m16n8k32.e4m3 on E4M3 operands in shared memory (V stored transposed);
  *                 F16 = mma.sync.m16n8k16.f16 on the same E4M3 values held as fp16 (exact). On sm_90 ptxas lowers
  *                 the E4M3 mma.sync to F2FP unpacks to fp16 plus two HMMA.16816 and FADDs (Hopper's FP8 tensor
  *                 cores are reached only through wgmma), so F16 does the same work in fewer instructions.
  *   decomposition: a head per CTA when its keys fit in shared memory (each K/V element quantized once; the 8 warps
  *                 take the head's 16-row query tiles in rounds), else as below; or 128 query rows per CTA.
- * variant 0 = the default (tpk_flash_attention_fp8's choice: F16 products; a head per CTA when that still gives
- * 2 CTAs per SM, else fewer rounds per CTA); 1 = E4M3, a head per CTA; 2 = E4M3, 128 rows per CTA; 3 = F16, a head
- * per CTA; 4 = F16, 128 rows per CTA. Other values: cudaErrorInvalidValue. */
-int tpk_flash_attention_fp8_variant(const void *qkv, tp_dtype in_dt, const float *qkv_scale, void *out,
-                                    tp_dtype out_dt, const float *out_scale, int B, int T, int H, int D, float scale,
-                                    int variant, tp_stream stream);
+ * tpk_flash_attention_fp8 runs F16 products, with a head per CTA when that still gives 2 CTAs per SM, else fewer
+ * rounds per CTA: the product compiles the F16 kind alone. The E4M3 kind and tpk_flash_attention_fp8_variant, which
+ * picks a kind and a decomposition by number, are compiled only into the labs and the GPU tests:
+ * bench/attention_fp8_variants.cu, declared in bench/lab_variants.h. */
 
 #ifdef __cplusplus
 }

@@ -26,19 +26,10 @@ int tpk_flash_attention_wgmma_supported(tp_dtype in_dt, tp_dtype out_dt, int T, 
 int tpk_flash_attention_wgmma(const void *qkv, tp_dtype in_dt, void *out, tp_dtype out_dt, const float *out_scale,
                               int B, int T, int H, int D, float scale, tp_stream stream);
 
-/* The same with an explicit kernel configuration, for the lab (bench/attention_wgmma_lab.c) and the tests:
- * variant 0 = the default; 1 = one CTA per head, 2 warpgroups, <= 128 registers (2 CTAs per SM; the wgmma's are
- * serialized by ptxas for want of registers); 2 = one CTA per head, 2 warpgroups, 1 CTA per SM; 3 = one warpgroup
- * per 2 query tiles of 64 rows (K and V loaded once per 128 rows, 3 CTAs per SM); 4 = one warpgroup per query tile;
- * 5 = persistent: one CTA of 2 warpgroups per SM loops over heads with the next head's copy in flight (two
- * buffers: T <= about 300); 6 = 5 with the full 64-key chunks software-pipelined (Q K^T of chunk j + 1 on the
- * tensor cores during the softmax of chunk j); 7 = 3 with its second query tile pipelined likewise; 8 = one
- * warpgroup computes its 2 query tiles together (two independent softmaxes per warp), 2 CTAs per SM.
- * Other values: cudaErrorInvalidValue. */
-int tpk_flash_attention_wgmma_variant(const void *qkv, tp_dtype in_dt, void *out, tp_dtype out_dt,
-                                      const float *out_scale, int B, int T, int H, int D, float scale, int variant,
-                                      tp_stream stream);
-
+/* tpk_flash_attention_wgmma runs one configuration (one warpgroup per 2 query tiles of 64 rows, 3 CTAs per SM:
+ * attention_wgmma_impl.cuh), the only one the product compiles. The lab's others and
+ * tpk_flash_attention_wgmma_variant, which picks one by number, are compiled only into the labs and the GPU tests:
+ * bench/attention_wgmma_variants.cu, declared in bench/lab_variants.h. */
 
 /* FP8 attention on FP8 tensor cores (attention_wgmma_fp8.cu): the numerics of tpk_flash_attention_fp8
  * (attention_fp8.h: S = Q K^T and O = P V on E4M3, P = sat_e4m3(rne(2^8 2^(S sl2 - m))) over 64-key tiles,
@@ -54,11 +45,10 @@ int tpk_flash_attention_wgmma_variant(const void *qkv, tp_dtype in_dt, void *out
 int tpk_flash_attention_wgmma_fp8_supported(tp_dtype out_dt, int T, int D);
 int tpk_flash_attention_wgmma_fp8(const void *qkv, const float *qkv_scale, void *out, tp_dtype out_dt,
                                   const float *out_scale, int B, int T, int H, int D, float scale, tp_stream stream);
-/* variant 0 = the default (2 query tiles of 64 rows per CTA, up to 168 registers a thread); 1 = 2 tiles, 4 CTAs
- * per SM (128 registers); 2 = 1 tile per CTA, 4 CTAs per SM; 3 = 4 tiles per CTA. Other values: invalid. */
-int tpk_flash_attention_wgmma_fp8_variant(const void *qkv, const float *qkv_scale, void *out, tp_dtype out_dt,
-                                          const float *out_scale, int B, int T, int H, int D, float scale,
-                                          int variant, tp_stream stream);
+/* tpk_flash_attention_wgmma_fp8 runs 2 query tiles of 64 rows per CTA with up to 168 registers a thread
+ * (attention_wgmma_fp8_impl.cuh), the only configuration the product compiles. The lab's others and
+ * tpk_flash_attention_wgmma_fp8_variant are compiled only into the labs and the GPU tests:
+ * bench/attention_wgmma_fp8_variants.cu, declared in bench/lab_variants.h. */
 
 #ifdef __cplusplus
 }

@@ -48,12 +48,12 @@ int tpk_gemm_sm90_supported(void);
 int tpk_gemm_sm90(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
                   int gelu, tp_stream stream);
 
-/* The same with an explicit kernel version (bench/gemm_lab.c, the tests): variant 0 = each consumer warpgroup
- * writes its whole 128 x 128 tile (6 pipeline stages); 1 = rows 64-127 of each tile go through shared memory in
- * fp32 to three helper warps, which add the bias, apply the GELU and store them while the consumer writes rows 0-63
- * (4 stages). Same results bit for bit; errors as tpk_gemm_sm90, and cudaErrorInvalidValue for another variant. */
-int tpk_gemm_sm90_variant(const void *A, const void *W, const void *bias, void *D, tp_dtype dt, int M, int N, int K,
-                          int gelu, int variant, tp_stream stream);
+/* The kernel's variants: 0 = each consumer warpgroup writes its whole 128 x 128 tile (6 pipeline stages); 1 = rows
+ * 64-127 of each tile go through shared memory in fp32 to three helper warps, which add the bias, apply the GELU and
+ * store them while the consumer writes rows 0-63 (4 stages). Same results bit for bit. tpk_gemm_sm90 runs
+ * TPK_GEMM_SM90_DEFAULT_VARIANT(gelu), the only one per epilogue the product compiles; tpk_gemm_sm90_variant, which
+ * runs either, is compiled only into the labs and the GPU tests (bench/gemm_sm90_variants.cu, declared in
+ * bench/lab_variants.h). */
 /* The shape and type rules of tpk_gemm_sm90_fp8 (TP_KERNEL_GEMM_SM90_FP8, as tpk_gemm_sm90_shape_ok): d_dt F16 or E4M3;
  * K % 16 == 0 (16-byte rows of E4M3); N % 8 == 0 for an F16 D, N % 16 == 0 for an E4M3 D (16-byte chunks of
  * columns); M, N, K > 0. 1 when they hold. */
@@ -77,17 +77,21 @@ static inline int tpk_gemm_sm90_fp8_shape_ok(tp_dtype d_dt, int64_t M, int64_t N
  *        of an E4M3 D (a product by the reciprocal; kernels.h's kernels divide, and the two codes differ, by one,
  *        only where v / d_scale lies within 1.5 fp32 ulps of an E4M3 midpoint); 16-byte aligned, not overlapping A
  *        or W;
- *   gelu as tpk_gemm_sm90_variant; an E4M3 D takes gelu.cuh's gelu_as (tpk_gelu's GELU for E4M3 outputs);
- *   variant 0 or 1 as tpk_gemm_sm90_variant, or 2 (an F16 D only): variant 0 with tiles of 128 x 96 instead of
- *        128 x 128 (wgmma m64n96k32), for the shapes where 96-wide tiles spread more evenly over the SMs
- *        (tpk_gemm_sm90_fp8_pick_variant).
+ *   gelu as tpk_gemm_sm90; an E4M3 D takes gelu.cuh's gelu_as (tpk_gelu's GELU for E4M3 outputs);
+ *   variant 0, as tpk_gemm_sm90's variant 0 (no helper warps), or 2 (an F16 D only): variant 0 with tiles of
+ *        128 x 96 instead of 128 x 128 (wgmma m64n96k32), for the shapes where 96-wide tiles spread more evenly
+ *        over the SMs: the two tpk_gemm_sm90_fp8_pick_variant chooses from, the only ones the product compiles.
+ *        Variant 1 (the helper warps, never the choice) is compiled only into the labs and the GPU tests:
+ *        tpk_gemm_sm90_fp8_variant (bench/gemm_sm90_variants.cu, declared in bench/lab_variants.h) takes the same
+ *        arguments and variants 0, 1 and 2; here variant 1 is cudaErrorInvalidValue.
  * K moves in steps of 128 (wgmma m64n128k32 e4m3, fp32 accumulators); the scales and the bias are applied in fp32
  * to the accumulators, one rounding. Accumulation: the tensor cores' own, without the periodic promotion of partial
  * sums into separate fp32 registers that cuBLASLt does with FAST_ACCUM off (gemm_cublaslt.c): a 128 x 128 tile per
  * consumer warpgroup leaves no registers for a second set. bench/gemm_lab.c measures what that costs in accuracy.
- * Errors: as tpk_gemm_sm90_variant, and cudaErrorInvalidValue when tpk_gemm_sm90_fp8_shape_ok fails, a scale
- * pointer is NULL (d_scale: only with an E4M3 D) or not 4-byte aligned, R is misaligned or given with an E4M3 D,
- * gelu 1 or variant 1, or variant 2 is asked with an E4M3 D. */
+ * Errors: as tpk_gemm_sm90, and cudaErrorInvalidValue when tpk_gemm_sm90_fp8_shape_ok fails, a scale pointer is
+ * NULL (d_scale: only with an E4M3 D) or not 4-byte aligned, R is misaligned or given with an E4M3 D, gelu 1 or
+ * variant 1, variant 2 is asked with an E4M3 D, or variant is not 0 or 2 (not 0, 1 or 2 for
+ * tpk_gemm_sm90_fp8_variant). */
 int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const float *w_scale, const void *bias,
                       const void *R, void *D, tp_dtype d_dt, const float *d_scale, int M, int N, int K, int gelu,
                       int variant, tp_stream stream);

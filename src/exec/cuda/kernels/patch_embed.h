@@ -41,11 +41,9 @@ int tpk_patch_embed_supported(tp_dtype dt, int P, int C);
 int tpk_patch_embed(const float *img, const void *w, const void *bias, const void *cls, const void *pos, void *x,
                     tp_dtype dt, int B, int H, int W, int P, int C, int has_cls, tp_stream stream);
 
-/* The same with an explicit tile (bench/patch_embed_lab.c, the tests): variant 0 = 128 x 128 tiles, 2 CTAs per SM
- * (the default); 1 = 128 x 256 tiles (half the image traffic), 1 CTA per SM. Other values: cudaErrorInvalidValue. */
-int tpk_patch_embed_variant(const float *img, const void *w, const void *bias, const void *cls, const void *pos,
-                            void *x, tp_dtype dt, int B, int H, int W, int P, int C, int has_cls, int variant,
-                            tp_stream stream);
+/* tpk_patch_embed runs 128 x 128 tiles, 2 CTAs per SM (variant 0, patch_embed_impl.cuh), the only tile the product
+ * compiles. The lab's 128 x 256 tiles (variant 1) and tpk_patch_embed_variant, which picks either, are compiled only
+ * into the labs and the GPU tests: bench/patch_embed_variants.cu, declared in bench/lab_variants.h. */
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,534 @@
+/* gemm_sm90_impl.cuh: tprof's own GEMM on Hopper, contract in gemm_sm90.h: the kernel, its launch and the
+ * argument checks, included by gemm_sm90.cu (the product: the variants the engines run) and by
+ * bench/gemm_sm90_variants.cu (the labs' and tests' tpk_gemm_sm90_variant and tpk_gemm_sm90_fp8_variant,
+ * bench/lab_variants.h: every variant). Built for sm_90a only (CMakeLists.txt: the tprof_sm90a and
+ * tprof_lab_variants_sm90a object libraries); elsewhere the entry points refuse without launching.
+ *
+ * D (M, N) = epi(A (M, K) W (N, K)^T + bias), both operands K-major (row-major A and W), the layout wgmma reads.
+ * Tiles of 128 x 128, K in steps of one 128-byte swizzle row: 64 16-bit elements, or 128 E4M3 ones (the FP8
+ * instantiations: wgmma m64n128k32 e4m3, 32 bytes of K per instruction as k16 of a 16-bit type, so descriptors,
+ * stages and swizzle are the same bytes; alpha = a_scale w_scale and the bias in the epilogue, E4M3 outputs
+ * rounded as cuBLASLt rounds them: times the reciprocal of their scale). ViT-B/16 batch 64 on an H200
+ * (bench/gemm_lab.c fp8, commit 7b94749): fc1 + GELU -> E4M3 74.8 us (variant 0; 85.3 in variant 1: with 128 of K
+ * per stage fc1's whole K fits in variant 0's 6 stages) against cuBLASLt + the GELU kernel's 94.2 (FAST_ACCUM);
+ * plain GEMMs 3-24% faster than cuBLASLt with its fp32 promotion and from 9% faster to 3% slower than cuBLASLt
+ * without it.
+ * A residual R (FP8 operands, F16 D; RES): each consumer thread reads R at its accumulators' positions (4-byte
+ * pairs of the C layout) into registers before the K loop, rows 0-63 of the tile (32 registers; the rows 64-127
+ * go into L2 then and into the same registers once rounds 0 and 1 have used them: 64 would not fit beside the
+ * 128 accumulators), and adds them in fp32 before the rounding. An fp32-staged version (coalesced 8-byte reads in
+ * the epilogue, 5 stages; commit 0627eff) ran as slowly: proj + residual 28.2 against 18.0 us without.
+ * Persistent: one CTA per SM, tile t of the CTA is blockIdx.x + t gridDim.x (the N tiles of a row tile adjacent, so
+ * A's rows come from DRAM once). 384 threads, warp-specialized as CUTLASS's sm90 "ping-pong" GEMMs (their
+ * structure only):
+ *   warpgroup 0, thread 0 (the producer): for each K step of each tile waits until ring stage s is free (mbarrier
+ *       empty[s]), announces its 32 KB on full[s] (arrive.expect_tx) and issues two TMA loads (cp.async.bulk.tensor.2d:
+ *       A rows m0 .. m0 + 127, W rows n0 .. n0 + 127, columns k0 .. k0 + 63) that complete on full[s]. TMA writes the
+ *       128-byte swizzle itself (CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk c of row r at c ^ (r % 8)) and zero-fills
+ *       what lies outside the tensor, so ragged M, N and K need no code in the loads (the stores check their
+ *       bounds). 6 stages; the producer runs on across tiles.
+ *   warpgroups 1 and 2 (consumers) take the CTA's tiles in turn. Per K step: wait for full[s], 8 wgmma m64n128k16
+ *       (rows 0-63 and 64-127, 4 k16 steps; descriptors as wgmma_ptx.cuh: stride byte offset 1024, +32 bytes per
+ *       k16), commit, wait until only this step's group is in flight, free the previous stage (arrive on empty).
+ *       128 fp32 accumulators per thread (setmaxnreg: 232 registers for the consumers, 40 for the producer).
+ *   Epilogue: bias (fetched before the K loop) and the GELU in fp32, one rounding, out through per-warp staging rows
+ *       in shared memory as 16-byte row-contiguous stores (the C layout's 4-byte pieces of 8 rows cost fc1 14 us).
+ *   Variant 1 (HELP, tpk_gemm_sm90's choice when it computes the GELU): warps 1-3 of the producer warpgroup are
+ *       helpers. A consumer writes its tile's rows 64-127 raw (fp32) to its helper buffer in shared memory
+ *       (mbarriers hfull / hempty per consumer: count 128 / 96) and then writes rows 0-63 itself; the helpers add
+ *       the bias, apply the GELU and store those rows (8 bytes per lane, whole rows per warp). The buffers take
+ *       the room of two ring stages (4 instead of 6). Results are bit-identical to variant 0 (same arithmetic).
+ *   Variant 2 (E4M3 operands, F16 D; BN = 96): variant 0 with 128 x 96 tiles (wgmma m64n96k32, 96 accumulators per
+ *       consumer thread, 28 KB stages). A persistent CTA runs its tiles one after another, so a GEMM takes about
+ *       ceil(tiles / SMs) tile times: ViT-B/16 batch 64's N 768 GEMMs (proj, fc2) have 594 tiles of 128 x 128 on
+ *       132 SMs (5 on some SMs, 4 on others) but 792 of 128 x 96 (6 on every SM, each 0.82 of the time, measured:
+ *       not 0.75). tpk_gemm_sm90_fp8_pick_variant applies that rule; its
+ *       measured effect is in gemm_sm90.h. With a residual the narrower tile gains more (proj + residual 24.4
+ *       against 28.0 us, plain proj 17.6 against 18.0), not yet explained.
+ * Where the time goes (ViT-B/16 batch 64 shapes, bench/gemm_lab.c, a globaltimer trace of one SM, nvidia-smi
+ * during a sustained run; bench/results/README.md): plain GEMMs run 2-14% behind cuBLASLt's best heuristic
+ * algorithm (H200 f16: proj 28.2 vs 27.7 us, qkv 72.1 vs 70.6, fc1 93.1 vs 85.5, fc2 94.2 vs 82.4). fc1 + GELU: on
+ * an H200 127.0 us (variant 0) against cuBLASLt + tpk_gelu's 127.9; on an H100, whose DRAM makes the GELU kernel
+ * slower, 124 (variant 1) against 146. The GELU costs ~30 us per fc1 in either variant, wherever it runs: in
+ * variant 0 the exact GELU of a 128 x 128 tile (~4.7 us, one warp per scheduler) does not hide behind the other
+ * warpgroup's ~4.6 us K loop; in variant 1 each half of it still costs ~14 us whether the consumers or the helpers
+ * compute it, because these GEMMs run at the GPU's 700 W power cap (SM clocks 1.2-1.6 GHz under sustained load,
+ * throttle reason "SW power cap"): arithmetic costs watts, so it costs time even where it overlaps. What fusing
+ * saves is the hidden activation's round trip through DRAM.
+ * Sources: PTX ISA 8.x (wgmma, cp.async.bulk.tensor, mbarrier try_wait.parity / expect_tx, setmaxnreg, bar.sync /
+ * bar.arrive), the CUDA driver API's cuTensorMapEncodeTiled. */
+#ifndef TP_GEMM_SM90_IMPL_CUH
+#define TP_GEMM_SM90_IMPL_CUH
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "exec/cuda/ptx/attention_ptx.cuh"
+#include "exec/cuda/kernels/gelu.cuh"
+#include "exec/cuda/gemm/gemm_sm90.h"
+#include "exec/cuda/ptx/wgmma_ptx.cuh"
+
+#define TPK_INVALID ((int)cudaErrorInvalidValue)
+#define GM_BM 128
+#define GM_BN 128 /* the N extent of a tile; variant 2 (E4M3 operands, F16 D) has GM_BN96 */
+#define GM_BN96 96
+/* a 128 x 96 tile's time in hundredths of a 128 x 128 one's: 82, not 75 (likely the m64n96 wgmma's larger
+ * shared-memory reads per FLOP; not verified); ViT-B/16 batch 64 on an H200 (gemm_lab fp8, commit f5d8f33): fc2
+ * (K 3072) 48.8 us in 6 tiles per SM against 49.7 in 5 */
+#define GM_T96 82
+#define GM_ROWB 128 /* bytes of K per stage row: one swizzle row */
+#define GM_THREADS 384 /* a producer warpgroup (one thread issues the TMA) + two consumer warpgroups */
+#define GM_TILE_A (GM_BM * GM_ROWB)
+#define GM_STAGE(bn) (GM_TILE_A + (bn) * GM_ROWB) /* a multiple of 1024 bytes for bn 128 and 96 */
+#define GM_STAGES 6 /* variants 0 and 2; variant 1 has GM_STAGES_H (its helpers' buffers take the rest) */
+#define GM_STAGES_H 4
+/* the epilogue's staging rows: per consumer warp 8 rows of bn 16-bit values, each row padded by 16 bytes (a row
+ * then starts 4 banks (bn 128) or 20 (bn 96) after the previous one: the 8 rows x 4 lanes of a C-layout store hit
+ * 32 banks) */
+#define GM_STG_ROW(bn) ((bn) * 2 + 16)
+#define GM_STG_WARP(bn) (8 * GM_STG_ROW(bn))
+/* variant 1: per consumer warpgroup a buffer of its tile's rows 64-127 in fp32 for the helper warps, rows padded by
+ * 32 bytes (8 banks: the 4 rows x 4 lanes x 8 bytes of a half-warp's C-layout store hit 32 banks) */
+#define GM_HB_ROW (GM_BN * 4 + 32)
+#define GM_HB (64 * GM_HB_ROW)
+#define GM_HELPERS 96 /* warps 1-3 of the producer warpgroup */
+/* 1024: slack to align the stages to 1024 bytes */
+#define GM_SMEM(help, bn)                                                                                           \
+    (1024 + ((help) ? GM_STAGES_H : GM_STAGES) * GM_STAGE(bn) + 8 * GM_STG_WARP(bn) + ((help) ? 2 * GM_HB : 0))
+
+
+/* ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ------------------------------------------------ */
+
+#if WG_HAVE_WGMMA
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* until the phase with parity `parity` of the barrier has completed (a fresh barrier is in phase 0, so waiting
+ * for parity 1 returns at once: the producer's first pass over the stages) */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* box at (c0 = column, c1 = row) of the tensor map into shared memory at dst, completing on bar */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+
+/* 4 bytes from global memory by a plain (coherent, not .nc) load: the residual may be the output itself, which
+ * this thread overwrites later in the kernel */
+__device__ __forceinline__ uint32_t ld_global_b32(const void *p) {
+    uint32_t v;
+    asm volatile("ld.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+#endif
+
+/* ---- epilogue helpers -------------------------------------------------------------------------------------------- */
+
+typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only: E4M3 operands and outputs move as bytes */
+
+/* a packed pair of the bias type as two floats */
+__device__ __forceinline__ float2 gm_unpack2(uint32_t v, __half) {
+    return __half22float2(*reinterpret_cast<__half2 *>(&v));
+}
+__device__ __forceinline__ float2 gm_unpack2(uint32_t v, __nv_bfloat16) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
+}
+
+/* The epilogue's arithmetic on one fp32 accumulator a: v = alpha a + b for E4M3 operands (alpha = a_scale w_scale,
+ * cuBLASLt's D = alpha (A W^T) + bias), a + b for 16-bit ones (no multiply: bit-identical to the 16-bit kernel
+ * before FP8 existed); then the GELU when asked, gelu_as for an E4M3 output (the function tpk_gelu applies for one),
+ * gelu_f otherwise (gelu.cuh). */
+template <int F8, int O8, int GELU> __device__ __forceinline__ float gm_epi(float a, float alpha, float b) {
+    float v = F8 ? fmaf(a, alpha, b) : a + b;
+    if (GELU) v = O8 ? gelu_as(v) : gelu_f(v);
+    return v;
+}
+
+/* two outputs packed for storing: a 16-bit type in a 32-bit word (lo first); E4M3 as sat(rne(RN(v r))) in bits
+ * 0-15, r = RN(1 / d_scale) (cvt.rn.satfinite.e4m3x2). The product by the reciprocal is cuBLASLt's rounding of an
+ * E4M3 D (it multiplies by the D scale it is given, gemm_cublaslt.c passes 1 / s), not kernels.cu's correctly
+ * rounded quotient: the two differ by at most 1.5 fp32 ulps before the E4M3 rounding, so a code moves (by one)
+ * only where v / s lies that close to a midpoint of the E4M3 grid. The correction to the quotient (two FMAs and a
+ * finiteness check per output, 512 of the kernel's 3455 SASS instructions) cost fc1 + GELU -> E4M3 12 us on an
+ * H200 (86.0 against 73.8 at engine build; bench/results/README.md): that epilogue is bound by instruction issue.
+ * Infinities saturate, NaN stays NaN, as in the division. */
+__device__ __forceinline__ uint32_t gm_pack(float x, float y, float, __half) { return pack2(x, y, __half()); }
+__device__ __forceinline__ uint32_t gm_pack(float x, float y, float, __nv_bfloat16) {
+    return pack2(x, y, __nv_bfloat16());
+}
+__device__ __forceinline__ uint32_t gm_pack(float x, float y, float r, e4m3_t) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(x * r, y * r), __NV_SATFINITE, __NV_E4M3);
+}
+
+/* gm_epi on round r's accumulators (bias as packed pairs of TB, gm_unpack2), in place */
+template <int F8, int O8, int GELU, typename TB, int BN>
+__device__ __forceinline__ void gm_epi_round(float *acc, const uint32_t *bpk, int r, float alpha) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        float *aj = acc + (r >> 1) * (BN / 2) + 4 * j + 2 * (r & 1);
+        const float2 b = gm_unpack2(bpk[j], TB());
+        aj[0] = gm_epi<F8, O8, GELU>(aj[0], alpha, b.x), aj[1] = gm_epi<F8, O8, GELU>(aj[1], alpha, b.y);
+    }
+}
+
+/* the residual pairs (TR, packed) at a consumer lane's accumulators of rows 64 h .. 64 h + 63 of the tile at (m0,
+ * n0): rpk[BN / 8 (r % 2) + j] for round r = 2 h + r % 2 (gm_epi_round's rows and columns); 0 outside R */
+template <int BN, typename TR>
+__device__ __forceinline__ void gm_load_res(uint32_t *rpk, const TR *R, int m0, int n0, int h, int warp, int lane,
+                                            int M, int N) {
+#pragma unroll
+    for (int q = 0; q < 2; q++)
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int m = m0 + 64 * h + warp * 16 + 8 * q + (lane >> 2), n = n0 + 8 * j + 2 * (lane & 3);
+            rpk[q * (BN / 8) + j] = m < M && n < N ? ld_global_b32(R + (size_t)m * N + n) : 0u;
+        }
+}
+
+/* round r's accumulators += the residual pairs rpk[BN / 8 (r % 2) + j] (gm_load_res) */
+template <typename TR, int BN>
+__device__ __forceinline__ void gm_add_round(float *acc, const uint32_t *rpk, int r) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        float *aj = acc + (r >> 1) * (BN / 2) + 4 * j + 2 * (r & 1);
+        const float2 v = gm_unpack2(rpk[(r & 1) * (BN / 8) + j], TR());
+        aj[0] += v.x, aj[1] += v.y;
+    }
+}
+
+/* one k step of a 64 x BN block: wgmma m64n128 (any operand type) or m64n96 (E4M3) */
+template <int BN, typename TI>
+__device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int accumulate, TI tag) {
+    if constexpr (BN == GM_BN96) wg_ss_n96_e4(acc, da, db, accumulate);
+    else wg_ss_n128(acc, da, db, accumulate, tag);
+}
+
+/* ---- the kernel ---------------------------------------------------------------------------------------------------- */
+
+/* TI: the operands' type (__half, __nv_bfloat16, e4m3_t); TB: the bias's (TO for 16-bit operands, __half for E4M3
+ * ones); TO: the output's (TI for 16-bit operands; __half or e4m3_t for E4M3 ones). HELP 0: variant 0 (each
+ * consumer warpgroup's epilogue writes its whole tile); 1: variant 1 (rows 64-127 of each tile go through shared
+ * memory to the helper warps). a_scale, w_scale: E4M3 operands' storage scales; d_scale: an E4M3 output's (device
+ * pointers, read once per thread: graph replays see their current values). */
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN>
+__global__ void __launch_bounds__(GM_THREADS, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                     const TB *__restrict__ bias, const TO *R, TO *D, const float *__restrict__ a_scale,
+                     const float *__restrict__ w_scale, const float *__restrict__ d_scale, int M, int N, int K) {
+#if WG_HAVE_WGMMA
+    enum { F8 = sizeof(TI) == 1, O8 = sizeof(TO) == 1 };
+    extern __shared__ unsigned char smem_raw[];
+    /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
+    __shared__ __align__(8) uint64_t bars[2 * GM_STAGES + 4];
+    static_assert(!RES || (sizeof(TO) == 2 && !GELU && !HELP), "the residual epilogue: 16-bit D, variant 0, no GELU");
+    static_assert(BN == GM_BN || (BN == GM_BN96 && sizeof(TI) == 1 && sizeof(TO) == 2 && !HELP),
+                  "96-wide tiles: E4M3 operands, F16 D, no helpers");
+    const int S = HELP ? GM_STAGES_H : GM_STAGES;
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int BK = GM_ROWB / (int)sizeof(TI), KT = (K + BK - 1) / BK;
+    const int tiles_n = (N + BN - 1) / BN, tiles = tiles_n * ((M + GM_BM - 1) / GM_BM);
+#define FULL(s) (bar0 + 8u * (uint32_t)(s))
+#define EMPTY(s) (bar0 + 8u * (uint32_t)(GM_STAGES + (s)))
+#define HFULL(c) (bar0 + 8u * (uint32_t)(2 * GM_STAGES + (c)))
+#define HEMPTY(c) (bar0 + 8u * (uint32_t)(2 * GM_STAGES + 2 + (c)))
+    const uint32_t hbuf = base + S * GM_STAGE(BN) + 8 * GM_STG_WARP(BN); /* variant 1: the helper buffers */
+    if (tid == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(FULL(s), 1);    /* the producer's expect_tx; the TMA bytes complete the phase */
+            mbar_init(EMPTY(s), 128); /* every thread of the consuming warpgroup, after its wgmma's on the stage */
+        }
+        for (int c = 0; c < 2 && HELP; c++) {
+            mbar_init(HFULL(c), 128);         /* consumer c's threads, after writing their rows 64-127 */
+            mbar_init(HEMPTY(c), GM_HELPERS); /* the helpers, after reading them */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const float alpha = F8 ? __ldg(a_scale) * __ldg(w_scale) : 1.0f;
+    const float os = O8 ? __frcp_rn(__ldg(d_scale)) : 1.0f; /* r = RN(1 / d_scale): gm_pack */
+
+    /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
+     * pipeline's steps i KT .. i KT + KT - 1 (stage = step % S, phase = (step / S) & 1) */
+    /* setmaxnreg (the whole warpgroup, same value): the 384 x 168 registers of the launch go 40 / 232 / 232 to
+     * the producer warpgroup and the consumers, or 56 / 224 / 224 when its warps 1-3 are variant 1's helpers */
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(HELP ? 56 : 40) : "memory");
+        if (tid == 0) {
+            uint32_t step = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * BN;
+                for (int kt = 0; kt < KT; kt++, step++) {
+                    const uint32_t s = step % S, ph = (step / S) & 1u, sa = base + s * GM_STAGE(BN);
+                    mbar_wait(EMPTY(s), ph ^ 1u);
+                    mbar_expect_tx(FULL(s), GM_STAGE(BN));
+                    tma_load_2d(sa, &tmA, kt * BK, m0, FULL(s));
+                    tma_load_2d(sa + GM_TILE_A, &tmB, kt * BK, n0, FULL(s));
+                }
+            }
+        } else if (HELP && tid >= 32) {
+            /* variant 1's helpers: the CTA's i-th tile belongs to consumer i % 2, its rows 64-127 wait in that
+             * consumer's buffer (hfull's phase i / 2). Warp h (0-2) takes rows h, h + 3, ...; lane l columns
+             * 4 l .. 4 l + 3 (16 bytes of fp32 in, 4 outputs out: a warp reads and writes whole rows). */
+            const int hw = (tid >> 5) - 1, lane = tid & 31;
+            for (int i = 0, t = blockIdx.x; t < tiles; i++, t += gridDim.x) {
+                const int c = i & 1, m0 = (t / tiles_n) * GM_BM + 64, n = (t % tiles_n) * BN + 4 * lane;
+                float2 b01 = make_float2(0.0f, 0.0f), b23 = b01;
+                if (bias && n < N) { /* 4-byte aligned: two pairs */
+                    b01 = gm_unpack2(__ldg(reinterpret_cast<const unsigned int *>(bias + n)), TB());
+                    b23 = gm_unpack2(__ldg(reinterpret_cast<const unsigned int *>(bias + n + 2)), TB());
+                }
+                mbar_wait(HFULL(c), (uint32_t)(i >> 1) & 1u);
+                const uint32_t hb = hbuf + (uint32_t)(c * GM_HB) + 16u * (uint32_t)lane;
+#pragma unroll 4
+                for (int row = hw; row < 64; row += 3) {
+                    float4 v;
+                    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                                 : "r"(hb + (uint32_t)(row * GM_HB_ROW))
+                                 : "memory");
+                    const uint32_t lo = gm_pack(gm_epi<F8, O8, GELU>(v.x, alpha, b01.x),
+                                                gm_epi<F8, O8, GELU>(v.y, alpha, b01.y), os, TO()),
+                                   hi = gm_pack(gm_epi<F8, O8, GELU>(v.z, alpha, b23.x),
+                                                gm_epi<F8, O8, GELU>(v.w, alpha, b23.y), os, TO());
+                    if (m0 + row < M && n < N) {
+                        TO *p = D + (size_t)(m0 + row) * N + n;
+                        if (O8) *reinterpret_cast<uint32_t *>(p) = lo | (hi << 16);
+                        else *reinterpret_cast<uint2 *>(p) = make_uint2(lo, hi);
+                    }
+                }
+                mbar_arrive(HEMPTY(c));
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(HELP ? 224 : 232) : "memory");
+
+    /* consumer warpgroup c = wg - 1 takes the CTA's tiles i = c, c + 2, ... The two take turns at the tensor cores
+     * (named barriers 1 and 2, 256 threads: warpgroup 1 runs its K loop, arrives on 1 and goes to its epilogue,
+     * while warpgroup 2, which waited on 1, runs its K loop and then arrives on 2, ...): one's epilogue overlaps
+     * the other's MMAs, and a warpgroup starts waiting on the full barrier of step i KT only after the other has
+     * consumed step i KT - 1: a phase-parity wait would pass on an older phase of the same parity otherwise. */
+    const int c = wg - 1, ctid = tid & 127, warp = ctid >> 5, lane = tid & 31;
+    float acc[BN]; /* rows 0-63: acc[0 .. BN/2), rows 64-127: acc[BN/2 .. BN) (m64nBN C layout each) */
+    for (int i = c, t = blockIdx.x + c * gridDim.x; t < tiles; i += 2, t += 2 * gridDim.x) {
+        const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * BN;
+        uint32_t step = (uint32_t)i * (uint32_t)KT;
+        /* this lane's bias pairs (columns n0 + 8 j + 2 (lane % 4), + 1), loaded now so the K loop hides them */
+        uint32_t bpk[BN / 8];
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int n = n0 + 8 * j + 2 * (lane & 3);
+            bpk[j] = bias && n < N ? __ldg(reinterpret_cast<const unsigned int *>(bias + n)) : 0u; /* N % 8 == 0 */
+        }
+        /* the residual at this lane's accumulators of rows 0-63 (rounds 0 and 1), loaded now so the K loop hides
+         * their latency (rows 64-127 into L2 now, into these registers once rounds 0 and 1 have used them: the
+         * whole tile's would not fit beside the accumulators); added in fp32 before the one rounding */
+        uint32_t rpk[RES ? 2 * BN / 8 : 1];
+        if constexpr (RES) {
+            gm_load_res<BN>(rpk, R, m0, n0, 0, warp, lane, M, N);
+            if (m0 + 64 + (ctid >> 1) < M && n0 + 64 * (ctid & 1) < N)
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(R + (size_t)(m0 + 64 + (ctid >> 1)) * N + n0 +
+                                                                 64 * (ctid & 1)));
+        }
+        if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(2 - c) : "memory"); /* the other's K loop is done */
+        for (int kt = 0; kt < KT; kt++, step++) {
+            const uint32_t s = step % S, sa = base + s * GM_STAGE(BN);
+            mbar_wait(FULL(s), (step / S) & 1u);
+            const uint64_t da = wg_make_desc(sa, 1024, 1), db = wg_make_desc(sa + GM_TILE_A, 1024, 1);
+            wg_fence_regs(acc);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) { /* +32 bytes (2 in descriptor units) per k16 / k32; rows 64.. 8 KB on */
+                gm_mma<BN>(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TI());
+                gm_mma<BN>(acc + BN / 2, da + 512 + 2 * kk, db + 2 * kk, kt > 0 || kk > 0, TI());
+            }
+            wg_commit();
+            wg_wait1(); /* the previous step's wgmma's are done: its stage may be overwritten */
+            wg_fence_regs(acc);
+            if (kt > 0) mbar_arrive(EMPTY((step - 1) % S));
+        }
+        /* the other warpgroup's turn, when it has a next tile (arrivals stay balanced: none is left pending) */
+        if (t + (int)gridDim.x < tiles) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + c) : "memory");
+        wg_wait0();
+        wg_fence_regs(acc);
+        mbar_arrive(EMPTY((step - 1) % S));
+
+        /* epilogue, in 4 rounds of 8 rows (r: the warp's rows 64 (r / 2) + 16 warp + 8 (r % 2) + 0..7, 2 BN / 8
+         * accumulators per lane): scale, bias (fetched before the K loop) and GELU in fp32, one rounding, then out
+         * through this warp's staging rows. The C layout gives a lane 2 outputs of 8 rows per store; through shared
+         * memory each lane stores 16 bytes and a warp whole rows. The next round's GELU is issued between this
+         * round's shared-memory writes and its global stores, so the ALU work overlaps the memory work (one warp per
+         * scheduler: no other latency hiding). */
+        if (HELP) { /* rows 64-127, raw fp32, to the helpers (once they have read this buffer's previous tile) */
+            mbar_wait(HEMPTY(c), ((uint32_t)(i >> 1) & 1u) ^ 1u);
+            const uint32_t hb = hbuf + (uint32_t)(c * GM_HB) + (uint32_t)((warp * 16 + (lane >> 2)) * GM_HB_ROW) +
+                                8u * (uint32_t)(lane & 3);
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n"
+                                 ::"r"(hb + (uint32_t)(8 * h * GM_HB_ROW + 32 * j)),
+                                 "f"(acc[BN / 2 + 4 * j + 2 * h]), "f"(acc[BN / 2 + 4 * j + 2 * h + 1])
+                                 : "memory");
+            mbar_arrive(HFULL(c));
+        }
+        const int NR = HELP ? 2 : 4; /* rounds this warpgroup writes */
+        /* a staged row: BN outputs, CH chunks of 16 bytes (16 for a 16-bit type, 8 for E4M3) */
+        enum { OB = sizeof(TO), CH = BN * sizeof(TO) / 16 };
+        const uint32_t stg = base + S * GM_STAGE(BN) + (uint32_t)((c * 4 + warp) * GM_STG_WARP(BN));
+        gm_epi_round<F8, O8, GELU, TB, BN>(acc, bpk, 0, alpha);
+        if constexpr (RES) gm_add_round<TO, BN>(acc, rpk, 0);
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                const float *aj = acc + (r >> 1) * (BN / 2) + 4 * j + 2 * (r & 1);
+                const uint32_t v = gm_pack(aj[0], aj[1], os, TO()),
+                               at = stg + (lane >> 2) * GM_STG_ROW(BN) + 8 * OB * j + 2 * OB * (lane & 3);
+                if (O8) asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(at), "h"((unsigned short)v) : "memory");
+                else asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+            }
+            __syncwarp(); /* also orders a residual R == D: every lane has used its R values before any stores */
+            if (r < NR - 1) gm_epi_round<F8, O8, GELU, TB, BN>(acc, bpk, r + 1, alpha);
+            if constexpr (RES) {
+                if (r < NR - 1) gm_add_round<TO, BN>(acc, rpk, r + 1);
+                if (r == 0) gm_load_res<BN>(rpk, R, m0, n0, 1, warp, lane, M, N); /* rounds 2 and 3 */
+            }
+            const int mr = m0 + 64 * (r >> 1) + warp * 16 + 8 * (r & 1);
+#pragma unroll
+            for (int q = 0; q < 8 * CH / 32; q++) { /* 8 rows x CH chunks of 16 bytes, 32 lanes */
+                const int idx = q * 32 + lane, row = idx / CH, ch = idx % CH;
+                const int m = mr + row, n = n0 + ch * (16 / OB);
+                uint4 v;
+                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                             : "r"(stg + row * GM_STG_ROW(BN) + 16 * ch)
+                             : "memory");
+                if (m < M && n < N) *reinterpret_cast<uint4 *>(D + (size_t)m * N + n) = v; /* N % (16 / OB) == 0 */
+            }
+            __syncwarp();
+        }
+    }
+#undef FULL
+#undef EMPTY
+#undef HFULL
+#undef HEMPTY
+#else
+    (void)tmA, (void)tmB, (void)bias, (void)R, (void)D, (void)a_scale, (void)w_scale, (void)d_scale;
+    (void)M, (void)N, (void)K;
+#endif
+}
+
+/* ---- host ---------------------------------------------------------------------------------------------------------- */
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled through the runtime (no link against libcuda; cudaGetDriverEntryPointByVersion is CUDA
+ * 12.5+, README's toolkit is 13); NULL when the driver has none */
+static encode_tiled_fn gm_encoder(void) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return (encode_tiled_fn)fn;
+}
+
+/* 1 when the current device has compute capability 9.0 */
+static int gm_sm90_device(void) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return 0;
+    return major == 9 && minor == 0;
+}
+
+/* rows x K row-major matrix of dt (F16, BF16 or E4M3) at p, boxes of box_rows rows x 128 bytes of K (one swizzle
+ * row), 128-byte swizzle, zeros outside */
+static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype dt, int rows, int K, int box_rows) {
+    const int es = dt == TP_E4M3 ? 1 : 2;
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * es};
+    const cuuint32_t box[2] = {GM_ROWB / (cuuint32_t)es, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    const CUtensorMapDataType t = dt == TP_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                  : dt == TP_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    CUresult r = enc(map, t, 2, (void *)p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : TPK_INVALID;
+}
+
+/* the arguments of one launch */
+typedef struct {
+    const void *A, *W, *bias, *R;
+    void *D;
+    const float *a_scale, *w_scale, *d_scale;
+    tp_dtype in_dt;
+    int M, N, K;
+} gm_args;
+
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN>
+static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
+    CUtensorMap ma, mb;
+    if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) || gm_map(enc, &mb, a->W, a->in_dt, a->N, a->K, BN))
+        return TPK_INVALID;
+    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM(HELP, BN));
+    if (e != cudaSuccess) return (int)e;
+    int dev = 0, sms = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+        return (int)e;
+    const long long tiles = (long long)((a->N + BN - 1) / BN) * ((a->M + GM_BM - 1) / GM_BM);
+    if (tiles > 0x7fffffffLL) return TPK_INVALID;
+    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
+    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN><<<grid, GM_THREADS, GM_SMEM(HELP, BN), s>>>(
+        ma, mb, (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
+        a->K);
+    return (int)cudaGetLastError();
+}
+
+/* the checks both entry points share: flags, operand and output pointers, the device and its encoder (looked up
+ * once per call); NULL when one fails */
+static encode_tiled_fn gm_check(const void *A, const void *W, const void *bias, const void *D, int gelu,
+                                int variant, int max_variant) {
+    if ((gelu != 0 && gelu != 1) || variant < 0 || variant > max_variant) return NULL;
+    if (!A || !W || !D || ((uintptr_t)A & 15) || ((uintptr_t)W & 15) || ((uintptr_t)D & 15) || ((uintptr_t)bias & 3))
+        return NULL;
+    return gm_sm90_device() ? gm_encoder() : NULL;
+}
+
+/* the checks of tpk_gemm_sm90_fp8 (gemm_sm90.h) and bench/'s tpk_gemm_sm90_fp8_variant, gm_check's included; NULL
+ * when one fails */
+static encode_tiled_fn gm_fp8_check(const void *A, const float *a_scale, const void *W, const float *w_scale,
+                                    const void *bias, const void *R, const void *D, tp_dtype d_dt,
+                                    const float *d_scale, int M, int N, int K, int gelu, int variant) {
+    if (!tpk_gemm_sm90_fp8_shape_ok(d_dt, M, N, K) || !a_scale || !w_scale || ((uintptr_t)a_scale & 3) ||
+        ((uintptr_t)w_scale & 3) || (d_dt == TP_E4M3 && (!d_scale || ((uintptr_t)d_scale & 3))) ||
+        (R && (d_dt != TP_F16 || gelu || variant == 1 || ((uintptr_t)R & 15))) || (variant == 2 && d_dt != TP_F16))
+        return NULL;
+    return gm_check(A, W, bias, D, gelu, variant, 2);
+}
+
+#endif
