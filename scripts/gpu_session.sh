@@ -124,8 +124,8 @@ PY
     echo "=== before/after, interleaved: $("$base" --version) vs $("$BUILD/tprof" --version)"
     for i in 1 2 3; do
       for who in before after; do
-        bin=$BUILD/tprof; [ $who = before ] && bin=$base
-        "$bin" bench --model vit-b16 --batch 64 --precision fp16,bf16,fp8 --json "$OUT/ab_${who}_$i.json" \
+        bin=$BUILD/tprof; extra=${AB_AFTER_ARGS:-}; [ $who = before ] && bin=$base && extra=""
+        "$bin" bench --model vit-b16 --batch 64 --precision fp16,bf16,fp8 $extra --json "$OUT/ab_${who}_$i.json" \
           > "/tmp/ab_${who}_$i.log" 2>&1 || rc=1
         grep -E "^(fp16|bf16|fp8) +[0-9]" "/tmp/ab_${who}_$i.log" | sed "s/^/$who $i: /"
       done
