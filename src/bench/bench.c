@@ -72,9 +72,7 @@ static unsigned rate_mask(const tp_graph *g, const tp_plan *p, tp_precision prec
     return m;
 }
 
-/* The policy of one engine: the --policy-file's when its default is this precision, else the precision's
- * default (patch embedding and head kept high for quantized formats), plus the --policy overrides. */
-static tp_status make_policy(const tp_bench_options *o, tp_precision prec, tp_policy *pol, tp_error *err) {
+tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_policy *pol, tp_error *err) {
     if (o->engine_file) {
         *pol = o->engine_file->policy; /* the engine as it was built; the GELU form is chosen when it runs */
         pol->gelu_tanh = o->gelu_tanh;
@@ -391,7 +389,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     r->prec = o->precs[pi];
     tp_plan plan;
     tp_policy pol;
-    tp_status st = make_policy(o, r->prec, &pol, err);
+    tp_status st = tp_bench_policy(o, r->prec, &pol, err);
     if (st) return st;
     if (pi == 0 || o->policy || o->policy_file) tp_policy_warn(&pol, g, stdout);
     if ((st = tp_plan_build_policy(g, &pol, rep->dev == TP_DEVICE_GPU ? rep->gpu.sm : 0, &plan, err))) return st;
@@ -486,7 +484,7 @@ static tp_status rates_before_profiling(run_ctx *c, tp_error *err) {
         tp_policy pol;
         tp_plan plan;
         unsigned m = 0;
-        if (!(st = make_policy(c->o, c->o->precs[pi], &pol, err)) &&
+        if (!(st = tp_bench_policy(c->o, c->o->precs[pi], &pol, err)) &&
             !(st = tp_plan_build_policy(&c->g, &pol, c->rep.gpu.sm, &plan, err))) {
             m = rate_mask(&c->g, &plan, c->o->precs[pi]);
             tp_plan_free(&plan);

@@ -173,6 +173,12 @@ tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_ba
  * tp_bench_run, plus TP_ERR_NO_GPU when calibration needs a GPU and there is none, TP_ERR_IO. */
 tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, tp_error *err);
 
+/* The policy of one engine of precision prec: an engine file's as stored (its GELU form from o->gelu_tanh), else
+ * the --policy-file's when its default is prec, else prec's default (patch embedding and head kept high for
+ * quantized formats), plus the --policy overrides (planner/policy.h). Errors: the policy readers' (TP_ERR_IO,
+ * TP_ERR_FORMAT, TP_ERR_ARG naming the rule). */
+tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_policy *pol, tp_error *err);
+
 /* Where the reference runs for a run on dev: o->reference resolved (AUTO: GPU on a GPU run, else CPU). */
 tp_reference_kind tp_bench_reference(tp_reference_kind asked, tp_device_kind dev);
 

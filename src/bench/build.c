@@ -6,25 +6,9 @@
 
 #include "bench/bench.h"
 #include "core/util.h"
-#include "planner/policy.h"
 #ifdef TPROF_HAVE_CUDA
 #include "exec/cuda/engine/cuda_engine.h"
 #endif
-
-/* The policy of the engine: the --policy-file's when its default is this precision, else the precision's default,
- * plus the --policy overrides (as bench.c's make_policy, without an engine file to start from). */
-static tp_status build_policy(const tp_bench_options *o, tp_precision prec, tp_policy *pol, tp_error *err) {
-    tp_policy_default(pol, prec);
-    if (o->policy_file) {
-        tp_policy fp;
-        tp_status st = tp_policy_load_json(o->policy_file, &fp, err);
-        if (st) return st;
-        if (fp.def == prec) *pol = fp;
-    }
-    tp_status st = o->policy ? tp_policy_parse(pol, o->policy, err) : TP_OK;
-    pol->gelu_tanh = o->gelu_tanh;
-    return st;
-}
 
 #ifdef TPROF_HAVE_CUDA
 /* Static activation scales on the GPU: calibration on the user's inputs or random ones (seed + 1). */
@@ -103,7 +87,7 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
     st = o->weights ? tp_model_params_load(&model, o->weights, &params, err)
                     : tp_model_params_init(&model, o->seed, 0, &params, err);
     if (st) return st;
-    if ((st = build_policy(o, prec, &pol, err))) goto done;
+    if ((st = tp_bench_policy(o, prec, &pol, err))) goto done;
     if ((st = tp_model_build_graph(&model, &params, o->batch, &g, err))) goto done;
     tp_policy_warn(&pol, &g, stdout);
     if ((st = tp_plan_build_policy(&g, &pol, sm, &plan, err))) goto done;
