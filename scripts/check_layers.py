@@ -129,12 +129,12 @@ def find_cycles(graph):
             rev.setdefault(b, set()).add(a)
     cycles = []
     for s in sorted(graph):
-        back, todo = {s}, [s]
-        while todo:
-            for p in rev.get(todo.pop(), ()):
+        back, stack = {s}, [s]
+        while stack:
+            for p in rev.get(stack.pop(), ()):
                 if p > s and p not in back:
                     back.add(p)
-                    todo.append(p)
+                    stack.append(p)
         path, stack = [s], [iter(sorted(graph[s]))]
         while stack and len(cycles) < MAX_CYCLES:
             nxt = next(stack[-1], None)

@@ -79,7 +79,7 @@ typedef struct {
 /* "bicubic", "bilinear", "nearest" (timm's strings); "?" for a value out of range. */
 const char *tp_interp_name(tp_interp i);
 /* The tp_interp named s (exactly timm's lower-case strings above), or -1 for anything else (NULL too): timm's
- * "box", "hamming", "lanczos", "random" are not implemented. */
+ * "box", "hamming", "lanczos" and "random" are refused this way, so a checkpoint asking for one is an error. */
 int tp_interp_parse(const char *s);
 /* "center", "squash"; "?" for a value out of range. */
 const char *tp_crop_mode_name(tp_crop_mode m);

@@ -183,8 +183,8 @@ static tp_status read_doc(const char *path, const json_t *root, tp_timm_config *
         if (!strcmp(g, "token")) cfg->global_pool = TP_TIMM_POOL_TOKEN;
         else if (!strcmp(g, "avg")) cfg->global_pool = TP_TIMM_POOL_AVG;
         else
-            return tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "field 'global_pool': '%.64s' is not implemented "
-                                "(token, avg are)", g);
+            return tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "field 'global_pool': '%.64s': tprof's ViT "
+                                "pools by token or avg only", g);
     }
 
     const json_t *pc = json_object_get(root, "pretrained_cfg");

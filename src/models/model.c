@@ -128,7 +128,7 @@ tp_status tp_model_from_json(const json_t *j, const char *family_default, tp_mod
         }
         return tp_fail(err, TP_ERR_FORMAT, "model: unknown family '%.64s' (this tprof knows %s)", fname, list);
     }
-    json_t *rest = json_deep_copy(j);
+    json_t *rest = json_copy((json_t *)j); /* shallow: only the "family" key is dropped */
     if (!rest) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     json_object_del(rest, "family");
     model_init(m, f);

@@ -10,9 +10,6 @@
 #include "core/util.h"
 #include "report/compare.h"
 #include "tp_build_info.h"
-#ifdef TPROF_HAVE_CUDA
-#include "exec/cuda/gemm/gemm_peak.h"
-#endif
 
 static const char *reference_name(tp_reference_kind k) {
     switch (k) {
@@ -246,17 +243,9 @@ static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
     memset(&cfg, 0, sizeof cfg);
     char driver[128], cuda[64], lt[64], date[64], peak_shape[128], art[3 * TP_MAX_PRECISIONS + 1][1100];
     const int peak_n = 8192;
-    printf("\nMeasuring dense GEMM peak rates (%d x %d x %d, cuBLASLt):", peak_n, peak_n, peak_n);
-    for (int i = 0; i < o->n_precs; i++)
-        if (res[i].peak_tflops > 0) cfg.peak_tflops[res[i].prec] = res[i].peak_tflops; /* measured by the bench */
-    for (int i = 0; i < o->n_precs; i++) {
-        tp_precision p = res[i].prec;
-        if (cfg.peak_tflops[p] > 0) continue;
-        tp_status st = tp_gemm_peak(p, peak_n, 50, &cfg.peak_tflops[p], err);
-        if (st) return st;
-        printf(" %s %.0f TFLOP/s", tp_precision_name(p), cfg.peak_tflops[p]);
-    }
-    printf("\n");
+    /* the rates the run measured (bench.c rates_and_floors); a precision whose peak cannot be measured (a native
+     * block-scaled format) stays 0, and the report says so instead of an Amdahl bound */
+    for (int p = 0; rep->rates && p < TP_PREC_COUNT; p++) cfg.peak_tflops[p] = rep->rates->peak_tflops[p];
     snprintf(driver, sizeof driver, "%s", gpu->driver);
     snprintf(cuda, sizeof cuda, "driver %d.%d, runtime %d.%d", gpu->driver_cuda / 1000, gpu->driver_cuda % 1000 / 10,
              gpu->runtime_cuda / 1000, gpu->runtime_cuda % 1000 / 10);
