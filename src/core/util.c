@@ -1,10 +1,12 @@
 #include "core/util.h"
 #include "core/system.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 double tp_now_ms(void) {
@@ -78,4 +80,21 @@ int64_t tp_lcm64(int64_t a, int64_t b) {
         y = r;
     }
     return a / x * b;
+}
+
+tp_status tp_json_read_file(const char *path, const char *what, json_t **root, tp_error *err) {
+    *root = NULL;
+    /* opened here, not by jansson, so that a missing file (TP_ERR_IO) is told apart from a malformed one */
+    struct stat sb;
+    if (stat(path, &sb) != 0) return tp_fail(err, TP_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) return tp_fail(err, TP_ERR_IO, "%s: cannot open %s: is a directory", path, what);
+    FILE *f = fopen(path, "rb");
+    if (!f) return tp_fail(err, TP_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    json_error_t je;
+    *root = json_loadf(f, 0, &je);
+    fclose(f);
+    if (!*root)
+        return tp_fail_path(err, TP_ERR_FORMAT, path, "line %d column %d: invalid JSON: %s", je.line, je.column,
+                            je.text);
+    return TP_OK;
 }

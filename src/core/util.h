@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tprof.h"
+
 double tp_now_ms(void); /* monotonic wall clock, ms */
 /* Human-readable bytes ("85.8 MB", decimal units) into buf. */
 const char *tp_fmt_bytes(double bytes, char *buf, size_t n);
@@ -22,5 +24,9 @@ int64_t tp_lcm64(int64_t a, int64_t b);
  * "a boolean", "null" (jansson's json_t). */
 struct json_t;
 const char *tp_json_kind(const struct json_t *v);
+/* Reads the JSON file at path into *root (the caller's reference). what names the file in messages ("the timm
+ * config"). Errors: TP_ERR_IO (missing, unreadable, a folder: "PATH: cannot open WHAT: reason"), TP_ERR_FORMAT
+ * (invalid JSON: "PATH: line L column C: invalid JSON: ..."). */
+tp_status tp_json_read_file(const char *path, const char *what, struct json_t **root, tp_error *err);
 
 #endif

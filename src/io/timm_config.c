@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/util.h"
+
 /* timm's defaults (timm/data/constants.py, timm/data/config.py resolve_data_config). */
 static const float kDefaultMean[3] = {0.485f, 0.456f, 0.406f};
 static const float kDefaultStd[3] = {0.229f, 0.224f, 0.225f};
@@ -207,19 +209,9 @@ static tp_status read_doc(const char *path, const json_t *root, tp_timm_config *
 tp_status tp_timm_config_read(const char *path, tp_timm_config *out, tp_error *err) {
     if (!path || !*path) return tp_fail(err, TP_ERR_ARG, "timm config: no path given");
     if (!out) return tp_fail(err, TP_ERR_ARG, "timm config %s: no output given", path);
-    /* Opened here, not by jansson, so that a missing file (TP_ERR_IO) is told apart from a malformed one. */
-    struct stat sb;
-    if (stat(path, &sb) != 0) return tp_fail(err, TP_ERR_IO, "%s: cannot open the timm config: %s", path,
-                                             strerror(errno));
-    if (S_ISDIR(sb.st_mode)) return tp_fail(err, TP_ERR_IO, "%s: cannot open the timm config: is a directory", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return tp_fail(err, TP_ERR_IO, "%s: cannot open the timm config: %s", path, strerror(errno));
-    json_error_t je;
-    json_t *root = json_loadf(f, 0, &je);
-    fclose(f);
-    if (!root)
-        return tp_fail_path(err, TP_ERR_FORMAT, path, "line %d column %d: invalid JSON: %s", je.line, je.column,
-                            je.text);
+    json_t *root;
+    tp_status rs = tp_json_read_file(path, "the timm config", &root, err);
+    if (rs) return rs;
     tp_timm_config *cfg = malloc(sizeof *cfg);
     tp_status s = cfg ? read_doc(path, root, cfg, err) : tp_fail(err, TP_ERR_OOM, "%s: out of host memory", path);
     if (s == TP_OK) *out = *cfg;

@@ -1,5 +1,6 @@
 #include "ir/graph.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,8 +10,38 @@
 static const char *KIND_NAMES[TP_OP_KIND_COUNT] = {
     [TP_OP_PATCH_EMBED] = "patch_embed", [TP_OP_EMBED_TOKENS] = "embed_tokens", [TP_OP_LAYERNORM] = "layernorm",
     [TP_OP_LINEAR] = "linear",           [TP_OP_ATTENTION] = "attention",        [TP_OP_GELU] = "gelu",
-    [TP_OP_ADD] = "add",                 [TP_OP_POOL] = "pool",
+    [TP_OP_ADD] = "add",                 [TP_OP_POOL] = "pool",                  [TP_OP_TOKEN_EMBED] = "token_embed",
+    [TP_OP_RMSNORM] = "rmsnorm",         [TP_OP_ROPE] = "rope",                  [TP_OP_GLU] = "glu",
+    [TP_OP_KV_APPEND] = "kv_append",     [TP_OP_KV_ATTENTION] = "kv_attention",
 };
+
+const char *tp_act_name(tp_act a) { return a == TP_ACT_SILU ? "silu" : a == TP_ACT_GELU_TANH ? "gelu_tanh" : "?"; }
+
+void tp_rope_inv_freq(const tp_rope *r, int D, float *inv_freq) {
+    /* HF: inv_freq = 1.0 / (base ** (arange(0, D, 2).float() / D)), every step in fp32 */
+    for (int i = 0; i < D / 2; i++) {
+        float e = (float)(2 * i) / (float)D;
+        inv_freq[i] = 1.0f / powf((float)r->theta, e);
+    }
+    if (r->type != TP_ROPE_LLAMA3) return;
+    /* HF _compute_llama3_parameters: wavelengths above the original context's low-frequency wavelength are
+     * divided by factor, those under the high-frequency one kept, those between interpolated smoothly */
+    const float factor = (float)r->factor, lo = (float)r->low_freq, hi = (float)r->high_freq;
+    const float old = (float)r->orig_ctx, lo_wave = old / lo, hi_wave = old / hi;
+    for (int i = 0; i < D / 2; i++) {
+        float f = inv_freq[i], wave = (float)6.283185307179586 / f; /* 2 pi */
+        float scaled = wave > lo_wave ? f / factor : f;
+        float smooth = (old / wave - lo) / (hi - lo);
+        float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+        int medium = !(wave < hi_wave) && !(wave > lo_wave);
+        inv_freq[i] = medium ? smoothed : scaled;
+    }
+}
+
+void tp_graph_mark_state(tp_graph *g, int v) {
+    CHECK(v >= 0 && v < g->n_values && g->values[v].kind == TP_VAL_ACT);
+    g->values[v].kind = TP_VAL_STATE;
+}
 
 const char *tp_op_kind_name(tp_op_kind k) { return (unsigned)k < TP_OP_KIND_COUNT ? KIND_NAMES[k] : "?"; }
 
@@ -93,6 +124,19 @@ static void fill_costs(tp_graph *g, tp_op *op) {
     case TP_OP_ADD: op->flop = out_n; break;
     case TP_OP_EMBED_TOKENS: op->flop = out_n; break;
     case TP_OP_POOL: op->flop = op->pool_mode == 1 ? (double)tp_value_numel(x) : 0; break;
+    case TP_OP_TOKEN_EMBED: op->flop = op->scale != 1.0f ? out_n : 0; break;
+    case TP_OP_RMSNORM: op->flop = 5.0 * out_n; break;
+    case TP_OP_ROPE: op->flop = 3.0 * out_n; break;        /* two multiplies and an add per element */
+    case TP_OP_GLU: op->flop = 10.0 * out_n; break;        /* the activation (~8) and the product */
+    case TP_OP_KV_APPEND: op->flop = 0; break;
+    case TP_OP_KV_ATTENTION: {
+        /* each of the T queries sees past + t + 1 keys (causal): T * past + T (T + 1) / 2 (query, key) pairs */
+        double B = (double)x->shape[0], T = (double)x->shape[1], H = op->heads, D = op->head_dim;
+        double pairs = T * (double)g->past + T * (T + 1) / 2;
+        op->matmul_flop = 4.0 * B * H * pairs * D;
+        op->flop = op->matmul_flop + 5.0 * B * H * pairs;
+        break;
+    }
     default: break;
     }
 }
@@ -159,9 +203,15 @@ tp_category tp_op_category(tp_op_kind k) {
     switch (k) {
     case TP_OP_PATCH_EMBED:
     case TP_OP_LINEAR: return TP_CAT_GEMM;
-    case TP_OP_ATTENTION: return TP_CAT_ATTENTION;
-    case TP_OP_LAYERNORM: return TP_CAT_NORM;
-    case TP_OP_GELU: return TP_CAT_ACTIVATION;
+    case TP_OP_ATTENTION:
+    case TP_OP_KV_ATTENTION: return TP_CAT_ATTENTION;
+    case TP_OP_LAYERNORM:
+    case TP_OP_RMSNORM: return TP_CAT_NORM;
+    case TP_OP_GELU:
+    case TP_OP_GLU: return TP_CAT_ACTIVATION;
+    case TP_OP_KV_APPEND: return TP_CAT_MEMORY;
+    case TP_OP_TOKEN_EMBED:
+    case TP_OP_ROPE:
     case TP_OP_EMBED_TOKENS:
     case TP_OP_ADD:
     case TP_OP_POOL: return TP_CAT_ELEMENTWISE;

@@ -16,7 +16,11 @@
 #define TP_OP_MAX_IN 4
 #define TP_NAME_LEN 96
 
-typedef enum { TP_VAL_INPUT = 0, TP_VAL_PARAM, TP_VAL_ACT } tp_value_kind;
+/* TP_VAL_STATE: an activation whose buffer outlives one run of the graph (a KV cache): the executor allocates it
+ * once per session, its producer writes part of it in place (the rows of this step's tokens), and later runs,
+ * of this graph or of another graph of the same model (prefill, then decode), read what earlier runs wrote. A
+ * state value is identified across graphs by its name and shape. */
+typedef enum { TP_VAL_INPUT = 0, TP_VAL_PARAM, TP_VAL_ACT, TP_VAL_STATE } tp_value_kind;
 
 typedef struct {
     char name[TP_NAME_LEN];
@@ -35,9 +39,37 @@ typedef enum {
     TP_OP_ATTENTION,       /* in: qkv (B, T, 3*H*D) -> (B, T, H*D); softmax(scale Q K^T) V per head */
     TP_OP_GELU,            /* in: x -> same shape */
     TP_OP_ADD,             /* in: a, b (same shape) -> same shape (residual) */
-    TP_OP_POOL,            /* in: x (B, T, C) -> (B, C): class token or mean of the non-prefix tokens */
+    TP_OP_POOL,            /* in: x (B, T, C) -> (B, C): class token, mean of the non-prefix tokens, or last token */
+    /* decoders (the cache-position semantics: see tp_graph.past) */
+    TP_OP_TOKEN_EMBED,     /* in: ids (B, T) (integers stored as fp32), table (V, C) -> (B, T, C) = table[id] * scale */
+    TP_OP_RMSNORM,         /* in: x (..., C), weight (C) -> x / sqrt(mean(x^2) + eps) * (norm_offset + weight) */
+    TP_OP_ROPE,            /* in: x (B, T, H*D) -> same: rotary position embedding of each head, positions past + t */
+    TP_OP_GLU,             /* in: gate, up (same shape) -> act(gate) * up (SwiGLU: SiLU; GeGLU: GELU tanh) */
+    TP_OP_KV_APPEND,       /* in: k, v (B, T, Hkv*D) -> the KV cache (2, B, L, Hkv*D), a state value: rows
+                              past .. past+T-1 of K (index 0) and V (index 1) written, the others kept */
+    TP_OP_KV_ATTENTION,    /* in: q (B, T, H*D), cache (2, B, L, Hkv*D) -> (B, T, H*D): causal GQA attention of
+                              the T queries over the past + T cached keys */
     TP_OP_KIND_COUNT
 } tp_op_kind;
+
+/* The activation of a gated MLP (TP_OP_GLU). */
+typedef enum { TP_ACT_SILU = 0, TP_ACT_GELU_TANH } tp_act;
+const char *tp_act_name(tp_act a); /* "silu", "gelu_tanh" */
+
+/* Rotary position embedding (Su et al. 2021, RoFormer) as HF transformers applies it (rotate_half: dimension i
+ * pairs with i + D/2). TP_ROPE_LLAMA3 rescales the frequencies as Llama 3.1 does (HF modeling_rope_utils
+ * _compute_llama3_parameters: factor, low_freq_factor, high_freq_factor, original_max_position_embeddings). */
+typedef enum { TP_ROPE_DEFAULT = 0, TP_ROPE_LLAMA3 } tp_rope_type;
+typedef struct {
+    tp_rope_type type;
+    double theta;                       /* rope_theta (base) */
+    double factor, low_freq, high_freq; /* llama3 */
+    int orig_ctx;                       /* llama3: original_max_position_embeddings */
+} tp_rope;
+
+/* The D/2 inverse frequencies of head dim D (even), in fp32 exactly as HF computes them in fp32 (1 / theta^(2i/D),
+ * then the llama3 rescaling), so that the angles pos * inv_freq[i] match the reference implementation's. */
+void tp_rope_inv_freq(const tp_rope *r, int head_dim, float *inv_freq);
 
 typedef struct {
     tp_op_kind kind;
@@ -52,6 +84,10 @@ typedef struct {
     int pool_mode;      /* 0 token, 1 avg */
     int prefix;         /* tokens excluded by avg pooling (class token) */
     int patch;          /* patch embedding: P */
+    int kv_heads;       /* KV attention: Hkv (H % Hkv == 0; grouped-query attention when Hkv < H) */
+    float norm_offset;  /* RMSNorm: 0 (Llama: x_hat * w) or 1 (Gemma: x_hat * (1 + w)) */
+    tp_act act;         /* GLU */
+    tp_rope rope;       /* RoPE */
     /* costs at the graph's batch size */
     int64_t gemm_m, gemm_n, gemm_k; /* the GEMM view of LINEAR and PATCH_EMBED (M rows, N out, K reduction) */
     double flop;        /* floating-point operations; a multiply-add is 2 FLOP */
@@ -63,9 +99,14 @@ typedef struct {
     int n_values, cap_values;
     tp_op *ops;
     int n_ops, cap_ops;
-    int input;  /* value id of the image input */
+    int input;  /* value id of the input (images, or token ids) */
     int output; /* value id of the model output (logits, or features when there is no head) */
     int64_t batch;
+    /* graphs with a KV cache (decoders): one step processes `tokens` new tokens per sequence at cache positions
+     * past .. past + tokens - 1, the cache holding kv_len positions. The executor supplies past at run time
+     * (the same graph replays at every decode step); the graph's `past` is the position its FLOP and bytes are
+     * counted at. 0, 0, 0 for graphs without a cache. */
+    int64_t tokens, past, kv_len;
 } tp_graph;
 
 const char *tp_op_kind_name(tp_op_kind k);
@@ -100,6 +141,9 @@ int tp_graph_add_value(tp_graph *g, const char *name, tp_value_kind kind, int nd
  * the given shape, fills FLOP counts from the op kind and shapes; returns the op index. */
 int tp_graph_add_op(tp_graph *g, const tp_op *proto, const int *in, int n_in, int out_ndim,
                     const int64_t *out_shape, const char *out_name);
+
+/* Marks value v (an op's output) as state (TP_VAL_STATE). */
+void tp_graph_mark_state(tp_graph *g, int v);
 
 /* The output value id of op i (a function, not g->ops[...], because adding an op may move g->ops). */
 int tp_graph_op_out(const tp_graph *g, int i);

@@ -6,10 +6,12 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "models/decoder.h"
 #include "models/vit.h"
 
-static const tp_family *const FAMILIES[] = {&tp_vit_family, NULL};
+static const tp_family *const FAMILIES[] = {&tp_vit_family, &tp_decoder_family, NULL};
 
 const tp_family *const *tp_families(void) { return FAMILIES; }
 
@@ -172,7 +174,7 @@ tp_status tp_model_params_load(const tp_model *m, const char *path, tp_params *o
         for (int d = 0; d < p->ndim; d++) specs[i].shape[d] = p->shape[d];
         specs[i].dst = p->data;
     }
-    if (!s) s = tp_st_load_params(path, specs, out->n_params, err);
+    if (!s) s = tp_hf_load_params(path, specs, out->n_params, err);
     free(specs);
     if (s) tp_params_free(out);
     return s;
@@ -183,6 +185,20 @@ tp_status tp_model_build_graph(const tp_model *m, const tp_params *params, int64
     if (st) return st;
     if (B <= 0) return tp_fail(err, TP_ERR_ARG, "--batch %lld: must be positive", (long long)B);
     return m->family->build_graph(m->cfg.bytes, params, B, g, err);
+}
+
+tp_status tp_model_build_step(const tp_model *m, const tp_params *params, const tp_step_shape *step, tp_graph *g,
+                              tp_error *err) {
+    tp_status st = tp_model_validate(m, err);
+    if (st) return st;
+    if (!m->family->build_step)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "model %s (%s): no KV cache, so no prefill or decode steps",
+                       tp_model_name(m), m->family->name);
+    if (step->batch <= 0 || step->tokens <= 0 || step->past < 0 || step->past + step->tokens > step->kv_len)
+        return tp_fail(err, TP_ERR_ARG, "step of %lld x %lld tokens after %lld cached: outside a KV cache of %lld "
+                       "positions", (long long)step->batch, (long long)step->tokens, (long long)step->past,
+                       (long long)step->kv_len);
+    return m->family->build_step(m->cfg.bytes, params, step, g, err);
 }
 
 tp_status tp_model_make_input(const tp_model *m, int B, uint64_t seed, const char *path, float *dst, char *desc,

@@ -46,13 +46,23 @@ size_t tp_params_count(const tp_params *p);                /* total number of va
 
 #define TP_MODEL_CFG_BYTES 4096 /* a family's configuration lives inside tp_model, so models copy by value */
 
-typedef enum { TP_INPUT_IMAGE = 0 } tp_input_kind;
+/* TP_INPUT_TOKENS: token ids, stored as fp32 integers (exact below 2^24: vocabularies are checked against it). */
+typedef enum { TP_INPUT_IMAGE = 0, TP_INPUT_TOKENS } tp_input_kind;
+
+/* One step of a model with a KV cache (a decoder): `batch` sequences, `tokens` new tokens each at cache positions
+ * past .. past + tokens - 1 (past: the position the graph's costs are counted at; the executors take the real one
+ * at run time), a cache of kv_len positions; the graph returns the logits of every token (all_logits: (B, T, V))
+ * or of the last one ((B, V)). */
+typedef struct {
+    int64_t batch, tokens, past, kv_len;
+    int all_logits;
+} tp_step_shape;
 
 /* What the graph's input is, per sample (the batch dimension excluded). */
 typedef struct {
     tp_input_kind kind;
     int ndim;
-    int64_t shape[TP_MAX_DIMS - 1]; /* image: (3, S, S) fp32, normalized */
+    int64_t shape[TP_MAX_DIMS - 1]; /* image: (3, S, S) fp32, normalized; tokens: (T) ids */
     const char *unit;               /* what one sample is called in throughputs ("image": images/s) */
     char preprocess[384];           /* how files become input, for the summary ("timm eval: shorter side to 248
                                        (bicubic), center crop 224, mean (0.485, ...), std (...); source: ...");
@@ -130,6 +140,9 @@ typedef struct tp_family {
     tp_status (*params_table)(const void *cfg, tp_params *out, tp_error *err);
     tp_status (*params_init)(const void *cfg, uint64_t seed, int nonzero_bias, tp_params *out, tp_error *err);
     tp_status (*build_graph)(const void *cfg, const tp_params *params, int64_t batch, tp_graph *g, tp_error *err);
+    /* families with a KV cache: the graph of one step (tp_step_shape); NULL for the others */
+    tp_status (*build_step)(const void *cfg, const tp_params *params, const tp_step_shape *step, tp_graph *g,
+                            tp_error *err);
     void (*input)(const void *cfg, tp_input_desc *d);
     void (*output)(const void *cfg, tp_output_desc *d);
     /* fills dst (B, input shape) fp32: from path (files or a folder; desc says what was read) or, path NULL,
@@ -182,7 +195,9 @@ tp_status tp_model_from_json(const json_t *j, const char *family_default, tp_mod
 tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note, size_t n, tp_error *err);
 
 /* Parameters: names and shapes only (data NULL: enough to build a graph and count FLOP); synthesized from seed;
- * or loaded from a safetensors file (F32/F16/BF16, names and shapes checked against the table: tp_st_load_params).
+ * or loaded from a safetensors file, an HF sharded checkpoint (model.safetensors.index.json) or a checkpoint
+ * folder holding either (F32/F16/BF16, names and shapes checked against the table: io/hf_config.h
+ * tp_hf_load_params).
  * Errors: TP_ERR_ARG (invalid configuration), TP_ERR_OOM, and the loader's. */
 tp_status tp_model_params_shapes(const tp_model *m, tp_params *out, tp_error *err);
 tp_status tp_model_params_init(const tp_model *m, uint64_t seed, int nonzero_bias, tp_params *out, tp_error *err);
@@ -190,6 +205,12 @@ tp_status tp_model_params_load(const tp_model *m, const char *path, tp_params *o
 
 /* Builds the forward graph at batch B (input: B x the input shape, fp32 -> the model's output). */
 tp_status tp_model_build_graph(const tp_model *m, const tp_params *params, int64_t B, tp_graph *g, tp_error *err);
+/* The graph of one step of a model with a KV cache (prefill: tokens = the prompt, past 0; decode: tokens 1 at
+ * past = the cached positions). Errors: TP_ERR_UNSUPPORTED (a family without a cache, named), TP_ERR_ARG (batch,
+ * tokens or past out of range, past + tokens > kv_len). */
+tp_status tp_model_build_step(const tp_model *m, const tp_params *params, const tp_step_shape *step, tp_graph *g,
+                              tp_error *err);
+
 /* The input of B samples into dst (B x tp_model_input_numel fp32, row-major; for images (B, 3, S, S) normalized):
  * from path (an image file repeated over the batch, or a folder's images cycled; desc says what was read) with the
  * model's preprocessing, or, path NULL, random from seed (pixels U[0, 1) normalized: never zeros). Errors:

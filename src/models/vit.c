@@ -12,6 +12,7 @@
 #include "core/util.h"
 #include "core/rng.h"
 #include "io/timm_config.h"
+#include "models/builder.h"
 
 /* timm's registered ViTs (vision_transformer.py); embed dim, depth and heads from their model_args. */
 static const tp_vit_preset PRESETS[] = {
@@ -107,64 +108,23 @@ int tp_vit_mlp_hidden(const tp_vit_config *c) { return (int)(c->embed_dim * c->m
 /* How each parameter is initialized (timm init_weights_vit_timm plus PyTorch defaults). */
 typedef enum { INIT_TRUNC02, INIT_ZERO, INIT_ONE, INIT_CLS, INIT_CONV_W, INIT_CONV_B } init_kind;
 
-typedef struct {
-    tp_params *p;
-    init_kind *init;
-    int cap;
-    int alloc; /* 0: names and shapes only */
-} param_builder;
-
-static int add_param(param_builder *b, const char *name, init_kind k, int ndim, int64_t d0, int64_t d1, int64_t d2,
-                     int64_t d3) {
-    int alloc = b->alloc;
-    if (b->p->n_params == b->cap) {
-        b->cap = b->cap ? 2 * b->cap : 256;
-        tp_param *np = realloc(b->p->params, sizeof(tp_param) * (size_t)b->cap);
-        init_kind *ni = realloc(b->init, sizeof(init_kind) * (size_t)b->cap);
-        if (!np || !ni) {
-            if (np) b->p->params = np;
-            if (ni) b->init = ni;
-            return -1;
-        }
-        b->p->params = np;
-        b->init = ni;
-    }
-    tp_param *t = &b->p->params[b->p->n_params];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    int64_t d[4] = {d0, d1, d2, d3};
-    t->ndim = ndim;
-    t->numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        t->shape[i] = d[i];
-        t->numel *= d[i];
-    }
-    if (alloc) {
-        t->data = malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1));
-        if (!t->data) return -1;
-    }
-    b->init[b->p->n_params] = k;
-    b->p->n_params++;
-    return 0;
-}
-
-static tp_status build_table(const tp_vit_config *c, tp_params *out, init_kind **init, int alloc, tp_error *err) {
-    param_builder b = {out, NULL, 0, alloc};
+static tp_status build_table(const tp_vit_config *c, tp_params *out, int **init, int alloc, tp_error *err) {
+    tp_param_builder b = {out, NULL, 0, alloc};
     memset(out, 0, sizeof *out);
     const int64_t C = c->embed_dim, P = c->patch_size, T = tp_vit_tokens(c), Hd = tp_vit_mlp_hidden(c);
     char name[TP_NAME_LEN];
     int bad = 0;
-    if (c->class_token) bad |= add_param(&b, "cls_token", INIT_CLS, 3, 1, 1, C, 0);
-    bad |= add_param(&b, "pos_embed", INIT_TRUNC02, 3, 1, T, C, 0);
-    bad |= add_param(&b, "patch_embed.proj.weight", INIT_CONV_W, 4, C, 3, P, P);
-    bad |= add_param(&b, "patch_embed.proj.bias", INIT_CONV_B, 1, C, 0, 0, 0);
+    if (c->class_token) bad |= tp_pb_add(&b, "cls_token", INIT_CLS, 3, 1, 1, C, 0);
+    bad |= tp_pb_add(&b, "pos_embed", INIT_TRUNC02, 3, 1, T, C, 0);
+    bad |= tp_pb_add(&b, "patch_embed.proj.weight", INIT_CONV_W, 4, C, 3, P, P);
+    bad |= tp_pb_add(&b, "patch_embed.proj.bias", INIT_CONV_B, 1, C, 0, 0, 0);
     for (int i = 0; i < c->depth && !bad; i++) {
 #define P1(suffix, kind, n)                                         \
     snprintf(name, sizeof name, "blocks.%d.%s", i, suffix);        \
-    bad |= add_param(&b, name, kind, 1, n, 0, 0, 0);
+    bad |= tp_pb_add(&b, name, kind, 1, n, 0, 0, 0);
 #define P2(suffix, kind, n, k)                                      \
     snprintf(name, sizeof name, "blocks.%d.%s", i, suffix);        \
-    bad |= add_param(&b, name, kind, 2, n, k, 0, 0);
+    bad |= tp_pb_add(&b, name, kind, 2, n, k, 0, 0);
         P1("norm1.weight", INIT_ONE, C);
         P1("norm1.bias", INIT_ZERO, C);
         P2("attn.qkv.weight", INIT_TRUNC02, 3 * C, C);
@@ -182,12 +142,12 @@ static tp_status build_table(const tp_vit_config *c, tp_params *out, init_kind *
     }
     const char *norm = c->global_pool == 1 ? "fc_norm" : "norm";
     snprintf(name, sizeof name, "%s.weight", norm);
-    bad |= add_param(&b, name, INIT_ONE, 1, C, 0, 0, 0);
+    bad |= tp_pb_add(&b, name, INIT_ONE, 1, C, 0, 0, 0);
     snprintf(name, sizeof name, "%s.bias", norm);
-    bad |= add_param(&b, name, INIT_ZERO, 1, C, 0, 0, 0);
+    bad |= tp_pb_add(&b, name, INIT_ZERO, 1, C, 0, 0, 0);
     if (c->num_classes > 0) {
-        bad |= add_param(&b, "head.weight", INIT_TRUNC02, 2, c->num_classes, C, 0, 0);
-        bad |= add_param(&b, "head.bias", INIT_ZERO, 1, c->num_classes, 0, 0, 0);
+        bad |= tp_pb_add(&b, "head.weight", INIT_TRUNC02, 2, c->num_classes, C, 0, 0);
+        bad |= tp_pb_add(&b, "head.bias", INIT_ZERO, 1, c->num_classes, 0, 0, 0);
     }
     if (bad) {
         tp_params_free(out);
@@ -201,7 +161,7 @@ static tp_status build_table(const tp_vit_config *c, tp_params *out, init_kind *
 
 tp_status tp_vit_params_init(const tp_vit_config *c, uint64_t seed, int nonzero_bias, tp_params *out,
                              tp_error *err) {
-    init_kind *init = NULL;
+    int *init = NULL;
     tp_status s = build_table(c, out, &init, 1, err);
     if (s) return s;
     /* each tensor's values depend on its name only, so the tensors fill in any order: in parallel (ViT-H's 632M
@@ -240,96 +200,53 @@ tp_status tp_vit_params_load(const tp_vit_config *c, const char *path, tp_params
     return tp_model_params_load(&m, path, out, err);
 }
 
-/* The graph under construction: a failure (a parameter missing from the table) is kept in st, and every helper
- * does nothing once it is set, so the builder reads as the forward pass and checks once at the end. */
-typedef struct {
-    tp_graph *g;
-    const tp_params *p;
-    tp_error *err;
-    tp_status st;
-} graph_builder;
-
-/* The value of parameter "<layer>.<suffix>" (suffix NULL: the name is layer), or -1 with st set */
-static int param_value(graph_builder *b, const char *layer, const char *suffix) {
-    char name[TP_NAME_LEN + 32];
-    snprintf(name, sizeof name, "%s%s%s", layer, suffix ? "." : "", suffix ? suffix : "");
-    int i = tp_params_find(b->p, name);
-    if (i < 0) {
-        if (!b->st) b->st = tp_fail(b->err, TP_ERR_SHAPE, "parameter '%s' missing from the model's table", name);
-        return -1;
-    }
-    return tp_graph_add_value(b->g, name, TP_VAL_PARAM, b->p->params[i].ndim, b->p->params[i].shape, i);
-}
-
-/* Adds op (its kind and attributes set by the caller) named layer over in[0..n_in) with an output of shape
- * (ndim, shape); returns the output value, or -1 once the build has failed */
-static int add(graph_builder *b, tp_op *op, const char *layer, const int *in, int n_in, int ndim, const int64_t *shape,
-               const char *out_name) {
-    if (b->st) return -1;
-    snprintf(op->layer, sizeof op->layer, "%s", layer);
-    return tp_graph_op_out(b->g, tp_graph_add_op(b->g, op, in, n_in, ndim, shape, out_name));
-}
-
 /* LayerNorm "<layer>" with its weight and bias */
-static int layernorm(graph_builder *b, const tp_vit_config *c, const char *layer, int x, int ndim, const int64_t *shape) {
+static int layernorm(tp_graph_builder *b, const tp_vit_config *c, const char *layer, int x, int ndim, const int64_t *shape) {
     tp_op op = {.kind = TP_OP_LAYERNORM, .eps = c->ln_eps};
-    const int in[3] = {x, param_value(b, layer, "weight"), param_value(b, layer, "bias")};
-    return add(b, &op, layer, in, 3, ndim, shape, NULL);
-}
-
-/* Linear "<layer>" with its weight and bias */
-static int linear(graph_builder *b, const char *layer, int x, int ndim, const int64_t *shape, const char *out_name) {
-    tp_op op = {.kind = TP_OP_LINEAR};
-    const int in[3] = {x, param_value(b, layer, "weight"), param_value(b, layer, "bias")};
-    return add(b, &op, layer, in, 3, ndim, shape, out_name);
-}
-
-static int binary_add(graph_builder *b, const char *layer, int x, int y, const int64_t *shape, const char *out_name) {
-    tp_op op = {.kind = TP_OP_ADD};
-    const int in[2] = {x, y};
-    return add(b, &op, layer, in, 2, 3, shape, out_name);
+    const int in[3] = {x, tp_gb_param(b, layer, "weight"), tp_gb_param(b, layer, "bias")};
+    return tp_gb_op(b, &op, layer, in, 3, ndim, shape, NULL);
 }
 
 /* One of timm's Blocks: x + attn(norm1(x)), then + mlp(norm2(x)); returns the block's output */
-static int vit_block(graph_builder *b, const tp_vit_config *c, int i, int x, int64_t B) {
+static int vit_block(tp_graph_builder *b, const tp_vit_config *c, int i, int x, int64_t B) {
     const int64_t C = c->embed_dim, T = tp_vit_tokens(c), H = c->num_heads, Hd = tp_vit_mlp_hidden(c);
     const int64_t xs[3] = {B, T, C}, qkv_s[3] = {B, T, 3 * C}, hid_s[3] = {B, T, Hd};
     char l[TP_NAME_LEN];
 #define LAYER(fmt) (snprintf(l, sizeof l, "blocks.%d." fmt, i), l)
     int h = layernorm(b, c, LAYER("norm1"), x, 3, xs);
-    h = linear(b, LAYER("attn.qkv"), h, 3, qkv_s, NULL);
+    h = tp_gb_linear(b, LAYER("attn.qkv"), h, 1, 3, qkv_s, NULL);
     tp_op att = {.kind = TP_OP_ATTENTION, .heads = (int)H, .head_dim = (int)(C / H),
                  .scale = (float)(1.0 / sqrt((double)(C / H)))};
-    h = add(b, &att, LAYER("attn"), &h, 1, 3, xs, NULL);
-    h = linear(b, LAYER("attn.proj"), h, 3, xs, NULL);
-    x = binary_add(b, LAYER("residual1"), x, h, xs, NULL);
+    h = tp_gb_op(b, &att, LAYER("attn"), &h, 1, 3, xs, NULL);
+    h = tp_gb_linear(b, LAYER("attn.proj"), h, 1, 3, xs, NULL);
+    x = tp_gb_add(b, LAYER("residual1"), x, h, 3, xs, NULL);
     h = layernorm(b, c, LAYER("norm2"), x, 3, xs);
-    h = linear(b, LAYER("mlp.fc1"), h, 3, hid_s, NULL);
+    h = tp_gb_linear(b, LAYER("mlp.fc1"), h, 1, 3, hid_s, NULL);
     tp_op gelu = {.kind = TP_OP_GELU};
-    h = add(b, &gelu, LAYER("mlp.act"), &h, 1, 3, hid_s, NULL);
-    h = linear(b, LAYER("mlp.fc2"), h, 3, xs, NULL);
+    h = tp_gb_op(b, &gelu, LAYER("mlp.act"), &h, 1, 3, hid_s, NULL);
+    h = tp_gb_linear(b, LAYER("mlp.fc2"), h, 1, 3, xs, NULL);
     char out[TP_NAME_LEN];
     snprintf(out, sizeof out, "blocks.%d.out", i);
-    return binary_add(b, LAYER("residual2"), x, h, xs, out);
+    return tp_gb_add(b, LAYER("residual2"), x, h, 3, xs, out);
 #undef LAYER
 }
 
 /* timm's head: 'token' pooling normalizes every token, then takes the class token; 'avg' averages the
  * non-prefix tokens, then applies fc_norm; then the classifier when there is one */
-static int vit_head(graph_builder *b, const tp_vit_config *c, int x, int64_t B) {
+static int vit_head(tp_graph_builder *b, const tp_vit_config *c, int x, int64_t B) {
     const int64_t C = c->embed_dim, xs[3] = {B, tp_vit_tokens(c), C}, pooled_s[2] = {B, C};
     tp_op pool = {.kind = TP_OP_POOL, .pool_mode = c->global_pool, .prefix = c->class_token ? 1 : 0};
     if (c->global_pool == 0) {
         x = layernorm(b, c, "norm", x, 3, xs);
         pool.prefix = 0;
-        x = add(b, &pool, "pool", &x, 1, 2, pooled_s, NULL);
+        x = tp_gb_op(b, &pool, "pool", &x, 1, 2, pooled_s, NULL);
     } else {
-        x = add(b, &pool, "pool", &x, 1, 2, pooled_s, NULL);
+        x = tp_gb_op(b, &pool, "pool", &x, 1, 2, pooled_s, NULL);
         x = layernorm(b, c, "fc_norm", x, 2, pooled_s);
     }
     if (c->num_classes <= 0) return x;
     const int64_t logit_s[2] = {B, c->num_classes};
-    return linear(b, "head", x, 2, logit_s, "logits");
+    return tp_gb_linear(b, "head", x, 1, 2, logit_s, "logits");
 }
 
 tp_status tp_vit_build_graph(const tp_vit_config *c, const tp_params *p, int64_t B, tp_graph *g, tp_error *err) {
@@ -337,20 +254,20 @@ tp_status tp_vit_build_graph(const tp_vit_config *c, const tp_params *p, int64_t
     if (st) return st;
     if (B <= 0) return tp_fail(err, TP_ERR_ARG, "--batch %lld: must be positive", (long long)B);
     tp_graph_init(g, B);
-    graph_builder b = {g, p, err, TP_OK};
+    tp_graph_builder b = {g, p, err, TP_OK};
     const int64_t S = c->img_size, C = c->embed_dim, Pz = c->patch_size, Np = (S / Pz) * (S / Pz);
     const int64_t img_shape[4] = {B, 3, S, S}, pe_shape[3] = {B, Np, C}, xs[3] = {B, tp_vit_tokens(c), C};
     g->input = tp_graph_add_value(g, "input", TP_VAL_INPUT, 4, img_shape, -1);
     /* patch_embed.proj: Conv2d(3, C, P, stride P) as im2col + GEMM; then the class token and pos_embed */
     tp_op pe = {.kind = TP_OP_PATCH_EMBED, .patch = (int)Pz};
-    int in[3] = {g->input, param_value(&b, "patch_embed.proj", "weight"), param_value(&b, "patch_embed.proj", "bias")};
-    int x = add(&b, &pe, "patch_embed.proj", in, 3, 3, pe_shape, NULL);
+    int in[3] = {g->input, tp_gb_param(&b, "patch_embed.proj", "weight"), tp_gb_param(&b, "patch_embed.proj", "bias")};
+    int x = tp_gb_op(&b, &pe, "patch_embed.proj", in, 3, 3, pe_shape, NULL);
     tp_op emb = {.kind = TP_OP_EMBED_TOKENS};
     in[0] = x;
-    in[1] = param_value(&b, "pos_embed", NULL);
+    in[1] = tp_gb_param(&b, "pos_embed", NULL);
     int n_in = 2;
-    if (c->class_token) in[n_in++] = param_value(&b, "cls_token", NULL);
-    x = add(&b, &emb, "pos_embed", in, n_in, 3, xs, "tokens");
+    if (c->class_token) in[n_in++] = tp_gb_param(&b, "cls_token", NULL);
+    x = tp_gb_op(&b, &emb, "pos_embed", in, n_in, 3, xs, "tokens");
     for (int i = 0; i < c->depth; i++) x = vit_block(&b, c, i, x, B);
     g->output = vit_head(&b, c, x, B);
     if (b.st) tp_graph_free(g);
@@ -404,29 +321,7 @@ static const tp_knob KNOBS[] = {
     {NULL, NULL, NULL},
 };
 
-static int parse_long(const char *name, const char *s, long lo, long hi, long *out, tp_error *err) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        tp_fail(err, TP_ERR_ARG, "%s '%s': expected an integer in [%ld, %ld]", name, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
 
-static int parse_real(const char *name, const char *s, double lo, double hi, double *out, tp_error *err) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        tp_fail(err, TP_ERR_ARG, "%s '%s': expected a number in [%g, %g]", name, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
 
 /* "R,G,B": three finite numbers */
 static int parse_rgb(const char *name, const char *s, float out[3], tp_error *err) {
@@ -470,17 +365,17 @@ static int vit_knob(void *cfg, const char *name, const char *val, tp_error *err)
     double x;
     for (size_t i = 0; i < sizeof INTS / sizeof INTS[0]; i++) {
         if (strcmp(name, INTS[i].name) != 0) continue;
-        if (parse_long(name, val, INTS[i].lo, INTS[i].hi, &v, err)) return -1;
+        if (tp_fam_parse_long(name, val, INTS[i].lo, INTS[i].hi, &v, err)) return -1;
         *(int *)(void *)((char *)c + INTS[i].off) = (int)v;
         if (INTS[i].off == offsetof(tp_vit_config, img_size)) c->pre.img_size = (int)v;
         mark_custom(c);
         return 1;
     }
     if (strcmp(name, "--mlp-ratio") == 0) {
-        if (parse_real(name, val, 1e-3, 64, &x, err)) return -1;
+        if (tp_fam_parse_real(name, val, 1e-3, 64, &x, err)) return -1;
         c->mlp_ratio = x;
     } else if (strcmp(name, "--ln-eps") == 0) {
-        if (parse_real(name, val, 1e-30, 1, &x, err)) return -1;
+        if (tp_fam_parse_real(name, val, 1e-30, 1, &x, err)) return -1;
         c->ln_eps = (float)x;
     } else if (strcmp(name, "--class-token") == 0 || strcmp(name, "--no-class-token") == 0) {
         c->class_token = strcmp(name, "--class-token") == 0;
@@ -497,7 +392,7 @@ static int vit_knob(void *cfg, const char *name, const char *val, tp_error *err)
         c->pre_given |= name[2] == 'm' ? TP_VIT_PRE_MEAN : TP_VIT_PRE_STD;
         return 1;
     } else if (strcmp(name, "--crop-pct") == 0) {
-        if (parse_real(name, val, 1e-3, 10, &x, err)) return -1;
+        if (tp_fam_parse_real(name, val, 1e-3, 10, &x, err)) return -1;
         c->pre.crop_pct = x;
         c->pre_given |= TP_VIT_PRE_CROP_PCT;
         return 1;
@@ -511,7 +406,7 @@ static int vit_knob(void *cfg, const char *name, const char *val, tp_error *err)
         c->pre_given |= TP_VIT_PRE_INTERP;
         return 1;
     } else if (strcmp(name, "--pillow") == 0) {
-        if (parse_long(name, val, 1, 99, &v, err)) return -1;
+        if (tp_fam_parse_long(name, val, 1, 99, &v, err)) return -1;
         c->pre.pillow_version = v >= 13 ? 0 : (int)v;
         return 1;
     } else if (strcmp(name, "--crop-mode") == 0) {
@@ -557,43 +452,12 @@ static json_t *vit_to_json(const void *cfg) {
                      c->num_classes, "ln_eps", (double)c->ln_eps, "preprocess", pre);
 }
 
-/* Strict readers: the key present with the right type and range, else TP_ERR_FORMAT naming it */
-static tp_status jfield(const json_t *o, const char *where, const char *key, int optional, const json_t **out,
-                        tp_error *err) {
-    *out = json_object_get(o, key);
-    if (!*out && !optional) return tp_fail(err, TP_ERR_FORMAT, "%s: '%s' is missing", where, key);
-    return TP_OK;
-}
 
-static tp_status jint(const json_t *o, const char *where, const char *key, int lo, int hi, int *out,
-                      tp_error *err) {
-    const json_t *v;
-    tp_status s = jfield(o, where, key, 0, &v, err);
-    if (s) return s;
-    if (!json_is_integer(v))
-        return tp_fail(err, TP_ERR_FORMAT, "%s: '%s' is %s, expected an integer", where, key, tp_json_kind(v));
-    if (json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return tp_fail(err, TP_ERR_FORMAT, "%s: '%s' is %lld, expected %d..%d", where, key,
-                       (long long)json_integer_value(v), lo, hi);
-    *out = (int)json_integer_value(v);
-    return TP_OK;
-}
 
-static tp_status jnum(const json_t *o, const char *where, const char *key, double *out, tp_error *err) {
-    const json_t *v;
-    tp_status s = jfield(o, where, key, 0, &v, err);
-    if (s) return s;
-    if (!json_is_number(v))
-        return tp_fail(err, TP_ERR_FORMAT, "%s: '%s' is %s, expected a number", where, key, tp_json_kind(v));
-    if (!isfinite(json_number_value(v)) || !isfinite((float)json_number_value(v)))
-        return tp_fail(err, TP_ERR_FORMAT, "%s: '%s' is %g, expected a finite f32", where, key, json_number_value(v));
-    *out = json_number_value(v);
-    return TP_OK;
-}
 
 static tp_status jfloats3(const json_t *o, const char *where, const char *key, float *out, tp_error *err) {
     const json_t *a;
-    tp_status s = jfield(o, where, key, 0, &a, err);
+    tp_status s = tp_fam_jfield(o, where, key, 0, &a, err);
     if (s) return s;
     if (!json_is_array(a) || json_array_size(a) != 3)
         return tp_fail(err, TP_ERR_FORMAT, "%s: '%s' must be an array of 3 numbers", where, key);
@@ -610,7 +474,7 @@ static tp_status jfloats3(const json_t *o, const char *where, const char *key, f
 static tp_status jenum(const json_t *o, const char *where, const char *key, int optional, int (*parse)(const char *),
                        int *out, tp_error *err) {
     const json_t *v;
-    tp_status s = jfield(o, where, key, optional, &v, err);
+    tp_status s = tp_fam_jfield(o, where, key, optional, &v, err);
     if (s || !v) return s;
     int k = json_is_string(v) ? parse(json_string_value(v)) : -1;
     if (k < 0) return tp_fail(err, TP_ERR_FORMAT, "%s: '%s' has an unknown value", where, key);
@@ -618,16 +482,6 @@ static tp_status jenum(const json_t *o, const char *where, const char *key, int 
     return TP_OK;
 }
 
-static tp_status jkeys(const json_t *o, const char *where, const char *const *keys, tp_error *err) {
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)o, k, v) {
-        int ok = 0;
-        for (int i = 0; !ok && keys[i]; i++) ok = strcmp(k, keys[i]) == 0;
-        if (!ok) return tp_fail(err, TP_ERR_FORMAT, "%s: unknown key '%.64s'", where, k);
-    }
-    return TP_OK;
-}
 
 static int pool_parse(const char *s) { return strcmp(s, "token") == 0 ? 0 : strcmp(s, "avg") == 0 ? 1 : -1; }
 
@@ -648,39 +502,39 @@ static tp_status vit_from_json(const json_t *m, void *cfg, tp_error *err) {
     double x;
     int interp = TP_INTERP_BICUBIC, crop = TP_CROP_CENTER;
     if (!json_is_object(m)) return tp_fail(err, TP_ERR_FORMAT, "model: expected an object");
-    if ((s = jkeys(m, w, keys, err))) return s;
-    if ((s = jfield(m, w, "name", 0, &v, err))) return s;
+    if ((s = tp_fam_jkeys(m, w, keys, err))) return s;
+    if ((s = tp_fam_jfield(m, w, "name", 0, &v, err))) return s;
     if (!json_is_string(v) || json_string_length(v) >= sizeof c->name ||
         strlen(json_string_value(v)) != json_string_length(v))
         return tp_fail(err, TP_ERR_FORMAT, "model: 'name' must be a string of at most %zu bytes", sizeof c->name - 1);
     snprintf(c->name, sizeof c->name, "%s", json_string_value(v));
-    if ((s = jint(m, w, "img_size", 1, MAX_IMG, &c->img_size, err)) ||
-        (s = jint(m, w, "patch_size", 1, MAX_IMG, &c->patch_size, err)) ||
-        (s = jint(m, w, "in_chans", 1, 64, &c->in_chans, err)) ||
-        (s = jint(m, w, "embed_dim", 1, MAX_DIM, &c->embed_dim, err)) ||
-        (s = jint(m, w, "depth", 1, MAX_DEPTH, &c->depth, err)) ||
-        (s = jint(m, w, "num_heads", 1, MAX_DIM, &c->num_heads, err)) ||
-        (s = jint(m, w, "num_classes", 0, MAX_CLASSES, &c->num_classes, err)))
+    if ((s = tp_fam_jint(m, w, "img_size", 1, MAX_IMG, &c->img_size, err)) ||
+        (s = tp_fam_jint(m, w, "patch_size", 1, MAX_IMG, &c->patch_size, err)) ||
+        (s = tp_fam_jint(m, w, "in_chans", 1, 64, &c->in_chans, err)) ||
+        (s = tp_fam_jint(m, w, "embed_dim", 1, MAX_DIM, &c->embed_dim, err)) ||
+        (s = tp_fam_jint(m, w, "depth", 1, MAX_DEPTH, &c->depth, err)) ||
+        (s = tp_fam_jint(m, w, "num_heads", 1, MAX_DIM, &c->num_heads, err)) ||
+        (s = tp_fam_jint(m, w, "num_classes", 0, MAX_CLASSES, &c->num_classes, err)))
         return s;
-    if ((s = jnum(m, w, "mlp_ratio", &x, err))) return s;
+    if ((s = tp_fam_jnum(m, w, "mlp_ratio", &x, err))) return s;
     if (!(x > 0 && x <= 64)) return tp_fail(err, TP_ERR_FORMAT, "model: 'mlp_ratio' is %g, expected (0, 64]", x);
     c->mlp_ratio = x;
-    if ((s = jfield(m, w, "class_token", 0, &v, err))) return s;
+    if ((s = tp_fam_jfield(m, w, "class_token", 0, &v, err))) return s;
     if (!json_is_boolean(v)) return tp_fail(err, TP_ERR_FORMAT, "model: 'class_token' must be a boolean");
     c->class_token = json_is_true(v);
     if ((s = jenum(m, w, "global_pool", 0, pool_parse, &c->global_pool, err))) return s;
-    if ((s = jnum(m, w, "ln_eps", &x, err))) return s;
+    if ((s = tp_fam_jnum(m, w, "ln_eps", &x, err))) return s;
     c->ln_eps = (float)x;
-    if ((s = jfield(m, w, "preprocess", 0, &pre, err))) return s;
+    if ((s = tp_fam_jfield(m, w, "preprocess", 0, &pre, err))) return s;
     w = "model.preprocess";
     if (!json_is_object(pre)) return tp_fail(err, TP_ERR_FORMAT, "%s: expected an object", w);
-    if ((s = jkeys(pre, w, pkeys, err)) || (s = jint(pre, w, "img_size", 1, MAX_IMG, &c->pre.img_size, err)) ||
-        (s = jnum(pre, w, "crop_pct", &c->pre.crop_pct, err)) || (s = jfloats3(pre, w, "mean", c->pre.mean, err)) ||
+    if ((s = tp_fam_jkeys(pre, w, pkeys, err)) || (s = tp_fam_jint(pre, w, "img_size", 1, MAX_IMG, &c->pre.img_size, err)) ||
+        (s = tp_fam_jnum(pre, w, "crop_pct", &c->pre.crop_pct, err)) || (s = jfloats3(pre, w, "mean", c->pre.mean, err)) ||
         (s = jfloats3(pre, w, "std", c->pre.std, err)) ||
         (s = jenum(pre, w, "interpolation", 1, tp_interp_parse, &interp, err)) ||
         (s = jenum(pre, w, "crop_mode", 1, tp_crop_mode_parse, &crop, err)))
         return s;
-    if (json_object_get(pre, "pillow") && (s = jint(pre, w, "pillow", 0, 12, &c->pre.pillow_version, err))) return s;
+    if (json_object_get(pre, "pillow") && (s = tp_fam_jint(pre, w, "pillow", 0, 12, &c->pre.pillow_version, err))) return s;
     c->pre.interpolation = (tp_interp)interp;
     c->pre.crop_mode = (tp_crop_mode)crop;
     snprintf(c->pre_source, sizeof c->pre_source, "the engine file");

@@ -271,6 +271,21 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
     return tp_plan_build_policy(g, &pol, sm, p, err);
 }
 
+/* The ops the CUDA engine (exec/cuda/engine/engine_launch.c) launches; a GPU plan refuses the others by name. */
+static int cuda_runs(const tp_op *op) {
+    switch (op->kind) {
+    case TP_OP_PATCH_EMBED:
+    case TP_OP_EMBED_TOKENS:
+    case TP_OP_LAYERNORM:
+    case TP_OP_LINEAR:
+    case TP_OP_ATTENTION:
+    case TP_OP_GELU:
+    case TP_OP_ADD: return 1;
+    case TP_OP_POOL: return op->pool_mode == 0 || op->pool_mode == 1;
+    default: return 0;
+    }
+}
+
 tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, tp_plan *p, tp_error *err) {
     const tp_precision prec = pol->def;
     memset(p, 0, sizeof *p);
@@ -296,6 +311,10 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         tp_status cst = tp_caps_require(sm, NULL, prec, NULL, err);
         if (cst) return cst;
     }
+    for (int i = 0; sm && i < g->n_ops; i++)
+        if (!cuda_runs(&g->ops[i]))
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s has no CUDA kernel in this tprof yet (decoders run on "
+                           "the CPU executor: --device cpu)", g->ops[i].layer, tp_op_kind_name(g->ops[i].kind));
     p->requested = prec;
     p->sm = sm;
     p->n_values = g->n_values;

@@ -1,5 +1,7 @@
 #include "exec/cpu/cpu_exec.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,19 +40,131 @@ static tp_status linear_emulated(const tp_op *op, tp_qformat qf, float act_globa
 }
 
 static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
-                     const float *input, float *output, tp_error *err);
+                     tp_cpu_session *sess, const float *input, float *output, tp_error *err);
+
+/* A run without a session: a graph without state, or one that starts from an empty cache (a prefill). */
+static tp_status run_alone(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
+                           const float *input, float *output, tp_error *err) {
+    if (g->past > 0)
+        return tp_fail(err, TP_ERR_ARG, "the graph runs after %lld cached tokens: it needs a session holding them "
+                       "(tp_cpu_run_session)", (long long)g->past);
+    tp_cpu_session s = {0};
+    tp_status st = run(g, params, plan, act_amax, &s, input, output, err);
+    tp_cpu_session_free(&s);
+    return st;
+}
 
 tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *input, float *output, tp_error *err) {
-    return run(g, params, NULL, NULL, input, output, err);
+    return run_alone(g, params, NULL, NULL, input, output, err);
 }
 
 tp_status tp_cpu_run_emulated(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
                               const float *input, float *output, tp_error *err) {
-    return run(g, params, plan, act_amax, input, output, err);
+    return run_alone(g, params, plan, act_amax, input, output, err);
+}
+
+tp_status tp_cpu_run_session(const tp_graph *g, const tp_params *params, tp_cpu_session *s, const float *input,
+                             float *output, tp_error *err) {
+    return run(g, params, NULL, NULL, s, input, output, err);
+}
+
+void tp_cpu_session_free(tp_cpu_session *s) {
+    for (int i = 0; i < s->n; i++) free(s->bufs[i].data);
+    free(s->bufs);
+    memset(s, 0, sizeof *s);
+}
+
+/* The session's buffer for state value v: found by name (its size checked), or allocated and poisoned with NaN,
+ * so that a read of a position no step wrote shows in the output. */
+static tp_status state_buffer(tp_cpu_session *s, const tp_value *v, float **out, tp_error *err) {
+    const int64_t n = tp_value_numel(v);
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(s->bufs[i].name, v->name) != 0) continue;
+        if (s->bufs[i].numel != n)
+            return tp_fail(err, TP_ERR_SHAPE, "state %s: %lld values in this graph, %lld in the session", v->name,
+                           (long long)n, (long long)s->bufs[i].numel);
+        *out = s->bufs[i].data;
+        return TP_OK;
+    }
+    tp_cpu_state_buf *nb = realloc(s->bufs, sizeof *nb * (size_t)(s->n + 1));
+    if (!nb) return tp_fail(err, TP_ERR_OOM, "out of host memory for %s", v->name);
+    s->bufs = nb;
+    tp_cpu_state_buf *b = &s->bufs[s->n];
+    snprintf(b->name, sizeof b->name, "%s", v->name);
+    b->numel = n;
+    if (!(b->data = malloc(sizeof(float) * (size_t)n)))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory for %s (%lld floats)", v->name, (long long)n);
+    for (int64_t i = 0; i < n; i++) b->data[i] = NAN;
+    s->n++;
+    *out = b->data;
+    return TP_OK;
+}
+
+/* Token ids (stored as fp32) as integers, each checked: an integer in [0, V). */
+static tp_status token_ids(const tp_op *op, const float *x, int64_t n, int64_t V, int32_t **ids, tp_error *err) {
+    if (!(*ids = malloc(sizeof(int32_t) * (size_t)n))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int64_t i = 0; i < n; i++) {
+        if (!(x[i] >= 0 && x[i] < (float)V && x[i] == floorf(x[i])))
+            return tp_fail(err, TP_ERR_ARG, "%s: token %lld is %g, not an id in [0, %lld)", op->layer, (long long)i,
+                           (double)x[i], (long long)V);
+        (*ids)[i] = (int32_t)x[i];
+    }
+    return TP_OK;
+}
+
+/* The decoder ops (graph.h), past the cache position of this run. */
+static tp_status run_decoder_op(const tp_graph *g, const tp_op *op, float **buf, int64_t past, float *y,
+                                tp_error *err) {
+    const tp_value *o = &g->values[op->out], *xv = &g->values[op->in[0]];
+    const float *x = buf[op->in[0]];
+    const int64_t n = tp_value_numel(o);
+    switch (op->kind) {
+    case TP_OP_TOKEN_EMBED: {
+        const tp_value *tab = &g->values[op->in[1]];
+        int32_t *ids = NULL;
+        tp_status st = token_ids(op, x, tp_value_numel(xv), tab->shape[0], &ids, err);
+        if (!st) tp_cpu_token_embed(ids, buf[op->in[1]], y, tp_value_numel(xv), tab->shape[1], op->scale);
+        free(ids);
+        return st;
+    }
+    case TP_OP_RMSNORM: {
+        const int64_t C = o->shape[o->ndim - 1];
+        tp_cpu_rmsnorm(x, buf[op->in[1]], y, n / C, C, op->eps, op->norm_offset);
+        return TP_OK;
+    }
+    case TP_OP_ROPE: {
+        float *inv = malloc(sizeof(float) * (size_t)(op->head_dim / 2 + 1));
+        if (!inv) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        tp_rope_inv_freq(&op->rope, op->head_dim, inv);
+        tp_cpu_rope(x, y, xv->shape[0], xv->shape[1], op->heads, op->head_dim, inv, past);
+        free(inv);
+        return TP_OK;
+    }
+    case TP_OP_GLU: tp_cpu_glu(x, buf[op->in[1]], y, n, op->act); return TP_OK;
+    case TP_OP_KV_APPEND:
+        tp_cpu_kv_append(x, buf[op->in[1]], y, xv->shape[0], xv->shape[1], o->shape[2], o->shape[3], past);
+        return TP_OK;
+    case TP_OP_KV_ATTENTION: {
+        const tp_value *cv = &g->values[op->in[1]];
+        const int64_t B = xv->shape[0], T = xv->shape[1], L = cv->shape[2], W = cv->shape[3];
+        const int64_t H = op->heads, D = op->head_dim;
+        const float *kv = buf[op->in[1]];
+        tp_cpu_attn_args a = {.q = x, .k = kv, .v = kv + B * L * W, .o = y, .q_bs = T * H * D, .q_rs = H * D,
+                              .k_bs = L * W, .k_rs = W, .v_bs = L * W, .v_rs = W, .o_bs = T * H * D, .o_rs = H * D,
+                              .B = B, .H = H, .Hkv = op->kv_heads, .Tq = T, .Tkv = past + T, .D = D, .causal = 1,
+                              .scale = op->scale};
+        tp_cpu_attention_ex(&a);
+        return TP_OK;
+    }
+    default: CHECK(!"not a decoder op"); return TP_OK;
+    }
 }
 
 static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
-                     const float *input, float *output, tp_error *err) {
+                     tp_cpu_session *sess, const float *input, float *output, tp_error *err) {
+    if (g->kv_len > 0 && sess->past + g->tokens > g->kv_len)
+        return tp_fail(err, TP_ERR_ARG, "KV cache full: %lld cached + %lld new tokens > its %lld positions",
+                       (long long)sess->past, (long long)g->tokens, (long long)g->kv_len);
     float **buf = calloc((size_t)g->n_values, sizeof(float *));
     float **rounded = calloc((size_t)g->n_values, sizeof(float *)); /* owned copies of rounded parameters */
     int *last = malloc(sizeof(int) * (size_t)g->n_values);
@@ -64,6 +178,7 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
         const tp_value *val = &g->values[v];
         if (val->kind == TP_VAL_PARAM) buf[v] = params->params[val->param_index].data;
         else if (val->kind == TP_VAL_INPUT) buf[v] = (float *)input;
+        else if (val->kind == TP_VAL_STATE && (st = state_buffer(sess, val, &buf[v], err))) goto done;
         /* emulating a plan: parameters the engine stores in fp16/bf16 are read rounded to that type */
         if (plan && val->kind == TP_VAL_PARAM && plan->value_qf[v] == TP_QF_NONE && narrow(plan->value_dt[v])) {
             const tp_param *p = &params->params[val->param_index];
@@ -80,7 +195,7 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
         const tp_value *o = &g->values[op->out];
         const tp_value *xv = &g->values[op->in[0]];
         int64_t n = tp_value_numel(o);
-        float *y = malloc(sizeof(float) * (size_t)n);
+        float *y = o->kind == TP_VAL_STATE ? buf[op->out] : malloc(sizeof(float) * (size_t)n);
         if (!y) {
             st = tp_fail(err, TP_ERR_OOM, "out of host memory for %s (%lld floats)", o->name, (long long)n);
             goto done;
@@ -143,7 +258,9 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
         case TP_OP_POOL:
             tp_cpu_pool(x, y, xv->shape[0], xv->shape[1], xv->shape[2], op->pool_mode, op->prefix);
             break;
-        default: CHECK(!"unknown op kind");
+        default:
+            if ((st = run_decoder_op(g, op, buf, sess->past, y, err))) goto done;
+            break;
         }
         /* emulating a plan: the activation is stored in fp16/bf16 as the engine stores it, unless the op's
          * epilogue goes on with the next op (a fused residual add, GELU or token embedding: never stored) */
@@ -161,6 +278,7 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
         }
     }
     memcpy(output, buf[g->output], sizeof(float) * (size_t)tp_value_numel(&g->values[g->output]));
+    sess->past += g->tokens;
 done:
     if (buf && last)
         for (int v = 0; v < g->n_values; v++)

@@ -174,12 +174,81 @@ void tp_cpu_embed_tokens(const float *pe, const float *cls, const float *pos, fl
 void tp_cpu_pool(const float *x, float *y, int64_t B, int64_t T, int64_t C, int mode, int64_t prefix) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++) {
-            if (mode == 0) {
-                y[b * C + c] = x[b * T * C + c];
+            if (mode == 0 || mode == 2) {
+                y[b * C + c] = x[(b * T + (mode == 2 ? T - 1 : 0)) * C + c];
             } else {
                 double s = 0;
                 for (int64_t t = prefix; t < T; t++) s += x[(b * T + t) * C + c];
                 y[b * C + c] = (float)(s / (double)(T - prefix));
             }
         }
+}
+
+/* ---- decoder ops ------------------------------------------------------------------------------------------ */
+
+void tp_cpu_token_embed(const int32_t *ids, const float *table, float *y, int64_t n, int64_t C, float scale) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < C; c++) y[i * C + c] = table[(int64_t)ids[i] * C + c] * scale;
+}
+
+void tp_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t M, int64_t C, float eps, float offset) {
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * C;
+        double ss = 0;
+        for (int64_t c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
+        double r = 1.0 / sqrt(ss / (double)C + (double)eps);
+        for (int64_t c = 0; c < C; c++) y[m * C + c] = (float)((double)xr[c] * r * ((double)offset + w[c]));
+    }
+}
+
+void tp_cpu_rope(const float *x, float *y, int64_t B, int64_t T, int64_t H, int64_t D, const float *inv_freq,
+                 int64_t pos0) {
+    const int64_t h2 = D / 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        const float pos = (float)(pos0 + bt % T);
+        for (int64_t i = 0; i < h2; i++) {
+            /* the angle as the reference forms it (fp32 product), its cosine and sine rounded to fp32 */
+            const float ang = pos * inv_freq[i];
+            const double c = (float)cos((double)ang), s = (float)sin((double)ang);
+            for (int64_t h = 0; h < H; h++) {
+                const float *xr = x + (bt * H + h) * D;
+                float *yr = y + (bt * H + h) * D;
+                const double a = xr[i], b = xr[i + h2];
+                yr[i] = (float)(a * c - b * s);
+                yr[i + h2] = (float)(b * c + a * s);
+            }
+        }
+    }
+}
+
+void tp_cpu_glu(const float *gate, const float *up, float *y, int64_t n, int act) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const double g = gate[i];
+        double a;
+        if (act == 0) a = g / (1.0 + exp(-g));
+        else a = 0.5 * g * (1.0 + tanh(0.79788456080286535588 * (g + 0.044715 * g * g * g)));
+        y[i] = (float)(a * up[i]);
+    }
+}
+
+void tp_cpu_kv_append(const float *k, const float *v, float *kv, int64_t B, int64_t T, int64_t L, int64_t W,
+                      int64_t past) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(kv + (b * L + past + t) * W, k + (b * T + t) * W, sizeof(float) * (size_t)W);
+            memcpy(kv + ((B + b) * L + past + t) * W, v + (b * T + t) * W, sizeof(float) * (size_t)W);
+        }
+}
+
+void tp_cpu_argmax(const float *x, int32_t *idx, int64_t M, int64_t N) {
+    for (int64_t m = 0; m < M; m++) {
+        int64_t best = 0;
+        for (int64_t n = 1; n < N; n++)
+            if (x[m * N + n] > x[m * N + best]) best = n;
+        idx[m] = (int32_t)best;
+    }
 }

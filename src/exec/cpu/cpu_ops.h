@@ -53,7 +53,34 @@ void tp_cpu_embed_tokens(const float *pe, const float *cls, const float *pos, fl
                          int64_t C, int has_cls);
 
 /* Pooling of x (B, T, C) into y (B, C). mode 0 (timm 'token'): y[b] = x[b, 0]; mode 1 (timm 'avg'): mean of
- * x[b, prefix:], the prefix (class) tokens excluded. */
+ * x[b, prefix:], the prefix (class) tokens excluded; mode 2 (a decoder's next-token position): y[b] = x[b, T-1]. */
 void tp_cpu_pool(const float *x, float *y, int64_t B, int64_t T, int64_t C, int mode, int64_t prefix);
+
+/* ---- decoders (HF transformers' LlamaForCausalLM and relatives) ---- */
+
+/* y (n, C) = table (V, C)[ids[i]] * scale; ids in [0, V) (the caller checks). Gemma scales by sqrt(C). */
+void tp_cpu_token_embed(const int32_t *ids, const float *table, float *y, int64_t n, int64_t C, float scale);
+
+/* y (M, C) = x / sqrt(mean_c(x^2) + eps) * (offset + w) (Zhang and Sennrich 2019; HF LlamaRMSNorm: offset 0,
+ * GemmaRMSNorm: offset 1). */
+void tp_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t M, int64_t C, float eps, float offset);
+
+/* Rotary embedding of x (B, T, H, D) into y (may not alias x), HF's rotate_half convention: for i < D/2, with
+ * angle a = (pos0 + t) * inv_freq[i] (fp32 product, as HF forms it) and c, s its cosine and sine rounded to fp32,
+ *   y[i] = x[i] c - x[i + D/2] s,   y[i + D/2] = x[i + D/2] c + x[i] s. */
+void tp_cpu_rope(const float *x, float *y, int64_t B, int64_t T, int64_t H, int64_t D, const float *inv_freq,
+                 int64_t pos0);
+
+/* y = act(gate) * up over n values; act 0: SiLU g / (1 + e^-g); 1: GELU tanh approximation
+ * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (HF gelu_pytorch_tanh). */
+void tp_cpu_glu(const float *gate, const float *up, float *y, int64_t n, int act);
+
+/* KV cache kv (2, B, L, W): kv[0, b, past + t] = k[b, t], kv[1, b, past + t] = v[b, t] for t < T; k, v (B, T, W).
+ * Requires past + T <= L (the caller checks). */
+void tp_cpu_kv_append(const float *k, const float *v, float *kv, int64_t B, int64_t T, int64_t L, int64_t W,
+                      int64_t past);
+
+/* idx[m] = the first n maximizing x (M, N)[m, n] (torch.argmax's tie rule). */
+void tp_cpu_argmax(const float *x, int32_t *idx, int64_t M, int64_t N);
 
 #endif

@@ -1,0 +1,356 @@
+/* test_decoder.c: the decoder family against HF transformers' own output (golden checkpoints made by
+ * tools/make_hf_golden.py: Llama with llama3 RoPE and a sharded checkpoint, Qwen2 with q/k/v bias and tied
+ * embeddings, Gemma with MQA, 1 + w RMSNorm and GeGLU, Mistral), prefill and decode over the KV cache against a
+ * single forward pass, the HF names and shapes, and the refusals of what tprof does not read. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/stats.h"
+#include "exec/cpu/cpu_exec.h"
+#include "exec/cpu/cpu_ops.h"
+#include "io/safetensors.h"
+#include "models/model.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+
+#define TP_TMPDIR_PREFIX "/tmp/tp_decoder_test_"
+#include "test_tmpdir.h"
+
+enum { B = 3, T = 37, G = 6 }; /* tools/make_hf_golden.py */
+
+static tp_model model_of(const char *preset) {
+    tp_model m;
+    tp_error e = {0};
+    ck_assert_msg(tp_model_preset(preset, &m, &e) == TP_OK, "%s", e.msg);
+    return m;
+}
+
+static float *poisoned(size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+static tp_graph step_graph(const tp_model *m, const tp_params *p, int64_t b, int64_t t, int64_t past, int64_t kv,
+                           int all) {
+    tp_graph g;
+    tp_error e = {0};
+    const tp_step_shape s = {b, t, past, kv, all};
+    ck_assert_msg(tp_model_build_step(m, p, &s, &g, &e) == TP_OK, "%s", e.msg);
+    return g;
+}
+
+/* relative L2 of rows got against want (n rows of V), and the rows whose argmax agrees */
+static double rel_l2(const float *got, const float *want, int n, int V, int *agree) {
+    tp_accuracy acc;
+    tp_accuracy_compute(got, want, n, V, &acc);
+    ck_assert_int_eq(acc.nonfinite, 0);
+    *agree = (int)lround(acc.top1_agree * n);
+    return acc.rel_l2;
+}
+
+/* The checkpoint as a user gives it (a folder), read over any decoder preset; HF's logits over the whole prompt
+ * within relative L2 1e-5 (issue 20); then HF's greedy generation replayed through the KV cache: a prefill, and G - 1
+ * decode steps of one token each fed HF's chosen token, every step's logits against generate()'s own. */
+static void golden(const char *name, int V) {
+    char dir[256], io[300], note[600];
+    snprintf(dir, sizeof dir, "tests/fixtures/%s", name);
+    snprintf(io, sizeof io, "%s/io.safetensors", dir);
+    tp_model m = model_of("llama-tiny");
+    tp_error e = {0};
+    ck_assert_msg(tp_model_knob(&m, "--prompt", "37", &e) == 1 && tp_model_knob(&m, "--gen", "6", &e) == 1, "%s", e.msg);
+    ck_assert_msg(tp_model_checkpoint(&m, dir, note, sizeof note, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(strncmp(note, "configuration from", 18) == 0, "%s", note);
+    tp_output_desc od;
+    tp_model_output(&m, &od);
+    ck_assert_int_eq(od.classes, V);
+    tp_params p = {0};
+    ck_assert_msg(tp_model_params_load(&m, dir, &p, &e) == TP_OK, "%s", e.msg);
+    float *ids = malloc(sizeof(float) * B * T), *want = malloc(sizeof(float) * B * T * V);
+    float *gen_ids = malloc(sizeof(float) * B * G), *gen_logits = malloc(sizeof(float) * B * G * V);
+    tp_param_spec spec[4] = {{"input_ids", 2, {B, T}, ids}, {"logits", 3, {B, T, V}, want},
+                             {"gen_ids", 2, {B, G}, gen_ids}, {"gen_logits", 3, {B, G, V}, gen_logits}};
+    ck_assert_msg(tp_st_load_params(io, spec, 4, &e) == TP_OK, "%s", e.msg);
+
+    /* the whole prompt in one pass, every position's logits */
+    tp_graph g = step_graph(&m, &p, B, T, 0, T + G, 1);
+    float *got = poisoned((size_t)B * T * V);
+    ck_assert_msg(tp_cpu_run(&g, &p, ids, got, &e) == TP_OK, "%s", e.msg);
+    int agree;
+    double err_full = rel_l2(got, want, B * T, V, &agree);
+    ck_assert_msg(err_full <= 1e-5, "%s: logits relative L2 %.3e against HF transformers", name, err_full);
+    ck_assert_int_eq(agree, B * T);
+    tp_graph_free(&g);
+
+    /* generation: prefill (last position's logits), then decode steps over the cache */
+    tp_cpu_session sess = {0};
+    float *step = poisoned((size_t)B * V), *want_step = malloc(sizeof(float) * B * V), tok[B];
+    double worst = 0;
+    int greedy = 0;
+    for (int s = 0; s < G; s++) {
+        tp_graph sg = s == 0 ? step_graph(&m, &p, B, T, 0, T + G, 0) : step_graph(&m, &p, B, 1, T + s - 1, T + G, 0);
+        for (int b = 0; b < B; b++) tok[b] = s ? gen_ids[b * G + s - 1] : 0;
+        ck_assert_msg(tp_cpu_run_session(&sg, &p, &sess, s == 0 ? ids : tok, step, &e) == TP_OK, "%s", e.msg);
+        ck_assert_int_eq(sess.past, T + s);
+        for (int b = 0; b < B; b++) memcpy(want_step + b * V, gen_logits + ((int64_t)b * G + s) * V, sizeof(float) * V);
+        int a;
+        worst = fmax(worst, rel_l2(step, want_step, B, V, &a));
+        int32_t arg[B];
+        tp_cpu_argmax(step, arg, B, V);
+        for (int b = 0; b < B; b++) greedy += arg[b] == (int32_t)gen_ids[b * G + s];
+        tp_graph_free(&sg);
+    }
+    printf("%s: logits relative L2 %.3e over the prompt, %.3e at worst over %d generated tokens; greedy tokens %d/%d "
+           "agree with generate()\n", name, err_full, worst, G, greedy, B * G);
+    ck_assert_msg(worst <= 1e-5, "%s: generation logits relative L2 %.3e against HF", name, worst);
+    ck_assert_int_eq(greedy, B * G);
+    tp_cpu_session_free(&sess);
+    tp_params_free(&p);
+    free(ids);
+    free(want);
+    free(gen_ids);
+    free(gen_logits);
+    free(got);
+    free(step);
+    free(want_step);
+}
+
+START_TEST(test_golden_llama) { golden("hf_llama_tiny", 384); }
+END_TEST
+START_TEST(test_golden_qwen2) { golden("hf_qwen2_tiny", 320); }
+END_TEST
+START_TEST(test_golden_gemma) { golden("hf_gemma_tiny", 352); }
+END_TEST
+START_TEST(test_golden_mistral) { golden("hf_mistral_tiny", 300); }
+END_TEST
+
+/* Prefill in chunks and token-by-token decode over the cache compute what one pass over the whole sequence does
+ * (awkward sizes: batch 3, 19 + 13 prompt tokens, 5 decode steps; GQA 4 over 2; random norms and biases). */
+START_TEST(test_cache_equals_full_pass) {
+    tp_model m = model_of("llama-tiny");
+    tp_params p = {0};
+    tp_error e = {0};
+    ck_assert_int_eq(tp_model_params_init(&m, 5, 1, &p, &e), TP_OK);
+    const int Bq = 3, T1 = 19, T2 = 13, S = 5, N = T1 + T2 + S, V = 384;
+    float *ids = malloc(sizeof(float) * Bq * N);
+    for (int i = 0; i < Bq * N; i++) ids[i] = (float)((i * 7919 + 13) % V);
+    tp_graph full = step_graph(&m, &p, Bq, N, 0, N, 1);
+    float *ref = poisoned((size_t)Bq * N * V);
+    ck_assert_msg(tp_cpu_run(&full, &p, ids, ref, &e) == TP_OK, "%s", e.msg);
+    tp_cpu_session sess = {0};
+    float *out = poisoned((size_t)Bq * T1 * V), *chunk = malloc(sizeof(float) * Bq * T1); /* T1 > T2 */
+    double worst = 0;
+    int pos = 0, lens[2 + S];
+    lens[0] = T1;
+    lens[1] = T2;
+    for (int s = 0; s < S; s++) lens[2 + s] = 1;
+    for (int c = 0; c < 2 + S; c++) {
+        const int L = lens[c];
+        tp_graph g = step_graph(&m, &p, Bq, L, pos, N, 1);
+        for (int b = 0; b < Bq; b++) memcpy(chunk + b * L, ids + b * N + pos, sizeof(float) * L);
+        ck_assert_msg(tp_cpu_run_session(&g, &p, &sess, chunk, out, &e) == TP_OK, "%s", e.msg);
+        for (int b = 0; b < Bq; b++)
+            for (int t = 0; t < L; t++)
+                for (int v = 0; v < V; v++) {
+                    double r = ref[((int64_t)b * N + pos + t) * V + v], o = out[((int64_t)b * L + t) * V + v];
+                    ck_assert_msg(isfinite(o), "chunk %d: an unwritten or non-finite logit", c);
+                    worst = fmax(worst, fabs(o - r) / (fabs(r) + 1e-3));
+                }
+        pos += L;
+        tp_graph_free(&g);
+    }
+    ck_assert_msg(worst < 1e-4, "cached steps differ from one pass by %g (relative)", worst);
+    /* one more token does not fit the cache: an error, not a write past its end */
+    tp_graph over = step_graph(&m, &p, Bq, 1, N - 1, N, 1);
+    ck_assert_int_eq(tp_cpu_run_session(&over, &p, &sess, chunk, out, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "KV cache full"));
+    tp_graph_free(&over);
+    /* a decode graph without the session holding its past is refused */
+    tp_graph dec = step_graph(&m, &p, Bq, 1, 4, N, 0);
+    ck_assert_int_eq(tp_cpu_run(&dec, &p, chunk, out, &e), TP_ERR_ARG);
+    tp_graph_free(&dec);
+    /* a token id outside the vocabulary is named, never read out of bounds */
+    tp_cpu_session s2 = {0};
+    tp_graph one = step_graph(&m, &p, 1, 1, 0, 4, 0);
+    float bad = (float)V;
+    ck_assert_int_eq(tp_cpu_run_session(&one, &p, &s2, &bad, out, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "not an id in [0, 384)"));
+    tp_graph_free(&one);
+    tp_cpu_session_free(&s2);
+    tp_cpu_session_free(&sess);
+    tp_graph_free(&full);
+    tp_params_free(&p);
+    free(ids);
+    free(ref);
+    free(out);
+    free(chunk);
+}
+END_TEST
+
+/* HF's names and shapes; tied heads have no lm_head.weight; Qwen2's q/k/v bias; the graph's FLOP. */
+START_TEST(test_names_shapes_flop) {
+    tp_error e = {0};
+    tp_params p = {0};
+    tp_model q = model_of("qwen2.5-0.5b");
+    ck_assert_int_eq(tp_model_params_shapes(&q, &p, &e), TP_OK);
+    ck_assert_int_ge(tp_params_find(&p, "model.layers.23.self_attn.k_proj.bias"), 0);
+    ck_assert_int_lt(tp_params_find(&p, "model.layers.23.self_attn.o_proj.bias"), 0);
+    ck_assert_int_lt(tp_params_find(&p, "lm_head.weight"), 0);
+    const tp_param *k = &p.params[tp_params_find(&p, "model.layers.0.self_attn.k_proj.weight")];
+    ck_assert(k->shape[0] == 2 * 64 && k->shape[1] == 896);
+    /* Qwen2.5-0.5B: 494,032,768 parameters (its model card: 0.49B) */
+    ck_assert_uint_eq(tp_params_count(&p), 494032768u);
+    tp_params_free(&p);
+    tp_model l = model_of("llama-3.1-8b");
+    ck_assert_int_eq(tp_model_params_shapes(&l, &p, &e), TP_OK);
+    ck_assert_int_ge(tp_params_find(&p, "lm_head.weight"), 0);
+    ck_assert_uint_eq(tp_params_count(&p), 8030261248u); /* Llama 3.1 8B */
+    /* a decode step at batch 2 after 1000 cached tokens: 2 FLOP per weight of every linear per token (the embedding
+     * is a gather), plus attention: 4 D per visible (query, key) pair per head */
+    tp_graph g = step_graph(&l, &p, 2, 1, 1000, 1024, 0);
+    double lin = 0;
+    for (int i = 0; i < p.n_params; i++)
+        if (p.params[i].ndim == 2 && strcmp(p.params[i].name, "model.embed_tokens.weight") != 0)
+            lin += (double)p.params[i].numel;
+    const double want = 2.0 * 2 * lin + 32.0 * (4.0 * 2 * 32 * 1001 * 128);
+    ck_assert_msg(fabs(tp_graph_matmul_flop(&g) - want) < 1e-9 * want, "matmul FLOP %.6g, want %.6g",
+                  tp_graph_matmul_flop(&g), want);
+    ck_assert_int_eq(g.values[g.output].shape[1], 128256);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
+static void write_text(const char *path, const char *text) { write_bytes(path, text, strlen(text)); }
+
+/* What tprof does not read is refused by name, never misread. */
+START_TEST(test_refusals) {
+    tp_model m = model_of("llama-tiny");
+    tp_error e = {0};
+    char note[600];
+    const char *base = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176,"
+                       " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 384";
+    char text[1024];
+    snprintf(text, sizeof text, "%s, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", base);
+    write_text(tpath("config.json"), text);
+    ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "\"yarn\""));
+    snprintf(text, sizeof text, "%s, \"quantization_config\": {\"quant_method\": \"gptq\"}}", base);
+    write_text(tpath("config.json"), text);
+    ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "quantization_config"));
+    write_text(tpath("config.json"), "{\"architectures\": [\"PhiForCausalLM\"], \"hidden_size\": 64}");
+    ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "PhiForCausalLM"));
+    snprintf(text, sizeof text, "%s, \"num_key_value_heads\": 3}", base);
+    write_text(tpath("config.json"), text);
+    ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "not a multiple of 3 KV heads"));
+    write_text(tpath("config.json"), "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"64\"}");
+    ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "hidden_size"));
+    snprintf(text, sizeof text, "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64, "
+             "\"intermediate_size\": 176, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 384, "
+             "\"sliding_window\": 100}");
+    write_text(tpath("config.json"), text);
+    ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "sliding window 100"));
+    /* without config.json: a warning, the preset's shapes */
+    tp_model w = model_of("llama-tiny");
+    ck_assert_int_eq(tp_model_checkpoint(&w, "/nonexistent_dir/model.safetensors", note, sizeof note, &e), TP_OK);
+    ck_assert(strncmp(note, "warning:", 8) == 0);
+    /* a sharded index naming a tensor the model lacks, or lacking one it has */
+    tp_params p = {0};
+    write_text(tpath("model.safetensors.index.json"), "{\"weight_map\": {\"model.embed_tokens.weight\": \"a.safetensors\","
+               " \"model.extra.weight\": \"a.safetensors\"}}");
+    ck_assert_int_eq(tp_model_params_load(&m, tpath("model.safetensors.index.json"), &p, &e), TP_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "model.extra.weight"));
+    write_text(tpath("model.safetensors.index.json"), "{\"weight_map\": {\"model.embed_tokens.weight\": \"../a\"}}");
+    ck_assert_int_eq(tp_model_params_load(&m, tpath("model.safetensors.index.json"), &p, &e), TP_ERR_FORMAT);
+    write_text(tpath("model.safetensors.index.json"), "{\"weight_map\": {\"model.embed_tokens.weight\": \"a.safetensors\"}}");
+    ck_assert_int_eq(tp_model_params_load(&m, tpath("model.safetensors.index.json"), &p, &e), TP_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "missing from weight_map"));
+    /* ViT has no KV cache: no steps */
+    tp_model v = model_of("vit-tiny");
+    tp_graph g;
+    const tp_step_shape s = {1, 1, 0, 1, 0};
+    ck_assert_int_eq(tp_model_build_step(&v, NULL, &s, &g, &e), TP_ERR_UNSUPPORTED);
+    /* the GPU planner refuses ops it has no kernel for, by layer */
+    ck_assert_int_eq(tp_model_params_shapes(&m, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_model_build_graph(&m, &p, 1, &g, &e), TP_OK);
+    tp_policy pol;
+    tp_policy_init(&pol, TP_PREC_FP16);
+    tp_plan plan;
+    ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &plan, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "model.embed_tokens"));
+    tp_policy_init(&pol, TP_PREC_FP32);
+    ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 0, &plan, &e), TP_OK);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
+/* The configuration survives JSON (engine files) exactly; the reader is strict. */
+START_TEST(test_json_roundtrip) {
+    const char *names[] = {"gemma-2b", "llama-3.2-1b", "qwen2.5-7b", "mistral-7b"};
+    tp_error e = {0};
+    for (int i = 0; i < 4; i++) {
+        tp_model m = model_of(names[i]), back;
+        json_t *j = tp_model_to_json(&m);
+        ck_assert_ptr_nonnull(j);
+        ck_assert_msg(tp_model_from_json(j, NULL, &back, &e) == TP_OK, "%s: %s", names[i], e.msg);
+        ck_assert_msg(memcmp(m.cfg.bytes, back.cfg.bytes, m.family->cfg_size) == 0, "%s changed through JSON",
+                      names[i]);
+        json_object_set_new(j, "extra", json_integer(1));
+        ck_assert_int_eq(tp_model_from_json(j, NULL, &back, &e), TP_ERR_FORMAT);
+        ck_assert_ptr_nonnull(strstr(e.msg, "extra"));
+        json_decref(j);
+    }
+}
+END_TEST
+
+/* RoPE's llama3 frequencies: the bands of HF's _compute_llama3_parameters (values computed by its formula). */
+START_TEST(test_rope_llama3) {
+    tp_rope r = {TP_ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192};
+    float f[32];
+    tp_rope_inv_freq(&r, 64, f);
+    ck_assert_float_eq_tol(f[0], 1.0f, 1e-7f);                   /* high frequency: kept */
+    const float raw = 1.0f / powf(500000.0f, 62.0f / 64.0f);     /* the lowest: wavelength > 8192, divided by 32 */
+    ck_assert_float_eq_tol(f[31], raw / 32.0f, raw * 1e-6f);
+    int kept = 0, scaled = 0, smooth = 0;
+    for (int i = 0; i < 32; i++) {
+        const float base = 1.0f / powf(500000.0f, (float)(2 * i) / 64.0f);
+        if (f[i] == base) kept++;
+        else if (fabsf(f[i] - base / 32.0f) <= base * 1e-6f) scaled++;
+        else smooth++;
+    }
+    ck_assert_msg(kept > 0 && scaled > 0 && smooth > 0, "bands kept %d scaled %d smoothed %d", kept, scaled, smooth);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("decoder");
+    TCase *t = tcase_create("decoder");
+    tcase_set_timeout(t, 120);
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_golden_llama);
+    tcase_add_test(t, test_golden_qwen2);
+    tcase_add_test(t, test_golden_gemma);
+    tcase_add_test(t, test_golden_mistral);
+    tcase_add_test(t, test_cache_equals_full_pass);
+    tcase_add_test(t, test_names_shapes_flop);
+    tcase_add_test(t, test_refusals);
+    tcase_add_test(t, test_json_roundtrip);
+    tcase_add_test(t, test_rope_llama3);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
