@@ -167,5 +167,24 @@ expect_error "--reference gpu on the CPU" "--reference gpu" bench --device cpu -
 expect_ok "--reference none" "Accuracy: not checked" bench "${golden[@]}" --reference none
 expect_ok "models lists the family" "^vit  *vit_base_patch16_224" models
 
+# Decoders (issue 20): HF checkpoints by folder, their config.json, prefill on the CPU, refusals by name
+dec=(--device cpu --model llama-tiny --batch 3 --duration 0 --iterations 1 --warmup 0)
+expect_ok "models lists the decoders" "^decoder  *Llama-3.2-1B  *llama-3.2-1b" models
+expect_ok "decoder prefill on the CPU" "sequences/s" bench "${dec[@]}" --prompt 19 --gen 3
+expect_ok "HF checkpoint folder (sharded)" "configuration from tests/fixtures/hf_llama_tiny/config.json" \
+  bench "${dec[@]}" --prompt 19 --weights tests/fixtures/hf_llama_tiny
+expect_ok "HF checkpoint: the model named by its folder" "hf_gemma_tiny (GemmaForCausalLM" \
+  bench "${dec[@]}" --prompt 8 --weights tests/fixtures/hf_gemma_tiny/model.safetensors
+printf '1 2 3 x' >"$tmp/tokens.txt"
+expect_error "token file with a non-integer" "token 4 is not an integer" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
+printf '1 2 3' >"$tmp/tokens.txt"
+expect_error "token file too short" "3 token ids, the prompt needs 4" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
+printf '1 2 3 999' >"$tmp/tokens.txt"
+expect_error "token outside the vocabulary" "outside the vocabulary" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
+expect_error "decoder knob bad value" "--prompt '0'" bench "${dec[@]}" --prompt 0
+expect_error "decoder on a GPU target" "rmsnorm has no CUDA kernel\|token_embed has no CUDA kernel" \
+  build --model llama-tiny --batch 1 --precision fp16 --arch sm_90 -o "$tmp/d.tpe"
+expect_ok "lint: decoder rules" "separate q, k, v" lint --model llama-3.1-8b
+
 echo "test_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -152,7 +152,8 @@ static void rule_head_dim(const tp_lint_model *m, const tp_lint_format *f, tp_li
     value(c, "embed_dim", m->sh.embed_dim);
     value(c, "heads", m->sh.heads);
     value(c, "block", b);
-    DETAIL(c, "D = %d / %d heads = %d; ", m->sh.embed_dim, m->sh.heads, D);
+    if ((int64_t)D * m->sh.heads == m->sh.embed_dim) DETAIL(c, "D = %d / %d heads = %d; ", m->sh.embed_dim, m->sh.heads, D);
+    else DETAIL(c, "D = %d (the model's head dim, %d heads over embed %d); ", D, m->sh.heads, m->sh.embed_dim);
     if (multiple(c, D, b)) return;
     c->status = TP_LINT_FAIL;
     family_fix(m, TP_FIX_HEAD_DIM, b, 0, c);
@@ -165,6 +166,11 @@ static void rule_head_dim(const tp_lint_model *m, const tp_lint_format *f, tp_li
 static void rule_class_token(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
     if (not_blocked(f, c)) return;
     value(c, "class_tokens", m->sh.extra_tokens);
+    if (!m->sh.patch_size) {
+        c->status = TP_LINT_NA;
+        DETAIL(c, "not an image model: no class token");
+        return;
+    }
     if (!m->sh.extra_tokens) {
         DETAIL(c, "no class token: T = %d patches", m->sh.patches);
         return;
@@ -285,6 +291,12 @@ static void rule_kept_high(const tp_lint_model *m, const tp_lint_format *f, tp_l
 static void rule_layout(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
     (void)f;
     const int D = m->sh.head_dim, H = m->sh.heads, C = m->sh.embed_dim;
+    if (!m->sh.packed_qkv) {
+        c->status = TP_LINT_NA;
+        DETAIL(c, "separate q, k, v (%d heads over %d KV heads): this rule checks the packed-qkv attention kernel", H,
+               m->sh.kv_heads);
+        return;
+    }
     value(c, "T", m->sh.tokens);
     value(c, "H", H);
     value(c, "D", D);
@@ -398,8 +410,10 @@ void tp_lint_print(const tp_lint_result *r, FILE *f) {
     const tp_lint_model *m = &r->model;
     fprintf(f, "tprof lint: %s (%s)\n", tp_model_name(&m->model), m->model.family->title);
     fprintf(f, "  %s\n", m->sh.tokens_how);
-    fprintf(f, "  embed %d, %d heads -> head dim %d; mlp hidden %d; depth %d\n", m->sh.embed_dim, m->sh.heads, m->sh.head_dim,
-            m->sh.mlp_hidden, m->sh.depth);
+    fprintf(f, "  embed %d, %d heads", m->sh.embed_dim, m->sh.heads);
+    if (m->sh.kv_heads && m->sh.kv_heads != m->sh.heads)
+        fprintf(f, " (%d KV head%s)", m->sh.kv_heads, m->sh.kv_heads == 1 ? "" : "s");
+    fprintf(f, " -> head dim %d; mlp hidden %d; depth %d\n", m->sh.head_dim, m->sh.mlp_hidden, m->sh.depth);
     fprintf(f, "  GEMMs (N x K):");
     for (int i = 0; i < m->sh.n_gemms; i++)
         fprintf(f, "%s %s %lld x %lld%s", i ? "," : "", short_layer(m->sh.gemms[i].layer), (long long)m->sh.gemms[i].n,

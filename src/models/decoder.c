@@ -580,6 +580,7 @@ static tp_status shapes(const void *cfg, tp_model_shapes *m, tp_error *err) {
     m->tokens = c->prompt;
     snprintf(m->tokens_how, sizeof m->tokens_how, "a prompt of %d tokens (--prompt)", c->prompt);
     m->heads = c->heads;
+    m->kv_heads = c->kv_heads;
     m->head_dim = c->head_dim;
     m->embed_dim = c->hidden;
     m->mlp_hidden = c->inter;

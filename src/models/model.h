@@ -99,6 +99,8 @@ typedef struct {
     int tokens;            /* attention sequence length T */
     char tokens_how[160];  /* how T comes about, in the family's words */
     int heads, head_dim, embed_dim, mlp_hidden, depth;
+    int kv_heads;   /* KV heads (grouped-query attention); heads when every head has its own */
+    int packed_qkv; /* 1: attention reads one (B, T, 3, H, D) qkv tensor (ViT); 0: separate q, k, v (decoders) */
     int n_gemms;
     tp_model_gemm gemms[TP_SHAPES_MAX_GEMMS];
 } tp_model_shapes;

@@ -801,6 +801,8 @@ static tp_status vit_shapes(const void *c_, tp_model_shapes *m, tp_error *err) {
     m->heads = cfg->num_heads;
     m->embed_dim = cfg->embed_dim;
     m->head_dim = cfg->embed_dim / cfg->num_heads;
+    m->kv_heads = cfg->num_heads;
+    m->packed_qkv = 1;
     m->mlp_hidden = tp_vit_mlp_hidden(cfg);
     m->depth = cfg->depth;
     snprintf(m->tokens_how, sizeof m->tokens_how, "image %d, patch %d -> %d x %d = %d patches", cfg->img_size,
