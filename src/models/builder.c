@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/check.h"
 #include "core/util.h"
 
 int tp_pb_add(tp_param_builder *b, const char *name, int init, int ndim, int64_t d0, int64_t d1, int64_t d2,
@@ -133,4 +134,13 @@ tp_status tp_fam_jkeys(const json_t *o, const char *where, const char *const *ke
         if (!ok) return tp_fail(err, TP_ERR_FORMAT, "%s: unknown key '%.64s'", where, k);
     }
     return TP_OK;
+}
+
+void tp_shapes_add_gemm(tp_model_shapes *m, const char *layer, int64_t n, int64_t k, int kept_high) {
+    CHECK(m->n_gemms < TP_SHAPES_MAX_GEMMS);
+    tp_model_gemm *g = &m->gemms[m->n_gemms++];
+    g->n = n;
+    g->k = k;
+    g->kept_high = kept_high;
+    snprintf(g->layer, sizeof g->layer, "%s", layer);
 }

@@ -46,6 +46,9 @@ int tp_gb_linear(tp_graph_builder *b, const char *layer, int x, int bias, int nd
 int tp_gb_add(tp_graph_builder *b, const char *layer, int x, int y, int ndim, const int64_t *shape,
               const char *out_name);
 
+/* Appends one GEMM shape (N x K per token) to m->gemms for tprof lint (at most TP_SHAPES_MAX_GEMMS: CHECK). */
+void tp_shapes_add_gemm(tp_model_shapes *m, const char *layer, int64_t n, int64_t k, int kept_high);
+
 /* ---- command-line knobs and JSON configurations ---- */
 
 /* s as an integer (or a real) in [lo, hi] into *out: 0, or -1 with TP_ERR_ARG "NAME 'S': expected ..." in err. */

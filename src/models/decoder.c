@@ -564,14 +564,6 @@ static tp_status make_input(const void *cfg, int B, uint64_t seed, const char *p
 
 /* ---- tprof lint ---------------------------------------------------------------------------------------- */
 
-static void add_gemm(tp_model_shapes *m, const char *layer, int64_t n, int64_t k, int kept_high) {
-    CHECK(m->n_gemms < TP_SHAPES_MAX_GEMMS);
-    m->gemms[m->n_gemms].n = n;
-    m->gemms[m->n_gemms].k = k;
-    m->gemms[m->n_gemms].kept_high = kept_high;
-    snprintf(m->gemms[m->n_gemms++].layer, sizeof m->gemms[0].layer, "%s", layer);
-}
-
 static tp_status shapes(const void *cfg, tp_model_shapes *m, tp_error *err) {
     const tp_decoder_config *c = cfg;
     memset(m, 0, sizeof *m);
@@ -586,14 +578,14 @@ static tp_status shapes(const void *cfg, tp_model_shapes *m, tp_error *err) {
     m->mlp_hidden = c->inter;
     m->depth = c->layers;
     const int64_t C = c->hidden, QD = (int64_t)c->heads * c->head_dim, KD = (int64_t)c->kv_heads * c->head_dim;
-    add_gemm(m, "model.layers.*.self_attn.q_proj", QD, C, 0);
-    add_gemm(m, "model.layers.*.self_attn.k_proj", KD, C, 0);
-    add_gemm(m, "model.layers.*.self_attn.v_proj", KD, C, 0);
-    add_gemm(m, "model.layers.*.self_attn.o_proj", C, QD, 0);
-    add_gemm(m, "model.layers.*.mlp.gate_proj", c->inter, C, 0);
-    add_gemm(m, "model.layers.*.mlp.up_proj", c->inter, C, 0);
-    add_gemm(m, "model.layers.*.mlp.down_proj", C, c->inter, 0);
-    add_gemm(m, "lm_head", c->vocab, C, 1);
+    tp_shapes_add_gemm(m, "model.layers.*.self_attn.q_proj", QD, C, 0);
+    tp_shapes_add_gemm(m, "model.layers.*.self_attn.k_proj", KD, C, 0);
+    tp_shapes_add_gemm(m, "model.layers.*.self_attn.v_proj", KD, C, 0);
+    tp_shapes_add_gemm(m, "model.layers.*.self_attn.o_proj", C, QD, 0);
+    tp_shapes_add_gemm(m, "model.layers.*.mlp.gate_proj", c->inter, C, 0);
+    tp_shapes_add_gemm(m, "model.layers.*.mlp.up_proj", c->inter, C, 0);
+    tp_shapes_add_gemm(m, "model.layers.*.mlp.down_proj", C, c->inter, 0);
+    tp_shapes_add_gemm(m, "lm_head", c->vocab, C, 1);
     return TP_OK;
 }
 

@@ -771,14 +771,6 @@ static void vit_fix_dims(const tp_model_shapes *m, int block, int mult, char *bu
     }
 }
 
-static void add_gemm(tp_model_shapes *m, const char *layer, int64_t n, int64_t k, int kept_high) {
-    CHECK(m->n_gemms < TP_SHAPES_MAX_GEMMS);
-    m->gemms[m->n_gemms].n = n;
-    m->gemms[m->n_gemms].k = k;
-    m->gemms[m->n_gemms].kept_high = kept_high;
-    snprintf(m->gemms[m->n_gemms++].layer, sizeof m->gemms[0].layer, "%s", layer);
-}
-
 /* An image the patch does not divide is a lint rule (the model would crop it), not an error: the rest of the
  * configuration is validated with the image cropped to whole patches. */
 static tp_status vit_shapes(const void *c_, tp_model_shapes *m, tp_error *err) {
@@ -812,12 +804,12 @@ static tp_status vit_shapes(const void *c_, tp_model_shapes *m, tp_error *err) {
     else
         tp_append(m->tokens_how, sizeof m->tokens_how, " = %d tokens (no class token)", m->tokens);
     const int64_t C = cfg->embed_dim, H = m->mlp_hidden, P = cfg->patch_size;
-    add_gemm(m, "blocks.*.attn.qkv", 3 * C, C, 0);
-    add_gemm(m, "blocks.*.attn.proj", C, C, 0);
-    add_gemm(m, "blocks.*.mlp.fc1", H, C, 0);
-    add_gemm(m, "blocks.*.mlp.fc2", C, H, 0);
-    add_gemm(m, "patch_embed.proj", C, 3 * P * P, 1); /* Conv2d(3, C, P, stride P) as a GEMM */
-    if (cfg->num_classes > 0) add_gemm(m, "head", cfg->num_classes, C, 1);
+    tp_shapes_add_gemm(m, "blocks.*.attn.qkv", 3 * C, C, 0);
+    tp_shapes_add_gemm(m, "blocks.*.attn.proj", C, C, 0);
+    tp_shapes_add_gemm(m, "blocks.*.mlp.fc1", H, C, 0);
+    tp_shapes_add_gemm(m, "blocks.*.mlp.fc2", C, H, 0);
+    tp_shapes_add_gemm(m, "patch_embed.proj", C, 3 * P * P, 1); /* Conv2d(3, C, P, stride P) as a GEMM */
+    if (cfg->num_classes > 0) tp_shapes_add_gemm(m, "head", cfg->num_classes, C, 1);
     return TP_OK;
 }
 
