@@ -182,8 +182,8 @@ expect_error "token file too short" "3 token ids, the prompt needs 4" bench "${d
 printf '1 2 3 999' >"$tmp/tokens.txt"
 expect_error "token outside the vocabulary" "outside the vocabulary" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
 expect_error "decoder knob bad value" "--prompt '0'" bench "${dec[@]}" --prompt 0
-expect_error "decoder on a GPU target" "rmsnorm has no CUDA kernel\|token_embed has no CUDA kernel" \
-  build --model llama-tiny --batch 1 --precision fp16 --arch sm_90 -o "$tmp/d.tpe"
+expect_error "decoder in fp8 on a GPU target" "token_embed runs fp32, fp16 and bf16 on the GPU in this tprof, not fp8" \
+  build --model llama-tiny --batch 1 --precision fp8 --arch sm_90 -o "$tmp/d.tpe"
 expect_ok "lint: decoder rules" "separate q, k, v" lint --model llama-3.1-8b
 
 echo "test_cli: $pass passed, $fail failed"

@@ -279,14 +279,24 @@ START_TEST(test_refusals) {
     tp_graph g;
     const tp_step_shape s = {1, 1, 0, 1, 0};
     ck_assert_int_eq(tp_model_build_step(&v, NULL, &s, &g, &e), TP_ERR_UNSUPPORTED);
-    /* the GPU planner refuses ops it has no kernel for, by layer */
+    /* the GPU planner refuses the formats the decoder ops have no kernels for, by layer; it takes fp16 */
     ck_assert_int_eq(tp_model_params_shapes(&m, &p, &e), TP_OK);
     ck_assert_int_eq(tp_model_build_graph(&m, &p, 1, &g, &e), TP_OK);
     tp_policy pol;
-    tp_policy_init(&pol, TP_PREC_FP16);
+    tp_policy_init(&pol, TP_PREC_FP8);
     tp_plan plan;
     ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &plan, &e), TP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "model.embed_tokens"));
+    tp_policy_init(&pol, TP_PREC_FP16);
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    /* the residual adds go into the o_proj and down_proj epilogues; the KV ops' bytes are the rows they touch */
+    int fused = 0;
+    for (int i = 0; i < g.n_ops; i++) fused += plan.op_epilogue_add[i] >= 0;
+    ck_assert_int_eq(fused, 2 * 2);
+    for (int i = 0; i < g.n_ops; i++)
+        if (g.ops[i].kind == TP_OP_KV_APPEND) /* k and v (1, 128, 2 x 16) fp16, read then written */
+            ck_assert_double_eq(tp_plan_op_bytes(&plan, &g, i), 4.0 * 128 * 32 * 2);
+    tp_plan_free(&plan);
     tp_policy_init(&pol, TP_PREC_FP32);
     ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 0, &plan, &e), TP_OK);
     tp_plan_free(&plan);

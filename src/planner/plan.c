@@ -271,8 +271,9 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
     return tp_plan_build_policy(g, &pol, sm, p, err);
 }
 
-/* The ops the CUDA engine (exec/cuda/engine/engine_launch.c) launches; a GPU plan refuses the others by name. */
-static int cuda_runs(const tp_op *op) {
+/* The ops the CUDA engine (exec/cuda/engine/engine_launch.c) launches in a plan of precision prec; a GPU plan
+ * refuses the others by name. The decoder ops run in fp32, fp16 and bf16 (their quantized paths are not built). */
+static int cuda_runs(const tp_op *op, tp_precision prec) {
     switch (op->kind) {
     case TP_OP_PATCH_EMBED:
     case TP_OP_EMBED_TOKENS:
@@ -281,7 +282,13 @@ static int cuda_runs(const tp_op *op) {
     case TP_OP_ATTENTION:
     case TP_OP_GELU:
     case TP_OP_ADD: return 1;
-    case TP_OP_POOL: return op->pool_mode == 0 || op->pool_mode == 1;
+    case TP_OP_POOL: return 1;
+    case TP_OP_TOKEN_EMBED:
+    case TP_OP_RMSNORM:
+    case TP_OP_ROPE:
+    case TP_OP_GLU:
+    case TP_OP_KV_APPEND:
+    case TP_OP_KV_ATTENTION: return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16;
     default: return 0;
     }
 }
@@ -312,9 +319,10 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         if (cst) return cst;
     }
     for (int i = 0; sm && i < g->n_ops; i++)
-        if (!cuda_runs(&g->ops[i]))
-            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s has no CUDA kernel in this tprof yet (decoders run on "
-                           "the CPU executor: --device cpu)", g->ops[i].layer, tp_op_kind_name(g->ops[i].kind));
+        if (!cuda_runs(&g->ops[i], prec))
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s runs fp32, fp16 and bf16 on the GPU in this tprof, "
+                           "not %s (its quantized path is not built yet)", g->ops[i].layer,
+                           tp_op_kind_name(g->ops[i].kind), tp_precision_name(prec));
     p->requested = prec;
     p->sm = sm;
     p->n_values = g->n_values;
@@ -368,6 +376,19 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
                 goto out;
             }
             if ((st = plan_attention(g, pol, i, sm, p, err))) goto out;
+            break;
+        case TP_OP_RMSNORM:
+            snprintf(p->op_note[i], sizeof p->op_note[i], "%s in/out, fp32 statistics%s", act,
+                     op->norm_offset != 0.0f ? ", x_hat * (1 + w)" : "");
+            break;
+        case TP_OP_ROPE:
+            snprintf(p->op_note[i], sizeof p->op_note[i], "%s in/out, fp32 angles as HF forms them, accurate sin/cos",
+                     act);
+            break;
+        case TP_OP_KV_APPEND: snprintf(p->op_note[i], sizeof p->op_note[i], "KV cache in %s", act); break;
+        case TP_OP_KV_ATTENTION:
+            snprintf(p->op_note[i], sizeof p->op_note[i], "%s Q and KV cache, causal, %d heads over %d KV heads, fp32 "
+                     "softmax", act, op->heads, op->kv_heads);
             break;
         default: snprintf(p->op_note[i], sizeof p->op_note[i], "%s, fp32 math", act); break;
         }
@@ -440,10 +461,35 @@ out:
     return st;
 }
 
+/* The bytes of the decoder ops that read part of a tensor: -1 for the others. */
+static double decoder_op_bytes(const tp_plan *p, const tp_graph *g, const tp_op *op) {
+    const tp_value *x = &g->values[op->in[0]], *o = &g->values[op->out];
+    const double xb = (double)tp_value_numel(x) * (double)tp_dtype_info(p->value_dt[op->in[0]])->bytes;
+    const double ob = tp_dtype_info(p->value_dt[op->out])->bytes;
+    switch (op->kind) {
+    case TP_OP_TOKEN_EMBED: /* the ids, one table row per token, the output */
+        return xb + 2.0 * (double)tp_value_numel(o) * ob;
+    case TP_OP_KV_APPEND: /* k and v read, their rows written into the cache */
+        return 4.0 * xb;
+    case TP_OP_KV_ATTENTION: { /* q, the past + T cached K and V rows, the output */
+        const tp_value *c = &g->values[op->in[1]];
+        const double rows = (double)c->shape[1] * (double)(g->past + g->tokens);
+        return xb + 2.0 * rows * (double)c->shape[3] * (double)tp_dtype_info(p->value_dt[op->in[1]])->bytes +
+               (double)tp_value_numel(o) * ob;
+    }
+    case TP_OP_POOL: /* one row of each sequence */
+        if (op->pool_mode != 2) return -1;
+        return 2.0 * (double)tp_value_numel(o) * ob;
+    default: return -1;
+    }
+}
+
 double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
     const tp_op *op = &g->ops[i];
     double b = 0;
     if (p->op_fused_into && p->op_fused_into[i] >= 0) return 0.0; /* its bytes are the fusing GEMM's */
+    const double db = decoder_op_bytes(p, g, op);
+    if (db >= 0) return db;
     if (p->op_epilogue_add && p->op_epilogue_add[i] >= 0) {   /* + the residual read by the epilogue */
         const tp_op *a = &g->ops[p->op_epilogue_add[i]];
         const int r = a->in[0] == op->out ? a->in[1] : a->in[0];
