@@ -33,6 +33,20 @@ for s in $steps; do
     "$BUILD/tprof" bench --model vit-b16 --batch 64 --precision fp32,fp16,bf16,fp8 --plan \
       --json "$OUT/bench_all_precisions.json" || rc=1
     ;;
+  decoder)
+    echo "=== decoder: a Llama-7B-shaped layer (1 layer, vocabulary 256: the layer's weights dominate), decode with ~1024 cached tokens"
+    "$BUILD/tprof" bench --model llama-2-7b --layers 1 --vocab 256 --prompt 992 --gen 64 --batch 1 \
+      --precision fp16,bf16 --json "$OUT/decoder_llama7b_layer.json" || rc=1
+    echo "=== decoder: llama-3.2-1b, pp512 tg128, batch 1 and 8"
+    "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1,8 --precision fp16,bf16 \
+      --json "$OUT/decoder_llama32_1b.json" || rc=1
+    ;;
+  hfpeers)
+    echo "=== HF transformers on the same GPU (bench/hf_peers.py)"
+    python3 bench/hf_peers.py --model llama-3.2-1b --prompt 512 --gen 128 --json "$OUT/hf_peers_llama32_1b.json" || rc=1
+    python3 bench/hf_peers.py --model llama-2-7b --layers 1 --vocab 256 --prompt 992 --gen 64 \
+      --json "$OUT/hf_peers_llama7b_layer.json" || rc=1
+    ;;
   image)
     img=/opt/torch/.venv/lib/python3.12/site-packages/skimage/data
     echo "=== real images from $img"

@@ -3,6 +3,7 @@
  * runs, accuracy against the reference, optional CUPTI profile; then the GPU's measured rates and each engine's
  * roofline floor. Output goes through the writer hooks (report/bench_report.h). */
 #include "bench/bench.h"
+#include "bench/decode.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -192,6 +193,10 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     }
     if ((st = tp_model_build_graph(mp, &c->params, B, &c->g, err))) return st;
     rep->g = &c->g;
+    if (c->g.kv_len > 0) { /* a decoder: the graph is the prefill; decoding follows it (decode.h) */
+        rep->prompt = (int)c->g.tokens;
+        rep->gen = (int)(c->g.kv_len - c->g.tokens);
+    }
     rep->flop = tp_graph_flop(&c->g);
     rep->matmul_flop = tp_graph_matmul_flop(&c->g);
     const tp_value *ov = &c->g.values[c->g.output];
@@ -237,6 +242,8 @@ static tp_status reference(run_ctx *c, tp_error *err) {
     else
 #endif
         st = tp_cpu_run(&c->gref, &c->params, c->input, c->ref, err);
+    if (!st && rep->gen > 0 && rep->dev == TP_DEVICE_GPU) /* the engines' generation is checked against it */
+        st = tp_bench_reference_decode(rep, &c->params, c->input, rep->ref_rows, rep->reference == TP_REF_GPU, err);
     if (st) return st;
     rep->ref_ms = tp_now_ms() - t0;
     c->have_ref = 1;
@@ -351,6 +358,7 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     if (!st) st = tp_engine_get_output(e, c->out, err);
     if (!st) st = tp_engine_benchmark(e, o->warmup_ms, o->iterations, o->duration_s * 1e3, &r->samples, &r->n,
                                       &r->wall_ms, err);
+    if (!st && c->rep.gen > 0) st = tp_bench_decode(&c->rep, &c->params, pol, e, r, err);
     int n_fp8_attn = 0;
     for (int i = 0; i < g->n_ops; i++) n_fp8_attn += g->ops[i].kind == TP_OP_ATTENTION && plan->op_prec[i] == TP_PREC_FP8;
     if (!st && n_fp8_attn) st = attention_cost(e, g, plan, r, err);
@@ -461,6 +469,12 @@ static tp_status rates_and_floors(run_ctx *c, tp_error *err) {
             tp_roofline_op(c->rt, r->cost[i].prec, r->cost[i].matmul_flop, r->cost[i].bytes, &f);
             tp_roofline_add(&r->floor, &f);
         }
+        r->dec_floor = (tp_roofline_floor){0, 0, 0, 1};
+        for (int i = 0; i < r->n_dec_cost; i++) {
+            tp_roofline_floor f;
+            tp_roofline_op(c->rt, r->dec_cost[i].prec, r->dec_cost[i].matmul_flop, r->dec_cost[i].bytes, &f);
+            tp_roofline_add(&r->dec_floor, &f);
+        }
     }
     rep->rates = c->rt;
     printf("\nDense GEMM peaks measured on this GPU (8192^3, cuBLASLt; the MFU denominators):");
@@ -527,6 +541,9 @@ static void run_free(run_ctx *c) {
             json_decref(r->plan);
             free(r->attn_cost);
             free(r->cost);
+            free(r->step_ms);
+            free(r->tokens);
+            free(r->dec_cost);
             json_decref(r->profile);
             if (r->has_prof) {
                 tp_trace_free(&r->trace);
@@ -534,6 +551,7 @@ static void run_free(run_ctx *c) {
             }
         }
     free(rep->res);
+    free(rep->ref_tokens);
     free(c->input);
     free(c->calib);
     free(c->ref);

@@ -129,6 +129,20 @@ typedef struct {
     tp_roofline_floor floor; /* the engine's roofline floor per forward pass (GPU runs) */
     tp_trace trace;
     tp_profile_summary prof;
+    /* models with a KV cache (decoders): the timed runs above are the prefill of the prompt (TTFT); then greedy
+     * decoding, `gen` steps of one token per sequence, each step one graph replay timed with CUDA events, over
+     * `rounds` rounds (each a fresh prefill, then the steps) */
+    int has_decode;
+    int gen, rounds;
+    double *step_ms;           /* rounds x gen, ms */
+    tp_latency_stats dec;      /* over every step */
+    float *tokens;             /* (gen, B) the first round's greedy tokens (fp32 integers) */
+    double greedy_agree;       /* of the reference's rows: generated tokens equal to the FP32 reference's, up to
+                                  each row's first difference; NAN when not checked */
+    int first_diff;            /* the first step where a row differs from the reference; -1 none */
+    tp_op_cost *dec_cost;      /* per op of the decode graph (at the middle of the generation's context) */
+    int n_dec_cost;
+    tp_roofline_floor dec_floor; /* per decode step */
 } tp_bench_result;
 
 /* What the writers read: the run as a whole. Valid during the hooks. */
@@ -153,6 +167,8 @@ struct tp_bench_report {
     int n_res;               /* engines done so far */
     int base;                /* speedups are against res[base] */
     const tp_roofline_rates *rates; /* measured rates (GPU only), NULL otherwise */
+    int prompt, gen;         /* models with a KV cache: the prefill's tokens and the decode steps (0, 0 otherwise) */
+    float *ref_tokens;       /* (gen, ref_rows) the FP32 reference's greedy tokens; NULL when not run */
 };
 
 /* Runs the benchmark. Errors (one line in err): bad options (TP_ERR_ARG), unreadable or mismatching weights and

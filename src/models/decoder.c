@@ -296,6 +296,7 @@ static const tp_knob KNOBS[] = {
     {"--prompt", "N", "prompt tokens: the prefill's length (default 128)"},
     {"--gen", "N", "tokens generated after the prompt: decode steps (default 128)"},
     {"--layers", "N", "decoder layers (num_hidden_layers)"},
+    {"--vocab", "N", "vocabulary (vocab_size): e.g. a layer's decode time without the LM head's weight"},
     {NULL, NULL, NULL},
 };
 
@@ -315,6 +316,10 @@ static int knob(void *cfg, const char *name, const char *val, tp_error *err) {
     } else if (strcmp(name, "--layers") == 0) {
         if (tp_fam_parse_long(name, val, 1, 4096, &v, err)) return -1;
         c->layers = (int)v;
+        mark_custom(c);
+    } else if (strcmp(name, "--vocab") == 0) {
+        if (tp_fam_parse_long(name, val, 1, 1 << 24, &v, err)) return -1;
+        c->vocab = (int)v;
         mark_custom(c);
     } else {
         return 0;

@@ -30,6 +30,22 @@ static void print_plan(const tp_graph *g, const tp_plan *p) {
     }
 }
 
+/* Decoders: the timed runs are the prefill (time to first token), then the greedy decode steps (decode.h). */
+static void print_prefill_decode(const tp_bench_report *rep, const tp_bench_result *r) {
+    const int B = rep->o->batch;
+    printf("Prefill (pp%d): time to first token %.4f ms (median), %.1f prompt tokens/s\n", rep->prompt,
+           r->lat.median, B * rep->prompt / (r->lat.median * 1e-3));
+    if (!r->has_decode) return;
+    const tp_latency_stats *d = &r->dec;
+    printf("Decode (tg%d): %.4f ms per step (median), p99 %.4f ms, min %.4f ms, over %d steps in %d rounds -> %.1f "
+           "tokens/s (batch %d)\n", r->gen, d->median, d->p99, d->min, d->n, r->rounds, B / (d->median * 1e-3), B);
+    if (isfinite(r->greedy_agree))
+        printf("Greedy tokens vs the FP32 reference: %.1f %% agree (%d sequence%s x %d tokens, up to each one's first "
+               "difference)%s\n", 100 * r->greedy_agree, rep->ref_rows, rep->ref_rows == 1 ? "" : "s", r->gen + 1,
+               r->first_diff < 0 ? "; identical" : "");
+    if (r->first_diff >= 0) printf("  first difference at generated token %d\n", r->first_diff);
+}
+
 static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) {
     const tp_bench_options *o = rep->o;
     const char *device = rep->device, *unit = rep->input.unit;
@@ -58,6 +74,7 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
                tp_fmt_bytes(r->act_bytes, ab, sizeof ab), r->build_ms);
     }
     if (r->attn_impl[0]) printf("Attention (chosen when the engine was built): %s\n", r->attn_impl);
+    if (rep->prompt > 0) print_prefill_decode(rep, r);
     if (r->gelu_impl[0]) printf("GEMM + GELU (chosen when the engine was built): %s\n", r->gelu_impl);
     if (r->n_quant_ops)
         printf("%s: %d of %d ops run %s GEMMs%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
@@ -86,6 +103,45 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
            "max abs error = %.3e, %s%s\n",
            rep->reference == TP_REF_GPU ? "GPU" : "CPU", ref_rows, o->batch, unit, a->cosine, a->rel_l2, a->max_abs,
            top1, a->nonfinite ? "  NON-FINITE VALUES IN OUTPUT" : "");
+}
+
+static json_t *json_stats(const tp_latency_stats *l);
+
+/* Decoders: llama-bench's tests (pp<prompt>, tg<gen>, each with avg and stddev tokens/s as llama-bench prints
+ * them, here from the median), TTFT, the decode steps, the greedy agreement and the decode step's floor. */
+static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
+    const int B = rep->o->batch;
+    json_t *j = json_object(), *tests = json_array();
+    char name[32];
+    snprintf(name, sizeof name, "pp%d", rep->prompt);
+    json_array_append_new(tests, json_pack("{s:s,s:i,s:o}", "test", name, "n_tokens", B * rep->prompt,
+                                           "tokens_per_s", json_num(B * rep->prompt / (r->lat.median * 1e-3))));
+    json_object_set_new(j, "ttft_ms", json_num(r->lat.median));
+    if (r->has_decode) {
+        snprintf(name, sizeof name, "tg%d", r->gen);
+        json_array_append_new(tests, json_pack("{s:s,s:i,s:o}", "test", name, "n_tokens", B * r->gen, "tokens_per_s",
+                                               json_num(B / (r->dec.median * 1e-3))));
+        json_object_set_new(j, "decode_step", json_stats(&r->dec));
+        json_t *steps = json_array();
+        for (int k = 0; k < r->rounds * r->gen; k++) json_array_append_new(steps, json_real(r->step_ms[k]));
+        json_object_set_new(j, "decode_step_samples_ms", steps);
+        json_object_set_new(j, "greedy_agreement", json_num(r->greedy_agree));
+        json_object_set_new(j, "first_difference", r->first_diff >= 0 ? json_integer(r->first_diff) : json_null());
+        json_t *tok = json_array();
+        for (int k = 0; k <= r->gen; k++) json_array_append_new(tok, json_integer((json_int_t)r->tokens[(size_t)k * B]));
+        json_object_set_new(j, "tokens_sequence0", tok);
+        if (rep->rates)
+            json_object_set_new(j, "decode_roofline",
+                                json_pack("{s:o,s:o,s:b}", "floor_ms", json_num(r->dec_floor.ns * 1e-6),
+                                          "median_over_floor",
+                                          r->dec_floor.ns > 0 ? json_num(r->dec.median / (r->dec_floor.ns * 1e-6))
+                                                              : json_null(),
+                                          "floor_known", r->dec_floor.known));
+    }
+    json_object_set_new(j, "tests", tests);
+    json_object_set_new(j, "prompt", json_integer(rep->prompt));
+    json_object_set_new(j, "gen", json_integer(rep->gen));
+    return j;
 }
 
 static json_t *json_stats(const tp_latency_stats *l) {
@@ -223,6 +279,7 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
             json_object_set_new(p, "fp8_attention_cost", ac);
         }
         if (r->profile) json_object_set(p, "profile", r->profile);
+        if (rep->prompt > 0) json_object_set_new(p, "llm", json_llm(rep, r));
         json_array_append_new(arr, p);
     }
     json_object_set_new(root, "results", arr);
@@ -363,6 +420,35 @@ static void text_plan(const tp_bench_report *rep, int i, const tp_plan *plan) {
     print_plan(rep->g, plan);
 }
 
+/* llama-bench's table: one row per precision and test, tokens/s; then the decode step against its floor. */
+static void print_llm_table(const tp_bench_report *rep) {
+    const int B = rep->o->batch;
+    printf("\n| model | precision | batch | test | t/s | ms | floor ms | ms / floor |\n| --- | --- | ---: | --- | ---: | "
+           "---: | ---: | ---: |\n");
+    for (int pi = 0; pi < rep->n_res; pi++) {
+        const tp_bench_result *r = &rep->res[pi];
+        const char *pn = tp_precision_name(r->prec);
+        char fl[32] = "", ra[32] = "";
+        if (r->floor.known && r->floor.ns > 0) {
+            snprintf(fl, sizeof fl, "%.4f", r->floor.ns * 1e-6);
+            snprintf(ra, sizeof ra, "%.2f", r->lat.median / (r->floor.ns * 1e-6));
+        }
+        printf("| %s | %s | %d | pp%d | %.1f | %.4f | %s | %s |\n", tp_model_name(&rep->model), pn, B, rep->prompt,
+               B * rep->prompt / (r->lat.median * 1e-3), r->lat.median, fl, ra);
+        if (!r->has_decode) continue;
+        fl[0] = ra[0] = 0;
+        if (r->dec_floor.known && r->dec_floor.ns > 0) {
+            snprintf(fl, sizeof fl, "%.4f", r->dec_floor.ns * 1e-6);
+            snprintf(ra, sizeof ra, "%.2f", r->dec.median / (r->dec_floor.ns * 1e-6));
+        }
+        printf("| %s | %s | %d | tg%d | %.1f | %.4f | %s | %s |\n", tp_model_name(&rep->model), pn, B, r->gen,
+               B / (r->dec.median * 1e-3), r->dec.median, fl, ra);
+    }
+    printf("(pp: the prefill, ms per batch = time to first token; tg: one decode step, ms per token per sequence, "
+           "median over every step; floor: the roofline floor at the measured rates, a decode step's counted at the "
+           "generation's middle context)\n");
+}
+
 static void text_result(const tp_bench_report *rep, int i) {
     print_attention_cost(rep, &rep->res[i]);
     print_summary(rep, &rep->res[i]);
@@ -395,6 +481,7 @@ static tp_status text_end(const tp_bench_report *rep, tp_error *err) {
                                      : "TFLOP/s: model FLOPs per batch over the median; no MFU on the CPU");
     tp_status st = TP_OK;
     if (rep->rates) print_floors(rep->res, rep->n_res, rep->rates);
+    if (rep->prompt > 0) print_llm_table(rep);
     if (o->json_path) st = write_json(rep, err);
 #ifdef TPROF_HAVE_CUDA
     if (!st && o->compare) st = write_compare(rep, err);

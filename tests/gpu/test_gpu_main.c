@@ -25,6 +25,9 @@ Suite *gpu_attention_suite(void); /* tests/gpu/test_gpu_attention.c */
 Suite *gpu_attention_fp8_suite(void); /* tests/gpu/test_gpu_attention_fp8.c */
 Suite *gpu_attention_wgmma_suite(void); /* tests/gpu/test_gpu_attention_wgmma.c */
 Suite *gpu_gemm_sm90_suite(void);       /* tests/gpu/test_gpu_gemm_sm90.c */
+Suite *gpu_decoder_ops_suite(void);     /* tests/gpu/test_gpu_decoder_ops.c */
+Suite *gpu_gemv_suite(void);            /* tests/gpu/test_gpu_gemv.c */
+Suite *gpu_decoder_engine_suite(void);  /* tests/gpu/test_gpu_decoder_engine.c */
 
 #define SKIP_CODE 77
 
@@ -125,6 +128,9 @@ int main(void) {
     srunner_add_suite(sr, gpu_attention_fp8_suite());
     srunner_add_suite(sr, gpu_attention_wgmma_suite());
     srunner_add_suite(sr, gpu_gemm_sm90_suite());
+    srunner_add_suite(sr, gpu_decoder_ops_suite());
+    srunner_add_suite(sr, gpu_gemv_suite());
+    srunner_add_suite(sr, gpu_decoder_engine_suite());
     if (in_process) srunner_set_fork_status(sr, CK_NOFORK); /* CUDA is live here: forked tests could not use it */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

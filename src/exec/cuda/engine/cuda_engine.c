@@ -17,6 +17,7 @@
 #include "exec/cuda/engine/engine_internal.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "exec/cuda/gemm/gemm_sm90.h"
+#include "exec/cuda/kernels/decoder_ops.h"
 #include "exec/cuda/kernels/kernels.h"
 #include "exec/cuda/kernels/patch_embed.h"
 #include "exec/cuda/kernels/scale_layout.h"
@@ -71,12 +72,30 @@ tp_status tp_gpu_query(int device, tp_gpu_info *info, tp_error *err) {
     return TP_OK;
 }
 
+/* A graph with a KV cache: its first op starts from an empty cache (a prefill), and its last ones move the position
+ * on and, decoding greedily, feed the next token back; attributed to the ops around them for the profiler. */
 static tp_status launch_all(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
     tp_status st = TP_OK;
-    for (int i = 0; i < e->g->n_ops && !st; i++) {
-        nvtxRangePushA(e->g->ops[i].layer);
+    if (e->resets_past) {
+        HOOK(e, 0, TP_CAT_MEMORY);
+        if (cudaMemsetAsync(e->d_past, 0, sizeof(int), e->stream) != cudaSuccess)
+            return tp_fail(err, TP_ERR_CUDA, "resetting the KV cache position: %s", cudaGetErrorString(cudaGetLastError()));
+    }
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        nvtxRangePushA(g->ops[i].layer);
         st = tpe_launch_op(e, i, err);
         nvtxRangePop();
+    }
+    if (!st && g->kv_len > 0) {
+        const int last = g->values[g->output].producer;
+        HOOK(e, last, TP_CAT_OTHER);
+        int rc = e->feed_argmax ? tpk_argmax(e->dptr[g->output], e->plan->value_dt[g->output], e->dptr[g->input],
+                                             (int)g->batch, (int)value_cols(e, g->output), e->stream)
+                                : 0;
+        if (!rc) rc = tpk_advance(e->d_past, (int)g->tokens, e->stream);
+        if (rc) st = tp_fail(err, TP_ERR_CUDA, "the decode step's end (argmax, position): %s",
+                             cudaGetErrorString((cudaError_t)rc));
     }
     HOOK(e, -1, TP_CAT_OTHER);
     return st;
@@ -149,11 +168,31 @@ static tp_status upload_native_bs_weight(tp_engine *e, int v, const tp_param *p,
     return st;
 }
 
+/* The shared engine's device copy of parameter value v (the same parameter in the same storage), or -1. */
+static int shared_param(const tp_engine *e, int v) {
+    const tp_engine *s = e->share;
+    const tp_value *val = &e->g->values[v];
+    for (int u = 0; s && u < s->g->n_values; u++) {
+        const tp_value *o = &s->g->values[u];
+        if (o->kind == TP_VAL_PARAM && o->param_index == val->param_index && s->dptr[u] &&
+            s->plan->value_dt[u] == e->plan->value_dt[v] && s->plan->value_qf[u] == e->plan->value_qf[v] &&
+            !s->plan->value_scaled[u] && !e->plan->value_scaled[v])
+            return u;
+    }
+    return -1;
+}
+
 static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = TP_OK;
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].kind != TP_VAL_PARAM) continue;
+        const int sv = shared_param(e, v);
+        if (sv >= 0) { /* the prefill engine's copy: a decode engine adds no weight memory */
+            e->dptr[v] = e->share->dptr[sv];
+            e->wglobal[v] = e->share->wglobal[sv];
+            continue;
+        }
         const tp_param *p = &e->params->params[g->values[v].param_index];
         tp_dtype dt = e->plan->value_dt[v];
         size_t bytes = value_bytes(e, v);
@@ -235,8 +274,27 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
     return TP_OK;
 }
 
-/* Activation buffers: allocated in op order; a buffer whose value is dead is reused by a later value of the
- * same byte size (the transformer's repeated blocks make exact-size reuse enough). */
+/* State value v (the KV cache): the shared engine's buffer of the same name and size, else a buffer of its own,
+ * zeroed (never taken from or given back to the activation pool: it outlives each run). */
+static tp_status state_buffer(tp_engine *e, int v, size_t bytes, tp_error *err) {
+    const tp_engine *s = e->share;
+    for (int u = 0; s && u < s->g->n_values; u++)
+        if (s->g->values[u].kind == TP_VAL_STATE && strcmp(s->g->values[u].name, e->g->values[v].name) == 0) {
+            if (tpe_act_alloc_bytes(s, u) != bytes || s->plan->value_dt[u] != e->plan->value_dt[v])
+                return tp_fail(err, TP_ERR_ARG, "%s: the shared engine's cache has another size or type",
+                               e->g->values[v].name);
+            e->dptr[v] = s->dptr[u];
+            return TP_OK;
+        }
+    tp_status st = tpe_dev_alloc(e, bytes, &e->dptr[v], e->g->values[v].name, err);
+    if (!st && cudaMemset(e->dptr[v], 0, bytes) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "clearing %s", e->g->values[v].name);
+    if (!st) e->act_bytes += (double)bytes;
+    return st;
+}
+
+/* Activation buffers: allocated in op order; a buffer whose value is dead is reused by a later value of the same
+ * byte size (the transformer's repeated blocks make exact-size reuse enough). */
 static tp_status alloc_activations(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     int *last = malloc(sizeof(int) * (size_t)g->n_values);
@@ -255,6 +313,10 @@ static tp_status alloc_activations(tp_engine *e, tp_error *err) {
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         size_t bytes = tpe_act_alloc_bytes(e, op->out);
+        if (g->values[op->out].kind == TP_VAL_STATE) { /* persistent: the share's (by name and size), or its own */
+            if ((st = state_buffer(e, op->out, bytes, err))) goto done;
+            continue;
+        }
         int found = -1;
         for (int k = 0; k < n_free; k++)
             if (free_size[k] == bytes) {
@@ -289,6 +351,58 @@ done:
     return st;
 }
 
+/* A graph with a KV cache: the cache position (the share's, or its own), each RoPE op's frequencies, and each KV
+ * attention op's kernel: a prefill (the graph starts at past 0) of F16/BF16 with a head dim the flash kernel takes
+ * runs tprof's flash attention over the cache's first T rows (attention.h tpk_flash_attention_ex); every other
+ * case the decode kernel (decoder_ops.h tpk_kv_attention), which reads the position on the device. */
+static tp_status setup_kv(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = TP_OK;
+    if (e->feed_argmax) {
+        const tp_value *in = &g->values[g->input], *o = &g->values[g->output];
+        if (in->ndim != 2 || in->shape[1] != 1 || o->ndim != 2 || o->shape[0] != in->shape[0])
+            return tp_fail(err, TP_ERR_ARG, "greedy feedback needs a decode graph: one token in, (B, V) logits out");
+    }
+    if (e->share) e->d_past = e->share->d_past;
+    else if ((st = tpe_dev_alloc(e, sizeof(int), (void **)&e->d_past, "the KV cache position", err))) return st;
+    if (!e->share && cudaMemset(e->d_past, 0, sizeof(int)) != cudaSuccess)
+        return tp_fail(err, TP_ERR_CUDA, "clearing the KV cache position");
+    e->d_invfreq = calloc((size_t)g->n_ops, sizeof(float *));
+    e->kv_flash = calloc((size_t)g->n_ops, sizeof(int));
+    if (!e->d_invfreq || !e->kv_flash) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind == TP_OP_ROPE) {
+            float f[512];
+            if (op->head_dim > 1024) return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: head dim %d", op->layer, op->head_dim);
+            tp_rope_inv_freq(&op->rope, op->head_dim, f);
+            size_t b = sizeof(float) * (size_t)(op->head_dim / 2);
+            if ((st = tpe_dev_alloc(e, b, (void **)&e->d_invfreq[i], op->layer, err))) return st;
+            if ((st = upload(e->d_invfreq[i], f, b, op->layer, err))) return st;
+        }
+        if (op->kind != TP_OP_KV_ATTENTION) continue;
+        const tp_value *c = &g->values[op->in[1]];
+        const int B = (int)c->shape[1], L = (int)c->shape[2], T = (int)g->tokens;
+        const tp_dtype dt = e->plan->value_dt[op->in[0]];
+        const int D = op->head_dim;
+        e->kv_flash[i] = e->resets_past && T > 16 && (dt == TP_F16 || dt == TP_BF16) &&
+                         (D == 32 || D == 64 || D == 80 || D == 96 || D == 128);
+        if (!e->kv_flash[i] && D != 64 && D != 128 && D != 256)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: head dim %d: the decode attention kernel takes 64, 128 "
+                           "and 256", op->layer, D);
+        size_t ws = e->kv_flash[i] ? 0 : tpk_kv_attention_workspace(B, T, op->heads, D, L);
+        if (ws > e->kv_ws_bytes) e->kv_ws_bytes = ws;
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "%s", e->kv_flash[i]
+                     ? "tprof flash attention (attention.h) over the cache's first T rows: a prefill from position 0"
+                     : "tprof decode attention (decoder_ops.h): split-KV over the cache, the position read on the device");
+    }
+    if (e->kv_ws_bytes && (st = tpe_dev_alloc(e, e->kv_ws_bytes, (void **)&e->d_kv_ws, "the decode attention workspace",
+                                              err)))
+        return st;
+    e->act_bytes += (double)e->kv_ws_bytes;
+    return TP_OK;
+}
+
 tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_plan *plan,
                           const tp_engine_options *opt, tp_engine **out, tp_error *err) {
     tp_status st = TP_OK;
@@ -304,6 +418,9 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->hook = opt->hook;
     e->hook_user = opt->hook_user;
     e->weights_q = opt->weights_q;
+    e->share = opt->share;
+    e->feed_argmax = opt->feed_argmax;
+    e->resets_past = g->kv_len > 0 && g->past == 0;
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
     e->d_bscale = calloc((size_t)g->n_values, sizeof(void *));
@@ -312,11 +429,12 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->impl_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->impl_note);
     e->gelu_sm90 = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     e->plain_sm90 = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
+    e->gemv16 = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     h_scales = malloc(sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values);
     if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->gelu_sm90 ||
-        !e->plain_sm90 || !e->wglobal || !e->alpha || !h_scales) {
+        !e->plain_sm90 || !e->gemv16 || !e->wglobal || !e->alpha || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
@@ -363,6 +481,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                       cudaMemcpyHostToDevice));
     st = alloc_activations(e, err);
     if (st) goto fail;
+    if (g->kv_len > 0 && (st = setup_kv(e, err))) goto fail;
 
     /* GEMM plans and the im2col scratch */
     st = tp_gemm_ctx_create(opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), &e->gemm, err);
@@ -464,6 +583,8 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     /* one eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then capture; it is
      * never timed, and every timed or checked run uses the real input set later */
     CU_TRY(cudaMemsetAsync(e->dptr[g->input], 0, value_bytes(e, g->input), e->stream));
+    /* a graph with a KV cache warms up at position 0 (any other could run past the cache's end) */
+    if (g->kv_len > 0) CU_TRY(cudaMemsetAsync(e->d_past, 0, sizeof(int), e->stream));
     st = launch_all(e, err);
     if (st) goto fail;
     CU_TRY(cudaStreamSynchronize(e->stream));
@@ -540,10 +661,89 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->attn);
     free(e->gelu_sm90);
     free(e->plain_sm90);
+    free(e->gemv16);
     free(e->impl_note);
     free(e->wglobal);
     free(e->alpha);
+    free(e->d_invfreq);
+    free(e->kv_flash);
     free(e);
+}
+
+tp_status tp_engine_set_past(tp_engine *e, int64_t past, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = TP_OK;
+    if (g->kv_len <= 0) return tp_fail(err, TP_ERR_ARG, "the engine's graph has no KV cache");
+    if (past < 0 || past + g->tokens > g->kv_len)
+        return tp_fail(err, TP_ERR_ARG, "cache position %lld: %lld new tokens would overflow the cache of %lld",
+                       (long long)past, (long long)g->tokens, (long long)g->kv_len);
+    const int p = (int)past;
+    CU_TRY(cudaMemcpyAsync(e->d_past, &p, sizeof p, cudaMemcpyHostToDevice, e->stream));
+    CU_TRY(cudaStreamSynchronize(e->stream));
+    return TP_OK;
+fail:
+    return st;
+}
+
+tp_status tp_engine_feed_argmax(const tp_engine *from, tp_engine *to, tp_error *err) {
+    const tp_value *o = &from->g->values[from->g->output], *in = &to->g->values[to->g->input];
+    tp_status st = TP_OK;
+    if (o->ndim != 2 || in->ndim != 2 || in->shape[1] != 1 || o->shape[0] != in->shape[0])
+        return tp_fail(err, TP_ERR_ARG, "feeding the next token: (B, V) logits into a (B, 1) input expected");
+    CU_TRY(cudaStreamSynchronize(from->stream));
+    int rc = tpk_argmax(from->dptr[from->g->output], from->plan->value_dt[from->g->output], to->dptr[to->g->input],
+                        (int)o->shape[0], (int)o->shape[1], to->stream);
+    if (rc) return tp_fail(err, TP_ERR_CUDA, "argmax: %s", cudaGetErrorString((cudaError_t)rc));
+    CU_TRY(cudaStreamSynchronize(to->stream));
+    return TP_OK;
+fail:
+    return st;
+}
+
+tp_status tp_engine_decode(tp_engine *e, int steps, double *step_ms, float *tokens, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = TP_OK;
+    if (!e->feed_argmax) return tp_fail(err, TP_ERR_ARG, "tp_engine_decode: a decode engine (greedy feedback) expected");
+    const int B = (int)g->batch;
+    cudaEvent_t *ev = calloc((size_t)(2 * steps), sizeof(cudaEvent_t));
+    float *d_tok = NULL;
+    int n_ev = 0, pushed = 0;
+    if (!ev) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    int past = 0;
+    CU_TRY(cudaMemcpy(&past, e->d_past, sizeof past, cudaMemcpyDeviceToHost));
+    if (past < 0 || past + (int64_t)steps * g->tokens > g->kv_len) {
+        st = tp_fail(err, TP_ERR_ARG, "%d decode steps after %d cached tokens overflow the KV cache of %lld", steps,
+                     past, (long long)g->kv_len);
+        goto fail;
+    }
+    CU_TRY(cudaMalloc((void **)&d_tok, sizeof(float) * (size_t)(steps * B + 1)));
+    for (; n_ev < 2 * steps; n_ev++) CU_TRY(cudaEventCreate(&ev[n_ev]));
+    nvtxRangePushA("BENCHMARK"); /* the decode steps, for nsys and ncu --nvtx */
+    pushed = 1;
+    for (int s = 0; s < steps; s++) {
+        CU_TRY(cudaEventRecord(ev[2 * s], e->stream));
+        if (e->use_graph) CU_TRY(cudaGraphLaunch(e->exec, e->stream));
+        else if ((st = launch_all(e, err))) goto fail; /* --no-graph: the launches' gaps are part of the step */
+        CU_TRY(cudaEventRecord(ev[2 * s + 1], e->stream));
+        /* the token this step chose, now the input of the next: kept outside the timed region */
+        CU_TRY(cudaMemcpyAsync(d_tok + (size_t)s * B, e->dptr[g->input], sizeof(float) * (size_t)B,
+                               cudaMemcpyDeviceToDevice, e->stream));
+    }
+    CU_TRY(cudaStreamSynchronize(e->stream));
+    nvtxRangePop();
+    pushed = 0;
+    for (int s = 0; s < steps; s++) {
+        float ms = 0;
+        CU_TRY(cudaEventElapsedTime(&ms, ev[2 * s], ev[2 * s + 1]));
+        step_ms[s] = ms;
+    }
+    if (tokens) CU_TRY(cudaMemcpy(tokens, d_tok, sizeof(float) * (size_t)(steps * B), cudaMemcpyDeviceToHost));
+fail:
+    if (pushed) nvtxRangePop();
+    for (int i = 0; i < n_ev; i++) cudaEventDestroy(ev[i]);
+    free(ev);
+    if (d_tok) cudaFree(d_tok);
+    return st;
 }
 
 tp_status tp_engine_set_input(tp_engine *e, const float *images, tp_error *err) {

@@ -68,6 +68,13 @@ typedef struct {
      * it (re-quantizing decoded values is not idempotent for every format). NULL entries: quantize the fp32
      * master. */
     const tp_qtensor *const *weights_q;
+    /* Graphs with a KV cache (decoders). share: an engine of the same model and precision (the prefill engine)
+     * whose weights, KV cache and cache position this engine uses instead of its own (values matched by parameter
+     * index and storage, state values by name and size); it must outlive this engine. feed_argmax: the graph ends
+     * by writing the greedy next token, argmax of its (B, V) logits, into its own (B, 1) input, so each replay
+     * decodes one more token on its own (tp_engine_decode). */
+    const struct tp_engine *share;
+    int feed_argmax;
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
@@ -125,6 +132,21 @@ int tp_engine_gemm_choice(const tp_engine *e, int op);
  * Q/K/V's rounding being the GEMM's. *n_out receives the number of FP8 attention ops compared. Errors:
  * TP_ERR_OOM, TP_ERR_CUDA. */
 tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2, int *n_out, tp_error *err);
+
+/* Graphs with a KV cache. The engine keeps the cache position (graph.h: the tokens already cached) on the device:
+ * a graph built at past 0 (a prefill) starts by setting it to 0, every graph ends by advancing it by its tokens,
+ * so a decode engine replays step after step. Building an engine sets the position to 0 and overwrites the cache
+ * with its warm-up pass (zero tokens): build the engines first, then run the prefill. tp_engine_set_past sets it (0 <= past, past + tokens <= kv_len:
+ * TP_ERR_ARG otherwise).
+ * tp_engine_feed_argmax: writes the greedy next token of `from`'s (B, V) logits into `to`'s (B, 1) input (the
+ * first decode step after a prefill). TP_ERR_ARG when the shapes do not match.
+ * tp_engine_decode: `steps` runs of a decode engine (feed_argmax on; graph replays, or eager launches without a
+ * graph) from its current cache and input, each bracketed by CUDA events: step_ms[s] the GPU time of step s (ms), tokens[s * B + b] the token step s chose
+ * (as fp32 integers; may be NULL). Errors: TP_ERR_ARG (not a decode engine, or the cache would overflow),
+ * TP_ERR_CUDA. */
+tp_status tp_engine_set_past(tp_engine *e, int64_t past, tp_error *err);
+tp_status tp_engine_feed_argmax(const tp_engine *from, tp_engine *to, tp_error *err);
+tp_status tp_engine_decode(tp_engine *e, int steps, double *step_ms, float *tokens, tp_error *err);
 
 /* Copies images (the graph input's shape, fp32, row-major) to the device. */
 tp_status tp_engine_set_input(tp_engine *e, const float *images, tp_error *err);

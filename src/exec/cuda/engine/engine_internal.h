@@ -60,11 +60,22 @@ struct tp_engine {
                                   the GELU op's own kernel */
     unsigned char *plain_sm90; /* per GEMM op: 1 where tprof's Hopper GEMM runs a per-tensor FP8 linear without a
                                   GELU (bias and the fused residual add in its epilogue; sm90_plain_candidate) */
+    unsigned char *gemv16;     /* per GEMM op: 1 where tprof's decode GEMV (gemv.h tpk_gemv) runs a 16-bit linear of at
+                                  most 8 rows, bias and the fused residual add in its epilogue (chosen by time) */
     int fp8_promote;           /* tp_engine_options.fp8_promote */
     int sms;                   /* the device's SM count (tpk_gemm_sm90_fp8_pick_variant's tiling rule) */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     double weight_bytes, act_bytes;
+    /* graphs with a KV cache (decoders) */
+    const tp_engine *share;    /* tp_engine_options.share: its weights, KV cache and position are this engine's */
+    int *d_past;               /* device: the cache positions filled (graph.h tp_graph.past); the share's if shared */
+    int resets_past;           /* the graph starts from an empty cache (its past is 0): it zeroes *d_past first */
+    int feed_argmax;           /* the graph ends by writing argmax(logits) into its own input (greedy decode) */
+    float **d_invfreq;         /* per RoPE op: its D/2 inverse frequencies (tp_rope_inv_freq), device */
+    float *d_kv_ws;            /* the decode attention's split-KV workspace, shared by its ops (one stream) */
+    size_t kv_ws_bytes;
+    int *kv_flash;             /* per KV attention op: 1 when the flash kernel runs it as a prefill (past 0) */
 };
 
 /* cudaMalloc of `bytes` (16 when 0) recorded for tp_engine_destroy; TP_ERR_OOM naming `what` and the bytes, or

@@ -18,6 +18,8 @@
 #include "exec/cuda/engine/engine_internal.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "exec/cuda/gemm/gemm_sm90.h"
+#include "exec/cuda/gemm/gemv.h"
+#include "exec/cuda/kernels/decoder_ops.h"
 #include "exec/cuda/kernels/kernels.h"
 #include "exec/cuda/kernels/patch_embed.h"
 #include "exec/cuda/kernels/scale_layout.h"
@@ -52,6 +54,56 @@ size_t tpe_act_alloc_bytes(const tp_engine *e, int v) {
 /* ---- launching ----------------------------------------------------------------------------------------- */
 
 
+
+/* The decoder ops (graph.h): their kernels in decoder_ops.h, the cache position on the device (e->d_past). */
+static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    const tp_value *o = &g->values[op->out], *xv = &g->values[op->in[0]];
+    void *y = e->dptr[op->out];
+    const void *x = e->dptr[op->in[0]];
+    const tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
+    const int n = (int)tp_value_numel(o);
+    switch (op->kind) {
+    case TP_OP_TOKEN_EMBED: {
+        const tp_value *tab = &g->values[op->in[1]];
+        return tpk_token_embed(x, e->dptr[op->in[1]], pl->value_dt[op->in[1]], y, ydt, (int)tp_value_numel(xv),
+                               (int)tab->shape[1], (int)tab->shape[0], op->scale, s);
+    }
+    case TP_OP_RMSNORM: {
+        const int C = (int)o->shape[o->ndim - 1];
+        return tpk_rmsnorm(x, xdt, e->dptr[op->in[1]], pl->value_dt[op->in[1]], y, ydt, n / C, C, op->eps,
+                           op->norm_offset, s);
+    }
+    case TP_OP_ROPE:
+        return tpk_rope(x, xdt, y, ydt, (int)xv->shape[0], (int)xv->shape[1], op->heads, op->head_dim,
+                        e->d_invfreq[i], e->d_past, s);
+    case TP_OP_GLU: return tpk_glu(x, e->dptr[op->in[1]], xdt, y, ydt, (size_t)n, op->act, s);
+    case TP_OP_KV_APPEND:
+        return tpk_kv_append(x, e->dptr[op->in[1]], y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)o->shape[2],
+                             (int)o->shape[3], e->d_past, s);
+    case TP_OP_KV_ATTENTION: {
+        const tp_value *c = &g->values[op->in[1]];
+        const int B = (int)xv->shape[0], T = (int)xv->shape[1], L = (int)c->shape[2], W = (int)c->shape[3];
+        const char *kv = e->dptr[op->in[1]];
+        if (e->kv_flash[i]) { /* a prefill: the T keys at rows 0 .. T - 1 of each sequence's cache */
+            const long long QW = (long long)op->heads * op->head_dim, plane = (long long)B * L * W;
+            const size_t eb = tp_dtype_info(pl->value_dt[op->in[1]])->bytes;
+            tpk_attn_args a = {.q = x, .k = kv, .v = kv + plane * (long long)eb, .o = y,
+                               .q_batch_stride = T * QW, .q_row_stride = QW, .k_batch_stride = (long long)L * W,
+                               .k_row_stride = W, .v_batch_stride = (long long)L * W, .v_row_stride = W,
+                               .o_batch_stride = T * QW, .o_row_stride = QW, .B = B, .H = op->heads,
+                               .Hkv = op->kv_heads, .Tq = T, .Tkv = T, .D = op->head_dim, .causal = 1,
+                               .scale = op->scale, .in_dt = xdt, .out_dt = ydt};
+            return tpk_flash_attention_ex(&a, s);
+        }
+        return tpk_kv_attention(x, kv, xdt, y, ydt, B, T, op->heads, op->kv_heads, op->head_dim, L, e->d_past,
+                                op->scale, e->d_kv_ws, e->kv_ws_bytes, s);
+    }
+    default: CHECK(!"unknown op kind"); return 0;
+    }
+}
 
 tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
     const tp_graph *g = e->g;
@@ -172,6 +224,11 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
         if (eg >= 0) yv = g->ops[eg].out;
         y = e->dptr[yv];
         ydt = pl->value_dt[yv];
+        if (e->gemv16[i]) { /* a decode GEMV: the bias and the residual in its epilogue */
+            rc = tpk_gemv(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y, xdt, (int)op->gemm_m,
+                          (int)op->gemm_n, (int)op->gemm_k, s);
+            break;
+        }
         if (e->plain_sm90[i]) { /* E4M3 operands; D F16 (+ the residual) or E4M3 with its storage scale */
             rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
                                    e->d_scales + SCALE_SLOT * op->in[1], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
@@ -225,10 +282,13 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
         if (pl->op_fused_into[i] < 0) rc = tpk_add(x, e->dptr[op->in[1]], y, ydt, (size_t)tp_value_numel(o), s);
         break;
     case TP_OP_POOL:
-        rc = tpk_pool(x, y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->pool_mode, op->prefix,
-                      s);
+        if (op->pool_mode == 2)
+            rc = tpk_last_token(x, y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], s);
+        else
+            rc = tpk_pool(x, y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->pool_mode,
+                          op->prefix, s);
         break;
-    default: CHECK(!"unknown op kind");
+    default: rc = launch_decoder_op(e, i, s); break;
     }
     if (rc)
         return tp_fail(err, TP_ERR_CUDA, "op %s (%s): launch failed: error %d (%s)", op->layer,

@@ -173,6 +173,20 @@ static tp_status sm90_refused(const tp_engine *e, int i, int hw, int cublaslt_on
 }
 
 /* engine_file.c checks an engine file's GEMM choices against this without CUDA's headers (EF_MAX_ALGO) */
+/* Op i can run as tprof's decode GEMV (gemv.h): a 16-bit linear of at most 8 rows (a decode step's), K a multiple of
+ * 8, its input, weight and output (or the fused residual add's) in one type, no GELU in its epilogue. */
+static int gemv_candidate(const tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    const tp_plan *pl = e->plan;
+    if (op->kind != TP_OP_LINEAR || op->gemm_m > 8 || op->gemm_k % 8 || pl->value_qf[op->in[0]] != TP_QF_NONE ||
+        pl->op_epilogue_gelu[i] >= 0)
+        return 0;
+    const tp_dtype dt = pl->value_dt[op->in[0]];
+    const int ea = pl->op_epilogue_add[i], yv = ea >= 0 ? e->g->ops[ea].out : op->out;
+    return (dt == TP_F16 || dt == TP_BF16) && pl->value_dt[op->in[1]] == dt && pl->value_dt[yv] == dt &&
+           (op->n_in < 3 || pl->value_dt[op->in[2]] == dt);
+}
+
 _Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000, "engine_file.c's EF_MAX_ALGO");
 
 /* GEMM selection (gemm_cublaslt.h): each GEMM op's heuristic candidates timed on the op's own buffers (its
@@ -221,7 +235,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                      n);
             continue;
         }
-        if (first || (n < 2 && gi < 0 && !pc)) {
+        if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i))) {
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt: the heuristic's first of %d algorithms%s", n,
                      first && n > 1 ? " (selection off)" : "");
             continue;
@@ -236,6 +250,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             tp_gemm_plan_select(gp, tp_gemm_plan_choice(e->gplan[prev]));
             memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
             e->plain_sm90[i] = e->plain_sm90[prev];
+            e->gemv16[i] = e->gemv16[prev] && gemv_candidate(e, i);
             if (e->gelu_sm90[prev] >= 0) {
                 e->gelu_sm90[i] = gi;
                 snprintf(e->impl_note[gi], sizeof e->impl_note[gi],
@@ -274,6 +289,23 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         snprintf(e->impl_note[i], sizeof e->impl_note[i],
                  "cuBLASLt algorithm %d of %d by time: %.1f us (the heuristic's first: %.1f us)", best + 1, n, t[best],
                  t[0]);
+        if (gemv_candidate(e, i)) { /* tprof's decode GEMV on the same buffers; kept when faster */
+            double t_gemv = 0;
+            tp_error ev;
+            e->gemv16[i] = 1;
+            const int failed = time_op(e, i, &t_gemv, &ev) != TP_OK;
+            const size_t l = strlen(e->impl_note[i]);
+            if (failed || t_gemv >= t[best]) {
+                e->gemv16[i] = 0;
+                if (failed) cudaGetLastError();
+                if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV failed: %.60s", ev.msg);
+                else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV: %.1f us", t_gemv);
+            } else {
+                snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof decode GEMV (gemv.h) by time: %.1f us; "
+                         "cuBLASLt algorithm %d of %d: %.1f us", t_gemv, best + 1, n, t[best]);
+            }
+            continue;
+        }
         if (pc) { /* tprof's FP8 GEMM on the same buffers; kept when faster */
             double t_sm90 = 0;
             tp_error ef;

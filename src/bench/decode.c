@@ -1,0 +1,189 @@
+/* decode.c: the decode phase of tprof bench (decode.h). Token t0 comes from the prefill's logits; decode step s
+ * reads token t_s, appends it to the KV cache and chooses t_(s+1), so `gen` steps process gen tokens (llama-bench's
+ * tg<gen>) and the cache ends holding prompt + gen positions. Tokens are kept as (gen + 1, rows): t0 .. t_gen. */
+#include "bench/decode.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/cpu/cpu_exec.h"
+#include "exec/cpu/cpu_ops.h"
+#include "planner/plan.h"
+
+/* the greedy token of each of rows rows of logits (rows, V), as fp32 integers */
+static tp_status argmax_rows(const float *logits, int rows, int V, float *tok, tp_error *err) {
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)rows);
+    if (!idx) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    tp_cpu_argmax(logits, idx, rows, V);
+    for (int b = 0; b < rows; b++) tok[b] = (float)idx[b];
+    free(idx);
+    return TP_OK;
+}
+
+static tp_status step_graph(const tp_bench_report *rep, const tp_params *params, int rows, int tokens, int past,
+                            tp_graph *g, tp_error *err) {
+    const tp_step_shape s = {rows, tokens, past, (int64_t)rep->prompt + rep->gen, 0};
+    return tp_model_build_step(&rep->model, params, &s, g, err);
+}
+
+/* The CPU executor's greedy generation: one session, the prefill, then one-token steps. */
+static tp_status cpu_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows,
+                            float *tok, tp_error *err) {
+    const int V = rep->out_cols;
+    tp_graph gp, gd;
+    tp_cpu_session s = {0};
+    float *logits = malloc(sizeof(float) * (size_t)rows * (size_t)V);
+    tp_status st = logits ? step_graph(rep, params, rows, rep->prompt, 0, &gp, err)
+                          : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    if (st) {
+        free(logits);
+        return st;
+    }
+    if (!(st = step_graph(rep, params, rows, 1, rep->prompt, &gd, err))) {
+        st = tp_cpu_run_session(&gp, params, &s, input, logits, err);
+        if (!st) st = argmax_rows(logits, rows, V, tok, err);
+        for (int k = 0; !st && k < rep->gen; k++) {
+            st = tp_cpu_run_session(&gd, params, &s, tok + (size_t)k * rows, logits, err);
+            if (!st) st = argmax_rows(logits, rows, V, tok + (size_t)(k + 1) * rows, err);
+        }
+        tp_graph_free(&gd);
+    }
+    tp_graph_free(&gp);
+    tp_cpu_session_free(&s);
+    free(logits);
+    return st;
+}
+
+#ifdef TPROF_HAVE_CUDA
+/* The GPU FP32 reference's greedy generation: FP32 plans, cuBLASLt's first algorithm, no fusion, eager launches
+ * (as tp_gpu_reference), a decode engine sharing the prefill's weights and cache. */
+static tp_status gpu_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows, float *tok,
+                            tp_error *err) {
+    tp_graph gp, gd;
+    tp_policy pol;
+    tp_plan pp = {0}, pd = {0};
+    tp_engine *ep = NULL, *ed = NULL;
+    float *logits = malloc(sizeof(float) * (size_t)rows * (size_t)rep->out_cols);
+    double *ms = malloc(sizeof(double) * (size_t)(rep->gen ? rep->gen : 1));
+    tp_policy_default(&pol, TP_PREC_FP32);
+    tp_status st = logits && ms ? step_graph(rep, params, rows, rep->prompt, 0, &gp, err)
+                                : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    if (st) goto out0;
+    if ((st = step_graph(rep, params, rows, 1, rep->prompt, &gd, err))) goto out1;
+    tp_engine_options eo = {.device = 0, .gemm_first = 1, .cublaslt_only = 1, .attention = TP_ATTN_CLASSIC};
+    if (!(st = tp_plan_build_policy(&gp, &pol, rep->gpu.sm, &pp, err)) &&
+        !(st = tp_plan_build_policy(&gd, &pol, rep->gpu.sm, &pd, err)) &&
+        !(st = tp_engine_build(&gp, params, &pp, &eo, &ep, err))) {
+        eo.share = ep;
+        eo.feed_argmax = 1;
+        st = tp_engine_build(&gd, params, &pd, &eo, &ed, err);
+    }
+    if (!st) st = tp_engine_set_input(ep, input, err);
+    if (!st) st = tp_engine_forward(ep, err);
+    if (!st) st = tp_engine_get_output(ep, logits, err);
+    if (!st) st = argmax_rows(logits, rows, rep->out_cols, tok, err);
+    if (!st) st = tp_engine_feed_argmax(ep, ed, err);
+    if (!st && rep->gen) st = tp_engine_decode(ed, rep->gen, ms, tok + rows, err);
+    tp_engine_destroy(ed);
+    tp_engine_destroy(ep);
+    tp_plan_free(&pd);
+    tp_plan_free(&pp);
+    tp_graph_free(&gd);
+out1:
+    tp_graph_free(&gp);
+out0:
+    free(logits);
+    free(ms);
+    return st;
+}
+#endif
+
+tp_status tp_bench_reference_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows,
+                                    int gpu, tp_error *err) {
+    float *tok = malloc(sizeof(float) * (size_t)(rep->gen + 1) * (size_t)rows);
+    if (!tok) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    tp_status st;
+#ifdef TPROF_HAVE_CUDA
+    if (gpu) st = gpu_decode(rep, params, input, rows, tok, err);
+    else
+#endif
+        st = cpu_decode(rep, params, input, rows, tok, err);
+    (void)gpu;
+    if (st) {
+        free(tok);
+        return st;
+    }
+    rep->ref_tokens = tok;
+    return TP_OK;
+}
+
+#ifdef TPROF_HAVE_CUDA
+/* Of the reference's rows, the share of tokens equal to the reference's before each row's first difference (a
+ * greedy sequence that differs once goes on from another context, so later agreement means nothing), and the
+ * first step where any row differs (-1: none). */
+static void agreement(const tp_bench_report *rep, tp_bench_result *r) {
+    const int B = rep->o->batch, rows = rep->ref_rows, n = rep->gen + 1;
+    int same = 0;
+    r->first_diff = -1;
+    for (int b = 0; b < rows; b++) {
+        int k = 0;
+        while (k < n && r->tokens[(size_t)k * B + b] == rep->ref_tokens[(size_t)k * rows + b]) k++;
+        same += k;
+        if (k < n && (r->first_diff < 0 || k < r->first_diff)) r->first_diff = k;
+    }
+    r->greedy_agree = (double)same / ((double)rows * n);
+}
+
+tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, const tp_policy *pol,
+                          tp_engine *prefill, tp_bench_result *r, tp_error *err) {
+    const tp_bench_options *o = rep->o;
+    const int B = o->batch, gen = rep->gen, rounds = 3;
+    tp_graph g;
+    tp_plan plan = {0};
+    tp_engine *e = NULL;
+    float *logits = malloc(sizeof(float) * (size_t)B * (size_t)rep->out_cols);
+    r->step_ms = malloc(sizeof(double) * (size_t)(rounds * gen));
+    r->tokens = malloc(sizeof(float) * (size_t)(gen + 1) * (size_t)B);
+    if (!logits || !r->step_ms || !r->tokens) {
+        free(logits);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
+    /* the decode graph's costs are counted at the middle of the generation's context */
+    tp_status st = step_graph(rep, params, B, 1, rep->prompt + gen / 2, &g, err);
+    if (st) {
+        free(logits);
+        return st;
+    }
+    tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
+                            .cublaslt_only = o->cublaslt_only, .share = prefill, .feed_argmax = 1};
+    if (!(st = tp_plan_build_policy(&g, pol, rep->gpu.sm, &plan, err))) st = tp_engine_build(&g, params, &plan, &eo, &e, err);
+    for (int k = 0; !st && k < rounds; k++) {
+        st = tp_engine_forward(prefill, err); /* a fresh prefill: the cache from position 0 */
+        if (!st && k == 0) st = tp_engine_get_output(prefill, logits, err);
+        if (!st && k == 0) st = argmax_rows(logits, B, rep->out_cols, r->tokens, err);
+        if (!st) st = tp_engine_feed_argmax(prefill, e, err);
+        if (!st) st = tp_engine_decode(e, gen, r->step_ms + (size_t)k * gen, k == 0 ? r->tokens + B : NULL, err);
+    }
+    if (!st) {
+        r->has_decode = 1;
+        r->gen = gen;
+        r->rounds = rounds;
+        tp_latency_stats_compute(r->step_ms, rounds * gen, &r->dec);
+        r->greedy_agree = NAN;
+        r->first_diff = -1;
+        if (rep->ref_tokens) agreement(rep, r);
+        r->dec_cost = calloc((size_t)g.n_ops, sizeof *r->dec_cost);
+        if (!r->dec_cost) st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+        for (int i = 0; !st && i < g.n_ops; i++)
+            r->dec_cost[i] = (tp_op_cost){plan.op_prec[i], g.ops[i].matmul_flop, tp_engine_op_bytes(e, i)};
+        if (!st) r->n_dec_cost = g.n_ops;
+    }
+    tp_engine_destroy(e);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    free(logits);
+    return st;
+}
+#endif

@@ -1,0 +1,31 @@
+/* decode.h: the decode phase of tprof bench for models with a KV cache (decoders), inside the bench layer: the
+ * FP32 reference's greedy tokens, and per engine the greedy decoding after its prefill, each step one replay of a
+ * decode graph that shares the prefill engine's weights and KV cache (exec/cuda/engine/cuda_engine.h
+ * tp_engine_options.share). */
+#ifndef TP_BENCH_DECODE_H
+#define TP_BENCH_DECODE_H
+
+#include "bench/bench.h"
+#include "planner/policy.h"
+#ifdef TPROF_HAVE_CUDA
+#include "exec/cuda/engine/cuda_engine.h"
+#endif
+
+/* The reference's greedy generation: rep->gen tokens for each of rows sequences of input (rows x prompt ids),
+ * into rep->ref_tokens (gen x rows, malloc'ed): on the GPU (gpu: FP32 engines as tp_gpu_reference builds them,
+ * sm the device's) or the CPU executor (a session: prefill, then one-token steps). Errors: the engines' or the
+ * executor's, TP_ERR_OOM. */
+tp_status tp_bench_reference_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows,
+                                    int gpu, tp_error *err);
+
+#ifdef TPROF_HAVE_CUDA
+/* Engine r's decode phase after its timed prefill (prefill: the built prefill engine, its input set): the decode
+ * graph and plan of the same policy, the decode engine sharing the prefill's weights and cache, rounds of
+ * prefill + rep->gen greedy steps (r->step_ms, r->dec, r->tokens), the greedy agreement with rep->ref_tokens,
+ * and the decode graph's per-op costs for its roofline floor (r->dec_cost). Errors: the planner's and the
+ * engine's. */
+tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, const tp_policy *pol,
+                          tp_engine *prefill, tp_bench_result *r, tp_error *err);
+#endif
+
+#endif

@@ -1,0 +1,507 @@
+/* gemv.cu: decode GEMVs for FP16/BF16, weight-only FP8 (E4M3) and weight-only NVFP4 weights (contracts in gemv.h).
+ *
+ * The work. y (M, N) = x (M, K) W (N, K)^T with M <= 8 moves N K weight elements once (2, 1 or 0.56 bytes each)
+ * and does 2 M N K flops: at M = 8 and 3.35 TB/s that is 8 flops per weight byte for FP16 (27 TFLOP/s), 16 for FP8
+ * and 28 for NVFP4 (95 TFLOP/s). FP32 FMAs (67 TFLOP/s on an H100 SXM, fewer once the decode takes issue slots)
+ * would make the quantized formats compute-bound at M = 8, so the dot products run on the tensor cores instead:
+ * one mma.sync.m16n8k16 multiplies 16 weight rows by 8 batch rows over 16 values of K. The kernels are then
+ * limited by the weight stream alone, at every M from 1 to 8.
+ *
+ * Layout. A warp owns 16 weight rows (n0 + 0..15) and a contiguous slice of K. Lane (g, t) = (lane / 4, lane % 4)
+ * loads rows n0 + g and n0 + g + 8: per step, VEC bytes (16, or 8 on the narrow paths) of each row at chunk
+ * 4 step + t, so the four lanes of a row read 4 VEC contiguous bytes and a warp instruction reads whole 32-byte
+ * sectors of 8 rows. The chunk's elements are the lane's own A-fragment values (mma's a0..a3: rows g, g + 8;
+ * k slots 2t, 2t + 1, 2t + 8, 2t + 9): a dot product does not depend on the order of K, so the k slots of an mma
+ * may stand for any K positions as long as A (weights) and B (x) agree, and every lane with the same t maps its
+ * slots to the same positions. Each lane thus uses the words it loaded directly, with no shuffle or shared-memory
+ * staging: FP16 words are the A registers; an E4M3 word gives two f16x2 registers (cvt.rn.f16x2.e4m3x2, exact);
+ * an NVFP4 word (8 nibbles) gives four 16-bit pairs (elements i, i + 4) by shifts and masks, each multiplied by its
+ * block scale (below). B: lane (g, t) reads row m = g of x at the same positions through L1 (x is M K <= 176 KB,
+ * read by every block: it stays in L1/L2), zero for m >= M; NVFP4's (i, i + 4) pairs take one byte permute per x
+ * pair, shared by the two weight rows. Rows n >= N and chunks past the row are predicated off (zeros in A and B).
+ *
+ * NVFP4 decode without rounding: the nibble s.ee.m placed at the top of an f16 (bf16) exponent field is
+ * e2m1 * 2^-14 (2^-126) exactly, E2M1's subnormal 0.5 included (both formats' subnormals line up). Multiplied by
+ * the block scale as f16 sd * 2^7 (bf16 sd * 2^119) it becomes e2m1 * sd * 2^-7: at most 6 significant bits, in
+ * [2^-17, 21], so the 16-bit product is exact; the epilogue multiplies the fp32 sum by 2^7 s2. (The bf16 path
+ * multiplies bf16 subnormals, as vLLM's Marlin dequantization does; the test's E2M1 0.5 codes check it.) BF16 from
+ * E4M3 goes through f16 and fp32 (exact, NaN kept). The epilogue order and rounding are gemv.h's.
+ *
+ * Memory level parallelism. Two register buffers of U chunks per row (U = 2 at 16 bytes, 4 at 8): the loads of the
+ * next buffer (ld.global.nc.L1::no_allocate, 16 bytes) are issued before the current one is decoded and
+ * multiplied, so each warp keeps 2 rows x U x 512 bytes = 2 KB in flight while it computes. The 4 warps of a
+ * block split K; when ceil(N / 16) blocks give fewer than 12 warps per SM (N = 4096: 1024 warps on 132 SMs), K is
+ * split further over a cluster of 2, 4 or 8 blocks (at least one step per warp), whose 16 x 8 partial sums meet in
+ * rank 0's registers through distributed shared memory, in rank order: deterministic, no workspace, no atomics.
+ * Bandwidth needed per SM at 3.35 TB/s: ~14.5 bytes per cycle; in flight at ~800 ns latency: ~20 KB per SM, i.e.
+ * ten such warps; the grids give 12 to 16 resident warps per SM.
+ *
+ * Instruction budget at full bandwidth, per SM and cycle (3.35 TB/s / 132 SMs / 1.75 GHz = 14.5 weight bytes), in
+ * thread instructions against 128 issue slots: FP16 7 elements: ~1 mma, a few address and load instructions. FP8
+ * 14.5 elements: 7 cvt + 2 mma (f16), or 29 (bf16: cvt, two f16 -> f32, one pack per pair). NVFP4 26 elements:
+ * per pair two shifts (IMAD.SHL), a mask and a merge (LOP3), one HMUL2, and per x pair one PRMT: ~51 integer, 13
+ * HMUL2, 6 PRMT, 3 mma, ~75 in all (60% of issue; the ALU pipe, 64 lanes per cycle, ~50% busy): the tightest of the
+ * three, still under the memory floor on paper. x traffic from L1 per weight byte: 0.5 (FP16), 1 (FP8), 2 (NVFP4)
+ * bytes at M = 8, i.e. up to 29 of L1's 128 bytes per cycle. The SASS (cuobjdump) shows the intended code: HMMA.16816
+ * (.BF16), LDG.E.NA.128 for the weights, F2FP.F16.E4M3.UNPACK_B, HMUL2(.BF16_V2), no local memory. */
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "exec/cuda/gemm/gemv.h"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int kWarps = 4;                /* warps per block, each on its own K slice */
+constexpr int kThreads = 32 * kWarps;    /* = 128 = the 16 x 8 outputs of a block, one per thread in the epilogue */
+constexpr int kRows = 16;                /* weight rows per block (the mma's M) */
+constexpr int kMB = 8;                   /* batch rows per pass (the mma's N) */
+constexpr int kMaxCluster = 8;           /* portable cluster size */
+constexpr int kWarpsPerSmTarget = 12;    /* split K over a cluster until the grid has this many warps per SM */
+
+enum { FMT_16 = 0, FMT_FP8 = 1, FMT_NVFP4 = 2 };
+
+struct gemv_params {
+    const void *x;           /* (M, K) in T, this pass's rows */
+    const unsigned char *w;  /* weight rows, row_bytes apart */
+    const unsigned char *ws; /* NVFP4: UE4M3 block scales (N, K / 16) */
+    const float *cs, *ts;    /* FP8: channel (N) and tensor scales, each may be NULL; NVFP4: ts = s2 */
+    const void *bias, *res;  /* (N), (M, N) in T, or NULL */
+    void *y;                 /* (M, N) in T */
+    long long row_bytes;     /* bytes per weight row */
+    int srow;                /* NVFP4 scale bytes per row (K / 16) */
+    int M, N, K;             /* M <= kMB */
+    int nchunks;             /* chunks (VEC bytes) per row */
+    int nsteps;              /* ceil(nchunks / 4): a step is one chunk per lane of a row's 4 lanes */
+    int csplit;              /* blocks per cluster along K (1, 2, 4, 8) */
+};
+
+/* ---- element types --------------------------------------------------------------------------------------- */
+
+template <class T> struct tt;
+template <> struct tt<__half> {
+    static __device__ __forceinline__ float tof(__half v) { return __half2float(v); }
+    static __device__ __forceinline__ __half fromf(float v) { return __float2half_rn(v); }
+};
+template <> struct tt<__nv_bfloat16> {
+    static __device__ __forceinline__ float tof(__nv_bfloat16 v) { return __bfloat162float(v); }
+    static __device__ __forceinline__ __nv_bfloat16 fromf(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <class V> __device__ __forceinline__ uint32_t bits32(V v) {
+    static_assert(sizeof(V) == 4, "32-bit pair");
+    uint32_t r;
+    memcpy(&r, &v, 4);
+    return r;
+}
+template <class V> __device__ __forceinline__ V from32(uint32_t u) {
+    V v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* c (16 x 8 fp32) += a (16 x 16, row) b (16 x 8, col), in T */
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                 uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* ---- predicated loads (zeros when off; the address is never touched then) ------------------------------- */
+
+/* the weight stream: read once, so it bypasses L1. TPK_GEMV_L2_PREFETCH (a build option: 0, 64, 128 or 256) adds
+ * PTX's L2 prefetch-size hint, asking L2 to fetch that many bytes around each access (a warp's next steps read the
+ * following bytes of the same rows); 0 (default) leaves it to the hardware. Untimed as of this writing: the lab
+ * (bench/gemv_lab.c) is the place to try it. */
+#ifndef TPK_GEMV_L2_PREFETCH
+#define TPK_GEMV_L2_PREFETCH 0
+#endif
+#if TPK_GEMV_L2_PREFETCH == 0
+#define TPK_GEMV_L2_HINT ""
+#elif TPK_GEMV_L2_PREFETCH == 64
+#define TPK_GEMV_L2_HINT ".L2::64B"
+#elif TPK_GEMV_L2_PREFETCH == 128
+#define TPK_GEMV_L2_HINT ".L2::128B"
+#elif TPK_GEMV_L2_PREFETCH == 256
+#define TPK_GEMV_L2_HINT ".L2::256B"
+#else
+#error "TPK_GEMV_L2_PREFETCH must be 0, 64, 128 or 256"
+#endif
+__device__ __forceinline__ void ld_stream(uint32_t (&d)[4], const unsigned char *p, bool on) {
+    d[0] = d[1] = d[2] = d[3] = 0u;
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %4, 0;\n\t"
+                 "@p ld.global.nc.L1::no_allocate" TPK_GEMV_L2_HINT ".v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"((int)on), "l"(p));
+}
+__device__ __forceinline__ void ld_stream(uint32_t (&d)[2], const unsigned char *p, bool on) {
+    d[0] = d[1] = 0u;
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t"
+                 "@p ld.global.nc.L1::no_allocate" TPK_GEMV_L2_HINT ".v2.u32 {%0, %1}, [%3];\n}\n"
+                 : "+r"(d[0]), "+r"(d[1])
+                 : "r"((int)on), "l"(p));
+}
+/* NVFP4 block scales: 2 codes (16-byte chunks) or 1 (8-byte chunks); through L1 (the 4 lanes of a row share
+ * sectors across steps) */
+__device__ __forceinline__ uint32_t ld_scale(const unsigned char *p, bool on, int nbytes) {
+    uint32_t d = 0u;
+    if (nbytes == 2)
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %1, 0;\n\t@p ld.global.nc.u16 %0, [%2];\n}\n"
+                     : "+r"(d)
+                     : "r"((int)on), "l"(p));
+    else
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %1, 0;\n\t@p ld.global.nc.u8 %0, [%2];\n}\n"
+                     : "+r"(d)
+                     : "r"((int)on), "l"(p));
+    return d;
+}
+/* x: 8 elements, through L1 (every block reads all of x) */
+__device__ __forceinline__ void ld_x(uint32_t *d, const void *p, bool on) {
+    d[0] = d[1] = d[2] = d[3] = 0u;
+    asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %4, 0;\n\t@p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"((int)on), "l"(p));
+}
+
+/* ---- decoding ------------------------------------------------------------------------------------------- */
+
+/* two E4M3 codes (low byte first) -> f16x2, exact (every E4M3 value is an f16 value; NaN -> NaN) */
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"((unsigned short)(v & 0xFFFFu)));
+    return r;
+}
+/* two E4M3 codes -> the 16-bit pair of T, exact */
+template <class T> __device__ __forceinline__ uint32_t e4m3x2_t(uint32_t v);
+template <> __device__ __forceinline__ uint32_t e4m3x2_t<__half>(uint32_t v) { return e4m3x2_f16x2(v); }
+template <> __device__ __forceinline__ uint32_t e4m3x2_t<__nv_bfloat16>(uint32_t v) {
+    const float2 f = __half22float2(from32<__half2>(e4m3x2_f16x2(v)));
+    return bits32(__float22bfloat162_rn(f));
+}
+
+/* t holds an E2M1 code in bits 12-15 (low half) and one in bits 28-31 (high half): the pair as T's bits, valued
+ * e2m1 * 2^-14 (f16) or e2m1 * 2^-126 (bf16), exactly */
+template <class T> __device__ __forceinline__ uint32_t e2m1x2_t(uint32_t t);
+template <> __device__ __forceinline__ uint32_t e2m1x2_t<__half>(uint32_t t) {
+    return (t & 0x80008000u) | ((t >> 3) & 0x0E000E00u);
+}
+template <> __device__ __forceinline__ uint32_t e2m1x2_t<__nv_bfloat16>(uint32_t t) {
+    return (t & 0x80008000u) | ((t >> 6) & 0x01C001C0u);
+}
+template <class T> __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b);
+template <> __device__ __forceinline__ uint32_t mul2<__half>(uint32_t a, uint32_t b) {
+    return bits32(__hmul2(from32<__half2>(a), from32<__half2>(b)));
+}
+template <> __device__ __forceinline__ uint32_t mul2<__nv_bfloat16>(uint32_t a, uint32_t b) {
+    return bits32(__hmul2(from32<__nv_bfloat162>(a), from32<__nv_bfloat162>(b)));
+}
+/* two UE4M3 block-scale codes (low byte: the first block) -> each as a T pair replicated in both halves, times
+ * 2^7 (f16) or 2^119 (bf16): exact (sd <= 448, 4 significant bits) */
+template <class T> __device__ __forceinline__ void ue4m3_scales(uint32_t codes, uint32_t &s0, uint32_t &s1);
+template <> __device__ __forceinline__ void ue4m3_scales<__half>(uint32_t codes, uint32_t &s0, uint32_t &s1) {
+    const uint32_t h = bits32(__hmul2(from32<__half2>(e4m3x2_f16x2(codes)), __float2half2_rn(128.0f)));
+    s0 = __byte_perm(h, 0u, 0x1010);
+    s1 = __byte_perm(h, 0u, 0x3232);
+}
+template <>
+__device__ __forceinline__ void ue4m3_scales<__nv_bfloat16>(uint32_t codes, uint32_t &s0, uint32_t &s1) {
+    const float2 f = __half22float2(from32<__half2>(e4m3x2_f16x2(codes)));
+    s0 = bits32(__float2bfloat162_rn(f.x * 0x1p119f));
+    s1 = bits32(__float2bfloat162_rn(f.y * 0x1p119f));
+}
+
+/* ---- one buffer of U chunks per row ---------------------------------------------------------------------- */
+
+template <int VW, int U> struct wbuf {
+    uint32_t a[U][VW], b[U][VW]; /* rows g and g + 8 */
+    uint32_t sa[U], sb[U];       /* NVFP4 block-scale codes of those chunks */
+};
+
+struct warp_ctx {
+    const unsigned char *w0, *w1, *s0, *s1; /* rows g, g + 8: weights, scales */
+    const unsigned char *xr;                /* x row g (bytes) */
+    bool ok0, ok1, xok;
+    int tig, st1, nchunks;
+};
+
+template <int FMT, int VEC, int U>
+__device__ __forceinline__ void load_buf(wbuf<VEC / 4, U> &B, const warp_ctx &c, int step) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int ch = (step + u) * 4 + c.tig;
+        const bool on = step + u < c.st1 && ch < c.nchunks;
+        ld_stream(B.a[u], c.w0 + (long long)ch * VEC, on && c.ok0);
+        ld_stream(B.b[u], c.w1 + (long long)ch * VEC, on && c.ok1);
+        if (FMT == FMT_NVFP4) {
+            B.sa[u] = ld_scale(c.s0 + (long long)ch * (VEC / 8), on && c.ok0, VEC / 8);
+            B.sb[u] = ld_scale(c.s1 + (long long)ch * (VEC / 8), on && c.ok1, VEC / 8);
+        }
+    }
+}
+
+template <class T, int FMT, int VEC, int U>
+__device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const warp_ctx &c, int step, float (&acc)[4]) {
+    constexpr int VW = VEC / 4;
+    constexpr int EPC = FMT == FMT_16 ? VEC / 2 : FMT == FMT_FP8 ? VEC : 2 * VEC; /* elements per chunk */
+    constexpr int XL = EPC / 8;                                                    /* 16-byte x loads per chunk */
+    uint32_t XX[U][4 * XL]; /* x for the whole buffer first: one L1 latency per buffer, not per chunk */
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int ch = (step + u) * 4 + c.tig;
+#pragma unroll
+        for (int l = 0; l < XL; l++)
+            ld_x(&XX[u][4 * l], c.xr + ((long long)ch * EPC + 8 * l) * 2,
+                 c.xok && step + u < c.st1 && ch < c.nchunks);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (step + u >= c.st1) break; /* warp-uniform */
+        const uint32_t *X = XX[u];
+        if (FMT == FMT_16) {
+#pragma unroll
+            for (int j = 0; j < VW / 2; j++)
+                mma16816<T>(acc, B.a[u][2 * j], B.b[u][2 * j], B.a[u][2 * j + 1], B.b[u][2 * j + 1], X[2 * j],
+                            X[2 * j + 1]);
+        } else if (FMT == FMT_FP8) {
+#pragma unroll
+            for (int j = 0; j < VW; j++) {
+                const uint32_t wa = B.a[u][j], wb = B.b[u][j];
+                mma16816<T>(acc, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16), e4m3x2_t<T>(wb >> 16),
+                            X[2 * j], X[2 * j + 1]);
+            }
+        } else {
+            uint32_t sa[2], sb[2];
+            ue4m3_scales<T>(B.sa[u], sa[0], sa[1]);
+            ue4m3_scales<T>(B.sb[u], sb[0], sb[1]);
+#pragma unroll
+            for (int q = 0; q < VW; q++) { /* word q: elements 8q .. 8q + 7 of the chunk, block q / 2 */
+                const uint32_t wa = B.a[u][q], wb = B.b[u][q], Sa = sa[q >> 1], Sb = sb[q >> 1];
+                uint32_t pa[4], pb[4]; /* pairs (i, i + 4) */
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    pa[i] = mul2<T>(e2m1x2_t<T>(wa << (12 - 4 * i)), Sa);
+                    pb[i] = mul2<T>(e2m1x2_t<T>(wb << (12 - 4 * i)), Sb);
+                }
+                const uint32_t x0 = X[4 * q], x1 = X[4 * q + 1], x2 = X[4 * q + 2], x3 = X[4 * q + 3];
+                mma16816<T>(acc, pa[0], pb[0], pa[1], pb[1], __byte_perm(x0, x2, 0x5410), __byte_perm(x0, x2, 0x7632));
+                mma16816<T>(acc, pa[2], pb[2], pa[3], pb[3], __byte_perm(x1, x3, 0x5410), __byte_perm(x1, x3, 0x7632));
+            }
+        }
+    }
+}
+
+/* One block: weight rows 16 * (blockIdx.x / csplit) + 0..15, K slice (cluster rank, warp) of csplit * 4; one
+ * pass of up to 8 batch rows. */
+template <class T, int FMT, int VEC, int U>
+__global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) {
+    constexpr int VW = VEC / 4;
+    __shared__ __align__(16) float red[kWarps][128];
+    __shared__ float part[128];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
+    const int C = p.csplit, group = blockIdx.x / C, rank = blockIdx.x - group * C;
+    const int S = C * kWarps, slice = rank * kWarps + warp;
+    const int st0 = (int)((long long)p.nsteps * slice / S);
+
+    warp_ctx c;
+    c.tig = lane & 3;
+    c.st1 = (int)((long long)p.nsteps * (slice + 1) / S);
+    c.nchunks = p.nchunks;
+    const int n0 = group * kRows + g, n1 = n0 + 8;
+    c.ok0 = n0 < p.N;
+    c.ok1 = n1 < p.N;
+    c.w0 = p.w + (long long)n0 * p.row_bytes;
+    c.w1 = p.w + (long long)n1 * p.row_bytes;
+    c.s0 = FMT == FMT_NVFP4 ? p.ws + (long long)n0 * p.srow : nullptr;
+    c.s1 = FMT == FMT_NVFP4 ? p.ws + (long long)n1 * p.srow : nullptr;
+    c.xok = g < p.M;
+    c.xr = (const unsigned char *)p.x + (long long)(c.xok ? g : 0) * p.K * 2;
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    wbuf<VW, U> A, B;
+    int s = st0;
+    load_buf<FMT, VEC, U>(A, c, s);
+    while (s < c.st1) { /* the next buffer's loads are in flight while this one is decoded and multiplied */
+        load_buf<FMT, VEC, U>(B, c, s + U);
+        compute_buf<T, FMT, VEC, U>(A, c, s, acc);
+        s += U;
+        if (s >= c.st1) break;
+        load_buf<FMT, VEC, U>(A, c, s + U);
+        compute_buf<T, FMT, VEC, U>(B, c, s, acc);
+        s += U;
+    }
+
+    /* the 4 warps' fragments, then output o = threadIdx.x: row r = o % 16, batch row m = o / 16 (consecutive
+     * threads write consecutive n); its fragment slot: lane (r % 8) * 4 + m / 2, register 2 (r / 8) + m % 2 */
+    *reinterpret_cast<float4 *>(&red[warp][lane * 4]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    __syncthreads();
+    const int o = threadIdx.x, r = o & 15, m = o >> 4;
+    const int src = ((r & 7) * 4 + (m >> 1)) * 4 + ((r >> 3) << 1) + (m & 1);
+    float v = red[0][src];
+#pragma unroll
+    for (int w = 1; w < kWarps; w++) v += red[w][src];
+    bool store = true;
+    if (C > 1) { /* the cluster's blocks hold the other K slices: rank 0 adds them in rank order */
+        cg::cluster_group cl = cg::this_cluster();
+        part[o] = v;
+        cl.sync();
+        if (rank == 0) {
+            v = 0.0f;
+            for (int q = 0; q < C; q++) v += cl.map_shared_rank(part, q)[o];
+        }
+        store = rank == 0;
+        cl.sync(); /* keeps every block's shared memory alive until rank 0 has read it */
+    }
+    const int n = group * kRows + r;
+    if (!store || m >= p.M || n >= p.N) return;
+    if (FMT == FMT_FP8) v *= (p.cs ? __ldg(p.cs + n) : 1.0f) * (p.ts ? __ldg(p.ts) : 1.0f);
+    if (FMT == FMT_NVFP4) v *= __ldg(p.ts) * 128.0f;
+    const long long oi = (long long)m * p.N + n;
+    if (p.bias) v += tt<T>::tof(reinterpret_cast<const T *>(p.bias)[n]);
+    if (p.res) v += tt<T>::tof(reinterpret_cast<const T *>(p.res)[oi]); /* plain load: residual may be y */
+    reinterpret_cast<T *>(p.y)[oi] = tt<T>::fromf(v);
+}
+
+/* ---- host side -------------------------------------------------------------------------------------------- */
+
+inline bool aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+template <class T, int FMT, int VEC>
+cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
+    constexpr int U = VEC == 16 ? 2 : 4;
+    int dev = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return e;
+    p.nchunks = (int)(p.row_bytes / VEC);
+    p.nsteps = (p.nchunks + 3) / 4;
+    const long long G = (p.N + kRows - 1) / kRows;
+    int C = 1;
+    while (C < kMaxCluster && G * kWarps * C < (long long)sms * kWarpsPerSmTarget && p.nsteps >= kWarps * 2 * C)
+        C *= 2;
+    p.csplit = C;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)C;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(G * C));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = C > 1 ? 1 : 0;
+    const T *x = reinterpret_cast<const T *>(p.x);
+    const T *res = reinterpret_cast<const T *>(p.res);
+    T *y = reinterpret_cast<T *>(p.y);
+    for (int m0 = 0; m0 < M; m0 += kMB) { /* passes of 8 batch rows */
+        gemv_params q = p;
+        q.M = M - m0 < kMB ? M - m0 : kMB;
+        q.x = x + (long long)m0 * p.K;
+        q.res = res ? res + (long long)m0 * p.N : nullptr;
+        q.y = y + (long long)m0 * p.N;
+        e = cudaLaunchKernelEx(&cfg, gemv_kernel<T, FMT, VEC, U>, q);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* returned here; not left pending */
+            return e;
+        }
+    }
+    return cudaGetLastError();
+}
+
+template <int FMT, int VEC> cudaError_t dispatch(const gemv_params &p, tp_dtype dt, int M, cudaStream_t stream) {
+    return dt == TP_F16 ? launch<__half, FMT, VEC>(p, M, stream) : launch<__nv_bfloat16, FMT, VEC>(p, M, stream);
+}
+
+/* the checks every format shares; fills p's common fields */
+bool common_ok(const void *x, const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
+               int kmult, gemv_params *p) {
+    if (dt != TP_F16 && dt != TP_BF16) return false;
+    if (M < 1 || N < 1 || K < 1 || K % kmult != 0) return false;
+    if (!x || !y || !aligned(x, 16) || !aligned(y, 2)) return false;
+    if ((bias && !aligned(bias, 2)) || (residual && !aligned(residual, 2))) return false;
+    memset(p, 0, sizeof *p);
+    p->x = x;
+    p->bias = bias;
+    p->res = residual;
+    p->y = y;
+    p->M = M;
+    p->N = N;
+    p->K = K;
+    return true;
+}
+
+} /* namespace */
+
+extern "C" int tpk_gemv(const void *x, const void *w, const void *bias, const void *residual, void *y, tp_dtype dt,
+                        int M, int N, int K, tp_stream stream) {
+    gemv_params p;
+    if (!common_ok(x, bias, residual, y, dt, M, N, K, 8, &p) || !w || !aligned(w, 16))
+        return (int)cudaErrorInvalidValue;
+    p.w = (const unsigned char *)w;
+    p.row_bytes = 2LL * K;
+    return (int)dispatch<FMT_16, 16>(p, dt, M, (cudaStream_t)stream);
+}
+
+extern "C" int tpk_gemv_fp8(const void *x, const void *w, const float *channel_scale, const float *tensor_scale,
+                            const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
+                            tp_stream stream) {
+    gemv_params p;
+    if (!common_ok(x, bias, residual, y, dt, M, N, K, 8, &p) || !w) return (int)cudaErrorInvalidValue;
+    if ((channel_scale && !aligned(channel_scale, 4)) || (tensor_scale && !aligned(tensor_scale, 4)))
+        return (int)cudaErrorInvalidValue;
+    p.w = (const unsigned char *)w;
+    p.cs = channel_scale;
+    p.ts = tensor_scale;
+    p.row_bytes = K;
+    if (K % 16 == 0 && aligned(w, 16)) return (int)dispatch<FMT_FP8, 16>(p, dt, M, (cudaStream_t)stream);
+    if (!aligned(w, 8)) return (int)cudaErrorInvalidValue;
+    return (int)dispatch<FMT_FP8, 8>(p, dt, M, (cudaStream_t)stream);
+}
+
+extern "C" int tpk_gemv_nvfp4(const void *x, const void *w, const void *scales, const float *global_scale,
+                              const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
+                              tp_stream stream) {
+    gemv_params p;
+    if (!common_ok(x, bias, residual, y, dt, M, N, K, 16, &p) || !w || !scales || !global_scale ||
+        !aligned(global_scale, 4))
+        return (int)cudaErrorInvalidValue;
+    p.w = (const unsigned char *)w;
+    p.ws = (const unsigned char *)scales;
+    p.ts = global_scale;
+    p.row_bytes = K / 2;
+    p.srow = K / 16;
+    if (K % 32 == 0 && aligned(w, 16) && aligned(scales, 2))
+        return (int)dispatch<FMT_NVFP4, 16>(p, dt, M, (cudaStream_t)stream);
+    if (!aligned(w, 8)) return (int)cudaErrorInvalidValue;
+    return (int)dispatch<FMT_NVFP4, 8>(p, dt, M, (cudaStream_t)stream);
+}
+
+extern "C" long long tpk_gemv_weight_bytes(int format, long long N, long long K, int channel_scales) {
+    switch (format) {
+    case 0: return 2 * N * K;
+    case 1: return N * K + (channel_scales ? 4 * N : 0) + 4;
+    case 2: return N * K / 2 + N * (K / 16) + 4;
+    default: return 0;
+    }
+}

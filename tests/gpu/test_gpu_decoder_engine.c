@@ -1,0 +1,184 @@
+/* test_gpu_decoder_engine.c: decoder engines on the GPU against the CPU executor (itself checked against HF
+ * transformers in tests/test_decoder.c): the prefill's logits, then decode steps over the KV cache the decode
+ * engine shares with the prefill engine (each step's logits against the CPU session's), greedy decoding inside
+ * the graph (tp_engine_decode) against the CPU's greedy tokens, and eager launches against the graph. Two models:
+ * Llama-like with q/k/v bias and GQA (head dim 64: the prefill runs the flash kernel), Gemma-like with MQA, head dim
+ * 256, 1 + w RMSNorm, GeGLU and tied embeddings (the decode kernel runs the prefill too). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/stats.h"
+#include "exec/cpu/cpu_exec.h"
+#include "exec/cpu/cpu_ops.h"
+#include "exec/cuda/engine/cuda_engine.h"
+#include "models/decoder.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+
+enum { G = 6, MAXB = 8, MAXT = 200 };
+/* per case: the model (0 Llama-like, 1 Gemma-like), batch, prompt */
+static const int CASES[][3] = {{0, 3, 37}, {1, 3, 37}, {2, 8, 200}};
+static int B, T;
+
+static tp_model model_case(int k) {
+    tp_model m;
+    tp_error e = {0};
+    ck_assert_msg(tp_model_preset("llama-tiny", &m, &e) == TP_OK, "%s", e.msg);
+    tp_decoder_config *c = (tp_decoder_config *)(void *)m.cfg.bytes;
+    if (k == 0 || k == 2) { /* Llama-like, Qwen2's q/k/v bias, GQA 4 over 2, head dim 64, llama3 RoPE (the preset's) */
+        c->hidden = 256, c->inter = 688, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->head_dim = 64;
+        c->vocab = 1000, c->qkv_bias = 1;
+    } else { /* Gemma-like */
+        c->arch = TP_DEC_GEMMA, c->hidden = 256, c->inter = 512, c->layers = 2, c->heads = 2, c->kv_heads = 1;
+        c->head_dim = 256, c->vocab = 777, c->act = TP_ACT_GELU_TANH, c->tie = 1, c->qkv_bias = 0;
+        c->rope = (tp_rope){TP_ROPE_DEFAULT, 10000.0, 0, 0, 0, 0};
+    }
+    if (k == 2) c->vocab = 128256; /* Llama 3's vocabulary: the LM head's GEMM at its real width */
+    c->prompt = T;
+    c->gen = G;
+    return m;
+}
+
+static tp_graph step(const tp_model *m, const tp_params *p, int t, int past, int all) {
+    tp_graph g;
+    tp_error e = {0};
+    const tp_step_shape s = {B, t, past, T + G, all};
+    ck_assert_msg(tp_model_build_step(m, p, &s, &g, &e) == TP_OK, "%s", e.msg);
+    return g;
+}
+
+static tp_engine *engine(const tp_graph *g, const tp_params *p, tp_plan *plan, tp_precision prec, int graph,
+                         const tp_engine *share, int feed) {
+    tp_error e = {0};
+    tp_policy pol;
+    tp_policy_default(&pol, prec);
+    tp_gpu_info gi;
+    ck_assert_msg(tp_gpu_query(0, &gi, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_plan_build_policy(g, &pol, gi.sm, plan, &e) == TP_OK, "%s", e.msg);
+    tp_engine_options eo = {.device = 0, .use_graph = graph, .share = share, .feed_argmax = feed};
+    tp_engine *en = NULL;
+    ck_assert_msg(tp_engine_build(g, p, plan, &eo, &en, &e) == TP_OK, "%s", e.msg);
+    return en;
+}
+
+static double rel(const float *got, const float *want, int rows, int V, int *agree) {
+    tp_accuracy a;
+    tp_accuracy_compute(got, want, rows, V, &a);
+    ck_assert_int_eq(a.nonfinite, 0);
+    *agree = (int)lround(a.top1_agree * rows);
+    return a.rel_l2;
+}
+
+static void run_case(int kc, tp_precision prec) {
+    const int k = CASES[kc][0];
+    B = CASES[kc][1];
+    T = CASES[kc][2];
+    const double tol = prec == TP_PREC_FP32 ? 1e-4 : prec == TP_PREC_FP16 ? 5e-3 : 3e-2;
+    tp_model m = model_case(k);
+    tp_error e = {0};
+    tp_params p = {0};
+    ck_assert_msg(tp_model_params_init(&m, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
+    const int V = ((tp_decoder_config *)(void *)m.cfg.bytes)->vocab;
+    float ids[MAXB * MAXT], tok[(G + 1) * MAXB];
+    tp_rng r;
+    tp_rng_seed(&r, 5 + (uint64_t)k);
+    for (int i = 0; i < B * T; i++) ids[i] = (float)(tp_rng_u64(&r) % (uint64_t)V);
+    float *want = malloc(sizeof(float) * B * V), *got = malloc(sizeof(float) * B * V);
+    float *want_steps = malloc(sizeof(float) * G * B * V);
+    int32_t arg[MAXB];
+
+    /* the CPU: the prefill, then greedy steps (the reference logits of each) */
+    tp_graph gp = step(&m, &p, T, 0, 0), gd = step(&m, &p, 1, T, 0);
+    tp_cpu_session s = {0};
+    ck_assert_msg(tp_cpu_run_session(&gp, &p, &s, ids, want, &e) == TP_OK, "%s", e.msg);
+    tp_cpu_argmax(want, arg, B, V);
+    for (int b = 0; b < B; b++) tok[b] = (float)arg[b];
+    for (int st = 0; st < G; st++) {
+        ck_assert_msg(tp_cpu_run_session(&gd, &p, &s, tok + st * B, want_steps + (size_t)st * B * V, &e) == TP_OK,
+                      "%s", e.msg);
+        tp_cpu_argmax(want_steps + (size_t)st * B * V, arg, B, V);
+        for (int b = 0; b < B; b++) tok[(st + 1) * B + b] = (float)arg[b];
+    }
+    tp_cpu_session_free(&s);
+
+    /* the GPU: prefill engine, decode engine sharing its weights and cache, fed the CPU's tokens */
+    tp_plan pp, pd, pg, pe;
+    tp_engine *ep = engine(&gp, &p, &pp, prec, 1, NULL, 0);
+    tp_engine *ed = engine(&gd, &p, &pd, prec, 1, ep, 0);
+    ck_assert_msg(tp_engine_set_input(ep, ids, &e) == TP_OK && tp_engine_forward(ep, &e) == TP_OK &&
+                      tp_engine_get_output(ep, got, &e) == TP_OK, "%s", e.msg);
+    int agree;
+    double worst = rel(got, want, B, V, &agree);
+    if (prec == TP_PREC_FP32) { /* the GPU FP32 reference tprof bench compares against (tp_gpu_reference) */
+        tp_gpu_info gi;
+        ck_assert_int_eq(tp_gpu_query(0, &gi, &e), TP_OK);
+        float *gr = malloc(sizeof(float) * B * V);
+        ck_assert_msg(tp_gpu_reference(&gp, &p, gi.sm, ids, gr, &e) == TP_OK, "%s", e.msg);
+        const double dr = rel(gr, want, B, V, &agree);
+        printf("decoder case %d (B %d, T %d): the GPU FP32 reference's logits rel L2 %.3e against the CPU\n", k, B, T, dr);
+        ck_assert_msg(dr <= tol, "case %d: tp_gpu_reference rel L2 %.3e", k, dr);
+        free(gr);
+    }
+    ck_assert_msg(worst <= tol, "case %d %s prefill: rel L2 %.3e > %.1e", k, tp_precision_name(prec), worst, tol);
+    for (int st = 0; st < G; st++) {
+        ck_assert_msg(tp_engine_set_input(ed, tok + st * B, &e) == TP_OK && tp_engine_forward(ed, &e) == TP_OK &&
+                          tp_engine_get_output(ed, got, &e) == TP_OK, "%s", e.msg);
+        double d = rel(got, want_steps + (size_t)st * B * V, B, V, &agree);
+        ck_assert_msg(d <= tol, "case %d %s decode step %d: rel L2 %.3e > %.1e", k, tp_precision_name(prec), st, d, tol);
+        worst = fmax(worst, d);
+    }
+    /* one step more than the cache holds is refused */
+    ck_assert_int_eq(tp_engine_set_past(ed, T + G, &e), TP_ERR_ARG);
+
+    /* greedy decoding inside the graph, and the same without a graph (eager launches) */
+    tp_engine *eg = engine(&gd, &p, &pg, prec, 1, ep, 1), *ee = engine(&gd, &p, &pe, prec, 0, ep, 1);
+    float gtok[G * MAXB], etok[G * MAXB];
+    double ms[G];
+    ck_assert_msg(tp_engine_forward(ep, &e) == TP_OK && tp_engine_feed_argmax(ep, eg, &e) == TP_OK &&
+                      tp_engine_decode(eg, G, ms, gtok, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_engine_forward(ep, &e) == TP_OK && tp_engine_feed_argmax(ep, ee, &e) == TP_OK &&
+                      tp_engine_decode(ee, G, ms, etok, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(memcmp(gtok, etok, sizeof(float) * G * B) == 0, "case %d %s: graph and eager decoding chose other tokens", k,
+                  tp_precision_name(prec));
+    int same = 0;
+    for (int i = 0; i < G * B; i++) same += gtok[i] == tok[B + i];
+    printf("decoder case %d (B %d, T %d) %s: logits rel L2 <= %.3e (prefill and %d steps); greedy tokens %d/%d equal to the CPU's; "
+           "a step %.3f ms\n", k, B, T, tp_precision_name(prec), worst, G, same, G * B, ms[G - 1]);
+    if (prec == TP_PREC_FP32) ck_assert_int_eq(same, G * B);
+    tp_engine_destroy(ee);
+    tp_engine_destroy(eg);
+    tp_engine_destroy(ed);
+    tp_engine_destroy(ep);
+    tp_plan_free(&pe);
+    tp_plan_free(&pg);
+    tp_plan_free(&pd);
+    tp_plan_free(&pp);
+    tp_graph_free(&gd);
+    tp_graph_free(&gp);
+    tp_params_free(&p);
+    free(want);
+    free(got);
+    free(want_steps);
+}
+
+START_TEST(test_decoder_fp32) { run_case(_i, TP_PREC_FP32); }
+END_TEST
+START_TEST(test_decoder_fp16) { run_case(_i, TP_PREC_FP16); }
+END_TEST
+START_TEST(test_decoder_bf16) { run_case(_i, TP_PREC_BF16); }
+END_TEST
+
+Suite *gpu_decoder_engine_suite(void) {
+    Suite *s = suite_create("gpu_decoder_engine");
+    TCase *t = tcase_create("decoder_engine");
+    tcase_set_timeout(t, 300);
+    tcase_add_loop_test(t, test_decoder_fp32, 0, 3);
+    tcase_add_loop_test(t, test_decoder_fp16, 0, 3);
+    tcase_add_loop_test(t, test_decoder_bf16, 0, 3);
+    suite_add_tcase(s, t);
+    return s;
+}

@@ -1,0 +1,390 @@
+/* test_gpu_gemv.c: the decode GEMVs (tpk_gemv, tpk_gemv_fp8, tpk_gemv_nvfp4; src/exec/cuda/gemm/gemv.h) against an
+ * fp64 CPU reference, on the GPU, element by element.
+ *
+ * Weights: normal (std 0.05) with every 97th value 20x larger (block scales then differ from the tensor's) and row 3
+ * scaled by 1e-3 (small scales: E4M3-subnormal NVFP4 block scales and FP8 codes, fp16-subnormal weights and decoded
+ * NVFP4 products), then made into each format by qformat.h's CPU quantizers, the reference of every GPU path:
+ *   16-bit          W rounded to the activation type;
+ *   fp8 per-channel tp_quantize(TP_QF_FP8_TENSOR) row by row: E4M3 codes and one fp32 scale per row
+ *                   (channel_scale, no tensor_scale);
+ *   fp8 per-tensor  tp_quantize(TP_QF_FP8_TENSOR) over the whole tensor (tensor_scale only);
+ *   fp8 both        the per-channel codes and scales and a tensor_scale of 0.75 (W = e4m3 * cs[n] * 0.75);
+ *   nvfp4           tp_quantize(TP_QF_NVFP4): packed E2M1 codes, row-major UE4M3 block scales, s2; the exact
+ *                   values from tp_qdq_f32 (y = e2m1 * ue4m3, s2 apart), and, as a check of the layout gemv.h
+ *                   documents, the same values decoded here from the packed bytes (even element in the low nibble).
+ * Activations x (M, K) and the residual normal (std 1), the bias normal (std 0.5), all rounded to the activation
+ * type first, so the reference sees exactly what the GPU reads:
+ *   ref[m, n] = s_n * sum_k x[m, k] Wd[n, k] + bias[n] + residual[m, n]        (fp64)
+ * with Wd the decoded weights without their fp32 scales and s_n the scale product (1; cs[n]; ts; cs[n] * ts; s2).
+ * Bound per element, from the output type (one rounding of y):
+ *   |got - ref| <= ulp_dt(ref) + 2 (K + 2) 2^-24 s_n sum_k |x Wd| + 2^-22 (|s_n acc| + |bias| + |residual|)
+ * one unit in the last place of F16 (2^-10 relative at most: "~1e-3 per element") or BF16 (2^-7: "~8e-3"): RNE's
+ * half and half for an accumulation error that moves the value across a midpoint; twice the worst-case bound of an
+ * fp32 sum over K (Higham 3.1; the tensor cores' additions may truncate); the fp32 epilogue (scale product, the
+ * multiply, two adds). A wrong k mapping, a wrong nibble order, a wrong block scale or a dropped term is off by far
+ * more. Outputs are poisoned (0xFF: NaN in F16 and BF16) with 64 poisoned elements past the end: an unwritten
+ * element fails as NaN, a write past the end as touched poison.
+ * Shapes: M in {1, 3, 8} x N in {1, 5, 200, 4104} x K in {16, 48, 784, 4096} (every format: K % 16 == 0), and
+ * M 11 (two passes of 8 rows), K 200 (16-bit and FP8: K % 16 == 8, FP8's 8-byte path), K 2064 (NVFP4: K % 32 == 16,
+ * 8-byte path), weights at an 8-byte offset (FP8 and NVFP4 8-byte paths at K 4096 and 784; NVFP4 scales at an odd
+ * address). NVFP4 at K 4096 runs the 16-byte path, below it the 8-byte one. N 1 to 200 and N 4104 at K >= 784 split
+ * K over thread-block clusters of 2 to 8 (gemv.cu). Epilogues per shape: none; residual; bias + residual in place
+ * (residual == y); bias alone. F16 and BF16 activations, each format.
+ * Then graph capture (replay equal to the eager launch, byte for byte), and rejected arguments (each returns
+ * cudaErrorInvalidValue, launches nothing, leaves no error pending and writes nothing: y stays poisoned).
+ * CPU work: about 0.3 G fp64 multiply-adds per format and type. */
+#include <check.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/cuda/gemm/gemv.h"
+#include "formats/dtype.h"
+#include "formats/qformat.h"
+
+#define TP_GPU_MAX_TRACKED 256
+#include "gpu_check.h"
+
+Suite *gpu_gemv_suite(void);
+
+static void setup(void) { gpu_setup(); }
+
+static void teardown(void) {
+    release_all();
+    close_stream();
+}
+
+typedef enum { WF_16 = 0, WF_FP8_CH, WF_FP8_T, WF_FP8_CT, WF_NVFP4, WF_COUNT } wfmt;
+static const char *const WF_NAME[WF_COUNT] = {"16-bit", "fp8 per-channel", "fp8 per-tensor", "fp8 channel x tensor",
+                                              "nvfp4"};
+static const tp_dtype DT[] = {TP_F16, TP_BF16};
+#define FP8_CT_TENSOR_SCALE 0.75f
+
+/* x rounded in place to dt */
+static void round_dt(tp_dtype dt, float *x, size_t n) {
+    void *tmp = malloc(n * esize(dt));
+    ck_assert_msg(tmp != NULL, "[%s] out of host memory", g_case);
+    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
+    tp_convert_to_f32(dt, tmp, x, n, 1.0f);
+    free(tmp);
+}
+
+/* one unit in the last place of dt at |x| (normal range; the subnormal spacing below it and at 0) */
+static double ulp_of(tp_dtype dt, double x) {
+    const int mant = dt == TP_F16 ? 10 : 7, emin = dt == TP_F16 ? -14 : -126;
+    int e = 0;
+    frexp(fabs(x), &e); /* |x| in [2^(e-1), 2^e) */
+    if (x == 0.0 || e - 1 < emin) e = emin + 1;
+    return ldexp(1.0, e - 1 - mant);
+}
+
+/* ---- the weights of one format ------------------------------------------------------------------------------ */
+
+typedef struct {
+    wfmt f;
+    tp_dtype dt;
+    int N, K;
+    const void *w;       /* device: 16-bit values, E4M3 codes or packed E2M1 codes (maybe at an offset) */
+    const void *scales;  /* device NVFP4 block scales */
+    const float *cs;     /* device channel scales (fp8) or NULL */
+    const float *ts;     /* device tensor scale (fp8) or s2 (nvfp4) or NULL */
+    float *wd;           /* host (N, K): the decoded weights without their fp32 scales, exact */
+    double *s;           /* host (N): the scale product s_n */
+} wset;
+
+static void *dev_copy(const void *h, size_t bytes, size_t offset) {
+    unsigned char *d = dev_bytes(bytes + offset + 16);
+    CUDA_OK(cudaMemcpy(d + offset, h, bytes, cudaMemcpyHostToDevice));
+    return d + offset;
+}
+
+/* Weights (N, K) of format f for activations dt; woff > 0 places W (and NVFP4's scales, at woff / 8 bytes) at that
+ * offset from an aligned allocation. */
+static wset make_weights(wfmt f, tp_dtype dt, int N, int K, size_t woff, uint64_t seed) {
+    const size_t nW = (size_t)N * K;
+    float *W = host_normal(nW, seed, 0.0, 0.05);
+    for (size_t i = 0; i < nW; i += 97) W[i] *= 20.0f;
+    if (N > 3)
+        for (int k = 0; k < K; k++) W[(size_t)3 * K + k] *= 1e-3f;
+    wset w = {f, dt, N, K, NULL, NULL, NULL, NULL, hmalloc(nW * sizeof(float)), hmalloc((size_t)N * sizeof(double))};
+    tp_error e;
+    if (f == WF_16) {
+        round_dt(dt, W, nW);
+        memcpy(w.wd, W, nW * sizeof(float));
+        for (int n = 0; n < N; n++) w.s[n] = 1.0;
+        void *h = hmalloc(nW * esize(dt));
+        tp_convert_from_f32(dt, W, h, nW, 1.0f);
+        w.w = dev_copy(h, nW * esize(dt), woff);
+    } else if (f == WF_FP8_T) {
+        tp_qtensor q;
+        ck_assert_msg(tp_quantize(TP_QF_FP8_TENSOR, W, N, K, 1, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
+        float ts;
+        memcpy(&ts, q.scales, sizeof ts);
+        for (size_t i = 0; i < nW; i++) w.wd[i] = tp_e4m3_to_f32(q.elems[i]);
+        for (int n = 0; n < N; n++) w.s[n] = ts;
+        w.w = dev_copy(q.elems, nW, woff);
+        w.ts = dev_scalar(ts);
+        tp_qtensor_free(&q);
+    } else if (f == WF_FP8_CH || f == WF_FP8_CT) {
+        unsigned char *codes = hmalloc(nW);
+        float *cs = hmalloc((size_t)N * sizeof(float));
+        for (int n = 0; n < N; n++) {
+            tp_qtensor q;
+            ck_assert_msg(tp_quantize(TP_QF_FP8_TENSOR, W + (size_t)n * K, 1, K, 1, 0.0f, &q, &e) == TP_OK, "%s",
+                          e.msg);
+            memcpy(codes + (size_t)n * K, q.elems, (size_t)K);
+            memcpy(&cs[n], q.scales, sizeof(float));
+            tp_qtensor_free(&q);
+        }
+        const double ts = f == WF_FP8_CT ? FP8_CT_TENSOR_SCALE : 1.0;
+        for (size_t i = 0; i < nW; i++) w.wd[i] = tp_e4m3_to_f32(codes[i]);
+        for (int n = 0; n < N; n++) w.s[n] = (double)cs[n] * ts;
+        w.w = dev_copy(codes, nW, woff);
+        w.cs = dev_floats(cs, (size_t)N);
+        w.ts = f == WF_FP8_CT ? dev_scalar(FP8_CT_TENSOR_SCALE) : NULL;
+    } else {
+        tp_qtensor q;
+        ck_assert_msg(tp_quantize(TP_QF_NVFP4, W, N, K, 1, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
+        float s2 = 0.0f;
+        ck_assert_msg(tp_qdq_f32(TP_QF_NVFP4, W, w.wd, N, K, 1, 0.0f, &s2, &e) == TP_OK, "%s", e.msg);
+        ck_assert_msg(s2 == q.global_scale, "[%s] tp_qdq_f32's s2 %g differs from tp_quantize's %g", g_case, s2,
+                      q.global_scale);
+        ck_assert_msg(q.elem_bytes == nW / 2 && q.scale_bytes == nW / 16, "[%s] NVFP4 sizes %zu, %zu", g_case,
+                      q.elem_bytes, q.scale_bytes);
+        /* the packed layout of gemv.h, decoded here: byte n K / 2 + i holds k = 2i (low nibble), 2i + 1 (high);
+         * scale byte n (K / 16) + k / 16 */
+        size_t diff = 0;
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < K; k++) {
+                const uint8_t byte = q.elems[((size_t)n * K + k) / 2], code = k & 1 ? byte >> 4 : byte & 15;
+                const float v = tp_e2m1_to_f32(code) * tp_e4m3_to_f32(q.scales[(size_t)n * (K / 16) + k / 16]);
+                diff += v != w.wd[(size_t)n * K + k];
+            }
+        ck_assert_msg(diff == 0, "[%s] %zu packed NVFP4 values differ from tp_qdq_f32's", g_case, diff);
+        for (int n = 0; n < N; n++) w.s[n] = s2;
+        w.w = dev_copy(q.elems, q.elem_bytes, woff);
+        w.scales = dev_copy(q.scales, q.scale_bytes, woff / 8);
+        w.ts = dev_scalar(s2);
+        tp_qtensor_free(&q);
+    }
+    return w;
+}
+
+static int run_gemv(const wset *w, const void *x, const void *bias, const void *res, void *y, int M,
+                    cudaStream_t s) {
+    switch (w->f) {
+    case WF_16: return tpk_gemv(x, w->w, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
+    case WF_NVFP4:
+        return tpk_gemv_nvfp4(x, w->w, w->scales, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
+    default: return tpk_gemv_fp8(x, w->w, w->cs, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
+    }
+}
+
+/* acc (M, N) = x Wd^T and mag = sum |x Wd| in fp64 */
+static void ref_products(const float *x, const float *wd, int M, int N, int K, double *acc, double *mag) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            const float *xr = x + (size_t)m * K, *wr = wd + (size_t)n * K;
+            double s = 0.0, a = 0.0;
+            for (int k = 0; k < K; k++) {
+                const double p = (double)xr[k] * wr[k];
+                s += p, a += fabs(p);
+            }
+            acc[(size_t)m * N + n] = s, mag[(size_t)m * N + n] = a;
+        }
+}
+
+/* y (downloaded) against the reference under the header's bound; returns the worst error / bound */
+static double check_y(const wset *w, const void *d_y, int M, const double *acc, const double *mag,
+                      const float *bias, const float *res) {
+    const int N = w->N, K = w->K;
+    const size_t nY = (size_t)M * N;
+    const float *got = download_f32(w->dt, d_y, nY, 1.0f);
+    size_t bad = 0, worst = 0;
+    double worst_ratio = 0.0, worst_ref = 0.0;
+    for (size_t i = 0; i < nY; i++) {
+        const int n = (int)(i % (size_t)N);
+        const double a = w->s[n] * acc[i], b = bias ? bias[n] : 0.0, r = res ? res[i] : 0.0, ref = a + b + r;
+        const double tol =
+            ulp_of(w->dt, ref) + 2.0 * (K + 2) * 0x1p-24 * w->s[n] * mag[i] + 0x1p-22 * (fabs(a) + fabs(b) + fabs(r));
+        const double err = fabs((double)got[i] - ref);
+        if (!(err <= tol)) bad++; /* NaN counts */
+        const double ratio = isfinite(err) ? err / tol : INFINITY;
+        if (ratio > worst_ratio) worst_ratio = ratio, worst = i, worst_ref = ref;
+    }
+    if (bad) {
+        printf("  FAIL  %s: %zu of %zu outside the bound; worst err/bound %.3f at [%zu,%zu] got %.7g ref %.7g\n",
+               g_case, bad, nY, worst_ratio, worst / (size_t)N, worst % (size_t)N, got[worst], worst_ref);
+        fflush(stdout);
+    }
+    ck_assert_msg(bad == 0, "[%s] %zu of %zu elements outside the bound (worst at [%zu,%zu]: got %.7g, ref %.7g)",
+                  g_case, bad, nY, worst / (size_t)N, worst % (size_t)N, got[worst], worst_ref);
+    return worst_ratio;
+}
+
+typedef struct {
+    int M, N, K;
+    size_t woff; /* weights at this byte offset (FP8, NVFP4 only) */
+} shape;
+
+static int shape_ok(wfmt f, const shape *s) {
+    if (f == WF_NVFP4) return s->K % 16 == 0;
+    if (f == WF_16) return s->K % 8 == 0 && s->woff % 16 == 0;
+    return s->K % 8 == 0;
+}
+
+/* every shape of the header for format f and type dt: 4 epilogues each */
+static void run_shapes(wfmt f, tp_dtype dt) {
+    static const int Ms[] = {1, 3, 8}, Ns[] = {1, 5, 200, 4104}, Ks[] = {16, 48, 784, 4096};
+    static const shape extra[] = {{11, 200, 784, 0},  {3, 200, 200, 0},  {8, 4104, 200, 0}, {3, 200, 2064, 0},
+                                  {3, 200, 4096, 8}, {8, 4104, 784, 8}, {5, 1000, 4096, 0}};
+    shape shapes[N_OF(Ms) * N_OF(Ns) * N_OF(Ks) + N_OF(extra)];
+    int ns = 0;
+    for (int a = 0; a < N_OF(Ms); a++)
+        for (int b = 0; b < N_OF(Ns); b++)
+            for (int c = 0; c < N_OF(Ks); c++) shapes[ns++] = (shape){Ms[a], Ns[b], Ks[c], 0};
+    for (int e = 0; e < N_OF(extra); e++) shapes[ns++] = extra[e];
+    uint64_t seed = 41000 + 1000 * (uint64_t)f + 500 * (uint64_t)(dt == TP_BF16);
+    int done = 0;
+    for (int si = 0; si < ns; si++) {
+        const shape *sh = &shapes[si];
+        if (!shape_ok(f, sh)) continue;
+        const int M = sh->M, N = sh->N, K = sh->K;
+        SET_CASE("gemv %s %s M=%d N=%d K=%d woff=%zu", WF_NAME[f], dname(dt), M, N, K, sh->woff);
+        const size_t nX = (size_t)M * K, nY = (size_t)M * N;
+        const wset w = make_weights(f, dt, N, K, sh->woff, seed++);
+        float *x = host_normal(nX, seed++, 0.0, 1.0), *bias = host_normal((size_t)N, seed++, 0.0, 0.5);
+        float *res = host_normal(nY, seed++, 0.0, 1.0);
+        round_dt(dt, x, nX);
+        round_dt(dt, bias, (size_t)N);
+        round_dt(dt, res, nY);
+        double *acc = hmalloc(nY * sizeof(double)), *mag = hmalloc(nY * sizeof(double));
+        ref_products(x, w.wd, M, N, K, acc, mag);
+        const void *d_x = dev_upload(dt, x, nX, nX), *d_b = dev_upload(dt, bias, (size_t)N, (size_t)N);
+        const void *d_r = dev_upload(dt, res, nY, nY);
+        double worst = 0.0;
+        /* epilogues: 0 none, 1 residual, 2 bias + residual in place (residual == y), 3 bias */
+        for (int ep = 0; ep < 4; ep++) {
+            SET_CASE("gemv %s %s M=%d N=%d K=%d woff=%zu epilogue %s", WF_NAME[f], dname(dt), M, N, K, sh->woff,
+                     ep == 0 ? "none" : ep == 1 ? "residual" : ep == 2 ? "bias + residual in place" : "bias");
+            void *d_y = ep == 2 ? dev_upload(dt, res, nY, nY + 64) : dev_alloc(dt, nY + 64);
+            const void *b = ep >= 2 ? d_b : NULL, *r = ep == 1 ? d_r : ep == 2 ? d_y : NULL;
+            KERNEL_OK(run_gemv(&w, d_x, b, r, d_y, M, g_stream));
+            const double wr = check_y(&w, d_y, M, acc, mag, ep >= 2 ? bias : NULL, ep == 1 || ep == 2 ? res : NULL);
+            if (wr > worst) worst = wr;
+            const size_t es = esize(dt);
+            const unsigned char *tail = download_bytes((const char *)d_y + nY * es, 64 * es);
+            size_t touched = 0;
+            for (size_t i = 0; i < 64 * es; i++) touched += tail[i] != 0xFF;
+            ck_assert_msg(touched == 0, "[%s] %zu bytes past y were written", g_case, touched);
+        }
+        printf("  ok    gemv %s %s M=%d N=%d K=%d woff=%zu: 4 epilogues within the bound, worst err/bound %.3f\n",
+               WF_NAME[f], dname(dt), M, N, K, sh->woff, worst);
+        fflush(stdout);
+        release_all();
+        done++;
+    }
+    ck_assert_int_gt(done, 40);
+}
+
+START_TEST(test_gemv) {
+    /* _i: format-major over DT */
+    run_shapes((wfmt)(_i / N_OF(DT)), DT[_i % N_OF(DT)]);
+}
+END_TEST
+
+/* ---- graph capture -------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const wset *w;
+    const void *x, *bias, *res;
+    int M;
+} gv_launch_ctx;
+
+static int gv_launch(const void *ctx, void *out, cudaStream_t stream) {
+    const gv_launch_ctx *c = ctx;
+    return run_gemv(c->w, c->x, c->bias, c->res, out, c->M, stream);
+}
+
+/* per format: N 1000 at K 4096 splits K over clusters of 8 (63 row groups); N 4104 at M 11 runs two passes */
+START_TEST(test_gemv_graph) {
+    static const int shapes[][3] = {{5, 1000, 4096}, {11, 4104, 784}};
+    const tp_dtype dt = DT[_i % N_OF(DT)];
+    for (int f = 0; f < WF_COUNT; f++)
+        for (int si = 0; si < N_OF(shapes); si++) {
+            const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            SET_CASE("gemv graph capture %s %s + bias + residual M=%d N=%d K=%d", WF_NAME[f], dname(dt), M, N, K);
+            const wset w = make_weights((wfmt)f, dt, N, K, 0, 43000 + 10 * (uint64_t)f + (uint64_t)si);
+            const size_t nX = (size_t)M * K, nY = (size_t)M * N;
+            const gv_launch_ctx ctx = {&w, dev_upload(dt, host_normal(nX, 43100, 0.0, 1.0), nX, nX),
+                                       dev_upload(dt, host_normal((size_t)N, 43101, 0.0, 0.5), (size_t)N, (size_t)N),
+                                       dev_upload(dt, host_normal(nY, 43102, 0.0, 1.0), nY, nY), M};
+            const unsigned char *a =
+                check_graph_replay(gv_launch, &ctx, dev_alloc(dt, nY), dev_alloc(dt, nY), nY * esize(dt));
+            size_t nonfinite = 0;
+            float *y = hmalloc(nY * sizeof(float));
+            tp_convert_to_f32(dt, a, y, nY, 1.0f);
+            for (size_t i = 0; i < nY; i++) nonfinite += !isfinite(y[i]);
+            ck_assert_msg(nonfinite == 0, "[%s] %zu outputs not finite", g_case, nonfinite);
+            release_all();
+        }
+}
+END_TEST
+
+/* ---- rejected arguments --------------------------------------------------------------------------------------- */
+
+START_TEST(test_gemv_rejects) {
+    SET_CASE("gemv rejects");
+    const tp_dtype h = TP_F16;
+    char *buf = dev_bytes(1 << 20), *y = dev_bytes(1 << 16);
+    const char *x = buf, *w = buf + 65536, *sc = buf + 262144;
+    const float *s = (const float *)(buf + 524288);
+    CUDA_OK(cudaMemset(buf, 0, 1 << 20));
+    const rejected_call r[] = {
+        {"16-bit: K 12 (not a multiple of 8)", tpk_gemv(x, w, NULL, NULL, y, h, 1, 16, 12, g_stream)},
+        {"16-bit: M 0", tpk_gemv(x, w, NULL, NULL, y, h, 0, 16, 16, g_stream)},
+        {"16-bit: N 0", tpk_gemv(x, w, NULL, NULL, y, h, 1, 0, 16, g_stream)},
+        {"16-bit: K 0", tpk_gemv(x, w, NULL, NULL, y, h, 1, 16, 0, g_stream)},
+        {"16-bit: f32", tpk_gemv(x, w, NULL, NULL, y, TP_F32, 1, 16, 16, g_stream)},
+        {"16-bit: e4m3", tpk_gemv(x, w, NULL, NULL, y, TP_E4M3, 1, 16, 16, g_stream)},
+        {"16-bit: NULL x", tpk_gemv(NULL, w, NULL, NULL, y, h, 1, 16, 16, g_stream)},
+        {"16-bit: NULL w", tpk_gemv(x, NULL, NULL, NULL, y, h, 1, 16, 16, g_stream)},
+        {"16-bit: NULL y", tpk_gemv(x, w, NULL, NULL, NULL, h, 1, 16, 16, g_stream)},
+        {"16-bit: x not 16-byte aligned", tpk_gemv(x + 8, w, NULL, NULL, y, h, 1, 16, 16, g_stream)},
+        {"16-bit: w not 16-byte aligned", tpk_gemv(x, w + 8, NULL, NULL, y, h, 1, 16, 16, g_stream)},
+        {"16-bit: y not 2-byte aligned", tpk_gemv(x, w, NULL, NULL, y + 1, h, 1, 16, 16, g_stream)},
+        {"16-bit: bias not 2-byte aligned", tpk_gemv(x, w, w + 1, NULL, y, h, 1, 16, 16, g_stream)},
+        {"16-bit: residual not 2-byte aligned", tpk_gemv(x, w, NULL, w + 1, y, h, 1, 16, 16, g_stream)},
+        {"fp8: K 20 (not a multiple of 8)", tpk_gemv_fp8(x, w, s, NULL, NULL, NULL, y, h, 1, 16, 20, g_stream)},
+        {"fp8: bf16 M -1", tpk_gemv_fp8(x, w, s, NULL, NULL, NULL, y, TP_BF16, -1, 16, 16, g_stream)},
+        {"fp8: w not 8-byte aligned", tpk_gemv_fp8(x, w + 4, s, NULL, NULL, NULL, y, h, 1, 16, 16, g_stream)},
+        {"fp8: channel_scale not 4-byte aligned",
+         tpk_gemv_fp8(x, w, (const float *)(sc + 2), NULL, NULL, NULL, y, h, 1, 16, 16, g_stream)},
+        {"fp8: NULL w", tpk_gemv_fp8(x, NULL, s, s, NULL, NULL, y, h, 1, 16, 16, g_stream)},
+        {"fp8: f32", tpk_gemv_fp8(x, w, s, s, NULL, NULL, y, TP_F32, 1, 16, 16, g_stream)},
+        {"nvfp4: K 24 (not a multiple of 16)", tpk_gemv_nvfp4(x, w, sc, s, NULL, NULL, y, h, 1, 16, 24, g_stream)},
+        {"nvfp4: K 8", tpk_gemv_nvfp4(x, w, sc, s, NULL, NULL, y, h, 1, 16, 8, g_stream)},
+        {"nvfp4: NULL scales", tpk_gemv_nvfp4(x, w, NULL, s, NULL, NULL, y, h, 1, 16, 32, g_stream)},
+        {"nvfp4: NULL global scale", tpk_gemv_nvfp4(x, w, sc, NULL, NULL, NULL, y, h, 1, 16, 32, g_stream)},
+        {"nvfp4: global scale not 4-byte aligned",
+         tpk_gemv_nvfp4(x, w, sc, (const float *)(sc + 1), NULL, NULL, y, h, 1, 16, 32, g_stream)},
+        {"nvfp4: w not 8-byte aligned", tpk_gemv_nvfp4(x, w + 4, sc, s, NULL, NULL, y, h, 1, 16, 32, g_stream)},
+        {"nvfp4: x not 16-byte aligned", tpk_gemv_nvfp4(x + 2, w, sc, s, NULL, NULL, y, h, 1, 16, 32, g_stream)},
+        {"nvfp4: N -5", tpk_gemv_nvfp4(x, w, sc, s, NULL, NULL, y, h, 1, -5, 32, g_stream)},
+        {"nvfp4: bf16 K 40", tpk_gemv_nvfp4(x, w, sc, s, NULL, NULL, y, TP_BF16, 3, 16, 40, g_stream)},
+    };
+    check_rejected(r, sizeof r / sizeof r[0]);
+    check_untouched("y after the rejected calls", y, 0, 1 << 16);
+}
+END_TEST
+
+Suite *gpu_gemv_suite(void) {
+    Suite *s = suite_create("gpu_gemv");
+    tcase_add_loop_test(new_tcase(s, "gemv"), test_gemv, 0, WF_COUNT * N_OF(DT));
+    tcase_add_loop_test(new_tcase(s, "gemv_graph"), test_gemv_graph, 0, N_OF(DT));
+    tcase_add_test(new_tcase(s, "gemv_rejects"), test_gemv_rejects);
+    return s;
+}
