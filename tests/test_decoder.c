@@ -324,6 +324,71 @@ START_TEST(test_json_roundtrip) {
 }
 END_TEST
 
+/* The engines' activation buffers (tp_plan_buffers): no two values live at once share a buffer, and no kernel writes
+ * over its own operand, also where a GEMM's epilogue computes a later op (the residual add after o_proj / attn.proj,
+ * whose input and output have one size: before this rule the fused add's output took the GEMM's input buffer). */
+static void check_buffers(const char *preset, int B, tp_precision prec) {
+    tp_model m = model_of(preset);
+    tp_error e = {0};
+    tp_params p = {0};
+    tp_graph g;
+    tp_plan plan;
+    tp_policy pol;
+    ck_assert_int_eq(tp_model_params_shapes(&m, &p, &e), TP_OK);
+    ck_assert_msg(tp_model_build_graph(&m, &p, B, &g, &e) == TP_OK, "%s", e.msg);
+    tp_policy_default(&pol, prec);
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    size_t *bytes = malloc(sizeof(size_t) * g.n_values), *sb = malloc(sizeof(size_t) * g.n_values);
+    int *slot = malloc(sizeof(int) * g.n_values), *def = malloc(sizeof(int) * g.n_values);
+    int *last = malloc(sizeof(int) * g.n_values);
+    for (int v = 0; v < g.n_values; v++) bytes[v] = (size_t)tp_value_numel(&g.values[v]) * 2;
+    const int n = tp_plan_buffers(&g, &plan, bytes, slot, sb);
+    ck_assert_int_gt(n, 0);
+    tp_graph_last_use(&g, last);
+    /* where each value's buffer is written first: its producer, or the op whose epilogue computes it */
+    for (int v = 0; v < g.n_values; v++) def[v] = g.values[v].producer;
+    int fused_gemms = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const int f[3] = {plan.op_epilogue_add[i], plan.op_epilogue_gelu[i], plan.op_epilogue_embed[i]};
+        for (int k = 0; k < 3; k++)
+            if (f[k] >= 0) def[g.ops[f[k]].out] = i, fused_gemms += g.ops[i].kind == TP_OP_LINEAR;
+    }
+    ck_assert_int_gt(fused_gemms, 0);
+    for (int v = 0; v < g.n_values; v++) {
+        if (slot[v] < 0) continue;
+        ck_assert_uint_eq(sb[slot[v]], bytes[v]);
+        const int end_v = v == g.output ? g.n_ops : last[v] < 0 ? def[v] : last[v];
+        for (int u = v + 1; u < g.n_values; u++) {
+            if (slot[u] != slot[v]) continue;
+            const int end_u = u == g.output ? g.n_ops : last[u] < 0 ? def[u] : last[u];
+            /* live ranges [def, end]: sharing needs one to end before the other is written (strictly: an op's
+             * inputs and the outputs its kernel writes are live together) */
+            ck_assert_msg(end_v < def[u] || end_u < def[v], "%s: %s [%d, %d] and %s [%d, %d] share a buffer", preset,
+                          g.values[v].name, def[v], end_v, g.values[u].name, def[u], end_u);
+        }
+    }
+    free(bytes);
+    free(sb);
+    free(slot);
+    free(def);
+    free(last);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+
+START_TEST(test_engine_buffers) {
+    tp_model m = model_of("llama-3.2-1b");
+    tp_error e = {0};
+    ck_assert_int_eq(tp_model_knob(&m, "--layers", "2", &e), 1);
+    check_buffers("llama-tiny", 3, TP_PREC_FP16);
+    check_buffers("qwen2.5-0.5b", 8, TP_PREC_FP16);
+    check_buffers("llama-3.2-1b", 8, TP_PREC_BF16);
+    check_buffers("vit-b16", 64, TP_PREC_FP16);
+    check_buffers("vit-b16", 3, TP_PREC_FP8);
+}
+END_TEST
+
 /* RoPE's llama3 frequencies: the bands of HF's _compute_llama3_parameters (values computed by its formula). */
 START_TEST(test_rope_llama3) {
     tp_rope r = {TP_ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192};
@@ -357,6 +422,7 @@ int main(void) {
     tcase_add_test(t, test_refusals);
     tcase_add_test(t, test_json_roundtrip);
     tcase_add_test(t, test_rope_llama3);
+    tcase_add_test(t, test_engine_buffers);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -532,3 +532,46 @@ double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g) {
     }
     return b;
 }
+
+int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, int *slot, size_t *slot_bytes) {
+    int *last = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
+    int *pool = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1)); /* free slots */
+    int n_slots = 0, n_free = 0;
+    if (!last || !pool) {
+        free(last);
+        free(pool);
+        return -1;
+    }
+    tp_graph_last_use(g, last);
+    for (int v = 0; v < g->n_values; v++) slot[v] = -1;
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        /* this op's output, then the outputs its kernel writes for the ops fused into it */
+        const int fused[4] = {op->out, p->op_epilogue_add ? p->op_epilogue_add[i] : -1,
+                              p->op_epilogue_gelu ? p->op_epilogue_gelu[i] : -1,
+                              p->op_epilogue_embed ? p->op_epilogue_embed[i] : -1};
+        for (int f = 0; f < 4; f++) {
+            const int v = f == 0 ? fused[0] : fused[f] >= 0 ? g->ops[fused[f]].out : -1;
+            if (v < 0 || slot[v] >= 0 || g->values[v].kind != TP_VAL_ACT) continue;
+            int k = 0;
+            while (k < n_free && slot_bytes[pool[k]] != bytes[v]) k++;
+            if (k < n_free) {
+                slot[v] = pool[k];
+                pool[k] = pool[--n_free];
+            } else {
+                slot_bytes[n_slots] = bytes[v];
+                slot[v] = n_slots++;
+            }
+        }
+        for (int j = 0; j < op->n_in; j++) { /* released once their last reader has run (never the output) */
+            const int v = op->in[j];
+            if (g->values[v].kind != TP_VAL_ACT || last[v] != i || v == g->output || slot[v] < 0) continue;
+            int dup = 0;
+            for (int k = 0; k < n_free; k++) dup |= pool[k] == slot[v];
+            if (!dup) pool[n_free++] = slot[v];
+        }
+    }
+    free(last);
+    free(pool);
+    return n_slots;
+}

@@ -293,61 +293,38 @@ static tp_status state_buffer(tp_engine *e, int v, size_t bytes, tp_error *err) 
     return st;
 }
 
-/* Activation buffers: allocated in op order; a buffer whose value is dead is reused by a later value of the same
- * byte size (the transformer's repeated blocks make exact-size reuse enough). */
+/* Activation buffers: one device buffer per slot of the plan's buffer assignment (tp_plan_buffers: exact-size
+ * reuse, a fused op's output taken where its kernel runs); state values (the KV cache) have their own. */
 static tp_status alloc_activations(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
-    int *last = malloc(sizeof(int) * (size_t)g->n_values);
-    void **free_ptr = malloc(sizeof(void *) * (size_t)g->n_values);
-    size_t *free_size = malloc(sizeof(size_t) * (size_t)g->n_values);
-    int n_free = 0;
+    size_t *bytes = malloc(sizeof(size_t) * (size_t)g->n_values), *slot_bytes = malloc(sizeof(size_t) * (size_t)g->n_values);
+    int *slot = malloc(sizeof(int) * (size_t)g->n_values);
+    void **sp = NULL;
     tp_status st = TP_OK;
-    if (!last || !free_ptr || !free_size) {
+    int n = -1;
+    if (bytes && slot_bytes && slot) {
+        for (int v = 0; v < g->n_values; v++) bytes[v] = tpe_act_alloc_bytes(e, v);
+        n = tp_plan_buffers(g, e->plan, bytes, slot, slot_bytes);
+    }
+    if (n < 0 || !(sp = calloc((size_t)(n ? n : 1), sizeof(void *)))) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto done;
     }
-    tp_graph_last_use(g, last);
-    st = tpe_dev_alloc(e, value_bytes(e, g->input), &e->dptr[g->input], "the input images", err);
-    if (st) goto done;
-    e->act_bytes += (double)value_bytes(e, g->input);
-    for (int i = 0; i < g->n_ops; i++) {
-        const tp_op *op = &g->ops[i];
-        size_t bytes = tpe_act_alloc_bytes(e, op->out);
-        if (g->values[op->out].kind == TP_VAL_STATE) { /* persistent: the share's (by name and size), or its own */
-            if ((st = state_buffer(e, op->out, bytes, err))) goto done;
-            continue;
-        }
-        int found = -1;
-        for (int k = 0; k < n_free; k++)
-            if (free_size[k] == bytes) {
-                found = k;
-                break;
-            }
-        if (found >= 0) {
-            e->dptr[op->out] = free_ptr[found];
-            free_ptr[found] = free_ptr[n_free - 1];
-            free_size[found] = free_size[n_free - 1];
-            n_free--;
-        } else {
-            st = tpe_dev_alloc(e, bytes, &e->dptr[op->out], g->values[op->out].name, err);
-            if (st) goto done;
-            e->act_bytes += (double)bytes;
-        }
-        for (int j = 0; j < op->n_in; j++) {
-            int v = op->in[j];
-            if (g->values[v].kind != TP_VAL_ACT || last[v] != i || v == g->output) continue;
-            int dup = 0;
-            for (int k = 0; k < n_free; k++) dup |= free_ptr[k] == e->dptr[v];
-            if (dup) continue;
-            free_ptr[n_free] = e->dptr[v];
-            free_size[n_free] = tpe_act_alloc_bytes(e, v);
-            n_free++;
-        }
+    st = tpe_dev_alloc(e, value_bytes(e, g->input), &e->dptr[g->input], "the input", err);
+    if (!st) e->act_bytes += (double)value_bytes(e, g->input);
+    for (int k = 0; !st && k < n; k++) {
+        st = tpe_dev_alloc(e, slot_bytes[k], &sp[k], "activations", err);
+        if (!st) e->act_bytes += (double)slot_bytes[k];
+    }
+    for (int v = 0; !st && v < g->n_values; v++) {
+        if (slot[v] >= 0) e->dptr[v] = sp[slot[v]];
+        else if (g->values[v].kind == TP_VAL_STATE) st = state_buffer(e, v, bytes[v], err);
     }
 done:
-    free(last);
-    free(free_ptr);
-    free(free_size);
+    free(bytes);
+    free(slot_bytes);
+    free(slot);
+    free(sp);
     return st;
 }
 
@@ -481,6 +458,12 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                       cudaMemcpyHostToDevice));
     st = alloc_activations(e, err);
     if (st) goto fail;
+    for (int i = 0; i < g->n_ops; i++) { /* no GEMM writes over its own operand (alloc_activations says why) */
+        if (g->ops[i].kind != TP_OP_LINEAR) continue;
+        const int ea = plan->op_epilogue_add[i], eg = plan->op_epilogue_gelu[i];
+        const int y = eg >= 0 ? g->ops[eg].out : ea >= 0 ? g->ops[ea].out : g->ops[i].out;
+        for (int j = 0; j < g->ops[i].n_in; j++) CHECK(e->dptr[y] != e->dptr[g->ops[i].in[j]]);
+    }
     if (g->kv_len > 0 && (st = setup_kv(e, err))) goto fail;
 
     /* GEMM plans and the im2col scratch */
