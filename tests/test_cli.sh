@@ -185,6 +185,12 @@ expect_error "decoder knob bad value" "--prompt '0'" bench "${dec[@]}" --prompt 
 expect_error "decoder in fp8 on a GPU target" "token_embed runs fp32, fp16 and bf16 on the GPU in this tprof, not fp8" \
   build --model llama-tiny --batch 1 --precision fp8 --arch sm_90 -o "$tmp/d.tpe"
 expect_ok "lint: decoder rules" "separate q, k, v" lint --model llama-3.1-8b
+seq 1 80 | tr '\n' ' ' >"$tmp/ppl.txt"
+expect_ok "perplexity over a token file" "Perplexity over .*(2 windows of 37 tokens, 72 predicted)" \
+  bench "${dec[@]}" --prompt 37 --perplexity "$tmp/ppl.txt"
+expect_error "perplexity: a file shorter than a window" "a window needs 90" bench "${dec[@]}" --prompt 90 --perplexity "$tmp/ppl.txt"
+expect_error "perplexity of an image model" "not a language model" bench --device cpu --model vit-tiny --batch 1 \
+  --perplexity "$tmp/ppl.txt"
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/decode.h"
 #include "core/stats.h"
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cpu/cpu_ops.h"
@@ -85,6 +86,27 @@ static void golden(const char *name, int V) {
     ck_assert_msg(err_full <= 1e-5, "%s: logits relative L2 %.3e against HF transformers", name, err_full);
     ck_assert_int_eq(agree, B * T);
     tp_graph_free(&g);
+
+    /* --perplexity over the fixture's prompts (3 windows of T): tprof's pipeline against the NLL of HF's logits */
+    {
+        FILE *f = fopen(tpath("ids.txt"), "w");
+        for (int i = 0; i < B * T; i++) fprintf(f, "%d ", (int)ids[i]);
+        fclose(f);
+        tp_bench_options o = {.batch = B, .perplexity = tpath("ids.txt")};
+        tp_bench_report rep = {.o = &o, .model = m, .prompt = T, .out_cols = V};
+        double ppl = 0, nll = 0;
+        ck_assert_msg(tp_bench_perplexity(&rep, &p, NULL, 0, &ppl, &e) == TP_OK, "%s", e.msg);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t + 1 < T; t++) {
+                const float *l = want + ((size_t)b * T + t) * V;
+                double z = 0;
+                for (int v = 0; v < V; v++) z += exp((double)l[v]);
+                nll += log(z) - l[(int)ids[b * T + t + 1]];
+            }
+        const double hf = exp(nll / (B * (T - 1)));
+        ck_assert_int_eq(rep.ppl_windows, B);
+        ck_assert_msg(fabs(ppl - hf) <= 1e-5 * hf, "%s: perplexity %.6f, from HF's logits %.6f", name, ppl, hf);
+    }
 
     /* generation: prefill (last position's logits), then decode steps over the cache */
     tp_cpu_session sess = {0};

@@ -197,6 +197,10 @@ static tp_status setup(run_ctx *c, tp_error *err) {
         rep->prompt = (int)c->g.tokens;
         rep->gen = (int)(c->g.kv_len - c->g.tokens);
     }
+    rep->ref_ppl = NAN;
+    if (o->perplexity && rep->prompt == 0)
+        return tp_fail(err, TP_ERR_ARG, "--perplexity: %s is not a language model (no token ids, no KV cache)",
+                       tp_model_name(mp));
     rep->flop = tp_graph_flop(&c->g);
     rep->matmul_flop = tp_graph_matmul_flop(&c->g);
     const tp_value *ov = &c->g.values[c->g.output];
@@ -242,6 +246,8 @@ static tp_status reference(run_ctx *c, tp_error *err) {
     else
 #endif
         st = tp_cpu_run(&c->gref, &c->params, c->input, c->ref, err);
+    if (!st && c->o->perplexity && rep->prompt > 0)
+        st = tp_bench_perplexity(rep, &c->params, NULL, rep->reference == TP_REF_GPU, &rep->ref_ppl, err);
     if (!st && rep->gen > 0 && rep->dev == TP_DEVICE_GPU) /* the engines' generation is checked against it */
         st = tp_bench_reference_decode(rep, &c->params, c->input, rep->ref_rows, rep->reference == TP_REF_GPU, err);
     if (st) return st;
@@ -417,6 +423,9 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
 #endif
     }
     const int B = o->batch, cols = rep->out_cols;
+    r->ppl = NAN;
+    if (!st && o->perplexity && rep->prompt > 0)
+        st = tp_bench_perplexity(rep, &c->params, rep->dev == TP_DEVICE_GPU ? &pol : NULL, 0, &r->ppl, err);
     if (!st) {
         tp_latency_stats_compute(r->samples, r->n, &r->lat);
         if (c->have_ref) tp_accuracy_compute(c->out, c->ref, rep->ref_rows, cols, &r->acc);

@@ -64,6 +64,7 @@ typedef struct {
     tp_reference_kind reference;
     const char *weights; /* safetensors path or NULL (synthesized from seed) */
     const char *image;   /* input file or folder, or NULL (random inputs from seed) */
+    const char *perplexity; /* decoders: a token-id file whose perplexity each engine and the reference report */
     uint64_t seed;
     const char *json_path;
     int use_graph;
@@ -143,6 +144,7 @@ typedef struct {
     tp_op_cost *dec_cost;      /* per op of the decode graph (at the middle of the generation's context) */
     int n_dec_cost;
     tp_roofline_floor dec_floor; /* per decode step */
+    double ppl;                /* --perplexity: the engine's perplexity over the file's windows (NAN: not run) */
 } tp_bench_result;
 
 /* What the writers read: the run as a whole. Valid during the hooks. */
@@ -169,6 +171,8 @@ struct tp_bench_report {
     const tp_roofline_rates *rates; /* measured rates (GPU only), NULL otherwise */
     int prompt, gen;         /* models with a KV cache: the prefill's tokens and the decode steps (0, 0 otherwise) */
     float *ref_tokens;       /* (gen, ref_rows) the FP32 reference's greedy tokens; NULL when not run */
+    double ref_ppl;          /* --perplexity: the FP32 reference's (NAN: not run) */
+    int ppl_windows, ppl_tokens; /* the windows of `prompt` tokens scored, and the tokens predicted in them */
 };
 
 /* Runs the benchmark. Errors (one line in err): bad options (TP_ERR_ARG), unreadable or mismatching weights and

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "exec/cpu/cpu_exec.h"
+#include "io/tokens.h"
 #include "exec/cpu/cpu_ops.h"
 #include "planner/plan.h"
 
@@ -117,6 +118,72 @@ tp_status tp_bench_reference_decode(tp_bench_report *rep, const tp_params *param
     }
     rep->ref_tokens = tok;
     return TP_OK;
+}
+
+/* mean over the windows' positions t < T - 1 of -log softmax(logits[b, t])[ids[b, t + 1]], in double */
+static double mean_nll(const float *logits, const float *ids, int W, int T, int V) {
+    double sum = 0;
+    for (int b = 0; b < W; b++)
+        for (int t = 0; t + 1 < T; t++) {
+            const float *l = logits + ((size_t)b * T + t) * V;
+            double mx = l[0], z = 0;
+            for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+            for (int v = 0; v < V; v++) z += exp((double)l[v] - mx);
+            sum += mx + log(z) - l[(int)ids[(size_t)b * T + t + 1]];
+        }
+    return sum / ((double)W * (T - 1));
+}
+
+tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, const tp_policy *pol, int gpu,
+                              double *ppl, tp_error *err) {
+    const int T = rep->prompt, V = rep->out_cols, maxw = 8;
+    const char *path = rep->o->perplexity;
+    *ppl = NAN;
+    if (T < 2) return tp_fail(err, TP_ERR_ARG, "--perplexity: the windows (--prompt) need at least 2 tokens");
+    float *ids = malloc(sizeof(float) * (size_t)maxw * T);
+    if (!ids) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    int n = 0;
+    tp_status st = tp_tokens_read(path, V, maxw * T, ids, &n, err);
+    const int W = n / T;
+    if (!st && W < 1) st = tp_fail(err, TP_ERR_FORMAT, "%s: %d token ids, a window needs %d (--prompt)", path, n, T);
+    float *logits = st ? NULL : malloc(sizeof(float) * (size_t)W * T * V);
+    if (!st && !logits) st = tp_fail(err, TP_ERR_OOM, "out of host memory for %d x %d x %d logits", W, T, V);
+    tp_graph g;
+    const tp_step_shape s = {W, T, 0, T, 1};
+    if (!st && !(st = tp_model_build_step(&rep->model, params, &s, &g, err))) {
+        if (!pol && !gpu) {
+            st = tp_cpu_run(&g, params, ids, logits, err);
+        } else {
+#ifdef TPROF_HAVE_CUDA
+            if (!pol) {
+                st = tp_gpu_reference(&g, params, rep->gpu.sm, ids, logits, err);
+            } else {
+                tp_plan plan;
+                tp_engine *e = NULL;
+                tp_engine_options eo = {.device = 0, .use_graph = 0, .gemm_first = 1};
+                if (!(st = tp_plan_build_policy(&g, pol, rep->gpu.sm, &plan, err))) {
+                    st = tp_engine_build(&g, params, &plan, &eo, &e, err);
+                    if (!st) st = tp_engine_set_input(e, ids, err);
+                    if (!st) st = tp_engine_forward(e, err);
+                    if (!st) st = tp_engine_get_output(e, logits, err);
+                    tp_engine_destroy(e);
+                    tp_plan_free(&plan);
+                }
+            }
+#else
+            st = tp_fail(err, TP_ERR_NO_GPU, "--perplexity on the GPU: this tprof was built without CUDA");
+#endif
+        }
+        tp_graph_free(&g);
+    }
+    if (!st) {
+        *ppl = exp(mean_nll(logits, ids, W, T, V));
+        rep->ppl_windows = W;
+        rep->ppl_tokens = W * (T - 1);
+    }
+    free(ids);
+    free(logits);
+    return st;
 }
 
 #ifdef TPROF_HAVE_CUDA

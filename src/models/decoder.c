@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "core/util.h"
 #include "io/hf_config.h"
+#include "io/tokens.h"
 #include "models/builder.h"
 
 static const char *const ARCH_NAMES[TP_DEC_ARCH_COUNT] = {"LlamaForCausalLM", "MistralForCausalLM",
@@ -544,21 +545,8 @@ static tp_status make_input(const void *cfg, int B, uint64_t seed, const char *p
         snprintf(desc, n, "random token ids in [0, %d), seed %llu", c->vocab, (unsigned long long)seed);
         return TP_OK;
     }
-    FILE *f = fopen(path, "r");
-    if (!f) return tp_fail(err, TP_ERR_IO, "%s: cannot open the token file", path);
     int got = 0;
-    tp_status s = TP_OK;
-    while (!s && got < T) {
-        long v;
-        int r = fscanf(f, "%ld", &v);
-        if (r == EOF) break;
-        if (r != 1) s = tp_fail(err, TP_ERR_FORMAT, "%s: token %d is not an integer", path, got + 1);
-        else if (v < 0 || v >= c->vocab)
-            s = tp_fail(err, TP_ERR_FORMAT, "%s: token %d is %ld, outside the vocabulary [0, %d)", path, got + 1, v,
-                        c->vocab);
-        else dst[got++] = (float)v;
-    }
-    fclose(f);
+    tp_status s = tp_tokens_read(path, c->vocab, T, dst, &got, err);
     if (!s && got < T)
         s = tp_fail(err, TP_ERR_FORMAT, "%s: %d token ids, the prompt needs %d (--prompt)", path, got, T);
     if (s) return s;

@@ -33,6 +33,10 @@ static void print_plan(const tp_graph *g, const tp_plan *p) {
 /* Decoders: the timed runs are the prefill (time to first token), then the greedy decode steps (decode.h). */
 static void print_prefill_decode(const tp_bench_report *rep, const tp_bench_result *r) {
     const int B = rep->o->batch;
+    if (isfinite(r->ppl))
+        printf("Perplexity over %s (%d window%s of %d tokens, %d predicted): %.4f (FP32 reference: %.4f)\n",
+               rep->o->perplexity, rep->ppl_windows, rep->ppl_windows == 1 ? "" : "s", rep->prompt, rep->ppl_tokens,
+               r->ppl, rep->ref_ppl);
     printf("Prefill (pp%d): time to first token %.4f ms (median), %.1f prompt tokens/s\n", rep->prompt,
            r->lat.median, B * rep->prompt / (r->lat.median * 1e-3));
     if (!r->has_decode) return;
@@ -139,6 +143,10 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
                                           "floor_known", r->dec_floor.known));
     }
     json_object_set_new(j, "tests", tests);
+    if (rep->o->perplexity)
+        json_object_set_new(j, "perplexity", json_pack("{s:s,s:i,s:i,s:o,s:o}", "file", rep->o->perplexity, "windows",
+                                                       rep->ppl_windows, "predicted_tokens", rep->ppl_tokens, "value",
+                                                       json_num(r->ppl), "fp32_reference", json_num(rep->ref_ppl)));
     json_object_set_new(j, "prompt", json_integer(rep->prompt));
     json_object_set_new(j, "gen", json_integer(rep->gen));
     return j;
