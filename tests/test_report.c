@@ -16,6 +16,7 @@
 
 #include "profile/analysis.h"
 #include "profile/trace.h"
+#include "report/bench_report.h"
 #include "report/compare.h"
 
 #define FIX16 "tests/fixtures/h200_vit-b16_b64_fp16.trace.json"
@@ -953,6 +954,52 @@ START_TEST(test_attn_cost_errors) {
 }
 END_TEST
 
+/* tprof bench's decode sweep (decoders, --batch list): the table and the attainment chart beside the JSON, one
+ * line per precision, a point per batch that ran, the floor over the median in percent. */
+START_TEST(test_decode_sweep_chart) {
+    tp_bench_options o = {.n_precs = 2, .precs = {TP_PREC_FP16, TP_PREC_BF16}};
+    tp_error e = {0};
+    ck_assert_int_eq(tp_model_preset("llama-3.2-1b", &o.model, &e), TP_OK);
+    char dir[] = "/tmp/tp_sweep_XXXXXX", json[80], svg[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(json, sizeof json, "%s/run.json", dir);
+    snprintf(svg, sizeof svg, "%s/run_decode_sweep.svg", dir);
+    o.json_path = json;
+    const int batches[3] = {1, 8, 32};
+    tp_bench_row rows[6];
+    memset(rows, 0, sizeof rows);
+    for (int b = 0; b < 3; b++)
+        for (int p = 0; p < 2; p++) {
+            tp_bench_row *r = &rows[b * 2 + p];
+            r->prec = o.precs[p];
+            r->median_ms = 2.0;
+            r->dec_ms = 1.6 + 0.1 * b; /* floor 0.8: attainment 50, 47.1, 44.4 % */
+            r->dec_floor_ms = p == 1 && b == 2 ? 0 : 0.8; /* bf16 at batch 32: floor unknown, no point */
+        }
+    ck_assert_int_eq(tp_bench_print_sweep(&o, batches, 3, rows, &e), TP_OK);
+    FILE *f = fopen(svg, "r");
+    ck_assert_ptr_nonnull(f);
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "<svg"));
+    ck_assert_ptr_nonnull(strstr(buf, "</svg>"));
+    ck_assert_ptr_nonnull(strstr(buf, ">bf16</text>"));
+    ck_assert_ptr_nonnull(strstr(buf, "<title>50.0%</title>"));
+    ck_assert_ptr_nonnull(strstr(buf, "<title>44.4%</title>"));
+    int points = 0;
+    for (const char *q = buf; (q = strstr(q, "<circle")); q++) points++;
+    ck_assert_int_eq(points, 5); /* 3 fp16 + 2 bf16 */
+    /* an unwritable chart is an error naming the file */
+    snprintf(json, sizeof json, "/nonexistent_dir_tp/run.json");
+    ck_assert_int_eq(tp_bench_print_sweep(&o, batches, 3, rows, &e), TP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "run_decode_sweep.svg"));
+    remove(svg);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("report");
     TCase *t = tcase_create("compare");
@@ -968,6 +1015,7 @@ int main(void) {
     tcase_add_test(t, test_attn_worst);
     tcase_add_test(t, test_write_attn_cost);
     tcase_add_test(t, test_attn_cost_errors);
+    tcase_add_test(t, test_decode_sweep_chart);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

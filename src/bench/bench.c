@@ -611,7 +611,9 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
             double qps = r->n / (r->wall_ms * 1e-3), tf = c.rep.flop / (r->lat.median * 1e-3) * 1e-12;
             o->rows_out[pi] = (tp_bench_row){r->prec, r->lat.median, qps * o->batch, tf, r->peak_tflops,
                                              r->peak_tflops > 0 ? tf / r->peak_tflops : 0.0,
-                                             r->floor.known ? r->floor.ns * 1e-6 : 0.0};
+                                             r->floor.known ? r->floor.ns * 1e-6 : 0.0,
+                                             r->has_decode ? r->dec.median : 0.0,
+                                             r->has_decode && r->dec_floor.known ? r->dec_floor.ns * 1e-6 : 0.0};
         }
     if (!st && o->writer && o->writer->end) st = o->writer->end(&c.rep, err);
     if (!st && o->save_output) st = save_outputs(&c, err);

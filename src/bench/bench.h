@@ -38,6 +38,7 @@ typedef struct {
     double peak_tflops; /* the measured dense GEMM peak of prec on this GPU (gemm_peak.h); 0 when not measured */
     double mfu;         /* tflops / peak_tflops (model FLOP utilization); 0 when not measured */
     double floor_ms;    /* the engine's roofline floor per forward pass (profile/roofline.h); 0 when not known */
+    double dec_ms, dec_floor_ms; /* decoders: the decode step's median and roofline floor (ms); 0 when not run */
 } tp_bench_row;
 
 typedef struct tp_bench_report tp_bench_report;

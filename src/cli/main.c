@@ -581,7 +581,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     tp_status st = build             ? tp_build_run(&a.o, a.out_file, a.arch, &err)
                    : a.n_batches > 1 ? tp_bench_sweep(&a.o, bsizes, a.n_batches, rows, &err)
                                      : tp_bench_run(&a.o, &err);
-    if (!st && !build && a.n_batches > 1) tp_bench_print_sweep(&a.o, bsizes, a.n_batches, rows);
+    if (!st && !build && a.n_batches > 1) st = tp_bench_print_sweep(&a.o, bsizes, a.n_batches, rows, &err);
     tp_engine_file_free(&ef);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);

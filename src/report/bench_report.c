@@ -502,7 +502,66 @@ const tp_bench_writer *tp_bench_text_writer(void) {
     return &W;
 }
 
-void tp_bench_print_sweep(const tp_bench_options *o, const int *batches, int n_batches, const tp_bench_row *rows) {
+/* Decoders in a sweep: the decode steps per batch and precision, and the attainment chart. */
+static tp_status print_decode_sweep(const tp_bench_options *o, const int *batches, int n_batches,
+                                    const tp_bench_row *rows, tp_error *err) {
+    const int P = o->n_precs;
+    int any = 0;
+    for (int k = 0; k < n_batches * P; k++) any |= rows[k].dec_ms > 0;
+    if (!any) return TP_OK;
+    printf("\n=== Decode sweep (%s) ===\n%7s %-9s %12s %12s %10s %12s\n", tp_model_name(&o->model), "batch",
+           "precision", "tokens/s", "ms / step", "floor ms", "attainment");
+    double *att = malloc(sizeof(double) * (size_t)(n_batches * P));
+    if (!att) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int p = 0; p < P; p++)
+        for (int b = 0; b < n_batches; b++) {
+            const tp_bench_row *r = &rows[(size_t)b * P + p];
+            att[(size_t)p * n_batches + b] = r->dec_ms > 0 && r->dec_floor_ms > 0 ? 100 * r->dec_floor_ms / r->dec_ms : NAN;
+        }
+    for (int b = 0; b < n_batches; b++)
+        for (int p = 0; p < P; p++) {
+            const tp_bench_row *r = &rows[(size_t)b * P + p];
+            if (!(r->dec_ms > 0)) continue;
+            char fl[16] = "-", at[16] = "-";
+            if (r->dec_floor_ms > 0) {
+                snprintf(fl, sizeof fl, "%.4f", r->dec_floor_ms);
+                snprintf(at, sizeof at, "%.1f %%", att[(size_t)p * n_batches + b]);
+            }
+            printf("%7d %-9s %12.1f %12.4f %10s %12s\n", batches[b], tp_precision_name(r->prec), batches[b] / (r->dec_ms * 1e-3),
+                   r->dec_ms, fl, at);
+        }
+    printf("(a decode step: one token per sequence; attainment: its roofline floor, weights and KV-cache bytes at the "
+           "measured copy rate, over its median)\n");
+    tp_status st = TP_OK;
+    if (o->json_path) {
+        char path[1100], ticks[32][16];
+        const char *xt[32], *names[TP_MAX_PRECISIONS];
+        const char *dot = strrchr(o->json_path, '.');
+        const int stem = dot && strcmp(dot, ".json") == 0 ? (int)(dot - o->json_path) : (int)strlen(o->json_path);
+        snprintf(path, sizeof path, "%.*s_decode_sweep.svg", stem, o->json_path);
+        for (int b = 0; b < n_batches && b < 32; b++) {
+            snprintf(ticks[b], sizeof ticks[b], "%d", batches[b]);
+            xt[b] = ticks[b];
+        }
+        for (int p = 0; p < P; p++) names[p] = tp_precision_name(o->precs[p]);
+        char title[200];
+        snprintf(title, sizeof title, "%s: decode step, %% of its roofline floor", tp_model_name(&o->model));
+        FILE *f = fopen(path, "w");
+        int bad = !f;
+        if (f) {
+            bad = tp_svg_percent_lines(f, title, "batch (sequences)", n_batches < 32 ? n_batches : 32, xt, P, names,
+                                       att) != 0;
+            bad |= fclose(f) != 0;
+        }
+        if (bad) st = tp_fail(err, TP_ERR_IO, "%s: cannot write the decode sweep chart", path);
+        else printf("Decode sweep chart: %s\n", path);
+    }
+    free(att);
+    return st;
+}
+
+tp_status tp_bench_print_sweep(const tp_bench_options *o, const int *batches, int n_batches, const tp_bench_row *rows,
+                               tp_error *err) {
     tp_input_desc in;
     tp_model_input(&o->model, &in);
     char per_s[32];
@@ -524,4 +583,5 @@ void tp_bench_print_sweep(const tp_bench_options *o, const int *batches, int n_b
     printf("(TFLOP/s: model FLOPs per batch over the median; MFU: that over the precision's dense GEMM peak "
            "measured on this GPU, 8192^3 cuBLASLt; floor: the engine's roofline floor, profile/roofline.h; "
            "neither on the CPU)\n");
+    return print_decode_sweep(o, batches, n_batches, rows, err);
 }

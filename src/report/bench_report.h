@@ -13,7 +13,11 @@
 const tp_bench_writer *tp_bench_text_writer(void);
 
 /* The batch sweep's table: rows (n_batches x o->n_precs, batch-major, from tp_bench_sweep) with median, samples/s,
- * TFLOP/s, MFU and roofline floor per batch and precision. */
-void tp_bench_print_sweep(const tp_bench_options *o, const int *batches, int n_batches, const tp_bench_row *rows);
+ * TFLOP/s, MFU and roofline floor per batch and precision; for decoders also the decode steps' table (tokens/s,
+ * ms per step, floor, attainment) and, with o->json_path, its chart (the decode step's attainment of its floor
+ * against the batch, one line per precision) as SVG beside the JSON: "<json path without .json>_decode_sweep.svg".
+ * Errors: TP_ERR_IO naming the SVG file. */
+tp_status tp_bench_print_sweep(const tp_bench_options *o, const int *batches, int n_batches, const tp_bench_row *rows,
+                               tp_error *err);
 
 #endif

@@ -107,6 +107,11 @@ tp_status tp_compare_write(const tp_compare_config *cfg, const tp_compare_entry 
  *              am[i].bound; am[i].r == 0 means no bound (peak rate not measured) and is labeled so. */
 int tp_compare_svg_breakdown(FILE *f, const tp_compare_entry *entries, int n);
 int tp_compare_svg_speedup(FILE *f, const tp_compare_entry *entries, const tp_amdahl *am, int n, int baseline);
+/* A line chart of n_series series over n_x categories (x tick labels xticks), y[s * n_x + x] in percent (0 ..
+ * 100; NAN: no point), one color and one legend entry (names[s]) per series; tprof bench's decode sweep draws the
+ * decode step's attainment of its roofline floor against the batch. Returns 0, or -1 when f fails. */
+int tp_svg_percent_lines(FILE *f, const char *title, const char *xlabel, int n_x, const char *const *xticks,
+                         int n_series, const char *const *names, const double *y);
 /* The fixed fill color ("#rrggbb") of a category in the charts. */
 const char *tp_compare_category_color(tp_category c);
 

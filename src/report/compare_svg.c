@@ -221,3 +221,50 @@ int tp_compare_svg_speedup(FILE *f, const tp_compare_entry *entries, const tp_am
     fputs("</svg>\n", f);
     return ferror(f) ? -1 : 0;
 }
+
+int tp_svg_percent_lines(FILE *f, const char *title, const char *xlabel, int n_x, const char *const *xticks,
+                         int n_series, const char *const *names, const double *y) {
+    static const char *const INK[] = {"#4e79a7", "#f28e2b", "#e15759", "#59a14f", "#b07aa1", "#9c755f",
+                                      "#76b7b2", "#edc948"};
+    const double W = 720, L = 60, R = 150, T0 = 44, H = 280, PW = W - L - R;
+    svg_open(f, W, T0 + H + 56, title);
+    for (int k = 0; k <= 100; k += 20) { /* horizontal grid, percent */
+        const double yy = T0 + H * (1 - k / 100.0);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, yy, L + PW, yy);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#555\">%d%%</text>\n", L - 6, yy + 4, k);
+    }
+    for (int x = 0; x < n_x; x++) {
+        const double xx = L + PW * (n_x > 1 ? (double)x / (n_x - 1) : 0.5);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#555\">", xx, T0 + H + 16);
+        svg_text(f, xticks[x]);
+        fputs("</text>\n", f);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", L + PW / 2, T0 + H + 40);
+    svg_text(f, xlabel);
+    fputs("</text>\n", f);
+    for (int s = 0; s < n_series; s++) {
+        const char *ink = INK[s % 8];
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", ink);
+        for (int x = 0; x < n_x; x++) {
+            const double v = y[(size_t)s * n_x + x];
+            if (!isfinite(v)) continue;
+            const double c = v < 0 ? 0 : v > 100 ? 100 : v;
+            fprintf(f, "%.1f,%.1f ", L + PW * (n_x > 1 ? (double)x / (n_x - 1) : 0.5), T0 + H * (1 - c / 100));
+        }
+        fputs("\"/>\n", f);
+        for (int x = 0; x < n_x; x++) {
+            const double v = y[(size_t)s * n_x + x];
+            if (!isfinite(v)) continue;
+            const double c = v < 0 ? 0 : v > 100 ? 100 : v;
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%.1f%%</title></circle>\n",
+                    L + PW * (n_x > 1 ? (double)x / (n_x - 1) : 0.5), T0 + H * (1 - c / 100), ink, v);
+        }
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", L + PW + 16,
+                T0 + 18.0 * s, ink);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">", L + PW + 34, T0 + 18.0 * s + 10);
+        svg_text(f, names[s]);
+        fputs("</text>\n", f);
+    }
+    fputs("</svg>\n", f);
+    return ferror(f) ? -1 : 0;
+}
