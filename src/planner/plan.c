@@ -293,6 +293,22 @@ static int cuda_runs(const tp_op *op, tp_precision prec) {
     }
 }
 
+/* The plan's note of an op that is neither a GEMM, a LayerNorm nor the fused attention (act: the activations' type). */
+static void other_note(const tp_op *op, const char *act, char *note, size_t n) {
+    switch (op->kind) {
+    case TP_OP_RMSNORM:
+        snprintf(note, n, "%s in/out, fp32 statistics%s", act, op->norm_offset != 0.0f ? ", x_hat * (1 + w)" : "");
+        break;
+    case TP_OP_ROPE: snprintf(note, n, "%s in/out, fp32 angles as HF forms them, accurate sin/cos", act); break;
+    case TP_OP_KV_APPEND: snprintf(note, n, "KV cache in %s", act); break;
+    case TP_OP_KV_ATTENTION:
+        snprintf(note, n, "%s Q and KV cache, causal, %d heads over %d KV heads, fp32 softmax", act, op->heads,
+                 op->kv_heads);
+        break;
+    default: snprintf(note, n, "%s, fp32 math", act); break;
+    }
+}
+
 tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, tp_plan *p, tp_error *err) {
     const tp_precision prec = pol->def;
     memset(p, 0, sizeof *p);
@@ -377,20 +393,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
             }
             if ((st = plan_attention(g, pol, i, sm, p, err))) goto out;
             break;
-        case TP_OP_RMSNORM:
-            snprintf(p->op_note[i], sizeof p->op_note[i], "%s in/out, fp32 statistics%s", act,
-                     op->norm_offset != 0.0f ? ", x_hat * (1 + w)" : "");
-            break;
-        case TP_OP_ROPE:
-            snprintf(p->op_note[i], sizeof p->op_note[i], "%s in/out, fp32 angles as HF forms them, accurate sin/cos",
-                     act);
-            break;
-        case TP_OP_KV_APPEND: snprintf(p->op_note[i], sizeof p->op_note[i], "KV cache in %s", act); break;
-        case TP_OP_KV_ATTENTION:
-            snprintf(p->op_note[i], sizeof p->op_note[i], "%s Q and KV cache, causal, %d heads over %d KV heads, fp32 "
-                     "softmax", act, op->heads, op->kv_heads);
-            break;
-        default: snprintf(p->op_note[i], sizeof p->op_note[i], "%s, fp32 math", act); break;
+        default: other_note(op, act, p->op_note[i], sizeof p->op_note[i]); break;
         }
     }
     if (block_fmt) {

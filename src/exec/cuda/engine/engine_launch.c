@@ -105,6 +105,109 @@ static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
     }
 }
 
+/* A linear op: tprof's Hopper GEMMs, cuBLASLt (per-tensor FP8, FP8 block-128, native and emulated block formats,
+ * 16-bit) or the decode GEMV, as the build chose; *cublas is set when rc is a cuBLAS status. */
+static int launch_linear(tp_engine *e, int i, int *cublas) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    void *y = e->dptr[op->out];
+    const void *x = e->dptr[op->in[0]];
+    tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
+    cudaStream_t s = e->stream;
+    int rc = 0;
+    const tp_qformat qf = pl->value_qf[op->in[0]];
+    const int fp8 = pl->value_dt[op->in[0]] == TP_E4M3;
+    if (e->gelu_sm90[i] >= 0) { /* GEMM + bias + exact GELU in one kernel: it writes the GELU's output */
+        const int gv = g->ops[e->gelu_sm90[i]].out;
+        const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
+        if (fp8) /* E4M3 operands with their scales; the GELU's output in its type (E4M3 with its scale) */
+            rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
+                                   e->d_scales + SCALE_SLOT * op->in[1], bias, NULL, e->dptr[gv],
+                                   pl->value_dt[gv], e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m,
+                                   (int)op->gemm_n, (int)op->gemm_k, 1,
+                                   tpk_gemm_sm90_fp8_pick_variant(pl->value_dt[gv], (int)op->gemm_m,
+                                                                  (int)op->gemm_n, e->sms),
+                                   s);
+        else
+            rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], bias, e->dptr[gv], xdt, (int)op->gemm_m, (int)op->gemm_n,
+                               (int)op->gemm_k, 1, s);
+        return rc;
+    }
+    if (qf == TP_QF_FP8_BLOCK128) {
+        /* native FP8 block-128: the input in E4M3 with its 1x128 scales (written by the producer, or here) */
+        const int M = (int)op->gemm_m;
+        float *xs = (float *)e->d_bscale[op->in[0]];
+        if (!fp8) {
+            HOOK(e, i, TP_CAT_QUANT);
+            rc = tpk_quant_fp8_b128(x, xdt, 0, e->d_q8, xs, M, (int)rows_pad(M), (int)op->gemm_k, s);
+            if (rc) return rc;
+            x = e->d_q8;
+            HOOK(e, i, TP_CAT_GEMM);
+        }
+        *cublas = 1;
+        rc = tp_gemm_run(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                         y, xs, (const float *)e->d_bscale[op->in[1]], s);
+        return rc;
+    }
+    if (op_native_bs(e, i)) {
+        /* Blackwell: the input's codes and 128x4-tiled scales, then the block-scaled GEMM (NVFP4's per-tensor
+         * scales in alpha) */
+        HOOK(e, i, TP_CAT_QUANT);
+        rc = tpk_block_quant_native(x, xdt, e->d_q8, e->d_bscale[op->in[0]], (long long)op->gemm_m,
+                                    (long long)op->gemm_k, (int)qf,
+                                    qf == TP_QF_NVFP4 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
+        if (rc) return rc;
+        HOOK(e, i, TP_CAT_GEMM);
+        *cublas = 1;
+        rc = tp_gemm_run_alpha(e->gemm, e->gplan[i], e->d_q8, e->dptr[op->in[1]],
+                               op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y, (const float *)e->d_bscale[op->in[0]],
+                               (const float *)e->d_bscale[op->in[1]], e->alpha[i], s);
+        return rc;
+    }
+    if (qf != TP_QF_NONE) {
+        /* emulation: the operand's exact block-scaled values, in bf16, feed a bf16 GEMM */
+        HOOK(e, i, TP_CAT_QUANT);
+        rc = tpk_block_qdq(x, xdt, e->d_qdq, TP_BF16, (long long)op->gemm_m, (long long)op->gemm_k, (int)qf,
+                           tp_qformat_info(qf)->global_scale ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
+        if (rc) return rc;
+        x = e->d_qdq;
+        HOOK(e, i, TP_CAT_GEMM);
+    }
+    /* a residual add fused into this epilogue (plan.c): D is the add's output, C its other operand; a fused
+     * GELU: D is the GELU's output, in its type */
+    const int ea = pl->op_epilogue_add[i], eg = pl->op_epilogue_gelu[i];
+    const void *res = NULL;
+    int yv = op->out;
+    if (ea >= 0) {
+        const tp_op *a = &g->ops[ea];
+        res = e->dptr[a->in[0] == op->out ? a->in[1] : a->in[0]];
+        yv = a->out;
+    }
+    if (eg >= 0) yv = g->ops[eg].out;
+    y = e->dptr[yv];
+    ydt = pl->value_dt[yv];
+    if (e->gemv16[i]) { /* a decode GEMV: the bias and the residual in its epilogue */
+        rc = tpk_gemv(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y, xdt, (int)op->gemm_m,
+                      (int)op->gemm_n, (int)op->gemm_k, s);
+        return rc;
+    }
+    if (e->plain_sm90[i]) { /* E4M3 operands; D F16 (+ the residual) or E4M3 with its storage scale */
+        rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
+                               e->d_scales + SCALE_SLOT * op->in[1], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                               res, y, ydt, e->d_scales + SCALE_SLOT * yv, (int)op->gemm_m, (int)op->gemm_n,
+                               (int)op->gemm_k, 0,
+                               tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms), s);
+        return rc;
+    }
+    *cublas = 1;
+    rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
+                       fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
+                       fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL,
+                       ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + yv) : NULL, e->alpha[i], s);
+    return rc;
+}
+
 tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
@@ -152,98 +255,7 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
                                M, C, op->eps, s);
         break;
     }
-    case TP_OP_LINEAR: {
-        const tp_qformat qf = pl->value_qf[op->in[0]];
-        const int fp8 = pl->value_dt[op->in[0]] == TP_E4M3;
-        if (e->gelu_sm90[i] >= 0) { /* GEMM + bias + exact GELU in one kernel: it writes the GELU's output */
-            const int gv = g->ops[e->gelu_sm90[i]].out;
-            const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
-            if (fp8) /* E4M3 operands with their scales; the GELU's output in its type (E4M3 with its scale) */
-                rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
-                                       e->d_scales + SCALE_SLOT * op->in[1], bias, NULL, e->dptr[gv],
-                                       pl->value_dt[gv], e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m,
-                                       (int)op->gemm_n, (int)op->gemm_k, 1,
-                                       tpk_gemm_sm90_fp8_pick_variant(pl->value_dt[gv], (int)op->gemm_m,
-                                                                      (int)op->gemm_n, e->sms),
-                                       s);
-            else
-                rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], bias, e->dptr[gv], xdt, (int)op->gemm_m, (int)op->gemm_n,
-                                   (int)op->gemm_k, 1, s);
-            break;
-        }
-        if (qf == TP_QF_FP8_BLOCK128) {
-            /* native FP8 block-128: the input in E4M3 with its 1x128 scales (written by the producer, or here) */
-            const int M = (int)op->gemm_m;
-            float *xs = (float *)e->d_bscale[op->in[0]];
-            if (!fp8) {
-                HOOK(e, i, TP_CAT_QUANT);
-                rc = tpk_quant_fp8_b128(x, xdt, 0, e->d_q8, xs, M, (int)rows_pad(M), (int)op->gemm_k, s);
-                if (rc) break;
-                x = e->d_q8;
-                HOOK(e, i, TP_CAT_GEMM);
-            }
-            cublas = 1;
-            rc = tp_gemm_run(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
-                             y, xs, (const float *)e->d_bscale[op->in[1]], s);
-            break;
-        }
-        if (op_native_bs(e, i)) {
-            /* Blackwell: the input's codes and 128x4-tiled scales, then the block-scaled GEMM (NVFP4's per-tensor
-             * scales in alpha) */
-            HOOK(e, i, TP_CAT_QUANT);
-            rc = tpk_block_quant_native(x, xdt, e->d_q8, e->d_bscale[op->in[0]], (long long)op->gemm_m,
-                                        (long long)op->gemm_k, (int)qf,
-                                        qf == TP_QF_NVFP4 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
-            if (rc) break;
-            HOOK(e, i, TP_CAT_GEMM);
-            cublas = 1;
-            rc = tp_gemm_run_alpha(e->gemm, e->gplan[i], e->d_q8, e->dptr[op->in[1]],
-                                   op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y, (const float *)e->d_bscale[op->in[0]],
-                                   (const float *)e->d_bscale[op->in[1]], e->alpha[i], s);
-            break;
-        }
-        if (qf != TP_QF_NONE) {
-            /* emulation: the operand's exact block-scaled values, in bf16, feed a bf16 GEMM */
-            HOOK(e, i, TP_CAT_QUANT);
-            rc = tpk_block_qdq(x, xdt, e->d_qdq, TP_BF16, (long long)op->gemm_m, (long long)op->gemm_k, (int)qf,
-                               tp_qformat_info(qf)->global_scale ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
-            if (rc) break;
-            x = e->d_qdq;
-            HOOK(e, i, TP_CAT_GEMM);
-        }
-        /* a residual add fused into this epilogue (plan.c): D is the add's output, C its other operand; a fused
-         * GELU: D is the GELU's output, in its type */
-        const int ea = pl->op_epilogue_add[i], eg = pl->op_epilogue_gelu[i];
-        const void *res = NULL;
-        int yv = op->out;
-        if (ea >= 0) {
-            const tp_op *a = &g->ops[ea];
-            res = e->dptr[a->in[0] == op->out ? a->in[1] : a->in[0]];
-            yv = a->out;
-        }
-        if (eg >= 0) yv = g->ops[eg].out;
-        y = e->dptr[yv];
-        ydt = pl->value_dt[yv];
-        if (e->gemv16[i]) { /* a decode GEMV: the bias and the residual in its epilogue */
-            rc = tpk_gemv(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y, xdt, (int)op->gemm_m,
-                          (int)op->gemm_n, (int)op->gemm_k, s);
-            break;
-        }
-        if (e->plain_sm90[i]) { /* E4M3 operands; D F16 (+ the residual) or E4M3 with its storage scale */
-            rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
-                                   e->d_scales + SCALE_SLOT * op->in[1], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
-                                   res, y, ydt, e->d_scales + SCALE_SLOT * yv, (int)op->gemm_m, (int)op->gemm_n,
-                                   (int)op->gemm_k, 0,
-                                   tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms), s);
-            break;
-        }
-        cublas = 1;
-        rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
-                           fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
-                           fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL,
-                           ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + yv) : NULL, e->alpha[i], s);
-        break;
-    }
+    case TP_OP_LINEAR: rc = launch_linear(e, i, &cublas); break;
     case TP_OP_ATTENTION: {
         const int B = (int)xv->shape[0], T = (int)xv->shape[1];
         if (pl->op_prec[i] == TP_PREC_FP8) {

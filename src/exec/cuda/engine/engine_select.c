@@ -187,6 +187,25 @@ static int gemv_candidate(const tp_engine *e, int i) {
            (op->n_in < 3 || pl->value_dt[op->in[2]] == dt);
 }
 
+/* Times op i as tprof's decode GEMV on its buffers and keeps it when faster than cuBLASLt's best (t_best us,
+ * candidate best of n); the note says both. A GEMV that fails to launch is skipped, as a candidate is. */
+static void try_gemv(tp_engine *e, int i, double t_best, int best, int n) {
+    double t_gemv = 0;
+    tp_error ev;
+    e->gemv16[i] = 1;
+    const int failed = time_op(e, i, &t_gemv, &ev) != TP_OK;
+    const size_t l = strlen(e->impl_note[i]);
+    if (failed || t_gemv >= t_best) {
+        e->gemv16[i] = 0;
+        if (failed) cudaGetLastError();
+        if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV failed: %.60s", ev.msg);
+        else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV: %.1f us", t_gemv);
+    } else {
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof decode GEMV (gemv.h) by time: %.1f us; cuBLASLt "
+                 "algorithm %d of %d: %.1f us", t_gemv, best + 1, n, t_best);
+    }
+}
+
 _Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000, "engine_file.c's EF_MAX_ALGO");
 
 /* GEMM selection (gemm_cublaslt.h): each GEMM op's heuristic candidates timed on the op's own buffers (its
@@ -290,20 +309,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                  "cuBLASLt algorithm %d of %d by time: %.1f us (the heuristic's first: %.1f us)", best + 1, n, t[best],
                  t[0]);
         if (gemv_candidate(e, i)) { /* tprof's decode GEMV on the same buffers; kept when faster */
-            double t_gemv = 0;
-            tp_error ev;
-            e->gemv16[i] = 1;
-            const int failed = time_op(e, i, &t_gemv, &ev) != TP_OK;
-            const size_t l = strlen(e->impl_note[i]);
-            if (failed || t_gemv >= t[best]) {
-                e->gemv16[i] = 0;
-                if (failed) cudaGetLastError();
-                if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV failed: %.60s", ev.msg);
-                else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV: %.1f us", t_gemv);
-            } else {
-                snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof decode GEMV (gemv.h) by time: %.1f us; "
-                         "cuBLASLt algorithm %d of %d: %.1f us", t_gemv, best + 1, n, t[best]);
-            }
+            try_gemv(e, i, t[best], best, n);
             continue;
         }
         if (pc) { /* tprof's FP8 GEMM on the same buffers; kept when faster */
