@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
+# (decoders: decoder decoder_check hfpeers; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -40,6 +41,14 @@ for s in $steps; do
     echo "=== decoder: llama-3.2-1b, pp512 tg128, batch 1 and 8"
     "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1,8 --precision fp16,bf16 \
       --json "$OUT/decoder_llama32_1b.json" || rc=1
+    ;;
+  decoder_check)
+    echo "=== the batch-8, 512-token decoder mismatch of 2026-11-25 (bench/results/..._decoder_b8_prompt512_mismatch.log):"
+    echo "=== with the buffer fix (tp_plan_buffers) both must agree with the CPU executor (cosine ~1, top-1 100 %)"
+    "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --layers 2 --gen 2 --batch 8 --precision fp16,fp32 \
+      --duration 0.1 --no-gemm-select --reference cpu | grep -E "Accuracy|Greedy|first diff" || rc=1
+    "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 16 --batch 8 --precision fp16 --duration 0.3 \
+      | grep -E "Accuracy|Greedy|first diff|tg16" || rc=1
     ;;
   hfpeers)
     echo "=== HF transformers on the same GPU (bench/hf_peers.py)"
