@@ -50,6 +50,13 @@ for s in $steps; do
     "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 16 --batch 8 --precision fp16 --duration 0.3 \
       | grep -E "Accuracy|Greedy|first diff|tg16" || rc=1
     ;;
+  groups)
+    echo "=== q/k/v and gate/up as one GEMV each (--gemv-groups), off / on / auto, Llama-3.2-1B decode at batch 1"
+    for m in off on auto; do
+      "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 64 --batch 1 --precision fp16 --duration 0.5 \
+        --gemv-groups $m | grep -E "tg64|Greedy|Accuracy" || rc=1
+    done
+    ;;
   hfpeers)
     echo "=== HF transformers on the same GPU (bench/hf_peers.py)"
     python3 bench/hf_peers.py --model llama-3.2-1b --prompt 512 --gen 128 --json "$OUT/hf_peers_llama32_1b.json" || rc=1

@@ -364,7 +364,7 @@ static void check_buffers(const char *preset, int B, tp_precision prec) {
     int *slot = malloc(sizeof(int) * g.n_values), *def = malloc(sizeof(int) * g.n_values);
     int *last = malloc(sizeof(int) * g.n_values);
     for (int v = 0; v < g.n_values; v++) bytes[v] = (size_t)tp_value_numel(&g.values[v]) * 2;
-    const int n = tp_plan_buffers(&g, &plan, bytes, slot, sb);
+    const int n = tp_plan_buffers(&g, &plan, bytes, NULL, slot, sb);
     ck_assert_int_gt(n, 0);
     tp_graph_last_use(&g, last);
     /* where each value's buffer is written first: its producer, or the op whose epilogue computes it */

@@ -87,6 +87,7 @@ typedef struct {
     const char *save_output; /* --save-output FILE: every precision's output (B, ...) fp32 as safetensors */
     tp_calib_options calib;  /* --calib max|percentile, --calib-percentile P: static activation scales */
     int attention;           /* --attention: a tp_attn_impl (exec/cuda/engine/cuda_engine.h), 0 = auto */
+    int gemv_groups;         /* --gemv-groups off|on|auto: tp_engine_options.gemv_groups 0, 1, 2 (decode engines) */
     const char *command_line;
     /* Optional: the GPU's measured rates (profile/roofline.h: the GEMM peak per precision for MFU and the
      * roofline, the copy rate for the roofline); 0 entries are measured by the run (8192^3 cuBLASLt GEMMs, a

@@ -224,7 +224,8 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
         return st;
     }
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
-                            .cublaslt_only = o->cublaslt_only, .share = prefill, .feed_argmax = 1};
+                            .cublaslt_only = o->cublaslt_only, .share = prefill, .feed_argmax = 1,
+                            .gemv_groups = o->gemv_groups};
     if (!(st = tp_plan_build_policy(&g, pol, rep->gpu.sm, &plan, err))) st = tp_engine_build(&g, params, &plan, &eo, &e, err);
     for (int k = 0; !st && k < rounds; k++) {
         st = tp_engine_forward(prefill, err); /* a fresh prefill: the cache from position 0 */

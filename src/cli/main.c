@@ -53,6 +53,8 @@ static void usage(FILE *f) {
             "  --tokens FILE         decoders: the prompt's token ids, whitespace-separated integers (default: random)\n"
             "  --perplexity FILE     decoders: each engine's and the FP32 reference's perplexity over FILE's token ids\n"
             "                        (up to 8 windows of --prompt tokens)\n"
+            "  --gemv-groups off|on|auto  decoders at batch 1: q/k/v and gate/up each as one GEMV over their\n"
+            "                        concatenated weights: off (default), on, or where it times faster at build\n"
             "  --seed N              seed for synthesized weights and inputs (default 0)\n"
             "  --reference gpu|cpu|none  where the FP32 reference behind the accuracy figures runs (default: the GPU\n"
             "                        on a GPU run: an FP32 engine with FP32 accumulation and plain kernels; else the\n"
@@ -375,6 +377,11 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (IS("--weights")) o->weights = val;
     else if (IS("--image") || IS("--tokens")) o->image = val; /* the model's input files, of its own kind */
     else if (!a->build && IS("--perplexity")) o->perplexity = val;
+    else if (!a->build && IS("--gemv-groups")) {
+        static const char *const GG[] = {"off", "on", "auto"};
+        if ((k = one_of(name, val, "mode", GG, 3)) < 0) return -1;
+        o->gemv_groups = k;
+    }
     else if (IS("--json")) o->json_path = val;
     else if (IS("--policy")) o->policy = val;
     else if (IS("--policy-file")) o->policy_file = val;
@@ -422,7 +429,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};

@@ -536,7 +536,8 @@ double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g) {
     return b;
 }
 
-int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, int *slot, size_t *slot_bytes) {
+int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, const unsigned char *pinned, int *slot,
+                    size_t *slot_bytes) {
     int *last = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
     int *pool = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1)); /* free slots */
     int n_slots = 0, n_free = 0;
@@ -555,7 +556,7 @@ int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, in
                               p->op_epilogue_embed ? p->op_epilogue_embed[i] : -1};
         for (int f = 0; f < 4; f++) {
             const int v = f == 0 ? fused[0] : fused[f] >= 0 ? g->ops[fused[f]].out : -1;
-            if (v < 0 || slot[v] >= 0 || g->values[v].kind != TP_VAL_ACT) continue;
+            if (v < 0 || slot[v] >= 0 || g->values[v].kind != TP_VAL_ACT || (pinned && pinned[v])) continue;
             int k = 0;
             while (k < n_free && slot_bytes[pool[k]] != bytes[v]) k++;
             if (k < n_free) {

@@ -82,13 +82,14 @@ double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int op);
 /* Bytes of all parameters at their planned storage types (plus 4 bytes per FP8 scale). */
 double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g);
 
-/* The activation buffers of an engine of plan p: slot[v] for every activation value v (-1 for inputs, parameters
- * and state values, which have buffers of their own), slots reused in op order by later values of the same byte
+/* The activation buffers of an engine of plan p: slot[v] for every activation value v (-1 for inputs, parameters,
+ * state values and the values pinned[v] marks (pinned may be NULL), which have buffers of their own), slots reused in op order by later values of the same byte
  * size (bytes[v], per value) once every reader of their value has run. A value computed by the kernel of an
  * earlier op (a residual add, GELU or token embedding fused into that op's epilogue) takes its slot at that op,
  * before that op's inputs are released, so no kernel writes over its own operand (a GEMM writing D over its A is
  * wrong once it runs in several waves). slot_bytes receives each slot's size (n_values entries at most). Returns
  * the number of slots, or -1 when out of host memory. */
-int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, int *slot, size_t *slot_bytes);
+int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, const unsigned char *pinned, int *slot,
+                    size_t *slot_bytes);
 
 #endif

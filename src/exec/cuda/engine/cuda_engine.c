@@ -186,7 +186,7 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = TP_OK;
     for (int v = 0; v < g->n_values; v++) {
-        if (g->values[v].kind != TP_VAL_PARAM) continue;
+        if (g->values[v].kind != TP_VAL_PARAM || e->dptr[v]) continue; /* set: laid out with its group */
         const int sv = shared_param(e, v);
         if (sv >= 0) { /* the prefill engine's copy: a decode engine adds no weight memory */
             e->dptr[v] = e->share->dptr[sv];
@@ -299,12 +299,14 @@ static tp_status alloc_activations(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     size_t *bytes = malloc(sizeof(size_t) * (size_t)g->n_values), *slot_bytes = malloc(sizeof(size_t) * (size_t)g->n_values);
     int *slot = malloc(sizeof(int) * (size_t)g->n_values);
+    unsigned char *pinned = malloc((size_t)g->n_values);
     void **sp = NULL;
     tp_status st = TP_OK;
     int n = -1;
-    if (bytes && slot_bytes && slot) {
+    if (bytes && slot_bytes && slot && pinned) {
         for (int v = 0; v < g->n_values; v++) bytes[v] = tpe_act_alloc_bytes(e, v);
-        n = tp_plan_buffers(g, e->plan, bytes, slot, slot_bytes);
+        tpe_group_pins(e, pinned); /* a group's outputs: one allocation each group (engine_group.c) */
+        n = tp_plan_buffers(g, e->plan, bytes, pinned, slot, slot_bytes);
     }
     if (n < 0 || !(sp = calloc((size_t)(n ? n : 1), sizeof(void *)))) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
@@ -320,7 +322,9 @@ static tp_status alloc_activations(tp_engine *e, tp_error *err) {
         if (slot[v] >= 0) e->dptr[v] = sp[slot[v]];
         else if (g->values[v].kind == TP_VAL_STATE) st = state_buffer(e, v, bytes[v], err);
     }
+    if (!st) st = tpe_alloc_group_outputs(e, err);
 done:
+    free(pinned);
     free(bytes);
     free(slot_bytes);
     free(slot);
@@ -397,6 +401,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->weights_q = opt->weights_q;
     e->share = opt->share;
     e->feed_argmax = opt->feed_argmax;
+    e->groups_mode = opt->gemv_groups;
     e->resets_past = g->kv_len > 0 && g->past == 0;
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
@@ -407,11 +412,15 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->gelu_sm90 = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     e->plain_sm90 = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
     e->gemv16 = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
+    e->group_lead = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    e->group_next = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    e->group_on = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
+    e->gemm_us = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(double));
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     h_scales = malloc(sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values);
     if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->gelu_sm90 ||
-        !e->plain_sm90 || !e->gemv16 || !e->wglobal || !e->alpha || !h_scales) {
+        !e->plain_sm90 || !e->gemv16 || !e->group_lead || !e->group_next || !e->group_on || !e->gemm_us || !e->wglobal || !e->alpha || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
@@ -446,6 +455,8 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                                        ? (float)((double)a / (6.0 * 448.0))
                                        : (float)(a / tp_dtype_info(plan->value_dt[v])->max_finite);
     }
+    tpe_find_groups(e);
+    if ((st = tpe_upload_groups(e, err))) goto fail;
     st = upload_params(e, h_scales, err);
     if (st) goto fail;
     for (int v = 0; v < g->n_values; v++) /* reciprocals: a GEMM's E4M3 D scale (tp_gemm_run_q) */
@@ -645,6 +656,10 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->gelu_sm90);
     free(e->plain_sm90);
     free(e->gemv16);
+    free(e->group_lead);
+    free(e->group_next);
+    free(e->group_on);
+    free(e->gemm_us);
     free(e->impl_note);
     free(e->wglobal);
     free(e->alpha);

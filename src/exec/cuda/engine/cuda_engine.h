@@ -75,6 +75,10 @@ typedef struct {
      * decodes one more token on its own (tp_engine_decode). */
     const struct tp_engine *share;
     int feed_argmax;
+    /* Sibling linears reading one input (a decoder's q/k/v, gate/up) at one token a step as one GEMV over their
+     * concatenated weights (engine_group.c): 0 (default) never, 1 wherever the layout allows, 2 where it is faster
+     * than the members apart (timed at build). Off by default until measured on a GPU (tests/gpu check it). */
+    int gemv_groups;
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,

@@ -62,6 +62,11 @@ struct tp_engine {
                                   GELU (bias and the fused residual add in its epilogue; sm90_plain_candidate) */
     unsigned char *gemv16;     /* per GEMM op: 1 where tprof's decode GEMV (gemv.h tpk_gemv) runs a 16-bit linear of at
                                   most 8 rows, bias and the fused residual add in its epilogue (chosen by time) */
+    int *group_lead, *group_next; /* per op: sibling linears (engine_group.c): the group's first op, the next member
+                                     (-1: none) */
+    unsigned char *group_on;   /* per leader: 1 where one GEMV computes the whole group (chosen by time) */
+    int groups_mode;           /* tp_engine_options.gemv_groups */
+    double *gemm_us;           /* per GEMM op: the build-time time of what was chosen (0: not timed) */
     int fp8_promote;           /* tp_engine_options.fp8_promote */
     int sms;                   /* the device's SM count (tpk_gemm_sm90_fp8_pick_variant's tiling rule) */
     cudaGraph_t graph;
@@ -93,6 +98,20 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err);
  * layer), TP_ERR_ARG, TP_ERR_OOM, TP_ERR_CUDA. */
 tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err);
 tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err);
+
+/* engine_group.c: sibling linears reading one input (q/k/v, gate/up) as one GEMV at one token a step.
+ * tpe_find_groups: the groups (e->group_lead, group_next); tpe_upload_groups: their weights and biases laid out
+ * one after the other (engines without a share); tpe_group_pins: the outputs (pinned[v] = 1) that take one
+ * contiguous allocation each group (tpe_alloc_group_outputs) instead of the activation pool; tpe_choose_groups:
+ * the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster (e->group_on);
+ * tpe_launch_group: op i of a chosen group (the leader launches the GEMV, the others nothing). */
+void tpe_find_groups(tp_engine *e);
+tp_status tpe_upload_groups(tp_engine *e, tp_error *err);
+void tpe_group_pins(const tp_engine *e, unsigned char *pinned);
+tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err);
+tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int, double *, tp_error *),
+                            tp_error *err);
+int tpe_launch_group(tp_engine *e, int i);
 
 /* engine_launch.c's helpers, shared by the build */
 static inline size_t value_bytes(const tp_engine *e, int v) {

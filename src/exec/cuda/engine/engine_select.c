@@ -201,6 +201,7 @@ static void try_gemv(tp_engine *e, int i, double t_best, int best, int n) {
         if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV failed: %.60s", ev.msg);
         else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV: %.1f us", t_gemv);
     } else {
+        e->gemm_us[i] = t_gemv;
         snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof decode GEMV (gemv.h) by time: %.1f us; cuBLASLt "
                  "algorithm %d of %d: %.1f us", t_gemv, best + 1, n, t_best);
     }
@@ -270,6 +271,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
             e->plain_sm90[i] = e->plain_sm90[prev];
             e->gemv16[i] = e->gemv16[prev] && gemv_candidate(e, i);
+            e->gemm_us[i] = e->gemm_us[prev];
             if (e->gelu_sm90[prev] >= 0) {
                 e->gelu_sm90[i] = gi;
                 snprintf(e->impl_note[gi], sizeof e->impl_note[gi],
@@ -305,6 +307,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         }
         if (best < 0) return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: none of cuBLASLt's %d algorithms ran", op->layer, n);
         tp_gemm_plan_select(gp, best);
+        e->gemm_us[i] = t[best];
         snprintf(e->impl_note[i], sizeof e->impl_note[i],
                  "cuBLASLt algorithm %d of %d by time: %.1f us (the heuristic's first: %.1f us)", best + 1, n, t[best],
                  t[0]);
@@ -359,6 +362,10 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, " + GELU kernel %.1f us; tprof sm90 GEMM + GELU: "
                      "%.1f us", t_gelu, t_fused);
         }
+    }
+    { /* sibling linears as one GEMV (engine_group.c), timed against the choices above */
+        tp_status st = tpe_choose_groups(e, time_op, err);
+        if (st) return st;
     }
     /* the accumulation of every per-tensor FP8 GEMM cuBLASLt runs, in its note (tprof's kernel says its own) */
     for (int i = 0; i < g->n_ops; i++) {

@@ -1,0 +1,198 @@
+/* engine_group.c: sibling linears as one GEMV (engine_internal.h, "groups"). A decoder's q/k/v projections read
+ * the same input, and so do gate/up: at one token a step (M = 1) each is a GEMV whose fixed cost (launch, ramp-up,
+ * tail: ~5 us on an H100, bench/results/2026-11-25_h100_gemv_lab.log) is as large as streaming k_proj's 2 MB. With
+ * their weights laid out one after the other ([Wq; Wk; Wv], one allocation, each value pointing into it) and
+ * their outputs too ([q | k | v], M = 1 only: for M > 1 the rows would interleave), one GEMV over the summed N
+ * computes all of them. The layout costs nothing elsewhere: a prefill engine's GEMMs read the same weights
+ * through the members' own pointers. Whether the group's GEMV runs is decided by time when the engine is built,
+ * against the members' own choices. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/cuda/engine/engine_internal.h"
+#include "exec/cuda/gemm/gemv.h"
+#include "formats/dtype.h"
+
+/* Op i can be a group member: a 16-bit unquantized linear with no fused epilogue, K a multiple of 8. */
+static int member_ok(const tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    const tp_plan *pl = e->plan;
+    if (op->kind != TP_OP_LINEAR || op->gemm_k % 8 || pl->value_qf[op->in[0]] != TP_QF_NONE ||
+        pl->value_qf[op->in[1]] != TP_QF_NONE || pl->value_scaled[op->in[1]] || pl->op_epilogue_add[i] >= 0 ||
+        pl->op_epilogue_gelu[i] >= 0)
+        return 0;
+    const tp_dtype dt = pl->value_dt[op->in[0]];
+    return (dt == TP_F16 || dt == TP_BF16) && pl->value_dt[op->in[1]] == dt && pl->value_dt[op->out] == dt &&
+           (op->n_in < 3 || pl->value_dt[op->in[2]] == dt);
+}
+
+void tpe_find_groups(tp_engine *e) {
+    const tp_graph *g = e->g;
+    for (int i = 0; i < g->n_ops; i++) e->group_lead[i] = e->group_next[i] = -1;
+    for (int i = 0; i < g->n_ops; i++) {
+        if (e->group_lead[i] >= 0 || !member_ok(e, i)) continue;
+        const tp_op *a = &g->ops[i];
+        int last = i;
+        for (int j = i + 1; j < g->n_ops; j++) {
+            const tp_op *b = &g->ops[j];
+            if (e->group_lead[j] >= 0 || !member_ok(e, j) || b->in[0] != a->in[0] || b->gemm_k != a->gemm_k ||
+                b->n_in != a->n_in || e->plan->value_dt[b->in[1]] != e->plan->value_dt[a->in[1]])
+                continue;
+            if (last == i) e->group_lead[i] = i;
+            e->group_lead[j] = i;
+            e->group_next[last] = j;
+            last = j;
+        }
+    }
+}
+
+/* The members' weights (which = 1) or biases (which = 2), converted and copied one after the other into one
+ * allocation; each member's value points at its part. */
+static tp_status upload_part(tp_engine *e, int lead, int which, tp_error *err) {
+    const tp_graph *g = e->g;
+    const tp_dtype dt = e->plan->value_dt[g->ops[lead].in[which]];
+    const size_t eb = tp_dtype_info(dt)->bytes;
+    size_t total = 0;
+    for (int i = lead; i >= 0; i = e->group_next[i]) total += value_bytes(e, g->ops[i].in[which]);
+    char *base = NULL;
+    void *h = malloc(total ? total : 1);
+    if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory grouping %s", g->ops[lead].layer);
+    tp_status st = tpe_dev_alloc(e, total, (void **)&base, g->ops[lead].layer, err);
+    size_t off = 0;
+    for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
+        const int v = g->ops[i].in[which];
+        const tp_param *p = &e->params->params[g->values[v].param_index];
+        tp_convert_from_f32(dt, p->data, (char *)h + off, (size_t)p->numel, 1.0f);
+        e->dptr[v] = base + off;
+        e->wglobal[v] = 1.0f;
+        off += (size_t)p->numel * eb;
+    }
+    if (!st && cudaMemcpy(base, h, total, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group", g->ops[lead].layer);
+    if (!st) e->weight_bytes += (double)total;
+    free(h);
+    return st;
+}
+
+tp_status tpe_upload_groups(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    if (e->share) return TP_OK; /* the shared engine's layout, as it is (tpe_group_ready checks it) */
+    for (int i = 0; i < g->n_ops; i++) {
+        if (e->group_lead[i] != i) continue;
+        /* every part must stay 16-byte aligned for the GEMMs that read the members alone */
+        int aligned = 1;
+        for (int j = i; j >= 0; j = e->group_next[j])
+            aligned &= value_bytes(e, g->ops[j].in[1]) % 16 == 0 &&
+                       (g->ops[j].n_in < 3 || value_bytes(e, g->ops[j].in[2]) % 16 == 0);
+        if (!aligned) continue;
+        tp_status st = upload_part(e, i, 1, err);
+        if (!st && g->ops[i].n_in > 2) st = upload_part(e, i, 2, err);
+        if (st) return st;
+    }
+    return TP_OK;
+}
+
+void tpe_group_pins(const tp_engine *e, unsigned char *pinned) {
+    const tp_graph *g = e->g;
+    memset(pinned, 0, (size_t)g->n_values);
+    for (int i = 0; i < g->n_ops; i++)
+        if (e->group_lead[i] >= 0 && g->ops[i].gemm_m == 1) pinned[g->ops[i].out] = 1;
+}
+
+tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    for (int i = 0; i < g->n_ops; i++) {
+        if (e->group_lead[i] != i || g->ops[i].gemm_m != 1) continue;
+        size_t total = 0;
+        for (int j = i; j >= 0; j = e->group_next[j]) total += tpe_act_alloc_bytes(e, g->ops[j].out);
+        char *base = NULL;
+        tp_status st = tpe_dev_alloc(e, total, (void **)&base, g->ops[i].layer, err);
+        if (st) return st;
+        e->act_bytes += (double)total;
+        size_t off = 0;
+        for (int j = i; j >= 0; j = e->group_next[j]) {
+            e->dptr[g->ops[j].out] = base + off;
+            off += value_bytes(e, g->ops[j].out); /* the outputs one after the other: [y1 | y2 | ...] */
+        }
+    }
+    return TP_OK;
+}
+
+/* The group of leader `lead` can run as one GEMV: one token (M = 1), the weights, biases and outputs each one
+ * contiguous run in member order. */
+static int group_ready(const tp_engine *e, int lead, int64_t *n_total) {
+    const tp_graph *g = e->g;
+    if (g->ops[lead].gemm_m != 1) return 0;
+    const char *w = e->dptr[g->ops[lead].in[1]], *y = e->dptr[g->ops[lead].out];
+    const char *b = g->ops[lead].n_in > 2 ? e->dptr[g->ops[lead].in[2]] : NULL;
+    *n_total = 0;
+    for (int j = lead; j >= 0; j = e->group_next[j]) {
+        const tp_op *op = &g->ops[j];
+        if ((const char *)e->dptr[op->in[1]] != w || (const char *)e->dptr[op->out] != y) return 0;
+        if (b && (const char *)e->dptr[op->in[2]] != b) return 0;
+        w += value_bytes(e, op->in[1]);
+        y += value_bytes(e, op->out);
+        if (b) b += value_bytes(e, op->in[2]);
+        *n_total += op->gemm_n;
+    }
+    return 1;
+}
+
+int tpe_launch_group(tp_engine *e, int i) {
+    const tp_graph *g = e->g;
+    const int lead = e->group_lead[i];
+    if (i != lead) return 0; /* computed by the leader's GEMV */
+    const tp_op *op = &g->ops[lead];
+    int64_t n = 0;
+    group_ready(e, lead, &n);
+    return tpk_gemv(e->dptr[op->in[0]], e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, NULL,
+                    e->dptr[op->out], e->plan->value_dt[op->in[0]], 1, (int)n, (int)op->gemm_k, e->stream);
+}
+
+tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int, double *, tp_error *),
+                            tp_error *err) {
+    const tp_graph *g = e->g;
+    (void)err;
+    for (int i = 0; e->groups_mode > 0 && i < g->n_ops; i++) {
+        int64_t n = 0;
+        if (e->group_lead[i] != i || !group_ready(e, i, &n)) continue;
+        if (e->groups_mode == 1) { /* wherever the layout allows */
+            e->group_on[i] = 1;
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "one tprof GEMV for the linears reading %s (N %lld)",
+                     g->values[g->ops[i].in[0]].name, (long long)n);
+            for (int j = e->group_next[i]; j >= 0; j = e->group_next[j])
+                snprintf(e->impl_note[j], sizeof e->impl_note[j], "in the GEMV of %s: no kernel", g->ops[i].layer);
+            continue;
+        }
+        double apart = 0, together = 0;
+        int members = 0;
+        for (int j = i; j >= 0; j = e->group_next[j]) {
+            if (!(e->gemm_us[j] > 0)) apart = -1; /* a member was not timed (selection off): keep them apart */
+            if (apart >= 0) apart += e->gemm_us[j];
+            members++;
+        }
+        if (apart < 0) continue;
+        tp_error eg;
+        e->group_on[i] = 1;
+        if (time_op(e, i, &together, &eg)) { /* a GEMV that fails to launch is skipped, as a candidate is */
+            cudaGetLastError();
+            e->group_on[i] = 0;
+            continue;
+        }
+        char why[200];
+        snprintf(why, sizeof why, "one tprof GEMV for the %d linears reading %s (N %lld): %.1f us; apart: %.1f us",
+                 members, g->values[g->ops[i].in[0]].name, (long long)n, together, apart);
+        if (together >= apart) {
+            e->group_on[i] = 0;
+            const size_t l = strlen(e->impl_note[i]);
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s", why);
+            continue;
+        }
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.180s (kept)", why);
+        for (int j = e->group_next[i]; j >= 0; j = e->group_next[j])
+            snprintf(e->impl_note[j], sizeof e->impl_note[j], "in the GEMV of %s: no kernel", g->ops[i].layer);
+    }
+    return TP_OK;
+}
