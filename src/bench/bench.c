@@ -336,7 +336,8 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
                             .cublaslt_only = o->cublaslt_only, .fp8_promote = o->fp8_promote,
                             .gemm_choice = stored_gemms(c, plan, pol), .act_amax = amax,
                             .hook = c->cupti ? tp_cupti_hook : NULL, .hook_user = c->cupti, .weights_q = c->wq,
-                            .attention = (tp_attn_impl)o->attention};
+                            .attention = (tp_attn_impl)o->attention,
+                            .gemv_groups = o->gemv_groups}; /* lays the groups out for the decode engine */
     tp_engine *e = NULL;
     if (!st) st = tp_engine_build(g, &c->params, plan, &eo, &e, err);
     free(amax);

@@ -62,7 +62,7 @@ static tp_engine *engine(const tp_graph *g, const tp_params *p, tp_plan *plan, t
     ck_assert_msg(tp_gpu_query(0, &gi, &e) == TP_OK, "%s", e.msg);
     ck_assert_msg(tp_plan_build_policy(g, &pol, gi.sm, plan, &e) == TP_OK, "%s", e.msg);
     tp_engine_options eo = {.device = 0, .use_graph = graph, .share = share, .feed_argmax = feed,
-                            .gemv_groups = share ? g_groups : 0};
+                            .gemv_groups = g_groups};
     tp_engine *en = NULL;
     ck_assert_msg(tp_engine_build(g, p, plan, &eo, &en, &e) == TP_OK, "%s", e.msg);
     return en;

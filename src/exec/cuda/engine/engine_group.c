@@ -78,7 +78,8 @@ static tp_status upload_part(tp_engine *e, int lead, int which, tp_error *err) {
 
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
-    if (e->share) return TP_OK; /* the shared engine's layout, as it is (tpe_group_ready checks it) */
+    /* the shared engine's layout, as it is (group_ready checks it); none while groups are off */
+    if (e->share || e->groups_mode == 0) return TP_OK;
     for (int i = 0; i < g->n_ops; i++) {
         if (e->group_lead[i] != i) continue;
         /* every part must stay 16-byte aligned for the GEMMs that read the members alone */
