@@ -50,6 +50,14 @@ for s in $steps; do
     "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 16 --batch 8 --precision fp16 --duration 0.3 \
       | grep -E "Accuracy|Greedy|first diff|tg16" || rc=1
     ;;
+  decoder_profile)
+    echo "=== tprof profile on decode steps, with and without the CUDA graph: launch gaps, per-layer time, GEMV bytes"
+    "$BUILD/tprof" profile --model llama-3.2-1b --prompt 512 --gen 32 --batch 1 --precision fp16 --profile-iters 16 \
+      --duration 0.5 --out /tmp/tprof-dec > "$OUT/decoder_profile.log" 2>&1 || rc=1
+    "$BUILD/tprof" profile --no-graph --model llama-3.2-1b --prompt 512 --gen 32 --batch 1 --precision fp16 \
+      --profile-iters 16 --duration 0.5 --out /tmp/tprof-dec-eager > "$OUT/decoder_profile_eager.log" 2>&1 || rc=1
+    grep -E "decode steps traced|Traced|span|gap|not launched" "$OUT/decoder_profile.log" "$OUT/decoder_profile_eager.log"
+    ;;
   groups)
     echo "=== q/k/v and gate/up as one GEMV each (--gemv-groups), off / on / auto, Llama-3.2-1B decode at batch 1"
     for m in off on auto; do

@@ -365,7 +365,7 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     if (!st) st = tp_engine_get_output(e, c->out, err);
     if (!st) st = tp_engine_benchmark(e, o->warmup_ms, o->iterations, o->duration_s * 1e3, &r->samples, &r->n,
                                       &r->wall_ms, err);
-    if (!st && c->rep.gen > 0) st = tp_bench_decode(&c->rep, &c->params, pol, e, r, err);
+    if (!st && c->rep.gen > 0) st = tp_bench_decode(&c->rep, &c->params, pol, e, c->cupti, c->rt, r, err);
     int n_fp8_attn = 0;
     for (int i = 0; i < g->n_ops; i++) n_fp8_attn += g->ops[i].kind == TP_OP_ATTENTION && plan->op_prec[i] == TP_PREC_FP8;
     if (!st && n_fp8_attn) st = attention_cost(e, g, plan, r, err);
@@ -446,7 +446,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
 #ifdef TPROF_HAVE_CUDA
     if (!st && c->cupti) {
         tp_profile_request req = {tp_model_name(&rep->model), B, rep->gpu.name, r->lat.median, o->profile_iters,
-                                  o->top_n, o->out_dir, c->rt};
+                                  o->top_n, o->out_dir, c->rt, NULL};
         st = tp_profile_engine(c->cupti, e, g, &plan, &req, &r->trace, &r->prof, &r->profile, err);
         r->has_prof = 1; /* trace and summary are owned even after an error */
     }
@@ -555,6 +555,11 @@ static void run_free(run_ctx *c) {
             free(r->tokens);
             free(r->dec_cost);
             json_decref(r->profile);
+            json_decref(r->dec_profile);
+            if (r->has_dec_prof) {
+                tp_trace_free(&r->dec_trace);
+                tp_profile_summary_free(&r->dec_prof);
+            }
             if (r->has_prof) {
                 tp_trace_free(&r->trace);
                 tp_profile_summary_free(&r->prof);

@@ -147,6 +147,10 @@ typedef struct {
     int n_dec_cost;
     tp_roofline_floor dec_floor; /* per decode step */
     double ppl;                /* --perplexity: the engine's perplexity over the file's windows (NAN: not run) */
+    int has_dec_prof;          /* tprof profile: the decode steps traced (dec_trace, dec_prof owned) */
+    tp_trace dec_trace;
+    tp_profile_summary dec_prof;
+    json_t *dec_profile;       /* its summary (owned) */
 } tp_bench_result;
 
 /* What the writers read: the run as a whole. Valid during the hooks. */

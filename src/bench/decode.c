@@ -203,8 +203,28 @@ static void agreement(const tp_bench_report *rep, tp_bench_result *r) {
     r->greedy_agree = (double)same / ((double)rows * n);
 }
 
+/* tprof profile on the decode steps: a fresh prefill, then up to gen steps traced (their launch gaps, per-layer
+ * times and each GEMV's bytes against its floor in the tables tp_profile_engine prints). */
+static tp_status profile_decode(const tp_bench_report *rep, tp_engine *prefill, tp_engine *e, const tp_graph *g,
+                                const tp_plan *plan, tp_cupti *cupti, const tp_roofline_rates *rates,
+                                tp_bench_result *r, tp_error *err) {
+    const tp_bench_options *o = rep->o;
+    const int steps = o->profile_iters < rep->gen ? o->profile_iters : rep->gen;
+    tp_status st = tp_engine_forward(prefill, err);
+    if (!st) st = tp_engine_feed_argmax(prefill, e, err);
+    if (st) return st;
+    printf("\n=== %s: %d decode steps traced (one token per sequence each; %s) ===", tp_precision_name(r->prec),
+           steps, o->use_graph ? "one CUDA graph replay per step" : "eager launches, --no-graph");
+    tp_profile_request req = {tp_model_name(&rep->model), o->batch, rep->gpu.name, r->dec.median, steps, o->top_n,
+                              o->out_dir, rates, "decode"};
+    st = tp_profile_engine(cupti, e, g, plan, &req, &r->dec_trace, &r->dec_prof, &r->dec_profile, err);
+    r->has_dec_prof = 1; /* owned even after an error */
+    return st;
+}
+
 tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, const tp_policy *pol,
-                          tp_engine *prefill, tp_bench_result *r, tp_error *err) {
+                          tp_engine *prefill, tp_cupti *cupti, const tp_roofline_rates *rates, tp_bench_result *r,
+                          tp_error *err) {
     const tp_bench_options *o = rep->o;
     const int B = o->batch, gen = rep->gen, rounds = 3;
     tp_graph g;
@@ -225,7 +245,8 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
     }
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
                             .cublaslt_only = o->cublaslt_only, .share = prefill, .feed_argmax = 1,
-                            .gemv_groups = o->gemv_groups};
+                            .gemv_groups = o->gemv_groups, .hook = cupti ? tp_cupti_hook : NULL,
+                            .hook_user = cupti};
     if (!(st = tp_plan_build_policy(&g, pol, rep->gpu.sm, &plan, err))) st = tp_engine_build(&g, params, &plan, &eo, &e, err);
     for (int k = 0; !st && k < rounds; k++) {
         st = tp_engine_forward(prefill, err); /* a fresh prefill: the cache from position 0 */
@@ -248,6 +269,7 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
             r->dec_cost[i] = (tp_op_cost){plan.op_prec[i], g.ops[i].matmul_flop, tp_engine_op_bytes(e, i)};
         if (!st) r->n_dec_cost = g.n_ops;
     }
+    if (!st && cupti) st = profile_decode(rep, prefill, e, &g, &plan, cupti, rates, r, err);
     tp_engine_destroy(e);
     tp_plan_free(&plan);
     tp_graph_free(&g);

@@ -9,6 +9,7 @@
 #include "planner/policy.h"
 #ifdef TPROF_HAVE_CUDA
 #include "exec/cuda/engine/cuda_engine.h"
+#include "profile/profile_run.h"
 #endif
 
 /* The reference's greedy generation: rep->gen tokens for each of rows sequences of input (rows x prompt ids),
@@ -31,10 +32,13 @@ tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, con
 /* Engine r's decode phase after its timed prefill (prefill: the built prefill engine, its input set): the decode
  * graph and plan of the same policy, the decode engine sharing the prefill's weights and cache, rounds of
  * prefill + rep->gen greedy steps (r->step_ms, r->dec, r->tokens), the greedy agreement with rep->ref_tokens,
- * and the decode graph's per-op costs for its roofline floor (r->dec_cost). Errors: the planner's and the
- * engine's. */
+ * and the decode graph's per-op costs for its roofline floor (r->dec_cost). With cupti (tprof profile), then a
+ * fresh prefill and min(--profile-iters, gen) decode steps traced (r->dec_trace, dec_prof, dec_profile; the
+ * artifacts <precision>_decode.* in --out; rates: the roofline columns'). Errors: the planner's, the engine's,
+ * the profiler's. */
 tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, const tp_policy *pol,
-                          tp_engine *prefill, tp_bench_result *r, tp_error *err);
+                          tp_engine *prefill, tp_cupti *cupti, const tp_roofline_rates *rates, tp_bench_result *r,
+                          tp_error *err);
 #endif
 
 #endif

@@ -56,15 +56,16 @@ tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const 
     tp_profile_print(t, s, req->top_n, stdout);
     *summary = tp_profile_summary_json(t, s);
     if (req->out_dir) {
-        char path[1024];
+        char path[1024], name[64];
+        snprintf(name, sizeof name, "%s%s%s", prec, req->tag ? "_" : "", req->tag ? req->tag : "");
         if ((st = make_dir(req->out_dir, err))) goto done;
-        snprintf(path, sizeof path, "%s/%s.trace.json", req->out_dir, prec);
+        snprintf(path, sizeof path, "%s/%s.trace.json", req->out_dir, name);
         if ((st = tp_trace_save(t, path, err))) goto done;
         printf("Trace: %s\n", path);
-        snprintf(path, sizeof path, "%s/%s.chrome.json", req->out_dir, prec);
+        snprintf(path, sizeof path, "%s/%s.chrome.json", req->out_dir, name);
         if ((st = tp_chrome_trace_write(t, t->iterations > 1 ? 1 : 0, path, err))) goto done;
         printf("Timeline (Chrome trace, opens in Perfetto / chrome://tracing): %s\n", path);
-        snprintf(path, sizeof path, "%s/%s.profile.json", req->out_dir, prec);
+        snprintf(path, sizeof path, "%s/%s.profile.json", req->out_dir, name);
         if (json_dump_file(*summary, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER)) {
             st = tp_fail(err, TP_ERR_IO, "%s: cannot write", path);
             goto done;

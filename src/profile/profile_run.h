@@ -22,9 +22,10 @@ typedef struct {
     int top_n;              /* rows of the top-kernel table */
     const char *out_dir;    /* where <precision>.trace.json, .chrome.json, .profile.json go; NULL: none */
     const tp_roofline_rates *rates; /* this GPU's measured rates for the roofline columns; NULL: none */
+    const char *tag;        /* NULL, or a name the artifacts carry after the precision ("decode": fp16_decode.*) */
 } tp_profile_request;
 
-/* Runs req->iterations forward passes of e with CUPTI recording, attributes every record to its op (e must
+/* Runs req->iterations forward passes (a decode engine: decode steps) of e with CUPTI recording, attributes every record to its op (e must
  * have been built with tp_cupti_hook on this session), prints the tables to stdout and writes the artifacts.
  * The caller owns what it gets back, also after an error: *t (tp_trace_free), *s (tp_profile_summary_free)
  * and *summary, the summary as JSON (json_decref; NULL on error). Errors: CUPTI failures (TP_ERR_UNSUPPORTED),

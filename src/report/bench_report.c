@@ -134,6 +134,7 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
         json_t *tok = json_array();
         for (int k = 0; k <= r->gen; k++) json_array_append_new(tok, json_integer((json_int_t)r->tokens[(size_t)k * B]));
         json_object_set_new(j, "tokens_sequence0", tok);
+        if (r->dec_profile) json_object_set(j, "decode_profile", r->dec_profile);
         if (rep->rates)
             json_object_set_new(j, "decode_roofline",
                                 json_pack("{s:o,s:o,s:b}", "floor_ms", json_num(r->dec_floor.ns * 1e-6),
