@@ -411,6 +411,47 @@ START_TEST(test_engine_buffers) {
 }
 END_TEST
 
+/* Sibling linears (tp_plan_sibling_groups): per decoder layer q/k/v (with Qwen2's biases) and gate/up, nothing in
+ * ViT (its qkv is one linear), nothing in a quantized plan. */
+static void check_groups(const char *preset, tp_precision prec, int want_groups) {
+    tp_model m = model_of(preset);
+    tp_error e = {0};
+    tp_params p = {0};
+    tp_graph g;
+    tp_plan plan;
+    tp_policy pol;
+    ck_assert_int_eq(tp_model_params_shapes(&m, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_model_build_graph(&m, &p, 1, &g, &e), TP_OK);
+    tp_policy_default(&pol, prec);
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    int *lead = malloc(sizeof(int) * g.n_ops), *next = malloc(sizeof(int) * g.n_ops), groups = 0;
+    tp_plan_sibling_groups(&g, &plan, lead, next);
+    for (int i = 0; i < g.n_ops; i++) {
+        if (lead[i] != i) continue;
+        groups++;
+        int n = 0;
+        for (int j = i; j >= 0; j = next[j], n++) {
+            ck_assert_int_eq(lead[j], i);
+            ck_assert_int_eq(g.ops[j].in[0], g.ops[i].in[0]);
+        }
+        const int qkv = strstr(g.ops[i].layer, "q_proj") != NULL, gu = strstr(g.ops[i].layer, "gate_proj") != NULL;
+        ck_assert_msg((qkv && n == 3) || (gu && n == 2), "%s: group of %d at %s", preset, n, g.ops[i].layer);
+    }
+    ck_assert_int_eq(groups, want_groups);
+    free(lead);
+    free(next);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+
+START_TEST(test_sibling_groups) {
+    check_groups("llama-tiny", TP_PREC_FP16, 2 * 2);
+    check_groups("qwen2.5-0.5b", TP_PREC_BF16, 2 * 24);
+    check_groups("vit-b16", TP_PREC_FP16, 0);
+}
+END_TEST
+
 /* RoPE's llama3 frequencies: the bands of HF's _compute_llama3_parameters (values computed by its formula). */
 START_TEST(test_rope_llama3) {
     tp_rope r = {TP_ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192};
@@ -445,6 +486,7 @@ int main(void) {
     tcase_add_test(t, test_json_roundtrip);
     tcase_add_test(t, test_rope_llama3);
     tcase_add_test(t, test_engine_buffers);
+    tcase_add_test(t, test_sibling_groups);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

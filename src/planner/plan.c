@@ -579,3 +579,34 @@ int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, co
     free(pool);
     return n_slots;
 }
+
+/* Op i can be a sibling-group member (tp_plan_sibling_groups). */
+static int sibling_ok(const tp_graph *g, const tp_plan *p, int i) {
+    const tp_op *op = &g->ops[i];
+    if (op->kind != TP_OP_LINEAR || op->gemm_k % 8 || p->value_qf[op->in[0]] != TP_QF_NONE ||
+        p->value_qf[op->in[1]] != TP_QF_NONE || p->value_scaled[op->in[1]] || p->op_epilogue_add[i] >= 0 ||
+        p->op_epilogue_gelu[i] >= 0)
+        return 0;
+    const tp_dtype dt = p->value_dt[op->in[0]];
+    return (dt == TP_F16 || dt == TP_BF16) && p->value_dt[op->in[1]] == dt && p->value_dt[op->out] == dt &&
+           (op->n_in < 3 || p->value_dt[op->in[2]] == dt);
+}
+
+void tp_plan_sibling_groups(const tp_graph *g, const tp_plan *p, int *lead, int *next) {
+    for (int i = 0; i < g->n_ops; i++) lead[i] = next[i] = -1;
+    for (int i = 0; i < g->n_ops; i++) {
+        if (lead[i] >= 0 || !sibling_ok(g, p, i)) continue;
+        const tp_op *a = &g->ops[i];
+        int last = i;
+        for (int j = i + 1; j < g->n_ops; j++) {
+            const tp_op *b = &g->ops[j];
+            if (lead[j] >= 0 || !sibling_ok(g, p, j) || b->in[0] != a->in[0] || b->gemm_k != a->gemm_k ||
+                b->n_in != a->n_in || p->value_dt[b->in[1]] != p->value_dt[a->in[1]])
+                continue;
+            if (last == i) lead[i] = i;
+            lead[j] = i;
+            next[last] = j;
+            last = j;
+        }
+    }
+}

@@ -15,38 +15,7 @@
 #include "exec/cuda/gemm/gemv.h"
 #include "formats/dtype.h"
 
-/* Op i can be a group member: a 16-bit unquantized linear with no fused epilogue, K a multiple of 8. */
-static int member_ok(const tp_engine *e, int i) {
-    const tp_op *op = &e->g->ops[i];
-    const tp_plan *pl = e->plan;
-    if (op->kind != TP_OP_LINEAR || op->gemm_k % 8 || pl->value_qf[op->in[0]] != TP_QF_NONE ||
-        pl->value_qf[op->in[1]] != TP_QF_NONE || pl->value_scaled[op->in[1]] || pl->op_epilogue_add[i] >= 0 ||
-        pl->op_epilogue_gelu[i] >= 0)
-        return 0;
-    const tp_dtype dt = pl->value_dt[op->in[0]];
-    return (dt == TP_F16 || dt == TP_BF16) && pl->value_dt[op->in[1]] == dt && pl->value_dt[op->out] == dt &&
-           (op->n_in < 3 || pl->value_dt[op->in[2]] == dt);
-}
-
-void tpe_find_groups(tp_engine *e) {
-    const tp_graph *g = e->g;
-    for (int i = 0; i < g->n_ops; i++) e->group_lead[i] = e->group_next[i] = -1;
-    for (int i = 0; i < g->n_ops; i++) {
-        if (e->group_lead[i] >= 0 || !member_ok(e, i)) continue;
-        const tp_op *a = &g->ops[i];
-        int last = i;
-        for (int j = i + 1; j < g->n_ops; j++) {
-            const tp_op *b = &g->ops[j];
-            if (e->group_lead[j] >= 0 || !member_ok(e, j) || b->in[0] != a->in[0] || b->gemm_k != a->gemm_k ||
-                b->n_in != a->n_in || e->plan->value_dt[b->in[1]] != e->plan->value_dt[a->in[1]])
-                continue;
-            if (last == i) e->group_lead[i] = i;
-            e->group_lead[j] = i;
-            e->group_next[last] = j;
-            last = j;
-        }
-    }
-}
+void tpe_find_groups(tp_engine *e) { tp_plan_sibling_groups(e->g, e->plan, e->group_lead, e->group_next); }
 
 /* The members' weights (which = 1) or biases (which = 2), converted and copied one after the other into one
  * allocation; each member's value points at its part. */

@@ -100,7 +100,7 @@ tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err);
 tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err);
 
 /* engine_group.c: sibling linears reading one input (q/k/v, gate/up) as one GEMV at one token a step.
- * tpe_find_groups: the groups (e->group_lead, group_next); tpe_upload_groups: their weights and biases laid out
+ * tpe_find_groups: the groups (planner/plan.h tp_plan_sibling_groups into e->group_lead, group_next); tpe_upload_groups: their weights and biases laid out
  * one after the other (engines without a share); tpe_group_pins: the outputs (pinned[v] = 1) that take one
  * contiguous allocation each group (tpe_alloc_group_outputs) instead of the activation pool; tpe_choose_groups:
  * the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster (e->group_on);
