@@ -346,20 +346,26 @@ START_TEST(test_json_roundtrip) {
 }
 END_TEST
 
+/* preset's parameter table (shapes only), its graph at batch B and its sm_90 plan of precision prec */
+static void plan_of(const char *preset, int B, tp_precision prec, tp_params *p, tp_graph *g, tp_plan *plan) {
+    tp_model m = model_of(preset);
+    tp_error e = {0};
+    tp_policy pol;
+    *p = (tp_params){0};
+    ck_assert_int_eq(tp_model_params_shapes(&m, p, &e), TP_OK);
+    ck_assert_msg(tp_model_build_graph(&m, p, B, g, &e) == TP_OK, "%s", e.msg);
+    tp_policy_default(&pol, prec);
+    ck_assert_msg(tp_plan_build_policy(g, &pol, 90, plan, &e) == TP_OK, "%s", e.msg);
+}
+
 /* The engines' activation buffers (tp_plan_buffers): no two values live at once share a buffer, and no kernel writes
  * over its own operand, also where a GEMM's epilogue computes a later op (the residual add after o_proj / attn.proj,
  * whose input and output have one size: before this rule the fused add's output took the GEMM's input buffer). */
 static void check_buffers(const char *preset, int B, tp_precision prec) {
-    tp_model m = model_of(preset);
-    tp_error e = {0};
-    tp_params p = {0};
+    tp_params p;
     tp_graph g;
     tp_plan plan;
-    tp_policy pol;
-    ck_assert_int_eq(tp_model_params_shapes(&m, &p, &e), TP_OK);
-    ck_assert_msg(tp_model_build_graph(&m, &p, B, &g, &e) == TP_OK, "%s", e.msg);
-    tp_policy_default(&pol, prec);
-    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    plan_of(preset, B, prec, &p, &g, &plan);
     size_t *bytes = malloc(sizeof(size_t) * g.n_values), *sb = malloc(sizeof(size_t) * g.n_values);
     int *slot = malloc(sizeof(int) * g.n_values), *def = malloc(sizeof(int) * g.n_values);
     int *last = malloc(sizeof(int) * g.n_values);
@@ -400,9 +406,6 @@ static void check_buffers(const char *preset, int B, tp_precision prec) {
 }
 
 START_TEST(test_engine_buffers) {
-    tp_model m = model_of("llama-3.2-1b");
-    tp_error e = {0};
-    ck_assert_int_eq(tp_model_knob(&m, "--layers", "2", &e), 1);
     check_buffers("llama-tiny", 3, TP_PREC_FP16);
     check_buffers("qwen2.5-0.5b", 8, TP_PREC_FP16);
     check_buffers("llama-3.2-1b", 8, TP_PREC_BF16);
@@ -414,16 +417,10 @@ END_TEST
 /* Sibling linears (tp_plan_sibling_groups): per decoder layer q/k/v (with Qwen2's biases) and gate/up, nothing in
  * ViT (its qkv is one linear), nothing in a quantized plan. */
 static void check_groups(const char *preset, tp_precision prec, int want_groups) {
-    tp_model m = model_of(preset);
-    tp_error e = {0};
-    tp_params p = {0};
+    tp_params p;
     tp_graph g;
     tp_plan plan;
-    tp_policy pol;
-    ck_assert_int_eq(tp_model_params_shapes(&m, &p, &e), TP_OK);
-    ck_assert_int_eq(tp_model_build_graph(&m, &p, 1, &g, &e), TP_OK);
-    tp_policy_default(&pol, prec);
-    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    plan_of(preset, 1, prec, &p, &g, &plan);
     int *lead = malloc(sizeof(int) * g.n_ops), *next = malloc(sizeof(int) * g.n_ops), groups = 0;
     tp_plan_sibling_groups(&g, &plan, lead, next);
     for (int i = 0; i < g.n_ops; i++) {
