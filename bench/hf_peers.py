@@ -434,11 +434,7 @@ def variant_static_graph(model, ids, a):
         ev.append((x, y))
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    pos_after = None
-    try:
-        pos_after = int(cache.get_seq_length())
-    except Exception:
-        pass
+    pos_after = cache_length(cache)
     res = {"samples_ms": [x.elapsed_time(y) for x, y in ev], "tokens": torch.stack(toks, 1), "loop_wall_s": wall,
            "notes": {"cache": f"StaticCache(max_cache_len={P + a.gen})", "warmup_steps": warm,
                      "kv_positions_after": pos_after, "kv_positions_expected": P + a.gen,
@@ -446,6 +442,14 @@ def variant_static_graph(model, ids, a):
                      "per_step": "replay of forward(logits_to_keep=1) + argmax; next token and position copied into "
                                  "static tensors before it (outside the events)"}}
     return res
+
+
+def cache_length(cache):
+    """The positions the cache holds after a run (None when this transformers version does not say)."""
+    try:
+        return int(cache.get_seq_length())
+    except Exception:
+        return None
 
 
 def compile_counters():
@@ -494,11 +498,7 @@ def variant_compile(model, ids, a):
         ev.append((x, y))
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    pos_after = None
-    try:
-        pos_after = int(cache.get_seq_length())
-    except Exception:
-        pass
+    pos_after = cache_length(cache)
     res = {"samples_ms": [x.elapsed_time(y) for x, y in ev], "tokens": torch.stack(toks, 1), "loop_wall_s": wall,
            "compile_s": compile_s,
            "notes": {"cache": f"StaticCache(max_cache_len={P + a.gen})", "warmup_steps": warm,

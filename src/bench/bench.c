@@ -241,15 +241,15 @@ static tp_status reference(run_ctx *c, tp_error *err) {
     if (rep->reference == TP_REF_NONE) return TP_OK;
     double t0 = tp_now_ms();
     tp_status st;
+    if (rep->gen > 0 && rep->dev == TP_DEVICE_GPU) /* a decoder: its generation, whose prefill gives the logits */
+        st = tp_bench_reference_decode(rep, &c->params, c->input, rep->ref_rows, rep->reference == TP_REF_GPU,
+                                       c->ref, err);
 #ifdef TPROF_HAVE_CUDA
-    if (rep->reference == TP_REF_GPU) st = gpu_reference(c, err);
-    else
+    else if (rep->reference == TP_REF_GPU) st = gpu_reference(c, err);
 #endif
-        st = tp_cpu_run(&c->gref, &c->params, c->input, c->ref, err);
+    else st = tp_cpu_run(&c->gref, &c->params, c->input, c->ref, err);
     if (!st && c->o->perplexity && rep->prompt > 0)
         st = tp_bench_perplexity(rep, &c->params, NULL, rep->reference == TP_REF_GPU, &rep->ref_ppl, err);
-    if (!st && rep->gen > 0 && rep->dev == TP_DEVICE_GPU) /* the engines' generation is checked against it */
-        st = tp_bench_reference_decode(rep, &c->params, c->input, rep->ref_rows, rep->reference == TP_REF_GPU, err);
     if (st) return st;
     rep->ref_ms = tp_now_ms() - t0;
     c->have_ref = 1;

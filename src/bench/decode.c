@@ -31,7 +31,7 @@ static tp_status step_graph(const tp_bench_report *rep, const tp_params *params,
 
 /* The CPU executor's greedy generation: one session, the prefill, then one-token steps. */
 static tp_status cpu_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows,
-                            float *tok, tp_error *err) {
+                            float *tok, float *first, tp_error *err) {
     const int V = rep->out_cols;
     tp_graph gp, gd;
     tp_cpu_session s = {0};
@@ -43,8 +43,8 @@ static tp_status cpu_decode(tp_bench_report *rep, const tp_params *params, const
         return st;
     }
     if (!(st = step_graph(rep, params, rows, 1, rep->prompt, &gd, err))) {
-        st = tp_cpu_run_session(&gp, params, &s, input, logits, err);
-        if (!st) st = argmax_rows(logits, rows, V, tok, err);
+        st = tp_cpu_run_session(&gp, params, &s, input, first, err);
+        if (!st) st = argmax_rows(first, rows, V, tok, err);
         for (int k = 0; !st && k < rep->gen; k++) {
             st = tp_cpu_run_session(&gd, params, &s, tok + (size_t)k * rows, logits, err);
             if (!st) st = argmax_rows(logits, rows, V, tok + (size_t)(k + 1) * rows, err);
@@ -61,16 +61,15 @@ static tp_status cpu_decode(tp_bench_report *rep, const tp_params *params, const
 /* The GPU FP32 reference's greedy generation: FP32 plans, cuBLASLt's first algorithm, no fusion, eager launches
  * (as tp_gpu_reference), a decode engine sharing the prefill's weights and cache. */
 static tp_status gpu_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows, float *tok,
-                            tp_error *err) {
+                            float *logits, tp_error *err) {
     tp_graph gp, gd;
     tp_policy pol;
     tp_plan pp = {0}, pd = {0};
     tp_engine *ep = NULL, *ed = NULL;
-    float *logits = malloc(sizeof(float) * (size_t)rows * (size_t)rep->out_cols);
     double *ms = malloc(sizeof(double) * (size_t)(rep->gen ? rep->gen : 1));
     tp_policy_default(&pol, TP_PREC_FP32);
-    tp_status st = logits && ms ? step_graph(rep, params, rows, rep->prompt, 0, &gp, err)
-                                : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    tp_status st = ms ? step_graph(rep, params, rows, rep->prompt, 0, &gp, err)
+                      : tp_fail(err, TP_ERR_OOM, "out of host memory");
     if (st) goto out0;
     if ((st = step_graph(rep, params, rows, 1, rep->prompt, &gd, err))) goto out1;
     tp_engine_options eo = {.device = 0, .gemm_first = 1, .cublaslt_only = 1, .attention = TP_ATTN_CLASSIC};
@@ -95,22 +94,21 @@ static tp_status gpu_decode(tp_bench_report *rep, const tp_params *params, const
 out1:
     tp_graph_free(&gp);
 out0:
-    free(logits);
     free(ms);
     return st;
 }
 #endif
 
 tp_status tp_bench_reference_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows,
-                                    int gpu, tp_error *err) {
+                                    int gpu, float *logits, tp_error *err) {
     float *tok = malloc(sizeof(float) * (size_t)(rep->gen + 1) * (size_t)rows);
     if (!tok) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     tp_status st;
 #ifdef TPROF_HAVE_CUDA
-    if (gpu) st = gpu_decode(rep, params, input, rows, tok, err);
+    if (gpu) st = gpu_decode(rep, params, input, rows, tok, logits, err);
     else
 #endif
-        st = cpu_decode(rep, params, input, rows, tok, err);
+        st = cpu_decode(rep, params, input, rows, tok, logits, err);
     (void)gpu;
     if (st) {
         free(tok);

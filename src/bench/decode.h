@@ -13,11 +13,12 @@
 #endif
 
 /* The reference's greedy generation: rep->gen tokens for each of rows sequences of input (rows x prompt ids),
- * into rep->ref_tokens (gen x rows, malloc'ed): on the GPU (gpu: FP32 engines as tp_gpu_reference builds them,
- * sm the device's) or the CPU executor (a session: prefill, then one-token steps). Errors: the engines' or the
- * executor's, TP_ERR_OOM. */
+ * into rep->ref_tokens (gen + 1 x rows, malloc'ed), and its prefill's next-token logits into logits (rows x
+ * rep->out_cols: the reference the engines' prefill is compared with, so it is not computed twice): on the GPU
+ * (gpu: FP32 engines as tp_gpu_reference builds them) or the CPU executor (a session: prefill, then one-token
+ * steps). Errors: the engines' or the executor's, TP_ERR_OOM. */
 tp_status tp_bench_reference_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows,
-                                    int gpu, tp_error *err);
+                                    int gpu, float *logits, tp_error *err);
 
 /* --perplexity FILE: the perplexity exp(mean NLL) of the file's token ids, cut into windows of rep->prompt tokens
  * (at most 8 windows, the file's first 8 * prompt ids; each window predicts its tokens 2 .. prompt from the ones

@@ -104,8 +104,9 @@ static tp_status validate(const void *cfg, tp_error *err) {
         return tp_fail(err, TP_ERR_ARG, "--prompt %d --gen %d: the prompt must be positive, gen >= 0", c->prompt, c->gen);
     const int ctx = c->prompt + c->gen;
     if (c->sliding_window > 0 && ctx > c->sliding_window)
-        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: context %d (--prompt %d + --gen %d) exceeds the sliding window %d: "
-                       "sliding-window attention is not implemented", c->name, ctx, c->prompt, c->gen,
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: context %d (--prompt %d + --gen %d) exceeds the sliding window %d; "
+                       "tprof attends to the whole context, so past the window it would compute another model: "
+                       "keep --prompt + --gen <= %d", c->name, ctx, c->prompt, c->gen, c->sliding_window,
                        c->sliding_window);
     return TP_OK;
 }

@@ -29,6 +29,7 @@
 #define TP_GPU_MAX_TRACKED 4096
 #define TP_GPU_POISON_ON_STREAM /* new device buffers are poisoned on g_stream (cudaMemsetAsync, then a sync) */
 #include "gpu_check.h"
+#include "close_check.h"
 
 Suite *gpu_decoder_ops_suite(void);
 
@@ -84,70 +85,12 @@ static int get_past(const int *d) {
  *   F32:  rel L2 1e-5, any element within 1e-4 * max|ref| (fp32 arithmetic vs the fp64 reference: ~1e-7);
  *   F16:  one rounding is <= 2^-11 = 4.9e-4 relative -> rel L2 2e-3, max abs 4e-3 * max|ref|;
  *   BF16: 2^-8 = 3.9e-3 -> rel L2 1e-2, max abs 2e-2 * max|ref|. */
-typedef struct {
-    double rel_l2, abs_frac;
-} tol_t;
 
 static tol_t tol_for(tp_dtype out) {
     tol_t t = {1e-5, 1e-4};
     if (out == TP_F16) t.rel_l2 = 2e-3, t.abs_frac = 4e-3;
     if (out == TP_BF16) t.rel_l2 = 1e-2, t.abs_frac = 2e-2;
     return t;
-}
-
-/* got vs ref over n values in rows of `cols`; NaN/Inf in got (poison left, or produced) fails. */
-static void check_close(const char *what, const float *got, const float *ref, size_t n, size_t cols, tol_t tol) {
-    double num = 0.0, den = 0.0, max_abs = 0.0, ref_max = 0.0;
-    size_t worst = 0, bad = 0, first_bad = 0, bad_ref = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(ref[i])) {
-            bad_ref++;
-            continue;
-        }
-        ref_max = fmax(ref_max, fabs((double)ref[i]));
-        if (!isfinite(got[i])) {
-            if (bad++ == 0) first_bad = i;
-            continue;
-        }
-        const double d = (double)got[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-        if (fabs(d) > max_abs) max_abs = fabs(d), worst = i;
-    }
-    const double rel = den > 0.0 ? sqrt(num / den) : sqrt(num), atol = tol.abs_frac * ref_max;
-    const int ok = bad == 0 && bad_ref == 0 && rel <= tol.rel_l2 && max_abs <= atol;
-    if (cols == 0) cols = 1;
-    printf("  %s  %s | %s: n=%zu rel_l2=%.3e (tol %.1e) max_abs=%.3e (tol %.3e) at %zu=[%zu,%zu] got %.7g ref %.7g%s\n",
-           ok ? "ok  " : "FAIL", g_case, what, n, rel, tol.rel_l2, max_abs, atol, worst, worst / cols, worst % cols,
-           n ? got[worst] : 0.0, n ? ref[worst] : 0.0, bad ? " (+NaN outputs)" : "");
-    fflush(stdout);
-    ck_assert_msg(bad_ref == 0, "[%s] %s: test bug: %zu non-finite reference values", g_case, what, bad_ref);
-    ck_assert_msg(bad == 0, "[%s] %s: %zu of %zu outputs are NaN/Inf; first at %zu=[%zu,%zu], ref there %.7g", g_case,
-                  what, bad, n, first_bad, first_bad / cols, first_bad % cols, ref[first_bad]);
-    ck_assert_msg(rel <= tol.rel_l2, "[%s] %s: relative L2 error %.3e > %.1e (worst at %zu: got %.7g ref %.7g)", g_case,
-                  what, rel, tol.rel_l2, worst, got[worst], ref[worst]);
-    ck_assert_msg(max_abs <= atol, "[%s] %s: max abs error %.3e > %.3e at %zu=[%zu,%zu]: got %.7g ref %.7g", g_case,
-                  what, max_abs, atol, worst, worst / cols, worst % cols, got[worst], ref[worst]);
-}
-
-/* n elements of dt, byte for byte */
-static void check_bytes_equal(const char *what, tp_dtype dt, const void *got, const void *want, size_t n,
-                              size_t cols) {
-    const size_t es = esize(dt);
-    size_t mism = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) != 0)
-            if (mism++ == 0) first = i;
-    if (cols == 0) cols = 1;
-    printf("  %s  %s | %s: n=%zu bit-exact mismatches=%zu\n", mism ? "FAIL" : "ok  ", g_case, what, n, mism);
-    fflush(stdout);
-    if (mism) {
-        float g, w;
-        tp_convert_to_f32(dt, (const char *)got + first * es, &g, 1, 1.0f);
-        tp_convert_to_f32(dt, (const char *)want + first * es, &w, 1, 1.0f);
-        ck_abort_msg("[%s] %s: %zu of %zu elements differ bit for bit; first at %zu=[%zu,%zu]: got %.8g want %.8g",
-                     g_case, what, mism, n, first, first / cols, first % cols, g, w);
-    }
 }
 
 /* the host encoding of n fp32 values in dt (what a bit-exact kernel must write) */
