@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check hfpeers; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check hfpeers; tensor parallelism on 2+ GPUs: tp; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -64,6 +64,18 @@ for s in $steps; do
       "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 64 --batch 1 --precision fp16 --duration 0.5 \
         --gemv-groups $m | grep -E "tg64|Greedy|Accuracy" || rc=1
     done
+    ;;
+  tp)
+    echo "=== tensor parallelism (--tp): the GPU suite on 2 GPUs, Llama-3.1-8B at TP 1 and 2, the profile's communication share"
+    nvidia-smi topo -m
+    CK_RUN_SUITE=gpu_tensor_parallel "$BUILD/tests/test_gpu" || rc=1
+    for t in 1 2; do
+      "$BUILD/tprof" bench --model llama-3.1-8b --prompt 512 --gen 128 --batch 1 --precision fp16 --tp $t --duration 1 \
+        --ref-samples 1 --json "$OUT/tp${t}_llama31_8b.json" || rc=1
+    done
+    "$BUILD/tprof" profile --model llama-3.1-8b --prompt 512 --gen 32 --batch 1 --precision fp16 --tp 2 --duration 0.5 \
+      --profile-iters 8 --ref-samples 1 --out /tmp/tprof-tp > "$OUT/tp2_profile.log" 2>&1 || rc=1
+    grep -E "communication|all_reduce|decode steps traced|Traced|Tensor parallel" "$OUT/tp2_profile.log" | head -40
     ;;
   hfpeers)
     echo "=== HF transformers on the same GPU (bench/hf_peers.py)"

@@ -40,7 +40,7 @@ static tp_graph step_graph(const tp_model *m, const tp_params *p, int64_t b, int
                            int all) {
     tp_graph g;
     tp_error e = {0};
-    const tp_step_shape s = {b, t, past, kv, all};
+    const tp_step_shape s = {b, t, past, kv, all, 0, 0};
     ck_assert_msg(tp_model_build_step(m, p, &s, &g, &e) == TP_OK, "%s", e.msg);
     return g;
 }
@@ -299,7 +299,7 @@ START_TEST(test_refusals) {
     /* ViT has no KV cache: no steps */
     tp_model v = model_of("vit-tiny");
     tp_graph g;
-    const tp_step_shape s = {1, 1, 0, 1, 0};
+    const tp_step_shape s = {1, 1, 0, 1, 0, 0, 0};
     ck_assert_int_eq(tp_model_build_step(&v, NULL, &s, &g, &e), TP_ERR_UNSUPPORTED);
     /* the GPU planner refuses the formats the decoder ops have no kernels for, by layer; it takes fp16 */
     ck_assert_int_eq(tp_model_params_shapes(&m, &p, &e), TP_OK);

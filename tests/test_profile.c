@@ -679,7 +679,7 @@ END_TEST
 
 START_TEST(test_category_names) {
     static const char *NAMES[] = {"GEMM",     "attention",  "normalization", "activation", "elementwise",
-                                  "quantize", "conversion", "memory",        "other"};
+                                  "quantize", "conversion", "memory",        "other",      "communication"};
     for (int c = 0; c < TP_CAT_COUNT; c++) {
         ck_assert_str_eq(tp_category_name((tp_category)c), NAMES[c]);
         ck_assert_int_eq(tp_category_parse(NAMES[c]), c);

@@ -41,6 +41,12 @@ typedef struct {
     tp_cupti *cupti;        /* tprof profile's CUPTI session, open before any engine is built */
     const tp_qtensor **wq;  /* --engine: per parameter, the stored quantized weight */
 #endif
+    /* --tp n: every rank's parameters and prefill graph (rank 0's graph is g, tpg[0] stays empty), and the plans
+     * of ranks 1.. for the engine being built (rank 0's is run_engine's) */
+    int tp;
+    tp_params *tpp;
+    tp_graph *tpg;
+    tp_plan *tpplan;
 } run_ctx;
 
 static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
@@ -161,6 +167,42 @@ static tp_status resolve_device(run_ctx *c, tp_error *gerr, tp_error *err) {
     return TP_OK;
 }
 
+/* --tp n: every rank's parameters and prefill graph; c->g becomes rank 0's (what each GPU runs: its costs, its
+ * plan), the reference keeps the whole model (c->params, c->gref). */
+static tp_status split_ranks(run_ctx *c, tp_error *err) {
+    const tp_bench_options *o = c->o;
+    tp_bench_report *rep = &c->rep;
+    const int n = o->tp > 1 ? o->tp : 1;
+    c->tp = rep->tp = n;
+    if (n == 1) return TP_OK;
+    if (rep->dev != TP_DEVICE_GPU)
+        return tp_fail(err, TP_ERR_NO_GPU, "--tp %d: tensor parallelism runs on GPUs, and this run is on the CPU", n);
+    if (c->g.kv_len <= 0)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d: %s is not a decoder; tprof splits decoders only", n,
+                       tp_model_name(&rep->model));
+    if (o->perplexity || o->engine_file)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: not built", n,
+                       o->perplexity ? "--perplexity" : "--engine");
+    tp_status st = tp_model_tp_check(&rep->model, n, err);
+    if (st) return st;
+    if (!(c->tpp = calloc((size_t)n, sizeof *c->tpp)) || !(c->tpg = calloc((size_t)n, sizeof *c->tpg)) ||
+        !(c->tpplan = calloc((size_t)n, sizeof *c->tpplan)))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    const tp_step_shape s0 = {c->g.batch, c->g.tokens, 0, c->g.kv_len, 0, 0, n};
+    for (int r = 0; r < n && !st; r++) {
+        tp_step_shape s = s0;
+        s.tp_rank = r;
+        if (!(st = tp_model_shard_params(&rep->model, &c->params, r, n, &c->tpp[r], err)))
+            st = tp_model_build_step(&rep->model, &c->tpp[r], &s, &c->tpg[r], err);
+    }
+    if (st) return st;
+    tp_graph_free(&c->g);
+    c->g = c->tpg[0];
+    memset(&c->tpg[0], 0, sizeof c->tpg[0]);
+    rep->tp_params = c->tpp;
+    return TP_OK;
+}
+
 /* Parameters, inputs and the two graphs. */
 static tp_status setup(run_ctx *c, tp_error *err) {
     const tp_bench_options *o = c->o;
@@ -197,6 +239,7 @@ static tp_status setup(run_ctx *c, tp_error *err) {
         rep->prompt = (int)c->g.tokens;
         rep->gen = (int)(c->g.kv_len - c->g.tokens);
     }
+    if ((st = split_ranks(c, err))) return st;
     rep->ref_ppl = NAN;
     if (o->perplexity && rep->prompt == 0)
         return tp_fail(err, TP_ERR_ARG, "--perplexity: %s is not a language model (no token ids, no KV cache)",
@@ -324,6 +367,29 @@ static tp_status activation_scales(run_ctx *c, const tp_plan *plan, float **amax
     return tp_calibrate(g, &c->params, 0, c->rep.gpu.sm, c->calib, &c->o->calib, *amax, err);
 }
 
+/* --tp: the ranks' engines, rank 0's plan given, the others' planned here with the same policy (kept in c->tpplan
+ * until the engine is destroyed). */
+static tp_status build_tp(run_ctx *c, const tp_plan *plan, const tp_policy *pol, const tp_engine_options *eo,
+                          tp_engine **e, tp_error *err) {
+    const int n = c->tp;
+    const tp_graph **gs = calloc((size_t)n, sizeof *gs);
+    const tp_params **ps = calloc((size_t)n, sizeof *ps);
+    const tp_plan **pls = calloc((size_t)n, sizeof *pls);
+    tp_status st = gs && ps && pls ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int r = 0; r < n && !st; r++) {
+        gs[r] = r ? &c->tpg[r] : &c->g;
+        ps[r] = &c->tpp[r];
+        pls[r] = r ? &c->tpplan[r] : plan;
+        if (r) st = tp_plan_build_policy(gs[r], pol, c->rep.gpu.sm, &c->tpplan[r], err);
+    }
+    if (!st) st = tp_engine_build_tp(gs, ps, pls, n, eo, e, err);
+    if (!st) snprintf(c->rep.tp_desc, sizeof c->rep.tp_desc, "%s", tp_engine_nccl(*e));
+    free(gs);
+    free(ps);
+    free(pls);
+    return st;
+}
+
 /* Builds, checks and times engine pi on the GPU; the engine stays for the profiled run, which follows. */
 static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *pol, tp_bench_result *r,
                             tp_engine **out, tp_error *err) {
@@ -339,7 +405,8 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
                             .attention = (tp_attn_impl)o->attention,
                             .gemv_groups = o->gemv_groups}; /* lays the groups out for the decode engine */
     tp_engine *e = NULL;
-    if (!st) st = tp_engine_build(g, &c->params, plan, &eo, &e, err);
+    if (!st && c->tp > 1) st = build_tp(c, plan, pol, &eo, &e, err);
+    else if (!st) st = tp_engine_build(g, &c->params, plan, &eo, &e, err);
     free(amax);
     *out = e;
     r->build_ms = tp_now_ms() - b0;
@@ -453,6 +520,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     tp_engine_destroy(e);
 #endif
     tp_plan_free(&plan);
+    for (int r = 1; r < c->tp; r++) tp_plan_free(&c->tpplan[r]);
     if (st) {
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err->msg);
@@ -574,6 +642,11 @@ static void run_free(run_ctx *c) {
     tp_graph_free(&c->g);
     tp_graph_free(&c->gref);
     tp_params_free(&c->params);
+    for (int r = 0; r < c->tp && c->tpp; r++) tp_params_free(&c->tpp[r]);
+    for (int r = 0; r < c->tp && c->tpg; r++) tp_graph_free(&c->tpg[r]);
+    free(c->tpp);
+    free(c->tpg);
+    free(c->tpplan);
 }
 
 /* Speedups are against FP16 when it was run (the precision users compare against), else the first. */
@@ -604,6 +677,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     if (o->writer && o->writer->start) o->writer->start(&c.rep);
 #ifdef TPROF_HAVE_CUDA
     if (o->profile_iters > 0 && c.rep.dev == TP_DEVICE_GPU && (st = tp_cupti_create(&c.cupti, err))) goto done;
+    if (c.cupti && o->tp > 1) tp_cupti_set_device(c.cupti, 0); /* rank 0's GPU: the launches the hooks attribute */
 #endif
     if ((st = reference(&c, err))) goto done;
 #ifdef TPROF_HAVE_CUDA

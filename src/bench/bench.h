@@ -88,6 +88,8 @@ typedef struct {
     tp_calib_options calib;  /* --calib max|percentile, --calib-percentile P: static activation scales */
     int attention;           /* --attention: a tp_attn_impl (exec/cuda/engine/cuda_engine.h), 0 = auto */
     int gemv_groups;         /* --gemv-groups off|on|auto: tp_engine_options.gemv_groups 0, 1, 2 (decode engines) */
+    int tp;                  /* --tp N: decoders split over GPUs 0..N-1 (tensor parallelism, tp_engine_build_tp);
+                                0 or 1: one GPU */
     const char *command_line;
     /* Optional: the GPU's measured rates (profile/roofline.h: the GEMM peak per precision for MFU and the
      * roofline, the copy rate for the roofline); 0 entries are measured by the run (8192^3 cuBLASLt GEMMs, a
@@ -165,7 +167,10 @@ struct tp_bench_report {
     tp_output_desc output;   /* tp_model_output: logits (top-1 agreement meaningful) or features */
     char input_desc[600];    /* where the input came from */
     char checkpoint_note[700]; /* what the checkpoint's own configuration said (tp_model_checkpoint); may be "" */
-    const tp_graph *g;       /* the graph at the run's batch */
+    const tp_graph *g;       /* the graph at the run's batch (with --tp: rank 0's, the per-GPU costs) */
+    int tp;                  /* ranks (GPUs) each engine runs on: 1, or --tp */
+    const tp_params *tp_params; /* --tp: every rank's parameters (tp_model_shard_params), tp entries */
+    char tp_desc[600];       /* --tp: "NCCL 2.28.9 (...)", what joined the ranks */
     double flop, matmul_flop;
     int out_cols;            /* output values per sample */
     tp_reference_kind reference; /* where the reference ran (GPU, CPU or NONE) */

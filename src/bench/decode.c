@@ -25,7 +25,7 @@ static tp_status argmax_rows(const float *logits, int rows, int V, float *tok, t
 
 static tp_status step_graph(const tp_bench_report *rep, const tp_params *params, int rows, int tokens, int past,
                             tp_graph *g, tp_error *err) {
-    const tp_step_shape s = {rows, tokens, past, (int64_t)rep->prompt + rep->gen, 0};
+    const tp_step_shape s = {rows, tokens, past, (int64_t)rep->prompt + rep->gen, 0, 0, 0};
     return tp_model_build_step(&rep->model, params, &s, g, err);
 }
 
@@ -147,7 +147,7 @@ tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, con
     float *logits = st ? NULL : malloc(sizeof(float) * (size_t)W * T * V);
     if (!st && !logits) st = tp_fail(err, TP_ERR_OOM, "out of host memory for %d x %d x %d logits", W, T, V);
     tp_graph g;
-    const tp_step_shape s = {W, T, 0, T, 1};
+    const tp_step_shape s = {W, T, 0, T, 1, 0, 0};
     if (!st && !(st = tp_model_build_step(&rep->model, params, &s, &g, err))) {
         if (!pol && !gpu) {
             st = tp_cpu_run(&g, params, ids, logits, err);
@@ -220,32 +220,57 @@ static tp_status profile_decode(const tp_bench_report *rep, tp_engine *prefill, 
     return st;
 }
 
+/* The decode engine: one, or --tp's ranks (rank r's graph and plan in g[r], plan[r]; n entries each, rank 0's the
+ * per-GPU costs). */
+static tp_status decode_engine(const tp_bench_report *rep, const tp_params *params, const tp_policy *pol,
+                               const tp_engine_options *eo, tp_graph *g, tp_plan *plan, tp_engine **e, tp_error *err) {
+    const int n = rep->tp > 1 ? rep->tp : 1, B = rep->o->batch;
+    /* the decode graph's costs are counted at the middle of the generation's context */
+    const tp_step_shape s0 = {B, 1, rep->prompt + rep->gen / 2, (int64_t)rep->prompt + rep->gen, 0, 0, n > 1 ? n : 0};
+    const tp_graph **gs = calloc((size_t)n, sizeof *gs);
+    const tp_params **ps = calloc((size_t)n, sizeof *ps);
+    const tp_plan **pls = calloc((size_t)n, sizeof *pls);
+    tp_status st = gs && ps && pls ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int r = 0; r < n && !st; r++) {
+        tp_step_shape s = s0;
+        s.tp_rank = r;
+        ps[r] = n > 1 ? &rep->tp_params[r] : params;
+        if (!(st = tp_model_build_step(&rep->model, ps[r], &s, &g[r], err))) {
+            st = tp_plan_build_policy(&g[r], pol, rep->gpu.sm, &plan[r], err);
+            if (st) tp_graph_free(&g[r]);
+        }
+        gs[r] = &g[r];
+        pls[r] = &plan[r];
+    }
+    if (!st) st = n > 1 ? tp_engine_build_tp(gs, ps, pls, n, eo, e, err) : tp_engine_build(&g[0], params, &plan[0], eo, e, err);
+    free(gs);
+    free(ps);
+    free(pls);
+    return st;
+}
+
 tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, const tp_policy *pol,
                           tp_engine *prefill, tp_cupti *cupti, const tp_roofline_rates *rates, tp_bench_result *r,
                           tp_error *err) {
     const tp_bench_options *o = rep->o;
-    const int B = o->batch, gen = rep->gen, rounds = 3;
-    tp_graph g;
-    tp_plan plan = {0};
+    const int B = o->batch, gen = rep->gen, rounds = 3, n = rep->tp > 1 ? rep->tp : 1;
+    tp_graph *gr = calloc((size_t)n, sizeof *gr);
+    tp_plan *pr = calloc((size_t)n, sizeof *pr);
     tp_engine *e = NULL;
     float *logits = malloc(sizeof(float) * (size_t)B * (size_t)rep->out_cols);
     r->step_ms = malloc(sizeof(double) * (size_t)(rounds * gen));
     r->tokens = malloc(sizeof(float) * (size_t)(gen + 1) * (size_t)B);
-    if (!logits || !r->step_ms || !r->tokens) {
+    if (!logits || !r->step_ms || !r->tokens || !gr || !pr) {
         free(logits);
+        free(gr);
+        free(pr);
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
-    }
-    /* the decode graph's costs are counted at the middle of the generation's context */
-    tp_status st = step_graph(rep, params, B, 1, rep->prompt + gen / 2, &g, err);
-    if (st) {
-        free(logits);
-        return st;
     }
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
                             .cublaslt_only = o->cublaslt_only, .share = prefill, .feed_argmax = 1,
                             .gemv_groups = o->gemv_groups, .hook = cupti ? tp_cupti_hook : NULL,
                             .hook_user = cupti};
-    if (!(st = tp_plan_build_policy(&g, pol, rep->gpu.sm, &plan, err))) st = tp_engine_build(&g, params, &plan, &eo, &e, err);
+    tp_status st = decode_engine(rep, params, pol, &eo, gr, pr, &e, err);
     for (int k = 0; !st && k < rounds; k++) {
         st = tp_engine_forward(prefill, err); /* a fresh prefill: the cache from position 0 */
         if (!st && k == 0) st = tp_engine_get_output(prefill, logits, err);
@@ -261,16 +286,22 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
         r->greedy_agree = NAN;
         r->first_diff = -1;
         if (rep->ref_tokens) agreement(rep, r);
-        r->dec_cost = calloc((size_t)g.n_ops, sizeof *r->dec_cost);
+        /* the roofline's costs: rank 0's (each GPU's share) */
+        const tp_graph *g = &gr[0];
+        r->dec_cost = calloc((size_t)g->n_ops, sizeof *r->dec_cost);
         if (!r->dec_cost) st = tp_fail(err, TP_ERR_OOM, "out of host memory");
-        for (int i = 0; !st && i < g.n_ops; i++)
-            r->dec_cost[i] = (tp_op_cost){plan.op_prec[i], g.ops[i].matmul_flop, tp_engine_op_bytes(e, i)};
-        if (!st) r->n_dec_cost = g.n_ops;
+        for (int i = 0; !st && i < g->n_ops; i++)
+            r->dec_cost[i] = (tp_op_cost){pr[0].op_prec[i], g->ops[i].matmul_flop, tp_engine_op_bytes(e, i)};
+        if (!st) r->n_dec_cost = g->n_ops;
     }
-    if (!st && cupti) st = profile_decode(rep, prefill, e, &g, &plan, cupti, rates, r, err);
+    if (!st && cupti) st = profile_decode(rep, prefill, e, &gr[0], &pr[0], cupti, rates, r, err);
     tp_engine_destroy(e);
-    tp_plan_free(&plan);
-    tp_graph_free(&g);
+    for (int k = 0; k < n; k++) {
+        tp_plan_free(&pr[k]);
+        tp_graph_free(&gr[k]);
+    }
+    free(gr);
+    free(pr);
     free(logits);
     return st;
 }

@@ -56,6 +56,8 @@ static void usage(FILE *f) {
             "                        (up to 8 windows of --prompt tokens)\n"
             "  --gemv-groups off|on|auto  decoders at batch 1: q/k/v and gate/up each as one GEMV over their\n"
             "                        concatenated weights: off (default), on, or where it times faster at build\n"
+            "  --tp N                decoders: tensor parallelism over GPUs 0..N-1 (heads and MLP columns split,\n"
+            "                        NCCL all-reduces inside each GPU's CUDA graph); default 1\n"
             "  --seed N              seed for synthesized weights and inputs (default 0)\n"
             "  --reference gpu|cpu|none  where the FP32 reference behind the accuracy figures runs (default: the GPU\n"
             "                        on a GPU run: an FP32 engine with FP32 accumulation and plain kernels; else the\n"
@@ -378,7 +380,11 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (IS("--weights")) o->weights = val;
     else if (IS("--image") || IS("--tokens")) o->image = val; /* the model's input files, of its own kind */
     else if (!a->build && IS("--perplexity")) o->perplexity = val;
-    else if (!a->build && IS("--gemv-groups")) {
+    else if (!a->build && IS("--tp")) {
+        long t;
+        if (parse_int(name, val, 1, 64, &t)) return -1;
+        o->tp = (int)t;
+    } else if (!a->build && IS("--gemv-groups")) {
         static const char *const GG[] = {"off", "on", "auto"};
         if ((k = one_of(name, val, "mode", GG, 3)) < 0) return -1;
         o->gemv_groups = k;
@@ -430,7 +436,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--tp", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};

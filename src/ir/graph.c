@@ -13,6 +13,7 @@ static const char *KIND_NAMES[TP_OP_KIND_COUNT] = {
     [TP_OP_ADD] = "add",                 [TP_OP_POOL] = "pool",                  [TP_OP_TOKEN_EMBED] = "token_embed",
     [TP_OP_RMSNORM] = "rmsnorm",         [TP_OP_ROPE] = "rope",                  [TP_OP_GLU] = "glu",
     [TP_OP_KV_APPEND] = "kv_append",     [TP_OP_KV_ATTENTION] = "kv_attention",
+    [TP_OP_ALL_REDUCE] = "all_reduce",
 };
 
 const char *tp_act_name(tp_act a) { return a == TP_ACT_SILU ? "silu" : a == TP_ACT_GELU_TANH ? "gelu_tanh" : "?"; }
@@ -129,6 +130,7 @@ static void fill_costs(tp_graph *g, tp_op *op) {
     case TP_OP_ROPE: op->flop = 3.0 * out_n; break;        /* two multiplies and an add per element */
     case TP_OP_GLU: op->flop = 10.0 * out_n; break;        /* the activation (~8) and the product */
     case TP_OP_KV_APPEND: op->flop = 0; break;
+    case TP_OP_ALL_REDUCE: op->flop = 0; break; /* its additions are the network's, not counted as the model's */
     case TP_OP_KV_ATTENTION: {
         /* each of the T queries sees past + t + 1 keys (causal): T * past + T (T + 1) / 2 (query, key) pairs */
         double B = (double)x->shape[0], T = (double)x->shape[1], H = op->heads, D = op->head_dim;
@@ -188,6 +190,7 @@ static const char *const CAT_NAMES[TP_CAT_COUNT] = {
     [TP_CAT_GEMM] = "GEMM",           [TP_CAT_ATTENTION] = "attention", [TP_CAT_NORM] = "normalization",
     [TP_CAT_ACTIVATION] = "activation", [TP_CAT_ELEMENTWISE] = "elementwise", [TP_CAT_QUANT] = "quantize",
     [TP_CAT_CONVERT] = "conversion",  [TP_CAT_MEMORY] = "memory",       [TP_CAT_OTHER] = "other",
+    [TP_CAT_COMM] = "communication",
 };
 
 const char *tp_category_name(tp_category c) { return (unsigned)c < TP_CAT_COUNT ? CAT_NAMES[c] : "?"; }
@@ -215,6 +218,7 @@ tp_category tp_op_category(tp_op_kind k) {
     case TP_OP_EMBED_TOKENS:
     case TP_OP_ADD:
     case TP_OP_POOL: return TP_CAT_ELEMENTWISE;
+    case TP_OP_ALL_REDUCE: return TP_CAT_COMM;
     default: return TP_CAT_OTHER;
     }
 }

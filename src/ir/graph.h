@@ -49,6 +49,9 @@ typedef enum {
                               past .. past+T-1 of K (index 0) and V (index 1) written, the others kept */
     TP_OP_KV_ATTENTION,    /* in: q (B, T, H*D), cache (2, B, L, Hkv*D) -> (B, T, H*D): causal GQA attention of
                               the T queries over the past + T cached keys */
+    /* tensor parallelism (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053): one graph per rank */
+    TP_OP_ALL_REDUCE,      /* in: x (...) -> same: the sum of x over the graph's tp_size ranks, every rank
+                              receiving it (after a row-parallel linear: o_proj, down_proj) */
     TP_OP_KIND_COUNT
 } tp_op_kind;
 
@@ -107,6 +110,9 @@ typedef struct {
      * (the same graph replays at every decode step); the graph's `past` is the position its FLOP and bytes are
      * counted at. 0, 0, 0 for graphs without a cache. */
     int64_t tokens, past, kv_len;
+    /* tensor parallelism: this graph is rank tp_rank's shard of a model split over tp_size GPUs (its heads and MLP
+     * columns; the all-reduce ops join the partial sums); 0, 0 (or 0, 1) for a whole model */
+    int tp_rank, tp_size;
 } tp_graph;
 
 const char *tp_op_kind_name(tp_op_kind k);
@@ -123,6 +129,7 @@ typedef enum {
     TP_CAT_CONVERT,     /* format conversion: layout (im2col), cast, reformat */
     TP_CAT_MEMORY,      /* memcpy, memset */
     TP_CAT_OTHER,
+    TP_CAT_COMM,        /* collective communication between GPUs (NCCL all-reduce) */
     TP_CAT_COUNT
 } tp_category;
 

@@ -58,6 +58,17 @@ int tp_gb_linear(tp_graph_builder *b, const char *layer, int x, int bias, int nd
                  const char *out_name) {
     tp_op op = {.kind = TP_OP_LINEAR};
     const int in[3] = {x, tp_gb_param(b, layer, "weight"), bias ? tp_gb_param(b, layer, "bias") : -1};
+    if (b->st) return -1;
+    /* the table's shapes must be this linear's: a (N, K) weight, an (N) bias */
+    const tp_value *xv = &b->g->values[x], *w = &b->g->values[in[1]];
+    const int64_t N = shape[ndim - 1], K = xv->shape[xv->ndim - 1];
+    if (w->ndim != 2 || w->shape[0] != N || w->shape[1] != K ||
+        (bias && (b->g->values[in[2]].ndim != 1 || b->g->values[in[2]].shape[0] != N))) {
+        b->st = tp_fail(b->err, TP_ERR_SHAPE, "%s: weight (%lld, %lld)%s where the graph needs (%lld, %lld)", w->name,
+                        (long long)w->shape[0], (long long)(w->ndim > 1 ? w->shape[1] : 0),
+                        bias ? " or its bias" : "", (long long)N, (long long)K);
+        return -1;
+    }
     return tp_gb_op(b, &op, layer, in, bias ? 3 : 2, ndim, shape, out_name);
 }
 

@@ -204,29 +204,42 @@ static int rope(tp_graph_builder *b, const tp_decoder_config *c, const char *lay
     return tp_gb_op(b, &op, layer, &x, 1, 3, shape, NULL);
 }
 
-/* One decoder layer over x (B, T, C); returns the layer's output */
+/* The partial sums of a row-parallel linear (o_proj, down_proj) over the ranks: x itself without tensor
+ * parallelism */
+static int all_reduce(tp_graph_builder *b, const char *layer, int x, int n, const int64_t *shape) {
+    if (n <= 1) return x;
+    tp_op op = {.kind = TP_OP_ALL_REDUCE};
+    return tp_gb_op(b, &op, layer, &x, 1, 3, shape, NULL);
+}
+
+/* One decoder layer over x (B, T, C); returns the layer's output. Rank r of n computes heads r H/n .. (r+1) H/n
+ * - 1 with their KV heads (contiguous, so GQA's head-to-KV-head map stays within the rank) and MLP columns
+ * r I/n ..; o_proj and down_proj give partial sums that an all-reduce joins (Megatron-LM's layout). */
 static int layer(tp_graph_builder *b, const tp_decoder_config *c, const tp_step_shape *s, int i, int x) {
+    const int n = s->tp_size > 1 ? s->tp_size : 1, first = s->tp_rank == 0;
+    const int H = c->heads / n, Hkv = c->kv_heads / n;
     const int64_t B = s->batch, T = s->tokens, C = c->hidden, D = c->head_dim;
-    const int64_t xs[3] = {B, T, C}, qs[3] = {B, T, c->heads * D}, ks[3] = {B, T, c->kv_heads * D};
-    const int64_t is[3] = {B, T, c->inter}, cache[4] = {2, B, s->kv_len, c->kv_heads * D};
+    const int64_t xs[3] = {B, T, C}, qs[3] = {B, T, H * D}, ks[3] = {B, T, Hkv * D};
+    const int64_t is[3] = {B, T, c->inter / n}, cache[4] = {2, B, s->kv_len, Hkv * D};
     char l[TP_NAME_LEN], out[TP_NAME_LEN];
 #define L(fmt) (snprintf(l, sizeof l, "model.layers.%d." fmt, i), l)
     int h = rmsnorm(b, c, L("input_layernorm"), x, 3, xs);
     int q = tp_gb_linear(b, L("self_attn.q_proj"), h, c->qkv_bias, 3, qs, NULL);
     int k = tp_gb_linear(b, L("self_attn.k_proj"), h, c->qkv_bias, 3, ks, NULL);
     int v = tp_gb_linear(b, L("self_attn.v_proj"), h, c->qkv_bias, 3, ks, NULL);
-    q = rope(b, c, L("self_attn.rope_q"), q, c->heads, qs);
-    k = rope(b, c, L("self_attn.rope_k"), k, c->kv_heads, ks);
+    q = rope(b, c, L("self_attn.rope_q"), q, H, qs);
+    k = rope(b, c, L("self_attn.rope_k"), k, Hkv, ks);
     tp_op app = {.kind = TP_OP_KV_APPEND};
     const int kv_in[2] = {k, v};
     snprintf(out, sizeof out, "model.layers.%d.self_attn.kv_cache", i);
     int kv = tp_gb_op(b, &app, L("self_attn.kv_append"), kv_in, 2, 4, cache, out);
     if (kv >= 0) tp_graph_mark_state(b->g, kv);
-    tp_op att = {.kind = TP_OP_KV_ATTENTION, .heads = c->heads, .kv_heads = c->kv_heads, .head_dim = c->head_dim,
+    tp_op att = {.kind = TP_OP_KV_ATTENTION, .heads = H, .kv_heads = Hkv, .head_dim = c->head_dim,
                  .scale = (float)(1.0 / sqrt((double)D))};
     const int at_in[2] = {q, kv};
     h = tp_gb_op(b, &att, L("self_attn"), at_in, 2, 3, qs, NULL);
-    h = tp_gb_linear(b, L("self_attn.o_proj"), h, c->o_bias, 3, xs, NULL);
+    h = tp_gb_linear(b, L("self_attn.o_proj"), h, c->o_bias && first, 3, xs, NULL);
+    h = all_reduce(b, L("self_attn.all_reduce"), h, n, xs);
     x = tp_gb_add(b, L("residual1"), x, h, 3, xs, NULL);
     h = rmsnorm(b, c, L("post_attention_layernorm"), x, 3, xs);
     int gate = tp_gb_linear(b, L("mlp.gate_proj"), h, c->mlp_bias, 3, is, NULL);
@@ -234,19 +247,54 @@ static int layer(tp_graph_builder *b, const tp_decoder_config *c, const tp_step_
     tp_op glu = {.kind = TP_OP_GLU, .act = c->act};
     const int glu_in[2] = {gate, up};
     h = tp_gb_op(b, &glu, L("mlp.act"), glu_in, 2, 3, is, NULL);
-    h = tp_gb_linear(b, L("mlp.down_proj"), h, c->mlp_bias, 3, xs, NULL);
+    h = tp_gb_linear(b, L("mlp.down_proj"), h, c->mlp_bias && first, 3, xs, NULL);
+    h = all_reduce(b, L("mlp.all_reduce"), h, n, xs);
     snprintf(out, sizeof out, "model.layers.%d.out", i);
     return tp_gb_add(b, L("residual2"), x, h, 3, xs, out);
 #undef L
+}
+
+/* Tensor parallelism: whole heads, whole KV heads (each rank keeps its own; none is replicated) and whole MLP
+ * columns per rank. The embedding, the norms and the LM head stay whole on every rank: each rank computes the
+ * logits itself (no gather), at the cost of reading the LM head's weight on every GPU. */
+static tp_status tp_check(const void *cfg, int n, tp_error *err) {
+    const tp_decoder_config *c = cfg;
+    if (c->heads % n || c->kv_heads % n || c->inter % n)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: --tp %d needs the %d attention heads, %d KV heads and MLP width "
+                       "%d to be multiples of %d (replicating KV heads over ranks is not implemented)", c->name, n,
+                       c->heads, c->kv_heads, c->inter, n);
+    return TP_OK;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    const size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static tp_split param_split(const void *cfg, const char *name) {
+    (void)cfg;
+    static const char *const column[] = {"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
+                                         "v_proj.weight", "v_proj.bias", "gate_proj.weight", "gate_proj.bias",
+                                         "up_proj.weight", "up_proj.bias"};
+    for (size_t i = 0; i < sizeof column / sizeof column[0]; i++)
+        if (ends_with(name, column[i])) return TP_SPLIT_ROWS;
+    if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight")) return TP_SPLIT_COLS;
+    if (ends_with(name, "o_proj.bias") || ends_with(name, "down_proj.bias")) return TP_SPLIT_FIRST;
+    return TP_SPLIT_NONE;
 }
 
 static tp_status build_step(const void *cfg, const tp_params *p, const tp_step_shape *s, tp_graph *g,
                             tp_error *err) {
     const tp_decoder_config *c = cfg;
     tp_status st = validate(c, err);
+    if (!st && s->tp_size > 1) st = tp_check(c, s->tp_size, err);
+    if (!st && s->tp_size > 1 && (s->tp_rank < 0 || s->tp_rank >= s->tp_size))
+        st = tp_fail(err, TP_ERR_ARG, "rank %d of %d", s->tp_rank, s->tp_size);
     if (st) return st;
     const int64_t B = s->batch, T = s->tokens, C = c->hidden, V = c->vocab;
     tp_graph_init(g, B);
+    g->tp_rank = s->tp_size > 1 ? s->tp_rank : 0;
+    g->tp_size = s->tp_size > 1 ? s->tp_size : 1;
     g->tokens = T;
     g->past = s->past;
     g->kv_len = s->kv_len;
@@ -277,7 +325,7 @@ static tp_status build_step(const void *cfg, const tp_params *p, const tp_step_s
 /* tprof bench's graph: the prefill of the prompt, returning the next token's logits */
 static tp_status build_graph(const void *cfg, const tp_params *p, int64_t B, tp_graph *g, tp_error *err) {
     const tp_decoder_config *c = cfg;
-    const tp_step_shape s = {B, c->prompt, 0, (int64_t)c->prompt + c->gen, 0};
+    const tp_step_shape s = {B, c->prompt, 0, (int64_t)c->prompt + c->gen, 0, 0, 0};
     return build_step(cfg, p, &s, g, err);
 }
 
@@ -626,6 +674,8 @@ const tp_family tp_decoder_family = {
     .params_init = params_init,
     .build_graph = build_graph,
     .build_step = build_step,
+    .tp_check = tp_check,
+    .param_split = param_split,
     .input = input,
     .output = output,
     .make_input = make_input,

@@ -201,6 +201,51 @@ tp_status tp_model_build_step(const tp_model *m, const tp_params *params, const 
     return m->family->build_step(m->cfg.bytes, params, step, g, err);
 }
 
+tp_status tp_model_tp_check(const tp_model *m, int n, tp_error *err) {
+    if (n < 1) return tp_fail(err, TP_ERR_ARG, "--tp %d: must be at least 1", n);
+    if (n == 1) return TP_OK;
+    if (!m->family->tp_check || !m->family->param_split)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d: model %s (%s) has no tensor-parallel layout", n,
+                       tp_model_name(m), m->family->name);
+    return m->family->tp_check(m->cfg.bytes, n, err);
+}
+
+tp_status tp_model_shard_params(const tp_model *m, const tp_params *full, int rank, int n, tp_params *out,
+                                tp_error *err) {
+    memset(out, 0, sizeof *out);
+    tp_status st = tp_model_tp_check(m, n, err);
+    if (st) return st;
+    if (rank < 0 || rank >= n) return tp_fail(err, TP_ERR_ARG, "rank %d of %d", rank, n);
+    if (!(out->params = calloc((size_t)(full->n_params ? full->n_params : 1), sizeof(tp_param))))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int i = 0; i < full->n_params; i++) {
+        const tp_param *f = &full->params[i];
+        const tp_split sp = n == 1 ? TP_SPLIT_NONE : m->family->param_split(m->cfg.bytes, f->name);
+        if (sp == TP_SPLIT_FIRST && rank > 0) continue;
+        const int d = sp == TP_SPLIT_ROWS ? 0 : sp == TP_SPLIT_COLS ? 1 : -1;
+        if (d >= f->ndim || (d >= 0 && f->shape[d] % n)) {
+            tp_params_free(out);
+            return tp_fail(err, TP_ERR_SHAPE, "%s: dimension %d (%lld) does not split over %d ranks", f->name, d,
+                           d < f->ndim ? (long long)f->shape[d] : 0LL, n);
+        }
+        tp_param *p = &out->params[out->n_params++];
+        *p = *f;
+        p->data = NULL;
+        if (d >= 0) p->shape[d] /= n;
+        p->numel = f->numel / (d >= 0 ? n : 1);
+        if (!f->data) continue;
+        if (!(p->data = malloc(sizeof(float) * (size_t)p->numel))) {
+            tp_params_free(out);
+            return tp_fail(err, TP_ERR_OOM, "out of host memory for %s's shard", f->name);
+        }
+        /* rows: one contiguous block; columns: a block of each row */
+        const int64_t rows = d == 1 ? f->shape[0] : 1, w = p->numel / rows, fw = d == 1 ? f->shape[1] : 0;
+        const int64_t off = d == 0 ? (int64_t)rank * p->numel : d == 1 ? (int64_t)rank * w : 0;
+        for (int64_t r = 0; r < rows; r++) memcpy(p->data + r * w, f->data + r * fw + off, sizeof(float) * (size_t)w);
+    }
+    return TP_OK;
+}
+
 tp_status tp_model_make_input(const tp_model *m, int B, uint64_t seed, const char *path, float *dst, char *desc,
                               size_t desc_n, tp_error *err) {
     if (desc_n) desc[0] = 0;

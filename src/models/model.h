@@ -56,7 +56,21 @@ typedef enum { TP_INPUT_IMAGE = 0, TP_INPUT_TOKENS } tp_input_kind;
 typedef struct {
     int64_t batch, tokens, past, kv_len;
     int all_logits;
+    /* tensor parallelism: the graph of rank tp_rank of tp_size (0 or 1: the whole model). Its parameters are
+     * tp_model_shard_params's for that rank. */
+    int tp_rank, tp_size;
 } tp_step_shape;
+
+/* How tensor parallelism splits a parameter over the ranks (Megatron-LM's layout, Shoeybi et al. 2019,
+ * arXiv:1909.08053, section 3): column-parallel linears (q/k/v, gate/up) split their weight's rows (output
+ * features), row-parallel ones (o_proj, down_proj) their weight's columns (input features), each rank taking one
+ * contiguous block; a row-parallel linear's bias is added once, by rank 0. */
+typedef enum {
+    TP_SPLIT_NONE = 0, /* every rank holds the whole tensor (embeddings, norms, the LM head) */
+    TP_SPLIT_ROWS,     /* dimension 0 cut into tp_size equal blocks */
+    TP_SPLIT_COLS,     /* dimension 1 cut into tp_size equal blocks */
+    TP_SPLIT_FIRST     /* rank 0 only */
+} tp_split;
 
 /* What the graph's input is, per sample (the batch dimension excluded). */
 typedef struct {
@@ -145,6 +159,10 @@ typedef struct tp_family {
     /* families with a KV cache: the graph of one step (tp_step_shape); NULL for the others */
     tp_status (*build_step)(const void *cfg, const tp_params *params, const tp_step_shape *step, tp_graph *g,
                             tp_error *err);
+    /* tensor parallelism; NULL for families that do not split: tp_check says whether the model splits over n
+     * ranks (TP_ERR_UNSUPPORTED naming the size that does not divide), param_split how parameter `name` does */
+    tp_status (*tp_check)(const void *cfg, int n, tp_error *err);
+    tp_split (*param_split)(const void *cfg, const char *name);
     void (*input)(const void *cfg, tp_input_desc *d);
     void (*output)(const void *cfg, tp_output_desc *d);
     /* fills dst (B, input shape) fp32: from path (files or a folder; desc says what was read) or, path NULL,
@@ -212,6 +230,14 @@ tp_status tp_model_build_graph(const tp_model *m, const tp_params *params, int64
  * tokens or past out of range, past + tokens > kv_len). */
 tp_status tp_model_build_step(const tp_model *m, const tp_params *params, const tp_step_shape *step, tp_graph *g,
                               tp_error *err);
+
+/* Tensor parallelism over n ranks. tp_model_tp_check: TP_ERR_UNSUPPORTED when the family does not split or the
+ * model's heads, KV heads or MLP width are not multiples of n (naming which). tp_model_shard_params: rank's part
+ * of full (every parameter as tp_family.param_split says; names kept, shapes cut; a table without data gives one
+ * without data). Errors: the check's, TP_ERR_ARG (rank outside [0, n)), TP_ERR_OOM. */
+tp_status tp_model_tp_check(const tp_model *m, int n, tp_error *err);
+tp_status tp_model_shard_params(const tp_model *m, const tp_params *full, int rank, int n, tp_params *out,
+                                tp_error *err);
 
 /* The input of B samples into dst (B x tp_model_input_numel fp32, row-major; for images (B, 3, S, S) normalized):
  * from path (an image file repeated over the batch, or a folder's images cycled; desc says what was read) with the

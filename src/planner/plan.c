@@ -288,7 +288,8 @@ static int cuda_runs(const tp_op *op, tp_precision prec) {
     case TP_OP_ROPE:
     case TP_OP_GLU:
     case TP_OP_KV_APPEND:
-    case TP_OP_KV_ATTENTION: return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16;
+    case TP_OP_KV_ATTENTION:
+    case TP_OP_ALL_REDUCE: return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16;
     default: return 0;
     }
 }
@@ -301,6 +302,7 @@ static void other_note(const tp_op *op, const char *act, char *note, size_t n) {
         break;
     case TP_OP_ROPE: snprintf(note, n, "%s in/out, fp32 angles as HF forms them, accurate sin/cos", act); break;
     case TP_OP_KV_APPEND: snprintf(note, n, "KV cache in %s", act); break;
+    case TP_OP_ALL_REDUCE: snprintf(note, n, "NCCL all-reduce (sum) over the tensor-parallel ranks, in %s", act); break;
     case TP_OP_KV_ATTENTION:
         snprintf(note, n, "%s Q and KV cache, causal, %d heads over %d KV heads, fp32 softmax", act, op->heads,
                  op->kv_heads);

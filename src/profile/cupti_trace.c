@@ -74,6 +74,7 @@ struct tp_cupti {
     size_t n_raw, cap_raw;
     int oom;
     uint64_t dropped;
+    int device;           /* >= 0: keep this device's records only (tp_cupti_set_device) */
 };
 
 /* CUPTI's buffer callbacks take no user pointer, so the one live session is reachable through this pointer;
@@ -150,6 +151,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         switch (rec->kind) {
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+            if (c->device >= 0 && (int)k->deviceId != c->device) break;
             r.kind = TP_REC_KERNEL;
             r.name = demangle(k->name);
             r.start = k->start, r.end = k->end, r.corr = k->correlationId, r.stream = k->streamId;
@@ -162,6 +164,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
+            if (c->device >= 0 && (int)m->deviceId != c->device) break;
             static const char *kinds[] = {"?", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH"};
             char nm[32];
             snprintf(nm, sizeof nm, "[CUDA memcpy %s]", m->copyKind < 10 ? kinds[m->copyKind] : "?");
@@ -174,6 +177,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
             const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)rec;
+            if (c->device >= 0 && (int)m->deviceId != c->device) break;
             r.kind = TP_REC_MEMSET;
             r.name = strdup("[CUDA memset]");
             r.start = m->start, r.end = m->end, r.corr = m->correlationId, r.stream = m->streamId;
@@ -203,6 +207,7 @@ tp_status tp_cupti_create(tp_cupti **out, tp_error *err) {
     tp_cupti *c = calloc(1, sizeof *c);
     if (!c) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     c->op = -1;
+    c->device = -1;
     CUptiResult r = cuptiSubscribe(&c->sub, (CUpti_CallbackFunc)on_resource, c);
     if (r != CUPTI_SUCCESS) {
         const char *s = NULL;
@@ -231,6 +236,10 @@ void tp_cupti_destroy(tp_cupti *c) {
     free(c->external.e);
     if (g_session == c) g_session = NULL;
     free(c);
+}
+
+void tp_cupti_set_device(tp_cupti *c, int device) {
+    if (c) c->device = device;
 }
 
 void tp_cupti_set_launch(tp_cupti *c, int op, tp_category cat) {

@@ -23,6 +23,11 @@ typedef struct tp_cupti tp_cupti;
 tp_status tp_cupti_create(tp_cupti **out, tp_error *err);
 void tp_cupti_destroy(tp_cupti *c);
 
+/* Keeps the records (kernels, copies, memsets) of CUDA device `device` only (-1, the default: every device): a
+ * tensor-parallel engine's profile is rank 0's GPU, whose launches the engine declares (cuda_engine.h
+ * tp_engine_build_tp). */
+void tp_cupti_set_device(tp_cupti *c, int device);
+
 /* Declares that the launches that follow belong to op `op` (graph op index, -1 for none) with category cat.
  * Called by the CUDA engine before each kernel or GEMM it enqueues, also while capturing. */
 void tp_cupti_set_launch(tp_cupti *c, int op, tp_category cat);

@@ -37,6 +37,7 @@ static void print_prefill_decode(const tp_bench_report *rep, const tp_bench_resu
         printf("Perplexity over %s (%d window%s of %d tokens, %d predicted): %.4f (FP32 reference: %.4f)\n",
                rep->o->perplexity, rep->ppl_windows, rep->ppl_windows == 1 ? "" : "s", rep->prompt, rep->ppl_tokens,
                r->ppl, rep->ref_ppl);
+    if (rep->tp > 1) printf("Tensor parallel: %d GPUs joined by %s\n", rep->tp, rep->tp_desc);
     printf("Prefill (pp%d): time to first token %.4f ms (median), %.1f prompt tokens/s\n", rep->prompt,
            r->lat.median, B * rep->prompt / (r->lat.median * 1e-3));
     if (!r->has_decode) return;
@@ -121,6 +122,8 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
     json_array_append_new(tests, json_pack("{s:s,s:i,s:o}", "test", name, "n_tokens", B * rep->prompt,
                                            "tokens_per_s", json_num(B * rep->prompt / (r->lat.median * 1e-3))));
     json_object_set_new(j, "ttft_ms", json_num(r->lat.median));
+    json_object_set_new(j, "tensor_parallel", json_integer(rep->tp > 1 ? rep->tp : 1));
+    if (rep->tp > 1) json_object_set_new(j, "nccl", json_string(rep->tp_desc));
     if (r->has_decode) {
         snprintf(name, sizeof name, "tg%d", r->gen);
         json_array_append_new(tests, json_pack("{s:s,s:i,s:o}", "test", name, "n_tokens", B * r->gen, "tokens_per_s",
@@ -208,6 +211,13 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
                         json_string(o->fp8_promote ? "promote: cuBLASLt with fp32 promotion (--fp8-accum promote)"
                                                    : "fast: tensor cores without fp32 promotion (cuBLASLt FAST_ACCUM, "
                                                      "tprof's FP8 GEMM)"));
+    json_object_set_new(cfg, "tensor_parallel", json_integer(rep->tp > 1 ? rep->tp : 1));
+    if (rep->tp > 1)
+        json_object_set_new(cfg, "tensor_parallel_how",
+                            json_string("Megatron-LM layout: q/k/v and gate/up split by output rows, o_proj and "
+                                        "down_proj by input columns, an NCCL all-reduce after each in every rank's "
+                                        "CUDA graph; embedding, norms and LM head whole on every GPU. Weights, FLOP, "
+                                        "bytes and floors are rank 0's, per GPU; a step's time is the slowest rank's"));
     json_object_set_new(cfg, "preprocessing", json_string(rep->input.preprocess));
     json_object_set_new(cfg, "checkpoint_config", json_string(rep->checkpoint_note));
     json_object_set_new(root, "config", cfg);
@@ -422,6 +432,9 @@ static void text_start(const tp_bench_report *rep) {
     printf("Output: %s, %lld per %s\n", rep->output.what, (long long)rep->out_cols, rep->input.unit);
     if (rep->input.preprocess[0]) printf("Preprocessing: %s\n", rep->input.preprocess);
     if (rep->checkpoint_note[0]) printf("%s\n", rep->checkpoint_note);
+    if (rep->tp > 1)
+        printf("Tensor parallel: %d GPUs (0..%d), heads and MLP columns split, an all-reduce after o_proj and "
+               "down_proj; FLOP, weights, bytes and floors below are per GPU (rank 0's)\n", rep->tp, rep->tp - 1);
 }
 
 static void text_plan(const tp_bench_report *rep, int i, const tp_plan *plan) {

@@ -20,11 +20,13 @@ static const char *CAT_FILL[TP_CAT_COUNT] = {
     [TP_CAT_GEMM] = "#4e79a7",       [TP_CAT_ATTENTION] = "#f28e2b",   [TP_CAT_NORM] = "#76b7b2",
     [TP_CAT_ACTIVATION] = "#e15759", [TP_CAT_ELEMENTWISE] = "#59a14f", [TP_CAT_QUANT] = "#edc948",
     [TP_CAT_CONVERT] = "#b07aa1",    [TP_CAT_MEMORY] = "#ff9da7",      [TP_CAT_OTHER] = "#9c755f",
+    [TP_CAT_COMM] = "#bab0ac",
 };
 static const char *CAT_INK[TP_CAT_COUNT] = {
     [TP_CAT_GEMM] = "#fff",       [TP_CAT_ATTENTION] = "#222",   [TP_CAT_NORM] = "#222",
     [TP_CAT_ACTIVATION] = "#fff", [TP_CAT_ELEMENTWISE] = "#fff", [TP_CAT_QUANT] = "#222",
     [TP_CAT_CONVERT] = "#fff",    [TP_CAT_MEMORY] = "#222",      [TP_CAT_OTHER] = "#fff",
+    [TP_CAT_COMM] = "#222",
 };
 
 const char *tp_compare_category_color(tp_category c) { return (unsigned)c < TP_CAT_COUNT ? CAT_FILL[c] : "#999"; }

@@ -28,6 +28,7 @@ Suite *gpu_gemm_sm90_suite(void);       /* tests/gpu/test_gpu_gemm_sm90.c */
 Suite *gpu_decoder_ops_suite(void);     /* tests/gpu/test_gpu_decoder_ops.c */
 Suite *gpu_gemv_suite(void);            /* tests/gpu/test_gpu_gemv.c */
 Suite *gpu_decoder_engine_suite(void);  /* tests/gpu/test_gpu_decoder_engine.c */
+Suite *gpu_tensor_parallel_suite(void); /* tests/gpu/test_gpu_tensor_parallel.c */
 
 #define SKIP_CODE 77
 
@@ -131,6 +132,7 @@ int main(void) {
     srunner_add_suite(sr, gpu_decoder_ops_suite());
     srunner_add_suite(sr, gpu_gemv_suite());
     srunner_add_suite(sr, gpu_decoder_engine_suite());
+    srunner_add_suite(sr, gpu_tensor_parallel_suite());
     if (in_process) srunner_set_fork_status(sr, CK_NOFORK); /* CUDA is live here: forked tests could not use it */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

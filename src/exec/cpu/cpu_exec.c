@@ -160,133 +160,217 @@ static tp_status run_decoder_op(const tp_graph *g, const tp_op *op, float **buf,
     }
 }
 
-static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
-                     tp_cpu_session *sess, const float *input, float *output, tp_error *err) {
+/* One rank's run of its graph (one rank without tensor parallelism): its buffers per value (parameters, the
+ * input, state and the live activations), owned copies of rounded parameters, each value's last reader. */
+typedef struct {
+    const tp_graph *g;
+    const tp_params *params;
+    tp_cpu_session *sess;
+    float **buf, **rounded;
+    int *last;
+} rank_run;
+
+static tp_status rank_init(rank_run *r, const tp_plan *plan, const float *input, tp_error *err) {
+    const tp_graph *g = r->g;
+    r->buf = calloc((size_t)g->n_values, sizeof(float *));
+    r->rounded = calloc((size_t)g->n_values, sizeof(float *));
+    r->last = malloc(sizeof(int) * (size_t)g->n_values);
+    if (!r->buf || !r->last || !r->rounded) return tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
+    tp_graph_last_use(g, r->last);
+    tp_status st = TP_OK;
+    for (int v = 0; v < g->n_values; v++) {
+        const tp_value *val = &g->values[v];
+        if (val->kind == TP_VAL_PARAM) r->buf[v] = r->params->params[val->param_index].data;
+        else if (val->kind == TP_VAL_INPUT) r->buf[v] = (float *)input;
+        else if (val->kind == TP_VAL_STATE && (st = state_buffer(r->sess, val, &r->buf[v], err))) return st;
+        /* emulating a plan: parameters the engine stores in fp16/bf16 are read rounded to that type */
+        if (plan && val->kind == TP_VAL_PARAM && plan->value_qf[v] == TP_QF_NONE && narrow(plan->value_dt[v])) {
+            const tp_param *p = &r->params->params[val->param_index];
+            if (!(r->rounded[v] = malloc(sizeof(float) * (size_t)p->numel)))
+                return tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
+            round_to(plan->value_dt[v], p->data, r->rounded[v], p->numel);
+            r->buf[v] = r->rounded[v];
+        }
+    }
+    return TP_OK;
+}
+
+static void rank_free(rank_run *r) {
+    const tp_graph *g = r->g;
+    if (r->buf && r->last)
+        for (int v = 0; v < g->n_values; v++)
+            if (g->values[v].kind == TP_VAL_ACT) free(r->buf[v]);
+    if (r->rounded)
+        for (int v = 0; v < g->n_values; v++) free(r->rounded[v]);
+    free(r->rounded);
+    free(r->buf);
+    free(r->last);
+}
+
+/* op i's output buffer: the state's own, or a new one */
+static tp_status op_output(rank_run *r, int i, tp_error *err) {
+    const tp_value *o = &r->g->values[r->g->ops[i].out];
+    const int64_t n = tp_value_numel(o);
+    float *y = o->kind == TP_VAL_STATE ? r->buf[r->g->ops[i].out] : malloc(sizeof(float) * (size_t)n);
+    if (!y) return tp_fail(err, TP_ERR_OOM, "out of host memory for %s (%lld floats)", o->name, (long long)n);
+    r->buf[r->g->ops[i].out] = y;
+    return TP_OK;
+}
+
+/* Computes op i of one rank (every op but the all-reduce) into its output buffer. */
+static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax, int i, tp_error *err) {
+    const tp_graph *g = r->g;
+    float **buf = r->buf;
+    const tp_op *op = &g->ops[i];
+    const tp_value *o = &g->values[op->out];
+    const tp_value *xv = &g->values[op->in[0]];
+    int64_t n = tp_value_numel(o);
+    tp_status st = op_output(r, i, err);
+    if (st) return st;
+    float *y = buf[op->out];
+    float *x = buf[op->in[0]];
+    switch (op->kind) {
+    case TP_OP_PATCH_EMBED: {
+        int64_t B = xv->shape[0], H = xv->shape[2], W = xv->shape[3], P = op->patch;
+        float *cols = malloc(sizeof(float) * (size_t)(op->gemm_m * op->gemm_k));
+        if (!cols) {
+            st = tp_fail(err, TP_ERR_OOM, "out of host memory for im2col of %s", op->layer);
+            return st;
+        }
+        tp_cpu_im2col(x, cols, B, H, W, P);
+        /* emulating a plan: the engine's im2col writes the GEMM's input type */
+        if (plan && narrow(plan->value_dt[op->in[1]]))
+            round_to(plan->value_dt[op->in[1]], cols, cols, op->gemm_m * op->gemm_k);
+        tp_cpu_linear(cols, buf[op->in[1]], buf[op->in[2]], y, op->gemm_m, op->gemm_n, op->gemm_k);
+        free(cols);
+        break;
+    }
+    case TP_OP_EMBED_TOKENS: {
+        int has_cls = op->n_in > 2;
+        int64_t Np = xv->shape[1];
+        tp_cpu_embed_tokens(x, has_cls ? buf[op->in[2]] : NULL, buf[op->in[1]], y, xv->shape[0], Np,
+                            xv->shape[2], has_cls);
+        break;
+    }
+    case TP_OP_LAYERNORM: {
+        int64_t C = o->shape[o->ndim - 1];
+        tp_cpu_layernorm(x, buf[op->in[1]], buf[op->in[2]], y, n / C, C, op->eps);
+        break;
+    }
+    case TP_OP_LINEAR: {
+        tp_qformat qf = plan ? plan->value_qf[op->in[0]] : TP_QF_NONE;
+        if (qf != TP_QF_NONE) {
+            float glob = 0.0f; /* NVFP4 activations: the calibrated per-tensor scale */
+            if (tp_qformat_info(qf)->global_scale) {
+                if (!act_amax || !(act_amax[op->in[0]] > 0))
+                    return tp_fail(err, TP_ERR_ARG, "layer %s: %s needs the calibrated amax of its input", op->layer,
+                                   tp_qformat_info(qf)->name);
+                glob = (float)((double)act_amax[op->in[0]] / (6.0 * 448.0));
+            }
+            st = linear_emulated(op, qf, glob, x, buf[op->in[1]], op->n_in > 2 ? buf[op->in[2]] : NULL, y, err);
+            if (st) return st;
+            break;
+        }
+        tp_cpu_linear(x, buf[op->in[1]], op->n_in > 2 ? buf[op->in[2]] : NULL, y, op->gemm_m, op->gemm_n,
+                      op->gemm_k);
+        break;
+    }
+    case TP_OP_ATTENTION:
+        tp_cpu_attention(x, y, xv->shape[0], xv->shape[1], op->heads, op->head_dim, op->scale);
+        break;
+    case TP_OP_GELU: tp_cpu_gelu(x, y, n); break;
+    case TP_OP_ADD: tp_cpu_add(x, buf[op->in[1]], y, n); break;
+    case TP_OP_POOL:
+        tp_cpu_pool(x, y, xv->shape[0], xv->shape[1], xv->shape[2], op->pool_mode, op->prefix);
+        break;
+    default:
+        if ((st = run_decoder_op(g, op, buf, r->sess->past, y, err))) return st;
+        break;
+    }
+    /* emulating a plan: the activation is stored in fp16/bf16 as the engine stores it, unless the op's
+     * epilogue goes on with the next op (a fused residual add, GELU or token embedding: never stored) */
+    const int stored = !plan || ((!plan->op_epilogue_add || plan->op_epilogue_add[i] < 0) &&
+                                 (!plan->op_epilogue_gelu || plan->op_epilogue_gelu[i] < 0) &&
+                                 (!plan->op_epilogue_embed || plan->op_epilogue_embed[i] < 0));
+    if (plan && stored && narrow(plan->value_dt[op->out])) round_to(plan->value_dt[op->out], y, y, n);
+    return TP_OK;
+}
+
+/* Frees what no later op of the rank reads (never params or the input). */
+static void rank_release(rank_run *r, int i) {
+    const tp_graph *g = r->g;
+    const tp_op *op = &g->ops[i];
+    for (int j = 0; j < op->n_in; j++) {
+        int v = op->in[j];
+        if (g->values[v].kind == TP_VAL_ACT && r->last[v] == i && v != g->output) {
+            free(r->buf[v]);
+            r->buf[v] = NULL;
+        }
+    }
+}
+
+/* The all-reduce, op i of every rank: each output the sum of the ranks' inputs, added in rank order in double
+ * (every rank receives the same bits, as NCCL gives every rank the same result) */
+static tp_status all_reduce(rank_run *r, int n, int i, tp_error *err) {
+    tp_status st = TP_OK;
+    for (int k = 0; k < n && !st; k++) st = op_output(&r[k], i, err);
+    if (st) return st;
+    const int64_t m = tp_value_numel(&r[0].g->values[r[0].g->ops[i].out]);
+    for (int64_t e = 0; e < m; e++) {
+        double sum = 0;
+        for (int k = 0; k < n; k++) sum += r[k].buf[r[k].g->ops[i].in[0]][e];
+        for (int k = 0; k < n; k++) r[k].buf[r[k].g->ops[i].out][e] = (float)sum;
+    }
+    return TP_OK;
+}
+
+/* Runs the n ranks' graphs op by op in lockstep (n = 1: one graph), each with its own parameters and session. */
+static tp_status run_ranks(const tp_graph *const *gs, const tp_params *const *ps, int n, const tp_plan *plan,
+                           const float *act_amax, tp_cpu_session *sess, const float *input, float *output,
+                           tp_error *err) {
+    const tp_graph *g = gs[0];
+    for (int k = 1; k < n; k++) {
+        int same = gs[k]->n_ops == g->n_ops && gs[k]->kv_len == g->kv_len && gs[k]->tokens == g->tokens;
+        for (int i = 0; same && i < g->n_ops; i++) same = gs[k]->ops[i].kind == g->ops[i].kind;
+        if (!same) return tp_fail(err, TP_ERR_ARG, "rank %d's graph is not rank 0's shard of the same model", k);
+        if (sess[k].past != sess[0].past)
+            return tp_fail(err, TP_ERR_ARG, "rank %d's session holds %lld cached tokens, rank 0's %lld", k,
+                           (long long)sess[k].past, (long long)sess[0].past);
+    }
     if (g->kv_len > 0 && sess->past + g->tokens > g->kv_len)
         return tp_fail(err, TP_ERR_ARG, "KV cache full: %lld cached + %lld new tokens > its %lld positions",
                        (long long)sess->past, (long long)g->tokens, (long long)g->kv_len);
-    float **buf = calloc((size_t)g->n_values, sizeof(float *));
-    float **rounded = calloc((size_t)g->n_values, sizeof(float *)); /* owned copies of rounded parameters */
-    int *last = malloc(sizeof(int) * (size_t)g->n_values);
+    rank_run *r = calloc((size_t)n, sizeof *r);
+    if (!r) return tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
     tp_status st = TP_OK;
-    if (!buf || !last || !rounded) {
-        st = tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
-        goto done;
+    for (int k = 0; k < n; k++) r[k] = (rank_run){gs[k], ps[k], &sess[k], NULL, NULL, NULL};
+    for (int k = 0; k < n && !st; k++) st = rank_init(&r[k], plan, input, err);
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        if (g->ops[i].kind == TP_OP_ALL_REDUCE) st = all_reduce(r, n, i, err);
+        for (int k = 0; k < n && !st && g->ops[i].kind != TP_OP_ALL_REDUCE; k++)
+            st = rank_op(&r[k], plan, act_amax, i, err);
+        for (int k = 0; k < n && !st; k++) rank_release(&r[k], i);
     }
-    tp_graph_last_use(g, last);
-    for (int v = 0; v < g->n_values; v++) {
-        const tp_value *val = &g->values[v];
-        if (val->kind == TP_VAL_PARAM) buf[v] = params->params[val->param_index].data;
-        else if (val->kind == TP_VAL_INPUT) buf[v] = (float *)input;
-        else if (val->kind == TP_VAL_STATE && (st = state_buffer(sess, val, &buf[v], err))) goto done;
-        /* emulating a plan: parameters the engine stores in fp16/bf16 are read rounded to that type */
-        if (plan && val->kind == TP_VAL_PARAM && plan->value_qf[v] == TP_QF_NONE && narrow(plan->value_dt[v])) {
-            const tp_param *p = &params->params[val->param_index];
-            if (!(rounded[v] = malloc(sizeof(float) * (size_t)p->numel))) {
-                st = tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
-                goto done;
-            }
-            round_to(plan->value_dt[v], p->data, rounded[v], p->numel);
-            buf[v] = rounded[v];
-        }
+    if (!st) {
+        memcpy(output, r[0].buf[g->output], sizeof(float) * (size_t)tp_value_numel(&g->values[g->output]));
+        for (int k = 0; k < n; k++) sess[k].past += g->tokens;
     }
-    for (int i = 0; i < g->n_ops; i++) {
-        const tp_op *op = &g->ops[i];
-        const tp_value *o = &g->values[op->out];
-        const tp_value *xv = &g->values[op->in[0]];
-        int64_t n = tp_value_numel(o);
-        float *y = o->kind == TP_VAL_STATE ? buf[op->out] : malloc(sizeof(float) * (size_t)n);
-        if (!y) {
-            st = tp_fail(err, TP_ERR_OOM, "out of host memory for %s (%lld floats)", o->name, (long long)n);
-            goto done;
-        }
-        buf[op->out] = y;
-        float *x = buf[op->in[0]];
-        switch (op->kind) {
-        case TP_OP_PATCH_EMBED: {
-            int64_t B = xv->shape[0], H = xv->shape[2], W = xv->shape[3], P = op->patch;
-            float *cols = malloc(sizeof(float) * (size_t)(op->gemm_m * op->gemm_k));
-            if (!cols) {
-                st = tp_fail(err, TP_ERR_OOM, "out of host memory for im2col of %s", op->layer);
-                goto done;
-            }
-            tp_cpu_im2col(x, cols, B, H, W, P);
-            /* emulating a plan: the engine's im2col writes the GEMM's input type */
-            if (plan && narrow(plan->value_dt[op->in[1]]))
-                round_to(plan->value_dt[op->in[1]], cols, cols, op->gemm_m * op->gemm_k);
-            tp_cpu_linear(cols, buf[op->in[1]], buf[op->in[2]], y, op->gemm_m, op->gemm_n, op->gemm_k);
-            free(cols);
-            break;
-        }
-        case TP_OP_EMBED_TOKENS: {
-            int has_cls = op->n_in > 2;
-            int64_t Np = xv->shape[1];
-            tp_cpu_embed_tokens(x, has_cls ? buf[op->in[2]] : NULL, buf[op->in[1]], y, xv->shape[0], Np,
-                                xv->shape[2], has_cls);
-            break;
-        }
-        case TP_OP_LAYERNORM: {
-            int64_t C = o->shape[o->ndim - 1];
-            tp_cpu_layernorm(x, buf[op->in[1]], buf[op->in[2]], y, n / C, C, op->eps);
-            break;
-        }
-        case TP_OP_LINEAR: {
-            tp_qformat qf = plan ? plan->value_qf[op->in[0]] : TP_QF_NONE;
-            if (qf != TP_QF_NONE) {
-                float glob = 0.0f; /* NVFP4 activations: the calibrated per-tensor scale */
-                if (tp_qformat_info(qf)->global_scale) {
-                    if (!act_amax || !(act_amax[op->in[0]] > 0)) {
-                        st = tp_fail(err, TP_ERR_ARG, "layer %s: %s needs the calibrated amax of its input", op->layer,
-                                     tp_qformat_info(qf)->name);
-                        goto done;
-                    }
-                    glob = (float)((double)act_amax[op->in[0]] / (6.0 * 448.0));
-                }
-                st = linear_emulated(op, qf, glob, x, buf[op->in[1]], op->n_in > 2 ? buf[op->in[2]] : NULL, y, err);
-                if (st) goto done;
-                break;
-            }
-            tp_cpu_linear(x, buf[op->in[1]], op->n_in > 2 ? buf[op->in[2]] : NULL, y, op->gemm_m, op->gemm_n,
-                          op->gemm_k);
-            break;
-        }
-        case TP_OP_ATTENTION:
-            tp_cpu_attention(x, y, xv->shape[0], xv->shape[1], op->heads, op->head_dim, op->scale);
-            break;
-        case TP_OP_GELU: tp_cpu_gelu(x, y, n); break;
-        case TP_OP_ADD: tp_cpu_add(x, buf[op->in[1]], y, n); break;
-        case TP_OP_POOL:
-            tp_cpu_pool(x, y, xv->shape[0], xv->shape[1], xv->shape[2], op->pool_mode, op->prefix);
-            break;
-        default:
-            if ((st = run_decoder_op(g, op, buf, sess->past, y, err))) goto done;
-            break;
-        }
-        /* emulating a plan: the activation is stored in fp16/bf16 as the engine stores it, unless the op's
-         * epilogue goes on with the next op (a fused residual add, GELU or token embedding: never stored) */
-        const int stored = !plan || ((!plan->op_epilogue_add || plan->op_epilogue_add[i] < 0) &&
-                                     (!plan->op_epilogue_gelu || plan->op_epilogue_gelu[i] < 0) &&
-                                     (!plan->op_epilogue_embed || plan->op_epilogue_embed[i] < 0));
-        if (plan && stored && narrow(plan->value_dt[op->out])) round_to(plan->value_dt[op->out], y, y, n);
-        /* free what no later op reads (never params or the input) */
-        for (int j = 0; j < op->n_in; j++) {
-            int v = op->in[j];
-            if (g->values[v].kind == TP_VAL_ACT && last[v] == i && v != g->output) {
-                free(buf[v]);
-                buf[v] = NULL;
-            }
-        }
-    }
-    memcpy(output, buf[g->output], sizeof(float) * (size_t)tp_value_numel(&g->values[g->output]));
-    sess->past += g->tokens;
-done:
-    if (buf && last)
-        for (int v = 0; v < g->n_values; v++)
-            if (g->values[v].kind == TP_VAL_ACT) free(buf[v]);
-    if (rounded)
-        for (int v = 0; v < g->n_values; v++) free(rounded[v]);
-    free(rounded);
-    free(buf);
-    free(last);
+    for (int k = 0; k < n; k++) rank_free(&r[k]);
+    free(r);
     return st;
+}
+
+static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
+                     tp_cpu_session *sess, const float *input, float *output, tp_error *err) {
+    return run_ranks(&g, &params, 1, plan, act_amax, sess, input, output, err);
+}
+
+tp_status tp_cpu_run_tp_session(const tp_graph *const *g, const tp_params *const *params, int n, tp_cpu_session *s,
+                                const float *input, float *output, tp_error *err) {
+    if (n < 1) return tp_fail(err, TP_ERR_ARG, "%d ranks", n);
+    for (int k = 0; k < n; k++)
+        if (g[k]->tp_size != (n > 1 ? n : g[k]->tp_size) || g[k]->tp_rank != (n > 1 ? k : g[k]->tp_rank))
+            return tp_fail(err, TP_ERR_ARG, "graph %d is rank %d of %d, not rank %d of %d", k, g[k]->tp_rank,
+                           g[k]->tp_size, k, n);
+    return run_ranks(g, params, n, NULL, NULL, s, input, output, err);
 }

@@ -31,6 +31,16 @@ tp_status tp_cpu_run_session(const tp_graph *g, const tp_params *params, tp_cpu_
                              float *output, tp_error *err);
 void tp_cpu_session_free(tp_cpu_session *s);
 
+/* Tensor parallelism on the CPU: the n ranks' graphs of one model (tp_model_build_step with tp_rank k of tp_size n,
+ * over tp_model_shard_params's rank-k parameters) run op by op in lockstep, each with its own session s[k]; at
+ * each all-reduce every rank receives the sum of the ranks' partial results (added in rank order in double). The
+ * output is rank 0's (every rank computes the same logits). n = 1 runs one whole-model graph as
+ * tp_cpu_run_session. The reference for the GPU's tensor-parallel engines (tp_engine_build_tp). Errors: those of
+ * tp_cpu_run_session, TP_ERR_ARG (graphs that are not ranks 0..n-1 of one model's step, sessions at different
+ * positions). */
+tp_status tp_cpu_run_tp_session(const tp_graph *const *g, const tp_params *const *params, int n, tp_cpu_session *s,
+                                const float *input, float *output, tp_error *err);
+
 /* Runs g on input (the graph input's shape, fp32) and writes the graph output (fp32, its shape) to output.
  * Intermediate buffers are freed after their last use, so peak memory is a few activations, not all. A graph with
  * a KV cache runs from an empty cache (a prefill: g->past must be 0). Errors: TP_ERR_OOM, TP_ERR_ARG (g->past > 0;

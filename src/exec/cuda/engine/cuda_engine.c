@@ -74,20 +74,18 @@ tp_status tp_gpu_query(int device, tp_gpu_info *info, tp_error *err) {
 
 /* A graph with a KV cache: its first op starts from an empty cache (a prefill), and its last ones move the position
  * on and, decoding greedily, feed the next token back; attributed to the ops around them for the profiler. */
-static tp_status launch_all(tp_engine *e, tp_error *err) {
+tp_status tpe_launch_begin(tp_engine *e, tp_error *err) {
+    if (!e->resets_past) return TP_OK;
+    HOOK(e, 0, TP_CAT_MEMORY);
+    if (cudaMemsetAsync(e->d_past, 0, sizeof(int), e->stream) != cudaSuccess)
+        return tp_fail(err, TP_ERR_CUDA, "resetting the KV cache position: %s", cudaGetErrorString(cudaGetLastError()));
+    return TP_OK;
+}
+
+tp_status tpe_launch_end(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = TP_OK;
-    if (e->resets_past) {
-        HOOK(e, 0, TP_CAT_MEMORY);
-        if (cudaMemsetAsync(e->d_past, 0, sizeof(int), e->stream) != cudaSuccess)
-            return tp_fail(err, TP_ERR_CUDA, "resetting the KV cache position: %s", cudaGetErrorString(cudaGetLastError()));
-    }
-    for (int i = 0; i < g->n_ops && !st; i++) {
-        nvtxRangePushA(g->ops[i].layer);
-        st = tpe_launch_op(e, i, err);
-        nvtxRangePop();
-    }
-    if (!st && g->kv_len > 0) {
+    if (g->kv_len > 0) {
         const int last = g->values[g->output].producer;
         HOOK(e, last, TP_CAT_OTHER);
         int rc = e->feed_argmax ? tpk_argmax(e->dptr[g->output], e->plan->value_dt[g->output], e->dptr[g->input],
@@ -99,6 +97,109 @@ static tp_status launch_all(tp_engine *e, tp_error *err) {
     }
     HOOK(e, -1, TP_CAT_OTHER);
     return st;
+}
+
+static tp_status launch_all(tp_engine *e, tp_error *err) {
+    if (e->ranks) return tpe_launch_ranks(e, err);
+    tp_status st = tpe_launch_begin(e, err);
+    for (int i = 0; i < e->g->n_ops && !st; i++) {
+        nvtxRangePushA(e->g->ops[i].layer);
+        st = tpe_launch_op(e, i, err);
+        nvtxRangePop();
+    }
+    return st ? st : tpe_launch_end(e, err);
+}
+
+/* Every rank's engine (the engine itself without tensor parallelism). */
+static int n_ranks(const tp_engine *e) { return e->ranks ? e->n_ranks : 1; }
+static tp_engine *rank_engine(tp_engine *e, int r) { return e->ranks ? e->ranks[r] : e; }
+
+/* One run on every rank: graph replays, or eager launches (lockstep over the ranks). */
+static tp_status launch_run(tp_engine *e, tp_error *err) {
+    tp_status st = TP_OK;
+    if (!e->use_graph) return launch_all(e, err);
+    for (int r = 0; r < n_ranks(e); r++) {
+        tp_engine *x = rank_engine(e, r);
+        if (e->ranks) CU_TRY(cudaSetDevice(x->device));
+        CU_TRY(cudaGraphLaunch(x->exec, x->stream));
+    }
+    if (e->ranks) CU_TRY(cudaSetDevice(e->device));
+    return TP_OK;
+fail:
+    return st;
+}
+
+/* Waits for every rank's stream. */
+static tp_status sync_all(tp_engine *e, tp_error *err) {
+    tp_status st = TP_OK;
+    for (int r = 0; r < n_ranks(e); r++) {
+        tp_engine *x = rank_engine(e, r);
+        if (e->ranks) CU_TRY(cudaSetDevice(x->device));
+        CU_TRY(cudaStreamSynchronize(x->stream));
+    }
+    if (e->ranks) CU_TRY(cudaSetDevice(e->device));
+    return TP_OK;
+fail:
+    return st;
+}
+
+/* CUDA events around n runs on every rank: ev[(r * n + i) * 2] before run i on rank r, + 1 after it. A run's
+ * time is the longest of the ranks' (they wait for each other at every all-reduce). */
+typedef struct {
+    int ranks, n, made;
+    cudaEvent_t *ev;
+} run_timer;
+
+static tp_status rtimer_create(tp_engine *e, int n, run_timer *t, tp_error *err) {
+    tp_status st = TP_OK;
+    t->ranks = n_ranks(e);
+    t->n = n;
+    t->made = 0;
+    if (!(t->ev = calloc((size_t)(2 * n * t->ranks), sizeof(cudaEvent_t))))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory for %d timing samples", n);
+    for (int r = 0; r < t->ranks; r++) {
+        if (e->ranks) CU_TRY(cudaSetDevice(rank_engine(e, r)->device));
+        for (int k = 0; k < 2 * n; k++, t->made++) CU_TRY(cudaEventCreate(&t->ev[t->made]));
+    }
+    if (e->ranks) CU_TRY(cudaSetDevice(e->device));
+    return TP_OK;
+fail:
+    return st;
+}
+
+static tp_status rtimer_mark(tp_engine *e, run_timer *t, int i, int end, tp_error *err) {
+    tp_status st = TP_OK;
+    for (int r = 0; r < t->ranks; r++) CU_TRY(cudaEventRecord(t->ev[(r * t->n + i) * 2 + end], rank_engine(e, r)->stream));
+    return TP_OK;
+fail:
+    return st;
+}
+
+/* ms[i]: run i's time (the slowest rank's); *wall: from the first start to the last end on rank 0 */
+static tp_status rtimer_read(const run_timer *t, double *ms, double *wall, tp_error *err) {
+    tp_status st = TP_OK;
+    for (int i = 0; i < t->n; i++) {
+        ms[i] = 0;
+        for (int r = 0; r < t->ranks; r++) {
+            float x = 0;
+            CU_TRY(cudaEventElapsedTime(&x, t->ev[(r * t->n + i) * 2], t->ev[(r * t->n + i) * 2 + 1]));
+            if (x > ms[i]) ms[i] = x;
+        }
+    }
+    if (wall) {
+        float w = 0;
+        CU_TRY(cudaEventElapsedTime(&w, t->ev[0], t->ev[2 * t->n - 1]));
+        *wall = w;
+    }
+    return TP_OK;
+fail:
+    return st;
+}
+
+static void rtimer_destroy(run_timer *t) {
+    for (int k = 0; k < t->made; k++) cudaEventDestroy(t->ev[k]);
+    free(t->ev);
+    t->ev = NULL;
 }
 
 /* ---- building ------------------------------------------------------------------------------------------ */
@@ -386,6 +487,19 @@ static tp_status setup_kv(tp_engine *e, tp_error *err) {
 
 tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_plan *plan,
                           const tp_engine_options *opt, tp_engine **out, tp_error *err) {
+    if (g->tp_size > 1)
+        return tp_fail(err, TP_ERR_ARG, "the graph is rank %d of %d of a tensor-parallel model: build every rank "
+                       "with tp_engine_build_tp", g->tp_rank, g->tp_size);
+    tp_status st = tpe_build(g, params, plan, opt, out, err);
+    if (!st && (st = tpe_warm_capture(*out, err))) {
+        tp_engine_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *plan, const tp_engine_options *opt,
+                    tp_engine **out, tp_error *err) {
     tp_status st = TP_OK;
     float *h_scales = NULL;
     *out = NULL;
@@ -403,6 +517,8 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     e->feed_argmax = opt->feed_argmax;
     e->groups_mode = opt->gemv_groups;
     e->resets_past = g->kv_len > 0 && g->past == 0;
+    e->device = opt->device;
+    e->n_ranks = 1;
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
     e->d_bscale = calloc((size_t)g->n_values, sizeof(void *));
@@ -574,33 +690,65 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
     st = tpe_choose_gemms(e, opt->gemm_first, opt->cublaslt_only, opt->gemm_choice, err);
     if (st) goto fail;
 
-    /* one eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then capture; it is
-     * never timed, and every timed or checked run uses the real input set later */
-    CU_TRY(cudaMemsetAsync(e->dptr[g->input], 0, value_bytes(e, g->input), e->stream));
-    /* a graph with a KV cache warms up at position 0 (any other could run past the cache's end) */
-    if (g->kv_len > 0) CU_TRY(cudaMemsetAsync(e->d_past, 0, sizeof(int), e->stream));
-    st = launch_all(e, err);
-    if (st) goto fail;
-    CU_TRY(cudaStreamSynchronize(e->stream));
-    if (e->use_graph) {
-        CU_TRY(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal));
-        st = launch_all(e, err);
-        cudaGraph_t graph = NULL;
-        cudaError_t ce = cudaStreamEndCapture(e->stream, &graph);
-        e->graph = graph;
-        if (st) goto fail;
-        if (ce != cudaSuccess) {
-            st = tp_fail(err, TP_ERR_CUDA, "capturing the forward pass in a CUDA graph: %s", cudaGetErrorString(ce));
-            goto fail;
-        }
-        CU_TRY(cudaGraphInstantiate(&e->exec, e->graph, 0));
-    }
     free(h_scales);
     *out = e;
     return TP_OK;
 fail:
     free(h_scales);
     tp_engine_destroy(e);
+    return st;
+}
+
+/* One eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then the capture; it is never
+ * timed, and every timed or checked run uses the real input set later. A leader does both for every rank, the
+ * ranks' launches in lockstep (their all-reduces wait for each other), each rank's stream captured into its own
+ * graph. */
+tp_status tpe_warm_capture(tp_engine *e, tp_error *err) {
+    tp_status st = TP_OK;
+    const int n = n_ranks(e);
+    int capturing = 0;
+    for (int r = 0; r < n; r++) {
+        tp_engine *x = rank_engine(e, r);
+        CU_TRY(cudaSetDevice(x->device));
+        CU_TRY(cudaMemsetAsync(x->dptr[x->g->input], 0, value_bytes(x, x->g->input), x->stream));
+        /* a graph with a KV cache warms up at position 0 (any other could run past the cache's end) */
+        if (x->g->kv_len > 0) CU_TRY(cudaMemsetAsync(x->d_past, 0, sizeof(int), x->stream));
+    }
+    CU_TRY(cudaSetDevice(e->device));
+    if ((st = launch_all(e, err)) || (st = sync_all(e, err)) || !e->use_graph) return st;
+    for (; capturing < n; capturing++) {
+        tp_engine *x = rank_engine(e, capturing);
+        CU_TRY(cudaSetDevice(x->device));
+        CU_TRY(cudaStreamBeginCapture(x->stream, cudaStreamCaptureModeThreadLocal));
+    }
+    CU_TRY(cudaSetDevice(e->device));
+    st = launch_all(e, err);
+    for (int r = 0; r < n; r++) {
+        tp_engine *x = rank_engine(e, r);
+        cudaGraph_t graph = NULL;
+        cudaSetDevice(x->device);
+        cudaError_t ce = cudaStreamEndCapture(x->stream, &graph);
+        x->graph = graph;
+        if (!st && ce != cudaSuccess)
+            st = tp_fail(err, TP_ERR_CUDA, "capturing the forward pass in a CUDA graph%s: %s", n > 1 ? " (a rank)" : "",
+                         cudaGetErrorString(ce));
+    }
+    capturing = 0;
+    for (int r = 0; r < n && !st; r++) {
+        tp_engine *x = rank_engine(e, r);
+        CU_TRY(cudaSetDevice(x->device));
+        CU_TRY(cudaGraphInstantiate(&x->exec, x->graph, 0));
+    }
+    CU_TRY(cudaSetDevice(e->device));
+    return st;
+fail:
+    for (int r = 0; r < capturing; r++) { /* end what was begun, so the streams stay usable for destroy */
+        tp_engine *x = rank_engine(e, r);
+        cudaGraph_t graph = NULL;
+        cudaSetDevice(x->device);
+        if (cudaStreamEndCapture(x->stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    }
+    cudaSetDevice(e->device);
     return st;
 }
 
@@ -637,6 +785,12 @@ int tp_engine_attention_choice(const tp_engine *e, int op) {
 
 void tp_engine_destroy(tp_engine *e) {
     if (!e) return;
+    if (e->ranks) { /* the leader: the other ranks' engines first, the communicators once nothing uses them */
+        for (int r = 1; r < e->n_ranks; r++) tp_engine_destroy(e->ranks[r]);
+        free(e->ranks);
+        e->ranks = NULL;
+    }
+    cudaSetDevice(e->device);
     if (e->stream) cudaStreamSynchronize(e->stream);
     if (e->exec) cudaGraphExecDestroy(e->exec);
     if (e->graph) cudaGraphDestroy(e->graph);
@@ -665,6 +819,7 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->alpha);
     free(e->d_invfreq);
     free(e->kv_flash);
+    if (e->owns_nccl) tp_nccl_destroy(e->nccl);
     free(e);
 }
 
@@ -676,8 +831,13 @@ tp_status tp_engine_set_past(tp_engine *e, int64_t past, tp_error *err) {
         return tp_fail(err, TP_ERR_ARG, "cache position %lld: %lld new tokens would overflow the cache of %lld",
                        (long long)past, (long long)g->tokens, (long long)g->kv_len);
     const int p = (int)past;
-    CU_TRY(cudaMemcpyAsync(e->d_past, &p, sizeof p, cudaMemcpyHostToDevice, e->stream));
-    CU_TRY(cudaStreamSynchronize(e->stream));
+    for (int r = 0; r < n_ranks(e); r++) {
+        tp_engine *x = rank_engine(e, r);
+        CU_TRY(cudaSetDevice(x->device));
+        CU_TRY(cudaMemcpyAsync(x->d_past, &p, sizeof p, cudaMemcpyHostToDevice, x->stream));
+        CU_TRY(cudaStreamSynchronize(x->stream));
+    }
+    CU_TRY(cudaSetDevice(e->device));
     return TP_OK;
 fail:
     return st;
@@ -688,11 +848,20 @@ tp_status tp_engine_feed_argmax(const tp_engine *from, tp_engine *to, tp_error *
     tp_status st = TP_OK;
     if (o->ndim != 2 || in->ndim != 2 || in->shape[1] != 1 || o->shape[0] != in->shape[0])
         return tp_fail(err, TP_ERR_ARG, "feeding the next token: (B, V) logits into a (B, 1) input expected");
-    CU_TRY(cudaStreamSynchronize(from->stream));
-    int rc = tpk_argmax(from->dptr[from->g->output], from->plan->value_dt[from->g->output], to->dptr[to->g->input],
-                        (int)o->shape[0], (int)o->shape[1], to->stream);
-    if (rc) return tp_fail(err, TP_ERR_CUDA, "argmax: %s", cudaGetErrorString((cudaError_t)rc));
-    CU_TRY(cudaStreamSynchronize(to->stream));
+    if (n_ranks(from) != n_ranks(to))
+        return tp_fail(err, TP_ERR_ARG, "feeding the next token: %d ranks into %d", n_ranks(from), n_ranks(to));
+    /* every rank computes the same logits (the LM head is whole on each): each feeds its own input */
+    for (int r = 0; r < n_ranks(to); r++) {
+        const tp_engine *f = rank_engine((tp_engine *)from, r);
+        tp_engine *t = rank_engine(to, r);
+        CU_TRY(cudaSetDevice(t->device));
+        CU_TRY(cudaStreamSynchronize(f->stream));
+        int rc = tpk_argmax(f->dptr[f->g->output], f->plan->value_dt[f->g->output], t->dptr[t->g->input],
+                            (int)o->shape[0], (int)o->shape[1], t->stream);
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "argmax: %s", cudaGetErrorString((cudaError_t)rc));
+        CU_TRY(cudaStreamSynchronize(t->stream));
+    }
+    CU_TRY(cudaSetDevice(to->device));
     return TP_OK;
 fail:
     return st;
@@ -703,11 +872,11 @@ tp_status tp_engine_decode(tp_engine *e, int steps, double *step_ms, float *toke
     tp_status st = TP_OK;
     if (!e->feed_argmax) return tp_fail(err, TP_ERR_ARG, "tp_engine_decode: a decode engine (greedy feedback) expected");
     const int B = (int)g->batch;
-    cudaEvent_t *ev = calloc((size_t)(2 * steps), sizeof(cudaEvent_t));
+    run_timer t = {0};
     float *d_tok = NULL;
-    int n_ev = 0, pushed = 0;
-    if (!ev) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    int pushed = 0;
     int past = 0;
+    CU_TRY(cudaSetDevice(e->device));
     CU_TRY(cudaMemcpy(&past, e->d_past, sizeof past, cudaMemcpyDeviceToHost));
     if (past < 0 || past + (int64_t)steps * g->tokens > g->kv_len) {
         st = tp_fail(err, TP_ERR_ARG, "%d decode steps after %d cached tokens overflow the KV cache of %lld", steps,
@@ -715,40 +884,39 @@ tp_status tp_engine_decode(tp_engine *e, int steps, double *step_ms, float *toke
         goto fail;
     }
     CU_TRY(cudaMalloc((void **)&d_tok, sizeof(float) * (size_t)(steps * B + 1)));
-    for (; n_ev < 2 * steps; n_ev++) CU_TRY(cudaEventCreate(&ev[n_ev]));
+    if ((st = rtimer_create(e, steps, &t, err))) goto fail;
     nvtxRangePushA("BENCHMARK"); /* the decode steps, for nsys and ncu --nvtx */
     pushed = 1;
     for (int s = 0; s < steps; s++) {
-        CU_TRY(cudaEventRecord(ev[2 * s], e->stream));
-        if (e->use_graph) CU_TRY(cudaGraphLaunch(e->exec, e->stream));
-        else if ((st = launch_all(e, err))) goto fail; /* --no-graph: the launches' gaps are part of the step */
-        CU_TRY(cudaEventRecord(ev[2 * s + 1], e->stream));
+        if ((st = rtimer_mark(e, &t, s, 0, err))) goto fail;
+        if ((st = launch_run(e, err))) goto fail; /* --no-graph: the launches' gaps are part of the step */
+        if ((st = rtimer_mark(e, &t, s, 1, err))) goto fail;
         /* the token this step chose, now the input of the next: kept outside the timed region */
         CU_TRY(cudaMemcpyAsync(d_tok + (size_t)s * B, e->dptr[g->input], sizeof(float) * (size_t)B,
                                cudaMemcpyDeviceToDevice, e->stream));
     }
-    CU_TRY(cudaStreamSynchronize(e->stream));
+    if ((st = sync_all(e, err))) goto fail;
     nvtxRangePop();
     pushed = 0;
-    for (int s = 0; s < steps; s++) {
-        float ms = 0;
-        CU_TRY(cudaEventElapsedTime(&ms, ev[2 * s], ev[2 * s + 1]));
-        step_ms[s] = ms;
-    }
+    if ((st = rtimer_read(&t, step_ms, NULL, err))) goto fail;
     if (tokens) CU_TRY(cudaMemcpy(tokens, d_tok, sizeof(float) * (size_t)(steps * B), cudaMemcpyDeviceToHost));
 fail:
     if (pushed) nvtxRangePop();
-    for (int i = 0; i < n_ev; i++) cudaEventDestroy(ev[i]);
-    free(ev);
+    rtimer_destroy(&t);
     if (d_tok) cudaFree(d_tok);
     return st;
 }
 
 tp_status tp_engine_set_input(tp_engine *e, const float *images, tp_error *err) {
     tp_status st = TP_OK;
-    CU_TRY(cudaMemcpyAsync(e->dptr[e->g->input], images, value_bytes(e, e->g->input), cudaMemcpyHostToDevice,
-                           e->stream));
-    CU_TRY(cudaStreamSynchronize(e->stream));
+    for (int r = 0; r < n_ranks(e); r++) { /* every rank reads the whole input */
+        tp_engine *x = rank_engine(e, r);
+        CU_TRY(cudaSetDevice(x->device));
+        CU_TRY(cudaMemcpyAsync(x->dptr[x->g->input], images, value_bytes(x, x->g->input), cudaMemcpyHostToDevice,
+                               x->stream));
+        CU_TRY(cudaStreamSynchronize(x->stream));
+    }
+    CU_TRY(cudaSetDevice(e->device));
     return TP_OK;
 fail:
     return st;
@@ -846,11 +1014,10 @@ fail:
 tp_status tp_engine_forward(tp_engine *e, tp_error *err) {
     tp_status st = TP_OK;
     /* poison the output so an unwritten element shows as NaN */
+    CU_TRY(cudaSetDevice(e->device));
     CU_TRY(cudaMemsetAsync(e->dptr[e->g->output], 0xFF, value_bytes(e, e->g->output), e->stream));
-    if (e->use_graph) CU_TRY(cudaGraphLaunch(e->exec, e->stream));
-    else if ((st = launch_all(e, err))) return st;
-    CU_TRY(cudaStreamSynchronize(e->stream));
-    return TP_OK;
+    if ((st = launch_run(e, err))) return st;
+    return sync_all(e, err);
 fail:
     return st;
 }
@@ -861,6 +1028,7 @@ tp_status tp_engine_get_output(tp_engine *e, float *out, tp_error *err) {
     size_t bytes = value_bytes(e, v);
     void *h = malloc(bytes);
     if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    CU_TRY(cudaSetDevice(e->device));
     CU_TRY(cudaMemcpyAsync(h, e->dptr[v], bytes, cudaMemcpyDeviceToHost, e->stream));
     CU_TRY(cudaStreamSynchronize(e->stream));
     tp_convert_to_f32(e->plan->value_dt[v], h, out, (size_t)tp_value_numel(&e->g->values[v]), 1.0f);
@@ -874,6 +1042,7 @@ fail:
 tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = TP_OK;
+    if (e->ranks) return tp_fail(err, TP_ERR_UNSUPPORTED, "calibration of a tensor-parallel engine is not built");
     float *h = malloc(sizeof(float) * (size_t)g->n_values);
     if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     CU_TRY(cudaMemsetAsync(e->d_amax, 0, sizeof(float) * (size_t)g->n_values, e->stream));
@@ -976,8 +1145,8 @@ tp_status tp_calibrate(const tp_graph *g, const tp_params *params, int device, i
 tp_status tp_engine_benchmark(tp_engine *e, double warmup_ms, int iterations, double duration_ms, double **samples,
                               int *n_out, double *wall_ms, tp_error *err) {
     tp_status st = TP_OK;
-    cudaEvent_t *ev = NULL;
-    int n = 0, n_ev = 0;
+    run_timer t = {0};
+    int n = 0;
     *samples = NULL;
     *n_out = 0;
     /* warm-up: untimed, synchronized runs until warmup_ms have passed (at least one); it also estimates the
@@ -985,9 +1154,7 @@ tp_status tp_engine_benchmark(tp_engine *e, double warmup_ms, int iterations, do
     int warm = 0;
     double t0 = tp_now_ms(), t1;
     do {
-        if (e->use_graph) CU_TRY(cudaGraphLaunch(e->exec, e->stream));
-        else if ((st = launch_all(e, err))) goto fail;
-        CU_TRY(cudaStreamSynchronize(e->stream));
+        if ((st = launch_run(e, err)) || (st = sync_all(e, err))) goto fail;
         warm++;
         t1 = tp_now_ms();
     } while (t1 - t0 < warmup_ms);
@@ -995,38 +1162,24 @@ tp_status tp_engine_benchmark(tp_engine *e, double warmup_ms, int iterations, do
     n = iterations > 0 ? iterations : 1;
     if (duration_ms > 0 && est > 0 && duration_ms / est > n) n = (int)ceil(duration_ms / est);
     if (n > 100000) n = 100000;
-    ev = calloc((size_t)(2 * n), sizeof(cudaEvent_t));
-    *samples = malloc(sizeof(double) * (size_t)n);
-    if (!ev || !*samples) {
+    if (!(*samples = malloc(sizeof(double) * (size_t)n))) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory for %d timing samples", n);
         goto fail;
     }
-    for (; n_ev < 2 * n; n_ev++) CU_TRY(cudaEventCreate(&ev[n_ev]));
+    if ((st = rtimer_create(e, n, &t, err))) goto fail;
     nvtxRangePushA("BENCHMARK");
-    for (int i = 0; i < n; i++) {
-        CU_TRY(cudaEventRecord(ev[2 * i], e->stream));
-        if (e->use_graph) CU_TRY(cudaGraphLaunch(e->exec, e->stream));
-        else if ((st = launch_all(e, err))) goto fail;
-        CU_TRY(cudaEventRecord(ev[2 * i + 1], e->stream));
+    for (int i = 0; i < n && !st; i++) {
+        if (!(st = rtimer_mark(e, &t, i, 0, err)) && !(st = launch_run(e, err))) st = rtimer_mark(e, &t, i, 1, err);
     }
-    CU_TRY(cudaStreamSynchronize(e->stream));
+    if (!st) st = sync_all(e, err);
     nvtxRangePop();
-    for (int i = 0; i < n; i++) {
-        float ms = 0;
-        CU_TRY(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-        (*samples)[i] = ms;
-    }
-    float wall = 0;
-    CU_TRY(cudaEventElapsedTime(&wall, ev[0], ev[2 * n - 1]));
-    *wall_ms = wall;
+    if (!st) st = rtimer_read(&t, *samples, wall_ms, err);
+    if (st) goto fail;
     *n_out = n;
-    for (int i = 0; i < n_ev; i++) cudaEventDestroy(ev[i]);
-    free(ev);
+    rtimer_destroy(&t);
     return TP_OK;
 fail:
-    if (ev)
-        for (int i = 0; i < n_ev; i++) cudaEventDestroy(ev[i]);
-    free(ev);
+    rtimer_destroy(&t);
     free(*samples);
     *samples = NULL;
     return st;
@@ -1034,14 +1187,8 @@ fail:
 
 tp_status tp_engine_run_n(tp_engine *e, int n, tp_error *err) {
     tp_status st = TP_OK;
-    for (int i = 0; i < n; i++) {
-        if (e->use_graph) CU_TRY(cudaGraphLaunch(e->exec, e->stream));
-        else if ((st = launch_all(e, err))) return st;
-    }
-    CU_TRY(cudaStreamSynchronize(e->stream));
-    return TP_OK;
-fail:
-    return st;
+    for (int i = 0; i < n && !st; i++) st = launch_run(e, err);
+    return st ? st : sync_all(e, err);
 }
 
 double tp_engine_weight_bytes(const tp_engine *e) { return e->weight_bytes; }

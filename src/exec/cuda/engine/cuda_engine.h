@@ -88,6 +88,24 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                           const tp_engine_options *opt, tp_engine **out, tp_error *err);
 void tp_engine_destroy(tp_engine *e);
 
+/* Tensor parallelism (Megatron-LM, arXiv:1909.08053): n engines, rank r's on GPU opt->device + r, built from the n
+ * ranks' graphs of one model step (tp_model_build_step with tp_rank r of tp_size n), their parameters
+ * (tp_model_shard_params) and plans (the same policy), joined by NCCL (nccl_comm.h: one communicator per GPU,
+ * ncclCommInitAll; the all-reduces between them in each rank's CUDA graph). One host thread drives every rank: the
+ * returned engine is rank 0's, and every function of this header taking it works on all ranks (the same input to
+ * each; a run's time is the slowest rank's; the output is rank 0's, which every rank computes alike). Each rank
+ * chooses its own GEMM and attention implementations by time. opt->share, when given, is a tensor-parallel
+ * engine of the same n ranks (the prefill): rank r shares rank r's weights and KV cache, and the communicators.
+ * opt->hook sees rank 0's launches only. Errors: tp_engine_build's, TP_ERR_NO_GPU (fewer than opt->device + n
+ * GPUs), TP_ERR_UNSUPPORTED (NCCL not found: nccl_comm.h's search list), TP_ERR_ARG (graphs that are not ranks
+ * 0..n-1 of one step, n < 2). */
+tp_status tp_engine_build_tp(const tp_graph *const *g, const tp_params *const *params, const tp_plan *const *plan,
+                             int n, const tp_engine_options *opt, tp_engine **out, tp_error *err);
+/* The number of ranks (1 without tensor parallelism) and, for a tensor-parallel engine, the NCCL it loaded
+ * ("NCCL 2.28.9 (/lib/x86_64-linux-gnu/libnccl.so.2)"; NULL otherwise). */
+int tp_engine_tp_size(const tp_engine *e);
+const char *tp_engine_nccl(const tp_engine *e);
+
 /* What runs op `op` when the engine chose among implementations: attention ops, e.g. "wgmma: flash (tprof)
  * 50.9 us wgmma (tprof) 44.0 us cudnn 46.5 us" (the choice, then the build-time timings: mean of 10 back-to-back
  * runs, us); GEMM ops, e.g. "cuBLASLt algorithm 3 of 8 by time: 41.2 us (the heuristic's first: 44.0 us)" or

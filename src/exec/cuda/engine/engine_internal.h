@@ -10,6 +10,7 @@
 #include "exec/cuda/engine/cuda_engine.h"
 #include "exec/cuda/vendor/cudnn_sdpa.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "exec/cuda/vendor/nccl_comm.h"
 #include "formats/dtype.h"
 
 /* A CUDA runtime call that can fail for reasons outside tprof (no device, out of memory): a status. */
@@ -81,6 +82,14 @@ struct tp_engine {
     float *d_kv_ws;            /* the decode attention's split-KV workspace, shared by its ops (one stream) */
     size_t kv_ws_bytes;
     int *kv_flash;             /* per KV attention op: 1 when the flash kernel runs it as a prefill (past 0) */
+    int device;                /* tp_engine_options.device: the GPU this engine runs on */
+    /* tensor parallelism (engine_tp.c): the engine tp_engine_build_tp returns is rank 0's, the leader, through
+     * which every public function drives all ranks */
+    int rank;                  /* this engine's rank (0 without tensor parallelism) */
+    int n_ranks;               /* the leader's: the number of ranks (1 without tensor parallelism) */
+    struct tp_engine **ranks;  /* the leader's: every rank's engine (ranks[0] is the leader); NULL elsewhere */
+    tp_nccl *nccl;             /* every rank's: the communicators (NULL without tensor parallelism) */
+    int owns_nccl;             /* the leader's: it created nccl (a decode group uses its prefill group's) */
 };
 
 /* cudaMalloc of `bytes` (16 when 0) recorded for tp_engine_destroy; TP_ERR_OOM naming `what` and the bytes, or
@@ -90,6 +99,19 @@ tp_status tpe_dev_alloc(tp_engine *e, size_t bytes, void **p, const char *what, 
 size_t tpe_act_alloc_bytes(const tp_engine *e, int v);
 /* enqueues op i as it is configured (its kernels, or nothing when another op's kernel computes it) on e->stream */
 tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err);
+
+/* cuda_engine.c: the build up to (not including) the warm-up pass and the capture (tpe_build), which
+ * tpe_warm_capture then does for one engine or, from a leader, for every rank in lockstep. */
+tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *plan, const tp_engine_options *opt,
+                    tp_engine **out, tp_error *err);
+tp_status tpe_warm_capture(tp_engine *e, tp_error *err);
+/* one run's launches from the host for one engine: the start (the cache position reset), op by op
+ * (tpe_launch_op), the end (argmax fed back, the position advanced) */
+tp_status tpe_launch_begin(tp_engine *e, tp_error *err);
+tp_status tpe_launch_end(tp_engine *e, tp_error *err);
+/* engine_tp.c: every rank's launches of one run, op by op in lockstep (the all-reduces of all ranks in one NCCL
+ * group), from the leader */
+tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err);
 
 /* engine_select.c. Attention: every attention op's implementation (tp_attn_impl; `want` AUTO: the eligible ones
  * timed on the op's buffers, the fastest kept), and cuDNN's workspace. GEMMs: every GEMM op's cuBLASLt candidate

@@ -301,6 +301,10 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
             rc = tpk_pool(x, y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->pool_mode,
                           op->prefix, s);
         break;
+    case TP_OP_ALL_REDUCE: /* NCCL's status, not a CUDA error (engine_tp.c groups the ranks' calls) */
+        if ((rc = tp_nccl_all_reduce(e->nccl, e->rank, x, y, (size_t)tp_value_numel(o), ydt, s)))
+            return tp_fail(err, TP_ERR_CUDA, "op %s (all-reduce): %s", op->layer, tp_nccl_error(e->nccl, rc));
+        break;
     default: rc = launch_decoder_op(e, i, s); break;
     }
     if (rc)

@@ -1,0 +1,116 @@
+/* engine_tp.c: tensor-parallel engines (cuda_engine.h tp_engine_build_tp): one engine per rank and GPU, built
+ * one after the other (each times its own GEMM and attention choices, none of which communicates), then warmed
+ * up and captured together: one host thread launches op i on every rank before op i + 1 on any, and the ranks'
+ * all-reduces of one op go to NCCL as one group, which is how NCCL lets a single thread drive several GPUs (a
+ * rank's collective would otherwise wait for peers whose launches the thread has not made yet). Each rank's
+ * stream is captured into its own CUDA graph; replays are launched rank after rank, and the NCCL kernels inside
+ * the graphs meet on the GPUs. */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include "exec/cuda/engine/engine_internal.h"
+
+#include <nvtx3/nvToolsExt.h>
+
+tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err) {
+    const int n = lead->n_ranks;
+    tp_engine *const *R = lead->ranks;
+    const tp_graph *g = lead->g;
+    tp_status st = TP_OK;
+    for (int r = 0; r < n && !st; r++) {
+        if (cudaSetDevice(R[r]->device) != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "cudaSetDevice(%d)", R[r]->device);
+        st = tpe_launch_begin(R[r], err);
+    }
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        const int group = g->ops[i].kind == TP_OP_ALL_REDUCE;
+        int rc = group ? tp_nccl_group_start(lead->nccl) : 0;
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "ncclGroupStart: %s", tp_nccl_error(lead->nccl, rc));
+        nvtxRangePushA(g->ops[i].layer);
+        for (int r = 0; r < n && !st; r++) {
+            if (cudaSetDevice(R[r]->device) != cudaSuccess)
+                st = tp_fail(err, TP_ERR_CUDA, "cudaSetDevice(%d)", R[r]->device);
+            else
+                st = tpe_launch_op(R[r], i, err);
+        }
+        nvtxRangePop();
+        /* the group is closed even after a failed call, so NCCL's group state stays balanced */
+        if (group && (rc = tp_nccl_group_end(lead->nccl)) && !st)
+            st = tp_fail(err, TP_ERR_CUDA, "layer %s: ncclGroupEnd: %s", g->ops[i].layer, tp_nccl_error(lead->nccl, rc));
+    }
+    for (int r = 0; r < n && !st; r++) {
+        cudaSetDevice(R[r]->device);
+        st = tpe_launch_end(R[r], err);
+    }
+    cudaSetDevice(lead->device);
+    return st;
+}
+
+/* The graphs are ranks 0..n-1 of one model's step: same ops, same kinds. */
+static tp_status check_ranks(const tp_graph *const *g, int n, tp_error *err) {
+    for (int r = 0; r < n; r++) {
+        if (g[r]->tp_size != n || g[r]->tp_rank != r)
+            return tp_fail(err, TP_ERR_ARG, "graph %d is rank %d of %d, not rank %d of %d", r, g[r]->tp_rank,
+                           g[r]->tp_size, r, n);
+        int same = g[r]->n_ops == g[0]->n_ops && g[r]->kv_len == g[0]->kv_len && g[r]->tokens == g[0]->tokens &&
+                   g[r]->batch == g[0]->batch;
+        for (int i = 0; same && i < g[0]->n_ops; i++) same = g[r]->ops[i].kind == g[0]->ops[i].kind;
+        if (!same) return tp_fail(err, TP_ERR_ARG, "rank %d's graph is not rank 0's shard of the same step", r);
+    }
+    return TP_OK;
+}
+
+tp_status tp_engine_build_tp(const tp_graph *const *g, const tp_params *const *params, const tp_plan *const *plan,
+                             int n, const tp_engine_options *opt, tp_engine **out, tp_error *err) {
+    *out = NULL;
+    if (n < 2) return tp_fail(err, TP_ERR_ARG, "a tensor-parallel engine of %d ranks: build one engine instead", n);
+    tp_status st = check_ranks(g, n, err);
+    if (st) return st;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    if (opt->device + n > count)
+        return tp_fail(err, TP_ERR_NO_GPU, "--tp %d on GPUs %d..%d: this machine has %d GPU%s", n, opt->device,
+                       opt->device + n - 1, count, count == 1 ? "" : "s");
+    const tp_engine *share = opt->share;
+    if (share && (!share->ranks || share->n_ranks != n))
+        return tp_fail(err, TP_ERR_ARG, "the shared engine is not a tensor-parallel engine of %d ranks", n);
+    tp_engine **R = calloc((size_t)n, sizeof *R);
+    int *devs = malloc(sizeof(int) * (size_t)n);
+    tp_nccl *nccl = share ? share->nccl : NULL;
+    if (!R || !devs) {
+        free(R);
+        free(devs);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
+    for (int r = 0; r < n; r++) devs[r] = opt->device + r;
+    if (!nccl) st = tp_nccl_init(n, devs, &nccl, err);
+    for (int r = 0; r < n && !st; r++) {
+        tp_engine_options o = *opt;
+        o.device = devs[r];
+        o.share = share ? share->ranks[r] : NULL;
+        o.hook = r == 0 ? opt->hook : NULL; /* the profiler attributes rank 0's kernels */
+        o.hook_user = r == 0 ? opt->hook_user : NULL;
+        o.gemm_choice = r == 0 ? opt->gemm_choice : NULL;
+        if ((st = tpe_build(g[r], params[r], plan[r], &o, &R[r], err))) break;
+        R[r]->rank = r;
+        R[r]->nccl = nccl;
+    }
+    if (!st) {
+        R[0]->ranks = R;
+        R[0]->n_ranks = n;
+        R[0]->owns_nccl = !share;
+        st = tpe_warm_capture(R[0], err);
+        if (st) tp_engine_destroy(R[0]); /* the leader takes the ranks and the communicators with it */
+        else *out = R[0];
+    } else {
+        for (int r = 0; r < n; r++) tp_engine_destroy(R[r]);
+        free(R);
+        if (!share) tp_nccl_destroy(nccl);
+    }
+    free(devs);
+    cudaSetDevice(opt->device);
+    return st;
+}
+
+int tp_engine_tp_size(const tp_engine *e) { return e && e->ranks ? e->n_ranks : 1; }
+
+const char *tp_engine_nccl(const tp_engine *e) { return e && e->ranks ? tp_nccl_describe(e->nccl) : NULL; }
