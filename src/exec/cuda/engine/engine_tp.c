@@ -1,5 +1,5 @@
 /* engine_tp.c: tensor-parallel engines (cuda_engine.h tp_engine_build_tp): one engine per rank and GPU, built
- * one after the other (each times its own GEMM and attention choices, none of which communicates), then warmed
+ * one after the other (rank 0 times its GEMM choices, which every rank then takes: mirror_rank0), then warmed
  * up and captured together: one host thread launches op i on every rank before op i + 1 on any, and the ranks'
  * all-reduces of one op go to NCCL as one group, which is how NCCL lets a single thread drive several GPUs (a
  * rank's collective would otherwise wait for peers whose launches the thread has not made yet). Each rank's
@@ -7,6 +7,7 @@
  * the graphs meet on the GPUs. */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "exec/cuda/engine/engine_internal.h"
 
@@ -43,6 +44,31 @@ tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err) {
     }
     cudaSetDevice(lead->device);
     return st;
+}
+
+/* Every rank runs rank 0's implementations (timed on rank 0 only: the ranks' ops have the same shapes). It matters
+ * beyond build time: the ops every rank computes alike (the LM head) must round alike, or ranks whose logits
+ * differed in a near-tie would feed different greedy tokens and go on computing different sequences. */
+static tp_status mirror_rank0(tp_engine *const *R, int n, tp_error *err) {
+    const tp_graph *g = R[0]->g;
+    for (int r = 1; r < n; r++)
+        for (int i = 0; i < g->n_ops; i++) {
+            tp_engine *x = R[r];
+            if (R[0]->gplan[i]) {
+                const int a = tp_gemm_plan_candidates(R[0]->gplan[i]), b = x->gplan[i] ? tp_gemm_plan_candidates(x->gplan[i]) : -1;
+                if (a != b)
+                    return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: cuBLASLt offers rank %d %d algorithms and rank 0 "
+                                   "%d: the ranks could not run the same GEMM", g->ops[i].layer, r, b, a);
+                tp_gemm_plan_select(x->gplan[i], tp_gemm_plan_choice(R[0]->gplan[i]));
+            }
+            x->gemv16[i] = R[0]->gemv16[i];
+            x->plain_sm90[i] = R[0]->plain_sm90[i];
+            x->gelu_sm90[i] = R[0]->gelu_sm90[i];
+            x->group_on[i] = R[0]->group_on[i];
+            x->gemm_us[i] = R[0]->gemm_us[i];
+            memcpy(x->impl_note[i], R[0]->impl_note[i], sizeof x->impl_note[i]);
+        }
+    return TP_OK;
 }
 
 /* The graphs are ranks 0..n-1 of one model's step: same ops, same kinds. */
@@ -90,10 +116,12 @@ tp_status tp_engine_build_tp(const tp_graph *const *g, const tp_params *const *p
         o.hook = r == 0 ? opt->hook : NULL; /* the profiler attributes rank 0's kernels */
         o.hook_user = r == 0 ? opt->hook_user : NULL;
         o.gemm_choice = r == 0 ? opt->gemm_choice : NULL;
+        o.gemm_first = r == 0 ? opt->gemm_first : 1; /* the others take rank 0's choices (mirror_rank0) */
         if ((st = tpe_build(g[r], params[r], plan[r], &o, &R[r], err))) break;
         R[r]->rank = r;
         R[r]->nccl = nccl;
     }
+    if (!st) st = mirror_rank0(R, n, err);
     if (!st) {
         R[0]->ranks = R;
         R[0]->n_ranks = n;
