@@ -28,7 +28,8 @@ static tp_model model_case(int k) {
     tp_model m;
     tp_error e = {0};
     ck_assert_msg(tp_model_preset("llama-tiny", &m, &e) == TP_OK, "%s", e.msg);
-    tp_decoder_config *c = (tp_decoder_config *)(void *)m.cfg.bytes;
+    tp_decoder_config cc, *c = &cc; /* a copy: see test_gpu_tensor_parallel.c model() */
+    memcpy(&cc, m.cfg.bytes, sizeof cc);
     if (k == 0 || k == 2) { /* Llama-like, Qwen2's q/k/v bias, GQA 4 over 2, head dim 64, llama3 RoPE (the preset's) */
         c->hidden = 256, c->inter = 688, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->head_dim = 64;
         c->vocab = 1000, c->qkv_bias = 1;
@@ -40,13 +41,14 @@ static tp_model model_case(int k) {
     if (k == 2) c->vocab = 128256; /* Llama 3's vocabulary: the LM head's GEMM at its real width */
     c->prompt = T;
     c->gen = G;
+    memcpy(m.cfg.bytes, &cc, sizeof cc);
     return m;
 }
 
 static tp_graph step(const tp_model *m, const tp_params *p, int t, int past, int all) {
     tp_graph g;
     tp_error e = {0};
-    const tp_step_shape s = {B, t, past, T + G, all};
+    const tp_step_shape s = {B, t, past, T + G, all, 0, 0};
     ck_assert_msg(tp_model_build_step(m, p, &s, &g, &e) == TP_OK, "%s", e.msg);
     return g;
 }
@@ -85,7 +87,9 @@ static void run_case(int kc, tp_precision prec) {
     tp_error e = {0};
     tp_params p = {0};
     ck_assert_msg(tp_model_params_init(&m, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
-    const int V = ((tp_decoder_config *)(void *)m.cfg.bytes)->vocab;
+    tp_decoder_config cfg;
+    memcpy(&cfg, m.cfg.bytes, sizeof cfg);
+    const int V = cfg.vocab;
     float ids[MAXB * MAXT], tok[(G + 1) * MAXB];
     tp_rng r;
     tp_rng_seed(&r, 5 + (uint64_t)k);

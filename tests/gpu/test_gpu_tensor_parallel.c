@@ -27,11 +27,15 @@ static tp_model model(void) {
     tp_model m;
     tp_error e = {0};
     ck_assert_msg(tp_model_preset("llama-tiny", &m, &e) == TP_OK, "%s", e.msg);
-    tp_decoder_config *c = (tp_decoder_config *)(void *)m.cfg.bytes;
-    c->hidden = 256, c->inter = 688, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->head_dim = 64;
-    c->vocab = 1000, c->qkv_bias = 1, c->o_bias = 1, c->mlp_bias = 1;
-    c->prompt = T;
-    c->gen = G;
+    /* through a copy: writing the configuration through a cast of cfg.bytes breaks C's aliasing rules, and gcc -O2
+     * moved those stores past the return's copy of m (2026-11-25: the engines saw the preset's head dim 16) */
+    tp_decoder_config c;
+    memcpy(&c, m.cfg.bytes, sizeof c);
+    c.hidden = 256, c.inter = 688, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 64;
+    c.vocab = 1000, c.qkv_bias = 1, c.o_bias = 1, c.mlp_bias = 1;
+    c.prompt = T;
+    c.gen = G;
+    memcpy(m.cfg.bytes, &c, sizeof c);
     return m;
 }
 
