@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check hfpeers; tensor parallelism on 2+ GPUs: tp; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check hfpeers; tensor parallelism on 2+ GPUs: tp, gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -76,6 +76,13 @@ for s in $steps; do
     "$BUILD/tprof" profile --model llama-3.1-8b --prompt 512 --gen 32 --batch 1 --precision fp16 --tp 2 --duration 0.5 \
       --profile-iters 8 --ref-samples 1 --out /tmp/tprof-tp > "$OUT/tp2_profile.log" 2>&1 || rc=1
     grep -E "communication|all_reduce|decode steps traced|Traced|Tensor parallel" "$OUT/tp2_profile.log" | head -40
+    ;;
+  gpus)
+    echo "=== --gpus: a decoder batch sweep dealt over GPUs 0 and 1, one process each"
+    "$BUILD/tprof" bench --model llama-3.2-1b --prompt 128 --gen 32 --batch 1,4,8,16 --gpus 0,1 --precision fp16 \
+      --duration 0.5 --ref-samples 1 --json "$OUT/gpus_sweep.json" > "$OUT/gpus_sweep.log" 2>&1 || rc=1
+    grep -E "Sweep over|GPU [0-9]: batch|#####|tg32|Greedy|error" "$OUT/gpus_sweep.log"
+    sed -n '/=== Batch sweep/,$p' "$OUT/gpus_sweep.log"
     ;;
   hfpeers)
     echo "=== HF transformers on the same GPU (bench/hf_peers.py)"

@@ -191,6 +191,14 @@ expect_ok "perplexity over a token file" "Perplexity over .*(2 windows of 37 tok
 expect_error "perplexity: a file shorter than a window" "a window needs 90" bench "${dec[@]}" --prompt 90 --perplexity "$tmp/ppl.txt"
 expect_error "perplexity of an image model" "not a language model" bench --device cpu --model vit-tiny --batch 1 \
   --perplexity "$tmp/ppl.txt"
+# tensor parallelism and sweeps over GPUs: refused by name where they cannot run
+expect_error tp-zero "--tp '0'" bench --model llama-tiny --tp 0
+expect_error tp-cpu "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu
+expect_error gpus-one-batch "a sweep's batch sizes" bench --model vit-tiny --gpus 0,1 --batch 8
+expect_error gpus-twice "GPU 1 given twice" bench --model vit-tiny --gpus 1,1 --batch 1,2
+expect_error gpus-bad "expected a list" bench --model vit-tiny --gpus 0,,1 --batch 1,2
+expect_error gpus-cpu "this run is on the CPU" bench --model vit-tiny --gpus 0,1 --batch 1,2 --device cpu
+expect_error gpus-tp "not with --tp" bench --model llama-tiny --gpus 0,1 --batch 1,2 --tp 2
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

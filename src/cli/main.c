@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
+#include "cli/sweep_gpus.h"
 #include "core/util.h"
 #include "lint/lint.h"
 #include "models/model.h"
@@ -58,6 +60,7 @@ static void usage(FILE *f) {
             "                        concatenated weights: off (default), on, or where it times faster at build\n"
             "  --tp N                decoders: tensor parallelism over GPUs 0..N-1 (heads and MLP columns split,\n"
             "                        NCCL all-reduces inside each GPU's CUDA graph); default 1\n"
+            "  --gpus LIST           a sweep's batch sizes dealt over these GPUs (e.g. 0,1), one process each\n"
             "  --seed N              seed for synthesized weights and inputs (default 0)\n"
             "  --reference gpu|cpu|none  where the FP32 reference behind the accuracy figures runs (default: the GPU\n"
             "                        on a GPU run: an FP32 engine with FP32 accumulation and plain kernels; else the\n"
@@ -328,6 +331,9 @@ typedef struct {
     long prof_iters, top, batch, iters, seed, ref;
     long batches[MAX_BATCHES];
     int n_batches;
+    long gpus[MAX_BATCHES]; /* --gpus: the GPUs a sweep's runs are spread over */
+    int n_gpus;
+    long rows_fd;           /* --rows-fd=N (internal, sweep_gpus.c): a sweep's rows to this fd; -1 none */
     double warm, dur;
     knobs k;
 } bench_args;
@@ -380,6 +386,25 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (IS("--weights")) o->weights = val;
     else if (IS("--image") || IS("--tokens")) o->image = val; /* the model's input files, of its own kind */
     else if (!a->build && IS("--perplexity")) o->perplexity = val;
+    else if (!a->build && !a->profile && IS("--gpus")) {
+        a->n_gpus = 0;
+        for (const char *q = val; *q && a->n_gpus < MAX_BATCHES;) {
+            char one[16];
+            const size_t len = strcspn(q, ",");
+            snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), q);
+            if (len == 0 || len >= sizeof one || parse_int(name, one, 0, 1023, &a->gpus[a->n_gpus])) {
+                if (len == 0 || len >= sizeof one) fprintf(stderr, "tprof: --gpus '%s': expected a list such as 0,1\n", val);
+                return -1;
+            }
+            for (int j = 0; j < a->n_gpus; j++)
+                if (a->gpus[j] == a->gpus[a->n_gpus]) {
+                    fprintf(stderr, "tprof: --gpus '%s': GPU %ld given twice\n", val, a->gpus[j]);
+                    return -1;
+                }
+            a->n_gpus++;
+            q += len + (q[len] == ',');
+        }
+    } else if (!a->build && IS("--rows-fd")) return parse_int(name, val, 0, 1 << 20, &a->rows_fd) ? -1 : 1;
     else if (!a->build && IS("--tp")) {
         long t;
         if (parse_int(name, val, 1, 64, &t)) return -1;
@@ -436,7 +461,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--tp", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--tp", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};
@@ -568,7 +593,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     memset(&a, 0, sizeof a);
     a.profile = profile, a.compare = compare, a.build = build;
     a.out_dir = compare ? "tprof-report" : "tprof-profile";
-    a.prof_iters = 20, a.top = 15, a.batch = -1, a.iters = -1, a.seed = 0, a.ref = 8;
+    a.prof_iters = 20, a.top = 15, a.batch = -1, a.iters = -1, a.seed = 0, a.ref = 8, a.rows_fd = -1;
     a.warm = 200, a.dur = -1;
     a.o.use_graph = 1;
     a.o.device = TP_DEVICE_AUTO;
@@ -592,10 +617,25 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     for (int i = 0; i < a.n_batches; i++) bsizes[i] = (int)a.batches[i];
     tp_bench_row rows[MAX_BATCHES * TP_MAX_PRECISIONS];
     tp_error err = {0};
-    tp_status st = build             ? tp_build_run(&a.o, a.out_file, a.arch, &err)
-                   : a.n_batches > 1 ? tp_bench_sweep(&a.o, bsizes, a.n_batches, rows, &err)
-                                     : tp_bench_run(&a.o, &err);
-    if (!st && !build && a.n_batches > 1) st = tp_bench_print_sweep(&a.o, bsizes, a.n_batches, rows, &err);
+    if (a.n_gpus > 0 && (a.n_batches < 2 || a.o.tp > 1 || a.o.device == TP_DEVICE_CPU)) {
+        fprintf(stderr, "tprof: --gpus deals a sweep's batch sizes (--batch LIST) over GPUs%s; for one run on one GPU "
+                "set CUDA_VISIBLE_DEVICES\n", a.o.tp > 1 ? ", one GPU each: not with --tp"
+                                              : a.o.device == TP_DEVICE_CPU ? ", and this run is on the CPU" : "");
+        tp_engine_file_free(&ef);
+        return 2;
+    }
+    int gpus[MAX_BATCHES];
+    for (int i = 0; i < a.n_gpus; i++) gpus[i] = (int)a.gpus[i];
+    tp_status st = build            ? tp_build_run(&a.o, a.out_file, a.arch, &err)
+                   : a.n_gpus > 1   ? tp_sweep_gpus(argc, argv, gpus, a.n_gpus, bsizes, a.n_batches, a.o.n_precs, rows, &err)
+                   : a.n_batches > 1 || a.rows_fd >= 0 ? tp_bench_sweep(&a.o, bsizes, a.n_batches, rows, &err)
+                                    : tp_bench_run(&a.o, &err);
+    if (!st && a.rows_fd >= 0) { /* a part of a sweep over GPUs (sweep_gpus.c): the rows go back to the caller */
+        const size_t bytes = sizeof rows[0] * (size_t)(a.n_batches * a.o.n_precs);
+        if (write((int)a.rows_fd, rows, bytes) != (ssize_t)bytes) st = tp_fail(&err, TP_ERR_IO, "--rows-fd: %s", strerror(errno));
+    } else if (!st && !build && a.n_batches > 1) {
+        st = tp_bench_print_sweep(&a.o, bsizes, a.n_batches, rows, &err);
+    }
     tp_engine_file_free(&ef);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);
