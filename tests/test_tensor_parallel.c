@@ -3,7 +3,7 @@
  * ranks' graphs hold their heads and MLP columns with an all-reduce after o_proj and down_proj, and the ranks run
  * in lockstep compute the whole model's logits (prefill and decode steps over the sharded KV caches), with every
  * bias of the model set (q/k/v, o_proj, the MLP's) so a row-parallel bias added more than once would show. The
- * GPU's tensor-parallel engines are checked against the same in tests/gpu/test_gpu_decoder_engine.c. */
+ * GPU's tensor-parallel engines are checked against the same in tests/gpu/test_gpu_tensor_parallel.c. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>

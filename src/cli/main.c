@@ -388,7 +388,11 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (!a->build && IS("--perplexity")) o->perplexity = val;
     else if (!a->build && !a->profile && IS("--gpus")) {
         a->n_gpus = 0;
-        for (const char *q = val; *q && a->n_gpus < MAX_BATCHES;) {
+        for (const char *q = val; *q;) {
+            if (a->n_gpus == MAX_BATCHES) {
+                fprintf(stderr, "tprof: --gpus '%s': at most %d GPUs\n", val, MAX_BATCHES);
+                return -1;
+            }
             char one[16];
             const size_t len = strcspn(q, ",");
             snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), q);
@@ -627,7 +631,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     int gpus[MAX_BATCHES];
     for (int i = 0; i < a.n_gpus; i++) gpus[i] = (int)a.gpus[i];
     tp_status st = build            ? tp_build_run(&a.o, a.out_file, a.arch, &err)
-                   : a.n_gpus > 1   ? tp_sweep_gpus(argc, argv, gpus, a.n_gpus, bsizes, a.n_batches, a.o.n_precs, rows, &err)
+                   : a.n_gpus > 0   ? tp_sweep_gpus(argc, argv, gpus, a.n_gpus, bsizes, a.n_batches, a.o.n_precs, rows, &err)
                    : a.n_batches > 1 || a.rows_fd >= 0 ? tp_bench_sweep(&a.o, bsizes, a.n_batches, rows, &err)
                                     : tp_bench_run(&a.o, &err);
     if (!st && a.rows_fd >= 0) { /* a part of a sweep over GPUs (sweep_gpus.c): the rows go back to the caller */

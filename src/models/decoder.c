@@ -216,7 +216,7 @@ static int all_reduce(tp_graph_builder *b, const char *layer, int x, int n, cons
  * - 1 with their KV heads (contiguous, so GQA's head-to-KV-head map stays within the rank) and MLP columns
  * r I/n ..; o_proj and down_proj give partial sums that an all-reduce joins (Megatron-LM's layout). */
 static int layer(tp_graph_builder *b, const tp_decoder_config *c, const tp_step_shape *s, int i, int x) {
-    const int n = s->tp_size > 1 ? s->tp_size : 1, first = s->tp_rank == 0;
+    const int n = s->tp_size > 1 ? s->tp_size : 1, first = n == 1 || s->tp_rank == 0;
     const int H = c->heads / n, Hkv = c->kv_heads / n;
     const int64_t B = s->batch, T = s->tokens, C = c->hidden, D = c->head_dim;
     const int64_t xs[3] = {B, T, C}, qs[3] = {B, T, H * D}, ks[3] = {B, T, Hkv * D};

@@ -926,6 +926,7 @@ tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2,
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
     tp_status st = TP_OK;
+    if (e->ranks) return tp_fail(err, TP_ERR_UNSUPPORTED, "FP8 attention's cost on a tensor-parallel engine is not built");
     void *d_ref = NULL, *h8 = NULL, *h16 = NULL, *d_q16 = NULL, *h_q = NULL;
     float *f8 = NULL, *f16 = NULL, *f_q = NULL;
     int n = 0;

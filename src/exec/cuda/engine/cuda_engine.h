@@ -93,8 +93,9 @@ void tp_engine_destroy(tp_engine *e);
  * (tp_model_shard_params) and plans (the same policy), joined by NCCL (nccl_comm.h: one communicator per GPU,
  * ncclCommInitAll; the all-reduces between them in each rank's CUDA graph). One host thread drives every rank: the
  * returned engine is rank 0's, and every function of this header taking it works on all ranks (the same input to
- * each; a run's time is the slowest rank's; the output is rank 0's, which every rank computes alike). Each rank
- * chooses its own GEMM and attention implementations by time. opt->share, when given, is a tensor-parallel
+ * each; a run's time is the slowest rank's; the output is rank 0's, which every rank computes alike). Rank 0 chooses
+ * the GEMM implementations by time and every rank runs its choices (ops that every rank computes alike must round
+ * alike); a GEMM only rank 0 runs with a bias (a row-parallel one) keeps cuBLASLt's first candidate elsewhere. opt->share, when given, is a tensor-parallel
  * engine of the same n ranks (the prefill): rank r shares rank r's weights and KV cache, and the communicators.
  * opt->hook sees rank 0's launches only. Errors: tp_engine_build's, TP_ERR_NO_GPU (fewer than opt->device + n
  * GPUs), TP_ERR_UNSUPPORTED (NCCL not found: nccl_comm.h's search list), TP_ERR_ARG (graphs that are not ranks

@@ -164,6 +164,13 @@ static inline int weight_native_bs(const tp_engine *e, int v) {
     return 0;
 }
 
+/* Two GEMMs of the same shape, types and epilogue (the same cuBLASLt candidates) */
+static inline int tpe_same_gemm(const tp_gemm_desc *a, const tp_gemm_desc *b) {
+    return a->M == b->M && a->N == b->N && a->K == b->K && a->ab_dt == b->ab_dt && a->d_dt == b->d_dt &&
+           a->has_bias == b->has_bias && a->block128 == b->block128 && a->block_fmt == b->block_fmt &&
+           a->residual == b->residual && a->gelu == b->gelu && a->fast_accum == b->fast_accum;
+}
+
 /* Before every kernel an op enqueues: the launch hook (profiling) with the op and the kernel's category. */
 #define HOOK(e, op, cat)                                        \
     do {                                                        \

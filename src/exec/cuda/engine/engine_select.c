@@ -59,12 +59,6 @@ static tp_status time_attention(tp_engine *e, int i, tp_attn_impl impl, double *
     return time_op(e, i, us, err);
 }
 
-static int same_gemm(const tp_gemm_desc *a, const tp_gemm_desc *b) {
-    return a->M == b->M && a->N == b->N && a->K == b->K && a->ab_dt == b->ab_dt && a->d_dt == b->d_dt &&
-           a->has_bias == b->has_bias && a->block128 == b->block128 && a->block_fmt == b->block_fmt &&
-           a->residual == b->residual && a->gelu == b->gelu && a->fast_accum == b->fast_accum;
-}
-
 /* The GELU op tprof's Hopper GEMM (gemm_sm90.h) can fuse into GEMM op i, or -1: op i a linear with no block format
  * and no other epilogue (plan.c's residual or tanh-GELU fusions) whose types the kernel takes: F16/BF16 operands,
  * bias, output and GELU output of one type (tpk_gemm_sm90), or per-tensor E4M3 operands with an F16 bias and output
@@ -262,7 +256,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         }
         int prev = -1;
         for (int j = 0; j < i && prev < 0; j++)
-            if (e->gplan[j] && same_gemm(tp_gemm_plan_desc(e->gplan[j]), tp_gemm_plan_desc(gp)) &&
+            if (e->gplan[j] && tpe_same_gemm(tp_gemm_plan_desc(e->gplan[j]), tp_gemm_plan_desc(gp)) &&
                 (hw && !cublaslt_only && sm90_gelu_candidate(e, j) >= 0) == (gi >= 0) &&
                 (hw && !cublaslt_only && sm90_plain_candidate(e, j)) == pc)
                 prev = j;

@@ -24,6 +24,12 @@ tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err) {
     }
     for (int i = 0; i < g->n_ops && !st; i++) {
         const int group = g->ops[i].kind == TP_OP_ALL_REDUCE;
+        for (int r = 0; group && r < n; r++) { /* what NCCL takes, checked before any rank's call is enqueued */
+            const tp_dtype dt = R[r]->plan->value_dt[g->ops[i].out];
+            if (dt != TP_F32 && dt != TP_F16 && dt != TP_BF16)
+                return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: an all-reduce in %s (NCCL takes fp32, fp16, bf16)",
+                               g->ops[i].layer, tp_dtype_info(dt)->name);
+        }
         int rc = group ? tp_nccl_group_start(lead->nccl) : 0;
         if (rc) return tp_fail(err, TP_ERR_CUDA, "ncclGroupStart: %s", tp_nccl_error(lead->nccl, rc));
         nvtxRangePushA(g->ops[i].layer);
@@ -37,6 +43,7 @@ tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err) {
         /* the group is closed even after a failed call, so NCCL's group state stays balanced */
         if (group && (rc = tp_nccl_group_end(lead->nccl)) && !st)
             st = tp_fail(err, TP_ERR_CUDA, "layer %s: ncclGroupEnd: %s", g->ops[i].layer, tp_nccl_error(lead->nccl, rc));
+        if (group && st) tp_nccl_abort(lead->nccl); /* a rank's collective may wait for a peer that never came */
     }
     for (int r = 0; r < n && !st; r++) {
         cudaSetDevice(R[r]->device);
@@ -49,18 +56,21 @@ tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err) {
 /* Every rank runs rank 0's implementations (timed on rank 0 only: the ranks' ops have the same shapes). It matters
  * beyond build time: the ops every rank computes alike (the LM head) must round alike, or ranks whose logits
  * differed in a near-tie would feed different greedy tokens and go on computing different sequences. */
-static tp_status mirror_rank0(tp_engine *const *R, int n, tp_error *err) {
+static int same_desc(const tp_gemm_plan *a, const tp_gemm_plan *b) {
+    return a && b && tpe_same_gemm(tp_gemm_plan_desc(a), tp_gemm_plan_desc(b)) &&
+           tp_gemm_plan_candidates(a) == tp_gemm_plan_candidates(b);
+}
+
+static void mirror_rank0(tp_engine *const *R, int n) {
     const tp_graph *g = R[0]->g;
     for (int r = 1; r < n; r++)
         for (int i = 0; i < g->n_ops; i++) {
             tp_engine *x = R[r];
-            if (R[0]->gplan[i]) {
-                const int a = tp_gemm_plan_candidates(R[0]->gplan[i]), b = x->gplan[i] ? tp_gemm_plan_candidates(x->gplan[i]) : -1;
-                if (a != b)
-                    return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: cuBLASLt offers rank %d %d algorithms and rank 0 "
-                                   "%d: the ranks could not run the same GEMM", g->ops[i].layer, r, b, a);
-                tp_gemm_plan_select(x->gplan[i], tp_gemm_plan_choice(R[0]->gplan[i]));
-            }
+            /* rank 0 alone adds a row-parallel bias: another GEMM, whose output is a rank's own partial sum, so
+             * the rank keeps cuBLASLt's first candidate (gemm_first); every op all ranks compute alike has one
+             * shape and one type on every rank, hence one description */
+            if (R[0]->gplan[i] && !same_desc(R[0]->gplan[i], x->gplan[i])) continue;
+            if (R[0]->gplan[i]) tp_gemm_plan_select(x->gplan[i], tp_gemm_plan_choice(R[0]->gplan[i]));
             x->gemv16[i] = R[0]->gemv16[i];
             x->plain_sm90[i] = R[0]->plain_sm90[i];
             x->gelu_sm90[i] = R[0]->gelu_sm90[i];
@@ -68,7 +78,6 @@ static tp_status mirror_rank0(tp_engine *const *R, int n, tp_error *err) {
             x->gemm_us[i] = R[0]->gemm_us[i];
             memcpy(x->impl_note[i], R[0]->impl_note[i], sizeof x->impl_note[i]);
         }
-    return TP_OK;
 }
 
 /* The graphs are ranks 0..n-1 of one model's step: same ops, same kinds. */
@@ -121,7 +130,7 @@ tp_status tp_engine_build_tp(const tp_graph *const *g, const tp_params *const *p
         R[r]->rank = r;
         R[r]->nccl = nccl;
     }
-    if (!st) st = mirror_rank0(R, n, err);
+    if (!st) mirror_rank0(R, n);
     if (!st) {
         R[0]->ranks = R;
         R[0]->n_ranks = n;

@@ -22,6 +22,7 @@ typedef struct {
     int (*get_version)(int *);
     int (*comm_init_all)(nccl_comm_t *, int, const int *);
     int (*comm_destroy)(nccl_comm_t);
+    int (*comm_abort)(nccl_comm_t);
     int (*all_reduce)(const void *, void *, size_t, int, int, nccl_comm_t, cudaStream_t);
     int (*group_start)(void);
     int (*group_end)(void);
@@ -72,6 +73,7 @@ static int try_lib(const char *name) {
     SYM(get_version, "ncclGetVersion");
     SYM(comm_init_all, "ncclCommInitAll");
     SYM(comm_destroy, "ncclCommDestroy");
+    SYM(comm_abort, "ncclCommAbort");
     SYM(all_reduce, "ncclAllReduce");
     SYM(group_start, "ncclGroupStart");
     SYM(group_end, "ncclGroupEnd");
@@ -149,6 +151,13 @@ tp_status tp_nccl_init(int n, const int *devices, tp_nccl **out, tp_error *err) 
     return TP_OK;
 }
 
+void tp_nccl_abort(tp_nccl *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++)
+        if (c->comms[i]) g_nccl.comm_abort(c->comms[i]);
+    memset(c->comms, 0, sizeof(nccl_comm_t) * (size_t)c->n);
+}
+
 void tp_nccl_destroy(tp_nccl *c) {
     if (!c) return;
     for (int i = 0; i < c->n; i++)
@@ -161,7 +170,7 @@ const char *tp_nccl_describe(const tp_nccl *c) { return c ? c->desc : "NCCL not 
 
 int tp_nccl_all_reduce(tp_nccl *c, int rank, const void *x, void *y, size_t count, tp_dtype dt, cudaStream_t s) {
     const int t = dt == TP_F32 ? 7 : dt == TP_F16 ? 6 : dt == TP_BF16 ? 9 : -1;
-    if (!c || rank < 0 || rank >= c->n || t < 0) return 4; /* ncclInvalidArgument */
+    if (!c || rank < 0 || rank >= c->n || t < 0 || !c->comms[rank]) return 4; /* ncclInvalidArgument */
     return g_nccl.all_reduce(x, y, count, t, 0, c->comms[rank], s);
 }
 

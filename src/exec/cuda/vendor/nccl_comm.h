@@ -43,6 +43,10 @@ const char *tp_nccl_describe(const tp_nccl *c);
 int tp_nccl_all_reduce(tp_nccl *c, int rank, const void *x, void *y, size_t count, tp_dtype dt, cudaStream_t s);
 int tp_nccl_group_start(tp_nccl *c);
 int tp_nccl_group_end(tp_nccl *c);
+/* After a failed call inside a group (the other ranks' collectives launched without their peer would wait
+ * forever): aborts every communicator (ncclCommAbort, which ends their pending kernels), so streams can be
+ * synchronized and the engines destroyed; the communicators are unusable afterwards. */
+void tp_nccl_abort(tp_nccl *c);
 const char *tp_nccl_error(const tp_nccl *c, int rc);
 
 #endif
