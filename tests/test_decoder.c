@@ -414,6 +414,71 @@ START_TEST(test_engine_buffers) {
 }
 END_TEST
 
+/* Weight-only FP8 (fp8-wo): every linear's weight E4M3 with its scale, the LM head kept fp16 (ModelOpt's default),
+ * the rest of the decoder in fp16; refused by name off Hopper; the CPU's emulation of it quantizes (it differs
+ * from FP32) within the error E4M3 weights give (3 mantissa bits: about 2^-4 relative per weight). */
+START_TEST(test_weight_only_fp8) {
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+    plan_of("llama-tiny", 3, TP_PREC_FP8_WO, &p, &g, &plan);
+    int wo = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const tp_op *op = &g.ops[i];
+        if (op->kind != TP_OP_LINEAR) {
+            ck_assert_int_eq(plan.op_prec[i], TP_PREC_FP16);
+            continue;
+        }
+        const int head = strcmp(op->layer, "lm_head") == 0;
+        ck_assert_int_eq(plan.value_dt[op->in[1]], head ? TP_F16 : TP_E4M3);
+        ck_assert_int_eq(plan.value_dt[op->in[0]], TP_F16);
+        ck_assert_int_eq(plan.op_prec[i], head ? TP_PREC_FP16 : TP_PREC_FP8_WO);
+        ck_assert_int_eq(plan.op_emulated[i], 0);
+        wo += !head;
+    }
+    ck_assert_int_eq(wo, 2 * 7); /* q, k, v, o, gate, up, down per layer */
+    tp_error e = {0};
+    tp_plan p80;
+    tp_policy pol;
+    tp_policy_default(&pol, TP_PREC_FP8_WO);
+    ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 80, &p80, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "sm_90"));
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+
+    /* the emulation against FP32, prefill then one decode step */
+    tp_model m = model_of("llama-tiny");
+    ck_assert_int_eq(tp_model_params_init(&m, 7, 1, &p, &e), TP_OK);
+    const int Bq = 3, T = 19, V = 384;
+    float ids[3 * 19], tok[3];
+    for (int i = 0; i < Bq * T; i++) ids[i] = (float)((i * 131 + 7) % V);
+    for (int b = 0; b < Bq; b++) tok[b] = (float)(b * 50 + 3);
+    float *want = poisoned((size_t)Bq * V), *got = poisoned((size_t)Bq * V);
+    tp_cpu_session s32 = {0}, s8 = {0};
+    for (int step = 0; step < 2; step++) {
+        tp_graph gs = step_graph(&m, &p, Bq, step ? 1 : T, step ? T : 0, T + 1, 0);
+        tp_plan pw;
+        ck_assert_int_eq(tp_plan_build_policy(&gs, &pol, 90, &pw, &e), TP_OK);
+        ck_assert_msg(tp_cpu_run_session(&gs, &p, &s32, step ? tok : ids, want, &e) == TP_OK, "%s", e.msg);
+        ck_assert_msg(tp_cpu_run_session_emulated(&gs, &p, &pw, NULL, &s8, step ? tok : ids, got, &e) == TP_OK, "%s",
+                      e.msg);
+        int agree;
+        const double d = rel_l2(got, want, Bq, V, &agree);
+        printf("weight-only fp8 emulation, %s: logits rel L2 %.3e against fp32, top-1 %d/%d\n",
+               step ? "decode step" : "prefill", d, agree, Bq);
+        ck_assert_msg(d > 1e-4 && d < 0.1, "step %d: rel L2 %g", step, d);
+        tp_plan_free(&pw);
+        tp_graph_free(&gs);
+    }
+    tp_cpu_session_free(&s32);
+    tp_cpu_session_free(&s8);
+    tp_params_free(&p);
+    free(want);
+    free(got);
+}
+END_TEST
+
 /* Sibling linears (tp_plan_sibling_groups): per decoder layer q/k/v (with Qwen2's biases) and gate/up, nothing in
  * ViT (its qkv is one linear), nothing in a quantized plan. */
 static void check_groups(const char *preset, tp_precision prec, int want_groups) {
@@ -484,6 +549,7 @@ int main(void) {
     tcase_add_test(t, test_rope_llama3);
     tcase_add_test(t, test_engine_buffers);
     tcase_add_test(t, test_sibling_groups);
+    tcase_add_test(t, test_weight_only_fp8);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

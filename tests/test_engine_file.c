@@ -401,7 +401,8 @@ START_TEST(test_policy_and_calibration) {
     ck_assert_msg(tp_engine_file_read(path, &f, &err) == TP_OK, "%s", err.msg);
     check_policy_equal(&f.policy, &pol);
     ck_assert_int_eq(f.policy.rules[0].builtin, 1);
-    ck_assert_int_eq(f.policy.rules[2].builtin, 0);
+    ck_assert_int_eq(f.policy.rules[2].builtin, 1); /* the defaults: patch_embed.proj, head, lm_head */
+    ck_assert_int_eq(f.policy.rules[3].builtin, 0);
     ck_assert_int_eq(f.n_calib, n_cal);
     float *back = malloc(sizeof(float) * (size_t)m.g.n_values);
     ck_assert(back != NULL);

@@ -21,19 +21,20 @@ static const struct {
     int sm;
     const char *kinds, *impl;
 } TABLE[] = {
-    {89, "NNNNEEEE", "11110111"},  /* Ada: FP8 yes, FP8 block-128 scales no (Hopper only), no block-scaled MMA */
-    {90, "NNNNNEEE", "11111111"},  /* Hopper: VEC128/BLK128x128 native, MX/NV emulated */
-    {100, "NNNNENNN", "11110111"}, /* Blackwell: block-scaled MMA; FP8 block-128 emulated; none written yet */
-    {103, "NNNNENNN", "11110111"},
-    {110, "NNNNENNN", "11110111"},
-    {120, "NNNNENNN", "11110111"},
-    {121, "NNNNENNN", "11110111"},
+    /* the last column, fp8-wo: tprof's weight-only GEMV, built for sm_90 only */
+    {89, "NNNNEEEEU", "111101110"},  /* Ada: FP8 yes, FP8 block-128 scales no (Hopper only), no block-scaled MMA */
+    {90, "NNNNNEEEN", "111111111"},  /* Hopper: VEC128/BLK128x128 native, MX/NV emulated */
+    {100, "NNNNENNNU", "111101110"}, /* Blackwell: block-scaled MMA; FP8 block-128 emulated; none written yet */
+    {103, "NNNNENNNU", "111101110"},
+    {110, "NNNNENNNU", "111101110"},
+    {120, "NNNNENNNU", "111101110"},
+    {121, "NNNNENNNU", "111101110"},
     /* not in the table: derived */
-    {80, "NNNUUEEE", "11100000"},  /* A100: no FP8; MX/NV could be emulated in BF16 but nobody has */
-    {86, "NNNUUEEE", "11100000"},
-    {75, "NNUUUUUU", "11000000"},  /* Turing: no BF16 */
-    {70, "UUUUUUUU", "00000000"},  /* Volta: CUDA 13 dropped it */
-    {130, "NNNNENNN", "11110111"}, /* a future Blackwell successor follows Blackwell's rules */
+    {80, "NNNUUEEEU", "111000000"},  /* A100: no FP8; MX/NV could be emulated in BF16 but nobody has */
+    {86, "NNNUUEEEU", "111000000"},
+    {75, "NNUUUUUUU", "110000000"},  /* Turing: no BF16 */
+    {70, "UUUUUUUUU", "000000000"},  /* Volta: CUDA 13 dropped it */
+    {130, "NNNNENNNU", "111101110"}, /* a future Blackwell successor follows Blackwell's rules */
 };
 #define N_TABLE ((int)(sizeof TABLE / sizeof TABLE[0]))
 
@@ -460,11 +461,12 @@ START_TEST(test_policy_defaults) {
     ck_assert_int_eq(tp_policy_parse(&p, "head=nvfp4", &e), TP_OK);
     int r;
     ck_assert_int_eq(tp_policy_resolve(&p, "head", &r), TP_PREC_NVFP4);
-    ck_assert_int_eq(r, 2);
+    ck_assert_int_eq(r, 3); /* after the defaults: patch_embed.proj, head, lm_head */
+    ck_assert_int_eq(tp_policy_resolve(&p, "lm_head", NULL), TP_PREC_FP16);
     ck_assert_int_eq(tp_policy_resolve(&p, "patch_embed.proj", &r), TP_PREC_FP16);
     char buf[128];
     ck_assert_str_eq(tp_policy_reason(&p, r, buf, sizeof buf), "default rule 'patch_embed.proj=fp16'");
-    ck_assert_str_eq(tp_policy_reason(&p, 2, buf, sizeof buf), "override 'head=nvfp4'");
+    ck_assert_str_eq(tp_policy_reason(&p, 3, buf, sizeof buf), "override 'head=nvfp4'");
 }
 END_TEST
 
@@ -497,30 +499,31 @@ START_TEST(test_policy_json_good) {
                       "               {\"layers\": \"head\", \"precision\": \"bf16\"}]}";
     ck_assert_msg(load_text(doc, &p, &e, NULL) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(p.def, TP_PREC_NVFP4);
-    ck_assert_int_eq(p.n_rules, 6); /* 2 defaults + 4 from the file */
+    ck_assert_int_eq(p.n_rules, 7); /* 3 defaults + 4 from the file */
     ck_assert_int_eq(p.rules[0].builtin, 1);
     ck_assert_int_eq(p.rules[1].builtin, 1);
-    ck_assert_str_eq(p.rules[3].glob, "blocks.0.*");
-    ck_assert_str_eq(p.rules[4].glob, "blocks.11.*");
-    ck_assert_int_eq(p.rules[4].builtin, 0);
+    ck_assert_int_eq(p.rules[2].builtin, 1);
+    ck_assert_str_eq(p.rules[4].glob, "blocks.0.*");
+    ck_assert_str_eq(p.rules[5].glob, "blocks.11.*");
+    ck_assert_int_eq(p.rules[5].builtin, 0);
     int r;
     ck_assert_int_eq(tp_policy_resolve(&p, "blocks.5.attn.qkv", &r), TP_PREC_FP8);
     ck_assert_int_eq(tp_policy_resolve(&p, "blocks.11.attn.qkv", &r), TP_PREC_FP16); /* later entry wins */
     ck_assert_int_eq(tp_policy_resolve(&p, "blocks.5.mlp.fc1", &r), TP_PREC_NVFP4);
     ck_assert_int_eq(tp_policy_resolve(&p, "head", &r), TP_PREC_BF16); /* the file overrides the default rule */
-    ck_assert_int_eq(r, 5);
+    ck_assert_int_eq(r, 6);
     ck_assert_int_eq(tp_policy_resolve(&p, "patch_embed.proj", &r), TP_PREC_FP16);
     /* no overrides at all */
     ck_assert_int_eq(load_text("{\"default\": \"bf16\"}", &p, &e, NULL), TP_OK);
     ck_assert_int_eq(p.def, TP_PREC_BF16);
     ck_assert_int_eq(p.n_rules, 0);
     ck_assert_int_eq(load_text("{\"default\": \"fp8\", \"overrides\": []}", &p, &e, NULL), TP_OK);
-    ck_assert_int_eq(p.n_rules, 2);
+    ck_assert_int_eq(p.n_rules, 3); /* the defaults */
     /* round trip through tp_policy_json */
     json_t *j = tp_policy_json(&p);
     ck_assert_str_eq(json_string_value(json_object_get(j, "default")), "fp8");
     json_t *ov = json_object_get(j, "overrides");
-    ck_assert_int_eq((int)json_array_size(ov), 2);
+    ck_assert_int_eq((int)json_array_size(ov), 3);
     ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ov, 1), "layers")), "head");
     ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ov, 1), "precision")), "fp16");
     ck_assert(json_is_true(json_object_get(json_array_get(ov, 1), "builtin")));
@@ -608,7 +611,8 @@ START_TEST(test_policy_on_vit_graph) {
     ck_assert_int_eq(count[TP_PREC_NVFP4], 24);
     tp_rule_use use[TP_POLICY_MAX_RULES];
     ck_assert_int_eq(tp_policy_check(&p, &g, use), 0);
-    for (int i = 0; i < p.n_rules; i++) ck_assert_int_eq(use[i], TP_RULE_USED);
+    for (int i = 0; i < p.n_rules; i++) /* the default lm_head rule (decoders') matches nothing in a ViT */
+        ck_assert_int_eq(use[i], strcmp(p.rules[i].glob, "lm_head") == 0 ? TP_RULE_UNMATCHED : TP_RULE_USED);
     tp_graph_free(&g);
 }
 END_TEST
@@ -629,13 +633,14 @@ START_TEST(test_policy_unmatched_rules) {
                      TP_OK);
     tp_rule_use use[TP_POLICY_MAX_RULES];
     ck_assert_int_eq(tp_policy_check(&p, &g, use), 3);
-    ck_assert_int_eq(use[0], TP_RULE_USED); /* patch_embed.proj */
-    ck_assert_int_eq(use[1], TP_RULE_USED); /* head */
-    ck_assert_int_eq(use[2], TP_RULE_UNMATCHED);
-    ck_assert_int_eq(use[3], TP_RULE_NO_GEMM);
-    ck_assert_int_eq(use[4], TP_RULE_SHADOWED);
-    ck_assert_int_eq(use[5], TP_RULE_USED);
+    ck_assert_int_eq(use[0], TP_RULE_USED);      /* patch_embed.proj */
+    ck_assert_int_eq(use[1], TP_RULE_USED);      /* head */
+    ck_assert_int_eq(use[2], TP_RULE_UNMATCHED); /* lm_head: a default, not counted */
+    ck_assert_int_eq(use[3], TP_RULE_UNMATCHED);
+    ck_assert_int_eq(use[4], TP_RULE_NO_GEMM);
+    ck_assert_int_eq(use[5], TP_RULE_SHADOWED);
     ck_assert_int_eq(use[6], TP_RULE_USED);
+    ck_assert_int_eq(use[7], TP_RULE_USED);
     ck_assert_int_eq(tp_policy_check(&p, &g, NULL), 3);
     char *buf = NULL;
     size_t n = 0;

@@ -175,7 +175,8 @@ void tp_convert_to_f32(tp_dtype t, const void *src, float *dst, size_t n, float 
 
 /* ---- precisions (tprof.h) ---- */
 
-static const char *const PREC_NAMES[TP_PREC_COUNT] = {"fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp8", "nvfp4", "mxfp4"};
+static const char *const PREC_NAMES[TP_PREC_COUNT] = {"fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp8", "nvfp4", "mxfp4",
+                                                            "fp8-wo"};
 
 const char *tp_precision_name(tp_precision p) { return (unsigned)p < TP_PREC_COUNT ? PREC_NAMES[p] : "?"; }
 

@@ -125,6 +125,15 @@ static tp_cap derive(int sm, tp_precision p) {
                        "0.5 + 1/32",
                        emu_impl);
         return cap(TP_PATH_UNSUPPORTED, NO_BS_BEFORE_80, NULL, 0);
+    case TP_PREC_FP8_WO:
+        /* tprof's decode GEMV (gemv.h): cvt.f16x2.e4m3x2 (sm_89) and thread-block clusters (sm_90), built for sm_90 */
+        if (hopper)
+            return cap(TP_PATH_NATIVE,
+                       "weight-only: E4M3 weights (per-tensor FP32 scale), FP16 activations; decode steps (<= 8 rows) "
+                       "in tprof's GEMV, the weights decoded in registers; longer inputs (prefill) dequantize the "
+                       "weights to FP16 (exact) for cuBLASLt's FP16 GEMM at the FP16 rate, the scale in alpha",
+                       NULL, 1);
+        return cap(TP_PATH_UNSUPPORTED, "tprof's FP8 weight-only GEMV is built for sm_90 (Hopper) only", NULL, 0);
     default: break;
     }
     return cap(TP_PATH_UNSUPPORTED, "unknown precision", NULL, 0);

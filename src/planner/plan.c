@@ -60,6 +60,28 @@ static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_prec
     return TP_OK;
 }
 
+/* Weight-only FP8 (W8A16): each quantized linear's weight stored as E4M3 with a per-tensor scale (amax / 448, as
+ * the FP8 GEMMs' weights), its input and output in FP16. The engine decodes the weights in registers where the
+ * linear reads at most 8 rows (a decode step: tprof's GEMV, gemv.h) and dequantizes them to FP16, exactly, for
+ * cuBLASLt's FP16 GEMM with the scale in alpha otherwise (engine_launch.c). The GEMV reads K in multiples of 8. */
+static tp_status plan_weight_only(const tp_graph *g, const int *keep, tp_plan *p, tp_error *err) {
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_LINEAR || keep[i]) continue;
+        if (op->gemm_k % 8)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: K = %lld: the FP8 weight-only GEMV reads K in multiples "
+                           "of 8; keep the layer high (--policy '%s=fp16')", op->layer, (long long)op->gemm_k, op->layer);
+        const int w = op->in[1];
+        p->value_dt[w] = TP_E4M3;
+        p->value_scaled[w] = 1;
+        p->op_prec[i] = TP_PREC_FP8_WO;
+        snprintf(p->op_note[i], sizeof p->op_note[i],
+                 "weight-only: e4m3 weights (per-tensor scale amax/448), fp16 in/out; <= 8 rows: tprof GEMV decoding "
+                 "them in registers; more: dequantized to fp16 for an fp16 GEMM");
+    }
+    return TP_OK;
+}
+
 static int consumers(const tp_graph *g, int v) {
     int n = 0;
     for (int i = 0; i < g->n_ops; i++)
@@ -289,7 +311,8 @@ static int cuda_runs(const tp_op *op, tp_precision prec) {
     case TP_OP_GLU:
     case TP_OP_KV_APPEND:
     case TP_OP_KV_ATTENTION:
-    case TP_OP_ALL_REDUCE: return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16;
+    case TP_OP_ALL_REDUCE:
+        return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16 || prec == TP_PREC_FP8_WO;
     default: return 0;
     }
 }
@@ -331,7 +354,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "precision %s needs sm_89 or newer (E4M3 tensor cores); this %s is %s", tp_precision_name(prec),
                        target, tname);
-    if (fp8_block) {
+    if (fp8_block || (prec == TP_PREC_FP8_WO && sm)) {
         /* native on Hopper only; elsewhere the capability table says what is missing */
         tp_status cst = tp_caps_require(sm, NULL, prec, NULL, err);
         if (cst) return cst;
@@ -372,7 +395,9 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     if (st) goto out;
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
     const char *act = tp_dtype_info(p->act_dt)->name;
-    tp_precision high = prec == TP_PREC_FP8 ? TP_PREC_FP16 : (block_fmt || fp8_block) ? TP_PREC_BF16 : prec;
+    tp_precision high = prec == TP_PREC_FP8 || prec == TP_PREC_FP8_WO ? TP_PREC_FP16
+                        : (block_fmt || fp8_block)                    ? TP_PREC_BF16
+                                                                      : prec;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         p->op_prec[i] = high;
@@ -404,6 +429,10 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     }
     if (fp8_block) {
         st = plan_fp8_block(g, sm, keep, p, err);
+        goto out;
+    }
+    if (prec == TP_PREC_FP8_WO) {
+        st = plan_weight_only(g, keep, p, err);
         goto out;
     }
     if (prec != TP_PREC_FP8) goto out;

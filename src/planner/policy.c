@@ -13,7 +13,7 @@ void tp_policy_init(tp_policy *p, tp_precision def) {
 
 static int is_quantized(tp_precision prec) {
     return prec == TP_PREC_FP8 || prec == TP_PREC_FP8_BLOCK || prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 ||
-           prec == TP_PREC_MXFP4;
+           prec == TP_PREC_MXFP4 || prec == TP_PREC_FP8_WO;
 }
 
 static void add_rule(tp_policy *p, const char *glob, size_t len, tp_precision prec, int builtin) {
@@ -29,6 +29,8 @@ void tp_policy_default(tp_policy *p, tp_precision prec) {
     if (!is_quantized(prec)) return;
     add_rule(p, "patch_embed.proj", strlen("patch_embed.proj"), TP_PREC_FP16, 1);
     add_rule(p, "head", strlen("head"), TP_PREC_FP16, 1);
+    /* a decoder's LM head, as NVIDIA ModelOpt's default quantization configs keep it ("*lm_head*" disabled) */
+    add_rule(p, "lm_head", strlen("lm_head"), TP_PREC_FP16, 1);
 }
 
 /* Checks a glob of len bytes before it is added; the one place the limits are enforced. */

@@ -82,7 +82,7 @@ static void run_case(int kc, tp_precision prec) {
     const int k = CASES[kc][0];
     B = CASES[kc][1];
     T = CASES[kc][2];
-    const double tol = prec == TP_PREC_FP32 ? 1e-4 : prec == TP_PREC_FP16 ? 5e-3 : 3e-2;
+    const double tol = prec == TP_PREC_FP32 ? 1e-4 : prec == TP_PREC_FP16 || prec == TP_PREC_FP8_WO ? 5e-3 : 3e-2;
     tp_model m = model_case(k);
     tp_error e = {0};
     tp_params p = {0};
@@ -98,19 +98,32 @@ static void run_case(int kc, tp_precision prec) {
     float *want_steps = malloc(sizeof(float) * G * B * V);
     int32_t arg[MAXB];
 
-    /* the CPU: the prefill, then greedy steps (the reference logits of each) */
+    /* the CPU: the prefill, then greedy steps (the reference logits of each); weight-only FP8 against the CPU's
+     * emulation of its plans (the weights' E4M3 values, fp16 activations) */
     tp_graph gp = step(&m, &p, T, 0, 0), gd = step(&m, &p, 1, T, 0);
     tp_cpu_session s = {0};
-    ck_assert_msg(tp_cpu_run_session(&gp, &p, &s, ids, want, &e) == TP_OK, "%s", e.msg);
+    tp_plan cpp = {0}, cpd = {0};
+    const int emu = prec == TP_PREC_FP8_WO;
+    if (emu) {
+        tp_policy pol;
+        tp_policy_default(&pol, prec);
+        ck_assert_int_eq(tp_plan_build_policy(&gp, &pol, 90, &cpp, &e), TP_OK);
+        ck_assert_int_eq(tp_plan_build_policy(&gd, &pol, 90, &cpd, &e), TP_OK);
+    }
+    ck_assert_msg((emu ? tp_cpu_run_session_emulated(&gp, &p, &cpp, NULL, &s, ids, want, &e)
+                       : tp_cpu_run_session(&gp, &p, &s, ids, want, &e)) == TP_OK, "%s", e.msg);
     tp_cpu_argmax(want, arg, B, V);
     for (int b = 0; b < B; b++) tok[b] = (float)arg[b];
     for (int st = 0; st < G; st++) {
-        ck_assert_msg(tp_cpu_run_session(&gd, &p, &s, tok + st * B, want_steps + (size_t)st * B * V, &e) == TP_OK,
-                      "%s", e.msg);
+        float *ws = want_steps + (size_t)st * B * V;
+        ck_assert_msg((emu ? tp_cpu_run_session_emulated(&gd, &p, &cpd, NULL, &s, tok + st * B, ws, &e)
+                           : tp_cpu_run_session(&gd, &p, &s, tok + st * B, ws, &e)) == TP_OK, "%s", e.msg);
         tp_cpu_argmax(want_steps + (size_t)st * B * V, arg, B, V);
         for (int b = 0; b < B; b++) tok[(st + 1) * B + b] = (float)arg[b];
     }
     tp_cpu_session_free(&s);
+    tp_plan_free(&cpp);
+    tp_plan_free(&cpd);
 
     /* the GPU: prefill engine, decode engine sharing its weights and cache, fed the CPU's tokens; at batch 1 the
      * decode engine runs q/k/v and gate/up as one GEMV each (forced: the layout's path, whatever the timing) */
@@ -190,6 +203,10 @@ START_TEST(test_decoder_fp16) { run_case(_i, TP_PREC_FP16); }
 END_TEST
 START_TEST(test_decoder_bf16) { run_case(_i, TP_PREC_BF16); }
 END_TEST
+/* weight-only FP8: the prefill dequantizes the weights for cuBLASLt (M = B x T rows), the decode steps' GEMV
+ * decodes them in registers, the decode engine shares the prefill's E4M3 weights and their scales */
+START_TEST(test_decoder_fp8_wo) { run_case(_i, TP_PREC_FP8_WO); }
+END_TEST
 
 Suite *gpu_decoder_engine_suite(void) {
     Suite *s = suite_create("gpu_decoder_engine");
@@ -198,6 +215,7 @@ Suite *gpu_decoder_engine_suite(void) {
     tcase_add_loop_test(t, test_decoder_fp32, 0, 5);
     tcase_add_loop_test(t, test_decoder_fp16, 0, 5);
     tcase_add_loop_test(t, test_decoder_bf16, 0, 5);
+    tcase_add_loop_test(t, test_decoder_fp8_wo, 0, 5);
     suite_add_tcase(s, t);
     return s;
 }

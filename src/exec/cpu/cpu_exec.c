@@ -68,6 +68,12 @@ tp_status tp_cpu_run_session(const tp_graph *g, const tp_params *params, tp_cpu_
     return run(g, params, NULL, NULL, s, input, output, err);
 }
 
+tp_status tp_cpu_run_session_emulated(const tp_graph *g, const tp_params *params, const tp_plan *plan,
+                                      const float *act_amax, tp_cpu_session *s, const float *input, float *output,
+                                      tp_error *err) {
+    return run(g, params, plan, act_amax, s, input, output, err);
+}
+
 void tp_cpu_session_free(tp_cpu_session *s) {
     for (int i = 0; i < s->n; i++) free(s->bufs[i].data);
     free(s->bufs);
@@ -259,6 +265,18 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
     }
     case TP_OP_LINEAR: {
         tp_qformat qf = plan ? plan->value_qf[op->in[0]] : TP_QF_NONE;
+        if (plan && plan->value_dt[op->in[1]] == TP_E4M3 && plan->value_dt[op->in[0]] != TP_E4M3) {
+            /* weight-only FP8: the weight's per-tensor E4M3 values (amax / 448, as the engine stores them) */
+            const int64_t wn = op->gemm_n * op->gemm_k;
+            float *qw = malloc(sizeof(float) * (size_t)wn);
+            if (!qw) return tp_fail(err, TP_ERR_OOM, "out of host memory emulating %s", op->layer);
+            st = tp_qdq_f32(TP_QF_FP8_TENSOR, buf[op->in[1]], qw, op->gemm_n, op->gemm_k, 1, 0.0f, NULL, err);
+            if (!st)
+                tp_cpu_linear(x, qw, op->n_in > 2 ? buf[op->in[2]] : NULL, y, op->gemm_m, op->gemm_n, op->gemm_k);
+            free(qw);
+            if (st) return st;
+            break;
+        }
         if (qf != TP_QF_NONE) {
             float glob = 0.0f; /* NVFP4 activations: the calibrated per-tensor scale */
             if (tp_qformat_info(qf)->global_scale) {

@@ -52,11 +52,18 @@ tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *in
  *     format values (tp_qdq_f32, weights and activations alike; NVFP4 activations with the calibrated per-tensor
  *     scale act_amax[v] / (6 * 448), weights with their own) and applies the per-tensor scales after the
  *     accumulation, as the GPU path does;
+ *   - every Linear whose weight the plan stores as E4M3 but whose input it does not (weight-only FP8) multiplies
+ *     the weight's per-tensor E4M3 values (amax / 448, tp_qdq_f32 TP_QF_FP8_TENSOR) by the exact input;
  *   - every value the plan stores in fp16 or bf16 (activations after each op, parameters) is rounded to it.
  * So it computes what the engine computes, up to summation order and the kernels' fp32 math: a block-scaled
  * engine must match it closely, since a rounding decision flips only when the two differ at a midpoint.
  * act_amax: per value, host, or NULL when no format needs it. Errors: TP_ERR_OOM, TP_ERR_ARG. */
 tp_status tp_cpu_run_emulated(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
                               const float *input, float *output, tp_error *err);
+/* tp_cpu_run_emulated over a session (a decoder's prefill, then decode steps, each with its own plan), as
+ * tp_cpu_run_session runs them in FP32. Errors as both. */
+tp_status tp_cpu_run_session_emulated(const tp_graph *g, const tp_params *params, const tp_plan *plan,
+                                      const float *act_amax, tp_cpu_session *s, const float *input, float *output,
+                                      tp_error *err);
 
 #endif

@@ -269,15 +269,18 @@ static tp_status upload_native_bs_weight(tp_engine *e, int v, const tp_param *p,
     return st;
 }
 
-/* The shared engine's device copy of parameter value v (the same parameter in the same storage), or -1. */
+/* The shared engine's device copy of parameter value v (the same parameter in the same storage), or -1. A scaled
+ * weight is shared only as per-tensor E4M3, whose scale the shared engine keeps on the host (wglobal). */
 static int shared_param(const tp_engine *e, int v) {
     const tp_engine *s = e->share;
     const tp_value *val = &e->g->values[v];
     for (int u = 0; s && u < s->g->n_values; u++) {
         const tp_value *o = &s->g->values[u];
+        const int scaled = s->plan->value_scaled[u], per_tensor_e4m3 = s->plan->value_dt[u] == TP_E4M3 &&
+                                                                         s->plan->value_qf[u] == TP_QF_NONE;
         if (o->kind == TP_VAL_PARAM && o->param_index == val->param_index && s->dptr[u] &&
             s->plan->value_dt[u] == e->plan->value_dt[v] && s->plan->value_qf[u] == e->plan->value_qf[v] &&
-            !s->plan->value_scaled[u] && !e->plan->value_scaled[v])
+            scaled == e->plan->value_scaled[v] && (!scaled || per_tensor_e4m3))
             return u;
     }
     return -1;
@@ -292,6 +295,7 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
         if (sv >= 0) { /* the prefill engine's copy: a decode engine adds no weight memory */
             e->dptr[v] = e->share->dptr[sv];
             e->wglobal[v] = e->share->wglobal[sv];
+            if (e->plan->value_scaled[v]) h_scales[SCALE_SLOT * v] = e->share->wglobal[sv];
             continue;
         }
         const tp_param *p = &e->params->params[g->values[v].param_index];
@@ -344,6 +348,7 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
             pre8->scale_bytes == sizeof(float)) {
             /* a stored per-tensor FP8 weight: its E4M3 bytes and scale as they are */
             memcpy(&h_scales[SCALE_SLOT * v], pre8->scales, sizeof(float));
+            e->wglobal[v] = h_scales[SCALE_SLOT * v];
             st = tpe_dev_alloc(e, bytes, &e->dptr[v], p->name, err);
             if (!st) {
                 cudaError_t ce = cudaMemcpy(e->dptr[v], pre8->elems, bytes, cudaMemcpyHostToDevice);
@@ -358,6 +363,7 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
             double amax = 0;
             for (int64_t j = 0; j < p->numel; j++) amax = fmax(amax, fabs((double)p->data[j]));
             scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
+            e->wglobal[v] = scale;
         }
         h_scales[SCALE_SLOT * v] = scale;
         void *h = malloc(bytes ? bytes : 1);
@@ -596,7 +602,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     /* GEMM plans and the im2col scratch */
     st = tp_gemm_ctx_create(opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), &e->gemm, err);
     if (st) goto fail;
-    size_t cols_bytes = 0, qdq_bytes = 0, q8_bytes = 0;
+    size_t cols_bytes = 0, qdq_bytes = 0, q8_bytes = 0, wdq_bytes = 0;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR && op->kind != TP_OP_PATCH_EMBED) continue;
@@ -654,6 +660,11 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
             if (b > qdq_bytes) qdq_bytes = b;
             e->alpha[i] = h_scales[SCALE_SLOT * op->in[0]] * e->wglobal[op->in[1]];
         }
+        if (op_weight_only(e, i)) { /* the GEMM's W: the exact E4M3 values in the activations' type, scale in alpha */
+            e->alpha[i] = e->wglobal[op->in[1]];
+            const size_t b = (size_t)(op->gemm_n * op->gemm_k) * tp_dtype_info(plan->value_dt[op->in[0]])->bytes;
+            if (op->gemm_m > 8 && b > wdq_bytes) wdq_bytes = b;
+        }
         const int eg = plan->op_epilogue_gelu[i]; /* a fused GELU: the GEMM writes its output (plan.c) */
         tp_gemm_desc d = {op->gemm_m, op->gemm_n, op->gemm_k,
                           op->kind == TP_OP_PATCH_EMBED                  ? plan->value_dt[op->in[1]]
@@ -683,6 +694,11 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
         st = tpe_dev_alloc(e, q8_bytes, &e->d_q8, "quantized operand scratch", err);
         if (st) goto fail;
         e->act_bytes += (double)q8_bytes;
+    }
+    if (wdq_bytes) {
+        st = tpe_dev_alloc(e, wdq_bytes, &e->d_wdq, "the weight-only GEMMs' dequantized weight", err);
+        if (st) goto fail;
+        e->act_bytes += (double)wdq_bytes;
     }
 
     st = tpe_choose_attention(e, opt->attention, err);

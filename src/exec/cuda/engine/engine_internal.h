@@ -46,7 +46,10 @@ struct tp_engine {
     void *d_q8;           /* fp8-block, native MX/NV: the codes of a GEMM input quantized by a standalone kernel */
     void **d_bscale;      /* per value: block scales as cuBLASLt reads them (fp8-block: fp32 (K/128, M_pad) for
                              activations, 128x128 tiles for weights; native MX/NV: codes in the 128x4 layout) */
-    float *wglobal;       /* per value: NVFP4 weights' second-level scale s2 (1 elsewhere), host */
+    float *wglobal;       /* per value, host: a weight's per-tensor scale: NVFP4's second-level s2, a per-tensor E4M3
+                             weight's amax / 448; 1 elsewhere */
+    void *d_wdq;          /* weight-only FP8 linears of more than 8 rows: their weight dequantized to FP16 for the
+                             GEMM (the largest one's size; one stream) */
     float *alpha;         /* per op: the GEMM's alpha (s2_a * s2_w for NVFP4, else 1), host */
     void **allocs;        /* everything cudaMalloc'ed, for destroy */
     int n_allocs, cap_allocs;
@@ -155,6 +158,12 @@ static inline int op_native_bs(const tp_engine *e, int i) {
     const tp_op *op = &e->g->ops[i];
     tp_qformat qf = op->kind == TP_OP_LINEAR ? e->plan->value_qf[op->in[0]] : TP_QF_NONE;
     return (qf == TP_QF_MXFP8 || qf == TP_QF_NVFP4 || qf == TP_QF_MXFP4) && !e->plan->op_emulated[i];
+}
+
+/* Op i is a weight-only FP8 linear: E4M3 weights, 16-bit input (plan.c plan_weight_only). */
+static inline int op_weight_only(const tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    return op->kind == TP_OP_LINEAR && e->plan->value_dt[op->in[1]] == TP_E4M3 && e->plan->value_dt[op->in[0]] != TP_E4M3;
 }
 
 /* Weight v is read by a native block-scaled GEMM. */

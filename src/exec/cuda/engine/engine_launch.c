@@ -188,6 +188,18 @@ static int launch_linear(tp_engine *e, int i, int *cublas) {
     if (eg >= 0) yv = g->ops[eg].out;
     y = e->dptr[yv];
     ydt = pl->value_dt[yv];
+    if (op_weight_only(e, i)) { /* E4M3 weights with a per-tensor scale, 16-bit activations (plan.c) */
+        const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
+        if (op->gemm_m <= 8) /* a decode step: the GEMV decodes the weights in registers, the scale in its epilogue */
+            return tpk_gemv_fp8(x, e->dptr[op->in[1]], NULL, e->d_scales + SCALE_SLOT * op->in[1], bias, res, y, xdt,
+                                (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, s);
+        HOOK(e, i, TP_CAT_CONVERT); /* the weight's exact values in the activations' type, its scale in alpha */
+        rc = tpk_e4m3_to_16bit(e->dptr[op->in[1]], e->d_wdq, xdt, (long long)(op->gemm_n * op->gemm_k), s);
+        if (rc) return rc;
+        HOOK(e, i, TP_CAT_GEMM);
+        *cublas = 1;
+        return tp_gemm_run_q(e->gemm, e->gplan[i], x, e->d_wdq, bias, res, y, NULL, NULL, NULL, e->alpha[i], s);
+    }
     if (e->gemv16[i]) { /* a decode GEMV: the bias and the residual in its epilogue */
         rc = tpk_gemv(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y, xdt, (int)op->gemm_m,
                       (int)op->gemm_n, (int)op->gemm_k, s);

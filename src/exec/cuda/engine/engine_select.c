@@ -249,6 +249,11 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                      n);
             continue;
         }
+        if (op_weight_only(e, i) && g->ops[i].gemm_m <= 8) { /* decode: the GEMV, nothing to choose */
+            snprintf(e->impl_note[i], sizeof e->impl_note[i],
+                     "tprof FP8 weight-only GEMV (gemv.h tpk_gemv_fp8): E4M3 weights decoded in registers");
+            continue;
+        }
         if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i))) {
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt: the heuristic's first of %d algorithms%s", n,
                      first && n > 1 ? " (selection off)" : "");

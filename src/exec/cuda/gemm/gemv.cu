@@ -497,6 +497,32 @@ extern "C" int tpk_gemv_nvfp4(const void *x, const void *w, const void *scales, 
     return (int)dispatch<FMT_NVFP4, 8>(p, dt, M, (cudaStream_t)stream);
 }
 
+/* 4 codes a thread: e4m3x2 pairs through the hardware conversion (exact); bf16 from the exact f16 value */
+template <class T>
+__global__ void e4m3_to_16bit_kernel(const unsigned char *__restrict__ w, T *__restrict__ y, long long n) {
+    const long long i = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    if (i + 4 <= n && ((uintptr_t)(w + i) & 3) == 0) {
+        const uint32_t q = *(const uint32_t *)(w + i);
+        const __half2 a = from32<__half2>(e4m3x2_f16x2(q)), b = from32<__half2>(e4m3x2_f16x2(q >> 16));
+        y[i] = T(__low2float(a)), y[i + 1] = T(__high2float(a)), y[i + 2] = T(__low2float(b)), y[i + 3] = T(__high2float(b));
+        return;
+    }
+    for (long long k = i; k < n && k < i + 4; k++) y[k] = T(__low2float(from32<__half2>(e4m3x2_f16x2(w[k]))));
+}
+
+extern "C" int tpk_e4m3_to_16bit(const void *w, void *y, tp_dtype dt, long long n, tp_stream stream) {
+    if (!w || !y || n < 1 || (dt != TP_F16 && dt != TP_BF16)) return (int)cudaErrorInvalidValue;
+    const long long threads = (n + 3) / 4;
+    const unsigned blocks = (unsigned)((threads + 255) / 256);
+    if (dt == TP_F16)
+        e4m3_to_16bit_kernel<__half><<<blocks, 256, 0, (cudaStream_t)stream>>>((const unsigned char *)w, (__half *)y, n);
+    else
+        e4m3_to_16bit_kernel<__nv_bfloat16>
+            <<<blocks, 256, 0, (cudaStream_t)stream>>>((const unsigned char *)w, (__nv_bfloat16 *)y, n);
+    return (int)cudaGetLastError();
+}
+
 extern "C" long long tpk_gemv_weight_bytes(int format, long long N, long long K, int channel_scales) {
     switch (format) {
     case 0: return 2 * N * K;

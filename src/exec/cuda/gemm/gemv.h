@@ -82,6 +82,11 @@ int tpk_gemv_fp8(const void *x, const void *w, const float *channel_scale, const
 int tpk_gemv_nvfp4(const void *x, const void *w, const void *scales, const float *global_scale, const void *bias,
                    const void *residual, void *y, tp_dtype dt, int M, int N, int K, tp_stream stream);
 
+/* The prefill's side of weight-only FP8: n E4M3 codes (w) to their exact values in dt (TP_F16 or TP_BF16: every
+ * E4M3 value is exact in both), for a 16-bit GEMM that applies the weight's scale in alpha. Errors as above
+ * (cudaErrorInvalidValue for a bad dt, n < 1 or a NULL pointer). */
+int tpk_e4m3_to_16bit(const void *w, void *y, tp_dtype dt, long long n, tp_stream stream);
+
 /* Bytes the weights of one call occupy (elements and scales; what a GEMV must stream once): format 0 = 16-bit,
  * 1 = FP8 (+ 4 N for channel scales when channel_scales), 2 = NVFP4 (K / 2 + K / 16 per row + 4). For the lab's
  * bandwidth figures. */
