@@ -467,7 +467,8 @@ START_TEST(test_weight_only_fp8) {
         const double d = rel_l2(got, want, Bq, V, &agree);
         printf("weight-only fp8 emulation, %s: logits rel L2 %.3e against fp32, top-1 %d/%d\n",
                step ? "decode step" : "prefill", d, agree, Bq);
-        ck_assert_msg(d > 1e-4 && d < 0.1, "step %d: rel L2 %g", step, d);
+        /* fp16 rounding alone gives ~7e-4: the weights' E4M3 values must show */
+        ck_assert_msg(d > 1e-2 && d < 0.1, "step %d: rel L2 %g", step, d);
         tp_plan_free(&pw);
         tp_graph_free(&gs);
     }

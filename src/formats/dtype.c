@@ -187,5 +187,5 @@ tp_status tp_precision_parse(const char *s, tp_precision *out, tp_error *err) {
             return TP_OK;
         }
     return tp_fail(err, TP_ERR_ARG,
-                   "unknown precision '%s' (expected fp32, fp16, bf16, fp8, fp8-block, mxfp8, nvfp4 or mxfp4)", s);
+                   "unknown precision '%s' (expected fp32, fp16, bf16, fp8, fp8-block, mxfp8, nvfp4, mxfp4 or fp8-wo)", s);
 }

@@ -124,6 +124,7 @@ static void fuse_gelu_tanh(const tp_graph *g, tp_plan *p) {
         if (op->kind != TP_OP_GELU) continue;
         const int x = op->in[0], y = op->out, j = g->values[x].producer;
         if (j < 0 || g->ops[j].kind != TP_OP_LINEAR || consumers(g, x) != 1 || p->op_epilogue_add[j] >= 0) continue;
+        if (p->op_prec[j] == TP_PREC_FP8_WO) continue; /* the weight-only GEMV has no GELU epilogue */
         const int a = g->ops[j].in[0];
         if (p->value_qf[a] != TP_QF_NONE || p->value_qf[y] != TP_QF_NONE) continue;
         if (p->value_dt[y] == TP_E4M3 ? p->value_dt[a] != TP_E4M3 : p->value_dt[y] != p->value_dt[x]) continue;
@@ -256,6 +257,9 @@ static tp_status plan_attention(const tp_graph *g, const tp_policy *pol, int i, 
     }
     const int x = op->in[0];
     const int64_t T = g->values[x].shape[1];
+    if (want == TP_PREC_FP8_WO)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: fp8-wo (%s) quantizes weights, and attention has none: "
+                       "give it fp8 or leave it high", op->layer, reason);
     if (want != TP_PREC_FP8) {
         const tp_qformat qf = want == TP_PREC_FP8_BLOCK ? TP_QF_FP8_BLOCK128
                               : want == TP_PREC_MXFP8   ? TP_QF_MXFP8

@@ -108,7 +108,7 @@ tp_status tp_policy_parse(tp_policy *p, const char *spec, tp_error *err) {
         if ((size_t)(pe - pb) >= sizeof pname || tp_precision_parse(pname, &prec, &pe_err) != TP_OK) {
             s = tp_fail(err, TP_ERR_ARG,
                         "override '%.*s': unknown precision '%.*s' (expected fp32, fp16, bf16, fp8, fp8-block, mxfp8, "
-                        "nvfp4 or mxfp4)",
+                        "nvfp4, mxfp4 or fp8-wo)",
                         n, tb, (int)(pe - pb), pb);
             goto done;
         }

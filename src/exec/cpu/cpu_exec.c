@@ -265,7 +265,7 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
     }
     case TP_OP_LINEAR: {
         tp_qformat qf = plan ? plan->value_qf[op->in[0]] : TP_QF_NONE;
-        if (plan && plan->value_dt[op->in[1]] == TP_E4M3 && plan->value_dt[op->in[0]] != TP_E4M3) {
+        if (plan && plan->op_prec[i] == TP_PREC_FP8_WO) {
             /* weight-only FP8: the weight's per-tensor E4M3 values (amax / 448, as the engine stores them) */
             const int64_t wn = op->gemm_n * op->gemm_k;
             float *qw = malloc(sizeof(float) * (size_t)wn);

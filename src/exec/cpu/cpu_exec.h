@@ -52,7 +52,7 @@ tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *in
  *     format values (tp_qdq_f32, weights and activations alike; NVFP4 activations with the calibrated per-tensor
  *     scale act_amax[v] / (6 * 448), weights with their own) and applies the per-tensor scales after the
  *     accumulation, as the GPU path does;
- *   - every Linear whose weight the plan stores as E4M3 but whose input it does not (weight-only FP8) multiplies
+ *   - every Linear the plan runs as weight-only FP8 (op_prec TP_PREC_FP8_WO) multiplies
  *     the weight's per-tensor E4M3 values (amax / 448, tp_qdq_f32 TP_QF_FP8_TENSOR) by the exact input;
  *   - every value the plan stores in fp16 or bf16 (activations after each op, parameters) is rounded to it.
  * So it computes what the engine computes, up to summation order and the kernels' fp32 math: a block-scaled

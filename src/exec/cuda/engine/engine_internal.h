@@ -160,10 +160,10 @@ static inline int op_native_bs(const tp_engine *e, int i) {
     return (qf == TP_QF_MXFP8 || qf == TP_QF_NVFP4 || qf == TP_QF_MXFP4) && !e->plan->op_emulated[i];
 }
 
-/* Op i is a weight-only FP8 linear: E4M3 weights, 16-bit input (plan.c plan_weight_only). */
+/* Op i is a weight-only FP8 linear: E4M3 weights, 16-bit input (plan.c plan_weight_only; not an fp8-block linear,
+ * whose input is also 16-bit until its quantize kernel runs). */
 static inline int op_weight_only(const tp_engine *e, int i) {
-    const tp_op *op = &e->g->ops[i];
-    return op->kind == TP_OP_LINEAR && e->plan->value_dt[op->in[1]] == TP_E4M3 && e->plan->value_dt[op->in[0]] != TP_E4M3;
+    return e->g->ops[i].kind == TP_OP_LINEAR && e->plan->op_prec[i] == TP_PREC_FP8_WO;
 }
 
 /* Weight v is read by a native block-scaled GEMM. */
