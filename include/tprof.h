@@ -84,7 +84,8 @@ typedef enum {
 /* Execution precision of an engine or an op (a request; the plan records what each op really ran in).
  * fp8: E4M3 with per-tensor scales; fp8-block: E4M3 with 1x128 / 128x128 FP32 block scales; mxfp8, nvfp4,
  * mxfp4: the block-scaled formats of src/formats/qformat.h; fp8-wo: weight-only FP8 (W8A16): E4M3 weights with a
- * per-tensor FP32 scale, FP16 activations, the weights decoded in registers by the decode GEMV. */
+ * per-tensor FP32 scale, FP16 activations, the weights decoded in registers by the decode GEMV; nvfp4-wo: weight-only
+ * NVFP4 (W4A16), the weights in NVFP4 (E2M1, UE4M3 per 16, FP32 per tensor), likewise. */
 typedef enum {
     TP_PREC_FP32 = 0,
     TP_PREC_FP16,
@@ -95,11 +96,12 @@ typedef enum {
     TP_PREC_NVFP4,
     TP_PREC_MXFP4,
     TP_PREC_FP8_WO,
+    TP_PREC_NVFP4_WO,
     TP_PREC_COUNT
 } tp_precision;
 
 const char *tp_precision_name(tp_precision p);
-/* Parses "fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp8", "nvfp4", "mxfp4", "fp8-wo"; TP_ERR_ARG naming the value
+/* Parses "fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp8", "nvfp4", "mxfp4", "fp8-wo", "nvfp4-wo"; TP_ERR_ARG naming the value
  * otherwise. */
 tp_status tp_precision_parse(const char *s, tp_precision *out, tp_error *err);
 

@@ -37,9 +37,9 @@ for s in $steps; do
   decoder)
     echo "=== decoder: a Llama-7B-shaped layer (1 layer, vocabulary 256: the layer's weights dominate), decode with ~1024 cached tokens"
     "$BUILD/tprof" bench --model llama-2-7b --layers 1 --vocab 256 --prompt 992 --gen 64 --batch 1 \
-      --precision fp16,bf16,fp8-wo --json "$OUT/decoder_llama7b_layer.json" || rc=1
+      --precision fp16,bf16,fp8-wo,nvfp4-wo --json "$OUT/decoder_llama7b_layer.json" || rc=1
     echo "=== decoder: llama-3.2-1b, pp512 tg128, batch 1 and 8"
-    "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1,8 --precision fp16,bf16,fp8-wo \
+    "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1,8 --precision fp16,bf16,fp8-wo,nvfp4-wo \
       --json "$OUT/decoder_llama32_1b.json" || rc=1
     ;;
   decoder_check)

@@ -21,20 +21,20 @@ static const struct {
     int sm;
     const char *kinds, *impl;
 } TABLE[] = {
-    /* the last column, fp8-wo: tprof's weight-only GEMV, built for sm_90 only */
-    {89, "NNNNEEEEU", "111101110"},  /* Ada: FP8 yes, FP8 block-128 scales no (Hopper only), no block-scaled MMA */
-    {90, "NNNNNEEEN", "111111111"},  /* Hopper: VEC128/BLK128x128 native, MX/NV emulated */
-    {100, "NNNNENNNU", "111101110"}, /* Blackwell: block-scaled MMA; FP8 block-128 emulated; none written yet */
-    {103, "NNNNENNNU", "111101110"},
-    {110, "NNNNENNNU", "111101110"},
-    {120, "NNNNENNNU", "111101110"},
-    {121, "NNNNENNNU", "111101110"},
+    /* the last columns, fp8-wo and nvfp4-wo: tprof's weight-only GEMVs, built for sm_90 only */
+    {89, "NNNNEEEEUU", "1111011100"},  /* Ada: FP8 yes, FP8 block-128 scales no (Hopper only), no block-scaled MMA */
+    {90, "NNNNNEEENN", "1111111111"},  /* Hopper: VEC128/BLK128x128 native, MX/NV emulated */
+    {100, "NNNNENNNUU", "1111011100"}, /* Blackwell: block-scaled MMA; FP8 block-128 emulated; none written yet */
+    {103, "NNNNENNNUU", "1111011100"},
+    {110, "NNNNENNNUU", "1111011100"},
+    {120, "NNNNENNNUU", "1111011100"},
+    {121, "NNNNENNNUU", "1111011100"},
     /* not in the table: derived */
-    {80, "NNNUUEEEU", "111000000"},  /* A100: no FP8; MX/NV could be emulated in BF16 but nobody has */
-    {86, "NNNUUEEEU", "111000000"},
-    {75, "NNUUUUUUU", "110000000"},  /* Turing: no BF16 */
-    {70, "UUUUUUUUU", "000000000"},  /* Volta: CUDA 13 dropped it */
-    {130, "NNNNENNNU", "111101110"}, /* a future Blackwell successor follows Blackwell's rules */
+    {80, "NNNUUEEEUU", "1110000000"},  /* A100: no FP8; MX/NV could be emulated in BF16 but nobody has */
+    {86, "NNNUUEEEUU", "1110000000"},
+    {75, "NNUUUUUUUU", "1100000000"},  /* Turing: no BF16 */
+    {70, "UUUUUUUUUU", "0000000000"},  /* Volta: CUDA 13 dropped it */
+    {130, "NNNNENNNUU", "1111011100"}, /* a future Blackwell successor follows Blackwell's rules */
 };
 #define N_TABLE ((int)(sizeof TABLE / sizeof TABLE[0]))
 

@@ -176,7 +176,7 @@ void tp_convert_to_f32(tp_dtype t, const void *src, float *dst, size_t n, float 
 /* ---- precisions (tprof.h) ---- */
 
 static const char *const PREC_NAMES[TP_PREC_COUNT] = {"fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp8", "nvfp4", "mxfp4",
-                                                            "fp8-wo"};
+                                                            "fp8-wo", "nvfp4-wo"};
 
 const char *tp_precision_name(tp_precision p) { return (unsigned)p < TP_PREC_COUNT ? PREC_NAMES[p] : "?"; }
 
@@ -187,5 +187,5 @@ tp_status tp_precision_parse(const char *s, tp_precision *out, tp_error *err) {
             return TP_OK;
         }
     return tp_fail(err, TP_ERR_ARG,
-                   "unknown precision '%s' (expected fp32, fp16, bf16, fp8, fp8-block, mxfp8, nvfp4, mxfp4 or fp8-wo)", s);
+                   "unknown precision '%s' (expected fp32, fp16, bf16, fp8, fp8-block, mxfp8, nvfp4, mxfp4, fp8-wo or nvfp4-wo)", s);
 }

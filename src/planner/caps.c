@@ -134,6 +134,14 @@ static tp_cap derive(int sm, tp_precision p) {
                        "weights to FP16 (exact) for cuBLASLt's FP16 GEMM at the FP16 rate, the scale in alpha",
                        NULL, 1);
         return cap(TP_PATH_UNSUPPORTED, "tprof's FP8 weight-only GEMV is built for sm_90 (Hopper) only", NULL, 0);
+    case TP_PREC_NVFP4_WO:
+        if (hopper)
+            return cap(TP_PATH_NATIVE,
+                       "weight-only: NVFP4 weights (E2M1, UE4M3 per 16 along K, FP32 per tensor), FP16 activations; "
+                       "decode steps (<= 8 rows) in tprof's GEMV, the weights decoded in registers; longer inputs "
+                       "(prefill) expand E2M1 x UE4M3 to FP16 (exact) for cuBLASLt's FP16 GEMM, the FP32 scale in alpha",
+                       NULL, 1);
+        return cap(TP_PATH_UNSUPPORTED, "tprof's NVFP4 weight-only GEMV is built for sm_90 (Hopper) only", NULL, 0);
     default: break;
     }
     return cap(TP_PATH_UNSUPPORTED, "unknown precision", NULL, 0);

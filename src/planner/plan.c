@@ -60,21 +60,33 @@ static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_prec
     return TP_OK;
 }
 
-/* Weight-only FP8 (W8A16): each quantized linear's weight stored as E4M3 with a per-tensor scale (amax / 448, as
- * the FP8 GEMMs' weights), its input and output in FP16. The engine decodes the weights in registers where the
- * linear reads at most 8 rows (a decode step: tprof's GEMV, gemv.h) and dequantizes them to FP16, exactly, for
- * cuBLASLt's FP16 GEMM with the scale in alpha otherwise (engine_launch.c). The GEMV reads K in multiples of 8. */
-static tp_status plan_weight_only(const tp_graph *g, const int *keep, tp_plan *p, tp_error *err) {
+/* Weight-only formats (W8A16, W4A16): each quantized linear's weight stored as E4M3 with a per-tensor scale
+ * (fp8-wo: amax / 448, as the FP8 GEMMs' weights) or as NVFP4 (nvfp4-wo: E2M1 codes, a UE4M3 scale per 16 along
+ * K, an FP32 scale per tensor, qformat.h), its input and output in FP16. The engine decodes the weights in
+ * registers where the linear reads at most 8 rows (a decode step: tprof's GEMV, gemv.h) and expands them to FP16,
+ * exactly, for cuBLASLt's FP16 GEMM with the FP32 per-tensor scale in alpha otherwise (engine_launch.c). The GEMV
+ * reads K in multiples of 8 (E4M3) or 16 (NVFP4). */
+static tp_status plan_weight_only(const tp_graph *g, const int *keep, tp_precision prec, tp_plan *p, tp_error *err) {
+    const int fp4 = prec == TP_PREC_NVFP4_WO, kmult = fp4 ? 16 : 8;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR || keep[i]) continue;
-        if (op->gemm_k % 8)
-            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: K = %lld: the FP8 weight-only GEMV reads K in multiples "
-                           "of 8; keep the layer high (--policy '%s=fp16')", op->layer, (long long)op->gemm_k, op->layer);
+        if (op->gemm_k % kmult)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: K = %lld: the %s weight-only GEMV reads K in multiples "
+                           "of %d; keep the layer high (--policy '%s=fp16')", op->layer, (long long)op->gemm_k,
+                           fp4 ? "NVFP4" : "FP8", kmult, op->layer);
         const int w = op->in[1];
+        p->op_prec[i] = prec;
+        if (fp4) {
+            p->value_dt[w] = TP_E2M1;
+            p->value_qf[w] = TP_QF_NVFP4;
+            snprintf(p->op_note[i], sizeof p->op_note[i],
+                     "weight-only: nvfp4 weights (e2m1, ue4m3 per 16, fp32 per tensor), fp16 in/out; <= 8 rows: tprof "
+                     "GEMV decoding them in registers; more: expanded to fp16 for an fp16 GEMM");
+            continue;
+        }
         p->value_dt[w] = TP_E4M3;
         p->value_scaled[w] = 1;
-        p->op_prec[i] = TP_PREC_FP8_WO;
         snprintf(p->op_note[i], sizeof p->op_note[i],
                  "weight-only: e4m3 weights (per-tensor scale amax/448), fp16 in/out; <= 8 rows: tprof GEMV decoding "
                  "them in registers; more: dequantized to fp16 for an fp16 GEMM");
@@ -124,7 +136,7 @@ static void fuse_gelu_tanh(const tp_graph *g, tp_plan *p) {
         if (op->kind != TP_OP_GELU) continue;
         const int x = op->in[0], y = op->out, j = g->values[x].producer;
         if (j < 0 || g->ops[j].kind != TP_OP_LINEAR || consumers(g, x) != 1 || p->op_epilogue_add[j] >= 0) continue;
-        if (p->op_prec[j] == TP_PREC_FP8_WO) continue; /* the weight-only GEMV has no GELU epilogue */
+        if (p->op_prec[j] == TP_PREC_FP8_WO || p->op_prec[j] == TP_PREC_NVFP4_WO) continue; /* the GEMV has no GELU */
         const int a = g->ops[j].in[0];
         if (p->value_qf[a] != TP_QF_NONE || p->value_qf[y] != TP_QF_NONE) continue;
         if (p->value_dt[y] == TP_E4M3 ? p->value_dt[a] != TP_E4M3 : p->value_dt[y] != p->value_dt[x]) continue;
@@ -257,9 +269,9 @@ static tp_status plan_attention(const tp_graph *g, const tp_policy *pol, int i, 
     }
     const int x = op->in[0];
     const int64_t T = g->values[x].shape[1];
-    if (want == TP_PREC_FP8_WO)
-        return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: fp8-wo (%s) quantizes weights, and attention has none: "
-                       "give it fp8 or leave it high", op->layer, reason);
+    if (want == TP_PREC_FP8_WO || want == TP_PREC_NVFP4_WO)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s (%s) quantizes weights, and attention has none: "
+                       "give it fp8 or leave it high", op->layer, tp_precision_name(want), reason);
     if (want != TP_PREC_FP8) {
         const tp_qformat qf = want == TP_PREC_FP8_BLOCK ? TP_QF_FP8_BLOCK128
                               : want == TP_PREC_MXFP8   ? TP_QF_MXFP8
@@ -316,7 +328,8 @@ static int cuda_runs(const tp_op *op, tp_precision prec) {
     case TP_OP_KV_APPEND:
     case TP_OP_KV_ATTENTION:
     case TP_OP_ALL_REDUCE:
-        return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16 || prec == TP_PREC_FP8_WO;
+        return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16 || prec == TP_PREC_FP8_WO ||
+               prec == TP_PREC_NVFP4_WO;
     default: return 0;
     }
 }
@@ -358,7 +371,8 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "precision %s needs sm_89 or newer (E4M3 tensor cores); this %s is %s", tp_precision_name(prec),
                        target, tname);
-    if (fp8_block || (prec == TP_PREC_FP8_WO && sm)) {
+    const int weight_only = prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
+    if (fp8_block || (weight_only && sm)) {
         /* native on Hopper only; elsewhere the capability table says what is missing */
         tp_status cst = tp_caps_require(sm, NULL, prec, NULL, err);
         if (cst) return cst;
@@ -399,7 +413,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     if (st) goto out;
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
     const char *act = tp_dtype_info(p->act_dt)->name;
-    tp_precision high = prec == TP_PREC_FP8 || prec == TP_PREC_FP8_WO ? TP_PREC_FP16
+    tp_precision high = prec == TP_PREC_FP8 || weight_only ? TP_PREC_FP16
                         : (block_fmt || fp8_block)                    ? TP_PREC_BF16
                                                                       : prec;
     for (int i = 0; i < g->n_ops; i++) {
@@ -435,8 +449,8 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         st = plan_fp8_block(g, sm, keep, p, err);
         goto out;
     }
-    if (prec == TP_PREC_FP8_WO) {
-        st = plan_weight_only(g, keep, p, err);
+    if (weight_only) {
+        st = plan_weight_only(g, keep, prec, p, err);
         goto out;
     }
     if (prec != TP_PREC_FP8) goto out;
@@ -533,8 +547,14 @@ double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
         const int r = a->in[0] == op->out ? a->in[1] : a->in[0];
         b += (double)tp_value_numel(&g->values[r]) * (double)tp_dtype_info(p->value_dt[r])->bytes;
     }
-    for (int j = 0; j < op->n_in; j++)
-        b += (double)tp_value_numel(&g->values[op->in[j]]) * (double)tp_dtype_info(p->value_dt[op->in[j]])->bytes;
+    for (int j = 0; j < op->n_in; j++) {
+        const double n = (double)tp_value_numel(&g->values[op->in[j]]);
+        if (j == 1 && p->op_prec && p->op_prec[i] == TP_PREC_NVFP4_WO) { /* codes, a scale per 16, the per-tensor one */
+            b += n / 2 + n / 16 + 4;
+            continue;
+        }
+        b += n * (double)tp_dtype_info(p->value_dt[op->in[j]])->bytes;
+    }
     if (op->kind == TP_OP_POOL && op->pool_mode == 0) /* the class token's row of each image, not all T rows */
         b -= (double)(tp_value_numel(&g->values[op->in[0]]) - tp_value_numel(&g->values[op->out])) *
              (double)tp_dtype_info(p->value_dt[op->in[0]])->bytes;

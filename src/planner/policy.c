@@ -13,7 +13,7 @@ void tp_policy_init(tp_policy *p, tp_precision def) {
 
 static int is_quantized(tp_precision prec) {
     return prec == TP_PREC_FP8 || prec == TP_PREC_FP8_BLOCK || prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 ||
-           prec == TP_PREC_MXFP4 || prec == TP_PREC_FP8_WO;
+           prec == TP_PREC_MXFP4 || prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
 }
 
 static void add_rule(tp_policy *p, const char *glob, size_t len, tp_precision prec, int builtin) {
@@ -108,7 +108,7 @@ tp_status tp_policy_parse(tp_policy *p, const char *spec, tp_error *err) {
         if ((size_t)(pe - pb) >= sizeof pname || tp_precision_parse(pname, &prec, &pe_err) != TP_OK) {
             s = tp_fail(err, TP_ERR_ARG,
                         "override '%.*s': unknown precision '%.*s' (expected fp32, fp16, bf16, fp8, fp8-block, mxfp8, "
-                        "nvfp4, mxfp4 or fp8-wo)",
+                        "nvfp4, mxfp4, fp8-wo or nvfp4-wo)",
                         n, tb, (int)(pe - pb), pb);
             goto done;
         }

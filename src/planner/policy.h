@@ -55,7 +55,7 @@ typedef struct {
 void tp_policy_init(tp_policy *p, tp_precision def);
 
 /* The default policy for a requested format: default = prec; for the quantized formats (fp8, fp8-block, mxfp8,
- * nvfp4, mxfp4, fp8-wo) the rules "patch_embed.proj=fp16", "head=fp16" and a decoder's "lm_head=fp16" (builtin = 1),
+ * nvfp4, mxfp4, fp8-wo, nvfp4-wo) the rules "patch_embed.proj=fp16", "head=fp16" and a decoder's "lm_head=fp16" (builtin = 1),
  * because the first and last
  * layers are the ones practitioners keep in high precision (ModelOpt's default configs leave the output layer
  * unquantized; the patch embedding sees raw pixels and is a tiny share of the FLOP). No rules for fp32, fp16,

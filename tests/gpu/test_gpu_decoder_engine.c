@@ -83,7 +83,8 @@ static void run_case(int kc, tp_precision prec) {
     const int k = CASES[kc][0];
     B = CASES[kc][1];
     T = CASES[kc][2];
-    const double tol = prec == TP_PREC_FP32 ? 1e-4 : prec == TP_PREC_FP16 || prec == TP_PREC_FP8_WO ? 5e-3 : 3e-2;
+    const int wo = prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
+    const double tol = prec == TP_PREC_FP32 ? 1e-4 : prec == TP_PREC_FP16 || wo ? 5e-3 : 3e-2;
     tp_model m = model_case(k);
     tp_error e = {0};
     tp_params p = {0};
@@ -104,7 +105,7 @@ static void run_case(int kc, tp_precision prec) {
     tp_graph gp = step(&m, &p, T, 0, 0), gd = step(&m, &p, 1, T, 0);
     tp_cpu_session s = {0};
     tp_plan cpp = {0}, cpd = {0};
-    const int emu = prec == TP_PREC_FP8_WO;
+    const int emu = wo;
     if (emu) {
         tp_policy pol;
         tp_policy_default(&pol, prec);
@@ -207,9 +208,11 @@ START_TEST(test_decoder_fp16) { run_case(_i, TP_PREC_FP16); }
 END_TEST
 START_TEST(test_decoder_bf16) { run_case(_i, TP_PREC_BF16); }
 END_TEST
-/* weight-only FP8: the prefill dequantizes the weights for cuBLASLt (M = B x T rows), the decode steps' GEMV
- * decodes them in registers, the decode engine shares the prefill's E4M3 weights and their scales */
+/* weight-only FP8 and NVFP4: the prefill expands the weights for cuBLASLt (M = B x T rows), the decode steps' GEMV
+ * decodes them in registers (batch 12: a GEMM again), the decode engine shares the prefill's weights and scales */
 START_TEST(test_decoder_fp8_wo) { run_case(_i, TP_PREC_FP8_WO); }
+END_TEST
+START_TEST(test_decoder_nvfp4_wo) { run_case(_i, TP_PREC_NVFP4_WO); }
 END_TEST
 
 Suite *gpu_decoder_engine_suite(void) {
@@ -220,6 +223,7 @@ Suite *gpu_decoder_engine_suite(void) {
     tcase_add_loop_test(t, test_decoder_fp16, 0, 6);
     tcase_add_loop_test(t, test_decoder_bf16, 0, 6);
     tcase_add_loop_test(t, test_decoder_fp8_wo, 0, 6);
+    tcase_add_loop_test(t, test_decoder_nvfp4_wo, 0, 6);
     suite_add_tcase(s, t);
     return s;
 }

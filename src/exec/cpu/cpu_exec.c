@@ -265,16 +265,20 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
     }
     case TP_OP_LINEAR: {
         tp_qformat qf = plan ? plan->value_qf[op->in[0]] : TP_QF_NONE;
-        if (plan && plan->op_prec[i] == TP_PREC_FP8_WO) {
-            /* weight-only FP8: the weight's per-tensor E4M3 values (amax / 448, as the engine stores them) */
-            const int64_t wn = op->gemm_n * op->gemm_k;
-            float *qw = malloc(sizeof(float) * (size_t)wn);
+        if (plan && (plan->op_prec[i] == TP_PREC_FP8_WO || plan->op_prec[i] == TP_PREC_NVFP4_WO)) {
+            /* weight-only: the weight's values in its format as the engine stores them (E4M3 per tensor, amax / 448;
+             * NVFP4 with its own per-tensor scale s2, applied after the sum as the engine does), the input exact */
+            const int64_t wn = op->gemm_n * op->gemm_k, M = op->gemm_m, N = op->gemm_n;
+            const int fp4 = plan->op_prec[i] == TP_PREC_NVFP4_WO;
+            float *qw = malloc(sizeof(float) * (size_t)wn), s2 = 1.0f;
             if (!qw) return tp_fail(err, TP_ERR_OOM, "out of host memory emulating %s", op->layer);
-            st = tp_qdq_f32(TP_QF_FP8_TENSOR, buf[op->in[1]], qw, op->gemm_n, op->gemm_k, 1, 0.0f, NULL, err);
-            if (!st)
-                tp_cpu_linear(x, qw, op->n_in > 2 ? buf[op->in[2]] : NULL, y, op->gemm_m, op->gemm_n, op->gemm_k);
+            st = tp_qdq_f32(fp4 ? TP_QF_NVFP4 : TP_QF_FP8_TENSOR, buf[op->in[1]], qw, N, op->gemm_k, 1, 0.0f, &s2, err);
+            if (!st) tp_cpu_linear(x, qw, NULL, y, M, N, op->gemm_k);
             free(qw);
             if (st) return st;
+            const float *bias = op->n_in > 2 ? buf[op->in[2]] : NULL;
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) y[m * N + n] = y[m * N + n] * s2 + (bias ? bias[n] : 0.0f);
             break;
         }
         if (qf != TP_QF_NONE) {

@@ -52,8 +52,9 @@ tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *in
  *     format values (tp_qdq_f32, weights and activations alike; NVFP4 activations with the calibrated per-tensor
  *     scale act_amax[v] / (6 * 448), weights with their own) and applies the per-tensor scales after the
  *     accumulation, as the GPU path does;
- *   - every Linear the plan runs as weight-only FP8 (op_prec TP_PREC_FP8_WO) multiplies
- *     the weight's per-tensor E4M3 values (amax / 448, tp_qdq_f32 TP_QF_FP8_TENSOR) by the exact input;
+ *   - every Linear the plan runs weight-only (op_prec TP_PREC_FP8_WO, TP_PREC_NVFP4_WO) multiplies the weight's
+ *     values in its format (per-tensor E4M3, amax / 448; NVFP4 with its own per-tensor scale, applied after the
+ *     sum) by the exact input;
  *   - every value the plan stores in fp16 or bf16 (activations after each op, parameters) is rounded to it.
  * So it computes what the engine computes, up to summation order and the kernels' fp32 math: a block-scaled
  * engine must match it closely, since a rounding decision flips only when the two differ at a midpoint.

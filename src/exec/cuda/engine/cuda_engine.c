@@ -269,6 +269,31 @@ static tp_status upload_native_bs_weight(tp_engine *e, int v, const tp_param *p,
     return st;
 }
 
+/* A weight-only NVFP4 weight (N, K) as tprof's GEMV reads it (gemv.h): the E2M1 codes in dptr[v], the row-major
+ * UE4M3 block scales in d_bscale[v], s2 on the host (wglobal[v]: the prefill GEMM's alpha) and in the engine's
+ * scale slot of v (the GEMV's global_scale). An engine file's stored NVFP4 tensor is used as it is. */
+static tp_status upload_nvfp4_wo_weight(tp_engine *e, int v, const tp_param *p, float *h_scales, tp_error *err) {
+    const int64_t N = value_rows(e, v), K = value_cols(e, v);
+    const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    tp_qtensor own;
+    memset(&own, 0, sizeof own);
+    tp_status st = TP_OK;
+    if (!pre || pre->format != TP_QF_NVFP4) {
+        if ((st = tp_quantize(TP_QF_NVFP4, p->data, N, K, 1, 0.0f, &own, err))) return st;
+        pre = &own;
+    }
+    if (!st) st = tpe_dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
+    if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
+    if (!st) st = tpe_dev_alloc(e, pre->scale_bytes, &e->d_bscale[v], p->name, err);
+    if (!st) st = upload(e->d_bscale[v], pre->scales, pre->scale_bytes, p->name, err);
+    if (!st) {
+        e->wglobal[v] = h_scales[SCALE_SLOT * v] = pre->global_scale;
+        e->weight_bytes += (double)pre->elem_bytes + (double)pre->scale_bytes + 4.0;
+    }
+    tp_qtensor_free(&own);
+    return st;
+}
+
 /* The shared engine's device copy of parameter value v (the same parameter in the same storage), or -1. A scaled
  * weight is shared only as per-tensor E4M3, whose scale the shared engine keeps on the host (wglobal). */
 static int shared_param(const tp_engine *e, int v) {
@@ -294,8 +319,9 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
         const int sv = shared_param(e, v);
         if (sv >= 0) { /* the prefill engine's copy: a decode engine adds no weight memory */
             e->dptr[v] = e->share->dptr[sv];
+            e->d_bscale[v] = e->share->d_bscale[sv]; /* block-scaled weights: their scales too */
             e->wglobal[v] = e->share->wglobal[sv];
-            if (e->plan->value_scaled[v]) h_scales[SCALE_SLOT * v] = e->share->wglobal[sv];
+            if (e->plan->value_scaled[v] || weight_nvfp4_wo(e, v)) h_scales[SCALE_SLOT * v] = e->share->wglobal[sv];
             continue;
         }
         const tp_param *p = &e->params->params[g->values[v].param_index];
@@ -303,6 +329,10 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
         size_t bytes = value_bytes(e, v);
         float scale = 1.0f;
         e->wglobal[v] = 1.0f;
+        if (weight_nvfp4_wo(e, v)) {
+            if ((st = upload_nvfp4_wo_weight(e, v, p, h_scales, err))) return st;
+            continue;
+        }
         if (e->plan->value_qf[v] == TP_QF_FP8_BLOCK128 || weight_native_bs(e, v)) {
             st = e->plan->value_qf[v] == TP_QF_FP8_BLOCK128 ? upload_fp8_block_weight(e, v, p, err)
                                                             : upload_native_bs_weight(e, v, p, err);

@@ -160,10 +160,18 @@ static inline int op_native_bs(const tp_engine *e, int i) {
     return (qf == TP_QF_MXFP8 || qf == TP_QF_NVFP4 || qf == TP_QF_MXFP4) && !e->plan->op_emulated[i];
 }
 
-/* Op i is a weight-only FP8 linear: E4M3 weights, 16-bit input (plan.c plan_weight_only; not an fp8-block linear,
- * whose input is also 16-bit until its quantize kernel runs). */
+/* Op i is a weight-only linear: E4M3 or NVFP4 weights, 16-bit input (plan.c plan_weight_only; not an fp8-block
+ * linear, whose input is also 16-bit until its quantize kernel runs). */
 static inline int op_weight_only(const tp_engine *e, int i) {
-    return e->g->ops[i].kind == TP_OP_LINEAR && e->plan->op_prec[i] == TP_PREC_FP8_WO;
+    return e->g->ops[i].kind == TP_OP_LINEAR &&
+           (e->plan->op_prec[i] == TP_PREC_FP8_WO || e->plan->op_prec[i] == TP_PREC_NVFP4_WO);
+}
+
+/* Weight v is read by a weight-only NVFP4 linear: packed as the GEMV reads it (gemv.h) */
+static inline int weight_nvfp4_wo(const tp_engine *e, int v) {
+    for (int i = 0; i < e->g->n_ops; i++)
+        if (e->g->ops[i].n_in > 1 && e->g->ops[i].in[1] == v && e->plan->op_prec[i] == TP_PREC_NVFP4_WO) return 1;
+    return 0;
 }
 
 /* Weight v is read by a native block-scaled GEMM. */

@@ -188,13 +188,19 @@ static int launch_linear(tp_engine *e, int i, int *cublas) {
     if (eg >= 0) yv = g->ops[eg].out;
     y = e->dptr[yv];
     ydt = pl->value_dt[yv];
-    if (op_weight_only(e, i)) { /* E4M3 weights with a per-tensor scale, 16-bit activations (plan.c) */
+    if (op_weight_only(e, i)) { /* E4M3 or NVFP4 weights, 16-bit activations (plan.c) */
         const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
-        if (op->gemm_m <= 8) /* a decode step: the GEMV decodes the weights in registers, the scale in its epilogue */
-            return tpk_gemv_fp8(x, e->dptr[op->in[1]], NULL, e->d_scales + SCALE_SLOT * op->in[1], bias, res, y, xdt,
-                                (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, s);
-        HOOK(e, i, TP_CAT_CONVERT); /* the weight's exact values in the activations' type, its scale in alpha */
-        rc = tpk_e4m3_to_16bit(e->dptr[op->in[1]], e->d_wdq, xdt, (long long)(op->gemm_n * op->gemm_k), s);
+        const int fp4 = pl->op_prec[i] == TP_PREC_NVFP4_WO, w = op->in[1];
+        const float *ws = e->d_scales + SCALE_SLOT * w; /* E4M3's scale, NVFP4's s2 */
+        if (op->gemm_m <= 8) /* a decode step: the GEMV decodes the weights in registers, the scales in its epilogue */
+            return fp4 ? tpk_gemv_nvfp4(x, e->dptr[w], e->d_bscale[w], ws, bias, res, y, xdt, (int)op->gemm_m,
+                                        (int)op->gemm_n, (int)op->gemm_k, s)
+                       : tpk_gemv_fp8(x, e->dptr[w], NULL, ws, bias, res, y, xdt, (int)op->gemm_m, (int)op->gemm_n,
+                                      (int)op->gemm_k, s);
+        HOOK(e, i, TP_CAT_CONVERT); /* the weight's exact values in the activations' type, its FP32 scale in alpha */
+        rc = fp4 ? tpk_nvfp4_to_16bit(e->dptr[w], e->d_bscale[w], e->d_wdq, xdt, (long long)op->gemm_n,
+                                      (long long)op->gemm_k, s)
+                 : tpk_e4m3_to_16bit(e->dptr[w], e->d_wdq, xdt, (long long)(op->gemm_n * op->gemm_k), s);
         if (rc) return rc;
         HOOK(e, i, TP_CAT_GEMM);
         *cublas = 1;

@@ -250,8 +250,10 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             continue;
         }
         if (op_weight_only(e, i) && g->ops[i].gemm_m <= 8) { /* decode: the GEMV, nothing to choose */
-            snprintf(e->impl_note[i], sizeof e->impl_note[i],
-                     "tprof FP8 weight-only GEMV (gemv.h tpk_gemv_fp8): E4M3 weights decoded in registers");
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "%s",
+                     e->plan->op_prec[i] == TP_PREC_NVFP4_WO
+                         ? "tprof NVFP4 weight-only GEMV (gemv.h tpk_gemv_nvfp4): E2M1 x UE4M3 decoded in registers"
+                         : "tprof FP8 weight-only GEMV (gemv.h tpk_gemv_fp8): E4M3 weights decoded in registers");
             continue;
         }
         if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i))) {

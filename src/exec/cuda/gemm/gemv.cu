@@ -523,6 +523,36 @@ extern "C" int tpk_e4m3_to_16bit(const void *w, void *y, tp_dtype dt, long long 
     return (int)cudaGetLastError();
 }
 
+/* one thread per byte (two E2M1 codes of one row, one block scale) */
+template <class T>
+__global__ void nvfp4_to_16bit_kernel(const unsigned char *__restrict__ w, const unsigned char *__restrict__ sc,
+                                      T *__restrict__ y, long long N, long long K) {
+    const long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x, half = K / 2;
+    if (b >= N * half) return;
+    const long long n = b / half, k = 2 * (b % half);
+    /* E2M1 s.ee.m: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6} */
+    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const float s = __low2float(from32<__half2>(e4m3x2_f16x2(sc[n * (K / 16) + k / 16]))); /* UE4M3: E4M3, sign 0 */
+    const unsigned q = w[b];
+    const float lo = (q & 8 ? -1.0f : 1.0f) * mag[q & 7], hi = (q & 0x80 ? -1.0f : 1.0f) * mag[(q >> 4) & 7];
+    y[n * K + k] = T(lo * s);
+    y[n * K + k + 1] = T(hi * s);
+}
+
+extern "C" int tpk_nvfp4_to_16bit(const void *w, const void *scales, void *y, tp_dtype dt, long long N, long long K,
+                                  tp_stream stream) {
+    if (!w || !scales || !y || N < 1 || K < 16 || K % 16 || (dt != TP_F16 && dt != TP_BF16))
+        return (int)cudaErrorInvalidValue;
+    const long long threads = N * (K / 2);
+    const unsigned blocks = (unsigned)((threads + 255) / 256);
+    const unsigned char *wc = (const unsigned char *)w, *sc = (const unsigned char *)scales;
+    if (dt == TP_F16)
+        nvfp4_to_16bit_kernel<__half><<<blocks, 256, 0, (cudaStream_t)stream>>>(wc, sc, (__half *)y, N, K);
+    else
+        nvfp4_to_16bit_kernel<__nv_bfloat16><<<blocks, 256, 0, (cudaStream_t)stream>>>(wc, sc, (__nv_bfloat16 *)y, N, K);
+    return (int)cudaGetLastError();
+}
+
 extern "C" long long tpk_gemv_weight_bytes(int format, long long N, long long K, int channel_scales) {
     switch (format) {
     case 0: return 2 * N * K;
