@@ -89,7 +89,7 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
                                              : " (static per-tensor scales, max calibration)")
                                       : "",
                r->n_emulated_ops ? ", EMULATED (no hardware path on this GPU: see --plan)" : "",
-               r->prec == TP_PREC_FP8 || r->prec == TP_PREC_FP8_WO ? "fp16" : "bf16");
+               r->prec == TP_PREC_FP8 || r->prec == TP_PREC_FP8_WO || r->prec == TP_PREC_NVFP4_WO ? "fp16" : "bf16");
     if (r->n_emulated_ops && r->format_weight_bytes > 0 && fabs(r->format_weight_bytes - r->weight_bytes) > 0.5) {
         char fb[32];
         printf("Weights in %s: %s (%.0f bytes; the emulation keeps them dequantized on the device)\n",

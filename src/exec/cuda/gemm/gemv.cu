@@ -523,20 +523,24 @@ extern "C" int tpk_e4m3_to_16bit(const void *w, void *y, tp_dtype dt, long long 
     return (int)cudaGetLastError();
 }
 
-/* one thread per byte (two E2M1 codes of one row, one block scale) */
+/* one thread per byte: two E2M1 codes of one row and their block's scale. K % 16 == 0, so byte b's scale is b / 8
+ * (8 bytes a block) and its elements are 2b and 2b + 1, whatever the row. */
+__device__ __forceinline__ float e2m1_value(unsigned c) {
+    /* s.ee.m: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; from the bits, no table in local memory */
+    const unsigned e = (c >> 1) & 3, m = c & 1;
+    const float mag = e == 0 ? 0.5f * (float)m : (float)(1u << (e - 1)) * (1.0f + 0.5f * (float)m);
+    return c & 8 ? -mag : mag;
+}
+
 template <class T>
 __global__ void nvfp4_to_16bit_kernel(const unsigned char *__restrict__ w, const unsigned char *__restrict__ sc,
-                                      T *__restrict__ y, long long N, long long K) {
-    const long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x, half = K / 2;
-    if (b >= N * half) return;
-    const long long n = b / half, k = 2 * (b % half);
-    /* E2M1 s.ee.m: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6} */
-    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    const float s = __low2float(from32<__half2>(e4m3x2_f16x2(sc[n * (K / 16) + k / 16]))); /* UE4M3: E4M3, sign 0 */
+                                      T *__restrict__ y, long long n_bytes) {
+    const long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= n_bytes) return;
+    const float s = __low2float(from32<__half2>(e4m3x2_f16x2(sc[b >> 3]))); /* UE4M3: E4M3 bits, sign 0 */
     const unsigned q = w[b];
-    const float lo = (q & 8 ? -1.0f : 1.0f) * mag[q & 7], hi = (q & 0x80 ? -1.0f : 1.0f) * mag[(q >> 4) & 7];
-    y[n * K + k] = T(lo * s);
-    y[n * K + k + 1] = T(hi * s);
+    y[2 * b] = T(e2m1_value(q & 15) * s);
+    y[2 * b + 1] = T(e2m1_value(q >> 4) * s);
 }
 
 extern "C" int tpk_nvfp4_to_16bit(const void *w, const void *scales, void *y, tp_dtype dt, long long N, long long K,
@@ -547,9 +551,9 @@ extern "C" int tpk_nvfp4_to_16bit(const void *w, const void *scales, void *y, tp
     const unsigned blocks = (unsigned)((threads + 255) / 256);
     const unsigned char *wc = (const unsigned char *)w, *sc = (const unsigned char *)scales;
     if (dt == TP_F16)
-        nvfp4_to_16bit_kernel<__half><<<blocks, 256, 0, (cudaStream_t)stream>>>(wc, sc, (__half *)y, N, K);
+        nvfp4_to_16bit_kernel<__half><<<blocks, 256, 0, (cudaStream_t)stream>>>(wc, sc, (__half *)y, threads);
     else
-        nvfp4_to_16bit_kernel<__nv_bfloat16><<<blocks, 256, 0, (cudaStream_t)stream>>>(wc, sc, (__nv_bfloat16 *)y, N, K);
+        nvfp4_to_16bit_kernel<__nv_bfloat16><<<blocks, 256, 0, (cudaStream_t)stream>>>(wc, sc, (__nv_bfloat16 *)y, threads);
     return (int)cudaGetLastError();
 }
 

@@ -87,7 +87,7 @@ int tpk_gemv_nvfp4(const void *x, const void *w, const void *scales, const float
  * (cudaErrorInvalidValue for a bad dt, n < 1 or a NULL pointer). */
 int tpk_e4m3_to_16bit(const void *w, void *y, tp_dtype dt, long long n, tp_stream stream);
 /* Weight-only NVFP4's: w and scales (N, K) in the layouts above to y (N, K) row-major in dt, each element
- * e2m1(q) * ue4m3(s) exactly (at most 5 significant bits, within [2^-10, 2688]: exact in FP16 and BF16), s2 left
+ * e2m1(q) * ue4m3(s) exactly (at most 6 significant bits, within [2^-10, 2688]: exact in FP16 and BF16), s2 left
  * to the GEMM's alpha. K % 16 == 0. Errors as tpk_e4m3_to_16bit. */
 int tpk_nvfp4_to_16bit(const void *w, const void *scales, void *y, tp_dtype dt, long long N, long long K,
                        tp_stream stream);
