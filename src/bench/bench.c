@@ -181,7 +181,7 @@ static tp_status split_ranks(run_ctx *c, tp_error *err) {
         return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d: %s is not a decoder; tprof splits decoders only", n,
                        tp_model_name(&rep->model));
     if (o->perplexity || o->engine_file)
-        return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: not built", n,
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: unsupported (one GPU runs them)", n,
                        o->perplexity ? "--perplexity" : "--engine");
     tp_status st = tp_model_tp_check(&rep->model, n, err);
     if (st) return st;

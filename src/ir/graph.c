@@ -60,6 +60,20 @@ void tp_graph_free(tp_graph *g) {
 
 int tp_graph_op_out(const tp_graph *g, int i) { return g->ops[i].out; }
 
+tp_status tp_graph_check_ranks(const tp_graph *const *g, int n, tp_error *err) {
+    if (n < 1) return tp_fail(err, TP_ERR_ARG, "%d ranks", n);
+    for (int r = 0; r < n; r++) {
+        if ((g[r]->tp_size > 1 ? g[r]->tp_size : 1) != n || (n > 1 && g[r]->tp_rank != r))
+            return tp_fail(err, TP_ERR_ARG, "graph %d is rank %d of %d, not rank %d of %d", r, g[r]->tp_rank,
+                           g[r]->tp_size, r, n);
+        int same = g[r]->n_ops == g[0]->n_ops && g[r]->kv_len == g[0]->kv_len && g[r]->tokens == g[0]->tokens &&
+                   g[r]->batch == g[0]->batch;
+        for (int i = 0; same && i < g[0]->n_ops; i++) same = g[r]->ops[i].kind == g[0]->ops[i].kind;
+        if (!same) return tp_fail(err, TP_ERR_ARG, "rank %d's graph is not rank 0's shard of the same step", r);
+    }
+    return TP_OK;
+}
+
 int64_t tp_value_numel(const tp_value *v) {
     int64_t n = 1;
     for (int i = 0; i < v->ndim; i++) n *= v->shape[i];

@@ -149,6 +149,11 @@ int tp_graph_add_value(tp_graph *g, const char *name, tp_value_kind kind, int nd
 int tp_graph_add_op(tp_graph *g, const tp_op *proto, const int *in, int n_in, int out_ndim,
                     const int64_t *out_shape, const char *out_name);
 
+/* g[0..n) are ranks 0..n-1 of one model step (n = 1: one whole-model graph): each graph's tp_rank and tp_size, the
+ * same ops of the same kinds, batch, tokens and cache. A rank's graph alone would sum its partial results with
+ * nothing. TP_ERR_ARG naming the first graph that is not. */
+tp_status tp_graph_check_ranks(const tp_graph *const *g, int n, tp_error *err);
+
 /* Marks value v (an op's output) as state (TP_VAL_STATE). */
 void tp_graph_mark_state(tp_graph *g, int v);
 

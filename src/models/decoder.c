@@ -261,7 +261,7 @@ static tp_status tp_check(const void *cfg, int n, tp_error *err) {
     const tp_decoder_config *c = cfg;
     if (c->heads % n || c->kv_heads % n || c->inter % n)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: --tp %d needs the %d attention heads, %d KV heads and MLP width "
-                       "%d to be multiples of %d (replicating KV heads over ranks is not implemented)", c->name, n,
+                       "%d to be multiples of %d: each GPU takes whole heads and whole KV heads of its own", c->name, n,
                        c->heads, c->kv_heads, c->inter, n);
     return TP_OK;
 }

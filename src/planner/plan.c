@@ -310,7 +310,7 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
 }
 
 /* The ops the CUDA engine (exec/cuda/engine/engine_launch.c) launches in a plan of precision prec; a GPU plan
- * refuses the others by name. The decoder ops run in fp32, fp16 and bf16 (their quantized paths are not built). */
+ * refuses the others by name. The decoder ops run in fp32, fp16 and bf16, and in fp16 inside weight-only plans. */
 static int cuda_runs(const tp_op *op, tp_precision prec) {
     switch (op->kind) {
     case TP_OP_PATCH_EMBED:
@@ -380,7 +380,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     for (int i = 0; sm && i < g->n_ops; i++)
         if (!cuda_runs(&g->ops[i], prec))
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s runs fp32, fp16 and bf16 on the GPU in this tprof, "
-                           "not %s (its quantized path is not built yet)", g->ops[i].layer,
+                           "not %s (no quantized kernel for it)", g->ops[i].layer,
                            tp_op_kind_name(g->ops[i].kind), tp_precision_name(prec));
     p->requested = prec;
     p->sm = sm;

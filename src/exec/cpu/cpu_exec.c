@@ -351,15 +351,9 @@ static tp_status run_ranks(const tp_graph *const *gs, const tp_params *const *ps
                            const float *act_amax, tp_cpu_session *sess, const float *input, float *output,
                            tp_error *err) {
     const tp_graph *g = gs[0];
-    for (int k = 0; k < n; k++) /* a rank's graph alone would sum its partial results with nothing */
-        if ((gs[k]->tp_size > 1 ? gs[k]->tp_size : 1) != n || (n > 1 && gs[k]->tp_rank != k))
-            return tp_fail(err, TP_ERR_ARG, "graph %d is rank %d of %d; this run has %d rank%s", k, gs[k]->tp_rank,
-                           gs[k]->tp_size, n, n == 1 ? "" : "s");
+    tp_status cs = tp_graph_check_ranks(gs, n, err);
+    if (cs) return cs;
     for (int k = 1; k < n; k++) {
-        int same = gs[k]->n_ops == g->n_ops && gs[k]->kv_len == g->kv_len && gs[k]->tokens == g->tokens &&
-                   gs[k]->batch == g->batch;
-        for (int i = 0; same && i < g->n_ops; i++) same = gs[k]->ops[i].kind == g->ops[i].kind;
-        if (!same) return tp_fail(err, TP_ERR_ARG, "rank %d's graph is not rank 0's shard of the same model", k);
         if (sess[k].past != sess[0].past)
             return tp_fail(err, TP_ERR_ARG, "rank %d's session holds %lld cached tokens, rank 0's %lld", k,
                            (long long)sess[k].past, (long long)sess[0].past);
@@ -394,6 +388,5 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
 
 tp_status tp_cpu_run_tp_session(const tp_graph *const *g, const tp_params *const *params, int n, tp_cpu_session *s,
                                 const float *input, float *output, tp_error *err) {
-    if (n < 1) return tp_fail(err, TP_ERR_ARG, "%d ranks", n);
     return run_ranks(g, params, n, NULL, NULL, s, input, output, err);
 }

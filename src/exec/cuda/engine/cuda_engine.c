@@ -972,7 +972,7 @@ tp_status tp_engine_attention_cost(tp_engine *e, double *cosine, double *rel_l2,
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
     tp_status st = TP_OK;
-    if (e->ranks) return tp_fail(err, TP_ERR_UNSUPPORTED, "FP8 attention's cost on a tensor-parallel engine is not built");
+    if (e->ranks) return tp_fail(err, TP_ERR_UNSUPPORTED, "FP8 attention's cost: unsupported on a tensor-parallel engine");
     void *d_ref = NULL, *h8 = NULL, *h16 = NULL, *d_q16 = NULL, *h_q = NULL;
     float *f8 = NULL, *f16 = NULL, *f_q = NULL;
     int n = 0;
@@ -1089,7 +1089,7 @@ fail:
 tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = TP_OK;
-    if (e->ranks) return tp_fail(err, TP_ERR_UNSUPPORTED, "calibration of a tensor-parallel engine is not built");
+    if (e->ranks) return tp_fail(err, TP_ERR_UNSUPPORTED, "calibration: unsupported on a tensor-parallel engine (calibrate on one GPU)");
     float *h = malloc(sizeof(float) * (size_t)g->n_values);
     if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     CU_TRY(cudaMemsetAsync(e->d_amax, 0, sizeof(float) * (size_t)g->n_values, e->stream));

@@ -80,25 +80,11 @@ static void mirror_rank0(tp_engine *const *R, int n) {
         }
 }
 
-/* The graphs are ranks 0..n-1 of one model's step: same ops, same kinds. */
-static tp_status check_ranks(const tp_graph *const *g, int n, tp_error *err) {
-    for (int r = 0; r < n; r++) {
-        if (g[r]->tp_size != n || g[r]->tp_rank != r)
-            return tp_fail(err, TP_ERR_ARG, "graph %d is rank %d of %d, not rank %d of %d", r, g[r]->tp_rank,
-                           g[r]->tp_size, r, n);
-        int same = g[r]->n_ops == g[0]->n_ops && g[r]->kv_len == g[0]->kv_len && g[r]->tokens == g[0]->tokens &&
-                   g[r]->batch == g[0]->batch;
-        for (int i = 0; same && i < g[0]->n_ops; i++) same = g[r]->ops[i].kind == g[0]->ops[i].kind;
-        if (!same) return tp_fail(err, TP_ERR_ARG, "rank %d's graph is not rank 0's shard of the same step", r);
-    }
-    return TP_OK;
-}
-
 tp_status tp_engine_build_tp(const tp_graph *const *g, const tp_params *const *params, const tp_plan *const *plan,
                              int n, const tp_engine_options *opt, tp_engine **out, tp_error *err) {
     *out = NULL;
     if (n < 2) return tp_fail(err, TP_ERR_ARG, "a tensor-parallel engine of %d ranks: build one engine instead", n);
-    tp_status st = check_ranks(g, n, err);
+    tp_status st = tp_graph_check_ranks(g, n, err);
     if (st) return st;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
