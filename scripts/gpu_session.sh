@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check hfpeers; tensor parallelism on 2+ GPUs: tp, gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers; tensor parallelism on 2+ GPUs: tp, gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -57,6 +57,22 @@ for s in $steps; do
     "$BUILD/tprof" profile --no-graph --model llama-3.2-1b --prompt 512 --gen 32 --batch 1 --precision fp16 \
       --profile-iters 16 --duration 0.5 --out /tmp/tprof-dec-eager > "$OUT/decoder_profile_eager.log" 2>&1 || rc=1
     grep -E "decode steps traced|Traced|span|gap|not launched" "$OUT/decoder_profile.log" "$OUT/decoder_profile_eager.log"
+    ;;
+  pdl)
+    echo "=== programmatic dependent launch (--pdl on|off, kernels/pdl.cuh) and q/k/v, gate/up groups: decode steps"
+    for a in "--pdl off" "--pdl on" "--pdl off --gemv-groups on" "--pdl on --gemv-groups on"; do
+      echo "--- llama-3.2-1b pp512 tg128 b1 fp16: $a"
+      "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1 --precision fp16 --duration 0.5 \
+        --ref-samples 1 $a --json "$OUT/pdl_1b_${a// /_}.json" | grep -E "tg128|Decode|Greedy|Accuracy" || rc=1
+    done
+    for a in "--pdl off" "--pdl on"; do
+      echo "--- Llama-7B-shaped layer, decode with ~1024 cached tokens: $a"
+      "$BUILD/tprof" bench --model llama-2-7b --layers 1 --vocab 256 --prompt 992 --gen 64 --batch 1 --duration 0.5 \
+        --precision fp16,fp8-wo,nvfp4-wo $a --json "$OUT/pdl_7b_layer_${a// /_}.json" | grep -E "tg64|Decode graph" || rc=1
+    done
+    "$BUILD/tprof" profile --model llama-3.2-1b --prompt 512 --gen 32 --batch 1 --precision fp16 --profile-iters 16 \
+      --duration 0.5 --ref-samples 1 --out /tmp/tprof-pdl > "$OUT/pdl_profile.log" 2>&1 || rc=1
+    grep -E "decode steps traced|Traced|overlap" "$OUT/pdl_profile.log"
     ;;
   groups)
     echo "=== q/k/v and gate/up as one GEMV each (--gemv-groups), off / on / auto, Llama-3.2-1B decode at batch 1"

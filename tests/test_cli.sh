@@ -194,6 +194,7 @@ expect_error "perplexity of an image model" "not a language model" bench --devic
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
 expect_error tp-zero "--tp '0'" bench --model llama-tiny --tp 0
 expect_error tp-cpu "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu
+expect_error pdl-mode "--pdl: unknown mode 'maybe' (expected on or off)" bench --model llama-tiny --pdl maybe
 expect_error gpus-one-batch "a sweep's batch sizes" bench --model vit-tiny --gpus 0,1 --batch 8
 expect_error gpus-twice "GPU 1 given twice" bench --model vit-tiny --gpus 1,1 --batch 1,2
 expect_error gpus-bad "expected a list" bench --model vit-tiny --gpus 0,,1 --batch 1,2

@@ -612,15 +612,15 @@ START_TEST(test_gemm_selection) {
     json_array_set_new(a, 1, json_string("3"));
     write_with_header(q, b, n, root);
     expect_read_fail(q, TP_ERR_FORMAT, "algos[1]", "a string");
-    json_array_set_new(a, 1, json_integer(1002)); /* above TP_GEMM_CHOICE_SM90 */
+    json_array_set_new(a, 1, json_integer(1003)); /* above TP_GEMM_CHOICE_GEMV */
     write_with_header(q, b, nb, root);
     expect_read_fail(q, TP_ERR_FORMAT, "algos[1]", "out of range");
-    json_array_set_new(a, 1, json_integer(1001)); /* TP_GEMM_CHOICE_SM90: read as given */
+    json_array_set_new(a, 1, json_integer(1002)); /* TP_GEMM_CHOICE_GEMV: read as given */
     json_t *gsel = json_object_get(root, "gemm_selection");
     json_object_del(gsel, "fp8_accum"); /* a file from before the key: unknown accumulation */
     write_with_header(q, b, nb, root);
     ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
-    ck_assert_int_eq(f.gemm.algo[1], 1001);
+    ck_assert_int_eq(f.gemm.algo[1], 1002);
     ck_assert_int_eq(f.gemm.fp8_accum, TP_FP8_ACCUM_UNKNOWN);
     tp_engine_file_free(&f);
     json_object_set_new(gsel, "fp8_accum", json_string("fast"));

@@ -87,7 +87,8 @@ typedef struct {
     const char *save_output; /* --save-output FILE: every precision's output (B, ...) fp32 as safetensors */
     tp_calib_options calib;  /* --calib max|percentile, --calib-percentile P: static activation scales */
     int attention;           /* --attention: a tp_attn_impl (exec/cuda/engine/cuda_engine.h), 0 = auto */
-    int gemv_groups;         /* --gemv-groups off|on|auto: tp_engine_options.gemv_groups 0, 1, 2 (decode engines) */
+    int gemv_groups;         /* --gemv-groups off|on|auto: tp_engine_options.gemv_groups 0, 1 (the CLI's default), 2 */
+    int no_pdl;              /* --pdl off: tp_engine_options.no_pdl */
     int tp;                  /* --tp N: decoders split over GPUs 0..N-1 (tensor parallelism, tp_engine_build_tp);
                                 0 or 1: one GPU */
     const char *command_line;
@@ -145,6 +146,7 @@ typedef struct {
     double greedy_agree;       /* of the reference's rows: generated tokens equal to the FP32 reference's, up to
                                   each row's first difference; NAN when not checked */
     int first_diff;            /* the first step where a row differs from the reference; -1 none */
+    int pdl_edges, graph_edges; /* the decode graph's programmatic (PDL) edges and all its edges; -1, 0: eager */
     tp_op_cost *dec_cost;      /* per op of the decode graph (at the middle of the generation's context) */
     int n_dec_cost;
     tp_roofline_floor dec_floor; /* per decode step */

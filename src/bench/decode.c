@@ -268,7 +268,8 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
     }
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
                             .cublaslt_only = o->cublaslt_only, .share = prefill, .feed_argmax = 1,
-                            .gemv_groups = o->gemv_groups, .hook = cupti ? tp_cupti_hook : NULL,
+                            .gemv_groups = o->gemv_groups, .no_pdl = o->no_pdl,
+                            .hook = cupti ? tp_cupti_hook : NULL,
                             .hook_user = cupti};
     tp_status st = decode_engine(rep, params, pol, &eo, gr, pr, &e, err);
     for (int k = 0; !st && k < rounds; k++) {
@@ -286,6 +287,7 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
         r->greedy_agree = NAN;
         r->first_diff = -1;
         if (rep->ref_tokens) agreement(rep, r);
+        r->pdl_edges = tp_engine_pdl_edges(e, &r->graph_edges);
         /* the roofline's costs: rank 0's (each GPU's share) */
         const tp_graph *g = &gr[0];
         r->dec_cost = calloc((size_t)g->n_ops, sizeof *r->dec_cost);

@@ -58,7 +58,9 @@ static void usage(FILE *f) {
             "  --perplexity FILE     decoders: each engine's and the FP32 reference's perplexity over FILE's token ids\n"
             "                        (up to 8 windows of --prompt tokens)\n"
             "  --gemv-groups off|on|auto  decoders at batch 1: q/k/v and gate/up each as one GEMV over their\n"
-            "                        concatenated weights: off (default), on, or where it times faster at build\n"
+            "                        concatenated weights: off, on (default), or where it times faster at build\n"
+            "  --pdl on|off          decoders: the decode kernels overlap their predecessors in the CUDA graph\n"
+            "                        (programmatic dependent launch; default on); off for per-kernel times\n"
             "  --tp N                decoders: tensor parallelism over GPUs 0..N-1 (heads and MLP columns split,\n"
             "                        NCCL all-reduces inside each GPU's CUDA graph); default 1\n"
             "  --gpus LIST           a sweep's batch sizes dealt over these GPUs (e.g. 0,1), one process each\n"
@@ -418,6 +420,10 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
         static const char *const GG[] = {"off", "on", "auto"};
         if ((k = one_of(name, val, "mode", GG, 3)) < 0) return -1;
         o->gemv_groups = k;
+    } else if (!a->build && IS("--pdl")) {
+        static const char *const PD[] = {"on", "off"};
+        if ((k = one_of(name, val, "mode", PD, 2)) < 0) return -1;
+        o->no_pdl = k;
     }
     else if (IS("--json")) o->json_path = val;
     else if (IS("--policy")) o->policy = val;
@@ -466,7 +472,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--tp", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--pdl", "--tp", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};
@@ -601,6 +607,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     a.prof_iters = 20, a.top = 15, a.batch = -1, a.iters = -1, a.seed = 0, a.ref = 8, a.rows_fd = -1;
     a.warm = 200, a.dur = -1;
     a.o.use_graph = 1;
+    a.o.gemv_groups = 1; /* measured: bench/results/2026-11-25_h100_pdl_groups.log */
     a.o.device = TP_DEVICE_AUTO;
     a.o.calib.method = TP_CALIB_MAX;
     a.o.calib.percentile = 99.99;

@@ -33,8 +33,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "engine_file.c assumes
 /* Longest piece of a file-supplied name quoted in a message, so a hostile name cannot fill the 512 bytes. */
 #define NAME_MAX_QUOTE 120
 
-/* the largest GEMM choice: TP_GEMM_CHOICE_SM90 (cuda_engine.h; this file builds without CUDA) */
-#define EF_MAX_ALGO 1001
+/* the largest GEMM choice: TP_GEMM_CHOICE_GEMV (cuda_engine.h; this file builds without CUDA) */
+#define EF_MAX_ALGO 1002
 
 /* ---- CRC-32 ------------------------------------------------------------------------------------------- */
 
@@ -946,7 +946,7 @@ static tp_status parse_gemm(rctx *c, const json_t *root, tp_engine_file *f) {
         const json_t *v = json_array_get(a, (size_t)i);
         if (!json_is_integer(v) || json_integer_value(v) < -1 || json_integer_value(v) > EF_MAX_ALGO)
             return ef_fail(c->err, TP_ERR_FORMAT, c->path, "gemm_selection: algos[%d] (%s) is %s, expected an integer "
-                           "in -1..1001", i, f->ops[i].layer, json_is_integer(v) ? "out of range" : tp_json_kind(v));
+                           "in -1..1002", i, f->ops[i].layer, json_is_integer(v) ? "out of range" : tp_json_kind(v));
         f->gemm.algo[i] = (int)json_integer_value(v);
     }
     f->gemm.n_ops = f->n_ops;

@@ -334,6 +334,10 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
         double gap = t->event_median_ms - traced_ms(s);
         fprintf(f, "; event-timed GPU compute time %.4f ms (gap %.4f ms, %.1f %%)", t->event_median_ms, gap,
                 100.0 * gap / t->event_median_ms);
+        if (traced_ms(s) > s->span_ns_per_iter * 1e-6 * 1.001)
+            fprintf(f, "\nKernels overlap (traced time above the span): under programmatic dependent launch a kernel "
+                       "starts before its predecessor ends and its traced time includes the wait; tprof's --pdl off "
+                       "traces them one after another");
     }
     fprintf(f, "\nRecords not launched by a tprof op: %d (%.4f ms per iteration)\n", s->unattributed,
             (double)s->unattributed_ns / s->iterations * 1e-6);

@@ -44,6 +44,12 @@ static void print_prefill_decode(const tp_bench_report *rep, const tp_bench_resu
     const tp_latency_stats *d = &r->dec;
     printf("Decode (tg%d): %.4f ms per step (median), p99 %.4f ms, min %.4f ms, over %d steps in %d rounds -> %.1f "
            "tokens/s (batch %d)\n", r->gen, d->median, d->p99, d->min, d->n, r->rounds, B / (d->median * 1e-3), B);
+    if (r->pdl_edges > 0)
+        printf("Decode graph: %d of its %d edges programmatic (PDL: a kernel starts while its predecessor finishes; "
+               "--pdl off for none)\n", r->pdl_edges, r->graph_edges);
+    else if (r->pdl_edges == 0)
+        printf("Decode graph: no programmatic edges (%s): each kernel starts after its predecessor completed\n",
+               rep->o->no_pdl ? "--pdl off" : "none captured");
     if (isfinite(r->greedy_agree))
         printf("Greedy tokens vs the FP32 reference: %.1f %% agree (%d sequence%s x %d tokens, up to each one's first "
                "difference)%s\n", 100 * r->greedy_agree, rep->ref_rows, rep->ref_rows == 1 ? "" : "s", r->gen + 1,
@@ -133,6 +139,8 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
         for (int k = 0; k < r->rounds * r->gen; k++) json_array_append_new(steps, json_real(r->step_ms[k]));
         json_object_set_new(j, "decode_step_samples_ms", steps);
         json_object_set_new(j, "greedy_agreement", json_num(r->greedy_agree));
+        json_object_set_new(j, "decode_graph_pdl_edges", r->pdl_edges >= 0 ? json_integer(r->pdl_edges) : json_null());
+        json_object_set_new(j, "decode_graph_edges", r->pdl_edges >= 0 ? json_integer(r->graph_edges) : json_null());
         json_object_set_new(j, "first_difference", r->first_diff >= 0 ? json_integer(r->first_diff) : json_null());
         json_t *tok = json_array();
         for (int k = 0; k <= r->gen; k++) json_array_append_new(tok, json_integer((json_int_t)r->tokens[(size_t)k * B]));

@@ -55,6 +55,8 @@ static tp_graph step(const tp_model *m, const tp_params *p, int t, int past, int
 }
 
 static int g_groups; /* tp_engine_options.gemv_groups of the decode engines built next */
+static int g_no_pdl; /* tp_engine_options.no_pdl of the engines built next */
+static const int *g_choice; /* tp_engine_options.gemm_choice of the engines built next */
 
 static tp_engine *engine(const tp_graph *g, const tp_params *p, tp_plan *plan, tp_precision prec, int graph,
                          const tp_engine *share, int feed) {
@@ -65,7 +67,7 @@ static tp_engine *engine(const tp_graph *g, const tp_params *p, tp_plan *plan, t
     ck_assert_msg(tp_gpu_query(0, &gi, &e) == TP_OK, "%s", e.msg);
     ck_assert_msg(tp_plan_build_policy(g, &pol, gi.sm, plan, &e) == TP_OK, "%s", e.msg);
     tp_engine_options eo = {.device = 0, .use_graph = graph, .share = share, .feed_argmax = feed,
-                            .gemv_groups = g_groups};
+                            .gemv_groups = g_groups, .no_pdl = g_no_pdl, .gemm_choice = g_choice};
     tp_engine *en = NULL;
     ck_assert_msg(tp_engine_build(g, p, plan, &eo, &en, &e) == TP_OK, "%s", e.msg);
     return en;
@@ -186,6 +188,36 @@ static void run_case(int kc, tp_precision prec) {
     printf("decoder case %d (B %d, T %d) %s: logits rel L2 <= %.3e (prefill and %d steps); greedy tokens %d/%d equal to the CPU's; "
            "a step %.3f ms\n", k, B, T, tp_precision_name(prec), worst, G, same, G * B, ms[G - 1]);
     if (prec == TP_PREC_FP32) ck_assert_int_eq(same, G * B);
+
+    /* programmatic dependent launch (pdl.cuh) changes when kernels start, never what they compute: the graph
+     * with ordinary edges, running the same GEMM choices (timed selection may pick others in another build),
+     * decodes the same tokens and ends with bit-identical logits */
+    int total = 0;
+    ck_assert_msg(tp_engine_pdl_edges(eg, &total) > 0, "case %d %s: no programmatic edge in the decode graph (%d edges)",
+                  k, tp_precision_name(prec), total);
+    ck_assert_int_eq(tp_engine_pdl_edges(ee, NULL), -1);
+    g_groups = B == 1 ? 1 : 0;
+    g_no_pdl = 1;
+    int *choice = malloc(sizeof(int) * (size_t)gd.n_ops);
+    for (int i = 0; i < gd.n_ops; i++) choice[i] = tp_engine_gemm_choice(eg, i);
+    g_choice = choice;
+    tp_plan pn;
+    tp_engine *en = engine(&gd, &p, &pn, prec, 1, ep, 1);
+    g_no_pdl = 0;
+    g_choice = NULL;
+    free(choice);
+    ck_assert_int_eq(tp_engine_pdl_edges(en, &total), 0);
+    float ntok[G * MAXB];
+    ck_assert_msg(tp_engine_forward(ep, &e) == TP_OK && tp_engine_feed_argmax(ep, en, &e) == TP_OK &&
+                      tp_engine_decode(en, G, ms, ntok, &e) == TP_OK && tp_engine_get_output(en, want, &e) == TP_OK,
+                  "%s", e.msg);
+    ck_assert_msg(tp_engine_forward(ep, &e) == TP_OK && tp_engine_feed_argmax(ep, eg, &e) == TP_OK &&
+                      tp_engine_decode(eg, G, ms, gtok, &e) == TP_OK && tp_engine_get_output(eg, got, &e) == TP_OK,
+                  "%s", e.msg);
+    ck_assert_msg(memcmp(gtok, ntok, sizeof(float) * G * B) == 0 && memcmp(got, want, sizeof(float) * B * V) == 0,
+                  "case %d %s: the decode graph with and without PDL differ", k, tp_precision_name(prec));
+    tp_engine_destroy(en);
+    tp_plan_free(&pn);
     tp_engine_destroy(ee);
     tp_engine_destroy(eg);
     tp_engine_destroy(ed);

@@ -545,6 +545,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     e->params = params;
     e->plan = plan;
     e->use_graph = opt->use_graph;
+    e->no_pdl = opt->no_pdl != 0;
     e->fp8_promote = opt->fp8_promote != 0;
     e->hook = opt->hook;
     e->hook_user = opt->hook_user;
@@ -749,6 +750,43 @@ fail:
  * timed, and every timed or checked run uses the real input set later. A leader does both for every rank, the
  * ranks' launches in lockstep (their all-reduces wait for each other), each rank's stream captured into its own
  * graph. */
+/* Counts the graph's programmatic edges (pdl.cuh's launches, captured) and, with strip, makes each an ordinary
+ * one: the downstream kernel then starts after the upstream one has completed, as without PDL. */
+static tp_status graph_pdl_edges(tp_engine *x, int strip, tp_error *err) {
+    size_t n = 0;
+    if (cudaGraphGetEdges(x->graph, NULL, NULL, NULL, &n) != cudaSuccess)
+        return tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's edges");
+    cudaGraphNode_t *from = malloc((n ? n : 1) * sizeof *from), *to = malloc((n ? n : 1) * sizeof *to);
+    cudaGraphEdgeData *ed = malloc((n ? n : 1) * sizeof *ed);
+    tp_status st = from && to && ed ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    if (!st && cudaGraphGetEdges(x->graph, from, to, ed, &n) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's edges");
+    x->pdl_edges = 0;
+    x->graph_edges = (int)n;
+    for (size_t i = 0; !st && i < n; i++) {
+        if (ed[i].type != cudaGraphDependencyTypeProgrammatic && ed[i].from_port == cudaGraphKernelNodePortDefault)
+            continue;
+        if (!strip) {
+            x->pdl_edges++;
+            continue;
+        }
+        cudaGraphEdgeData plain;
+        memset(&plain, 0, sizeof plain);
+        if (cudaGraphRemoveDependencies(x->graph, &from[i], &to[i], &ed[i], 1) != cudaSuccess ||
+            cudaGraphAddDependencies(x->graph, &from[i], &to[i], &plain, 1) != cudaSuccess)
+            st = tp_fail(err, TP_ERR_CUDA, "making the CUDA graph's programmatic edges ordinary (no_pdl)");
+    }
+    free(from);
+    free(to);
+    free(ed);
+    return st;
+}
+
+int tp_engine_pdl_edges(const tp_engine *e, int *total) {
+    if (total) *total = e && e->exec ? e->graph_edges : 0;
+    return e && e->exec ? e->pdl_edges : -1;
+}
+
 tp_status tpe_warm_capture(tp_engine *e, tp_error *err) {
     tp_status st = TP_OK;
     const int n = n_ranks(e);
@@ -783,6 +821,7 @@ tp_status tpe_warm_capture(tp_engine *e, tp_error *err) {
     for (int r = 0; r < n && !st; r++) {
         tp_engine *x = rank_engine(e, r);
         CU_TRY(cudaSetDevice(x->device));
+        if ((st = graph_pdl_edges(x, x->no_pdl, err))) break;
         CU_TRY(cudaGraphInstantiate(&x->exec, x->graph, 0));
     }
     CU_TRY(cudaSetDevice(e->device));
@@ -806,6 +845,7 @@ const char *tp_engine_op_impl(const tp_engine *e, int op) {
 int tp_engine_gemm_choice(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || !e->gplan[op]) return -1;
     if (e->plain_sm90[op]) return TP_GEMM_CHOICE_SM90;
+    if (e->gemv16[op]) return TP_GEMM_CHOICE_GEMV;
     return e->gelu_sm90[op] >= 0 ? TP_GEMM_CHOICE_SM90_GELU : tp_gemm_plan_choice(e->gplan[op]);
 }
 

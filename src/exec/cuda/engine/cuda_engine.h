@@ -76,9 +76,17 @@ typedef struct {
     const struct tp_engine *share;
     int feed_argmax;
     /* Sibling linears reading one input (a decoder's q/k/v, gate/up) at one token a step as one GEMV over their
-     * concatenated weights (engine_group.c): 0 (default) never, 1 wherever the layout allows, 2 where it is faster
-     * than the members apart (timed at build). Off by default until measured on a GPU (tests/gpu check it). */
+     * concatenated weights (engine_group.c): 0 never, 1 wherever the layout allows, 2 where it is faster than the
+     * members apart (timed at build: each GEMV alone, which misses what programmatic launch gains in a step). The
+     * CLI's default is 1: Llama-3.2-1B's decode step 9 % faster on an H100 with PDL
+     * (bench/results/2026-11-25_h100_pdl_groups.log). */
     int gemv_groups;
+    /* 1: no kernel overlap in the CUDA graph. The decode path's kernels (decoder_ops.h, gemv.h) are launched with
+     * programmatic dependent launch (kernels/pdl.cuh): each may start while the previous one finishes, streaming
+     * its weights early; capture turns that into programmatic graph edges. no_pdl makes them ordinary edges (each
+     * kernel starts after the previous one has completed: per-kernel traced times without overlap, and the
+     * baseline PDL is measured against). Eager launches (use_graph 0) keep PDL either way. */
+    int no_pdl;
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
@@ -105,6 +113,9 @@ tp_status tp_engine_build_tp(const tp_graph *const *g, const tp_params *const *p
 /* The number of ranks (1 without tensor parallelism) and, for a tensor-parallel engine, the NCCL it loaded
  * ("NCCL 2.28.9 (/lib/x86_64-linux-gnu/libnccl.so.2)"; NULL otherwise). */
 int tp_engine_tp_size(const tp_engine *e);
+/* Programmatic (overlapping, pdl.cuh) kernel-to-kernel edges of rank 0's CUDA graph after tp_engine_options.no_pdl
+ * was applied, and all its edges (*total, may be NULL); -1 for an engine without a graph (eager). */
+int tp_engine_pdl_edges(const tp_engine *e, int *total);
 const char *tp_engine_nccl(const tp_engine *e);
 
 /* What runs op `op` when the engine chose among implementations: attention ops, e.g. "wgmma: flash (tprof)
@@ -141,9 +152,14 @@ int tp_engine_attention_choice(const tp_engine *e, int op);
  * capability 9.0, and not with fp8_promote; elsewhere the build refuses it. Chosen by time against cuBLASLt's best
  * candidate when the engine is built. */
 #define TP_GEMM_CHOICE_SM90 1001
+/* And tprof's decode GEMV (gemv.h tpk_gemv): a 16-bit linear of at most 8 rows, K a multiple of 8, input, weight,
+ * bias and output in one type, no GELU in its epilogue; elsewhere the build refuses it. Chosen by time against
+ * cuBLASLt's best candidate when the engine is built; given, two builds run the same kernels (bit-identical). */
+#define TP_GEMM_CHOICE_GEMV 1002
 
 /* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice), TP_GEMM_CHOICE_SM90_GELU
- * or TP_GEMM_CHOICE_SM90 where tprof's Hopper GEMM runs it; -1 for a non-GEMM op or a bad index. */
+ * or TP_GEMM_CHOICE_SM90 where tprof's Hopper GEMM runs it, TP_GEMM_CHOICE_GEMV where tprof's decode GEMV does; -1
+ * for a non-GEMM op or a bad index. */
 int tp_engine_gemm_choice(const tp_engine *e, int op);
 
 /* The accuracy cost of FP8 attention, layer by layer: one eager forward pass over the engine's current input in

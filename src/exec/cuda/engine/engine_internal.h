@@ -33,6 +33,8 @@ struct tp_engine {
     const tp_params *params;
     const tp_plan *plan;
     int use_graph;
+    int no_pdl;                /* tp_engine_options.no_pdl */
+    int pdl_edges, graph_edges; /* the captured graph's programmatic edges (after no_pdl) and all its edges */
     tp_launch_hook hook;
     void *hook_user;
     const tp_qtensor *const *weights_q;

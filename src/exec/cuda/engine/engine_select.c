@@ -201,7 +201,8 @@ static void try_gemv(tp_engine *e, int i, double t_best, int best, int n) {
     }
 }
 
-_Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000, "engine_file.c's EF_MAX_ALGO");
+_Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000 && TP_GEMM_CHOICE_GEMV == 1002,
+               "engine_file.c's EF_MAX_ALGO");
 
 /* GEMM selection (gemm_cublaslt.h): each GEMM op's heuristic candidates timed on the op's own buffers (its
  * activation input, and the residual its epilogue adds, filled with uniform values first) and the fastest kept;
@@ -239,6 +240,15 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                                     "GEMM's input; FP8 not with --fp8-accum promote)",
                                     err);
             set_gelu_sm90(e, i, gi, "as given");
+            continue;
+        }
+        if (given && given[i] == TP_GEMM_CHOICE_GEMV) {
+            if (!gemv_candidate(e, i))
+                return tp_fail(err, TP_ERR_ARG, "gemm %s: tprof's decode GEMV asked, but it takes only a 16-bit linear "
+                               "of at most 8 rows, K a multiple of 8, one type throughout, no GELU epilogue",
+                               g->ops[i].layer);
+            e->gemv16[i] = 1;
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof decode GEMV (gemv.h; as given)");
             continue;
         }
         if (given && given[i] >= 0) {

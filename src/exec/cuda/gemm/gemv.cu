@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "exec/cuda/gemm/gemv.h"
+#include "exec/cuda/kernels/pdl.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -174,10 +175,11 @@ __device__ __forceinline__ uint32_t ld_scale(const unsigned char *p, bool on, in
                      : "r"((int)on), "l"(p));
     return d;
 }
-/* x: 8 elements, through L1 (every block reads all of x) */
+/* x: 8 elements, through L1 (every block reads all of x). Not .nc: under PDL (pdl.cuh) the previous kernel writes
+ * x while this grid is already alive, and .nc promises data read-only for the kernel's lifetime. */
 __device__ __forceinline__ void ld_x(uint32_t *d, const void *p, bool on) {
     d[0] = d[1] = d[2] = d[3] = 0u;
-    asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %4, 0;\n\t@p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %4, 0;\n\t@p ld.global.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                  : "r"((int)on), "l"(p));
 }
@@ -317,6 +319,7 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) 
     __shared__ __align__(16) float red[kWarps][128];
     __shared__ float part[128];
 
+    tpk_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
     const int C = p.csplit, group = blockIdx.x / C, rank = blockIdx.x - group * C;
     const int S = C * kWarps, slice = rank * kWarps + warp;
@@ -339,15 +342,20 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     wbuf<VW, U> A, B;
     int s = st0;
+    /* PDL (pdl.cuh): both buffers' weight loads go out before the wait, while the previous kernel still runs;
+     * x, the residual and y only after it */
     load_buf<FMT, VEC, U>(A, c, s);
-    while (s < c.st1) { /* the next buffer's loads are in flight while this one is decoded and multiplied */
-        load_buf<FMT, VEC, U>(B, c, s + U);
+    load_buf<FMT, VEC, U>(B, c, s + U);
+    tpk_pdl_wait();
+    while (s < c.st1) { /* one buffer's loads are in flight while the other is decoded and multiplied */
         compute_buf<T, FMT, VEC, U>(A, c, s, acc);
         s += U;
         if (s >= c.st1) break;
         load_buf<FMT, VEC, U>(A, c, s + U);
         compute_buf<T, FMT, VEC, U>(B, c, s, acc);
         s += U;
+        if (s >= c.st1) break;
+        load_buf<FMT, VEC, U>(B, c, s + U);
     }
 
     /* the 4 warps' fragments, then output o = threadIdx.x: row r = o % 16, batch row m = o / 16 (consecutive
@@ -399,18 +407,13 @@ cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
     while (C < kMaxCluster && G * kWarps * C < (long long)sms * kWarpsPerSmTarget && p.nsteps >= kWarps * 2 * C)
         C *= 2;
     p.csplit = C;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)C;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(G * C));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = C > 1 ? 1 : 0;
+    tpk_pdl_launch L; /* PDL (pdl.cuh) and, when K is split, the cluster */
+    tpk_pdl_config(&L, dim3((unsigned)(G * C)), dim3(kThreads), 0, stream);
+    L.attr[1].id = cudaLaunchAttributeClusterDimension;
+    L.attr[1].val.clusterDim.x = (unsigned)C;
+    L.attr[1].val.clusterDim.y = 1;
+    L.attr[1].val.clusterDim.z = 1;
+    L.cfg.numAttrs = C > 1 ? 2 : 1;
     const T *x = reinterpret_cast<const T *>(p.x);
     const T *res = reinterpret_cast<const T *>(p.res);
     T *y = reinterpret_cast<T *>(p.y);
@@ -420,7 +423,7 @@ cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
         q.x = x + (long long)m0 * p.K;
         q.res = res ? res + (long long)m0 * p.N : nullptr;
         q.y = y + (long long)m0 * p.N;
-        e = cudaLaunchKernelEx(&cfg, gemv_kernel<T, FMT, VEC, U>, q);
+        e = cudaLaunchKernelEx(&L.cfg, gemv_kernel<T, FMT, VEC, U>, q);
         if (e != cudaSuccess) {
             (void)cudaGetLastError(); /* returned here; not left pending */
             return e;

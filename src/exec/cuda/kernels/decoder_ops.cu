@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "exec/cuda/kernels/decoder_ops.h"
+#include "exec/cuda/kernels/pdl.cuh"
 #include "exec/cuda/ptx/attention_ptx.cuh"
 
 #define DEC_THREADS 256
@@ -163,6 +164,8 @@ static int aligned(const void *p, size_t bytes) { return ((uintptr_t)p % bytes) 
 static size_t esz(tp_dtype t) { return t == TP_F32 ? 4 : 2; } /* activation types only (checked by the callers) */
 static int is_act(tp_dtype t) { return t == TP_F32 || t == TP_F16 || t == TP_BF16; }
 static int launched(void) { return (int)cudaGetLastError(); }
+/* a launch through pdl.cuh: its own error, else any pending one */
+static int pdl_launched(cudaError_t e) { return e != cudaSuccess ? (int)e : launched(); }
 
 static unsigned grid_for(size_t work, unsigned threads) {
     const size_t b = (work + threads - 1) / threads;
@@ -184,6 +187,8 @@ template <typename TT, typename TY>
 __global__ void __launch_bounds__(DEC_THREADS)
     token_embed_kernel(const float *__restrict__ ids, const TT *__restrict__ table, TY *__restrict__ y, int C, int V,
                        float scale, int vec) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
     const float f = ids[blockIdx.x];
     /* NaN fails every comparison; (float)V may round up for V > 2^24, hence the integer check as well */
     const int ok = f >= 0.0f && f < (float)V && f == truncf(f) && (int)f < V;
@@ -210,8 +215,8 @@ static int token_embed_launch(const float *ids, const void *table, void *y, int 
                               cudaStream_t s) {
     const int vec = C % 4 == 0 && aligned(table, 4 * sizeof(TT)) && aligned(y, 4 * sizeof(TY));
     const unsigned thr = row_threads(C) < DEC_THREADS ? row_threads(C) : DEC_THREADS; /* a copy: ~8 a thread */
-    token_embed_kernel<TT, TY><<<(unsigned)n, thr, 0, s>>>(ids, (const TT *)table, (TY *)y, C, V, scale, vec);
-    return launched();
+    return pdl_launched(tpk_pdl_launch_kernel(token_embed_kernel<TT, TY>, dim3((unsigned)n), dim3(thr), 0, s, ids,
+                                              (const TT *)table, (TY *)y, C, V, scale, vec));
 }
 
 extern "C" int tpk_token_embed(const float *ids, const void *table, tp_dtype tdt, void *y, tp_dtype ydt, int n,
@@ -233,6 +238,8 @@ template <typename TX, typename TW, typename TY>
 __global__ void __launch_bounds__(1024)
     rmsnorm_kernel(const TX *__restrict__ x, const TW *__restrict__ w, TY *__restrict__ y, int C, float eps,
                    float offset, int vec) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
     __shared__ float red[33];
     const TX *xr = x + (size_t)blockIdx.x * C;
     TY *yr = y + (size_t)blockIdx.x * C;
@@ -271,9 +278,8 @@ static int rmsnorm_launch(const void *x, const void *w, void *y, int M, int C, f
                           cudaStream_t s) {
     const int vec = C % 4 == 0 && aligned(x, 4 * sizeof(TX)) && aligned(w, 4 * sizeof(TW)) &&
                     aligned(y, 4 * sizeof(TY));
-    rmsnorm_kernel<TX, TW, TY><<<(unsigned)M, row_threads(C), 0, s>>>((const TX *)x, (const TW *)w, (TY *)y, C, eps,
-                                                                       offset, vec);
-    return launched();
+    return pdl_launched(tpk_pdl_launch_kernel(rmsnorm_kernel<TX, TW, TY>, dim3((unsigned)M), dim3(row_threads(C)), 0, s,
+                                              (const TX *)x, (const TW *)w, (TY *)y, C, eps, offset, vec));
 }
 
 extern "C" int tpk_rmsnorm(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *y, tp_dtype ydt, int M,
@@ -297,6 +303,8 @@ extern "C" int tpk_rmsnorm(const void *x, tp_dtype xdt, const void *w, tp_dtype 
 template <typename TX, typename TY>
 __global__ void __launch_bounds__(DEC_THREADS)
     rope_kernel(const TX *x, TY *y, int T, int H, int D, const float *__restrict__ inv_freq, const int *past) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
     __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
     const int bt = blockIdx.x, h2 = D / 2;
     const float pos = (float)(*past + bt % T); /* exact below 2^24 */
@@ -320,8 +328,8 @@ static int rope_launch(const void *x, void *y, int B, int T, int H, int D, const
                        cudaStream_t s) {
     const int pairs = H * (D / 2);
     const unsigned thr = pairs >= DEC_THREADS ? DEC_THREADS : (unsigned)((pairs + 31) / 32 * 32);
-    rope_kernel<TX, TY><<<(unsigned)(B * T), thr, 0, s>>>((const TX *)x, (TY *)y, T, H, D, inv_freq, past);
-    return launched();
+    return pdl_launched(tpk_pdl_launch_kernel(rope_kernel<TX, TY>, dim3((unsigned)(B * T)), dim3(thr), 0, s,
+                                              (const TX *)x, (TY *)y, T, H, D, inv_freq, past));
 }
 
 extern "C" int tpk_rope(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, int B, int T, int H, int D,
@@ -348,6 +356,8 @@ template <int ACT> static __device__ __forceinline__ float glu_act(float g) {
 
 template <typename TI, typename TY, int ACT>
 __global__ void __launch_bounds__(DEC_THREADS) glu_kernel(const TI *gate, const TI *up, TY *y, size_t n, int vec) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     size_t done = 0;
     if (vec) {
@@ -369,11 +379,9 @@ template <typename TI, typename TY>
 static int glu_launch(const void *gate, const void *up, void *y, size_t n, int act, cudaStream_t s) {
     const int vec = aligned(gate, 4 * sizeof(TI)) && aligned(up, 4 * sizeof(TI)) && aligned(y, 4 * sizeof(TY));
     const unsigned blocks = grid_for(vec ? (n + 3) / 4 : n, DEC_THREADS);
-    if (act == 0)
-        glu_kernel<TI, TY, 0><<<blocks, DEC_THREADS, 0, s>>>((const TI *)gate, (const TI *)up, (TY *)y, n, vec);
-    else
-        glu_kernel<TI, TY, 1><<<blocks, DEC_THREADS, 0, s>>>((const TI *)gate, (const TI *)up, (TY *)y, n, vec);
-    return launched();
+    return pdl_launched(tpk_pdl_launch_kernel(act == 0 ? glu_kernel<TI, TY, 0> : glu_kernel<TI, TY, 1>, dim3(blocks),
+                                              dim3(DEC_THREADS), 0, s, (const TI *)gate, (const TI *)up, (TY *)y, n,
+                                              vec));
 }
 
 extern "C" int tpk_glu(const void *gate, const void *up, tp_dtype dt, void *y, tp_dtype ydt, size_t n, int act,
@@ -395,6 +403,8 @@ template <typename U>
 __global__ void __launch_bounds__(DEC_THREADS)
     kv_append_kernel(const U *__restrict__ k, const U *__restrict__ v, U *__restrict__ kv, int B, int T, int L,
                      size_t upr, const int *__restrict__ past_p, size_t total) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
     const int past = *past_p;
     if (past < 0 || past > L - T) return; /* a caller error: write nothing rather than outside the cache */
     const size_t bt_n = (size_t)B * T;
@@ -409,6 +419,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
 template <typename U>
 __global__ void __launch_bounds__(DEC_THREADS)
     last_token_kernel(const U *__restrict__ x, U *__restrict__ y, int T, size_t upr, size_t total) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t b = i / upr, u = i - b * upr;
         y[i] = x[(b * T + (size_t)(T - 1)) * upr + u];
@@ -426,9 +438,9 @@ template <typename U>
 static int kv_append_launch(const void *k, const void *v, void *kv, int B, int T, int L, size_t row_bytes,
                             const int *past, cudaStream_t s) {
     const size_t upr = row_bytes / sizeof(U), total = 2 * (size_t)B * T * upr;
-    kv_append_kernel<U><<<grid_for(total, DEC_THREADS), DEC_THREADS, 0, s>>>((const U *)k, (const U *)v, (U *)kv, B,
-                                                                              T, L, upr, past, total);
-    return launched();
+    return pdl_launched(tpk_pdl_launch_kernel(kv_append_kernel<U>, dim3(grid_for(total, DEC_THREADS)),
+                                              dim3(DEC_THREADS), 0, s, (const U *)k, (const U *)v, (U *)kv, B, T, L,
+                                              upr, past, total));
 }
 
 extern "C" int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt, int B, int T, int L, int W,
@@ -450,8 +462,8 @@ extern "C" int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt
 template <typename U>
 static int last_token_launch(const void *x, void *y, int B, int T, size_t row_bytes, cudaStream_t s) {
     const size_t upr = row_bytes / sizeof(U), total = (size_t)B * upr;
-    last_token_kernel<U><<<grid_for(total, DEC_THREADS), DEC_THREADS, 0, s>>>((const U *)x, (U *)y, T, upr, total);
-    return launched();
+    return pdl_launched(tpk_pdl_launch_kernel(last_token_kernel<U>, dim3(grid_for(total, DEC_THREADS)),
+                                              dim3(DEC_THREADS), 0, s, (const U *)x, (U *)y, T, upr, total));
 }
 
 extern "C" int tpk_last_token(const void *x, void *y, tp_dtype dt, int B, int T, int C, tp_stream stream) {
@@ -496,6 +508,8 @@ static __device__ __forceinline__ void am_take(float v, int i, float *best, int 
 template <typename TX>
 __global__ void __launch_bounds__(ARGMAX_THREADS)
     argmax_kernel(const TX *__restrict__ x, float *__restrict__ ids_out, int N, int vec) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
     __shared__ float sv[32];
     __shared__ int si[32];
     const TX *xr = x + (size_t)blockIdx.x * N;
@@ -541,8 +555,8 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
 
 template <typename TX> static int argmax_launch(const void *x, float *ids, int M, int N, cudaStream_t s) {
     const int vec = N % 4 == 0 && aligned(x, 4 * sizeof(TX));
-    argmax_kernel<TX><<<(unsigned)M, ARGMAX_THREADS, 0, s>>>((const TX *)x, ids, N, vec);
-    return launched();
+    return pdl_launched(tpk_pdl_launch_kernel(argmax_kernel<TX>, dim3((unsigned)M), dim3(ARGMAX_THREADS), 0, s,
+                                              (const TX *)x, ids, N, vec));
 }
 
 extern "C" int tpk_argmax(const void *x, tp_dtype xdt, float *ids_out, int M, int N, tp_stream stream) {
@@ -557,12 +571,15 @@ extern "C" int tpk_argmax(const void *x, tp_dtype xdt, float *ids_out, int M, in
  * advance: the decode graph's last node.
  * ============================================================================================================== */
 
-__global__ void advance_kernel(int *past, int by) { *past += by; }
+__global__ void advance_kernel(int *past, int by) {
+    tpk_pdl_trigger();
+    tpk_pdl_wait();
+    *past += by;
+}
 
 extern "C" int tpk_advance(int *past, int by, tp_stream stream) {
     if (!past) return DEC_INVALID;
-    advance_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(past, by);
-    return launched();
+    return pdl_launched(tpk_pdl_launch_kernel(advance_kernel, dim3(1), dim3(1), 0, (cudaStream_t)stream, past, by));
 }
 
 /* ================================================================================================================
@@ -678,6 +695,8 @@ static __device__ __forceinline__ void kva_scores(const TI *Ks, const float *Qs,
 
 template <typename TI, typename TO, int D>
 __global__ void __launch_bounds__(KVA_THREADS) kva_split_kernel(kva_params p) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
     constexpr int PITCH = D + 16 / (int)sizeof(TI), NV = D / 32;
     extern __shared__ __align__(16) unsigned char kva_smem[];
     float *Qs = reinterpret_cast<float *>(kva_smem);                /* [RB][D] */
@@ -808,6 +827,8 @@ template <typename TO, int D>
 __global__ void __launch_bounds__(128)
     kva_combine_kernel(const float *__restrict__ ws_o, const float *__restrict__ ws_ml, TO *__restrict__ out,
                        int rows, int T, int L, int chunk, int n_chunks, const int *__restrict__ past_p) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
     constexpr int NV = D / 32;
     __shared__ float wsh[4][KVA_MAX_CHUNKS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = blockIdx.x * 4 + warp;
@@ -847,14 +868,14 @@ template <typename TI, typename TO, int D> static int kva_launch(const kva_param
         e = cudaFuncSetAttribute(kva_split_kernel<TI, TO, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return (int)e;
     const dim3 grid((unsigned)p->n_chunks, (unsigned)((p->R + KVA_RB - 1) / KVA_RB), (unsigned)(p->B * p->Hkv));
-    kva_split_kernel<TI, TO, D><<<grid, KVA_THREADS, smem, s>>>(*p);
-    if (p->n_chunks == 1) return launched();
+    e = tpk_pdl_launch_kernel(kva_split_kernel<TI, TO, D>, grid, dim3(KVA_THREADS), smem, s, *p);
+    if (e != cudaSuccess || p->n_chunks == 1) return pdl_launched(e);
     e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
     const int rows = p->B * p->T * p->H;
-    kva_combine_kernel<TO, D><<<(unsigned)((rows + 3) / 4), 128, 0, s>>>(p->ws_o, p->ws_ml, (TO *)p->out, rows, p->T,
-                                                                         p->L, p->chunk, p->n_chunks, p->past);
-    return launched();
+    return pdl_launched(tpk_pdl_launch_kernel(kva_combine_kernel<TO, D>, dim3((unsigned)((rows + 3) / 4)), dim3(128), 0,
+                                              s, (const float *)p->ws_o, (const float *)p->ws_ml, (TO *)p->out, rows,
+                                              p->T, p->L, p->chunk, p->n_chunks, (const int *)p->past));
 }
 
 template <typename TI, typename TO> static int kva_by_d(int D, const kva_params *p, cudaStream_t s) {
