@@ -74,6 +74,15 @@ for s in $steps; do
       --duration 0.5 --ref-samples 1 --out /tmp/tprof-pdl > "$OUT/pdl_profile.log" 2>&1 || rc=1
     grep -E "decode steps traced|Traced|overlap" "$OUT/pdl_profile.log"
     ;;
+  compare_decoder)
+    echo "=== tprof compare on a decoder: the prefill's report and the decode-step section (fp16, fp8-wo, nvfp4-wo)"
+    rm -rf report_decoder
+    "$BUILD/tprof" compare --model llama-3.2-1b --prompt 512 --gen 64 --batch 1 --precision fp16,fp8-wo,nvfp4-wo \
+      --profile-iters 16 --ref-samples 1 --out report_decoder --json report_decoder/bench.json \
+      > "$OUT/compare_decoder.log" 2>&1 || rc=1
+    sed -n '/## Decode steps/,/## Theoretical/p' report_decoder/report.md | head -60
+    tar czf "$OUT/report_decoder.tgz" --exclude='*.trace.json' --exclude='*.chrome.json' report_decoder
+    ;;
   groups)
     echo "=== q/k/v and gate/up as one GEMV each (--gemv-groups), off / on / auto, Llama-3.2-1B decode at batch 1"
     for m in off on auto; do
@@ -101,7 +110,11 @@ for s in $steps; do
     sed -n '/=== Batch sweep/,$p' "$OUT/gpus_sweep.log"
     ;;
   hfpeers)
-    echo "=== HF transformers on the same GPU (bench/hf_peers.py)"
+    echo "=== tprof, then HF transformers on the same GPU in the same call (bench/hf_peers.py)"
+    "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1 --precision fp16,bf16 --duration 1 \
+      --ref-samples 1 --json "$OUT/peers_tprof_llama32_1b.json" | grep -E "pp512|tg128|Decode|Greedy" || rc=1
+    "$BUILD/tprof" bench --model llama-2-7b --layers 1 --vocab 256 --prompt 992 --gen 64 --batch 1 --duration 1 \
+      --precision fp16,fp8-wo,nvfp4-wo --json "$OUT/peers_tprof_llama7b_layer.json" | grep -E "pp992|tg64|Greedy" || rc=1
     python3 bench/hf_peers.py --model llama-3.2-1b --prompt 512 --gen 128 --json "$OUT/hf_peers_llama32_1b.json" || rc=1
     python3 bench/hf_peers.py --model llama-2-7b --layers 1 --vocab 256 --prompt 992 --gen 64 \
       --json "$OUT/hf_peers_llama7b_layer.json" || rc=1

@@ -182,6 +182,55 @@ START_TEST(test_totals_and_categories) {
 }
 END_TEST
 
+/* Overlapping kernels, as programmatic dependent launch makes them: in one iteration gemm_a (op 1) runs 0..400,
+ * gelu (op 2) starts early at 100 and ends at 460 (its wait inside its duration), gemm_a (op 3) starts at 450 and
+ * ends at 600, fully inside nothing. Busy time: 400, 60, 140 = 600 = the span; the durations sum to 910. */
+START_TEST(test_overlap_busy_time) {
+    tp_trace t;
+    tp_trace_init(&t);
+    t.n_ops = 5;
+    t.ops = calloc(5, sizeof *t.ops);
+    ck_assert_ptr_nonnull(t.ops);
+    for (int i = 0; i < 5; i++) snprintf(t.ops[i].layer, sizeof t.ops[i].layer, "op%d", i), t.ops[i].kind = TP_OP_LINEAR;
+    t.iterations = 1;
+    static const rec_spec A = {"gemm_a", 1, TP_CAT_GEMM, TP_REC_KERNEL, 400}, G = {"gelu", 2, TP_CAT_ACTIVATION,
+                                                                                    TP_REC_KERNEL, 360},
+                          C = {"gemm_a", 3, TP_CAT_GEMM, TP_REC_KERNEL, 150}, W = {"gemm_a", 1, TP_CAT_GEMM,
+                                                                                    TP_REC_KERNEL, 50};
+    add(&t, &W, -1, 10, 0); /* a warm-up record overlapping nothing profiled: busy 0, not counted */
+    add(&t, &C, 0, 1450, 2); /* trace order is not start order */
+    add(&t, &A, 0, 1000, 0);
+    add(&t, &G, 0, 1100, 1);
+    uint64_t busy[4];
+    ck_assert(tp_trace_busy_ns(&t, busy) == 600);
+    ck_assert(busy[0] == 0 && busy[1] == 140 && busy[2] == 400 && busy[3] == 60);
+    tp_profile_summary s;
+    analyze(&t, &s);
+    ck_assert(s.kernel_ns == 600 && s.raw_kernel_ns == 910);
+    ck_assert(s.cat_ns[TP_CAT_GEMM] == 540 && s.cat_ns[TP_CAT_ACTIVATION] == 60);
+    ck_assert(s.layers[1].total_ns == 400 && s.layers[2].total_ns == 60 && s.layers[3].total_ns == 140);
+    ck_assert(fabs(s.span_ns_per_iter - 600) < 1e-9);
+    /* the kernel table keeps durations: gelu's 360 ns, its wait included */
+    ck_assert(row_named(&s, "gelu")->total_ns == 360 && row_named(&s, "gemm_a")->total_ns == 550);
+    char path[512];
+    tmp_path(path, sizeof path, "overlap");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    tp_profile_print(&t, &s, 0, f);
+    fclose(f);
+    f = fopen(path, "r");
+    char buf[8192];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    remove(path);
+    ck_assert_msg(strstr(buf, "Kernels overlap: their durations sum to 0.0009 ms per iteration, the GPU is busy 0.0006 ms"),
+                  "%s", buf);
+    tp_profile_summary_free(&s);
+    tp_trace_free(&t);
+}
+END_TEST
+
 START_TEST(test_kernel_rows) {
     tp_trace t;
     make_trace(&t);
@@ -839,6 +888,7 @@ int main(void) {
     tcase_set_timeout(t, 60);
     tcase_add_test(t, test_category_names);
     tcase_add_test(t, test_totals_and_categories);
+    tcase_add_test(t, test_overlap_busy_time);
     tcase_add_test(t, test_kernel_rows);
     tcase_add_test(t, test_kernel_row_ties_and_categories);
     tcase_add_test(t, test_layer_rows);

@@ -252,19 +252,27 @@ START_TEST(test_amdahl_fixtures) {
     ck_assert(close_to(a.actual_ms, e.s.kernel_ns_per_iter * 1e-6, 0));
     ck_assert(f > 0.25 && f < 0.35); /* the fp16 GEMM share of this model at batch 64 */
 
-    /* Per-category gaps from the raw records of both traces. */
+    /* Per-category gaps from the records' busy time (tp_trace_busy_ns) in both traces: CUPTI's intervals of
+     * consecutive kernels overlap by a few ns here, so busy time is slightly below the summed durations */
     double ideal_c[TP_CAT_COUNT] = {0}, act_c[TP_CAT_COUNT] = {0};
+    uint64_t *bb = malloc(sizeof *bb * (size_t)b.t.n), *eb = malloc(sizeof *eb * (size_t)e.t.n);
+    ck_assert(bb && eb);
+    const uint64_t bt = tp_trace_busy_ns(&b.t, bb);
+    ck_assert(bt == b.s.kernel_ns && bt <= b.s.raw_kernel_ns && bt > b.s.raw_kernel_ns - b.s.raw_kernel_ns / 1000);
+    ck_assert(tp_trace_busy_ns(&e.t, eb) == e.s.kernel_ns);
     for (int i = 0; i < b.t.n; i++) {
         const tp_trace_record *x = &b.t.rec[i];
         if (x->iteration < 0) continue;
-        double d = (double)(x->end_ns - x->start_ns);
+        double d = (double)bb[i];
         int changed = x->op >= 0 && b.t.ops[x->op].prec != e.t.ops[x->op].prec;
         ideal_c[x->category] += (changed ? d / r : d) / b.t.iterations * 1e-6;
     }
     for (int i = 0; i < e.t.n; i++) {
         const tp_trace_record *x = &e.t.rec[i];
-        if (x->iteration >= 0) act_c[x->category] += (double)(x->end_ns - x->start_ns) / e.t.iterations * 1e-6;
+        if (x->iteration >= 0) act_c[x->category] += (double)eb[i] / e.t.iterations * 1e-6;
     }
+    free(bb);
+    free(eb);
     double sum = 0;
     for (int c = 0; c < TP_CAT_COUNT; c++) {
         ck_assert_msg(close_to(a.gap_ms[c], act_c[c] - ideal_c[c], a.actual_ms), "%s: gap %.15g against %.15g",
@@ -683,6 +691,7 @@ START_TEST(test_write_synthetic) {
     ck_assert_msg(j != NULL, "%s", je.text);
     ck_assert(json_is_false(jget(json_array_get(jget(j, "amdahl"), 0), "available")));
     ck_assert(json_is_null(jget(jget(j, "configuration"), "gpu")));
+    ck_assert_ptr_null(json_object_get(j, "decode")); /* no decode measurements: no section, no key */
     json_decref(j);
     for (int k = 0; k < 2; k++) {
         snprintf(p, sizeof p, "%s/%s", dir, k ? "speedup.svg" : "breakdown.svg");
@@ -697,6 +706,62 @@ START_TEST(test_write_synthetic) {
     char *s = slurp(p);
     ck_assert_ptr_nonnull(strstr(s, "No precision besides the baseline"));
     free(s);
+    remove_dir(dir);
+    unload(&b);
+    unload(&e);
+}
+END_TEST
+
+/* Decoders: the decode-step section, from one traced entry (the synthetic trace standing in for decode steps: 59 ns
+ * of kernels a step, 3 records, event-timed 1e-4 ms, so the launch gaps are 41 % of the step) and one that was not
+ * traced (eager); absent from a report without decode measurements (test_write_synthetic). */
+START_TEST(test_write_decode) {
+    loaded b, e;
+    make_pair(&b, &e);
+    e.t.event_median_ms = 1e-4;
+    tp_compare_entry entries[2] = {b.e, e.e};
+    entries[0].has_decode = 1, entries[0].step_median_ms = 2.0, entries[0].step_p99_ms = 2.5;
+    entries[0].tokens_per_s = 500, entries[0].pdl_edges = -1;
+    entries[1].has_decode = 1, entries[1].step_median_ms = 1.5, entries[1].step_p99_ms = 1.6;
+    entries[1].tokens_per_s = 666.7, entries[1].step_floor_ms = 1.0, entries[1].pdl_edges = 5;
+    entries[1].graph_edges = 7, entries[1].dec_trace = &e.t, entries[1].dec_prof = &e.s;
+    tp_compare_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.model = "tiny";
+    cfg.batch = 2;
+    char dir[1024], p[1200];
+    make_dir(dir, sizeof dir);
+    tp_error err;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    char *md = read_in(dir, "report.md");
+    static const char *MD[] = {"## Decode steps", "| fp16 | 2.0000 | 2.5000 | 500.0 | n/a | n/a | eager |",
+                               "not traced", "| fp8 | 1.5000 | 1.6000 | 666.7 | 1.0000 | 1.500× | CUDA graph, PDL on 5 of 7 "
+                               "edges | 4 | 0.0001 |", "| 41.0 |", "fp8: a decode step by op kind",
+                               "`blocks.0.attn`"};
+    for (size_t k = 0; k < sizeof MD / sizeof MD[0]; k++)
+        ck_assert_msg(strstr(md, MD[k]) != NULL, "report.md lacks \"%s\"", MD[k]);
+    ck_assert_ptr_null(strstr(md, "fp16: a decode step")); /* not traced: no per-layer table */
+    /* the most expensive layer first: blocks.0.attn (31 ns) before blocks.0.mlp.fc1 (18 ns) */
+    ck_assert(strstr(md, "`blocks.0.attn`") < strstr(md, "`blocks.0.mlp.fc1`"));
+    free(md);
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    ck_assert_msg(j != NULL, "%s", je.text);
+    json_t *dj = jget(j, "decode");
+    ck_assert_int_eq((int)json_array_size(dj), 2);
+    json_t *d0 = json_array_get(dj, 0), *d1 = json_array_get(dj, 1);
+    ck_assert_str_eq(json_string_value(jget(d0, "launch")), "eager");
+    ck_assert(json_is_null(jget(d0, "pdl_edges")) && json_is_null(jget(d0, "floor_ms")));
+    ck_assert_ptr_null(json_object_get(d0, "traced_ms"));
+    ck_assert_int_eq((int)json_integer_value(jget(d1, "pdl_edges")), 5);
+    ck_assert(close_to(json_number_value(jget(d1, "median_over_floor")), 1.5, 0));
+    ck_assert(close_to(json_number_value(jget(d1, "traced_ms")), 5.9e-5, 0));
+    ck_assert(close_to(json_number_value(jget(d1, "launch_gap_pct")), 41.0, 1e-9));
+    ck_assert(close_to(json_number_value(jget(d1, "kernels_per_step")), 4.0, 0));
+    json_t *tl = jget(d1, "top_layers");
+    ck_assert_str_eq(json_string_value(jget(json_array_get(tl, 0), "layer")), "blocks.0.attn");
+    json_decref(j);
     remove_dir(dir);
     unload(&b);
     unload(&e);
@@ -1011,6 +1076,7 @@ int main(void) {
     tcase_add_test(t, test_write_fixtures);
     tcase_add_test(t, test_write_roofline);
     tcase_add_test(t, test_write_synthetic);
+    tcase_add_test(t, test_write_decode);
     tcase_add_test(t, test_write_errors);
     tcase_add_test(t, test_attn_worst);
     tcase_add_test(t, test_write_attn_cost);

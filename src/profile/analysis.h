@@ -24,7 +24,7 @@ typedef struct {
     uint64_t total_ns, min_ns, max_ns;
     double avg_ns, med_ns;    /* median: mean of the two middle values for an even count */
     double stddev_ns;         /* population standard deviation (divides by instances) */
-    double time_pct;          /* total_ns as a percentage of the summary's kernel_ns */
+    double time_pct;          /* total_ns as a percentage of the summary's raw_kernel_ns */
     int *layer_ops;           /* distinct layers that launched it, as op indices into the trace, ascending; */
     int n_layer_ops;          /*   ops sharing a layer name appear once; empty for unattributed records */
     int first_record;         /* index in the trace of its first record (trace order) */
@@ -55,10 +55,14 @@ typedef struct {
 typedef struct {
     int iterations;             /* profiled forward passes (the trace's) */
     int records;                /* records inside them */
-    uint64_t kernel_ns;         /* summed durations of those records */
+    uint64_t kernel_ns;         /* GPU busy time of those records: the length of the union of their intervals
+                                   (tp_trace_busy_ns); their summed durations when no two overlap */
     double kernel_ns_per_iter;  /* kernel_ns / iterations */
+    uint64_t raw_kernel_ns;     /* their summed durations (the kernel rows' basis); above kernel_ns when kernels
+                                   overlap (programmatic dependent launch: a kernel's wait is in its duration) */
+    double raw_kernel_ns_per_iter;
     double span_ns_per_iter;    /* mean over iterations of (last end - first start): includes launch gaps */
-    uint64_t *iter_ns;          /* [iterations]: summed durations per iteration */
+    uint64_t *iter_ns;          /* [iterations]: busy time per iteration */
     uint64_t *iter_span_ns;     /* [iterations]: last end - first start per iteration */
     uint64_t *iter_cat_ns;      /* [iterations][TP_CAT_COUNT], row-major: per iteration and category */
     uint64_t cat_ns[TP_CAT_COUNT];      /* totals; they sum to kernel_ns exactly */
@@ -79,6 +83,14 @@ typedef struct {
     int n_by_kind;
 } tp_profile_summary;
 
+/* GPU busy time per record: busy[i] = the part of record i's interval not covered by records that started
+ * before it (equal starts: the earlier in trace order), 0 for records outside the profiled iterations; returns
+ * their sum, the length of the union of the profiled records' intervals. Each stretch of busy GPU time counts once,
+ * for the kernel that extends it: a kernel launched early under programmatic dependent launch is charged only
+ * for what it adds after its predecessor ended, and without overlap busy[i] is the record's duration. busy has
+ * t->n entries. TP_ERR_OOM is the only failure (returns UINT64_MAX then). */
+uint64_t tp_trace_busy_ns(const tp_trace *t, uint64_t *busy);
+
 /* Computes the summary of t into *s (overwritten; free with tp_profile_summary_free, also after an error).
  * Errors: TP_ERR_ARG naming the problem when the trace has no profiled iteration, an iteration without any
  * record, or a record whose iteration, op, category or kind is out of range or whose end precedes its start;
@@ -96,7 +108,8 @@ void tp_profile_summary_free(tp_profile_summary *s);
 void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n, FILE *f);
 
 /* The whole summary as a JSON object (new reference; caller json_decref's); NULL only when out of memory.
- * Keys: model, precision, batch, gpu, iterations, records, kernel_ns_per_iter, span_ns_per_iter,
+ * Keys: model, precision, batch, gpu, iterations, records, kernel_ns_per_iter (busy time), raw_kernel_ns_per_iter
+ * (summed durations), span_ns_per_iter,
  * traced_ms_per_iter, event_median_ms, gap_ms and gap_pct (event minus traced, null without event time),
  * unattributed, unattributed_ns_per_iter, per_iteration [{kernel_ns, span_ns}], categories [{category,
  * ns_per_iter, ms_per_iter, percent}], kernels [{name, category, instances, total_ns, avg_ns, med_ns, min_ns,

@@ -373,6 +373,14 @@ static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
         e->ref_images = R;
         e->attn_cost = r->attn_cost; /* measured once, in the benchmark (attention_cost) */
         e->n_attn_cost = r->n_attn_cost;
+        if (r->has_decode) {
+            e->has_decode = 1;
+            e->step_median_ms = r->dec.median, e->step_p99_ms = r->dec.p99;
+            e->tokens_per_s = o->batch / (r->dec.median * 1e-3);
+            e->step_floor_ms = r->dec_floor.ns * 1e-6;
+            e->pdl_edges = r->pdl_edges, e->graph_edges = r->graph_edges;
+            if (r->has_dec_prof && r->dec_prof.iterations > 0) e->dec_trace = &r->dec_trace, e->dec_prof = &r->dec_prof;
+        }
         const char *ext[3] = {"trace", "chrome", "profile"};
         for (int k = 0; k < 3 && cfg.n_artifacts < 3 * TP_MAX_PRECISIONS; k++) {
             /* relative to the report, which sits in the same folder */

@@ -7,6 +7,7 @@
  * Time sums are integer nanoseconds from the traces, divided by the number of profiled passes only at the
  * end, so per-category figures add up to the totals they claim to split. */
 #include "report/compare.h"
+#include "report/compare_decode.h"
 
 #include <errno.h>
 #include <math.h>
@@ -101,21 +102,27 @@ static tp_status same_graph(const tp_compare_entry *b, const tp_compare_entry *e
     return TP_OK;
 }
 
-/* Sums t's profiled records per category into in[] (op selected by sel) and out[] (the rest, unattributed
- * records included). */
-static void split_ops(const tp_trace *t, const unsigned char *sel, uint64_t in[TP_CAT_COUNT],
-                      uint64_t out[TP_CAT_COUNT]) {
+/* Sums t's profiled records' busy time (tp_trace_busy_ns: what the summary's categories split) per category into
+ * in[] (op selected by sel) and out[] (the rest, unattributed records included). TP_ERR_OOM when out of memory. */
+static tp_status split_ops(const tp_trace *t, const unsigned char *sel, uint64_t in[TP_CAT_COUNT],
+                           uint64_t out[TP_CAT_COUNT], tp_error *err) {
     memset(in, 0, TP_CAT_COUNT * sizeof *in);
     memset(out, 0, TP_CAT_COUNT * sizeof *out);
+    uint64_t *busy = malloc(sizeof *busy * (size_t)(t->n ? t->n : 1));
+    if (!busy || tp_trace_busy_ns(t, busy) == UINT64_MAX) {
+        free(busy);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
     for (int i = 0; i < t->n; i++) {
         const tp_trace_record *r = &t->rec[i];
         if (r->iteration < 0) continue;
-        uint64_t d = r->end_ns - r->start_ns;
         if (r->op >= 0 && sel[r->op])
-            in[r->category] += d;
+            in[r->category] += busy[i];
         else
-            out[r->category] += d;
+            out[r->category] += busy[i];
     }
+    free(busy);
+    return TP_OK;
 }
 
 /* The changed ops of e against b as a selection over op indices (caller frees); NULL when out of memory. */
@@ -138,8 +145,9 @@ tp_status tp_compare_amdahl(const tp_compare_entry *b, const tp_compare_entry *e
     unsigned char *sel = changed_ops(b, e, &out->n_changed);
     if (!sel) return tp_fail(err, TP_ERR_OOM, "compare: out of host memory for %d ops", b->trace->n_ops);
     uint64_t chg[TP_CAT_COUNT], unch[TP_CAT_COUNT], chg_total = 0;
-    split_ops(b->trace, sel, chg, unch);
+    st = split_ops(b->trace, sel, chg, unch, err);
     free(sel);
+    if (st) return st;
     for (int c = 0; c < TP_CAT_COUNT; c++) chg_total += chg[c];
     const tp_profile_summary *pb = b->prof;
     out->f = pb->kernel_ns ? (double)chg_total / (double)pb->kernel_ns : 0;
@@ -351,10 +359,14 @@ static tp_status build_pair(const model *m, int i, pair *p, tp_error *err) {
     unsigned char *sel = changed_ops(b, e, &n_changed);
     if (!sel) return tp_fail(err, TP_ERR_OOM, "compare: out of host memory for %d ops", b->trace->n_ops);
     uint64_t in[TP_CAT_COUNT], out[TP_CAT_COUNT];
-    split_ops(b->trace, sel, in, out);
+    tp_status st = split_ops(b->trace, sel, in, out, err);
     for (int c = 0; c < TP_CAT_COUNT; c++) p->chg_b[c] = per_pass_ms(in[c], b->trace->iterations);
-    split_ops(e->trace, sel, in, out);
+    if (!st) st = split_ops(e->trace, sel, in, out, err);
     for (int c = 0; c < TP_CAT_COUNT; c++) p->chg_e[c] = per_pass_ms(in[c], e->trace->iterations);
+    if (st) {
+        free(sel);
+        return st;
+    }
     for (int o = 0; o < b->trace->n_ops; o++) {
         const tp_trace_op *x = &b->trace->ops[o], *y = &e->trace->ops[o];
         /* a note that only adds "kept ... by policy" describes the same kernel as the baseline's */
@@ -365,15 +377,16 @@ static tp_status build_pair(const model *m, int i, pair *p, tp_error *err) {
         p->kb[x->kind] += b->prof->layers[o].ns_per_iter * 1e-6;
         p->ke[x->kind] += e->prof->layers[o].ns_per_iter * 1e-6;
     }
-    split_ops(b->trace, sel, in, out);
+    st = split_ops(b->trace, sel, in, out, err);
     for (int c = 0; c < TP_CAT_COUNT; c++) p->noted_b[c] = per_pass_ms(in[c], b->trace->iterations);
     free(sel);
+    if (st) return st;
     double pb = m->cfg->peak_tflops[b->prec], pe = m->cfg->peak_tflops[e->prec];
     if (!(pb > 0) || !(pe > 0)) {
         snprintf(p->why, sizeof p->why, "peak GEMM rate of %s not measured", pname(pb > 0 ? e->prec : b->prec));
         return TP_OK;
     }
-    tp_status st = tp_compare_amdahl(b, e, pe / pb, &p->am, err);
+    st = tp_compare_amdahl(b, e, pe / pb, &p->am, err);
     if (st) return st;
     p->have = 1;
     return TP_OK;
@@ -1179,6 +1192,7 @@ static void write_doc(tp_doc *d, const model *m) {
     sec_roofline(d, m);
     sec_coverage(d, m);
     sec_fp8_attention(d, m);
+    tp_compare_decode_section(d, m->e, m->n);
     sec_amdahl(d, m);
     sec_recos(d, m);
     sec_artifacts(d, m);
@@ -1358,6 +1372,7 @@ static json_t *report_json(const model *m) {
     }
     free(gr);
     json_object_set_new(j, "roofline", a);
+    if (tp_compare_has_decode(m->e, m->n)) json_object_set_new(j, "decode", tp_compare_decode_json(m->e, m->n));
 
     a = json_array();
     for (int k = 0; k < m->n_rec; k++) {

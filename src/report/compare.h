@@ -27,6 +27,16 @@ typedef struct {
     const tp_attn_cost *attn_cost;  /* one row per attention op the engine runs in FP8, ops in increasing order;
                                        NULL with n_attn_cost 0 for an engine without FP8 attention */
     int n_attn_cost;
+    /* Decoders (tprof bench's decode phase): has_decode, then one decode step = one token per sequence, timed with
+     * CUDA events: its median and p99 (ms), tokens/s over the batch, its roofline floor (ms; 0: unknown), the
+     * decode graph's programmatic (PDL) edges and all its edges (pdl_edges -1: eager launches), and the traced
+     * steps with their analysis (dec_trace and dec_prof both NULL: not traced). The trace and profile above are
+     * the prefill's. */
+    int has_decode;
+    double step_median_ms, step_p99_ms, tokens_per_s, step_floor_ms;
+    int pdl_edges, graph_edges;
+    const tp_trace *dec_trace;
+    const tp_profile_summary *dec_prof;
 } tp_compare_entry;
 
 typedef struct {
@@ -88,7 +98,8 @@ int tp_compare_attn_worst(const tp_attn_cost *rows, int n);
  * rows: per such entry a table of layer, reference, cosine and relative L2, the worst layer (tp_compare_attn_worst)
  * named; JSON key "fp8_attention_cost", absent when no entry has rows), theoretical against actual speedup with the
  * gap attributed to categories in ms, recommendations (each citing the number it rests on; rules and thresholds in
- * compare.c), artifacts (the five files above, then cfg->artifacts). An entry whose precision or the baseline's has
+ * compare.c), decode steps (only when some entry has_decode: compare_decode.h; JSON key "decode"), artifacts (the
+ * five files above, then cfg->artifacts). An entry whose precision or the baseline's has
  * no peak_tflops gets no Amdahl figures, with the reason in the report. out_dir is created when missing (not its
  * parents); existing report files in it are overwritten.
  * Errors: TP_ERR_IO naming the file, TP_ERR_ARG for inconsistent entries (n < 1, baseline out of range, an entry

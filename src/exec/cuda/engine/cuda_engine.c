@@ -854,6 +854,13 @@ double tp_engine_op_bytes(const tp_engine *e, int op) {
     const tp_graph *g = e->g;
     for (int j = 0; j < g->n_ops; j++)
         if (e->gelu_sm90[j] == op) return 0.0; /* a GELU done by GEMM j's epilogue: its bytes are j's */
+    const int lead = e->group_lead ? e->group_lead[op] : -1;
+    if (lead >= 0 && e->group_on[lead]) { /* one GEMV computes the group (engine_group.c): all bytes the leader's */
+        if (op != lead) return 0.0;
+        double b = 0.0;
+        for (int j = lead; j >= 0; j = e->group_next[j]) b += tp_plan_op_bytes(e->plan, g, j);
+        return b;
+    }
     double b = tp_plan_op_bytes(e->plan, g, op);
     if (e->gelu_sm90[op] >= 0) { /* writes the GELU's output instead of its own */
         const int x = g->ops[op].out, y = g->ops[e->gelu_sm90[op]].out;

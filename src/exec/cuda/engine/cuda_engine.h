@@ -129,7 +129,8 @@ const char *tp_engine_op_impl(const tp_engine *e, int op);
 /* Bytes op `op` moves per forward pass in this engine (the roofline's memory term, profile/roofline.h): the plan's
  * (tp_plan_op_bytes: every input read once, the output written once), except where the build fused more than the
  * plan: a GEMM run as TP_GEMM_CHOICE_SM90_GELU writes its GELU's output instead of its own, and that GELU op moves
- * nothing. 0 for a bad index. */
+ * nothing; sibling linears run as one GEMV (tp_engine_options.gemv_groups): the leader moves the group's bytes, the
+ * other members nothing (they launch no kernel). 0 for a bad index. */
 double tp_engine_op_bytes(const tp_engine *e, int op);
 
 /* The attention implementation op `op` runs (never TP_ATTN_AUTO once built: pass it as tp_engine_options.attention
