@@ -90,10 +90,10 @@ void tp_compare_decode_section(tp_doc *d, const tp_compare_entry *e, int n) {
     tp_doc_para(d, "The sections above describe the prefill (the prompt's forward pass). A decode step is one token per "
                    "sequence against the KV cache, timed with CUDA events over every generated token; its floor is "
                    "its weights' and KV cache's bytes at the measured copy rate (and its FLOPs at the GEMM rate), "
-                   "counted at the generation's middle context. From the traced steps: the launch-gap share is the "
-                   "event-timed step minus the traced kernel time, over the step; with programmatic dependent "
-                   "launch (PDL) kernels overlap and wait inside their traced time, so it turns negative and the "
-                   "per-layer times include those waits (--pdl off traces kernels one after another).");
+                   "counted at the generation's middle context. From the traced steps: traced time is GPU busy time "
+                   "(the union of the kernels' intervals: with programmatic dependent launch, PDL, a kernel starts "
+                   "before its predecessor ends and is charged only for what it adds after it), and the launch-gap "
+                   "share is the event-timed step minus that busy time, over the step.");
     tp_doc_table_open(d, "lrrrrrlrrrr", "Precision", "ms / step", "p99 ms", "Tokens/s", "Floor (ms)", "Step / floor",
                       "Launch", "Kernels / step", "Traced (ms)", "Span (ms)", "Launch gaps (%)", NULL);
     for (int i = 0; i < n; i++) {
@@ -116,7 +116,7 @@ void tp_compare_decode_section(tp_doc *d, const tp_compare_entry *e, int n) {
             tp_doc_td(d, "%.0f", (double)s->records / s->iterations);
             tp_doc_td(d, "%.4f", kms);
             tp_doc_td(d, "%.4f", s->span_ns_per_iter * 1e-6);
-            if (ev > 0) tp_doc_td(d, "%.1f%s", 100 * (ev - kms) / ev, kms > ev ? " (overlap)" : "");
+            if (ev > 0) tp_doc_td(d, "%.1f", 100 * (ev - kms) / ev);
             else tp_doc_td(d, "n/a");
         } else {
             for (int k = 0; k < 4; k++) tp_doc_td(d, "not traced");

@@ -1,8 +1,8 @@
 /* compare_decode.h: the decode-step section of `tprof compare` (compare.h) for decoders: per precision the
  * event-timed step (median, p99, tokens/s) against its roofline floor, how its kernels were launched (a CUDA graph,
  * with how many programmatic edges, or eager), and from the traced steps (tprof's CUPTI profile of the decode
- * engine): kernels per step, traced kernel time, span and the launch-gap share (event-timed step minus traced
- * kernel time, over the step; negative where programmatic launch overlaps kernels, which is said), the step's
+ * engine): kernels per step, traced kernel time (GPU busy time, analysis.h), span and the launch-gap share
+ * (event-timed step minus busy time, over the step), the step's
  * time and floor per op kind, and the layers that take the most time with their attainment (floor / time). */
 #ifndef TP_COMPARE_DECODE_H
 #define TP_COMPARE_DECODE_H
