@@ -393,9 +393,14 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) 
 
 inline bool aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
+/* chunks per register buffer on the 16-byte path; a build option for the lab (bench/gemv_lab.c) */
+#ifndef TPK_GEMV_U16
+#define TPK_GEMV_U16 2
+#endif
+
 template <class T, int FMT, int VEC>
 cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
-    constexpr int U = VEC == 16 ? 2 : 4;
+    constexpr int U = VEC == 16 ? TPK_GEMV_U16 : 4;
     int dev = 0, sms = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
