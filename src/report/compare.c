@@ -811,19 +811,7 @@ static void sec_roofline(tp_doc *d, const model *m) {
         if (!s->has_roofline || s->n_layers > rt->n_ops) continue;
         snprintf(id, sizeof id, "roofline-%s-%d", pname(e->prec), i);
         tp_doc_heading(d, 3, id, "%s by op kind, and the layers furthest above their floor", pname(e->prec));
-        tp_doc_table_open(d, "lrrrr", "Op kind", "Ops", "Time (ms)", "Floor (ms)", "Attainment (%)", NULL);
-        for (int k = 0; k < s->n_by_kind; k++) {
-            const tp_roofline_row *R = &s->by_kind[k];
-            tp_doc_tr_open(d);
-            tp_doc_td(d, "%s", tp_op_kind_name(R->kind));
-            tp_doc_td(d, "%d", R->ops);
-            tp_doc_td(d, "%.3f", R->ns_per_iter * 1e-6);
-            tp_doc_td(d, "%.3f", R->floor.ns * 1e-6);
-            if (R->floor.ns > 0 && R->ns_per_iter > 0) tp_doc_td(d, "%.1f", 100 * R->floor.ns / R->ns_per_iter);
-            else tp_doc_td(d, "-");
-            tp_doc_tr_close(d);
-        }
-        tp_doc_table_close(d);
+        tp_compare_kind_table(d, s, 3);
         const int n = roofline_gaps(e, gr), rows = n < TOP_GAPS ? n : TOP_GAPS;
         tp_doc_table_open(d, "lllrrrrr", "Layer", "Op", "Bound", "Ops", "Time (ms)", "Floor (ms)", "Above floor (ms)",
                           "Attainment (%)", NULL);

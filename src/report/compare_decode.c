@@ -44,26 +44,28 @@ static void td_attain(tp_doc *d, double floor_ns, double ns) {
     else tp_doc_td(d, "-");
 }
 
+void tp_compare_kind_table(tp_doc *d, const tp_profile_summary *s, int digits) {
+    tp_doc_table_open(d, "lrrrr", "Op kind", "Ops", "Time (ms)", "Floor (ms)", "Attainment (%)", NULL);
+    for (int k = 0; k < s->n_by_kind; k++) {
+        const tp_roofline_row *R = &s->by_kind[k];
+        tp_doc_tr_open(d);
+        tp_doc_td(d, "%s", tp_op_kind_name(R->kind));
+        tp_doc_td(d, "%d", R->ops);
+        tp_doc_td(d, "%.*f", digits, R->ns_per_iter * 1e-6);
+        tp_doc_td(d, "%.*f", digits, R->floor.ns * 1e-6);
+        td_attain(d, R->floor.ns, R->ns_per_iter);
+        tp_doc_tr_close(d);
+    }
+    tp_doc_table_close(d);
+}
+
 static void entry_tables(tp_doc *d, const tp_compare_entry *x, int i) {
     const tp_profile_summary *s = x->dec_prof;
     const char *p = tp_precision_name(x->prec);
     char id[64];
     snprintf(id, sizeof id, "decode-%s-%d", p, i);
     tp_doc_heading(d, 3, id, "%s: a decode step by op kind, and the layers taking the most time", p);
-    if (s->has_roofline) {
-        tp_doc_table_open(d, "lrrrr", "Op kind", "Ops", "Time (ms)", "Floor (ms)", "Attainment (%)", NULL);
-        for (int k = 0; k < s->n_by_kind; k++) {
-            const tp_roofline_row *R = &s->by_kind[k];
-            tp_doc_tr_open(d);
-            tp_doc_td(d, "%s", tp_op_kind_name(R->kind));
-            tp_doc_td(d, "%d", R->ops);
-            tp_doc_td(d, "%.4f", R->ns_per_iter * 1e-6);
-            tp_doc_td(d, "%.4f", R->floor.ns * 1e-6);
-            td_attain(d, R->floor.ns, R->ns_per_iter);
-            tp_doc_tr_close(d);
-        }
-        tp_doc_table_close(d);
-    }
+    if (s->has_roofline) tp_compare_kind_table(d, s, 4);
     int *ord = layers_by_time(s);
     if (!ord) return;
     const int rows = s->n_layers < TOP_LAYERS ? s->n_layers : TOP_LAYERS;

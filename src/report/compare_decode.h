@@ -12,6 +12,9 @@
 #include "report/compare.h"
 #include "report/doc.h"
 
+/* The table of s's roofline by op kind (s->has_roofline): kind, ops, time and floor in ms with `digits` decimals,
+ * attainment in %. */
+void tp_compare_kind_table(tp_doc *d, const tp_profile_summary *s, int digits);
 /* 1 when some entry has decode measurements (the section and the JSON key exist only then) */
 int tp_compare_has_decode(const tp_compare_entry *e, int n);
 /* The section "Decode steps" (heading level 2, anchor "decode"). */
