@@ -311,11 +311,39 @@ static int shared_param(const tp_engine *e, int v) {
     return -1;
 }
 
+void tpe_weight_host(tp_engine *e, int v, void *h, float *scale) {
+    const tp_graph *g = e->g;
+    const tp_param *p = &e->params->params[g->values[v].param_index];
+    const tp_dtype dt = e->plan->value_dt[v];
+    const size_t bytes = value_bytes(e, v);
+    const tp_qtensor *pre8 = e->weights_q ? e->weights_q[g->values[v].param_index] : NULL;
+    *scale = 1.0f;
+    if (dt == TP_E4M3 && pre8 && pre8->format == TP_QF_FP8_TENSOR && pre8->elem_bytes == bytes &&
+        pre8->scale_bytes == sizeof(float)) {
+        /* a stored per-tensor FP8 weight: its E4M3 bytes and scale as they are */
+        memcpy(scale, pre8->scales, sizeof(float));
+        memcpy(h, pre8->elems, bytes);
+    } else {
+        if (e->plan->value_scaled[v]) {
+            /* per-tensor weight scale: amax / 448, so the largest weight maps to E4M3's max finite value */
+            double amax = 0;
+            for (int64_t j = 0; j < p->numel; j++) amax = fmax(amax, fabs((double)p->data[j]));
+            *scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
+        }
+        tp_convert_from_f32(dt, p->data, h, (size_t)p->numel, *scale);
+    }
+    e->wglobal[v] = *scale;
+}
+
 static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = TP_OK;
     for (int v = 0; v < g->n_values; v++) {
-        if (g->values[v].kind != TP_VAL_PARAM || e->dptr[v]) continue; /* set: laid out with its group */
+        if (g->values[v].kind != TP_VAL_PARAM) continue;
+        if (e->dptr[v]) { /* laid out with its group: its per-tensor scale, if any, for the GEMMs */
+            h_scales[SCALE_SLOT * v] = e->wglobal[v];
+            continue;
+        }
         const int sv = shared_param(e, v);
         if (sv >= 0) { /* the prefill engine's copy: a decode engine adds no weight memory */
             e->dptr[v] = e->share->dptr[sv];
@@ -373,32 +401,10 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
             e->weight_bytes += (double)bytes;
             continue;
         }
-        const tp_qtensor *pre8 = e->weights_q ? e->weights_q[g->values[v].param_index] : NULL;
-        if (dt == TP_E4M3 && pre8 && pre8->format == TP_QF_FP8_TENSOR && pre8->elem_bytes == bytes &&
-            pre8->scale_bytes == sizeof(float)) {
-            /* a stored per-tensor FP8 weight: its E4M3 bytes and scale as they are */
-            memcpy(&h_scales[SCALE_SLOT * v], pre8->scales, sizeof(float));
-            e->wglobal[v] = h_scales[SCALE_SLOT * v];
-            st = tpe_dev_alloc(e, bytes, &e->dptr[v], p->name, err);
-            if (!st) {
-                cudaError_t ce = cudaMemcpy(e->dptr[v], pre8->elems, bytes, cudaMemcpyHostToDevice);
-                if (ce != cudaSuccess) st = tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
-            }
-            if (st) return st;
-            e->weight_bytes += (double)bytes + 4.0;
-            continue;
-        }
-        if (e->plan->value_scaled[v]) {
-            /* per-tensor weight scale: amax / 448, so the largest weight maps to E4M3's max finite value */
-            double amax = 0;
-            for (int64_t j = 0; j < p->numel; j++) amax = fmax(amax, fabs((double)p->data[j]));
-            scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
-            e->wglobal[v] = scale;
-        }
-        h_scales[SCALE_SLOT * v] = scale;
         void *h = malloc(bytes ? bytes : 1);
         if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory converting %s", p->name);
-        tp_convert_from_f32(dt, p->data, h, (size_t)p->numel, scale);
+        tpe_weight_host(e, v, h, &scale);
+        h_scales[SCALE_SLOT * v] = scale;
         st = tpe_dev_alloc(e, bytes, &e->dptr[v], p->name, err);
         if (!st) {
             cudaError_t ce = cudaMemcpy(e->dptr[v], h, bytes, cudaMemcpyHostToDevice);
@@ -568,12 +574,13 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     e->group_lead = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     e->group_next = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     e->group_on = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
+    e->group_cs = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float *));
     e->gemm_us = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(double));
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     h_scales = malloc(sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values);
     if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->gelu_sm90 ||
-        !e->plain_sm90 || !e->gemv16 || !e->group_lead || !e->group_next || !e->group_on || !e->gemm_us || !e->wglobal || !e->alpha || !h_scales) {
+        !e->plain_sm90 || !e->gemv16 || !e->group_lead || !e->group_next || !e->group_on || !e->group_cs || !e->gemm_us || !e->wglobal || !e->alpha || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
@@ -906,6 +913,7 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->group_lead);
     free(e->group_next);
     free(e->group_on);
+    free(e->group_cs);
     free(e->gemm_us);
     free(e->impl_note);
     free(e->wglobal);

@@ -5,7 +5,10 @@
  * their outputs too ([q | k | v], M = 1 only: for M > 1 the rows would interleave), one GEMV over the summed N
  * computes all of them. The layout costs nothing elsewhere: a prefill engine's GEMMs read the same weights
  * through the members' own pointers. Whether the group's GEMV runs is decided by time when the engine is built,
- * against the members' own choices. */
+ * against the members' own choices. Weight-only FP8 members (E4M3 weights, a per-tensor scale each) group the same
+ * way: their codes one after the other, and the GEMV given one scale per output row (tpk_gemv_fp8's channel
+ * scales: each member's per-tensor scale over its rows), which it applies exactly as the members' own GEMVs apply
+ * their tensor scale (one fp32 multiply of the sum). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +21,9 @@
 void tpe_find_groups(tp_engine *e) { tp_plan_sibling_groups(e->g, e->plan, e->group_lead, e->group_next); }
 
 /* The members' weights (which = 1) or biases (which = 2), converted and copied one after the other into one
- * allocation; each member's value points at its part. */
+ * allocation; each member's value points at its part (its per-tensor scale, for E4M3 weights, in wglobal). */
 static tp_status upload_part(tp_engine *e, int lead, int which, tp_error *err) {
     const tp_graph *g = e->g;
-    const tp_dtype dt = e->plan->value_dt[g->ops[lead].in[which]];
-    const size_t eb = tp_dtype_info(dt)->bytes;
     size_t total = 0;
     for (int i = lead; i >= 0; i = e->group_next[i]) total += value_bytes(e, g->ops[i].in[which]);
     char *base = NULL;
@@ -32,15 +33,16 @@ static tp_status upload_part(tp_engine *e, int lead, int which, tp_error *err) {
     size_t off = 0;
     for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
         const int v = g->ops[i].in[which];
-        const tp_param *p = &e->params->params[g->values[v].param_index];
-        tp_convert_from_f32(dt, p->data, (char *)h + off, (size_t)p->numel, 1.0f);
+        float scale;
+        tpe_weight_host(e, v, (char *)h + off, &scale);
         e->dptr[v] = base + off;
-        e->wglobal[v] = 1.0f;
-        off += (size_t)p->numel * eb;
+        off += value_bytes(e, v);
     }
     if (!st && cudaMemcpy(base, h, total, cudaMemcpyHostToDevice) != cudaSuccess)
         st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group", g->ops[lead].layer);
-    if (!st) e->weight_bytes += (double)total;
+    int scaled = 0;
+    for (int i = lead; i >= 0; i = e->group_next[i]) scaled += e->plan->value_scaled[g->ops[i].in[which]];
+    if (!st) e->weight_bytes += (double)total + 4.0 * scaled;
     free(h);
     return st;
 }
@@ -117,17 +119,38 @@ int tpe_launch_group(tp_engine *e, int i) {
     const tp_op *op = &g->ops[lead];
     int64_t n = 0;
     group_ready(e, lead, &n);
-    return tpk_gemv(e->dptr[op->in[0]], e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, NULL,
-                    e->dptr[op->out], e->plan->value_dt[op->in[0]], 1, (int)n, (int)op->gemm_k, e->stream);
+    const void *x = e->dptr[op->in[0]], *w = e->dptr[op->in[1]], *b = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
+    const tp_dtype xdt = e->plan->value_dt[op->in[0]];
+    if (e->plan->value_dt[op->in[1]] == TP_E4M3) /* its per-row scales exist once the group was chosen */
+        return !e->group_cs[lead] ? (int)cudaErrorInvalidValue : tpk_gemv_fp8(x, w, e->group_cs[lead], NULL, b, NULL, e->dptr[op->out], xdt, 1, (int)n,
+                            (int)op->gemm_k, e->stream);
+    return tpk_gemv(x, w, b, NULL, e->dptr[op->out], xdt, 1, (int)n, (int)op->gemm_k, e->stream);
+}
+
+/* A weight-only FP8 group's per-row scales (N fp32 on the device): member j's per-tensor scale over its rows. */
+static tp_status group_scales(tp_engine *e, int lead, int64_t n, tp_error *err) {
+    const tp_graph *g = e->g;
+    if (e->plan->value_dt[g->ops[lead].in[1]] != TP_E4M3 || e->group_cs[lead]) return TP_OK;
+    float *h = malloc(sizeof(float) * (size_t)n);
+    if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    int64_t r = 0;
+    for (int j = lead; j >= 0; j = e->group_next[j])
+        for (int64_t k = 0; k < g->ops[j].gemm_n; k++) h[r++] = e->wglobal[g->ops[j].in[1]];
+    tp_status st = tpe_dev_alloc(e, sizeof(float) * (size_t)n, (void **)&e->group_cs[lead], g->ops[lead].layer, err);
+    if (!st && cudaMemcpy(e->group_cs[lead], h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group scales", g->ops[lead].layer);
+    free(h);
+    return st;
 }
 
 tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int, double *, tp_error *),
                             tp_error *err) {
     const tp_graph *g = e->g;
-    (void)err;
     for (int i = 0; e->groups_mode > 0 && i < g->n_ops; i++) {
         int64_t n = 0;
         if (e->group_lead[i] != i || !group_ready(e, i, &n)) continue;
+        tp_status st = group_scales(e, i, n, err);
+        if (st) return st;
         if (e->groups_mode == 1) { /* wherever the layout allows */
             e->group_on[i] = 1;
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "one tprof GEMV for the linears reading %s (N %lld)",

@@ -71,6 +71,8 @@ struct tp_engine {
     int *group_lead, *group_next; /* per op: sibling linears (engine_group.c): the group's first op, the next member
                                      (-1: none) */
     unsigned char *group_on;   /* per leader: 1 where one GEMV computes the whole group (chosen by time) */
+    float **group_cs;          /* per leader of a weight-only FP8 group: its members' per-tensor scales, one per
+                                  output row (N fp32, device), the group GEMV's per-row scales */
     int groups_mode;           /* tp_engine_options.gemv_groups */
     double *gemm_us;           /* per GEMM op: the build-time time of what was chosen (0: not timed) */
     int fp8_promote;           /* tp_engine_options.fp8_promote */
@@ -132,6 +134,10 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
  * contiguous allocation each group (tpe_alloc_group_outputs) instead of the activation pool; tpe_choose_groups:
  * the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster (e->group_on);
  * tpe_launch_group: op i of a chosen group (the leader launches the GEMV, the others nothing). */
+/* Parameter value v's host bytes in its plan type into h (value_bytes(e, v) of them): a stored per-tensor FP8
+ * weight (tp_engine_options.weights_q) as stored, else converted from the fp32 master, an E4M3 weight (value_scaled)
+ * with the per-tensor scale amax / 448; *scale and e->wglobal[v] get that scale (1 for unscaled types). */
+void tpe_weight_host(tp_engine *e, int v, void *h, float *scale);
 void tpe_find_groups(tp_engine *e);
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err);
 void tpe_group_pins(const tp_engine *e, unsigned char *pinned);
