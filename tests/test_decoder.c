@@ -488,8 +488,8 @@ START_TEST(test_weight_only_nvfp4) { weight_only(TP_PREC_NVFP4_WO); }
 END_TEST
 
 /* Sibling linears (tp_plan_sibling_groups): per decoder layer q/k/v (with Qwen2's biases) and gate/up, in 16-bit
- * and weight-only FP8 plans (per-tensor scales become the group GEMV's per-row scales); nothing in ViT (its qkv is
- * one linear), nothing in a weight-only NVFP4 plan (one s2 per GEMV). */
+ * and weight-only FP8 and NVFP4 plans (per-tensor scales and s2 become the group GEMV's per-row scales); nothing in
+ * ViT (its qkv is one linear). */
 static void check_groups(const char *preset, tp_precision prec, int want_groups) {
     tp_params p;
     tp_graph g;
@@ -521,7 +521,7 @@ START_TEST(test_sibling_groups) {
     check_groups("qwen2.5-0.5b", TP_PREC_BF16, 2 * 24);
     check_groups("vit-b16", TP_PREC_FP16, 0);
     check_groups("llama-tiny", TP_PREC_FP8_WO, 2 * 2);
-    check_groups("llama-tiny", TP_PREC_NVFP4_WO, 0);
+    check_groups("llama-tiny", TP_PREC_NVFP4_WO, 2 * 2);
 }
 END_TEST
 

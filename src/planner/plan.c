@@ -635,17 +635,19 @@ int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, co
     return n_slots;
 }
 
-/* Op i can be a sibling-group member (tp_plan_sibling_groups): a 16-bit linear, or a weight-only FP8 one (E4M3
- * weights with a per-tensor scale each, which the group's GEMV applies as per-row scales). */
+/* Op i can be a sibling-group member (tp_plan_sibling_groups): a 16-bit linear, or a weight-only FP8 or NVFP4 one
+ * (E4M3 weights with a per-tensor scale each, NVFP4 ones with an s2 each: the group's GEMV applies them per row). */
 static int sibling_ok(const tp_graph *g, const tp_plan *p, int i) {
     const tp_op *op = &g->ops[i];
-    const int w8 = p->op_prec[i] == TP_PREC_FP8_WO && p->value_dt[op->in[1]] == TP_E4M3;
-    if (op->kind != TP_OP_LINEAR || op->gemm_k % 8 || p->value_qf[op->in[0]] != TP_QF_NONE ||
-        p->value_qf[op->in[1]] != TP_QF_NONE || (p->value_scaled[op->in[1]] && !w8) || p->op_epilogue_add[i] >= 0 ||
+    const int w = op->in[1];
+    const int w8 = p->op_prec[i] == TP_PREC_FP8_WO && p->value_dt[w] == TP_E4M3 && p->value_qf[w] == TP_QF_NONE;
+    const int w4 = p->op_prec[i] == TP_PREC_NVFP4_WO && p->value_qf[w] == TP_QF_NVFP4;
+    if (op->kind != TP_OP_LINEAR || op->gemm_k % (w4 ? 16 : 8) || p->value_qf[op->in[0]] != TP_QF_NONE ||
+        (p->value_qf[w] != TP_QF_NONE && !w4) || (p->value_scaled[w] && !w8) || p->op_epilogue_add[i] >= 0 ||
         p->op_epilogue_gelu[i] >= 0)
         return 0;
     const tp_dtype dt = p->value_dt[op->in[0]];
-    return (dt == TP_F16 || dt == TP_BF16) && (w8 || p->value_dt[op->in[1]] == dt) && p->value_dt[op->out] == dt &&
+    return (dt == TP_F16 || dt == TP_BF16) && (w8 || w4 || p->value_dt[w] == dt) && p->value_dt[op->out] == dt &&
            (op->n_in < 3 || p->value_dt[op->in[2]] == dt);
 }
 

@@ -57,9 +57,9 @@ static void teardown(void) {
     close_stream();
 }
 
-typedef enum { WF_16 = 0, WF_FP8_CH, WF_FP8_T, WF_FP8_CT, WF_NVFP4, WF_COUNT } wfmt;
+typedef enum { WF_16 = 0, WF_FP8_CH, WF_FP8_T, WF_FP8_CT, WF_NVFP4, WF_NVFP4_ROWS, WF_COUNT } wfmt;
 static const char *const WF_NAME[WF_COUNT] = {"16-bit", "fp8 per-channel", "fp8 per-tensor", "fp8 channel x tensor",
-                                              "nvfp4"};
+                                              "nvfp4", "nvfp4, one s2 per row"};
 static const tp_dtype DT[] = {TP_F16, TP_BF16};
 #define FP8_CT_TENSOR_SCALE 0.75f
 
@@ -164,10 +164,17 @@ static wset make_weights(wfmt f, tp_dtype dt, int N, int K, size_t woff, uint64_
                 diff += v != w.wd[(size_t)n * K + k];
             }
         ck_assert_msg(diff == 0, "[%s] %zu packed NVFP4 values differ from tp_qdq_f32's", g_case, diff);
-        for (int n = 0; n < N; n++) w.s[n] = s2;
         w.w = dev_copy(q.elems, q.elem_bytes, woff);
         w.scales = dev_copy(q.scales, q.scale_bytes, woff / 8);
-        w.ts = dev_scalar(s2);
+        if (f == WF_NVFP4_ROWS) { /* stacked tensors: rows under s2, 1.5 s2 and 0.25 s2 in turn */
+            float *rs = hmalloc((size_t)N * sizeof(float));
+            for (int n = 0; n < N; n++) rs[n] = s2 * (n % 3 == 0 ? 1.0f : n % 3 == 1 ? 1.5f : 0.25f);
+            for (int n = 0; n < N; n++) w.s[n] = rs[n];
+            w.cs = dev_floats(rs, (size_t)N);
+        } else {
+            for (int n = 0; n < N; n++) w.s[n] = s2;
+            w.ts = dev_scalar(s2);
+        }
         tp_qtensor_free(&q);
     }
     return w;
@@ -179,6 +186,8 @@ static int run_gemv(const wset *w, const void *x, const void *bias, const void *
     case WF_16: return tpk_gemv(x, w->w, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     case WF_NVFP4:
         return tpk_gemv_nvfp4(x, w->w, w->scales, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
+    case WF_NVFP4_ROWS:
+        return tpk_gemv_nvfp4_rows(x, w->w, w->scales, w->cs, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     default: return tpk_gemv_fp8(x, w->w, w->cs, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     }
 }
@@ -231,7 +240,7 @@ typedef struct {
 } shape;
 
 static int shape_ok(wfmt f, const shape *s) {
-    if (f == WF_NVFP4) return s->K % 16 == 0;
+    if (f == WF_NVFP4 || f == WF_NVFP4_ROWS) return s->K % 16 == 0;
     if (f == WF_16) return s->K % 8 == 0 && s->woff % 16 == 0;
     return s->K % 8 == 0;
 }

@@ -272,16 +272,20 @@ static tp_status upload_native_bs_weight(tp_engine *e, int v, const tp_param *p,
 /* A weight-only NVFP4 weight (N, K) as tprof's GEMV reads it (gemv.h): the E2M1 codes in dptr[v], the row-major
  * UE4M3 block scales in d_bscale[v], s2 on the host (wglobal[v]: the prefill GEMM's alpha) and in the engine's
  * scale slot of v (the GEMV's global_scale). An engine file's stored NVFP4 tensor is used as it is. */
-static tp_status upload_nvfp4_wo_weight(tp_engine *e, int v, const tp_param *p, float *h_scales, tp_error *err) {
-    const int64_t N = value_rows(e, v), K = value_cols(e, v);
+tp_status tpe_nvfp4_weight(const tp_engine *e, int v, tp_qtensor *own, const tp_qtensor **q, tp_error *err) {
     const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    memset(own, 0, sizeof *own);
+    *q = pre;
+    if (pre && pre->format == TP_QF_NVFP4) return TP_OK;
+    const tp_param *p = &e->params->params[e->g->values[v].param_index];
+    *q = own;
+    return tp_quantize(TP_QF_NVFP4, p->data, value_rows(e, v), value_cols(e, v), 1, 0.0f, own, err);
+}
+
+static tp_status upload_nvfp4_wo_weight(tp_engine *e, int v, const tp_param *p, float *h_scales, tp_error *err) {
     tp_qtensor own;
-    memset(&own, 0, sizeof own);
-    tp_status st = TP_OK;
-    if (!pre || pre->format != TP_QF_NVFP4) {
-        if ((st = tp_quantize(TP_QF_NVFP4, p->data, N, K, 1, 0.0f, &own, err))) return st;
-        pre = &own;
-    }
+    const tp_qtensor *pre = NULL;
+    tp_status st = tpe_nvfp4_weight(e, v, &own, &pre, err);
     if (!st) st = tpe_dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
     if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
     if (!st) st = tpe_dev_alloc(e, pre->scale_bytes, &e->d_bscale[v], p->name, err);

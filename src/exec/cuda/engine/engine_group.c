@@ -8,7 +8,8 @@
  * against the members' own choices. Weight-only FP8 members (E4M3 weights, a per-tensor scale each) group the same
  * way: their codes one after the other, and the GEMV given one scale per output row (tpk_gemv_fp8's channel
  * scales: each member's per-tensor scale over its rows), which it applies exactly as the members' own GEMVs apply
- * their tensor scale (one fp32 multiply of the sum). */
+ * their tensor scale (one fp32 multiply of the sum). Weight-only NVFP4 members likewise: E2M1 codes one after the
+ * other, UE4M3 block scales one after the other, each member's s2 over its rows (tpk_gemv_nvfp4_rows). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,19 +48,69 @@ static tp_status upload_part(tp_engine *e, int lead, int which, tp_error *err) {
     return st;
 }
 
+/* A weight-only NVFP4 group's weights: codes (N K / 2 bytes a member) and block scales (N K / 16) each one after
+ * the other in one allocation; each member's value and d_bscale point at its parts, its s2 in wglobal. */
+static int fp4_group(const tp_engine *e, int lead) { return e->plan->value_qf[e->g->ops[lead].in[1]] == TP_QF_NVFP4; }
+
+static tp_status upload_fp4_part(tp_engine *e, int lead, tp_error *err) {
+    const tp_graph *g = e->g;
+    size_t nc = 0, ns = 0;
+    for (int i = lead; i >= 0; i = e->group_next[i]) {
+        const size_t n = (size_t)tp_value_numel(&g->values[g->ops[i].in[1]]);
+        nc += n / 2, ns += n / 16;
+    }
+    unsigned char *hc = malloc(nc ? nc : 1), *hs = malloc(ns ? ns : 1), *dc = NULL, *ds = NULL;
+    tp_status st = hc && hs ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory grouping %s", g->ops[lead].layer);
+    size_t oc = 0, os = 0;
+    for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
+        const int v = g->ops[i].in[1];
+        tp_qtensor own;
+        const tp_qtensor *q = NULL;
+        st = tpe_nvfp4_weight(e, v, &own, &q, err);
+        if (!st) {
+            memcpy(hc + oc, q->elems, q->elem_bytes);
+            memcpy(hs + os, q->scales, q->scale_bytes);
+            e->wglobal[v] = q->global_scale;
+            oc += q->elem_bytes, os += q->scale_bytes;
+        }
+        tp_qtensor_free(&own);
+    }
+    if (!st) st = tpe_dev_alloc(e, nc, (void **)&dc, g->ops[lead].layer, err);
+    if (!st) st = tpe_dev_alloc(e, ns, (void **)&ds, g->ops[lead].layer, err);
+    if (!st && (cudaMemcpy(dc, hc, nc, cudaMemcpyHostToDevice) != cudaSuccess ||
+                cudaMemcpy(ds, hs, ns, cudaMemcpyHostToDevice) != cudaSuccess))
+        st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group", g->ops[lead].layer);
+    oc = os = 0;
+    for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
+        const int v = g->ops[i].in[1];
+        const size_t n = (size_t)tp_value_numel(&g->values[v]);
+        e->dptr[v] = dc + oc;
+        e->d_bscale[v] = ds + os;
+        oc += n / 2, os += n / 16;
+        e->weight_bytes += (double)(n / 2 + n / 16) + 4.0;
+    }
+    free(hc);
+    free(hs);
+    return st;
+}
+
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     /* the shared engine's layout, as it is (group_ready checks it); none while groups are off */
     if (e->share || e->groups_mode == 0) return TP_OK;
     for (int i = 0; i < g->n_ops; i++) {
         if (e->group_lead[i] != i) continue;
-        /* every part must stay 16-byte aligned for the GEMMs that read the members alone */
+        /* every part must stay 16-byte aligned for the GEMMs that read the members alone (NVFP4: its codes, and
+         * its block scales 2-byte aligned for the GEMV's fast path) */
         int aligned = 1;
-        for (int j = i; j >= 0; j = e->group_next[j])
-            aligned &= value_bytes(e, g->ops[j].in[1]) % 16 == 0 &&
-                       (g->ops[j].n_in < 3 || value_bytes(e, g->ops[j].in[2]) % 16 == 0);
+        for (int j = i; j >= 0; j = e->group_next[j]) {
+            const size_t n = (size_t)tp_value_numel(&g->values[g->ops[j].in[1]]);
+            const int w_ok = fp4_group(e, i) ? n / 2 % 16 == 0 && n / 16 % 2 == 0
+                                             : value_bytes(e, g->ops[j].in[1]) % 16 == 0;
+            aligned &= w_ok && (g->ops[j].n_in < 3 || value_bytes(e, g->ops[j].in[2]) % 16 == 0);
+        }
         if (!aligned) continue;
-        tp_status st = upload_part(e, i, 1, err);
+        tp_status st = fp4_group(e, i) ? upload_fp4_part(e, i, err) : upload_part(e, i, 1, err);
         if (!st && g->ops[i].n_in > 2) st = upload_part(e, i, 2, err);
         if (st) return st;
     }
@@ -97,14 +148,19 @@ tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err) {
 static int group_ready(const tp_engine *e, int lead, int64_t *n_total) {
     const tp_graph *g = e->g;
     if (g->ops[lead].gemm_m != 1) return 0;
+    const int fp4 = fp4_group(e, lead);
     const char *w = e->dptr[g->ops[lead].in[1]], *y = e->dptr[g->ops[lead].out];
     const char *b = g->ops[lead].n_in > 2 ? e->dptr[g->ops[lead].in[2]] : NULL;
+    const char *sc = fp4 ? e->d_bscale[g->ops[lead].in[1]] : NULL;
     *n_total = 0;
     for (int j = lead; j >= 0; j = e->group_next[j]) {
         const tp_op *op = &g->ops[j];
+        const size_t n = (size_t)tp_value_numel(&g->values[op->in[1]]);
         if ((const char *)e->dptr[op->in[1]] != w || (const char *)e->dptr[op->out] != y) return 0;
         if (b && (const char *)e->dptr[op->in[2]] != b) return 0;
-        w += value_bytes(e, op->in[1]);
+        if (fp4 && (const char *)e->d_bscale[op->in[1]] != sc) return 0;
+        if (fp4) sc += n / 16;
+        w += fp4 ? n / 2 : value_bytes(e, op->in[1]);
         y += value_bytes(e, op->out);
         if (b) b += value_bytes(e, op->in[2]);
         *n_total += op->gemm_n;
@@ -121,16 +177,23 @@ int tpe_launch_group(tp_engine *e, int i) {
     group_ready(e, lead, &n);
     const void *x = e->dptr[op->in[0]], *w = e->dptr[op->in[1]], *b = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
     const tp_dtype xdt = e->plan->value_dt[op->in[0]];
-    if (e->plan->value_dt[op->in[1]] == TP_E4M3) /* its per-row scales exist once the group was chosen */
-        return !e->group_cs[lead] ? (int)cudaErrorInvalidValue : tpk_gemv_fp8(x, w, e->group_cs[lead], NULL, b, NULL, e->dptr[op->out], xdt, 1, (int)n,
-                            (int)op->gemm_k, e->stream);
+    const int fp4 = fp4_group(e, lead);
+    if (fp4 || e->plan->value_dt[op->in[1]] == TP_E4M3) { /* its per-row scales exist once the group was chosen */
+        const float *rs = e->group_cs[lead];
+        if (!rs) return (int)cudaErrorInvalidValue;
+        return fp4 ? tpk_gemv_nvfp4_rows(x, w, e->d_bscale[op->in[1]], rs, b, NULL, e->dptr[op->out], xdt, 1, (int)n,
+                                         (int)op->gemm_k, e->stream)
+                   : tpk_gemv_fp8(x, w, rs, NULL, b, NULL, e->dptr[op->out], xdt, 1, (int)n, (int)op->gemm_k,
+                                  e->stream);
+    }
     return tpk_gemv(x, w, b, NULL, e->dptr[op->out], xdt, 1, (int)n, (int)op->gemm_k, e->stream);
 }
 
-/* A weight-only FP8 group's per-row scales (N fp32 on the device): member j's per-tensor scale over its rows. */
+/* A weight-only FP8 or NVFP4 group's per-row scales (N fp32 on the device): member j's per-tensor scale or s2
+ * over its rows. */
 static tp_status group_scales(tp_engine *e, int lead, int64_t n, tp_error *err) {
     const tp_graph *g = e->g;
-    if (e->plan->value_dt[g->ops[lead].in[1]] != TP_E4M3 || e->group_cs[lead]) return TP_OK;
+    if ((e->plan->value_dt[g->ops[lead].in[1]] != TP_E4M3 && !fp4_group(e, lead)) || e->group_cs[lead]) return TP_OK;
     float *h = malloc(sizeof(float) * (size_t)n);
     if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     int64_t r = 0;

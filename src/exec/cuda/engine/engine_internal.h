@@ -138,6 +138,10 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
  * weight (tp_engine_options.weights_q) as stored, else converted from the fp32 master, an E4M3 weight (value_scaled)
  * with the per-tensor scale amax / 448; *scale and e->wglobal[v] get that scale (1 for unscaled types). */
 void tpe_weight_host(tp_engine *e, int v, void *h, float *scale);
+/* Weight-only NVFP4 weight v as tprof's GEMV reads it (gemv.h's layouts): the engine file's stored tensor
+ * (weights_q) when there is one, else *own, quantized here (freed by the caller with tp_qtensor_free, also after
+ * an error); *q points at the one to use. Errors: tp_quantize's. */
+tp_status tpe_nvfp4_weight(const tp_engine *e, int v, tp_qtensor *own, const tp_qtensor **q, tp_error *err);
 void tpe_find_groups(tp_engine *e);
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err);
 void tpe_group_pins(const tp_engine *e, unsigned char *pinned);

@@ -71,7 +71,8 @@ struct gemv_params {
     const void *x;           /* (M, K) in T, this pass's rows */
     const unsigned char *w;  /* weight rows, row_bytes apart */
     const unsigned char *ws; /* NVFP4: UE4M3 block scales (N, K / 16) */
-    const float *cs, *ts;    /* FP8: channel (N) and tensor scales, each may be NULL; NVFP4: ts = s2 */
+    const float *cs, *ts;    /* FP8: channel (N) and tensor scales, each may be NULL; NVFP4: ts = s2, or cs = one s2
+                                per row (ts NULL) */
     const void *bias, *res;  /* (N), (M, N) in T, or NULL */
     void *y;                 /* (M, N) in T */
     long long row_bytes;     /* bytes per weight row */
@@ -382,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) 
     const int n = group * kRows + r;
     if (!store || m >= p.M || n >= p.N) return;
     if (FMT == FMT_FP8) v *= (p.cs ? __ldg(p.cs + n) : 1.0f) * (p.ts ? __ldg(p.ts) : 1.0f);
-    if (FMT == FMT_NVFP4) v *= __ldg(p.ts) * 128.0f;
+    if (FMT == FMT_NVFP4) v *= (p.cs ? __ldg(p.cs + n) : __ldg(p.ts)) * 128.0f;
     const long long oi = (long long)m * p.N + n;
     if (p.bias) v += tt<T>::tof(reinterpret_cast<const T *>(p.bias)[n]);
     if (p.res) v += tt<T>::tof(reinterpret_cast<const T *>(p.res)[oi]); /* plain load: residual may be y */
@@ -487,22 +488,33 @@ extern "C" int tpk_gemv_fp8(const void *x, const void *w, const float *channel_s
     return (int)dispatch<FMT_FP8, 8>(p, dt, M, (cudaStream_t)stream);
 }
 
-extern "C" int tpk_gemv_nvfp4(const void *x, const void *w, const void *scales, const float *global_scale,
-                              const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
-                              tp_stream stream) {
+/* tpk_gemv_nvfp4 (per_row 0: s2 one scalar) and tpk_gemv_nvfp4_rows (per_row 1: s2 one per row) */
+static int gemv_nvfp4(const void *x, const void *w, const void *scales, const float *s2, int per_row, const void *bias,
+                      const void *residual, void *y, tp_dtype dt, int M, int N, int K, tp_stream stream) {
     gemv_params p;
-    if (!common_ok(x, bias, residual, y, dt, M, N, K, 16, &p) || !w || !scales || !global_scale ||
-        !aligned(global_scale, 4))
+    if (!common_ok(x, bias, residual, y, dt, M, N, K, 16, &p) || !w || !scales || !s2 || !aligned(s2, 4))
         return (int)cudaErrorInvalidValue;
     p.w = (const unsigned char *)w;
     p.ws = (const unsigned char *)scales;
-    p.ts = global_scale;
+    (per_row ? p.cs : p.ts) = s2;
     p.row_bytes = K / 2;
     p.srow = K / 16;
     if (K % 32 == 0 && aligned(w, 16) && aligned(scales, 2))
         return (int)dispatch<FMT_NVFP4, 16>(p, dt, M, (cudaStream_t)stream);
     if (!aligned(w, 8)) return (int)cudaErrorInvalidValue;
     return (int)dispatch<FMT_NVFP4, 8>(p, dt, M, (cudaStream_t)stream);
+}
+
+extern "C" int tpk_gemv_nvfp4(const void *x, const void *w, const void *scales, const float *global_scale,
+                              const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
+                              tp_stream stream) {
+    return gemv_nvfp4(x, w, scales, global_scale, 0, bias, residual, y, dt, M, N, K, stream);
+}
+
+extern "C" int tpk_gemv_nvfp4_rows(const void *x, const void *w, const void *scales, const float *row_s2,
+                                   const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
+                                   tp_stream stream) {
+    return gemv_nvfp4(x, w, scales, row_s2, 1, bias, residual, y, dt, M, N, K, stream);
 }
 
 /* 4 codes a thread: e4m3x2 pairs through the hardware conversion (exact); bf16 from the exact f16 value */

@@ -81,6 +81,11 @@ int tpk_gemv_fp8(const void *x, const void *w, const float *channel_scale, const
  * loads, one block per load. */
 int tpk_gemv_nvfp4(const void *x, const void *w, const void *scales, const float *global_scale, const void *bias,
                    const void *residual, void *y, tp_dtype dt, int M, int N, int K, tp_stream stream);
+/* The same with one s2 per output row: row_s2 N fp32 (device, 4-byte aligned, not NULL), row n's W = e2m1 * ue4m3 *
+ * row_s2[n]: several NVFP4 tensors of one K stacked by rows (sibling linears run as one GEMV), each row under its
+ * own tensor's s2, applied exactly as tpk_gemv_nvfp4 applies global_scale. Errors as tpk_gemv_nvfp4's. */
+int tpk_gemv_nvfp4_rows(const void *x, const void *w, const void *scales, const float *row_s2, const void *bias,
+                        const void *residual, void *y, tp_dtype dt, int M, int N, int K, tp_stream stream);
 
 /* The prefill's side of weight-only FP8: n E4M3 codes (w) to their exact values in dt (TP_F16 or TP_BF16: every
  * E4M3 value is exact in both), for a 16-bit GEMM that applies the weight's scale in alpha. Errors as above
