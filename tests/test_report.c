@@ -713,7 +713,7 @@ START_TEST(test_write_synthetic) {
 END_TEST
 
 /* Decoders: the decode-step section, from one traced entry (the synthetic trace standing in for decode steps: 59 ns
- * of kernels a step, 3 records, event-timed 1e-4 ms, so the launch gaps are 41 % of the step) and one that was not
+ * of kernels a step, 4 kernel records, event-timed 1e-4 ms, so the launch gaps are 41 % of the step) and one that was not
  * traced (eager); absent from a report without decode measurements (test_write_synthetic). */
 START_TEST(test_write_decode) {
     loaded b, e;

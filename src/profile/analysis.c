@@ -383,7 +383,7 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
                    "programmatic dependent launch a kernel starts before its predecessor ends and waits inside its "
                    "own duration: the kernel table shows durations, the category and layer times count each "
                    "stretch of busy time once, for the kernel that extends it (tprof's --pdl off runs them one "
-                   "after another)", s->raw_kernel_ns_per_iter * 1e-6, traced_ms(s));
+                   "after another in a CUDA graph)", s->raw_kernel_ns_per_iter * 1e-6, traced_ms(s));
     fprintf(f, "\nRecords not launched by a tprof op: %d (%.4f ms per iteration)\n", s->unattributed,
             (double)s->unattributed_ns / s->iterations * 1e-6);
 

@@ -35,9 +35,9 @@ typedef struct {
     char layer[TP_NAME_LEN];
     tp_op_kind kind;
     tp_precision prec;        /* as the plan executed it (from the trace's ops) */
-    uint64_t total_ns;        /* over all profiled iterations */
+    uint64_t total_ns;        /* busy time of its records (tp_trace_busy_ns) over all profiled iterations */
     double ns_per_iter;
-    double pct;               /* of the summary's kernel_ns */
+    double pct;               /* of the summary's kernel_ns (busy time) */
     double kernels_per_iter;  /* records launched by this op per iteration */
     int *kernels;             /* distinct kernel rows (indices into tp_profile_summary.kernels), first launch */
     int n_kernels;            /*   first */
@@ -90,6 +90,7 @@ typedef struct {
  * for what it adds after its predecessor ended, and without overlap busy[i] is the record's duration. busy has
  * t->n entries. TP_ERR_OOM is the only failure (returns UINT64_MAX then). */
 uint64_t tp_trace_busy_ns(const tp_trace *t, uint64_t *busy);
+/* (One union over every record: memory copies and the kernels of other streams, NCCL's, count as busy time too.) */
 
 /* Computes the summary of t into *s (overwritten; free with tp_profile_summary_free, also after an error).
  * Errors: TP_ERR_ARG naming the problem when the trace has no profiled iteration, an iteration without any
@@ -111,7 +112,7 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
  * Keys: model, precision, batch, gpu, iterations, records, kernel_ns_per_iter (busy time), raw_kernel_ns_per_iter
  * (summed durations), span_ns_per_iter,
  * traced_ms_per_iter, event_median_ms, gap_ms and gap_pct (event minus traced, null without event time),
- * unattributed, unattributed_ns_per_iter, per_iteration [{kernel_ns, span_ns}], categories [{category,
+ * unattributed, unattributed_ns_per_iter, per_iteration [{kernel_ns (busy time), span_ns}], categories [{category,
  * ns_per_iter, ms_per_iter, percent}], kernels [{name, category, instances, total_ns, avg_ns, med_ns, min_ns,
  * max_ns, stddev_ns, time_pct, layers [all names]}], layers [{layer, op, precision, how, kernels_per_iter,
  * kernels [names], total_ns, ns_per_iter, percent, floor_ns, bound ("compute", "memory" or null),

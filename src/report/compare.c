@@ -741,6 +741,10 @@ top:
         int rows = s->n_kernels < TOP_KERNELS ? s->n_kernels : TOP_KERNELS;
         snprintf(id, sizeof id, "kernels-%s-%d", pname(e->prec), i);
         tp_doc_heading(d, 3, id, "Top kernels: %s (%d of %d)", pname(e->prec), rows, s->n_kernels);
+        if (s->raw_kernel_ns > s->kernel_ns + s->kernel_ns / 1000)
+            tp_doc_para(d, "Kernel durations, as nsys reports them: they overlap here (programmatic dependent launch), "
+                           "so they sum to %.3f ms per pass against %.3f ms of busy time above, and the percentages "
+                           "are of that sum.", s->raw_kernel_ns_per_iter * 1e-6, s->kernel_ns_per_iter * 1e-6);
         tp_doc_table_open(d, "rrrlll", "Time (%)", "ms per pass", "Launches per pass", "Category", "Layers", "Kernel",
                           NULL);
         for (int k = 0; k < rows; k++) {

@@ -19,6 +19,14 @@ int tp_compare_has_decode(const tp_compare_entry *e, int n) {
 
 static int traced(const tp_compare_entry *x) { return x->dec_trace && x->dec_prof && x->dec_prof->iterations > 0; }
 
+/* kernels launched per traced step (memory copies and sets left out) */
+static double kernels_per_step(const tp_compare_entry *x) {
+    int k = 0;
+    for (int i = 0; i < x->dec_trace->n; i++)
+        k += x->dec_trace->rec[i].iteration >= 0 && x->dec_trace->rec[i].kind == TP_REC_KERNEL;
+    return (double)k / x->dec_prof->iterations;
+}
+
 static void launch_text(const tp_compare_entry *x, char *buf, size_t n) {
     if (x->pdl_edges < 0) snprintf(buf, n, "eager");
     else if (x->pdl_edges == 0) snprintf(buf, n, "CUDA graph, no PDL");
@@ -115,7 +123,7 @@ void tp_compare_decode_section(tp_doc *d, const tp_compare_entry *e, int n) {
         if (traced(x)) {
             const tp_profile_summary *s = x->dec_prof;
             const double kms = s->kernel_ns_per_iter * 1e-6, ev = x->dec_trace->event_median_ms;
-            tp_doc_td(d, "%.0f", (double)s->records / s->iterations);
+            tp_doc_td(d, "%.0f", kernels_per_step(x));
             tp_doc_td(d, "%.4f", kms);
             tp_doc_td(d, "%.4f", s->span_ns_per_iter * 1e-6);
             if (ev > 0) tp_doc_td(d, "%.1f", 100 * (ev - kms) / ev);
@@ -148,7 +156,7 @@ static json_t *entry_json(const tp_compare_entry *x) {
     if (!traced(x)) return j;
     const tp_profile_summary *s = x->dec_prof;
     const double kms = s->kernel_ns_per_iter * 1e-6, ev = x->dec_trace->event_median_ms;
-    json_object_set_new(j, "kernels_per_step", jnum((double)s->records / s->iterations));
+    json_object_set_new(j, "kernels_per_step", jnum(kernels_per_step(x)));
     json_object_set_new(j, "traced_ms", jnum(kms));
     json_object_set_new(j, "span_ms", jnum(s->span_ns_per_iter * 1e-6));
     json_object_set_new(j, "event_ms", ev > 0 ? jnum(ev) : json_null());

@@ -199,6 +199,7 @@ static void run_case(int kc, tp_precision prec) {
     g_groups = B == 1 ? 1 : 0;
     g_no_pdl = 1;
     int *choice = malloc(sizeof(int) * (size_t)gd.n_ops);
+    ck_assert_ptr_nonnull(choice);
     for (int i = 0; i < gd.n_ops; i++) choice[i] = tp_engine_gemm_choice(eg, i);
     g_choice = choice;
     tp_plan pn;

@@ -757,21 +757,17 @@ fail:
     return st;
 }
 
-/* One eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then the capture; it is never
- * timed, and every timed or checked run uses the real input set later. A leader does both for every rank, the
- * ranks' launches in lockstep (their all-reduces wait for each other), each rank's stream captured into its own
- * graph. */
 /* Counts the graph's programmatic edges (pdl.cuh's launches, captured) and, with strip, makes each an ordinary
  * one: the downstream kernel then starts after the upstream one has completed, as without PDL. */
 static tp_status graph_pdl_edges(tp_engine *x, int strip, tp_error *err) {
     size_t n = 0;
-    if (cudaGraphGetEdges(x->graph, NULL, NULL, NULL, &n) != cudaSuccess)
-        return tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's edges");
+    cudaError_t ce = cudaGraphGetEdges(x->graph, NULL, NULL, NULL, &n);
+    if (ce != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's edges: %s", cudaGetErrorString(ce));
     cudaGraphNode_t *from = malloc((n ? n : 1) * sizeof *from), *to = malloc((n ? n : 1) * sizeof *to);
     cudaGraphEdgeData *ed = malloc((n ? n : 1) * sizeof *ed);
     tp_status st = from && to && ed ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory");
-    if (!st && cudaGraphGetEdges(x->graph, from, to, ed, &n) != cudaSuccess)
-        st = tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's edges");
+    if (!st && (ce = cudaGraphGetEdges(x->graph, from, to, ed, &n)) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's edges: %s", cudaGetErrorString(ce));
     x->pdl_edges = 0;
     x->graph_edges = (int)n;
     for (size_t i = 0; !st && i < n; i++) {
@@ -783,9 +779,10 @@ static tp_status graph_pdl_edges(tp_engine *x, int strip, tp_error *err) {
         }
         cudaGraphEdgeData plain;
         memset(&plain, 0, sizeof plain);
-        if (cudaGraphRemoveDependencies(x->graph, &from[i], &to[i], &ed[i], 1) != cudaSuccess ||
-            cudaGraphAddDependencies(x->graph, &from[i], &to[i], &plain, 1) != cudaSuccess)
-            st = tp_fail(err, TP_ERR_CUDA, "making the CUDA graph's programmatic edges ordinary (no_pdl)");
+        if ((ce = cudaGraphRemoveDependencies(x->graph, &from[i], &to[i], &ed[i], 1)) != cudaSuccess ||
+            (ce = cudaGraphAddDependencies(x->graph, &from[i], &to[i], &plain, 1)) != cudaSuccess)
+            st = tp_fail(err, TP_ERR_CUDA, "making the CUDA graph's programmatic edges ordinary (no_pdl): %s",
+                         cudaGetErrorString(ce));
     }
     free(from);
     free(to);
@@ -798,6 +795,10 @@ int tp_engine_pdl_edges(const tp_engine *e, int *total) {
     return e && e->exec ? e->pdl_edges : -1;
 }
 
+/* One eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then the capture; it is never
+ * timed, and every timed or checked run uses the real input set later. A leader does both for every rank, the
+ * ranks' launches in lockstep (their all-reduces wait for each other), each rank's stream captured into its own
+ * graph. */
 tp_status tpe_warm_capture(tp_engine *e, tp_error *err) {
     tp_status st = TP_OK;
     const int n = n_ranks(e);

@@ -212,9 +212,9 @@ tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int,
     for (int i = 0; e->groups_mode > 0 && i < g->n_ops; i++) {
         int64_t n = 0;
         if (e->group_lead[i] != i || !group_ready(e, i, &n)) continue;
-        tp_status st = group_scales(e, i, n, err);
-        if (st) return st;
         if (e->groups_mode == 1) { /* wherever the layout allows */
+            tp_status st = group_scales(e, i, n, err);
+            if (st) return st;
             e->group_on[i] = 1;
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "one tprof GEMV for the linears reading %s (N %lld)",
                      g->values[g->ops[i].in[0]].name, (long long)n);
@@ -225,11 +225,24 @@ tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int,
         double apart = 0, together = 0;
         int members = 0;
         for (int j = i; j >= 0; j = e->group_next[j]) {
+            tp_error ej;
+            /* weight-only decode GEMVs have no choice, so the selection did not time them: time them here */
+            if (!(e->gemm_us[j] > 0) && op_weight_only(e, j) && time_op(e, j, &e->gemm_us[j], &ej)) {
+                cudaGetLastError();
+                e->gemm_us[j] = 0;
+            }
             if (!(e->gemm_us[j] > 0)) apart = -1; /* a member was not timed (selection off): keep them apart */
             if (apart >= 0) apart += e->gemm_us[j];
             members++;
         }
-        if (apart < 0) continue;
+        if (apart < 0) {
+            const size_t l = strlen(e->impl_note[i]);
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l,
+                     "; not grouped: a member was not timed (--gemv-groups on groups without timing)");
+            continue;
+        }
+        tp_status st = group_scales(e, i, n, err);
+        if (st) return st;
         tp_error eg;
         e->group_on[i] = 1;
         if (time_op(e, i, &together, &eg)) { /* a GEMV that fails to launch is skipped, as a candidate is */

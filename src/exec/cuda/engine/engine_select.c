@@ -221,6 +221,14 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         if (!gp) continue;
         const int n = tp_gemm_plan_candidates(gp), gi = hw && !cublaslt_only ? sm90_gelu_candidate(e, i) : -1;
         const int pc = hw && !cublaslt_only && sm90_plain_candidate(e, i);
+        /* decode: the GEMV, nothing to choose (a given choice too: it can only be a cuBLASLt candidate) */
+        if (op_weight_only(e, i) && g->ops[i].gemm_m <= 8) {
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "%s",
+                     e->plan->op_prec[i] == TP_PREC_NVFP4_WO
+                         ? "tprof NVFP4 weight-only GEMV (gemv.h tpk_gemv_nvfp4): E2M1 x UE4M3 decoded in registers"
+                         : "tprof FP8 weight-only GEMV (gemv.h tpk_gemv_fp8): E4M3 weights decoded in registers");
+            continue;
+        }
         if (given && given[i] == TP_GEMM_CHOICE_SM90) {
             if (!pc)
                 return sm90_refused(e, i, hw, cublaslt_only, e->fp8_promote, "tprof's Hopper FP8 GEMM",
@@ -244,7 +252,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         }
         if (given && given[i] == TP_GEMM_CHOICE_GEMV) {
             if (!gemv_candidate(e, i))
-                return tp_fail(err, TP_ERR_ARG, "gemm %s: tprof's decode GEMV asked, but it takes only a 16-bit linear "
+                return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: tprof's decode GEMV asked, but it takes only a 16-bit linear "
                                "of at most 8 rows, K a multiple of 8, one type throughout, no GELU epilogue",
                                g->ops[i].layer);
             e->gemv16[i] = 1;
@@ -257,13 +265,6 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                                given[i], n);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt algorithm %d of %d (as given)", given[i] + 1,
                      n);
-            continue;
-        }
-        if (op_weight_only(e, i) && g->ops[i].gemm_m <= 8) { /* decode: the GEMV, nothing to choose */
-            snprintf(e->impl_note[i], sizeof e->impl_note[i], "%s",
-                     e->plan->op_prec[i] == TP_PREC_NVFP4_WO
-                         ? "tprof NVFP4 weight-only GEMV (gemv.h tpk_gemv_nvfp4): E2M1 x UE4M3 decoded in registers"
-                         : "tprof FP8 weight-only GEMV (gemv.h tpk_gemv_fp8): E4M3 weights decoded in registers");
             continue;
         }
         if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i))) {

@@ -176,8 +176,11 @@ __device__ __forceinline__ uint32_t ld_scale(const unsigned char *p, bool on, in
                      : "r"((int)on), "l"(p));
     return d;
 }
-/* x: 8 elements, through L1 (every block reads all of x). Not .nc: under PDL (pdl.cuh) the previous kernel writes
- * x while this grid is already alive, and .nc promises data read-only for the kernel's lifetime. */
+/* x: 8 elements, through L1 (every block reads all of x); only after the PDL wait (pdl.cuh), which makes the
+ * previous kernels' writes visible to this grid. Not .nc, the conservative choice: that path promises data
+ * read-only for the whole life of the kernel, and under PDL this grid is alive while the previous kernel writes x
+ * (decoder_ops.cu's kernels read their activations through .nc after the same wait). volatile, so the compiler
+ * cannot hoist the load above the wait. */
 __device__ __forceinline__ void ld_x(uint32_t *d, const void *p, bool on) {
     d[0] = d[1] = d[2] = d[3] = 0u;
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %4, 0;\n\t@p ld.global.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"

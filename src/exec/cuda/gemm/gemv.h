@@ -97,6 +97,11 @@ int tpk_e4m3_to_16bit(const void *w, void *y, tp_dtype dt, long long n, tp_strea
 int tpk_nvfp4_to_16bit(const void *w, const void *scales, void *y, tp_dtype dt, long long N, long long K,
                        tp_stream stream);
 
+/* Programmatic dependent launch (kernels/pdl.cuh): the GEMVs are launched with it and issue their first loads of w
+ * (and of NVFP4's block scales) before waiting for the previous kernels in the stream, which may still be running:
+ * no kernel still running earlier in the stream may write w or its scales (a decode step never does). x, the
+ * residual, bias, the fp32 scales and y are touched only after the wait. */
+
 /* Bytes the weights of one call occupy (elements and scales; what a GEMV must stream once): format 0 = 16-bit,
  * 1 = FP8 (+ 4 N for channel scales when channel_scales), 2 = NVFP4 (K / 2 + K / 16 per row + 4). For the lab's
  * bandwidth figures. */

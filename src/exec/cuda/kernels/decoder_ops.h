@@ -11,7 +11,11 @@
  * The cache position. A decode graph is captured once and replayed at every step, so the position of the step's
  * first token (`past`, the number of tokens already in the KV cache) cannot be a kernel argument: it is read at
  * run time from a device int (`const int *past`), and tpk_advance, the graph's last node, moves it on. The
- * kernels that take it read it on the device when they run; the host never sees it. */
+ * kernels that take it read it on the device when they run; the host never sees it.
+ *
+ * Programmatic dependent launch (pdl.cuh): every kernel here is launched with it, lets the next kernel start at
+ * once, and waits for the kernels before it in the stream before reading or writing any tensor (the cache position
+ * included), so consecutive launches overlap only in their scheduling. */
 #ifndef TP_DECODER_OPS_H
 #define TP_DECODER_OPS_H
 
