@@ -385,6 +385,33 @@ START_TEST(test_offsets_inconsistent) {
 }
 END_TEST
 
+/* Tensors sharing bytes of the data section, and a key given twice: refused with the names, never loaded. */
+START_TEST(test_overlaps_and_duplicates) {
+    float d[4] = {1, 2, 3, 4};
+    expect_raw_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+                    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                    d, 16, "tensors 'a' (data_offsets [0, 12]) and 'b' ([8, 16]) overlap", NULL);
+    /* the header's order does not matter; a tensor inside another overlaps it too */
+    expect_raw_fail("{\"inner\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+                    "\"outer\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+                    d, 16, "'outer'", "'inner'");
+    expect_raw_fail("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                    "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                    d, 16, "duplicate", "w");
+    /* adjacent tensors and empty ones at any offset are fine */
+    const char *p = tpath("raw.safetensors");
+    write_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                 "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
+                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+              d, 16);
+    tp_safetensors st;
+    tp_error err = {0};
+    ck_assert_msg(tp_st_open(p, &st, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(st.n_tensors, 3);
+    tp_st_close(&st);
+}
+END_TEST
+
 START_TEST(test_missing_file) {
     const char *p = tpath("does_not_exist.safetensors");
     expect_open_fail(p, TP_ERR_IO, "cannot open", NULL);
@@ -642,6 +669,7 @@ static Suite *safetensors_suite(void) {
     tcase_add_test(bad, test_missing_and_bad_fields);
     tcase_add_test(bad, test_unknown_dtype);
     tcase_add_test(bad, test_offsets_inconsistent);
+    tcase_add_test(bad, test_overlaps_and_duplicates);
     tcase_add_test(bad, test_missing_file);
     suite_add_tcase(s, bad);
 

@@ -265,10 +265,47 @@ static tp_status parse_entry(const char *path, const char *name, const json_t *v
     return TP_OK;
 }
 
-/* Parses the header JSON (hdr, n bytes) into st->tensors; the data section size is already known. */
+typedef struct {
+    uint64_t begin, end;
+    int i;
+} st_range;
+
+static int cmp_range(const void *a, const void *b) {
+    const st_range *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* No two tensors share a byte of the data section (one tensor's bytes would be read as another's); empty tensors
+ * take no bytes. The reference implementation (safetensors' validate) refuses it too. */
+static tp_status check_overlaps(const char *path, const tp_safetensors *st, tp_error *err) {
+    st_range *r = malloc(sizeof *r * (size_t)(st->n_tensors ? st->n_tensors : 1));
+    if (!r) return st_fail(err, TP_ERR_OOM, path, "out of memory checking %d tensors' data_offsets", st->n_tensors);
+    int m = 0;
+    for (int i = 0; i < st->n_tensors; i++)
+        if (st->tensors[i].end > st->tensors[i].begin) r[m++] = (st_range){st->tensors[i].begin, st->tensors[i].end, i};
+    qsort(r, (size_t)m, sizeof *r, cmp_range);
+    tp_status s = TP_OK;
+    int last = -1; /* the range reaching furthest so far */
+    for (int k = 0; k < m && !s; k++) {
+        if (last >= 0 && r[k].begin < r[last].end) {
+            const tp_st_tensor *a = &st->tensors[r[last].i], *b = &st->tensors[r[k].i];
+            s = st_fail(err, TP_ERR_FORMAT, path, "tensors '%.120s' (data_offsets [%llu, %llu]) and '%.120s' ([%llu, "
+                        "%llu]) overlap: one tensor's bytes would be read as another's", a->name,
+                        (unsigned long long)a->begin, (unsigned long long)a->end, b->name,
+                        (unsigned long long)b->begin, (unsigned long long)b->end);
+        }
+        if (last < 0 || r[k].end > r[last].end) last = k;
+    }
+    free(r);
+    return s;
+}
+
+/* Parses the header JSON (hdr, n bytes) into st->tensors; the data section size is already known. Duplicate keys
+ * are refused (JSON leaves them to the reader: the last would silently win). */
 static tp_status parse_header(const char *path, const char *hdr, size_t n, tp_safetensors *st, tp_error *err) {
     json_error_t je;
-    json_t *root = json_loadb(hdr, n, 0, &je);
+    json_t *root = json_loadb(hdr, n, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         if (json_error_code(&je) == json_error_out_of_memory)
             return st_fail(err, TP_ERR_OOM, path, "out of memory parsing the %zu-byte header", n);
@@ -316,6 +353,7 @@ static tp_status parse_header(const char *path, const char *hdr, size_t n, tp_sa
         memcpy(t->name, key, kl + 1);
         st->n_tensors++;
     }
+    s = check_overlaps(path, st, err);
 done:
     json_decref(root);
     return s;

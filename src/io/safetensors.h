@@ -36,7 +36,8 @@ typedef struct {
 /* Reads and validates the file: header length within the file (and at most 100,000,000 bytes, the reference
  * limit), JSON well-formed, every entry an object with exactly dtype (a known string), shape (at most
  * TP_ST_MAX_DIMS non-negative integers) and data_offsets (two integers, begin <= end <= data size, end - begin
- * equal to numel * element size); "__metadata__", if present, must be an object. Reads the whole data section
+ * equal to numel * element size), no key twice, no two tensors sharing a byte of the data section (both named);
+ * "__metadata__", if present, must be an object. Reads the whole data section
  * into memory. Assumes a little-endian host (checked at compile time).
  * Errors: TP_ERR_IO (missing, unreadable, not a regular file), TP_ERR_FORMAT (anything malformed), TP_ERR_OOM.
  * On error *st is left empty (nothing to close). */
