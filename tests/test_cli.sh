@@ -194,6 +194,10 @@ expect_error "perplexity of an image model" "not a language model" bench --devic
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
 expect_error tp-zero "--tp '0'" bench --model llama-tiny --tp 0
 expect_error tp-cpu "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu
+expect_error precision-twice "--precision 'fp32,fp32': fp32 given twice" bench --device cpu --model vit-tiny --precision fp32,fp32
+expect_error json-folder "--json $tmp/none/x.json: folder '$tmp/none' does not exist" bench --device cpu --model vit-tiny --json "$tmp/none/x.json"
+expect_error save-output-folder "is a folder" bench --device cpu --model vit-tiny --save-output "$tmp"
+expect_error build-o-folder "folder '$tmp/none' does not exist" build --model vit-tiny --batch 1 --precision fp16 --arch sm_90 -o "$tmp/none/e.tpe"
 expect_error pdl-mode "--pdl: unknown mode 'maybe' (expected on or off)" bench --model llama-tiny --pdl maybe
 expect_error gpus-one-batch "a sweep's batch sizes" bench --model vit-tiny --gpus 0,1 --batch 8
 expect_error gpus-twice "GPU 1 given twice" bench --model vit-tiny --gpus 1,1 --batch 1,2

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench/bench.h"
@@ -316,11 +317,17 @@ static int parse_precisions(const char *prec, tp_precision *out, int max) {
         return -1;
     }
     tp_error err = {0};
-    for (int i = 0; i < np; i++)
+    for (int i = 0; i < np; i++) {
         if (tp_precision_parse(parts[i], &out[i], &err)) {
             fprintf(stderr, "tprof: --precision: %s\n", err.msg);
             return -1;
         }
+        for (int j = 0; j < i; j++)
+            if (out[j] == out[i]) { /* it would run twice and be compared with itself */
+                fprintf(stderr, "tprof: --precision '%s': %s given twice\n", prec, tp_precision_name(out[i]));
+                return -1;
+            }
+    }
     return np;
 }
 
@@ -538,6 +545,50 @@ static void bench_defaults(bench_args *a) {
     if (a->dur < 0) a->dur = on_cpu ? 0 : 3;
 }
 
+/* An output path given on the command line, checked before any work (a benchmark that runs for minutes must not
+ * fail at its end for a typo): a file's folder exists and is writable, and the file, if there, is writable and
+ * not a folder; a folder (is_dir: created when missing, not its parents) exists as a writable folder or can be
+ * made in its parent. made: a folder the run creates (profile's --out), which counts as existing for a file in it.
+ * 0, or 2 after printing the error. */
+static int output_ok(const char *opt, const char *path, int is_dir, const char *made) {
+    if (!path) return 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        const int folder = S_ISDIR(sb.st_mode);
+        if (folder != is_dir || access(path, is_dir ? W_OK | X_OK : W_OK) != 0) {
+            fprintf(stderr, "tprof: %s %s: %s\n", opt, path,
+                    folder != is_dir ? (is_dir ? "not a folder" : "is a folder") : "not writable");
+            return 2;
+        }
+        return 0;
+    }
+    char *slash = strrchr(dir, '/');
+    while (slash && slash > dir && slash[1] == 0) { /* "out/" names the folder out */
+        *slash = 0;
+        slash = strrchr(dir, '/');
+    }
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0; /* "/x": the root */
+    else *slash = 0;
+    if (made) { /* the folder the run makes, its own parent already checked */
+        char m[4096];
+        snprintf(m, sizeof m, "%s", made);
+        for (size_t l = strlen(m); l > 1 && m[l - 1] == '/'; l--) m[l - 1] = 0;
+        if (strcmp(m, dir) == 0) return 0;
+    }
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "tprof: %s %s: folder '%s' does not exist\n", opt, path, dir);
+        return 2;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "tprof: %s %s: folder '%s' is not writable\n", opt, path, dir);
+        return 2;
+    }
+    return 0;
+}
+
 /* The options into a->o once the model is known; 0, or 2 after printing the error. */
 static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cmdline) {
     tp_bench_options *o = &a->o;
@@ -576,6 +627,10 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
                 a->build ? "tprof build" : a->compare ? "tprof compare" : "tprof profile");
         return 2;
     }
+    const char *made = a->profile ? a->out_dir : NULL;
+    if (output_ok("--out", made, 1, NULL) || output_ok("--json", o->json_path, 0, made) ||
+        output_ok("--save-output", o->save_output, 0, made) || output_ok("-o", a->build ? a->out_file : NULL, 0, NULL))
+        return 2;
     return 0;
 }
 
