@@ -63,6 +63,21 @@ head -c 5000 tests/fixtures/timm_vit_token.safetensors >"$tmp/trunc.safetensors"
 expect_error "truncated safetensors" "trunc.safetensors" bench "${small[@]}" "${tok[@]}" --weights "$tmp/trunc.safetensors"
 expect_error "shape mismatch" "shape \[1, 1, 64\] in file, model expects \[1, 1, 32\]" bench "${small[@]}" "${tok[@]}" --embed-dim 32 --weights tests/fixtures/timm_vit_token.safetensors
 expect_error "wrong model for the weights" "timm_vit_token.safetensors" bench "${small[@]}" --model vit-tiny --weights tests/fixtures/timm_vit_token.safetensors
+# weights holding NaN: refused with the tensor's name and count, run with a warning under --allow-nonfinite
+python3 - tests/fixtures/timm_vit_token.safetensors "$tmp/nan.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = next(k for k, v in h.items() if k != "__metadata__" and v["dtype"] == "F32" and v["data_offsets"][1] > v["data_offsets"][0])
+at = 8 + n + h[name]["data_offsets"][0]
+b[at:at + 4] = struct.pack("<I", 0x7FC00000)
+open(sys.argv[2], "wb").write(b)
+PY
+expect_error "NaN weights" "tensor 'blocks.0.attn.proj.bias' holds 1 non-finite value (NaN or Inf) of 64; --allow-nonfinite" \
+  bench "${small[@]}" "${tok[@]}" --weights "$tmp/nan.safetensors"
+expect_ok "NaN weights allowed" "Warning: .*nan.safetensors: tensor .* holds 1 non-finite value" \
+  bench "${small[@]}" "${tok[@]}" --weights "$tmp/nan.safetensors" --allow-nonfinite
 expect_error "unknown precision" "fp7" bench "${small[@]}" --precision fp32,fp7
 expect_error "batch 0" "--batch '0'" bench "${small[@]}" --batch 0
 expect_error "batch not a number" "--batch 'x'" bench "${small[@]}" --batch x

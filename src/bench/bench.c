@@ -203,6 +203,15 @@ static tp_status split_ranks(run_ctx *c, tp_error *err) {
     return TP_OK;
 }
 
+tp_status tp_bench_check_finite(const tp_bench_options *o, const tp_params *p, tp_error *err) {
+    tp_error ne = {0};
+    if (!tp_params_nonfinite(p, o->weights, &ne)) return TP_OK;
+    if (!o->allow_nonfinite)
+        return tp_fail(err, TP_ERR_FORMAT, "%.400s; --allow-nonfinite runs them anyway", ne.msg);
+    printf("Warning: %s; running anyway (--allow-nonfinite)\n", ne.msg);
+    return TP_OK;
+}
+
 /* Parameters, inputs and the two graphs. */
 static tp_status setup(run_ctx *c, tp_error *err) {
     const tp_bench_options *o = c->o;
@@ -217,6 +226,7 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     st = o->engine_file ? tp_engine_file_params(o->engine_file, &c->params, err)
          : o->weights   ? tp_model_params_load(mp, o->weights, &c->params, err)
                         : tp_model_params_init(mp, o->seed, 0, &c->params, err);
+    if (!st && o->weights && !o->engine_file) st = tp_bench_check_finite(o, &c->params, err);
     if (st) return st;
     tp_model_describe(mp, rep->model_desc, sizeof rep->model_desc);
     tp_model_input(mp, &rep->input);

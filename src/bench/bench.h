@@ -89,6 +89,7 @@ typedef struct {
     int attention;           /* --attention: a tp_attn_impl (exec/cuda/engine/cuda_engine.h), 0 = auto */
     int gemv_groups;         /* --gemv-groups off|on|auto: tp_engine_options.gemv_groups 0, 1 (the CLI's default), 2 */
     int no_pdl;              /* --pdl off: tp_engine_options.no_pdl */
+    int allow_nonfinite;     /* --allow-nonfinite: --weights with NaN or Inf values run (with a warning) */
     int tp;                  /* --tp N: decoders split over GPUs 0..N-1 (tensor parallelism, tp_engine_build_tp);
                                 0 or 1: one GPU */
     const char *command_line;
@@ -205,6 +206,10 @@ tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_ba
  * required), and writes the engine file (src/planner/engine_file.h). Prints the engine size. Errors as
  * tp_bench_run, plus TP_ERR_NO_GPU when calibration needs a GPU and there is none, TP_ERR_IO. */
 tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, tp_error *err);
+
+/* --weights holding NaN or Inf values (tp_params_nonfinite): TP_ERR_FORMAT naming the first tensor and its count,
+ * unless o->allow_nonfinite, which prints the same as a warning and returns TP_OK. */
+tp_status tp_bench_check_finite(const tp_bench_options *o, const tp_params *p, tp_error *err);
 
 /* The policy of one engine of precision prec: an engine file's as stored (its GELU form from o->gelu_tanh), else
  * the --policy-file's when its default is prec, else prec's default (patch embedding and head kept high for

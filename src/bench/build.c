@@ -86,6 +86,7 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
     tp_engine_gemm_sel gsel = {0}, *gs = NULL;
     st = o->weights ? tp_model_params_load(&model, o->weights, &params, err)
                     : tp_model_params_init(&model, o->seed, 0, &params, err);
+    if (!st && o->weights && (st = tp_bench_check_finite(o, &params, err))) tp_params_free(&params);
     if (st) return st;
     if ((st = tp_bench_policy(o, prec, &pol, err))) goto done;
     if ((st = tp_model_build_graph(&model, &params, o->batch, &g, err))) goto done;

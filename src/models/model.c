@@ -2,6 +2,7 @@
 #include "models/model.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,6 +179,24 @@ tp_status tp_model_params_load(const tp_model *m, const char *path, tp_params *o
     free(specs);
     if (s) tp_params_free(out);
     return s;
+}
+
+int tp_params_nonfinite(const tp_params *p, const char *path, tp_error *err) {
+    int tensors = 0, first = -1;
+    int64_t first_n = 0;
+    for (int i = 0; i < p->n_params; i++) {
+        const tp_param *q = &p->params[i];
+        int64_t bad = 0;
+        for (int64_t k = 0; q->data && k < q->numel; k++) bad += !isfinite(q->data[k]);
+        if (!bad) continue;
+        if (first < 0) first = i, first_n = bad;
+        tensors++;
+    }
+    if (tensors)
+        tp_fail(err, TP_ERR_FORMAT, "%s: tensor '%s' holds %lld non-finite value%s (NaN or Inf) of %lld%s", path,
+                p->params[first].name, (long long)first_n, first_n == 1 ? "" : "s",
+                (long long)p->params[first].numel, tensors > 1 ? "; more tensors do too" : "");
+    return tensors;
 }
 
 tp_status tp_model_build_graph(const tp_model *m, const tp_params *params, int64_t B, tp_graph *g, tp_error *err) {

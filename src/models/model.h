@@ -223,6 +223,11 @@ tp_status tp_model_params_shapes(const tp_model *m, tp_params *out, tp_error *er
 tp_status tp_model_params_init(const tp_model *m, uint64_t seed, int nonzero_bias, tp_params *out, tp_error *err);
 tp_status tp_model_params_load(const tp_model *m, const char *path, tp_params *out, tp_error *err);
 
+/* Non-finite (NaN, Inf) values in loaded parameters (path: where they came from, for the message): 0 when every
+ * value is finite; else the number of tensors holding some, with a one-line message naming the first one, its
+ * count and the tensors' total in *err (code TP_ERR_FORMAT): the caller refuses the weights or warns. */
+int tp_params_nonfinite(const tp_params *p, const char *path, tp_error *err);
+
 /* Builds the forward graph at batch B (input: B x the input shape, fp32 -> the model's output). */
 tp_status tp_model_build_graph(const tp_model *m, const tp_params *params, int64_t B, tp_graph *g, tp_error *err);
 /* The graph of one step of a model with a KV cache (prefill: tokens = the prompt, past 0; decode: tokens 1 at
