@@ -1,9 +1,12 @@
-# Thin front over CMake. `make run`: the main job on the embedded default; `make test`: every test.
+# Thin front over CMake. `make run`: the main job on the embedded default; `make test`: every test, then the CPU
+# part again under AddressSanitizer + UndefinedBehaviorSanitizer (clang, $(BUILD)-san) with a short run of every
+# libFuzzer harness (scripts/fuzz.sh, FUZZ_SECONDS each).
 BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 15
 
-.PHONY: all setup build run test clean
+.PHONY: all setup build run test sanitize clean
 
 all: build
 
@@ -19,6 +22,14 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure
+	@$(MAKE) --no-print-directory sanitize
+
+sanitize: setup
+	@cmake -S . -B $(BUILD)-san -DTPROF_WITH_CUDA=OFF -DCMAKE_C_COMPILER=clang -DTPROF_SANITIZE=ON -DTPROF_FUZZ=ON \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD)-san -j $(JOBS)
+	ctest --test-dir $(BUILD)-san --output-on-failure
+	bash scripts/fuzz.sh $(FUZZ_SECONDS) $(BUILD)-san
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-san

@@ -11,6 +11,14 @@ have_file /usr/include/jansson.h && have_file "/usr/lib/*/libjansson.a" || need+
 have_file /usr/include/stb/stb_image.h || need+=(libstb-dev)
 have_file /usr/include/check.h && have_file "/usr/lib/*/libcheck.a" || need+=(check)
 have_file "/usr/lib/*/libsubunit.a" || need+=(libsubunit-dev)
+# make test's sanitizer build and libFuzzer harnesses: clang with its runtime (and OpenMP for clang)
+command -v clang >/dev/null || need+=(clang)
+if command -v clang >/dev/null; then
+  v=$(clang -dumpversion | cut -d. -f1)
+  printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' |
+    clang -x c -fsanitize=fuzzer,address,undefined - -o /dev/null 2>/dev/null || need+=("libclang-rt-$v-dev")
+  have_file "/usr/lib/llvm-$v/lib/libomp.so" || have_file "/usr/lib/*/libomp.so*" || need+=("libomp-$v-dev")
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "setup: installing ${need[*]}"
 SUDO=""

@@ -908,8 +908,8 @@ START_TEST(test_timm_config_defaults) {
     tp_error err = {0};
     static const char *const docs[] = {
         "{\"pretrained_cfg\": {}}",
-        "{\"pretrained_cfg\": {\"input_size\": null, \"crop_pct\": null, \"interpolation\": \"\", \"mean\": [],"
-        " \"std\": null, \"crop_mode\": null, \"tag\": null}}",
+        ("{\"pretrained_cfg\": {\"input_size\": null, \"crop_pct\": null, \"interpolation\": \"\", \"mean\": [],"
+         " \"std\": null, \"crop_mode\": null, \"tag\": null}}"),
         "{\"pretrained_cfg\": {\"crop_pct\": 0, \"interpolation\": null, \"crop_mode\": \"\"}}",
     };
     for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
