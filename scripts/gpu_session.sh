@@ -201,7 +201,7 @@ PY
   errors)
     echo "=== errors: each must be one line and a non-zero exit, not a crash"
     "$BUILD/tprof" bench --model vit-b8 --batch 10000 --precision fp16 --ref-images 1 --iterations 1 --duration 0
-    echo "exit code $? (expected 1: out of GPU memory)"
+    echo "exit code $? (expected 5: out of memory)"
     ;;
   ab)
     # Issue 19's check that the redesign left ViT as it was: the same command with the binary before the change

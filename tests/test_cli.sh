@@ -53,10 +53,30 @@ expect_rc() {
   fi
 }
 
+# expect_exit NAME RC ARGS...: exit status exactly RC (README's classes), one line on stderr
+expect_exit() {
+  local name=$1 want=$2
+  shift 2
+  "$TPROF" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -eq "$want" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL $name: rc=$rc (wanted $want):"
+    sed 's/^/    /' "$tmp/err" | tail -5
+  fi
+}
+
 small=(--device cpu --iterations 1 --warmup 0)
 tok=(--model vit-tiny --img-size 48 --patch-size 16 --embed-dim 64 --depth 2 --heads 2 --num-classes 10)
 
 expect_error "missing weights file" "nope.safetensors" bench "${small[@]}" --weights "$tmp/nope.safetensors"
+# the exit status by class: usage 2, input 3, unsupported 4, out of memory 5
+expect_exit "exit: usage" 2 bench --batch zero
+expect_exit "exit: input" 3 bench "${small[@]}" --weights "$tmp/nope.safetensors"
+expect_exit "exit: unsupported" 4 build --model llama-tiny --batch 1 --precision fp8 --arch sm_90 -o "$tmp/u.tpe"
+expect_exit "exit: out of memory" 5 bench --device cpu --model vit-tiny --batch 1000000
 head -c 100 /dev/urandom >"$tmp/corrupt.safetensors"
 expect_error "corrupt safetensors" "corrupt.safetensors" bench "${small[@]}" --weights "$tmp/corrupt.safetensors"
 head -c 5000 tests/fixtures/timm_vit_token.safetensors >"$tmp/trunc.safetensors"

@@ -306,6 +306,22 @@ static int apply_knobs(const knobs *k, tp_model *m) {
     return 0;
 }
 
+/* The exit status of a failed run, by class (README, Exit codes): 2 usage (a bad option or value), 3 input (a
+ * file missing, unreadable or malformed, tensors that do not fit the model), 4 unsupported (a combination this
+ * build, format or GPU cannot run), 5 out of memory (host or GPU), 6 runtime (CUDA or a library failed, no GPU). */
+static int exit_code(tp_status st) {
+    switch (st) {
+    case TP_OK: return 0;
+    case TP_ERR_ARG: return 2;
+    case TP_ERR_IO:
+    case TP_ERR_FORMAT:
+    case TP_ERR_SHAPE: return 3;
+    case TP_ERR_UNSUPPORTED: return 4;
+    case TP_ERR_OOM: return 5;
+    default: return 6;
+    }
+}
+
 /* A comma list of at most max precisions into out; the count, or -1 after printing the error. */
 static int parse_precisions(const char *prec, tp_precision *out, int max) {
     char pbuf[256];
@@ -637,7 +653,8 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
     return 0;
 }
 
-/* --engine: the file carries the model, the precision, the policy and the weights. 0, 1 (unreadable file) or 2. */
+/* --engine: the file carries the model, the precision, the policy and the weights. 0, 2 (options that clash with
+ * it) or the file's error class (exit_code). */
 static int read_engine(bench_args *a, tp_engine_file *ef) {
     const tp_bench_options *o = &a->o;
     const char *clash = a->model ? "--model" : a->prec ? "--precision" : o->weights ? "--weights" : o->policy ? "--policy"
@@ -649,7 +666,7 @@ static int read_engine(bench_args *a, tp_engine_file *ef) {
     tp_error fe = {0};
     if (tp_engine_file_read(a->engine, ef, &fe)) {
         fprintf(stderr, "tprof: error: %s\n", fe.msg);
-        return 1;
+        return exit_code(fe.code);
     }
     a->model = tp_model_name(&ef->model);
     a->prec = tp_precision_name(ef->precision);
@@ -710,7 +727,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     tp_engine_file_free(&ef);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);
-        return 1;
+        return exit_code(st);
     }
     return 0;
 }
