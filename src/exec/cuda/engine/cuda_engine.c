@@ -51,8 +51,17 @@ tp_status tp_gpu_query(int device, tp_gpu_info *info, tp_error *err) {
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess || count == 0) {
         cudaGetLastError();
-        return tp_fail(err, TP_ERR_NO_GPU, "no CUDA GPU: %s",
-                       ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+        /* what was looked for, and found: the driver library first (CUDA's own message for a missing driver
+         * speaks of a version), then the devices */
+        void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (drv) dlclose(drv);
+        if (!drv || ce == cudaErrorInsufficientDriver || ce == cudaErrorNoDevice || count == 0)
+            return tp_fail(err, TP_ERR_NO_GPU, "no CUDA GPU: %s",
+                           !drv ? "no NVIDIA driver (libcuda.so.1 not found on the loader path)"
+                           : ce == cudaErrorInsufficientDriver
+                               ? "the NVIDIA driver is older than this build's CUDA runtime (cudaErrorInsufficientDriver)"
+                               : "the NVIDIA driver is loaded but reports no GPU");
+        return tp_fail(err, TP_ERR_NO_GPU, "no CUDA GPU: cudaGetDeviceCount: %s", cudaGetErrorString(ce));
     }
     if (device < 0 || device >= count)
         return tp_fail(err, TP_ERR_ARG, "GPU %d does not exist (%d present)", device, count);
