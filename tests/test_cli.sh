@@ -148,6 +148,14 @@ else
   echo "FAIL json report is not valid JSON with results"
 fi
 expect_ok "models list" "vit_base_patch16_224" models
+# per-command help: the command's own text, example and options
+expect_ok "caps --help" "tprof caps: which precision runs native" caps --help
+expect_ok "models --help" "tprof models: list the model presets" models --help
+expect_ok "build --help" "tprof build --model vit-b16 --batch 64 --precision fp8 -o" build --help
+expect_ok "lint --help" "lint options:" lint --help
+if "$TPROF" bench --help | grep -q "lint options:"; then
+  fail=$((fail + 1)); echo "FAIL bench --help prints lint's options"
+else pass=$((pass + 1)); fi
 expect_ok "build an mxfp8 engine file for sm_90" "mxfp8 for sm_90" build "${tok[@]}" --precision mxfp8 --arch sm_90 \
   --weights tests/fixtures/timm_vit_token.safetensors -o "$tmp/m.tpe"
 head -c 3000 "$tmp/m.tpe" >"$tmp/cut.tpe"

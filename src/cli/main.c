@@ -21,26 +21,9 @@
 
 static void usage_knobs(FILE *f);
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "tprof %s: build, run and profile transformer inference engines\n"
-            "\n"
-            "usage: tprof bench [options]     time a model on the GPU (or CPU) in one or more precisions\n"
-            "       tprof profile [options]   bench, then trace the kernels with CUPTI: per-kernel, per-category and\n"
-            "                                 per-layer tables, a Chrome trace of one forward pass (GPU only)\n"
-            "       tprof compare [options]   profile several precisions and write one report (Markdown, JSON,\n"
-            "                                 HTML with SVG charts): breakdown, coverage, Amdahl bound vs measured\n"
-            "       tprof build [options] -o FILE.tpe [--arch sm_XX]\n"
-            "                                 plan, quantize (and on the GPU calibrate and time the GEMMs) once;\n"
-            "                                 write an engine file\n"
-            "       tprof bench --engine FILE.tpe   run an engine file (model, precision, weights as stored)\n"
-            "       tprof caps [--arch sm_XX] which precision runs native, emulated or not at all on a GPU\n"
-            "       tprof lint [options]      check a model's shapes against each quantized format's rules for\n"
-            "                                 attention and GEMMs (block sizes, alignment), with fixes; no GPU\n"
-            "       tprof models              list the model presets\n"
-            "       tprof --version\n"
-            "\n"
-            "bench options (trtexec's spirit):\n"
+/* The option blocks, shared by the global help and each command's (tprof CMD --help). */
+static const char USAGE_BENCH[] =
+    "bench options (trtexec's spirit):\n"
             "  --model NAME          timm name or alias (vit-b16 = vit_base_patch16_224); `tprof models` lists them\n"
             "  --batch N[,N...]      samples per forward pass: images, or sequences for decoders (default 64 on GPU,\n"
             "                        1 on CPU); a list runs a sweep\n"
@@ -87,7 +70,7 @@ static void usage(FILE *f) {
             "  --fp8-accum fast|promote  per-tensor FP8 GEMMs: fast (default): accumulate in the tensor cores\n"
             "                        without periodic fp32 promotion (cuBLASLt FAST_ACCUM, tprof's FP8 GEMM), as\n"
             "                        Transformer Engine's forward GEMMs; promote: cuBLASLt with its fp32 promotion\n"
-            "                        (FAST_ACCUM off; 10-17%% slower on an H200, about half the accumulation error)\n"
+            "                        (FAST_ACCUM off; 10-17% slower on an H200, about half the accumulation error)\n"
             "  --plan                print the per-layer plan: precision, FLOP, bytes, and why\n"
             "  --save-output FILE    write each precision's output (batch, classes) fp32 to FILE (safetensors)\n"
             "  --policy SPEC         per-layer precision overrides, later rules win, e.g.\n"
@@ -100,19 +83,84 @@ static void usage(FILE *f) {
             "  --calib-percentile P  the percentile (default 99.99; implies --calib percentile)\n"
             "  --attention IMPL      auto (default: time tprof's flash kernels (mma.sync; wgmma on sm_90) and\n"
             "                        cuDNN's SDPA when the engine is built, keep the fastest), flash, wgmma,\n"
-            "                        cudnn (loaded at run time), classic\n"
-            "profile options (besides the bench options):\n"
+            "                        cudnn (loaded at run time), classic\n";
+static const char USAGE_PROFILE[] =
+    "profile options (besides the bench options):\n"
             "  --profile-iters N     forward passes traced after the timed ones (default 20)\n"
             "  --top N               rows in the top-kernel table (default 15)\n"
             "  --out DIR             where <precision>.trace.json, .chrome.json, .profile.json go (profile: tprof-profile;\n"
-            "                        compare: tprof-report, with report.md, report.html, report.json)\n"
-            "lint options: --model NAME and the model knobs, --json FILE, --precision LIST (default mxfp8,nvfp4;\n"
+            "                        compare: tprof-report, with report.md, report.html, report.json)\n";
+static const char USAGE_LINT[] =
+    "lint options: --model NAME and the model knobs, --json FILE, --precision LIST (default mxfp8,nvfp4;\n"
             "  any of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4); exit 0: every format usable as asked,\n"
-            "  1: one is not, 2: a bad option or model, 3: the JSON file cannot be written\n",
+            "  1: one is not, 2: a bad option or model, 3: the JSON file cannot be written\n";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "tprof %s: build, run and profile transformer inference engines\n"
+            "\n"
+            "usage: tprof bench [options]     time a model on the GPU (or CPU) in one or more precisions\n"
+            "       tprof profile [options]   bench, then trace the kernels with CUPTI: per-kernel, per-category and\n"
+            "                                 per-layer tables, a Chrome trace of one forward pass (GPU only)\n"
+            "       tprof compare [options]   profile several precisions and write one report (Markdown, JSON,\n"
+            "                                 HTML with SVG charts): breakdown, coverage, Amdahl bound vs measured\n"
+            "       tprof build [options] -o FILE.tpe [--arch sm_XX]\n"
+            "                                 plan, quantize (and on the GPU calibrate and time the GEMMs) once;\n"
+            "                                 write an engine file\n"
+            "       tprof bench --engine FILE.tpe   run an engine file (model, precision, weights as stored)\n"
+            "       tprof caps [--arch sm_XX] which precision runs native, emulated or not at all on a GPU\n"
+            "       tprof lint [options]      check a model's shapes against each quantized format's rules for\n"
+            "                                 attention and GEMMs (block sizes, alignment), with fixes; no GPU\n"
+            "       tprof models              list the model presets\n"
+            "       tprof --version\n"
+            "\n",
             TPROF_VERSION);
+    fputs(USAGE_BENCH, f);
+    fputs(USAGE_PROFILE, f);
+    fputs(USAGE_LINT, f);
     usage_knobs(f);
     fprintf(f, "\nWith no options: ViT-B/16 at 224, batch 64, fp16 and fp8 on the GPU; without a GPU, vit-tiny at batch 1\n"
                "in fp32 on the CPU.\n");
+}
+
+/* tprof CMD --help: what the command does, an example, its own options (0: printed; -1: not a command). */
+static int usage_command(const char *cmd, FILE *f) {
+    static const struct {
+        const char *cmd, *what, *example;
+        int bench, profile, lint, knobs;
+    } C[] = {
+        {"bench", "time a model in one or more precisions on the GPU (or the CPU): trtexec's statistics, accuracy "
+                  "against FP32, TFLOP/s, MFU, the roofline floor; decoders add prefill and decode (pp/tg)",
+         "tprof bench --model vit-b16 --batch 64 --precision fp16,fp8 --plan\n"
+         "  tprof bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1,8 --precision fp16,fp8-wo", 1, 0, 0, 1},
+        {"profile", "bench, then trace the kernels with CUPTI: per-kernel, per-category and per-layer tables with "
+                    "each op's roofline floor, a Chrome trace (GPU only); decoders add traced decode steps",
+         "tprof profile --model vit-b16 --batch 64 --precision fp16,fp8 --out prof", 1, 1, 0, 1},
+        {"compare", "profile several precisions and write one report (Markdown, JSON, HTML with SVG charts): "
+                    "breakdown, roofline, coverage, Amdahl bound against measured, recommendations (GPU only)",
+         "tprof compare --model vit-b16 --batch 64 --precision fp16,bf16,fp8 --out report", 1, 1, 0, 1},
+        {"build", "plan and quantize once (on a GPU also calibrate and time the GEMMs) and write an engine file "
+                  "that tprof bench --engine runs; -o FILE.tpe is required, --arch sm_XX without a GPU",
+         "tprof build --model vit-b16 --batch 64 --precision fp8 -o vit-b16-fp8.tpe", 1, 0, 0, 1},
+        {"caps", "which precision runs native, emulated or not at all on a GPU architecture, with what it costs; "
+                 "options: --arch sm_XX (default: this machine's GPU)",
+         "tprof caps --arch sm_100", 0, 0, 0, 0},
+        {"lint", "check a model's shapes against each quantized format's rules for attention and GEMMs (block "
+                 "sizes, alignment) and print the fixes; no GPU",
+         "tprof lint --model vit-b16 --precision mxfp8,nvfp4", 0, 0, 1, 1},
+        {"models", "list the model presets of every family (name, alias, GFLOP, shape); no options",
+         "tprof models", 0, 0, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof C / sizeof C[0]; k++) {
+        if (strcmp(cmd, C[k].cmd) != 0) continue;
+        fprintf(f, "tprof %s: %s\n\nexample:\n  %s\n\n", C[k].cmd, C[k].what, C[k].example);
+        if (C[k].profile) fputs(USAGE_PROFILE, f);
+        if (C[k].bench) fputs(USAGE_BENCH, f);
+        if (C[k].lint) fputs(USAGE_LINT, f);
+        if (C[k].knobs) usage_knobs(f);
+        return 0;
+    }
+    return -1;
 }
 
 /* Each family's knobs, from its table */
@@ -806,6 +854,9 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    for (int i = 2; i < argc; i++) /* tprof CMD --help: that command's help */
+        if ((strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) && usage_command(argv[1], stdout) == 0)
+            return 0;
     if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 0, 0, 0);
     if (strcmp(argv[1], "profile") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 0, 0);
     if (strcmp(argv[1], "compare") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 1, 0);
