@@ -8,18 +8,19 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0
 fail=0
 
-# expect_error NAME PATTERN ARGS...: non-zero exit below 128, one stderr line matching PATTERN
+# expect_error NAME RC PATTERN ARGS...: the bad-input catalogue: exit status RC (README's classes: 2 usage, 3 input,
+# 4 unsupported, 5 out of memory, 6 runtime; lint's own), one stderr line matching PATTERN (the file, field or value)
 expect_error() {
-  local name=$1 pattern=$2
-  shift 2
+  local name=$1 want=$2 pattern=$3
+  shift 3
   "$TPROF" "$@" >"$tmp/out" 2>"$tmp/err"
   local rc=$? lines
   lines=$(wc -l <"$tmp/err")
-  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -q -- "$pattern" "$tmp/err"; then
+  if [ $rc -eq "$want" ] && [ "$lines" -eq 1 ] && grep -q -- "$pattern" "$tmp/err"; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1))
-    echo "FAIL $name: rc=$rc, $lines stderr lines, wanted /$pattern/:"
+    echo "FAIL $name: rc=$rc (wanted $want), $lines stderr lines, wanted /$pattern/:"
     sed 's/^/    /' "$tmp/err"
   fi
 }
@@ -71,18 +72,18 @@ expect_exit() {
 small=(--device cpu --iterations 1 --warmup 0)
 tok=(--model vit-tiny --img-size 48 --patch-size 16 --embed-dim 64 --depth 2 --heads 2 --num-classes 10)
 
-expect_error "missing weights file" "nope.safetensors" bench "${small[@]}" --weights "$tmp/nope.safetensors"
+expect_error "missing weights file" 3 "nope.safetensors" bench "${small[@]}" --weights "$tmp/nope.safetensors"
 # the exit status by class: usage 2, input 3, unsupported 4, out of memory 5
 expect_exit "exit: usage" 2 bench --batch zero
 expect_exit "exit: input" 3 bench "${small[@]}" --weights "$tmp/nope.safetensors"
 expect_exit "exit: unsupported" 4 build --model llama-tiny --batch 1 --precision fp8 --arch sm_90 -o "$tmp/u.tpe"
 expect_exit "exit: out of memory" 5 bench --device cpu --model vit-tiny --batch 1000000
 head -c 100 /dev/urandom >"$tmp/corrupt.safetensors"
-expect_error "corrupt safetensors" "corrupt.safetensors" bench "${small[@]}" --weights "$tmp/corrupt.safetensors"
+expect_error "corrupt safetensors" 3 "corrupt.safetensors" bench "${small[@]}" --weights "$tmp/corrupt.safetensors"
 head -c 5000 tests/fixtures/timm_vit_token.safetensors >"$tmp/trunc.safetensors"
-expect_error "truncated safetensors" "trunc.safetensors" bench "${small[@]}" "${tok[@]}" --weights "$tmp/trunc.safetensors"
-expect_error "shape mismatch" "shape \[1, 1, 64\] in file, model expects \[1, 1, 32\]" bench "${small[@]}" "${tok[@]}" --embed-dim 32 --weights tests/fixtures/timm_vit_token.safetensors
-expect_error "wrong model for the weights" "timm_vit_token.safetensors" bench "${small[@]}" --model vit-tiny --weights tests/fixtures/timm_vit_token.safetensors
+expect_error "truncated safetensors" 3 "trunc.safetensors" bench "${small[@]}" "${tok[@]}" --weights "$tmp/trunc.safetensors"
+expect_error "shape mismatch" 3 "shape \[1, 1, 64\] in file, model expects \[1, 1, 32\]" bench "${small[@]}" "${tok[@]}" --embed-dim 32 --weights tests/fixtures/timm_vit_token.safetensors
+expect_error "wrong model for the weights" 3 "timm_vit_token.safetensors" bench "${small[@]}" --model vit-tiny --weights tests/fixtures/timm_vit_token.safetensors
 # weights holding NaN: refused with the tensor's name and count, run with a warning under --allow-nonfinite
 python3 - tests/fixtures/timm_vit_token.safetensors "$tmp/nan.safetensors" <<'PY'
 import json, struct, sys
@@ -94,21 +95,21 @@ at = 8 + n + h[name]["data_offsets"][0]
 b[at:at + 4] = struct.pack("<I", 0x7FC00000)
 open(sys.argv[2], "wb").write(b)
 PY
-expect_error "NaN weights" "tensor 'blocks.0.attn.proj.bias' holds 1 non-finite value (NaN or Inf) of 64; --allow-nonfinite" \
+expect_error "NaN weights" 3 "tensor 'blocks.0.attn.proj.bias' holds 1 non-finite value (NaN or Inf) of 64; --allow-nonfinite" \
   bench "${small[@]}" "${tok[@]}" --weights "$tmp/nan.safetensors"
 expect_ok "NaN weights allowed" "Warning: .*nan.safetensors: tensor .* holds 1 non-finite value" \
   bench "${small[@]}" "${tok[@]}" --weights "$tmp/nan.safetensors" --allow-nonfinite
-expect_error "unknown precision" "fp7" bench "${small[@]}" --precision fp32,fp7
-expect_error "batch 0" "--batch '0'" bench "${small[@]}" --batch 0
-expect_error "batch not a number" "--batch 'x'" bench "${small[@]}" --batch x
-expect_error "batch list with a hole" "--batch '1,,2'" bench "${small[@]}" --batch 1,,2
-expect_error "batch list entry 0" "--batch '0'" bench "${small[@]}" --batch 1,0
-expect_error "batch list for profile" "a list of sizes" profile --device cpu --model vit-tiny --batch 1,2
-expect_error "unknown gelu form" "--gelu: unknown form 'fast'" bench "${small[@]}" --gelu fast
-expect_error "unknown gemm choice" "--gemm: unknown choice 'tprof'" bench "${small[@]}" --gemm tprof
-expect_error "unknown fp8 accumulation" "--fp8-accum: unknown choice 'slow'" bench "${small[@]}" --fp8-accum slow
-expect_error "fp8 accumulation without a value" "--fp8-accum" bench "${small[@]}" --fp8-accum
-expect_error "gelu form for an engine file" "not stored in the engine file" build --model vit-tiny --precision fp32 --gelu tanh -o "$tmp/g.tpe"
+expect_error "unknown precision" 2 "fp7" bench "${small[@]}" --precision fp32,fp7
+expect_error "batch 0" 2 "--batch '0'" bench "${small[@]}" --batch 0
+expect_error "batch not a number" 2 "--batch 'x'" bench "${small[@]}" --batch x
+expect_error "batch list with a hole" 2 "--batch '1,,2'" bench "${small[@]}" --batch 1,,2
+expect_error "batch list entry 0" 2 "--batch '0'" bench "${small[@]}" --batch 1,0
+expect_error "batch list for profile" 2 "a list of sizes" profile --device cpu --model vit-tiny --batch 1,2
+expect_error "unknown gelu form" 2 "--gelu: unknown form 'fast'" bench "${small[@]}" --gelu fast
+expect_error "unknown gemm choice" 2 "--gemm: unknown choice 'tprof'" bench "${small[@]}" --gemm tprof
+expect_error "unknown fp8 accumulation" 2 "--fp8-accum: unknown choice 'slow'" bench "${small[@]}" --fp8-accum slow
+expect_error "fp8 accumulation without a value" 2 "--fp8-accum" bench "${small[@]}" --fp8-accum
+expect_error "gelu form for an engine file" 2 "not stored in the engine file" build --model vit-tiny --precision fp32 --gelu tanh -o "$tmp/g.tpe"
 # a sweep on the CPU: one run and one JSON per size, then the sweep table
 expect_ok "batch sweep" "=== Batch sweep" bench "${small[@]}" --batch 1,2 --json "$tmp/sw.json"
 if [ -s "$tmp/sw_b1.json" ] && [ -s "$tmp/sw_b2.json" ] && grep -q '"batch": 2' "$tmp/sw_b2.json"; then
@@ -118,26 +119,26 @@ else
   echo "FAIL batch sweep: per-batch JSON files sw_b1.json / sw_b2.json missing or wrong"
 fi
 echo "not an image" >"$tmp/cat.png"
-expect_error "unreadable image" "cat.png" bench "${small[@]}" --image "$tmp/cat.png"
-expect_error "missing image" "nothere.jpg" bench "${small[@]}" --image "$tmp/nothere.jpg"
-expect_error "unknown option" "--frobnicate" bench --frobnicate
-expect_error "unknown model" "vit-xxl" bench "${small[@]}" --model vit-xxl
-expect_error "patch does not divide" "--patch-size 15" bench "${small[@]}" --patch-size 15
-expect_error "fp16 on the CPU" "CPU executor runs fp32 only" bench "${small[@]}" "${tok[@]}" --precision fp16
-expect_error "missing value" "needs a value" bench --model
-expect_error "unknown command" "frob" frob
-expect_error "profile without a GPU" "needs a GPU" profile --device cpu --model vit-tiny
-expect_error "profile option given to bench" "--top" bench --top 5
-expect_error "policy without '='" "blocks.0.mlp" bench "${small[@]}" "${tok[@]}" --policy "blocks.0.mlp"
-expect_error "policy with an unknown precision" "fp5" bench "${small[@]}" "${tok[@]}" --policy "head=fp5"
-expect_error "missing policy file" "nope.json" bench "${small[@]}" "${tok[@]}" --policy-file "$tmp/nope.json"
-expect_error "caps: unknown architecture" "sm_x9" caps --arch sm_x9
-expect_error "build without -o" "-o FILE" build "${tok[@]}" --precision fp16 --arch sm_90
-expect_error "unknown calibration method" "--calib: unknown method 'entropy'" bench --calib entropy
-expect_error "calibration percentile out of range" "--calib-percentile '101'" bench --calib-percentile 101
-expect_error "build nvfp4 without a GPU" "calibration on a GPU" build --device cpu "${tok[@]}" --precision nvfp4 --arch sm_90 -o "$tmp/n.tpe"
-expect_error "engine file missing" "nope.tpe" bench --engine "$tmp/nope.tpe"
-expect_error "batch larger than host memory" "of host memory" bench --device cpu --model vit-tiny --batch 1000000
+expect_error "unreadable image" 3 "cat.png" bench "${small[@]}" --image "$tmp/cat.png"
+expect_error "missing image" 3 "nothere.jpg" bench "${small[@]}" --image "$tmp/nothere.jpg"
+expect_error "unknown option" 2 "--frobnicate" bench --frobnicate
+expect_error "unknown model" 2 "vit-xxl" bench "${small[@]}" --model vit-xxl
+expect_error "patch does not divide" 2 "--patch-size 15" bench "${small[@]}" --patch-size 15
+expect_error "fp16 on the CPU" 4 "CPU executor runs fp32 only" bench "${small[@]}" "${tok[@]}" --precision fp16
+expect_error "missing value" 2 "needs a value" bench --model
+expect_error "unknown command" 2 "frob" frob
+expect_error "profile without a GPU" 2 "needs a GPU" profile --device cpu --model vit-tiny
+expect_error "profile option given to bench" 2 "--top" bench --top 5
+expect_error "policy without '='" 2 "blocks.0.mlp" bench "${small[@]}" "${tok[@]}" --policy "blocks.0.mlp"
+expect_error "policy with an unknown precision" 2 "fp5" bench "${small[@]}" "${tok[@]}" --policy "head=fp5"
+expect_error "missing policy file" 3 "nope.json" bench "${small[@]}" "${tok[@]}" --policy-file "$tmp/nope.json"
+expect_error "caps: unknown architecture" 2 "sm_x9" caps --arch sm_x9
+expect_error "build without -o" 2 "-o FILE" build "${tok[@]}" --precision fp16 --arch sm_90
+expect_error "unknown calibration method" 2 "--calib: unknown method 'entropy'" bench --calib entropy
+expect_error "calibration percentile out of range" 2 "--calib-percentile '101'" bench --calib-percentile 101
+expect_error "build nvfp4 without a GPU" 6 "calibration on a GPU" build --device cpu "${tok[@]}" --precision nvfp4 --arch sm_90 -o "$tmp/n.tpe"
+expect_error "engine file missing" 3 "nope.tpe" bench --engine "$tmp/nope.tpe"
+expect_error "batch larger than host memory" 5 "of host memory" bench --device cpu --model vit-tiny --batch 1000000
 
 expect_ok "timm checkpoint on the CPU" "Accuracy vs FP32 CPU reference" bench "${small[@]}" "${tok[@]}" --batch 2 \
   --weights tests/fixtures/timm_vit_token.safetensors --json "$tmp/r.json"
@@ -159,8 +160,8 @@ else pass=$((pass + 1)); fi
 expect_ok "build an mxfp8 engine file for sm_90" "mxfp8 for sm_90" build "${tok[@]}" --precision mxfp8 --arch sm_90 \
   --weights tests/fixtures/timm_vit_token.safetensors -o "$tmp/m.tpe"
 head -c 3000 "$tmp/m.tpe" >"$tmp/cut.tpe"
-expect_error "truncated engine file" "cut.tpe: truncated" bench --engine "$tmp/cut.tpe"
-expect_error "engine file with --model" "drop --model" bench --engine "$tmp/m.tpe" --model vit-b16
+expect_error "truncated engine file" 3 "cut.tpe: truncated" bench --engine "$tmp/cut.tpe"
+expect_error "engine file with --model" 2 "drop --model" bench --engine "$tmp/m.tpe" --model vit-b16
 expect_ok "caps for Blackwell" "VEC32_UE8M0" caps --arch sm_100
 expect_ok "caps for Hopper" "emulated" caps --arch sm_90
 
@@ -178,11 +179,11 @@ else
   echo "FAIL lint JSON files missing or wrong"
 fi
 expect_rc "lint: fp8 per tensor has no block rule" 0 "fp8: usable as asked" lint --precision fp8
-expect_error "lint: unknown option" "--frobnicate" lint --frobnicate
-expect_error "lint: unknown precision" "fp7" lint --precision mxfp8,fp7
-expect_error "lint: missing value" "--json needs a value" lint --json
-expect_error "lint: heads do not divide" "--heads 7" lint --heads 7
-expect_error "lint: JSON cannot be written" "nodir/l.json" lint --json "$tmp/nodir/l.json"
+expect_error "lint: unknown option" 2 "--frobnicate" lint --frobnicate
+expect_error "lint: unknown precision" 2 "fp7" lint --precision mxfp8,fp7
+expect_error "lint: missing value" 2 "--json needs a value" lint --json
+expect_error "lint: heads do not divide" 2 "--heads 7" lint --heads 7
+expect_error "lint: JSON cannot be written" 3 "nodir/l.json" lint --json "$tmp/nodir/l.json"
 "$TPROF" lint --json "$tmp/nodir/l.json" >/dev/null 2>&1
 rc=$?
 if [ $rc -eq 3 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL lint: unwritable JSON exits $rc, not 3"; fi
@@ -201,12 +202,12 @@ expect_ok "checkpoint without config.json warns" "warning: no config.json beside
   bench "${golden[@]}" --weights "$tmp/nocfg/model.safetensors"
 expect_ok "--mean kept over config.json" "mean (0.1, 0.2, 0.3), std (0.229" \
   bench "${golden[@]}" --weights tests/fixtures/timm_in1k_crop090/model.safetensors --mean 0.1,0.2,0.3
-expect_error "config.json contradicts --num-classes" "num_classes 10, but the model has 7" \
+expect_error "config.json contradicts --num-classes" 3 "num_classes 10, but the model has 7" \
   bench "${golden[@]}" --weights tests/fixtures/timm_in1k_crop090/model.safetensors --num-classes 7
-expect_error "--mean needs three numbers" "R,G,B" bench --device cpu --mean 1,2
-expect_error "--interpolation unknown" "lanczos" bench --device cpu --interpolation lanczos
-expect_error "--reference unknown" "unknown reference 'tpu'" bench --device cpu --reference tpu
-expect_error "--reference gpu on the CPU" "--reference gpu" bench --device cpu --reference gpu
+expect_error "--mean needs three numbers" 2 "R,G,B" bench --device cpu --mean 1,2
+expect_error "--interpolation unknown" 2 "lanczos" bench --device cpu --interpolation lanczos
+expect_error "--reference unknown" 2 "unknown reference 'tpu'" bench --device cpu --reference tpu
+expect_error "--reference gpu on the CPU" 2 "--reference gpu" bench --device cpu --reference gpu
 expect_ok "--reference none" "Accuracy: not checked" bench "${golden[@]}" --reference none
 expect_ok "models lists the family" "^vit  *vit_base_patch16_224" models
 
@@ -219,34 +220,34 @@ expect_ok "HF checkpoint folder (sharded)" "configuration from tests/fixtures/hf
 expect_ok "HF checkpoint: the model named by its folder" "hf_gemma_tiny (GemmaForCausalLM" \
   bench "${dec[@]}" --prompt 8 --weights tests/fixtures/hf_gemma_tiny/model.safetensors
 printf '1 2 3 x' >"$tmp/tokens.txt"
-expect_error "token file with a non-integer" "token 4 is not an integer" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
+expect_error "token file with a non-integer" 3 "token 4 is not an integer" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
 printf '1 2 3' >"$tmp/tokens.txt"
-expect_error "token file too short" "3 token ids, the prompt needs 4" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
+expect_error "token file too short" 3 "3 token ids, the prompt needs 4" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
 printf '1 2 3 999' >"$tmp/tokens.txt"
-expect_error "token outside the vocabulary" "outside the vocabulary" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
-expect_error "decoder knob bad value" "--prompt '0'" bench "${dec[@]}" --prompt 0
-expect_error "decoder in fp8 on a GPU target" "token_embed runs fp32, fp16 and bf16 on the GPU in this tprof, not fp8" \
+expect_error "token outside the vocabulary" 3 "outside the vocabulary" bench "${dec[@]}" --prompt 4 --tokens "$tmp/tokens.txt"
+expect_error "decoder knob bad value" 2 "--prompt '0'" bench "${dec[@]}" --prompt 0
+expect_error "decoder in fp8 on a GPU target" 4 "token_embed runs fp32, fp16 and bf16 on the GPU in this tprof, not fp8" \
   build --model llama-tiny --batch 1 --precision fp8 --arch sm_90 -o "$tmp/d.tpe"
 expect_ok "lint: decoder rules" "separate q, k, v" lint --model llama-3.1-8b
 seq 1 80 | tr '\n' ' ' >"$tmp/ppl.txt"
 expect_ok "perplexity over a token file" "Perplexity over .*(2 windows of 37 tokens, 72 predicted)" \
   bench "${dec[@]}" --prompt 37 --perplexity "$tmp/ppl.txt"
-expect_error "perplexity: a file shorter than a window" "a window needs 90" bench "${dec[@]}" --prompt 90 --perplexity "$tmp/ppl.txt"
-expect_error "perplexity of an image model" "not a language model" bench --device cpu --model vit-tiny --batch 1 \
+expect_error "perplexity: a file shorter than a window" 3 "a window needs 90" bench "${dec[@]}" --prompt 90 --perplexity "$tmp/ppl.txt"
+expect_error "perplexity of an image model" 2 "not a language model" bench --device cpu --model vit-tiny --batch 1 \
   --perplexity "$tmp/ppl.txt"
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
-expect_error tp-zero "--tp '0'" bench --model llama-tiny --tp 0
-expect_error tp-cpu "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu
-expect_error precision-twice "--precision 'fp32,fp32': fp32 given twice" bench --device cpu --model vit-tiny --precision fp32,fp32
-expect_error json-folder "--json $tmp/none/x.json: folder '$tmp/none' does not exist" bench --device cpu --model vit-tiny --json "$tmp/none/x.json"
-expect_error save-output-folder "is a folder" bench --device cpu --model vit-tiny --save-output "$tmp"
-expect_error build-o-folder "folder '$tmp/none' does not exist" build --model vit-tiny --batch 1 --precision fp16 --arch sm_90 -o "$tmp/none/e.tpe"
-expect_error pdl-mode "--pdl: unknown mode 'maybe' (expected on or off)" bench --model llama-tiny --pdl maybe
-expect_error gpus-one-batch "a sweep's batch sizes" bench --model vit-tiny --gpus 0,1 --batch 8
-expect_error gpus-twice "GPU 1 given twice" bench --model vit-tiny --gpus 1,1 --batch 1,2
-expect_error gpus-bad "expected a list" bench --model vit-tiny --gpus 0,,1 --batch 1,2
-expect_error gpus-cpu "this run is on the CPU" bench --model vit-tiny --gpus 0,1 --batch 1,2 --device cpu
-expect_error gpus-tp "not with --tp" bench --model llama-tiny --gpus 0,1 --batch 1,2 --tp 2
+expect_error tp-zero 2 "--tp '0'" bench --model llama-tiny --tp 0
+expect_error tp-cpu 2 "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu
+expect_error precision-twice 2 "--precision 'fp32,fp32': fp32 given twice" bench --device cpu --model vit-tiny --precision fp32,fp32
+expect_error json-folder 2 "--json $tmp/none/x.json: folder '$tmp/none' does not exist" bench --device cpu --model vit-tiny --json "$tmp/none/x.json"
+expect_error save-output-folder 2 "is a folder" bench --device cpu --model vit-tiny --save-output "$tmp"
+expect_error build-o-folder 2 "folder '$tmp/none' does not exist" build --model vit-tiny --batch 1 --precision fp16 --arch sm_90 -o "$tmp/none/e.tpe"
+expect_error pdl-mode 2 "--pdl: unknown mode 'maybe' (expected on or off)" bench --model llama-tiny --pdl maybe
+expect_error gpus-one-batch 2 "a sweep's batch sizes" bench --model vit-tiny --gpus 0,1 --batch 8
+expect_error gpus-twice 2 "GPU 1 given twice" bench --model vit-tiny --gpus 1,1 --batch 1,2
+expect_error gpus-bad 2 "expected a list" bench --model vit-tiny --gpus 0,,1 --batch 1,2
+expect_error gpus-cpu 2 "this run is on the CPU" bench --model vit-tiny --gpus 0,1 --batch 1,2 --device cpu
+expect_error gpus-tp 2 "not with --tp" bench --model llama-tiny --gpus 0,1 --batch 1,2 --tp 2
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

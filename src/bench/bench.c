@@ -153,12 +153,14 @@ static tp_status resolve_device(run_ctx *c, tp_error *gerr, tp_error *err) {
     snprintf(gerr->msg, sizeof gerr->msg, "this tprof was built without CUDA");
     rep->dev = TP_DEVICE_CPU;
 #endif
+    /* a GPU-only request: a usage error when --device cpu asked for the CPU, else no GPU here */
+    const tp_status gpu_only = o->device == TP_DEVICE_CPU ? TP_ERR_ARG : TP_ERR_NO_GPU;
     if (o->profile_iters > 0 && rep->dev != TP_DEVICE_GPU)
-        return tp_fail(err, TP_ERR_NO_GPU, "tprof profile traces GPU kernels and needs a GPU (%s)",
+        return tp_fail(err, gpu_only, "tprof profile traces GPU kernels and needs a GPU (%s)",
                        o->device == TP_DEVICE_CPU ? "--device cpu was given" : gerr->msg);
     rep->reference = tp_bench_reference(o->reference, rep->dev);
     if (rep->reference == TP_REF_GPU && rep->dev != TP_DEVICE_GPU)
-        return tp_fail(err, TP_ERR_NO_GPU, "--reference gpu: %s", rep->dev == TP_DEVICE_CPU && o->device ==
+        return tp_fail(err, gpu_only, "--reference gpu: %s", rep->dev == TP_DEVICE_CPU && o->device ==
                        TP_DEVICE_CPU ? "the run is on the CPU (--device cpu)" : gerr->msg);
     if (rep->dev == TP_DEVICE_CPU && o->device == TP_DEVICE_AUTO) printf("No GPU (%s): running on the CPU.\n", gerr->msg);
     if (rep->dev == TP_DEVICE_GPU || rep->gpu.present)
@@ -176,7 +178,8 @@ static tp_status split_ranks(run_ctx *c, tp_error *err) {
     c->tp = rep->tp = n;
     if (n == 1) return TP_OK;
     if (rep->dev != TP_DEVICE_GPU)
-        return tp_fail(err, TP_ERR_NO_GPU, "--tp %d: tensor parallelism runs on GPUs, and this run is on the CPU", n);
+        return tp_fail(err, o->device == TP_DEVICE_CPU ? TP_ERR_ARG : TP_ERR_NO_GPU,
+                       "--tp %d: tensor parallelism runs on GPUs, and this run is on the CPU", n);
     if (c->g.kv_len <= 0)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d: %s is not a decoder; tprof splits decoders only", n,
                        tp_model_name(&rep->model));
