@@ -24,7 +24,7 @@ run: setup
 	  $(MAKE) --no-print-directory build && $(BUILD)/tprof bench; \
 	else \
 	  echo "make run: no NVIDIA GPU here (/dev/nvidia0 or nvidia-smi): building the CPU part only ($(BUILD)-cpu), then tprof bench on the CPU"; \
-	  cmake -S . -B $(BUILD)-cpu $(CMAKE_FLAGS) -DTPROF_WITH_CUDA=OFF >/dev/null 2>&1 && \
+	  cmake -S . -B $(BUILD)-cpu $(CMAKE_FLAGS) -DTPROF_WITH_CUDA=OFF >/dev/null && \
 	  cmake --build $(BUILD)-cpu -j $(JOBS) --target tprof && $(BUILD)-cpu/tprof bench; \
 	fi
 

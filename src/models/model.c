@@ -187,7 +187,10 @@ int tp_params_nonfinite(const tp_params *p, const char *path, tp_error *err) {
     for (int i = 0; i < p->n_params; i++) {
         const tp_param *q = &p->params[i];
         int64_t bad = 0;
-        for (int64_t k = 0; q->data && k < q->numel; k++) bad += !isfinite(q->data[k]);
+        if (!q->data) continue;
+        /* once per load, but over every weight (tens of GB for a large checkpoint): all cores */
+#pragma omp parallel for reduction(+ : bad) if (q->numel > (1 << 20))
+        for (int64_t k = 0; k < q->numel; k++) bad += !isfinite(q->data[k]);
         if (!bad) continue;
         if (first < 0) first = i, first_n = bad;
         tensors++;
