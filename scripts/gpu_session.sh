@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers; tensor parallelism on 2+ GPUs: tp, gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -41,6 +41,19 @@ for s in $steps; do
     echo "=== decoder: llama-3.2-1b, pp512 tg128, batch 1 and 8"
     "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1,8 --precision fp16,bf16,fp8-wo,nvfp4-wo \
       --json "$OUT/decoder_llama32_1b.json" || rc=1
+    ;;
+  w8a8)
+    echo "=== W8A8 FP8 decoders (issue 20): the GEMV and decoder-engine GPU suites, then the 7B-shaped layer and llama-3.2-1b"
+    for suite in gpu_gemv gpu_decoder_engine; do
+      CK_RUN_SUITE=$suite "$BUILD/tests/test_gpu" > "$OUT/w8a8_$suite.log" 2>&1 || rc=1
+      grep -E "FAIL|Checks|decoder case .* fp8:|w8a8" "$OUT/w8a8_$suite.log" | grep -v "^  ok" | tail -40
+    done
+    "$BUILD/tprof" bench --model llama-2-7b --layers 1 --vocab 256 --prompt 992 --gen 64 --batch 1 --duration 0.5 \
+      --precision fp16,fp8,fp8-wo --plan --json "$OUT/w8a8_llama7b_layer.json" > "$OUT/w8a8_llama7b_layer.log" 2>&1 || rc=1
+    grep -E "tg64|pp992|Decode|Greedy|Accuracy|Calibrat|q_proj|o_proj|down_proj" "$OUT/w8a8_llama7b_layer.log" | head -40
+    "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1,8 --duration 0.5 \
+      --precision fp16,fp8,fp8-wo --json "$OUT/w8a8_llama32_1b.json" > "$OUT/w8a8_llama32_1b.log" 2>&1 || rc=1
+    grep -E "tg128|pp512|Greedy|Accuracy|Calibrat|error" "$OUT/w8a8_llama32_1b.log" | head -40
     ;;
   decoder_check)
     echo "=== the batch-8, 512-token decoder mismatch of 2026-11-25 (bench/results/..._decoder_b8_prompt512_mismatch.log):"

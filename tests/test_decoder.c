@@ -95,7 +95,7 @@ static void golden(const char *name, int V) {
         tp_bench_options o = {.batch = B, .perplexity = tpath("ids.txt")};
         tp_bench_report rep = {.o = &o, .model = m, .prompt = T, .out_cols = V};
         double ppl = 0, nll = 0;
-        ck_assert_msg(tp_bench_perplexity(&rep, &p, NULL, 0, &ppl, &e) == TP_OK, "%s", e.msg);
+        ck_assert_msg(tp_bench_perplexity(&rep, &p, NULL, 0, NULL, &ppl, &e) == TP_OK, "%s", e.msg);
         for (int b = 0; b < B; b++)
             for (int t = 0; t + 1 < T; t++) {
                 const float *l = want + ((size_t)b * T + t) * V;
@@ -305,7 +305,7 @@ START_TEST(test_refusals) {
     ck_assert_int_eq(tp_model_params_shapes(&m, &p, &e), TP_OK);
     ck_assert_int_eq(tp_model_build_graph(&m, &p, 1, &g, &e), TP_OK);
     tp_policy pol;
-    tp_policy_init(&pol, TP_PREC_FP8);
+    tp_policy_init(&pol, TP_PREC_MXFP8);
     tp_plan plan;
     ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &plan, &e), TP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "model.embed_tokens"));
@@ -487,6 +487,55 @@ END_TEST
 START_TEST(test_weight_only_nvfp4) { weight_only(TP_PREC_NVFP4_WO); }
 END_TEST
 
+/* W8A8 FP8 for decoders: every linear but the LM head E4M3 x E4M3 with per-tensor scales; their inputs (the
+ * RMSNorm, GLU and KV-attention outputs) stay fp16, scaled (calibrated), quantized as the GEMM reads them, and said
+ * so; the CPU's emulation refuses to run without the calibrated amax. */
+START_TEST(test_w8a8_fp8_plan) {
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+    plan_of("llama-tiny", 3, TP_PREC_FP8, &p, &g, &plan);
+    int n8 = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const tp_op *op = &g.ops[i];
+        if (op->kind != TP_OP_LINEAR) {
+            ck_assert_int_eq(plan.op_prec[i], TP_PREC_FP16);
+            continue;
+        }
+        const int head = strcmp(op->layer, "lm_head") == 0;
+        ck_assert_int_eq(plan.op_prec[i], head ? TP_PREC_FP16 : TP_PREC_FP8);
+        ck_assert_int_eq(plan.value_dt[op->in[1]], head ? TP_F16 : TP_E4M3);
+        ck_assert_int_eq(plan.value_dt[op->in[0]], TP_F16);
+        if (head) continue;
+        ck_assert_int_eq(plan.value_scaled[op->in[0]], 1);
+        ck_assert_int_eq(plan.value_scaled[op->in[1]], 1);
+        ck_assert_msg(strstr(plan.op_note[i], "quantized as read") != NULL, "%s: %s", op->layer, plan.op_note[i]);
+        n8++;
+    }
+    ck_assert_int_eq(n8, 2 * 7);
+    tp_error e = {0};
+    float *ids = calloc((size_t)3 * 19, sizeof(float)), *out = poisoned((size_t)3 * 384);
+    tp_graph_free(&g);
+    tp_plan_free(&plan);
+    tp_params_free(&p);
+    tp_model m = model_of("llama-tiny");
+    ck_assert_int_eq(tp_model_params_init(&m, 7, 1, &p, &e), TP_OK);
+    tp_graph gs = step_graph(&m, &p, 3, 19, 0, 20, 0);
+    tp_policy pol;
+    tp_policy_default(&pol, TP_PREC_FP8);
+    ck_assert_int_eq(tp_plan_build_policy(&gs, &pol, 90, &plan, &e), TP_OK);
+    tp_cpu_session s = {0};
+    ck_assert_int_eq(tp_cpu_run_session_emulated(&gs, &p, &plan, NULL, &s, ids, out, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "calibrated amax"));
+    tp_cpu_session_free(&s);
+    tp_plan_free(&plan);
+    tp_graph_free(&gs);
+    tp_params_free(&p);
+    free(ids);
+    free(out);
+}
+END_TEST
+
 /* Sibling linears (tp_plan_sibling_groups): per decoder layer q/k/v (with Qwen2's biases) and gate/up, in 16-bit
  * and weight-only FP8 and NVFP4 plans (per-tensor scales and s2 become the group GEMV's per-row scales); nothing in
  * ViT (its qkv is one linear). */
@@ -522,6 +571,7 @@ START_TEST(test_sibling_groups) {
     check_groups("vit-b16", TP_PREC_FP16, 0);
     check_groups("llama-tiny", TP_PREC_FP8_WO, 2 * 2);
     check_groups("llama-tiny", TP_PREC_NVFP4_WO, 2 * 2);
+    check_groups("llama-tiny", TP_PREC_FP8, 2 * 2);
 }
 END_TEST
 
@@ -562,6 +612,7 @@ int main(void) {
     tcase_add_test(t, test_sibling_groups);
     tcase_add_test(t, test_weight_only_fp8);
     tcase_add_test(t, test_weight_only_nvfp4);
+    tcase_add_test(t, test_w8a8_fp8_plan);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -186,6 +186,10 @@ static tp_status split_ranks(run_ctx *c, tp_error *err) {
     if (o->perplexity || o->engine_file)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: unsupported (one GPU runs them)", n,
                        o->perplexity ? "--perplexity" : "--engine");
+    for (int i = 0; i < o->n_precs; i++) /* static activation scales are calibrated on one GPU's whole model */
+        if (o->precs[i] == TP_PREC_FP8)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with fp8 (W8A8): unsupported, its activation scales "
+                           "are calibrated on one GPU; fp8-wo and nvfp4-wo run split", n);
     tp_status st = tp_model_tp_check(&rep->model, n, err);
     if (st) return st;
     if (!(c->tpp = calloc((size_t)n, sizeof *c->tpp)) || !(c->tpg = calloc((size_t)n, sizeof *c->tpg)) ||
@@ -305,7 +309,7 @@ static tp_status reference(run_ctx *c, tp_error *err) {
 #endif
     else st = tp_cpu_run(&c->gref, &c->params, c->input, c->ref, err);
     if (!st && c->o->perplexity && rep->prompt > 0)
-        st = tp_bench_perplexity(rep, &c->params, NULL, rep->reference == TP_REF_GPU, &rep->ref_ppl, err);
+        st = tp_bench_perplexity(rep, &c->params, NULL, rep->reference == TP_REF_GPU, NULL, &rep->ref_ppl, err);
     if (st) return st;
     rep->ref_ms = tp_now_ms() - t0;
     c->have_ref = 1;
@@ -507,7 +511,11 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     const int B = o->batch, cols = rep->out_cols;
     r->ppl = NAN;
     if (!st && o->perplexity && rep->prompt > 0)
-        st = tp_bench_perplexity(rep, &c->params, rep->dev == TP_DEVICE_GPU ? &pol : NULL, 0, &r->ppl, err);
+#ifdef TPROF_HAVE_CUDA
+        st = tp_bench_perplexity(rep, &c->params, rep->dev == TP_DEVICE_GPU ? &pol : NULL, 0, e, &r->ppl, err);
+#else
+        st = tp_bench_perplexity(rep, &c->params, NULL, 0, NULL, &r->ppl, err);
+#endif
     if (!st) {
         tp_latency_stats_compute(r->samples, r->n, &r->lat);
         if (c->have_ref) tp_accuracy_compute(c->out, c->ref, rep->ref_rows, cols, &r->acc);

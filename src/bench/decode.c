@@ -133,7 +133,7 @@ static double mean_nll(const float *logits, const float *ids, int W, int T, int 
 }
 
 tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, const tp_policy *pol, int gpu,
-                              double *ppl, tp_error *err) {
+                              const struct tp_engine *calibrated, double *ppl, tp_error *err) {
     const int T = rep->prompt, V = rep->out_cols, maxw = 8;
     const char *path = rep->o->perplexity;
     *ppl = NAN;
@@ -158,7 +158,7 @@ tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, con
             } else {
                 tp_plan plan;
                 tp_engine *e = NULL;
-                tp_engine_options eo = {.device = 0, .use_graph = 0, .gemm_first = 1};
+                tp_engine_options eo = {.device = 0, .use_graph = 0, .gemm_first = 1, .scales_from = calibrated};
                 if (!(st = tp_plan_build_policy(&g, pol, rep->gpu.sm, &plan, err))) {
                     st = tp_engine_build(&g, params, &plan, &eo, &e, err);
                     if (!st) st = tp_engine_set_input(e, ids, err);
@@ -169,6 +169,7 @@ tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, con
                 }
             }
 #else
+            (void)calibrated;
             st = tp_fail(err, TP_ERR_NO_GPU, "--perplexity on the GPU: this tprof was built without CUDA");
 #endif
         }

@@ -23,11 +23,13 @@ tp_status tp_bench_reference_decode(tp_bench_report *rep, const tp_params *param
 /* --perplexity FILE: the perplexity exp(mean NLL) of the file's token ids, cut into windows of rep->prompt tokens
  * (at most 8 windows, the file's first 8 * prompt ids; each window predicts its tokens 2 .. prompt from the ones
  * before them, from zero context: the windows are independent sequences), under the plan of `pol` (an engine on
- * the GPU; pol NULL: the FP32 reference, tp_gpu_reference on the GPU when gpu, else the CPU executor). *ppl
+ * the GPU, its static activation scales taken from `calibrated`, the engine of the same plan bench built, when
+ * the plan has any; pol NULL: the FP32 reference, tp_gpu_reference on the GPU when gpu, else the CPU executor). *ppl
  * receives it; rep->ppl_windows and ppl_tokens the counts. Errors: TP_ERR_IO (the file), TP_ERR_FORMAT (not
  * integers, an id outside the vocabulary, fewer than prompt ids), the planner's and the engine's. */
+struct tp_engine;
 tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, const tp_policy *pol, int gpu,
-                              double *ppl, tp_error *err);
+                              const struct tp_engine *calibrated, double *ppl, tp_error *err);
 
 #ifdef TPROF_HAVE_CUDA
 /* Engine r's decode phase after its timed prefill (prefill: the built prefill engine, its input set): the decode

@@ -310,7 +310,8 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
 }
 
 /* The ops the CUDA engine (exec/cuda/engine/engine_launch.c) launches in a plan of precision prec; a GPU plan
- * refuses the others by name. The decoder ops run in fp32, fp16 and bf16, and in fp16 inside weight-only plans. */
+ * refuses the others by name. The decoder ops run in fp32, fp16 and bf16, and in fp16 inside fp8 (W8A8) and
+ * weight-only plans. */
 static int cuda_runs(const tp_op *op, tp_precision prec) {
     switch (op->kind) {
     case TP_OP_PATCH_EMBED:
@@ -328,8 +329,8 @@ static int cuda_runs(const tp_op *op, tp_precision prec) {
     case TP_OP_KV_APPEND:
     case TP_OP_KV_ATTENTION:
     case TP_OP_ALL_REDUCE:
-        return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16 || prec == TP_PREC_FP8_WO ||
-               prec == TP_PREC_NVFP4_WO;
+        return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16 || prec == TP_PREC_FP8 ||
+               prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
     default: return 0;
     }
 }
@@ -379,8 +380,8 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     }
     for (int i = 0; sm && i < g->n_ops; i++)
         if (!cuda_runs(&g->ops[i], prec))
-            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s runs fp32, fp16 and bf16 on the GPU in this tprof, "
-                           "not %s (no quantized kernel for it)", g->ops[i].layer,
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s runs in fp32, fp16, bf16, fp8, fp8-wo and nvfp4-wo "
+                           "engines on the GPU in this tprof, not %s (no kernel for it there)", g->ops[i].layer,
                            tp_op_kind_name(g->ops[i].kind), tp_precision_name(prec));
     p->requested = prec;
     p->sm = sm;
@@ -467,23 +468,24 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         }
         int prod = g->values[x].producer;
         tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
-        if (!(pk == TP_OP_LAYERNORM || pk == TP_OP_GELU || pk == TP_OP_ATTENTION) || consumers(g, x) != 1) {
-            st = tp_fail(err, TP_ERR_UNSUPPORTED,
-                         "layer %s: its input '%s' comes from a %s op that cannot write E4M3 directly, and this "
-                         "build has no standalone quantize op",
-                         op->layer, g->values[x].name, prod >= 0 ? tp_op_kind_name(pk) : "graph input");
-            goto out;
-        }
-        p->value_dt[x] = TP_E4M3;
+        /* LayerNorm, GELU and ViT's attention write E4M3 themselves for their one reader; any other input (a
+         * decoder's RMSNorm output read by q/k/v, the GLU's, the KV attention's) stays 16-bit and is quantized
+         * when the GEMM reads it, with the same calibrated per-tensor scale */
+        const int writes8 = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU || pk == TP_OP_ATTENTION) && consumers(g, x) == 1;
+        if (writes8) p->value_dt[x] = TP_E4M3;
         p->value_scaled[x] = 1;
         p->value_dt[w] = TP_E4M3;
         p->value_scaled[w] = 1;
         p->op_prec[i] = TP_PREC_FP8;
         snprintf(p->op_note[i], sizeof p->op_note[i],
                  "e4m3 x e4m3 GEMM, fp32 accumulate, fp16 out; per-tensor scales (weights amax/448, "
-                 "activations max-calibrated)");
-        size_t l = strlen(p->op_note[prod]);
-        snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
+                 "activations max-calibrated)%s",
+                 writes8 ? "" : "; input quantized as read: <= 8 rows in tprof's GEMV registers, more by a "
+                                "quantize kernel");
+        if (writes8) {
+            size_t l = strlen(p->op_note[prod]);
+            snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
+        }
     }
     /* FP8 attention whose Q/K/V come from an FP8 GEMM read by nothing else: the GEMM writes them in E4M3 (cuBLASLt
      * quantizes D with the calibrated per-tensor scale, the one the attention kernel would quantize with on load)
@@ -635,12 +637,14 @@ int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, co
     return n_slots;
 }
 
-/* Op i can be a sibling-group member (tp_plan_sibling_groups): a 16-bit linear, or a weight-only FP8 or NVFP4 one
- * (E4M3 weights with a per-tensor scale each, NVFP4 ones with an s2 each: the group's GEMV applies them per row). */
+/* Op i can be a sibling-group member (tp_plan_sibling_groups): a 16-bit linear, a weight-only FP8 or NVFP4 one
+ * (E4M3 weights with a per-tensor scale each, NVFP4 ones with an s2 each: the group's GEMV applies them per row), or
+ * a W8A8 FP8 one whose 16-bit input is quantized as read (the members share that input, hence its scale). */
 static int sibling_ok(const tp_graph *g, const tp_plan *p, int i) {
     const tp_op *op = &g->ops[i];
     const int w = op->in[1];
-    const int w8 = p->op_prec[i] == TP_PREC_FP8_WO && p->value_dt[w] == TP_E4M3 && p->value_qf[w] == TP_QF_NONE;
+    const int w8 = (p->op_prec[i] == TP_PREC_FP8_WO || p->op_prec[i] == TP_PREC_FP8) && p->value_dt[w] == TP_E4M3 &&
+                   p->value_qf[w] == TP_QF_NONE;
     const int w4 = p->op_prec[i] == TP_PREC_NVFP4_WO && p->value_qf[w] == TP_QF_NVFP4;
     if (op->kind != TP_OP_LINEAR || op->gemm_k % (w4 ? 16 : 8) || p->value_qf[op->in[0]] != TP_QF_NONE ||
         (p->value_qf[w] != TP_QF_NONE && !w4) || (p->value_scaled[w] && !w8) || p->op_epilogue_add[i] >= 0 ||

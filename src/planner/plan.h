@@ -9,8 +9,12 @@
  *   fp8   (needs sm_89+) the Linear layers inside the transformer blocks run E4M3 x E4M3 with FP32
  *         accumulation and FP16 output: weights quantized offline per tensor (scale = amax / 448), activations
  *         with a static per-tensor scale from max calibration. The producers of those activations (LayerNorm,
- *         attention, GELU) write E4M3 directly, so no standalone quantize kernel runs. Patch embedding and head
- *         stay FP16, as practitioners keep them; everything else is FP16 storage with FP32 statistics.
+ *         attention, GELU) write E4M3 directly when the GEMM is their only reader, so no standalone quantize
+ *         kernel runs; any other input (a decoder's RMSNorm output read by q/k/v, its GLU and KV-attention
+ *         outputs) stays FP16 and is quantized with its calibrated scale as the GEMM reads it (a decode step's
+ *         GEMV rounds it in registers, tpk_gemv_w8a8; a prefill's GEMM reads it through a quantize kernel).
+ *         Patch embedding, head and a decoder's lm_head stay FP16, as practitioners keep them; everything else
+ *         is FP16 storage with FP32 statistics.
  *   mxfp8, nvfp4, mxfp4 (sm_89+)  the same Linear layers read MXFP8 / NVFP4 / MXFP4 operands
  *         (src/formats/qformat.h), the rest runs BF16 (BF16's range holds every dequantized block-scaled value). Native on Blackwell (sm_100+);
  *         on sm_89/sm_90, which have no block-scaled MMA, emulated with identical numerics: weights quantized

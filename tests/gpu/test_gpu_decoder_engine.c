@@ -57,6 +57,8 @@ static tp_graph step(const tp_model *m, const tp_params *p, int t, int past, int
 static int g_groups; /* tp_engine_options.gemv_groups of the decode engines built next */
 static int g_no_pdl; /* tp_engine_options.no_pdl of the engines built next */
 static const int *g_choice; /* tp_engine_options.gemm_choice of the engines built next */
+static const float *g_amax;  /* tp_engine_options.act_amax of the engines built next (decode engines: NULL, the
+                                prefill engine's amax by value name) */
 
 static tp_engine *engine(const tp_graph *g, const tp_params *p, tp_plan *plan, tp_precision prec, int graph,
                          const tp_engine *share, int feed) {
@@ -67,7 +69,8 @@ static tp_engine *engine(const tp_graph *g, const tp_params *p, tp_plan *plan, t
     ck_assert_msg(tp_gpu_query(0, &gi, &e) == TP_OK, "%s", e.msg);
     ck_assert_msg(tp_plan_build_policy(g, &pol, gi.sm, plan, &e) == TP_OK, "%s", e.msg);
     tp_engine_options eo = {.device = 0, .use_graph = graph, .share = share, .feed_argmax = feed,
-                            .gemv_groups = g_groups, .no_pdl = g_no_pdl, .gemm_choice = g_choice};
+                            .gemv_groups = g_groups, .no_pdl = g_no_pdl, .gemm_choice = g_choice,
+                            .act_amax = share ? NULL : g_amax};
     tp_engine *en = NULL;
     ck_assert_msg(tp_engine_build(g, p, plan, &eo, &en, &e) == TP_OK, "%s", e.msg);
     return en;
@@ -85,7 +88,7 @@ static void run_case(int kc, tp_precision prec) {
     const int k = CASES[kc][0];
     B = CASES[kc][1];
     T = CASES[kc][2];
-    const int wo = prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
+    const int wo = prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO, w8a8 = prec == TP_PREC_FP8;
     const double tol = prec == TP_PREC_FP32 ? 1e-4 : prec == TP_PREC_FP16 || wo ? 5e-3 : 3e-2;
     tp_model m = model_case(k);
     tp_error e = {0};
@@ -102,25 +105,40 @@ static void run_case(int kc, tp_precision prec) {
     float *want_steps = malloc(sizeof(float) * G * B * V);
     int32_t arg[MAXB];
 
-    /* the CPU: the prefill, then greedy steps (the reference logits of each); weight-only FP8 against the CPU's
-     * emulation of its plans (the weights' E4M3 values, fp16 activations) */
+    /* the CPU: the prefill, then greedy steps (the reference logits of each); weight-only formats against the CPU's
+     * emulation of their plans (the weights' E4M3 or NVFP4 values, fp16 activations), W8A8 FP8 too (the inputs of
+     * its linears rounded to E4M3 under the scales calibrated on the GPU over this prompt, the decode steps' by
+     * value name) */
     tp_graph gp = step(&m, &p, T, 0, 0), gd = step(&m, &p, 1, T, 0);
     tp_cpu_session s = {0};
     tp_plan cpp = {0}, cpd = {0};
-    const int emu = wo;
+    const int emu = wo || w8a8;
+    float *amax_p = NULL, *amax_d = NULL;
+    if (w8a8) {
+        tp_gpu_info gi;
+        ck_assert_int_eq(tp_gpu_query(0, &gi, &e), TP_OK);
+        amax_p = malloc(sizeof(float) * (size_t)gp.n_values);
+        amax_d = malloc(sizeof(float) * (size_t)gd.n_values);
+        ck_assert_msg(tp_calibrate_max(&gp, &p, 0, gi.sm, ids, amax_p, &e) == TP_OK, "%s", e.msg);
+        for (int v = 0; v < gd.n_values; v++) {
+            amax_d[v] = NAN;
+            for (int u = 0; u < gp.n_values; u++)
+                if (strcmp(gd.values[v].name, gp.values[u].name) == 0) amax_d[v] = amax_p[u];
+        }
+    }
     if (emu) {
         tp_policy pol;
         tp_policy_default(&pol, prec);
         ck_assert_int_eq(tp_plan_build_policy(&gp, &pol, 90, &cpp, &e), TP_OK);
         ck_assert_int_eq(tp_plan_build_policy(&gd, &pol, 90, &cpd, &e), TP_OK);
     }
-    ck_assert_msg((emu ? tp_cpu_run_session_emulated(&gp, &p, &cpp, NULL, &s, ids, want, &e)
+    ck_assert_msg((emu ? tp_cpu_run_session_emulated(&gp, &p, &cpp, amax_p, &s, ids, want, &e)
                        : tp_cpu_run_session(&gp, &p, &s, ids, want, &e)) == TP_OK, "%s", e.msg);
     tp_cpu_argmax(want, arg, B, V);
     for (int b = 0; b < B; b++) tok[b] = (float)arg[b];
     for (int st = 0; st < G; st++) {
         float *ws = want_steps + (size_t)st * B * V;
-        ck_assert_msg((emu ? tp_cpu_run_session_emulated(&gd, &p, &cpd, NULL, &s, tok + st * B, ws, &e)
+        ck_assert_msg((emu ? tp_cpu_run_session_emulated(&gd, &p, &cpd, amax_d, &s, tok + st * B, ws, &e)
                            : tp_cpu_run_session(&gd, &p, &s, tok + st * B, ws, &e)) == TP_OK, "%s", e.msg);
         tp_cpu_argmax(want_steps + (size_t)st * B * V, arg, B, V);
         for (int b = 0; b < B; b++) tok[(st + 1) * B + b] = (float)arg[b];
@@ -132,6 +150,7 @@ static void run_case(int kc, tp_precision prec) {
     /* the GPU: prefill engine, decode engine sharing its weights and cache, fed the CPU's tokens; at batch 1 the
      * decode engine runs q/k/v and gate/up as one GEMV each (forced: the layout's path, whatever the timing) */
     g_groups = B == 1 ? 1 : 0;
+    g_amax = amax_p;
     tp_plan pp, pd, pg, pe;
     tp_engine *ep = engine(&gp, &p, &pp, prec, 1, NULL, 0);
     tp_engine *ed = engine(&gd, &p, &pd, prec, 1, ep, 0);
@@ -233,6 +252,9 @@ static void run_case(int kc, tp_precision prec) {
     free(want);
     free(got);
     free(want_steps);
+    free(amax_p);
+    free(amax_d);
+    g_amax = NULL;
 }
 
 START_TEST(test_decoder_fp32) { run_case(_i, TP_PREC_FP32); }
@@ -247,6 +269,12 @@ START_TEST(test_decoder_fp8_wo) { run_case(_i, TP_PREC_FP8_WO); }
 END_TEST
 START_TEST(test_decoder_nvfp4_wo) { run_case(_i, TP_PREC_NVFP4_WO); }
 END_TEST
+/* W8A8 FP8: every linear but the LM head E4M3 x E4M3 with static scales (calibrated on the GPU), its 16-bit input
+ * quantized as read: the prefill through a quantize kernel and cuBLASLt's FP8 GEMM, the decode steps in tprof's
+ * GEMV rounding x in registers (batch 1: q/k/v and gate/up grouped), the decode engines' scales the prefill
+ * engine's by value name */
+START_TEST(test_decoder_fp8) { run_case(_i, TP_PREC_FP8); }
+END_TEST
 
 Suite *gpu_decoder_engine_suite(void) {
     Suite *s = suite_create("gpu_decoder_engine");
@@ -257,6 +285,7 @@ Suite *gpu_decoder_engine_suite(void) {
     tcase_add_loop_test(t, test_decoder_bf16, 0, 6);
     tcase_add_loop_test(t, test_decoder_fp8_wo, 0, 6);
     tcase_add_loop_test(t, test_decoder_nvfp4_wo, 0, 6);
+    tcase_add_loop_test(t, test_decoder_fp8, 0, 6);
     suite_add_tcase(s, t);
     return s;
 }

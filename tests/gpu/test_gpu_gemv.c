@@ -1,4 +1,4 @@
-/* test_gpu_gemv.c: the decode GEMVs (tpk_gemv, tpk_gemv_fp8, tpk_gemv_nvfp4; src/exec/cuda/gemm/gemv.h) against an
+/* test_gpu_gemv.c: the decode GEMVs (tpk_gemv, tpk_gemv_fp8, tpk_gemv_w8a8, tpk_gemv_nvfp4; gemv.h) against an
  * fp64 CPU reference, on the GPU, element by element.
  *
  * Weights: normal (std 0.05) with every 97th value 20x larger (block scales then differ from the tensor's) and row 3
@@ -9,6 +9,8 @@
  *                   (channel_scale, no tensor_scale);
  *   fp8 per-tensor  tp_quantize(TP_QF_FP8_TENSOR) over the whole tensor (tensor_scale only);
  *   fp8 both        the per-channel codes and scales and a tensor_scale of 0.75 (W = e4m3 * cs[n] * 0.75);
+ *   w8a8            fp8 both, x rounded to E4M3 on load under x scale 3/448 (tpk_gemv_w8a8): the reference
+ *                   multiplies the host codec's sat(rne(x / xs)) values (about 0.3 % saturated), xs in s_n;
  *   nvfp4           tp_quantize(TP_QF_NVFP4): packed E2M1 codes, row-major UE4M3 block scales, s2; the exact
  *                   values from tp_qdq_f32 (y = e2m1 * ue4m3, s2 apart), and, as a check of the layout gemv.h
  *                   documents, the same values decoded here from the packed bytes (even element in the low nibble).
@@ -57,9 +59,11 @@ static void teardown(void) {
     close_stream();
 }
 
-typedef enum { WF_16 = 0, WF_FP8_CH, WF_FP8_T, WF_FP8_CT, WF_NVFP4, WF_NVFP4_ROWS, WF_COUNT } wfmt;
+typedef enum { WF_16 = 0, WF_FP8_CH, WF_FP8_T, WF_FP8_CT, WF_NVFP4, WF_NVFP4_ROWS, WF_W8A8, WF_COUNT } wfmt;
 static const char *const WF_NAME[WF_COUNT] = {"16-bit", "fp8 per-channel", "fp8 per-tensor", "fp8 channel x tensor",
-                                              "nvfp4", "nvfp4, one s2 per row"};
+                                              "nvfp4", "nvfp4, one s2 per row", "w8a8 (x to e4m3 on load)"};
+/* W8A8's x scale: x (std 1) / XS saturates E4M3 (448) where |x| > 3, about 0.3 % of the elements */
+#define W8A8_XS (3.0f / 448.0f)
 static const tp_dtype DT[] = {TP_F16, TP_BF16};
 #define FP8_CT_TENSOR_SCALE 0.75f
 
@@ -91,6 +95,7 @@ typedef struct {
     const void *scales;  /* device NVFP4 block scales */
     const float *cs;     /* device channel scales (fp8) or NULL */
     const float *ts;     /* device tensor scale (fp8) or s2 (nvfp4) or NULL */
+    const float *xs;     /* device x scale (w8a8) */
     float *wd;           /* host (N, K): the decoded weights without their fp32 scales, exact */
     double *s;           /* host (N): the scale product s_n */
 } wset;
@@ -109,7 +114,7 @@ static wset make_weights(wfmt f, tp_dtype dt, int N, int K, size_t woff, uint64_
     for (size_t i = 0; i < nW; i += 97) W[i] *= 20.0f;
     if (N > 3)
         for (int k = 0; k < K; k++) W[(size_t)3 * K + k] *= 1e-3f;
-    wset w = {f, dt, N, K, NULL, NULL, NULL, NULL, hmalloc(nW * sizeof(float)), hmalloc((size_t)N * sizeof(double))};
+    wset w = {f, dt, N, K, NULL, NULL, NULL, NULL, NULL, hmalloc(nW * sizeof(float)), hmalloc((size_t)N * sizeof(double))};
     tp_error e;
     if (f == WF_16) {
         round_dt(dt, W, nW);
@@ -128,7 +133,7 @@ static wset make_weights(wfmt f, tp_dtype dt, int N, int K, size_t woff, uint64_
         w.w = dev_copy(q.elems, nW, woff);
         w.ts = dev_scalar(ts);
         tp_qtensor_free(&q);
-    } else if (f == WF_FP8_CH || f == WF_FP8_CT) {
+    } else if (f == WF_FP8_CH || f == WF_FP8_CT || f == WF_W8A8) {
         unsigned char *codes = hmalloc(nW);
         float *cs = hmalloc((size_t)N * sizeof(float));
         for (int n = 0; n < N; n++) {
@@ -139,12 +144,13 @@ static wset make_weights(wfmt f, tp_dtype dt, int N, int K, size_t woff, uint64_
             memcpy(&cs[n], q.scales, sizeof(float));
             tp_qtensor_free(&q);
         }
-        const double ts = f == WF_FP8_CT ? FP8_CT_TENSOR_SCALE : 1.0;
+        const double ts = f != WF_FP8_CH ? FP8_CT_TENSOR_SCALE : 1.0, xs = f == WF_W8A8 ? W8A8_XS : 1.0;
         for (size_t i = 0; i < nW; i++) w.wd[i] = tp_e4m3_to_f32(codes[i]);
-        for (int n = 0; n < N; n++) w.s[n] = (double)cs[n] * ts;
+        for (int n = 0; n < N; n++) w.s[n] = (double)cs[n] * ts * xs;
         w.w = dev_copy(codes, nW, woff);
         w.cs = dev_floats(cs, (size_t)N);
-        w.ts = f == WF_FP8_CT ? dev_scalar(FP8_CT_TENSOR_SCALE) : NULL;
+        w.ts = f != WF_FP8_CH ? dev_scalar(FP8_CT_TENSOR_SCALE) : NULL;
+        w.xs = f == WF_W8A8 ? dev_scalar(W8A8_XS) : NULL;
     } else {
         tp_qtensor q;
         ck_assert_msg(tp_quantize(TP_QF_NVFP4, W, N, K, 1, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
@@ -188,6 +194,8 @@ static int run_gemv(const wset *w, const void *x, const void *bias, const void *
         return tpk_gemv_nvfp4(x, w->w, w->scales, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     case WF_NVFP4_ROWS:
         return tpk_gemv_nvfp4_rows(x, w->w, w->scales, w->cs, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
+    case WF_W8A8:
+        return tpk_gemv_w8a8(x, w->xs, w->w, w->cs, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     default: return tpk_gemv_fp8(x, w->w, w->cs, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     }
 }
@@ -271,7 +279,11 @@ static void run_shapes(wfmt f, tp_dtype dt) {
         round_dt(dt, bias, (size_t)N);
         round_dt(dt, res, nY);
         double *acc = hmalloc(nY * sizeof(double)), *mag = hmalloc(nY * sizeof(double));
-        ref_products(x, w.wd, M, N, K, acc, mag);
+        /* W8A8: the products of x's E4M3 values, sat(rne(x / xs)) by the host codec (xs in s_n) */
+        float *xq = f == WF_W8A8 ? hmalloc(nX * sizeof(float)) : x;
+        if (f == WF_W8A8)
+            for (size_t i = 0; i < nX; i++) xq[i] = tp_e4m3_to_f32(tp_f32_to_e4m3(x[i] / W8A8_XS));
+        ref_products(xq, w.wd, M, N, K, acc, mag);
         const void *d_x = dev_upload(dt, x, nX, nX), *d_b = dev_upload(dt, bias, (size_t)N, (size_t)N);
         const void *d_r = dev_upload(dt, res, nY, nY);
         double worst = 0.0;
@@ -384,6 +396,10 @@ START_TEST(test_gemv_rejects) {
         {"nvfp4: x not 16-byte aligned", tpk_gemv_nvfp4(x + 2, w, sc, s, NULL, NULL, y, h, 1, 16, 32, g_stream)},
         {"nvfp4: N -5", tpk_gemv_nvfp4(x, w, sc, s, NULL, NULL, y, h, 1, -5, 32, g_stream)},
         {"nvfp4: bf16 K 40", tpk_gemv_nvfp4(x, w, sc, s, NULL, NULL, y, TP_BF16, 3, 16, 40, g_stream)},
+        {"w8a8: NULL x scale", tpk_gemv_w8a8(x, NULL, w, s, s, NULL, NULL, y, h, 1, 16, 16, g_stream)},
+        {"w8a8: x scale not 4-byte aligned",
+         tpk_gemv_w8a8(x, (const float *)(sc + 2), w, s, NULL, NULL, NULL, y, h, 1, 16, 16, g_stream)},
+        {"w8a8: K 12", tpk_gemv_w8a8(x, s, w, s, NULL, NULL, NULL, y, h, 1, 16, 12, g_stream)},
     };
     check_rejected(r, sizeof r / sizeof r[0]);
     check_untouched("y after the rejected calls", y, 0, 1 << 16);

@@ -18,6 +18,21 @@ static void round_to(tp_dtype t, const float *in, float *out, int64_t n) {
         out[i] = t == TP_F16 ? tp_f16_to_f32(tp_f32_to_f16(in[i])) : tp_bf16_to_f32(tp_f32_to_bf16(in[i]));
 }
 
+/* W8A8 FP8: y = (e4m3(x / xs) xs) @ qdq(W)^T + bias, x's scale xs static (calibrated), W's amax / 448: the values
+ * the engine's FP8 GEMM (or GEMV) multiplies, whether x was stored in E4M3 or is quantized as it is read */
+static tp_status linear_w8a8(const tp_op *op, float xs, const float *x, const float *W, const float *bias, float *y,
+                             tp_error *err) {
+    const int64_t M = op->gemm_m, N = op->gemm_n, K = op->gemm_k;
+    float *qx = malloc(sizeof(float) * (size_t)(M * K)), *qw = malloc(sizeof(float) * (size_t)(N * K));
+    tp_status st = qx && qw ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory emulating %s", op->layer);
+    for (int64_t j = 0; !st && j < M * K; j++) qx[j] = tp_e4m3_to_f32(tp_f32_to_e4m3(x[j] / xs)) * xs;
+    if (!st) st = tp_qdq_f32(TP_QF_FP8_TENSOR, W, qw, N, K, 1, 0.0f, NULL, err);
+    if (!st) tp_cpu_linear(qx, qw, bias, y, M, N, K);
+    free(qx);
+    free(qw);
+    return st;
+}
+
 /* y = (qdq(x) @ qdq(W)^T) * s2x * s2w + bias, in the plan's format qf */
 static tp_status linear_emulated(const tp_op *op, tp_qformat qf, float act_global, const float *x, const float *W,
                                  const float *bias, float *y, tp_error *err) {
@@ -279,6 +294,14 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
             const float *bias = op->n_in > 2 ? buf[op->in[2]] : NULL;
             for (int64_t m = 0; m < M; m++)
                 for (int64_t n = 0; n < N; n++) y[m * N + n] = y[m * N + n] * s2 + (bias ? bias[n] : 0.0f);
+            break;
+        }
+        if (plan && plan->op_prec[i] == TP_PREC_FP8) {
+            if (!act_amax || !(act_amax[op->in[0]] > 0))
+                return tp_fail(err, TP_ERR_ARG, "layer %s: fp8 needs the calibrated amax of its input", op->layer);
+            st = linear_w8a8(op, (float)((double)act_amax[op->in[0]] / 448.0), x, buf[op->in[1]],
+                             op->n_in > 2 ? buf[op->in[2]] : NULL, y, err);
+            if (st) return st;
             break;
         }
         if (qf != TP_QF_NONE) {

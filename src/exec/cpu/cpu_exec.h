@@ -52,6 +52,9 @@ tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *in
  *     format values (tp_qdq_f32, weights and activations alike; NVFP4 activations with the calibrated per-tensor
  *     scale act_amax[v] / (6 * 448), weights with their own) and applies the per-tensor scales after the
  *     accumulation, as the GPU path does;
+ *   - every Linear the plan runs in fp8 (W8A8) multiplies e4m3(x / xs) xs, xs = act_amax[x] / 448 (its input's
+ *     static scale, whether the engine stores the input in E4M3 or quantizes it as it reads it), by the weight's
+ *     per-tensor E4M3 values (amax / 448);
  *   - every Linear the plan runs weight-only (op_prec TP_PREC_FP8_WO, TP_PREC_NVFP4_WO) multiplies the weight's
  *     values in its format (per-tensor E4M3, amax / 448; NVFP4 with its own per-tensor scale, applied after the
  *     sum) by the exact input;

@@ -307,6 +307,13 @@ static tp_status upload_nvfp4_wo_weight(tp_engine *e, int v, const tp_param *p, 
     return st;
 }
 
+/* The calibrated amax of the shared engine's value named `name` (NaN: no engine, no such value, or not calibrated). */
+static float shared_amax(const tp_engine *s, const char *name) {
+    for (int u = 0; s && u < s->g->n_values; u++)
+        if (strcmp(s->g->values[u].name, name) == 0) return s->act_amax[u];
+    return NAN;
+}
+
 /* The shared engine's device copy of parameter value v (the same parameter in the same storage), or -1. A scaled
  * weight is shared only as per-tensor E4M3, whose scale the shared engine keeps on the host (wglobal). */
 static int shared_param(const tp_engine *e, int v) {
@@ -591,9 +598,10 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     e->gemm_us = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(double));
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
+    e->act_amax = malloc(sizeof(float) * (size_t)(g->n_values ? g->n_values : 1));
     h_scales = malloc(sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values);
     if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->gelu_sm90 ||
-        !e->plain_sm90 || !e->gemv16 || !e->group_lead || !e->group_next || !e->group_on || !e->group_cs || !e->gemm_us || !e->wglobal || !e->alpha || !h_scales) {
+        !e->plain_sm90 || !e->gemv16 || !e->group_lead || !e->group_next || !e->group_on || !e->group_cs || !e->gemm_us || !e->wglobal || !e->alpha || !e->act_amax || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
@@ -603,15 +611,19 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     CU_TRY(cudaDeviceGetAttribute(&e->sms, cudaDevAttrMultiProcessorCount, opt->device));
     CU_TRY(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
 
-    /* activation scales from calibration: amax / 448 (max calibration) */
+    /* activation scales from calibration: amax / 448 (max calibration); without act_amax, a decode engine takes
+     * the amax the shared (prefill) engine calibrated for the value of the same name */
+    for (int v = 0; v < g->n_values; v++) e->act_amax[v] = NAN;
     for (int v = 0; v < g->n_values; v++) {
         if (!plan->value_scaled[v] || g->values[v].kind == TP_VAL_PARAM) continue;
-        if (!opt->act_amax) {
+        float a = opt->act_amax ? opt->act_amax[v]
+                                : shared_amax(opt->scales_from ? opt->scales_from : e->share, g->values[v].name);
+        if (!opt->act_amax && isnan(a)) {
             st = tp_fail(err, TP_ERR_ARG, "the %s plan quantizes '%s' but no calibration data was given",
                          tp_precision_name(plan->requested), g->values[v].name);
             goto fail;
         }
-        float a = opt->act_amax[v];
+        e->act_amax[v] = a;
         if (!(a > 0) || !isfinite(a)) {
             st = tp_fail(err, TP_ERR_ARG, "calibration gave amax %g for '%s': cannot derive an FP8 scale", (double)a,
                          g->values[v].name);
@@ -624,9 +636,10 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
             for (int k = 0; k < 3; k++) h_scales[SCALE_SLOT * v + k] = (float)(a / 448.0);
             continue;
         }
+        /* E4M3 storage, or a 16-bit value its W8A8 GEMMs quantize as they read it: amax / 448 either way */
         h_scales[SCALE_SLOT * v] = plan->value_qf[v] == TP_QF_NVFP4
                                        ? (float)((double)a / (6.0 * 448.0))
-                                       : (float)(a / tp_dtype_info(plan->value_dt[v])->max_finite);
+                                       : (float)(a / tp_dtype_info(TP_E4M3)->max_finite);
     }
     tpe_find_groups(e);
     if ((st = tpe_upload_groups(e, err))) goto fail;
@@ -716,10 +729,20 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
             const size_t b = (size_t)(op->gemm_n * op->gemm_k) * tp_dtype_info(plan->value_dt[op->in[0]])->bytes;
             if (op->gemm_m > 8 && b > wdq_bytes) wdq_bytes = b;
         }
+        if (op_fp8_quant_in(e, i) && op->gemm_m <= 8) { /* a decode step: tprof's GEMV alone, no cuBLASLt plan */
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof W8A8 FP8 GEMV (gemv.h tpk_gemv_w8a8): E4M3 "
+                     "weights decoded and the input rounded to E4M3 in registers, fp32 accumulate");
+            continue;
+        }
+        if (op_fp8_quant_in(e, i)) { /* the E4M3 copy of its input the quantize kernel writes */
+            const size_t b = (size_t)(op->gemm_m * op->gemm_k);
+            if (b > q8_bytes) q8_bytes = b;
+        }
         const int eg = plan->op_epilogue_gelu[i]; /* a fused GELU: the GEMM writes its output (plan.c) */
         tp_gemm_desc d = {op->gemm_m, op->gemm_n, op->gemm_k,
                           op->kind == TP_OP_PATCH_EMBED                  ? plan->value_dt[op->in[1]]
                           : plan->value_qf[op->in[0]] != TP_QF_NONE ? TP_BF16
+                          : op_fp8_quant_in(e, i)                   ? TP_E4M3
                                                                           : plan->value_dt[op->in[0]],
                           plan->value_dt[eg >= 0 ? g->ops[eg].out : op->out], op->n_in > 2, 0, 0,
                           plan->op_epilogue_add[i] >= 0, eg >= 0, 0};
@@ -932,6 +955,7 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->impl_note);
     free(e->wglobal);
     free(e->alpha);
+    free(e->act_amax);
     free(e->d_invfreq);
     free(e->kv_flash);
     if (e->owns_nccl) tp_nccl_destroy(e->nccl);

@@ -60,7 +60,11 @@ typedef struct {
     const int *gemm_choice;  /* optional, per op: the candidate index to run (tp_engine_gemm_choice of another
                                 engine of the same graph and plan, TP_GEMM_CHOICE_SM90(_GELU) included), taken as
                                 given; -1 entries: as above */
-    const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 */
+    const float *act_amax;   /* per graph value: calibrated max |x| for values the plan stores as scaled E4M3 (or
+                                quantizes to it as its W8A8 GEMMs read it). NULL: taken by value name from
+                                scales_from, else from share (a decode step's values are named as the prefill's) */
+    const struct tp_engine *scales_from; /* optional: an engine of the same model and plan precision (another step
+                                shape) whose calibrated amax this one takes, by value name, when act_amax is NULL */
     tp_launch_hook hook;     /* optional */
     void *hook_user;
     /* Optional, per parameter index: the weight already quantized (an engine file's tensors). Used as stored

@@ -181,6 +181,9 @@ int tpe_launch_group(tp_engine *e, int i) {
     if (fp4 || e->plan->value_dt[op->in[1]] == TP_E4M3) { /* its per-row scales exist once the group was chosen */
         const float *rs = e->group_cs[lead];
         if (!rs) return (int)cudaErrorInvalidValue;
+        if (op_fp8_quant_in(e, lead)) /* W8A8: the members' shared input rounded to E4M3 under its scale */
+            return tpk_gemv_w8a8(x, e->d_scales + SCALE_SLOT * op->in[0], w, rs, NULL, b, NULL, e->dptr[op->out], xdt,
+                                 1, (int)n, (int)op->gemm_k, e->stream);
         return fp4 ? tpk_gemv_nvfp4_rows(x, w, e->d_bscale[op->in[1]], rs, b, NULL, e->dptr[op->out], xdt, 1, (int)n,
                                          (int)op->gemm_k, e->stream)
                    : tpk_gemv_fp8(x, w, rs, NULL, b, NULL, e->dptr[op->out], xdt, 1, (int)n, (int)op->gemm_k,
@@ -226,8 +229,9 @@ tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int,
         int members = 0;
         for (int j = i; j >= 0; j = e->group_next[j]) {
             tp_error ej;
-            /* weight-only decode GEMVs have no choice, so the selection did not time them: time them here */
-            if (!(e->gemm_us[j] > 0) && op_weight_only(e, j) && time_op(e, j, &e->gemm_us[j], &ej)) {
+            /* weight-only and W8A8 decode GEMVs have no choice, so the selection did not time them: time them here */
+            if (!(e->gemm_us[j] > 0) && (op_weight_only(e, j) || op_fp8_quant_in(e, j)) &&
+                time_op(e, j, &e->gemm_us[j], &ej)) {
                 cudaGetLastError();
                 e->gemm_us[j] = 0;
             }

@@ -43,6 +43,8 @@ struct tp_engine {
     float *d_scales;      /* per value v at d_scales[SCALE_SLOT * v]: the fp32 per-tensor scale of E4M3 values;
                            * at d_scales[SCALE_SLOT * (n_values + v)] its reciprocal (a GEMM's E4M3 D scale) */
     float *d_amax;        /* per value: calibration scratch */
+    float *act_amax;      /* per value, host: the calibrated amax its static scale came from (NaN: none); a decode
+                             engine sharing this one takes its scales by value name */
     void *d_cols;         /* im2col scratch */
     void *d_qdq;          /* emulated block-scaled formats: the dequantized GEMM input (bf16) */
     void *d_q8;           /* fp8-block, native MX/NV: the codes of a GEMM input quantized by a standalone kernel */
@@ -177,6 +179,14 @@ static inline int op_native_bs(const tp_engine *e, int i) {
 static inline int op_weight_only(const tp_engine *e, int i) {
     return e->g->ops[i].kind == TP_OP_LINEAR &&
            (e->plan->op_prec[i] == TP_PREC_FP8_WO || e->plan->op_prec[i] == TP_PREC_NVFP4_WO);
+}
+
+/* Op i is a W8A8 FP8 linear whose 16-bit input is quantized as it is read (plan.c: its producer does not write
+ * E4M3): at most 8 rows, tprof's GEMV rounds x in registers (tpk_gemv_w8a8); more, a quantize kernel writes d_q8
+ * for the FP8 GEMM. The input's scale is its calibrated amax / 448, as if it were stored in E4M3. */
+static inline int op_fp8_quant_in(const tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    return op->kind == TP_OP_LINEAR && e->plan->op_prec[i] == TP_PREC_FP8 && e->plan->value_dt[op->in[0]] != TP_E4M3;
 }
 
 /* Weight v is read by a weight-only NVFP4 linear: packed as the GEMV reads it (gemv.h) */

@@ -206,6 +206,20 @@ static int launch_linear(tp_engine *e, int i, int *cublas) {
         *cublas = 1;
         return tp_gemm_run_q(e->gemm, e->gplan[i], x, e->d_wdq, bias, res, y, NULL, NULL, NULL, e->alpha[i], s);
     }
+    if (op_fp8_quant_in(e, i)) { /* W8A8 on a 16-bit input, quantized with its calibrated scale as it is read */
+        const float *xs = e->d_scales + SCALE_SLOT * op->in[0], *ws = e->d_scales + SCALE_SLOT * op->in[1];
+        const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
+        if (op->gemm_m <= 8) /* a decode step: rounded to E4M3 in the GEMV's registers */
+            return tpk_gemv_w8a8(x, xs, e->dptr[op->in[1]], NULL, ws, bias, res, y, xdt, (int)op->gemm_m,
+                                 (int)op->gemm_n, (int)op->gemm_k, s);
+        HOOK(e, i, TP_CAT_QUANT);
+        rc = tpk_convert(x, xdt, e->d_q8, TP_E4M3, xs, (size_t)(op->gemm_m * op->gemm_k), s);
+        if (rc) return rc;
+        HOOK(e, i, TP_CAT_GEMM);
+        *cublas = 1;
+        return tp_gemm_run_q(e->gemm, e->gplan[i], e->d_q8, e->dptr[op->in[1]], bias, res, y, xs, ws,
+                             ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + yv) : NULL, e->alpha[i], s);
+    }
     if (e->gemv16[i]) { /* a decode GEMV: the bias and the residual in its epilogue */
         rc = tpk_gemv(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y, xdt, (int)op->gemm_m,
                       (int)op->gemm_n, (int)op->gemm_k, s);

@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "exec/cuda/gemm/gemv.h"
+#include "exec/cuda/kernels/e4m3.cuh"
 #include "exec/cuda/kernels/pdl.cuh"
 
 namespace cg = cooperative_groups;
@@ -73,6 +74,7 @@ struct gemv_params {
     const unsigned char *ws; /* NVFP4: UE4M3 block scales (N, K / 16) */
     const float *cs, *ts;    /* FP8: channel (N) and tensor scales, each may be NULL; NVFP4: ts = s2, or cs = one s2
                                 per row (ts NULL) */
+    const float *xs;         /* W8A8 (QX): x's per-tensor scale; x is rounded to e4m3(x / xs) as it is loaded */
     const void *bias, *res;  /* (N), (M, N) in T, or NULL */
     void *y;                 /* (M, N) in T */
     long long row_bytes;     /* bytes per weight row */
@@ -204,6 +206,18 @@ template <> __device__ __forceinline__ uint32_t e4m3x2_t<__nv_bfloat16>(uint32_t
     return bits32(__float22bfloat162_rn(f));
 }
 
+/* W8A8: a pair of x in T to e4m3(x / s) each (e4m3.cuh: correctly rounded quotient, saturated), back in T: exact,
+ * every E4M3 value being a T value */
+template <class T> __device__ __forceinline__ uint32_t q_e4m3_pair(uint32_t x, float s);
+template <> __device__ __forceinline__ uint32_t q_e4m3_pair<__half>(uint32_t x, float s) {
+    const float2 f = __half22float2(from32<__half2>(x));
+    return e4m3x2_t<__half>(tpk_to_e4m3x2(f.x, f.y, s));
+}
+template <> __device__ __forceinline__ uint32_t q_e4m3_pair<__nv_bfloat16>(uint32_t x, float s) {
+    const float2 f = __bfloat1622float2(from32<__nv_bfloat162>(x));
+    return e4m3x2_t<__nv_bfloat16>(tpk_to_e4m3x2(f.x, f.y, s));
+}
+
 /* t holds an E2M1 code in bits 12-15 (low half) and one in bits 28-31 (high half): the pair as T's bits, valued
  * e2m1 * 2^-14 (f16) or e2m1 * 2^-126 (bf16), exactly */
 template <class T> __device__ __forceinline__ uint32_t e2m1x2_t(uint32_t t);
@@ -247,6 +261,7 @@ struct warp_ctx {
     const unsigned char *xr;                /* x row g (bytes) */
     bool ok0, ok1, xok;
     int tig, st1, nchunks;
+    float xs; /* W8A8: x's scale (read after the PDL wait) */
 };
 
 template <int FMT, int VEC, int U>
@@ -264,7 +279,7 @@ __device__ __forceinline__ void load_buf(wbuf<VEC / 4, U> &B, const warp_ctx &c,
     }
 }
 
-template <class T, int FMT, int VEC, int U>
+template <class T, int FMT, int VEC, int U, bool QX>
 __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const warp_ctx &c, int step, float (&acc)[4]) {
     constexpr int VW = VEC / 4;
     constexpr int EPC = FMT == FMT_16 ? VEC / 2 : FMT == FMT_FP8 ? VEC : 2 * VEC; /* elements per chunk */
@@ -278,6 +293,11 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
             ld_x(&XX[u][4 * l], c.xr + ((long long)ch * EPC + 8 * l) * 2,
                  c.xok && step + u < c.st1 && ch < c.nchunks);
     }
+    if (QX) /* W8A8: x's E4M3 values (rows m >= M are zeros and stay zeros) */
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int k = 0; k < 4 * XL; k++) XX[u][k] = q_e4m3_pair<T>(XX[u][k], c.xs);
 #pragma unroll
     for (int u = 0; u < U; u++) {
         if (step + u >= c.st1) break; /* warp-uniform */
@@ -317,7 +337,7 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
 
 /* One block: weight rows 16 * (blockIdx.x / csplit) + 0..15, K slice (cluster rank, warp) of csplit * 4; one
  * pass of up to 8 batch rows. */
-template <class T, int FMT, int VEC, int U>
+template <class T, int FMT, int VEC, int U, bool QX>
 __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) {
     constexpr int VW = VEC / 4;
     __shared__ __align__(16) float red[kWarps][128];
@@ -351,12 +371,13 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) 
     load_buf<FMT, VEC, U>(A, c, s);
     load_buf<FMT, VEC, U>(B, c, s + U);
     tpk_pdl_wait();
+    c.xs = QX ? __ldg(p.xs) : 1.0f;
     while (s < c.st1) { /* one buffer's loads are in flight while the other is decoded and multiplied */
-        compute_buf<T, FMT, VEC, U>(A, c, s, acc);
+        compute_buf<T, FMT, VEC, U, QX>(A, c, s, acc);
         s += U;
         if (s >= c.st1) break;
         load_buf<FMT, VEC, U>(A, c, s + U);
-        compute_buf<T, FMT, VEC, U>(B, c, s, acc);
+        compute_buf<T, FMT, VEC, U, QX>(B, c, s, acc);
         s += U;
         if (s >= c.st1) break;
         load_buf<FMT, VEC, U>(B, c, s + U);
@@ -386,6 +407,7 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) 
     const int n = group * kRows + r;
     if (!store || m >= p.M || n >= p.N) return;
     if (FMT == FMT_FP8) v *= (p.cs ? __ldg(p.cs + n) : 1.0f) * (p.ts ? __ldg(p.ts) : 1.0f);
+    if (QX) v *= c.xs;
     if (FMT == FMT_NVFP4) v *= (p.cs ? __ldg(p.cs + n) : __ldg(p.ts)) * 128.0f;
     const long long oi = (long long)m * p.N + n;
     if (p.bias) v += tt<T>::tof(reinterpret_cast<const T *>(p.bias)[n]);
@@ -402,7 +424,7 @@ inline bool aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) =
 #define TPK_GEMV_U16 2
 #endif
 
-template <class T, int FMT, int VEC>
+template <class T, int FMT, int VEC, bool QX>
 cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
     constexpr int U = VEC == 16 ? TPK_GEMV_U16 : 4;
     int dev = 0, sms = 0;
@@ -432,7 +454,7 @@ cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
         q.x = x + (long long)m0 * p.K;
         q.res = res ? res + (long long)m0 * p.N : nullptr;
         q.y = y + (long long)m0 * p.N;
-        e = cudaLaunchKernelEx(&L.cfg, gemv_kernel<T, FMT, VEC, U>, q);
+        e = cudaLaunchKernelEx(&L.cfg, gemv_kernel<T, FMT, VEC, U, QX>, q);
         if (e != cudaSuccess) {
             (void)cudaGetLastError(); /* returned here; not left pending */
             return e;
@@ -441,8 +463,9 @@ cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-template <int FMT, int VEC> cudaError_t dispatch(const gemv_params &p, tp_dtype dt, int M, cudaStream_t stream) {
-    return dt == TP_F16 ? launch<__half, FMT, VEC>(p, M, stream) : launch<__nv_bfloat16, FMT, VEC>(p, M, stream);
+template <int FMT, int VEC, bool QX = false>
+cudaError_t dispatch(const gemv_params &p, tp_dtype dt, int M, cudaStream_t stream) {
+    return dt == TP_F16 ? launch<__half, FMT, VEC, QX>(p, M, stream) : launch<__nv_bfloat16, FMT, VEC, QX>(p, M, stream);
 }
 
 /* the checks every format shares; fills p's common fields */
@@ -475,20 +498,38 @@ extern "C" int tpk_gemv(const void *x, const void *w, const void *bias, const vo
     return (int)dispatch<FMT_16, 16>(p, dt, M, (cudaStream_t)stream);
 }
 
-extern "C" int tpk_gemv_fp8(const void *x, const void *w, const float *channel_scale, const float *tensor_scale,
-                            const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
-                            tp_stream stream) {
+/* tpk_gemv_fp8 (x_scale NULL) and tpk_gemv_w8a8 (x rounded to E4M3 under x_scale on load) */
+static int gemv_fp8(const void *x, const float *x_scale, const void *w, const float *channel_scale,
+                    const float *tensor_scale, const void *bias, const void *residual, void *y, tp_dtype dt, int M,
+                    int N, int K, tp_stream stream) {
     gemv_params p;
     if (!common_ok(x, bias, residual, y, dt, M, N, K, 8, &p) || !w) return (int)cudaErrorInvalidValue;
-    if ((channel_scale && !aligned(channel_scale, 4)) || (tensor_scale && !aligned(tensor_scale, 4)))
+    if ((channel_scale && !aligned(channel_scale, 4)) || (tensor_scale && !aligned(tensor_scale, 4)) ||
+        (x_scale && !aligned(x_scale, 4)))
         return (int)cudaErrorInvalidValue;
     p.w = (const unsigned char *)w;
     p.cs = channel_scale;
     p.ts = tensor_scale;
+    p.xs = x_scale;
     p.row_bytes = K;
-    if (K % 16 == 0 && aligned(w, 16)) return (int)dispatch<FMT_FP8, 16>(p, dt, M, (cudaStream_t)stream);
-    if (!aligned(w, 8)) return (int)cudaErrorInvalidValue;
-    return (int)dispatch<FMT_FP8, 8>(p, dt, M, (cudaStream_t)stream);
+    cudaStream_t s = (cudaStream_t)stream;
+    const bool wide = K % 16 == 0 && aligned(w, 16);
+    if (!wide && !aligned(w, 8)) return (int)cudaErrorInvalidValue;
+    if (x_scale) return (int)(wide ? dispatch<FMT_FP8, 16, true>(p, dt, M, s) : dispatch<FMT_FP8, 8, true>(p, dt, M, s));
+    return (int)(wide ? dispatch<FMT_FP8, 16>(p, dt, M, s) : dispatch<FMT_FP8, 8>(p, dt, M, s));
+}
+
+extern "C" int tpk_gemv_fp8(const void *x, const void *w, const float *channel_scale, const float *tensor_scale,
+                            const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
+                            tp_stream stream) {
+    return gemv_fp8(x, NULL, w, channel_scale, tensor_scale, bias, residual, y, dt, M, N, K, stream);
+}
+
+extern "C" int tpk_gemv_w8a8(const void *x, const float *x_scale, const void *w, const float *channel_scale,
+                             const float *tensor_scale, const void *bias, const void *residual, void *y, tp_dtype dt,
+                             int M, int N, int K, tp_stream stream) {
+    if (!x_scale) return (int)cudaErrorInvalidValue;
+    return gemv_fp8(x, x_scale, w, channel_scale, tensor_scale, bias, residual, y, dt, M, N, K, stream);
 }
 
 /* tpk_gemv_nvfp4 (per_row 0: s2 one scalar) and tpk_gemv_nvfp4_rows (per_row 1: s2 one per row) */

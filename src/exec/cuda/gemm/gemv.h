@@ -75,6 +75,17 @@ int tpk_gemv(const void *x, const void *w, const void *bias, const void *residua
 int tpk_gemv_fp8(const void *x, const void *w, const float *channel_scale, const float *tensor_scale,
                  const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K, tp_stream stream);
 
+/* W8A8 FP8 (both operands E4M3, per-tensor scales): as tpk_gemv_fp8, with x (16-bit, as the previous op wrote it)
+ * rounded to E4M3 as it is loaded, xq[m, k] = sat(rne(x[m, k] / *x_scale)) (the rounding of kernels.h's E4M3
+ * stores and of the host codec tp_f32_to_e4m3), and *x_scale joining the epilogue's scale_n:
+ * y = (sum_k xq[m, k] e4m3(w[n, k])) * channel_scale[n] * tensor_scale * x_scale [+ bias] [+ residual]. Every
+ * product of two E4M3 values is exact in fp32, so this is an FP8 GEMM's arithmetic (E4M3 x E4M3, fp32
+ * accumulation) on the tensor cores' 16-bit path, without a quantize kernel before it. x_scale: one fp32
+ * (device, not NULL, 4-byte aligned; normal). Errors as tpk_gemv_fp8's. */
+int tpk_gemv_w8a8(const void *x, const float *x_scale, const void *w, const float *channel_scale,
+                  const float *tensor_scale, const void *bias, const void *residual, void *y, tp_dtype dt, int M,
+                  int N, int K, tp_stream stream);
+
 /* Weight-only NVFP4: w (N * K / 2 bytes) and scales (N * K / 16 UE4M3 bytes) in the layouts above, global_scale
  * the device fp32 s2 (not NULL). K % 16 == 0. Alignment: w 8-byte aligned; the fast path (16-byte loads) needs
  * K % 32 == 0, w 16-byte aligned and scales 2-byte aligned, and is taken whenever they hold; otherwise 8-byte

@@ -7,7 +7,7 @@
  * Numerics: every value is widened to fp32 on load, all arithmetic and statistics are fp32, and the result is
  * rounded once on store: RNE for F16/BF16, and for E4M3 q = sat(rne(y / scale)) through
  * __nv_cvt_float_to_fp8(..., __NV_SATFINITE, __NV_E4M3), matching the host codec tp_f32_to_e4m3 (dtype.c).
- * The division by scale is correctly rounded (div_by_scale: a reciprocal and one exact correction, not a bare
+ * The division by scale is correctly rounded (tpk_div_by_scale, e4m3.cuh: a reciprocal and one exact correction, not a bare
  * multiply by 1/scale) because kernels.h specifies y / scale and the two differ in the last bit for some scales.
  *
  * Vector paths: elementwise and row kernels move 4 elements per access (16 bytes for fp32, 8 for 16-bit types,
@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "exec/cuda/kernels/e4m3.cuh"
 #include "exec/cuda/kernels/gelu.cuh"
 #include "exec/cuda/kernels/kernels.h"
 #include "exec/cuda/kernels/scale_layout.h"
@@ -45,27 +46,11 @@ __device__ __forceinline__ float ld1(const __nv_bfloat16 *p, size_t i) { return 
 __device__ __forceinline__ void st1(float *p, size_t i, float v, float) { p[i] = v; }
 __device__ __forceinline__ void st1(__half *p, size_t i, float v, float) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void st1(__nv_bfloat16 *p, size_t i, float v, float) { p[i] = __float2bfloat16_rn(v); }
-/* v / scale, correctly rounded, without the division: with r = RN(1 / scale) (rcp.rn: one PTX instruction, so
- * every store with this scale shares it), q = RN(v r) is within an ulp of v / scale and one correction step
- * RN(q + (v - q scale) r), the remainder exact through the FMA, is the correctly rounded quotient (Markstein's
- * theorem; Muller et al., Handbook of Floating-Point Arithmetic, 2nd ed., 4.7 and 5.5). Branch-free: where the
- * corrected quotient is not finite (v infinite or NaN, overflow) the plain product is, like v / scale, +-inf or
- * NaN. Outside the theorem's hypotheses: quotients below 2^-126 may differ in the last bit, and all of them
- * round to zero in E4M3 (smallest subnormal 2^-9); scales that are not normal (below 2^-126, kernels.h asks
- * for normal ones) may saturate a quotient that is finite. */
-__device__ __forceinline__ float div_by_scale(float v, float scale) {
-    const float r = __frcp_rn(scale);
-    const float q = v * r, q1 = fmaf(fmaf(-q, scale, v), r, q);
-    return isfinite(q1) ? q1 : q;
-}
+/* v / scale correctly rounded, saturated to E4M3: e4m3.cuh (shared with gemv.cu's W8A8 inputs) */
 __device__ __forceinline__ __nv_fp8_storage_t to_e4m3(float v, float scale) {
-    return __nv_cvt_float_to_fp8(div_by_scale(v, scale), __NV_SATFINITE, __NV_E4M3);
+    return __nv_cvt_float_to_fp8(tpk_div_by_scale(v, scale), __NV_SATFINITE, __NV_E4M3);
 }
-/* Two values in one cvt.rn.satfinite.e4m3x2.f32: lo in bits 0-7, hi in bits 8-15. */
-__device__ __forceinline__ uint32_t to_e4m3x2(float lo, float hi, float scale) {
-    float2 f = make_float2(div_by_scale(lo, scale), div_by_scale(hi, scale));
-    return (uint32_t)__nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
-}
+__device__ __forceinline__ uint32_t to_e4m3x2(float lo, float hi, float scale) { return tpk_to_e4m3x2(lo, hi, scale); }
 __device__ __forceinline__ void st1(e4m3_t *p, size_t i, float v, float scale) {
     reinterpret_cast<__nv_fp8_storage_t *>(p)[i] = to_e4m3(v, scale);
 }
@@ -455,7 +440,8 @@ template <> __device__ __forceinline__ float gelu_y<e4m3_t>(float v) { return ge
 
 #define GELU_UNROLL 2 /* 8-element vectors per thread per step, loaded before any is computed */
 
-template <typename TX, typename TY>
+/* G = 0: the identity (tpk_convert: a type conversion, E4M3 with its scale) */
+template <typename TX, typename TY, int G>
 __global__ void __launch_bounds__(TPK_THREADS)
     gelu_kernel(const TX *__restrict__ x, TY *__restrict__ y, const float *__restrict__ y_scale, size_t n, int vec) {
     const float sc = out_scale<TY>(y_scale);
@@ -472,48 +458,62 @@ __global__ void __launch_bounds__(TPK_THREADS)
             for (int u = 0; u < GELU_UNROLL; u++) {
                 if (base + u * blockDim.x >= n8) break;
 #pragma unroll
-                for (int k = 0; k < 8; k++) v[u][k] = gelu_y<TY>(v[u][k]);
+                for (int k = 0; k < 8; k++) v[u][k] = G ? gelu_y<TY>(v[u][k]) : v[u][k];
                 st8(y, 8 * (base + u * blockDim.x), v[u], sc);
             }
         }
         done = n8 * 8;
     }
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    for (size_t i = done + tid; i < n; i += stride) st1(y, i, gelu_y<TY>(ld1(x, i)), sc);
+    for (size_t i = done + tid; i < n; i += stride) {
+        const float v = ld1(x, i);
+        st1(y, i, G ? gelu_y<TY>(v) : v, sc);
+    }
 }
 
-template <typename TX, typename TY>
+template <typename TX, typename TY, int G>
 static int gelu_launch(const void *x, void *y, const float *y_scale, size_t n, cudaStream_t s) {
     int vec = aligned(x, 8 * sizeof(TX)) && aligned(y, 8 * sizeof(TY));
     size_t work = vec ? (n / 8 + GELU_UNROLL - 1) / GELU_UNROLL : n;
     if (work == 0) work = 1; /* n < 8: only the scalar tail */
     size_t blocks = (work + TPK_THREADS - 1) / TPK_THREADS;
     if (blocks > 4 * TPK_MAX_BLOCKS) blocks = 4 * TPK_MAX_BLOCKS;
-    gelu_kernel<TX, TY><<<(unsigned)blocks, TPK_THREADS, 0, s>>>((const TX *)x, (TY *)y, y_scale, n, vec);
+    gelu_kernel<TX, TY, G><<<(unsigned)blocks, TPK_THREADS, 0, s>>>((const TX *)x, (TY *)y, y_scale, n, vec);
     return launched();
 }
 
-template <typename TX> static int gelu_by_y(tp_dtype ydt, const void *x, void *y, const float *sc, size_t n,
-                                            cudaStream_t s) {
+template <typename TX, int G> static int gelu_by_y(tp_dtype ydt, const void *x, void *y, const float *sc, size_t n,
+                                                   cudaStream_t s) {
     switch (ydt) {
-    case TP_F32: return gelu_launch<TX, float>(x, y, sc, n, s);
-    case TP_F16: return gelu_launch<TX, __half>(x, y, sc, n, s);
-    case TP_BF16: return gelu_launch<TX, __nv_bfloat16>(x, y, sc, n, s);
-    case TP_E4M3: return gelu_launch<TX, e4m3_t>(x, y, sc, n, s);
+    case TP_F32: return gelu_launch<TX, float, G>(x, y, sc, n, s);
+    case TP_F16: return gelu_launch<TX, __half, G>(x, y, sc, n, s);
+    case TP_BF16: return gelu_launch<TX, __nv_bfloat16, G>(x, y, sc, n, s);
+    case TP_E4M3: return gelu_launch<TX, e4m3_t, G>(x, y, sc, n, s);
     default: return TPK_INVALID;
     }
+}
+
+template <int G>
+static int gelu_or_convert(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n,
+                           cudaStream_t stream) {
+    if (n == 0) return (int)cudaSuccess;
+    if (!x || !y || (ydt == TP_E4M3 && !y_scale)) return TPK_INVALID;
+    switch (xdt) {
+    case TP_F32: return gelu_by_y<float, G>(ydt, x, y, y_scale, n, stream);
+    case TP_F16: return gelu_by_y<__half, G>(ydt, x, y, y_scale, n, stream);
+    case TP_BF16: return gelu_by_y<__nv_bfloat16, G>(ydt, x, y, y_scale, n, stream);
+    default: return TPK_INVALID;
+    }
+}
+
+extern "C" int tpk_convert(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n,
+                           tp_stream stream) {
+    return gelu_or_convert<0>(x, xdt, y, ydt, y_scale, n, (cudaStream_t)stream);
 }
 
 extern "C" int tpk_gelu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n,
                         tp_stream stream) {
-    if (n == 0) return (int)cudaSuccess;
-    if (!x || !y || (ydt == TP_E4M3 && !y_scale)) return TPK_INVALID;
-    switch (xdt) {
-    case TP_F32: return gelu_by_y<float>(ydt, x, y, y_scale, n, stream);
-    case TP_F16: return gelu_by_y<__half>(ydt, x, y, y_scale, n, stream);
-    case TP_BF16: return gelu_by_y<__nv_bfloat16>(ydt, x, y, y_scale, n, stream);
-    default: return TPK_INVALID;
-    }
+    return gelu_or_convert<1>(x, xdt, y, ydt, y_scale, n, (cudaStream_t)stream);
 }
 
 /* No __restrict__: y may alias a or b (each element is read before it is written, by the same thread). */

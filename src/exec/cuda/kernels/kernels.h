@@ -40,6 +40,11 @@ int tpk_layernorm(const void *x, tp_dtype xdt, const void *w, const void *b, tp_
  * (Abramowitz & Stegun 7.1.26), below the format's smallest step for scales over 4e-4 (kernels.cu). */
 int tpk_gelu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n, tp_stream stream);
 
+/* y = x converted to ydt, n elements; x in F32/F16/BF16, y in F32/F16/BF16 (RNE) or E4M3 with y_scale
+ * (sat(rne(x / *y_scale)), the per-tensor quantization of a W8A8 GEMM's input whose producer writes 16 bits).
+ * y must not overlap x. */
+int tpk_convert(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n, tp_stream stream);
+
 /* y = a + b, n elements, all in dt (F32/F16/BF16); y may alias a or b. */
 int tpk_add(const void *a, const void *b, void *y, tp_dtype dt, size_t n, tp_stream stream);
 
