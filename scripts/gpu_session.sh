@@ -55,6 +55,29 @@ for s in $steps; do
       --precision fp16,fp8,fp8-wo --json "$OUT/w8a8_llama32_1b.json" > "$OUT/w8a8_llama32_1b.log" 2>&1 || rc=1
     grep -E "tg128|pp512|Greedy|Accuracy|Calibrat|error" "$OUT/w8a8_llama32_1b.log" | head -40
     ;;
+  blockfmt)
+    echo "=== decoders in fp8-block, nvfp4, mxfp8 (issue 20): the decoder-engine GPU suite, then llama-3.2-1b"
+    CK_RUN_SUITE=gpu_decoder_engine "$BUILD/tests/test_gpu" > "$OUT/blockfmt_gpu_decoder_engine.log" 2>&1 || rc=1
+    grep -E "FAIL|:F:|:E:|Checks|prefill: engine vs emulation" "$OUT/blockfmt_gpu_decoder_engine.log" | tail -40
+    "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 64 --batch 1 --duration 0.5 \
+      --precision fp16,fp8,fp8-block,mxfp8,nvfp4 --json "$OUT/blockfmt_llama32_1b.json" > "$OUT/blockfmt_llama32_1b.log" 2>&1 || rc=1
+    grep -E "tg64|pp512|Greedy|Accuracy|Calibrat|error|emulated" "$OUT/blockfmt_llama32_1b.log" | head -40
+    ;;
+  sanitize)
+    # compute-sanitizer over GPU suites (issue 23): SAN_TOOLS (memcheck racecheck initcheck) x SAN_SUITES, each run
+    # under SAN_TIMEOUT seconds; a finding fails the step (--error-exitcode)
+    for tool in ${SAN_TOOLS:-memcheck}; do
+      for suite in ${SAN_SUITES:-gpu_ops}; do
+        echo "=== compute-sanitizer --tool $tool: $suite"
+        t0=$(date +%s)
+        CK_RUN_SUITE=$suite CK_FORK=no timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+          --print-limit 20 "$BUILD/tests/test_gpu" > "$OUT/sanitize_${tool}_$suite.log" 2>&1
+        code=$?
+        echo "exit $code after $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|Checks' "$OUT/sanitize_${tool}_$suite.log" | tr '\n' ' ')"
+        [ $code -eq 0 ] || rc=1
+      done
+    done
+    ;;
   decoder_check)
     echo "=== the batch-8, 512-token decoder mismatch of 2026-11-25 (bench/results/..._decoder_b8_prompt512_mismatch.log):"
     echo "=== with the buffer fix (tp_plan_buffers) both must agree with the CPU executor (cosine ~1, top-1 100 %)"

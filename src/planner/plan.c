@@ -309,10 +309,10 @@ tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p
     return tp_plan_build_policy(g, &pol, sm, p, err);
 }
 
-/* The ops the CUDA engine (exec/cuda/engine/engine_launch.c) launches in a plan of precision prec; a GPU plan
- * refuses the others by name. The decoder ops run in fp32, fp16 and bf16, and in fp16 inside fp8 (W8A8) and
- * weight-only plans. */
-static int cuda_runs(const tp_op *op, tp_precision prec) {
+/* The ops the CUDA engine (exec/cuda/engine/engine_launch.c) launches in any plan; a GPU plan
+ * refuses the others by name. Every op runs in every precision's activation type (fp32, fp16, bf16): the quantized
+ * formats change the linears alone (and, for fp8, the attention when asked). */
+static int cuda_runs(const tp_op *op) {
     switch (op->kind) {
     case TP_OP_PATCH_EMBED:
     case TP_OP_EMBED_TOKENS:
@@ -328,9 +328,7 @@ static int cuda_runs(const tp_op *op, tp_precision prec) {
     case TP_OP_GLU:
     case TP_OP_KV_APPEND:
     case TP_OP_KV_ATTENTION:
-    case TP_OP_ALL_REDUCE:
-        return prec == TP_PREC_FP32 || prec == TP_PREC_FP16 || prec == TP_PREC_BF16 || prec == TP_PREC_FP8 ||
-               prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
+    case TP_OP_ALL_REDUCE: return 1; /* in the plan's 16-bit activation type (bf16 under the block formats) */
     default: return 0;
     }
 }
@@ -379,7 +377,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         if (cst) return cst;
     }
     for (int i = 0; sm && i < g->n_ops; i++)
-        if (!cuda_runs(&g->ops[i], prec))
+        if (!cuda_runs(&g->ops[i]))
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s runs in fp32, fp16, bf16, fp8, fp8-wo and nvfp4-wo "
                            "engines on the GPU in this tprof, not %s (no kernel for it there)", g->ops[i].layer,
                            tp_op_kind_name(g->ops[i].kind), tp_precision_name(prec));
