@@ -63,6 +63,18 @@ for s in $steps; do
       --precision fp16,fp8,fp8-block,mxfp8,nvfp4 --json "$OUT/blockfmt_llama32_1b.json" > "$OUT/blockfmt_llama32_1b.log" 2>&1 || rc=1
     grep -E "tg64|pp512|Greedy|Accuracy|Calibrat|error|emulated" "$OUT/blockfmt_llama32_1b.log" | head -40
     ;;
+  kvfp8)
+    echo "=== the FP8 KV cache (issue 20): decoder ops and decoder-engine GPU suites, then Llama-3.2-1B with a long context"
+    for suite in gpu_decoder_ops gpu_decoder_engine; do
+      CK_RUN_SUITE=$suite "$BUILD/tests/test_gpu" > "$OUT/kvfp8_$suite.log" 2>&1 || rc=1
+      grep -E "FAIL|:F:|:E:|Checks|fp8 KV cache|prefill: engine vs emulation" "$OUT/kvfp8_$suite.log" | grep -v "^  ok" | tail -30
+    done
+    for kv in auto fp8; do
+      "$BUILD/tprof" bench --model llama-3.2-1b --prompt 4096 --gen 64 --batch 1,8 --duration 0.5 --precision fp16 \
+        --kv-cache $kv --json "$OUT/kvfp8_llama32_1b_p4096_$kv.json" > "$OUT/kvfp8_llama32_1b_p4096_$kv.log" 2>&1 || rc=1
+      grep -E "tg64|pp4096|Greedy|Accuracy|error" "$OUT/kvfp8_llama32_1b_p4096_$kv.log" | head -20
+    done
+    ;;
   sanitize)
     # compute-sanitizer over GPU suites (issue 23): SAN_TOOLS (memcheck racecheck initcheck) x SAN_SUITES, each run
     # under SAN_TIMEOUT seconds; a finding fails the step (--error-exitcode)

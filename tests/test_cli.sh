@@ -230,6 +230,10 @@ expect_error "decoder in mxfp8: a K the block does not divide" 4 "down_proj: mxf
   build --model llama-tiny --batch 1 --precision mxfp8 --arch sm_90 -o "$tmp/d.tpe"
 expect_ok "decoder in fp8-block for sm_90: an engine file" "fp8-block for sm_90" \
   build --model llama-tiny --batch 1 --precision fp8-block --arch sm_90 -o "$tmp/d.tpe"
+expect_error "fp8 KV cache on the fp32 CPU executor" 4 "kv-cache fp8: layer .*kv_append: the cache is quantized from 16-bit k and v; this engine's activations are f32" \
+  bench "${dec[@]}" --prompt 8 --kv-cache fp8
+expect_error "fp8 KV cache for a ViT" 4 "kv-cache fp8: this model has no KV cache" bench "${small[@]}" --model vit-tiny --batch 1 --kv-cache fp8
+expect_error "kv-cache: bad value" 2 "--kv-cache" bench "${dec[@]}" --kv-cache fp4
 expect_ok "lint: decoder rules" "separate q, k, v" lint --model llama-3.1-8b
 seq 1 80 | tr '\n' ' ' >"$tmp/ppl.txt"
 expect_ok "perplexity over a token file" "Perplexity over .*(2 windows of 37 tokens, 72 predicted)" \

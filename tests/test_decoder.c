@@ -538,6 +538,68 @@ START_TEST(test_w8a8_fp8_plan) {
 }
 END_TEST
 
+/* --kv-cache fp8: the caches E4M3 and scaled, the appends' bytes at one byte a cached value, the notes; refused in
+ * fp32; the CPU emulation quantizes the appended rows (it differs from the fp16 plan's, within E4M3's error) and
+ * needs the calibrated amax of k and v. */
+START_TEST(test_kv_cache_fp8_plan) {
+    tp_model m = model_of("llama-tiny");
+    tp_error e = {0};
+    tp_params p;
+    ck_assert_int_eq(tp_model_params_init(&m, 7, 1, &p, &e), TP_OK);
+    const int Bq = 3, T = 19, V = 384;
+    tp_graph g = step_graph(&m, &p, Bq, T, 0, T + 1, 0);
+    tp_policy pol;
+    tp_policy_default(&pol, TP_PREC_FP16);
+    pol.kv_fp8 = 1;
+    tp_plan plan, p16;
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    int caches = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const tp_op *op = &g.ops[i];
+        if (op->kind == TP_OP_KV_APPEND) {
+            ck_assert_int_eq(plan.value_dt[op->out], TP_E4M3);
+            ck_assert_int_eq(plan.value_scaled[op->out], 1);
+            const double xb = (double)tp_value_numel(&g.values[op->in[0]]);
+            ck_assert_double_eq(tp_plan_op_bytes(&plan, &g, i), 2.0 * 2.0 * xb + 2.0 * xb);
+            caches++;
+        }
+        if (op->kind == TP_OP_KV_ATTENTION) ck_assert_ptr_nonnull(strstr(plan.op_note[i], "e4m3 KV cache"));
+    }
+    ck_assert_int_eq(caches, 2);
+    tp_policy p32;
+    tp_policy_init(&p32, TP_PREC_FP32);
+    p32.kv_fp8 = 1;
+    ck_assert_int_eq(tp_plan_build_policy(&g, &p32, 90, &p16, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "16-bit"));
+    tp_policy_default(&pol, TP_PREC_FP16);
+    ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &p16, &e), TP_OK);
+    float ids[3 * 19];
+    for (int i = 0; i < Bq * T; i++) ids[i] = (float)((i * 131 + 7) % V);
+    float *amax = malloc(sizeof(float) * (size_t)g.n_values), *a = poisoned((size_t)Bq * V), *b = poisoned((size_t)Bq * V);
+    for (int v = 0; v < g.n_values; v++) amax[v] = 2.0f; /* a stand-in for calibration: some k, v values saturate */
+    tp_cpu_session s8 = {0}, s16 = {0};
+    ck_assert_int_eq(tp_cpu_run_session_emulated(&g, &p, &plan, NULL, &s8, ids, a, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "amax of k and v"));
+    tp_cpu_session_free(&s8);
+    s8 = (tp_cpu_session){0};
+    ck_assert_msg(tp_cpu_run_session_emulated(&g, &p, &plan, amax, &s8, ids, a, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_cpu_run_session_emulated(&g, &p, &p16, NULL, &s16, ids, b, &e) == TP_OK, "%s", e.msg);
+    int agree;
+    const double d = rel_l2(a, b, Bq, V, &agree);
+    printf("fp8 KV cache emulation, prefill: logits rel L2 %.3e against the fp16 cache's\n", d);
+    ck_assert_msg(d > 1e-4 && d < 0.1, "rel L2 %g", d);
+    tp_cpu_session_free(&s8);
+    tp_cpu_session_free(&s16);
+    free(amax);
+    free(a);
+    free(b);
+    tp_plan_free(&plan);
+    tp_plan_free(&p16);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
 /* Sibling linears (tp_plan_sibling_groups): per decoder layer q/k/v (with Qwen2's biases) and gate/up, in 16-bit
  * and weight-only FP8 and NVFP4 plans (per-tensor scales and s2 become the group GEMV's per-row scales); nothing in
  * ViT (its qkv is one linear). */
@@ -615,6 +677,7 @@ int main(void) {
     tcase_add_test(t, test_weight_only_fp8);
     tcase_add_test(t, test_weight_only_nvfp4);
     tcase_add_test(t, test_w8a8_fp8_plan);
+    tcase_add_test(t, test_kv_cache_fp8_plan);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -83,6 +83,9 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
     if (o->engine_file) {
         *pol = o->engine_file->policy; /* the engine as it was built; the GELU form is chosen when it runs */
         pol->gelu_tanh = o->gelu_tanh;
+        if (o->kv_fp8)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "--kv-cache fp8 with --engine: an engine file does not record its "
+                           "KV cache type yet; build the engine in the run");
         return TP_OK;
     }
     tp_policy_default(pol, prec);
@@ -94,6 +97,7 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
     }
     tp_status st = o->policy ? tp_policy_parse(pol, o->policy, err) : TP_OK;
     pol->gelu_tanh = o->gelu_tanh;
+    pol->kv_fp8 = o->kv_fp8;
     return st;
 }
 
@@ -187,9 +191,9 @@ static tp_status split_ranks(run_ctx *c, tp_error *err) {
         return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: unsupported (one GPU runs them)", n,
                        o->perplexity ? "--perplexity" : "--engine");
     for (int i = 0; i < o->n_precs; i++) /* static activation scales are calibrated on one GPU's whole model */
-        if (o->precs[i] == TP_PREC_FP8)
-            return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with fp8 (W8A8): unsupported, its activation scales "
-                           "are calibrated on one GPU; fp8-wo and nvfp4-wo run split", n);
+        if (o->precs[i] == TP_PREC_FP8 || o->kv_fp8)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: unsupported, its static scales are calibrated "
+                           "on one GPU; fp8-wo and nvfp4-wo run split", n, o->kv_fp8 ? "--kv-cache fp8" : "fp8 (W8A8)");
     tp_status st = tp_model_tp_check(&rep->model, n, err);
     if (st) return st;
     if (!(c->tpp = calloc((size_t)n, sizeof *c->tpp)) || !(c->tpg = calloc((size_t)n, sizeof *c->tpg)) ||
@@ -377,7 +381,8 @@ static tp_status activation_scales(run_ctx *c, const tp_plan *plan, float **amax
     const tp_graph *g = &c->g;
     *amax = NULL;
     int calibrate = 0; /* static per-tensor activation scales need the FP16 engine's amax */
-    for (int v = 0; v < g->n_values; v++) calibrate |= plan->value_scaled[v] && g->values[v].kind == TP_VAL_ACT;
+    for (int v = 0; v < g->n_values; v++) /* an FP8 KV cache's scale comes from its k and v */
+        calibrate |= plan->value_scaled[v] && (g->values[v].kind == TP_VAL_ACT || g->values[v].kind == TP_VAL_STATE);
     if (!calibrate) return TP_OK;
     if (!(*amax = malloc(sizeof(float) * (size_t)g->n_values))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     if (c->o->engine_file && tp_engine_file_calibration(c->o->engine_file, g, *amax) > 0) return TP_OK;

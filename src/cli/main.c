@@ -43,6 +43,8 @@ static const char USAGE_BENCH[] =
             "                        (up to 8 windows of --prompt tokens)\n"
             "  --gemv-groups off|on|auto  decoders at batch 1: q/k/v and gate/up each as one GEMV over their\n"
             "                        concatenated weights: off, on (default), or where it times faster at build\n"
+            "  --kv-cache auto|fp8   decoders: the KV cache in the activation type (auto), or in E4M3 with one\n"
+            "                        calibrated scale per layer (fp8: half the cache bytes; 16-bit engines, sm_89+)\n"
             "  --pdl on|off          decoders: the decode kernels overlap their predecessors in the CUDA graph\n"
             "                        (programmatic dependent launch; default on); off: one after another in\n"
             "                        the graph (eager launches, --no-graph, keep it)\n"
@@ -493,6 +495,8 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
         static const char *const GG[] = {"off", "on", "auto"};
         if ((k = one_of(name, val, "mode", GG, 3)) < 0) return -1;
         o->gemv_groups = k;
+    } else if (!a->build && IS("--kv-cache")) {
+        return two_way(name, val, "type", "auto", "fp8", &o->kv_fp8) ? -1 : 1;
     } else if (!a->build && IS("--pdl")) {
         static const char *const PD[] = {"on", "off"};
         if ((k = one_of(name, val, "mode", PD, 2)) < 0) return -1;
@@ -545,7 +549,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--pdl", "--tp", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};

@@ -303,6 +303,44 @@ static tp_status plan_attention(const tp_graph *g, const tp_policy *pol, int i, 
     return TP_OK;
 }
 
+/* --kv-cache fp8 (policy kv_fp8): every KV cache in E4M3 under one static per-tensor scale, calibrated as the amax
+ * of the k and v its append writes over 448 (the engine's and the CPU emulation's rule); appended rows quantized by
+ * tpk_kv_append, read back by the decode attention (code x scale, the scale folded into Q and the output) and,
+ * for a prefill's flash kernel, dequantized to the activation type first. */
+static tp_status plan_kv_cache(const tp_graph *g, const tp_policy *pol, int sm, tp_plan *p, tp_error *err) {
+    if (!pol->kv_fp8) return TP_OK;
+    const char *act = tp_dtype_info(p->act_dt)->name;
+    int n = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_KV_APPEND) continue;
+        const tp_value *c = &g->values[op->out];
+        if (p->act_dt != TP_F16 && p->act_dt != TP_BF16)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "--kv-cache fp8: layer %s: the cache is quantized from 16-bit k and "
+                           "v; this engine's activations are %s (use fp16, bf16 or a quantized format)", op->layer, act);
+        if (sm && sm < 89)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "--kv-cache fp8 needs sm_89 or newer (E4M3 conversions); this GPU "
+                           "is sm_%d", sm);
+        if (c->shape[c->ndim - 1] % 2)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "--kv-cache fp8: layer %s: a cache row of %lld values (the kernels "
+                           "write E4M3 pairs)", op->layer, (long long)c->shape[c->ndim - 1]);
+        p->value_dt[op->out] = TP_E4M3;
+        p->value_scaled[op->out] = 1;
+        snprintf(p->op_note[i], sizeof p->op_note[i], "KV cache in e4m3: rows quantized as appended, one static scale "
+                 "(calibrated amax of k and v / 448)");
+        n++;
+    }
+    if (!n) return tp_fail(err, TP_ERR_UNSUPPORTED, "--kv-cache fp8: this model has no KV cache (decoders only)");
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_KV_ATTENTION || p->value_dt[op->in[1]] != TP_E4M3) continue;
+        snprintf(p->op_note[i], sizeof p->op_note[i], "%s Q, e4m3 KV cache (its scale folded into Q and the output; a "
+                 "prefill's rows dequantized to %s for the flash kernel), causal, %d heads over %d KV heads, fp32 softmax",
+                 act, act, op->heads, op->kv_heads);
+    }
+    return TP_OK;
+}
+
 tp_status tp_plan_build(const tp_graph *g, tp_precision prec, int sm, tp_plan *p, tp_error *err) {
     tp_policy pol;
     tp_policy_default(&pol, prec);
@@ -440,6 +478,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         default: other_note(op, act, p->op_note[i], sizeof p->op_note[i]); break;
         }
     }
+    if ((st = plan_kv_cache(g, pol, sm, p, err))) goto out;
     if (block_fmt) {
         st = plan_block_scaled(g, prec, sm, keep, p, err);
         goto out;
@@ -521,8 +560,8 @@ static double decoder_op_bytes(const tp_plan *p, const tp_graph *g, const tp_op 
     switch (op->kind) {
     case TP_OP_TOKEN_EMBED: /* the ids, one table row per token, the output */
         return xb + 2.0 * (double)tp_value_numel(o) * ob;
-    case TP_OP_KV_APPEND: /* k and v read, their rows written into the cache */
-        return 4.0 * xb;
+    case TP_OP_KV_APPEND: /* k and v read, their rows written into the cache (in its type) */
+        return 2.0 * xb + 2.0 * (double)tp_value_numel(x) * (double)tp_dtype_info(p->value_dt[op->out])->bytes;
     case TP_OP_KV_ATTENTION: { /* q, the past + T cached K and V rows, the output */
         const tp_value *c = &g->values[op->in[1]];
         const double rows = (double)c->shape[1] * (double)(g->past + g->tokens);

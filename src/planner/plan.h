@@ -28,6 +28,8 @@
  *         by a standalone quantize kernel (the attention output, whose 128-blocks span two heads). cuBLASLt's
  *         VEC128_32F / BLK128x128_32F scale modes, FP32 accumulation, BF16 output; the rest runs BF16. A partial
  *         last block along K is allowed (K % 16 == 0 is cuBLASLt's FP8 rule).
+ * KV cache (decoders): in the activation type, or with the policy's kv_fp8 (`--kv-cache fp8`) in E4M3 under one
+ * static scale per layer's cache (calibrated: amax of the k and v appended / 448), for 16-bit engines on sm_89+.
  * Fusion (GPU targets): a residual add whose one operand is a GEMM output read by nothing else runs in that GEMM's
  * epilogue (C = the other operand, beta = 1) when the GEMM reads f32, f16, bf16 or per-tensor E4M3 operands and
  * writes the add's storage type: the add's kernel and its 3 passes over the activations disappear, and the sum is

@@ -49,6 +49,8 @@ typedef struct {
     int gelu_tanh; /* 1 (`--gelu tanh`): GELU may run as the tanh approximation in the epilogue of the GEMM that
                       feeds it (cuBLASLt's GELU epilogue is that form: tools/probes/gelu_epilogue.c); 0: exact
                       erf GELU, its own kernel */
+    int kv_fp8;    /* 1 (`--kv-cache fp8`): a decoder's KV cache stored in E4M3 with one static scale per layer's
+                      cache (plan.h); 0: in the activation type */
 } tp_policy;
 
 /* A policy with default def and no rules. */

@@ -57,6 +57,7 @@ static tp_graph step(const tp_model *m, const tp_params *p, int t, int past, int
 static int g_groups; /* tp_engine_options.gemv_groups of the decode engines built next */
 static int g_no_pdl; /* tp_engine_options.no_pdl of the engines built next */
 static const int *g_choice; /* tp_engine_options.gemm_choice of the engines built next */
+static int g_kv8;            /* --kv-cache fp8 (tp_policy.kv_fp8) in the plans built next, CPU and GPU */
 static const float *g_amax;  /* tp_engine_options.act_amax of the engines built next (decode engines: NULL, the
                                 prefill engine's amax by value name) */
 
@@ -65,6 +66,7 @@ static tp_engine *engine(const tp_graph *g, const tp_params *p, tp_plan *plan, t
     tp_error e = {0};
     tp_policy pol;
     tp_policy_default(&pol, prec);
+    pol.kv_fp8 = g_kv8;
     tp_gpu_info gi;
     ck_assert_msg(tp_gpu_query(0, &gi, &e) == TP_OK, "%s", e.msg);
     ck_assert_msg(tp_plan_build_policy(g, &pol, gi.sm, plan, &e) == TP_OK, "%s", e.msg);
@@ -93,12 +95,17 @@ static void run_case(int kc, tp_precision prec) {
      * on Hopper) */
     const int w8a8 = prec == TP_PREC_FP8 || prec == TP_PREC_FP8_BLOCK || prec == TP_PREC_MXFP8 ||
                      prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4;
-    const int fp4 = prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4;
+    const int fp4 = prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4, kv8 = g_kv8;
     /* W8A8: the GPU's and the CPU's fp16 activations differ in the last bit here and there, and where that moves one
      * across an E4M3 rounding midpoint the input of the next GEMM differs by an E4M3 step (1/8): up to ~3e-2 on the
      * Llama-like model (H100, bench/results/2026-11-26_h100_gpu_tests_decoder_engine_w8a8.log). The check that
      * the engine quantizes at all is below: it must be much closer to the emulation than the emulation is to fp32. */
-    const double tol = prec == TP_PREC_FP32 ? 1e-4 : prec == TP_PREC_FP16 || wo ? 5e-3 : fp4 ? 0.15 : w8a8 ? 6e-2 : 3e-2;
+    const double tol = prec == TP_PREC_FP32         ? 1e-4
+                       : kv8 && !w8a8                ? 3e-2 /* the cache's E4M3 codes: last-bit flips as above */
+                       : prec == TP_PREC_FP16 || wo ? 5e-3
+                       : fp4                         ? 0.15
+                       : w8a8                        ? 6e-2
+                                                     : 3e-2;
     tp_model m = model_case(k);
     tp_error e = {0};
     tp_params p = {0};
@@ -121,9 +128,9 @@ static void run_case(int kc, tp_precision prec) {
     tp_graph gp = step(&m, &p, T, 0, 0), gd = step(&m, &p, 1, T, 0);
     tp_cpu_session s = {0};
     tp_plan cpp = {0}, cpd = {0};
-    const int emu = wo || w8a8;
+    const int emu = wo || w8a8 || kv8;
     float *amax_p = NULL, *amax_d = NULL;
-    if (w8a8) {
+    if (w8a8 || kv8) {
         tp_gpu_info gi;
         ck_assert_int_eq(tp_gpu_query(0, &gi, &e), TP_OK);
         amax_p = malloc(sizeof(float) * (size_t)gp.n_values);
@@ -138,6 +145,7 @@ static void run_case(int kc, tp_precision prec) {
     if (emu) {
         tp_policy pol;
         tp_policy_default(&pol, prec);
+        pol.kv_fp8 = kv8;
         ck_assert_int_eq(tp_plan_build_policy(&gp, &pol, 90, &cpp, &e), TP_OK);
         ck_assert_int_eq(tp_plan_build_policy(&gd, &pol, 90, &cpd, &e), TP_OK);
     }
@@ -181,7 +189,7 @@ static void run_case(int kc, tp_precision prec) {
         free(gr);
     }
     ck_assert_msg(worst <= tol, "case %d %s prefill: rel L2 %.3e > %.1e", k, tp_precision_name(prec), worst, tol);
-    if (w8a8) {
+    if (w8a8 || kv8) {
         /* the quantization shows: FP32 is further from the emulation than the engine is, by 2x with fp16
          * activations (fp8). bf16 ones (fp8-block, the block formats) carry 8 significant bits against fp16's 11,
          * so a last-bit difference between CPU and GPU crosses an E4M3 / E2M1 rounding midpoint 8x as often; and
@@ -189,12 +197,12 @@ static void run_case(int kc, tp_precision prec) {
          * fp32): measured 0.48 (nvfp4) and 0.57 (fp8-block) at worst on an H100
          * (bench/results/2026-11-26_h100_gpu_tests_decoder_engine_blockfmt.log); an engine that skipped the
          * quantization would be at about 1 */
-        const double ratio = prec == TP_PREC_FP8 ? 0.5 : 0.75;
+        const double ratio = prec == TP_PREC_FP8 || (kv8 && !w8a8) ? 0.5 : 0.75;
         float *f32 = malloc(sizeof(float) * B * V);
         ck_assert_msg(tp_cpu_run(&gp, &p, ids, f32, &e) == TP_OK, "%s", e.msg);
         const double d32 = rel(f32, want, B, V, &agree);
-        printf("decoder case %d (B %d, T %d) %s prefill: engine vs emulation rel L2 %.3e, fp32 vs emulation %.3e\n",
-               k, B, T, tp_precision_name(prec), worst, d32);
+        printf("decoder case %d (B %d, T %d) %s%s prefill: engine vs emulation rel L2 %.3e, fp32 vs emulation %.3e\n",
+               k, B, T, tp_precision_name(prec), kv8 ? " + fp8 KV cache" : "", worst, d32);
         ck_assert_msg(worst < ratio * d32, "case %d %s: the engine (%.3e) is not much closer to the format's "
                       "emulation than fp32 is (%.3e)", k, tp_precision_name(prec), worst, d32);
         free(f32);
@@ -311,6 +319,14 @@ START_TEST(test_decoder_nvfp4) { run_case(_i, TP_PREC_NVFP4); }
 END_TEST
 START_TEST(test_decoder_mxfp8) { run_case(_i ? 4 : 1, TP_PREC_MXFP8); }
 END_TEST
+/* --kv-cache fp8: fp16 engines (and one W8A8 case) whose KV cache holds E4M3 under a scale calibrated from k and v:
+ * the prefill's flash kernel on its dequantized rows, the decode steps' attention on the codes */
+START_TEST(test_decoder_kv_fp8) {
+    g_kv8 = 1;
+    run_case(_i < 6 ? _i : 0, _i < 6 ? TP_PREC_FP16 : TP_PREC_FP8);
+    g_kv8 = 0;
+}
+END_TEST
 
 Suite *gpu_decoder_engine_suite(void) {
     Suite *s = suite_create("gpu_decoder_engine");
@@ -325,6 +341,7 @@ Suite *gpu_decoder_engine_suite(void) {
     tcase_add_loop_test(t, test_decoder_fp8_block, 0, 6);
     tcase_add_loop_test(t, test_decoder_nvfp4, 0, 6);
     tcase_add_loop_test(t, test_decoder_mxfp8, 0, 2);
+    tcase_add_loop_test(t, test_decoder_kv_fp8, 0, 7);
     suite_add_tcase(s, t);
     return s;
 }

@@ -335,13 +335,13 @@ START_TEST(test_kv_append) {
         void *d_k = dev_upload_at(dt, k, n, 0), *d_v = dev_upload_at(dt, v, n, 0);
         void *d_kv = dev_alloc_at(dt, 2 * (size_t)B * L * W, 0);
         int *d_past = dev_past(past);
-        KERNEL_OK(tpk_kv_append(d_k, d_v, d_kv, dt, B, T, L, W, d_past, g_stream));
+        KERNEL_OK(tpk_kv_append(d_k, d_v, d_kv, dt, dt, NULL, B, T, L, W, d_past, g_stream));
         check_cache(dt, d_kv, encode(dt, k, n), encode(dt, v, n), B, T, L, W, past);
         /* a position the caller should never pass: nothing written */
         SET_CASE("kv_append %s B=%d T=%d past=%d (> L - T) L=%d W=%d", dname(dt), B, T, L - T + 1, L, W);
         void *d_kv2 = dev_alloc_at(dt, 2 * (size_t)B * L * W, 0);
         set_past(d_past, L - T + 1);
-        KERNEL_OK(tpk_kv_append(d_k, d_v, d_kv2, dt, B, T, L, W, d_past, g_stream));
+        KERNEL_OK(tpk_kv_append(d_k, d_v, d_kv2, dt, dt, NULL, B, T, L, W, d_past, g_stream));
         check_untouched("cache", d_kv2, 0, 2 * (size_t)B * L * W * esize(dt));
         release_all();
     }
@@ -443,7 +443,7 @@ typedef struct {
 
 static int kva_launch(const void *ctx, void *out, cudaStream_t s) {
     const kva_ctx *c = ctx;
-    return tpk_kv_attention(c->q, c->kv, c->dt, out, c->odt, c->B, c->T, c->H, c->Hkv, c->D, c->L, c->past, c->scale,
+    return tpk_kv_attention(c->q, c->kv, c->dt, c->dt, NULL, out, c->odt, c->B, c->T, c->H, c->Hkv, c->D, c->L, c->past, c->scale,
                             c->ws, c->ws_bytes, s);
 }
 
@@ -503,8 +503,87 @@ START_TEST(test_kv_attention) {
         void *d_q = dev_upload_at(dt, q, nq, 0), *d_kv = dev_upload_at(dt, kv, nkv, 0), *d_o = dev_alloc_at(odt, nq, 0);
         float *d_ws = ws_bytes ? dev_bytes(ws_bytes) : NULL;
         int *d_past = dev_past(past);
-        KERNEL_OK(tpk_kv_attention(d_q, d_kv, dt, d_o, odt, B, T, H, Hkv, D, L, d_past, scale, d_ws, ws_bytes, g_stream));
+        KERNEL_OK(tpk_kv_attention(d_q, d_kv, dt, dt, NULL, d_o, odt, B, T, H, Hkv, D, L, d_past, scale, d_ws, ws_bytes, g_stream));
         check_close("out", download_f32(odt, d_o, nq, 1.0f), ref, nq, (size_t)H * D, kva_tol(odt));
+        release_all();
+    }
+}
+END_TEST
+
+/* ================================================================================================================
+ * The FP8 KV cache: tpk_kv_append quantizes the new rows to E4M3 under the cache's scale (byte for byte the host
+ * codec's sat(rne(x / s)), the rows before and after untouched), tpk_kv_dequant gives a prefill's rows back as
+ * code * s in the activation type (exactly), and tpk_kv_attention on the E4M3 cache equals the fp64 reference on
+ * the dequantized cache (the scale folded into Q and the output: one more fp32 rounding at most). The scale is
+ * 0.9 of amax / 448, so the largest values saturate; rows from past + T on stay NaN codes (0xFF), never read.
+ * ============================================================================================================== */
+
+static const tp_dtype KV8_DT[] = {TP_F16, TP_BF16};
+
+START_TEST(test_kv_cache_fp8) {
+    const tp_dtype dt = KV8_DT[_i];
+    static const int cases[][7] = {/* B, T, H, Hkv, D, past, L */
+                                   {1, 1, 32, 8, 128, 1000, 1043}, {3, 5, 8, 1, 256, 37, 1043},
+                                   {2, 37, 4, 2, 64, 0, 60},       {1, 16, 32, 8, 128, 0, 1043}};
+    for (int c = 0; c < N_OF(cases); c++) {
+        const int B = cases[c][0], T = cases[c][1], H = cases[c][2], Hkv = cases[c][3], D = cases[c][4];
+        const int past = cases[c][5], L = cases[c][6], W = Hkv * D;
+        const size_t nkv = 2 * (size_t)B * L * W, nk = (size_t)B * T * W, nq = (size_t)B * T * H * D;
+        SET_CASE("fp8 KV cache %s B=%d T=%d H=%d Hkv=%d D=%d past=%d L=%d", dname(dt), B, T, H, Hkv, D, past, L);
+        float *old = host_normal(nkv, 1800 + c, 0.0, 1.5), *k = host_normal(nk, 1900 + c, 0.0, 1.5);
+        float *v = host_normal(nk, 2000 + c, 0.0, 1.5), *q = host_normal(nq, 2100 + c, 0.0, 1.5);
+        round_to(dt, k, nk);
+        round_to(dt, v, nk);
+        round_to(dt, q, nq);
+        const float s = 0.9f * fmaxf(host_amax(k, nk), fmaxf(host_amax(v, nk), host_amax(old, nkv))) / 448.0f;
+        /* the cache before: rows < past coded, the rest NaN codes; after: rows past .. past + T - 1 = k, v coded */
+        unsigned char *before = hmalloc(nkv), *want = hmalloc(nkv);
+        for (int pl = 0; pl < 2; pl++)
+            for (int b = 0; b < B; b++)
+                for (int r = 0; r < L; r++)
+                    for (int w = 0; w < W; w++) {
+                        const size_t i = (((size_t)pl * B + b) * L + r) * W + w;
+                        before[i] = r < past ? tp_f32_to_e4m3(old[i] / s) : 0xFF;
+                        want[i] = before[i];
+                        if (r >= past && r < past + T)
+                            want[i] = tp_f32_to_e4m3((pl ? v : k)[((size_t)b * T + (r - past)) * W + w] / s);
+                    }
+        unsigned char *d_kv = dev_bytes(nkv);
+        CUDA_OK(cudaMemcpy(d_kv, before, nkv, cudaMemcpyHostToDevice));
+        void *d_k = dev_upload_at(dt, k, nk, 0), *d_v = dev_upload_at(dt, v, nk, 0), *d_q = dev_upload_at(dt, q, nq, 0);
+        float *d_s = dev_scalar(s);
+        int *d_past = dev_past(past);
+        KERNEL_OK(tpk_kv_append(d_k, d_v, d_kv, dt, TP_E4M3, d_s, B, T, L, W, d_past, g_stream));
+        const unsigned char *got = download_bytes(d_kv, nkv);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < nkv; i++)
+            if (got[i] != want[i] && bad++ == 0) first = i;
+        ck_assert_msg(bad == 0, "[%s] %zu of %zu cache bytes differ from the host codec's (first at %zu: %02x, want %02x)",
+                      g_case, bad, nkv, first, got[first], want[first]);
+        /* the dequantized cache (NaN past the valid rows) and, for a prefill, tpk_kv_dequant's copy of it */
+        float *deq = hmalloc(nkv * sizeof(float));
+        for (size_t i = 0; i < nkv; i++) deq[i] = tp_e4m3_to_f32(want[i]) * s;
+        if (past == 0) {
+            const size_t nd = 2 * (size_t)B * T * W;
+            float *rows = hmalloc(nd * sizeof(float));
+            for (int pl = 0; pl < 2; pl++)
+                for (int b = 0; b < B; b++)
+                    memcpy(rows + ((size_t)pl * B + b) * T * W, deq + ((size_t)pl * B + b) * L * W,
+                           (size_t)T * W * sizeof(float));
+            void *d_y = dev_alloc_at(dt, nd, 0);
+            KERNEL_OK(tpk_kv_dequant(d_kv, d_s, d_y, dt, B, T, L, W, g_stream));
+            ck_assert_msg(memcmp(download_bytes(d_y, nd * esize(dt)), encode(dt, rows, nd), nd * esize(dt)) == 0,
+                          "[%s] tpk_kv_dequant differs from code * scale rounded to %s", g_case, dname(dt));
+        }
+        const float scale = 1.0f / sqrtf((float)D);
+        float *ref = hmalloc(nq * sizeof(float));
+        ref_kv_attention(q, deq, ref, B, T, H, Hkv, D, L, past, scale);
+        const size_t ws_bytes = tpk_kv_attention_workspace(B, T, H, D, L);
+        float *d_ws = ws_bytes ? dev_bytes(ws_bytes) : NULL;
+        void *d_o = dev_alloc_at(dt, nq, 0);
+        KERNEL_OK(tpk_kv_attention(d_q, d_kv, dt, TP_E4M3, d_s, d_o, dt, B, T, H, Hkv, D, L, d_past, scale, d_ws,
+                                   ws_bytes, g_stream));
+        check_close("attention on the fp8 cache", download_f32(dt, d_o, nq, 1.0f), ref, nq, (size_t)H * D, tol_for(dt));
         release_all();
     }
 }
@@ -586,8 +665,8 @@ static int dchain_enqueue(const dchain *c, cudaStream_t s) {
     if (!r) r = tpk_rmsnorm(c->x, dt, c->w, dt, c->h, dt, DC_B, DC_C, 1e-6f, 1.0f, s);
     if (!r) r = tpk_rope(c->h, dt, c->q, dt, DC_B, 1, DC_H, DC_D, c->inv, c->past, s);
     if (!r) r = tpk_rope(c->x, dt, c->k, dt, DC_B, 1, DC_H, DC_D, c->inv, c->past, s);
-    if (!r) r = tpk_kv_append(c->k, c->h, c->kv, dt, DC_B, 1, DC_L, DC_C, c->past, s);
-    if (!r) r = tpk_kv_attention(c->q, c->kv, dt, c->att, dt, DC_B, 1, DC_H, DC_H, DC_D, DC_L, c->past, 0.125f, c->ws,
+    if (!r) r = tpk_kv_append(c->k, c->h, c->kv, dt, dt, NULL, DC_B, 1, DC_L, DC_C, c->past, s);
+    if (!r) r = tpk_kv_attention(c->q, c->kv, dt, dt, NULL, c->att, dt, DC_B, 1, DC_H, DC_H, DC_D, DC_L, c->past, 0.125f, c->ws,
                                  c->ws_bytes, s);
     if (!r) r = tpk_glu(c->att, c->x, dt, c->g, dt, n, 1, s);
     if (!r) r = tpk_last_token(c->g, c->last, dt, DC_B, 1, DC_C, s);
@@ -685,21 +764,26 @@ START_TEST(test_decoder_rejects) {
         {"rope without past", tpk_rope(buf, TP_F16, buf, TP_F16, 1, 1, 2, 64, buf, NULL, g_stream)},
         {"glu act 2", tpk_glu(buf, buf, TP_F16, buf, TP_F16, 16, 2, g_stream)},
         {"glu in place f16 -> f32", tpk_glu(buf, buf, TP_F16, buf, TP_F32, 16, 0, g_stream)},
-        {"kv_append T > L", tpk_kv_append(buf, buf, buf, TP_F16, 1, 5, 4, 8, past, g_stream)},
-        {"kv_append e4m3", tpk_kv_append(buf, buf, buf, TP_E4M3, 1, 1, 4, 8, past, g_stream)},
-        {"kv_append odd f16 address", tpk_kv_append((char *)buf + 1, buf, buf, TP_F16, 1, 1, 4, 8, past, g_stream)},
+        {"kv_append T > L", tpk_kv_append(buf, buf, buf, TP_F16, TP_F16, NULL, 1, 5, 4, 8, past, g_stream)},
+        {"kv_append e4m3 inputs", tpk_kv_append(buf, buf, buf, TP_E4M3, TP_E4M3, NULL, 1, 1, 4, 8, past, g_stream)},
+        {"kv_append e4m3 cache without a scale", tpk_kv_append(buf, buf, buf, TP_F16, TP_E4M3, NULL, 1, 1, 4, 8, past, g_stream)},
+        {"kv_append e4m3 cache from f32", tpk_kv_append(buf, buf, buf, TP_F32, TP_E4M3, (const float *)buf, 1, 1, 4, 8, past, g_stream)},
+        {"kv_append e4m3 cache, W odd", tpk_kv_append(buf, buf, buf, TP_F16, TP_E4M3, (const float *)buf, 1, 1, 4, 7, past, g_stream)},
+        {"kv_append odd f16 address", tpk_kv_append((char *)buf + 1, buf, buf, TP_F16, TP_F16, NULL, 1, 1, 4, 8, past, g_stream)},
         {"last_token T = 0", tpk_last_token(buf, buf, TP_F16, 1, 0, 8, g_stream)},
         {"argmax N = 0", tpk_argmax(buf, TP_F16, buf, 1, 0, g_stream)},
         {"advance NULL", tpk_advance(NULL, 1, g_stream)},
-        {"kv_attention D 96", tpk_kv_attention(buf, buf, TP_F16, buf, TP_F16, 1, 1, 4, 4, 96, 60, past, 0.1f, NULL, 0, g_stream)},
-        {"kv_attention D 80", tpk_kv_attention(buf, buf, TP_F16, buf, TP_F16, 1, 1, 4, 4, 80, 60, past, 0.1f, NULL, 0, g_stream)},
-        {"kv_attention H % Hkv", tpk_kv_attention(buf, buf, TP_F16, buf, TP_F16, 1, 1, 6, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
-        {"kv_attention T > L", tpk_kv_attention(buf, buf, TP_F16, buf, TP_F16, 1, 61, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
-        {"kv_attention e4m3", tpk_kv_attention(buf, buf, TP_E4M3, buf, TP_F16, 1, 1, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
-        {"kv_attention misaligned cache", tpk_kv_attention(buf, (char *)buf + 2, TP_F16, buf, TP_F16, 1, 1, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
-        {"kv_attention without past", tpk_kv_attention(buf, buf, TP_F16, buf, TP_F16, 1, 1, 4, 4, 64, 60, NULL, 0.1f, NULL, 0, g_stream)},
-        {"kv_attention no workspace", tpk_kv_attention(buf, buf, TP_F16, buf, TP_F16, 1, 1, 32, 8, 128, 1043, past, 0.1f, NULL, 0, g_stream)},
-        {"kv_attention workspace too small", tpk_kv_attention(buf, buf, TP_F16, buf, TP_F16, 1, 1, 32, 8, 128, 1043, past, 0.1f, ws, 64, g_stream)},
+        {"kv_attention D 96", tpk_kv_attention(buf, buf, TP_F16, TP_F16, NULL, buf, TP_F16, 1, 1, 4, 4, 96, 60, past, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention D 80", tpk_kv_attention(buf, buf, TP_F16, TP_F16, NULL, buf, TP_F16, 1, 1, 4, 4, 80, 60, past, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention H % Hkv", tpk_kv_attention(buf, buf, TP_F16, TP_F16, NULL, buf, TP_F16, 1, 1, 6, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention T > L", tpk_kv_attention(buf, buf, TP_F16, TP_F16, NULL, buf, TP_F16, 1, 61, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention e4m3", tpk_kv_attention(buf, buf, TP_E4M3, TP_E4M3, NULL, buf, TP_F16, 1, 1, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention e4m3 cache without a scale", tpk_kv_attention(buf, buf, TP_F16, TP_E4M3, NULL, buf, TP_F16, 1, 1, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention e4m3 cache, f32 output", tpk_kv_attention(buf, buf, TP_F16, TP_E4M3, (const float *)buf, buf, TP_F32, 1, 1, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention misaligned cache", tpk_kv_attention(buf, (char *)buf + 2, TP_F16, TP_F16, NULL, buf, TP_F16, 1, 1, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention without past", tpk_kv_attention(buf, buf, TP_F16, TP_F16, NULL, buf, TP_F16, 1, 1, 4, 4, 64, 60, NULL, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention no workspace", tpk_kv_attention(buf, buf, TP_F16, TP_F16, NULL, buf, TP_F16, 1, 1, 32, 8, 128, 1043, past, 0.1f, NULL, 0, g_stream)},
+        {"kv_attention workspace too small", tpk_kv_attention(buf, buf, TP_F16, TP_F16, NULL, buf, TP_F16, 1, 1, 32, 8, 128, 1043, past, 0.1f, ws, 64, g_stream)},
     };
     check_rejected(r, sizeof r / sizeof r[0]);
     /* sizes: one chunk needs no workspace; Llama's decode step at L = 1043: 17 chunks of (D + 2) floats a row */
@@ -709,7 +793,7 @@ START_TEST(test_decoder_rejects) {
     /* empty work */
     ck_assert_int_eq(tpk_rmsnorm(buf, TP_F16, buf, TP_F16, buf, TP_F16, 0, 8, 1e-6f, 0.0f, g_stream), 0);
     ck_assert_int_eq(tpk_glu(buf, buf, TP_F16, buf, TP_F16, 0, 0, g_stream), 0);
-    ck_assert_int_eq(tpk_kv_attention(buf, buf, TP_F16, buf, TP_F16, 0, 1, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream), 0);
+    ck_assert_int_eq(tpk_kv_attention(buf, buf, TP_F16, TP_F16, NULL, buf, TP_F16, 0, 1, 4, 4, 64, 60, past, 0.1f, NULL, 0, g_stream), 0);
     ck_assert_int_eq(tpk_argmax(buf, TP_F16, buf, 0, 8, g_stream), 0);
     CUDA_OK(cudaStreamSynchronize(g_stream));
 }
@@ -730,6 +814,7 @@ Suite *gpu_decoder_ops_suite(void) {
     TCase *tc = new_tcase(s, "kv_attention");
     tcase_add_loop_test(tc, test_kv_attention, 0, N_OF(KVA_COMBOS));
     tcase_add_loop_test(tc, test_kv_attention_graph, 0, 3);
+    tcase_add_loop_test(tc, test_kv_cache_fp8, 0, N_OF(KV8_DT));
     tcase_add_test(new_tcase(s, "decode_graph"), test_decode_graph);
     tcase_add_test(new_tcase(s, "decoder_rejects"), test_decoder_rejects);
     return s;

@@ -18,6 +18,23 @@ static void round_to(tp_dtype t, const float *in, float *out, int64_t n) {
         out[i] = t == TP_F16 ? tp_f16_to_f32(tp_f32_to_f16(in[i])) : tp_bf16_to_f32(tp_f32_to_bf16(in[i]));
 }
 
+/* An FP8 KV cache (plan.c plan_kv_cache): the rows just appended, past .. past + T - 1 of both planes of c (2, B, L,
+ * W), replaced by e4m3(x / s) s with s = max(amax of k, amax of v) / 448, as the engine stores them. */
+static tp_status kv_rows_e4m3(const tp_op *op, const tp_value *c, const float *act_amax, int64_t past, int64_t T,
+                              float *kv, tp_error *err) {
+    const float ak = act_amax ? act_amax[op->in[0]] : NAN, av = act_amax ? act_amax[op->in[1]] : NAN;
+    if (!(ak >= 0) || !(av >= 0) || !(fmaxf(ak, av) > 0))
+        return tp_fail(err, TP_ERR_ARG, "layer %s: an fp8 KV cache needs the calibrated amax of k and v", op->layer);
+    const float s = (float)((double)fmaxf(ak, av) / 448.0);
+    const int64_t B = c->shape[1], L = c->shape[2], W = c->shape[3];
+    for (int64_t pb = 0; pb < 2 * B; pb++)
+        for (int64_t j = 0; j < T * W; j++) {
+            float *x = kv + (pb * L + past) * W + j;
+            *x = tp_e4m3_to_f32(tp_f32_to_e4m3(*x / s)) * s;
+        }
+    return TP_OK;
+}
+
 /* W8A8 FP8: y = (e4m3(x / xs) xs) @ qdq(W)^T + bias, x's scale xs static (calibrated), W's amax / 448: the values
  * the engine's FP8 GEMM (or GEMV) multiplies, whether x was stored in E4M3 or is quantized as it is read */
 static tp_status linear_w8a8(const tp_op *op, float xs, const float *x, const float *W, const float *bias, float *y,
@@ -330,6 +347,9 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
         break;
     default:
         if ((st = run_decoder_op(g, op, buf, r->sess->past, y, err))) return st;
+        if (op->kind == TP_OP_KV_APPEND && plan && plan->value_dt[op->out] == TP_E4M3)
+            st = kv_rows_e4m3(op, o, act_amax, r->sess->past, xv->shape[1], y, err);
+        if (st) return st;
         break;
     }
     /* emulating a plan: the activation is stored in fp16/bf16 as the engine stores it, unless the op's

@@ -314,6 +314,18 @@ static float shared_amax(const tp_engine *s, const char *name) {
     return NAN;
 }
 
+/* An FP8 KV cache's amax: the larger of the calibrated amax of the k and v its append writes (NaN: not calibrated). */
+static float kv_cache_amax(const tp_engine *e, int v) {
+    for (int i = 0; i < e->g->n_ops; i++) {
+        const tp_op *op = &e->g->ops[i];
+        if (op->kind == TP_OP_KV_APPEND && op->out == v) {
+            const float a = e->act_amax[op->in[0]], b = e->act_amax[op->in[1]];
+            return isnan(a) || isnan(b) ? NAN : fmaxf(a, b);
+        }
+    }
+    return NAN;
+}
+
 /* The shared engine's device copy of parameter value v (the same parameter in the same storage), or -1. A scaled
  * weight is shared only as per-tensor E4M3, whose scale the shared engine keeps on the host (wglobal). */
 static int shared_param(const tp_engine *e, int v) {
@@ -502,6 +514,7 @@ done:
 static tp_status setup_kv(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = TP_OK;
+    size_t kv16 = 0;
     if (e->feed_argmax) {
         const tp_value *in = &g->values[g->input], *o = &g->values[g->output];
         if (in->ndim != 2 || in->shape[1] != 1 || o->ndim != 2 || o->shape[0] != in->shape[0])
@@ -536,6 +549,10 @@ static tp_status setup_kv(tp_engine *e, tp_error *err) {
                            "and 256", op->layer, D);
         size_t ws = e->kv_flash[i] ? 0 : tpk_kv_attention_workspace(B, T, op->heads, D, L);
         if (ws > e->kv_ws_bytes) e->kv_ws_bytes = ws;
+        if (e->kv_flash[i] && e->plan->value_dt[op->in[1]] == TP_E4M3) { /* the prefill's K, V dequantized */
+            const size_t b16 = 2 * (size_t)B * T * (size_t)c->shape[3] * tp_dtype_info(dt)->bytes;
+            if (b16 > kv16) kv16 = b16;
+        }
         snprintf(e->impl_note[i], sizeof e->impl_note[i], "%s", e->kv_flash[i]
                      ? "tprof flash attention (attention.h) over the cache's first T rows: a prefill from position 0"
                      : "tprof decode attention (decoder_ops.h): split-KV over the cache, the position read on the device");
@@ -544,6 +561,8 @@ static tp_status setup_kv(tp_engine *e, tp_error *err) {
                                               err)))
         return st;
     e->act_bytes += (double)e->kv_ws_bytes;
+    if (kv16 && (st = tpe_dev_alloc(e, kv16, &e->d_kv16, "the prefill's dequantized K and V", err))) return st;
+    e->act_bytes += (double)kv16;
     return TP_OK;
 }
 
@@ -613,11 +632,14 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
 
     /* activation scales from calibration: amax / 448 (max calibration); without act_amax, a decode engine takes
      * the amax the shared (prefill) engine calibrated for the value of the same name */
-    for (int v = 0; v < g->n_values; v++) e->act_amax[v] = NAN;
+    for (int v = 0; v < g->n_values; v++)
+        e->act_amax[v] = g->values[v].kind == TP_VAL_PARAM ? NAN
+                         : opt->act_amax ? opt->act_amax[v]
+                                         : shared_amax(opt->scales_from ? opt->scales_from : e->share,
+                                                       g->values[v].name);
     for (int v = 0; v < g->n_values; v++) {
         if (!plan->value_scaled[v] || g->values[v].kind == TP_VAL_PARAM) continue;
-        float a = opt->act_amax ? opt->act_amax[v]
-                                : shared_amax(opt->scales_from ? opt->scales_from : e->share, g->values[v].name);
+        float a = g->values[v].kind == TP_VAL_STATE ? kv_cache_amax(e, v) : e->act_amax[v];
         if (!opt->act_amax && isnan(a)) {
             st = tp_fail(err, TP_ERR_ARG, "the %s plan quantizes '%s' but no calibration data was given",
                          tp_precision_name(plan->requested), g->values[v].name);

@@ -91,6 +91,8 @@ struct tp_engine {
     float *d_kv_ws;            /* the decode attention's split-KV workspace, shared by its ops (one stream) */
     size_t kv_ws_bytes;
     int *kv_flash;             /* per KV attention op: 1 when the flash kernel runs it as a prefill (past 0) */
+    void *d_kv16;              /* an FP8 cache's prefill: its first T rows dequantized (2, B, T, W) for the flash
+                                  kernel (the largest such op's; one stream) */
     int device;                /* tp_engine_options.device: the GPU this engine runs on */
     /* tensor parallelism (engine_tp.c): the engine tp_engine_build_tp returns is rank 0's, the leader, through
      * which every public function drives all ranks */

@@ -80,25 +80,35 @@ static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
         return tpk_rope(x, xdt, y, ydt, (int)xv->shape[0], (int)xv->shape[1], op->heads, op->head_dim,
                         e->d_invfreq[i], e->d_past, s);
     case TP_OP_GLU: return tpk_glu(x, e->dptr[op->in[1]], xdt, y, ydt, (size_t)n, op->act, s);
-    case TP_OP_KV_APPEND:
-        return tpk_kv_append(x, e->dptr[op->in[1]], y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)o->shape[2],
-                             (int)o->shape[3], e->d_past, s);
+    case TP_OP_KV_APPEND: /* an FP8 cache: quantized under its scale (plan.c plan_kv_cache) */
+        return tpk_kv_append(x, e->dptr[op->in[1]], y, xdt, ydt, e->d_scales + SCALE_SLOT * op->out,
+                             (int)xv->shape[0], (int)xv->shape[1], (int)o->shape[2], (int)o->shape[3], e->d_past, s);
     case TP_OP_KV_ATTENTION: {
         const tp_value *c = &g->values[op->in[1]];
         const int B = (int)xv->shape[0], T = (int)xv->shape[1], L = (int)c->shape[2], W = (int)c->shape[3];
         const char *kv = e->dptr[op->in[1]];
+        const tp_dtype kdt = pl->value_dt[op->in[1]];
+        const float *ks = e->d_scales + SCALE_SLOT * op->in[1];
         if (e->kv_flash[i]) { /* a prefill: the T keys at rows 0 .. T - 1 of each sequence's cache */
-            const long long QW = (long long)op->heads * op->head_dim, plane = (long long)B * L * W;
-            const size_t eb = tp_dtype_info(pl->value_dt[op->in[1]])->bytes;
+            const long long QW = (long long)op->heads * op->head_dim;
+            long long plane = (long long)B * L * W, rows = L;
+            if (kdt == TP_E4M3) { /* an FP8 cache: its rows 0 .. T - 1 as the kernel reads them, (2, B, T, W) */
+                HOOK(e, i, TP_CAT_CONVERT);
+                int rc = tpk_kv_dequant(kv, ks, e->d_kv16, xdt, B, T, L, W, s);
+                if (rc) return rc;
+                HOOK(e, i, TP_CAT_ATTENTION);
+                kv = e->d_kv16, plane = (long long)B * T * W, rows = T;
+            }
+            const size_t eb = tp_dtype_info(kdt == TP_E4M3 ? xdt : kdt)->bytes;
             tpk_attn_args a = {.q = x, .k = kv, .v = kv + plane * (long long)eb, .o = y,
-                               .q_batch_stride = T * QW, .q_row_stride = QW, .k_batch_stride = (long long)L * W,
-                               .k_row_stride = W, .v_batch_stride = (long long)L * W, .v_row_stride = W,
+                               .q_batch_stride = T * QW, .q_row_stride = QW, .k_batch_stride = rows * W,
+                               .k_row_stride = W, .v_batch_stride = rows * W, .v_row_stride = W,
                                .o_batch_stride = T * QW, .o_row_stride = QW, .B = B, .H = op->heads,
                                .Hkv = op->kv_heads, .Tq = T, .Tkv = T, .D = op->head_dim, .causal = 1,
                                .scale = op->scale, .in_dt = xdt, .out_dt = ydt};
             return tpk_flash_attention_ex(&a, s);
         }
-        return tpk_kv_attention(x, kv, xdt, y, ydt, B, T, op->heads, op->kv_heads, op->head_dim, L, e->d_past,
+        return tpk_kv_attention(x, kv, xdt, kdt, ks, y, ydt, B, T, op->heads, op->kv_heads, op->head_dim, L, e->d_past,
                                 op->scale, e->d_kv_ws, e->kv_ws_bytes, s);
     }
     default: CHECK(!"unknown op kind"); return 0;

@@ -13,12 +13,14 @@
  * together. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "exec/cuda/kernels/decoder_ops.h"
+#include "exec/cuda/kernels/e4m3.cuh"
 #include "exec/cuda/kernels/pdl.cuh"
 #include "exec/cuda/ptx/attention_ptx.cuh"
 
@@ -109,6 +111,20 @@ template <int N> static __device__ __forceinline__ void ldn(const __nv_bfloat16 
         __nv_bfloat162 h;
         memcpy(&h, &w[i], 4);
         const float2 f = __bfloat1622float2(h);
+        v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+}
+/* An FP8 KV cache's E4M3 codes (N = 2, 4, 8 or 16, aligned to N bytes), widened to fp32 exactly (through f16x2);
+ * the cache's per-tensor scale is the caller's to apply. */
+typedef __nv_fp8_e4m3 kv_e4m3;
+template <int N> static __device__ __forceinline__ void ldn(const kv_e4m3 *p, float *v) {
+    uint32_t w[N >= 4 ? N / 4 : 1];
+    if constexpr (N >= 4) ld_raw<N>(p, w);
+    else w[0] = *reinterpret_cast<const unsigned short *>(p);
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i / 2] >> (16 * (i & 1))), __NV_E4M3);
+        const float2 f = __half22float2(__half2(hr));
         v[2 * i] = f.x, v[2 * i + 1] = f.y;
     }
 }
@@ -416,6 +432,48 @@ __global__ void __launch_bounds__(DEC_THREADS)
     }
 }
 
+/* The FP8 cache's append: k and v (B, T, W) in TI quantized to E4M3 under the cache's scale, two elements a
+ * thread (W even), sat(rne(x / scale)) as every E4M3 store in tprof (e4m3.cuh). */
+template <typename TI>
+__global__ void __launch_bounds__(DEC_THREADS)
+    kv_append_e4m3_kernel(const TI *__restrict__ k, const TI *__restrict__ v, unsigned char *__restrict__ kv, int B,
+                          int T, int L, int W, const int *__restrict__ past_p, const float *__restrict__ scale_p,
+                          size_t total) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
+    const int past = *past_p;
+    if (past < 0 || past > L - T) return;
+    const float sc = *scale_p;
+    const size_t half = (size_t)W / 2, bt_n = (size_t)B * T;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = i / half, c = 2 * (i - row * half);
+        const size_t plane = row / bt_n, bt = row - plane * bt_n, b = bt / T, t = bt - b * T;
+        const TI *src = (plane ? v : k) + bt * W + c;
+        const uint32_t q = tpk_to_e4m3x2(ld1(src, 0), ld1(src, 1), sc);
+        *reinterpret_cast<unsigned short *>(kv + ((plane * B + b) * L + (size_t)past + t) * W + c) = (unsigned short)q;
+    }
+}
+
+/* Rows 0 .. T - 1 of an FP8 cache (2, B, L, W) into y (2, B, T, W) in TY, each code times the scale: the K and V
+ * a prefill's flash attention reads (the values the decode steps read from the cache). */
+template <typename TY>
+__global__ void __launch_bounds__(DEC_THREADS)
+    kv_dequant_kernel(const unsigned char *__restrict__ kv, const float *__restrict__ scale_p, TY *__restrict__ y,
+                      int B, int T, int L, int W, size_t total) {
+    tpk_pdl_trigger();
+    tpk_pdl_wait();
+    const float sc = *scale_p;
+    const size_t half = (size_t)W / 2, bt_n = (size_t)B * T;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = i / half, c = 2 * (i - row * half);
+        const size_t plane = row / bt_n, bt = row - plane * bt_n, b = bt / T, t = bt - b * T;
+        float f[2];
+        ldn<2>(reinterpret_cast<const kv_e4m3 *>(kv + ((plane * B + b) * L + t) * W + c), f);
+        st1(y, row * W + c, f[0] * sc);
+        st1(y, row * W + c + 1, f[1] * sc);
+    }
+}
+
 template <typename U>
 __global__ void __launch_bounds__(DEC_THREADS)
     last_token_kernel(const U *__restrict__ x, U *__restrict__ y, int T, size_t upr, size_t total) {
@@ -443,13 +501,22 @@ static int kv_append_launch(const void *k, const void *v, void *kv, int B, int T
                                               upr, past, total));
 }
 
-extern "C" int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt, int B, int T, int L, int W,
-                             const int *past, tp_stream stream) {
+extern "C" int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt, tp_dtype kv_dt,
+                             const float *kv_scale, int B, int T, int L, int W, const int *past, tp_stream stream) {
     if (!is_act(dt) || B < 0 || T < 0 || W < 0 || L < T) return DEC_INVALID;
+    if (kv_dt != dt && !(kv_dt == TP_E4M3 && dt != TP_F32 && kv_scale && W % 2 == 0)) return DEC_INVALID;
     if (B == 0 || T == 0 || W == 0) return (int)cudaSuccess;
     if (!k || !v || !kv || !past) return DEC_INVALID;
-    const size_t row = (size_t)W * esz(dt);
     cudaStream_t s = (cudaStream_t)stream;
+    if (kv_dt == TP_E4M3) {
+        const size_t total = (size_t)B * T * (size_t)W; /* 2 planes x B T W / 2 pairs */
+        DEC_BY_ACT(dt, TI,
+                   return pdl_launched(tpk_pdl_launch_kernel(kv_append_e4m3_kernel<TI>,
+                                                             dim3(grid_for(total, DEC_THREADS)), dim3(DEC_THREADS), 0,
+                                                             s, (const TI *)k, (const TI *)v, (unsigned char *)kv, B,
+                                                             T, L, W, past, kv_scale, total)))
+    }
+    const size_t row = (size_t)W * esz(dt);
     switch (copy_unit(row, k, v, kv)) {
     case 16: return kv_append_launch<uint4>(k, v, kv, B, T, L, row, past, s);
     case 8: return kv_append_launch<uint2>(k, v, kv, B, T, L, row, past, s);
@@ -457,6 +524,19 @@ extern "C" int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt
     case 2: return kv_append_launch<uint16_t>(k, v, kv, B, T, L, row, past, s);
     default: return DEC_INVALID; /* an odd address of a 16-bit tensor */
     }
+}
+
+extern "C" int tpk_kv_dequant(const void *kv, const float *kv_scale, void *y, tp_dtype ydt, int B, int T, int L,
+                              int W, tp_stream stream) {
+    if (!is_act(ydt) || B < 0 || T < 0 || W < 0 || L < T || W % 2) return DEC_INVALID;
+    if (B == 0 || T == 0 || W == 0) return (int)cudaSuccess;
+    if (!kv || !kv_scale || !y || !aligned(kv, 2)) return DEC_INVALID;
+    const size_t total = (size_t)B * T * (size_t)W;
+    cudaStream_t s = (cudaStream_t)stream;
+    DEC_BY_ACT(ydt, TY,
+               return pdl_launched(tpk_pdl_launch_kernel(kv_dequant_kernel<TY>, dim3(grid_for(total, DEC_THREADS)),
+                                                         dim3(DEC_THREADS), 0, s, (const unsigned char *)kv, kv_scale,
+                                                         (TY *)y, B, T, L, W, total)))
 }
 
 template <typename U>
@@ -620,16 +700,20 @@ typedef struct {
     void *out;
     float *ws_o, *ws_ml; /* partials: [chunk][row][D] and [chunk][row][2] (max, sum); row = (b T + t) H + h */
     const int *past;
+    const float *kv_scale;     /* an FP8 cache's scale (device), else NULL: folded into Q's pre-scale and the output */
     int B, T, H, Hkv, G, L, R; /* R = G T rows per KV head */
     int chunk, n_chunks;
     float qscale;
 } kva_params;
 
-/* The shared memory of the split kernel: Q rows (fp32), per-warp probabilities, per-warp K and V staging. */
-template <typename TI, int D> static size_t kva_smem_bytes(void) {
-    constexpr int PITCH = D + 16 / (int)sizeof(TI);
-    return sizeof(float) * (KVA_RB * D + KVA_WARPS * KVA_RB * KVA_KW) +
-           sizeof(TI) * (size_t)KVA_WARPS * 2 * KVA_KW * PITCH;
+/* The shared memory of the split kernel: Q rows (fp32), per-warp probabilities, per-warp K and V staging (TK: the
+ * cache's element type). */
+template <typename TK, int D> static size_t kva_smem_bytes(void) {
+    constexpr int PITCH = D + 16 / (int)sizeof(TK);
+    size_t stage = sizeof(TK) * (size_t)KVA_WARPS * 2 * KVA_KW * PITCH;
+    const size_t merge = sizeof(float) * (size_t)KVA_WARPS * KVA_RB * D; /* the staging re-used for the warps' merge */
+    if (stage < merge) stage = merge;
+    return sizeof(float) * (KVA_RB * D + KVA_WARPS * KVA_RB * KVA_KW) + stage;
 }
 
 /* Chunk size (keys) and count for B T query rows over a cache of L positions. More chunks means more blocks at
@@ -693,15 +777,17 @@ static __device__ __forceinline__ void kva_scores(const TI *Ks, const float *Qs,
     for (int r = 0; r < KVA_RB; r++) s[r] += __shfl_xor_sync(DEC_FULL, s[r], 16);
 }
 
-template <typename TI, typename TO, int D>
+template <typename TI, typename TK, typename TO, int D>
 __global__ void __launch_bounds__(KVA_THREADS) kva_split_kernel(kva_params p) {
     tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
     tpk_pdl_wait();
-    constexpr int PITCH = D + 16 / (int)sizeof(TI), NV = D / 32;
+    constexpr int PITCH = D + 16 / (int)sizeof(TK), NV = D / 32;
     extern __shared__ __align__(16) unsigned char kva_smem[];
     float *Qs = reinterpret_cast<float *>(kva_smem);                /* [RB][D] */
     float *Ps = Qs + KVA_RB * D;                                    /* [warp][RB][KW] */
-    TI *stage = reinterpret_cast<TI *>(Ps + KVA_WARPS * KVA_RB * KVA_KW); /* [warp][K; V][KW][PITCH] */
+    TK *stage = reinterpret_cast<TK *>(Ps + KVA_WARPS * KVA_RB * KVA_KW); /* [warp][K; V][KW][PITCH] */
+    /* an FP8 cache: K = s k_q, V = s v_q, so q . K = (s q) . k_q and sum p V = s sum p v_q */
+    const float kvs = p.kv_scale ? *p.kv_scale : 1.0f;
     __shared__ float Mw[KVA_WARPS][KVA_RB], Lw[KVA_WARPS][KVA_RB];
 
     const int chunk = blockIdx.x, r0 = blockIdx.y * KVA_RB, b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
@@ -717,7 +803,7 @@ __global__ void __launch_bounds__(KVA_THREADS) kva_split_kernel(kva_params p) {
         float v = 0.0f;
         if (r < nr) {
             const int rr = r0 + r, t = rr / p.G, g = rr - t * p.G;
-            v = ld1(q, (((size_t)b * p.T + t) * p.H + (size_t)kvh * p.G + g) * D + d) * p.qscale;
+            v = ld1(q, (((size_t)b * p.T + t) * p.H + (size_t)kvh * p.G + g) * D + d) * (p.qscale * kvs);
         }
         Qs[e] = v;
     }
@@ -733,15 +819,15 @@ __global__ void __launch_bounds__(KVA_THREADS) kva_split_kernel(kva_params p) {
     __syncthreads();
 
     const size_t W = (size_t)p.Hkv * D;
-    const TI *kb = (const TI *)p.kv + (size_t)b * p.L * W + (size_t)kvh * D, *vb = kb + (size_t)p.B * p.L * W;
-    TI *Ks = stage + (size_t)warp * 2 * KVA_KW * PITCH, *Vs = Ks + KVA_KW * PITCH;
+    const TK *kb = (const TK *)p.kv + (size_t)b * p.L * W + (size_t)kvh * D, *vb = kb + (size_t)p.B * p.L * W;
+    TK *Ks = stage + (size_t)warp * 2 * KVA_KW * PITCH, *Vs = Ks + KVA_KW * PITCH;
     float *Pw = Ps + warp * KVA_RB * KVA_KW;
     const int kk = lane & 15;
     for (int k0 = lo + warp * KVA_KW; k0 < hi; k0 += KVA_STEP) {
         const int nk = min(KVA_KW, hi - k0);
-        kva_stage<TI, D, PITCH>(Ks, Vs, kb, vb, W, k0, nk, lane);
+        kva_stage<TK, D, PITCH>(Ks, Vs, kb, vb, W, k0, nk, lane);
         float s[KVA_RB];
-        kva_scores<TI, D, PITCH>(Ks, Qs, nr, lane, s);
+        kva_scores<TK, D, PITCH>(Ks, Qs, nr, lane, s);
 #pragma unroll
         for (int r = 0; r < KVA_RB; r++) {
             if (r >= nr) break;
@@ -805,6 +891,7 @@ __global__ void __launch_bounds__(KVA_THREADS) kva_split_kernel(kva_params p) {
             Ls = fmaf(ew, Lw[w][r], Ls);
             A = fmaf(ew, Aw[(w * KVA_RB + r) * D + d], A);
         }
+        A *= kvs;
         const int rr = r0 + r, t = rr / p.G, g = rr - t * p.G;
         const size_t orow = ((size_t)b * p.T + t) * p.H + (size_t)kvh * p.G + g;
         if (p.n_chunks == 1) {
@@ -861,14 +948,15 @@ __global__ void __launch_bounds__(128)
     for (int v = 0; v < NV; v++) st1(out, (size_t)row * D + lane * NV + v, acc[v] * inv);
 }
 
-template <typename TI, typename TO, int D> static int kva_launch(const kva_params *p, cudaStream_t s) {
-    const size_t smem = kva_smem_bytes<TI, D>();
+template <typename TI, typename TK, typename TO, int D> static int kva_launch(const kva_params *p, cudaStream_t s) {
+    const size_t smem = kva_smem_bytes<TK, D>();
     cudaError_t e = cudaSuccess;
     if (smem > 48 * 1024) /* every call: the attribute lives in the current device's context */
-        e = cudaFuncSetAttribute(kva_split_kernel<TI, TO, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        e = cudaFuncSetAttribute(kva_split_kernel<TI, TK, TO, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem);
     if (e != cudaSuccess) return (int)e;
     const dim3 grid((unsigned)p->n_chunks, (unsigned)((p->R + KVA_RB - 1) / KVA_RB), (unsigned)(p->B * p->Hkv));
-    e = tpk_pdl_launch_kernel(kva_split_kernel<TI, TO, D>, grid, dim3(KVA_THREADS), smem, s, *p);
+    e = tpk_pdl_launch_kernel(kva_split_kernel<TI, TK, TO, D>, grid, dim3(KVA_THREADS), smem, s, *p);
     if (e != cudaSuccess || p->n_chunks == 1) return pdl_launched(e);
     e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
@@ -878,11 +966,11 @@ template <typename TI, typename TO, int D> static int kva_launch(const kva_param
                                               p->T, p->L, p->chunk, p->n_chunks, (const int *)p->past));
 }
 
-template <typename TI, typename TO> static int kva_by_d(int D, const kva_params *p, cudaStream_t s) {
+template <typename TI, typename TK, typename TO> static int kva_by_d(int D, const kva_params *p, cudaStream_t s) {
     switch (D) {
-    case 64: return kva_launch<TI, TO, 64>(p, s);
-    case 128: return kva_launch<TI, TO, 128>(p, s);
-    case 256: return kva_launch<TI, TO, 256>(p, s);
+    case 64: return kva_launch<TI, TK, TO, 64>(p, s);
+    case 128: return kva_launch<TI, TK, TO, 128>(p, s);
+    case 256: return kva_launch<TI, TK, TO, 256>(p, s);
     default: return DEC_INVALID;
     }
 }
@@ -901,10 +989,13 @@ extern "C" size_t tpk_kv_attention_workspace(int B, int T, int H, int D, int L) 
     return n > 1 ? (size_t)n * B * T * H * (size_t)(D + 2) * sizeof(float) : 0;
 }
 
-extern "C" int tpk_kv_attention(const void *q, const void *kv, tp_dtype dt, void *out, tp_dtype out_dt, int B, int T,
-                                int H, int Hkv, int D, int L, const int *past, float scale, float *workspace,
-                                size_t workspace_bytes, tp_stream stream) {
+extern "C" int tpk_kv_attention(const void *q, const void *kv, tp_dtype dt, tp_dtype kv_dt, const float *kv_scale,
+                                void *out, tp_dtype out_dt, int B, int T, int H, int Hkv, int D, int L,
+                                const int *past, float scale, float *workspace, size_t workspace_bytes,
+                                tp_stream stream) {
     if (B < 0 || T < 0 || H < 0 || Hkv < 1 || L < 0) return DEC_INVALID;
+    if (kv_dt != dt && !(kv_dt == TP_E4M3 && (dt == TP_F16 || dt == TP_BF16) && out_dt == dt && kv_scale))
+        return DEC_INVALID;
     if (B == 0 || T == 0 || H == 0) return (int)cudaSuccess;
     if (!kva_shape_ok(B, T, H, D, L) || H % Hkv != 0 || (long long)B * Hkv > 65535) return DEC_INVALID;
     if (!q || !kv || !out || !past || !aligned(kv, 16)) return DEC_INVALID;
@@ -913,11 +1004,15 @@ extern "C" int tpk_kv_attention(const void *q, const void *kv, tp_dtype dt, void
     const size_t need = tpk_kv_attention_workspace(B, T, H, D, L);
     if (need > 0 && (!workspace || workspace_bytes < need || !aligned(workspace, 16))) return DEC_INVALID;
     p.q = q, p.kv = kv, p.out = out, p.past = past;
+    p.kv_scale = kv_dt == TP_E4M3 ? kv_scale : NULL;
     p.ws_o = workspace;
     p.ws_ml = workspace ? workspace + (size_t)p.n_chunks * B * T * H * D : NULL;
     p.B = B, p.T = T, p.H = H, p.Hkv = Hkv, p.G = H / Hkv, p.L = L, p.R = p.G * T;
     p.qscale = scale * KVA_LOG2E;
     if ((p.R + KVA_RB - 1) / KVA_RB > 65535) return DEC_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
-    DEC_BY_ACT(dt, TI, DEC_BY_ACT(out_dt, TO, return kva_by_d<TI, TO>(D, &p, s)))
+    if (kv_dt == TP_E4M3) /* 16-bit Q and output only: six more kernels, not eighteen */
+        return dt == TP_F16 ? kva_by_d<__half, kv_e4m3, __half>(D, &p, s)
+                            : kva_by_d<__nv_bfloat16, kv_e4m3, __nv_bfloat16>(D, &p, s);
+    DEC_BY_ACT(dt, TI, DEC_BY_ACT(out_dt, TO, return kva_by_d<TI, TI, TO>(D, &p, s)))
 }

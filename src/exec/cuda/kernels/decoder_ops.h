@@ -57,11 +57,19 @@ int tpk_rope(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, int B, int T, i
 int tpk_glu(const void *gate, const void *up, tp_dtype dt, void *y, tp_dtype ydt, size_t n, int act,
             tp_stream stream);
 
-/* The KV cache kv (2, B, L, W) in dt (K at index 0, V at 1): rows *past .. *past + T - 1 of batch b get k[b] and
- * v[b] (B, T, W) in dt, copied bit for bit; every other row is left untouched. The caller guarantees
+/* The KV cache kv (2, B, L, W) in kv_dt (K at index 0, V at 1): rows *past .. *past + T - 1 of batch b get k[b] and
+ * v[b] (B, T, W) in dt; every other row is left untouched. kv_dt == dt: copied bit for bit. kv_dt == TP_E4M3 (an
+ * FP8 cache; dt F16 or BF16, W even): each element quantized, sat(rne(x / *kv_scale)) (kernels' E4M3 rounding,
+ * e4m3.cuh), one static per-tensor scale for the whole cache (kv_scale: device fp32). The caller guarantees
  * 0 <= *past <= L - T; a past outside that range writes nothing (no access outside the cache). T <= L. */
-int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt, int B, int T, int L, int W, const int *past,
-                  tp_stream stream);
+int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt, tp_dtype kv_dt, const float *kv_scale, int B,
+                  int T, int L, int W, const int *past, tp_stream stream);
+
+/* An FP8 cache's rows 0 .. T - 1 of each sequence, kv (2, B, L, W) E4M3, into y (2, B, T, W) in ydt (F32/F16/BF16),
+ * each value code * *kv_scale rounded once: the K and V of a prefill, for attention kernels that read 16 bits. W
+ * even, kv 2-byte aligned. */
+int tpk_kv_dequant(const void *kv, const float *kv_scale, void *y, tp_dtype ydt, int B, int T, int L, int W,
+                   tp_stream stream);
 
 /* y (B, C) = x (B, T, C)[b, T - 1] (the next-token position: tp_cpu_pool mode 2), dt in and out, bit for bit.
  * y must not overlap x. */
@@ -79,7 +87,9 @@ int tpk_advance(int *past, int by, tp_stream stream);
  * *past + T - 1) over the cached keys j <= *past + t (this step's keys already appended by tpk_kv_append):
  *   out[b, t, h, :] = sum_{j <= past + t} softmax_j(scale q[b, t, h, :] . K[b, j, h / G, :]) V[b, j, h / G, :],
  * G = H / Hkv; the semantics of tp_cpu_attention_ex with Tq = T, Tkv = past + T, causal = 1 (bottom-right).
- *   q   (B, T, H * D) in dt;   kv (2, B, L, Hkv * D) in dt (K plane, then V plane), 16-byte aligned;
+ *   q   (B, T, H * D) in dt;   kv (2, B, L, Hkv * D) in kv_dt (K plane, then V plane), 16-byte aligned: dt, or
+ *       TP_E4M3 (an FP8 cache, dt F16 or BF16 and out_dt == dt) whose values are code * *kv_scale (device fp32;
+ *       the scale is folded into Q's pre-scale and the output, the codes widened exactly);
  *   out (B, T, H * D) in out_dt (any alignment; must not overlap q or kv).
  * Split-KV (flash-decoding): the cache's L positions are cut into chunks whose number and size depend only on
  * host-known sizes (B, T, L), never on *past, so one captured graph serves every step. Each block handles one
@@ -93,9 +103,9 @@ int tpk_advance(int *past, int by, tp_stream stream);
  * workspace: device fp32, 16-byte aligned, at least tpk_kv_attention_workspace(B, T, H, D, L) bytes (may be
  * NULL when that is 0). Returns cudaErrorInvalidValue without a launch for an unsupported D or dtype,
  * H % Hkv != 0, T > L, a NULL or misaligned pointer, or a too small workspace. */
-int tpk_kv_attention(const void *q, const void *kv, tp_dtype dt, void *out, tp_dtype out_dt, int B, int T, int H,
-                     int Hkv, int D, int L, const int *past, float scale, float *workspace, size_t workspace_bytes,
-                     tp_stream stream);
+int tpk_kv_attention(const void *q, const void *kv, tp_dtype dt, tp_dtype kv_dt, const float *kv_scale, void *out,
+                     tp_dtype out_dt, int B, int T, int H, int Hkv, int D, int L, const int *past, float scale,
+                     float *workspace, size_t workspace_bytes, tp_stream stream);
 
 /* The workspace tpk_kv_attention needs, in bytes: n_chunks * B * T * H * (D + 2) * 4 when the cache is split into
  * n_chunks > 1 chunks, else 0 (also 0 for invalid sizes). At most about 128 (B T <= 4) to 4 chunks (B T >= 128):
