@@ -994,7 +994,7 @@ extern "C" int tpk_kv_attention(const void *q, const void *kv, tp_dtype dt, tp_d
                                 const int *past, float scale, float *workspace, size_t workspace_bytes,
                                 tp_stream stream) {
     if (B < 0 || T < 0 || H < 0 || Hkv < 1 || L < 0) return DEC_INVALID;
-    if (kv_dt != dt && !(kv_dt == TP_E4M3 && (dt == TP_F16 || dt == TP_BF16) && out_dt == dt && kv_scale))
+    if (kv_dt == TP_E4M3 ? !((dt == TP_F16 || dt == TP_BF16) && out_dt == dt && kv_scale) : kv_dt != dt)
         return DEC_INVALID;
     if (B == 0 || T == 0 || H == 0) return (int)cudaSuccess;
     if (!kva_shape_ok(B, T, H, D, L) || H % Hkv != 0 || (long long)B * Hkv > 65535) return DEC_INVALID;
