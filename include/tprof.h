@@ -50,14 +50,14 @@ typedef struct {
     char msg[512];
 } tp_error;
 
-/* Sets err (if non-NULL) to code and the printf-formatted message; returns code. */
+/* Sets err (if non-NULL) to code and the printf-formatted message, its control characters (which a message can
+ * echo from an input) replaced by '?' so the reason stays one line; returns code. */
 tp_status tp_fail(tp_error *err, tp_status code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-/* As tp_fail with "path: " in front, and control characters in the message (from file-supplied names)
- * replaced by '?', so the reason stays one line. */
+/* As tp_fail with "path: " in front. */
 tp_status tp_fail_path(tp_error *err, tp_status code, const char *path, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
