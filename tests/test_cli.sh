@@ -153,6 +153,7 @@ expect_ok "models list" "vit_base_patch16_224" models
 expect_ok "caps --help" "tprof caps: which precision runs native" caps --help
 expect_ok "models --help" "tprof models: list the model presets" models --help
 expect_ok "build --help" "tprof build --model vit-b16 --batch 64 --precision fp8 -o" build --help
+expect_ok "bench --help lists every precision of the format table" "comma list of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4,fp8-wo,nvfp4-wo" bench --help
 expect_ok "lint --help" "lint options:" lint --help
 if "$TPROF" bench --help | grep -q "lint options:"; then
   fail=$((fail + 1)); echo "FAIL bench --help prints lint's options"

@@ -28,7 +28,7 @@ static const char USAGE_BENCH[] =
             "  --batch N[,N...]      samples per forward pass: images, or sequences for decoders (default 64 on GPU,\n"
             "                        1 on CPU); a list runs a sweep\n"
             "                        (tprof bench): one run per size, then images/s, TFLOP/s and MFU per size\n"
-            "  --precision LIST      comma list of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4,fp8-wo,nvfp4-wo\n"
+            "%s" /* --precision LIST: the names of the format table (usage_bench) */
             "                        (-wo: weight-only, fp16 activations, for decoding) (default fp16,fp8 on\n"
             "                        GPU; fp32 on CPU)\n"
             "  --warmup MS           warm-up time before timing (default 200)\n"
@@ -72,7 +72,7 @@ static const char USAGE_BENCH[] =
             "  --fp8-accum fast|promote  per-tensor FP8 GEMMs: fast (default): accumulate in the tensor cores\n"
             "                        without periodic fp32 promotion (cuBLASLt FAST_ACCUM, tprof's FP8 GEMM), as\n"
             "                        Transformer Engine's forward GEMMs; promote: cuBLASLt with its fp32 promotion\n"
-            "                        (FAST_ACCUM off; 10-17% slower on an H200, about half the accumulation error)\n"
+            "                        (FAST_ACCUM off; 10-17%% slower on an H200, about half the accumulation error)\n"
             "  --plan                print the per-layer plan: precision, FLOP, bytes, and why\n"
             "  --save-output FILE    write each precision's output (batch, classes) fp32 to FILE (safetensors)\n"
             "  --policy SPEC         per-layer precision overrides, later rules win, e.g.\n"
@@ -97,6 +97,16 @@ static const char USAGE_LINT[] =
             "  any of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4); exit 0: every format usable as asked,\n"
             "  1: one is not, 2: a bad option or model, 3: the JSON file cannot be written\n";
 
+/* USAGE_BENCH with its --precision line listing every precision of the format table (dtype.h), in its order */
+static void usage_bench(FILE *f) {
+    char line[256];
+    int n = snprintf(line, sizeof line, "  --precision LIST      comma list of ");
+    for (int i = 0; i < TP_PREC_COUNT && n < (int)sizeof line; i++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s%s", i ? "," : "", tp_precision_name((tp_precision)i));
+    if (n < (int)sizeof line) snprintf(line + n, sizeof line - (size_t)n, "\n");
+    fprintf(f, USAGE_BENCH, line);
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "tprof %s: build, run and profile transformer inference engines\n"
@@ -117,7 +127,7 @@ static void usage(FILE *f) {
             "       tprof --version\n"
             "\n",
             TPROF_VERSION);
-    fputs(USAGE_BENCH, f);
+    usage_bench(f);
     fputs(USAGE_PROFILE, f);
     fputs(USAGE_LINT, f);
     usage_knobs(f);
@@ -157,7 +167,7 @@ static int usage_command(const char *cmd, FILE *f) {
         if (strcmp(cmd, C[k].cmd) != 0) continue;
         fprintf(f, "tprof %s: %s\n\nexample:\n  %s\n\n", C[k].cmd, C[k].what, C[k].example);
         if (C[k].profile) fputs(USAGE_PROFILE, f);
-        if (C[k].bench) fputs(USAGE_BENCH, f);
+        if (C[k].bench) usage_bench(f);
         if (C[k].lint) fputs(USAGE_LINT, f);
         if (C[k].knobs) usage_knobs(f);
         return 0;
