@@ -28,6 +28,7 @@
  *         boundaries (a 2^-4 relative step). Seen on H200: 1e-3 to 3.9e-2. The single-GEMM check in
  *         test_gpu_formats.c (bf16 rounding only, 4e-3) is the tight one. */
 #include <check.h>
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -683,6 +684,46 @@ START_TEST(test_engine_errors) {
 }
 END_TEST
 
+/* Out of GPU memory, on purpose: vit-tiny (depth 1) at batch 2,000,000 needs about 150 GB per activation buffer
+ * (2e6 x 197 x 192 fp16): tp_engine_build refuses with TP_ERR_OOM before allocating, naming what it needs and what
+ * the GPU has free; nothing stays allocated or pending, and a normal engine builds right after. */
+START_TEST(test_engine_out_of_memory) {
+    tp_vit_config c;
+    tp_error e;
+    ck_assert_int_eq(tp_vit_config_preset("vit-tiny", &c, &e), TP_OK);
+    c.depth = 1;
+    tp_params p = {0};
+    ck_assert_int_eq(tp_vit_params_init(&c, 1, 1, &p, &e), TP_OK);
+    tp_graph g, small;
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 2000000, &g, &e), TP_OK);
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 2, &small, &e), TP_OK);
+    tp_plan plan, ps;
+    ck_assert_int_eq(tp_plan_build(&g, TP_PREC_FP16, gpu_sm(), &plan, &e), TP_OK);
+    ck_assert_int_eq(tp_plan_build(&small, TP_PREC_FP16, gpu_sm(), &ps, &e), TP_OK);
+    size_t free0 = 0, total = 0;
+    ck_assert_int_eq(cudaMemGetInfo(&free0, &total), cudaSuccess);
+    tp_engine_options o = {.device = 0, .use_graph = 1, .gemm_first = 1};
+    tp_engine *eng = NULL;
+    ck_assert_int_eq(tp_engine_build(&g, &p, &plan, &o, &eng, &e), TP_ERR_OOM);
+    printf("out of GPU memory on purpose: %s\n", e.msg);
+    ck_assert_ptr_null(eng);
+    ck_assert_ptr_nonnull(strstr(e.msg, "free of"));
+    ck_assert_ptr_nonnull(strstr(e.msg, "activations"));
+    ck_assert_ptr_null(strchr(e.msg, '\n'));
+    ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+    size_t free1 = 0;
+    ck_assert_int_eq(cudaMemGetInfo(&free1, &total), cudaSuccess);
+    ck_assert_msg(free1 + (64u << 20) >= free0, "%zu bytes free before, %zu after the refused build", free0, free1);
+    ck_assert_msg(tp_engine_build(&small, &p, &ps, &o, &eng, &e) == TP_OK, "%s", e.msg);
+    tp_engine_destroy(eng);
+    tp_plan_free(&plan);
+    tp_plan_free(&ps);
+    tp_graph_free(&g);
+    tp_graph_free(&small);
+    tp_params_free(&p);
+}
+END_TEST
+
 /* The roofline's rates: plausible figures for a datacenter GPU (the HBM of an H100/H200 copies at 2-5 TB/s read
  * plus write; the bounds catch a unit slip, ms for s or bits for bytes), and errors for bad arguments. */
 START_TEST(test_copy_rate) {
@@ -766,6 +807,7 @@ Suite *gpu_engine_suite(void) {
     tcase_add_loop_test(t, test_engine_gelu_tanh, 0, 2 * n);
     tcase_add_loop_test(t, test_engine_gelu_sm90, 0, 3 * n);
     tcase_add_test(t, test_engine_errors);
+    tcase_add_test(t, test_engine_out_of_memory);
     tcase_add_test(t, test_copy_rate);
     tcase_add_test(t, test_gpu_reference);
     suite_add_tcase(s, t);

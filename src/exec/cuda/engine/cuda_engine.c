@@ -468,6 +468,55 @@ static tp_status state_buffer(tp_engine *e, int v, size_t bytes, tp_error *err) 
     return st;
 }
 
+/* The shared engine has a state value (a KV cache) of this name: a decode engine uses it instead of its own. */
+static int shared_state(const tp_engine *s, const char *name) {
+    for (int u = 0; s && u < s->g->n_values; u++)
+        if (s->g->values[u].kind == TP_VAL_STATE && strcmp(s->g->values[u].name, name) == 0) return 1;
+    return 0;
+}
+
+/* The device memory the engine will take, estimated from its plan before anything is allocated: weights in their
+ * storage types (those a shared engine holds: none), the activation buffers of the plan's assignment
+ * (tp_plan_buffers), the KV cache (unless shared) and the GEMM workspace; a refusal with the numbers when it exceeds
+ * what the GPU has free (cudaMemGetInfo), instead of an allocation failing midway. Scratch buffers (im2col,
+ * dequantized operands, the attention workspaces) are not counted: the estimate is a lower bound. */
+static tp_status check_fits(tp_engine *e, size_t workspace, tp_error *err) {
+    const tp_graph *g = e->g;
+    double w = 0, kv = 0, act = 0;
+    size_t *bytes = malloc(sizeof(size_t) * (size_t)(g->n_values ? g->n_values : 1));
+    size_t *slot_bytes = malloc(sizeof(size_t) * (size_t)(g->n_values ? g->n_values : 1));
+    int *slot = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
+    if (!bytes || !slot_bytes || !slot) {
+        free(bytes), free(slot_bytes), free(slot);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        const tp_value *val = &g->values[v];
+        const double n = (double)tp_value_numel(val);
+        bytes[v] = tpe_act_alloc_bytes(e, v);
+        if (val->kind == TP_VAL_PARAM && !(e->share && shared_param(e, v) >= 0))
+            w += n * tp_dtype_info(e->plan->value_dt[v])->bits / 8.0 + (e->plan->value_dt[v] == TP_E2M1 ? n / 16 : 0);
+        if (val->kind == TP_VAL_STATE && !shared_state(e->share, val->name)) kv += (double)bytes[v];
+        if (val->kind == TP_VAL_INPUT) act += (double)bytes[v];
+    }
+    const int n_slots = tp_plan_buffers(g, e->plan, bytes, NULL, slot, slot_bytes);
+    for (int k = 0; k < n_slots; k++) act += (double)slot_bytes[k];
+    free(bytes), free(slot_bytes), free(slot);
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return TP_OK; /* no figure to compare with: the allocations will say */
+    }
+    const double need = w + act + kv + (double)workspace;
+    if (need <= (double)free_b) return TP_OK;
+    char b[7][32];
+    return tp_fail(err, TP_ERR_OOM, "the engine needs at least %s of GPU memory (weights %s, activations %s, KV cache "
+                   "%s, GEMM workspace %s) and GPU %d has %s free of %s: try a smaller batch or context, or a 4- or "
+                   "8-bit format", tp_fmt_bytes(need, b[0], 32), tp_fmt_bytes(w, b[1], 32), tp_fmt_bytes(act, b[2], 32),
+                   tp_fmt_bytes(kv, b[3], 32), tp_fmt_bytes((double)workspace, b[4], 32), e->device,
+                   tp_fmt_bytes((double)free_b, b[5], 32), tp_fmt_bytes((double)total_b, b[6], 32));
+}
+
 /* Activation buffers: one device buffer per slot of the plan's buffer assignment (tp_plan_buffers: exact-size
  * reuse, a fused op's output taken where its kernel runs); state values (the KV cache) have their own. */
 static tp_status alloc_activations(tp_engine *e, tp_error *err) {
@@ -627,6 +676,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     for (int i = 0; i < g->n_ops; i++) e->gelu_sm90[i] = -1;
     for (int v = 0; v < 2 * SCALE_SLOT * g->n_values; v++) h_scales[v] = 1.0f;
     CU_TRY(cudaSetDevice(opt->device));
+    if ((st = check_fits(e, opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), err))) goto fail;
     CU_TRY(cudaDeviceGetAttribute(&e->sms, cudaDevAttrMultiProcessorCount, opt->device));
     CU_TRY(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
 
