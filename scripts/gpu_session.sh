@@ -75,6 +75,17 @@ for s in $steps; do
       grep -E "tg64|pp4096|Greedy|Accuracy|error" "$OUT/kvfp8_llama32_1b_p4096_$kv.log" | head -20
     done
     ;;
+  oom)
+    echo "=== out of GPU memory (issue 23): the engine suite (test_engine_out_of_memory), then a decoder whose KV cache cannot fit"
+    CK_RUN_SUITE=gpu_engine "$BUILD/tests/test_gpu" > "$OUT/oom_gpu_engine.log" 2>&1 || rc=1
+    grep -E "FAIL|:F:|:E:|Checks|out of GPU memory on purpose" "$OUT/oom_gpu_engine.log" | grep -v "^  ok"
+    "$BUILD/tprof" bench --model llama-3.2-1b --batch 64 --prompt 65536 --gen 1 --reference none --precision fp16 \
+      --duration 0.1 > "$OUT/oom_bench.log" 2>&1
+    code=$?
+    tail -2 "$OUT/oom_bench.log"
+    echo "tprof exit $code (want 5: out of memory)"
+    [ $code -eq 5 ] || rc=1
+    ;;
   sanitize)
     # compute-sanitizer over GPU suites (issue 23): SAN_TOOLS (memcheck racecheck initcheck) x SAN_SUITES, each run
     # under SAN_TIMEOUT seconds; a finding fails the step (--error-exitcode)
