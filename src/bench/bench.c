@@ -190,10 +190,16 @@ static tp_status split_ranks(run_ctx *c, tp_error *err) {
     if (o->perplexity || o->engine_file)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: unsupported (one GPU runs them)", n,
                        o->perplexity ? "--perplexity" : "--engine");
-    for (int i = 0; i < o->n_precs; i++) /* static activation scales are calibrated on one GPU's whole model */
-        if (o->precs[i] == TP_PREC_FP8 || o->kv_fp8)
-            return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: unsupported, its static scales are calibrated "
-                           "on one GPU; fp8-wo and nvfp4-wo run split", n, o->kv_fp8 ? "--kv-cache fp8" : "fp8 (W8A8)");
+    if (o->kv_fp8) /* static scales are calibrated on one GPU's whole model */
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with --kv-cache fp8: unsupported, its scales are calibrated "
+                       "on one GPU", n);
+    for (int i = 0; i < o->n_precs; i++) { /* the precisions the tensor-parallel engines are tested in */
+        const tp_precision q = o->precs[i];
+        if (q != TP_PREC_FP32 && q != TP_PREC_FP16 && q != TP_PREC_BF16 && q != TP_PREC_FP8_WO && q != TP_PREC_NVFP4_WO)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: unsupported (fp32, fp16, bf16, fp8-wo and "
+                           "nvfp4-wo run split; %s needs activation scales calibrated on one GPU or is not tested "
+                           "split)", n, tp_precision_name(q), tp_precision_name(q));
+    }
     tp_status st = tp_model_tp_check(&rep->model, n, err);
     if (st) return st;
     if (!(c->tpp = calloc((size_t)n, sizeof *c->tpp)) || !(c->tpg = calloc((size_t)n, sizeof *c->tpg)) ||

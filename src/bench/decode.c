@@ -158,7 +158,8 @@ tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, con
             } else {
                 tp_plan plan;
                 tp_engine *e = NULL;
-                tp_engine_options eo = {.device = 0, .use_graph = 0, .gemm_first = 1, .scales_from = calibrated};
+                tp_engine_options eo = {.device = 0, .use_graph = 0, .gemm_first = 1, .scales_from = calibrated,
+                                        .fp8_promote = rep->o->fp8_promote};
                 if (!(st = tp_plan_build_policy(&g, pol, rep->gpu.sm, &plan, err))) {
                     st = tp_engine_build(&g, params, &plan, &eo, &e, err);
                     if (!st) st = tp_engine_set_input(e, ids, err);
@@ -268,7 +269,8 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
     }
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
-                            .cublaslt_only = o->cublaslt_only, .share = prefill, .feed_argmax = 1,
+                            .cublaslt_only = o->cublaslt_only, .fp8_promote = o->fp8_promote, .share = prefill,
+                            .feed_argmax = 1,
                             .gemv_groups = o->gemv_groups, .no_pdl = o->no_pdl,
                             .hook = cupti ? tp_cupti_hook : NULL,
                             .hook_user = cupti};

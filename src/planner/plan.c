@@ -416,8 +416,8 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     }
     for (int i = 0; sm && i < g->n_ops; i++)
         if (!cuda_runs(&g->ops[i]))
-            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s runs in fp32, fp16, bf16, fp8, fp8-wo and nvfp4-wo "
-                           "engines on the GPU in this tprof, not %s (no kernel for it there)", g->ops[i].layer,
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s has no CUDA kernel in this tprof (asked: a %s "
+                           "engine on the GPU)", g->ops[i].layer,
                            tp_op_kind_name(g->ops[i].kind), tp_precision_name(prec));
     p->requested = prec;
     p->sm = sm;

@@ -55,6 +55,9 @@ tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *in
  *   - every Linear the plan runs in fp8 (W8A8) multiplies e4m3(x / xs) xs, xs = act_amax[x] / 448 (its input's
  *     static scale, whether the engine stores the input in E4M3 or quantizes it as it reads it), by the weight's
  *     per-tensor E4M3 values (amax / 448);
+ *   - an FP8 KV cache (plan value_dt E4M3) holds e4m3(x / s) s of every appended k and v, s = max(amax of k, amax
+ *     of v) / 448; the engine's prefills that take the flash kernel read those values rounded once more to the
+ *     activation type (tpk_kv_dequant), which this emulation does not do (one fp16/bf16 rounding of K and V);
  *   - every Linear the plan runs weight-only (op_prec TP_PREC_FP8_WO, TP_PREC_NVFP4_WO) multiplies the weight's
  *     values in its format (per-tensor E4M3, amax / 448; NVFP4 with its own per-tensor scale, applied after the
  *     sum) by the exact input;

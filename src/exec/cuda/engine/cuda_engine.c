@@ -314,6 +314,13 @@ static float shared_amax(const tp_engine *s, const char *name) {
     return NAN;
 }
 
+/* The shared engine's state value (a KV cache) of this name, which a decode engine uses instead of its own; -1: none. */
+static int shared_state(const tp_engine *s, const char *name) {
+    for (int u = 0; s && u < s->g->n_values; u++)
+        if (s->g->values[u].kind == TP_VAL_STATE && strcmp(s->g->values[u].name, name) == 0) return u;
+    return -1;
+}
+
 /* An FP8 KV cache's amax: the larger of the calibrated amax of the k and v its append writes (NaN: not calibrated). */
 static float kv_cache_amax(const tp_engine *e, int v) {
     for (int i = 0; i < e->g->n_ops; i++) {
@@ -468,12 +475,7 @@ static tp_status state_buffer(tp_engine *e, int v, size_t bytes, tp_error *err) 
     return st;
 }
 
-/* The shared engine has a state value (a KV cache) of this name: a decode engine uses it instead of its own. */
-static int shared_state(const tp_engine *s, const char *name) {
-    for (int u = 0; s && u < s->g->n_values; u++)
-        if (s->g->values[u].kind == TP_VAL_STATE && strcmp(s->g->values[u].name, name) == 0) return 1;
-    return 0;
-}
+
 
 /* The device memory the engine will take, estimated from its plan before anything is allocated: weights in their
  * storage types (those a shared engine holds: none), the activation buffers of the plan's assignment
@@ -494,9 +496,13 @@ static tp_status check_fits(tp_engine *e, size_t workspace, tp_error *err) {
         const tp_value *val = &g->values[v];
         const double n = (double)tp_value_numel(val);
         bytes[v] = tpe_act_alloc_bytes(e, v);
-        if (val->kind == TP_VAL_PARAM && !(e->share && shared_param(e, v) >= 0))
-            w += n * tp_dtype_info(e->plan->value_dt[v])->bits / 8.0 + (e->plan->value_dt[v] == TP_E2M1 ? n / 16 : 0);
-        if (val->kind == TP_VAL_STATE && !shared_state(e->share, val->name)) kv += (double)bytes[v];
+        if (val->kind == TP_VAL_PARAM && !(e->share && shared_param(e, v) >= 0)) {
+            /* native block formats store codes and scales (value_dt is the emulation's bf16) */
+            const tp_qformat_traits *qt = weight_native_bs(e, v) ? tp_qformat_info(e->plan->value_qf[v]) : NULL;
+            w += qt ? n * qt->bits / 8.0 + n / qt->block
+                    : n * tp_dtype_info(e->plan->value_dt[v])->bits / 8.0 + (e->plan->value_dt[v] == TP_E2M1 ? n / 16 : 0);
+        }
+        if (val->kind == TP_VAL_STATE && shared_state(e->share, val->name) < 0) kv += (double)bytes[v];
         if (val->kind == TP_VAL_INPUT) act += (double)bytes[v];
     }
     const int n_slots = tp_plan_buffers(g, e->plan, bytes, NULL, slot, slot_bytes);
@@ -689,7 +695,10 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
                                                        g->values[v].name);
     for (int v = 0; v < g->n_values; v++) {
         if (!plan->value_scaled[v] || g->values[v].kind == TP_VAL_PARAM) continue;
-        float a = g->values[v].kind == TP_VAL_STATE ? kv_cache_amax(e, v) : e->act_amax[v];
+        /* a cache the shared engine holds keeps the scale its codes were written under */
+        const int su = g->values[v].kind == TP_VAL_STATE ? shared_state(e->share, g->values[v].name) : -1;
+        float a = su >= 0 ? e->share->act_amax[su] : g->values[v].kind == TP_VAL_STATE ? kv_cache_amax(e, v)
+                                                                                        : e->act_amax[v];
         if (!opt->act_amax && isnan(a)) {
             st = tp_fail(err, TP_ERR_ARG, "the %s plan quantizes '%s' but no calibration data was given",
                          tp_precision_name(plan->requested), g->values[v].name);

@@ -509,6 +509,7 @@ extern "C" int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt
     if (!k || !v || !kv || !past) return DEC_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
     if (kv_dt == TP_E4M3) {
+        if (!aligned(kv, 2)) return DEC_INVALID; /* E4M3 pairs are stored as 16-bit words */
         const size_t total = (size_t)B * T * (size_t)W; /* 2 planes x B T W / 2 pairs */
         DEC_BY_ACT(dt, TI,
                    return pdl_launched(tpk_pdl_launch_kernel(kv_append_e4m3_kernel<TI>,

@@ -59,7 +59,7 @@ int tpk_glu(const void *gate, const void *up, tp_dtype dt, void *y, tp_dtype ydt
 
 /* The KV cache kv (2, B, L, W) in kv_dt (K at index 0, V at 1): rows *past .. *past + T - 1 of batch b get k[b] and
  * v[b] (B, T, W) in dt; every other row is left untouched. kv_dt == dt: copied bit for bit. kv_dt == TP_E4M3 (an
- * FP8 cache; dt F16 or BF16, W even): each element quantized, sat(rne(x / *kv_scale)) (kernels' E4M3 rounding,
+ * FP8 cache; dt F16 or BF16, W even, kv 2-byte aligned): each element quantized, sat(rne(x / *kv_scale)) (kernels' E4M3 rounding,
  * e4m3.cuh), one static per-tensor scale for the whole cache (kv_scale: device fp32). The caller guarantees
  * 0 <= *past <= L - T; a past outside that range writes nothing (no access outside the cache). T <= L. */
 int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt, tp_dtype kv_dt, const float *kv_scale, int B,
