@@ -17,6 +17,15 @@ echo "=== $(date -u +%FT%TZ) $("$BUILD/tprof" --version 2>/dev/null || echo "tpr
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv
 rc=0
+# suites PREFIX PATTERN SUITE...: each GPU test suite alone into $OUT/PREFIX_SUITE.log, the lines matching PATTERN shown
+suites() {
+  local prefix=$1 pattern=$2 suite
+  shift 2
+  for suite in "$@"; do
+    CK_RUN_SUITE=$suite "$BUILD/tests/test_gpu" > "$OUT/${prefix}_$suite.log" 2>&1 || rc=1
+    grep -E "FAIL|:F:|:E:|Checks|$pattern" "$OUT/${prefix}_$suite.log" | grep -v "^  ok" | tail -40
+  done
+}
 for s in $steps; do
   case $s in
   golden)
@@ -28,7 +37,7 @@ for s in $steps; do
     # GPU_SUITES="gpu_ops gpu_gemv ..." runs those suites one after another instead
     echo "=== GPU tests${GPU_SUITES:+: $GPU_SUITES}"
     if [ -n "${GPU_SUITES:-}" ]; then
-      for suite in $GPU_SUITES; do CK_RUN_SUITE=$suite "$BUILD/tests/test_gpu" | grep -v "^  ok" || rc=1; done
+      suites tests "^decoder case" $GPU_SUITES
     else
       "$BUILD/tests/test_gpu" || rc=1
     fi
@@ -50,10 +59,7 @@ for s in $steps; do
     ;;
   w8a8)
     echo "=== W8A8 FP8 decoders (issue 20): the GEMV and decoder-engine GPU suites, then the 7B-shaped layer and llama-3.2-1b"
-    for suite in gpu_gemv gpu_decoder_engine; do
-      CK_RUN_SUITE=$suite "$BUILD/tests/test_gpu" > "$OUT/w8a8_$suite.log" 2>&1 || rc=1
-      grep -E "FAIL|Checks|decoder case .* fp8:|w8a8" "$OUT/w8a8_$suite.log" | grep -v "^  ok" | tail -40
-    done
+    suites w8a8 "decoder case .* fp8:|w8a8" gpu_gemv gpu_decoder_engine
     "$BUILD/tprof" bench --model llama-2-7b --layers 1 --vocab 256 --prompt 992 --gen 64 --batch 1 --duration 0.5 \
       --precision fp16,fp8,fp8-wo --plan --json "$OUT/w8a8_llama7b_layer.json" > "$OUT/w8a8_llama7b_layer.log" 2>&1 || rc=1
     grep -E "tg64|pp992|Decode|Greedy|Accuracy|Calibrat|q_proj|o_proj|down_proj" "$OUT/w8a8_llama7b_layer.log" | head -40
@@ -63,18 +69,14 @@ for s in $steps; do
     ;;
   blockfmt)
     echo "=== decoders in fp8-block, nvfp4, mxfp8 (issue 20): the decoder-engine GPU suite, then llama-3.2-1b"
-    CK_RUN_SUITE=gpu_decoder_engine "$BUILD/tests/test_gpu" > "$OUT/blockfmt_gpu_decoder_engine.log" 2>&1 || rc=1
-    grep -E "FAIL|:F:|:E:|Checks|prefill: engine vs emulation" "$OUT/blockfmt_gpu_decoder_engine.log" | tail -40
+    suites blockfmt "prefill: engine vs emulation" gpu_decoder_engine
     "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 64 --batch 1 --duration 0.5 \
       --precision fp16,fp8,fp8-block,mxfp8,nvfp4 --json "$OUT/blockfmt_llama32_1b.json" > "$OUT/blockfmt_llama32_1b.log" 2>&1 || rc=1
     grep -E "tg64|pp512|Greedy|Accuracy|Calibrat|error|emulated" "$OUT/blockfmt_llama32_1b.log" | head -40
     ;;
   kvfp8)
     echo "=== the FP8 KV cache (issue 20): decoder ops and decoder-engine GPU suites, then Llama-3.2-1B with a long context"
-    for suite in gpu_decoder_ops gpu_decoder_engine; do
-      CK_RUN_SUITE=$suite "$BUILD/tests/test_gpu" > "$OUT/kvfp8_$suite.log" 2>&1 || rc=1
-      grep -E "FAIL|:F:|:E:|Checks|fp8 KV cache|prefill: engine vs emulation" "$OUT/kvfp8_$suite.log" | grep -v "^  ok" | tail -30
-    done
+    suites kvfp8 "fp8 KV cache|prefill: engine vs emulation" gpu_decoder_ops gpu_decoder_engine
     for kv in auto fp8; do
       "$BUILD/tprof" bench --model llama-3.2-1b --prompt 4096 --gen 64 --batch 1,8 --duration 0.5 --precision fp16 \
         --kv-cache $kv --json "$OUT/kvfp8_llama32_1b_p4096_$kv.json" > "$OUT/kvfp8_llama32_1b_p4096_$kv.log" 2>&1 || rc=1
@@ -83,8 +85,7 @@ for s in $steps; do
     ;;
   oom)
     echo "=== out of GPU memory (issue 23): the engine suite (test_engine_out_of_memory), then a decoder whose KV cache cannot fit"
-    CK_RUN_SUITE=gpu_engine "$BUILD/tests/test_gpu" > "$OUT/oom_gpu_engine.log" 2>&1 || rc=1
-    grep -E "FAIL|:F:|:E:|Checks|out of GPU memory on purpose" "$OUT/oom_gpu_engine.log" | grep -v "^  ok"
+    suites oom "out of GPU memory on purpose" gpu_engine
     "$BUILD/tprof" bench --model llama-3.2-1b --batch 64 --prompt 65536 --gen 1 --reference none --precision fp16 \
       --duration 0.1 > "$OUT/oom_bench.log" 2>&1
     code=$?

@@ -93,7 +93,7 @@ static void run_case(int kc, tp_precision prec) {
     const int wo = prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
     /* formats whose linears quantize their activations too: W8A8 FP8, fp8-block, and the block formats (emulated
      * on Hopper) */
-    const int w8a8 = prec == TP_PREC_FP8 || prec == TP_PREC_FP8_BLOCK || prec == TP_PREC_MXFP8 ||
+    const int qact = prec == TP_PREC_FP8 || prec == TP_PREC_FP8_BLOCK || prec == TP_PREC_MXFP8 ||
                      prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4;
     const int fp4 = prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4, kv8 = g_kv8;
     /* W8A8: the GPU's and the CPU's fp16 activations differ in the last bit here and there, and where that moves one
@@ -101,10 +101,10 @@ static void run_case(int kc, tp_precision prec) {
      * Llama-like model (H100, bench/results/2026-11-26_h100_gpu_tests_decoder_engine_w8a8.log). The check that
      * the engine quantizes at all is below: it must be much closer to the emulation than the emulation is to fp32. */
     const double tol = prec == TP_PREC_FP32         ? 1e-4
-                       : kv8 && !w8a8                ? 3e-2 /* the cache's E4M3 codes: last-bit flips as above */
+                       : kv8 && !qact                ? 3e-2 /* the cache's E4M3 codes: last-bit flips as above */
                        : prec == TP_PREC_FP16 || wo ? 5e-3
                        : fp4                         ? 0.15
-                       : w8a8                        ? 6e-2
+                       : qact                        ? 6e-2
                                                      : 3e-2;
     tp_model m = model_case(k);
     tp_error e = {0};
@@ -128,9 +128,9 @@ static void run_case(int kc, tp_precision prec) {
     tp_graph gp = step(&m, &p, T, 0, 0), gd = step(&m, &p, 1, T, 0);
     tp_cpu_session s = {0};
     tp_plan cpp = {0}, cpd = {0};
-    const int emu = wo || w8a8 || kv8;
+    const int emu = wo || qact || kv8;
     float *amax_p = NULL, *amax_d = NULL;
-    if (w8a8 || kv8) {
+    if (qact || kv8) {
         tp_gpu_info gi;
         ck_assert_int_eq(tp_gpu_query(0, &gi, &e), TP_OK);
         amax_p = malloc(sizeof(float) * (size_t)gp.n_values);
@@ -189,7 +189,7 @@ static void run_case(int kc, tp_precision prec) {
         free(gr);
     }
     ck_assert_msg(worst <= tol, "case %d %s prefill: rel L2 %.3e > %.1e", k, tp_precision_name(prec), worst, tol);
-    if (w8a8 || kv8) {
+    if (qact || kv8) {
         /* the quantization shows: FP32 is further from the emulation than the engine is, by 2x with fp16
          * activations (fp8). bf16 ones (fp8-block, the block formats) carry 8 significant bits against fp16's 11,
          * so a last-bit difference between CPU and GPU crosses an E4M3 / E2M1 rounding midpoint 8x as often; and
@@ -197,7 +197,7 @@ static void run_case(int kc, tp_precision prec) {
          * fp32): measured 0.48 (nvfp4) and 0.57 (fp8-block) at worst on an H100
          * (bench/results/2026-11-26_h100_gpu_tests_decoder_engine_blockfmt.log); an engine that skipped the
          * quantization would be at about 1 */
-        const double ratio = prec == TP_PREC_FP8 || (kv8 && !w8a8) ? 0.5 : 0.75;
+        const double ratio = prec == TP_PREC_FP8 || (kv8 && !qact) ? 0.5 : 0.75;
         float *f32 = malloc(sizeof(float) * B * V);
         ck_assert_msg(tp_cpu_run(&gp, &p, ids, f32, &e) == TP_OK, "%s", e.msg);
         const double d32 = rel(f32, want, B, V, &agree);

@@ -475,8 +475,6 @@ static tp_status state_buffer(tp_engine *e, int v, size_t bytes, tp_error *err) 
     return st;
 }
 
-
-
 /* The device memory the engine will take, estimated from its plan before anything is allocated: weights in their
  * storage types (those a shared engine holds: none), the activation buffers of the plan's assignment
  * (tp_plan_buffers), the KV cache (unless shared) and the GEMM workspace; a refusal with the numbers when it exceeds
@@ -688,11 +686,13 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
 
     /* activation scales from calibration: amax / 448 (max calibration); without act_amax, a decode engine takes
      * the amax the shared (prefill) engine calibrated for the value of the same name */
+    int scaled = 0; /* the name lookups only where a static scale is needed (not in a 16-bit decode engine) */
+    for (int v = 0; v < g->n_values; v++) scaled |= plan->value_scaled[v] && g->values[v].kind != TP_VAL_PARAM;
     for (int v = 0; v < g->n_values; v++)
         e->act_amax[v] = g->values[v].kind == TP_VAL_PARAM ? NAN
                          : opt->act_amax ? opt->act_amax[v]
-                                         : shared_amax(opt->scales_from ? opt->scales_from : e->share,
-                                                       g->values[v].name);
+                         : scaled        ? shared_amax(opt->scales_from ? opt->scales_from : e->share, g->values[v].name)
+                                         : NAN;
     for (int v = 0; v < g->n_values; v++) {
         if (!plan->value_scaled[v] || g->values[v].kind == TP_VAL_PARAM) continue;
         /* a cache the shared engine holds keeps the scale its codes were written under */
