@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b (4+ GPUs), gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -157,16 +157,47 @@ for s in $steps; do
     done
     ;;
   tp)
-    echo "=== tensor parallelism (--tp): the GPU suite on 2 GPUs, Llama-3.1-8B at TP 1 and 2, the profile's communication share"
+    ngpu=$(nvidia-smi -L | wc -l)
+    tps=1
+    for t in 2 4 8; do [ "$t" -le "$ngpu" ] && tps="$tps $t"; done
+    tmax=${tps##* }
+    echo "=== tensor parallelism (--tp) on $ngpu GPUs: the GPU suite (TP 2 and 4), Llama-3.1-8B at TP $tps, the profile's communication share at TP $tmax"
     nvidia-smi topo -m
-    CK_RUN_SUITE=gpu_tensor_parallel "$BUILD/tests/test_gpu" || rc=1
-    for t in 1 2; do
+    CK_RUN_SUITE=gpu_tensor_parallel "$BUILD/tests/test_gpu" 2>&1 | grep -v '^ok' | tee "$OUT/tp_tests.log"
+    grep -q "Failures: 0, Errors: 0" "$OUT/tp_tests.log" || rc=1
+    for t in $tps; do
+      start=$SECONDS
       "$BUILD/tprof" bench --model llama-3.1-8b --prompt 512 --gen 128 --batch 1 --precision fp16 --tp $t --duration 1 \
-        --ref-samples 1 --json "$OUT/tp${t}_llama31_8b.json" || rc=1
+        --ref-samples 1 --json "$OUT/tp${t}_llama31_8b.json" >> "$OUT/tp_llama31_8b.log" 2>&1 || rc=1
+      echo "TP $t: the whole command $((SECONDS - start)) s" | tee -a "$OUT/tp_llama31_8b.log"
     done
-    "$BUILD/tprof" profile --model llama-3.1-8b --prompt 512 --gen 32 --batch 1 --precision fp16 --tp 2 --duration 0.5 \
-      --profile-iters 8 --ref-samples 1 --out /tmp/tprof-tp > "$OUT/tp2_profile.log" 2>&1 || rc=1
-    grep -E "communication|all_reduce|decode steps traced|Traced|Tensor parallel" "$OUT/tp2_profile.log" | head -40
+    grep -E "Tensor parallel|reference:|engine build|pp512|tg128|cosine|Greedy|error" "$OUT/tp_llama31_8b.log"
+    "$BUILD/tprof" profile --model llama-3.1-8b --prompt 512 --gen 32 --batch 1 --precision fp16 --tp $tmax --duration 0.5 \
+      --profile-iters 8 --ref-samples 1 --out /tmp/tprof-tp > "$OUT/tp${tmax}_llama31_8b_profile.log" 2>&1 || rc=1
+    grep -E "^communication|^total|Traced|tg32|pp512" "$OUT/tp${tmax}_llama31_8b_profile.log" | head -20
+    ;;
+  tp70b)
+    # TP70B: the ranks of the whole-model runs (default 4); TP70B_LIST: the whole-model runs (default "$TP70B")
+    t70=${TP70B:-4}
+    echo "=== Llama-3.1-70B shape: 2 layers at TP $t70 against the GPU's FP32 reference; the whole model refused on one GPU; the whole model at TP ${TP70B_LIST:-$t70}"
+    m70="--model llama-3.1-70b --batch 1 --precision fp16"
+    start=$SECONDS
+    "$BUILD/tprof" bench $m70 --layers 2 --prompt 512 --gen 32 --tp $t70 --duration 0.5 --ref-samples 1 \
+      --json "$OUT/tp${t70}_llama31_70b_2layers.json" > "$OUT/tp70b.log" 2>&1 || rc=1
+    echo "2 layers: $((SECONDS - start)) s" >> "$OUT/tp70b.log"
+    start=$SECONDS
+    "$BUILD/tprof" bench $m70 --prompt 512 --gen 128 --reference none --duration 1 >> "$OUT/tp70b.log" 2>&1
+    echo "one GPU: exit $? (5: refused for memory) after $((SECONDS - start)) s" >> "$OUT/tp70b.log"
+    for t in ${TP70B_LIST:-$t70}; do
+      start=$SECONDS
+      "$BUILD/tprof" profile $m70 --prompt 512 --gen 128 --tp $t --reference none --duration 1 --profile-iters 8 \
+        --json "$OUT/tp${t}_llama31_70b.json" --out /tmp/tprof-tp70 > "$OUT/tp${t}_llama31_70b_profile.log" 2>&1
+      x=$?
+      [ $x -eq 0 ] || rc=1
+      echo "TP $t whole model: exit $x after $((SECONDS - start)) s" >> "$OUT/tp70b.log"
+      grep -E "^communication|^total|Traced|Weights:|engine build|pp512|tg128|error" "$OUT/tp${t}_llama31_70b_profile.log" >> "$OUT/tp70b.log"
+    done
+    grep -E "Tensor parallel|reference:|engine build|pp512|tg|cosine|Greedy|error|exit|layers:|^communication|^total" "$OUT/tp70b.log"
     ;;
   gpus)
     echo "=== --gpus: a decoder batch sweep dealt over GPUs 0 and 1, one process each"

@@ -91,6 +91,41 @@ START_TEST(test_shard_params) {
 }
 END_TEST
 
+/* All ranks at once (tp_model_shard_all, parallel over tensors): each rank's table equal to tp_model_shard_params's
+ * (names, order, shapes, values), rank 0 with the row-parallel biases and the others without; with release the
+ * whole model keeps its names and shapes and loses its values. */
+START_TEST(test_shard_all) {
+    tp_model m = tiny_with_biases();
+    tp_params full = {0}, one[2] = {{0}}, all[3];
+    tp_error e = {0};
+    ck_assert_msg(tp_model_params_init(&m, 5, 1, &full, &e) == TP_OK, "%s", e.msg);
+    for (int r = 0; r < 2; r++) ck_assert_int_eq(tp_model_shard_params(&m, &full, r, 2, &one[r], &e), TP_OK);
+    for (int release = 0; release < 2; release++) {
+        ck_assert_msg(tp_model_shard_all(&m, &full, 2, release, all, &e) == TP_OK, "%s", e.msg);
+        for (int r = 0; r < 2; r++) {
+            ck_assert_int_eq(all[r].n_params, one[r].n_params);
+            for (int i = 0; i < one[r].n_params; i++) {
+                const tp_param *a = &all[r].params[i], *b = &one[r].params[i];
+                ck_assert_str_eq(a->name, b->name);
+                ck_assert_int_eq(a->numel, b->numel);
+                ck_assert_int_eq(memcmp(a->shape, b->shape, sizeof a->shape), 0);
+                ck_assert_int_eq(memcmp(a->data, b->data, sizeof(float) * (size_t)a->numel), 0);
+            }
+        }
+        ck_assert_int_lt(all[1].n_params, all[0].n_params); /* o_proj and down_proj biases: rank 0's */
+        for (int i = 0; i < full.n_params; i++)
+            ck_assert(release ? full.params[i].data == NULL : full.params[i].data != NULL);
+        for (int r = 0; r < 2; r++) tp_params_free(&all[r]);
+    }
+    ck_assert_int_gt((long long)tp_params_count(&full), 0); /* names and shapes stay */
+    /* a split the heads do not allow: refused, every rank's table empty */
+    ck_assert_int_eq(tp_model_shard_all(&m, &full, 3, 0, all, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(all[0].n_params, 0);
+    for (int r = 0; r < 2; r++) tp_params_free(&one[r]);
+    tp_params_free(&full);
+}
+END_TEST
+
 /* The ranks' graphs: a quarter or half of the heads, an all-reduce after each row-parallel linear, none at TP 1. */
 START_TEST(test_rank_graphs) {
     tp_model m = model_of("llama-tiny");
@@ -230,6 +265,7 @@ int main(void) {
     TCase *t = tcase_create("cpu");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_shard_params);
+    tcase_add_test(t, test_shard_all);
     tcase_add_test(t, test_rank_graphs);
     tcase_add_test(t, test_refusals);
     tcase_add_test(t, test_lockstep_equals_whole);

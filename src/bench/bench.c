@@ -206,11 +206,12 @@ static tp_status split_ranks(run_ctx *c, tp_error *err) {
         !(c->tpplan = calloc((size_t)n, sizeof *c->tpplan)))
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
     const tp_step_shape s0 = {c->g.batch, c->g.tokens, 0, c->g.kv_len, 0, 0, n};
+    /* without a reference nothing reads the whole model's values again: each tensor is freed once split */
+    st = tp_model_shard_all(&rep->model, &c->params, n, rep->reference == TP_REF_NONE, c->tpp, err);
     for (int r = 0; r < n && !st; r++) {
         tp_step_shape s = s0;
         s.tp_rank = r;
-        if (!(st = tp_model_shard_params(&rep->model, &c->params, r, n, &c->tpp[r], err)))
-            st = tp_model_build_step(&rep->model, &c->tpp[r], &s, &c->tpg[r], err);
+        st = tp_model_build_step(&rep->model, &c->tpp[r], &s, &c->tpg[r], err);
     }
     if (st) return st;
     tp_graph_free(&c->g);
@@ -229,6 +230,36 @@ tp_status tp_bench_check_finite(const tp_bench_options *o, const tp_params *p, t
     return TP_OK;
 }
 
+/* The parameters' fp32 values on the host, before any is made or read: the whole model, and with --tp every
+ * rank's shards (the whole model's tensors freed as they are split when no reference keeps them). A model the
+ * machine cannot hold is refused here, with the numbers, rather than killed while its values are written. */
+static tp_status host_memory_check(run_ctx *c, tp_error *err) {
+    const tp_bench_options *o = c->o;
+    const int n = o->tp > 1 ? o->tp : 1;
+    tp_params tab, *sh = calloc((size_t)n, sizeof *sh);
+    if (!sh) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    tp_status st = tp_model_params_shapes(&c->rep.model, &tab, err);
+    double whole = st ? 0 : 4.0 * (double)tp_params_count(&tab), shards = 0;
+    if (!st && n > 1 && !tp_model_shard_all(&c->rep.model, &tab, n, 0, sh, &(tp_error){0}))
+        for (int r = 0; r < n; r++) shards += 4.0 * (double)tp_params_count(&sh[r]);
+    for (int r = 0; r < n; r++) tp_params_free(&sh[r]);
+    free(sh);
+    tp_params_free(&tab);
+    if (st) return st;
+    /* released: at most the shards plus the whole tensors not yet split; kept: both */
+    const double need = n == 1 ? whole : c->rep.reference == TP_REF_NONE ? fmax(whole, shards) : whole + shards;
+    const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    const double have = (double)pages * (double)psize;
+    if (pages > 0 && psize > 0 && need > 0.85 * have) {
+        char nb[32], hb[32];
+        return tp_fail(err, TP_ERR_OOM, "%s: its fp32 parameters%s need %s of host memory; this machine has %s%s",
+                       tp_model_name(&c->rep.model), n > 1 ? " and their shards" : "",
+                       tp_fmt_bytes(need, nb, sizeof nb), tp_fmt_bytes(have, hb, sizeof hb),
+                       n > 1 && c->rep.reference != TP_REF_NONE ? " (--reference none keeps one copy)" : "");
+    }
+    return TP_OK;
+}
+
 /* Parameters, inputs and the two graphs. */
 static tp_status setup(run_ctx *c, tp_error *err) {
     const tp_bench_options *o = c->o;
@@ -240,6 +271,7 @@ static tp_status setup(run_ctx *c, tp_error *err) {
         st = tp_model_checkpoint(mp, o->weights, rep->checkpoint_note, sizeof rep->checkpoint_note, err);
     if (st) return st;
     c->rep.o = o;
+    if (!o->engine_file && (st = host_memory_check(c, err))) return st;
     st = o->engine_file ? tp_engine_file_params(o->engine_file, &c->params, err)
          : o->weights   ? tp_model_params_load(mp, o->weights, &c->params, err)
                         : tp_model_params_init(mp, o->seed, 0, &c->params, err);

@@ -129,19 +129,26 @@ float tp_e5m2_to_f32(uint8_t v) {
     return fp8_decode(v, 2, 15);
 }
 
+/* Conversions of at least this many values run on every core (OpenMP): a 70B model's weights are 70 billion. */
+#define PAR_MIN (1u << 20)
+
 void tp_convert_from_f32(tp_dtype t, const float *src, void *dst, size_t n, float scale) {
     switch (t) {
     case TP_F32: memcpy(dst, src, n * 4); break;
     case TP_F16:
+#pragma omp parallel for if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = tp_f32_to_f16(src[i]);
         break;
     case TP_BF16:
+#pragma omp parallel for if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = tp_f32_to_bf16(src[i]);
         break;
     case TP_E4M3:
+#pragma omp parallel for if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e4m3(src[i] / scale);
         break;
     case TP_E5M2:
+#pragma omp parallel for if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e5m2(src[i] / scale);
         break;
     case TP_F64:

@@ -38,6 +38,8 @@ static const preset PRESETS[] = {
     {"Llama-3.2-1B", "llama-3.2-1b", TP_DEC_LLAMA, 2048, 8192, 16, 32, 8, 64, 128256, 1e-5f, 500000, 32, 1, 131072},
     /* meta-llama/Llama-3.1-8B */
     {"Llama-3.1-8B", "llama-3.1-8b", TP_DEC_LLAMA, 4096, 14336, 32, 32, 8, 128, 128256, 1e-5f, 500000, 8, 0, 131072},
+    /* meta-llama/Llama-3.1-70B (141 GB in fp16: more than one H100 or H200 holds; for --tp 4 or 8) */
+    {"Llama-3.1-70B", "llama-3.1-70b", TP_DEC_LLAMA, 8192, 28672, 80, 64, 8, 128, 128256, 1e-5f, 500000, 8, 0, 131072},
     /* meta-llama/Llama-2-7b-hf */
     {"Llama-2-7b-hf", "llama-2-7b", TP_DEC_LLAMA, 4096, 11008, 32, 32, 32, 128, 32000, 1e-5f, 10000, 0, 0, 4096},
     /* mistralai/Mistral-7B-v0.3 */

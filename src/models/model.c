@@ -232,6 +232,32 @@ tp_status tp_model_tp_check(const tp_model *m, int n, tp_error *err) {
     return m->family->tp_check(m->cfg.bytes, n, err);
 }
 
+/* Where parameter f goes on rank r of n: *d the dimension cut (-1: whole on every rank, -2: rank 0 only). */
+static tp_status shard_dim(const tp_model *m, const tp_param *f, int n, int *d, tp_error *err) {
+    const tp_split sp = n == 1 ? TP_SPLIT_NONE : m->family->param_split(m->cfg.bytes, f->name);
+    *d = sp == TP_SPLIT_FIRST ? -2 : sp == TP_SPLIT_ROWS ? 0 : sp == TP_SPLIT_COLS ? 1 : -1;
+    if (*d >= f->ndim || (*d >= 0 && f->shape[*d] % n))
+        return tp_fail(err, TP_ERR_SHAPE, "%s: dimension %d (%lld) does not split over %d ranks", f->name, *d,
+                       *d < f->ndim ? (long long)f->shape[*d] : 0LL, n);
+    return TP_OK;
+}
+
+/* Rank r's copy of f cut along d into *p (data allocated and filled when f has data). Returns 0, or -1 when out
+ * of host memory. */
+static int shard_one(const tp_param *f, int d, int rank, int n, tp_param *p) {
+    *p = *f;
+    p->data = NULL;
+    if (d >= 0) p->shape[d] /= n;
+    p->numel = f->numel / (d >= 0 ? n : 1);
+    if (!f->data) return 0;
+    if (!(p->data = malloc(sizeof(float) * (size_t)p->numel))) return -1;
+    /* rows: one contiguous block; columns: a block of each row */
+    const int64_t rows = d == 1 ? f->shape[0] : 1, w = p->numel / rows, fw = d == 1 ? f->shape[1] : 0;
+    const int64_t off = d == 0 ? (int64_t)rank * p->numel : d == 1 ? (int64_t)rank * w : 0;
+    for (int64_t r = 0; r < rows; r++) memcpy(p->data + r * w, f->data + r * fw + off, sizeof(float) * (size_t)w);
+    return 0;
+}
+
 tp_status tp_model_shard_params(const tp_model *m, const tp_params *full, int rank, int n, tp_params *out,
                                 tp_error *err) {
     memset(out, 0, sizeof *out);
@@ -242,30 +268,59 @@ tp_status tp_model_shard_params(const tp_model *m, const tp_params *full, int ra
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
     for (int i = 0; i < full->n_params; i++) {
         const tp_param *f = &full->params[i];
-        const tp_split sp = n == 1 ? TP_SPLIT_NONE : m->family->param_split(m->cfg.bytes, f->name);
-        if (sp == TP_SPLIT_FIRST && rank > 0) continue;
-        const int d = sp == TP_SPLIT_ROWS ? 0 : sp == TP_SPLIT_COLS ? 1 : -1;
-        if (d >= f->ndim || (d >= 0 && f->shape[d] % n)) {
-            tp_params_free(out);
-            return tp_fail(err, TP_ERR_SHAPE, "%s: dimension %d (%lld) does not split over %d ranks", f->name, d,
-                           d < f->ndim ? (long long)f->shape[d] : 0LL, n);
+        int d;
+        if ((st = shard_dim(m, f, n, &d, err))) break;
+        if (d == -2 && rank > 0) continue;
+        if (shard_one(f, d, rank, n, &out->params[out->n_params++])) {
+            st = tp_fail(err, TP_ERR_OOM, "out of host memory for %s's shard", f->name);
+            break;
         }
-        tp_param *p = &out->params[out->n_params++];
-        *p = *f;
-        p->data = NULL;
-        if (d >= 0) p->shape[d] /= n;
-        p->numel = f->numel / (d >= 0 ? n : 1);
-        if (!f->data) continue;
-        if (!(p->data = malloc(sizeof(float) * (size_t)p->numel))) {
-            tp_params_free(out);
-            return tp_fail(err, TP_ERR_OOM, "out of host memory for %s's shard", f->name);
-        }
-        /* rows: one contiguous block; columns: a block of each row */
-        const int64_t rows = d == 1 ? f->shape[0] : 1, w = p->numel / rows, fw = d == 1 ? f->shape[1] : 0;
-        const int64_t off = d == 0 ? (int64_t)rank * p->numel : d == 1 ? (int64_t)rank * w : 0;
-        for (int64_t r = 0; r < rows; r++) memcpy(p->data + r * w, f->data + r * fw + off, sizeof(float) * (size_t)w);
     }
-    return TP_OK;
+    if (st) tp_params_free(out);
+    return st;
+}
+
+tp_status tp_model_shard_all(const tp_model *m, tp_params *full, int n, int release, tp_params *out, tp_error *err) {
+    memset(out, 0, sizeof *out * (size_t)n);
+    tp_status st = tp_model_tp_check(m, n, err);
+    if (st) return st;
+    int *dim = malloc(sizeof(int) * (size_t)(full->n_params ? full->n_params : 1));
+    int *slot = malloc(sizeof(int) * (size_t)(full->n_params ? full->n_params : 1));
+    for (int r = 0; r < n && dim && slot; r++)
+        if (!(out[r].params = calloc((size_t)(full->n_params ? full->n_params : 1), sizeof(tp_param)))) break;
+    if (!dim || !slot || !out[n - 1].params) st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+    /* every rank's table in the order tp_model_shard_params gives; rank 0 has every tensor, so slot i of rank
+     * r > 0 is the count of tensors before i that rank r has */
+    int kept = 0;
+    for (int i = 0; i < full->n_params && !st; i++) {
+        if ((st = shard_dim(m, &full->params[i], n, &dim[i], err))) break;
+        slot[i] = dim[i] == -2 ? -1 : kept++;
+    }
+    int oom = -1;
+    /* the tensors in parallel: a 70B model's 280 GB of fp32 values are copied at the machine's memory bandwidth,
+     * and with release each full tensor is freed as soon as its shards exist (the peak stays near one copy) */
+#pragma omp parallel for schedule(dynamic)
+    for (int i = 0; i < (st ? 0 : full->n_params); i++) {
+        tp_param *f = &full->params[i];
+        for (int r = 0; r < n; r++) {
+            if (dim[i] == -2 && r > 0) continue;
+            if (shard_one(f, dim[i], r, n, &out[r].params[r == 0 ? i : slot[i]])) {
+#pragma omp critical
+                oom = i;
+            }
+        }
+        if (release && oom < 0) {
+            free(f->data);
+            f->data = NULL;
+        }
+    }
+    if (!st && oom >= 0) st = tp_fail(err, TP_ERR_OOM, "out of host memory for %s's shards", full->params[oom].name);
+    for (int r = 0; r < n && out[r].params; r++) out[r].n_params = r == 0 ? full->n_params : kept;
+    if (st)
+        for (int r = 0; r < n; r++) tp_params_free(&out[r]);
+    free(dim);
+    free(slot);
+    return st;
 }
 
 tp_status tp_model_make_input(const tp_model *m, int B, uint64_t seed, const char *path, float *dst, char *desc,

@@ -243,6 +243,11 @@ tp_status tp_model_build_step(const tp_model *m, const tp_params *params, const 
 tp_status tp_model_tp_check(const tp_model *m, int n, tp_error *err);
 tp_status tp_model_shard_params(const tp_model *m, const tp_params *full, int rank, int n, tp_params *out,
                                 tp_error *err);
+/* Every rank's parameters at once: out[0..n-1] as tp_model_shard_params gives them, the tensors copied in parallel
+ * (OpenMP). release: each full tensor's data freed once its shards exist (full keeps its names and shapes), so a
+ * model near the host's memory is split without a second copy. Errors: as tp_model_shard_params; on an error every
+ * out[r] is empty. */
+tp_status tp_model_shard_all(const tp_model *m, tp_params *full, int n, int release, tp_params *out, tp_error *err);
 
 /* The input of B samples into dst (B x tp_model_input_numel fp32, row-major; for images (B, 3, S, S) normalized):
  * from path (an image file repeated over the batch, or a folder's images cycled; desc says what was read) with the

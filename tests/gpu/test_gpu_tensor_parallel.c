@@ -1,9 +1,10 @@
-/* test_gpu_tensor_parallel.c: tensor-parallel decoder engines (cuda_engine.h tp_engine_build_tp) on 2 GPUs
+/* test_gpu_tensor_parallel.c: tensor-parallel decoder engines (cuda_engine.h tp_engine_build_tp) on 2 and 4 GPUs
  * against the CPU's whole model (itself equal to the CPU's lockstep ranks, tests/test_tensor_parallel.c) and
  * against the same model on one GPU: the prefill's logits, decode steps over the sharded KV caches, greedy
  * decoding in the ranks' CUDA graphs and eagerly, in fp32, fp16 and bf16. A Llama-like model with every bias on
- * (q/k/v, o_proj, the MLP's: a row-parallel bias added by more than one rank would show), GQA 4 over 2, head dim 64
- * (the prefill runs the flash kernel). With one GPU only the refusal is checked, and the run says so. */
+ * (q/k/v, o_proj, the MLP's: a row-parallel bias added by more than one rank would show), 2N heads over N KV
+ * heads at TP N (2 heads over 1 KV head on each rank), head dim 64 (the prefill runs the flash kernel). A case that
+ * needs more GPUs than the machine has says so and is not run; the refusals run on any. */
 #include <check.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -20,8 +21,8 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 
-enum { N = 2, G = 5, MAXB = 3, T = 37 };
-static int B;
+enum { MAXN = 4, G = 5, MAXB = 3, T = 37 };
+static int B, N = 2; /* batch and ranks of the case */
 
 static tp_model model(void) {
     tp_model m;
@@ -31,7 +32,7 @@ static tp_model model(void) {
      * moved those stores past the return's copy of m (2026-11-25: the engines saw the preset's head dim 16) */
     tp_decoder_config c;
     memcpy(&c, m.cfg.bytes, sizeof c);
-    c.hidden = 256, c.inter = 688, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 64;
+    c.hidden = 256, c.inter = 688, c.layers = 2, c.heads = 2 * N, c.kv_heads = N, c.head_dim = 64; /* GQA 2 over 1 on each rank */
     c.vocab = 1000, c.qkv_bias = 1, c.o_bias = 1, c.mlp_bias = 1;
     c.prompt = T;
     c.gen = G;
@@ -55,15 +56,15 @@ static int sm_of(void) {
     return gi.sm;
 }
 
-/* the N ranks' engines of one step; plans in pl[N] */
+/* the N ranks' engines of one step; plans in pl[MAXN] */
 static tp_engine *tp_engine_of(tp_graph *g, tp_params *p, tp_plan *pl, tp_precision prec, int graph,
                                const tp_engine *share, int feed) {
     tp_error e = {0};
     tp_policy pol;
     tp_policy_default(&pol, prec);
-    const tp_graph *gs[N];
-    const tp_params *ps[N];
-    const tp_plan *pls[N];
+    const tp_graph *gs[MAXN];
+    const tp_params *ps[MAXN];
+    const tp_plan *pls[MAXN];
     for (int r = 0; r < N; r++) {
         ck_assert_msg(tp_plan_build_policy(&g[r], &pol, sm_of(), &pl[r], &e) == TP_OK, "%s", e.msg);
         gs[r] = &g[r], ps[r] = &p[r], pls[r] = &pl[r];
@@ -106,7 +107,7 @@ static void run_case(int batch, tp_precision prec) {
     tp_model m = model();
     const int V = 1000;
     tp_error e = {0};
-    tp_params p = {0}, rp[N] = {{0}};
+    tp_params p = {0}, rp[MAXN] = {{0}};
     ck_assert_msg(tp_model_params_init(&m, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
     for (int r = 0; r < N; r++) ck_assert_int_eq(tp_model_shard_params(&m, &p, r, N, &rp[r], &e), TP_OK);
     float ids[MAXB * T], tok[(G + 1) * MAXB];
@@ -131,9 +132,9 @@ static void run_case(int batch, tp_precision prec) {
     tp_cpu_session_free(&s);
 
     /* TP 2: prefill, decode steps fed the CPU's tokens (one engine sharing the prefill's weights and caches) */
-    tp_graph rgp[N], rgd[N];
+    tp_graph rgp[MAXN], rgd[MAXN];
     for (int r = 0; r < N; r++) rgp[r] = step(&m, &rp[r], T, 0, r), rgd[r] = step(&m, &rp[r], 1, T, r);
-    tp_plan pp[N], pd[N], pg[N], pe[N], p1;
+    tp_plan pp[MAXN], pd[MAXN], pg[MAXN], pe[MAXN], p1;
     tp_engine *ep = tp_engine_of(rgp, rp, pp, prec, 1, NULL, 0);
     tp_engine *ed = tp_engine_of(rgd, rp, pd, prec, 1, ep, 0);
     ck_assert_msg(tp_engine_set_input(ep, ids, &e) == TP_OK && tp_engine_forward(ep, &e) == TP_OK &&
@@ -193,12 +194,14 @@ static void run_case(int batch, tp_precision prec) {
 static const int BATCH[] = {3, 1};
 static const tp_precision PREC[] = {TP_PREC_FP32, TP_PREC_FP16, TP_PREC_BF16};
 
-START_TEST(test_tp2) {
+/* cases 0-5 at TP 2, 6-11 at TP 4 */
+START_TEST(test_tp) {
+    N = _i < 6 ? 2 : 4;
     if (gpus() < N) {
         printf("gpu_tensor_parallel: %d GPU(s); the TP %d checks need %d (not run)\n", gpus(), N, N);
         return;
     }
-    run_case(BATCH[_i % 2], PREC[_i / 2]);
+    run_case(BATCH[_i % 2], PREC[_i % 6 / 2]);
 }
 END_TEST
 
@@ -206,19 +209,20 @@ END_TEST
  * one-GPU build: refused, by name. */
 START_TEST(test_refusals) {
     B = 1;
+    N = 2;
     tp_model m = model();
     tp_error e = {0};
-    tp_params p = {0}, rp[N] = {{0}};
+    tp_params p = {0}, rp[MAXN] = {{0}};
     ck_assert_int_eq(tp_model_params_init(&m, 1, 0, &p, &e), TP_OK);
     for (int r = 0; r < N; r++) ck_assert_int_eq(tp_model_shard_params(&m, &p, r, N, &rp[r], &e), TP_OK);
-    tp_graph rg[N];
+    tp_graph rg[MAXN];
     for (int r = 0; r < N; r++) rg[r] = step(&m, &rp[r], 1, 0, r);
-    tp_plan pl[N];
+    tp_plan pl[MAXN];
     tp_policy pol;
     tp_policy_default(&pol, TP_PREC_FP16);
-    const tp_graph *gs[N] = {&rg[0], &rg[1]};
-    const tp_params *ps[N] = {&rp[0], &rp[1]};
-    const tp_plan *pls[N] = {&pl[0], &pl[1]};
+    const tp_graph *gs[MAXN] = {&rg[0], &rg[1], NULL, NULL};
+    const tp_params *ps[MAXN] = {&rp[0], &rp[1], NULL, NULL};
+    const tp_plan *pls[MAXN] = {&pl[0], &pl[1], NULL, NULL};
     for (int r = 0; r < N; r++) ck_assert_int_eq(tp_plan_build_policy(&rg[r], &pol, sm_of(), &pl[r], &e), TP_OK);
     tp_engine *en = NULL;
     tp_engine_options eo = {.device = gpus(), .use_graph = 1}; /* GPUs gpus() .. : none there */
@@ -227,7 +231,7 @@ START_TEST(test_refusals) {
     eo.device = 0;
     ck_assert_int_eq(tp_engine_build(&rg[1], &rp[1], &pl[1], &eo, &en, &e), TP_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "rank 1 of 2"));
-    const tp_graph *swapped[N] = {&rg[1], &rg[0]};
+    const tp_graph *swapped[MAXN] = {&rg[1], &rg[0], NULL, NULL};
     ck_assert_int_eq(tp_engine_build_tp(swapped, ps, pls, N, &eo, &en, &e), TP_ERR_ARG);
     ck_assert_ptr_null(en);
     for (int r = 0; r < N; r++) {
@@ -244,7 +248,7 @@ Suite *gpu_tensor_parallel_suite(void) {
     TCase *t = tcase_create("tensor_parallel");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, test_refusals);
-    tcase_add_loop_test(t, test_tp2, 0, 6);
+    tcase_add_loop_test(t, test_tp, 0, 12);
     suite_add_tcase(s, t);
     return s;
 }

@@ -374,7 +374,90 @@ void tpe_weight_host(tp_engine *e, int v, void *h, float *scale) {
     e->wglobal[v] = *scale;
 }
 
+/* Two pinned host buffers through which weights are converted and copied: a chunk converts (in parallel, OpenMP)
+ * while the previous one's copy runs. Pageable buffers where pinned memory is refused (the copies then wait). */
+enum { STAGE_BYTES = 64 << 20 };
+typedef struct {
+    void *buf[2];
+    cudaEvent_t done[2];
+    int pinned;
+} stage_bufs;
+
+static tp_status stage_open(stage_bufs *sb, tp_error *err) {
+    memset(sb, 0, sizeof *sb);
+    sb->pinned = 1;
+    for (int k = 0; k < 2; k++) {
+        if (sb->pinned && cudaHostAlloc(&sb->buf[k], STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess) {
+            cudaGetLastError();
+            sb->buf[k] = NULL;
+            sb->pinned = 0;
+        }
+        if (!sb->buf[k] && !(sb->buf[k] = malloc(STAGE_BYTES))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        if (cudaEventCreateWithFlags(&sb->done[k], cudaEventDisableTiming) != cudaSuccess)
+            return tp_fail(err, TP_ERR_CUDA, "cudaEventCreate for the weight uploads");
+    }
+    return TP_OK;
+}
+
+static void stage_close(stage_bufs *sb) {
+    for (int k = 0; k < 2; k++) {
+        if (sb->done[k]) cudaEventDestroy(sb->done[k]);
+        if (sb->buf[k] && sb->pinned) cudaFreeHost(sb->buf[k]);
+        else free(sb->buf[k]);
+    }
+}
+
+/* Weight v (fp32 on the host) in its planned type into e->dptr[v]: a stored per-tensor FP8 tensor as it is (through
+ * tpe_weight_host), otherwise converted chunk by chunk; *scale: its per-tensor scale (1 when unscaled). */
+static tp_status stage_upload(tp_engine *e, int v, stage_bufs *sb, float *scale, tp_error *err) {
+    const tp_param *p = &e->params->params[e->g->values[v].param_index];
+    const tp_dtype dt = e->plan->value_dt[v];
+    const size_t es = tp_dtype_info(dt)->bytes, n = (size_t)p->numel, chunk = STAGE_BYTES / (es ? es : 1);
+    const tp_qtensor *pre8 = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    if (pre8 || es < 1 || tp_dtype_info(dt)->bits != 8 * (int)es) { /* stored or sub-byte: the whole tensor at once */
+        const size_t bytes = value_bytes(e, v);
+        void *h = malloc(bytes ? bytes : 1);
+        if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory converting %s", p->name);
+        tpe_weight_host(e, v, h, scale);
+        tp_status st = upload(e->dptr[v], h, bytes, p->name, err);
+        free(h);
+        return st;
+    }
+    *scale = 1.0f;
+    if (e->plan->value_scaled[v]) {
+        /* per-tensor weight scale: amax / max finite, so the largest weight maps to the format's largest value */
+        float amax = 0;
+#pragma omp parallel for reduction(max : amax) if (n >= (1u << 20))
+        for (size_t j = 0; j < n; j++) amax = fmaxf(amax, fabsf(p->data[j]));
+        *scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
+    }
+    e->wglobal[v] = *scale;
+    for (size_t off = 0, k = 0; off < n; off += chunk, k++) {
+        const int b = (int)(k & 1);
+        const size_t m = n - off < chunk ? n - off : chunk;
+        if (k >= 2 && cudaEventSynchronize(sb->done[b]) != cudaSuccess)
+            return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(cudaGetLastError()));
+        tp_convert_from_f32(dt, p->data + off, sb->buf[b], m, *scale);
+        cudaError_t ce = cudaMemcpyAsync((char *)e->dptr[v] + off * es, sb->buf[b], m * es, cudaMemcpyHostToDevice,
+                                         e->stream);
+        if (ce == cudaSuccess) ce = cudaEventRecord(sb->done[b], e->stream);
+        if (ce != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
+    }
+    cudaError_t ce = cudaStreamSynchronize(e->stream);
+    return ce == cudaSuccess ? TP_OK : tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
+}
+
+static tp_status upload_params_staged(tp_engine *e, float *h_scales, stage_bufs *stage, tp_error *err);
+
 static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
+    stage_bufs sb;
+    tp_status st = stage_open(&sb, err);
+    if (!st) st = upload_params_staged(e, h_scales, &sb, err);
+    stage_close(&sb);
+    return st;
+}
+
+static tp_status upload_params_staged(tp_engine *e, float *h_scales, stage_bufs *stage, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = TP_OK;
     for (int v = 0; v < g->n_values; v++) {
@@ -440,16 +523,9 @@ static tp_status upload_params(tp_engine *e, float *h_scales, tp_error *err) {
             e->weight_bytes += (double)bytes;
             continue;
         }
-        void *h = malloc(bytes ? bytes : 1);
-        if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory converting %s", p->name);
-        tpe_weight_host(e, v, h, &scale);
-        h_scales[SCALE_SLOT * v] = scale;
         st = tpe_dev_alloc(e, bytes, &e->dptr[v], p->name, err);
-        if (!st) {
-            cudaError_t ce = cudaMemcpy(e->dptr[v], h, bytes, cudaMemcpyHostToDevice);
-            if (ce != cudaSuccess) st = tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
-        }
-        free(h);
+        if (!st) st = stage_upload(e, v, stage, &scale, err);
+        h_scales[SCALE_SLOT * v] = scale;
         if (st) return st;
         e->weight_bytes += (double)bytes + (e->plan->value_scaled[v] ? 4.0 : 0.0);
     }
