@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b (4+ GPUs), gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -198,6 +198,34 @@ for s in $steps; do
       grep -E "^communication|^total|Traced|Weights:|engine build|pp512|tg128|error" "$OUT/tp${t}_llama31_70b_profile.log" >> "$OUT/tp70b.log"
     done
     grep -E "Tensor parallel|reference:|engine build|pp512|tg|cosine|Greedy|error|exit|layers:|^communication|^total" "$OUT/tp70b.log"
+    ;;
+  tp100)
+    # a stack of 100 70B-shaped layers (175 GB in fp16, more than one H200 holds) at TP ${TP100:-4}, sampled every
+    # 15 s (GPU memory and use, the process's state, memory and threads' wait channels) to see where the time goes
+    t=${TP100:-4}
+    echo "=== 100 layers of Llama-3.1-70B's shape at TP $t, sampled"
+    "$BUILD/tprof" bench --model llama-3.1-70b --layers 100 --batch 1 --precision fp16 --prompt 512 --gen 64 \
+      --reference none --duration 1 --tp $t --json "$OUT/tp${t}_llama31_70b_100layers.json" \
+      > "$OUT/tp${t}_llama31_70b_100layers.log" 2>&1 &
+    pid=$!
+    start=$SECONDS
+    while kill -0 $pid 2>/dev/null; do
+      sleep 15
+      {
+        echo "--- $((SECONDS - start)) s: $(grep -E '^(State|VmRSS|Threads)' /proc/$pid/status 2>/dev/null | tr -s '\t ' ' ' | tr '\n' ';')"
+        nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader | tr '\n' ';'
+        echo
+        for w in /proc/$pid/task/*/wchan; do cat "$w" 2>/dev/null; echo; done | sort | uniq -c | tr '\n' ';'
+        echo
+        tail -c 200 "$OUT/tp${t}_llama31_70b_100layers.log" | tail -1
+      } >> "$OUT/tp100_samples.log"
+    done
+    wait $pid
+    x=$?
+    [ $x -eq 0 ] || rc=1
+    echo "exit $x after $((SECONDS - start)) s"
+    tail -5 "$OUT/tp100_samples.log"
+    grep -E "Tensor parallel|Weights:|engine build|pp512|tg64|error" "$OUT/tp${t}_llama31_70b_100layers.log"
     ;;
   gpus)
     echo "=== --gpus: a decoder batch sweep dealt over GPUs 0 and 1, one process each"
