@@ -70,7 +70,7 @@ static int run_way(const lab *l, int way) {
                                      (tp_stream)l->s);
     int rc = tp_gemm_run_q(l->gemm, way == WAY_FAST ? l->plan_fast : l->plan, l->A, l->W, l->bias,
                            l->res ? l->R : NULL, l->gelu ? l->H : l->D, as, ws, NULL, 1.0f, (tp_stream)l->s);
-    if (!rc && l->gelu) rc = tpk_gelu(l->H, hdt, l->D, ddt, ds, (size_t)l->M * l->N, (tp_stream)l->s);
+    if (!rc && l->gelu) rc = tpk_gelu(l->H, hdt, l->D, ddt, ds, (size_t)l->M * l->N, 0, (tp_stream)l->s);
     return rc;
 }
 

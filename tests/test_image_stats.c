@@ -951,6 +951,30 @@ START_TEST(test_timm_config_defaults) {
 }
 END_TEST
 
+/* SigLIP-style checkpoints: global_pool '' (no pooling) and model_args.act_layer; an activation tprof's ViT does
+ * not run is refused by name, a model_args of the wrong type too. */
+START_TEST(test_timm_config_tokens_act_layer) {
+    tp_timm_config cfg;
+    tp_error err = {0};
+    ck_assert_msg(read_cfg("{\"global_pool\": \"\", \"model_args\": {\"act_layer\": \"gelu_tanh\", \"depth\": 2}}",
+                           &cfg, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(cfg.global_pool, TP_TIMM_POOL_NONE);
+    ck_assert_int_eq(cfg.act_layer, 1);
+    ck_assert_int_eq(read_cfg("{\"model_args\": {\"act_layer\": \"gelu\"}}", &cfg, &err), TP_OK);
+    ck_assert_int_eq(cfg.act_layer, 0);
+    ck_assert_int_eq(read_cfg("{\"global_pool\": \"token\"}", &cfg, &err), TP_OK);
+    ck_assert_int_eq(cfg.act_layer, -1);
+    ck_assert_int_eq(read_cfg("{\"model_args\": {\"act_layer\": \"quick_gelu\"}}", &cfg, &err), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model_args.act_layer"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "quick_gelu"));
+    ck_assert_int_eq(read_cfg("{\"model_args\": [1]}", &cfg, &err), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model_args"));
+    ck_assert_int_eq(read_cfg("{\"model_args\": {\"act_layer\": 3}}", &cfg, &err), TP_ERR_FORMAT);
+    ck_assert_int_eq(read_cfg("{\"global_pool\": \"map\"}", &cfg, &err), TP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "'map'"));
+}
+END_TEST
+
 /* Every error: the expected code, one line starting with the file's path and naming the field (or value). */
 START_TEST(test_timm_config_errors) {
     char long_name[400];
@@ -1275,6 +1299,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_timm_config_hub_file);
     tcase_add_test(tc, test_timm_config_variants);
     tcase_add_test(tc, test_timm_config_defaults);
+    tcase_add_test(tc, test_timm_config_tokens_act_layer);
     tcase_add_test(tc, test_timm_config_errors);
     tcase_add_test(tc, test_timm_config_beside);
     suite_add_tcase(s, tc);

@@ -10,6 +10,7 @@
 #include "formats/dtype.h"
 #include "core/stats.h"
 #include "exec/cpu/cpu_exec.h"
+#include "exec/cpu/cpu_ops.h"
 #include "io/safetensors.h"
 #include "models/vit.h"
 #include "planner/plan.h"
@@ -274,10 +275,13 @@ static void golden(const char *name, tp_vit_config c, int B) {
     tp_params p = {0};
     tp_error e;
     ck_assert_msg(tp_vit_params_load(&c, wpath, &p, &e) == TP_OK, "%s", e.msg);
-    int S = c.img_size, classes = c.num_classes;
+    /* per sample: the classes, or without pooling (T, classes) */
+    const int S = c.img_size, T = c.global_pool == TP_VIT_POOL_NONE ? tp_vit_tokens(&c) : 1,
+              classes = T * c.num_classes;
     float *in = malloc(sizeof(float) * (size_t)B * 3 * S * S), *want = malloc(sizeof(float) * (size_t)B * classes);
     float *got = malloc(sizeof(float) * (size_t)B * classes);
     tp_param_spec io[2] = {{"input", 4, {B, 3, S, S}, in}, {"output", 2, {B, classes}, want}};
+    if (T > 1) io[1] = (tp_param_spec){"output", 3, {B, T, c.num_classes}, want};
     ck_assert_msg(tp_st_load_params(iopath, io, 2, &e) == TP_OK, "%s", e.msg);
     tp_graph g;
     ck_assert_int_eq(tp_vit_build_graph(&c, &p, B, &g, &e), TP_OK);
@@ -287,7 +291,7 @@ static void golden(const char *name, tp_vit_config c, int B) {
     ck_assert_int_eq(acc.nonfinite, 0);
     ck_assert_msg(acc.rel_l2 < 1e-5, "%s: relative L2 error against timm %.3e (max abs %.3e)", name, acc.rel_l2,
                   acc.max_abs);
-    ck_assert(acc.top1_agree == 1.0);
+    if (T == 1) ck_assert(acc.top1_agree == 1.0);
     tp_graph_free(&g);
     tp_params_free(&p);
     free(in);
@@ -319,6 +323,85 @@ START_TEST(test_golden_timm_avg) {
     c.global_pool = 1;
     c.num_classes = 7;
     golden("timm_vit_avg", c, 2);
+}
+END_TEST
+
+/* SigLIP's layout (issue 21's vision stage): no class token, no pooling, the head on every token, tanh GELU */
+static tp_vit_config siglip_like(void) {
+    tp_vit_config c = preset("vit-tiny");
+    c.img_size = c.pre.img_size = 42;
+    c.patch_size = 14;
+    c.embed_dim = 48;
+    c.depth = 2;
+    c.num_heads = 3;
+    c.mlp_ratio = 3.7362;
+    c.class_token = 0;
+    c.global_pool = TP_VIT_POOL_NONE;
+    c.num_classes = 40;
+    c.gelu_tanh = 1;
+    return c;
+}
+
+START_TEST(test_golden_timm_tokens_gelu_tanh) { golden("timm_vit_tokens_gelu_tanh", siglip_like(), 3); }
+END_TEST
+
+/* Without pooling: the output is (B, T, N), every token's head output; the head is the one linear applied to
+ * each token's normed features (the same model without a head gives those); the tanh GELU is another function
+ * than the erf one (the outputs move), and both survive the engine file's JSON. */
+START_TEST(test_vit_tokens_output) {
+    tp_vit_config c = siglip_like();
+    const int B = 2, T = tp_vit_tokens(&c), N = c.num_classes, C = c.embed_dim, S = c.img_size;
+    ck_assert_int_eq(T, 9);
+    tp_params p = {0};
+    tp_error e = {0};
+    ck_assert_int_eq(tp_vit_params_init(&c, 3, 1, &p, &e), TP_OK);
+    tp_graph g;
+    ck_assert_msg(tp_vit_build_graph(&c, &p, B, &g, &e) == TP_OK, "%s", e.msg);
+    const tp_value *o = &g.values[g.output];
+    ck_assert_int_eq(o->ndim, 3);
+    ck_assert_int_eq(o->shape[1], T);
+    ck_assert_int_eq(o->shape[2], N);
+    float *in = malloc(sizeof(float) * (size_t)B * 3 * S * S), *y = malloc(sizeof(float) * (size_t)B * T * N);
+    float *f = malloc(sizeof(float) * (size_t)B * T * C), *yh = malloc(sizeof(float) * (size_t)B * T * N);
+    for (int i = 0; i < B * 3 * S * S; i++) in[i] = (float)sin(0.37 * i);
+    ck_assert_msg(tp_cpu_run(&g, &p, in, y, &e) == TP_OK, "%s", e.msg);
+    /* the same weights without the head: the normed token features */
+    tp_vit_config cf = c;
+    cf.num_classes = 0;
+    tp_graph gf;
+    ck_assert_msg(tp_vit_build_graph(&cf, &p, B, &gf, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_cpu_run(&gf, &p, in, f, &e) == TP_OK, "%s", e.msg);
+    const tp_param *w = &p.params[tp_params_find(&p, "head.weight")], *b = &p.params[tp_params_find(&p, "head.bias")];
+    tp_cpu_linear(f, w->data, b->data, yh, (int64_t)B * T, N, C);
+    for (int i = 0; i < B * T * N; i++) ck_assert_float_eq_tol(y[i], yh[i], 1e-5f * (1.0f + fabsf(yh[i])));
+    /* the erf GELU gives other outputs */
+    tp_vit_config ce = c;
+    ce.gelu_tanh = 0;
+    tp_graph ge;
+    ck_assert_int_eq(tp_vit_build_graph(&ce, &p, B, &ge, &e), TP_OK);
+    ck_assert_msg(tp_cpu_run(&ge, &p, in, yh, &e) == TP_OK, "%s", e.msg);
+    double d = 0;
+    for (int i = 0; i < B * T * N; i++) d = fmax(d, fabs((double)y[i] - yh[i]));
+    ck_assert_msg(d > 1e-6, "the tanh and erf GELU models gave the same outputs (max diff %g)", d);
+    /* the engine file's JSON keeps both */
+    tp_model m, back;
+    tp_vit_model(&c, &m);
+    json_t *j = tp_model_to_json(&m);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "global_pool")), "none");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "act_layer")), "gelu_tanh");
+    ck_assert_msg(tp_model_from_json(j, "vit", &back, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_vit_cfg(&back)->global_pool, TP_VIT_POOL_NONE);
+    ck_assert_int_eq(tp_vit_cfg(&back)->gelu_tanh, 1);
+    json_decref(j);
+    tp_graph_free(&ge);
+    tp_graph_free(&gf);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    free(in);
+    free(y);
+    free(f);
+    free(yh);
 }
 END_TEST
 
@@ -779,6 +862,27 @@ START_TEST(test_planner_gelu_fusion) {
         ck_assert_int_eq(n_fused, cases[k].fused ? 2 : 0);
         tp_plan_free(&plan);
     }
+    /* a model whose GELU is the tanh form (SigLIP): fused without the policy's flag, the note saying it is the
+     * model's own function; the CPU (sm 0) keeps it unfused; tprof's exact-GELU GEMM never takes it */
+    c.gelu_tanh = 1;
+    tp_graph gt;
+    ck_assert_int_eq(tp_vit_build_graph(&c, &p, 2, &gt, &e), TP_OK);
+    for (int sm = 0; sm <= 90; sm += 90) {
+        tp_policy pol;
+        tp_policy_default(&pol, sm ? TP_PREC_FP16 : TP_PREC_FP32);
+        ck_assert_msg(tp_plan_build_policy(&gt, &pol, sm, &plan, &e) == TP_OK, "%s", e.msg);
+        int n_fused = 0;
+        for (int i = 0; i < gt.n_ops; i++) {
+            if (gt.ops[i].kind != TP_OP_GELU) continue;
+            ck_assert_int_eq(gt.ops[i].gelu_tanh, 1);
+            if (plan.op_fused_into[i] < 0) continue;
+            n_fused++;
+            ck_assert_ptr_nonnull(strstr(plan.op_note[i], "the model's tanh form"));
+        }
+        ck_assert_int_eq(n_fused, sm ? 2 : 0);
+        tp_plan_free(&plan);
+    }
+    tp_graph_free(&gt);
     tp_graph_free(&g);
     tp_params_free(&p);
 }
@@ -920,6 +1024,8 @@ int main(void) {
     tcase_add_test(t, test_synthesized_weights);
     tcase_add_test(t, test_golden_timm_token);
     tcase_add_test(t, test_golden_timm_avg);
+    tcase_add_test(t, test_golden_timm_tokens_gelu_tanh);
+    tcase_add_test(t, test_vit_tokens_output);
     tcase_add_test(t, test_golden_checkpoint_crop090);
     tcase_add_test(t, test_golden_checkpoint_crop100);
     suite_add_tcase(s, t);

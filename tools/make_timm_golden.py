@@ -2,7 +2,7 @@
 """Writes the timm golden fixtures that tests/test_model.c checks the CPU executor against.
 
 Runs where torch and timm are installed (the GPU machines; the CPU is used, no GPU needed):
-    python3 tools/make_timm_golden.py OUTDIR
+    python3 tools/make_timm_golden.py OUTDIR [NAME ...]   (NAME: only those configurations, no checkpoints)
 For each configuration it writes OUTDIR/<name>.safetensors (timm's state_dict, exactly as timm names and
 shapes it) and OUTDIR/<name>.io.safetensors ("input" (B,3,S,S) float32 and timm's float32 "output").
 Every parameter is perturbed with seeded noise so that biases and LayerNorm affines are not the trivial
@@ -41,6 +41,11 @@ CONFIGS = [
      torch.float32),
     ("timm_vit_avg", dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, mlp_ratio=2.5,
                           class_token=False, global_pool="avg", num_classes=7), 2, torch.bfloat16),
+    # SigLIP's shape of ViT as PaliGemma and pi0 use it (issue 21's vision stage): no class token, no pooling (every
+    # token normed, the head applied to each), GELU in its tanh form, an MLP of odd width (int(48 * 3.7362) = 179)
+    ("timm_vit_tokens_gelu_tanh", dict(img_size=42, patch_size=14, embed_dim=48, depth=2, num_heads=3,
+                                       mlp_ratio=3.7362, class_token=False, global_pool="", num_classes=40,
+                                       act_layer="gelu_tanh"), 3, torch.float32),
 ]
 
 TOOLS = os.path.dirname(os.path.abspath(__file__))
@@ -212,9 +217,12 @@ def write_checkpoints(out):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
+    only = set(sys.argv[2:])  # names given: only those configurations (the committed others stay as they are)
     os.makedirs(out, exist_ok=True)
     print(f"torch {torch.__version__}, timm {timm.__version__}")
     for name, kw, batch, dtype in CONFIGS:
+        if only and name not in only:
+            continue
         torch.manual_seed(1234)
         model = VisionTransformer(**kw).eval()
         with torch.no_grad():
@@ -232,7 +240,7 @@ def main():
         rel = ((y.double() - y64).norm() / y64.norm()).item()
         print(f"{name}: {len(sd)} tensors ({dtype}), output {tuple(y.shape)}, |y| {y.norm():.4f}, "
               f"timm fp32 vs fp64 relative L2 {rel:.2e}")
-    surprises = write_checkpoints(out)
+    surprises = 0 if only else write_checkpoints(out)
     if surprises:
         print(f"FAILED: {surprises} surprise(s) above (the fixtures were written all the same)")
         sys.exit(1)

@@ -184,9 +184,26 @@ static tp_status read_doc(const char *path, const json_t *root, tp_timm_config *
         const char *g = json_string_value(gp);
         if (!strcmp(g, "token")) cfg->global_pool = TP_TIMM_POOL_TOKEN;
         else if (!strcmp(g, "avg")) cfg->global_pool = TP_TIMM_POOL_AVG;
+        else if (!*g) cfg->global_pool = TP_TIMM_POOL_NONE;
         else
             return tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "field 'global_pool': '%.64s': tprof's ViT "
-                                "pools by token or avg only", g);
+                                "pools by token, avg or '' (none) only", g);
+    }
+    /* model_args (timm's save_config_for_hf writes the constructor's keyword arguments there when given) */
+    cfg->act_layer = -1;
+    const json_t *ma = json_object_get(root, "model_args");
+    if (ma && !json_is_null(ma)) {
+        if (!json_is_object(ma)) return tp_fail_path(err, TP_ERR_FORMAT, path, "field 'model_args': expected an object");
+        const json_t *al = json_object_get(ma, "act_layer");
+        if (al && !json_is_null(al)) {
+            const char *a = json_is_string(al) ? json_string_value(al) : NULL;
+            if (!a) return tp_fail_path(err, TP_ERR_FORMAT, path, "field 'model_args.act_layer': expected a string");
+            if (!strcmp(a, "gelu")) cfg->act_layer = 0;
+            else if (!strcmp(a, "gelu_tanh")) cfg->act_layer = 1;
+            else
+                return tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "field 'model_args.act_layer': '%.64s': tprof's "
+                                    "ViT MLP runs gelu or gelu_tanh only", a);
+        }
     }
 
     const json_t *pc = json_object_get(root, "pretrained_cfg");

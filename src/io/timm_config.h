@@ -36,7 +36,8 @@
 typedef enum {
     TP_TIMM_POOL_ABSENT = -1, /* no "global_pool" in the file */
     TP_TIMM_POOL_TOKEN = 0,   /* "token": the class token */
-    TP_TIMM_POOL_AVG = 1      /* "avg": mean over the patch tokens */
+    TP_TIMM_POOL_AVG = 1,     /* "avg": mean over the patch tokens */
+    TP_TIMM_POOL_NONE = 2     /* "": no pooling, every token (the head applied to each) */
 } tp_timm_pool;
 
 typedef struct {
@@ -45,6 +46,7 @@ typedef struct {
     int num_classes;   /* top-level num_classes, else pretrained_cfg.num_classes, else -1; 0 = no head */
     int num_features;  /* top-level num_features (informational in timm); -1 if absent */
     int global_pool;   /* a tp_timm_pool */
+    int act_layer;     /* model_args.act_layer: 0 "gelu", 1 "gelu_tanh"; -1 when absent (the architecture's own) */
     int has_pre;       /* 1 when the file has a pretrained_cfg (or the legacy layout's data fields) */
     tp_preprocess pre; /* when has_pre: img_size = input_size[1] (== input_size[2]), crop_pct, mean, std,
                         * interpolation, crop_mode, defaults filled in as above; when not, zeroes */
@@ -59,7 +61,8 @@ typedef struct {
  *                       non-negative integers; input_size not 3 positive integers; mean/std not 3 finite
  *                       numbers, std with a 0; crop_pct not a positive number), a name longer than
  *                       TP_TIMM_NAME_LEN - 1 bytes, input_size above 16384;
- *   TP_ERR_UNSUPPORTED  a valid timm value tprof does not run, named: global_pool other than "token"/"avg",
+ *   TP_ERR_UNSUPPORTED  a valid timm value tprof does not run, named: global_pool other than "token"/"avg"/"",
+ *                       model_args.act_layer other than "gelu"/"gelu_tanh",
  *                       interpolation other than bicubic/bilinear/nearest, crop_mode other than center/squash
  *                       ("border" included), a non-square input_size, input channels other than 3. */
 tp_status tp_timm_config_read(const char *path, tp_timm_config *out, tp_error *err);

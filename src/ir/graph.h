@@ -90,6 +90,8 @@ typedef struct {
     int kv_heads;       /* KV attention: Hkv (H % Hkv == 0; grouped-query attention when Hkv < H) */
     float norm_offset;  /* RMSNorm: 0 (Llama: x_hat * w) or 1 (Gemma: x_hat * (1 + w)) */
     tp_act act;         /* GLU */
+    int gelu_tanh;      /* GELU: 1 the model's GELU is the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+                           (timm's gelu_tanh, SigLIP), 0 the exact erf form */
     tp_rope rope;       /* RoPE */
     /* costs at the graph's batch size */
     int64_t gemm_m, gemm_n, gemm_k; /* the GEMM view of LINEAR and PATCH_EMBED (M rows, N out, K reduction) */

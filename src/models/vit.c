@@ -83,9 +83,10 @@ tp_status tp_vit_config_validate(const tp_vit_config *c, tp_error *err) {
         return tp_fail(err, TP_ERR_ARG, "--mlp-ratio %g: must give a positive hidden size", c->mlp_ratio);
     if (c->num_classes < 0) return tp_fail(err, TP_ERR_ARG, "--num-classes %d: must be >= 0", c->num_classes);
     if (!(c->ln_eps > 0)) return tp_fail(err, TP_ERR_ARG, "--ln-eps %g: must be positive", (double)c->ln_eps);
-    if (c->global_pool == 0 && !c->class_token)
-        return tp_fail(err, TP_ERR_ARG, "--global-pool token needs a class token (use --global-pool avg)");
-    if (c->global_pool < 0 || c->global_pool > 1) return tp_fail(err, TP_ERR_ARG, "unknown global pool");
+    if (c->global_pool == TP_VIT_POOL_TOKEN && !c->class_token)
+        return tp_fail(err, TP_ERR_ARG, "--global-pool token needs a class token (use --global-pool avg or none)");
+    if (c->global_pool < 0 || c->global_pool > TP_VIT_POOL_NONE) return tp_fail(err, TP_ERR_ARG, "unknown global pool");
+    if (c->gelu_tanh != 0 && c->gelu_tanh != 1) return tp_fail(err, TP_ERR_ARG, "unknown MLP activation");
     if (c->pre.img_size != c->img_size)
         return tp_fail(err, TP_ERR_ARG, "preprocessing crops %d px but the model takes %d", c->pre.img_size,
                        c->img_size);
@@ -104,6 +105,19 @@ int tp_vit_tokens(const tp_vit_config *c) {
 }
 
 int tp_vit_mlp_hidden(const tp_vit_config *c) { return (int)(c->embed_dim * c->mlp_ratio); }
+
+const char *tp_vit_pool_name(int pool) {
+    return pool == TP_VIT_POOL_TOKEN ? "token" : pool == TP_VIT_POOL_AVG ? "avg" : pool == TP_VIT_POOL_NONE ? "none" : "?";
+}
+
+static int pool_parse(const char *s) {
+    return !strcmp(s, "token") ? TP_VIT_POOL_TOKEN : !strcmp(s, "avg") ? TP_VIT_POOL_AVG
+                                                 : !strcmp(s, "none") ? TP_VIT_POOL_NONE : -1;
+}
+
+/* timm's act_layer names for the two GELU forms */
+static const char *act_name(int tanh_form) { return tanh_form ? "gelu_tanh" : "gelu"; }
+static int act_parse(const char *s) { return !strcmp(s, "gelu") ? 0 : !strcmp(s, "gelu_tanh") ? 1 : -1; }
 
 /* How each parameter is initialized (timm init_weights_vit_timm plus PyTorch defaults). */
 typedef enum { INIT_TRUNC02, INIT_ZERO, INIT_ONE, INIT_CLS, INIT_CONV_W, INIT_CONV_B } init_kind;
@@ -140,7 +154,7 @@ static tp_status build_table(const tp_vit_config *c, tp_params *out, int **init,
 #undef P1
 #undef P2
     }
-    const char *norm = c->global_pool == 1 ? "fc_norm" : "norm";
+    const char *norm = c->global_pool == TP_VIT_POOL_AVG ? "fc_norm" : "norm";
     snprintf(name, sizeof name, "%s.weight", norm);
     bad |= tp_pb_add(&b, name, INIT_ONE, 1, C, 0, 0, 0);
     snprintf(name, sizeof name, "%s.bias", norm);
@@ -222,7 +236,7 @@ static int vit_block(tp_graph_builder *b, const tp_vit_config *c, int i, int x, 
     x = tp_gb_add(b, LAYER("residual1"), x, h, 3, xs, NULL);
     h = layernorm(b, c, LAYER("norm2"), x, 3, xs);
     h = tp_gb_linear(b, LAYER("mlp.fc1"), h, 1, 3, hid_s, NULL);
-    tp_op gelu = {.kind = TP_OP_GELU};
+    tp_op gelu = {.kind = TP_OP_GELU, .gelu_tanh = c->gelu_tanh};
     h = tp_gb_op(b, &gelu, LAYER("mlp.act"), &h, 1, 3, hid_s, NULL);
     h = tp_gb_linear(b, LAYER("mlp.fc2"), h, 1, 3, xs, NULL);
     char out[TP_NAME_LEN];
@@ -232,9 +246,16 @@ static int vit_block(tp_graph_builder *b, const tp_vit_config *c, int i, int x, 
 }
 
 /* timm's head: 'token' pooling normalizes every token, then takes the class token; 'avg' averages the
- * non-prefix tokens, then applies fc_norm; then the classifier when there is one */
+ * non-prefix tokens, then applies fc_norm; then the classifier when there is one. Without pooling every token is
+ * normalized and the head applied to each (timm's global_pool='': forward_head's pool leaves the tokens). */
 static int vit_head(tp_graph_builder *b, const tp_vit_config *c, int x, int64_t B) {
-    const int64_t C = c->embed_dim, xs[3] = {B, tp_vit_tokens(c), C}, pooled_s[2] = {B, C};
+    const int64_t C = c->embed_dim, T = tp_vit_tokens(c), xs[3] = {B, T, C}, pooled_s[2] = {B, C};
+    if (c->global_pool == TP_VIT_POOL_NONE) {
+        x = layernorm(b, c, "norm", x, 3, xs);
+        if (c->num_classes <= 0) return x;
+        const int64_t ys[3] = {B, T, c->num_classes};
+        return tp_gb_linear(b, "head", x, 1, 3, ys, "logits");
+    }
     tp_op pool = {.kind = TP_OP_POOL, .pool_mode = c->global_pool, .prefix = c->class_token ? 1 : 0};
     if (c->global_pool == 0) {
         x = layernorm(b, c, "norm", x, 3, xs);
@@ -309,8 +330,10 @@ static const tp_knob KNOBS[] = {
     {"--mlp-ratio", "X", "MLP hidden = int(C * X)"},
     {"--class-token", NULL, "prepend a class token (the presets have one)"},
     {"--no-class-token", NULL, "no class token"},
-    {"--global-pool", "token|avg", "class token output, or the mean of the patch tokens then fc_norm"},
+    {"--global-pool", "token|avg|none", "class token output, the mean of the patch tokens then fc_norm, or every "
+                                        "token (the head applied to each: SigLIP's image tokens in PaliGemma, pi0)"},
     {"--num-classes", "N", "classifier outputs (0: no head, the output is the pooled features)"},
+    {"--act-layer", "gelu|gelu_tanh", "the MLP's GELU: exact erf (timm's default) or the tanh form (SigLIP)"},
     {"--ln-eps", "X", "LayerNorm epsilon"},
     {"--mean", "R,G,B", "preprocessing mean (overrides the checkpoint's config.json and the preset)"},
     {"--std", "R,G,B", "preprocessing std"},
@@ -380,11 +403,17 @@ static int vit_knob(void *cfg, const char *name, const char *val, tp_error *err)
     } else if (strcmp(name, "--class-token") == 0 || strcmp(name, "--no-class-token") == 0) {
         c->class_token = strcmp(name, "--class-token") == 0;
     } else if (strcmp(name, "--global-pool") == 0) {
-        if (strcmp(val, "token") != 0 && strcmp(val, "avg") != 0) {
-            tp_fail(err, TP_ERR_ARG, "--global-pool '%s': expected token or avg", val);
+        if (pool_parse(val) < 0) {
+            tp_fail(err, TP_ERR_ARG, "--global-pool '%s': expected token, avg or none", val);
             return -1;
         }
-        c->global_pool = strcmp(val, "avg") == 0;
+        c->global_pool = pool_parse(val);
+    } else if (strcmp(name, "--act-layer") == 0) {
+        if (act_parse(val) < 0) {
+            tp_fail(err, TP_ERR_ARG, "--act-layer '%s': expected gelu or gelu_tanh", val);
+            return -1;
+        }
+        c->gelu_tanh = act_parse(val);
     } else if (strcmp(name, "--mean") == 0 || strcmp(name, "--std") == 0) {
         float rgb[3];
         if (parse_rgb(name, val, rgb, err)) return -1;
@@ -427,9 +456,10 @@ static int vit_knob(void *cfg, const char *name, const char *val, tp_error *err)
 
 static void vit_describe(const void *cfg, char *buf, size_t n) {
     const tp_vit_config *c = cfg;
-    snprintf(buf, n, "img %d, patch %d, dim %d, depth %d, heads %d, %d tokens%s, %s pool, %d classes", c->img_size,
-             c->patch_size, c->embed_dim, c->depth, c->num_heads, tp_vit_tokens(c),
-             c->class_token ? " (class token)" : "", c->global_pool ? "avg" : "token", c->num_classes);
+    snprintf(buf, n, "img %d, patch %d, dim %d, depth %d, heads %d, %d tokens%s, %s pool, %d classes%s%s",
+             c->img_size, c->patch_size, c->embed_dim, c->depth, c->num_heads, tp_vit_tokens(c),
+             c->class_token ? " (class token)" : "", tp_vit_pool_name(c->global_pool), c->num_classes,
+             c->global_pool == TP_VIT_POOL_NONE ? " per token" : "", c->gelu_tanh ? ", GELU tanh" : "");
 }
 
 /* ---- JSON: the configuration as engine files store it -------------------------------------------------- */
@@ -445,11 +475,12 @@ static json_t *vit_to_json(const void *cfg) {
                             tp_interp_name(c->pre.interpolation), "crop_mode", tp_crop_mode_name(c->pre.crop_mode),
                             "pillow", c->pre.pillow_version);
     if (!pre) return NULL;
-    return json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:b,s:s,s:i,s:f,s:o}", "name", c->name, "img_size",
+    return json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:b,s:s,s:i,s:f,s:s,s:o}", "name", c->name, "img_size",
                      c->img_size, "patch_size", c->patch_size, "in_chans", c->in_chans, "embed_dim", c->embed_dim,
                      "depth", c->depth, "num_heads", c->num_heads, "mlp_ratio", c->mlp_ratio, "class_token",
-                     c->class_token, "global_pool", c->global_pool ? "avg" : "token", "num_classes",
-                     c->num_classes, "ln_eps", (double)c->ln_eps, "preprocess", pre);
+                     c->class_token, "global_pool", tp_vit_pool_name(c->global_pool), "num_classes",
+                     c->num_classes, "ln_eps", (double)c->ln_eps, "act_layer", act_name(c->gelu_tanh), "preprocess",
+                     pre);
 }
 
 
@@ -483,12 +514,10 @@ static tp_status jenum(const json_t *o, const char *where, const char *key, int 
 }
 
 
-static int pool_parse(const char *s) { return strcmp(s, "token") == 0 ? 0 : strcmp(s, "avg") == 0 ? 1 : -1; }
-
 static tp_status vit_from_json(const json_t *m, void *cfg, tp_error *err) {
     static const char *const keys[] = {"name", "img_size", "patch_size", "in_chans", "embed_dim", "depth",
                                        "num_heads", "mlp_ratio", "class_token", "global_pool", "num_classes",
-                                       "ln_eps", "preprocess", NULL};
+                                       "ln_eps", "act_layer", "preprocess", NULL};
     /* interpolation, crop_mode and pillow: engine files of version <= 2 have none (bicubic, center, 0: the newest
      * Pillow's resize) */
     static const char *const pkeys[] = {"img_size", "crop_pct", "mean", "std", "interpolation", "crop_mode",
@@ -523,6 +552,8 @@ static tp_status vit_from_json(const json_t *m, void *cfg, tp_error *err) {
     if (!json_is_boolean(v)) return tp_fail(err, TP_ERR_FORMAT, "model: 'class_token' must be a boolean");
     c->class_token = json_is_true(v);
     if ((s = jenum(m, w, "global_pool", 0, pool_parse, &c->global_pool, err))) return s;
+    /* engine files before act_layer: timm's default 'gelu' */
+    if ((s = jenum(m, w, "act_layer", 1, act_parse, &c->gelu_tanh, err))) return s;
     if ((s = tp_fam_jnum(m, w, "ln_eps", &x, err))) return s;
     c->ln_eps = (float)x;
     if ((s = tp_fam_jfield(m, w, "preprocess", 0, &pre, err))) return s;
@@ -575,7 +606,10 @@ static tp_status vit_checkpoint(void *cfg, const char *weights, char *note, size
                             tc.num_classes, c->num_classes);
     if (tc.global_pool >= 0 && tc.global_pool != c->global_pool)
         return tp_fail_path(err, TP_ERR_SHAPE, path, "global_pool '%s', but the model pools by '%s' (--global-pool)",
-                            tc.global_pool ? "avg" : "token", c->global_pool ? "avg" : "token");
+                            tp_vit_pool_name(tc.global_pool), tp_vit_pool_name(c->global_pool));
+    if (tc.act_layer >= 0 && tc.act_layer != c->gelu_tanh)
+        return tp_fail_path(err, TP_ERR_SHAPE, path, "model_args.act_layer '%s', but the model's MLP uses '%s' "
+                            "(--act-layer)", act_name(tc.act_layer), act_name(c->gelu_tanh));
     if (!tc.has_pre) {
         snprintf(note, n, "warning: %s has no pretrained_cfg: the checkpoint's preprocessing is unknown; using %s (%s)",
                  path, c->pre_source, pt);
@@ -630,8 +664,17 @@ static void vit_input(const void *cfg, tp_input_desc *d) {
 /* timm's forward: the head's logits, or the pooled (and normed) features when there is no head */
 static void vit_output(const void *cfg, tp_output_desc *d) {
     const tp_vit_config *c = cfg;
+    const int cols = c->num_classes > 0 ? c->num_classes : c->embed_dim;
+    if (c->global_pool == TP_VIT_POOL_NONE) { /* every token's: no class to pick, top-1 has no meaning */
+        d->ndim = 2;
+        d->shape[0] = tp_vit_tokens(c);
+        d->shape[1] = cols;
+        d->what = c->num_classes > 0 ? "token outputs" : "token features";
+        d->classes = 0;
+        return;
+    }
     d->ndim = 1;
-    d->shape[0] = c->num_classes > 0 ? c->num_classes : c->embed_dim;
+    d->shape[0] = cols;
     d->what = c->num_classes > 0 ? "logits" : "features";
     d->classes = c->num_classes;
 }

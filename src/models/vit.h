@@ -27,8 +27,12 @@ typedef struct {
     int img_size, patch_size, in_chans, embed_dim, depth, num_heads;
     double mlp_ratio;
     int class_token; /* 1: prepend a class token */
-    int global_pool; /* 0: 'token' (class token output), 1: 'avg' (mean of patch tokens, then fc_norm) */
-    int num_classes; /* 0: no head; the output is the pooled features */
+    int global_pool; /* a tp_vit_pool: 'token' (class token output), 'avg' (mean of patch tokens, then fc_norm),
+                        '' (none: every token after the final norm, the head applied to each, as timm's
+                        global_pool='' and big_vision's pool_type='none' for PaliGemma's and pi0's image tokens) */
+    int num_classes; /* 0: no head; the output is the pooled features (every token's features without pooling) */
+    int gelu_tanh;   /* the MLP's activation: 0 timm's 'gelu' (exact erf), 1 'gelu_tanh' (the tanh approximation,
+                        SigLIP's: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))) */
     float ln_eps;
     tp_preprocess pre; /* timm pretrained_cfg: mean, std, crop_pct, interpolation, crop mode at img_size */
     char pre_source[200]; /* where pre comes from: "the preset vit_base_patch16_224's timm pretrained_cfg",
@@ -36,6 +40,9 @@ typedef struct {
     unsigned pre_given;   /* TP_VIT_PRE_* bits: the preprocessing fields given on the command line, which the
                              checkpoint's config.json does not override */
 } tp_vit_config;
+
+typedef enum { TP_VIT_POOL_TOKEN = 0, TP_VIT_POOL_AVG = 1, TP_VIT_POOL_NONE = 2 } tp_vit_pool;
+const char *tp_vit_pool_name(int pool); /* "token", "avg", "none" */
 
 enum { TP_VIT_PRE_MEAN = 1, TP_VIT_PRE_STD = 2, TP_VIT_PRE_CROP_PCT = 4, TP_VIT_PRE_INTERP = 8, TP_VIT_PRE_CROP_MODE = 16 };
 
@@ -74,7 +81,8 @@ tp_status tp_vit_params_init(const tp_vit_config *cfg, uint64_t seed, int nonzer
 tp_status tp_vit_params_shapes(const tp_vit_config *cfg, tp_params *out, tp_error *err);
 /* The table loaded from a safetensors file (F32/F16/BF16), names and shapes checked (tp_model_params_load). */
 tp_status tp_vit_params_load(const tp_vit_config *cfg, const char *path, tp_params *out, tp_error *err);
-/* The forward graph for batch B: input (B, 3, S, S) fp32 -> output (B, num_classes) (or (B, C)). */
+/* The forward graph for batch B: input (B, 3, S, S) fp32 -> output (B, num_classes) (or (B, C)); without pooling
+ * (B, T, num_classes) (or (B, T, C)). */
 tp_status tp_vit_build_graph(const tp_vit_config *cfg, const tp_params *params, int64_t B, tp_graph *g,
                              tp_error *err);
 

@@ -127,24 +127,26 @@ static void fuse_residual_adds(const tp_graph *g, tp_plan *p) {
     }
 }
 
-/* plan.h's GELU fusion (the policy's gelu_tanh): a GELU whose input is a plain or per-tensor FP8 GEMM's output read
- * by nothing else; an E4M3 GELU output needs the FP8 GEMM (cuBLASLt writes E4M3 only from E4M3 operands), any
+/* plan.h's GELU fusion (the policy's gelu_tanh for every GELU, `all`; always for a model whose GELU is the tanh
+ * form, which cuBLASLt's epilogue computes as it is): a GELU whose input is a plain or per-tensor FP8 GEMM's output
+ * read by nothing else; an E4M3 GELU output needs the FP8 GEMM (cuBLASLt writes E4M3 only from E4M3 operands), any
  * other the GEMM's own output type; block formats keep their kernels. */
-static void fuse_gelu_tanh(const tp_graph *g, tp_plan *p) {
+static void fuse_gelu_tanh(const tp_graph *g, tp_plan *p, int all) {
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
-        if (op->kind != TP_OP_GELU) continue;
+        if (op->kind != TP_OP_GELU || (!all && !op->gelu_tanh)) continue;
         const int x = op->in[0], y = op->out, j = g->values[x].producer;
         if (j < 0 || g->ops[j].kind != TP_OP_LINEAR || consumers(g, x) != 1 || p->op_epilogue_add[j] >= 0) continue;
         if (p->op_prec[j] == TP_PREC_FP8_WO || p->op_prec[j] == TP_PREC_NVFP4_WO) continue; /* the GEMV has no GELU */
+        if (!all && p->value_dt[x] == TP_F32) continue; /* fp32 engines (the GPU reference) keep the GELU kernel */
         const int a = g->ops[j].in[0];
         if (p->value_qf[a] != TP_QF_NONE || p->value_qf[y] != TP_QF_NONE) continue;
         if (p->value_dt[y] == TP_E4M3 ? p->value_dt[a] != TP_E4M3 : p->value_dt[y] != p->value_dt[x]) continue;
         p->op_fused_into[i] = j;
         p->op_epilogue_gelu[j] = i;
-        snprintf(p->op_note[i], sizeof p->op_note[i],
-                 "fused: bias + GELU in the epilogue of %s, tanh approximation (cuBLASLt; --gelu tanh)",
-                 g->ops[j].layer);
+        snprintf(p->op_note[i], sizeof p->op_note[i], "fused: bias + GELU in the epilogue of %s, %s",
+                 g->ops[j].layer, op->gelu_tanh ? "the model's tanh form (cuBLASLt's GELU epilogue)"
+                                                : "tanh approximation (cuBLASLt; --gelu tanh)");
         size_t l = strlen(p->op_note[j]);
         snprintf(p->op_note[j] + l, sizeof p->op_note[j] - l, "; + GELU (tanh approximation) in the epilogue, writes %s",
                  tp_dtype_info(p->value_dt[y])->name);
@@ -384,6 +386,7 @@ static void other_note(const tp_op *op, const char *act, char *note, size_t n) {
         snprintf(note, n, "%s Q and KV cache, causal, %d heads over %d KV heads, fp32 softmax", act, op->heads,
                  op->kv_heads);
         break;
+    case TP_OP_GELU: snprintf(note, n, "%s, fp32 math%s", act, op->gelu_tanh ? ", tanh form (the model's)" : ""); break;
     default: snprintf(note, n, "%s, fp32 math", act); break;
     }
 }
@@ -544,7 +547,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     }
 out:
     if (!st && sm > 0) fuse_residual_adds(g, p);
-    if (!st && sm > 0 && pol->gelu_tanh) fuse_gelu_tanh(g, p);
+    if (!st && sm > 0) fuse_gelu_tanh(g, p, pol->gelu_tanh);
     if (!st && sm > 0) fuse_patch_embed(g, sm, p);
     free(keep);
     free(why);

@@ -37,7 +37,8 @@
  * (`--gelu tanh`), a GELU whose input is a GEMM output read by nothing else runs in that GEMM's epilogue as the
  * tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (cuBLASLt's GELU; the model's exact erf GELU
  * differs by up to 4.7e-4), the GEMM writing the GELU's output in its storage type (E4M3 with its scale for an FP8
- * GEMM); labelled in every op note. */
+ * GEMM); labelled in every op note. A model whose GELU is itself the tanh form (tp_op.gelu_tanh: SigLIP) has it
+ * fused so without the policy's flag: there the epilogue computes the model's own function. */
 #ifndef TP_PLAN_H
 #define TP_PLAN_H
 

@@ -106,7 +106,8 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
         printf("Accuracy: not checked (--reference none)%s\n", a->nonfinite ? "  NON-FINITE VALUES IN OUTPUT" : "");
         return;
     }
-    char top1[64] = "top-1 agreement: n/a (the output is features)";
+    char top1[64];
+    snprintf(top1, sizeof top1, "top-1 agreement: n/a (the output is %s)", rep->output.what);
     if (rep->output.classes > 0)
         snprintf(top1, sizeof top1, "top-1 agreement = %.1f %% (%d/%d)", 100 * a->top1_agree,
                  (int)lround(a->top1_agree * a->rows), a->rows);

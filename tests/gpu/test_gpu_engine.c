@@ -49,15 +49,21 @@ typedef struct {
     const char *what;
     int img, patch, dim, depth, heads, classes, cls, pool, batch;
     double mlp_ratio; /* 0: the preset's (4) */
+    int gelu_tanh;    /* the model's GELU in its tanh form (SigLIP) */
 } engine_case;
 
 static const engine_case CASES[] = {
-    {"50 tokens, batch 1", 112, 16, 192, 2, 3, 10, 1, 0, 1, 0},
-    {"50 tokens, batch 3", 112, 16, 192, 2, 3, 10, 1, 0, 3, 0},
-    {"197 tokens, batch 3", 224, 16, 128, 2, 2, 16, 1, 0, 3, 0},
-    {"577 tokens, batch 1, D 80", 384, 16, 160, 1, 2, 32, 1, 0, 1, 0},
-    {"17 tokens avg pool, no class token, batch 64", 32, 8, 64, 2, 2, 10, 0, 1, 64, 0},
+    {"50 tokens, batch 1", 112, 16, 192, 2, 3, 10, 1, 0, 1, 0, 0},
+    {"50 tokens, batch 3", 112, 16, 192, 2, 3, 10, 1, 0, 3, 0, 0},
+    {"197 tokens, batch 3", 224, 16, 128, 2, 2, 16, 1, 0, 3, 0, 0},
+    {"577 tokens, batch 1, D 80", 384, 16, 160, 1, 2, 32, 1, 0, 1, 0, 0},
+    {"17 tokens avg pool, no class token, batch 64", 32, 8, 64, 2, 2, 10, 0, 1, 64, 0, 0},
 };
+
+/* SigLIP's layout (issue 21's vision stage): 256 tokens, no class token, no pooling (the head on every token), the
+ * MLP's GELU in its tanh form, MLP width 336 (not a multiple of 64) */
+static const engine_case SIGLIP = {"SigLIP-like: 256 tokens, head per token, tanh GELU", 224, 14, 96, 2, 2, 40, 0,
+                                   TP_VIT_POOL_NONE, 3, 3.5, 1};
 
 static int first_attention(const tp_graph *g) {
     for (int i = 0; i < g->n_ops; i++)
@@ -92,6 +98,7 @@ static void case_model(const engine_case *k, tp_params *p, tp_graph *g) {
     c.class_token = k->cls;
     c.global_pool = k->pool;
     if (k->mlp_ratio > 0) c.mlp_ratio = k->mlp_ratio;
+    c.gelu_tanh = k->gelu_tanh;
     memset(p, 0, sizeof *p);
     ck_assert_msg(tp_vit_params_init(&c, 11, 1, p, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(tp_vit_build_graph(&c, p, k->batch, g, &e), TP_OK);
@@ -115,7 +122,9 @@ static void run_case(const engine_case *k, tp_precision prec) {
     tp_params p;
     tp_graph g;
     case_model(k, &p, &g);
-    size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
+    /* the output per sample: the classes, or every token's (no pooling) */
+    const size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)tp_value_numel(&g.values[g.output]);
+    const int cols = (int)(out_n / (size_t)k->batch);
     float *in = malloc(sizeof(float) * in_n), *calib = malloc(sizeof(float) * in_n);
     float *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
     random_input(in, in_n, 5);
@@ -148,7 +157,7 @@ static void run_case(const engine_case *k, tp_precision prec) {
         printf("  engine %-5s %-46s attention: %s\n", tp_precision_name(prec), k->what, im);
     }
     tp_accuracy a;
-    tp_accuracy_compute(got, ref, k->batch, k->classes, &a);
+    tp_accuracy_compute(got, ref, k->batch, cols, &a);
     printf("  engine %-5s %-46s cosine %.7f rel L2 %.3e max abs %.3e top-1 %.2f\n", tp_precision_name(prec), k->what,
            a.cosine, a.rel_l2, a.max_abs, a.top1_agree);
     fflush(stdout);
@@ -168,7 +177,7 @@ static void run_case(const engine_case *k, tp_precision prec) {
         float *emu = malloc(sizeof(float) * out_n);
         ck_assert_msg(tp_cpu_run_emulated(&g, &p, &plan, amax, in, emu, &e) == TP_OK, "%s", e.msg);
         tp_accuracy ae;
-        tp_accuracy_compute(got, emu, k->batch, k->classes, &ae);
+        tp_accuracy_compute(got, emu, k->batch, cols, &ae);
         printf("  engine %-5s %-46s vs CPU emulation: cosine %.7f rel L2 %.3e\n", tp_precision_name(prec), k->what,
                ae.cosine, ae.rel_l2);
         fflush(stdout);
@@ -234,7 +243,7 @@ static void run_case(const engine_case *k, tp_precision prec) {
             float *gf = malloc(sizeof(float) * out_n);
             tp_engine *ef = build_and_run(&g, &p, &plan, &of, in, gf, tp_attn_impl_name(forced[f]));
             tp_accuracy af;
-            tp_accuracy_compute(gf, ref, k->batch, k->classes, &af);
+            tp_accuracy_compute(gf, ref, k->batch, cols, &af);
             const double bound = prec == TP_PREC_FP16 ? 5e-3 : 3e-2;
             printf("  engine %-5s %-46s --attention %-5s: rel L2 %.3e\n", tp_precision_name(prec), k->what,
                    tp_attn_impl_name(forced[f]), af.rel_l2);
@@ -263,6 +272,13 @@ static void run_case(const engine_case *k, tp_precision prec) {
 }
 
 START_TEST(test_engine_fp32) { run_case(&CASES[_i], TP_PREC_FP32); }
+
+static const tp_precision SIGLIP_PRECS[] = {TP_PREC_FP32, TP_PREC_FP16, TP_PREC_BF16, TP_PREC_FP8, TP_PREC_FP8_BLOCK,
+                                            TP_PREC_NVFP4};
+/* the tanh GELU fused into cuBLASLt's epilogue (16-bit, FP8) or run by the GELU kernel's tanh form (fp32, block
+ * formats) */
+START_TEST(test_engine_siglip) { run_case(&SIGLIP, SIGLIP_PRECS[_i]); }
+END_TEST
 END_TEST
 START_TEST(test_engine_fp16) { run_case(&CASES[_i], TP_PREC_FP16); }
 END_TEST
@@ -287,7 +303,7 @@ START_TEST(test_engine_fp8_percentile) {
     tp_params p;
     tp_graph g;
     case_model(k, &p, &g);
-    size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
+    const size_t in_n = (size_t)k->batch * 3 * k->img * k->img, out_n = (size_t)k->batch * k->classes;
     float *in = malloc(sizeof(float) * in_n), *ref = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n);
     random_input(in, in_n, 5);
     ck_assert_int_eq(tp_cpu_run(&g, &p, in, ref, &e), TP_OK);
@@ -811,5 +827,9 @@ Suite *gpu_engine_suite(void) {
     tcase_add_test(t, test_copy_rate);
     tcase_add_test(t, test_gpu_reference);
     suite_add_tcase(s, t);
+    TCase *v = tcase_create("siglip"); /* its own case: CK_RUN_CASE=siglip runs it alone */
+    tcase_set_timeout(v, 300);
+    tcase_add_loop_test(v, test_engine_siglip, 0, (int)(sizeof SIGLIP_PRECS / sizeof SIGLIP_PRECS[0]));
+    suite_add_tcase(s, v);
     return s;
 }

@@ -210,7 +210,7 @@ static void check_b128(const float *xf, long long M, long long Mp, long long K, 
     free(sc);
 }
 
-/* _i: 0 standalone (f32 input with NaN and Inf), 1 standalone bf16, 2 GELU-fused, 3 LayerNorm-fused */
+/* _i: 0 standalone (f32 input with NaN and Inf), 1 standalone bf16, 2 GELU-fused, 3 LayerNorm-fused, 4 tanh-GELU-fused */
 START_TEST(test_fp8_block_quantizers) {
     const long long M = 197 * 3 + 2, Mp = (M + 3) / 4 * 4;
     const long long Ks[2] = {192, 768}; /* 1.5 blocks; 6 blocks */
@@ -231,9 +231,9 @@ START_TEST(test_fp8_block_quantizers) {
         if (_i <= 1) {
             ck_assert_int_eq(tpk_quant_fp8_b128(dx, xdt, 0, dq, ds, (int)M, (int)Mp, (int)K, NULL), 0);
             xf = download(xdt, dx, n);
-        } else if (_i == 2) {
-            ck_assert_int_eq(tpk_quant_fp8_b128(dx, xdt, 1, dq, ds, (int)M, (int)Mp, (int)K, NULL), 0);
-            ck_assert_int_eq(tpk_gelu(dx, xdt, df, TP_F32, NULL, n, NULL), 0);
+        } else if (_i == 2 || _i == 4) { /* the GELU (4: its tanh form) quantized as it is written */
+            ck_assert_int_eq(tpk_quant_fp8_b128(dx, xdt, _i == 4 ? 2 : 1, dq, ds, (int)M, (int)Mp, (int)K, NULL), 0);
+            ck_assert_int_eq(tpk_gelu(dx, xdt, df, TP_F32, NULL, n, _i == 4, NULL), 0);
             xf = download(TP_F32, df, n);
         } else {
             float *w = randn((size_t)K, 5, 0.5), *b = randn((size_t)K, 6, 0.2);
@@ -249,7 +249,7 @@ START_TEST(test_fp8_block_quantizers) {
             free(b);
         }
         CU(cudaDeviceSynchronize());
-        static const char *names[] = {"f32", "bf16", "gelu", "layernorm"};
+        static const char *names[] = {"f32", "bf16", "gelu", "layernorm", "gelu tanh"};
         check_b128(xf, M, Mp, K, dq, ds, names[_i]);
         cudaFree(dx);
         cudaFree(dq);
@@ -447,7 +447,7 @@ Suite *gpu_formats_suite(void) {
     tcase_set_timeout(t, 300);
     tcase_add_loop_test(t, test_qdq_kernel_bit_exact, 0, 3);
     tcase_add_loop_test(t, test_emulated_gemm, 0, 3);
-    tcase_add_loop_test(t, test_fp8_block_quantizers, 0, 4);
+    tcase_add_loop_test(t, test_fp8_block_quantizers, 0, 5);
     tcase_add_test(t, test_fp8_block_gemm);
     tcase_add_loop_test(t, test_native_quant_and_gemm, 0, 3);
     suite_add_tcase(s, t);

@@ -313,17 +313,18 @@ static const struct {
 START_TEST(test_gelu) {
     const tp_dtype xdt = GELU_COMBOS[_i].x, ydt = GELU_COMBOS[_i].y;
     static const size_t cases[][2] = {{1, 0}, {3, 1}, {591 * 768, 0}, {1000003, 0}, {50 * 100, 1}, {3 * 192 * 4, 1}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const size_t n = cases[c][0], off = cases[c][1];
-        SET_CASE("gelu %s->%s n=%zu offset=%zu", dname(xdt), dname(ydt), n, off);
+    for (size_t c = 0; c < 2 * sizeof cases / sizeof cases[0]; c++) { /* the erf form, then the tanh form */
+        const int form = c >= sizeof cases / sizeof cases[0];
+        const size_t n = cases[c % (sizeof cases / sizeof cases[0])][0], off = cases[c % (sizeof cases / sizeof cases[0])][1];
+        SET_CASE("gelu%s %s->%s n=%zu offset=%zu", form ? " tanh" : "", dname(xdt), dname(ydt), n, off);
         float *x = host_normal(n, 800 + c, 0.0, 2.0);
         round_to(xdt, x, n, 1.0f);
         float *ref = hmalloc(n * sizeof(float));
-        tp_cpu_gelu(x, ref, (int64_t)n);
+        tp_cpu_gelu(x, ref, (int64_t)n, form);
         const float scale = ydt == TP_E4M3 ? host_amax(ref, n) / 448.0f : 1.0f;
         void *d_x = dev_upload_at(xdt, x, n, 1.0f, off), *d_y = dev_alloc_at(ydt, n, off);
         float *d_scale = ydt == TP_E4M3 ? dev_scalar(scale) : NULL;
-        KERNEL_OK(tpk_gelu(d_x, xdt, d_y, ydt, d_scale, n, g_stream));
+        KERNEL_OK(tpk_gelu(d_x, xdt, d_y, ydt, d_scale, n, form, g_stream));
         const float *got = download_f32(ydt, d_y, n, scale);
         check_close("y", got, ref, n, n, tol_for(ydt, n));
         if (ydt == TP_E4M3) { /* every element within half an E4M3 step of the exact GELU (+ the erf's 1e-6) */
@@ -374,8 +375,8 @@ START_TEST(test_e4m3_rounding) {
         void *d_x = dev_upload_at(TP_F32, x, n, 1.0f, 0), *d_y32 = dev_alloc_at(TP_F32, n, 0);
         void *d_y8 = dev_alloc_at(TP_E4M3, n, 0);
         float *d_scale = dev_scalar(sc);
-        KERNEL_OK(tpk_gelu(d_x, TP_F32, d_y32, TP_F32, NULL, n, g_stream));
-        KERNEL_OK(tpk_gelu(d_x, TP_F32, d_y8, TP_E4M3, d_scale, n, g_stream));
+        KERNEL_OK(tpk_gelu(d_x, TP_F32, d_y32, TP_F32, NULL, n, 0, g_stream));
+        KERNEL_OK(tpk_gelu(d_x, TP_F32, d_y8, TP_E4M3, d_scale, n, 0, g_stream));
         const float *y32 = download_bytes(d_y32, n * sizeof(float));
         ck_assert_msg(memcmp(y32, x, n * sizeof(float)) == 0, "gelu(x) != x for x >= 6 in fp32: the premise fails");
         uint8_t *want = hmalloc(n);
@@ -869,8 +870,8 @@ START_TEST(test_kernel_rejects) {
         {"layernorm e5m2 output", tpk_layernorm(buf, TP_F32, buf, buf, TP_F32, buf, TP_E5M2, sc, 4, 8, 1e-6f, g_stream)},
         {"layernorm e4m3 output without scale",
          tpk_layernorm(buf, TP_F32, buf, buf, TP_F32, buf, TP_E4M3, NULL, 4, 8, 1e-6f, g_stream)},
-        {"gelu f64 input", tpk_gelu(buf, TP_F64, buf, TP_F32, NULL, 16, g_stream)},
-        {"gelu e4m3 output without scale", tpk_gelu(buf, TP_F32, buf, TP_E4M3, NULL, 16, g_stream)},
+        {"gelu f64 input", tpk_gelu(buf, TP_F64, buf, TP_F32, NULL, 16, 0, g_stream)},
+        {"gelu e4m3 output without scale", tpk_gelu(buf, TP_F32, buf, TP_E4M3, NULL, 16, 0, g_stream)},
         {"add e4m3", tpk_add(buf, buf, buf, TP_E4M3, 16, g_stream)},
         {"attention D = 129", tpk_attention(buf, TP_F16, buf, TP_F16, NULL, 1, 4, 1, 129, 0.1f, g_stream)},
         {"attention e4m3 input", tpk_attention(buf, TP_E4M3, buf, TP_F16, NULL, 1, 4, 1, 64, 0.1f, g_stream)},
@@ -882,7 +883,7 @@ START_TEST(test_kernel_rejects) {
     };
     check_rejected(r, sizeof r / sizeof r[0]);
     /* empty work is a successful no-op */
-    ck_assert_int_eq(tpk_gelu(buf, TP_F32, buf, TP_F32, NULL, 0, g_stream), 0);
+    ck_assert_int_eq(tpk_gelu(buf, TP_F32, buf, TP_F32, NULL, 0, 0, g_stream), 0);
     ck_assert_int_eq(tpk_attention(buf, TP_F16, buf, TP_F16, NULL, 0, 4, 1, 64, 0.1f, g_stream), 0);
     ck_assert_int_eq(tpk_layernorm(buf, TP_F32, buf, buf, TP_F32, buf, TP_F32, NULL, 0, 8, 1e-6f, g_stream), 0);
 }

@@ -340,7 +340,7 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
     case TP_OP_ATTENTION:
         tp_cpu_attention(x, y, xv->shape[0], xv->shape[1], op->heads, op->head_dim, op->scale);
         break;
-    case TP_OP_GELU: tp_cpu_gelu(x, y, n); break;
+    case TP_OP_GELU: tp_cpu_gelu(x, y, n, op->gelu_tanh); break;
     case TP_OP_ADD: tp_cpu_add(x, buf[op->in[1]], y, n); break;
     case TP_OP_POOL:
         tp_cpu_pool(x, y, xv->shape[0], xv->shape[1], xv->shape[2], op->pool_mode, op->prefix);

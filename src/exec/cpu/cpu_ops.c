@@ -48,11 +48,12 @@ void tp_cpu_linear(const float *x, const float *W, const float *bias, float *y, 
     }
 }
 
-void tp_cpu_gelu(const float *x, float *y, int64_t n) {
+void tp_cpu_gelu(const float *x, float *y, int64_t n, int tanh_form) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         double v = x[i];
-        y[i] = (float)(0.5 * v * (1.0 + erf(v * 0.70710678118654752440)));
+        y[i] = tanh_form ? (float)(0.5 * v * (1.0 + tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v))))
+                         : (float)(0.5 * v * (1.0 + erf(v * 0.70710678118654752440)));
     }
 }
 

@@ -12,8 +12,10 @@ void tp_cpu_layernorm(const float *x, const float *w, const float *b, float *y, 
 /* y (M, N) = x (M, K) @ W (N, K)^T + bias (N); bias may be NULL. 2*M*N*K FLOP. */
 void tp_cpu_linear(const float *x, const float *W, const float *bias, float *y, int64_t M, int64_t N, int64_t K);
 
-/* y = GELU(x), exact erf form: 0.5 x (1 + erf(x / sqrt 2)) (Hendrycks and Gimpel 2016; torch default). */
-void tp_cpu_gelu(const float *x, float *y, int64_t n);
+/* y = GELU(x) over n values: exact erf form 0.5 x (1 + erf(x / sqrt 2)) (Hendrycks and Gimpel 2016; torch's
+ * default), or with tanh_form the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (the same
+ * paper; torch's approximate='tanh', timm's gelu_tanh), in double. */
+void tp_cpu_gelu(const float *x, float *y, int64_t n, int tanh_form);
 
 /* y = a + b, elementwise over n values (y may alias a or b). */
 void tp_cpu_add(const float *a, const float *b, float *y, int64_t n);

@@ -326,10 +326,10 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
         if (pl->op_fused_into[i] >= 0 || (j >= 0 && e->gelu_sm90[j] == i)) break;
         if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3) {
             int M = (int)value_rows(e, op->out);
-            rc = tpk_quant_fp8_b128(x, xdt, 1, y, (float *)e->d_bscale[op->out], M, (int)rows_pad(M),
+            rc = tpk_quant_fp8_b128(x, xdt, op->gelu_tanh ? 2 : 1, y, (float *)e->d_bscale[op->out], M, (int)rows_pad(M),
                                     (int)value_cols(e, op->out), s);
         } else {
-            rc = tpk_gelu(x, xdt, y, ydt, ys, (size_t)tp_value_numel(o), s);
+            rc = tpk_gelu(x, xdt, y, ydt, ys, (size_t)tp_value_numel(o), op->gelu_tanh, s);
         }
         break;
     }

@@ -77,4 +77,12 @@ __device__ __forceinline__ float gelu_as(float v) {
     return v * (v > 0.0f ? 1.0f - h : h);
 }
 
+/* GELU's tanh form 0.5 v (1 + tanh(z)), z = sqrt(2/pi) (v + 0.044715 v^3) (Hendrycks and Gimpel 2016; timm's
+ * gelu_tanh, SigLIP's MLP), as v sigmoid(2 z) = v / (1 + e^(-2 z)): no 1 + tanh cancellation for v < 0; the
+ * exponential by ex2.approx.ftz (2 z log2 e folded into one constant), the quotient by __fdividef. */
+__device__ __forceinline__ float gelu_tanh_f(float v) {
+    const float u = 2.3022082f * fmaf(0.044715f * v, v * v, v); /* 2 sqrt(2/pi) log2(e) (v + 0.044715 v^3) */
+    return __fdividef(v, 1.0f + ex2_ftz(-u));
+}
+
 #endif

@@ -438,9 +438,14 @@ extern "C" int tpk_layernorm(const void *x, tp_dtype xdt, const void *w, const v
 template <typename TY> __device__ __forceinline__ float gelu_y(float v) { return gelu_f(v); }
 template <> __device__ __forceinline__ float gelu_y<e4m3_t>(float v) { return gelu_as(v); }
 
+/* G: 0 the identity (a conversion), 1 the exact GELU, 2 its tanh form */
+template <typename TY, int G> __device__ __forceinline__ float gelu_g(float v) {
+    return G == 0 ? v : G == 1 ? gelu_y<TY>(v) : gelu_tanh_f(v);
+}
+
 #define GELU_UNROLL 2 /* 8-element vectors per thread per step, loaded before any is computed */
 
-/* G = 0: the identity (tpk_convert: a type conversion, E4M3 with its scale) */
+/* G = 0: the identity (tpk_convert: a type conversion, E4M3 with its scale); 1 GELU; 2 GELU's tanh form */
 template <typename TX, typename TY, int G>
 __global__ void __launch_bounds__(TPK_THREADS)
     gelu_kernel(const TX *__restrict__ x, TY *__restrict__ y, const float *__restrict__ y_scale, size_t n, int vec) {
@@ -458,7 +463,7 @@ __global__ void __launch_bounds__(TPK_THREADS)
             for (int u = 0; u < GELU_UNROLL; u++) {
                 if (base + u * blockDim.x >= n8) break;
 #pragma unroll
-                for (int k = 0; k < 8; k++) v[u][k] = G ? gelu_y<TY>(v[u][k]) : v[u][k];
+                for (int k = 0; k < 8; k++) v[u][k] = gelu_g<TY, G>(v[u][k]);
                 st8(y, 8 * (base + u * blockDim.x), v[u], sc);
             }
         }
@@ -467,7 +472,7 @@ __global__ void __launch_bounds__(TPK_THREADS)
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     for (size_t i = done + tid; i < n; i += stride) {
         const float v = ld1(x, i);
-        st1(y, i, G ? gelu_y<TY>(v) : v, sc);
+        st1(y, i, gelu_g<TY, G>(v), sc);
     }
 }
 
@@ -512,8 +517,9 @@ extern "C" int tpk_convert(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, c
 }
 
 extern "C" int tpk_gelu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n,
-                        tp_stream stream) {
-    return gelu_or_convert<1>(x, xdt, y, ydt, y_scale, n, (cudaStream_t)stream);
+                        int tanh_form, tp_stream stream) {
+    return tanh_form ? gelu_or_convert<2>(x, xdt, y, ydt, y_scale, n, (cudaStream_t)stream)
+                     : gelu_or_convert<1>(x, xdt, y, ydt, y_scale, n, (cudaStream_t)stream);
 }
 
 /* No __restrict__: y may alias a or b (each element is read before it is written, by the same thread). */
@@ -1095,7 +1101,7 @@ __global__ void __launch_bounds__(TPK_THREADS)
         if (live) ld4(x, (size_t)row * K + k, v);
         if (GELU) {
 #pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = gelu_f(v[j]);
+            for (int j = 0; j < 4; j++) v[j] = GELU == 2 ? gelu_tanh_f(v[j]) : gelu_f(v[j]);
         }
         b128_store(v, live, qr + k, &scales[(size_t)kb * M_pad + row], lane);
     }
@@ -1136,7 +1142,10 @@ static int quant_b128_launch(const void *x, int gelu, void *q, float *scales, in
                              cudaStream_t s) {
     if (!aligned(x, 4 * sizeof(TX))) return TPK_INVALID;
     const size_t threads = (size_t)M_pad * ((K + 127) / 128) * 32;
-    if (gelu)
+    if (gelu == 2)
+        quant_b128_kernel<TX, 2><<<grid_for(threads), TPK_THREADS, 0, s>>>((const TX *)x, (uint8_t *)q, scales, M,
+                                                                          M_pad, K);
+    else if (gelu)
         quant_b128_kernel<TX, 1><<<grid_for(threads), TPK_THREADS, 0, s>>>((const TX *)x, (uint8_t *)q, scales, M,
                                                                           M_pad, K);
     else

@@ -37,8 +37,11 @@ int tpk_layernorm(const void *x, tp_dtype xdt, const void *w, const void *b, tp_
 
 /* y = GELU(x) = 0.5 x (1 + erf(x / sqrt 2)), n elements; x in xdt, y in ydt (E4M3 with y_scale). erf to a few
  * 1e-7 relative (Numerical Recipes' erfc fit) for F32/F16/BF16 outputs; for E4M3 outputs to 1.5e-7 absolute
- * (Abramowitz & Stegun 7.1.26), below the format's smallest step for scales over 4e-4 (kernels.cu). */
-int tpk_gelu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n, tp_stream stream);
+ * (Abramowitz & Stegun 7.1.26), below the format's smallest step for scales over 4e-4 (kernels.cu). tanh_form: the
+ * tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) instead (a model whose GELU is that: SigLIP), computed
+ * as x / (1 + exp(-2 z)), z = sqrt(2/pi) (x + 0.044715 x^3) (no 1 + tanh cancellation for x < 0). */
+int tpk_gelu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, const float *y_scale, size_t n, int tanh_form,
+             tp_stream stream);
 
 /* y = x converted to ydt, n elements; x in F32/F16/BF16, y in F32/F16/BF16 (RNE) or E4M3 with y_scale
  * (sat(rne(x / *y_scale)), the per-tensor quantization of a W8A8 GEMM's input whose producer writes 16 bits).
@@ -92,8 +95,8 @@ int tpk_block_quant_native(const void *x, tp_dtype xdt, void *codes, void *scale
  * scales (ceil(K/128), M_pad) fp32 with M_pad contiguous: scales[kb * M_pad + m] is the scale of
  * x[m, 128 kb .. 128 kb + 127], the layout cuBLASLt's VEC128_32F scale mode reads for the activation operand
  * (measured on H200: tools/probes/fp8_block128_layout.c). Rows M .. M_pad - 1 get codes 0 and scale 1
- * (cuBLASLt needs M % 4 == 0 with block scales; the caller pads). gelu != 0 quantizes GELU(x) instead (the
- * GELU op writing its output in the format: no separate pass). K % 4 == 0; x aligned to 4 elements, q and scales
+ * (cuBLASLt needs M % 4 == 0 with block scales; the caller pads). gelu 1 quantizes GELU(x) instead (the
+ * GELU op writing its output in the format: no separate pass), 2 its tanh form (as tpk_gelu's tanh_form). K % 4 == 0; x aligned to 4 elements, q and scales
  * to 4 bytes (cudaErrorInvalidValue otherwise). */
 int tpk_quant_fp8_b128(const void *x, tp_dtype xdt, int gelu, void *q, float *scales, int M, int M_pad, int K,
                        tp_stream stream);
