@@ -61,9 +61,9 @@ static const engine_case CASES[] = {
 };
 
 /* SigLIP's layout (issue 21's vision stage): 256 tokens, no class token, no pooling (the head on every token), the
- * MLP's GELU in its tanh form, MLP width 336 (not a multiple of 64) */
-static const engine_case SIGLIP = {"SigLIP-like: 256 tokens, head per token, tanh GELU", 224, 14, 96, 2, 2, 40, 0,
-                                   TP_VIT_POOL_NONE, 3, 3.5, 1};
+ * MLP's GELU in its tanh form, MLP width 464 (not a multiple of 64); head dim 64 (every attention kernel) */
+static const engine_case SIGLIP = {"SigLIP-like: 256 tokens, head per token, tanh GELU", 224, 14, 128, 2, 2, 40, 0,
+                                   TP_VIT_POOL_NONE, 3, 3.625, 1};
 
 static int first_attention(const tp_graph *g) {
     for (int i = 0; i < g->n_ops; i++)
