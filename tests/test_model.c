@@ -889,6 +889,41 @@ START_TEST(test_planner_gelu_fusion) {
 END_TEST
 
 
+/* In an FP8 plan the attention writes E4M3 for the proj GEMM only at the head dims tprof's flash kernels take
+ * (vit-tiny's 64); at SigLIP's 72 its output stays 16-bit (cuDNN can run it) and proj quantizes it as read. */
+START_TEST(test_planner_fp8_attention_output) {
+    for (int k = 0; k < 2; k++) {
+        tp_vit_config c = preset("vit-tiny");
+        c.depth = 1;
+        if (k) c.embed_dim = 288, c.num_heads = 4; /* 4 heads of 72 */
+        tp_params p = {0};
+        tp_graph g;
+        tp_plan plan;
+        tp_error e;
+        ck_assert_int_eq(tp_vit_params_shapes(&c, &p, &e), TP_OK);
+        ck_assert_int_eq(tp_vit_build_graph(&c, &p, 2, &g, &e), TP_OK);
+        ck_assert_msg(tp_plan_build(&g, TP_PREC_FP8, 90, &plan, &e) == TP_OK, "%s", e.msg);
+        int seen = 0;
+        for (int i = 0; i < g.n_ops; i++) {
+            if (g.ops[i].kind != TP_OP_ATTENTION) continue;
+            seen++;
+            const int y = g.ops[i].out, proj = i + 1;
+            ck_assert_int_eq(g.ops[i].head_dim, k ? 72 : 64);
+            ck_assert_str_eq(g.ops[proj].layer, "blocks.0.attn.proj");
+            ck_assert_int_eq(plan.op_prec[proj], TP_PREC_FP8);
+            ck_assert_int_eq(plan.value_scaled[y], 1);
+            ck_assert_int_eq(plan.value_dt[y], k ? TP_F16 : TP_E4M3);
+            ck_assert_ptr_nonnull(k ? strstr(plan.op_note[proj], "input quantized as read")
+                                    : strstr(plan.op_note[i], "writes e4m3"));
+        }
+        ck_assert_int_eq(seen, 1);
+        tp_plan_free(&plan);
+        tp_graph_free(&g);
+        tp_params_free(&p);
+    }
+}
+END_TEST
+
 /* ---- the family interface (models/model.h) ------------------------------------------------------------------- */
 
 /* A preset through the interface: found by timm name or alias in the registry, knobs applied by the family
@@ -1026,6 +1061,7 @@ int main(void) {
     tcase_add_test(t, test_golden_timm_avg);
     tcase_add_test(t, test_golden_timm_tokens_gelu_tanh);
     tcase_add_test(t, test_vit_tokens_output);
+    tcase_add_test(t, test_planner_fp8_attention_output);
     tcase_add_test(t, test_golden_checkpoint_crop090);
     tcase_add_test(t, test_golden_checkpoint_crop100);
     suite_add_tcase(s, t);

@@ -510,8 +510,14 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
         /* LayerNorm, GELU and ViT's attention write E4M3 themselves for their one reader; any other input (a
          * decoder's RMSNorm output read by q/k/v, the GLU's, the KV attention's) stays 16-bit and is quantized
-         * when the GEMM reads it, with the same calibrated per-tensor scale */
-        const int writes8 = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU || pk == TP_OP_ATTENTION) && consumers(g, x) == 1;
+         * when the GEMM reads it, with the same calibrated per-tensor scale. An attention whose head dim tprof's
+         * flash kernels do not take stays 16-bit too: writing E4M3 would leave it the CUDA-core kernel (SigLIP's
+         * head dim 72: 62 us a layer against cuDNN's 8.8 us on an H100, bench/results/README.md), while cuDNN
+         * writes 16 bits and the quantize as read costs one pass over its output */
+        const tp_kernel_shape fs = {.dt = p->value_dt[x], .k = pk == TP_OP_ATTENTION ? g->ops[prod].head_dim : 0};
+        const int writes8 = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU ||
+                             (pk == TP_OP_ATTENTION && tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0))) &&
+                            consumers(g, x) == 1;
         if (writes8) p->value_dt[x] = TP_E4M3;
         p->value_scaled[x] = 1;
         p->value_dt[w] = TP_E4M3;

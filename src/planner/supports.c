@@ -10,6 +10,7 @@ static const char *const NAMES[TP_KERNEL_COUNT] = {
     [TP_KERNEL_GEMM_SM90] = "tprof sm90 GEMM",
     [TP_KERNEL_GEMM_SM90_FP8] = "tprof sm90 FP8 GEMM",
     [TP_KERNEL_PATCH_EMBED_FUSED] = "tprof fused patch embedding",
+    [TP_KERNEL_ATTENTION_FLASH] = "tprof flash attention",
 };
 
 const char *tp_kernel_name(tp_kernel k) { return (unsigned)k < TP_KERNEL_COUNT ? NAMES[k] : "?"; }
@@ -80,6 +81,13 @@ int tp_supports(tp_kernel k, const tp_kernel_shape *s, char *why, size_t n) {
             return verdict(0, why, n, "fused patch embedding needs P %% 4 == 0 (whole float4 rows) and 3 P^2 %% 64 == 0 "
                            "(a 64-wide K step in one channel); P = %d", P);
         return verdict(N > 0 && N % 8 == 0, why, n, "fused patch embedding needs C %% 8 == 0; C = %lld", N);
+    }
+    case TP_KERNEL_ATTENTION_FLASH: {
+        const int64_t D = s->k;
+        if (s->dt != TP_F16 && s->dt != TP_BF16)
+            return verdict(0, why, n, "flash attention takes f16 or bf16 Q/K/V (dtype %d)", (int)s->dt);
+        return verdict(D == 32 || D == 64 || D == 80 || D == 96 || D == 128, why, n,
+                       "flash attention is compiled for head dim 32, 64, 80, 96 and 128; head dim %lld", (long long)D);
     }
     default: return verdict(0, why, n, "unknown kernel %d", (int)k);
     }

@@ -29,13 +29,17 @@ typedef enum {
     TP_KERNEL_GEMM_SM90_FP8,      /* tprof's Hopper FP8 GEMM: D F16 or E4M3, K % 16, N % 8 (F16 D) or 16 (E4M3) */
     TP_KERNEL_PATCH_EMBED_FUSED,  /* tprof's fused token embedding (patch_embed.h): F16/BF16, P % 4, 3P^2 % 64,
                                      C % 8 */
+    TP_KERNEL_ATTENTION_FLASH,    /* tprof's FA2 flash attention (attention.h; its causal and KV-cache forms too):
+                                     F16/BF16 Q/K/V, head dim (k) 32, 64, 80, 96 or 128 */
     TP_KERNEL_COUNT
 } tp_kernel;
 
 /* What a rule reads; fields a kernel does not use are ignored. */
 typedef struct {
-    tp_dtype dt;        /* the operands' (GEMM_SM90, PATCH_EMBED_FUSED) or the output's (GEMM_SM90_FP8) type */
-    int64_t m, n, k;    /* GEMM: rows, output columns, reduction; PATCH_EMBED_FUSED: n = channels C */
+    tp_dtype dt;        /* the operands' (GEMM_SM90, PATCH_EMBED_FUSED, ATTENTION_FLASH: Q/K/V) or the output's
+                           (GEMM_SM90_FP8) type */
+    int64_t m, n, k;    /* GEMM: rows, output columns, reduction; PATCH_EMBED_FUSED: n = channels C;
+                           ATTENTION_FLASH: k = head dim */
     int patch;          /* PATCH_EMBED_FUSED: the patch side P */
     int block;          /* GEMM_BLOCK_SCALED: elements per scale along K */
 } tp_kernel_shape;

@@ -15,6 +15,7 @@
 #include "exec/cuda/attention/attention_fp8.h"
 #include "exec/cuda/vendor/cudnn_sdpa.h"
 #include "exec/cuda/engine/engine_internal.h"
+#include "planner/supports.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "exec/cuda/gemm/gemm_sm90.h"
 #include "exec/cuda/kernels/decoder_ops.h"
@@ -671,8 +672,8 @@ static tp_status setup_kv(tp_engine *e, tp_error *err) {
         const int B = (int)c->shape[1], L = (int)c->shape[2], T = (int)g->tokens;
         const tp_dtype dt = e->plan->value_dt[op->in[0]];
         const int D = op->head_dim;
-        e->kv_flash[i] = e->resets_past && T > 16 && (dt == TP_F16 || dt == TP_BF16) &&
-                         (D == 32 || D == 64 || D == 80 || D == 96 || D == 128);
+        const tp_kernel_shape fs = {.dt = dt, .k = D};
+        e->kv_flash[i] = e->resets_past && T > 16 && tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0);
         if (!e->kv_flash[i] && D != 64 && D != 128 && D != 256)
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: head dim %d: the decode attention kernel takes 64, 128 "
                            "and 256", op->layer, D);

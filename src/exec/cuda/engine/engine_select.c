@@ -9,6 +9,7 @@
 #include "exec/cuda/attention/attention_fp8.h"
 #include "exec/cuda/attention/attention_wgmma.h"
 #include "exec/cuda/engine/engine_internal.h"
+#include "planner/supports.h"
 #include "exec/cuda/gemm/gemm_sm90.h"
 #include "exec/cuda/kernels/kernels.h"
 #include "formats/dtype.h"
@@ -26,7 +27,8 @@ int tp_attn_impl_parse(const char *s) {
 }
 
 static int flash_eligible(tp_dtype in, int D) {
-    return (in == TP_F16 || in == TP_BF16) && (D == 32 || D == 64 || D == 80 || D == 96 || D == 128);
+    const tp_kernel_shape ks = {.dt = in, .k = D};
+    return tp_supports(TP_KERNEL_ATTENTION_FLASH, &ks, NULL, 0);
 }
 
 /* Times op i as it is configured: 3 launches to warm up, then the mean of 10 back-to-back launches between two
