@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include "core/check.h"
@@ -239,15 +240,34 @@ static tp_status host_memory_check(run_ctx *c, tp_error *err) {
     tp_params tab, *sh = calloc((size_t)n, sizeof *sh);
     if (!sh) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     tp_status st = tp_model_params_shapes(&c->rep.model, &tab, err);
-    double whole = st ? 0 : 4.0 * (double)tp_params_count(&tab), shards = 0;
-    if (!st && n > 1 && !tp_model_shard_all(&c->rep.model, &tab, n, 0, sh, &(tp_error){0}))
+    double whole = st ? 0 : 4.0 * (double)tp_params_count(&tab), shards = 0, flight = 0;
+    if (!st && n > 1 && !tp_model_shard_all(&c->rep.model, &tab, n, 0, sh, &(tp_error){0})) {
         for (int r = 0; r < n; r++) shards += 4.0 * (double)tp_params_count(&sh[r]);
+        /* released, each thread's tensor holds its whole values and its shards at once: the largest tensors'
+         * shards, one per thread, on top (a whole tensor's shards take numel (1 + n - 1 when replicated)) */
+        double *b = calloc((size_t)(tab.n_params ? tab.n_params : 1), sizeof(double));
+        for (int i = 0; b && i < tab.n_params; i++) {
+            const char *name = tab.params[i].name;
+            for (int r = 0; r < n; r++) {
+                const int j = tp_params_find(&sh[r], name);
+                b[i] += j < 0 ? 0.0 : 4.0 * (double)sh[r].params[j].numel;
+            }
+        }
+        const int threads = omp_get_max_threads() < TP_SHARD_THREADS ? omp_get_max_threads() : TP_SHARD_THREADS;
+        for (int t = 0; b && t < threads && t < tab.n_params; t++) { /* the largest, one by one */
+            int k = 0;
+            for (int i = 1; i < tab.n_params; i++) k = b[i] > b[k] ? i : k;
+            flight += b[k];
+            b[k] = 0;
+        }
+        free(b);
+    }
     for (int r = 0; r < n; r++) tp_params_free(&sh[r]);
     free(sh);
     tp_params_free(&tab);
     if (st) return st;
-    /* released: at most the shards plus the whole tensors not yet split; kept: both */
-    const double need = n == 1 ? whole : c->rep.reference == TP_REF_NONE ? fmax(whole, shards) : whole + shards;
+    /* released: at most the shards (or the whole model) plus the tensors in flight; kept: both */
+    const double need = n == 1 ? whole : c->rep.reference == TP_REF_NONE ? fmax(whole, shards) + flight : whole + shards;
     const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     const double have = (double)pages * (double)psize;
     if (pages > 0 && psize > 0 && need > 0.85 * have) {

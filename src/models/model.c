@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -281,6 +282,7 @@ tp_status tp_model_shard_params(const tp_model *m, const tp_params *full, int ra
 }
 
 tp_status tp_model_shard_all(const tp_model *m, tp_params *full, int n, int release, tp_params *out, tp_error *err) {
+    if (n < 1) return tp_fail(err, TP_ERR_ARG, "%d ranks: at least 1", n);
     memset(out, 0, sizeof *out * (size_t)n);
     tp_status st = tp_model_tp_check(m, n, err);
     if (st) return st;
@@ -299,17 +301,19 @@ tp_status tp_model_shard_all(const tp_model *m, tp_params *full, int n, int rele
     int oom = -1;
     /* the tensors in parallel: a 70B model's 280 GB of fp32 values are copied at the machine's memory bandwidth,
      * and with release each full tensor is freed as soon as its shards exist (the peak stays near one copy) */
-#pragma omp parallel for schedule(dynamic)
+    const int nt = omp_get_max_threads() < TP_SHARD_THREADS ? omp_get_max_threads() : TP_SHARD_THREADS;
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
     for (int i = 0; i < (st ? 0 : full->n_params); i++) {
         tp_param *f = &full->params[i];
-        for (int r = 0; r < n; r++) {
+        int failed = 0;
+        for (int r = 0; r < n && !failed; r++) {
             if (dim[i] == -2 && r > 0) continue;
-            if (shard_one(f, dim[i], r, n, &out[r].params[r == 0 ? i : slot[i]])) {
-#pragma omp critical
-                oom = i;
-            }
+            failed = shard_one(f, dim[i], r, n, &out[r].params[r == 0 ? i : slot[i]]) != 0;
         }
-        if (release && oom < 0) {
+        if (failed) {
+#pragma omp atomic write
+            oom = i;
+        } else if (release) { /* this tensor's values now live in its shards */
             free(f->data);
             f->data = NULL;
         }

@@ -245,9 +245,13 @@ tp_status tp_model_shard_params(const tp_model *m, const tp_params *full, int ra
                                 tp_error *err);
 /* Every rank's parameters at once: out[0..n-1] as tp_model_shard_params gives them, the tensors copied in parallel
  * (OpenMP). release: each full tensor's data freed once its shards exist (full keeps its names and shapes), so a
- * model near the host's memory is split without a second copy. Errors: as tp_model_shard_params; on an error every
- * out[r] is empty. */
+ * model near the host's memory is split without a second copy. Errors: as tp_model_shard_params; n < 1 is
+ * TP_ERR_ARG; on an error every out[r] is empty, and with release the tensors already split have lost their values
+ * in full too (the caller gives up the model). */
 tp_status tp_model_shard_all(const tp_model *m, tp_params *full, int n, int release, tp_params *out, tp_error *err);
+/* The threads tp_model_shard_all copies with: enough for the host's memory bandwidth, few enough that the tensors
+ * in flight (each whole and in shards at once) stay a small part of a large model's host memory. */
+#define TP_SHARD_THREADS 16
 
 /* The input of B samples into dst (B x tp_model_input_numel fp32, row-major; for images (B, 3, S, S) normalized):
  * from path (an image file repeated over the batch, or a folder's images cycled; desc says what was read) with the

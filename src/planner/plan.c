@@ -291,7 +291,8 @@ static tp_status plan_attention(const tp_graph *g, const tp_policy *pol, int i, 
         return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: fp8 attention (%s) needs sm_89 or newer; this GPU is sm_%d",
                        op->layer, reason, sm);
     const int d = op->head_dim;
-    if (p->act_dt == TP_F32 || !(d == 32 || d == 64 || d == 80 || d == 96 || d == 128))
+    const tp_kernel_shape fs = {.dt = p->act_dt, .k = d};
+    if (!tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0))
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "layer %s: fp8 attention (%s) needs f16/bf16 Q/K/V and head dim 32, 64, 80, 96 or 128; here "
                        "%s and %d",

@@ -279,6 +279,7 @@ static void run_case(const engine_case *k, tp_precision prec) {
 }
 
 START_TEST(test_engine_fp32) { run_case(&CASES[_i], TP_PREC_FP32); }
+END_TEST
 
 static const tp_precision SIGLIP_PRECS[] = {TP_PREC_FP32, TP_PREC_FP16, TP_PREC_BF16, TP_PREC_FP8, TP_PREC_FP8_BLOCK,
                                             TP_PREC_NVFP4};
@@ -292,7 +293,6 @@ END_TEST
 static const engine_case SIGLIP72 = {"SigLIP-like, head dim 72", 224, 14, 144, 1, 2, 40, 0, TP_VIT_POOL_NONE, 3, 4.0,
                                      1};
 START_TEST(test_engine_siglip72) { run_case(&SIGLIP72, _i ? TP_PREC_FP8 : TP_PREC_FP16); }
-END_TEST
 END_TEST
 START_TEST(test_engine_fp16) { run_case(&CASES[_i], TP_PREC_FP16); }
 END_TEST

@@ -381,17 +381,17 @@ enum { STAGE_BYTES = 64 << 20 };
 typedef struct {
     void *buf[2];
     cudaEvent_t done[2];
-    int pinned;
+    int pinned[2]; /* each buffer's own: the second allocation may fail after the first succeeded */
 } stage_bufs;
 
 static tp_status stage_open(stage_bufs *sb, tp_error *err) {
     memset(sb, 0, sizeof *sb);
-    sb->pinned = 1;
     for (int k = 0; k < 2; k++) {
-        if (sb->pinned && cudaHostAlloc(&sb->buf[k], STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess) {
+        if (cudaHostAlloc(&sb->buf[k], STAGE_BYTES, cudaHostAllocDefault) == cudaSuccess) {
+            sb->pinned[k] = 1;
+        } else {
             cudaGetLastError();
             sb->buf[k] = NULL;
-            sb->pinned = 0;
         }
         if (!sb->buf[k] && !(sb->buf[k] = malloc(STAGE_BYTES))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
         if (cudaEventCreateWithFlags(&sb->done[k], cudaEventDisableTiming) != cudaSuccess)
@@ -403,7 +403,7 @@ static tp_status stage_open(stage_bufs *sb, tp_error *err) {
 static void stage_close(stage_bufs *sb) {
     for (int k = 0; k < 2; k++) {
         if (sb->done[k]) cudaEventDestroy(sb->done[k]);
-        if (sb->buf[k] && sb->pinned) cudaFreeHost(sb->buf[k]);
+        if (sb->pinned[k]) cudaFreeHost(sb->buf[k]);
         else free(sb->buf[k]);
     }
 }
@@ -436,8 +436,8 @@ static tp_status stage_upload(tp_engine *e, int v, stage_bufs *sb, float *scale,
     for (size_t off = 0, k = 0; off < n; off += chunk, k++) {
         const int b = (int)(k & 1);
         const size_t m = n - off < chunk ? n - off : chunk;
-        if (k >= 2 && cudaEventSynchronize(sb->done[b]) != cudaSuccess)
-            return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(cudaGetLastError()));
+        const cudaError_t we = k >= 2 ? cudaEventSynchronize(sb->done[b]) : cudaSuccess;
+        if (we != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(we));
         tp_convert_from_f32(dt, p->data + off, sb->buf[b], m, *scale);
         cudaError_t ce = cudaMemcpyAsync((char *)e->dptr[v] + off * es, sb->buf[b], m * es, cudaMemcpyHostToDevice,
                                          e->stream);
