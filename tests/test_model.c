@@ -924,6 +924,37 @@ START_TEST(test_planner_fp8_attention_output) {
 }
 END_TEST
 
+/* A graph of two inputs (graph.h tp_graph.inputs): the executor's input holds them packed per sample, sample b's
+ * row the first input's b-th slice then the second's; the CPU executor reads each where it lies. */
+START_TEST(test_graph_two_inputs) {
+    enum { B = 3, T = 2, C = 5 };
+    tp_graph g;
+    tp_graph_init(&g, B);
+    const int64_t s[3] = {B, T, C};
+    g.input = tp_graph_add_value(&g, "a", TP_VAL_INPUT, 3, s, -1);
+    const int bv = tp_graph_add_value(&g, "b", TP_VAL_INPUT, 3, s, -1);
+    ck_assert_int_eq(g.n_inputs, 2);
+    ck_assert_int_eq(g.inputs[0], g.input);
+    ck_assert_int_eq(g.inputs[1], bv);
+    int64_t off[TP_MAX_INPUTS];
+    ck_assert_int_eq(tp_graph_input_layout(&g, off), 2 * T * C);
+    ck_assert_int_eq(off[1], T * C);
+    tp_op add = {.kind = TP_OP_ADD};
+    snprintf(add.layer, sizeof add.layer, "sum");
+    const int in[2] = {g.input, bv};
+    g.output = tp_graph_op_out(&g, tp_graph_add_op(&g, &add, in, 2, 3, s, "out"));
+    float rows[B * 2 * T * C], out[B * T * C];
+    for (int i = 0; i < B * 2 * T * C; i++) rows[i] = (float)(i * i % 97) - 40.0f;
+    tp_params none = {0};
+    tp_error e = {0};
+    ck_assert_msg(tp_cpu_run(&g, &none, rows, out, &e) == TP_OK, "%s", e.msg);
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < T * C; j++)
+            ck_assert_float_eq(out[b * T * C + j], rows[b * 2 * T * C + j] + rows[b * 2 * T * C + T * C + j]);
+    tp_graph_free(&g);
+}
+END_TEST
+
 /* ---- the family interface (models/model.h) ------------------------------------------------------------------- */
 
 /* A preset through the interface: found by timm name or alias in the registry, knobs applied by the family
@@ -1062,6 +1093,7 @@ int main(void) {
     tcase_add_test(t, test_golden_timm_tokens_gelu_tanh);
     tcase_add_test(t, test_vit_tokens_output);
     tcase_add_test(t, test_planner_fp8_attention_output);
+    tcase_add_test(t, test_graph_two_inputs);
     tcase_add_test(t, test_golden_checkpoint_crop090);
     tcase_add_test(t, test_golden_checkpoint_crop100);
     suite_add_tcase(s, t);

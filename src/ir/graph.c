@@ -96,7 +96,21 @@ int tp_graph_add_value(tp_graph *g, const char *name, tp_value_kind kind, int nd
     for (int i = 0; i < ndim; i++) v->shape[i] = shape[i];
     v->producer = -1;
     v->param_index = param_index;
+    if (kind == TP_VAL_INPUT) {
+        CHECK(g->n_inputs < TP_MAX_INPUTS);
+        g->inputs[g->n_inputs++] = g->n_values;
+    }
     return g->n_values++;
+}
+
+int64_t tp_graph_input_layout(const tp_graph *g, int64_t *off) {
+    int64_t row = 0;
+    for (int k = 0; k < g->n_inputs; k++) {
+        const tp_value *v = &g->values[g->inputs[k]];
+        if (off) off[k] = row;
+        row += v->shape[0] > 0 ? tp_value_numel(v) / v->shape[0] : 0;
+    }
+    return row;
 }
 
 /* FLOP conventions (one multiply-add = 2 FLOP, as timm/fvcore's GMACs x 2):

@@ -15,6 +15,7 @@
 #define TP_MAX_DIMS 4
 #define TP_OP_MAX_IN 4
 #define TP_NAME_LEN 96
+#define TP_MAX_INPUTS 8
 
 /* TP_VAL_STATE: an activation whose buffer outlives one run of the graph (a KV cache): the executor allocates it
  * once per session, its producer writes part of it in place (the rows of this step's tokens), and later runs,
@@ -104,7 +105,13 @@ typedef struct {
     int n_values, cap_values;
     tp_op *ops;
     int n_ops, cap_ops;
-    int input;  /* value id of the input (images, or token ids) */
+    int input;  /* value id of the (first) input (images, or token ids) */
+    /* every input value, in the order the family added them: a graph of several inputs (a pipeline's images,
+     * token ids, state, noise) takes them packed per sample: sample b's row of the executors' input holds each
+     * input's b-th slice (its numel / shape[0] values) in this order (tp_graph_input_layout). n_inputs 1: the row
+     * is the one input's, as it always was. Every input's dimension 0 is the batch. */
+    int inputs[TP_MAX_INPUTS];
+    int n_inputs;
     int output; /* value id of the model output (logits, or features when there is no head) */
     int64_t batch;
     /* graphs with a KV cache (decoders): one step processes `tokens` new tokens per sequence at cache positions
@@ -118,6 +125,10 @@ typedef struct {
 } tp_graph;
 
 const char *tp_op_kind_name(tp_op_kind k);
+
+/* The packed per-sample input row of g (tp_graph.inputs): its length in values, and if off is non-NULL each
+ * input's offset within the row (off[k] for g->inputs[k]). */
+int64_t tp_graph_input_layout(const tp_graph *g, int64_t *off);
 
 /* What kind of work a kernel does, for profiles: each op kind has one (tp_op_category); kernels an op launches
  * besides its main one (quantize, im2col) name their own. */

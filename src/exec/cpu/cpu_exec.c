@@ -208,6 +208,22 @@ typedef struct {
     int *last;
 } rank_run;
 
+/* Input value v of a graph of several inputs, copied out of the packed per-sample rows (tp_graph.inputs) into a
+ * tensor of its own in *out (freed with the run's rounded copies). */
+static tp_status unpack_input(const tp_graph *g, int v, const float *input, float **out, tp_error *err) {
+    int64_t off[TP_MAX_INPUTS];
+    const int64_t row = tp_graph_input_layout(g, off);
+    int k = 0;
+    while (k < g->n_inputs && g->inputs[k] != v) k++;
+    CHECK(k < g->n_inputs);
+    const tp_value *val = &g->values[v];
+    const int64_t B = val->shape[0], w = B > 0 ? tp_value_numel(val) / B : 0;
+    if (!(*out = malloc(sizeof(float) * (size_t)(B * w > 0 ? B * w : 1))))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
+    for (int64_t b = 0; b < B; b++) memcpy(*out + b * w, input + b * row + off[k], sizeof(float) * (size_t)w);
+    return TP_OK;
+}
+
 static tp_status rank_init(rank_run *r, const tp_plan *plan, const float *input, tp_error *err) {
     const tp_graph *g = r->g;
     r->buf = calloc((size_t)g->n_values, sizeof(float *));
@@ -219,7 +235,9 @@ static tp_status rank_init(rank_run *r, const tp_plan *plan, const float *input,
     for (int v = 0; v < g->n_values; v++) {
         const tp_value *val = &g->values[v];
         if (val->kind == TP_VAL_PARAM) r->buf[v] = r->params->params[val->param_index].data;
-        else if (val->kind == TP_VAL_INPUT) r->buf[v] = (float *)input;
+        else if (val->kind == TP_VAL_INPUT && g->n_inputs <= 1) r->buf[v] = (float *)input;
+        else if (val->kind == TP_VAL_INPUT && (st = unpack_input(g, v, input, &r->rounded[v], err))) return st;
+        if (val->kind == TP_VAL_INPUT && g->n_inputs > 1) r->buf[v] = r->rounded[v];
         else if (val->kind == TP_VAL_STATE && (st = state_buffer(r->sess, val, &r->buf[v], err))) return st;
         /* emulating a plan: parameters the engine stores in fp16/bf16 are read rounded to that type */
         if (plan && val->kind == TP_VAL_PARAM && plan->value_qf[v] == TP_QF_NONE && narrow(plan->value_dt[v])) {

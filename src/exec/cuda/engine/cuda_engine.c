@@ -714,6 +714,9 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     tp_status st = TP_OK;
     float *h_scales = NULL;
     *out = NULL;
+    if (g->n_inputs > 1) /* the packed rows of several inputs (graph.h) are read by the CPU executor only, so far */
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "a graph of %d inputs (%s, ...): the CUDA engine takes one input",
+                       g->n_inputs, g->values[g->inputs[0]].name);
     tp_engine *e = calloc(1, sizeof *e);
     if (!e) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     e->g = g;
