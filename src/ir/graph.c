@@ -13,7 +13,9 @@ static const char *KIND_NAMES[TP_OP_KIND_COUNT] = {
     [TP_OP_ADD] = "add",                 [TP_OP_POOL] = "pool",                  [TP_OP_TOKEN_EMBED] = "token_embed",
     [TP_OP_RMSNORM] = "rmsnorm",         [TP_OP_ROPE] = "rope",                  [TP_OP_GLU] = "glu",
     [TP_OP_KV_APPEND] = "kv_append",     [TP_OP_KV_ATTENTION] = "kv_attention",
-    [TP_OP_ALL_REDUCE] = "all_reduce",
+    [TP_OP_ALL_REDUCE] = "all_reduce",   [TP_OP_RESHAPE] = "reshape",           [TP_OP_CONCAT] = "concat",
+    [TP_OP_SLICE] = "slice",             [TP_OP_SILU] = "silu",                  [TP_OP_TIME_CONCAT] = "time_concat",
+    [TP_OP_EULER] = "euler",             [TP_OP_MASKED_ATTENTION] = "masked_attention",
 };
 
 const char *tp_act_name(tp_act a) { return a == TP_ACT_SILU ? "silu" : a == TP_ACT_GELU_TANH ? "gelu_tanh" : "?"; }
@@ -159,6 +161,21 @@ static void fill_costs(tp_graph *g, tp_op *op) {
     case TP_OP_GLU: op->flop = 10.0 * out_n; break;        /* the activation (~8) and the product */
     case TP_OP_KV_APPEND: op->flop = 0; break;
     case TP_OP_ALL_REDUCE: op->flop = 0; break; /* its additions are the network's, not counted as the model's */
+    case TP_OP_RESHAPE:
+    case TP_OP_CONCAT:
+    case TP_OP_SLICE: op->flop = 0; break;
+    case TP_OP_SILU: op->flop = 5.0 * out_n; break;
+    case TP_OP_TIME_CONCAT: op->flop = 0; break; /* the embedding is a constant of the step */
+    case TP_OP_EULER: op->flop = 2.0 * out_n; break;
+    case TP_OP_MASKED_ATTENTION: {
+        /* every (query, key) pair of both sources counted, masked or not (what a dense kernel computes) */
+        const double B = (double)x->shape[0], Tq = (double)x->shape[1], H = op->heads, D = op->head_dim;
+        double Tk = (double)g->values[op->in[1]].shape[1];
+        if (op->n_in == 6) Tk += (double)g->values[op->in[3]].shape[1];
+        op->matmul_flop = 4.0 * B * H * Tq * Tk * D;
+        op->flop = op->matmul_flop + 5.0 * B * H * Tq * Tk;
+        break;
+    }
     case TP_OP_KV_ATTENTION: {
         /* each of the T queries sees past + t + 1 keys (causal): T * past + T (T + 1) / 2 (query, key) pairs */
         double B = (double)x->shape[0], T = (double)x->shape[1], H = op->heads, D = op->head_dim;
@@ -235,16 +252,23 @@ tp_category tp_op_category(tp_op_kind k) {
     case TP_OP_PATCH_EMBED:
     case TP_OP_LINEAR: return TP_CAT_GEMM;
     case TP_OP_ATTENTION:
+    case TP_OP_MASKED_ATTENTION:
     case TP_OP_KV_ATTENTION: return TP_CAT_ATTENTION;
     case TP_OP_LAYERNORM:
     case TP_OP_RMSNORM: return TP_CAT_NORM;
     case TP_OP_GELU:
+    case TP_OP_SILU:
     case TP_OP_GLU: return TP_CAT_ACTIVATION;
-    case TP_OP_KV_APPEND: return TP_CAT_MEMORY;
+    case TP_OP_KV_APPEND:
+    case TP_OP_RESHAPE:
+    case TP_OP_CONCAT:
+    case TP_OP_SLICE: return TP_CAT_MEMORY;
     case TP_OP_TOKEN_EMBED:
     case TP_OP_ROPE:
     case TP_OP_EMBED_TOKENS:
     case TP_OP_ADD:
+    case TP_OP_TIME_CONCAT:
+    case TP_OP_EULER:
     case TP_OP_POOL: return TP_CAT_ELEMENTWISE;
     case TP_OP_ALL_REDUCE: return TP_CAT_COMM;
     default: return TP_CAT_OTHER;

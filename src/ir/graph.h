@@ -13,7 +13,7 @@
 #include "tprof.h"
 
 #define TP_MAX_DIMS 4
-#define TP_OP_MAX_IN 4
+#define TP_OP_MAX_IN 6
 #define TP_NAME_LEN 96
 #define TP_MAX_INPUTS 8
 
@@ -44,7 +44,8 @@ typedef enum {
     /* decoders (the cache-position semantics: see tp_graph.past) */
     TP_OP_TOKEN_EMBED,     /* in: ids (B, T) (integers stored as fp32), table (V, C) -> (B, T, C) = table[id] * scale */
     TP_OP_RMSNORM,         /* in: x (..., C), weight (C) -> x / sqrt(mean(x^2) + eps) * (norm_offset + weight) */
-    TP_OP_ROPE,            /* in: x (B, T, H*D) -> same: rotary position embedding of each head, positions past + t */
+    TP_OP_ROPE,            /* in: x (B, T, H*D), [offset (B, 1)] -> same: rotary position embedding of each head,
+                              positions past + t (with offset: + prefix + offset[b], a per-sample start) */
     TP_OP_GLU,             /* in: gate, up (same shape) -> act(gate) * up (SwiGLU: SiLU; GeGLU: GELU tanh) */
     TP_OP_KV_APPEND,       /* in: k, v (B, T, Hkv*D) -> the KV cache (2, B, L, Hkv*D), a state value: rows
                               past .. past+T-1 of K (index 0) and V (index 1) written, the others kept */
@@ -53,6 +54,19 @@ typedef enum {
     /* tensor parallelism (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053): one graph per rank */
     TP_OP_ALL_REDUCE,      /* in: x (...) -> same: the sum of x over the graph's tp_size ranks, every rank
                               receiving it (after a row-parallel linear: o_proj, down_proj) */
+    /* pipelines (issue 21: pi0's stages in one graph; docs/pipelines.md) */
+    TP_OP_RESHAPE,         /* in: x -> the same values in another shape (row-major, same numel) */
+    TP_OP_CONCAT,          /* in: a (B, Ta, C), b (B, Tb, C) -> (B, Ta + Tb, C): a's tokens, then b's */
+    TP_OP_SLICE,           /* in: x (B, T, C) -> (B, n, C): tokens prefix .. prefix + n - 1 */
+    TP_OP_SILU,            /* in: x -> x sigmoid(x) */
+    TP_OP_TIME_CONCAT,     /* in: x (B, T, C) -> (B, T, C + D): x, then the sinusoidal embedding of the time
+                              `scale` (openpi's: sin then cos of t 2 pi / period, period 4e-3 (4 / 4e-3)^f,
+                              f = linspace(0, 1, D / 2)) on every token */
+    TP_OP_EULER,           /* in: x, v (same shape) -> x + scale v (a flow-matching Euler step, scale = dt) */
+    TP_OP_MASKED_ATTENTION,/* in: q (B, Tq, H*D), k, v (B, Tk, Hkv*D), [kp, vp (B, Tp, Hkv*D)], valid (B, 1) ->
+                              (B, Tq, H*D): GQA attention over [kp, vp ; k, v] (without kp: over k, v). The keys
+                              of the padded source (kp, else k) beyond prefix + valid[b] are masked; with
+                              pool_mode 1 the first query sees its own first key only (pi0's state token) */
     TP_OP_KIND_COUNT
 } tp_op_kind;
 

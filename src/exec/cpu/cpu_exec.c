@@ -171,11 +171,19 @@ static tp_status run_decoder_op(const tp_graph *g, const tp_op *op, float **buf,
         return TP_OK;
     }
     case TP_OP_ROPE: {
+        const int64_t B = xv->shape[0];
         float *inv = malloc(sizeof(float) * (size_t)(op->head_dim / 2 + 1));
-        if (!inv) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        int64_t *start = op->n_in > 1 ? malloc(sizeof(int64_t) * (size_t)B) : NULL;
+        if (!inv || (op->n_in > 1 && !start)) {
+            free(inv);
+            free(start);
+            return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        }
+        for (int64_t b = 0; start && b < B; b++) start[b] = op->prefix + (int64_t)buf[op->in[1]][b];
         tp_rope_inv_freq(&op->rope, op->head_dim, inv);
-        tp_cpu_rope(x, y, xv->shape[0], xv->shape[1], op->heads, op->head_dim, inv, past);
+        tp_cpu_rope_at(x, y, B, xv->shape[1], op->heads, op->head_dim, inv, past, start);
         free(inv);
+        free(start);
         return TP_OK;
     }
     case TP_OP_GLU: tp_cpu_glu(x, buf[op->in[1]], y, n, op->act); return TP_OK;
@@ -195,6 +203,42 @@ static tp_status run_decoder_op(const tp_graph *g, const tp_op *op, float **buf,
         return TP_OK;
     }
     default: CHECK(!"not a decoder op"); return TP_OK;
+    }
+}
+
+/* The pipelines' ops (graph.h, issue 21) */
+static tp_status run_pipeline_op(const tp_graph *g, const tp_op *op, float **buf, float *y, tp_error *err) {
+    const tp_value *o = &g->values[op->out], *xv = &g->values[op->in[0]];
+    const float *x = buf[op->in[0]];
+    const int64_t n = tp_value_numel(o);
+    switch (op->kind) {
+    case TP_OP_RESHAPE: memcpy(y, x, sizeof(float) * (size_t)n); return TP_OK;
+    case TP_OP_CONCAT:
+        tp_cpu_concat_tokens(x, buf[op->in[1]], y, xv->shape[0], xv->shape[1], g->values[op->in[1]].shape[1],
+                             xv->shape[2]);
+        return TP_OK;
+    case TP_OP_SLICE:
+        tp_cpu_slice_tokens(x, y, xv->shape[0], xv->shape[1], op->prefix, o->shape[1], xv->shape[2]);
+        return TP_OK;
+    case TP_OP_SILU: tp_cpu_silu(x, y, n); return TP_OK;
+    case TP_OP_TIME_CONCAT:
+        tp_cpu_time_concat(x, y, xv->shape[0], xv->shape[1], xv->shape[2], o->shape[2] - xv->shape[2], op->scale);
+        return TP_OK;
+    case TP_OP_EULER: tp_cpu_euler(x, buf[op->in[1]], y, n, op->scale); return TP_OK;
+    case TP_OP_MASKED_ATTENTION: {
+        const int two = op->n_in == 6;
+        const tp_value *kv = &g->values[op->in[1]];
+        tp_cpu_masked_attn a = {.q = x, .k = buf[op->in[1]], .v = buf[op->in[2]],
+                                .kp = two ? buf[op->in[3]] : NULL, .vp = two ? buf[op->in[4]] : NULL,
+                                .valid = buf[op->in[two ? 5 : 3]], .o = y, .B = xv->shape[0], .H = op->heads,
+                                .Hkv = op->kv_heads, .D = op->head_dim, .Tq = xv->shape[1], .Tk = kv->shape[1],
+                                .Tp = two ? g->values[op->in[3]].shape[1] : 0, .prefix = op->prefix,
+                                .first_block = op->pool_mode == 1, .scale = op->scale};
+        tp_cpu_masked_attention(&a);
+        return TP_OK;
+    }
+    default: return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: op %s is not a pipeline op", op->layer,
+                            tp_op_kind_name(op->kind));
     }
 }
 
@@ -362,6 +406,15 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
     case TP_OP_ADD: tp_cpu_add(x, buf[op->in[1]], y, n); break;
     case TP_OP_POOL:
         tp_cpu_pool(x, y, xv->shape[0], xv->shape[1], xv->shape[2], op->pool_mode, op->prefix);
+        break;
+    case TP_OP_RESHAPE:
+    case TP_OP_CONCAT:
+    case TP_OP_SLICE:
+    case TP_OP_SILU:
+    case TP_OP_TIME_CONCAT:
+    case TP_OP_EULER:
+    case TP_OP_MASKED_ATTENTION:
+        if ((st = run_pipeline_op(g, op, buf, y, err))) return st;
         break;
     default:
         if ((st = run_decoder_op(g, op, buf, r->sess->past, y, err))) return st;

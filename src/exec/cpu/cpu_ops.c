@@ -206,10 +206,15 @@ void tp_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t M, int64_t
 
 void tp_cpu_rope(const float *x, float *y, int64_t B, int64_t T, int64_t H, int64_t D, const float *inv_freq,
                  int64_t pos0) {
+    tp_cpu_rope_at(x, y, B, T, H, D, inv_freq, pos0, NULL);
+}
+
+void tp_cpu_rope_at(const float *x, float *y, int64_t B, int64_t T, int64_t H, int64_t D, const float *inv_freq,
+                    int64_t pos0, const int64_t *start) {
     const int64_t h2 = D / 2;
 #pragma omp parallel for schedule(static)
     for (int64_t bt = 0; bt < B * T; bt++) {
-        const float pos = (float)(pos0 + bt % T);
+        const float pos = (float)(pos0 + bt % T + (start ? start[bt / T] : 0));
         for (int64_t i = 0; i < h2; i++) {
             /* the angle as the reference forms it (fp32 product), its cosine and sine rounded to fp32 */
             const float ang = pos * inv_freq[i];
@@ -252,4 +257,95 @@ void tp_cpu_argmax(const float *x, int32_t *idx, int64_t M, int64_t N) {
             if (x[m * N + n] > x[m * N + best]) best = n;
         idx[m] = (int32_t)best;
     }
+}
+
+/* ---- pipelines (issue 21) ---- */
+
+void tp_cpu_concat_tokens(const float *a, const float *b, float *y, int64_t B, int64_t Ta, int64_t Tb, int64_t C) {
+    for (int64_t i = 0; i < B; i++) {
+        memcpy(y + i * (Ta + Tb) * C, a + i * Ta * C, sizeof(float) * (size_t)(Ta * C));
+        memcpy(y + (i * (Ta + Tb) + Ta) * C, b + i * Tb * C, sizeof(float) * (size_t)(Tb * C));
+    }
+}
+
+void tp_cpu_slice_tokens(const float *x, float *y, int64_t B, int64_t T, int64_t start, int64_t n, int64_t C) {
+    for (int64_t i = 0; i < B; i++) memcpy(y + i * n * C, x + (i * T + start) * C, sizeof(float) * (size_t)(n * C));
+}
+
+void tp_cpu_silu(const float *x, float *y, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = (float)((double)x[i] / (1.0 + exp(-(double)x[i])));
+}
+
+void tp_cpu_time_concat(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, double t) {
+    const int64_t h = D / 2;
+    float *e = malloc(sizeof(float) * (size_t)(D > 0 ? D : 1));
+    if (!e) abort();
+    for (int64_t i = 0; i < h; i++) {
+        /* openpi create_sinusoidal_pos_embedding, in float64 and then cast to float32 */
+        const double f = h > 1 ? (double)i / (double)(h - 1) : 0.0, period = 4e-3 * pow(4.0 / 4e-3, f);
+        const double a = t * (2.0 * 3.14159265358979323846 / period);
+        e[i] = (float)sin(a);
+        e[h + i] = (float)cos(a);
+    }
+    for (int64_t r = 0; r < B * T; r++) {
+        memcpy(y + r * (C + D), x + r * C, sizeof(float) * (size_t)C);
+        memcpy(y + r * (C + D) + C, e, sizeof(float) * (size_t)D);
+    }
+    free(e);
+}
+
+void tp_cpu_euler(const float *x, const float *v, float *y, int64_t n, float dt) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] + dt * v[i];
+}
+
+void tp_cpu_masked_attention(const tp_cpu_masked_attn *a) {
+    const int64_t B = a->B, H = a->H, G = a->H / a->Hkv, D = a->D, W = a->Hkv * a->D, Tk = a->Tk, Tp = a->Tp;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            double *s = malloc(sizeof(double) * (size_t)(Tp + Tk > 0 ? Tp + Tk : 1));
+            double *acc = malloc(sizeof(double) * (size_t)D);
+            if (!s || !acc) abort();
+            /* the padded source: kp if given, else k; its keys at or beyond prefix + valid[b] masked */
+            const int64_t nvalid = a->prefix + (int64_t)a->valid[b];
+            for (int64_t t = 0; t < a->Tq; t++) {
+                const float *q = a->q + ((b * a->Tq + t) * H + h) * D;
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < Tp + Tk; j++) {
+                    const int own = j >= Tp;
+                    const int64_t jj = own ? j - Tp : j;
+                    const int padded = a->kp ? !own : 1;
+                    int vis = !(padded && jj >= nvalid);
+                    if (own && a->first_block && t == 0 && jj > 0) vis = 0;
+                    if (!vis) {
+                        s[j] = -INFINITY;
+                        continue;
+                    }
+                    const float *k = (own ? a->k + (b * Tk + jj) * W : a->kp + (b * Tp + jj) * W) + (h / G) * D;
+                    double d = 0;
+                    for (int64_t e = 0; e < D; e++) d += (double)q[e] * k[e];
+                    s[j] = d * a->scale;
+                    if (s[j] > mx) mx = s[j];
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < Tp + Tk; j++) {
+                    s[j] = s[j] == -INFINITY ? 0.0 : exp(s[j] - mx);
+                    sum += s[j];
+                }
+                memset(acc, 0, sizeof(double) * (size_t)D);
+                for (int64_t j = 0; j < Tp + Tk && sum > 0; j++) {
+                    if (s[j] == 0.0) continue;
+                    const int own = j >= Tp;
+                    const int64_t jj = own ? j - Tp : j;
+                    const float *v = (own ? a->v + (b * Tk + jj) * W : a->vp + (b * Tp + jj) * W) + (h / G) * D;
+                    const double p = s[j] / sum;
+                    for (int64_t e = 0; e < D; e++) acc[e] += p * v[e];
+                }
+                float *o = a->o + ((b * a->Tq + t) * H + h) * D; /* nothing visible: zeros */
+                for (int64_t e = 0; e < D; e++) o[e] = (float)acc[e];
+            }
+            free(s);
+            free(acc);
+        }
 }

@@ -72,6 +72,9 @@ void tp_cpu_rmsnorm(const float *x, const float *w, float *y, int64_t M, int64_t
  *   y[i] = x[i] c - x[i + D/2] s,   y[i + D/2] = x[i + D/2] c + x[i] s. */
 void tp_cpu_rope(const float *x, float *y, int64_t B, int64_t T, int64_t H, int64_t D, const float *inv_freq,
                  int64_t pos0);
+/* As tp_cpu_rope, each sample b starting at pos0 + start[b] (start NULL: at pos0). */
+void tp_cpu_rope_at(const float *x, float *y, int64_t B, int64_t T, int64_t H, int64_t D, const float *inv_freq,
+                    int64_t pos0, const int64_t *start);
 
 /* y = act(gate) * up over n values; act 0: SiLU g / (1 + e^-g); 1: GELU tanh approximation
  * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (HF gelu_pytorch_tanh). */
@@ -84,5 +87,32 @@ void tp_cpu_kv_append(const float *k, const float *v, float *kv, int64_t B, int6
 
 /* idx[m] = the first n maximizing x (M, N)[m, n] (torch.argmax's tie rule). */
 void tp_cpu_argmax(const float *x, int32_t *idx, int64_t M, int64_t N);
+
+/* ---- pipelines (issue 21; the math of openpi's pi0, docs/pipelines.md) ---- */
+
+/* y (B, Ta + Tb, C) = a (B, Ta, C)'s tokens then b (B, Tb, C)'s. */
+void tp_cpu_concat_tokens(const float *a, const float *b, float *y, int64_t B, int64_t Ta, int64_t Tb, int64_t C);
+/* y (B, n, C) = x (B, T, C)'s tokens start .. start + n - 1. */
+void tp_cpu_slice_tokens(const float *x, float *y, int64_t B, int64_t T, int64_t start, int64_t n, int64_t C);
+/* y = x sigmoid(x) over n values, in double. */
+void tp_cpu_silu(const float *x, float *y, int64_t n);
+/* y (B, T, C + D) = x (B, T, C), then on every token the sinusoidal embedding of time t (D even): sin then cos of
+ * t 2 pi / period, period = 4e-3 (4 / 4e-3)^f, f = linspace(0, 1, D / 2), in double, stored fp32 (openpi pi0
+ * create_sinusoidal_pos_embedding, min period 4e-3, max period 4). */
+void tp_cpu_time_concat(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, double t);
+/* y = x + dt v over n values (a flow-matching Euler step). */
+void tp_cpu_euler(const float *x, const float *v, float *y, int64_t n, float dt);
+
+/* GQA attention of q (B, Tq, H*D) over [kp, vp (B, Tp, Hkv*D) ; k, v (B, Tk, Hkv*D)] (kp NULL: over k, v only,
+ * Tp 0), softmax(scale q k^T) in double. The padded source (kp, else k) shows its keys j < prefix + valid[b]
+ * only; first_block: query 0 sees its own first key only (among k), as pi0's state token. o: (B, Tq, H*D). */
+typedef struct {
+    const float *q, *k, *v, *kp, *vp, *valid;
+    float *o;
+    int64_t B, H, Hkv, D, Tq, Tk, Tp, prefix;
+    int first_block;
+    float scale;
+} tp_cpu_masked_attn;
+void tp_cpu_masked_attention(const tp_cpu_masked_attn *a);
 
 #endif

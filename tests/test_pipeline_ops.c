@@ -1,0 +1,175 @@
+/* test_pipeline_ops.c: the CPU references of the pipeline ops (issue 21, graph.h: concat, slice, SiLU, the time
+ * embedding, the Euler step, RoPE from per-sample starts, the masked attention of pi0's prefix and expert), each
+ * against values written out by hand or against the plain attention it must reduce to, through the CPU executor
+ * where the op's graph plumbing matters. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/cpu/cpu_exec.h"
+#include "exec/cpu/cpu_ops.h"
+
+static float *filled(size_t n, double a, double b) {
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    ck_assert_ptr_nonnull(x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)sin(a * (double)i + b);
+    return x;
+}
+
+START_TEST(test_concat_slice_silu_euler) {
+    enum { B = 2, Ta = 3, Tb = 2, C = 4 };
+    float *a = filled(B * Ta * C, 0.3, 0.1), *b = filled(B * Tb * C, 0.7, 1.0), y[B * (Ta + Tb) * C], s[B * 2 * C];
+    tp_cpu_concat_tokens(a, b, y, B, Ta, Tb, C);
+    for (int i = 0; i < B; i++)
+        for (int t = 0; t < Ta + Tb; t++)
+            for (int c = 0; c < C; c++)
+                ck_assert_float_eq(y[(i * (Ta + Tb) + t) * C + c],
+                                   t < Ta ? a[(i * Ta + t) * C + c] : b[(i * Tb + t - Ta) * C + c]);
+    tp_cpu_slice_tokens(y, s, B, Ta + Tb, 3, 2, C); /* the last two tokens: b's */
+    ck_assert_int_eq(memcmp(s, b, sizeof s), 0);
+    float x[3] = {-2.0f, 0.0f, 3.0f}, z[3];
+    tp_cpu_silu(x, z, 3);
+    ck_assert_float_eq_tol(z[0], -2.0 / (1.0 + exp(2.0)), 1e-7);
+    ck_assert_float_eq(z[1], 0.0f);
+    ck_assert_float_eq_tol(z[2], 3.0 / (1.0 + exp(-3.0)), 1e-6);
+    float v[3] = {1.0f, 2.0f, -4.0f};
+    tp_cpu_euler(x, v, z, 3, -0.25f);
+    ck_assert_float_eq(z[0], -2.25f);
+    ck_assert_float_eq(z[2], 4.0f);
+    free(a);
+    free(b);
+}
+END_TEST
+
+/* openpi's sinusoid at D = 8: f = 0, 1/3, 2/3, 1; periods 4e-3, 4e-2, 0.4, 4 */
+START_TEST(test_time_concat) {
+    enum { B = 2, T = 3, C = 2, D = 8 };
+    float *x = filled(B * T * C, 0.5, 0.0), y[B * T * (C + D)];
+    const double t = 0.7f; /* a float32 time, as the Euler loop's */
+    tp_cpu_time_concat(x, y, B, T, C, D, t);
+    const double period[4] = {4e-3, 4e-2, 0.4, 4.0};
+    for (int r = 0; r < B * T; r++) {
+        ck_assert_float_eq(y[r * (C + D)], x[r * C]);
+        ck_assert_float_eq(y[r * (C + D) + 1], x[r * C + 1]);
+        for (int i = 0; i < 4; i++) {
+            const double a = t * 2 * 3.14159265358979323846 / period[i];
+            ck_assert_float_eq_tol(y[r * (C + D) + C + i], sin(a), 2e-6);
+            ck_assert_float_eq_tol(y[r * (C + D) + C + 4 + i], cos(a), 2e-6);
+        }
+    }
+    free(x);
+}
+END_TEST
+
+/* RoPE from per-sample starts equals RoPE of each sample alone at that position */
+START_TEST(test_rope_at) {
+    enum { B = 2, T = 3, H = 2, D = 8 };
+    float *x = filled(B * T * H * D, 0.11, 0.2), y[B * T * H * D], y1[T * H * D], inv[D / 2];
+    for (int i = 0; i < D / 2; i++) inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / D);
+    const int64_t start[B] = {5, 17};
+    tp_cpu_rope_at(x, y, B, T, H, D, inv, 0, start);
+    for (int b = 0; b < B; b++) {
+        tp_cpu_rope(x + b * T * H * D, y1, 1, T, H, D, inv, start[b]);
+        ck_assert_int_eq(memcmp(y + b * T * H * D, y1, sizeof y1), 0);
+    }
+    free(x);
+}
+END_TEST
+
+/* The masked attention: with nothing masked it is the plain (non-causal) GQA attention over [kp ; k]; padded keys
+ * beyond prefix + valid[b] do not count (changing them changes nothing); the first-block rule leaves the first
+ * query its own first key and the padded source. */
+START_TEST(test_masked_attention) {
+    enum { B = 2, H = 4, Hkv = 2, D = 8, Tq = 3, Tk = 3, Tp = 5 };
+    const int W = Hkv * D;
+    float *q = filled(B * Tq * H * D, 0.37, 0.0), *k = filled(B * Tk * W, 0.21, 0.5), *v = filled(B * Tk * W, 0.13, 0.9);
+    float *kp = filled(B * Tp * W, 0.17, 1.3), *vp = filled(B * Tp * W, 0.29, 2.1);
+    float o[B * Tq * H * D], r[B * Tq * H * D];
+    float valid[B] = {3, 1}; /* prefix 2: sample 0 sees kp rows 0..4, sample 1 rows 0..2 */
+    tp_cpu_masked_attn a = {.q = q, .k = k, .v = v, .kp = kp, .vp = vp, .valid = valid, .o = o, .B = B, .H = H,
+                            .Hkv = Hkv, .D = D, .Tq = Tq, .Tk = Tk, .Tp = Tp, .prefix = 2, .first_block = 0,
+                            .scale = 0.35f};
+    tp_cpu_masked_attention(&a);
+    /* the reference: keys [kp rows < 2 + valid[b] ; k] in one buffer, plain attention */
+    for (int b = 0; b < B; b++) {
+        const int np = 2 + (int)valid[b], nk = np + Tk;
+        float *kk = malloc(sizeof(float) * nk * W), *vv = malloc(sizeof(float) * nk * W);
+        memcpy(kk, kp + b * Tp * W, sizeof(float) * np * W);
+        memcpy(kk + np * W, k + b * Tk * W, sizeof(float) * Tk * W);
+        memcpy(vv, vp + b * Tp * W, sizeof(float) * np * W);
+        memcpy(vv + np * W, v + b * Tk * W, sizeof(float) * Tk * W);
+        tp_cpu_attn_args ra = {.q = q + b * Tq * H * D, .k = kk, .v = vv, .o = r + b * Tq * H * D, .q_bs = 0,
+                               .q_rs = H * D, .k_bs = 0, .k_rs = W, .v_bs = 0, .v_rs = W, .o_bs = 0, .o_rs = H * D,
+                               .B = 1, .H = H, .Hkv = Hkv, .Tq = Tq, .Tkv = nk, .D = D, .causal = 0, .scale = 0.35f};
+        tp_cpu_attention_ex(&ra);
+        free(kk);
+        free(vv);
+    }
+    for (int i = 0; i < B * Tq * H * D; i++) ck_assert_float_eq_tol(o[i], r[i], 1e-6);
+    /* the padded keys of sample 1 (rows 3, 4) are not read */
+    for (int i = 3 * W; i < 5 * W; i++) kp[Tp * W + i] = vp[Tp * W + i] = 1e6f;
+    float o2[B * Tq * H * D];
+    a.o = o2;
+    tp_cpu_masked_attention(&a);
+    ck_assert_int_eq(memcmp(o, o2, sizeof o), 0);
+    /* first block: query 0 of each sample over [its valid kp rows ; k row 0] only; the other queries unchanged */
+    a.first_block = 1;
+    tp_cpu_masked_attention(&a);
+    for (int b = 0; b < B; b++) {
+        const int np = 2 + (int)valid[b];
+        float *kk = malloc(sizeof(float) * (np + 1) * W), *vv = malloc(sizeof(float) * (np + 1) * W), r0[H * D];
+        memcpy(kk, kp + b * Tp * W, sizeof(float) * np * W);
+        memcpy(kk + np * W, k + b * Tk * W, sizeof(float) * W);
+        memcpy(vv, vp + b * Tp * W, sizeof(float) * np * W);
+        memcpy(vv + np * W, v + b * Tk * W, sizeof(float) * W);
+        tp_cpu_attn_args ra = {.q = q + b * Tq * H * D, .k = kk, .v = vv, .o = r0, .q_rs = H * D, .k_rs = W,
+                               .v_rs = W, .o_rs = H * D, .B = 1, .H = H, .Hkv = Hkv, .Tq = 1, .Tkv = np + 1, .D = D,
+                               .scale = 0.35f};
+        tp_cpu_attention_ex(&ra);
+        for (int i = 0; i < H * D; i++) ck_assert_float_eq_tol(o2[b * Tq * H * D + i], r0[i], 1e-6);
+        for (int i = H * D; i < Tq * H * D; i++) ck_assert_float_eq(o2[b * Tq * H * D + i], o[b * Tq * H * D + i]);
+        free(kk);
+        free(vv);
+    }
+    /* one source (pi0's prefix): k itself padded, keys j < prefix + valid[b] */
+    a.kp = a.vp = NULL;
+    a.Tp = 0;
+    a.first_block = 0;
+    a.prefix = 0;
+    valid[0] = 3;
+    valid[1] = 2;
+    tp_cpu_masked_attention(&a);
+    for (int b = 0; b < B; b++) {
+        tp_cpu_attn_args ra = {.q = q + b * Tq * H * D, .k = k + b * Tk * W, .v = v + b * Tk * W, .o = r, .q_rs = H * D,
+                               .k_rs = W, .v_rs = W, .o_rs = H * D, .B = 1, .H = H, .Hkv = Hkv, .Tq = Tq,
+                               .Tkv = (int64_t)valid[b], .D = D, .scale = 0.35f};
+        tp_cpu_attention_ex(&ra);
+        for (int i = 0; i < Tq * H * D; i++) ck_assert_float_eq_tol(o2[b * Tq * H * D + i], r[i], 1e-6);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(kp);
+    free(vp);
+}
+END_TEST
+
+Suite *pipeline_ops_suite(void) {
+    Suite *s = suite_create("pipeline_ops");
+    TCase *t = tcase_create("cpu");
+    tcase_add_test(t, test_concat_slice_silu_euler);
+    tcase_add_test(t, test_time_concat);
+    tcase_add_test(t, test_rope_at);
+    tcase_add_test(t, test_masked_attention);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(pipeline_ops_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
