@@ -38,7 +38,7 @@ int tp_pb_add(tp_param_builder *b, const char *name, int init, int ndim, int64_t
 int tp_gb_param(tp_graph_builder *b, const char *layer, const char *suffix) {
     if (b->st) return -1;
     char name[TP_NAME_LEN + 32];
-    snprintf(name, sizeof name, "%s%s%s", layer, suffix ? "." : "", suffix ? suffix : "");
+    snprintf(name, sizeof name, "%s%s%s%s", b->prefix ? b->prefix : "", layer, suffix ? "." : "", suffix ? suffix : "");
     int i = tp_params_find(b->p, name);
     if (i < 0) {
         b->st = tp_fail(b->err, TP_ERR_SHAPE, "parameter '%s' missing from the model's table", name);
@@ -50,8 +50,11 @@ int tp_gb_param(tp_graph_builder *b, const char *layer, const char *suffix) {
 int tp_gb_op(tp_graph_builder *b, tp_op *op, const char *layer, const int *in, int n_in, int ndim,
              const int64_t *shape, const char *out_name) {
     if (b->st) return -1;
-    snprintf(op->layer, sizeof op->layer, "%s", layer);
-    return tp_graph_op_out(b->g, tp_graph_add_op(b->g, op, in, n_in, ndim, shape, out_name));
+    const char *pre = b->prefix ? b->prefix : "";
+    snprintf(op->layer, sizeof op->layer, "%s%s", pre, layer);
+    char out[TP_NAME_LEN];
+    if (out_name && *pre) snprintf(out, sizeof out, "%s%s", pre, out_name);
+    return tp_graph_op_out(b->g, tp_graph_add_op(b->g, op, in, n_in, ndim, shape, out_name && *pre ? out : out_name));
 }
 
 int tp_gb_linear(tp_graph_builder *b, const char *layer, int x, int bias, int ndim, const int64_t *shape,

@@ -29,7 +29,9 @@ typedef struct {
     tp_graph *g;
     const tp_params *p;
     tp_error *err;
-    tp_status st; /* the first failure; every helper does nothing once it is set */
+    tp_status st;       /* the first failure; every helper does nothing once it is set */
+    const char *prefix; /* NULL, or prepended to every parameter, op (layer) and output name: a family's graph
+                           built as one stage of a pipeline ("vision." + timm's names) */
 } tp_graph_builder;
 
 /* The graph value of parameter "<layer>.<suffix>" (suffix NULL: the name is layer), or -1 with b->st set

@@ -300,7 +300,7 @@ static tp_status build_step(const void *cfg, const tp_params *p, const tp_step_s
     g->tokens = T;
     g->past = s->past;
     g->kv_len = s->kv_len;
-    tp_graph_builder b = {g, p, err, TP_OK};
+    tp_graph_builder b = {g, p, err, TP_OK, NULL};
     const int64_t ids_s[2] = {B, T}, xs[3] = {B, T, C};
     g->input = tp_graph_add_value(g, "input_ids", TP_VAL_INPUT, 2, ids_s, -1);
     tp_op emb = {.kind = TP_OP_TOKEN_EMBED, .scale = c->arch == TP_DEC_GEMMA ? (float)sqrt((double)C) : 1.0f};

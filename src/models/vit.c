@@ -270,27 +270,33 @@ static int vit_head(tp_graph_builder *b, const tp_vit_config *c, int x, int64_t 
     return tp_gb_linear(b, "head", x, 1, 2, logit_s, "logits");
 }
 
+int tp_vit_build_into(tp_graph_builder *b, const tp_vit_config *c, int img, int64_t B) {
+    const int64_t S = c->img_size, C = c->embed_dim, Pz = c->patch_size, Np = (S / Pz) * (S / Pz);
+    const int64_t pe_shape[3] = {B, Np, C}, xs[3] = {B, tp_vit_tokens(c), C};
+    (void)S;
+    /* patch_embed.proj: Conv2d(3, C, P, stride P) as im2col + GEMM; then the class token and pos_embed */
+    tp_op pe = {.kind = TP_OP_PATCH_EMBED, .patch = (int)Pz};
+    int in[3] = {img, tp_gb_param(b, "patch_embed.proj", "weight"), tp_gb_param(b, "patch_embed.proj", "bias")};
+    int x = tp_gb_op(b, &pe, "patch_embed.proj", in, 3, 3, pe_shape, NULL);
+    tp_op emb = {.kind = TP_OP_EMBED_TOKENS};
+    in[0] = x;
+    in[1] = tp_gb_param(b, "pos_embed", NULL);
+    int n_in = 2;
+    if (c->class_token) in[n_in++] = tp_gb_param(b, "cls_token", NULL);
+    x = tp_gb_op(b, &emb, "pos_embed", in, n_in, 3, xs, "tokens");
+    for (int i = 0; i < c->depth; i++) x = vit_block(b, c, i, x, B);
+    return vit_head(b, c, x, B);
+}
+
 tp_status tp_vit_build_graph(const tp_vit_config *c, const tp_params *p, int64_t B, tp_graph *g, tp_error *err) {
     tp_status st = tp_vit_config_validate(c, err);
     if (st) return st;
     if (B <= 0) return tp_fail(err, TP_ERR_ARG, "--batch %lld: must be positive", (long long)B);
     tp_graph_init(g, B);
-    tp_graph_builder b = {g, p, err, TP_OK};
-    const int64_t S = c->img_size, C = c->embed_dim, Pz = c->patch_size, Np = (S / Pz) * (S / Pz);
-    const int64_t img_shape[4] = {B, 3, S, S}, pe_shape[3] = {B, Np, C}, xs[3] = {B, tp_vit_tokens(c), C};
+    tp_graph_builder b = {g, p, err, TP_OK, NULL};
+    const int64_t S = c->img_size, img_shape[4] = {B, 3, S, S};
     g->input = tp_graph_add_value(g, "input", TP_VAL_INPUT, 4, img_shape, -1);
-    /* patch_embed.proj: Conv2d(3, C, P, stride P) as im2col + GEMM; then the class token and pos_embed */
-    tp_op pe = {.kind = TP_OP_PATCH_EMBED, .patch = (int)Pz};
-    int in[3] = {g->input, tp_gb_param(&b, "patch_embed.proj", "weight"), tp_gb_param(&b, "patch_embed.proj", "bias")};
-    int x = tp_gb_op(&b, &pe, "patch_embed.proj", in, 3, 3, pe_shape, NULL);
-    tp_op emb = {.kind = TP_OP_EMBED_TOKENS};
-    in[0] = x;
-    in[1] = tp_gb_param(&b, "pos_embed", NULL);
-    int n_in = 2;
-    if (c->class_token) in[n_in++] = tp_gb_param(&b, "cls_token", NULL);
-    x = tp_gb_op(&b, &emb, "pos_embed", in, n_in, 3, xs, "tokens");
-    for (int i = 0; i < c->depth; i++) x = vit_block(&b, c, i, x, B);
-    g->output = vit_head(&b, c, x, B);
+    g->output = tp_vit_build_into(&b, c, g->input, B);
     if (b.st) tp_graph_free(g);
     return b.st;
 }

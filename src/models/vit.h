@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "io/image.h"
+#include "models/builder.h"
 #include "models/model.h"
 #include "tprof.h"
 
@@ -85,6 +86,11 @@ tp_status tp_vit_params_load(const tp_vit_config *cfg, const char *path, tp_para
  * (B, T, num_classes) (or (B, T, C)). */
 tp_status tp_vit_build_graph(const tp_vit_config *cfg, const tp_params *params, int64_t B, tp_graph *g,
                              tp_error *err);
+
+/* The ViT's ops into a graph under construction (a pipeline's vision stage; b->prefix names them, "vision."):
+ * img the value of the images (B, 3, S, S); returns the output value, as tp_vit_build_graph's, or -1 with b->st
+ * set. cfg must be valid (tp_vit_config_validate). */
+int tp_vit_build_into(tp_graph_builder *b, const tp_vit_config *cfg, int img, int64_t B);
 
 int tp_vit_tokens(const tp_vit_config *cfg);     /* T = (S/P)^2 + class_token */
 int tp_vit_mlp_hidden(const tp_vit_config *cfg); /* int(C * mlp_ratio), as timm's Mlp(hidden_features=...) */
