@@ -4,11 +4,14 @@
  * where the op's graph plumbing matters. */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cpu/cpu_ops.h"
+#include "io/safetensors.h"
+#include "models/pi0.h"
 
 static float *filled(size_t n, double a, double b) {
     float *x = malloc(sizeof(float) * (n ? n : 1));
@@ -155,6 +158,66 @@ START_TEST(test_masked_attention) {
 }
 END_TEST
 
+/* pi0-small on the CPU against bench/pi0_reference.py (PyTorch, fp32): its weights by tprof's names, its inputs
+ * packed per sample (pi0.h), its actions; the fixture's second sample ends in 2 padded language tokens. */
+START_TEST(test_pi0_small_golden) {
+    tp_model m;
+    tp_error e = {0};
+    ck_assert_msg(tp_model_preset("pi0-small", &m, &e) == TP_OK, "%s", e.msg);
+    const tp_pi0_config *c = (const tp_pi0_config *)(const void *)m.cfg.bytes;
+    enum { B = 2 };
+    tp_params p = {0};
+    ck_assert_msg(tp_model_params_load(&m, "tests/fixtures/pi0_small.safetensors", &p, &e) == TP_OK, "%s", e.msg);
+    const int64_t S = c->img, nimg = (int64_t)c->cams * 3 * S * S, L = c->lang, Ds = c->state_dim,
+                  na = (int64_t)c->horizon * c->action_dim;
+    float *img = malloc(sizeof(float) * B * nimg), *ids = malloc(sizeof(float) * B * L), valid[B];
+    float *st = malloc(sizeof(float) * B * Ds), *noise = malloc(sizeof(float) * B * na);
+    float *want = malloc(sizeof(float) * B * na), *got = malloc(sizeof(float) * B * na);
+    /* the fixture holds each stage's output too (read, not checked here: the graph's output is the actions) */
+    const int64_t Ni = (int64_t)c->cams * (S / c->patch) * (S / c->patch), P = Ni + L;
+    float *vis = malloc(sizeof(float) * B * Ni * c->width), *kl = malloc(sizeof(float) * B * P * c->kv_heads * c->head_dim);
+    float *vl = malloc(sizeof(float) * B * P * c->kv_heads * c->head_dim), *v0 = malloc(sizeof(float) * B * na);
+    tp_param_spec io[10] = {{"images", 5, {B, c->cams, 3, S, S}, img}, {"ids", 2, {B, L}, ids},
+                            {"lang_valid", 1, {B}, valid},           {"state", 2, {B, Ds}, st},
+                            {"noise", 3, {B, c->horizon, c->action_dim}, noise},
+                            {"actions", 3, {B, c->horizon, c->action_dim}, want},
+                            {"vision_out", 3, {B, Ni, c->width}, vis},
+                            {"prefix_k_last", 4, {B, P, c->kv_heads, c->head_dim}, kl},
+                            {"prefix_v_last", 4, {B, P, c->kv_heads, c->head_dim}, vl},
+                            {"velocity_step0", 3, {B, c->horizon, c->action_dim}, v0}};
+    ck_assert_msg(tp_st_load_params("tests/fixtures/pi0_small.io.safetensors", io, 10, &e) == TP_OK, "%s", e.msg);
+    free(vis), free(kl), free(vl), free(v0);
+    ck_assert_float_eq(valid[1], (float)(L - 2));
+    const int64_t row = tp_model_input_numel(&m);
+    ck_assert_int_eq(row, nimg + L + 1 + Ds + na);
+    float *in = malloc(sizeof(float) * B * row);
+    for (int b = 0; b < B; b++) {
+        float *r = in + b * row;
+        memcpy(r, img + b * nimg, sizeof(float) * nimg);
+        memcpy(r + nimg, ids + b * L, sizeof(float) * L);
+        r[nimg + L] = valid[b];
+        memcpy(r + nimg + L + 1, st + b * Ds, sizeof(float) * Ds);
+        memcpy(r + nimg + L + 1 + Ds, noise + b * na, sizeof(float) * na);
+    }
+    tp_graph g;
+    ck_assert_msg(tp_model_build_graph(&m, &p, B, &g, &e) == TP_OK, "%s", e.msg);
+    for (int i = 0; i < B * na; i++) got[i] = NAN; /* poisoned: an unwritten action shows */
+    ck_assert_msg(tp_cpu_run(&g, &p, in, got, &e) == TP_OK, "%s", e.msg);
+    double d = 0, n = 0;
+    for (int i = 0; i < B * na; i++) {
+        ck_assert_msg(isfinite(got[i]), "action %d not written", i);
+        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        n += (double)want[i] * want[i];
+    }
+    printf("pi0-small against bench/pi0_reference.py: actions relative L2 %.3e (%d x %d x %d)\n", sqrt(d / n), B,
+           c->horizon, c->action_dim);
+    ck_assert_msg(sqrt(d / n) <= 1e-5, "pi0-small: actions relative L2 %.3e against the PyTorch reference", sqrt(d / n));
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    free(img), free(ids), free(st), free(noise), free(want), free(got), free(in);
+}
+END_TEST
+
 Suite *pipeline_ops_suite(void) {
     Suite *s = suite_create("pipeline_ops");
     TCase *t = tcase_create("cpu");
@@ -162,6 +225,7 @@ Suite *pipeline_ops_suite(void) {
     tcase_add_test(t, test_time_concat);
     tcase_add_test(t, test_rope_at);
     tcase_add_test(t, test_masked_attention);
+    tcase_add_test(t, test_pi0_small_golden);
     suite_add_tcase(s, t);
     return s;
 }

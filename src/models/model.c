@@ -11,9 +11,10 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "models/decoder.h"
+#include "models/pi0.h"
 #include "models/vit.h"
 
-static const tp_family *const FAMILIES[] = {&tp_vit_family, &tp_decoder_family, NULL};
+static const tp_family *const FAMILIES[] = {&tp_vit_family, &tp_decoder_family, &tp_pi0_family, NULL};
 
 const tp_family *const *tp_families(void) { return FAMILIES; }
 

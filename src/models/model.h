@@ -47,7 +47,7 @@ size_t tp_params_count(const tp_params *p);                /* total number of va
 #define TP_MODEL_CFG_BYTES 4096 /* a family's configuration lives inside tp_model, so models copy by value */
 
 /* TP_INPUT_TOKENS: token ids, stored as fp32 integers (exact below 2^24: vocabularies are checked against it). */
-typedef enum { TP_INPUT_IMAGE = 0, TP_INPUT_TOKENS } tp_input_kind;
+typedef enum { TP_INPUT_IMAGE = 0, TP_INPUT_TOKENS, TP_INPUT_PACKED /* several inputs, one row per sample (graph.h) */ } tp_input_kind;
 
 /* One step of a model with a KV cache (a decoder): `batch` sequences, `tokens` new tokens each at cache positions
  * past .. past + tokens - 1 (past: the position the graph's costs are counted at; the executors take the real one

@@ -620,10 +620,20 @@ double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
     return b;
 }
 
+/* 1 when an earlier value holds the same parameter in the same storage (a pipeline's expert read at every step,
+ * a tied embedding read twice): stored once */
+static int same_weight_before(const tp_plan *p, const tp_graph *g, int v) {
+    for (int u = 0; u < v; u++)
+        if (g->values[u].kind == TP_VAL_PARAM && g->values[u].param_index == g->values[v].param_index &&
+            p->value_dt[u] == p->value_dt[v] && p->value_qf[u] == p->value_qf[v])
+            return 1;
+    return 0;
+}
+
 double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g) {
     double b = 0;
     for (int v = 0; v < g->n_values; v++) {
-        if (g->values[v].kind != TP_VAL_PARAM) continue;
+        if (g->values[v].kind != TP_VAL_PARAM || same_weight_before(p, g, v)) continue;
         double n = (double)tp_value_numel(&g->values[v]);
         if (p->value_qf[v] != TP_QF_NONE) {
             /* what the weights occupy in their format (as an engine file stores them), not the emulation's bf16 */
