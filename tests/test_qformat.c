@@ -796,6 +796,35 @@ START_TEST(test_traits_and_parse) {
 }
 END_TEST
 
+/* Entropy calibration (qformat.h tp_calib_entropy_threshold): an empty histogram and a flat one keep amax (folding
+ * mass into the last bin only costs); |N(0, 1)| with three outliers at 50 sigma clips the outliers but keeps the
+ * bulk (E4M3's relative step does not shrink with the scale, so nothing is gained by clipping into the bulk); the
+ * threshold is a bin edge. */
+START_TEST(test_calib_entropy) {
+    enum { N = 2048 };
+    unsigned *h = calloc(N, sizeof(unsigned));
+    ck_assert_double_eq(tp_calib_entropy_threshold(h, N, 50.0), 50.0);
+    for (int i = 0; i < N; i++) h[i] = 100;
+    ck_assert_double_eq(tp_calib_entropy_threshold(h, N, 50.0), 50.0);
+    memset(h, 0, N * sizeof(unsigned));
+    uint64_t x = 12345;
+    for (int i = 0; i < 400000; i++) { /* |N(0, 1)| by Box-Muller from a 64-bit LCG */
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const double u1 = ((x >> 11) + 1.0) * 0x1.0p-53;
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const double u2 = (x >> 11) * 0x1.0p-53, z = fabs(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+        const int b = (int)(z / 50.0 * N);
+        h[b < N ? b : N - 1]++;
+    }
+    h[N - 1] += 3;
+    const double t = tp_calib_entropy_threshold(h, N, 50.0);
+    printf("entropy calibration: |N(0,1)| + 3 outliers at 50: threshold %.3f\n", t);
+    ck_assert(t < 50.0 && t > 5.0);
+    ck_assert_double_eq_tol(fmod(t / 50.0 * N, 1.0), 0.0, 1e-9);
+    free(h);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("qformat");
     TCase *tc = tcase_create("golden");
@@ -823,6 +852,7 @@ static Suite *suite(void) {
     tcase_add_test(tw, test_non_finite);
     tcase_add_test(tw, test_errors);
     tcase_add_test(tw, test_traits_and_parse);
+    tcase_add_test(tw, test_calib_entropy);
     suite_add_tcase(s, tw);
     return s;
 }

@@ -80,8 +80,9 @@ static const char USAGE_BENCH[] =
             "                        high by default)\n"
             "  --policy-file FILE    a policy as JSON: {\"default\": \"nvfp4\", \"overrides\": [{\"layers\": \"head\",\n"
             "                        \"precision\": \"fp16\"}]}; used for the precision that is its default\n"
-            "  --calib max|percentile  static activation scales (fp8, nvfp4's per-tensor scale) from max |x|\n"
-            "                        (default) or a percentile of |x| over the calibration batch\n"
+            "  --calib max|percentile|entropy  static activation scales (fp8, nvfp4's per-tensor scale) from\n"
+            "                        max |x| (default), a percentile of |x|, or the threshold of least KL\n"
+            "                        divergence on E4M3's grid, over the calibration batch\n"
             "  --calib-percentile P  the percentile (default 99.99; implies --calib percentile)\n"
             "  --attention IMPL      auto (default: time tprof's flash kernels (mma.sync; wgmma on sm_90) and\n"
             "                        cuDNN's SDPA when the engine is built, keep the fastest), flash, wgmma,\n"
@@ -464,7 +465,7 @@ static int one_of(const char *name, const char *val, const char *kind, const cha
 /* The options that take a value. 1: handled; 0: not one of them; -1: an error was printed. */
 static int parse_value_option(const char *name, const char *val, bench_args *a) {
     tp_bench_options *o = &a->o;
-    static const char *const CALIB[] = {"max", "percentile"}, *const ATTN[] = {"auto", "flash", "cudnn", "classic",
+    static const char *const CALIB[] = {"max", "percentile", "entropy"}, *const ATTN[] = {"auto", "flash", "cudnn", "classic",
                                                                                "wgmma"};
     static const char *const REF[] = {"gpu", "cpu", "none"}, *const DEV[] = {"gpu", "cpu"};
     int k;
@@ -523,8 +524,8 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (IS("--fp8-accum")) return two_way(name, val, "choice", "fast", "promote", &o->fp8_promote) ? -1 : 1;
     else if (IS("--gelu")) return two_way(name, val, "form", "erf", "tanh", &o->gelu_tanh) ? -1 : 1;
     else if (IS("--calib")) {
-        if ((k = one_of(name, val, "method", CALIB, 2)) < 0) return -1;
-        o->calib.method = k ? TP_CALIB_PERCENTILE : TP_CALIB_MAX;
+        if ((k = one_of(name, val, "method", CALIB, 3)) < 0) return -1;
+        o->calib.method = k == 2 ? TP_CALIB_ENTROPY : k ? TP_CALIB_PERCENTILE : TP_CALIB_MAX;
     } else if (IS("--calib-percentile")) {
         if (parse_double(name, val, 1e-9, 100, &o->calib.percentile)) return -1;
         o->calib.method = TP_CALIB_PERCENTILE;

@@ -409,6 +409,55 @@ void tp_qtensor_free(tp_qtensor *q) {
 
 const char *tp_calib_describe(const tp_calib_options *co, char *buf, size_t n) {
     if (co && co->method == TP_CALIB_PERCENTILE) snprintf(buf, n, "percentile %g", co->percentile);
+    else if (co && co->method == TP_CALIB_ENTROPY) snprintf(buf, n, "entropy");
     else snprintf(buf, n, "max");
     return buf;
+}
+
+/* KL(P || Q) of the first i bins at threshold bin i (tp_calib_entropy_threshold), code[] scratch of i entries */
+static double entropy_kl(const unsigned *bins, int nbins, int i, uint8_t *code) {
+    double outside = 0, total = 0;
+    for (int j = i; j < nbins; j++) outside += bins[j];
+    for (int j = 0; j < i; j++) total += bins[j];
+    total += outside;
+    if (total <= 0) return 0;
+    /* each bin's center in units of the E4M3 scale T / 448 = i / 448 bins: center (j + 0.5) * 448 / i */
+    for (int j = 0; j < i; j++) code[j] = tp_f32_to_e4m3((float)((j + 0.5) * 448.0 / i)) & 0x7F;
+    double kl = 0;
+    for (int j = 0; j < i;) {
+        int e = j; /* [j, e): the bins of one E4M3 code (codes grow with j) */
+        double mass = 0;
+        int held = 0;
+        while (e < i && code[e] == code[j]) {
+            const double pj = bins[e] + (e == i - 1 ? outside : 0);
+            mass += pj;
+            held += pj > 0;
+            e++;
+        }
+        for (int k = j; k < e; k++) {
+            const double pk = bins[k] + (k == i - 1 ? outside : 0);
+            if (pk <= 0) continue;
+            const double P = pk / total, Q = mass / held / total;
+            kl += P * log(P / Q);
+        }
+        j = e;
+    }
+    return kl;
+}
+
+double tp_calib_entropy_threshold(const unsigned *bins, int nbins, double amax) {
+    double total = 0;
+    for (int b = 0; b < nbins; b++) total += bins[b];
+    if (total <= 0 || nbins < 16) return amax;
+    uint8_t *code = malloc((size_t)nbins);
+    if (!code) return amax;
+    const int step = nbins >= 1024 ? 8 : 1; /* 2048 bins: 240 candidates, each one pass over its bins */
+    int best = nbins;
+    double best_kl = INFINITY;
+    for (int i = nbins; i >= nbins / 16; i -= step) {
+        const double kl = entropy_kl(bins, nbins, i, code);
+        if (kl < best_kl) best_kl = kl, best = i;
+    }
+    free(code);
+    return amax * best / nbins;
 }

@@ -97,13 +97,23 @@ void tp_qtensor_free(tp_qtensor *q);
 
 /* Static activation scales come from calibration (an engine of higher precision run over calibration inputs):
  * max takes max |x|; percentile the p-th percentile of |x| (the largest (100 - p)% of magnitudes then saturate,
- * trading their clipping error for a finer step everywhere else; NVIDIA ModelOpt and TensorRT offer both). */
-typedef enum { TP_CALIB_MAX = 0, TP_CALIB_PERCENTILE } tp_calib_method;
+ * trading their clipping error for a finer step everywhere else; NVIDIA ModelOpt and TensorRT offer both);
+ * entropy the threshold whose E4M3 quantization of |x|'s histogram loses the least information (the smallest
+ * KL divergence, tp_calib_entropy_threshold: TensorRT's entropy calibration, Migacz 2017, on E4M3's grid). */
+typedef enum { TP_CALIB_MAX = 0, TP_CALIB_PERCENTILE, TP_CALIB_ENTROPY } tp_calib_method;
 typedef struct {
     tp_calib_method method;
     double percentile; /* TP_CALIB_PERCENTILE: 0 < p <= 100, e.g. 99.99 */
 } tp_calib_options;
-/* "max" or "percentile 99.99" into buf (n bytes); returns buf. */
+/* "max", "percentile 99.99" or "entropy" into buf (n bytes); returns buf. */
 const char *tp_calib_describe(const tp_calib_options *co, char *buf, size_t n);
+
+/* Entropy calibration of one activation (S. Migacz, "8-bit Inference with TensorRT", GTC 2017, with E4M3's grid
+ * for INT8's 128 levels): bins (nbins counts of |x| in equal bins over [0, amax]). For each candidate threshold T
+ * (a bin edge from nbins / 16 up), P is the histogram below T with the mass above T added to its last bin, Q the
+ * same bins after quantizing each bin's center to E4M3 under the scale T / 448 (the bins sharing a code share
+ * their mass evenly among those of them that hold any); returns the T of the smallest KL(P || Q) (the largest
+ * on ties), or amax for an empty histogram. */
+double tp_calib_entropy_threshold(const unsigned *bins, int nbins, double amax);
 
 #endif

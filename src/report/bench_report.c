@@ -90,9 +90,9 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
     if (r->n_quant_ops)
         printf("%s: %d of %d ops run %s GEMMs%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
                tp_precision_name(r->prec),
-               r->prec == TP_PREC_FP8 ? (o->calib.method == TP_CALIB_PERCENTILE
-                                             ? " (static per-tensor scales, percentile calibration)"
-                                             : " (static per-tensor scales, max calibration)")
+               r->prec == TP_PREC_FP8 ? (o->calib.method == TP_CALIB_PERCENTILE ? " (static per-tensor scales, percentile calibration)"
+                                         : o->calib.method == TP_CALIB_ENTROPY  ? " (static per-tensor scales, entropy calibration)"
+                                                                                 : " (static per-tensor scales, max calibration)")
                                       : "",
                r->n_emulated_ops ? ", EMULATED (no hardware path on this GPU: see --plan)" : "",
                r->prec == TP_PREC_FP8 || r->prec == TP_PREC_FP8_WO || r->prec == TP_PREC_NVFP4_WO ? "fp16" : "bf16");

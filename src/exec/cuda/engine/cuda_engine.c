@@ -1373,7 +1373,10 @@ fail:
 }
 
 /* The percentile pass: histograms of |value v| over [0, amax[v]] for every wanted v, then amax[v] = percentile. */
-static tp_status calibrate_percentile(tp_engine *e, const int *want, double p, float *amax, tp_error *err) {
+/* The second calibration pass of the histogram methods: |x|'s histogram over [0, max] per value, then the
+ * percentile or the entropy threshold (qformat.h) as the value's amax */
+static tp_status calibrate_hist(tp_engine *e, const int *want, const tp_calib_options *co, float *amax,
+                                tp_error *err) {
     const tp_graph *g = e->g;
     const size_t nh = (size_t)g->n_values * TP_CALIB_BINS;
     unsigned *d_hist = NULL, *h = malloc(sizeof(unsigned) * nh);
@@ -1399,7 +1402,10 @@ static tp_status calibrate_percentile(tp_engine *e, const int *want, double p, f
     CU_TRY(cudaStreamSynchronize(e->stream));
     for (int v = 0; v < g->n_values; v++)
         if (want[v] && amax[v] > 0 && isfinite(amax[v]))
-            amax[v] = (float)tp_hist_percentile(h + (size_t)v * TP_CALIB_BINS, TP_CALIB_BINS, amax[v], p);
+            amax[v] = (float)(co->method == TP_CALIB_ENTROPY
+                                  ? tp_calib_entropy_threshold(h + (size_t)v * TP_CALIB_BINS, TP_CALIB_BINS, amax[v])
+                                  : tp_hist_percentile(h + (size_t)v * TP_CALIB_BINS, TP_CALIB_BINS, amax[v],
+                                                       co->percentile));
 fail:
     cudaFree(d_hist);
     free(h);
@@ -1414,7 +1420,7 @@ tp_status tp_calibrate_max(const tp_graph *g, const tp_params *params, int devic
 
 tp_status tp_calibrate(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
                        const tp_calib_options *co, float *amax, tp_error *err) {
-    const int pct = co && co->method == TP_CALIB_PERCENTILE;
+    const int pct = co && co->method == TP_CALIB_PERCENTILE, hist = co && co->method != TP_CALIB_MAX;
     if (pct && !(co->percentile > 0 && co->percentile <= 100))
         return tp_fail(err, TP_ERR_ARG, "calibration percentile %g is outside (0, 100]", co->percentile);
     tp_plan p16;
@@ -1436,7 +1442,7 @@ tp_status tp_calibrate(const tp_graph *g, const tp_params *params, int device, i
     }
     if (!(st = tp_engine_build(g, params, &p16, &eo, &e, err)) && !(st = tp_engine_set_input(e, images, err)))
         st = tp_engine_calibrate(e, want, amax, err);
-    if (!st && pct) st = calibrate_percentile(e, want, co->percentile, amax, err);
+    if (!st && hist) st = calibrate_hist(e, want, co, amax, err);
     tp_engine_destroy(e);
     tp_plan_free(&p16);
     free(want);

@@ -213,7 +213,8 @@ tp_status tp_calibrate_max(const tp_graph *g, const tp_params *params, int devic
 
 /* Calibration by method: max as tp_calibrate_max; percentile runs a second pass that histograms |value v| in
  * TP_CALIB_BINS bins over [0, max] and writes amax[v] = the p-th percentile (tp_hist_percentile, src/core/stats.h),
- * so the top (100 - p)% of magnitudes saturate in E4M3 instead of stretching the scale. Errors as
+ * so the top (100 - p)% of magnitudes saturate in E4M3 instead of stretching the scale; entropy the same
+ * histograms' KL-minimizing threshold (tp_calib_entropy_threshold, src/formats/qformat.h). Errors as
  * tp_calibrate_max, plus TP_ERR_ARG for p outside (0, 100]. */
 tp_status tp_calibrate(const tp_graph *g, const tp_params *params, int device, int sm, const float *images,
                        const tp_calib_options *co, float *amax, tp_error *err);
