@@ -134,7 +134,7 @@ expect_error "policy with an unknown precision" 2 "fp5" bench "${small[@]}" "${t
 expect_error "missing policy file" 3 "nope.json" bench "${small[@]}" "${tok[@]}" --policy-file "$tmp/nope.json"
 expect_error "caps: unknown architecture" 2 "sm_x9" caps --arch sm_x9
 expect_error "build without -o" 2 "-o FILE" build "${tok[@]}" --precision fp16 --arch sm_90
-expect_error "unknown calibration method" 2 "--calib: unknown method 'entropy'" bench --calib entropy
+expect_error "unknown calibration method" 2 "--calib: unknown method 'kl'" bench --calib kl
 expect_error "calibration percentile out of range" 2 "--calib-percentile '101'" bench --calib-percentile 101
 expect_error "build nvfp4 without a GPU" 6 "calibration on a GPU" build --device cpu "${tok[@]}" --precision nvfp4 --arch sm_90 -o "$tmp/n.tpe"
 expect_error "engine file missing" 3 "nope.tpe" bench --engine "$tmp/nope.tpe"
