@@ -121,6 +121,7 @@ fi
 echo "not an image" >"$tmp/cat.png"
 expect_error "unreadable image" 3 "cat.png" bench "${small[@]}" --image "$tmp/cat.png"
 expect_error "missing image" 3 "nothere.jpg" bench "${small[@]}" --image "$tmp/nothere.jpg"
+expect_error "missing calibration data" 3 "--calib-data: cannot open .*nothere.png" bench "${small[@]}" --calib-data "$tmp/nothere.png"
 expect_error "unknown option" 2 "--frobnicate" bench --frobnicate
 expect_error "unknown model" 2 "vit-xxl" bench "${small[@]}" --model vit-xxl
 expect_error "patch does not divide" 2 "--patch-size 15" bench "${small[@]}" --patch-size 15

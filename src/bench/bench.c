@@ -342,8 +342,22 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     if ((st = tp_model_make_input(mp, B, o->seed, o->image, c->input, rep->input_desc, sizeof rep->input_desc,
                                   err)))
         return st;
-    if (o->image) memcpy(c->calib, c->input, sizeof(float) * in_n); /* calibrate on the user's data */
-    else if ((st = tp_model_make_input(mp, B, o->seed + 1, NULL, c->calib, cdesc, sizeof cdesc, err))) return st;
+    if (o->calib_data) { /* a calibration set of its own, apart from the data timed and checked */
+        char cd[600];
+        if ((st = tp_model_make_input(mp, B, o->seed + 1, o->calib_data, c->calib, cd, sizeof cd, err))) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            return tp_fail(err, st, "--calib-data: %.400s", why);
+        }
+        snprintf(rep->calib_desc, sizeof rep->calib_desc, "%s", cd);
+    } else if (o->image) {
+        memcpy(c->calib, c->input, sizeof(float) * in_n); /* calibrate on the user's data */
+        snprintf(rep->calib_desc, sizeof rep->calib_desc, "the input batch (%s)", o->image);
+    } else if ((st = tp_model_make_input(mp, B, o->seed + 1, NULL, c->calib, cdesc, sizeof cdesc, err))) {
+        return st;
+    } else {
+        snprintf(rep->calib_desc, sizeof rep->calib_desc, "random inputs (seed %llu)", (unsigned long long)o->seed + 1);
+    }
     if (rep->reference != TP_REF_NONE && (st = tp_model_build_graph(mp, &c->params, rep->ref_rows, &c->gref, err)))
         return st;
 #ifdef TPROF_HAVE_CUDA

@@ -65,6 +65,8 @@ typedef struct {
     tp_reference_kind reference;
     const char *weights; /* safetensors path or NULL (synthesized from seed) */
     const char *image;   /* input file or folder, or NULL (random inputs from seed) */
+    const char *calib_data; /* --calib-data: the calibration batch's files (of the input's kind), or NULL (the
+                               --image batch, else random inputs from seed + 1) */
     const char *perplexity; /* decoders: a token-id file whose perplexity each engine and the reference report */
     uint64_t seed;
     const char *json_path;
@@ -170,6 +172,7 @@ struct tp_bench_report {
     tp_input_desc input;     /* tp_model_input */
     tp_output_desc output;   /* tp_model_output: logits (top-1 agreement meaningful) or features */
     char input_desc[600];    /* where the input came from */
+    char calib_desc[640];    /* where the calibration batch came from (--calib-data, the input, or random) */
     char checkpoint_note[700]; /* what the checkpoint's own configuration said (tp_model_checkpoint); may be "" */
     const tp_graph *g;       /* the graph at the run's batch (with --tp: rank 0's, the per-GPU costs) */
     int tp;                  /* ranks (GPUs) each engine runs on: 1, or --tp */

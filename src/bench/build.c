@@ -18,7 +18,8 @@ static tp_status build_calibrate(const tp_bench_options *o, const tp_model *m, c
     float *calib = malloc(sizeof(float) * n);
     if (!calib) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     char desc[600];
-    tp_status st = tp_model_make_input(m, o->batch, o->seed + 1, o->image, calib, desc, sizeof desc, err);
+    tp_status st = tp_model_make_input(m, o->batch, o->seed + 1, o->calib_data ? o->calib_data : o->image, calib,
+                                       desc, sizeof desc, err);
     if (!st) st = tp_calibrate(g, params, 0, sm, calib, &o->calib, amax, err);
     free(calib);
     if (st) return st;

@@ -84,6 +84,8 @@ static const char USAGE_BENCH[] =
             "                        max |x| (default), a percentile of |x|, or the threshold of least KL\n"
             "                        divergence on E4M3's grid, over the calibration batch\n"
             "  --calib-percentile P  the percentile (default 99.99; implies --calib percentile)\n"
+            "  --calib-data PATH     calibrate on these files (images: a file or folder; decoders: token ids),\n"
+            "                        apart from the data timed (default: the --image batch, else random)\n"
             "  --attention IMPL      auto (default: time tprof's flash kernels (mma.sync; wgmma on sm_90) and\n"
             "                        cuDNN's SDPA when the engine is built, keep the fastest), flash, wgmma,\n"
             "                        cudnn (loaded at run time), classic\n";
@@ -474,6 +476,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (IS("--precision")) a->prec = val;
     else if (IS("--weights")) o->weights = val;
     else if (IS("--image") || IS("--tokens")) o->image = val; /* the model's input files, of its own kind */
+    else if (IS("--calib-data")) o->calib_data = val;
     else if (!a->build && IS("--perplexity")) o->perplexity = val;
     else if (!a->build && !a->profile && IS("--gpus")) {
         a->n_gpus = 0;
@@ -560,7 +563,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};

@@ -200,6 +200,7 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
                             "timing", "GPU compute time per run from CUDA events; host-device transfers excluded");
     char cdesc[48];
     json_object_set_new(cfg, "calibration", json_string(tp_calib_describe(&o->calib, cdesc, sizeof cdesc)));
+    json_object_set_new(cfg, "calibration_data", json_string(rep->calib_desc));
     json_object_set_new(cfg, "gelu",
                         json_string(o->gelu_tanh ? "tanh approximation in the epilogue of the GEMM before it "
                                                    "(--gelu tanh)"
