@@ -243,6 +243,17 @@ expect_ok "perplexity over a token file" "Perplexity over .*(2 windows of 37 tok
 expect_error "perplexity: a file shorter than a window" 3 "a window needs 90" bench "${dec[@]}" --prompt 90 --perplexity "$tmp/ppl.txt"
 expect_error "perplexity of an image model" 2 "not a language model" bench --device cpu --model vit-tiny --batch 1 \
   --perplexity "$tmp/ppl.txt"
+# pipelines (issue 21): a preset on the CPU, another pipeline described by a JSON file, a file missing a field
+expect_ok "pipeline pi0-small on the CPU" "the output is actions" bench --device cpu --model pi0-small --batch 1
+printf '{"family": "pipeline", "name": "pi0-two-cams", "cams": 2, "img": 28, "patch": 14, "v_width": 48, "v_depth": 1,
+ "v_heads": 4, "v_mlp": 96, "width": 64, "depth": 2, "heads": 4, "kv_heads": 1, "head_dim": 16, "mlp": 128, "vocab": 50,
+ "lang": 4, "e_width": 32, "e_mlp": 64, "horizon": 5, "action_dim": 7, "state_dim": 7, "steps": 4}\n' >"$tmp/pipe.json"
+expect_ok "pipeline from a JSON file" "pi0-two-cams .*4 Euler steps" bench --device cpu --model "$tmp/pipe.json" --batch 1
+echo '{"family": "pipeline", "name": "x", "cams": 2}' >"$tmp/pipe_bad.json"
+expect_error "pipeline JSON missing a field" 3 "pipe_bad.json: model: 'img' is missing" bench --device cpu \
+  --model "$tmp/pipe_bad.json"
+expect_error "pipeline on the GPU planner" 4 "reshape has no CUDA kernel" build --model pi0-small --arch sm_90 \
+  --precision fp16 -o "$tmp/pi0.tpe"
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
 expect_error tp-zero 2 "--tp '0'" bench --model llama-tiny --tp 0
 expect_error tp-cpu 2 "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu

@@ -680,6 +680,11 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
     tp_error err = {0};
     if (ef) {
         o->model = ef->model;
+    } else if (strlen(a->model) > 5 && !strcmp(a->model + strlen(a->model) - 5, ".json")) {
+        if (tp_model_from_file(a->model, &o->model, &err)) { /* a model described by a file: its errors are input's */
+            fprintf(stderr, "tprof: --model: %s\n", err.msg);
+            return 3;
+        }
     } else if (tp_model_preset(a->model, &o->model, &err)) {
         fprintf(stderr, "tprof: --model: %s\n", err.msg);
         return 2;

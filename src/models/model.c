@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/util.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "models/decoder.h"
@@ -140,6 +141,16 @@ tp_status tp_model_from_json(const json_t *j, const char *family_default, tp_mod
     tp_status st = f->from_json(rest, m->cfg.bytes, err);
     json_decref(rest);
     return st;
+}
+
+tp_status tp_model_from_file(const char *path, tp_model *m, tp_error *err) {
+    json_t *j = NULL;
+    tp_status st = tp_json_read_file(path, "the model description", &j, err);
+    if (st) return st;
+    tp_error e = {0};
+    st = tp_model_from_json(j, NULL, m, &e);
+    json_decref(j);
+    return st ? tp_fail(err, st, "%s: %.450s", path, e.msg) : TP_OK;
 }
 
 tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note, size_t n, tp_error *err) {

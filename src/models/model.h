@@ -206,6 +206,10 @@ json_t *tp_model_to_json(const tp_model *m);
 /* The inverse. family_default: the family when j has no "family" key (files written before families existed),
  * or NULL to require it. TP_ERR_FORMAT naming the key. */
 tp_status tp_model_from_json(const json_t *j, const char *family_default, tp_model *m, tp_error *err);
+/* A model described by a JSON file: {"family": "pipeline", <that family's keys, as tp_model_to_json writes
+ * them>}, e.g. a pi0-shaped pipeline of other sizes, steps or cameras without code. Errors: the file's
+ * (TP_ERR_IO, TP_ERR_FORMAT with line and column) and tp_model_from_json's, prefixed with the path. */
+tp_status tp_model_from_file(const char *path, tp_model *m, tp_error *err);
 
 /* The checkpoint's configuration beside weights_path (as tp_family.checkpoint): for the ViT family timm's
  * config.json (io/timm_config.h), whose pretrained_cfg sets the preprocessing field by field under the command
