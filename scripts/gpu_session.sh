@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), gpus; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), gpus; pipelines: vision, pi0ref; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -238,6 +238,32 @@ for s in $steps; do
     echo "exit $x after $((SECONDS - start)) s"
     tail -5 "$OUT/tp100_samples.log"
     grep -E "Tensor parallel|Weights:|engine build|pp512|tg64|error" "$OUT/tp${t}_llama31_70b_100layers.log"
+    ;;
+  vision)
+    echo "=== issue 21's vision stage on the GPU: the SigLIP-shaped engine tests (head dims 64 and 72), pi0's vision shape in fp16/bf16/fp8"
+    CK_RUN_SUITE=gpu_engine CK_RUN_CASE=siglip "$BUILD/tests/test_gpu" 2>&1 | grep -v '^ok' | tee "$OUT/vision_tests.log"
+    grep -q "Failures: 0, Errors: 0" "$OUT/vision_tests.log" || rc=1
+    "$BUILD/tprof" profile --model vit-b16 --patch-size 14 --embed-dim 1152 --depth 27 --heads 16 --mlp-ratio 3.7362 \
+      --no-class-token --global-pool none --num-classes 2048 --act-layer gelu_tanh --batch 3 --precision fp16,bf16,fp8 \
+      --duration 1 --profile-iters 10 --json "$OUT/siglip_so400m_b3.json" --out /tmp/tprof-siglip \
+      > "$OUT/siglip_so400m_b3_profile.log" 2>&1 || rc=1
+    grep -E "^(fp16|bf16|fp8) |^(GEMM|attention|total) " "$OUT/siglip_so400m_b3_profile.log"
+    ;;
+  pi0ref)
+    # PI0_COMPILE: torch.compile's mode for the peer (openpi compiles with max-autotune, which takes minutes)
+    echo "=== bench/pi0_reference.py: the pi0-small golden again (this torch) against the committed one, then pi0 in PyTorch on the GPU"
+    python3 bench/pi0_reference.py golden "$OUT" --config pi0-small || rc=1
+    python3 - "$OUT/pi0_small.io.safetensors" <<'PY' || rc=1
+import sys
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1]), load_file("tests/fixtures/pi0_small.io.safetensors")
+for k in ("vision_out", "velocity_step0", "actions"):
+    d = ((a[k] - b[k]).norm() / b[k].norm()).item()
+    print(f"pi0-small {k}: this torch against the committed fixture, relative L2 {d:.2e}")
+    if d > 1e-5: sys.exit(1)
+PY
+    PYTHONUNBUFFERED=1 python3 bench/pi0_reference.py bench --config pi0 --batch 1 --dtype bf16 \
+      --compile-mode "${PI0_COMPILE:-default}" --json "$OUT/pi0_torch_b1.json" || rc=1
     ;;
   gpus)
     echo "=== --gpus: a decoder batch sweep dealt over GPUs 0 and 1, one process each"
