@@ -34,7 +34,13 @@ static tp_status validate(const void *cfg, tp_error *err) {
                      c->horizon, c->action_dim, c->state_dim, c->steps};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         if (v[i] <= 0) return tp_fail(err, TP_ERR_ARG, "%s: every size must be positive (field %zu is %d)", c->name, i, v[i]);
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) /* every product below stays far inside int64 and int */
+        if (v[i] > (1 << 20) && i != 13) /* 13: the vocabulary, up to 2^24 (below) */
+            return tp_fail(err, TP_ERR_ARG, "%s: field %zu is %d, above 2^20", c->name, i, v[i]);
     if (c->img % c->patch) return tp_fail(err, TP_ERR_ARG, "%s: image %d not a multiple of the patch %d", c->name, c->img, c->patch);
+    if (c->cams > 64 || (int64_t)(c->img / c->patch) * (c->img / c->patch) * c->cams + c->lang > (1 << 20))
+        return tp_fail(err, TP_ERR_ARG, "%s: %d cameras of %d px / %d and %d language tokens: the prefix exceeds 2^20 "
+                       "tokens or 64 cameras", c->name, c->cams, c->img, c->patch, c->lang);
     if (c->v_width % c->v_heads)
         return tp_fail(err, TP_ERR_ARG, "%s: vision width %d not a multiple of its %d heads", c->name, c->v_width, c->v_heads);
     if (c->heads % c->kv_heads)
