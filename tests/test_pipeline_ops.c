@@ -4,6 +4,7 @@
  * where the op's graph plumbing matters. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,10 @@
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cpu/cpu_ops.h"
 #include "io/safetensors.h"
+#include "formats/dtype.h"
 #include "models/pi0.h"
+#define TP_TMPDIR_PREFIX "/tmp/tp_pipeline_test_"
+#include "test_tmpdir.h"
 
 static float *filled(size_t n, double a, double b) {
     float *x = malloc(sizeof(float) * (n ? n : 1));
@@ -218,6 +222,97 @@ START_TEST(test_pi0_small_golden) {
 }
 END_TEST
 
+/* openpi's name of a pi0 parameter, written out here from openpi's PI0Pytorch state_dict (tools/check_pi0_openpi.py
+ * checked the same map against the module itself): the test's own statement of the map, not the loader's code */
+static void openpi_of(const char *name, char *buf, size_t n, int *qkv) { /* n >= 256 */
+    const char *pe = "paligemma_with_expert.", *vt = "paligemma_with_expert.paligemma.model.vision_tower.vision_model.";
+    int i;
+    char rest[128];
+    *qkv = 0;
+    if (!strcmp(name, "vision.patch_embed.proj.weight")) snprintf(buf, n, "%sembeddings.patch_embedding.weight", vt);
+    else if (!strcmp(name, "vision.patch_embed.proj.bias")) snprintf(buf, n, "%sembeddings.patch_embedding.bias", vt);
+    else if (!strcmp(name, "vision.pos_embed")) snprintf(buf, n, "%sembeddings.position_embedding.weight", vt);
+    else if (!strncmp(name, "vision.norm.", 12)) snprintf(buf, n, "%spost_layernorm.%s", vt, name + 12);
+    else if (!strncmp(name, "vision.head.", 12))
+        snprintf(buf, n, "%spaligemma.model.multi_modal_projector.linear.%s", pe, name + 12);
+    else if (sscanf(name, "vision.blocks.%d.%127s", &i, rest) == 2) {
+        const char *to = !strncmp(rest, "norm1.", 6) ? "layer_norm1." : !strncmp(rest, "norm2.", 6) ? "layer_norm2."
+                         : !strncmp(rest, "attn.proj.", 10) ? "self_attn.out_proj." : !strncmp(rest, "attn.qkv.", 9) ? "self_attn.%s_proj."
+                                                                                                                       : "mlp.";
+        const char *tail = strrchr(rest, '.') + 1;
+        if (!strncmp(rest, "mlp.", 4)) snprintf(buf, n, "%sencoder.layers.%d.%s", vt, i, rest);
+        else {
+            snprintf(buf, n, "%sencoder.layers.%d.%s%s", vt, i, to, tail);
+            *qkv = !strncmp(rest, "attn.qkv.", 9);
+        }
+    } else if (!strncmp(name, "prefix.model.", 13))
+        snprintf(buf, n, "%spaligemma.model.language_model.%s", pe, name + 13);
+    else if (!strncmp(name, "expert.model.", 13)) snprintf(buf, n, "%sgemma_expert.model.%s", pe, name + 13);
+    else snprintf(buf, n, "%s", name + 7); /* expert.state_proj... -> state_proj... */
+}
+
+/* pi0's weights saved under openpi's names (SigLIP's separate q, k, v; the position embedding without its batch
+ * dimension; bf16 as openpi's convert script saves them) load back to the same tprof parameters; a missing
+ * tensor and a stray one are named. */
+START_TEST(test_pi0_openpi_names) {
+    tp_model m;
+    tp_error e = {0};
+    ck_assert_int_eq(tp_model_preset("pi0-small", &m, &e), TP_OK);
+    tp_params p = {0}, q = {0};
+    ck_assert_int_eq(tp_model_params_init(&m, 7, 0, &p, &e), TP_OK);
+    tp_st_write_entry *w = calloc((size_t)(3 * p.n_params + 2), sizeof *w);
+    char (*names)[256] = calloc((size_t)(3 * p.n_params + 2), sizeof *names);
+    uint16_t *bf = malloc(sizeof(uint16_t) * tp_params_count(&p));
+    int n = 0;
+    size_t off = 0;
+    for (int i = 0; i < p.n_params; i++) {
+        const tp_param *t = &p.params[i];
+        for (int64_t j = 0; j < t->numel; j++) bf[off + j] = tp_f32_to_bf16(t->data[j]);
+        char fmt[256];
+        int qkv;
+        openpi_of(t->name, fmt, sizeof fmt, &qkv);
+        for (int k = 0; k < (qkv ? 3 : 1); k++) {
+            tp_st_write_entry *x = &w[n];
+            if (qkv) snprintf(names[n], sizeof names[n], fmt, k == 0 ? "q" : k == 1 ? "k" : "v");
+            else snprintf(names[n], sizeof names[n], "%s", fmt);
+            x->name = names[n];
+            x->dtype = TP_BF16;
+            x->ndim = !strcmp(t->name, "vision.pos_embed") ? 2 : t->ndim; /* openpi: (N, C) */
+            for (int d = 0; d < x->ndim; d++) x->shape[d] = t->shape[d + (t->ndim - x->ndim)];
+            if (qkv) x->shape[0] /= 3;
+            x->data = bf + off + (qkv ? k * (t->numel / 3) : 0);
+            n++;
+        }
+        off += (size_t)t->numel;
+    }
+    const char *path = tpath("pi0_openpi.safetensors");
+    ck_assert_msg(tp_st_write(path, w, n, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_model_params_load(&m, path, &q, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(q.n_params, p.n_params);
+    for (int i = 0; i < p.n_params; i++) {
+        ck_assert_str_eq(q.params[i].name, p.params[i].name);
+        for (int64_t j = 0; j < p.params[i].numel; j++) /* exactly the bf16 rounding of the originals */
+            ck_assert_float_eq(q.params[i].data[j], tp_bf16_to_f32(tp_f32_to_bf16(p.params[i].data[j])));
+    }
+    tp_params_free(&q);
+    /* a stray tensor: named */
+    w[n] = w[0];
+    w[n].name = "paligemma_with_expert.something_else.weight";
+    ck_assert_int_eq(tp_st_write(path, w, n + 1, &e), TP_OK);
+    ck_assert_int_eq(tp_model_params_load(&m, path, &q, &e), TP_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "something_else"));
+    /* a missing one (the last: action_out_proj's bias): named by openpi's name and tprof's */
+    ck_assert_int_eq(tp_st_write(path, w, n - 1, &e), TP_OK);
+    ck_assert_int_eq(tp_model_params_load(&m, path, &q, &e), TP_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "'action_out_proj.bias'"));
+    ck_assert_ptr_nonnull(strstr(e.msg, "expert.action_out_proj.bias"));
+    tp_params_free(&p);
+    free(w);
+    free(names);
+    free(bf);
+}
+END_TEST
+
 Suite *pipeline_ops_suite(void) {
     Suite *s = suite_create("pipeline_ops");
     TCase *t = tcase_create("cpu");
@@ -226,6 +321,10 @@ Suite *pipeline_ops_suite(void) {
     tcase_add_test(t, test_rope_at);
     tcase_add_test(t, test_masked_attention);
     tcase_add_test(t, test_pi0_small_golden);
+    TCase *f = tcase_create("files");
+    tcase_add_checked_fixture(f, setup, teardown);
+    tcase_add_test(f, test_pi0_openpi_names);
+    suite_add_tcase(s, f);
     suite_add_tcase(s, t);
     return s;
 }

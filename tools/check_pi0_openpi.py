@@ -7,7 +7,10 @@ over it) and torch; its JAX modules are not needed (stubbed: only the model size
     OPENPI_SRC=/path/to/openpi/src python tools/check_pi0_openpi.py
 openpi fixes some sizes in PaliGemmaWithExpertModel (the vocabulary 257152, the vision MLP 4304, the projector's
 2048 outputs, hence a prefix width of 2048); the rest is small. Prints the actions' relative L2 distance and exits
-1 above 1e-5.
+1 above 1e-5. With a folder argument it also writes the weights under openpi's names (openpi.safetensors, the LM
+heads left out as openpi's tied copies) and tprof's (tprof.safetensors) and the model as tprof JSON
+(pipeline.json), for tprof's openpi loader to be checked against: `tprof bench --model DIR/pipeline.json
+--weights DIR/openpi.safetensors` reads the first.
 """
 import math
 import os
@@ -117,6 +120,17 @@ def main():
     rel = ((got - want).norm() / want.norm()).item()
     print(f"pi0 (small, {sum(v.numel() for v in p.values())} values): openpi PI0Pytorch against "
           f"bench/pi0_reference.py, actions relative L2 {rel:.3e} (torch {torch.__version__})")
+    if len(sys.argv) > 1:  # DIR: the same weights under openpi's names and tprof's, and the model's tprof JSON
+        import json
+        from safetensors.torch import save_file
+        d = sys.argv[1]
+        os.makedirs(d, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in m.state_dict().items() if "lm_head" not in k},
+                  os.path.join(d, "openpi.safetensors"))
+        save_file({k: v.contiguous() for k, v in p.items()}, os.path.join(d, "tprof.safetensors"))
+        with open(os.path.join(d, "pipeline.json"), "w") as f:
+            json.dump(dict(family="pipeline", name="pi0-openpi-check", **C), f)
+        print(f"wrote {d}/openpi.safetensors, tprof.safetensors, pipeline.json")
     sys.exit(0 if rel <= 1e-5 else 1)
 
 

@@ -171,6 +171,15 @@ tp_status tp_model_params_init(const tp_model *m, uint64_t seed, int nonzero_bia
 }
 
 tp_status tp_model_params_load(const tp_model *m, const char *path, tp_params *out, tp_error *err) {
+    if (m->family->params_load) {
+        memset(out, 0, sizeof *out);
+        tp_status v = tp_model_validate(m, err);
+        return v ? v : m->family->params_load(m->cfg.bytes, path, out, err);
+    }
+    return tp_model_params_load_names(m, path, out, err);
+}
+
+tp_status tp_model_params_load_names(const tp_model *m, const char *path, tp_params *out, tp_error *err) {
     tp_status s = tp_model_params_shapes(m, out, err);
     if (s) return s;
     tp_param_spec *specs = calloc((size_t)out->n_params, sizeof *specs);

@@ -155,6 +155,9 @@ typedef struct tp_family {
      * biases and norm affines random too, for tests) */
     tp_status (*params_table)(const void *cfg, tp_params *out, tp_error *err);
     tp_status (*params_init)(const void *cfg, uint64_t seed, int nonzero_bias, tp_params *out, tp_error *err);
+    /* optional: a checkpoint whose names are not tprof's (openpi's pi0), else NULL (tprof's names, the generic
+     * loader); out as params_init's, filled from weights_path */
+    tp_status (*params_load)(const void *cfg, const char *weights_path, tp_params *out, tp_error *err);
     tp_status (*build_graph)(const void *cfg, const tp_params *params, int64_t batch, tp_graph *g, tp_error *err);
     /* families with a KV cache: the graph of one step (tp_step_shape); NULL for the others */
     tp_status (*build_step)(const void *cfg, const tp_params *params, const tp_step_shape *step, tp_graph *g,
@@ -226,6 +229,9 @@ tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note,
 tp_status tp_model_params_shapes(const tp_model *m, tp_params *out, tp_error *err);
 tp_status tp_model_params_init(const tp_model *m, uint64_t seed, int nonzero_bias, tp_params *out, tp_error *err);
 tp_status tp_model_params_load(const tp_model *m, const char *path, tp_params *out, tp_error *err);
+/* The generic loader: the checkpoint by tprof's own parameter names (what tp_model_params_load does for a family
+ * without a loader of its own). */
+tp_status tp_model_params_load_names(const tp_model *m, const char *path, tp_params *out, tp_error *err);
 
 /* Non-finite (NaN, Inf) values in loaded parameters (path: where they came from, for the message): 0 when every
  * value is finite; else the number of tensors holding some, with a one-line message naming the first one, its

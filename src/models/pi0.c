@@ -10,6 +10,8 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/util.h"
+#include "formats/dtype.h"
+#include "io/safetensors.h"
 #include "models/builder.h"
 #include "models/vit.h"
 
@@ -166,6 +168,129 @@ static tp_status params_init(const void *cfg, uint64_t seed, int nonzero_bias, t
     }
     free(init);
     return TP_OK;
+}
+
+/* ---- openpi's checkpoints ------------------------------------------------------------------------------------- */
+
+#define OP_PE "paligemma_with_expert."
+#define OP_VT OP_PE "paligemma.model.vision_tower.vision_model."
+#define OP_LM OP_PE "paligemma.model.language_model."
+
+/* openpi's name of tprof's parameter `name` (its PyTorch PI0Pytorch state_dict, as tools/check_pi0_openpi.py maps
+ * it): into buf, with the part of a fused qkv (*part 0..2, q, k, v; -1 for a whole tensor). 0, or -1 when the name
+ * is not one of the table's. */
+static int openpi_name(const char *name, char *buf, size_t n, int *part) {
+    static const struct {
+        const char *from, *to;
+    } vis[] = {{"norm1.", "layer_norm1."}, {"norm2.", "layer_norm2."}, {"attn.proj.", "self_attn.out_proj."},
+               {"mlp.fc1.", "mlp.fc1."},    {"mlp.fc2.", "mlp.fc2."}};
+    int i;
+    char rest[TP_NAME_LEN];
+    *part = -1;
+    if (!strcmp(name, "vision.patch_embed.proj.weight")) return snprintf(buf, n, OP_VT "embeddings.patch_embedding.weight"), 0;
+    if (!strcmp(name, "vision.patch_embed.proj.bias")) return snprintf(buf, n, OP_VT "embeddings.patch_embedding.bias"), 0;
+    if (!strcmp(name, "vision.pos_embed")) return snprintf(buf, n, OP_VT "embeddings.position_embedding.weight"), 0;
+    if (!strcmp(name, "vision.norm.weight")) return snprintf(buf, n, OP_VT "post_layernorm.weight"), 0;
+    if (!strcmp(name, "vision.norm.bias")) return snprintf(buf, n, OP_VT "post_layernorm.bias"), 0;
+    if (!strcmp(name, "vision.head.weight")) return snprintf(buf, n, OP_PE "paligemma.model.multi_modal_projector.linear.weight"), 0;
+    if (!strcmp(name, "vision.head.bias")) return snprintf(buf, n, OP_PE "paligemma.model.multi_modal_projector.linear.bias"), 0;
+    if (!strcmp(name, "prefix.model.embed_tokens.weight")) return snprintf(buf, n, OP_LM "embed_tokens.weight"), 0;
+    if (sscanf(name, "vision.blocks.%d.%95s", &i, rest) == 2) {
+        if (!strncmp(rest, "attn.qkv.", 9)) { /* timm's fused q, k, v: SigLIP's three projections */
+            *part = 0;
+            return snprintf(buf, n, OP_VT "encoder.layers.%d.self_attn.%%s_proj.%s", i, rest + 9), 0;
+        }
+        for (size_t k = 0; k < sizeof vis / sizeof vis[0]; k++)
+            if (!strncmp(rest, vis[k].from, strlen(vis[k].from)))
+                return snprintf(buf, n, OP_VT "encoder.layers.%d.%s%s", i, vis[k].to, rest + strlen(vis[k].from)), 0;
+        return -1;
+    }
+    if (!strncmp(name, "prefix.model.layers.", 20)) return snprintf(buf, n, OP_LM "%s", name + 13), 0;
+    if (!strncmp(name, "expert.model.", 13)) return snprintf(buf, n, OP_PE "gemma_expert.model.%s", name + 13), 0;
+    if (!strncmp(name, "expert.", 7)) return snprintf(buf, n, "%s", name + 7), 0;
+    return -1;
+}
+
+/* The tensors of an openpi checkpoint tprof does not read: the language model's final norm (the prefix's output
+ * is only its K/V) and the two LM heads (pi0 produces actions, not tokens) */
+static int openpi_unused(const char *name) {
+    static const char *const ends[] = {"paligemma.lm_head.weight", "gemma_expert.lm_head.weight",
+                                       "language_model.norm.weight"};
+    for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+        const size_t a = strlen(name), b = strlen(ends[k]);
+        if (a >= b && !strcmp(name + a - b, ends[k])) return 1;
+    }
+    return 0;
+}
+
+/* One file tensor `fname` into dst (numel values expected): its element count checked, converted to fp32 */
+static tp_status read_tensor(const tp_safetensors *st, const char *fname, const char *tname, int64_t numel,
+                             float *dst, unsigned char *used, tp_error *err) {
+    const tp_st_tensor *t = tp_st_find(st, fname);
+    if (!t) return tp_fail(err, TP_ERR_SHAPE, "%s: no tensor '%s' (openpi's name for %s)", st->path, fname, tname);
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    if (n != numel)
+        return tp_fail(err, TP_ERR_SHAPE, "%s: '%s' holds %lld values, %s needs %lld", st->path, fname, (long long)n,
+                       tname, (long long)numel);
+    if (t->dtype != TP_F32 && t->dtype != TP_F16 && t->dtype != TP_BF16)
+        return tp_fail(err, TP_ERR_SHAPE, "%s: '%s' is %s; tprof reads F32, F16 and BF16", st->path, fname,
+                       tp_dtype_info(t->dtype)->name);
+    tp_convert_to_f32(t->dtype, st->data + t->begin, dst, (size_t)n, 1.0f);
+    used[t - st->tensors] = 1;
+    return TP_OK;
+}
+
+/* A checkpoint by tprof's names (bench/pi0_reference.py's) through the generic loader, or by openpi's
+ * (PI0Pytorch's state_dict, as openpi's convert script saves it): every table entry found and sized, every
+ * other tensor one openpi keeps and tprof does not need (else an error naming it). */
+static tp_status params_load(const void *cfg, const char *path, tp_params *out, tp_error *err) {
+    const tp_pi0_config *c = cfg;
+    tp_safetensors st;
+    tp_status s = tp_st_open(path, &st, err);
+    if (s) return s;
+    const int openpi = tp_st_find(&st, OP_VT "embeddings.patch_embedding.weight") != NULL;
+    if (!openpi) {
+        tp_st_close(&st);
+        tp_model m;
+        memset(&m, 0, sizeof m);
+        m.family = &tp_pi0_family;
+        memcpy(m.cfg.bytes, c, sizeof *c);
+        return tp_model_params_load_names(&m, path, out, err);
+    }
+    unsigned char *used = calloc((size_t)(st.n_tensors ? st.n_tensors : 1), 1);
+    if (!used || (s = build_table(c, out, NULL, 1, err))) {
+        free(used);
+        tp_st_close(&st);
+        return s ? s : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
+    char fname[2 * TP_NAME_LEN], pn[2 * TP_NAME_LEN];
+    for (int i = 0; i < out->n_params && !s; i++) {
+        tp_param *p = &out->params[i];
+        int part;
+        if (openpi_name(p->name, fname, sizeof fname, &part)) {
+            s = tp_fail(err, TP_ERR_SHAPE, "%s: no openpi name for %s", path, p->name);
+            break;
+        }
+        if (part < 0) {
+            s = read_tensor(&st, fname, p->name, p->numel, p->data, used, err);
+            if (s && !strcmp(p->name, "prefix.model.embed_tokens.weight")) /* tied: a file may hold the LM head only */
+                s = read_tensor(&st, OP_PE "paligemma.lm_head.weight", p->name, p->numel, p->data, used, err);
+            continue;
+        }
+        for (int k = 0; k < 3 && !s; k++) { /* q, k, v: a third of the rows each */
+            snprintf(pn, sizeof pn, fname, k == 0 ? "q" : k == 1 ? "k" : "v");
+            s = read_tensor(&st, pn, p->name, p->numel / 3, p->data + k * (p->numel / 3), used, err);
+        }
+    }
+    for (int t = 0; !s && t < st.n_tensors; t++)
+        if (!used[t] && !openpi_unused(st.tensors[t].name))
+            s = tp_fail(err, TP_ERR_SHAPE, "%s: tensor '%s' is not part of %s (an openpi checkpoint of another model?)",
+                        path, st.tensors[t].name, c->name);
+    free(used);
+    tp_st_close(&st);
+    if (s) tp_params_free(out);
+    return s;
 }
 
 /* ---- the graph -------------------------------------------------------------------------------------------- */
@@ -494,6 +619,7 @@ const tp_family tp_pi0_family = {
     .checkpoint = checkpoint,
     .params_table = params_table,
     .params_init = params_init,
+    .params_load = params_load,
     .build_graph = build_graph,
     .build_step = NULL,
     .tp_check = NULL,
