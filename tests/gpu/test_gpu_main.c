@@ -29,6 +29,7 @@ Suite *gpu_decoder_ops_suite(void);     /* tests/gpu/test_gpu_decoder_ops.c */
 Suite *gpu_gemv_suite(void);            /* tests/gpu/test_gpu_gemv.c */
 Suite *gpu_decoder_engine_suite(void);  /* tests/gpu/test_gpu_decoder_engine.c */
 Suite *gpu_tensor_parallel_suite(void); /* tests/gpu/test_gpu_tensor_parallel.c */
+Suite *gpu_pipeline_ops_suite(void);    /* tests/gpu/test_gpu_pipeline_ops.c */
 
 #define SKIP_CODE 77
 
@@ -133,6 +134,7 @@ int main(void) {
     srunner_add_suite(sr, gpu_gemv_suite());
     srunner_add_suite(sr, gpu_decoder_engine_suite());
     srunner_add_suite(sr, gpu_tensor_parallel_suite());
+    srunner_add_suite(sr, gpu_pipeline_ops_suite());
     if (in_process) srunner_set_fork_status(sr, CK_NOFORK); /* CUDA is live here: forked tests could not use it */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
