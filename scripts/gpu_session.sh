@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), gpus; pipelines: vision, pi0ref; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tplaunch, gpus; pipelines: vision, pi0ref; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -204,6 +204,17 @@ for s in $steps; do
       grep -E "^communication|^total|Traced|Weights:|engine build|pp512|tg128|error" "$OUT/tp${t}_llama31_70b_profile.log" >> "$OUT/tp70b.log"
     done
     grep -E "Tensor parallel|reference:|engine build|pp512|tg|cosine|Greedy|error|exit|layers:|^communication|^total" "$OUT/tp70b.log"
+    ;;
+  tplaunch)
+    # --tp-launch serial against threads, one machine, one call: Llama-3.1-8B at TP $TPL (default: the GPUs there)
+    t=${TPL:-$(nvidia-smi -L | wc -l)}
+    echo "=== --tp-launch serial vs threads, Llama-3.1-8B at TP $t: decode and prefill, then each one's profile"
+    for m in serial threads; do
+      "$BUILD/tprof" profile --model llama-3.1-8b --prompt 512 --gen 64 --batch 1 --precision fp16 --tp $t \
+        --tp-launch $m --reference none --duration 1 --profile-iters 8 --json "$OUT/tplaunch_${m}.json" \
+        --out /tmp/tprof-tpl-$m > "$OUT/tplaunch_${m}.log" 2>&1 || rc=1
+      grep -E "Tensor parallel: .* joined|pp512|tg64|^communication|^total" "$OUT/tplaunch_${m}.log" | head -8
+    done
     ;;
   tp100)
     # a stack of 100 70B-shaped layers (175 GB in fp16, more than one H200 holds) at TP ${TP100:-4}, sampled every

@@ -498,7 +498,7 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
                             .hook = c->cupti ? tp_cupti_hook : NULL, .hook_user = c->cupti, .weights_q = c->wq,
                             .attention = (tp_attn_impl)o->attention,
                             .gemv_groups = o->gemv_groups, /* lays the groups out for the decode engine */
-                            .no_pdl = o->no_pdl};
+                            .no_pdl = o->no_pdl, .parallel_launch = o->tp_parallel_launch};
     tp_engine *e = NULL;
     if (!st && c->tp > 1) st = build_tp(c, plan, pol, &eo, &e, err);
     else if (!st) st = tp_engine_build(g, &c->params, plan, &eo, &e, err);

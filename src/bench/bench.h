@@ -92,6 +92,7 @@ typedef struct {
     int attention;           /* --attention: a tp_attn_impl (exec/cuda/engine/cuda_engine.h), 0 = auto */
     int gemv_groups;         /* --gemv-groups off|on|auto: tp_engine_options.gemv_groups 0, 1 (the CLI's default), 2 */
     int no_pdl;              /* --pdl off: tp_engine_options.no_pdl */
+    int tp_parallel_launch;  /* --tp-launch threads: tp_engine_options.parallel_launch */
     int allow_nonfinite;     /* --allow-nonfinite: --weights with NaN or Inf values run (with a warning) */
     int tp;                  /* --tp N: decoders split over GPUs 0..N-1 (tensor parallelism, tp_engine_build_tp);
                                 0 or 1: one GPU */

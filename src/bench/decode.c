@@ -271,7 +271,7 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
                             .cublaslt_only = o->cublaslt_only, .fp8_promote = o->fp8_promote, .share = prefill,
                             .feed_argmax = 1,
-                            .gemv_groups = o->gemv_groups, .no_pdl = o->no_pdl,
+                            .gemv_groups = o->gemv_groups, .no_pdl = o->no_pdl, .parallel_launch = o->tp_parallel_launch,
                             .hook = cupti ? tp_cupti_hook : NULL,
                             .hook_user = cupti};
     tp_status st = decode_engine(rep, params, pol, &eo, gr, pr, &e, err);

@@ -50,6 +50,8 @@ static const char USAGE_BENCH[] =
             "                        the graph (eager launches, --no-graph, keep it)\n"
             "  --tp N                decoders: tensor parallelism over GPUs 0..N-1 (heads and MLP columns split,\n"
             "                        NCCL all-reduces inside each GPU's CUDA graph); default 1\n"
+            "  --tp-launch serial|threads  the GPUs' graph replays launched one after the other (default) or\n"
+            "                        from one host thread per GPU\n"
             "  --gpus LIST           a sweep's batch sizes dealt over these GPUs (e.g. 0,1), one process each\n"
             "  --seed N              seed for synthesized weights and inputs (default 0)\n"
             "  --allow-nonfinite     run --weights holding NaN or Inf values (refused by default, with the tensor)\n"
@@ -515,6 +517,8 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
         static const char *const PD[] = {"on", "off"};
         if ((k = one_of(name, val, "mode", PD, 2)) < 0) return -1;
         o->no_pdl = k;
+    } else if (!a->build && IS("--tp-launch")) {
+        return two_way(name, val, "mode", "serial", "threads", &o->tp_parallel_launch) ? -1 : 1;
     }
     else if (IS("--json")) o->json_path = val;
     else if (IS("--policy")) o->policy = val;
@@ -563,7 +567,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};

@@ -37,7 +37,9 @@ static void print_prefill_decode(const tp_bench_report *rep, const tp_bench_resu
         printf("Perplexity over %s (%d window%s of %d tokens, %d predicted): %.4f (FP32 reference: %.4f)\n",
                rep->o->perplexity, rep->ppl_windows, rep->ppl_windows == 1 ? "" : "s", rep->prompt, rep->ppl_tokens,
                r->ppl, rep->ref_ppl);
-    if (rep->tp > 1) printf("Tensor parallel: %d GPUs joined by %s\n", rep->tp, rep->tp_desc);
+    if (rep->tp > 1)
+        printf("Tensor parallel: %d GPUs joined by %s; graph replays launched %s\n", rep->tp, rep->tp_desc,
+               rep->o->tp_parallel_launch ? "from one host thread per GPU (--tp-launch threads)" : "one after the other");
     printf("Prefill (pp%d): time to first token %.4f ms (median), %.1f prompt tokens/s\n", rep->prompt,
            r->lat.median, B * rep->prompt / (r->lat.median * 1e-3));
     if (!r->has_decode) return;
@@ -131,6 +133,7 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
     json_object_set_new(j, "ttft_ms", json_num(r->lat.median));
     json_object_set_new(j, "tensor_parallel", json_integer(rep->tp > 1 ? rep->tp : 1));
     if (rep->tp > 1) json_object_set_new(j, "nccl", json_string(rep->tp_desc));
+    if (rep->tp > 1) json_object_set_new(j, "tp_launch", json_string(rep->o->tp_parallel_launch ? "threads" : "serial"));
     if (r->has_decode) {
         snprintf(name, sizeof name, "tg%d", r->gen);
         json_array_append_new(tests, json_pack("{s:s,s:i,s:o}", "test", name, "n_tokens", B * r->gen, "tokens_per_s",

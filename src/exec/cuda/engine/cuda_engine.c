@@ -128,6 +128,24 @@ static tp_engine *rank_engine(tp_engine *e, int r) { return e->ranks ? e->ranks[
 static tp_status launch_run(tp_engine *e, tp_error *err) {
     tp_status st = TP_OK;
     if (!e->use_graph) return launch_all(e, err);
+    if (e->ranks && e->parallel_launch) {
+        /* one host thread per GPU: the replays start together instead of GPU r waiting for r launches before it
+         * (the first all-reduce of a step absorbs that wait on GPU 0: bench/results, 2026-11-26 h200x4) */
+        const int n = n_ranks(e);
+        cudaError_t ce = cudaSuccess;
+#pragma omp parallel for num_threads(n) schedule(static, 1)
+        for (int r = 0; r < n; r++) {
+            tp_engine *x = rank_engine(e, r);
+            cudaError_t c = cudaSetDevice(x->device);
+            if (c == cudaSuccess) c = cudaGraphLaunch(x->exec, x->stream);
+            if (c != cudaSuccess) {
+#pragma omp critical
+                ce = c;
+            }
+        }
+        cudaSetDevice(e->device);
+        return ce == cudaSuccess ? TP_OK : tp_fail(err, TP_ERR_CUDA, "cudaGraphLaunch: %s", cudaGetErrorString(ce));
+    }
     for (int r = 0; r < n_ranks(e); r++) {
         tp_engine *x = rank_engine(e, r);
         if (e->ranks) CU_TRY(cudaSetDevice(x->device));
@@ -724,6 +742,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     e->plan = plan;
     e->use_graph = opt->use_graph;
     e->no_pdl = opt->no_pdl != 0;
+    e->parallel_launch = opt->parallel_launch != 0;
     e->fp8_promote = opt->fp8_promote != 0;
     e->hook = opt->hook;
     e->hook_user = opt->hook_user;

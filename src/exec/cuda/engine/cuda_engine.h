@@ -91,6 +91,9 @@ typedef struct {
      * kernel starts after the previous one has completed: per-kernel traced times without overlap, and the
      * baseline PDL is measured against). Eager launches (use_graph 0) keep PDL either way. */
     int no_pdl;
+    /* tensor parallelism: 1 launches the ranks' CUDA graphs from one host thread each (OpenMP), so the GPUs start a
+     * replay together; 0 (default) one after the other from the calling thread, GPU 0 first (`--tp-launch`). */
+    int parallel_launch;
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,

@@ -34,6 +34,7 @@ struct tp_engine {
     const tp_plan *plan;
     int use_graph;
     int no_pdl;                /* tp_engine_options.no_pdl */
+    int parallel_launch;       /* tp_engine_options.parallel_launch (the rank-0 engine's governs) */
     int pdl_edges, graph_edges; /* the captured graph's programmatic edges (after no_pdl) and all its edges */
     tp_launch_hook hook;
     void *hook_user;
