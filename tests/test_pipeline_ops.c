@@ -295,6 +295,29 @@ START_TEST(test_pi0_openpi_names) {
             ck_assert_float_eq(q.params[i].data[j], tp_bf16_to_f32(tp_f32_to_bf16(p.params[i].data[j])));
     }
     tp_params_free(&q);
+    /* the tensors openpi keeps and pi0 does not read (the LM heads, the language model's final norm) are skipped,
+     * and a file holding the tied embedding as the LM head alone loads it from there */
+    const int emb = tp_params_find(&p, "prefix.model.embed_tokens.weight");
+    ck_assert_int_ge(emb, 0);
+    int we = -1;
+    for (int i = 0; i < n; i++)
+        if (strstr(w[i].name, "language_model.embed_tokens.weight")) we = i;
+    ck_assert_int_ge(we, 0);
+    tp_st_write_entry extra[3] = {w[we], w[we], w[0]}; /* the unused ones' contents do not matter */
+    extra[0].name = "paligemma_with_expert.paligemma.lm_head.weight"; /* the embedding under this name only */
+    extra[1].name = "paligemma_with_expert.gemma_expert.lm_head.weight";
+    extra[2].name = "paligemma_with_expert.paligemma.model.language_model.norm.weight";
+    tp_st_write_entry *w2 = calloc((size_t)n + 3, sizeof *w2);
+    int n2 = 0;
+    for (int i = 0; i < n; i++)
+        if (i != we) w2[n2++] = w[i];
+    for (int k = 0; k < 3; k++) w2[n2++] = extra[k];
+    ck_assert_int_eq(tp_st_write(path, w2, n2, &e), TP_OK);
+    ck_assert_msg(tp_model_params_load(&m, path, &q, &e) == TP_OK, "%s", e.msg);
+    for (int64_t j = 0; j < p.params[emb].numel; j++)
+        ck_assert_float_eq(q.params[emb].data[j], tp_bf16_to_f32(tp_f32_to_bf16(p.params[emb].data[j])));
+    tp_params_free(&q);
+    free(w2);
     /* a stray tensor: named */
     w[n] = w[0];
     w[n].name = "paligemma_with_expert.something_else.weight";

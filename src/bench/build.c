@@ -20,6 +20,11 @@ static tp_status build_calibrate(const tp_bench_options *o, const tp_model *m, c
     char desc[600];
     tp_status st = tp_model_make_input(m, o->batch, o->seed + 1, o->calib_data ? o->calib_data : o->image, calib,
                                        desc, sizeof desc, err);
+    if (st && o->calib_data) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        st = tp_fail(err, st, "--calib-data: %.400s", why);
+    }
     if (!st) st = tp_calibrate(g, params, 0, sm, calib, &o->calib, amax, err);
     free(calib);
     if (st) return st;

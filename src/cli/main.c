@@ -733,9 +733,10 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
 static int read_engine(bench_args *a, tp_engine_file *ef) {
     const tp_bench_options *o = &a->o;
     const char *clash = a->model ? "--model" : a->prec ? "--precision" : o->weights ? "--weights" : o->policy ? "--policy"
-                        : o->policy_file ? "--policy-file" : a->k.n ? "a model knob" : NULL;
+                        : o->policy_file ? "--policy-file" : a->k.n ? "a model knob"
+                        : o->calib_data ? "--calib-data (its scales are the file's)" : NULL;
     if (clash) {
-        fprintf(stderr, "tprof: --engine %s carries the model, precision and weights: drop %s\n", a->engine, clash);
+        fprintf(stderr, "tprof: --engine %s carries the model, precision, weights and scales: drop %s\n", a->engine, clash);
         return 2;
     }
     tp_error fe = {0};

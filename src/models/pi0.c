@@ -36,10 +36,14 @@ static tp_status validate(const void *cfg, tp_error *err) {
                      c->horizon, c->action_dim, c->state_dim, c->steps};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         if (v[i] <= 0) return tp_fail(err, TP_ERR_ARG, "%s: every size must be positive (field %zu is %d)", c->name, i, v[i]);
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) /* every product below stays far inside int64 and int */
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) /* with the caps below, every size product fits int64 */
         if (v[i] > (1 << 20) && i != 13) /* 13: the vocabulary, up to 2^24 (below) */
             return tp_fail(err, TP_ERR_ARG, "%s: field %zu is %d, above 2^20", c->name, i, v[i]);
     if (c->img % c->patch) return tp_fail(err, TP_ERR_ARG, "%s: image %d not a multiple of the patch %d", c->name, c->img, c->patch);
+    if ((int64_t)c->heads * c->head_dim > (1 << 20) || (int64_t)c->steps * c->depth > (1 << 14) || c->steps > 1024)
+        return tp_fail(err, TP_ERR_ARG, "%s: %d heads of %d, %d steps over %d layers: beyond what tprof unrolls "
+                       "(heads x head dim <= 2^20, steps <= 1024, steps x layers <= 2^14)", c->name, c->heads,
+                       c->head_dim, c->steps, c->depth);
     if (c->cams > 64 || (int64_t)(c->img / c->patch) * (c->img / c->patch) * c->cams + c->lang > (1 << 20))
         return tp_fail(err, TP_ERR_ARG, "%s: %d cameras of %d px / %d and %d language tokens: the prefix exceeds 2^20 "
                        "tokens or 64 cameras", c->name, c->cams, c->img, c->patch, c->lang);
@@ -73,7 +77,7 @@ static void vision_cfg(const tp_pi0_config *c, tp_vit_config *v) {
 typedef enum { K_W = 0, K_B, K_LN, K_RMS } init_kind;
 
 static int gemma_table(tp_param_builder *b, const tp_pi0_config *c, const char *stage, int w, int mlp) {
-    const int hd = c->head_dim, H = c->heads, K = c->kv_heads;
+    const int64_t hd = c->head_dim, H = c->heads, K = c->kv_heads;
     int bad = 0;
     char n[TP_NAME_LEN];
 #define P(fmt, kind, nd, d0, d1) (snprintf(n, sizeof n, "%s.model.layers.%d." fmt, stage, i), tp_pb_add(b, n, kind, nd, d0, d1, 0, 0))
@@ -223,20 +227,35 @@ static int openpi_unused(const char *name) {
     return 0;
 }
 
-/* One file tensor `fname` into dst (numel values expected): its element count checked, converted to fp32 */
-static tp_status read_tensor(const tp_safetensors *st, const char *fname, const char *tname, int64_t numel,
-                             float *dst, unsigned char *used, tp_error *err) {
+/* The shape without its leading 1s (openpi's position embedding is (N, C) where tprof's is (1, N, C)) */
+static int squeezed(const int64_t *shape, int ndim, const int64_t **out) {
+    while (ndim > 1 && shape[0] == 1) shape++, ndim--;
+    *out = shape;
+    return ndim;
+}
+
+/* One file tensor `fname` into dst as a tensor of shape (ndim, shape) (leading 1s aside), converted to fp32 */
+static tp_status read_tensor(const tp_safetensors *st, const char *fname, const char *tname, int ndim,
+                             const int64_t *shape, float *dst, unsigned char *used, tp_error *err) {
     const tp_st_tensor *t = tp_st_find(st, fname);
     if (!t) return tp_fail(err, TP_ERR_SHAPE, "%s: no tensor '%s' (openpi's name for %s)", st->path, fname, tname);
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
-    if (n != numel)
-        return tp_fail(err, TP_ERR_SHAPE, "%s: '%s' holds %lld values, %s needs %lld", st->path, fname, (long long)n,
-                       tname, (long long)numel);
+    const int64_t *a, *b;
+    const int na = squeezed(t->shape, t->ndim, &a), nb = squeezed(shape, ndim, &b);
+    int same = na == nb;
+    for (int d = 0; same && d < na; d++) same = a[d] == b[d];
+    if (!same)
+        return tp_fail(err, TP_ERR_SHAPE, "%s: '%s' has shape (%lld%s), %s needs (%lld%s)", st->path, fname,
+                       (long long)a[0], na > 1 ? ", ..." : "", tname, (long long)b[0], nb > 1 ? ", ..." : "");
     if (t->dtype != TP_F32 && t->dtype != TP_F16 && t->dtype != TP_BF16)
         return tp_fail(err, TP_ERR_SHAPE, "%s: '%s' is %s; tprof reads F32, F16 and BF16", st->path, fname,
                        tp_dtype_info(t->dtype)->name);
-    tp_convert_to_f32(t->dtype, st->data + t->begin, dst, (size_t)n, 1.0f);
+    /* the data section's offsets need not be aligned to the element: decode from an aligned copy */
+    const size_t bytes = (size_t)(t->end - t->begin);
+    void *tmp = malloc(bytes ? bytes : 1);
+    if (!tmp) return tp_fail(err, TP_ERR_OOM, "out of host memory reading '%s'", fname);
+    memcpy(tmp, st->data + t->begin, bytes);
+    tp_convert_to_f32(t->dtype, tmp, dst, bytes / tp_dtype_info(t->dtype)->bytes, 1.0f);
+    free(tmp);
     used[t - st->tensors] = 1;
     return TP_OK;
 }
@@ -273,14 +292,18 @@ static tp_status params_load(const void *cfg, const char *path, tp_params *out, 
             break;
         }
         if (part < 0) {
-            s = read_tensor(&st, fname, p->name, p->numel, p->data, used, err);
-            if (s && !strcmp(p->name, "prefix.model.embed_tokens.weight")) /* tied: a file may hold the LM head only */
-                s = read_tensor(&st, OP_PE "paligemma.lm_head.weight", p->name, p->numel, p->data, used, err);
+            /* tied: a file may hold the embedding as the LM head only */
+            if (!strcmp(p->name, "prefix.model.embed_tokens.weight") && !tp_st_find(&st, fname))
+                snprintf(fname, sizeof fname, "%s", OP_PE "paligemma.lm_head.weight");
+            s = read_tensor(&st, fname, p->name, p->ndim, p->shape, p->data, used, err);
             continue;
         }
-        for (int k = 0; k < 3 && !s; k++) { /* q, k, v: a third of the rows each */
+        int64_t third[TP_MAX_DIMS]; /* q, k, v: a third of the rows each */
+        memcpy(third, p->shape, sizeof third);
+        third[0] /= 3;
+        for (int k = 0; k < 3 && !s; k++) {
             snprintf(pn, sizeof pn, fname, k == 0 ? "q" : k == 1 ? "k" : "v");
-            s = read_tensor(&st, pn, p->name, p->numel / 3, p->data + k * (p->numel / 3), used, err);
+            s = read_tensor(&st, pn, p->name, p->ndim, third, p->data + k * (p->numel / 3), used, err);
         }
     }
     for (int t = 0; !s && t < st.n_tensors; t++)
@@ -541,7 +564,7 @@ static tp_status from_json(const json_t *j, void *cfg, tp_error *err) {
 
 static tp_status checkpoint(void *cfg, const char *weights, char *note, size_t n, tp_error *err) {
     (void)cfg, (void)weights, (void)err;
-    if (n) note[0] = 0; /* tprof's own names (pi0.h); openpi's checkpoints need a name map, not read yet */
+    if (n) note[0] = 0; /* the weights' names say whose they are (params_load): nothing beside them to read */
     return TP_OK;
 }
 

@@ -363,9 +363,9 @@ static int cuda_runs(const tp_op *op) {
     case TP_OP_GELU:
     case TP_OP_ADD: return 1;
     case TP_OP_POOL: return 1;
+    case TP_OP_ROPE: return op->n_in == 1; /* per-sample starts (a second input): the CPU's only, so far */
     case TP_OP_TOKEN_EMBED:
     case TP_OP_RMSNORM:
-    case TP_OP_ROPE:
     case TP_OP_GLU:
     case TP_OP_KV_APPEND:
     case TP_OP_KV_ATTENTION:
@@ -620,13 +620,26 @@ double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
     return b;
 }
 
-/* 1 when an earlier value holds the same parameter in the same storage (a pipeline's expert read at every step,
- * a tied embedding read twice): stored once */
+/* The kind of the first op reading value v (TP_OP_KIND_COUNT when none does) */
+static tp_op_kind reader_kind(const tp_graph *g, int v) {
+    for (int i = 0; i < g->n_ops; i++)
+        for (int j = 0; j < g->ops[i].n_in; j++)
+            if (g->ops[i].in[j] == v) return g->ops[i].kind;
+    return TP_OP_KIND_COUNT;
+}
+
+/* 1 when an earlier value holds the same parameter in the same storage for the same kind of op (a pipeline's
+ * expert read at every step): stored once. A tied embedding, read by the token embedding and by the LM head, is
+ * not merged: the GPU engine uploads it for each (cuda_engine.c upload_params), and this is what it uploads. */
 static int same_weight_before(const tp_plan *p, const tp_graph *g, int v) {
-    for (int u = 0; u < v; u++)
-        if (g->values[u].kind == TP_VAL_PARAM && g->values[u].param_index == g->values[v].param_index &&
-            p->value_dt[u] == p->value_dt[v] && p->value_qf[u] == p->value_qf[v])
-            return 1;
+    tp_op_kind kv = TP_OP_KIND_COUNT;
+    for (int u = 0; u < v; u++) {
+        if (g->values[u].kind != TP_VAL_PARAM || g->values[u].param_index != g->values[v].param_index ||
+            p->value_dt[u] != p->value_dt[v] || p->value_qf[u] != p->value_qf[v])
+            continue;
+        if (kv == TP_OP_KIND_COUNT) kv = reader_kind(g, v);
+        if (reader_kind(g, u) == kv) return 1;
+    }
     return 0;
 }
 

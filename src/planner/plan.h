@@ -87,7 +87,8 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
  * that fuses it its residual too. Fusions an engine makes at build are not here: tp_engine_op_bytes. */
 double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int op);
 /* Bytes of all parameters at their planned storage types (plus 4 bytes per FP8 scale), a parameter the graph
- * reads through several values in one storage (a pipeline's expert at every step) counted once. */
+ * reads through several values in one storage for one kind of op (a pipeline's expert at every step) counted
+ * once; a tied embedding twice, as the GPU engine holds it. */
 double tp_plan_weight_bytes(const tp_plan *p, const tp_graph *g);
 
 /* The activation buffers of an engine of plan p: slot[v] for every activation value v (-1 for inputs, parameters,
