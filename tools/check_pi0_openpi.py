@@ -3,7 +3,7 @@
 module can be built at, with the same weights (mapped from tprof's names to openpi's) and the same inputs.
 
 openpi's PyTorch model needs its patched transformers 4.53.2 (openpi's models_pytorch/transformers_replace copied
-over it) and torch; its JAX modules are not needed (stubbed: only the model sizes are read from them):
+over it) and torch; its JAX modules are not needed (stand-in modules give the model sizes, all they are read for):
     OPENPI_SRC=/path/to/openpi/src python tools/check_pi0_openpi.py
 openpi fixes some sizes in PaliGemmaWithExpertModel (the vocabulary 257152, the vision MLP 4304, the projector's
 2048 outputs, hence a prefix width of 2048); the rest is small. Prints the actions' relative L2 distance and exits
