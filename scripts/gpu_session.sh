@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tplaunch, gpus; pipelines: vision, pi0ref; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0ref; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -216,13 +216,40 @@ for s in $steps; do
       grep -E "Tensor parallel: .* joined|pp512|tg64|^communication|^total" "$OUT/tplaunch_${m}.log" | head -8
     done
     ;;
+  tphang)
+    # the 100-layer stack stalled with GPU 0 busy and the others idle (bench/results 2026-11-26 h200x4 tp100): the
+    # same number of layers in Llama-3.1-8B's shape (fast to make) at TP ${TPH_TP:-4}, line-buffered, and a stall
+    # past TPH_MAX_S seconds gets every thread's stack from cuda-gdb before it is stopped
+    t=${TPH_TP:-4}
+    for n in ${TPH_LAYERS:-100 200}; do
+      echo "=== $n layers of Llama-3.1-8B's shape at TP $t (--tp-launch ${TPH_LAUNCH:-serial})"
+      NCCL_DEBUG=WARN stdbuf -oL -eL "$BUILD/tprof" bench --model llama-3.1-8b --layers "$n" --batch 1 --precision fp16 \
+        --prompt 512 --gen 64 --reference none --duration 1 --tp "$t" --tp-launch "${TPH_LAUNCH:-serial}" \
+        > "$OUT/tphang_${n}_${TPH_LAUNCH:-serial}.log" 2>&1 &
+      pid=$!
+      start=$SECONDS
+      while kill -0 $pid 2>/dev/null && [ $((SECONDS - start)) -lt "${TPH_MAX_S:-150}" ]; do sleep 2; done
+      if kill -0 $pid 2>/dev/null; then
+        echo "--- still running after $((SECONDS - start)) s: GPU use, then every thread's stack"
+        nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+        bt="$OUT/tphang_${n}_${TPH_LAUNCH:-serial}_bt.log"
+        timeout 120 cuda-gdb -batch -p $pid -ex "info threads" -ex "thread apply all bt 25" > "$bt" 2>&1
+        sed -n '/^Thread 1 (/,/^$/p' "$bt" | head -20
+        kill -9 $pid
+        rc=1
+      fi
+      wait $pid 2>/dev/null
+      echo "exit $? after $((SECONDS - start)) s"
+      grep -E "Tensor parallel|Weights:|pp512|tg64|error|WARN" "$OUT/tphang_${n}_${TPH_LAUNCH:-serial}.log" | head -12
+    done
+    ;;
   tp100)
     # a stack of 100 70B-shaped layers (175 GB in fp16, more than one H200 holds) at TP ${TP100:-4}, sampled every
     # 15 s (GPU memory and use, the process's state, memory and threads' wait channels) to see where the time goes
     t=${TP100:-4}
     echo "=== 100 layers of Llama-3.1-70B's shape at TP $t, sampled"
     "$BUILD/tprof" bench --model llama-3.1-70b --layers 100 --batch 1 --precision fp16 --prompt 512 --gen 64 \
-      --reference none --duration 1 --tp $t --json "$OUT/tp${t}_llama31_70b_100layers.json" \
+      --reference none --duration 1 --tp $t --tp-launch "${TP100_LAUNCH:-serial}" --json "$OUT/tp${t}_llama31_70b_100layers.json" \
       > "$OUT/tp${t}_llama31_70b_100layers.log" 2>&1 &
     pid=$!
     start=$SECONDS

@@ -1047,6 +1047,11 @@ tp_status tpe_warm_capture(tp_engine *e, tp_error *err) {
         CU_TRY(cudaSetDevice(x->device));
         if ((st = graph_pdl_edges(x, x->no_pdl, err))) break;
         CU_TRY(cudaGraphInstantiate(&x->exec, x->graph, 0));
+        /* uploaded now, on an idle GPU: a first launch uploads the graph itself, and with tensor parallelism one
+         * host thread launching a large graph (100 Llama layers at TP 4) blocked in cudaGraphLaunch while GPU 0 waited
+         * in an all-reduce for the ranks not yet launched (bench/results, 2026-11-26 h200x4 tphang) */
+        CU_TRY(cudaGraphUpload(x->exec, x->stream));
+        CU_TRY(cudaStreamSynchronize(x->stream));
     }
     CU_TRY(cudaSetDevice(e->device));
     return st;
