@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0ref; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -286,6 +286,18 @@ for s in $steps; do
       --duration 1 --profile-iters 10 --json "$OUT/siglip_so400m_b3.json" --out /tmp/tprof-siglip \
       > "$OUT/siglip_so400m_b3_profile.log" 2>&1 || rc=1
     grep -E "^(fp16|bf16|fp8) |^(GEMM|attention|total) " "$OUT/siglip_so400m_b3_profile.log"
+    ;;
+  pi0)
+    # PI0_PRECS (default fp16,bf16,fp8), PI0_S: each bench's limit in seconds
+    echo "=== issue 21 on the GPU: pipeline kernels and pi0-small's engine against the CPU; pi0 (3 cameras, 10 steps) in one CUDA graph, then eager"
+    CK_RUN_SUITE=gpu_pipeline_ops "$BUILD/tests/test_gpu" > "$OUT/pi0_gpu_tests.log" 2>&1 || rc=1
+    grep -E "pi0-small|Checks|FAIL|:F:|:E:" "$OUT/pi0_gpu_tests.log"
+    for mode in graph eager; do
+      timeout "${PI0_S:-150}" "$BUILD/tprof" bench --model pi0 --batch 1 --precision "${PI0_PRECS:-fp16,bf16,fp8}" \
+        --duration 1 --plan $([ $mode = eager ] && echo --no-graph) --json "$OUT/pi0_${mode}.json" \
+        > "$OUT/pi0_${mode}.log" 2>&1 || rc=1
+      grep -E "^(fp16|bf16|fp8|fp32) +[0-9]|Accuracy|error|Weights:|engine build" "$OUT/pi0_${mode}.log" | head -12
+    done
     ;;
   pi0ref)
     # PI0_COMPILE: torch.compile's mode for the peer (openpi compiles with max-autotune, which takes minutes)

@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "formats/dtype.h"
 #include "models/pi0.h"
+#include "planner/plan.h"
 #define TP_TMPDIR_PREFIX "/tmp/tp_pipeline_test_"
 #include "test_tmpdir.h"
 
@@ -251,6 +252,50 @@ static void openpi_of(const char *name, char *buf, size_t n, int *qkv) { /* n >=
     else snprintf(buf, n, "%s", name + 7); /* expert.state_proj... -> state_proj... */
 }
 
+/* pi0-small planned for an sm_90 GPU in fp16: every op has a kernel; the inputs and the Euler state stay fp32,
+ * the RESHAPEs a linear reads convert them into fp16, the camera reshape before the patch embedding keeps fp32. */
+START_TEST(test_pi0_gpu_plan) {
+    tp_model m;
+    tp_error e = {0};
+    tp_params p = {0};
+    tp_graph g;
+    tp_plan pl;
+    ck_assert_int_eq(tp_model_preset("pi0-small", &m, &e), TP_OK);
+    ck_assert_int_eq(tp_model_params_init(&m, 3, 0, &p, &e), TP_OK);
+    ck_assert_msg(tp_model_build_graph(&m, &p, 3, &g, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_plan_build(&g, TP_PREC_FP16, 90, &pl, &e) == TP_OK, "%s", e.msg);
+    int euler = 0, conv = 0, kept = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const tp_op *op = &g.ops[i];
+        if (op->kind == TP_OP_EULER) {
+            euler++;
+            ck_assert_int_eq(pl.value_dt[op->out], TP_F32);
+            ck_assert_int_eq(pl.value_dt[op->in[0]], TP_F32);
+            ck_assert_int_eq(pl.value_dt[op->in[1]], TP_F16);
+        }
+        if (op->kind != TP_OP_RESHAPE) continue;
+        const int lin = g.values[op->in[0]].kind == TP_VAL_INPUT || pl.value_dt[op->in[0]] == TP_F32;
+        if (strstr(op->layer, "x_in") || strstr(op->layer, "state_in")) {
+            ck_assert_msg(lin, "%s", op->layer);
+            ck_assert_int_eq(pl.value_dt[op->out], TP_F16);
+            conv++;
+        } else if (strcmp(op->layer, "vision.cameras") == 0) {
+            ck_assert_int_eq(pl.value_dt[op->out], TP_F32);
+            kept++;
+        }
+    }
+    const int steps = ((const tp_pi0_config *)(const void *)m.cfg.bytes)->steps;
+    ck_assert_int_eq(euler, steps);
+    ck_assert_int_eq(conv, steps + 1);
+    ck_assert_int_eq(kept, 1);
+    for (int k = 0; k < g.n_inputs; k++) ck_assert_int_eq(pl.value_dt[g.inputs[k]], TP_F32);
+    ck_assert_int_eq(pl.value_dt[g.output], TP_F32);
+    tp_plan_free(&pl);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
 /* pi0's weights saved under openpi's names (SigLIP's separate q, k, v; the position embedding without its batch
  * dimension; bf16 as openpi's convert script saves them) load back to the same tprof parameters; a missing
  * tensor and a stray one are named. */
@@ -344,6 +389,7 @@ Suite *pipeline_ops_suite(void) {
     tcase_add_test(t, test_rope_at);
     tcase_add_test(t, test_masked_attention);
     tcase_add_test(t, test_pi0_small_golden);
+    tcase_add_test(t, test_pi0_gpu_plan);
     TCase *f = tcase_create("files");
     tcase_add_checked_fixture(f, setup, teardown);
     tcase_add_test(f, test_pi0_openpi_names);

@@ -41,6 +41,16 @@ void tp_rope_inv_freq(const tp_rope *r, int D, float *inv_freq) {
     }
 }
 
+void tp_time_embedding(double t, int64_t D, float *e) {
+    const int64_t h = D / 2;
+    for (int64_t i = 0; i < h; i++) {
+        const double f = h > 1 ? (double)i / (double)(h - 1) : 0.0, period = 4e-3 * pow(4.0 / 4e-3, f);
+        const double a = t * (2.0 * 3.14159265358979323846 / period);
+        e[i] = (float)sin(a);
+        e[h + i] = (float)cos(a);
+    }
+}
+
 void tp_graph_mark_state(tp_graph *g, int v) {
     CHECK(v >= 0 && v < g->n_values && g->values[v].kind == TP_VAL_ACT);
     g->values[v].kind = TP_VAL_STATE;

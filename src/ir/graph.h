@@ -89,6 +89,11 @@ typedef struct {
  * then the llama3 rescaling), so that the angles pos * inv_freq[i] match the reference implementation's. */
 void tp_rope_inv_freq(const tp_rope *r, int head_dim, float *inv_freq);
 
+/* pi0's time embedding of t (openpi's create_sinusoidal_pos_embedding with min period 4e-3 and max period 4), the
+ * constant a TIME_CONCAT op puts beside every row: e[i] = sin(t 2 pi / p_i), e[D/2 + i] = cos(...), p_i = 4e-3
+ * (4 / 4e-3)^(i / (D/2 - 1)) for i < D/2, computed in float64 and rounded to fp32 once, as openpi does. D even. */
+void tp_time_embedding(double t, int64_t D, float *e);
+
 typedef struct {
     tp_op_kind kind;
     char layer[TP_NAME_LEN]; /* model module path; for ops without a module (add) a descriptive path */

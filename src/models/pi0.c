@@ -454,7 +454,11 @@ static tp_status build_graph(const void *cfg, const tp_params *p, int64_t B, tp_
      * the action tokens with the time, the layers over the prefix's K, V, the velocity, x + dt v */
     const int64_t st_s[2] = {B, E}, st3[3] = {B, 1, E}, as[3] = {B, Hn, E}, a2[3] = {B, Hn, 2 * E},
                   sx[3] = {B, 1 + Hn, E}, vs3[3] = {B, Hn, c->action_dim};
-    int stok = lin(&b, "expert.state_proj", "expert.state_proj", state, 1, 2, st_s);
+    /* the state and x (fp32 inputs, x fp32 through the loop as openpi keeps it) reach their linears through a
+     * RESHAPE each: the GPU plan makes it the conversion into the activations' type (plan.c) */
+    const int64_t in_s[2] = {B, c->state_dim};
+    int stok = op1(&b, TP_OP_RESHAPE, "expert.state_in", state, 2, in_s);
+    stok = lin(&b, "expert.state_proj", "expert.state_proj", stok, 1, 2, st_s);
     stok = op1(&b, TP_OP_RESHAPE, "expert.state_token", stok, 3, st3);
     const float dt = (float)(-1.0 / c->steps);
     float t = 1.0f;
@@ -462,7 +466,8 @@ static tp_status build_graph(const void *cfg, const tp_params *p, int64_t B, tp_
 #define L(s) (snprintf(l, sizeof l, "expert.step%d.%s", s_i, s), l)
     for (int s_i = 0; s_i < c->steps; s_i++) {
         snprintf(os, sizeof os, "expert.step%d", s_i);
-        int a = lin(&b, "expert.action_in_proj", L("action_in_proj"), x, 1, 3, as);
+        int a = op1(&b, TP_OP_RESHAPE, L("x_in"), x, 3, vs3);
+        a = lin(&b, "expert.action_in_proj", L("action_in_proj"), a, 1, 3, as);
         tp_op tc = {.kind = TP_OP_TIME_CONCAT, .scale = t};
         a = tp_gb_op(&b, &tc, L("time"), &a, 1, 3, a2, NULL);
         a = lin(&b, "expert.action_time_mlp_in", L("action_time_mlp_in"), a, 1, 3, as);

@@ -374,7 +374,8 @@ static tp_status map_params(const char *path, const tp_params *params, const tp_
             return ef_fail(err, TP_ERR_SHAPE, path, "graph value '%s': parameter index %d out of range (%d parameters)",
                            quote(qn, val->name), pi, params->n_params);
         if (vmap[pi] >= 0)
-            return ef_fail(err, TP_ERR_SHAPE, path, "parameter '%s' appears twice in the graph",
+            return ef_fail(err, TP_ERR_UNSUPPORTED, path, "parameter '%s' is read through several graph values (a "
+                           "pipeline's repeated steps): engine files do not take such graphs yet",
                            quote(qn, params->params[pi].name));
         const tp_param *p = &params->params[pi];
         int same = p->ndim == val->ndim && strcmp(p->name, val->name) == 0;

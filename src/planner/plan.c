@@ -363,7 +363,14 @@ static int cuda_runs(const tp_op *op) {
     case TP_OP_GELU:
     case TP_OP_ADD: return 1;
     case TP_OP_POOL: return 1;
-    case TP_OP_ROPE: return op->n_in == 1; /* per-sample starts (a second input): the CPU's only, so far */
+    case TP_OP_ROPE: return 1;
+    case TP_OP_RESHAPE:
+    case TP_OP_CONCAT:
+    case TP_OP_SLICE:
+    case TP_OP_SILU:
+    case TP_OP_TIME_CONCAT:
+    case TP_OP_EULER:
+    case TP_OP_MASKED_ATTENTION: return 1; /* the pipeline ops (pipeline_ops.h) */
     case TP_OP_TOKEN_EMBED:
     case TP_OP_RMSNORM:
     case TP_OP_GLU:
@@ -372,6 +379,13 @@ static int cuda_runs(const tp_op *op) {
     case TP_OP_ALL_REDUCE: return 1; /* in the plan's 16-bit activation type (bf16 under the block formats) */
     default: return 0;
     }
+}
+
+/* Value v is an input of a linear. */
+static int read_by_linear(const tp_graph *g, int v) {
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == TP_OP_LINEAR && g->ops[i].in[0] == v) return 1;
+    return 0;
 }
 
 /* The plan's note of an op that is neither a GEMM, a LayerNorm nor the fused attention (act: the activations' type). */
@@ -388,6 +402,15 @@ static void other_note(const tp_op *op, const char *act, char *note, size_t n) {
                  op->kv_heads);
         break;
     case TP_OP_GELU: snprintf(note, n, "%s, fp32 math%s", act, op->gelu_tanh ? ", tanh form (the model's)" : ""); break;
+    case TP_OP_RESHAPE: snprintf(note, n, "a copy (into %s where a linear reads an fp32 value)", act); break;
+    case TP_OP_CONCAT: snprintf(note, n, "%s, two strided copies along tokens", act); break;
+    case TP_OP_SLICE: snprintf(note, n, "%s, one strided copy from token %d on", act, op->prefix); break;
+    case TP_OP_TIME_CONCAT: snprintf(note, n, "%s, the step's time embedding (a constant, fp64 then fp32) beside each row", act); break;
+    case TP_OP_EULER: snprintf(note, n, "x + dt v, x fp32 (the flow-matching state), v %s", act); break;
+    case TP_OP_MASKED_ATTENTION:
+        snprintf(note, n, "%s Q/K/V, fp32 softmax, %d heads over %d KV heads, padded keys masked%s; CUDA-core kernel "
+                 "(pipeline_ops.h)", act, op->heads, op->kv_heads, op->n_in == 6 ? ", over the prefix's K, V too" : "");
+        break;
     default: snprintf(note, n, "%s, fp32 math", act); break;
     }
 }
@@ -453,6 +476,13 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     tp_status st = resolve_policy(g, pol, prec, keep, why, err);
     if (st) goto out;
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
+    /* a pipeline's edges (pi0): the Euler state stays fp32; a RESHAPE keeps its input's type, except where a linear
+     * reads it: there it converts an fp32 input (the state, x) into the activations' type */
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind == TP_OP_EULER) p->value_dt[op->out] = TP_F32;
+        if (op->kind == TP_OP_RESHAPE) p->value_dt[op->out] = read_by_linear(g, op->out) ? p->act_dt : p->value_dt[op->in[0]];
+    }
     const char *act = tp_dtype_info(p->act_dt)->name;
     tp_precision high = prec == TP_PREC_FP8 || weight_only ? TP_PREC_FP16
                         : (block_fmt || fp8_block)                    ? TP_PREC_BF16

@@ -1,4 +1,5 @@
 #include "exec/cpu/cpu_ops.h"
+#include "ir/graph.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -278,16 +279,9 @@ void tp_cpu_silu(const float *x, float *y, int64_t n) {
 }
 
 void tp_cpu_time_concat(const float *x, float *y, int64_t B, int64_t T, int64_t C, int64_t D, double t) {
-    const int64_t h = D / 2;
     float *e = malloc(sizeof(float) * (size_t)(D > 0 ? D : 1));
     if (!e) abort();
-    for (int64_t i = 0; i < h; i++) {
-        /* openpi create_sinusoidal_pos_embedding, in float64 and then cast to float32 */
-        const double f = h > 1 ? (double)i / (double)(h - 1) : 0.0, period = 4e-3 * pow(4.0 / 4e-3, f);
-        const double a = t * (2.0 * 3.14159265358979323846 / period);
-        e[i] = (float)sin(a);
-        e[h + i] = (float)cos(a);
-    }
+    tp_time_embedding(t, D, e); /* openpi's, in float64 then cast to float32 */
     for (int64_t r = 0; r < B * T; r++) {
         memcpy(y + r * (C + D), x + r * C, sizeof(float) * (size_t)C);
         memcpy(y + r * (C + D) + C, e, sizeof(float) * (size_t)D);

@@ -485,6 +485,14 @@ static tp_status upload_params_staged(tp_engine *e, float *h_scales, stage_bufs 
             h_scales[SCALE_SLOT * v] = e->wglobal[v];
             continue;
         }
+        const int ru = e->repeats ? e->repeats[v] : -1;
+        if (ru >= 0) { /* the parameter an earlier value holds, stored alike: its copy (a pipeline's expert steps) */
+            e->dptr[v] = e->dptr[ru];
+            e->d_bscale[v] = e->d_bscale[ru];
+            e->wglobal[v] = e->wglobal[ru];
+            for (int k = 0; k < SCALE_SLOT; k++) h_scales[SCALE_SLOT * v + k] = h_scales[SCALE_SLOT * ru + k];
+            continue;
+        }
         const int sv = shared_param(e, v);
         if (sv >= 0) { /* the prefill engine's copy: a decode engine adds no weight memory */
             e->dptr[v] = e->share->dptr[sv];
@@ -589,7 +597,7 @@ static tp_status check_fits(tp_engine *e, size_t workspace, tp_error *err) {
         const tp_value *val = &g->values[v];
         const double n = (double)tp_value_numel(val);
         bytes[v] = tpe_act_alloc_bytes(e, v);
-        if (val->kind == TP_VAL_PARAM && !(e->share && shared_param(e, v) >= 0)) {
+        if (val->kind == TP_VAL_PARAM && !(e->share && shared_param(e, v) >= 0) && !(e->repeats && e->repeats[v] >= 0)) {
             /* native block formats store codes and scales (value_dt is the emulation's bf16) */
             const tp_qformat_traits *qt = weight_native_bs(e, v) ? tp_qformat_info(e->plan->value_qf[v]) : NULL;
             w += qt ? n * qt->bits / 8.0 + n / qt->block
@@ -635,8 +643,11 @@ static tp_status alloc_activations(tp_engine *e, tp_error *err) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto done;
     }
-    st = tpe_dev_alloc(e, value_bytes(e, g->input), &e->dptr[g->input], "the input", err);
-    if (!st) e->act_bytes += (double)value_bytes(e, g->input);
+    for (int k = 0; !st && k < g->n_inputs; k++) { /* every input's own buffer (tpe_upload_inputs fills them) */
+        const int v = g->inputs[k];
+        st = tpe_dev_alloc(e, value_bytes(e, v), &e->dptr[v], g->values[v].name, err);
+        if (!st) e->act_bytes += (double)value_bytes(e, v);
+    }
     for (int k = 0; !st && k < n; k++) {
         st = tpe_dev_alloc(e, slot_bytes[k], &sp[k], "activations", err);
         if (!st) e->act_bytes += (double)slot_bytes[k];
@@ -672,19 +683,11 @@ static tp_status setup_kv(tp_engine *e, tp_error *err) {
     else if ((st = tpe_dev_alloc(e, sizeof(int), (void **)&e->d_past, "the KV cache position", err))) return st;
     if (!e->share && cudaMemset(e->d_past, 0, sizeof(int)) != cudaSuccess)
         return tp_fail(err, TP_ERR_CUDA, "clearing the KV cache position");
-    e->d_invfreq = calloc((size_t)g->n_ops, sizeof(float *));
+    if ((st = tpe_rope_tables(e, err))) return st;
     e->kv_flash = calloc((size_t)g->n_ops, sizeof(int));
-    if (!e->d_invfreq || !e->kv_flash) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    if (!e->kv_flash) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
-        if (op->kind == TP_OP_ROPE) {
-            float f[512];
-            if (op->head_dim > 1024) return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: head dim %d", op->layer, op->head_dim);
-            tp_rope_inv_freq(&op->rope, op->head_dim, f);
-            size_t b = sizeof(float) * (size_t)(op->head_dim / 2);
-            if ((st = tpe_dev_alloc(e, b, (void **)&e->d_invfreq[i], op->layer, err))) return st;
-            if ((st = upload(e->d_invfreq[i], f, b, op->layer, err))) return st;
-        }
         if (op->kind != TP_OP_KV_ATTENTION) continue;
         const tp_value *c = &g->values[op->in[1]];
         const int B = (int)c->shape[1], L = (int)c->shape[2], T = (int)g->tokens;
@@ -732,9 +735,6 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     tp_status st = TP_OK;
     float *h_scales = NULL;
     *out = NULL;
-    if (g->n_inputs > 1) /* the packed rows of several inputs (graph.h) are read by the CPU executor only, so far */
-        return tp_fail(err, TP_ERR_UNSUPPORTED, "a graph of %d inputs (%s, ...): the CUDA engine takes one input",
-                       g->n_inputs, g->values[g->inputs[0]].name);
     tp_engine *e = calloc(1, sizeof *e);
     if (!e) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     e->g = g;
@@ -779,6 +779,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     for (int i = 0; i < g->n_ops; i++) e->gelu_sm90[i] = -1;
     for (int v = 0; v < 2 * SCALE_SLOT * g->n_values; v++) h_scales[v] = 1.0f;
     CU_TRY(cudaSetDevice(opt->device));
+    if ((st = tpe_find_repeats(e, err))) goto fail;
     if ((st = check_fits(e, opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), err))) goto fail;
     CU_TRY(cudaDeviceGetAttribute(&e->sms, cudaDevAttrMultiProcessorCount, opt->device));
     CU_TRY(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
@@ -842,6 +843,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
         for (int j = 0; j < g->ops[i].n_in; j++) CHECK(e->dptr[y] != e->dptr[g->ops[i].in[j]]);
     }
     if (g->kv_len > 0 && (st = setup_kv(e, err))) goto fail;
+    if ((st = tpe_setup_pipeline(e, err))) goto fail;
 
     /* GEMM plans and the im2col scratch */
     st = tp_gemm_ctx_create(opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), &e->gemm, err);
@@ -1142,6 +1144,8 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->alpha);
     free(e->act_amax);
     free(e->d_invfreq);
+    free(e->d_opconst);
+    free(e->repeats);
     free(e->kv_flash);
     if (e->owns_nccl) tp_nccl_destroy(e->nccl);
     free(e);
@@ -1236,8 +1240,7 @@ tp_status tp_engine_set_input(tp_engine *e, const float *images, tp_error *err) 
     for (int r = 0; r < n_ranks(e); r++) { /* every rank reads the whole input */
         tp_engine *x = rank_engine(e, r);
         CU_TRY(cudaSetDevice(x->device));
-        CU_TRY(cudaMemcpyAsync(x->dptr[x->g->input], images, value_bytes(x, x->g->input), cudaMemcpyHostToDevice,
-                               x->stream));
+        if ((st = tpe_upload_inputs(x, images, err))) goto fail;
         CU_TRY(cudaStreamSynchronize(x->stream));
     }
     CU_TRY(cudaSetDevice(e->device));

@@ -89,6 +89,9 @@ struct tp_engine {
     int resets_past;           /* the graph starts from an empty cache (its past is 0): it zeroes *d_past first */
     int feed_argmax;           /* the graph ends by writing argmax(logits) into its own input (greedy decode) */
     float **d_invfreq;         /* per RoPE op: its D/2 inverse frequencies (tp_rope_inv_freq), device */
+    float **d_opconst;         /* per TIME_CONCAT op: its step's time embedding (tp_time_embedding), device */
+    int *repeats;              /* per value: the earlier parameter value holding the same parameter, stored alike, whose
+                                  device copy it shares (a pipeline's expert steps), or -1 */
     float *d_kv_ws;            /* the decode attention's split-KV workspace, shared by its ops (one stream) */
     size_t kv_ws_bytes;
     int *kv_flash;             /* per KV attention op: 1 when the flash kernel runs it as a prefill (past 0) */
@@ -154,6 +157,18 @@ tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err);
 tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int, double *, tp_error *),
                             tp_error *err);
 int tpe_launch_group(tp_engine *e, int i);
+
+/* engine_pipeline.c. tpe_rope_tables: every RoPE op's inverse frequencies on the device (e->d_invfreq), those
+ * not yet there; tpe_setup_pipeline: that and every TIME_CONCAT op's embedding (e->d_opconst);
+ * tpe_launch_pipeline_op: op i of a pipeline kind (RESHAPE, CONCAT, SLICE, SILU, TIME_CONCAT, EULER,
+ * MASKED_ATTENTION) on s, a CUDA error code; tpe_upload_inputs: the packed per-sample rows (B of
+ * tp_graph_input_layout's length, fp32) scattered into every input's buffer, enqueued on x->stream;
+ * tpe_find_repeats: e->repeats. Errors: TP_ERR_OOM, TP_ERR_CUDA, TP_ERR_UNSUPPORTED (a RoPE head dim). */
+tp_status tpe_rope_tables(tp_engine *e, tp_error *err);
+tp_status tpe_setup_pipeline(tp_engine *e, tp_error *err);
+int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s);
+tp_status tpe_upload_inputs(tp_engine *x, const float *rows, tp_error *err);
+tp_status tpe_find_repeats(tp_engine *e, tp_error *err);
 
 /* engine_launch.c's helpers, shared by the build */
 static inline size_t value_bytes(const tp_engine *e, int v) {

@@ -77,8 +77,10 @@ static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
                            op->norm_offset, s);
     }
     case TP_OP_ROPE:
-        return tpk_rope(x, xdt, y, ydt, (int)xv->shape[0], (int)xv->shape[1], op->heads, op->head_dim,
-                        e->d_invfreq[i], e->d_past, s);
+        /* from the cache position (a decoder), plus each sample's start (a pipeline's expert: after the prefix) */
+        return tpk_rope_at(x, xdt, y, ydt, (int)xv->shape[0], (int)xv->shape[1], op->heads, op->head_dim,
+                           e->d_invfreq[i], e->d_past, op->n_in > 1 ? (const float *)e->dptr[op->in[1]] : NULL,
+                           op->prefix, s);
     case TP_OP_GLU: return tpk_glu(x, e->dptr[op->in[1]], xdt, y, ydt, (size_t)n, op->act, s);
     case TP_OP_KV_APPEND: /* an FP8 cache: quantized under its scale (plan.c plan_kv_cache) */
         return tpk_kv_append(x, e->dptr[op->in[1]], y, xdt, ydt, e->d_scales + SCALE_SLOT * op->out,
@@ -347,6 +349,13 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
         if ((rc = tp_nccl_all_reduce(e->nccl, e->rank, x, y, (size_t)tp_value_numel(o), ydt, s)))
             return tp_fail(err, TP_ERR_CUDA, "op %s (all-reduce): %s", op->layer, tp_nccl_error(e->nccl, rc));
         break;
+    case TP_OP_RESHAPE:
+    case TP_OP_CONCAT:
+    case TP_OP_SLICE:
+    case TP_OP_SILU:
+    case TP_OP_TIME_CONCAT:
+    case TP_OP_EULER:
+    case TP_OP_MASKED_ATTENTION: rc = tpe_launch_pipeline_op(e, i, s); break;
     default: rc = launch_decoder_op(e, i, s); break;
     }
     if (rc)

@@ -318,12 +318,15 @@ extern "C" int tpk_rmsnorm(const void *x, tp_dtype xdt, const void *w, tp_dtype 
 
 template <typename TX, typename TY>
 __global__ void __launch_bounds__(DEC_THREADS)
-    rope_kernel(const TX *x, TY *y, int T, int H, int D, const float *__restrict__ inv_freq, const int *past) {
+    rope_kernel(const TX *x, TY *y, int T, int H, int D, const float *__restrict__ inv_freq, const int *past,
+                const float *valid, int prefix) {
     tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
     tpk_pdl_wait();
     __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
     const int bt = blockIdx.x, h2 = D / 2;
-    const float pos = (float)(*past + bt % T); /* exact below 2^24 */
+    /* exact below 2^24; a per-sample start truncates its count as the CPU's (int64_t) cast does */
+    const int start = (past ? *past : 0) + (valid ? prefix + (int)valid[bt / T] : 0);
+    const float pos = (float)(start + bt % T);
     for (int i = threadIdx.x; i < h2; i += blockDim.x) {
         const float a = __fmul_rn(pos, inv_freq[i]); /* the fp32 product HF forms, never fused into anything */
         sincosf(a, &sn[i], &cs[i]);
@@ -341,22 +344,30 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
 template <typename TX, typename TY>
 static int rope_launch(const void *x, void *y, int B, int T, int H, int D, const float *inv_freq, const int *past,
-                       cudaStream_t s) {
+                       const float *valid, int prefix, cudaStream_t s) {
     const int pairs = H * (D / 2);
     const unsigned thr = pairs >= DEC_THREADS ? DEC_THREADS : (unsigned)((pairs + 31) / 32 * 32);
     return pdl_launched(tpk_pdl_launch_kernel(rope_kernel<TX, TY>, dim3((unsigned)(B * T)), dim3(thr), 0, s,
-                                              (const TX *)x, (TY *)y, T, H, D, inv_freq, past));
+                                              (const TX *)x, (TY *)y, T, H, D, inv_freq, past, valid,
+                                              prefix));
+}
+
+extern "C" int tpk_rope_at(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, int B, int T, int H, int D,
+                           const float *inv_freq, const int *past, const float *valid, int prefix, tp_stream stream) {
+    if (B < 0 || T < 0 || H < 0 || D < 2 || D % 2 != 0 || D > 2 * ROPE_MAX_HALF || prefix < 0) return DEC_INVALID;
+    if (B == 0 || T == 0 || H == 0) return (int)cudaSuccess;
+    if (!x || !y || !inv_freq || (long long)B * T > 0x7FFFFFFFLL || (long long)H * D > 0x7FFFFFFFLL)
+        return DEC_INVALID;
+    if (x == y && (!is_act(xdt) || !is_act(ydt) || esz(xdt) != esz(ydt))) return DEC_INVALID;
+    cudaStream_t s = (cudaStream_t)stream;
+    DEC_BY_ACT(xdt, TX,
+               DEC_BY_ACT(ydt, TY, return rope_launch<TX, TY>(x, y, B, T, H, D, inv_freq, past, valid, prefix, s)))
 }
 
 extern "C" int tpk_rope(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, int B, int T, int H, int D,
                         const float *inv_freq, const int *past, tp_stream stream) {
-    if (B < 0 || T < 0 || H < 0 || D < 2 || D % 2 != 0 || D > 2 * ROPE_MAX_HALF) return DEC_INVALID;
-    if (B == 0 || T == 0 || H == 0) return (int)cudaSuccess;
-    if (!x || !y || !inv_freq || !past || (long long)B * T > 0x7FFFFFFFLL || (long long)H * D > 0x7FFFFFFFLL)
-        return DEC_INVALID;
-    if (x == y && (!is_act(xdt) || !is_act(ydt) || esz(xdt) != esz(ydt))) return DEC_INVALID;
-    cudaStream_t s = (cudaStream_t)stream;
-    DEC_BY_ACT(xdt, TX, DEC_BY_ACT(ydt, TY, return rope_launch<TX, TY>(x, y, B, T, H, D, inv_freq, past, s)))
+    if (!past) return DEC_INVALID;
+    return tpk_rope_at(x, xdt, y, ydt, B, T, H, D, inv_freq, past, NULL, 0, stream);
 }
 
 /* ================================================================================================================

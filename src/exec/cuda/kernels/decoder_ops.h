@@ -49,6 +49,11 @@ int tpk_rmsnorm(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *
  * D even, 2 <= D <= 1024. */
 int tpk_rope(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, int B, int T, int H, int D, const float *inv_freq,
              const int *past, tp_stream stream);
+/* tpk_rope with the start of each sample's positions (tp_cpu_rope_at): (past ? *past : 0) + (valid ? prefix +
+ * (int)valid[b] : 0) for sample b; valid: device, B fp32 counts (pi0's expert: its tokens follow the image tokens
+ * and sample b's valid language tokens), or NULL; past may be NULL (0). prefix >= 0. */
+int tpk_rope_at(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, int B, int T, int H, int D, const float *inv_freq,
+                const int *past, const float *valid, int prefix, tp_stream stream);
 
 /* y = act(gate) * up over n values; gate, up in dt, y in ydt (y may alias gate or up when dt == ydt).
  * act 0 (TP_ACT_SILU): g / (1 + e^-g); act 1 (TP_ACT_GELU_TANH): 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))),

@@ -1,0 +1,156 @@
+/* engine_pipeline.c: what an engine needs for a pipeline's graph (issue 21: openpi's pi0 as one graph,
+ * src/models/pi0.c): the per-op constants (each TIME_CONCAT's embedding, the RoPE frequencies of a graph without a
+ * KV cache), the launches of the pipeline ops (pipeline_ops.h), the scatter of several inputs' packed per-sample
+ * rows (graph.h tp_graph_input_layout), and which parameter values repeat an earlier one (the expert's weights,
+ * read by every denoise step through a value of their own), so each is uploaded once. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "exec/cuda/engine/engine_internal.h"
+#include "exec/cuda/kernels/decoder_ops.h"
+#include "exec/cuda/kernels/kernels.h"
+#include "exec/cuda/kernels/pipeline_ops.h"
+#include "formats/dtype.h"
+
+static tp_status put(tp_engine *e, const float *h, size_t n, float **d, const char *what, tp_error *err) {
+    tp_status st = tpe_dev_alloc(e, sizeof(float) * n, (void **)d, what, err);
+    if (!st && cudaMemcpy(*d, h, sizeof(float) * n, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "uploading the constants of %s", what);
+    return st;
+}
+
+tp_status tpe_rope_tables(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    if (!e->d_invfreq && !(e->d_invfreq = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float *))))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_ROPE || e->d_invfreq[i]) continue;
+        float f[512];
+        if (op->head_dim < 2 || op->head_dim > 1024)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: head dim %d (RoPE takes 2 to 1024)", op->layer, op->head_dim);
+        tp_rope_inv_freq(&op->rope, op->head_dim, f);
+        tp_status st = put(e, f, (size_t)(op->head_dim / 2), &e->d_invfreq[i], op->layer, err);
+        if (st) return st;
+    }
+    return TP_OK;
+}
+
+tp_status tpe_setup_pipeline(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = tpe_rope_tables(e, err);
+    if (st) return st;
+    if (!(e->d_opconst = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float *))))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_TIME_CONCAT) continue;
+        const tp_value *x = &g->values[op->in[0]], *y = &g->values[op->out];
+        const int64_t D = y->shape[y->ndim - 1] - x->shape[x->ndim - 1];
+        float *h = malloc(sizeof(float) * (size_t)(D > 0 ? D : 1));
+        if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        tp_time_embedding(op->scale, D, h); /* the step's time: a constant of the graph */
+        st = put(e, h, (size_t)D, &e->d_opconst[i], op->layer, err);
+        free(h);
+    }
+    return st;
+}
+
+int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    const tp_value *o = &g->values[op->out], *xv = &g->values[op->in[0]];
+    void *y = e->dptr[op->out];
+    const void *x = e->dptr[op->in[0]];
+    const tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
+    const size_t n = (size_t)tp_value_numel(o);
+    switch (op->kind) {
+    case TP_OP_RESHAPE: /* a copy, or the conversion of an fp32 input into the activations' type (plan.c) */
+        if (xdt == ydt) return (int)cudaMemcpyAsync(y, x, value_bytes(e, op->out), cudaMemcpyDeviceToDevice, s);
+        return tpk_convert(x, xdt, y, ydt, NULL, n, s);
+    case TP_OP_CONCAT: {
+        const tp_value *bv = &g->values[op->in[1]];
+        if (pl->value_dt[op->in[1]] != xdt || ydt != xdt) return (int)cudaErrorInvalidValue;
+        return tpk_concat_tokens(x, e->dptr[op->in[1]], y, xdt, (int)xv->shape[0], xv->shape[1], bv->shape[1],
+                                 xv->shape[2], s);
+    }
+    case TP_OP_SLICE:
+        if (ydt != xdt) return (int)cudaErrorInvalidValue;
+        return tpk_slice_tokens(x, y, xdt, (int)xv->shape[0], xv->shape[1], op->prefix, o->shape[1], xv->shape[2], s);
+    case TP_OP_SILU: return tpk_silu(x, xdt, y, ydt, n, s);
+    case TP_OP_TIME_CONCAT: {
+        const int C = (int)xv->shape[xv->ndim - 1];
+        if (ydt != xdt) return (int)cudaErrorInvalidValue;
+        return tpk_time_concat(x, xdt, e->d_opconst[i], y, (int64_t)(n / (size_t)o->shape[o->ndim - 1]), C,
+                               (int)o->shape[o->ndim - 1] - C, s);
+    }
+    case TP_OP_EULER:
+        if (xdt != TP_F32 || ydt != TP_F32) return (int)cudaErrorInvalidValue;
+        return tpk_euler((const float *)x, e->dptr[op->in[1]], pl->value_dt[op->in[1]], (float *)y, op->scale, n, s);
+    case TP_OP_MASKED_ATTENTION: {
+        const int two = op->n_in == 6;
+        for (int j = 1; j < (two ? 5 : 3); j++)
+            if (pl->value_dt[op->in[j]] != xdt) return (int)cudaErrorInvalidValue;
+        if (ydt != xdt || pl->value_dt[op->in[two ? 5 : 3]] != TP_F32) return (int)cudaErrorInvalidValue;
+        return tpk_masked_attention(x, e->dptr[op->in[1]], e->dptr[op->in[2]], two ? e->dptr[op->in[3]] : NULL,
+                                    two ? e->dptr[op->in[4]] : NULL, e->dptr[op->in[two ? 5 : 3]], y, xdt,
+                                    (int)xv->shape[0], op->heads, op->kv_heads, op->head_dim, (int)xv->shape[1],
+                                    (int)g->values[op->in[1]].shape[1], two ? (int)g->values[op->in[3]].shape[1] : 0,
+                                    op->prefix, op->pool_mode == 1, op->scale, s);
+    }
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+tp_status tpe_upload_inputs(tp_engine *x, const float *rows, tp_error *err) {
+    const tp_graph *g = x->g;
+    int64_t off[TP_MAX_INPUTS];
+    const int64_t row = tp_graph_input_layout(g, off), B = g->batch;
+    for (int k = 0; k < g->n_inputs; k++) {
+        const int v = g->inputs[k];
+        const size_t w = (size_t)(tp_value_numel(&g->values[v]) / B) * sizeof(float);
+        CHECK(x->plan->value_dt[v] == TP_F32); /* every input is fp32 (plan.c) */
+        cudaError_t ce = g->n_inputs == 1
+                             ? cudaMemcpyAsync(x->dptr[v], rows, value_bytes(x, v), cudaMemcpyHostToDevice, x->stream)
+                             : cudaMemcpy2DAsync(x->dptr[v], w, rows + off[k], (size_t)row * sizeof(float), w,
+                                                 (size_t)B, cudaMemcpyHostToDevice, x->stream);
+        if (ce != cudaSuccess)
+            return tp_fail(err, TP_ERR_CUDA, "copying input %s to the GPU: %s", g->values[v].name,
+                           cudaGetErrorString(ce));
+    }
+    return TP_OK;
+}
+
+tp_status tpe_find_repeats(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    const int np = e->params ? e->params->n_params : 0;
+    int *first = malloc(sizeof(int) * (size_t)(np ? np : 1));
+    if (!(e->repeats = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1))) || !first) {
+        free(first);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
+    for (int k = 0; k < np; k++) first[k] = -1;
+    for (int v = 0; v < g->n_values; v++) {
+        const tp_value *val = &g->values[v];
+        e->repeats[v] = -1;
+        if (val->kind != TP_VAL_PARAM || val->param_index < 0 || val->param_index >= np) continue;
+        const int u = first[val->param_index];
+        if (u < 0) {
+            first[val->param_index] = v;
+            continue;
+        }
+        /* the same bytes only when stored alike (a tied embedding read as a table and as an FP8 GEMM's weight is
+         * not) and in no layout of a group's (engine_group.c) */
+        const tp_plan *p = e->plan;
+        if (p->value_dt[u] == p->value_dt[v] && p->value_qf[u] == p->value_qf[v] &&
+            p->value_scaled[u] == p->value_scaled[v] && weight_nvfp4_wo(e, u) == weight_nvfp4_wo(e, v) &&
+            weight_native_bs(e, u) == weight_native_bs(e, v))
+            e->repeats[v] = u;
+    }
+    free(first);
+    return TP_OK;
+}
