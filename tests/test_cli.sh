@@ -254,7 +254,7 @@ expect_ok "pipeline from a JSON file" "pi0-two-cams .*4 Euler steps" bench --dev
 echo '{"family": "pipeline", "name": "x", "cams": 2}' >"$tmp/pipe_bad.json"
 expect_error "pipeline JSON missing a field" 3 "pipe_bad.json: model: 'img' is missing" bench --device cpu \
   --model "$tmp/pipe_bad.json"
-expect_error "pipeline on the GPU planner" 4 "reshape has no CUDA kernel" build --model pi0-small --arch sm_90 \
+expect_error "pipeline engine file" 4 "read through several graph values" build --model pi0-small --arch sm_90 \
   --precision fp16 -o "$tmp/pi0.tpe"
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
 expect_error tp-zero 2 "--tp '0'" bench --model llama-tiny --tp 0

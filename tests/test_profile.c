@@ -373,6 +373,42 @@ static char *print_report(const tp_trace *t, const tp_profile_summary *s, int to
     return buf;
 }
 
+/* A pipeline's trace (layer names "stage.rest") gets per-stage rows summing its ops; a ViT's does not. */
+START_TEST(test_stage_rows) {
+    tp_trace t;
+    make_trace(&t);
+    tp_profile_summary s;
+    analyze(&t, &s);
+    ck_assert_int_eq(s.n_stages, 0); /* "patch_embed" has no stage */
+    tp_profile_summary_free(&s);
+    static const char *NAMES[5] = {"vision.patch_embed", "vision.blocks.0.attn.qkv", "prefix.layers.0.act",
+                                   "expert.step0.layers.0.qkv", "expert.step1.layers.0.fc1"};
+    for (int o = 0; o < 5; o++) snprintf(t.ops[o].layer, sizeof t.ops[o].layer, "%s", NAMES[o]);
+    analyze(&t, &s);
+    ck_assert_int_eq(s.n_stages, 3);
+    ck_assert_str_eq(s.stages[0].name, "vision");
+    ck_assert_str_eq(s.stages[1].name, "prefix");
+    ck_assert_str_eq(s.stages[2].name, "expert");
+    ck_assert_int_eq(s.stages[0].ops, 2);
+    ck_assert_int_eq(s.stages[2].ops, 2);
+    ck_assert(s.stages[0].ns_per_iter == (1030 + 610) / 2.0);
+    ck_assert(s.stages[1].ns_per_iter == 104 / 2.0);
+    ck_assert(s.stages[2].ns_per_iter == (606 + 1204) / 2.0);
+    ck_assert(fabs(s.stages[0].pct + s.stages[1].pct + s.stages[2].pct + 100.0 * (double)s.unattributed_ns /
+                   (double)s.kernel_ns - 100.0) < 1e-9);
+    char *rep = print_report(&t, &s, 0);
+    ck_assert_msg(strstr(rep, "Per-stage time") && strstr(rep, "expert            2"), "%s", rep);
+    free(rep);
+    json_t *j = tp_profile_summary_json(&t, &s);
+    ck_assert_int_eq((int)json_array_size(json_object_get(j, "stages")), 3);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(j, "stages"), 1), "stage")),
+                     "prefix");
+    json_decref(j);
+    tp_profile_summary_free(&s);
+    tp_trace_free(&t);
+}
+END_TEST
+
 START_TEST(test_print_sections) {
     tp_trace t;
     make_trace(&t);
@@ -892,6 +928,7 @@ int main(void) {
     tcase_add_test(t, test_kernel_rows);
     tcase_add_test(t, test_kernel_row_ties_and_categories);
     tcase_add_test(t, test_layer_rows);
+    tcase_add_test(t, test_stage_rows);
     tcase_add_test(t, test_analyze_errors);
     tcase_add_test(t, test_print_sections);
     tcase_add_test(t, test_summary_json);

@@ -191,6 +191,41 @@ static void roofline(const tp_trace *t, tp_profile_summary *s) {
     }
 }
 
+/* The stages of a pipeline's trace (tp_profile_summary.stages): none unless every layer name has one. */
+static void stages(tp_profile_summary *s) {
+    s->n_stages = 0;
+    for (int o = 0; o < s->n_layers; o++) {
+        const tp_layer_row *L = &s->layers[o];
+        const char *dot = strchr(L->layer, '.');
+        const size_t n = dot ? (size_t)(dot - L->layer) : 0;
+        if (n == 0 || n >= sizeof s->stages[0].name) {
+            s->n_stages = 0;
+            return;
+        }
+        int k = 0;
+        while (k < s->n_stages && (strlen(s->stages[k].name) != n || strncmp(s->stages[k].name, L->layer, n) != 0)) k++;
+        if (k == s->n_stages) {
+            if (k == TP_PROFILE_MAX_STAGES) {
+                s->n_stages = 0;
+                return;
+            }
+            memset(&s->stages[k], 0, sizeof s->stages[k]);
+            memcpy(s->stages[k].name, L->layer, n);
+            s->stages[k].floor.known = 1;
+            s->n_stages++;
+        }
+        tp_stage_row *S = &s->stages[k];
+        S->ops++;
+        S->ns_per_iter += L->ns_per_iter;
+        S->pct += L->pct;
+        S->floor.ns += L->floor.ns;
+        S->floor.compute_ns += L->floor.compute_ns;
+        S->floor.memory_ns += L->floor.memory_ns;
+        S->floor.known &= L->floor.known;
+    }
+    if (s->n_stages < 2) s->n_stages = 0;
+}
+
 tp_status tp_profile_analyze(const tp_trace *t, tp_profile_summary *s, tp_error *err) {
     memset(s, 0, sizeof *s);
     tp_status st = check_records(t, err);
@@ -297,6 +332,7 @@ tp_status tp_profile_analyze(const tp_trace *t, tp_profile_summary *s, tp_error 
         L->kernels_per_iter /= I;
     }
     roofline(t, s);
+    stages(s);
     goto done;
 oom:
     st = tp_fail(err, TP_ERR_OOM, "out of host memory analyzing a trace of %d records", t->n);
@@ -439,6 +475,17 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
         fprintf(f, "%-*s  %-12s  %-9s  %12.2f  %10.4f  %7.2f  -\n", w, "(unattributed)", "-", "-",
                 (double)s->unattributed / s->iterations, (double)s->unattributed_ns / s->iterations * 1e-6,
                 s->kernel_ns ? 100.0 * (double)s->unattributed_ns / (double)s->kernel_ns : 0.0);
+    if (s->n_stages) {
+        fprintf(f, "\nPer-stage time (per iteration)\n%-12s  %5s  %10s  %7s%s\n", "Stage", "Ops", "ms/iter", "%",
+                rf ? "   floor ms  attain %" : "");
+        for (int k = 0; k < s->n_stages; k++) {
+            const tp_stage_row *S = &s->stages[k];
+            fprintf(f, "%-12s  %5d  %10.4f  %7.2f", S->name, S->ops, S->ns_per_iter * 1e-6, S->pct);
+            if (rf && S->floor.known && S->floor.ns > 0 && S->ns_per_iter > 0)
+                fprintf(f, "  %9.4f  %8.1f", S->floor.ns * 1e-6, 100.0 * S->floor.ns / S->ns_per_iter);
+            fputc('\n', f);
+        }
+    }
     if (rf) print_roofline(t, s, f);
 }
 
@@ -547,6 +594,14 @@ json_t *tp_profile_summary_json(const tp_trace *t, const tp_profile_summary *s) 
         json_array_append_new(a, o);
     }
     json_object_set_new(j, "layers", a);
+    a = json_array();
+    for (int k = 0; k < s->n_stages; k++) {
+        const tp_stage_row *S = &s->stages[k];
+        json_array_append_new(a, json_pack("{s:s,s:i,s:o,s:o,s:o}", "stage", S->name, "ops", S->ops, "ms_per_iter",
+                                           jnum(S->ns_per_iter * 1e-6), "percent", jnum(S->pct), "floor_ms",
+                                           s->has_roofline && S->floor.known ? jnum(S->floor.ns * 1e-6) : json_null()));
+    }
+    json_object_set_new(j, "stages", a);
     json_object_set_new(j, "roofline", s->has_roofline ? roofline_json(t, s) : json_null());
     return j;
 }

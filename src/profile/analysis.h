@@ -52,6 +52,17 @@ typedef struct {
     tp_roofline_floor floor;  /* the sum of their floors */
 } tp_roofline_row;
 
+/* A pipeline's stage (its ops' layer names start "stage."): the time of its ops, per iteration. */
+typedef struct {
+    char name[32];
+    int ops;
+    double ns_per_iter;       /* the busy time of its ops' records */
+    double pct;               /* of the summary's kernel_ns */
+    tp_roofline_floor floor;  /* the sum of its ops' floors */
+} tp_stage_row;
+
+#define TP_PROFILE_MAX_STAGES 16
+
 typedef struct {
     int iterations;             /* profiled forward passes (the trace's) */
     int records;                /* records inside them */
@@ -74,6 +85,11 @@ typedef struct {
     int n_kernels;
     tp_layer_row *layers;       /* one per trace op, in op order */
     int n_layers;
+    /* a pipeline's stages, in order of first appearance: when every op's layer name has a first component ended
+     * by a dot ("vision" of "vision.blocks.0.attn", "expert" of every "expert.stepN....") and there are 2 to
+     * TP_PROFILE_MAX_STAGES of them; n_stages 0 otherwise (a ViT's "patch_embed", a decoder's "lm_head") */
+    tp_stage_row stages[TP_PROFILE_MAX_STAGES];
+    int n_stages;
     /* the roofline (roofline.h): has_roofline when the trace carries measured rates and op costs (traces
      * recorded before they existed do not); by_kind has one row per op kind present, in tp_op_kind order */
     int has_roofline;
@@ -104,12 +120,13 @@ void tp_profile_summary_free(tp_profile_summary *s);
  * kernel time, span and event-timed GPU time per iteration with their gap; the category breakdown (ms per
  * iteration, %); the top_n kernels (all when top_n <= 0) with nsys' cuda_gpu_kern_sum columns plus Category
  * and Layers (Name last, since it is unbounded); the per-layer table (with each op's roofline floor and the
- * attainment floor / time when the trace has the roofline); the roofline by op kind and for the whole pass.
+ * attainment floor / time when the trace has the roofline); a pipeline's per-stage table; the roofline by op kind and for the whole pass.
  * Times in ns in the kernel table, ms elsewhere. */
 void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n, FILE *f);
 
 /* The whole summary as a JSON object (new reference; caller json_decref's); NULL only when out of memory.
- * Keys: model, precision, batch, gpu, iterations, records, kernel_ns_per_iter (busy time), raw_kernel_ns_per_iter
+ * Keys: model, precision, batch, gpu, iterations, records, stages ([{stage, ops, ms_per_iter, percent, floor_ms}],
+ * empty unless the trace is a pipeline's), kernel_ns_per_iter (busy time), raw_kernel_ns_per_iter
  * (summed durations), span_ns_per_iter,
  * traced_ms_per_iter, event_median_ms, gap_ms and gap_pct (event minus traced, null without event time),
  * unattributed, unattributed_ns_per_iter, per_iteration [{kernel_ns (busy time), span_ns}], categories [{category,

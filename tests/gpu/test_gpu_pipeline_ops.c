@@ -178,21 +178,80 @@ START_TEST(test_rope_at) {
 }
 END_TEST
 
+/* pi0's two attentions at their real shapes (the prefix: 816 tokens, 8 heads over 1 KV head of 256, padding per
+ * sample; the expert: 51 queries over the prefix's 816 keys and its own 51, the state token's first block), each
+ * as a one-op graph whose inputs are Q, K, V (K, V of the prefix) and the valid counts, in an fp32 engine (the
+ * unfused cuBLASLt form, then the CUDA-core kernel) against the CPU reference: the indexing and masking of both
+ * implementations where the small model does not reach (head dim 256, hundreds of keys). */
+START_TEST(test_masked_attention_pi0_shapes) {
+    const int expert = _i / 2, classic = _i % 2;
+    enum { B = 2, H = 8, HKV = 1, D = 256, NIMG = 768, P = 816, S = 51 };
+    SET_CASE("masked attention at pi0's %s shape, fp32 engine, %s", expert ? "expert" : "prefix",
+             classic ? "CUDA-core" : "unfused");
+    const int Tq = expert ? S : P, Tk = Tq;
+    tp_graph g;
+    tp_graph_init(&g, B);
+    const int64_t qs[3] = {B, Tq, H * D}, ks[3] = {B, Tk, HKV * D}, ps[3] = {B, P, HKV * D}, vs[2] = {B, 1};
+    int in[6];
+    in[0] = tp_graph_add_value(&g, "q", TP_VAL_INPUT, 3, qs, -1);
+    in[1] = tp_graph_add_value(&g, "k", TP_VAL_INPUT, 3, ks, -1);
+    in[2] = tp_graph_add_value(&g, "v", TP_VAL_INPUT, 3, ks, -1);
+    if (expert) {
+        in[3] = tp_graph_add_value(&g, "kp", TP_VAL_INPUT, 3, ps, -1);
+        in[4] = tp_graph_add_value(&g, "vp", TP_VAL_INPUT, 3, ps, -1);
+    }
+    in[expert ? 5 : 3] = tp_graph_add_value(&g, "valid", TP_VAL_INPUT, 2, vs, -1);
+    g.input = in[0];
+    tp_op at = {.kind = TP_OP_MASKED_ATTENTION, .heads = H, .kv_heads = HKV, .head_dim = D, .scale = 1.0f / 16.0f,
+                .prefix = NIMG, .pool_mode = expert};
+    snprintf(at.layer, sizeof at.layer, "attn");
+    g.output = tp_graph_op_out(&g, tp_graph_add_op(&g, &at, in, expert ? 6 : 4, 3, qs, "o"));
+    const int64_t row = tp_graph_input_layout(&g, NULL);
+    float *x = host_normal((size_t)(row * B), 80 + (uint64_t)_i, 0.0, 1.0);
+    /* the valid counts (the row's last value): 48 and 45 language tokens, 3 padded in sample 1 */
+    x[row - 1] = 48.0f;
+    x[2 * row - 1] = 45.0f;
+    const size_t on = (size_t)B * Tq * H * D;
+    float *ref = hmalloc(on * sizeof(float)), *got = hmalloc(on * sizeof(float));
+    tp_error e = {0};
+    tp_params none = {0}; /* the graph has no parameters */
+    ck_assert_msg(tp_cpu_run(&g, &none, x, ref, &e) == TP_OK, "%s", e.msg);
+    tp_plan pl;
+    ck_assert_msg(tp_plan_build(&g, TP_PREC_FP32, 90, &pl, &e) == TP_OK, "%s", e.msg);
+    tp_engine_options o = {.device = 0, .use_graph = 1, .attention = classic ? TP_ATTN_CLASSIC : TP_ATTN_AUTO};
+    tp_engine *eng = NULL;
+    ck_assert_msg(tp_engine_build(&g, &none, &pl, &o, &eng, &e) == TP_OK, "%s: %s", g_case, e.msg);
+    const char *im = tp_engine_op_impl(eng, 0);
+    ck_assert_msg(im && strstr(im, classic ? "CUDA-core" : "cuBLASLt"), "%s: %s", g_case, im ? im : "(none)");
+    memset(got, 0xFF, on * sizeof(float));
+    ck_assert_msg(tp_engine_set_input(eng, x, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK, "%s: %s", g_case, e.msg);
+    ck_assert_msg(tp_engine_get_output(eng, got, &e) == TP_OK, "%s", e.msg);
+    tol_t t = {2e-5, 1e-4};
+    check_close(g_case, got, ref, on, (size_t)H * D, t);
+    printf("  %s: %s\n", g_case, im);
+    tp_engine_destroy(eng);
+    tp_plan_free(&pl);
+    tp_graph_free(&g);
+}
+END_TEST
+
 /* pi0-small as one engine (every stage, every denoise step, one CUDA graph; and eager) against the CPU reference
  * on the same synthesized weights and inputs (batch 3: padded language tokens differ per sample): the actions in
  * fp32 to 1e-4 relative L2, fp16 and bf16 by cosine; the expert's weights uploaded once for all steps. */
 static const tp_precision PI0_PRECS[] = {TP_PREC_FP32, TP_PREC_FP16, TP_PREC_BF16};
 
 START_TEST(test_pi0_small_engine) {
-    const tp_precision prec = PI0_PRECS[_i / 2];
-    const int graph = _i % 2 == 0;
+    const tp_precision prec = PI0_PRECS[_i / 4];
+    const int graph = _i % 2 == 0, classic = (_i / 2) % 2;
     tp_model m;
     tp_error e = {0};
     tp_params p = {0};
     tp_graph g;
     tp_plan pl;
     enum { B = 3 };
-    SET_CASE("pi0-small engine %s %s", tp_precision_name(prec), graph ? "graph" : "eager");
+    SET_CASE("pi0-small engine %s %s, %s attention", tp_precision_name(prec), graph ? "graph" : "eager",
+             classic ? "CUDA-core" : "unfused");
     ck_assert_int_eq(tp_model_preset("pi0-small", &m, &e), TP_OK);
     ck_assert_int_eq(tp_model_params_init(&m, 5, 1, &p, &e), TP_OK);
     ck_assert_msg(tp_model_build_graph(&m, &p, B, &g, &e) == TP_OK, "%s", e.msg);
@@ -207,13 +266,19 @@ START_TEST(test_pi0_small_engine) {
     CUDA_OK(cudaGetDevice(&dev));
     CUDA_OK(cudaGetDeviceProperties(&dp, dev));
     ck_assert_msg(tp_plan_build(&g, prec, dp.major * 10 + dp.minor, &pl, &e) == TP_OK, "%s", e.msg);
-    tp_engine_options o = {.device = dev, .use_graph = graph};
+    tp_engine_options o = {.device = dev, .use_graph = graph, .attention = classic ? TP_ATTN_CLASSIC : TP_ATTN_AUTO};
     tp_engine *eng = NULL;
     ck_assert_msg(tp_engine_build(&g, &p, &pl, &o, &eng, &e) == TP_OK, "%s: %s", g_case, e.msg);
     memset(got, 0xFF, sizeof(float) * out_n);
     ck_assert_msg(tp_engine_set_input(eng, in, &e) == TP_OK, "%s", e.msg);
     ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK, "%s: %s", g_case, e.msg);
     ck_assert_msg(tp_engine_get_output(eng, got, &e) == TP_OK, "%s", e.msg);
+    for (int i = 0; i < g.n_ops; i++) /* each attention as asked: the unfused form planned, or the kernel */
+        if (g.ops[i].kind == TP_OP_MASKED_ATTENTION) {
+            const char *im = tp_engine_op_impl(eng, i);
+            ck_assert_msg(im && strstr(im, classic ? "CUDA-core" : "cuBLASLt"), "%s: %s: %s", g_case, g.ops[i].layer,
+                          im ? im : "(none)");
+        }
     tp_accuracy a;
     tp_accuracy_compute(got, ref, B, (int)(out_n / B), &a);
     /* every parameter once: the expert's steps share their weights */
@@ -248,7 +313,8 @@ Suite *gpu_pipeline_ops_suite(void) {
     TCase *en = tcase_create("pi0_engine");
     tcase_add_checked_fixture(en, setup, teardown);
     tcase_set_timeout(en, 300);
-    tcase_add_loop_test(en, test_pi0_small_engine, 0, 6);
+    tcase_add_loop_test(en, test_pi0_small_engine, 0, 12);
+    tcase_add_loop_test(en, test_masked_attention_pi0_shapes, 0, 4);
     suite_add_tcase(s, en);
     return s;
 }

@@ -843,11 +843,11 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
         for (int j = 0; j < g->ops[i].n_in; j++) CHECK(e->dptr[y] != e->dptr[g->ops[i].in[j]]);
     }
     if (g->kv_len > 0 && (st = setup_kv(e, err))) goto fail;
-    if ((st = tpe_setup_pipeline(e, err))) goto fail;
 
     /* GEMM plans and the im2col scratch */
     st = tp_gemm_ctx_create(opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), &e->gemm, err);
     if (st) goto fail;
+    if ((st = tpe_setup_pipeline(e, opt->attention, err))) goto fail;
     size_t cols_bytes = 0, qdq_bytes = 0, q8_bytes = 0, wdq_bytes = 0;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
@@ -1145,6 +1145,9 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->act_amax);
     free(e->d_invfreq);
     free(e->d_opconst);
+    for (int i = 0; e->mplan && i < 4 * e->g->n_ops; i++) tp_bgemm_destroy(e->mplan[i]);
+    free(e->mplan);
+    free(e->masked_gemm);
     free(e->repeats);
     free(e->kv_flash);
     if (e->owns_nccl) tp_nccl_destroy(e->nccl);

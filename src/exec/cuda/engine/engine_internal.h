@@ -90,6 +90,11 @@ struct tp_engine {
     int feed_argmax;           /* the graph ends by writing argmax(logits) into its own input (greedy decode) */
     float **d_invfreq;         /* per RoPE op: its D/2 inverse frequencies (tp_rope_inv_freq), device */
     float **d_opconst;         /* per TIME_CONCAT op: its step's time embedding (tp_time_embedding), device */
+    unsigned char *masked_gemm; /* per MASKED_ATTENTION op: 1 where cuBLASLt's batched GEMMs and the masked softmax
+                                   run it (engine_pipeline.c), 0 for the CUDA-core kernel */
+    tp_bgemm **mplan;          /* per op, 4 each: S = Q Kp^T, S = Q K^T, O = P Vp, O (+)= P V (NULL where absent) */
+    float *d_mscore;           /* the unfused attention's scores, fp32 (the largest op's; one stream) */
+    void *d_mprob;             /* its probabilities, in the activations' type */
     int *repeats;              /* per value: the earlier parameter value holding the same parameter, stored alike, whose
                                   device copy it shares (a pipeline's expert steps), or -1 */
     float *d_kv_ws;            /* the decode attention's split-KV workspace, shared by its ops (one stream) */
@@ -165,7 +170,7 @@ int tpe_launch_group(tp_engine *e, int i);
  * tp_graph_input_layout's length, fp32) scattered into every input's buffer, enqueued on x->stream;
  * tpe_find_repeats: e->repeats. Errors: TP_ERR_OOM, TP_ERR_CUDA, TP_ERR_UNSUPPORTED (a RoPE head dim). */
 tp_status tpe_rope_tables(tp_engine *e, tp_error *err);
-tp_status tpe_setup_pipeline(tp_engine *e, tp_error *err);
+tp_status tpe_setup_pipeline(tp_engine *e, tp_attn_impl want, tp_error *err);
 int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s);
 tp_status tpe_upload_inputs(tp_engine *x, const float *rows, tp_error *err);
 tp_status tpe_find_repeats(tp_engine *e, tp_error *err);

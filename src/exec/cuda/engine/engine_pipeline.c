@@ -13,6 +13,7 @@
 #include "exec/cuda/kernels/decoder_ops.h"
 #include "exec/cuda/kernels/kernels.h"
 #include "exec/cuda/kernels/pipeline_ops.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "formats/dtype.h"
 
 static tp_status put(tp_engine *e, const float *h, size_t n, float **d, const char *what, tp_error *err) {
@@ -39,9 +40,151 @@ tp_status tpe_rope_tables(tp_engine *e, tp_error *err) {
     return TP_OK;
 }
 
-tp_status tpe_setup_pipeline(tp_engine *e, tp_error *err) {
+/* A masked attention op's shapes, as the unfused form reads them */
+typedef struct {
+    int B, H, Hkv, G, D, Tq, Tk, Tp, two, o0, ld; /* o0: the own keys' first column in S and P */
+} mshape;
+
+static mshape mshape_of(const tp_engine *e, int i) {
+    const tp_graph *g = e->g;
+    const tp_op *op = &g->ops[i];
+    mshape m;
+    m.two = op->n_in == 6;
+    m.B = (int)g->values[op->in[0]].shape[0];
+    m.Tq = (int)g->values[op->in[0]].shape[1];
+    m.Tk = (int)g->values[op->in[1]].shape[1];
+    m.Tp = m.two ? (int)g->values[op->in[3]].shape[1] : 0;
+    m.H = op->heads, m.Hkv = op->kv_heads, m.G = op->heads / op->kv_heads, m.D = op->head_dim;
+    m.o0 = (m.Tp + 7) / 8 * 8; /* 16-byte aligned blocks and rows for the GEMMs */
+    m.ld = (m.o0 + m.Tk + 7) / 8 * 8;
+    return m;
+}
+
+/* The largest power of two <= 16 dividing every byte count (the pointers' offsets: cudaMalloc'd bases are aligned) */
+static unsigned align_of(const long long *bytes, int n) {
+    unsigned a = 16;
+    for (int k = 0; k < n; k++)
+        while (a > 1 && bytes[k] % a) a /= 2;
+    return a;
+}
+
+/* Op i's four batched GEMMs (per sample and KV head: the G query heads of that KV head as the batch), or the
+ * reason they do not plan in *why. */
+static tp_status plan_unfused(tp_engine *e, int i, tp_error *why) {
+    const tp_op *op = &e->g->ops[i];
+    const mshape m = mshape_of(e, i);
+    const tp_dtype dt = e->plan->value_dt[op->in[0]];
+    const long long es = (long long)tp_dtype_info(dt)->bytes;
+    const long long offs[] = {m.D * es, (long long)m.H * m.D * es, (long long)m.Hkv * m.D * es, m.ld * 4LL, m.ld * es,
+                              m.o0 * 4LL, m.o0 * es};
+    const unsigned al = align_of(offs, (int)(sizeof offs / sizeof offs[0]));
+    /* S (Tq, keys) = scale Q K^T: Q rows H D apart, the G heads D apart; K rows Hkv D apart, shared by the G heads */
+    tp_bgemm_desc s = {.M = m.Tq, .K = m.D, .trans_b = 1, /* scores fp32 */ .ab_dt = dt, .c_dt = TP_F32, .lda = (int64_t)m.H * m.D,
+                       .ldb = (int64_t)m.Hkv * m.D, .ldc = m.ld, .batch = m.G, .sa = m.D, .sb = 0,
+                       .sc = (int64_t)m.Tq * m.ld, .alpha = op->scale, .beta = 0.0f, .align = al};
+    /* O (Tq, D) = P V: P rows ld apart, a head's Tq ld further; V rows Hkv D apart; O rows H D apart, heads D */
+    tp_bgemm_desc o = {.M = m.Tq, .N = m.D, .trans_b = 0, .ab_dt = dt, .c_dt = dt, .lda = m.ld,
+                       .ldb = (int64_t)m.Hkv * m.D, .ldc = (int64_t)m.H * m.D, .batch = m.G,
+                       .sa = (int64_t)m.Tq * m.ld, .sb = 0, .sc = m.D, .alpha = 1.0f, .align = al};
+    tp_bgemm **pl = &e->mplan[4 * i];
+    tp_status st = TP_OK;
+    if (m.two) {
+        s.N = m.Tp;
+        o.K = m.Tp;
+        o.beta = 0.0f;
+        if (!st) st = tp_bgemm_create(e->gemm, &s, op->layer, &pl[0], why);
+        if (!st) st = tp_bgemm_create(e->gemm, &o, op->layer, &pl[2], why);
+    }
+    s.N = m.Tk;
+    o.K = m.Tk;
+    o.beta = m.two ? 1.0f : 0.0f; /* the own keys' share added to the prefix's */
+    if (!st) st = tp_bgemm_create(e->gemm, &s, op->layer, &pl[1], why);
+    if (!st) st = tp_bgemm_create(e->gemm, &o, op->layer, &pl[3], why);
+    return st;
+}
+
+static tp_status setup_masked(tp_engine *e, tp_attn_impl want, tp_error *err) {
+    const tp_graph *g = e->g;
+    size_t sbytes = 0, pbytes = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_MASKED_ATTENTION) continue;
+        if (!e->masked_gemm) {
+            e->masked_gemm = calloc((size_t)g->n_ops, 1);
+            e->mplan = calloc((size_t)(4 * g->n_ops), sizeof(tp_bgemm *));
+            if (!e->masked_gemm || !e->mplan) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        }
+        tp_error why = {0};
+        tp_status st = want == TP_ATTN_CLASSIC ? TP_ERR_UNSUPPORTED : plan_unfused(e, i, &why);
+        if (st == TP_ERR_OOM) return tp_fail(err, st, "%s", why.msg);
+        e->masked_gemm[i] = st == TP_OK;
+        if (st) {
+            for (int k = 0; k < 4; k++) tp_bgemm_destroy(e->mplan[4 * i + k]), e->mplan[4 * i + k] = NULL;
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof CUDA-core kernel (pipeline_ops.h): %.150s",
+                     want == TP_ATTN_CLASSIC ? "as asked (--attention classic)" : why.msg);
+            continue;
+        }
+        const mshape m = mshape_of(e, i);
+        const size_t rows = (size_t)m.B * m.H * m.Tq;
+        if (rows * m.ld * 4 > sbytes) sbytes = rows * m.ld * 4;
+        const size_t pb = rows * m.ld * tp_dtype_info(e->plan->value_dt[op->in[0]])->bytes;
+        if (pb > pbytes) pbytes = pb;
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt batched GEMMs (S = scale Q K^T in fp32%s, P V%s) "
+                 "around tprof's masked softmax (P in %s)", m.two ? ", over the prefix's K and the own" : "",
+                 m.two ? " in two parts" : "", tp_dtype_info(e->plan->value_dt[op->in[0]])->name);
+    }
+    tp_status st = TP_OK;
+    if (sbytes && !(st = tpe_dev_alloc(e, sbytes, (void **)&e->d_mscore, "the attention scores", err)))
+        st = tpe_dev_alloc(e, pbytes, &e->d_mprob, "the attention probabilities", err);
+    if (!st) e->act_bytes += (double)(sbytes + pbytes);
+    return st;
+}
+
+/* Op i by its batched GEMMs: every (sample, KV head)'s scores, the softmax of every row, every P V. */
+static int launch_unfused(tp_engine *e, int i, cudaStream_t s) {
+    const tp_graph *g = e->g;
+    const tp_op *op = &g->ops[i];
+    const mshape m = mshape_of(e, i);
+    const tp_dtype dt = e->plan->value_dt[op->in[0]];
+    const size_t es = tp_dtype_info(dt)->bytes;
+    const char *q = e->dptr[op->in[0]], *k = e->dptr[op->in[1]], *v = e->dptr[op->in[2]];
+    const char *kp = m.two ? e->dptr[op->in[3]] : NULL, *vp = m.two ? e->dptr[op->in[4]] : NULL;
+    const float *valid = e->dptr[op->in[m.two ? 5 : 3]];
+    char *o = e->dptr[op->out], *P = e->d_mprob;
+    float *S = e->d_mscore;
+    tp_bgemm *const *pl = &e->mplan[4 * i];
+    int rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        if (pass == 1 && (rc = tpk_masked_softmax(S, P, dt, valid, m.B, m.H, m.Tq, m.Tp, m.o0, m.Tk, m.ld, op->prefix,
+                                                  m.two, op->pool_mode == 1, s)))
+            return rc;
+        for (int b = 0; b < m.B && !rc; b++)
+            for (int h0 = 0; h0 < m.H && !rc; h0 += m.G) { /* the G query heads of KV head h0 / G */
+                const size_t kvh = (size_t)(h0 / m.G) * m.D, heads = (size_t)(b * m.H + h0) * m.Tq * m.ld;
+                const char *qb = q + ((size_t)b * m.Tq * m.H + h0) * m.D * es;
+                const char *kb = k + ((size_t)b * m.Tk * m.Hkv * m.D + kvh) * es;
+                const char *vb = v + ((size_t)b * m.Tk * m.Hkv * m.D + kvh) * es;
+                char *ob = o + ((size_t)b * m.Tq * m.H + h0) * m.D * es;
+                if (pass == 0) {
+                    if (m.two)
+                        rc = tp_bgemm_run(e->gemm, pl[0], qb, kp + ((size_t)b * m.Tp * m.Hkv * m.D + kvh) * es,
+                                          S + heads, s);
+                    if (!rc) rc = tp_bgemm_run(e->gemm, pl[1], qb, kb, S + heads + m.o0, s);
+                } else {
+                    if (m.two)
+                        rc = tp_bgemm_run(e->gemm, pl[2], P + heads * es,
+                                          vp + ((size_t)b * m.Tp * m.Hkv * m.D + kvh) * es, ob, s);
+                    if (!rc) rc = tp_bgemm_run(e->gemm, pl[3], P + (heads + (size_t)m.o0) * es, vb, ob, s);
+                }
+            }
+    }
+    return rc ? (int)cudaErrorUnknown : 0; /* a cuBLAS status: reported as a launch failure of the op */
+}
+
+tp_status tpe_setup_pipeline(tp_engine *e, tp_attn_impl want, tp_error *err) {
     const tp_graph *g = e->g;
     tp_status st = tpe_rope_tables(e, err);
+    if (!st) st = setup_masked(e, want, err);
     if (st) return st;
     if (!(e->d_opconst = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float *))))
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
@@ -92,6 +235,7 @@ int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s) {
         if (xdt != TP_F32 || ydt != TP_F32) return (int)cudaErrorInvalidValue;
         return tpk_euler((const float *)x, e->dptr[op->in[1]], pl->value_dt[op->in[1]], (float *)y, op->scale, n, s);
     case TP_OP_MASKED_ATTENTION: {
+        if (e->masked_gemm && e->masked_gemm[i]) return launch_unfused(e, i, s);
         const int two = op->n_in == 6;
         for (int j = 1; j < (two ? 5 : 3); j++)
             if (pl->value_dt[op->in[j]] != xdt) return (int)cudaErrorInvalidValue;

@@ -210,3 +210,62 @@ extern "C" int tpk_masked_attention(const void *q, const void *k, const void *v,
                            Hkv, D, Tq, Tk, Tp, prefix, first_block, scale);
                 return launched())
 }
+
+/* ---- the masked softmax of the unfused attention ------------------------------------------------------------- */
+
+static __device__ __forceinline__ float block_reduce(float v, int is_max, float *red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
+    __syncthreads(); /* red is reused: the previous reduction's readers are done */
+    if (lane == 0) red[wid] = v;
+    __syncthreads();
+    float r = is_max ? -INFINITY : 0.0f;
+    for (int k = 0; k < nw; k++) r = is_max ? fmaxf(r, red[k]) : r + red[k];
+    return r;
+}
+
+template <typename TP>
+__global__ void masked_softmax_kernel(const float *S, TP *P, const float *valid, int H, int Tq, int Tp, int o0, int Tk,
+                                      int ld, int prefix, int two, int first_block) {
+    __shared__ float red[32];
+    const long long r = blockIdx.x;
+    const int t = (int)(r % Tq), b = (int)(r / ((long long)H * Tq)), n = o0 + Tk;
+    const int nvalid = prefix + (int)valid[b]; /* truncated as the CPU's (int64_t) cast */
+    const float *s = S + r * ld;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const int own = j >= o0, jj = own ? j - o0 : j, padded = two ? !own : 1;
+        const int vis = !(padded && jj >= nvalid) && !(own && first_block && t == 0 && jj > 0) && (own || j < Tp);
+        if (vis) mx = fmaxf(mx, s[j]);
+    }
+    mx = block_reduce(mx, 1, red);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const int own = j >= o0, jj = own ? j - o0 : j, padded = two ? !own : 1;
+        const int vis = !(padded && jj >= nvalid) && !(own && first_block && t == 0 && jj > 0) && (own || j < Tp);
+        if (vis) sum += expf(s[j] - mx);
+    }
+    sum = block_reduce(sum, 0, red);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* nothing visible: zeros, as the CPU's */
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const int own = j >= o0, jj = own ? j - o0 : j, padded = two ? !own : 1;
+        const int vis = !(padded && jj >= nvalid) && !(own && first_block && t == 0 && jj > 0) && (own || j < Tp);
+        st1(P, (size_t)(r * ld + j), vis ? expf(s[j] - mx) * inv : 0.0f);
+    }
+}
+
+extern "C" int tpk_masked_softmax(const float *S, void *P, tp_dtype pdt, const float *valid, int B, int H, int Tq,
+                                  int Tp, int o0, int Tk, int ld, int prefix, int two, int first_block,
+                                  tp_stream stream) {
+    if (B < 1 || H < 1 || Tq < 1 || Tp < 0 || o0 < Tp || Tk < 1 || ld < o0 + Tk || prefix < 0 || (two && Tp < 1) ||
+        (!two && (Tp != 0 || o0 != 0)) || !S || !P || !valid || (long long)B * H * Tq > 0x7FFFFFFFLL)
+        return PIPE_INVALID;
+    cudaStream_t s = (cudaStream_t)stream;
+    const unsigned grid = (unsigned)((long long)B * H * Tq);
+    PIPE_BY_ACT(pdt, TP, masked_softmax_kernel<TP><<<grid, 256, 0, s>>>(S, (TP *)P, valid, H, Tq, Tp, o0, Tk, ld,
+                                                                         prefix, two, first_block);
+                return launched())
+}

@@ -2,7 +2,7 @@
  * GPU form of a CPU reference in src/exec/cpu/cpu_ops.h and checked against it (tests/gpu/test_gpu_pipeline_ops.c).
  * Element types: F32, F16, BF16 (widened to fp32, computed in fp32, rounded once on store). Every entry point
  * returns 0 (cudaSuccess), the launch's error, or cudaErrorInvalidValue for arguments it refuses (checked before
- * anything is launched). Not yet called by the engine (docs/pipelines.md, the GPU work list). */
+ * anything is launched). The engine calls them from engine_pipeline.c. */
 #ifndef TP_PIPELINE_OPS_H
 #define TP_PIPELINE_OPS_H
 
@@ -44,6 +44,15 @@ int tpk_slice_tokens(const void *x, void *y, tp_dtype dt, int B, int64_t T, int6
 int tpk_masked_attention(const void *q, const void *k, const void *v, const void *kp, const void *vp,
                          const float *valid, void *o, tp_dtype dt, int B, int H, int Hkv, int D, int Tq, int Tk,
                          int Tp, int prefix, int first_block, float scale, tp_stream stream);
+
+/* The softmax of the unfused masked attention (engine_pipeline.c: cuBLASLt's batched GEMMs around it): S holds the
+ * scaled scores fp32, one row per (b, h, t) in that order (row r at S + r ld): columns 0 .. Tp - 1 the padded
+ * source's keys (two: the prefix's K), Tp .. o0 - 1 unused (o0 >= Tp aligns the next block), o0 .. o0 + Tk - 1 the
+ * own keys (one source: Tp = o0 = 0, the own keys the padded ones); P (same rows, same ld, in pdt) = softmax over
+ * the visible keys with tpk_masked_attention's rules, 0 at masked and unused columns; a row with no visible key is
+ * zeros. ld >= o0 + Tk. */
+int tpk_masked_softmax(const float *S, void *P, tp_dtype pdt, const float *valid, int B, int H, int Tq, int Tp,
+                       int o0, int Tk, int ld, int prefix, int two, int first_block, tp_stream stream);
 
 #ifdef __cplusplus
 }

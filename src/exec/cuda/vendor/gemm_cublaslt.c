@@ -377,3 +377,113 @@ int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, con
                         (cudaStream_t)stream);
     return (int)st;
 }
+
+/* ---- strided-batched GEMMs ---------------------------------------------------------------------------------- */
+
+struct tp_bgemm {
+    tp_bgemm_desc d;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (= our B), B (= our A), C */
+    cublasLtMatmulAlgo_t algo;
+    size_t workspace_needed;
+};
+
+void tp_bgemm_destroy(tp_bgemm *p) {
+    if (!p) return;
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    free(p);
+}
+
+#define BG_PLAN(call)                                                                                          \
+    do {                                                                                                       \
+        cublasStatus_t st_ = (call);                                                                           \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                                    \
+            tp_status code_ = st_ == CUBLAS_STATUS_ALLOC_FAILED ? TP_ERR_OOM : TP_ERR_CUDA;                    \
+            tp_fail(err, code_, "batched gemm %s: %s: %s", name, #call, cublasLtGetStatusString(st_));         \
+            tp_bgemm_destroy(p);                                                                               \
+            return code_;                                                                                      \
+        }                                                                                                      \
+    } while (0)
+
+/* One batched matrix layout: rows x cols column-major with ld, batch, stride. */
+static cublasStatus_t bg_layout(cublasLtMatrixLayout_t *l, cudaDataType t, int64_t rows, int64_t cols, int64_t ld,
+                                int batch, int64_t stride) {
+    cublasStatus_t st = cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld);
+    const int32_t bc = batch;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+    return st;
+}
+
+tp_status tp_bgemm_create(tp_gemm_ctx *ctx, const tp_bgemm_desc *d, const char *name, tp_bgemm **out, tp_error *err) {
+    *out = NULL;
+    if (!name) name = "(unnamed)";
+    const int64_t M = d->M, N = d->N, K = d->K;
+    if (M < 1 || N < 1 || K < 1 || d->batch < 1 || d->lda < K || d->ldb < (d->trans_b ? K : N) || d->ldc < N ||
+        d->sa < 0 || d->sb < 0 || d->sc < 0 || d->align < 1 || d->align > 16 || (d->align & (d->align - 1)))
+        return tp_fail(err, TP_ERR_ARG, "batched gemm %s: M=%lld N=%lld K=%lld batch %d, lda %lld ldb %lld ldc %lld, "
+                       "align %u: invalid", name, (long long)M, (long long)N, (long long)K, d->batch,
+                       (long long)d->lda, (long long)d->ldb, (long long)d->ldc, d->align);
+    const int ok = (d->ab_dt == TP_F32 && d->c_dt == TP_F32) ||
+                   ((d->ab_dt == TP_F16 || d->ab_dt == TP_BF16) && (d->c_dt == d->ab_dt || d->c_dt == TP_F32));
+    cudaDataType ab_t, c_t;
+    if (!ok || !cuda_type(d->ab_dt, &ab_t) || !cuda_type(d->c_dt, &c_t))
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "batched gemm %s: inputs %s with output %s (supported: f32->f32, "
+                       "f16/bf16 -> the same or f32)", name, dt_name(d->ab_dt), dt_name(d->c_dt));
+    tp_bgemm *p = calloc(1, sizeof *p);
+    if (!p) return tp_fail(err, TP_ERR_OOM, "batched gemm %s: out of host memory", name);
+    p->d = *d;
+    /* row-major C = A op(B) is column-major C^T = op(B)^T A^T: cuBLASLt's A is our B (B^T: our B (N, K) row-major
+     * is (K, N) column-major, transposed; B (K, N) row-major is (N, K) column-major, as it is), its B our A */
+    BG_PLAN(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t ta = d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    BG_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    BG_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    BG_PLAN(d->trans_b ? bg_layout(&p->la, ab_t, K, N, d->ldb, d->batch, d->sb)
+                       : bg_layout(&p->la, ab_t, N, K, d->ldb, d->batch, d->sb));
+    BG_PLAN(bg_layout(&p->lb, ab_t, K, M, d->lda, d->batch, d->sa));
+    BG_PLAN(bg_layout(&p->lc, c_t, N, M, d->ldc, d->batch, d->sc));
+    cublasLtMatmulPreference_t pref = NULL;
+    BG_PLAN(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = ctx->workspace_bytes;
+    const uint32_t al = d->align;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                             sizeof ws);
+    const cublasLtMatmulPreferenceAttributes_t als[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int k = 0; k < 4 && st == CUBLAS_STATUS_SUCCESS; k++)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, als[k], &al, sizeof al);
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+        tp_fail(err, TP_ERR_UNSUPPORTED, "batched gemm %s: cuBLASLt has no algorithm for %d x (M=%lld N=%lld K=%lld) "
+                "%s -> %s, align %u: %s", name, d->batch, (long long)M, (long long)N, (long long)K,
+                dt_name(d->ab_dt), dt_name(d->c_dt), d->align,
+                cublasLtGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st : found < 1 ? CUBLAS_STATUS_NOT_SUPPORTED
+                                                                                      : res.state));
+        tp_bgemm_destroy(p);
+        return TP_ERR_UNSUPPORTED;
+    }
+    p->algo = res.algo;
+    p->workspace_needed = res.workspaceSize;
+    *out = p;
+    return TP_OK;
+}
+
+int tp_bgemm_run(tp_gemm_ctx *ctx, const tp_bgemm *p, const void *A, const void *B, void *C, tp_stream stream) {
+    if (!p || !A || !B || !C || (uintptr_t)A % p->d.align || (uintptr_t)B % p->d.align || (uintptr_t)C % p->d.align)
+        return (int)CUBLAS_STATUS_INVALID_VALUE;
+    const float alpha = p->d.alpha, beta = p->d.beta;
+    return (int)cublasLtMatmul(ctx->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
+                               ctx->workspace, p->workspace_needed, (cudaStream_t)stream);
+}

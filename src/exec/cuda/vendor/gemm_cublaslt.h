@@ -105,4 +105,32 @@ int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, con
                   const void *residual, void *D, const float *a_scale, const float *w_scale, const float *d_scale,
                   float alpha, tp_stream stream);
 
+/* ---- strided-batched GEMMs (attention's unfused form, engine_pipeline.c) -------------------------------------
+ * Per batch i < batch, with row-major matrices at A + i sa, B + i sb, C + i sc (strides in elements, 0: the same
+ * matrix for every batch):
+ *     C (M, N) = alpha * A (M, K) @ op(B) + beta * C,   op(B) = B^T for B (N, K) (trans_b), else B (K, N),
+ * rows lda, ldb, ldc elements apart. A and B in ab_dt (F32, F16 or BF16), C in c_dt (ab_dt, or F32 for 16-bit
+ * inputs); fp32 accumulation (CUBLAS_COMPUTE_32F, TF32 off). align: the byte alignment (1 to 16, a power of two)
+ * every pointer the plan will be run on is guaranteed to have, offsets and strides included: the heuristic is told
+ * so (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*) and tp_bgemm_run checks it. cuBLASLt's batched layouts:
+ * CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and _STRIDED_BATCH_OFFSET (cuBLAS documentation, cublasLtMatrixLayoutAttribute_t).
+ * Errors: TP_ERR_ARG (a dimension or batch < 1, a leading dimension shorter than its row, align not a power of two
+ * in 1..16), TP_ERR_UNSUPPORTED (types; or cuBLASLt has no algorithm, its status named), TP_ERR_OOM, TP_ERR_CUDA. */
+typedef struct {
+    int64_t M, N, K;
+    int trans_b;
+    tp_dtype ab_dt, c_dt;
+    int64_t lda, ldb, ldc;
+    int batch;
+    int64_t sa, sb, sc;
+    float alpha, beta;
+    unsigned align;
+} tp_bgemm_desc;
+typedef struct tp_bgemm tp_bgemm;
+tp_status tp_bgemm_create(tp_gemm_ctx *ctx, const tp_bgemm_desc *d, const char *name, tp_bgemm **out, tp_error *err);
+/* Enqueues one planned batched GEMM on stream; 0 or a cublasStatus_t (CUBLAS_STATUS_INVALID_VALUE for a NULL or
+ * less aligned pointer than the plan's align). */
+int tp_bgemm_run(tp_gemm_ctx *ctx, const tp_bgemm *p, const void *A, const void *B, void *C, tp_stream stream);
+void tp_bgemm_destroy(tp_bgemm *p);
+
 #endif
