@@ -254,6 +254,11 @@ expect_ok "pipeline from a JSON file" "pi0-two-cams .*4 Euler steps" bench --dev
 echo '{"family": "pipeline", "name": "x", "cams": 2}' >"$tmp/pipe_bad.json"
 expect_error "pipeline JSON missing a field" 3 "pipe_bad.json: model: 'img' is missing" bench --device cpu \
   --model "$tmp/pipe_bad.json"
+expect_error "pipeline mode unknown" 2 "--pipeline: unknown mode 'bogus'" bench --model pi0-small --pipeline bogus
+expect_error "pipeline mode on a ViT" 2 "is not a pipeline (family vit)" bench --device cpu --model vit-tiny \
+  --pipeline modular
+expect_error "pipeline mode on the CPU" 2 "the modes are the GPU engine's" bench --device cpu --model pi0-small \
+  --pipeline modular
 expect_error "pipeline engine file" 4 "read through several graph values" build --model pi0-small --arch sm_90 \
   --precision fp16 -o "$tmp/pi0.tpe"
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run

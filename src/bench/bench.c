@@ -291,6 +291,15 @@ static tp_status setup(run_ctx *c, tp_error *err) {
         st = tp_model_checkpoint(mp, o->weights, rep->checkpoint_note, sizeof rep->checkpoint_note, err);
     if (st) return st;
     c->rep.o = o;
+    if (o->pipeline_mode && strcmp(mp->family->name, "pipeline") != 0)
+        return tp_fail(err, TP_ERR_ARG, "--pipeline: %s is not a pipeline (family %s)", tp_model_name(mp),
+                       mp->family->name);
+    if (o->pipeline_mode && c->rep.dev != TP_DEVICE_GPU)
+        return tp_fail(err, TP_ERR_ARG, "--pipeline: the modes are the GPU engine's (this run is on the CPU, whose "
+                       "executor runs op by op)");
+    if (o->pipeline_mode && o->pipeline_mode != 3 && !o->use_graph)
+        return tp_fail(err, TP_ERR_ARG, "--pipeline %s with --no-graph: contradictory (--pipeline eager is eager)",
+                       o->pipeline_mode == 1 ? "graph" : "modular");
     if (!o->engine_file && (st = host_memory_check(c, err))) return st;
     st = o->engine_file ? tp_engine_file_params(o->engine_file, &c->params, err)
          : o->weights   ? tp_model_params_load(mp, o->weights, &c->params, err)
@@ -492,7 +501,8 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     float *amax = NULL;
     double b0 = tp_now_ms();
     tp_status st = activation_scales(c, plan, &amax, err);
-    tp_engine_options eo = {.device = 0, .use_graph = o->use_graph, .gemm_first = o->gemm_first,
+    tp_engine_options eo = {.device = 0, .use_graph = o->use_graph && o->pipeline_mode != 3,
+                            .modular = o->pipeline_mode == 2, .gemm_first = o->gemm_first,
                             .cublaslt_only = o->cublaslt_only, .fp8_promote = o->fp8_promote,
                             .gemm_choice = stored_gemms(c, plan, pol), .act_amax = amax,
                             .hook = c->cupti ? tp_cupti_hook : NULL, .hook_user = c->cupti, .weights_q = c->wq,

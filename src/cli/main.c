@@ -61,6 +61,8 @@ static const char USAGE_BENCH[] =
             "  --ref-samples N       samples the FP32 reference checks (default min(batch, 8)); --ref-images: the same\n"
             "  --json FILE           write every sample, the configuration and the system to FILE\n"
             "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
+            "  --pipeline MODE       pipelines: graph (default: every stage and step in one CUDA graph), modular\n"
+            "                        (a graph per stage, the host waiting between them, handoff copies), eager\n"
             "  --gelu erf|tanh       erf (default): the model's exact GELU (its own kernel, or in the epilogue of\n"
             "                        tprof's GEMM, see --gemm); tanh: the tanh\n"
             "                        approximation in the epilogue of the GEMM before it (cuBLASLt's GELU;\n"
@@ -519,6 +521,10 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
         o->no_pdl = k;
     } else if (!a->build && IS("--tp-launch")) {
         return two_way(name, val, "mode", "serial", "threads", &o->tp_parallel_launch) ? -1 : 1;
+    } else if (!a->build && IS("--pipeline")) {
+        static const char *const PM[] = {"graph", "modular", "eager"};
+        if ((k = one_of(name, val, "mode", PM, 3)) < 0) return -1;
+        o->pipeline_mode = k + 1; /* 0: not given */
     }
     else if (IS("--json")) o->json_path = val;
     else if (IS("--policy")) o->policy = val;
@@ -567,7 +573,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};

@@ -440,7 +440,11 @@ static void text_start(const tp_bench_report *rep) {
     printf("tprof bench: %s (%s), batch %d, %.2f GFLOP/%s (matmul %.2f)\n", tp_model_name(&rep->model), rep->model_desc,
            o->batch, rep->flop / o->batch * 1e-9, rep->input.unit, rep->matmul_flop / o->batch * 1e-9);
     printf("Device: %s%s\n", rep->device,
-           rep->dev == TP_DEVICE_GPU ? (o->use_graph ? "; forward pass in one CUDA graph" : "; eager launches (--no-graph)")
+           rep->dev == TP_DEVICE_GPU ? (o->pipeline_mode == 2 ? "; modular: one CUDA graph per stage, the host waiting "
+                                                           "between stages, the tensors crossing each copied once"
+                                  : o->use_graph && o->pipeline_mode != 3 ? "; forward pass in one CUDA graph"
+                                  : o->pipeline_mode == 3 ? "; eager launches (--pipeline eager)"
+                                                          : "; eager launches (--no-graph)")
                                      : "; CPU executor (fp32, the reference)");
     const tp_gpu_info *gpu = &rep->gpu;
     if (gpu->present)

@@ -293,6 +293,31 @@ START_TEST(test_pi0_small_engine) {
     else ck_assert_msg(a.cosine >= (prec == TP_PREC_FP16 ? 0.999 : 0.99), "%s: cosine %.6f", g_case, a.cosine);
     ck_assert_msg(tp_engine_weight_bytes(eng) <= 1.01 * wbytes, "%s: %.0f weight bytes for a %.0f-byte model", g_case,
                   tp_engine_weight_bytes(eng), wbytes);
+    if (graph) { /* modular: a graph per stage, the same ops in the same order */
+        tp_engine_options om = o;
+        om.modular = 1;
+        tp_engine *em = NULL;
+        float *gm = hmalloc(sizeof(float) * out_n);
+        memset(gm, 0xFF, sizeof(float) * out_n);
+        ck_assert_msg(tp_engine_build(&g, &p, &pl, &om, &em, &e) == TP_OK, "%s modular: %s", g_case, e.msg);
+        ck_assert_msg(tp_engine_set_input(em, in, &e) == TP_OK, "%s", e.msg);
+        ck_assert_msg(tp_engine_forward(em, &e) == TP_OK, "%s modular: %s", g_case, e.msg);
+        ck_assert_msg(tp_engine_get_output(em, gm, &e) == TP_OK, "%s", e.msg);
+        tp_accuracy am; /* the builds time their GEMM choices apart: equal up to the format's rounding */
+        tp_accuracy_compute(gm, got, B, (int)(out_n / B), &am);
+        ck_assert_msg(am.nonfinite == 0 && am.rel_l2 <= (prec == TP_PREC_FP32 ? 1e-5 : 2e-2),
+                      "%s: modular actions against the one graph's: rel L2 %.3e", g_case, am.rel_l2);
+        static const char *const ST[3] = {"vision", "prefix", "expert"};
+        char name[32];
+        double hb = 0;
+        ck_assert_int_eq(tp_engine_stages(em, 0, NULL, 0, NULL), 3);
+        for (int k = 0; k < 3; k++) {
+            tp_engine_stages(em, k, name, sizeof name, &hb);
+            ck_assert_str_eq(name, ST[k]);
+            ck_assert_msg(k == 2 ? hb == 0 : hb > 0, "%s: stage %s hands over %.0f bytes", g_case, name, hb);
+        }
+        tp_engine_destroy(em);
+    }
     tp_engine_destroy(eng);
     tp_plan_free(&pl);
     tp_graph_free(&g);

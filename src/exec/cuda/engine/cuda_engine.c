@@ -128,6 +128,14 @@ static tp_engine *rank_engine(tp_engine *e, int r) { return e->ranks ? e->ranks[
 static tp_status launch_run(tp_engine *e, tp_error *err) {
     tp_status st = TP_OK;
     if (!e->use_graph) return launch_all(e, err);
+    for (int k = 0; k < e->n_seg; k++) { /* modular: stage after stage, the host waiting for each */
+        int rc = 0;
+        CU_TRY(cudaGraphLaunch(e->seg_exec[k], e->stream));
+        if ((rc = tpe_handoff(e, k)))
+            return tp_fail(err, TP_ERR_CUDA, "stage %d's handoff copies: %s", k, cudaGetErrorString((cudaError_t)rc));
+        if (k + 1 < e->n_seg) CU_TRY(cudaStreamSynchronize(e->stream));
+        if (k + 1 == e->n_seg) return TP_OK;
+    }
     if (e->ranks && e->parallel_launch) {
         /* one host thread per GPU: the replays start together instead of GPU r waiting for r launches before it
          * (the first all-reduce of a step absorbs that wait on GPU 0: bench/results, 2026-11-26 h200x4) */
@@ -848,6 +856,13 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     st = tp_gemm_ctx_create(opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), &e->gemm, err);
     if (st) goto fail;
     if ((st = tpe_setup_pipeline(e, opt->attention, err))) goto fail;
+    if (opt->modular) {
+        if (!opt->use_graph) {
+            st = tp_fail(err, TP_ERR_ARG, "modular mode runs one CUDA graph per stage: not with eager launches");
+            goto fail;
+        }
+        if ((st = tpe_setup_stages(e, err))) goto fail;
+    }
     size_t cols_bytes = 0, qdq_bytes = 0, q8_bytes = 0, wdq_bytes = 0;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
@@ -1009,6 +1024,38 @@ int tp_engine_pdl_edges(const tp_engine *e, int *total) {
     return e && e->exec ? e->pdl_edges : -1;
 }
 
+/* A modular engine's graphs: each stage's ops captured into a graph of its own (the run's start in the first, its
+ * end in the last), instantiated and uploaded. */
+static tp_status capture_stages(tp_engine *e, tp_error *err) {
+    tp_status st = TP_OK;
+    for (int k = 0; k < e->n_seg && !st; k++) {
+        CU_TRY(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal));
+        if (k == 0) st = tpe_launch_begin(e, err);
+        for (int i = e->seg_first[k]; i < e->seg_first[k + 1] && !st; i++) {
+            nvtxRangePushA(e->g->ops[i].layer);
+            st = tpe_launch_op(e, i, err);
+            nvtxRangePop();
+        }
+        if (!st && k == e->n_seg - 1) st = tpe_launch_end(e, err);
+        cudaGraph_t graph = NULL;
+        cudaError_t ce = cudaStreamEndCapture(e->stream, &graph);
+        e->seg_graph[k] = graph;
+        if (!st && ce != cudaSuccess)
+            st = tp_fail(err, TP_ERR_CUDA, "capturing stage %d in a CUDA graph: %s", k, cudaGetErrorString(ce));
+        if (st) break;
+        e->graph = graph; /* graph_pdl_edges reads e->graph: this stage's */
+        st = graph_pdl_edges(e, e->no_pdl, err);
+        e->graph = NULL;
+        if (st) break;
+        CU_TRY(cudaGraphInstantiate(&e->seg_exec[k], graph, 0));
+        CU_TRY(cudaGraphUpload(e->seg_exec[k], e->stream));
+        CU_TRY(cudaStreamSynchronize(e->stream));
+    }
+    return st;
+fail:
+    return st;
+}
+
 /* One eager pass (module loading, cuBLASLt warm-up) on a defined (zeroed) input, then the capture; it is never
  * timed, and every timed or checked run uses the real input set later. A leader does both for every rank, the
  * ranks' launches in lockstep (their all-reduces wait for each other), each rank's stream captured into its own
@@ -1020,12 +1067,14 @@ tp_status tpe_warm_capture(tp_engine *e, tp_error *err) {
     for (int r = 0; r < n; r++) {
         tp_engine *x = rank_engine(e, r);
         CU_TRY(cudaSetDevice(x->device));
-        CU_TRY(cudaMemsetAsync(x->dptr[x->g->input], 0, value_bytes(x, x->g->input), x->stream));
+        for (int k = 0; k < x->g->n_inputs; k++) /* every input defined (token ids and counts in range) */
+            CU_TRY(cudaMemsetAsync(x->dptr[x->g->inputs[k]], 0, value_bytes(x, x->g->inputs[k]), x->stream));
         /* a graph with a KV cache warms up at position 0 (any other could run past the cache's end) */
         if (x->g->kv_len > 0) CU_TRY(cudaMemsetAsync(x->d_past, 0, sizeof(int), x->stream));
     }
     CU_TRY(cudaSetDevice(e->device));
     if ((st = launch_all(e, err)) || (st = sync_all(e, err)) || !e->use_graph) return st;
+    if (e->n_seg > 0) return capture_stages(e, err);
     for (; capturing < n; capturing++) {
         tp_engine *x = rank_engine(e, capturing);
         CU_TRY(cudaSetDevice(x->device));
@@ -1116,6 +1165,12 @@ void tp_engine_destroy(tp_engine *e) {
     }
     cudaSetDevice(e->device);
     if (e->stream) cudaStreamSynchronize(e->stream);
+    for (int k = 0; k < e->n_seg; k++) {
+        if (e->seg_exec[k]) cudaGraphExecDestroy(e->seg_exec[k]);
+        if (e->seg_graph[k]) cudaGraphDestroy(e->seg_graph[k]);
+    }
+    free(e->hand_v);
+    free(e->hand_copy);
     if (e->exec) cudaGraphExecDestroy(e->exec);
     if (e->graph) cudaGraphDestroy(e->graph);
     if (e->gplan)

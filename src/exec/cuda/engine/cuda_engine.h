@@ -94,6 +94,12 @@ typedef struct {
     /* tensor parallelism: 1 launches the ranks' CUDA graphs from one host thread each (OpenMP), so the GPUs start a
      * replay together; 0 (default) one after the other from the calling thread, GPU 0 first (`--tp-launch`). */
     int parallel_launch;
+    /* A pipeline's modular mode (`--pipeline modular`; with use_graph, one engine): one CUDA graph per stage (the
+     * ops' layer names' first component, "vision." ...: contiguous runs of ops), launched one after another with
+     * the host waiting for each (cudaStreamSynchronize) before launching the next, and every tensor that crosses a
+     * stage boundary copied device to device once after its stage (the handoff separate engines would make; the
+     * next stage reads the original, the copy costs what a handoff costs). Not with tensor parallelism. */
+    int modular;
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
@@ -124,6 +130,9 @@ int tp_engine_tp_size(const tp_engine *e);
  * was applied, and all its edges (*total, may be NULL); -1 for an engine without a graph (eager). */
 int tp_engine_pdl_edges(const tp_engine *e, int *total);
 const char *tp_engine_nccl(const tp_engine *e);
+/* A modular engine's stages (tp_engine_options.modular): their number (0 otherwise) and, for i below it, stage i's
+ * name into name (n bytes) and *bytes, the bytes it hands over to later stages. */
+int tp_engine_stages(const tp_engine *e, int i, char *name, size_t n, double *bytes);
 
 /* What runs op `op` when the engine chose among implementations: attention ops, e.g. "wgmma: flash (tprof)
  * 50.9 us wgmma (tprof) 44.0 us cudnn 46.5 us" (the choice, then the build-time timings: mean of 10 back-to-back

@@ -28,6 +28,8 @@
  * aligned (CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul, seen on H200 with cuBLASLt 13.1). */
 #define SCALE_SLOT 4
 
+#define TPE_MAX_STAGES 16 /* stages of a modular engine */
+
 struct tp_engine {
     const tp_graph *g;
     const tp_params *params;
@@ -82,6 +84,15 @@ struct tp_engine {
     int sms;                   /* the device's SM count (tpk_gemm_sm90_fp8_pick_variant's tiling rule) */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    /* modular (tp_engine_options.modular): stage k is ops seg_first[k] .. seg_first[k + 1] - 1, its own graph; the
+     * values it hands over (produced in it, read after it) copied into hand[k]'s buffers after it runs */
+    int n_seg;
+    int seg_first[TPE_MAX_STAGES + 1];
+    cudaGraph_t seg_graph[TPE_MAX_STAGES];
+    cudaGraphExec_t seg_exec[TPE_MAX_STAGES];
+    int *hand_v;               /* the handed-over values, stage by stage */
+    int hand_first[TPE_MAX_STAGES + 1];
+    void **hand_copy;          /* per handed-over value: its copy's buffer */
     double weight_bytes, act_bytes;
     /* graphs with a KV cache (decoders) */
     const tp_engine *share;    /* tp_engine_options.share: its weights, KV cache and position are this engine's */
@@ -174,6 +185,11 @@ tp_status tpe_setup_pipeline(tp_engine *e, tp_attn_impl want, tp_error *err);
 int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s);
 tp_status tpe_upload_inputs(tp_engine *x, const float *rows, tp_error *err);
 tp_status tpe_find_repeats(tp_engine *e, tp_error *err);
+/* A modular engine's stages (e->n_seg, seg_first) and handed-over values with their copies' buffers; errors:
+ * TP_ERR_UNSUPPORTED (a graph whose ops carry no stage names, or more than TPE_MAX_STAGES), TP_ERR_OOM. */
+tp_status tpe_setup_stages(tp_engine *e, tp_error *err);
+/* Stage k's handoff: its handed-over values copied, enqueued on e->stream; a CUDA error code. */
+int tpe_handoff(tp_engine *e, int k);
 
 /* engine_launch.c's helpers, shared by the build */
 static inline size_t value_bytes(const tp_engine *e, int v) {

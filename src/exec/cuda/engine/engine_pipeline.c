@@ -298,3 +298,80 @@ tp_status tpe_find_repeats(tp_engine *e, tp_error *err) {
     free(first);
     return TP_OK;
 }
+
+/* The stage of op i: the length of its layer name's first component (0: none). */
+static size_t stage_len(const tp_op *op) {
+    const char *dot = strchr(op->layer, '.');
+    return dot ? (size_t)(dot - op->layer) : 0;
+}
+
+tp_status tpe_setup_stages(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    e->n_seg = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const size_t n = stage_len(&g->ops[i]);
+        if (n == 0)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "modular mode: op %s has no stage (a pipeline's layer names start "
+                           "with their stage: vision., prefix., expert.)", g->ops[i].layer);
+        const tp_op *prev = i ? &g->ops[i - 1] : NULL;
+        if (prev && stage_len(prev) == n && strncmp(prev->layer, g->ops[i].layer, n) == 0) continue;
+        if (e->n_seg == TPE_MAX_STAGES)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "modular mode: more than %d stages", TPE_MAX_STAGES);
+        e->seg_first[e->n_seg++] = i;
+    }
+    e->seg_first[e->n_seg] = g->n_ops;
+    int *stage_of = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    int *last = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
+    e->hand_v = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
+    e->hand_copy = calloc((size_t)(g->n_values ? g->n_values : 1), sizeof(void *));
+    if (!stage_of || !last || !e->hand_v || !e->hand_copy) {
+        free(stage_of);
+        free(last);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
+    for (int k = 0; k < e->n_seg; k++)
+        for (int i = e->seg_first[k]; i < e->seg_first[k + 1]; i++) stage_of[i] = k;
+    for (int v = 0; v < g->n_values; v++) last[v] = -1; /* the last stage reading v */
+    for (int i = 0; i < g->n_ops; i++)
+        for (int j = 0; j < g->ops[i].n_in; j++) last[g->ops[i].in[j]] = stage_of[i];
+    int n = 0;
+    tp_status st = TP_OK;
+    for (int k = 0; k < e->n_seg && !st; k++) {
+        e->hand_first[k] = n;
+        for (int i = e->seg_first[k]; i < e->seg_first[k + 1] && !st; i++) {
+            const int v = g->ops[i].out;
+            if (g->values[v].kind != TP_VAL_ACT || last[v] <= k || !e->dptr[v]) continue;
+            e->hand_v[n] = v;
+            st = tpe_dev_alloc(e, value_bytes(e, v), &e->hand_copy[n], "a stage's handoff copy", err);
+            if (!st) e->act_bytes += (double)value_bytes(e, v);
+            n++;
+        }
+    }
+    e->hand_first[e->n_seg] = n;
+    free(stage_of);
+    free(last);
+    return st;
+}
+
+int tpe_handoff(tp_engine *e, int k) {
+    for (int h = e->hand_first[k]; h < e->hand_first[k + 1]; h++) {
+        const int v = e->hand_v[h];
+        cudaError_t ce = cudaMemcpyAsync(e->hand_copy[h], e->dptr[v], value_bytes(e, v), cudaMemcpyDeviceToDevice,
+                                         e->stream);
+        if (ce != cudaSuccess) return (int)ce;
+    }
+    return 0;
+}
+
+int tp_engine_stages(const tp_engine *e, int i, char *name, size_t n, double *bytes) {
+    if (!e || e->n_seg == 0) return 0;
+    if (i >= 0 && i < e->n_seg) {
+        const tp_op *op = &e->g->ops[e->seg_first[i]];
+        if (name && n) snprintf(name, n, "%.*s", (int)stage_len(op), op->layer);
+        if (bytes) {
+            *bytes = 0;
+            for (int h = e->hand_first[i]; h < e->hand_first[i + 1]; h++) *bytes += (double)value_bytes(e, e->hand_v[h]);
+        }
+    }
+    return e->n_seg;
+}
