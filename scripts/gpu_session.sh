@@ -288,15 +288,17 @@ for s in $steps; do
     grep -E "^(fp16|bf16|fp8) |^(GEMM|attention|total) " "$OUT/siglip_so400m_b3_profile.log"
     ;;
   pi0)
-    # PI0_PRECS (default fp16,bf16,fp8), PI0_S: each bench's limit in seconds
-    echo "=== issue 21 on the GPU: pipeline kernels and pi0-small's engine against the CPU; pi0 (3 cameras, 10 steps) in one CUDA graph, then eager"
+    # PI0_RUNS: "mode:precisions" items (default graph:fp16,bf16,fp8 modular:bf16 eager:bf16); PI0_S: each run's limit
+    echo "=== issue 21 on the GPU: pipeline kernels and pi0-small's engine against the CPU; pi0 (3 cameras, 10 steps) per mode"
     CK_RUN_SUITE=gpu_pipeline_ops "$BUILD/tests/test_gpu" > "$OUT/pi0_gpu_tests.log" 2>&1 || rc=1
-    grep -E "pi0-small|Checks|FAIL|:F:|:E:" "$OUT/pi0_gpu_tests.log"
-    for mode in graph eager; do
-      timeout "${PI0_S:-150}" "$BUILD/tprof" bench --model pi0 --batch 1 --precision "${PI0_PRECS:-fp16,bf16,fp8}" \
-        --duration 1 --plan $([ $mode = eager ] && echo --no-graph) --json "$OUT/pi0_${mode}.json" \
+    grep -E "pi0-small|pi0's|Checks|FAIL|:F:|:E:" "$OUT/pi0_gpu_tests.log"
+    for run in ${PI0_RUNS:-graph:fp16,bf16,fp8 modular:bf16 eager:bf16}; do
+      mode=${run%%:*} precs=${run#*:}
+      echo "--- pi0 --pipeline $mode --precision $precs"
+      timeout "${PI0_S:-150}" "$BUILD/tprof" bench --model pi0 --batch 1 --precision "$precs" --pipeline "$mode" \
+        --duration 1 --ref-samples 1 $([ $mode = graph ] && echo --plan) --json "$OUT/pi0_${mode}.json" \
         > "$OUT/pi0_${mode}.log" 2>&1 || rc=1
-      grep -E "^(fp16|bf16|fp8|fp32) +[0-9]|Accuracy|error|Weights:|engine build" "$OUT/pi0_${mode}.log" | head -12
+      grep -E "^(fp16|bf16|fp8|fp32) +[0-9]|Accuracy|error|Weights:|Device:" "$OUT/pi0_${mode}.log" | head -12
     done
     ;;
   pi0ref)

@@ -15,6 +15,7 @@
 #include "formats/dtype.h"
 #include "models/pi0.h"
 #include "planner/plan.h"
+#include "planner/policy.h"
 #define TP_TMPDIR_PREFIX "/tmp/tp_pipeline_test_"
 #include "test_tmpdir.h"
 
@@ -290,6 +291,19 @@ START_TEST(test_pi0_gpu_plan) {
     ck_assert_int_eq(kept, 1);
     for (int k = 0; k < g.n_inputs; k++) ck_assert_int_eq(pl.value_dt[g.inputs[k]], TP_F32);
     ck_assert_int_eq(pl.value_dt[g.output], TP_F32);
+    int fused = 0;
+    for (int i = 0; i < g.n_ops; i++) fused += pl.op_fused_into[i] >= 0;
+    ck_assert_msg(fused > 0, "no residual add or GELU fused into a GEMM's epilogue");
+    tp_plan_free(&pl);
+    /* --fusion off: every op its own kernel */
+    tp_policy pol;
+    tp_policy_default(&pol, TP_PREC_FP16);
+    pol.no_fusion = 1;
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &pl, &e) == TP_OK, "%s", e.msg);
+    for (int i = 0; i < g.n_ops; i++)
+        ck_assert_msg(pl.op_fused_into[i] < 0 && pl.op_epilogue_add[i] < 0 && pl.op_epilogue_gelu[i] < 0 &&
+                      pl.op_epilogue_embed[i] < 0, "%s fused with --fusion off", g.ops[i].layer);
+    ck_assert_int_eq(pl.no_fusion, 1);
     tp_plan_free(&pl);
     tp_graph_free(&g);
     tp_params_free(&p);

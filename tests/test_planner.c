@@ -441,6 +441,7 @@ START_TEST(test_policy_defaults) {
         ck_assert_int_eq(p.def, quantized[i]);
         ck_assert_int_eq(tp_policy_resolve(&p, "patch_embed.proj", &r), TP_PREC_FP16);
         ck_assert(r >= 0 && p.rules[r].builtin);
+        ck_assert_int_eq(tp_policy_resolve(&p, "vision.patch_embed.proj", &r), TP_PREC_FP16);
         ck_assert_int_eq(tp_policy_resolve(&p, "head", &r), TP_PREC_FP16);
         ck_assert(r >= 0 && p.rules[r].builtin);
         ck_assert_int_eq(tp_policy_resolve(&p, "blocks.0.mlp.fc1", &r), quantized[i]);
@@ -465,7 +466,7 @@ START_TEST(test_policy_defaults) {
     ck_assert_int_eq(tp_policy_resolve(&p, "lm_head", NULL), TP_PREC_FP16);
     ck_assert_int_eq(tp_policy_resolve(&p, "patch_embed.proj", &r), TP_PREC_FP16);
     char buf[128];
-    ck_assert_str_eq(tp_policy_reason(&p, r, buf, sizeof buf), "default rule 'patch_embed.proj=fp16'");
+    ck_assert_str_eq(tp_policy_reason(&p, r, buf, sizeof buf), "default rule '*patch_embed.proj=fp16'");
     ck_assert_str_eq(tp_policy_reason(&p, 3, buf, sizeof buf), "override 'head=nvfp4'");
 }
 END_TEST

@@ -84,6 +84,7 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
     if (o->engine_file) {
         *pol = o->engine_file->policy; /* the engine as it was built; the GELU form is chosen when it runs */
         pol->gelu_tanh = o->gelu_tanh;
+        pol->no_fusion = o->no_fusion;
         if (o->kv_fp8)
             return tp_fail(err, TP_ERR_UNSUPPORTED, "--kv-cache fp8 with --engine: an engine file does not record its "
                            "KV cache type yet; build the engine in the run");
@@ -98,6 +99,7 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
     }
     tp_status st = o->policy ? tp_policy_parse(pol, o->policy, err) : TP_OK;
     pol->gelu_tanh = o->gelu_tanh;
+    pol->no_fusion = o->no_fusion;
     pol->kv_fp8 = o->kv_fp8;
     return st;
 }

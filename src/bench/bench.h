@@ -75,6 +75,7 @@ typedef struct {
     int gemm_first;      /* --no-gemm-select: cuBLASLt's first heuristic algorithm, no build-time timing */
     int cublaslt_only;   /* --gemm cublaslt: never tprof's own GEMM (tp_engine_options.cublaslt_only) */
     int fp8_promote;     /* --fp8-accum promote: FP8 GEMMs with fp32 promotion (tp_engine_options.fp8_promote) */
+    int no_fusion;       /* --fusion off: tp_policy.no_fusion */
     int gelu_tanh;       /* --gelu tanh: GELU as the tanh approximation in the fc1 epilogue (plan.h) */
     int kv_fp8;          /* --kv-cache fp8: a decoder's KV cache in E4M3, one calibrated scale per layer (plan.h) */
     int ref_samples;     /* samples the reference runs for accuracy figures (<= batch) */

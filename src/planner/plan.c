@@ -583,9 +583,10 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
     }
 out:
-    if (!st && sm > 0) fuse_residual_adds(g, p);
-    if (!st && sm > 0) fuse_gelu_tanh(g, p, pol->gelu_tanh);
-    if (!st && sm > 0) fuse_patch_embed(g, sm, p);
+    p->no_fusion = pol->no_fusion;
+    if (!st && sm > 0 && !pol->no_fusion) fuse_residual_adds(g, p);
+    if (!st && sm > 0 && !pol->no_fusion) fuse_gelu_tanh(g, p, pol->gelu_tanh);
+    if (!st && sm > 0 && !pol->no_fusion) fuse_patch_embed(g, sm, p);
     free(keep);
     free(why);
     if (st) tp_plan_free(p);

@@ -27,7 +27,8 @@ static void add_rule(tp_policy *p, const char *glob, size_t len, tp_precision pr
 void tp_policy_default(tp_policy *p, tp_precision prec) {
     tp_policy_init(p, prec);
     if (!is_quantized(prec)) return;
-    add_rule(p, "patch_embed.proj", strlen("patch_embed.proj"), TP_PREC_FP16, 1);
+    /* any stage's: a pipeline's vision stage names it vision.patch_embed.proj */
+    add_rule(p, "*patch_embed.proj", strlen("*patch_embed.proj"), TP_PREC_FP16, 1);
     add_rule(p, "head", strlen("head"), TP_PREC_FP16, 1);
     /* a decoder's LM head, as NVIDIA ModelOpt's default quantization configs keep it ("*lm_head*" disabled) */
     add_rule(p, "lm_head", strlen("lm_head"), TP_PREC_FP16, 1);

@@ -49,6 +49,9 @@ typedef struct {
     int gelu_tanh; /* 1 (`--gelu tanh`): GELU may run as the tanh approximation in the epilogue of the GEMM that
                       feeds it (cuBLASLt's GELU epilogue is that form: tools/probes/gelu_epilogue.c); 0: exact
                       erf GELU, its own kernel */
+    int no_fusion; /* 1 (`--fusion off`): no op computed by another's kernel (the residual adds, a GELU and the
+                      patch embedding's token step in GEMM epilogues): each op its own kernel, what fusion saves
+                      measured against it */
     int kv_fp8;    /* 1 (`--kv-cache fp8`): a decoder's KV cache stored in E4M3 with one static scale per layer's
                       cache (plan.h); 0: in the activation type */
 } tp_policy;

@@ -231,6 +231,10 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
                                         "down_proj by input columns, an NCCL all-reduce after each in every rank's "
                                         "CUDA graph; embedding, norms and LM head whole on every GPU. Weights, FLOP, "
                                         "bytes and floors are rank 0's, per GPU; a step's time is the slowest rank's"));
+    static const char *const PM[] = {NULL, "graph", "modular", "eager"};
+    if (o->pipeline_mode > 0 && o->pipeline_mode < 4)
+        json_object_set_new(cfg, "pipeline", json_string(PM[o->pipeline_mode]));
+    json_object_set_new(cfg, "fusion", json_string(o->no_fusion ? "off" : "on"));
     json_object_set_new(cfg, "preprocessing", json_string(rep->input.preprocess));
     json_object_set_new(cfg, "checkpoint_config", json_string(rep->checkpoint_note));
     json_object_set_new(root, "config", cfg);
@@ -446,6 +450,9 @@ static void text_start(const tp_bench_report *rep) {
                                   : o->pipeline_mode == 3 ? "; eager launches (--pipeline eager)"
                                                           : "; eager launches (--no-graph)")
                                      : "; CPU executor (fp32, the reference)");
+    if (o->no_fusion && rep->dev == TP_DEVICE_GPU)
+        printf("Fusion: off (--fusion off): every op its own kernel, no residual add, GELU or token step in a GEMM's "
+               "epilogue\n");
     const tp_gpu_info *gpu = &rep->gpu;
     if (gpu->present)
         printf("GPU: %d SMs, %.1f GB, driver %s, CUDA driver %d.%d, runtime %d.%d, cuBLASLt %zu\n", gpu->sm_count,

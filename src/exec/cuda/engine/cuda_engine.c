@@ -995,7 +995,8 @@ static tp_status graph_pdl_edges(tp_engine *x, int strip, tp_error *err) {
     cudaGraphNode_t *from = malloc((n ? n : 1) * sizeof *from), *to = malloc((n ? n : 1) * sizeof *to);
     cudaGraphEdgeData *ed = malloc((n ? n : 1) * sizeof *ed);
     tp_status st = from && to && ed ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory");
-    if (!st && (ce = cudaGraphGetEdges(x->graph, from, to, ed, &n)) != cudaSuccess)
+    /* none to read (a one-kernel graph): the call with arrays then answers invalid argument (seen on an H100) */
+    if (!st && n > 0 && (ce = cudaGraphGetEdges(x->graph, from, to, ed, &n)) != cudaSuccess)
         st = tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's edges: %s", cudaGetErrorString(ce));
     x->pdl_edges = 0;
     x->graph_edges = (int)n;

@@ -86,7 +86,8 @@ static int sm90_gelu_candidate(const tp_engine *e, int i) {
         for (int j = 0; j < g->ops[k].n_in; j++)
             if (g->ops[k].in[j] == op->out) n++, gi = k;
     /* its epilogue computes the exact GELU: a model's tanh-form GELU stays with cuBLASLt's epilogue (plan.c) */
-    if (n != 1 || g->ops[gi].kind != TP_OP_GELU || g->ops[gi].gelu_tanh || pl->op_fused_into[gi] >= 0) return -1;
+    if (n != 1 || g->ops[gi].kind != TP_OP_GELU || g->ops[gi].gelu_tanh || pl->op_fused_into[gi] >= 0 || pl->no_fusion)
+        return -1;
     const int y = g->ops[gi].out;
     const tp_dtype ydt = pl->value_dt[y];
     if (pl->value_qf[y] != TP_QF_NONE ||
