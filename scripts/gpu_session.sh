@@ -288,18 +288,35 @@ for s in $steps; do
     grep -E "^(fp16|bf16|fp8) |^(GEMM|attention|total) " "$OUT/siglip_so400m_b3_profile.log"
     ;;
   pi0)
-    # PI0_RUNS: "mode:precisions" items (default graph:fp16,bf16,fp8 modular:bf16 eager:bf16); PI0_S: each run's limit
+    # PI0_RUNS: name:mode:fusion:precisions:reference items; PI0_S: each run's limit (s); PI0_TORCH_S: the PyTorch
+    # peer's (0: none). Everything into $OUT/pi0/, packed as $OUT/pi0_results.tar.xz
+    d="$OUT/pi0"
+    mkdir -p "$d"
     echo "=== issue 21 on the GPU: pipeline kernels and pi0-small's engine against the CPU; pi0 (3 cameras, 10 steps) per mode"
-    CK_RUN_SUITE=gpu_pipeline_ops "$BUILD/tests/test_gpu" > "$OUT/pi0_gpu_tests.log" 2>&1 || rc=1
-    grep -E "pi0-small|pi0's|Checks|FAIL|:F:|:E:" "$OUT/pi0_gpu_tests.log"
-    for run in ${PI0_RUNS:-graph:fp16,bf16,fp8 modular:bf16 eager:bf16}; do
-      mode=${run%%:*} precs=${run#*:}
-      echo "--- pi0 --pipeline $mode --precision $precs"
-      timeout "${PI0_S:-150}" "$BUILD/tprof" bench --model pi0 --batch 1 --precision "$precs" --pipeline "$mode" \
-        --duration 1 --ref-samples 1 $([ $mode = graph ] && echo --plan) --json "$OUT/pi0_${mode}.json" \
-        > "$OUT/pi0_${mode}.log" 2>&1 || rc=1
-      grep -E "^(fp16|bf16|fp8|fp32) +[0-9]|Accuracy|error|Weights:|Device:" "$OUT/pi0_${mode}.log" | head -12
+    CK_RUN_SUITE=gpu_pipeline_ops "$BUILD/tests/test_gpu" > "$d/gpu_tests.log" 2>&1 || rc=1
+    grep -E "pi0-small|pi0's|Checks|FAIL|:F:|:E:" "$d/gpu_tests.log"
+    for run in ${PI0_RUNS:-graph:graph:on:fp16,bf16,fp8:gpu graph_nofuse:graph:off:bf16,fp8:none \
+               modular:modular:on:bf16,fp8:none modular_nofuse:modular:off:bf16,fp8:none eager:eager:on:bf16,fp8:none}; do
+      IFS=: read -r name mode fusion precs ref <<< "$run"
+      echo "--- pi0 $name: --pipeline $mode --fusion $fusion --precision $precs --reference $ref"
+      timeout "${PI0_S:-90}" "$BUILD/tprof" bench --model pi0 --batch 1 --precision "$precs" --pipeline "$mode" \
+        --fusion "$fusion" --reference "$ref" --duration 1 --ref-samples 1 $([ "$name" = graph ] && echo --plan) \
+        --json "$d/$name.json" > "$d/$name.log" 2>&1 || rc=1
+      grep -E "^(fp16|bf16|fp8|fp32) +[0-9]|Accuracy|error|engine build" "$d/$name.log" | head -10
     done
+    tar cJf "$OUT/pi0_results.tar.xz" -C "$OUT" pi0 && rm -rf "$d"
+    if [ "${PI0_TORCH_S:-150}" -gt 0 ]; then
+      echo "--- bench/pi0_reference.py: pi0 in PyTorch bf16 (eager per stage, one CUDA graph, torch.compile ${PI0_COMPILE:-default})"
+      PYTHONUNBUFFERED=1 timeout "${PI0_TORCH_S:-150}" python3 bench/pi0_reference.py bench --config pi0 --batch 1 \
+        --dtype bf16 --compile-mode "${PI0_COMPILE:-default}" --json "$OUT/pi0_torch_bf16.json" \
+        > "$OUT/pi0_torch_bf16.log" 2>&1 || rc=1
+      tail -5 "$OUT/pi0_torch_bf16.log"
+    fi
+    echo "--- tprof profile, one graph, bf16 and fp8: per-stage time"
+    timeout "${PI0_S:-90}" "$BUILD/tprof" profile --model pi0 --batch 1 --precision bf16,fp8 --reference none \
+      --duration 1 --profile-iters 5 --out /tmp/tprof-pi0 > "$OUT/pi0_profile.log" 2>&1 || rc=1
+    grep -A5 "^Per-stage time" "$OUT/pi0_profile.log"
+    xz -9 "$OUT/pi0_profile.log"
     ;;
   pi0ref)
     # PI0_COMPILE: torch.compile's mode for the peer (openpi compiles with max-autotune, which takes minutes)
