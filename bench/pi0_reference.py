@@ -331,6 +331,19 @@ def bench(args):
 
     out = {"config": args.config, "shape": c, "batch": args.batch, "dtype": args.dtype, "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name(0), "variants": {}}
+
+    def done(name):  # each variant printed and saved as it finishes: a time limit keeps what was measured
+        v = out["variants"][name]
+        if "end_to_end" in v:
+            v["hz"] = 1000.0 / v["end_to_end"]
+        print(f"{name:10s} " + ", ".join(f"{a} {b:.3f}" if isinstance(b, float) else f"{a} {b}" for a, b in v.items()),
+              flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+
+    print(f"pi0 {args.config} batch {args.batch} {args.dtype} on {out['gpu']}, torch {torch.__version__}: "
+          f"{sum(v.numel() for v in p.values()) / 1e9:.2f} B parameters made", flush=True)
     with torch.no_grad():
         # eager, stage by stage
         st = {}
@@ -343,6 +356,7 @@ def bench(args):
                                   args.warmup, args.iters)
         st["end_to_end"] = timed(lambda: sample_actions(c, p, inp), args.warmup, args.iters)
         out["variants"]["eager"] = {k: statistics.median(v) for k, v in st.items()}
+        done("eager")
         # the whole pipeline captured once in a CUDA graph
         y_graph = None
         try:
@@ -360,6 +374,7 @@ def bench(args):
         except Exception as e:  # recorded, not hidden
             out["variants"]["cuda_graph"] = {"error": f"{type(e).__name__}: {e}"[:500]}
             y_graph = None
+        done("cuda_graph")
         # torch.compile (openpi compiles sample_actions with max-autotune)
         try:
             comp = torch.compile(lambda: sample_actions(c, p, inp), mode=args.compile_mode)
@@ -367,13 +382,10 @@ def bench(args):
                                           "mode": args.compile_mode}
         except Exception as e:  # recorded, not hidden
             out["variants"]["compile"] = {"error": f"{type(e).__name__}: {e}"[:500]}
+        done("compile")
         y_eager = sample_actions(c, p, inp)
         if y_graph is not None:
             out["graph_vs_eager_max_abs"] = (y_graph.float() - y_eager.float()).abs().max().item()
-    for k, v in out["variants"].items():
-        if "end_to_end" in v:
-            v["hz"] = 1000.0 / v["end_to_end"]
-        print(f"{k:10s} " + ", ".join(f"{a} {b:.3f}" if isinstance(b, float) else f"{a} {b}" for a, b in v.items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
