@@ -257,6 +257,11 @@ int tp_category_parse(const char *s) {
     return -1;
 }
 
+int tp_op_kind_pipeline(tp_op_kind k) {
+    return k == TP_OP_RESHAPE || k == TP_OP_CONCAT || k == TP_OP_SLICE || k == TP_OP_SILU || k == TP_OP_TIME_CONCAT ||
+           k == TP_OP_EULER || k == TP_OP_MASKED_ATTENTION;
+}
+
 tp_category tp_op_category(tp_op_kind k) {
     switch (k) {
     case TP_OP_PATCH_EMBED:

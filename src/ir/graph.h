@@ -144,6 +144,9 @@ typedef struct {
 } tp_graph;
 
 const char *tp_op_kind_name(tp_op_kind k);
+/* 1 for the pipeline ops (RESHAPE, CONCAT, SLICE, SILU, TIME_CONCAT, EULER, MASKED_ATTENTION: pi0's, issue 21),
+ * which each executor runs through one function of its own. */
+int tp_op_kind_pipeline(tp_op_kind k);
 
 /* The packed per-sample input row of g (tp_graph.inputs): its length in values, and if off is non-NULL each
  * input's offset within the row (off[k] for g->inputs[k]). */

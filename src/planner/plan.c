@@ -364,20 +364,13 @@ static int cuda_runs(const tp_op *op) {
     case TP_OP_ADD: return 1;
     case TP_OP_POOL: return 1;
     case TP_OP_ROPE: return 1;
-    case TP_OP_RESHAPE:
-    case TP_OP_CONCAT:
-    case TP_OP_SLICE:
-    case TP_OP_SILU:
-    case TP_OP_TIME_CONCAT:
-    case TP_OP_EULER:
-    case TP_OP_MASKED_ATTENTION: return 1; /* the pipeline ops (pipeline_ops.h) */
     case TP_OP_TOKEN_EMBED:
     case TP_OP_RMSNORM:
     case TP_OP_GLU:
     case TP_OP_KV_APPEND:
     case TP_OP_KV_ATTENTION:
     case TP_OP_ALL_REDUCE: return 1; /* in the plan's 16-bit activation type (bf16 under the block formats) */
-    default: return 0;
+    default: return tp_op_kind_pipeline(op->kind); /* the pipeline ops (pipeline_ops.h) */
     }
 }
 

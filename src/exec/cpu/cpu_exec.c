@@ -407,16 +407,11 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
     case TP_OP_POOL:
         tp_cpu_pool(x, y, xv->shape[0], xv->shape[1], xv->shape[2], op->pool_mode, op->prefix);
         break;
-    case TP_OP_RESHAPE:
-    case TP_OP_CONCAT:
-    case TP_OP_SLICE:
-    case TP_OP_SILU:
-    case TP_OP_TIME_CONCAT:
-    case TP_OP_EULER:
-    case TP_OP_MASKED_ATTENTION:
-        if ((st = run_pipeline_op(g, op, buf, y, err))) return st;
-        break;
     default:
+        if (tp_op_kind_pipeline(op->kind)) {
+            if ((st = run_pipeline_op(g, op, buf, y, err))) return st;
+            break;
+        }
         if ((st = run_decoder_op(g, op, buf, r->sess->past, y, err))) return st;
         if (op->kind == TP_OP_KV_APPEND && plan && plan->value_dt[op->out] == TP_E4M3)
             st = kv_rows_e4m3(op, o, act_amax, r->sess->past, xv->shape[1], y, err);

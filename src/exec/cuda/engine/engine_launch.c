@@ -349,14 +349,7 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
         if ((rc = tp_nccl_all_reduce(e->nccl, e->rank, x, y, (size_t)tp_value_numel(o), ydt, s)))
             return tp_fail(err, TP_ERR_CUDA, "op %s (all-reduce): %s", op->layer, tp_nccl_error(e->nccl, rc));
         break;
-    case TP_OP_RESHAPE:
-    case TP_OP_CONCAT:
-    case TP_OP_SLICE:
-    case TP_OP_SILU:
-    case TP_OP_TIME_CONCAT:
-    case TP_OP_EULER:
-    case TP_OP_MASKED_ATTENTION: rc = tpe_launch_pipeline_op(e, i, s); break;
-    default: rc = launch_decoder_op(e, i, s); break;
+    default: rc = tp_op_kind_pipeline(op->kind) ? tpe_launch_pipeline_op(e, i, s) : launch_decoder_op(e, i, s); break;
     }
     if (rc)
         return tp_fail(err, TP_ERR_CUDA, "op %s (%s): launch failed: error %d (%s)", op->layer,

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "exec/cuda/kernels/act_types.cuh"
 #include "exec/cuda/kernels/decoder_ops.h"
 #include "exec/cuda/kernels/e4m3.cuh"
 #include "exec/cuda/kernels/pdl.cuh"
@@ -29,33 +30,9 @@
 #define DEC_INVALID ((int)cudaErrorInvalidValue)
 #define DEC_FULL 0xffffffffu
 
-/* Runs the statements after T (they end in a return) with T the element type of activation dtype dt; any other
- * dtype returns cudaErrorInvalidValue. Nests for two or three types. */
-#define DEC_BY_ACT(dt, T, ...)                                                                                      \
-    switch (dt) {                                                                                                   \
-    case TP_F32: {                                                                                                  \
-        typedef float T;                                                                                            \
-        __VA_ARGS__;                                                                                                \
-    }                                                                                                               \
-    case TP_F16: {                                                                                                  \
-        typedef __half T;                                                                                           \
-        __VA_ARGS__;                                                                                                \
-    }                                                                                                               \
-    case TP_BF16: {                                                                                                 \
-        typedef __nv_bfloat16 T;                                                                                    \
-        __VA_ARGS__;                                                                                                \
-    }                                                                                                               \
-    default: return DEC_INVALID;                                                                                    \
-    }
+#define DEC_BY_ACT TPK_BY_ACT /* act_types.cuh */
 
-/* ---- element access ------------------------------------------------------------------------------------------ */
-
-static __device__ __forceinline__ float ld1(const float *p, size_t i) { return p[i]; }
-static __device__ __forceinline__ float ld1(const __half *p, size_t i) { return __half2float(p[i]); }
-static __device__ __forceinline__ float ld1(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
-static __device__ __forceinline__ void st1(float *p, size_t i, float v) { p[i] = v; }
-static __device__ __forceinline__ void st1(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
-static __device__ __forceinline__ void st1(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+/* ---- element access (ld1, st1: act_types.cuh) ---------------------------------------------------------------- */
 
 /* NB bytes (4, 8, 16 or 32) from p, aligned to min(NB, 16), as 32-bit words. Works on global and shared memory. */
 template <int NB> static __device__ __forceinline__ void ld_raw(const void *p, uint32_t *w) {

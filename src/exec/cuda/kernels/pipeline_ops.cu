@@ -6,35 +6,14 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "exec/cuda/kernels/act_types.cuh"
 #include "exec/cuda/kernels/pipeline_ops.h"
 
 #define PIPE_THREADS 256
 #define PIPE_MAX_BLOCKS 8192
 #define PIPE_INVALID ((int)cudaErrorInvalidValue)
 
-#define PIPE_BY_ACT(dt, T, ...)                                                                                     \
-    switch (dt) {                                                                                                   \
-    case TP_F32: {                                                                                                  \
-        typedef float T;                                                                                            \
-        __VA_ARGS__;                                                                                                \
-    }                                                                                                               \
-    case TP_F16: {                                                                                                  \
-        typedef __half T;                                                                                           \
-        __VA_ARGS__;                                                                                                \
-    }                                                                                                               \
-    case TP_BF16: {                                                                                                 \
-        typedef __nv_bfloat16 T;                                                                                    \
-        __VA_ARGS__;                                                                                                \
-    }                                                                                                               \
-    default: return PIPE_INVALID;                                                                                   \
-    }
-
-static __device__ __forceinline__ float ld1(const float *p, size_t i) { return p[i]; }
-static __device__ __forceinline__ float ld1(const __half *p, size_t i) { return __half2float(p[i]); }
-static __device__ __forceinline__ float ld1(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
-static __device__ __forceinline__ void st1(float *p, size_t i, float v) { p[i] = v; }
-static __device__ __forceinline__ void st1(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
-static __device__ __forceinline__ void st1(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+#define PIPE_BY_ACT TPK_BY_ACT /* act_types.cuh */
 
 static size_t esz(tp_dtype dt) { return dt == TP_F32 ? 4 : dt == TP_F16 || dt == TP_BF16 ? 2 : 0; }
 
