@@ -259,8 +259,10 @@ expect_error "pipeline mode on a ViT" 2 "is not a pipeline (family vit)" bench -
   --pipeline modular
 expect_error "pipeline mode on the CPU" 2 "the modes are the GPU engine's" bench --device cpu --model pi0-small \
   --pipeline modular
-expect_error "pipeline engine file" 4 "read through several graph values" build --model pi0-small --arch sm_90 \
-  --precision fp16 -o "$tmp/pi0.tpe"
+expect_ok "pipeline engine file" "Engine .*pi0.tpe: fp32 for sm_90" build --model pi0-small --arch sm_90 \
+  --precision fp32 -o "$tmp/pi0.tpe"
+expect_ok "pipeline engine file on the CPU" "relative L2 = 0.000e+00" bench --device cpu --engine "$tmp/pi0.tpe" \
+  --duration 0
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
 expect_error tp-zero 2 "--tp '0'" bench --model llama-tiny --tp 0
 expect_error tp-cpu 2 "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu

@@ -360,10 +360,11 @@ static tp_status create_temp(const char *path, char **tmp, FILE **f, tp_error *e
     return TP_OK;
 }
 
-/* Matches each parameter with its graph value: vmap[p] = v. Every parameter must appear exactly once, with its
- * shape, and every parameter value must name one. */
-static tp_status map_params(const char *path, const tp_params *params, const tp_graph *g, int *vmap,
-                            tp_error *err) {
+/* Matches each parameter with its graph value: vmap[p] = v, the first value naming it. Every parameter must appear,
+ * with its shape, and every parameter value must name one; a parameter read through several values (a pipeline's
+ * repeated steps) must be stored alike in each (one tensor in the file). */
+static tp_status map_params(const char *path, const tp_params *params, const tp_graph *g, const tp_plan *plan,
+                            int *vmap, tp_error *err) {
     char qn[QBUF];
     for (int i = 0; i < params->n_params; i++) vmap[i] = -1;
     for (int v = 0; v < g->n_values; v++) {
@@ -373,17 +374,20 @@ static tp_status map_params(const char *path, const tp_params *params, const tp_
         if (pi < 0 || pi >= params->n_params)
             return ef_fail(err, TP_ERR_SHAPE, path, "graph value '%s': parameter index %d out of range (%d parameters)",
                            quote(qn, val->name), pi, params->n_params);
-        if (vmap[pi] >= 0)
-            return ef_fail(err, TP_ERR_UNSUPPORTED, path, "parameter '%s' is read through several graph values (a "
-                           "pipeline's repeated steps): engine files do not take such graphs yet",
-                           quote(qn, params->params[pi].name));
+        const int u = vmap[pi];
+        if (u >= 0 && (plan->value_dt[u] != plan->value_dt[v] || plan->value_qf[u] != plan->value_qf[v] ||
+                       plan->value_scaled[u] != plan->value_scaled[v]))
+            return ef_fail(err, TP_ERR_UNSUPPORTED, path, "parameter '%s' is read through several graph values stored "
+                           "differently by the plan (%s and %s): one tensor in the file cannot be both",
+                           quote(qn, params->params[pi].name), tp_dtype_info(plan->value_dt[u])->name,
+                           tp_dtype_info(plan->value_dt[v])->name);
         const tp_param *p = &params->params[pi];
         int same = p->ndim == val->ndim && strcmp(p->name, val->name) == 0;
         for (int d = 0; same && d < p->ndim; d++) same = p->shape[d] == val->shape[d];
         if (!same)
             return ef_fail(err, TP_ERR_SHAPE, path, "graph value '%s' does not match parameter '%s' (name or shape)",
                            quote(qn, val->name), p->name);
-        vmap[pi] = v;
+        if (u < 0) vmap[pi] = v;
     }
     for (int i = 0; i < params->n_params; i++) {
         const tp_param *p = &params->params[i];
@@ -449,7 +453,7 @@ tp_status tp_engine_file_write(const char *path, const tp_model *cfg, tp_precisi
         s = ef_fail(err, TP_ERR_OOM, path, "out of host memory");
         goto done;
     }
-    if ((s = map_params(path, params, g, vmap, err))) goto done;
+    if ((s = map_params(path, params, g, plan, vmap, err))) goto done;
 
     /* Encode every tensor first: the header that precedes the data holds their checksums. Offsets are relative
      * to the data section, so they do not depend on the header's length. */
