@@ -263,6 +263,14 @@ expect_ok "pipeline engine file" "Engine .*pi0.tpe: fp32 for sm_90" build --mode
   --precision fp32 -o "$tmp/pi0.tpe"
 expect_ok "pipeline engine file on the CPU" "relative L2 = 0.000e+00" bench --device cpu --engine "$tmp/pi0.tpe" \
   --duration 0
+# 2:4 sparsity (issue 22): pruning on the CPU, its cost against the dense model; bad patterns and globs refused
+expect_ok "sparsity 2:4" "Sparsity 2:4 .*24 pruned by magnitude along K" bench --device cpu --model vit-tiny --batch 2 \
+  --duration 0 --sparsity 2:4 --sparse-layers 'blocks.*.mlp.*'
+expect_ok "sparsity pruning cost" "Pruning cost, the pruned model's FP32 reference against the dense one's" bench \
+  --device cpu --model vit-tiny --batch 2 --duration 0 --sparsity 2:4
+expect_error "sparsity pattern" 2 "--sparsity: unknown pattern '1:4'" bench --model vit-tiny --sparsity 1:4
+expect_error "sparsity glob" 2 "'mlp.*' matches no linear layer" bench --device cpu --model vit-tiny --duration 0 \
+  --sparsity 2:4 --sparse-layers 'mlp.*'
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
 expect_error tp-zero 2 "--tp '0'" bench --model llama-tiny --tp 0
 expect_error tp-cpu 2 "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu

@@ -293,6 +293,10 @@ static tp_status setup(run_ctx *c, tp_error *err) {
         st = tp_model_checkpoint(mp, o->weights, rep->checkpoint_note, sizeof rep->checkpoint_note, err);
     if (st) return st;
     c->rep.o = o;
+    if (o->sparsity && (o->tp > 1 || o->engine_file))
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "--sparsity with %s: unsupported (%s)", o->tp > 1 ? "--tp" : "--engine",
+                       o->tp > 1 ? "the weights are pruned whole, before any split" : "an engine file's weights are "
+                       "stored as built");
     if (o->pipeline_mode && strcmp(mp->family->name, "pipeline") != 0)
         return tp_fail(err, TP_ERR_ARG, "--pipeline: %s is not a pipeline (family %s)", tp_model_name(mp),
                        mp->family->name);
@@ -382,10 +386,61 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     return TP_OK;
 }
 
-/* The FP32 reference on the first ref_rows samples, where the run asked for one. */
-static tp_status reference(run_ctx *c, tp_error *err) {
+static tp_status reference_run(run_ctx *c, tp_error *err);
+
+/* --sparsity: the dense model's reference (when one runs) for the pruning cost, then the weights pruned in place,
+ * before the pruned model's reference and every engine. */
+static tp_status sparsify(run_ctx *c, tp_error *err) {
     tp_bench_report *rep = &c->rep;
-    if (rep->reference == TP_REF_NONE) return TP_OK;
+    const size_t n = (size_t)rep->ref_rows * (size_t)rep->out_cols;
+    float *dense = NULL;
+    tp_status st = TP_OK;
+    if (rep->reference != TP_REF_NONE) {
+        if (!(dense = malloc(sizeof(float) * n))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        st = reference_run(c, err);
+        if (!st) memcpy(dense, c->ref, sizeof(float) * n);
+        free(rep->ref_tokens);
+    tp_sparse_summary_free(&rep->sparse); /* the pruned model's are the ones compared */
+        rep->ref_tokens = NULL;
+    }
+    if (!st) st = tp_sparse_apply(&c->g, &c->params, c->o->sparse_layers, &rep->sparse, err);
+    if (!st && dense) {
+        st = reference_run(c, err);
+        if (!st) {
+            tp_accuracy_compute(c->ref, dense, rep->ref_rows, rep->out_cols, &rep->prune_cost);
+            rep->has_prune_cost = 1;
+        }
+    }
+    free(dense);
+    if (st) return st;
+    const tp_sparse_summary *s = &rep->sparse;
+    char t1[32];
+    printf("Sparsity 2:4 (--sparse-layers '%s'): %d weights of %d linears: %d pruned by magnitude along K, %d already "
+           "2:4, %d left dense", s->globs, s->n_rows, s->n_linears, s->pruned, s->already, s->ineligible);
+    for (int k = 0, shown = 0; k < s->n_rows && shown < 3; k++)
+        if (!s->rows[k].eligible) printf("%s%s (%s)", shown++ ? "; " : ": ", s->rows[k].layer, s->rows[k].why);
+    printf("\n");
+    if (rep->has_prune_cost)
+        printf("Pruning cost, the pruned model's FP32 reference against the dense one's (%d sample%s): cosine %.6f, "
+               "relative L2 %.3e, max abs %.3e, top-1 agreement %s\n", rep->ref_rows, rep->ref_rows == 1 ? "" : "s",
+               rep->prune_cost.cosine, rep->prune_cost.rel_l2, rep->prune_cost.max_abs,
+               rep->output.classes ? (snprintf(t1, sizeof t1, "%.1f %%", 100 * rep->prune_cost.top1_agree), t1)
+                                   : "n/a (the output is not logits)");
+    if (rep->dev == TP_DEVICE_GPU)
+        printf("Sparse GEMMs: not in this build (cuSPARSELt comes with issue 22): the engines run the pruned weights "
+               "with dense kernels\n");
+    return TP_OK;
+}
+
+/* The FP32 reference on the first ref_rows samples, where the run asked for one (the pruned model's with
+ * --sparsity, after the dense one's). */
+static tp_status reference(run_ctx *c, tp_error *err) {
+    if (c->o->sparsity) return sparsify(c, err);
+    return c->rep.reference == TP_REF_NONE ? TP_OK : reference_run(c, err);
+}
+
+static tp_status reference_run(run_ctx *c, tp_error *err) {
+    tp_bench_report *rep = &c->rep;
     double t0 = tp_now_ms();
     tp_status st;
     if (rep->gen > 0 && rep->dev == TP_DEVICE_GPU) /* a decoder: its generation, whose prefill gives the logits */

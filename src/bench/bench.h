@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "bench/sparse.h"
 #include "core/stats.h"
 #include "core/system.h"
 #include "formats/qformat.h"
@@ -76,6 +77,8 @@ typedef struct {
     int cublaslt_only;   /* --gemm cublaslt: never tprof's own GEMM (tp_engine_options.cublaslt_only) */
     int fp8_promote;     /* --fp8-accum promote: FP8 GEMMs with fp32 promotion (tp_engine_options.fp8_promote) */
     int no_fusion;       /* --fusion off: tp_policy.no_fusion */
+    int sparsity;        /* --sparsity 2:4: the selected linears' weights pruned to 2:4 (bench/sparse.h) */
+    const char *sparse_layers; /* --sparse-layers GLOBS (NULL: every linear) */
     int gelu_tanh;       /* --gelu tanh: GELU as the tanh approximation in the fc1 epilogue (plan.h) */
     int kv_fp8;          /* --kv-cache fp8: a decoder's KV cache in E4M3, one calibrated scale per layer (plan.h) */
     int ref_samples;     /* samples the reference runs for accuracy figures (<= batch) */
@@ -194,6 +197,9 @@ struct tp_bench_report {
     float *ref_tokens;       /* (gen, ref_rows) the FP32 reference's greedy tokens; NULL when not run */
     double ref_ppl;          /* --perplexity: the FP32 reference's (NAN: not run) */
     int ppl_windows, ppl_tokens; /* the windows of `prompt` tokens scored, and the tokens predicted in them */
+    tp_sparse_summary sparse;    /* --sparsity: what was pruned (n_rows 0 otherwise) */
+    int has_prune_cost;          /* the pruned model's FP32 reference against the dense one's, on ref_rows samples */
+    tp_accuracy prune_cost;
 };
 
 /* Runs the benchmark. Errors (one line in err): bad options (TP_ERR_ARG), unreadable or mismatching weights and

@@ -61,6 +61,9 @@ static const char USAGE_BENCH[] =
             "  --ref-samples N       samples the FP32 reference checks (default min(batch, 8)); --ref-images: the same\n"
             "  --json FILE           write every sample, the configuration and the system to FILE\n"
             "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
+            "  --sparsity 2:4        prune the linears' weights to 2:4 along K by magnitude (weights already 2:4 kept),\n"
+            "                        report what pruning costs against the dense FP32 model; --sparse-layers GLOBS\n"
+            "                        (comma list, default *) chooses the layers\n"
             "  --fusion on|off       off: every op its own kernel (no residual add, GELU or token step in a GEMM's\n"
             "                        epilogue), to measure what fusion saves (default on)\n"
             "  --pipeline MODE       pipelines: graph (default: every stage and step in one CUDA graph), modular\n"
@@ -539,6 +542,13 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (IS("--fp8-accum")) return two_way(name, val, "choice", "fast", "promote", &o->fp8_promote) ? -1 : 1;
     else if (IS("--gelu")) return two_way(name, val, "form", "erf", "tanh", &o->gelu_tanh) ? -1 : 1;
     else if (IS("--fusion")) return two_way(name, val, "mode", "on", "off", &o->no_fusion) ? -1 : 1;
+    else if (!a->build && IS("--sparsity")) {
+        if (strcmp(val, "2:4") != 0) {
+            fprintf(stderr, "tprof: --sparsity: unknown pattern '%s' (expected 2:4)\n", val);
+            return -1;
+        }
+        o->sparsity = 1;
+    } else if (!a->build && IS("--sparse-layers")) o->sparse_layers = val;
     else if (IS("--calib")) {
         if ((k = one_of(name, val, "method", CALIB, 3)) < 0) return -1;
         o->calib.method = k == 2 ? TP_CALIB_ENTROPY : k ? TP_CALIB_PERCENTILE : TP_CALIB_MAX;
@@ -576,7 +586,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--sparsity", "--sparse-layers", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};

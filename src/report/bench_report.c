@@ -21,6 +21,30 @@ static const char *reference_name(tp_reference_kind k) {
 
 static json_t *json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
+/* --sparsity: what was pruned per weight and what pruning cost against the dense FP32 model; null without it. */
+static json_t *sparsity_json(const tp_bench_report *rep) {
+    const tp_sparse_summary *s = &rep->sparse;
+    if (!rep->o->sparsity) return json_null();
+    json_t *rows = json_array();
+    for (int k = 0; k < s->n_rows; k++) {
+        const tp_sparse_row *r = &s->rows[k];
+        json_array_append_new(rows, json_pack("{s:s,s:s,s:b,s:I,s:I,s:s}", "layer", r->layer, "param", r->param,
+                                              "eligible", r->eligible, "groups", (json_int_t)r->groups,
+                                              "pruned_groups", (json_int_t)r->pruned, "why", r->why));
+    }
+    json_t *cost = json_null();
+    if (rep->has_prune_cost)
+        cost = json_pack("{s:o,s:o,s:o,s:o,s:i}", "cosine", json_num(rep->prune_cost.cosine), "rel_l2",
+                         json_num(rep->prune_cost.rel_l2), "max_abs", json_num(rep->prune_cost.max_abs), "top1_agree",
+                         rep->output.classes ? json_num(rep->prune_cost.top1_agree) : json_null(), "samples",
+                         rep->ref_rows);
+    return json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:s}", "pattern", "2:4 along K (magnitude)", "layers", s->globs,
+                     "linears", s->n_linears, "pruned", s->pruned, "already_2_4", s->already, "left_dense",
+                     s->ineligible, "weights", rows, "prune_cost_vs_dense_fp32", cost, "sparse_kernels",
+                     rep->dev == TP_DEVICE_GPU ? "none in this build: dense kernels run the pruned weights"
+                                               : "the CPU reference runs the pruned weights");
+}
+
 static void print_plan(const tp_graph *g, const tp_plan *p) {
     printf("  %-26s %-12s %-5s %10s %10s  %s\n", "layer", "op", "prec", "GFLOP", "MB", "how");
     for (int i = 0; i < g->n_ops; i++) {
@@ -257,6 +281,7 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
                                       "device-to-device cudaMemcpyAsync of 256 MiB, (read + written bytes) / median"));
     }
     json_object_set_new(root, "system", sys);
+    json_object_set_new(root, "sparsity", sparsity_json(rep));
     json_object_set_new(root, "model_flop_per_batch", json_real(flop));
     json_object_set_new(root, "model_matmul_flop_per_batch", json_real(matmul_flop));
     const int base = rep->base;

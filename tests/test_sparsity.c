@@ -1,0 +1,106 @@
+/* test_sparsity.c: 2:4 structured sparsity on the CPU (formats/sparsity.h, bench/sparse.h): magnitude pruning along
+ * K with its tie and NaN rules, the pattern check, the shapes refused, and the selection of a model's linears by
+ * glob (each weight pruned once, a glob that matches nothing refused by name). */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/sparse.h"
+#include "formats/sparsity.h"
+#include "models/model.h"
+
+START_TEST(test_prune_rules) {
+    /* 2 rows of K = 8: groups (3, -5, 1, 4) keep -5 and 4; (2, 2, 2, 1) a tie keeps the first two; (0, 7, 0, -1)
+     * already 2:4; (NaN, 1, 9, 2) keeps the NaN (never taken for a hole) and 9 */
+    float w[16] = {3, -5, 1, 4, 2, 2, 2, 1, 0, 7, 0, -1, NAN, 1, 9, 2};
+    const float want[16] = {0, -5, 0, 4, 2, 2, 0, 0, 0, 7, 0, -1, NAN, 0, 9, 0};
+    int64_t first = 0;
+    ck_assert_int_eq(tp_sparse_violations(w, 2, 8, &first), 3);
+    ck_assert_int_eq(first, 0);
+    ck_assert_int_eq(tp_sparse_prune(w, 2, 8), 3);
+    for (int i = 0; i < 16; i++) {
+        if (isnan(want[i])) ck_assert(isnan(w[i]));
+        else ck_assert_msg(w[i] == want[i] && !signbit(w[i] == 0 ? w[i] : 0.0f), "w[%d] = %g, want %g", i, w[i], want[i]);
+    }
+    ck_assert_int_eq(tp_sparse_violations(w, 2, 8, &first), 0);
+    ck_assert_int_eq(first, -1);
+    ck_assert_int_eq(tp_sparse_prune(w, 2, 8), 0); /* idempotent */
+    /* -0 is a hole: (-0, 1, -0, 2) is 2:4 */
+    float z[4] = {-0.0f, 1, -0.0f, 2};
+    ck_assert_int_eq(tp_sparse_violations(z, 1, 4, NULL), 0);
+    /* the first violation's index: row 1, group 1 */
+    float v[16] = {1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0};
+    ck_assert_int_eq(tp_sparse_violations(v, 2, 8, &first), 1);
+    ck_assert_int_eq(first, 12);
+}
+END_TEST
+
+START_TEST(test_shapes) {
+    char why[160];
+    ck_assert(tp_sparse_shape_ok(3, 64, why, sizeof why));
+    ck_assert(!tp_sparse_shape_ok(3, 7, why, sizeof why));
+    ck_assert_msg(strstr(why, "K (7)") != NULL, "%s", why);
+    ck_assert(!tp_sparse_shape_ok(3, 0, why, sizeof why));
+    ck_assert(!tp_sparse_shape_ok(0, 8, NULL, 0));
+}
+END_TEST
+
+/* a ViT's linears by glob: every selected weight 2:4 afterwards, the others untouched */
+START_TEST(test_apply_globs) {
+    tp_model m;
+    tp_error e = {0};
+    tp_params p = {0}, q = {0};
+    tp_graph g;
+    ck_assert_int_eq(tp_model_preset("vit-tiny", &m, &e), TP_OK);
+    ck_assert_int_eq(tp_model_params_init(&m, 1, 0, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_model_params_init(&m, 1, 0, &q, &e), TP_OK);
+    ck_assert_int_eq(tp_model_build_graph(&m, &p, 1, &g, &e), TP_OK);
+    tp_sparse_summary s;
+    ck_assert_msg(tp_sparse_apply(&g, &p, "blocks.*.mlp.fc?,head", &s, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(s.n_rows, 2 * 12 + 1);
+    ck_assert_int_eq(s.pruned, s.n_rows);
+    ck_assert_int_eq(s.already, 0);
+    ck_assert_int_eq(s.ineligible, 0);
+    for (int k = 0; k < p.n_params; k++) {
+        const tp_param *w = &p.params[k];
+        int sel = 0;
+        for (int r = 0; r < s.n_rows; r++) sel |= strcmp(s.rows[r].param, w->name) == 0;
+        if (sel) {
+            ck_assert_int_eq(tp_sparse_violations(w->data, w->shape[0], w->numel / w->shape[0], NULL), 0);
+            ck_assert_int_eq(s.rows[0].groups, s.rows[0].pruned); /* random weights: every group had 4 non-zeros */
+        } else {
+            ck_assert_msg(memcmp(w->data, q.params[k].data, sizeof(float) * (size_t)w->numel) == 0, "%s changed",
+                          w->name);
+        }
+    }
+    tp_sparse_summary_free(&s);
+    /* again: already 2:4, nothing changes */
+    ck_assert_int_eq(tp_sparse_apply(&g, &p, "blocks.*.mlp.fc?", &s, &e), TP_OK);
+    ck_assert_int_eq(s.already, 24);
+    ck_assert_int_eq(s.pruned, 0);
+    tp_sparse_summary_free(&s);
+    /* refused: a glob that selects nothing (named), an empty one */
+    ck_assert_int_eq(tp_sparse_apply(&g, &p, "blocks.*.mlp.fc1,nope*", &s, &e), TP_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "'nope*' matches no linear") != NULL, "%s", e.msg);
+    ck_assert_int_eq(tp_sparse_apply(&g, &p, "blocks.*,,head", &s, &e), TP_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "empty glob") != NULL, "%s", e.msg);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    tp_params_free(&q);
+}
+END_TEST
+
+int main(void) {
+    Suite *su = suite_create("sparsity");
+    TCase *t = tcase_create("sparsity");
+    tcase_add_test(t, test_prune_rules);
+    tcase_add_test(t, test_shapes);
+    tcase_add_test(t, test_apply_globs);
+    suite_add_tcase(su, t);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
