@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref; 2:4 sparsity: sparse; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -13,6 +13,9 @@ steps=${*:-tests bench}
 # have an older system cuDNN (9.14) on the loader path, which tprof's search would find first
 venv_cudnn=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib
 if [ -z "${TPROF_CUDNN_LIB:-}" ] && [ -d "$venv_cudnn" ]; then export TPROF_CUDNN_LIB=$venv_cudnn; fi
+# cuSPARSELt (2:4 sparse GEMMs, issue 22) lives in the same venv (0.8 layout; tprof's search finds it there too)
+venv_cusparselt=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cusparselt/lib
+if [ -z "${TPROF_CUSPARSELT_LIB:-}" ] && [ -d "$venv_cusparselt" ]; then export TPROF_CUSPARSELT_LIB=$venv_cusparselt; fi
 echo "=== $(date -u +%FT%TZ) $("$BUILD/tprof" --version 2>/dev/null || echo "tprof: not built") steps: $steps"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv
@@ -317,6 +320,18 @@ for s in $steps; do
       --duration 1 --profile-iters 5 --out /tmp/tprof-pi0 > "$OUT/pi0_profile.log" 2>&1 || rc=1
     grep -A5 "^Per-stage time" "$OUT/pi0_profile.log"
     xz -9 "$OUT/pi0_profile.log"
+    ;;
+  sparse)
+    # issue 22: the sparse GEMMs against the CPU (cuSPARSELt required), then ViT-B/16 at batch 64 dense and 2:4
+    echo "=== 2:4 sparsity: GPU tests (cuSPARSELt), then ViT-B/16 batch 64 fp16 dense and --sparsity 2:4"
+    TPROF_REQUIRE_CUSPARSELT=1 CK_RUN_SUITE=gpu_sparse "$BUILD/tests/test_gpu" > "$OUT/sparse_gpu_tests.log" 2>&1 || rc=1
+    grep -E "info|skip|FAIL|:F:|:E:|Checks|linears|cosine|compressed" "$OUT/sparse_gpu_tests.log" | head -30
+    for sp in "" "--sparsity 2:4"; do
+      n=$([ -n "$sp" ] && echo sparse || echo dense)
+      "$BUILD/tprof" bench --model vit-b16 --batch 64 --precision fp16 --duration 2 --ref-samples 4 $sp \
+        --json "$OUT/sparse_vitb16_$n.json" > "$OUT/sparse_vitb16_$n.log" 2>&1 || rc=1
+      grep -E "Sparsity|Pruning|sparse GEMMs|^fp16 +[0-9]|Accuracy|error" "$OUT/sparse_vitb16_$n.log"
+    done
     ;;
   pi0ref)
     # PI0_COMPILE: torch.compile's mode for the peer (openpi compiles with max-autotune, which takes minutes)

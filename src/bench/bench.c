@@ -426,9 +426,6 @@ static tp_status sparsify(run_ctx *c, tp_error *err) {
                rep->prune_cost.cosine, rep->prune_cost.rel_l2, rep->prune_cost.max_abs,
                rep->output.classes ? (snprintf(t1, sizeof t1, "%.1f %%", 100 * rep->prune_cost.top1_agree), t1)
                                    : "n/a (the output is not logits)");
-    if (rep->dev == TP_DEVICE_GPU)
-        printf("Sparse GEMMs: not in this build (cuSPARSELt comes with issue 22): the engines run the pruned weights "
-               "with dense kernels\n");
     return TP_OK;
 }
 
@@ -559,7 +556,7 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     double b0 = tp_now_ms();
     tp_status st = activation_scales(c, plan, &amax, err);
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph && o->pipeline_mode != 3,
-                            .modular = o->pipeline_mode == 2, .gemm_first = o->gemm_first,
+                            .modular = o->pipeline_mode == 2, .sparse = o->sparsity, .gemm_first = o->gemm_first,
                             .cublaslt_only = o->cublaslt_only, .fp8_promote = o->fp8_promote,
                             .gemm_choice = stored_gemms(c, plan, pol), .act_amax = amax,
                             .hook = c->cupti ? tp_cupti_hook : NULL, .hook_user = c->cupti, .weights_q = c->wq,
@@ -584,6 +581,19 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
         if (!r->attn_impl[0] && g->ops[i].kind == TP_OP_ATTENTION) snprintf(r->attn_impl, sizeof r->attn_impl, "%s", im);
         if (!r->gelu_impl[0] && g->ops[i].kind == TP_OP_LINEAR && strstr(im, "GELU"))
             snprintf(r->gelu_impl, sizeof r->gelu_impl, "%s: %s", g->ops[i].layer, im);
+    }
+    if (!st && o->sparsity) { /* what ran of the 2:4 GEMMs: per op in the plan's "how", the sum here */
+        int ran = 0, planned = 0;
+        double us_s = 0, us_d = 0, us_run = 0;
+        for (int i = 0; i < g->n_ops; i++) {
+            double a = 0, b = 0;
+            const int k = tp_engine_sparse_op(e, i, &a, &b);
+            if (k < 0) continue;
+            planned++, ran += k, us_s += a, us_d += b, us_run += k ? a : b;
+        }
+        printf("%s: 2:4 sparse GEMMs (cuSPARSELt) ran for %d of %d linears planned sparse; at build their GEMMs took "
+               "%.1f us sparse against %.1f us dense, %.1f us as chosen (each linear's \"how\" in --plan and the JSON "
+               "says which ran)\n", tp_precision_name(plan->requested), ran, planned, us_s, us_d, us_run);
     }
     for (int i = 0; !st && i < g->n_ops; i++) { /* the bytes of the fusions the build made (a GELU) */
         r->cost[i].bytes = tp_engine_op_bytes(e, i);

@@ -976,6 +976,8 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     if (st) goto fail;
     st = tpe_choose_gemms(e, opt->gemm_first, opt->cublaslt_only, opt->gemm_choice, err);
     if (st) goto fail;
+    e->sparse_mode = opt->sparse;
+    if (opt->sparse && (st = tpe_choose_sparse(e, err))) goto fail;
 
     free(h_scales);
     *out = e;
@@ -1172,6 +1174,7 @@ void tp_engine_destroy(tp_engine *e) {
     }
     free(e->hand_v);
     free(e->hand_copy);
+    tpe_sparse_free(e);
     if (e->exec) cudaGraphExecDestroy(e->exec);
     if (e->graph) cudaGraphDestroy(e->graph);
     if (e->gplan)

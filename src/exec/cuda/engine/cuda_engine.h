@@ -100,6 +100,11 @@ typedef struct {
      * stage boundary copied device to device once after its stage (the handoff separate engines would make; the
      * next stage reads the original, the copy costs what a handoff costs). Not with tensor parallelism. */
     int modular;
+    /* 2:4 sparsity (issue 22): every linear whose weight is 2:4 (formats/sparsity.h) and whose GEMM cuSPARSELt takes
+     * runs cuSPARSELt's sparse GEMM where that was faster than its dense one at build (engine_sparse.c; the op's
+     * tp_engine_op_impl says which and both times). cuSPARSELt must be found (TP_ERR_UNSUPPORTED otherwise). 2: every
+     * eligible linear runs sparse, whatever the times (tests). */
+    int sparse;
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
@@ -130,6 +135,10 @@ int tp_engine_tp_size(const tp_engine *e);
  * was applied, and all its edges (*total, may be NULL); -1 for an engine without a graph (eager). */
 int tp_engine_pdl_edges(const tp_engine *e, int *total);
 const char *tp_engine_nccl(const tp_engine *e);
+/* With tp_engine_options.sparse: op `op`'s 2:4 sparse GEMM, 1 when it runs, 0 when the dense GEMM was kept (faster
+ * at build), -1 when the op has none (not a linear with 2:4 weights, or not eligible: its impl note says why);
+ * *sparse_us and *dense_us (may be NULL): the build-time times of both (tpe_time_op's mean of 10). */
+int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *dense_us);
 /* A modular engine's stages (tp_engine_options.modular): their number (0 otherwise) and, for i below it, stage i's
  * name into name (n bytes) and *bytes, the bytes it hands over to later stages. */
 int tp_engine_stages(const tp_engine *e, int i, char *name, size_t n, double *bytes);

@@ -106,6 +106,11 @@ struct tp_engine {
     tp_bgemm **mplan;          /* per op, 4 each: S = Q Kp^T, S = Q K^T, O = P Vp, O (+)= P V (NULL where absent) */
     float *d_mscore;           /* the unfused attention's scores, fp32 (the largest op's; one stream) */
     void *d_mprob;             /* its probabilities, in the activations' type */
+    struct tp_spgemm_ctx *spctx; /* cuSPARSELt's handle (tp_engine_options.sparse), NULL otherwise */
+    struct tp_spgemm **spgemm;  /* per op: the planned sparse GEMM of a linear with 2:4 weights, NULL elsewhere */
+    unsigned char *sparse_on;   /* per op: 1 where it runs (faster than the dense GEMM at build) */
+    double *sparse_us;          /* per op, 2 each: the sparse and the dense GEMM's build-time times */
+    int sparse_mode;            /* tp_engine_options.sparse */
     int *repeats;              /* per value: the earlier parameter value holding the same parameter, stored alike, whose
                                   device copy it shares (a pipeline's expert steps), or -1 */
     float *d_kv_ws;            /* the decode attention's split-KV workspace, shared by its ops (one stream) */
@@ -150,6 +155,8 @@ tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err);
  * choice and its timings into e->impl_note. Errors: TP_ERR_UNSUPPORTED (a choice that cannot run, naming the
  * layer), TP_ERR_ARG, TP_ERR_OOM, TP_ERR_CUDA. */
 tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err);
+/* Op i's time as configured now, us: the mean of 10 back-to-back launches after 3 (the launch hook off). */
+tp_status tpe_time_op(tp_engine *e, int i, double *us, tp_error *err);
 tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err);
 
 /* engine_group.c: sibling linears reading one input (q/k/v, gate/up) as one GEMV at one token a step.
@@ -191,15 +198,25 @@ tp_status tpe_setup_stages(tp_engine *e, tp_error *err);
 /* Stage k's handoff: its handed-over values copied, enqueued on e->stream; a CUDA error code. */
 int tpe_handoff(tp_engine *e, int k);
 
+/* engine_sparse.c: with tp_engine_options.sparse, every linear whose weight is 2:4 (formats/sparsity.h) and whose
+ * GEMM cuSPARSELt takes gets a planned sparse GEMM, timed against its dense one (tpe_time_op), the faster kept; the
+ * op's note says which ran and both times, or why it was not eligible. tpe_launch_sparse: op i's sparse GEMM (a
+ * cusparseStatus_t). Errors: cuSPARSELt's absence (TP_ERR_UNSUPPORTED: asked for, it must be there), TP_ERR_OOM,
+ * TP_ERR_CUDA. */
+tp_status tpe_choose_sparse(tp_engine *e, tp_error *err);
+int tpe_launch_sparse(tp_engine *e, int i);
+void tpe_sparse_free(tp_engine *e);
+
 /* engine_launch.c's helpers, shared by the build */
 static inline size_t value_bytes(const tp_engine *e, int v) {
     return (size_t)tp_value_numel(&e->g->values[v]) * tp_dtype_info(e->plan->value_dt[v])->bytes;
 }
 
 /* Rows of an activation viewed as a GEMM operand (M, K), K its last dimension; fp8-block GEMMs run on rows
- * rounded up to a multiple of 4 (cuBLASLt refuses block scales otherwise), so every activation buffer has
- * PAD_ROWS rows of slack after its last row. */
-#define PAD_ROWS 3
+ * rounded up to a multiple of 4 (cuBLASLt refuses block scales otherwise) and cuSPARSELt's on rows rounded up to a
+ * multiple of 8 (its dense 16-bit operand), so every activation buffer has PAD_ROWS rows of slack after its last
+ * row. */
+#define PAD_ROWS 7
 static inline int64_t value_cols(const tp_engine *e, int v) {
     const tp_value *val = &e->g->values[v];
     return val->shape[val->ndim - 1];

@@ -129,6 +129,10 @@ static int launch_linear(tp_engine *e, int i, int *cublas) {
     cudaStream_t s = e->stream;
     int rc = 0;
     if (e->group_lead[i] >= 0 && e->group_on[e->group_lead[i]]) return tpe_launch_group(e, i);
+    if (e->sparse_on && e->sparse_on[i]) { /* cuSPARSELt's 2:4 GEMM, chosen by time at build (engine_sparse.c) */
+        *cublas = 1; /* a library status, not a CUDA error */
+        return tpe_launch_sparse(e, i);
+    }
     const tp_qformat qf = pl->value_qf[op->in[0]];
     const int fp8 = pl->value_dt[op->in[0]] == TP_E4M3;
     if (e->gelu_sm90[i] >= 0) { /* GEMM + bias + exact GELU in one kernel: it writes the GELU's output */

@@ -34,7 +34,7 @@ static int flash_eligible(tp_dtype in, int D) {
 /* Times op i as it is configured: 3 launches to warm up, then the mean of 10 back-to-back launches between two
  * events (each a few tens of us, so launch gaps do not matter on the GPU timeline), in us. The hook is muted:
  * these launches are not part of any profiled pass. */
-static tp_status time_op(tp_engine *e, int i, double *us, tp_error *err) {
+tp_status tpe_time_op(tp_engine *e, int i, double *us, tp_error *err) {
     tp_status st = TP_OK;
     cudaEvent_t ev[2] = {NULL, NULL};
     tp_launch_hook hook = e->hook;
@@ -55,6 +55,8 @@ fail:
     e->hook = hook;
     return st;
 }
+
+#define time_op tpe_time_op
 
 static tp_status time_attention(tp_engine *e, int i, tp_attn_impl impl, double *us, tp_error *err) {
     e->attn[i] = impl;

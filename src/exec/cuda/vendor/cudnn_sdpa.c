@@ -94,6 +94,7 @@ void tp_sdpa_destroy(tp_sdpa *s) { (void)s; }
 #include <stdbool.h>
 #include <sys/stat.h>
 
+#include "exec/cuda/vendor/vendor_lib.h"
 #include "formats/dtype.h"
 
 /* cudnn-frontend requires 9.13.1 for this operation ("Unified SDPA node requires cuDNN 9.13.1"). */
@@ -129,34 +130,13 @@ typedef struct {
 static cudnn_api g_api;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* Appends a printf-formatted piece to the bounded string buf (truncating, always terminated). */
-static void appendf(char *buf, size_t n, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void appendf(char *buf, size_t n, const char *fmt, ...) {
-    size_t len = strlen(buf);
-    if (len + 1 >= n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + len, n - len, fmt, ap);
-    va_end(ap);
-}
+#define appendf tp_vendor_appendf
+#define is_file tp_vendor_is_file
 
 /* out = dir + "/" + name; 0 when it does not fit (the path is then skipped, never truncated and tried). */
 static int join(char out[PATH_BYTES], const char *dir, const char *name) {
     const int k = snprintf(out, PATH_BYTES, "%s/%s", dir, name);
     return k > 0 && k < PATH_BYTES;
-}
-
-static int is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 /* Resolves every function from h into a (not yet ok) table; returns the first missing name, or NULL. */
@@ -248,64 +228,18 @@ static int try_lib(const char *name) {
     return 1;
 }
 
-/* Tries dir/libcudnn_graph.so.9, then dir/libcudnn.so.9. */
-static int try_dir(const char *dir) {
-    static const char *const names[] = {"libcudnn_graph.so.9", "libcudnn.so.9"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char p[PATH_BYTES];
-        if (join(p, dir, names[i]) && try_lib(p)) return 1;
-    }
-    return 0;
+static int try_found(const char *name, void *user, char *why, size_t n) {
+    (void)user, (void)why, (void)n; /* try_lib appends its reasons to g_api.why, the search's buffer */
+    return try_lib(name);
 }
 
+/* vendor_lib.h's search: TPROF_CUDNN_LIB, the loader's path, nvidia/cudnn/lib in Python package directories; in
+ * each place libcudnn_graph.so.9, then libcudnn.so.9 */
 static void load_once(void) {
     memset(&g_api, 0, sizeof g_api);
-    /* 1. TPROF_CUDNN_LIB: a file or a directory */
-    const char *env = getenv("TPROF_CUDNN_LIB");
-    if (env && env[0]) {
-        if (is_dir(env) ? try_dir(env) : is_file(env) ? try_lib(env) : 0) return;
-        appendf(g_api.why, sizeof g_api.why, "TPROF_CUDNN_LIB=%s: %s; ", env,
-                is_dir(env) ? "no usable libcudnn_graph.so.9 or libcudnn.so.9 there"
-                            : is_file(env) ? "not loadable" : "no such file or directory");
-    } else {
-        appendf(g_api.why, sizeof g_api.why, "TPROF_CUDNN_LIB unset; ");
-    }
-    /* 2. the dynamic loader's path */
-    if (try_lib("libcudnn_graph.so.9") || try_lib("libcudnn.so.9")) return;
-    /* 3. nvidia/cudnn/lib under Python package directories found at run time */
-    char pats[8][PATH_BYTES];
-    int np = 0;
-    const char *venv = getenv("VIRTUAL_ENV"), *conda = getenv("CONDA_PREFIX"), *home = getenv("HOME");
-    if (venv && venv[0]) snprintf(pats[np++], sizeof pats[0], "%s/lib/python3*/site-packages", venv);
-    if (conda && conda[0]) snprintf(pats[np++], sizeof pats[0], "%s/lib/python3*/site-packages", conda);
-    snprintf(pats[np++], sizeof pats[0], "/opt/*/.venv/lib/python3*/site-packages");
-    snprintf(pats[np++], sizeof pats[0], "/opt/*/venv/lib/python3*/site-packages");
-    snprintf(pats[np++], sizeof pats[0], "/opt/*/lib/python3*/site-packages");
-    if (home && home[0]) snprintf(pats[np++], sizeof pats[0], "%s/.local/lib/python3*/site-packages", home);
-    snprintf(pats[np++], sizeof pats[0], "/usr/local/lib/python3*/[ds]i[st][te]-packages");
-    snprintf(pats[np++], sizeof pats[0], "/usr/lib/python3*/[ds]i[st][te]-packages");
-    int n_pkg_dirs = 0;
-    for (int i = 0; i < np; i++) {
-        glob_t g;
-        memset(&g, 0, sizeof g);
-        if (glob(pats[i], GLOB_ONLYDIR, NULL, &g) == 0) {
-            for (size_t k = 0; k < g.gl_pathc; k++) {
-                n_pkg_dirs++;
-                char d[PATH_BYTES];
-                if (!join(d, g.gl_pathv[k], "nvidia/cudnn/lib") || !is_dir(d)) continue;
-                if (try_dir(d)) {
-                    globfree(&g);
-                    return;
-                }
-                appendf(g_api.why, sizeof g_api.why, "%s: no usable libcudnn_graph.so.9; ", d);
-            }
-        }
-        globfree(&g);
-    }
-    appendf(g_api.why, sizeof g_api.why,
-            "no nvidia/cudnn/lib in %d Python package directories (/opt/*/.venv, /opt/*/venv, /opt/*, "
-            "$VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, /usr/local/lib/python3*, /usr/lib/python3*)",
-            n_pkg_dirs);
+    static const char *const names[] = {"libcudnn_graph.so.9", "libcudnn.so.9"};
+    static const char *const subdirs[] = {"nvidia/cudnn/lib"};
+    tp_vendor_find("TPROF_CUDNN_LIB", names, 2, subdirs, 1, try_found, NULL, g_api.why, sizeof g_api.why);
 }
 
 /* The loaded table, or NULL with *why set. */

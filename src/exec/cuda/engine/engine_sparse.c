@@ -1,0 +1,135 @@
+/* engine_sparse.c: 2:4 sparse GEMMs in an engine (engine_internal.h, "engine_sparse.c"; issue 22). A linear runs
+ * cuSPARSELt's sparse GEMM (vendor/sparse_cusparselt.h) only where that was faster than its dense GEMM when the
+ * engine was built, and every eligible linear's note says which ran and the two times: "eligible" is never a claim
+ * that a sparse kernel ran. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/cuda/engine/engine_internal.h"
+#include "exec/cuda/vendor/sparse_cusparselt.h"
+#include "formats/sparsity.h"
+
+void tpe_sparse_free(tp_engine *e) {
+    for (int i = 0; e->spgemm && i < e->g->n_ops; i++) tp_spgemm_destroy(e->spgemm[i]);
+    free(e->spgemm);
+    free(e->sparse_on);
+    free(e->sparse_us);
+    tp_spgemm_ctx_destroy(e->spctx);
+    e->spgemm = NULL;
+    e->sparse_on = NULL;
+    e->spctx = NULL;
+}
+
+/* Whether linear i can run sparse here, its description in *d; else the reason in why. */
+static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, size_t n) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    const int64_t N = op->gemm_n, K = op->gemm_k;
+    if (pl->op_prec[i] != TP_PREC_FP16 && pl->op_prec[i] != TP_PREC_BF16)
+        return snprintf(why, n, "a %s GEMM: the sparse GEMMs here are fp16/bf16", tp_precision_name(pl->op_prec[i])), 0;
+    if (e->group_lead[i] >= 0 && e->group_on[e->group_lead[i]])
+        return snprintf(why, n, "part of a sibling group's GEMV"), 0;
+    if (e->gelu_sm90[i] >= 0 || e->plain_sm90[i] || e->gemv16[i])
+        return snprintf(why, n, "tprof's own GEMM/GEMV already chosen for it"), 0;
+    if (pl->op_epilogue_gelu[i] >= 0) /* cuBLASLt's tanh-form GELU epilogue; cuSPARSELt's form is not established */
+        return snprintf(why, n, "a GELU in its epilogue (cuSPARSELt's GELU form unverified)"), 0;
+    memset(d, 0, sizeof *d);
+    /* rows rounded up to cuSPARSELt's multiple of 8: activation buffers have PAD_ROWS of slack (engine_internal.h),
+     * the extra rows' results land there, unread */
+    d->M = (op->gemm_m + 7) / 8 * 8, d->N = N, d->K = K;
+    if (d->M != op->gemm_m && (g->values[op->in[0]].kind != TP_VAL_ACT || PAD_ROWS < 7))
+        return snprintf(why, n, "M %lld rows, not a multiple of 8, from a buffer without slack rows",
+                        (long long)op->gemm_m), 0;
+    d->dt = pl->value_dt[op->in[0]];
+    d->has_bias = op->n_in > 2;
+    d->residual = pl->op_epilogue_add[i] >= 0;
+    if (pl->value_dt[op->in[1]] != d->dt) return snprintf(why, n, "its weight and input types differ"), 0;
+    return tp_spgemm_supported(d, why, n);
+}
+
+/* The output op i writes (its fused residual add's, if any) and that add's other operand. */
+static void outputs(const tp_engine *e, int i, void **y, const void **res) {
+    const tp_graph *g = e->g;
+    const int ea = e->plan->op_epilogue_add[i];
+    *y = e->dptr[g->ops[i].out];
+    *res = NULL;
+    if (ea >= 0) {
+        const tp_op *a = &g->ops[ea];
+        *res = e->dptr[a->in[0] == g->ops[i].out ? a->in[1] : a->in[0]];
+        *y = e->dptr[a->out];
+    }
+}
+
+int tpe_launch_sparse(tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    void *y;
+    const void *res;
+    outputs(e, i, &y, &res);
+    return tp_spgemm_run(e->spctx, e->spgemm[i], e->dptr[op->in[0]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
+                         e->stream);
+}
+
+tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = tp_spgemm_ctx_create(&e->spctx, err);
+    if (st) return st;
+    if (!(e->spgemm = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->spgemm)) ||
+        !(e->sparse_on = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1)) ||
+        !(e->sparse_us = calloc((size_t)(2 * (g->n_ops ? g->n_ops : 1)), sizeof(double))))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_LINEAR) continue;
+        char why[200] = "", dense[200];
+        tp_spgemm_desc d;
+        const tp_param *w = &e->params->params[g->values[op->in[1]].param_index];
+        /* the 2:4 weights only (pruned by --sparsity, or a checkpoint's); the others are dense, nothing to say */
+        if (w->ndim != 2 || w->shape[0] != op->gemm_n || !tp_sparse_shape_ok(op->gemm_n, op->gemm_k, NULL, 0) ||
+            tp_sparse_violations(w->data, op->gemm_n, op->gemm_k, NULL))
+            continue;
+        snprintf(dense, sizeof dense, "%s", e->impl_note[i][0] ? e->impl_note[i] : "cuBLASLt");
+        if (!eligible(e, i, &d, why, sizeof why)) {
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.60s; 2:4 weights, sparse not eligible: %.80s", dense,
+                     why);
+            continue;
+        }
+        void *y;
+        const void *res;
+        outputs(e, i, &y, &res);
+        tp_error se = {0};
+        if ((st = tp_spgemm_create(e->spctx, &d, e->dptr[op->in[1]], e->dptr[op->in[0]],
+                                   d.has_bias ? e->dptr[op->in[2]] : NULL, res, y, e->stream, op->layer,
+                                   &e->spgemm[i], &se))) {
+            if (st == TP_ERR_OOM) return tp_fail(err, st, "%s", se.msg);
+            st = TP_OK; /* cuSPARSELt refused this one: said, the dense GEMM kept */
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.60s; 2:4 sparse refused by cuSPARSELt: %.90s", dense,
+                     se.msg);
+            continue;
+        }
+        double t_dense = 0, t_sparse = 0;
+        if ((st = tpe_time_op(e, i, &t_dense, err))) break;
+        e->sparse_on[i] = 1;
+        if ((st = tpe_time_op(e, i, &t_sparse, err))) break;
+        e->sparse_on[i] = e->sparse_mode == 2 || t_sparse < t_dense;
+        e->sparse_us[2 * i] = t_sparse;
+        e->sparse_us[2 * i + 1] = t_dense;
+        if (e->sparse_on[i])
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuSPARSELt 2:4 sparse ran: %.1f us (dense %.1f us: "
+                     "%.90s)", t_sparse, t_dense, dense);
+        else
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "2:4 eligible, dense kept: sparse %.0f %% slower "
+                     "(%.1f us against %.1f us); dense: %.80s", 100.0 * (t_sparse / t_dense - 1.0), t_sparse, t_dense,
+                     dense);
+        if (e->sparse_on[i]) e->weight_bytes += (double)tp_spgemm_weight_bytes(e->spgemm[i]);
+    }
+    return st;
+}
+
+int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *dense_us) {
+    if (!e || !e->spgemm || op < 0 || op >= e->g->n_ops || !e->spgemm[op]) return -1;
+    if (sparse_us) *sparse_us = e->sparse_us[2 * op];
+    if (dense_us) *dense_us = e->sparse_us[2 * op + 1];
+    return e->sparse_on[op] != 0;
+}

@@ -1,0 +1,208 @@
+/* test_gpu_sparse.c: 2:4 sparse GEMMs through cuSPARSELt (src/exec/cuda/vendor/sparse_cusparselt.h) against the CPU
+ * on the pruned weights, in F16 and BF16, at awkward shapes (M = 197 x 3 rounded up to cuSPARSELt's 8 with the rows
+ * beyond M ignored, bias, a residual), the refusals (K not a multiple of 16, a weight that is not 2:4), and a whole
+ * ViT engine with every eligible linear forced sparse against the CPU reference on its pruned weights. Skipped when
+ * cuSPARSELt is not found, unless TPROF_REQUIRE_CUSPARSELT is set. Outputs poisoned (0xFF: NaN). */
+#include <check.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/stats.h"
+#include "exec/cpu/cpu_exec.h"
+#include "exec/cuda/engine/cuda_engine.h"
+#include "exec/cuda/vendor/sparse_cusparselt.h"
+#include "formats/dtype.h"
+#include "formats/sparsity.h"
+#include "models/model.h"
+#include "planner/plan.h"
+
+#define TP_GPU_MAX_TRACKED 256
+#include "gpu_check.h"
+#include "close_check.h"
+
+Suite *gpu_sparse_suite(void);
+
+static void setup(void) { gpu_setup(); }
+
+static void teardown(void) {
+    release_all();
+    close_stream();
+}
+
+/* 1 when cuSPARSELt is usable; otherwise prints the skip reason and returns 0, or fails under
+ * TPROF_REQUIRE_CUSPARSELT. */
+static int cusparselt_here(const char *test) {
+    char msg[1024];
+    const int ok = tp_spgemm_available(msg, sizeof msg);
+    const char *req = getenv("TPROF_REQUIRE_CUSPARSELT");
+    const int required = req && req[0] && strcmp(req, "0") != 0;
+    printf("  %s  %s: %s\n", ok ? "info" : required ? "FAIL" : "skip", test, msg);
+    fflush(stdout);
+    ck_assert_msg(ok || !required, "%s: TPROF_REQUIRE_CUSPARSELT is set but cuSPARSELt is not usable: %s", test, msg);
+    return ok;
+}
+
+static void round_to(tp_dtype dt, float *x, size_t n) {
+    void *tmp = hmalloc(n * esize(dt));
+    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
+    tp_convert_to_f32(dt, tmp, x, n, 1.0f);
+}
+
+typedef struct {
+    int M, N, K, bias, residual;
+} sp_shape;
+
+static const sp_shape SHAPES[] = {
+    {197 * 3, 768, 3072, 1, 1}, /* ViT-B/16's fc2 at batch 3: M rounded up to 592 */
+    {197, 2304, 768, 1, 0},     /* its qkv at batch 1 */
+    {8, 64, 16, 0, 0},          /* the smallest */
+    {40, 48, 1024, 0, 1},
+};
+static const tp_dtype DTS[2] = {TP_F16, TP_BF16};
+
+START_TEST(test_spgemm) {
+    const tp_dtype dt = DTS[_i % 2];
+    const sp_shape sh = SHAPES[_i / 2];
+    SET_CASE("sparse GEMM %s M %d N %d K %d%s%s", dname(dt), sh.M, sh.N, sh.K, sh.bias ? " +bias" : "",
+             sh.residual ? " +residual" : "");
+    if (!cusparselt_here(g_case)) return;
+    const int M8 = (sh.M + 7) / 8 * 8;
+    float *w = host_normal((size_t)sh.N * sh.K, 100 + (uint64_t)_i, 0.0, 0.05);
+    tp_sparse_prune(w, sh.N, sh.K);
+    round_to(dt, w, (size_t)sh.N * sh.K);
+    float *x = host_normal((size_t)M8 * sh.K, 200 + (uint64_t)_i, 0.0, 1.0);
+    round_to(dt, x, (size_t)M8 * sh.K);
+    float *b = host_normal((size_t)sh.N, 300, 0.0, 0.5), *r = host_normal((size_t)M8 * sh.N, 301, 0.0, 1.0);
+    round_to(dt, b, (size_t)sh.N);
+    round_to(dt, r, (size_t)M8 * sh.N);
+    float *ref = hmalloc(sizeof(float) * (size_t)sh.M * sh.N);
+    for (int m = 0; m < sh.M; m++)
+        for (int n = 0; n < sh.N; n++) {
+            double s = sh.bias ? b[n] : 0.0;
+            for (int k = 0; k < sh.K; k++) s += (double)x[(size_t)m * sh.K + k] * w[(size_t)n * sh.K + k];
+            if (sh.residual) s += r[(size_t)m * sh.N + n];
+            ref[(size_t)m * sh.N + n] = (float)s;
+        }
+    void *dw = dev_upload(dt, w, (size_t)sh.N * sh.K, (size_t)sh.N * sh.K);
+    void *dx = dev_upload(dt, x, (size_t)M8 * sh.K, (size_t)M8 * sh.K);
+    void *db = sh.bias ? dev_upload(dt, b, (size_t)sh.N, (size_t)sh.N) : NULL;
+    void *dr = sh.residual ? dev_upload(dt, r, (size_t)M8 * sh.N, (size_t)M8 * sh.N) : NULL;
+    void *dy = dev_alloc(dt, (size_t)M8 * sh.N);
+    tp_spgemm_ctx *c = NULL;
+    tp_spgemm *p = NULL;
+    tp_error e = {0};
+    ck_assert_msg(tp_spgemm_ctx_create(&c, &e) == TP_OK, "%s", e.msg);
+    tp_spgemm_desc d = {.M = M8, .N = sh.N, .K = sh.K, .dt = dt, .has_bias = sh.bias, .residual = sh.residual};
+    ck_assert_msg(tp_spgemm_create(c, &d, dw, dx, db, dr, dy, g_stream, g_case, &p, &e) == TP_OK, "%s", e.msg);
+    CUDA_OK(cudaMemsetAsync(dy, 0xFF, (size_t)M8 * sh.N * esize(dt), g_stream)); /* the search's result poisoned */
+    ck_assert_int_eq(tp_spgemm_run(c, p, dx, db, dr, dy, g_stream), 0);
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+    tol_t t = {dt == TP_F16 ? 2e-3 : 1e-2, dt == TP_F16 ? 4e-3 : 2e-2};
+    check_close(g_case, download_f32(dt, dy, (size_t)sh.M * sh.N, 1.0f), ref, (size_t)sh.M * sh.N, (size_t)sh.N, t);
+    printf("  %s: compressed weight %zu bytes (dense %zu)\n", g_case, tp_spgemm_weight_bytes(p),
+           (size_t)sh.N * sh.K * esize(dt));
+    tp_spgemm_destroy(p);
+    tp_spgemm_ctx_destroy(c);
+}
+END_TEST
+
+/* Refused with the reason: K not a multiple of 16 (before cuSPARSELt), a weight that is not 2:4 (its check) */
+START_TEST(test_spgemm_refusals) {
+    SET_CASE("sparse GEMM refusals");
+    char why[200];
+    tp_spgemm_desc bad = {.M = 64, .N = 64, .K = 24, .dt = TP_F16};
+    ck_assert(!tp_spgemm_supported(&bad, why, sizeof why));
+    ck_assert_msg(strstr(why, "multiples of 16") != NULL, "%s", why);
+    bad.K = 32, bad.M = 60;
+    ck_assert(!tp_spgemm_supported(&bad, why, sizeof why));
+    ck_assert_msg(strstr(why, "multiple of 8") != NULL, "%s", why);
+    if (!cusparselt_here(g_case)) return;
+    const int M = 16, N = 32, K = 64;
+    float *w = host_normal((size_t)N * K, 7, 0.0, 1.0); /* dense: not 2:4 */
+    void *dw = dev_upload(TP_F16, w, (size_t)N * K, (size_t)N * K), *dx = dev_alloc(TP_F16, (size_t)M * K);
+    void *dy = dev_alloc(TP_F16, (size_t)M * N);
+    CUDA_OK(cudaMemset(dx, 0, (size_t)M * K * 2));
+    tp_spgemm_ctx *c = NULL;
+    tp_spgemm *p = NULL;
+    tp_error e = {0};
+    ck_assert_msg(tp_spgemm_ctx_create(&c, &e) == TP_OK, "%s", e.msg);
+    tp_spgemm_desc d = {.M = M, .N = N, .K = K, .dt = TP_F16};
+    ck_assert_int_eq(tp_spgemm_create(c, &d, dw, dx, NULL, NULL, dy, g_stream, "dense weight", &p, &e),
+                     TP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "not 2:4") != NULL, "%s", e.msg);
+    tp_spgemm_ctx_destroy(c);
+}
+END_TEST
+
+/* vit-tiny at batch 3 (M = 591, not a multiple of 8) in fp16, every linear pruned, every eligible one forced sparse
+ * (tp_engine_options.sparse 2): against the CPU on the same pruned weights; the head (N 1000) stays dense */
+START_TEST(test_sparse_engine) {
+    SET_CASE("ViT engine, 2:4 sparse GEMMs forced");
+    if (!cusparselt_here(g_case)) return;
+    tp_model m;
+    tp_error e = {0};
+    tp_params p = {0};
+    tp_graph g;
+    tp_plan pl;
+    enum { B = 3 };
+    ck_assert_int_eq(tp_model_preset("vit-tiny", &m, &e), TP_OK);
+    ck_assert_int_eq(tp_model_params_init(&m, 11, 1, &p, &e), TP_OK);
+    ck_assert_int_eq(tp_model_build_graph(&m, &p, B, &g, &e), TP_OK);
+    for (int i = 0; i < g.n_ops; i++)
+        if (g.ops[i].kind == TP_OP_LINEAR) {
+            tp_param *w = &p.params[g.values[g.ops[i].in[1]].param_index];
+            tp_sparse_prune(w->data, w->shape[0], w->numel / w->shape[0]);
+        }
+    const size_t in_n = (size_t)B * (size_t)tp_model_input_numel(&m), out_n = (size_t)tp_value_numel(&g.values[g.output]);
+    float *in = host_normal(in_n, 5, 0.0, 1.0), *ref = hmalloc(sizeof(float) * out_n), *got = hmalloc(sizeof(float) * out_n);
+    ck_assert_msg(tp_cpu_run(&g, &p, in, ref, &e) == TP_OK, "%s", e.msg);
+    int dev = 0;
+    struct cudaDeviceProp dp;
+    CUDA_OK(cudaGetDevice(&dev));
+    CUDA_OK(cudaGetDeviceProperties(&dp, dev));
+    ck_assert_msg(tp_plan_build(&g, TP_PREC_FP16, dp.major * 10 + dp.minor, &pl, &e) == TP_OK, "%s", e.msg);
+    /* cuBLASLt for the dense GEMMs (tprof's GEMM + GELU would keep fc1 from the sparse path) */
+    tp_engine_options o = {.device = dev, .use_graph = 1, .sparse = 2, .gemm_first = 1, .cublaslt_only = 1};
+    tp_engine *eng = NULL;
+    ck_assert_msg(tp_engine_build(&g, &p, &pl, &o, &eng, &e) == TP_OK, "%s", e.msg);
+    int ran = 0, dense = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        if (g.ops[i].kind != TP_OP_LINEAR) continue;
+        double a = 0, b = 0;
+        const int k = tp_engine_sparse_op(eng, i, &a, &b);
+        if (k == 1) ran++;
+        else dense++, printf("  dense: %s: %s\n", g.ops[i].layer, tp_engine_op_impl(eng, i));
+    }
+    printf("  %s: %d linears sparse, %d dense\n", g_case, ran, dense);
+    ck_assert_msg(ran >= 4 * 12, "%s: only %d linears ran sparse", g_case, ran);
+    memset(got, 0xFF, sizeof(float) * out_n);
+    ck_assert_int_eq(tp_engine_set_input(eng, in, &e), TP_OK);
+    ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_engine_get_output(eng, got, &e), TP_OK);
+    tp_accuracy a;
+    tp_accuracy_compute(got, ref, B, (int)(out_n / B), &a);
+    printf("  %s: cosine %.7f rel L2 %.3e top-1 %.2f\n", g_case, a.cosine, a.rel_l2, a.top1_agree);
+    ck_assert_msg(a.nonfinite == 0 && a.cosine >= 0.999, "%s: cosine %.6f, %d non-finite", g_case, a.cosine,
+                  a.nonfinite);
+    tp_engine_destroy(eng);
+    tp_plan_free(&pl);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
+Suite *gpu_sparse_suite(void) {
+    Suite *s = suite_create("gpu_sparse");
+    TCase *t = tcase_create("sparse");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 300);
+    tcase_add_loop_test(t, test_spgemm, 0, 2 * (int)(sizeof SHAPES / sizeof SHAPES[0]));
+    tcase_add_test(t, test_spgemm_refusals);
+    tcase_add_test(t, test_sparse_engine);
+    suite_add_tcase(s, t);
+    return s;
+}
