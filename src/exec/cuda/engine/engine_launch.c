@@ -130,7 +130,7 @@ static int launch_linear(tp_engine *e, int i, int *cublas) {
     int rc = 0;
     if (e->group_lead[i] >= 0 && e->group_on[e->group_lead[i]]) return tpe_launch_group(e, i);
     if (e->sparse_on && e->sparse_on[i]) { /* cuSPARSELt's 2:4 GEMM, chosen by time at build (engine_sparse.c) */
-        *cublas = 1; /* a library status, not a CUDA error */
+        *cublas = 2; /* a cuSPARSELt status, not a CUDA error */
         return tpe_launch_sparse(e, i);
     }
     const tp_qformat qf = pl->value_qf[op->in[0]];
@@ -358,7 +358,7 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
     if (rc)
         return tp_fail(err, TP_ERR_CUDA, "op %s (%s): launch failed: error %d (%s)", op->layer,
                        tp_op_kind_name(op->kind), rc,
-                       cublas ? "cuBLAS status" : cudaGetErrorString((cudaError_t)rc));
+                       cublas == 2 ? "cuSPARSELt status" : cublas ? "cuBLAS status" : cudaGetErrorString((cudaError_t)rc));
     return TP_OK;
 }
 

@@ -2,6 +2,7 @@
  * cuSPARSELt's sparse GEMM (vendor/sparse_cusparselt.h) only where that was faster than its dense GEMM when the
  * engine was built, and every eligible linear's note says which ran and the two times: "eligible" is never a claim
  * that a sparse kernel ran. */
+#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
     const tp_plan *pl = e->plan;
     const tp_op *op = &g->ops[i];
     const int64_t N = op->gemm_n, K = op->gemm_k;
+    if (op->gemm_m < 8) /* a decode step's few rows: sparse never wins there, and grouped outputs have no slack */
+        return snprintf(why, n, "%lld rows (a GEMV's work)", (long long)op->gemm_m), 0;
     if (pl->op_prec[i] != TP_PREC_FP16 && pl->op_prec[i] != TP_PREC_BF16)
         return snprintf(why, n, "a %s GEMM: the sparse GEMMs here are fp16/bf16", tp_precision_name(pl->op_prec[i])), 0;
     if (e->group_lead[i] >= 0 && e->group_on[e->group_lead[i]])
@@ -45,7 +48,17 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
     d->dt = pl->value_dt[op->in[0]];
     d->has_bias = op->n_in > 2;
     d->residual = pl->op_epilogue_add[i] >= 0;
-    if (pl->value_dt[op->in[1]] != d->dt) return snprintf(why, n, "its weight and input types differ"), 0;
+    /* every operand in the one type, stored plainly, the output and residual in slack-padded activation buffers */
+    const int ea = pl->op_epilogue_add[i];
+    const int yv = ea >= 0 ? g->ops[ea].out : op->out;
+    const int rv = ea >= 0 ? (g->ops[ea].in[0] == op->out ? g->ops[ea].in[1] : g->ops[ea].in[0]) : -1;
+    if (pl->value_dt[op->in[1]] != d->dt || pl->value_dt[yv] != d->dt || (rv >= 0 && pl->value_dt[rv] != d->dt) ||
+        (d->has_bias && pl->value_dt[op->in[2]] != d->dt))
+        return snprintf(why, n, "its operands' types differ"), 0;
+    if (pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_qf[op->in[1]] != TP_QF_NONE || pl->value_qf[yv] != TP_QF_NONE)
+        return snprintf(why, n, "a block-scaled operand"), 0;
+    if (g->values[yv].kind != TP_VAL_ACT || (rv >= 0 && g->values[rv].kind != TP_VAL_ACT))
+        return snprintf(why, n, "its output or residual is not an activation buffer"), 0;
     return tp_spgemm_supported(d, why, n);
 }
 
@@ -104,6 +117,9 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
                                    &e->spgemm[i], &se))) {
             if (st == TP_ERR_OOM) return tp_fail(err, st, "%s", se.msg);
             st = TP_OK; /* cuSPARSELt refused this one: said, the dense GEMM kept */
+            cudaGetLastError();
+            if (cudaStreamSynchronize(e->stream) != cudaSuccess) /* a sticky error: the context is gone */
+                return tp_fail(err, TP_ERR_CUDA, "sparse gemm %s: %s", op->layer, se.msg);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.60s; 2:4 sparse refused by cuSPARSELt: %.90s", dense,
                      se.msg);
             continue;
@@ -111,7 +127,17 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
         double t_dense = 0, t_sparse = 0;
         if ((st = tpe_time_op(e, i, &t_dense, err))) break;
         e->sparse_on[i] = 1;
-        if ((st = tpe_time_op(e, i, &t_sparse, err))) break;
+        tp_error te = {0};
+        if (tpe_time_op(e, i, &t_sparse, &te)) { /* its launch failed: said, the dense GEMM kept */
+            e->sparse_on[i] = 0;
+            cudaGetLastError();
+            if (cudaStreamSynchronize(e->stream) != cudaSuccess)
+                return tp_fail(err, TP_ERR_CUDA, "sparse gemm %s: %s", op->layer, te.msg);
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.60s; 2:4 sparse failed to run: %.90s", dense, te.msg);
+            tp_spgemm_destroy(e->spgemm[i]);
+            e->spgemm[i] = NULL;
+            continue;
+        }
         e->sparse_on[i] = e->sparse_mode == 2 || t_sparse < t_dense;
         e->sparse_us[2 * i] = t_sparse;
         e->sparse_us[2 * i + 1] = t_dense;

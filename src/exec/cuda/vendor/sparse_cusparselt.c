@@ -34,13 +34,17 @@ int tp_spgemm_supported(const tp_spgemm_desc *d, char *why, size_t n) {
 
 #if defined(__has_include)
 #if __has_include(<cusparseLt.h>)
+#include <stdalign.h> /* cuSPARSELt 0.8's header uses alignas without including it (C) */
+#include <cusparseLt.h>
+#if CUSPARSELT_VERSION >= 800 /* the API used here (0.8's CompressedSize, Search, plans without a workspace) */
 #define TP_HAVE_CUSPARSELT_HEADER 1
+#endif
 #endif
 #endif
 
 #ifndef TP_HAVE_CUSPARSELT_HEADER
 
-#define NO_HEADER "cuSPARSELt's header was not found at build time (scripts/setup.sh fetches it from PyPI's nvidia-cusparselt-cu13)"
+#define NO_HEADER "cuSPARSELt's header (0.8 or newer) was not found at build time (scripts/setup.sh fetches it from PyPI's nvidia-cusparselt-cu13)"
 struct tp_spgemm_ctx { int unused; };
 struct tp_spgemm { int unused; };
 tp_status tp_spgemm_ctx_create(tp_spgemm_ctx **out, tp_error *err) {
@@ -69,9 +73,6 @@ int tp_spgemm_available(char *msg, size_t n) {
 
 #else /* TP_HAVE_CUSPARSELT_HEADER */
 
-#include <stdalign.h> /* cuSPARSELt 0.8's header uses alignas without including it (C) */
-#include <cusparseLt.h>
-
 /* ---- the loaded library: filled once, read-only afterwards --------------------------------------------------- */
 
 typedef struct {
@@ -83,6 +84,7 @@ typedef struct {
     cusparseStatus_t (*init)(cusparseLtHandle_t *);
     cusparseStatus_t (*destroy)(const cusparseLtHandle_t *);
     cusparseStatus_t (*get_version)(const cusparseLtHandle_t *, int *);
+    cusparseStatus_t (*get_property)(libraryPropertyType, int *);
     const char *(*error_string)(cusparseStatus_t);
     cusparseStatus_t (*dense_init)(const cusparseLtHandle_t *, cusparseLtMatDescriptor_t *, int64_t, int64_t, int64_t,
                                    uint32_t, cudaDataType, cusparseOrder_t);
@@ -125,6 +127,7 @@ static const char *resolve(void *h, spl_api *a) {
     SYM(init, "cusparseLtInit");
     SYM(destroy, "cusparseLtDestroy");
     SYM(get_version, "cusparseLtGetVersion");
+    SYM(get_property, "cusparseLtGetProperty");
     SYM(error_string, "cusparseLtGetErrorString");
     SYM(dense_init, "cusparseLtDenseDescriptorInit");
     SYM(structured_init, "cusparseLtStructuredDescriptorInit");
@@ -166,6 +169,20 @@ static int try_lib(const char *name, void *user, char *why, size_t n) {
     Dl_info info;
     memset(&info, 0, sizeof info);
     snprintf(a.path, sizeof a.path, "%s", dladdr(*(void **)(&a.init), &info) && info.dli_fname ? info.dli_fname : name);
+    /* the handle, descriptors and plans are opaque blobs of the header's sizes: the library must be the header's
+     * major.minor, or their layouts may differ */
+    int major = -1, minor = -1, patch = -1;
+    a.get_property(MAJOR_VERSION, &major);
+    a.get_property(MINOR_VERSION, &minor);
+    a.get_property(PATCH_LEVEL, &patch);
+    a.version = major * 1000 + minor * 100 + patch;
+    if (major != CUSPARSELT_VER_MAJOR || minor != CUSPARSELT_VER_MINOR) {
+        tp_vendor_appendf(why, n, "%s: cuSPARSELt %d.%d.%d, built against the %d.%d header (TPROF_CUSPARSELT_LIB can "
+                          "name a matching one); ", a.path, major, minor, patch, CUSPARSELT_VER_MAJOR,
+                          CUSPARSELT_VER_MINOR);
+        dlclose(h);
+        return 0;
+    }
     a.lib = h;
     a.ok = 1;
     a.why[0] = '\0';
@@ -212,8 +229,9 @@ int tp_spgemm_available(char *msg, size_t n) {
     const char *why = NULL;
     const spl_api *a = api_get(&why);
     if (msg && n) {
-        if (a) snprintf(msg, n, "cuSPARSELt from %s (built against the %d.%d.%d header)", a->path, CUSPARSELT_VER_MAJOR,
-                        CUSPARSELT_VER_MINOR, CUSPARSELT_VER_PATCH);
+        if (a) snprintf(msg, n, "cuSPARSELt %d.%d.%d from %s (built against the %d.%d.%d header)", a->version / 1000,
+                        a->version % 1000 / 100, a->version % 100, a->path, CUSPARSELT_VER_MAJOR, CUSPARSELT_VER_MINOR,
+                        CUSPARSELT_VER_PATCH);
         else snprintf(msg, n, "cuSPARSELt not loaded: %s", why);
     }
     return a != NULL;
