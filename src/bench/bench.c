@@ -399,8 +399,7 @@ static tp_status sparsify(run_ctx *c, tp_error *err) {
         if (!(dense = malloc(sizeof(float) * n))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
         st = reference_run(c, err);
         if (!st) memcpy(dense, c->ref, sizeof(float) * n);
-        free(rep->ref_tokens);
-    tp_sparse_summary_free(&rep->sparse); /* the pruned model's are the ones compared */
+        free(rep->ref_tokens); /* the pruned model's are the ones compared */
         rep->ref_tokens = NULL;
     }
     if (!st) st = tp_sparse_apply(&c->g, &c->params, c->o->sparse_layers, &rep->sparse, err);
@@ -811,6 +810,7 @@ static void run_free(run_ctx *c) {
         }
     free(rep->res);
     free(rep->ref_tokens);
+    tp_sparse_summary_free(&rep->sparse);
     free(c->input);
     free(c->calib);
     free(c->ref);
