@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench/sparse.h"
+#include "report/compare_sparse.h"
 #include "formats/sparsity.h"
 #include "models/model.h"
 
@@ -91,12 +92,61 @@ START_TEST(test_apply_globs) {
 }
 END_TEST
 
+/* The compare report's sparsity section: the pruning cost, per engine what ran, "eligible" never shown as "ran" */
+START_TEST(test_compare_section) {
+    tp_trace t;
+    tp_trace_init(&t);
+    t.n_ops = 3;
+    t.ops = calloc(3, sizeof *t.ops);
+    ck_assert_ptr_nonnull(t.ops);
+    snprintf(t.ops[0].layer, sizeof t.ops[0].layer, "blocks.0.mlp.fc1");
+    snprintf(t.ops[1].layer, sizeof t.ops[1].layer, "blocks.0.mlp.fc2");
+    snprintf(t.ops[2].layer, sizeof t.ops[2].layer, "head");
+    tp_sparse_op_row rows[3] = {{.op = 0, .state = 1, .sparse_us = 40, .dense_us = 50},
+                                {.op = 1, .state = 0, .sparse_us = 60, .dense_us = 50},
+                                {.op = 2, .state = -1}};
+    snprintf(rows[2].why, sizeof rows[2].why, "N 1000 not a multiple of 16");
+    tp_compare_entry e = {.prec = TP_PREC_FP16, .trace = &t, .sparse = rows, .n_sparse = 3};
+    tp_compare_config c = {.sparse_layers = "blocks.*,head", .prune_samples = 4, .prune_cosine = 0.98,
+                           .prune_rel_l2 = 0.2, .prune_top1 = 0.75};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    tp_doc d = {.f = f};
+    tp_compare_sparse_section(&d, &c, &e, 1);
+    fclose(f);
+    ck_assert_msg(strstr(buf, "sparse ran for 1 of 3 linears") && strstr(buf, "dense kept") &&
+                  strstr(buf, "not eligible") && strstr(buf, "N 1000 not a multiple of 16") &&
+                  strstr(buf, "cosine 0.980000") && strstr(buf, "top-1 agreement 75.0 %") && strstr(buf, "1.25x"),
+                  "%s", buf);
+    free(buf);
+    json_t *j = tp_compare_sparse_json(&c, &e, 1);
+    json_t *eng = json_array_get(json_object_get(j, "engines"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(eng, "ran")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(eng, "eligible")), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(eng, "ops"), 1), "state")),
+                     "dense kept");
+    json_decref(j);
+    c.sparse_layers = NULL; /* no sparsity: no section */
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    d.f = f;
+    tp_compare_sparse_section(&d, &c, &e, 1);
+    fclose(f);
+    ck_assert_int_eq((int)len, 0);
+    free(buf);
+    ck_assert_ptr_null(tp_compare_sparse_json(&c, &e, 1));
+    tp_trace_free(&t);
+}
+END_TEST
+
 int main(void) {
     Suite *su = suite_create("sparsity");
     TCase *t = tcase_create("sparsity");
     tcase_add_test(t, test_prune_rules);
     tcase_add_test(t, test_shapes);
     tcase_add_test(t, test_apply_globs);
+    tcase_add_test(t, test_compare_section);
     suite_add_tcase(su, t);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

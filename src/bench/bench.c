@@ -581,12 +581,20 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
         if (!r->gelu_impl[0] && g->ops[i].kind == TP_OP_LINEAR && strstr(im, "GELU"))
             snprintf(r->gelu_impl, sizeof r->gelu_impl, "%s: %s", g->ops[i].layer, im);
     }
-    if (!st && o->sparsity) { /* what ran of the 2:4 GEMMs: per op in the plan's "how", the sum here */
+    if (!st && o->sparsity) { /* what ran of the 2:4 GEMMs: per op in the plan's "how" and r->sparse, the sum here */
         int ran = 0, planned = 0;
         double us_s = 0, us_d = 0, us_run = 0;
-        for (int i = 0; i < g->n_ops; i++) {
+        if (!(r->sparse = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *r->sparse)))
+            st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+        for (int i = 0; !st && i < g->n_ops; i++) {
             double a = 0, b = 0;
             const int k = tp_engine_sparse_op(e, i, &a, &b);
+            const char *im = tp_engine_op_impl(e, i), *no = im ? strstr(im, "sparse not eligible: ") : NULL;
+            if (k >= 0 || no) { /* a linear with a 2:4 weight */
+                tp_sparse_op_row *row = &r->sparse[r->n_sparse++];
+                row->op = i, row->state = k, row->sparse_us = a, row->dense_us = b;
+                if (no) snprintf(row->why, sizeof row->why, "%s", no + strlen("sparse not eligible: "));
+            }
             if (k < 0) continue;
             planned++, ran += k, us_s += a, us_d += b, us_run += k ? a : b;
         }
@@ -793,6 +801,7 @@ static void run_free(run_ctx *c) {
             free(r->output);
             json_decref(r->plan);
             free(r->attn_cost);
+            free(r->sparse);
             free(r->cost);
             free(r->step_ms);
             free(r->tokens);

@@ -135,6 +135,8 @@ typedef struct {
     char gelu_impl[240]; /* the first GEMM feeding a GELU: fused or not, with its build-time timings */
     tp_attn_cost *attn_cost; /* FP8 attention ops, in op order (owned; NULL when the engine runs none in FP8) */
     int n_attn_cost;
+    tp_sparse_op_row *sparse; /* --sparsity on the GPU: one row per linear with a 2:4 weight (owned) */
+    int n_sparse;
     json_t *profile; /* tprof profile: the kernel-level summary (owned) */
     float *output;   /* --save-output: a copy of the output (B, out_cols) fp32 */
     int has_prof;    /* trace and prof below are owned */

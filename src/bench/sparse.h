@@ -22,6 +22,15 @@ typedef struct {
     char why[128];
 } tp_sparse_row;
 
+/* A linear with a 2:4 weight (--sparsity, issue 22) in one engine: what ran. */
+typedef struct {
+    int op;                         /* the graph's (and the trace's) op index */
+    int state;                      /* 1: cuSPARSELt's sparse GEMM ran; 0: eligible, the faster dense GEMM kept;
+                                       -1: not eligible (why) */
+    double sparse_us, dense_us;     /* build-time times of the two (state >= 0) */
+    char why[120];
+} tp_sparse_op_row;
+
 typedef struct {
     const char *globs;         /* as given ("*" by default) */
     tp_sparse_row *rows;       /* one per distinct weight, in graph order */

@@ -390,6 +390,12 @@ static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
     cfg.date = date;
     cfg.command = o->command_line ? o->command_line : "";
     cfg.peak_shape = peak_shape;
+    if (o->sparsity) {
+        cfg.sparse_layers = rep->sparse.globs ? rep->sparse.globs : "*";
+        cfg.prune_samples = rep->has_prune_cost ? rep->ref_rows : 0;
+        cfg.prune_cosine = rep->prune_cost.cosine, cfg.prune_rel_l2 = rep->prune_cost.rel_l2;
+        cfg.prune_top1 = rep->output.classes ? rep->prune_cost.top1_agree : NAN;
+    }
     tp_compare_entry *ent = calloc((size_t)o->n_precs, sizeof *ent);
     if (!ent) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     for (int i = 0; i < o->n_precs; i++) {
@@ -408,6 +414,8 @@ static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
         e->ref_images = R;
         e->attn_cost = r->attn_cost; /* measured once, in the benchmark (attention_cost) */
         e->n_attn_cost = r->n_attn_cost;
+        e->sparse = r->sparse;
+        e->n_sparse = r->n_sparse;
         if (r->has_decode) {
             e->has_decode = 1;
             e->step_median_ms = r->dec.median, e->step_p99_ms = r->dec.p99;

@@ -8,6 +8,7 @@
  * end, so per-category figures add up to the totals they claim to split. */
 #include "report/compare.h"
 #include "report/compare_decode.h"
+#include "report/compare_sparse.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1185,6 +1186,7 @@ static void write_doc(tp_doc *d, const model *m) {
     sec_coverage(d, m);
     sec_fp8_attention(d, m);
     tp_compare_decode_section(d, m->e, m->n);
+    tp_compare_sparse_section(d, m->cfg, m->e, m->n);
     sec_amdahl(d, m);
     sec_recos(d, m);
     sec_artifacts(d, m);
@@ -1365,6 +1367,7 @@ static json_t *report_json(const model *m) {
     free(gr);
     json_object_set_new(j, "roofline", a);
     if (tp_compare_has_decode(m->e, m->n)) json_object_set_new(j, "decode", tp_compare_decode_json(m->e, m->n));
+    if (m->cfg->sparse_layers) json_object_set_new(j, "sparsity", tp_compare_sparse_json(m->cfg, m->e, m->n));
 
     a = json_array();
     for (int k = 0; k < m->n_rec; k++) {

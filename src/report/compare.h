@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "bench/sparse.h" /* tp_sparse_op_row */
 #include "profile/analysis.h"
 #include "profile/trace.h"
 #include "tprof.h"
@@ -37,6 +38,9 @@ typedef struct {
     int pdl_edges, graph_edges;
     const tp_trace *dec_trace;
     const tp_profile_summary *dec_prof;
+    /* --sparsity: one row per linear with a 2:4 weight (NULL, 0 without) */
+    const tp_sparse_op_row *sparse;
+    int n_sparse;
 } tp_compare_entry;
 
 typedef struct {
@@ -53,6 +57,10 @@ typedef struct {
     const char *peak_shape;            /* e.g. "8192 x 8192 x 8192" */
     const char *reference;             /* where the FP32 reference behind the accuracy figures ran: "FP32 GPU" or
                                           "FP32 CPU"; NULL: "FP32 CPU" */
+    const char *sparse_layers;         /* --sparsity 2:4: the globs that chose the layers (NULL: no sparsity) */
+    int prune_samples;                 /* the pruning cost measured on this many samples (0: not measured) */
+    double prune_cosine, prune_rel_l2, prune_top1; /* the pruned model's FP32 reference against the dense one's
+                                                      (top-1 NaN: the output is not logits) */
     const char *artifacts[32];         /* files written besides the report (per-precision JSON, traces) */
     int n_artifacts;
 } tp_compare_config;

@@ -315,6 +315,18 @@ static inline const unsigned char *check_graph_replay(capture_launch_fn launch, 
     return a;
 }
 
+/* An optional library a test needs (cuDNN, cuSPARSELt): ok says whether it loaded, msg where from or why not.
+ * Prints "info" or the skip reason and returns ok; fails instead of skipping when the environment variable
+ * require_env is set (not "0"). */
+static inline int gpu_lib_here(const char *test, int ok, const char *msg, const char *require_env) {
+    const char *req = getenv(require_env);
+    const int required = req && req[0] && strcmp(req, "0") != 0;
+    printf("  %s  %s: %s\n", ok ? "info" : required ? "FAIL" : "skip", test, msg);
+    fflush(stdout);
+    ck_assert_msg(ok || !required, "%s: %s is set but the library is not usable: %s", test, require_env, msg);
+    return ok;
+}
+
 /* ---- test cases --------------------------------------------------------------------------------------------- */
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))

@@ -99,12 +99,7 @@ static void teardown(void) {
 static int cudnn_here(const char *test) {
     char msg[1024];
     const int ok = tp_sdpa_cudnn_available(msg, sizeof msg);
-    const char *req = getenv("TPROF_REQUIRE_CUDNN");
-    const int required = req && req[0] && strcmp(req, "0") != 0;
-    printf("  %s  %s: %s\n", ok ? "info" : required ? "FAIL" : "skip", test, msg);
-    fflush(stdout);
-    ck_assert_msg(ok || !required, "%s: TPROF_REQUIRE_CUDNN is set but cuDNN is not usable: %s", test, msg);
-    return ok;
+    return gpu_lib_here(test, ok, msg, "TPROF_REQUIRE_CUDNN");
 }
 
 static float *to_f32(tp_dtype dt, const void *raw, size_t n) {

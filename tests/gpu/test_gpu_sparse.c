@@ -38,12 +38,7 @@ static void teardown(void) {
 static int cusparselt_here(const char *test) {
     char msg[1024];
     const int ok = tp_spgemm_available(msg, sizeof msg);
-    const char *req = getenv("TPROF_REQUIRE_CUSPARSELT");
-    const int required = req && req[0] && strcmp(req, "0") != 0;
-    printf("  %s  %s: %s\n", ok ? "info" : required ? "FAIL" : "skip", test, msg);
-    fflush(stdout);
-    ck_assert_msg(ok || !required, "%s: TPROF_REQUIRE_CUSPARSELT is set but cuSPARSELt is not usable: %s", test, msg);
-    return ok;
+    return gpu_lib_here(test, ok, msg, "TPROF_REQUIRE_CUSPARSELT");
 }
 
 static void round_to(tp_dtype dt, float *x, size_t n) {
