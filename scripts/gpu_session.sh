@@ -332,6 +332,9 @@ for s in $steps; do
         --json "$OUT/sparse_vitb16_$n.json" > "$OUT/sparse_vitb16_$n.log" 2>&1 || rc=1
       grep -E "Sparsity|Pruning|sparse GEMMs|^fp16 +[0-9]|Accuracy|error" "$OUT/sparse_vitb16_$n.log"
     done
+    echo "--- the GEMM lab: cuBLASLt dense against cuSPARSELt 2:4 (bench/sparse_lab.c), then PyTorch's semi-structured"
+    for ty in f16 bf16; do "$BUILD/sparse_lab" 50 64 $ty --json "$OUT/sparse_lab_$ty.json" || rc=1; done
+    python3 bench/sparse_peers.py --batch 64 --dtype f16 --json "$OUT/sparse_peers_f16.json" || rc=1
     ;;
   pi0ref)
     # PI0_COMPILE: torch.compile's mode for the peer (openpi compiles with max-autotune, which takes minutes)
