@@ -77,7 +77,7 @@ START_TEST(test_rule_table) {
     const tp_lint_rule_info *r = tp_lint_rules();
     static const char *ids[TP_LINT_N_RULES] = {"attn.seq_block", "attn.head_dim_block", "attn.class_token",
                                                "model.patch_divides_image", "gemm.k_block", "gemm.row_align",
-                                               "gemm.kept_high", "attn.layout"};
+                                               "gemm.kept_high", "attn.layout", "gemm.sparse_24"};
     for (int i = 0; i < TP_LINT_N_RULES; i++) {
         ck_assert_str_eq(r[i].id, ids[i]);
         ck_assert(strlen(r[i].description) > 20 && strlen(r[i].source) > 10);
@@ -137,7 +137,7 @@ START_TEST(test_vit_b16_256_no_class_token_passes) {
     }
     char v[512];
     tp_lint_verdict(&r->formats[1], v, sizeof v);
-    ck_assert_str_eq(v, "nvfp4: usable as asked: 7 rules pass, 1 warns (layers kept high)");
+    ck_assert_str_eq(v, "nvfp4: usable as asked: 7 rules pass, 1 warns (layers kept high), 1 N-A");
     /* 224 without the class token: 196 = 12.25 x 16, still fails, and only that rule */
     c = no_cls(preset("vit-b16"), 224);
     r = lint(&c, "nvfp4");
@@ -161,8 +161,22 @@ START_TEST(test_fp8_per_tensor_and_plain) {
     ck_assert_int_eq(rule(f, "gemm.row_align")->status, TP_LINT_PASS);
     ck_assert_int_eq(rule(f, "model.patch_divides_image")->status, TP_LINT_PASS);
     f = &r->formats[1];
-    ck_assert_int_eq(f->n_pass, 2); /* only the model and layout rules apply to a plain format */
-    ck_assert_int_eq(f->n_na, TP_LINT_N_RULES - 2);
+    ck_assert_int_eq(f->n_pass, 3); /* only the model, layout and 2:4 sparsity rules apply to a plain format */
+    ck_assert_int_eq(f->n_na, TP_LINT_N_RULES - 3);
+    ck_assert_int_eq(rule(f, "gemm.sparse_24")->status, TP_LINT_PASS);
+    ck_assert_int_eq(rule(&r->formats[0], "gemm.sparse_24")->status, TP_LINT_NA); /* fp8: not yet */
+}
+END_TEST
+
+/* gemm.sparse_24 warns, naming the layers that would stay dense, where N or K is not a multiple of 16 */
+START_TEST(test_sparse_rule_warns) {
+    tp_vit_config c = preset("vit-b16");
+    c.mlp_ratio = 3.9; /* mlp hidden 2995: fc1's N and fc2's K */
+    const tp_lint_result *r = lint(&c, "bf16");
+    const tp_lint_check *s = rule(&r->formats[0], "gemm.sparse_24");
+    ck_assert_int_eq(s->status, TP_LINT_WARN);
+    ck_assert_msg(strstr(s->fix, "mlp.fc2") && strstr(s->fix, "mlp.fc1") && strstr(s->fix, "stay dense"), "%s", s->fix);
+    ck_assert_int_eq(tp_lint_ok(r), 1); /* a WARN: the model runs, dense there */
 }
 END_TEST
 
@@ -331,6 +345,7 @@ int main(void) {
     tcase_add_test(c, test_vit_b16_224_class_token_fails);
     tcase_add_test(c, test_vit_b16_256_no_class_token_passes);
     tcase_add_test(c, test_fp8_per_tensor_and_plain);
+    tcase_add_test(c, test_sparse_rule_warns);
     tcase_add_test(c, test_head_dim_fails);
     tcase_add_test(c, test_mlp_ratio_fix_round_trips);
     tcase_add_test(c, test_patch_and_layout);

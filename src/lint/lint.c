@@ -76,7 +76,7 @@ static void family_fix(const tp_lint_model *m, tp_fix_kind kind, int block, int 
     "dimension); NVIDIA NVFP4: 16-element blocks (TensorRT Model Optimizer nvfp4_tensor.py, cuBLASLt "         \
     "VEC16_UE4M3); FP8 block-128: 1x128 activation blocks (DeepSeek-V3 arXiv:2412.19437, cuBLASLt VEC128_32F)"
 
-enum { R_SEQ, R_HEAD_DIM, R_CLASS_TOKEN, R_PATCH, R_K_BLOCK, R_ROW_ALIGN, R_KEPT_HIGH, R_LAYOUT, N_RULES };
+enum { R_SEQ, R_HEAD_DIM, R_CLASS_TOKEN, R_PATCH, R_K_BLOCK, R_ROW_ALIGN, R_KEPT_HIGH, R_LAYOUT, R_SPARSE, N_RULES };
 _Static_assert(N_RULES == TP_LINT_N_RULES, "lint.h's rule count");
 
 static const tp_lint_rule_info RULES[N_RULES] = {
@@ -113,6 +113,11 @@ static const tp_lint_rule_info RULES[N_RULES] = {
                   "attention reads the fused qkv output (B, T, 3, H, D) in place as B*H strided [T, D] matrices "
                   "(the [B*H, S, D] layout, no transpose copy); tprof's CUDA kernel holds D <= 128",
                   "timm Attention.forward (qkv.reshape(B, N, 3, H, D)); src/exec/cuda/kernels/kernels.h tpk_attention"},
+    [R_SPARSE] = {"gemm.sparse_24", "gemm",
+                  "for --sparsity 2:4: N and K of every Linear layer in the blocks multiples of 16, the 16-bit "
+                  "structured operand cuSPARSELt takes (a WARN: a layer that cannot stays dense, named)",
+                  "PyTorch's cuSPARSELt backend (torch/sparse/semi_structured.py: 16 x 16 for fp16/bf16) and "
+                  "cuSPARSELt's own size checks; src/exec/cuda/vendor/sparse_cusparselt.h"},
 };
 
 const tp_lint_rule_info *tp_lint_rules(void) { return RULES; }
@@ -310,11 +315,30 @@ static void rule_layout(const tp_lint_model *m, const tp_lint_format *f, tp_lint
     FIX(c, "use --heads %d (head dim %d): the kernel keeps a row of D values per thread block", h, C / h);
 }
 
+static void rule_sparse(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
+    if (f->prec != TP_PREC_FP16 && f->prec != TP_PREC_BF16) {
+        c->status = TP_LINT_NA;
+        DETAIL(c, "%s: tprof's 2:4 sparse GEMMs run fp16 and bf16", tp_precision_name(f->prec));
+        return;
+    }
+    unsigned failed = 0;
+    int bad = check_dim(m, 0, 'K', TP_DIM_K_BLOCK, 16, 1, c, &failed);
+    DETAIL(c, "; ");
+    bad += check_dim(m, 0, 'N', TP_DIM_K_BLOCK, 16, 1, c, &failed);
+    if (!bad) return;
+    c->status = TP_LINT_WARN;
+    FIX(c, "with --sparsity 2:4, ");
+    for (int i = 0, k = 0; i < m->sh.n_gemms; i++)
+        if (failed >> i & 1) FIX(c, "%s%s", k++ ? " and " : "", short_layer(m->sh.gemms[i].layer));
+    FIX(c, " stay%s dense: make N and K multiples of 16 to let cuSPARSELt run %s", (failed & (failed - 1)) ? "" : "s",
+        (failed & (failed - 1)) ? "them" : "it");
+}
+
 typedef void (*rule_fn)(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c);
 static const rule_fn RULE_FN[N_RULES] = {
     [R_SEQ] = rule_seq,         [R_HEAD_DIM] = rule_head_dim,   [R_CLASS_TOKEN] = rule_class_token,
     [R_PATCH] = rule_patch,     [R_K_BLOCK] = rule_k_block,     [R_ROW_ALIGN] = rule_row_align,
-    [R_KEPT_HIGH] = rule_kept_high, [R_LAYOUT] = rule_layout,
+    [R_KEPT_HIGH] = rule_kept_high, [R_LAYOUT] = rule_layout,   [R_SPARSE] = rule_sparse,
 };
 
 /* ---- the model and the run ------------------------------------------------------------------------------ */

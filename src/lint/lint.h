@@ -54,7 +54,7 @@
 #include "tprof.h"
 
 #define TP_LINT_MAX_VALUES 20 /* row_align: K and N of up to 8 GEMMs, and the row size */
-#define TP_LINT_N_RULES 8
+#define TP_LINT_N_RULES 9
 
 typedef enum { TP_LINT_PASS = 0, TP_LINT_FAIL, TP_LINT_WARN, TP_LINT_NA } tp_lint_status;
 
