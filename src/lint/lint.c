@@ -318,7 +318,8 @@ static void rule_layout(const tp_lint_model *m, const tp_lint_format *f, tp_lint
 static void rule_sparse(const tp_lint_model *m, const tp_lint_format *f, tp_lint_check *c) {
     if (f->prec != TP_PREC_FP16 && f->prec != TP_PREC_BF16) {
         c->status = TP_LINT_NA;
-        DETAIL(c, "%s: tprof's 2:4 sparse GEMMs run fp16 and bf16", tp_precision_name(f->prec));
+        DETAIL(c, "%s: this rule checks the 16-bit sparse GEMMs (fp8's need multiples of 32)",
+               tp_precision_name(f->prec));
         return;
     }
     unsigned failed = 0;

@@ -111,6 +111,8 @@ struct tp_engine {
     unsigned char *sparse_on;   /* per op: 1 where it runs (faster than the dense GEMM at build) */
     double *sparse_us;          /* per op, 2 each: the sparse and the dense GEMM's build-time times */
     int sparse_mode;            /* tp_engine_options.sparse */
+    void *d_sq8;                /* the sparse FP8 GEMMs' E4M3 input, quantized as read (rows rounded up to 16) */
+    size_t sq8_bytes;
     int *repeats;              /* per value: the earlier parameter value holding the same parameter, stored alike, whose
                                   device copy it shares (a pipeline's expert steps), or -1 */
     float *d_kv_ws;            /* the decode attention's split-KV workspace, shared by its ops (one stream) */
@@ -214,9 +216,9 @@ static inline size_t value_bytes(const tp_engine *e, int v) {
 
 /* Rows of an activation viewed as a GEMM operand (M, K), K its last dimension; fp8-block GEMMs run on rows
  * rounded up to a multiple of 4 (cuBLASLt refuses block scales otherwise) and cuSPARSELt's on rows rounded up to a
- * multiple of 8 (its dense 16-bit operand), so every activation buffer has PAD_ROWS rows of slack after its last
- * row. */
-#define PAD_ROWS 7
+ * multiple of 8 (its dense 16-bit operand) or 16 (8-bit), so every activation buffer has PAD_ROWS rows of slack
+ * after its last row. */
+#define PAD_ROWS 15
 static inline int64_t value_cols(const tp_engine *e, int v) {
     const tp_value *val = &e->g->values[v];
     return val->shape[val->ndim - 1];

@@ -9,6 +9,7 @@
 
 #include "exec/cuda/engine/engine_internal.h"
 #include "exec/cuda/vendor/sparse_cusparselt.h"
+#include "exec/cuda/kernels/kernels.h"
 #include "formats/sparsity.h"
 
 void tpe_sparse_free(tp_engine *e) {
@@ -30,8 +31,12 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
     const int64_t N = op->gemm_n, K = op->gemm_k;
     if (op->gemm_m < 8) /* a decode step's few rows: sparse never wins there, and grouped outputs have no slack */
         return snprintf(why, n, "%lld rows (a GEMV's work)", (long long)op->gemm_m), 0;
-    if (pl->op_prec[i] != TP_PREC_FP16 && pl->op_prec[i] != TP_PREC_BF16)
-        return snprintf(why, n, "a %s GEMM: the sparse GEMMs here are fp16/bf16", tp_precision_name(pl->op_prec[i])), 0;
+    const int f8 = pl->op_prec[i] == TP_PREC_FP8;
+    if (pl->op_prec[i] != TP_PREC_FP16 && pl->op_prec[i] != TP_PREC_BF16 && !f8)
+        return snprintf(why, n, "a %s GEMM: the sparse GEMMs here are fp16, bf16 and per-tensor fp8 (cuSPARSELt has "
+                        "no block-scaled 2:4 path on this GPU)", tp_precision_name(pl->op_prec[i])), 0;
+    if (f8 && (pl->value_dt[op->in[1]] != TP_E4M3 || !pl->value_scaled[op->in[1]] || !pl->value_scaled[op->in[0]]))
+        return snprintf(why, n, "an fp8 GEMM without per-tensor scales"), 0;
     if (e->group_lead[i] >= 0 && e->group_on[e->group_lead[i]])
         return snprintf(why, n, "part of a sibling group's GEMV"), 0;
     if (e->gelu_sm90[i] >= 0 || e->plain_sm90[i] || e->gemv16[i])
@@ -39,22 +44,28 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
     if (pl->op_epilogue_gelu[i] >= 0) /* cuBLASLt's tanh-form GELU epilogue; cuSPARSELt's form is not established */
         return snprintf(why, n, "a GELU in its epilogue (cuSPARSELt's GELU form unverified)"), 0;
     memset(d, 0, sizeof *d);
-    /* rows rounded up to cuSPARSELt's multiple of 8: activation buffers have PAD_ROWS of slack (engine_internal.h),
-     * the extra rows' results land there, unread */
-    d->M = (op->gemm_m + 7) / 8 * 8, d->N = N, d->K = K;
-    if (d->M != op->gemm_m && (g->values[op->in[0]].kind != TP_VAL_ACT || PAD_ROWS < 7))
-        return snprintf(why, n, "M %lld rows, not a multiple of 8, from a buffer without slack rows",
-                        (long long)op->gemm_m), 0;
-    d->dt = pl->value_dt[op->in[0]];
+    /* rows rounded up to cuSPARSELt's multiple (8, 16 for E4M3): activation buffers have PAD_ROWS of slack
+     * (engine_internal.h), the extra rows' results land there, unread; a 16-bit input quantized as read goes through
+     * the engine's own E4M3 scratch (e->d_sq8), sized for the rounded rows */
+    const int mm = f8 ? 16 : 8;
+    d->M = (op->gemm_m + mm - 1) / mm * mm, d->N = N, d->K = K;
+    if (d->M != op->gemm_m && (g->values[op->in[0]].kind != TP_VAL_ACT || PAD_ROWS < mm - 1))
+        return snprintf(why, n, "M %lld rows, not a multiple of %d, from a buffer without slack rows",
+                        (long long)op->gemm_m, mm), 0;
+    d->dt = f8 ? TP_E4M3 : pl->value_dt[op->in[0]];
     d->has_bias = op->n_in > 2;
     d->residual = pl->op_epilogue_add[i] >= 0;
     /* every operand in the one type, stored plainly, the output and residual in slack-padded activation buffers */
     const int ea = pl->op_epilogue_add[i];
     const int yv = ea >= 0 ? g->ops[ea].out : op->out;
     const int rv = ea >= 0 ? (g->ops[ea].in[0] == op->out ? g->ops[ea].in[1] : g->ops[ea].in[0]) : -1;
-    if (pl->value_dt[op->in[1]] != d->dt || pl->value_dt[yv] != d->dt || (rv >= 0 && pl->value_dt[rv] != d->dt) ||
-        (d->has_bias && pl->value_dt[op->in[2]] != d->dt))
+    const tp_dtype o = pl->value_dt[yv]; /* E4M3 inputs: a 16-bit output (cuSPARSELt's E4M3 -> F16/BF16) */
+    d->out_dt = o;
+    if (pl->value_dt[op->in[1]] != d->dt || (f8 ? (o != TP_F16 && o != TP_BF16) : o != d->dt) ||
+        (rv >= 0 && pl->value_dt[rv] != o) || (d->has_bias && pl->value_dt[op->in[2]] != o))
         return snprintf(why, n, "its operands' types differ"), 0;
+    if (f8) /* the per-tensor scales: the input's calibrated amax / 448, the weight's (e->wglobal) */
+        d->alpha = (float)(e->act_amax[op->in[0]] / 448.0) * e->wglobal[op->in[1]];
     if (pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_qf[op->in[1]] != TP_QF_NONE || pl->value_qf[yv] != TP_QF_NONE)
         return snprintf(why, n, "a block-scaled operand"), 0;
     if (g->values[yv].kind != TP_VAL_ACT || (rv >= 0 && g->values[rv].kind != TP_VAL_ACT))
@@ -78,10 +89,17 @@ static void outputs(const tp_engine *e, int i, void **y, const void **res) {
 int tpe_launch_sparse(tp_engine *e, int i) {
     const tp_op *op = &e->g->ops[i];
     void *y;
-    const void *res;
+    const void *res, *x = e->dptr[op->in[0]];
     outputs(e, i, &y, &res);
-    return tp_spgemm_run(e->spctx, e->spgemm[i], e->dptr[op->in[0]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
-                         e->stream);
+    if (op_fp8_quant_in(e, i)) { /* a 16-bit input rounded to E4M3 with its calibrated scale, as the dense path does */
+        HOOK(e, i, TP_CAT_QUANT);
+        int rc = tpk_convert(x, e->plan->value_dt[op->in[0]], e->d_sq8, TP_E4M3, e->d_scales + SCALE_SLOT * op->in[0],
+                             (size_t)(op->gemm_m * op->gemm_k), e->stream);
+        if (rc) return rc;
+        HOOK(e, i, TP_CAT_GEMM);
+        x = e->d_sq8;
+    }
+    return tp_spgemm_run(e->spctx, e->spgemm[i], x, op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y, e->stream);
 }
 
 tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
@@ -109,10 +127,19 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
             continue;
         }
         void *y;
-        const void *res;
+        const void *res, *x = e->dptr[op->in[0]];
         outputs(e, i, &y, &res);
+        if (op_fp8_quant_in(e, i)) { /* its E4M3 copy: the scratch, grown to the rounded rows */
+            const size_t b = (size_t)(d.M * d.K);
+            if (b > e->sq8_bytes) {
+                if ((st = tpe_dev_alloc(e, b, &e->d_sq8, "the sparse GEMMs' E4M3 input", err))) return st;
+                e->act_bytes += (double)b;
+                e->sq8_bytes = b;
+            }
+            x = e->d_sq8;
+        }
         tp_error se = {0};
-        if ((st = tp_spgemm_create(e->spctx, &d, e->dptr[op->in[1]], e->dptr[op->in[0]],
+        if ((st = tp_spgemm_create(e->spctx, &d, e->dptr[op->in[1]], x,
                                    d.has_bias ? e->dptr[op->in[2]] : NULL, res, y, e->stream, op->layer,
                                    &e->spgemm[i], &se))) {
             if (st == TP_ERR_OOM) return tp_fail(err, st, "%s", se.msg);

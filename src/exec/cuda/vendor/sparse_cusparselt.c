@@ -14,18 +14,23 @@
 #include "exec/cuda/vendor/vendor_lib.h"
 #include "formats/dtype.h"
 
+static tp_dtype out_of(const tp_spgemm_desc *d) { return d->out_dt ? d->out_dt : d->dt; }
+
 int tp_spgemm_supported(const tp_spgemm_desc *d, char *why, size_t n) {
     const char *r = NULL;
     char b[160];
-    if (d->dt != TP_F16 && d->dt != TP_BF16) r = "cuSPARSELt runs fp16 and bf16 here (e4m3 not yet)";
+    const int f8 = d->dt == TP_E4M3, sm = f8 ? 32 : 16, dm = f8 ? 16 : 8; /* structured, dense multiples */
+    const tp_dtype o = out_of(d);
+    if (d->dt != TP_F16 && d->dt != TP_BF16 && !f8) r = "cuSPARSELt runs fp16, bf16 and e4m3 here";
+    else if (f8 ? (o != TP_F16 && o != TP_BF16) : o != d->dt) r = "an output type cuSPARSELt does not pair with the input's";
     else if (d->M < 1 || d->N < 1 || d->K < 1) r = "empty GEMM";
-    else if (d->N % 16 || d->K % 16) {
-        snprintf(b, sizeof b, "the 2:4 weight (N %lld, K %lld) needs N and K multiples of 16 (cuSPARSELt, 16-bit "
-                 "structured operand)", (long long)d->N, (long long)d->K);
+    else if (d->N % sm || d->K % sm) {
+        snprintf(b, sizeof b, "the 2:4 weight (N %lld, K %lld) needs N and K multiples of %d (cuSPARSELt, %s "
+                 "structured operand)", (long long)d->N, (long long)d->K, sm, f8 ? "8-bit" : "16-bit");
         r = b;
-    } else if (d->M % 8) {
-        snprintf(b, sizeof b, "M %lld rows: cuSPARSELt needs a multiple of 8 for the dense 16-bit operand",
-                 (long long)d->M);
+    } else if (d->M % dm) {
+        snprintf(b, sizeof b, "M %lld rows: cuSPARSELt needs a multiple of %d for the dense %s operand",
+                 (long long)d->M, dm, f8 ? "8-bit" : "16-bit");
         r = b;
     } else if (d->residual && d->gelu) r = "a residual and GELU in one epilogue";
     if (r && why && n) snprintf(why, n, "%s", r);
@@ -222,6 +227,7 @@ struct tp_spgemm {
     void *comp, *comp_buf, *ws;
     size_t comp_bytes, ws_bytes;
     const void *bias; /* the bias pointer set on the matmul descriptor */
+    float alpha;      /* the desc's (1 when it gave 0) */
     char name[96];
 };
 
@@ -311,13 +317,15 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     p->d = *d;
     p->a = a;
     snprintf(p->name, sizeof p->name, "%s", name ? name : "");
-    const cudaDataType t = d->dt == TP_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    const cudaDataType t = d->dt == TP_F16 ? CUDA_R_16F : d->dt == TP_BF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
+    const cudaDataType to = out_of(d) == TP_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    p->alpha = d->alpha != 0.0f ? d->alpha : 1.0f;
     /* A = W (N, K) row-major, structured; B = x (M, K) row-major, op T; C = D = y as N x M column-major */
     SPL(a->structured_init(&c->h, &p->ma, d->N, d->K, d->K, 16, t, CUSPARSE_ORDER_ROW, CUSPARSELT_SPARSITY_50_PERCENT));
     p->made = 1;
     SPL(a->dense_init(&c->h, &p->mb, d->M, d->K, d->K, 16, t, CUSPARSE_ORDER_ROW));
     p->made = 2;
-    SPL(a->dense_init(&c->h, &p->mc, d->N, d->M, d->N, 16, t, CUSPARSE_ORDER_COL));
+    SPL(a->dense_init(&c->h, &p->mc, d->N, d->M, d->N, 16, to, CUSPARSE_ORDER_COL));
     p->made = 3;
     SPL(a->matmul_init(&c->h, &p->mm, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_TRANSPOSE, &p->ma, &p->mb,
                        &p->mc, &p->mc, CUSPARSE_COMPUTE_32F));
@@ -351,7 +359,7 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     SPL(a->workspace(&c->h, &p->plan, &p->ws_bytes));
     if (p->ws_bytes) CUDA(cudaMalloc(&p->ws, p->ws_bytes));
     {
-        const float alpha = 1.0f, beta = d->residual ? 1.0f : 0.0f;
+        const float alpha = p->alpha, beta = d->residual ? 1.0f : 0.0f;
         SPL(a->search(&c->h, &p->plan, &alpha, p->comp, x, &beta, d->residual ? residual : y, y, p->ws, &s, 1));
     }
     size_t ws2 = 0; /* the algorithm the search kept may want more */
@@ -376,7 +384,7 @@ int tp_spgemm_run(tp_spgemm_ctx *c, const tp_spgemm *p, const void *x, const voi
                   tp_stream stream) {
     if (!c || !p || !x || !y || bias != p->bias || (p->d.residual ? !residual : residual != NULL))
         return (int)CUSPARSE_STATUS_INVALID_VALUE;
-    const float alpha = 1.0f, beta = p->d.residual ? 1.0f : 0.0f;
+    const float alpha = p->alpha, beta = p->d.residual ? 1.0f : 0.0f;
     cudaStream_t s = (cudaStream_t)stream;
     return (int)p->a->matmul(&c->h, &p->plan, &alpha, p->comp, x, &beta, p->d.residual ? residual : y, y, p->ws, &s,
                              1);

@@ -4,9 +4,10 @@
  * W the structured operand (cuSPARSELt's A: rows N, cols K, row-major, op N), x dense (B: rows M, cols K,
  * row-major, op T), y = D (N x M column-major, ld N, which is y (M, N) row-major); bias one value per row of D
  * (CUSPARSELT_MATMUL_BIAS_POINTER), a residual as C with beta 1, cuSPARSELt's GELU activation. FP16 and BF16 with
- * fp32 compute (cuSPARSELt's types table; E4M3 on sm_90 comes later). Sizes: N and K multiples of 16 (the
- * structured 16-bit operand), M a multiple of 8 (the dense one): PyTorch's cuSPARSELt backend's limits
- * (torch/sparse/semi_structured.py), which the library's own checks state. The weight is checked (SpMMAPruneCheck)
+ * fp32 compute, and E4M3 operands with an FP16 or BF16 output (sm_90 and newer: cuSPARSELt's types table on PyPI's
+ * nvidia-cusparselt-cu13 page; 8-bit operands only as row-major A op N, B op T, which is this layout). Sizes: N and
+ * K multiples of 16 and M of 8 for 16-bit operands, N and K of 32 and M of 16 for E4M3: PyTorch's cuSPARSELt
+ * backend's limits (torch/sparse/semi_structured.py), which the library's own checks state. The weight is checked (SpMMAPruneCheck)
  * and compressed once; the algorithm is chosen by cusparseLtMatmulSearch when the plan is made.
  *
  * tprof does not link cuSPARSELt: it is loaded at run time (vendor_lib.h's search: TPROF_CUSPARSELT_LIB, the
@@ -27,7 +28,9 @@ typedef struct tp_spgemm tp_spgemm;         /* one planned, compressed, searched
 
 typedef struct {
     int64_t M, N, K;
-    tp_dtype dt;   /* x, W, bias, R and y: TP_F16 or TP_BF16 */
+    tp_dtype dt;     /* x and W: TP_F16, TP_BF16, or TP_E4M3 (per-tensor scales folded into alpha) */
+    tp_dtype out_dt; /* bias, R and y: dt for 16-bit inputs, TP_F16 or TP_BF16 for E4M3 (0: dt) */
+    float alpha;     /* y = alpha x W^T + ...: E4M3's a_scale * w_scale (0: 1) */
     int has_bias;
     int residual;
     int gelu;
