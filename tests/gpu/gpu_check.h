@@ -315,6 +315,13 @@ static inline const unsigned char *check_graph_replay(capture_launch_fn launch, 
     return a;
 }
 
+/* x rounded in place to dt's values (stored and widened back), so a CPU reference sees what the GPU reads */
+static inline void gpu_round_to(tp_dtype dt, float *x, size_t n) {
+    void *tmp = hmalloc(n * esize(dt));
+    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
+    tp_convert_to_f32(dt, tmp, x, n, 1.0f);
+}
+
 /* An optional library a test needs (cuDNN, cuSPARSELt): ok says whether it loaded, msg where from or why not.
  * Prints "info" or the skip reason and returns ok; fails instead of skipping when the environment variable
  * require_env is set (not "0"). */

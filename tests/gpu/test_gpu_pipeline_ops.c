@@ -38,11 +38,7 @@ static void teardown(void) {
     close_stream();
 }
 
-static void round_to(tp_dtype dt, float *x, size_t n) {
-    void *tmp = hmalloc(n * esize(dt));
-    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
-    tp_convert_to_f32(dt, tmp, x, n, 1.0f);
-}
+#define round_to gpu_round_to /* gpu_check.h */
 
 static float *rounded_normal(tp_dtype dt, size_t n, uint64_t seed, double std) {
     float *x = host_normal(n, seed, 0.0, std);

@@ -41,11 +41,7 @@ static int cusparselt_here(const char *test) {
     return gpu_lib_here(test, ok, msg, "TPROF_REQUIRE_CUSPARSELT");
 }
 
-static void round_to(tp_dtype dt, float *x, size_t n) {
-    void *tmp = hmalloc(n * esize(dt));
-    tp_convert_from_f32(dt, x, tmp, n, 1.0f);
-    tp_convert_to_f32(dt, tmp, x, n, 1.0f);
-}
+#define round_to gpu_round_to /* gpu_check.h */
 
 typedef struct {
     int M, N, K, bias, residual;
