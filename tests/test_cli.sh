@@ -259,6 +259,9 @@ expect_error "pipeline mode on a ViT" 2 "is not a pipeline (family vit)" bench -
   --pipeline modular
 expect_error "pipeline mode on the CPU" 2 "the modes are the GPU engine's" bench --device cpu --model pi0-small \
   --pipeline modular
+expect_error "attribution on the CPU" 2 "--attribution: its modes" bench --device cpu --model pi0-small --attribution
+expect_error "attribution with a mode" 2 "--attribution sets --pipeline and --fusion itself" bench --model pi0-small \
+  --attribution --fusion off
 expect_ok "pipeline engine file" "Engine .*pi0.tpe: fp32 for sm_90" build --model pi0-small --arch sm_90 \
   --precision fp32 -o "$tmp/pi0.tpe"
 expect_ok "pipeline engine file on the CPU" "relative L2 = 0.000e+00" bench --device cpu --engine "$tmp/pi0.tpe" \

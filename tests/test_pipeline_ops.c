@@ -13,6 +13,7 @@
 #include "exec/cpu/cpu_ops.h"
 #include "io/safetensors.h"
 #include "formats/dtype.h"
+#include "bench/attribution.h"
 #include "models/pi0.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
@@ -253,6 +254,31 @@ static void openpi_of(const char *name, char *buf, size_t n, int *qkv) { /* n >=
     else snprintf(buf, n, "%s", name + 7); /* expert.state_proj... -> state_proj... */
 }
 
+/* The attribution table: each step's saving and share of the whole (bench/attribution.h), pi0's H100 numbers */
+START_TEST(test_attribution_table) {
+    const tp_attr_step s[4] = {{"start", TP_PREC_BF16, 2, 1, 24.6452},
+                               {"precision", TP_PREC_FP8, 2, 1, 23.1907},
+                               {"graph", TP_PREC_FP8, 1, 1, 22.9556},
+                               {"fusion", TP_PREC_FP8, 1, 0, 22.1919}};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    tp_attribution_print(s, 4, f);
+    fclose(f);
+    ck_assert_msg(strstr(buf, "| precision | fp8, modular, fusion off | 23.1907 | 43.1 | 1.4545 | 59.3 % |") &&
+                  strstr(buf, "| graph | fp8, graph, fusion off | 22.9556 | 43.6 | 0.2351 | 9.6 % |") &&
+                  strstr(buf, "| fusion | fp8, graph, fusion on | 22.1919 | 45.1 | 0.7637 | 31.1 % |") &&
+                  strstr(buf, "total saved 2.4533 ms"), "%s", buf);
+    free(buf);
+    json_t *j = tp_attribution_json(s, 4);
+    ck_assert(fabs(json_real_value(json_object_get(j, "total_saved_ms")) - 2.4533) < 1e-9);
+    json_t *st = json_array_get(json_object_get(j, "steps"), 3);
+    ck_assert(fabs(json_real_value(json_object_get(st, "share")) - 0.7637 / 2.4533) < 1e-9);
+    ck_assert(json_is_null(json_object_get(json_array_get(json_object_get(j, "steps"), 0), "share")));
+    json_decref(j);
+}
+END_TEST
+
 /* pi0-small planned for an sm_90 GPU in fp16: every op has a kernel; the inputs and the Euler state stay fp32,
  * the RESHAPEs a linear reads convert them into fp16, the camera reshape before the patch embedding keeps fp32. */
 START_TEST(test_pi0_gpu_plan) {
@@ -404,6 +430,7 @@ Suite *pipeline_ops_suite(void) {
     tcase_add_test(t, test_masked_attention);
     tcase_add_test(t, test_pi0_small_golden);
     tcase_add_test(t, test_pi0_gpu_plan);
+    tcase_add_test(t, test_attribution_table);
     TCase *f = tcase_create("files");
     tcase_add_checked_fixture(f, setup, teardown);
     tcase_add_test(f, test_pi0_openpi_names);

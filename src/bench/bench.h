@@ -73,6 +73,7 @@ typedef struct {
     const char *json_path;
     int use_graph;
     int pipeline_mode;       /* --pipeline: 0 not given, 1 graph, 2 modular (tp_engine_options.modular), 3 eager */
+    int attribution;         /* --attribution: bench/attribution.h's four runs instead of one */
     int gemm_first;      /* --no-gemm-select: cuBLASLt's first heuristic algorithm, no build-time timing */
     int cublaslt_only;   /* --gemm cublaslt: never tprof's own GEMM (tp_engine_options.cublaslt_only) */
     int fp8_promote;     /* --fp8-accum promote: FP8 GEMMs with fp32 promotion (tp_engine_options.fp8_promote) */

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench/attribution.h"
 #include "bench/bench.h"
 #include "cli/sweep_gpus.h"
 #include "core/util.h"
@@ -66,6 +67,9 @@ static const char USAGE_BENCH[] =
             "                        (comma list, default *) chooses the layers\n"
             "  --fusion on|off       off: every op its own kernel (no residual add, GELU or token step in a GEMM's\n"
             "                        epilogue), to measure what fusion saves (default on)\n"
+            "  --attribution         pipelines: four runs, from the first --precision (default bf16) modular without\n"
+            "                        fusion to the second (default fp8) in one graph with fusion, one change at a\n"
+            "                        time, and each change's share of the speed-up\n"
             "  --pipeline MODE       pipelines: graph (default: every stage and step in one CUDA graph), modular\n"
             "                        (a graph per stage, the host waiting between them, handoff copies), eager\n"
             "  --gelu erf|tanh       erf (default): the model's exact GELU (its own kernel, or in the epilogue of\n"
@@ -600,6 +604,8 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             return 0;
         } else if (strcmp(name, "--no-graph") == 0) {
             a->o.use_graph = 0, r = 1;
+        } else if (strcmp(name, "--attribution") == 0 && !a->build) {
+            a->o.attribution = 1, r = 1;
         } else if (strcmp(name, "--no-gemm-select") == 0) {
             a->o.gemm_first = 1, r = 1;
         } else if (strcmp(name, "--plan") == 0) {
@@ -648,7 +654,7 @@ static void bench_defaults(bench_args *a) {
     const int on_cpu = o->device == TP_DEVICE_CPU;
     if (!a->model) a->model = on_cpu ? "vit-tiny" : "vit-b16";
     if (a->batch < 0) a->batch = on_cpu ? 1 : 64;
-    if (!a->prec) a->prec = on_cpu ? "fp32" : "fp16,fp8";
+    if (!a->prec) a->prec = a->o.attribution ? "bf16,fp8" : on_cpu ? "fp32" : "fp16,fp8"; /* the VLA note's path */
     if (a->iters < 0) a->iters = on_cpu ? 3 : 10;
     if (a->dur < 0) a->dur = on_cpu ? 0 : 3;
 }
@@ -812,7 +818,8 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     tp_status st = build            ? tp_build_run(&a.o, a.out_file, a.arch, &err)
                    : a.n_gpus > 0   ? tp_sweep_gpus(argc, argv, gpus, a.n_gpus, bsizes, a.n_batches, a.o.n_precs, rows, &err)
                    : a.n_batches > 1 || a.rows_fd >= 0 ? tp_bench_sweep(&a.o, bsizes, a.n_batches, rows, &err)
-                                    : tp_bench_run(&a.o, &err);
+                   : a.o.attribution ? tp_bench_attribution(&a.o, &err)
+                                     : tp_bench_run(&a.o, &err);
     if (!st && a.rows_fd >= 0) { /* a part of a sweep over GPUs (sweep_gpus.c): the rows go back to the caller */
         const size_t bytes = sizeof rows[0] * (size_t)(a.n_batches * a.o.n_precs);
         if (write((int)a.rows_fd, rows, bytes) != (ssize_t)bytes) st = tp_fail(&err, TP_ERR_IO, "--rows-fd: %s", strerror(errno));
