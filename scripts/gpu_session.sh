@@ -307,6 +307,12 @@ for s in $steps; do
         --json "$d/$name.json" > "$d/$name.log" 2>&1 || rc=1
       grep -E "^(fp16|bf16|fp8|fp32) +[0-9]|Accuracy|error|engine build" "$d/$name.log" | head -10
     done
+    if [ -n "${PI0_ATTR:-}" ]; then # the attribution as one command (bench/attribution.h)
+      echo "--- tprof bench --attribution (bf16 modular unfused -> fp8 one graph)"
+      timeout "${PI0_S:-90}" "$BUILD/tprof" bench --model pi0 --batch 1 --attribution --reference none --duration 1 \
+        --json "$d/attribution.json" > "$d/attribution.log" 2>&1 || rc=1
+      sed -n '/=== Attribution/,$p' "$d/attribution.log"
+    fi
     tar cJf "$OUT/pi0_results.tar.xz" -C "$OUT" pi0 && rm -rf "$d"
     if [ "${PI0_TORCH_S:-150}" -gt 0 ]; then
       echo "--- bench/pi0_reference.py: pi0 in PyTorch bf16 (eager per stage, one CUDA graph, torch.compile ${PI0_COMPILE:-default})"
