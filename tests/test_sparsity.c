@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* setenv, open_memstream */
 /* test_sparsity.c: 2:4 structured sparsity on the CPU (formats/sparsity.h, bench/sparse.h): magnitude pruning along
  * K with its tie and NaN rules, the pattern check, the shapes refused, and the selection of a model's linears by
  * glob (each weight pruned once, a glob that matches nothing refused by name). */
@@ -140,6 +141,34 @@ START_TEST(test_compare_section) {
 }
 END_TEST
 
+#ifdef TPROF_HAVE_CUDA
+#include "exec/cuda/vendor/sparse_cusparselt.h"
+
+/* Where cuSPARSELt was looked for, said: TPROF_CUSPARSELT_LIB naming nothing is reported by name (the search then
+ * goes on: the loader path, Python packages), and the GEMM rules need no library */
+START_TEST(test_cusparselt_search) {
+    setenv("TPROF_CUSPARSELT_LIB", "/nonexistent/libcusparseLt.so.0", 1);
+    char msg[1024];
+    const int ok = tp_spgemm_available(msg, sizeof msg);
+    ck_assert_msg(ok || (strstr(msg, "TPROF_CUSPARSELT_LIB=/nonexistent/libcusparseLt.so.0: no such file") != NULL &&
+                         strstr(msg, "Python package directories") != NULL) || strstr(msg, "header") != NULL,
+                  "%s", msg);
+    tp_spgemm_desc d = {.M = 16, .N = 64, .K = 64, .dt = TP_F16};
+    char why[200];
+    ck_assert(tp_spgemm_supported(&d, why, sizeof why));
+    d.dt = TP_E4M3, d.out_dt = TP_F16;
+    ck_assert(tp_spgemm_supported(&d, why, sizeof why));
+    d.K = 48; /* 8-bit: multiples of 32 */
+    ck_assert(!tp_spgemm_supported(&d, why, sizeof why));
+    ck_assert_msg(strstr(why, "multiples of 32") != NULL, "%s", why);
+    d.K = 64, d.M = 8; /* 8-bit dense operand: M a multiple of 16 */
+    ck_assert(!tp_spgemm_supported(&d, why, sizeof why));
+    d.M = 16, d.out_dt = TP_E4M3;
+    ck_assert(!tp_spgemm_supported(&d, why, sizeof why));
+}
+END_TEST
+#endif
+
 int main(void) {
     Suite *su = suite_create("sparsity");
     TCase *t = tcase_create("sparsity");
@@ -147,6 +176,9 @@ int main(void) {
     tcase_add_test(t, test_shapes);
     tcase_add_test(t, test_apply_globs);
     tcase_add_test(t, test_compare_section);
+#ifdef TPROF_HAVE_CUDA
+    tcase_add_test(t, test_cusparselt_search);
+#endif
     suite_add_tcase(su, t);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
