@@ -136,14 +136,7 @@ static float time_way(const lab *l, int way, int runs, cudaEvent_t *ev, float *t
         CK(run_way(l, way));
         CK(cudaEventRecord(ev[2 * i + 1], l->s));
     }
-    CK(cudaStreamSynchronize(l->s));
-    for (int i = 0; i < runs; i++) {
-        CK(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
-        t[i] *= 1000.0f;
-    }
-    qsort(t, (size_t)runs, sizeof(float), cmp_float);
-    *lo = t[0], *hi = t[runs - 1];
-    return t[runs / 2];
+    return lab_event_median(l->s, ev, runs, t, lo, hi);
 }
 
 int main(int argc, char **argv) {

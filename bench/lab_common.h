@@ -25,4 +25,17 @@ static inline int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* After `runs` timed runs on s, each between ev[2 i] and ev[2 i + 1]: waits for s, reads the times into t (us,
+ * sorted ascending) and returns the median, with the fastest and slowest in *lo and *hi. */
+static inline float lab_event_median(cudaStream_t s, cudaEvent_t *ev, int runs, float *t, float *lo, float *hi) {
+    CK(cudaStreamSynchronize(s));
+    for (int i = 0; i < runs; i++) {
+        CK(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
+        t[i] *= 1000.0f;
+    }
+    qsort(t, (size_t)runs, sizeof(float), cmp_float);
+    *lo = t[0], *hi = t[runs - 1];
+    return t[runs / 2];
+}
+
 #endif

@@ -153,13 +153,7 @@ int main(int argc, char **argv) {
                 run_way(way, g, dp, sc, sp, x, w, b, y, s);
                 CK(cudaEventRecord(ev[2 * r + 1], s));
             }
-            CK(cudaStreamSynchronize(s));
-            for (int r = 0; r < runs; r++) {
-                CK(cudaEventElapsedTime(&t[r], ev[2 * r], ev[2 * r + 1]));
-                t[r] *= 1000.0f;
-            }
-            qsort(t, (size_t)runs, sizeof(float), cmp_float);
-            med[way] = t[runs / 2], lo[way] = t[0], hi[way] = t[runs - 1];
+            med[way] = lab_event_median(s, ev, runs, t, &lo[way], &hi[way]);
         }
         const size_t n = (size_t)sh->M * sh->N;
         void *hd = malloc(n * 2), *hs = malloc(n * 2);

@@ -19,13 +19,6 @@ if command -v clang >/dev/null; then
     clang -x c -fsanitize=fuzzer,address,undefined - -o /dev/null 2>/dev/null || need+=("libclang-rt-$v-dev")
   have_file "/usr/lib/llvm-$v/lib/libomp.so" || have_file "/usr/lib/*/libomp.so*" || need+=("libomp-$v-dev")
 fi
-# cuSPARSELt's header (the library is loaded at run time): from PyPI, best effort; without it the build compiles the
-# sparse GEMMs as unsupported, saying so
-root=$(cd "$(dirname "$0")/.." && pwd)
-if [ ! -e "$root/third_party/cusparselt/include/cusparseLt.h" ] && command -v python3 >/dev/null; then
-  python3 "$root/tools/fetch_cusparselt_header.py" "$root/third_party/cusparselt/include/cusparseLt.h" ||
-    echo "setup: no cuSPARSELt header: tprof's 2:4 sparse GEMMs will report themselves unsupported" >&2
-fi
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "setup: installing ${need[*]}"
 SUDO=""

@@ -8,7 +8,7 @@ in ~/.cache/tprof so later builds do not download it again. Standard library onl
 
   python3 tools/fetch_cusparselt_header.py third_party/cusparselt/include/cusparseLt.h
 
-Exits 0 when the header is in place, 1 with a one-line reason otherwise (scripts/setup.sh treats that as a note:
+Exits 0 when the header is in place, 1 with a one-line reason otherwise (the Makefile treats that as a note:
 the build then compiles the sparse path as unsupported).
 """
 import hashlib

@@ -588,12 +588,12 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
             st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         for (int i = 0; !st && i < g->n_ops; i++) {
             double a = 0, b = 0;
-            const int k = tp_engine_sparse_op(e, i, &a, &b);
-            const char *im = tp_engine_op_impl(e, i), *no = im ? strstr(im, "sparse not eligible: ") : NULL;
-            if (k >= 0 || no) { /* a linear with a 2:4 weight */
+            const char *why = NULL;
+            const int k = tp_engine_sparse_op(e, i, &a, &b, &why);
+            if (k != -1) { /* a linear with a 2:4 weight */
                 tp_sparse_op_row *row = &r->sparse[r->n_sparse++];
-                row->op = i, row->state = k, row->sparse_us = a, row->dense_us = b;
-                if (no) snprintf(row->why, sizeof row->why, "%s", no + strlen("sparse not eligible: "));
+                row->op = i, row->state = k < 0 ? -1 : k, row->sparse_us = a, row->dense_us = b;
+                if (why) snprintf(row->why, sizeof row->why, "%s", why);
             }
             if (k < 0) continue;
             planned++, ran += k, us_s += a, us_d += b, us_run += k ? a : b;

@@ -262,6 +262,11 @@ int tp_op_kind_pipeline(tp_op_kind k) {
            k == TP_OP_EULER || k == TP_OP_MASKED_ATTENTION;
 }
 
+size_t tp_layer_stage_len(const char *layer) {
+    const char *dot = strchr(layer, '.');
+    return dot ? (size_t)(dot - layer) : 0;
+}
+
 tp_category tp_op_category(tp_op_kind k) {
     switch (k) {
     case TP_OP_PATCH_EMBED:

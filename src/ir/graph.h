@@ -147,6 +147,9 @@ const char *tp_op_kind_name(tp_op_kind k);
 /* 1 for the pipeline ops (RESHAPE, CONCAT, SLICE, SILU, TIME_CONCAT, EULER, MASKED_ATTENTION: pi0's, issue 21),
  * which each executor runs through one function of its own. */
 int tp_op_kind_pipeline(tp_op_kind k);
+/* The length of a layer name's stage: its first component before a dot ("vision" of "vision.blocks.0.attn"), 0 when
+ * it has none. A pipeline names every op by its stage; the modular engine and the profile's stage rows split on it. */
+size_t tp_layer_stage_len(const char *layer);
 
 /* The packed per-sample input row of g (tp_graph.inputs): its length in values, and if off is non-NULL each
  * input's offset within the row (off[k] for g->inputs[k]). */

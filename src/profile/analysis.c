@@ -196,8 +196,7 @@ static void stages(tp_profile_summary *s) {
     s->n_stages = 0;
     for (int o = 0; o < s->n_layers; o++) {
         const tp_layer_row *L = &s->layers[o];
-        const char *dot = strchr(L->layer, '.');
-        const size_t n = dot ? (size_t)(dot - L->layer) : 0;
+        const size_t n = tp_layer_stage_len(L->layer);
         if (n == 0 || n >= sizeof s->stages[0].name) {
             s->n_stages = 0;
             return;

@@ -174,7 +174,7 @@ START_TEST(test_sparse_engine) {
     for (int i = 0; i < g.n_ops; i++) {
         if (g.ops[i].kind != TP_OP_LINEAR) continue;
         double a = 0, b = 0;
-        const int k = tp_engine_sparse_op(eng, i, &a, &b);
+        const int k = tp_engine_sparse_op(eng, i, &a, &b, NULL);
         if (k == 1) ran++;
         else dense++, printf("  dense: %s: %s\n", g.ops[i].layer, tp_engine_op_impl(eng, i));
     }

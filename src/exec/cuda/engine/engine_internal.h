@@ -110,6 +110,7 @@ struct tp_engine {
     struct tp_spgemm **spgemm;  /* per op: the planned sparse GEMM of a linear with 2:4 weights, NULL elsewhere */
     unsigned char *sparse_on;   /* per op: 1 where it runs (faster than the dense GEMM at build) */
     double *sparse_us;          /* per op, 2 each: the sparse and the dense GEMM's build-time times */
+    char (*sparse_why)[120];    /* per op: why a linear with a 2:4 weight has no sparse GEMM ("" otherwise) */
     int sparse_mode;            /* tp_engine_options.sparse */
     void *d_sq8;                /* the sparse FP8 GEMMs' E4M3 input, quantized as read (rows rounded up to 16) */
     size_t sq8_bytes;

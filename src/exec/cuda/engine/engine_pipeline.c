@@ -273,11 +273,16 @@ tp_status tpe_find_repeats(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     const int np = e->params ? e->params->n_params : 0;
     int *first = malloc(sizeof(int) * (size_t)(np ? np : 1));
-    if (!(e->repeats = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1))) || !first) {
+    unsigned char *how = calloc((size_t)(g->n_values ? g->n_values : 1), 1); /* how its GEMMs read a weight */
+    if (!(e->repeats = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1))) || !first || !how) {
         free(first);
+        free(how);
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
     }
     for (int k = 0; k < np; k++) first[k] = -1;
+    for (int i = 0; i < g->n_ops; i++) /* one pass: weight_nvfp4_wo and weight_native_bs for every value */
+        if (g->ops[i].n_in > 1)
+            how[g->ops[i].in[1]] |= (e->plan->op_prec[i] == TP_PREC_NVFP4_WO ? 1 : 0) | (op_native_bs(e, i) ? 2 : 0);
     for (int v = 0; v < g->n_values; v++) {
         const tp_value *val = &g->values[v];
         e->repeats[v] = -1;
@@ -288,33 +293,27 @@ tp_status tpe_find_repeats(tp_engine *e, tp_error *err) {
             continue;
         }
         /* the same bytes only when stored alike (a tied embedding read as a table and as an FP8 GEMM's weight is
-         * not) and in no layout of a group's (engine_group.c) */
+         * not); a value a sibling group lays out (engine_group.c) keeps its group's copy (upload_params skips it) */
         const tp_plan *p = e->plan;
         if (p->value_dt[u] == p->value_dt[v] && p->value_qf[u] == p->value_qf[v] &&
-            p->value_scaled[u] == p->value_scaled[v] && weight_nvfp4_wo(e, u) == weight_nvfp4_wo(e, v) &&
-            weight_native_bs(e, u) == weight_native_bs(e, v))
+            p->value_scaled[u] == p->value_scaled[v] && how[u] == how[v])
             e->repeats[v] = u;
     }
     free(first);
+    free(how);
     return TP_OK;
-}
-
-/* The stage of op i: the length of its layer name's first component (0: none). */
-static size_t stage_len(const tp_op *op) {
-    const char *dot = strchr(op->layer, '.');
-    return dot ? (size_t)(dot - op->layer) : 0;
 }
 
 tp_status tpe_setup_stages(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     e->n_seg = 0;
     for (int i = 0; i < g->n_ops; i++) {
-        const size_t n = stage_len(&g->ops[i]);
+        const size_t n = tp_layer_stage_len(g->ops[i].layer);
         if (n == 0)
             return tp_fail(err, TP_ERR_UNSUPPORTED, "modular mode: op %s has no stage (a pipeline's layer names start "
                            "with their stage: vision., prefix., expert.)", g->ops[i].layer);
         const tp_op *prev = i ? &g->ops[i - 1] : NULL;
-        if (prev && stage_len(prev) == n && strncmp(prev->layer, g->ops[i].layer, n) == 0) continue;
+        if (prev && tp_layer_stage_len(prev->layer) == n && strncmp(prev->layer, g->ops[i].layer, n) == 0) continue;
         if (e->n_seg == TPE_MAX_STAGES)
             return tp_fail(err, TP_ERR_UNSUPPORTED, "modular mode: more than %d stages", TPE_MAX_STAGES);
         e->seg_first[e->n_seg++] = i;
@@ -367,7 +366,7 @@ int tp_engine_stages(const tp_engine *e, int i, char *name, size_t n, double *by
     if (!e || e->n_seg == 0) return 0;
     if (i >= 0 && i < e->n_seg) {
         const tp_op *op = &e->g->ops[e->seg_first[i]];
-        if (name && n) snprintf(name, n, "%.*s", (int)stage_len(op), op->layer);
+        if (name && n) snprintf(name, n, "%.*s", (int)tp_layer_stage_len(op->layer), op->layer);
         if (bytes) {
             *bytes = 0;
             for (int h = e->hand_first[i]; h < e->hand_first[i + 1]; h++) *bytes += (double)value_bytes(e, e->hand_v[h]);

@@ -17,6 +17,7 @@ void tpe_sparse_free(tp_engine *e) {
     free(e->spgemm);
     free(e->sparse_on);
     free(e->sparse_us);
+    free(e->sparse_why);
     tp_spgemm_ctx_destroy(e->spctx);
     e->spgemm = NULL;
     e->sparse_on = NULL;
@@ -108,7 +109,8 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
     if (st) return st;
     if (!(e->spgemm = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->spgemm)) ||
         !(e->sparse_on = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1)) ||
-        !(e->sparse_us = calloc((size_t)(2 * (g->n_ops ? g->n_ops : 1)), sizeof(double))))
+        !(e->sparse_us = calloc((size_t)(2 * (g->n_ops ? g->n_ops : 1)), sizeof(double))) ||
+        !(e->sparse_why = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->sparse_why)))
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
     for (int i = 0; i < g->n_ops && !st; i++) {
         const tp_op *op = &g->ops[i];
@@ -124,6 +126,7 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
         if (!eligible(e, i, &d, why, sizeof why)) {
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.60s; 2:4 weights, sparse not eligible: %.80s", dense,
                      why);
+            snprintf(e->sparse_why[i], sizeof e->sparse_why[i], "%s", why);
             continue;
         }
         void *y;
@@ -149,6 +152,7 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
                 return tp_fail(err, TP_ERR_CUDA, "sparse gemm %s: %s", op->layer, se.msg);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.60s; 2:4 sparse refused by cuSPARSELt: %.90s", dense,
                      se.msg);
+            snprintf(e->sparse_why[i], sizeof e->sparse_why[i], "cuSPARSELt refused it: %.90s", se.msg);
             continue;
         }
         double t_dense = 0, t_sparse = 0;
@@ -161,6 +165,7 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
             if (cudaStreamSynchronize(e->stream) != cudaSuccess)
                 return tp_fail(err, TP_ERR_CUDA, "sparse gemm %s: %s", op->layer, te.msg);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.60s; 2:4 sparse failed to run: %.90s", dense, te.msg);
+            snprintf(e->sparse_why[i], sizeof e->sparse_why[i], "failed to run: %.100s", te.msg);
             tp_spgemm_destroy(e->spgemm[i]);
             e->spgemm[i] = NULL;
             continue;
@@ -180,8 +185,14 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
     return st;
 }
 
-int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *dense_us) {
-    if (!e || !e->spgemm || op < 0 || op >= e->g->n_ops || !e->spgemm[op]) return -1;
+int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *dense_us, const char **why) {
+    if (why) *why = NULL;
+    if (!e || !e->spgemm || op < 0 || op >= e->g->n_ops) return -1;
+    if (!e->spgemm[op]) {
+        if (!e->sparse_why[op][0]) return -1;
+        if (why) *why = e->sparse_why[op];
+        return -2;
+    }
     if (sparse_us) *sparse_us = e->sparse_us[2 * op];
     if (dense_us) *dense_us = e->sparse_us[2 * op + 1];
     return e->sparse_on[op] != 0;
