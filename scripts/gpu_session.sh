@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref; 2:4 sparsity: sparse; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref; 2:4 sparsity: sparse, sparse_epi; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -328,19 +328,51 @@ for s in $steps; do
     xz -9 "$OUT/pi0_profile.log"
     ;;
   sparse)
-    # issue 22: the sparse GEMMs against the CPU (cuSPARSELt required), then ViT-B/16 at batch 64 dense and 2:4
-    echo "=== 2:4 sparsity: GPU tests (cuSPARSELt), then ViT-B/16 batch 64 fp16 dense and --sparsity 2:4"
-    TPROF_REQUIRE_CUSPARSELT=1 CK_RUN_SUITE=gpu_sparse "$BUILD/tests/test_gpu" > "$OUT/sparse_gpu_tests.log" 2>&1 || rc=1
-    grep -E "info|skip|FAIL|:F:|:E:|Checks|linears|cosine|compressed" "$OUT/sparse_gpu_tests.log" | head -30
+    # issue 22: the sparse GEMMs against the CPU (cuSPARSELt required; SPARSE_TESTS=0: not them), then ViT-B/16 at
+    # batch 64 dense and 2:4 per precision in SPARSE_PRECS (default fp16 fp8), then the GEMM lab and PyTorch's peer
+    # (SPARSE_LAB=0: not them)
+    echo "=== 2:4 sparsity: GPU tests (cuSPARSELt), then ViT-B/16 batch 64 dense and --sparsity 2:4"
+    if [ "${SPARSE_TESTS:-1}" != 0 ]; then
+      TPROF_REQUIRE_CUSPARSELT=1 CK_RUN_SUITE=gpu_sparse "$BUILD/tests/test_gpu" > "$OUT/sparse_gpu_tests.log" 2>&1 || rc=1
+      grep -E "info|skip|FAIL|:F:|:E:|Checks|linears|cosine|compressed" "$OUT/sparse_gpu_tests.log" | grep -v "info  .*cuSPARSELt 0" | head -30
+    fi
+    # SPARSE_RUNS: dense, and --sparsity 2:4 with --sparse-gemm auto, force or off (off: the pruned weights dense,
+    # the control that separates the sparse GEMMs' effect from the pruned values')
+    for p in ${SPARSE_PRECS:-fp16 fp8}; do
+      for n in ${SPARSE_RUNS:-dense auto}; do
+        sp=$([ "$n" = dense ] || echo "--sparsity 2:4 --sparse-gemm $n")
+        "$BUILD/tprof" bench --model vit-b16 --batch 64 --precision $p --duration 2 --ref-samples 4 $sp \
+          --json "$OUT/sparse_vitb16_${p}_$n.json" > "$OUT/sparse_vitb16_${p}_$n.log" 2>&1 || rc=1
+        grep -E "Sparsity|Pruning|sparse GEMMs|^$p +[0-9]|Accuracy|error" "$OUT/sparse_vitb16_${p}_$n.log"
+        xz -9 "$OUT/sparse_vitb16_${p}_$n.log"
+      done
+    done
+    if [ "${SPARSE_LAB:-1}" != 0 ]; then
+      echo "--- the GEMM lab: cuBLASLt dense against cuSPARSELt 2:4 (bench/sparse_lab.c), then PyTorch's semi-structured"
+      for ty in f16 bf16; do "$BUILD/sparse_lab" 50 64 $ty --json "$OUT/sparse_lab_$ty.json" || rc=1; done
+      python3 bench/sparse_peers.py --batch 64 --dtype f16 --json "$OUT/sparse_peers_f16.json" || rc=1
+    fi
+    ;;
+  sparse_epi)
+    # issue 22: where the engine's sparse GEMMs lose their lab speedup: the epilogues (residual apart or in place,
+    # GELU and which GELU cuSPARSELt computes) and E4M3; then ViT-B/16 batch 64 fp8 dense against 2:4. Everything
+    # into $OUT/sparse_epi/, packed as $OUT/sparse_epi.tar.xz (a call returns 8 files)
+    d="$OUT/sparse_epi"
+    mkdir -p "$d"
+    echo "=== sparse_lab per epilogue (f16, e4m3), then ViT-B/16 batch 64 ${SPARSE_PREC:-fp8} dense and --sparsity 2:4"
+    for te in ${SPARSE_EPI:-f16:bias f16:residual f16:inplace f16:gelu e4m3:bias e4m3:residual e4m3:inplace}; do
+      IFS=: read -r ty ep <<< "$te"
+      "$BUILD/sparse_lab" 50 64 "$ty" --epilogue "$ep" --json "$d/sparse_lab_${ty}_$ep.json" | tee "$d/sparse_lab_${ty}_$ep.log" \
+        | grep -v "^| llama\|^| ---" || rc=1
+    done
     for sp in "" "--sparsity 2:4"; do
       n=$([ -n "$sp" ] && echo sparse || echo dense)
-      "$BUILD/tprof" bench --model vit-b16 --batch 64 --precision fp16 --duration 2 --ref-samples 4 $sp \
-        --json "$OUT/sparse_vitb16_$n.json" > "$OUT/sparse_vitb16_$n.log" 2>&1 || rc=1
-      grep -E "Sparsity|Pruning|sparse GEMMs|^fp16 +[0-9]|Accuracy|error" "$OUT/sparse_vitb16_$n.log"
+      "$BUILD/tprof" bench --model vit-b16 --batch 64 --precision ${SPARSE_PREC:-fp8} --duration 2 --ref-samples 4 $sp \
+        --plan --json "$d/vitb16_${SPARSE_PREC:-fp8}_$n.json" > "$d/vitb16_${SPARSE_PREC:-fp8}_$n.log" 2>&1 || rc=1
+      grep -E "Sparsity|sparse GEMMs|^fp(8|16) +[0-9]|Accuracy|error" "$d/vitb16_${SPARSE_PREC:-fp8}_$n.log"
+      grep -E "blocks.0.(attn.qkv|attn.proj|mlp.fc1|mlp.fc2) " "$d/vitb16_${SPARSE_PREC:-fp8}_$n.log" | cut -c1-90,150-420
     done
-    echo "--- the GEMM lab: cuBLASLt dense against cuSPARSELt 2:4 (bench/sparse_lab.c), then PyTorch's semi-structured"
-    for ty in f16 bf16; do "$BUILD/sparse_lab" 50 64 $ty --json "$OUT/sparse_lab_$ty.json" || rc=1; done
-    python3 bench/sparse_peers.py --batch 64 --dtype f16 --json "$OUT/sparse_peers_f16.json" || rc=1
+    tar cJf "$OUT/sparse_epi.tar.xz" -C "$OUT" sparse_epi && rm -rf "$d"
     ;;
   pi0ref)
     # PI0_COMPILE: torch.compile's mode for the peer (openpi compiles with max-autotune, which takes minutes)

@@ -272,6 +272,10 @@ expect_ok "sparsity 2:4" "Sparsity 2:4 .*24 pruned by magnitude along K" bench -
 expect_ok "sparsity pruning cost" "Pruning cost, the pruned model's FP32 reference against the dense one's" bench \
   --device cpu --model vit-tiny --batch 2 --duration 0 --sparsity 2:4
 expect_error "sparsity pattern" 2 "--sparsity: unknown pattern '1:4'" bench --model vit-tiny --sparsity 1:4
+expect_error "sparse-gemm without sparsity" 2 "--sparse-gemm off without --sparsity 2:4" bench --device cpu \
+  --model vit-tiny --duration 0 --sparse-gemm off
+expect_error "sparse-gemm mode" 2 "--sparse-gemm: unknown mode 'fast'" bench --model vit-tiny --sparsity 2:4 \
+  --sparse-gemm fast
 expect_error "sparsity glob" 2 "'mlp.*' matches no linear layer" bench --device cpu --model vit-tiny --duration 0 \
   --sparsity 2:4 --sparse-layers 'mlp.*'
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run

@@ -297,6 +297,9 @@ static tp_status setup(run_ctx *c, tp_error *err) {
         return tp_fail(err, TP_ERR_UNSUPPORTED, "--sparsity with %s: unsupported (%s)", o->tp > 1 ? "--tp" : "--engine",
                        o->tp > 1 ? "the weights are pruned whole, before any split" : "an engine file's weights are "
                        "stored as built");
+    if (o->sparse_gemm && !o->sparsity)
+        return tp_fail(err, TP_ERR_ARG, "--sparse-gemm %s without --sparsity 2:4: no 2:4 weights to run",
+                       o->sparse_gemm == 1 ? "force" : "off");
     if (o->pipeline_mode && strcmp(mp->family->name, "pipeline") != 0)
         return tp_fail(err, TP_ERR_ARG, "--pipeline: %s is not a pipeline (family %s)", tp_model_name(mp),
                        mp->family->name);
@@ -555,7 +558,7 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     double b0 = tp_now_ms();
     tp_status st = activation_scales(c, plan, &amax, err);
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph && o->pipeline_mode != 3,
-                            .modular = o->pipeline_mode == 2, .sparse = o->sparsity, .gemm_first = o->gemm_first,
+                            .modular = o->pipeline_mode == 2, .sparse = !o->sparsity || o->sparse_gemm == 2 ? 0 : o->sparse_gemm == 1 ? 2 : 1, .gemm_first = o->gemm_first,
                             .cublaslt_only = o->cublaslt_only, .fp8_promote = o->fp8_promote,
                             .gemm_choice = stored_gemms(c, plan, pol), .act_amax = amax,
                             .hook = c->cupti ? tp_cupti_hook : NULL, .hook_user = c->cupti, .weights_q = c->wq,
@@ -581,7 +584,10 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
         if (!r->gelu_impl[0] && g->ops[i].kind == TP_OP_LINEAR && strstr(im, "GELU"))
             snprintf(r->gelu_impl, sizeof r->gelu_impl, "%s: %s", g->ops[i].layer, im);
     }
-    if (!st && o->sparsity) { /* what ran of the 2:4 GEMMs: per op in the plan's "how" and r->sparse, the sum here */
+    if (!st && o->sparsity && o->sparse_gemm == 2)
+        printf("%s: 2:4 sparse GEMMs not tried (--sparse-gemm off): the pruned weights run the dense GEMMs\n",
+               tp_precision_name(plan->requested));
+    if (!st && o->sparsity && o->sparse_gemm != 2) { /* what ran of the 2:4 GEMMs: per op in the plan's "how" and r->sparse, the sum here */
         int ran = 0, planned = 0;
         double us_s = 0, us_d = 0, us_run = 0;
         if (!(r->sparse = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *r->sparse)))

@@ -80,6 +80,8 @@ typedef struct {
     int no_fusion;       /* --fusion off: tp_policy.no_fusion */
     int sparsity;        /* --sparsity 2:4: the selected linears' weights pruned to 2:4 (bench/sparse.h) */
     const char *sparse_layers; /* --sparse-layers GLOBS (NULL: every linear) */
+    int sparse_gemm;     /* --sparse-gemm: 0 auto (cuSPARSELt where faster at build), 1 force (every eligible linear),
+                            2 off (the pruned weights run the dense GEMMs: the control for sparse's speed) */
     int gelu_tanh;       /* --gelu tanh: GELU as the tanh approximation in the fc1 epilogue (plan.h) */
     int kv_fp8;          /* --kv-cache fp8: a decoder's KV cache in E4M3, one calibrated scale per layer (plan.h) */
     int ref_samples;     /* samples the reference runs for accuracy figures (<= batch) */

@@ -64,7 +64,9 @@ static const char USAGE_BENCH[] =
             "  --no-graph            launch kernels one by one instead of one CUDA graph\n"
             "  --sparsity 2:4        prune the linears' weights to 2:4 along K by magnitude (weights already 2:4 kept),\n"
             "                        report what pruning costs against the dense FP32 model; --sparse-layers GLOBS\n"
-            "                        (comma list, default *) chooses the layers\n"
+            "                        (comma list, default *) chooses the layers; --sparse-gemm auto|force|off: the\n"
+            "                        cuSPARSELt GEMMs where faster at build (auto), always, or never (the pruned\n"
+            "                        weights dense: the control)\n"
             "  --fusion on|off       off: every op its own kernel (no residual add, GELU or token step in a GEMM's\n"
             "                        epilogue), to measure what fusion saves (default on)\n"
             "  --attribution         pipelines: four runs, from the first --precision (default bf16) modular without\n"
@@ -553,6 +555,11 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
         }
         o->sparsity = 1;
     } else if (!a->build && IS("--sparse-layers")) o->sparse_layers = val;
+    else if (!a->build && IS("--sparse-gemm")) {
+        static const char *const SG[] = {"auto", "force", "off"};
+        if ((k = one_of(name, val, "mode", SG, 3)) < 0) return -1;
+        o->sparse_gemm = k;
+    }
     else if (IS("--calib")) {
         if ((k = one_of(name, val, "method", CALIB, 3)) < 0) return -1;
         o->calib.method = k == 2 ? TP_CALIB_ENTROPY : k ? TP_CALIB_PERCENTILE : TP_CALIB_MAX;
@@ -590,7 +597,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--sparsity", "--sparse-layers", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};

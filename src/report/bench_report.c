@@ -41,9 +41,12 @@ static json_t *sparsity_json(const tp_bench_report *rep) {
     return json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:s}", "pattern", "2:4 along K (magnitude)", "layers", s->globs,
                      "linears", s->n_linears, "pruned", s->pruned, "already_2_4", s->already, "left_dense",
                      s->ineligible, "weights", rows, "prune_cost_vs_dense_fp32", cost, "sparse_kernels",
-                     rep->dev == TP_DEVICE_GPU ? "cuSPARSELt per linear where faster than its dense GEMM at build; "
-                                                 "each op's how in results[].plan says which ran and both times"
-                                               : "the CPU reference runs the pruned weights");
+                     rep->dev != TP_DEVICE_GPU ? "the CPU reference runs the pruned weights"
+                     : rep->o->sparse_gemm == 2 ? "none (--sparse-gemm off): the pruned weights run the dense GEMMs"
+                     : rep->o->sparse_gemm == 1 ? "cuSPARSELt for every eligible linear (--sparse-gemm force); each "
+                                                  "op's how in results[].plan says which ran and both times"
+                                                : "cuSPARSELt per linear where faster than its dense GEMM at build; "
+                                                  "each op's how in results[].plan says which ran and both times");
 }
 
 static void print_plan(const tp_graph *g, const tp_plan *p) {

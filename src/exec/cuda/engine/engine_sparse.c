@@ -40,10 +40,12 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
         return snprintf(why, n, "an fp8 GEMM without per-tensor scales"), 0;
     if (e->group_lead[i] >= 0 && e->group_on[e->group_lead[i]])
         return snprintf(why, n, "part of a sibling group's GEMV"), 0;
-    if (e->gelu_sm90[i] >= 0 || e->plain_sm90[i] || e->gemv16[i])
-        return snprintf(why, n, "tprof's own GEMM/GEMV already chosen for it"), 0;
-    if (pl->op_epilogue_gelu[i] >= 0) /* cuBLASLt's tanh-form GELU epilogue; cuSPARSELt's form is not established */
-        return snprintf(why, n, "a GELU in its epilogue (cuSPARSELt's GELU form unverified)"), 0;
+    /* tprof's own FP8 GEMM (plain_sm90) is the dense time the sparse one must beat, like cuBLASLt's; a GELU in the
+     * epilogue (tprof's exact one or cuBLASLt's tanh form) has no sparse equivalent: cuSPARSELt 0.8.0 refused its
+     * GELU activation on an H100 (bench/sparse_lab.c --epilogue gelu, bench/results/2026-11-26_h100_sparse_epilogues) */
+    if (e->gemv16[i]) return snprintf(why, n, "tprof's decode GEMV chosen for it"), 0;
+    if (e->gelu_sm90[i] >= 0 || pl->op_epilogue_gelu[i] >= 0)
+        return snprintf(why, n, "a GELU in its epilogue, which cuSPARSELt's sparse GEMM refused here"), 0;
     memset(d, 0, sizeof *d);
     /* rows rounded up to cuSPARSELt's multiple (8, 16 for E4M3): activation buffers have PAD_ROWS of slack
      * (engine_internal.h), the extra rows' results land there, unread; a 16-bit input quantized as read goes through
@@ -62,6 +64,8 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
     const int rv = ea >= 0 ? (g->ops[ea].in[0] == op->out ? g->ops[ea].in[1] : g->ops[ea].in[0]) : -1;
     const tp_dtype o = pl->value_dt[yv]; /* E4M3 inputs: a 16-bit output (cuSPARSELt's E4M3 -> F16/BF16) */
     d->out_dt = o;
+    if (f8 && o == TP_E4M3)
+        return snprintf(why, n, "an E4M3 output (cuSPARSELt's E4M3 GEMMs write F16 or BF16 here)"), 0;
     if (pl->value_dt[op->in[1]] != d->dt || (f8 ? (o != TP_F16 && o != TP_BF16) : o != d->dt) ||
         (rv >= 0 && pl->value_dt[rv] != o) || (d->has_bias && pl->value_dt[op->in[2]] != o))
         return snprintf(why, n, "its operands' types differ"), 0;

@@ -344,6 +344,9 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     p->made = 5;
     /* the weight must already be 2:4 (tprof prunes on the host; cuSPARSELt checks what it is given) */
     CUDA(cudaMalloc((void **)&d_valid, sizeof(int)));
+    /* zeroed first: a fresh allocation may hold an earlier buffer's bytes, and a check that only flags violations
+     * would report those (seen on an H100: the lab's second shape "not 2:4" after its first one's buffers freed) */
+    CUDA(cudaMemsetAsync(d_valid, 0, sizeof(int), s));
     SPL(a->prune_check(&c->h, &p->mm, w, d_valid, s));
     CUDA(cudaMemcpyAsync(&valid, d_valid, sizeof valid, cudaMemcpyDeviceToHost, s));
     CUDA(cudaStreamSynchronize(s));
