@@ -246,9 +246,8 @@ def expert_step(c, p, x_t, t, state, cache, pad):
     T = 1 + Hn
     pos = pad.long().sum(1, keepdim=True) + torch.arange(T, device=x.device)[None, :]
     # the suffix's cumulative attention marks [1, 2, 2, ...]: the state sees itself, the actions see all T (made
-    # by kernels, no host copy: the pipeline is captured in a CUDA graph)
-    cum = torch.full((T,), 2, device=x.device)
-    cum[0] = 1
+    # by kernels, no host copy: the pipeline is captured in a CUDA graph; `cum[0] = 1` would copy a host scalar)
+    cum = 1 + (torch.arange(T, device=x.device) > 0).long()
     own = (cum[None, :] <= cum[:, None])[None].expand(B, T, T)
     mask = torch.cat([pad[:, None, :].expand(B, T, pad.shape[1]), own], 2)
     for i in range(c["depth"]):
