@@ -528,12 +528,61 @@ START_TEST(test_planner_block_formats) {
         ck_assert_int_eq(n4, 4);
         tp_plan_free(&plan);
     }
-    /* two quantized formats in one engine: refused, naming the layer */
+    /* two quantized formats of one activation type in one engine (issue 21): each layer in its own, each planner's
+     * notes and scales on its layers only */
     tp_policy pol;
     tp_policy_default(&pol, TP_PREC_MXFP8);
     ck_assert_int_eq(tp_policy_parse(&pol, "blocks.1.mlp.fc1=nvfp4", &e), TP_OK);
-    ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &plan, &e), TP_ERR_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(e.msg, "blocks.1.mlp.fc1"));
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    for (int i = 0; i < g.n_ops; i++) {
+        const tp_op *op = &g.ops[i];
+        if (op->kind != TP_OP_LINEAR || strcmp(op->layer, "head") == 0) continue;
+        const int fc1 = strcmp(op->layer, "blocks.1.mlp.fc1") == 0;
+        ck_assert_int_eq(plan.op_prec[i], fc1 ? TP_PREC_NVFP4 : TP_PREC_MXFP8);
+        ck_assert_int_eq(plan.value_qf[op->in[1]], fc1 ? TP_QF_NVFP4 : TP_QF_MXFP8);
+        ck_assert_ptr_nonnull(strstr(plan.op_note[i], fc1 ? "nvfp4" : "mxfp8"));
+    }
+    tp_plan_free(&plan);
+    /* FP16 engines: fp8 and the weight-only formats together, the rest fp16 */
+    tp_policy_init(&pol, TP_PREC_FP16);
+    ck_assert_int_eq(tp_policy_parse(&pol, "blocks.0.*=fp8,blocks.1.mlp.*=nvfp4-wo", &e), TP_OK);
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    int n8 = 0, nwo = 0, n16 = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const tp_op *op = &g.ops[i];
+        if (op->kind != TP_OP_LINEAR) continue;
+        n8 += plan.op_prec[i] == TP_PREC_FP8 && plan.value_dt[op->in[1]] == TP_E4M3 && plan.value_scaled[op->in[0]];
+        nwo += plan.op_prec[i] == TP_PREC_NVFP4_WO && strncmp(op->layer, "blocks.1.mlp.", 13) == 0;
+        n16 += plan.op_prec[i] == TP_PREC_FP16;
+    }
+    ck_assert_int_eq(plan.act_dt, TP_F16);
+    ck_assert_int_eq(n8, 4);  /* blocks.0: qkv, proj, fc1, fc2 */
+    ck_assert_int_eq(nwo, 2); /* blocks.1.mlp: fc1, fc2 */
+    ck_assert_int_eq(n16, 3); /* blocks.1.attn: qkv, proj; head */
+    tp_plan_free(&plan);
+    /* formats of the other activation type, and any in an fp32 engine: refused, naming the layer and both types
+     * (before issue 21 an fp16 engine kept such layers fp16 without a word) */
+    static const struct { tp_precision def; const char *spec, *want; } bad[] = {
+        {TP_PREC_MXFP8, "blocks.1.mlp.fc1=fp8", "fp8 runs with fp16 activations, this engine's are bf16"},
+        {TP_PREC_FP16, "blocks.1.mlp.fc1=nvfp4", "nvfp4 runs with bf16 activations, this engine's are fp16"},
+        {TP_PREC_BF16, "blocks.1.mlp.fc1=fp8-wo", "fp8-wo runs with fp16 activations, this engine's are bf16"},
+        {TP_PREC_FP32, "blocks.1.mlp.fc1=fp8", "this engine's are fp32"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        tp_policy_default(&pol, bad[k].def); /* a quantized default keeps the patch embedding high */
+        ck_assert_int_eq(tp_policy_parse(&pol, bad[k].spec, &e), TP_OK);
+        ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &plan, &e), TP_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(e.msg, "blocks.1.mlp.fc1") && strstr(e.msg, bad[k].want), "%s: %s", bad[k].spec, e.msg);
+    }
+    /* a 16-bit rule the engine's type overrides is said */
+    tp_policy_init(&pol, TP_PREC_BF16);
+    ck_assert_int_eq(tp_policy_parse(&pol, "head=fp16", &e), TP_OK);
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    for (int i = 0; i < g.n_ops; i++)
+        if (strcmp(g.ops[i].layer, "head") == 0)
+            ck_assert_msg(strstr(plan.op_note[i], "the policy asks fp16") && plan.op_prec[i] == TP_PREC_BF16, "%s",
+                          plan.op_note[i]);
+    tp_plan_free(&plan);
     /* a quantized patch embedding is refused with the fix */
     tp_policy_init(&pol, TP_PREC_MXFP8);
     ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 90, &plan, &e), TP_ERR_UNSUPPORTED);

@@ -103,8 +103,9 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
     if (calibrate) {
 #ifdef TPROF_HAVE_CUDA
         if (!gpu.present) {
-            st = tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s needs activation scales from calibration on a GPU (%s)",
-                         tp_precision_name(prec), gerr.msg);
+            st = tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s%s needs activation scales from calibration on a GPU (%s)",
+                         tp_precision_name(prec), prec < TP_PREC_FP8 ? " with the policy's quantized layers" : "",
+                         gerr.msg);
             goto done;
         }
         if (!(amax = malloc(sizeof(float) * (size_t)g.n_values))) {

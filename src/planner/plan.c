@@ -26,36 +26,58 @@ void tp_plan_free(tp_plan *p) {
 
 static int is_quantized(tp_precision p) { return p >= TP_PREC_FP8; }
 
-/* The policy's word on each GEMM op of g: keep[i] = 1 when it stays in the engine's high precision, with the
- * reason in why[i]; an op the policy sends to a quantized format other than the engine's is an error (one
- * quantized format per engine in this build), and so is a quantized patch embedding (its im2col input has no
- * quantized path yet). */
+/* The activation type around a quantized format's GEMMs: FP8 (per-tensor) and the weight-only formats read and
+ * write FP16, the block formats (emulated on Hopper through BF16 GEMMs) and fp8-block BF16. An engine has one
+ * activation type (its default precision's), so the formats one engine holds share it. */
+static tp_dtype quant_act(tp_precision q) {
+    return q == TP_PREC_FP8 || q == TP_PREC_FP8_WO || q == TP_PREC_NVFP4_WO ? TP_F16 : TP_BF16;
+}
+static tp_dtype engine_act(tp_precision def) {
+    return def == TP_PREC_FP32 ? TP_F32 : def == TP_PREC_FP16 ? TP_F16 : def == TP_PREC_BF16 ? TP_BF16 : quant_act(def);
+}
+
+static const char *act_name(tp_dtype t) { return t == TP_F32 ? "fp32" : t == TP_F16 ? "fp16" : "bf16"; }
+
+/* The policy's word on each GEMM op of g (prec: the engine's default): keep[i] = 1 when it stays in the engine's
+ * high precision, with the reason in why[i]; else qprec[i] is its quantized format, which may differ from the
+ * default's (issue 21: `prefix.*=fp8,expert.*=nvfp4-wo` in an fp16 engine) where both share the engine's activation
+ * type. A format of the other activation type is an error naming both, and so is a quantized patch embedding (its
+ * im2col input has no quantized path yet). A 16-bit rule the engine's type overrides is said in the note. */
 static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_precision prec, int *keep,
-                                char (*why)[200], tp_error *err) {
+                                tp_precision *qprec, char (*why)[200], tp_error *err) {
+    const tp_dtype act = engine_act(prec);
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         keep[i] = 1;
+        qprec[i] = prec;
         why[i][0] = 0;
         if (op->kind != TP_OP_LINEAR && op->kind != TP_OP_PATCH_EMBED) continue;
         int rule = -1;
         tp_precision want = tp_policy_resolve(pol, op->layer, &rule);
         char reason[160];
         tp_policy_reason(pol, rule, reason, sizeof reason);
-        if (!is_quantized(prec) || !is_quantized(want)) {
+        if (!is_quantized(want)) {
+            const tp_precision high = act == TP_F32 ? TP_PREC_FP32 : act == TP_F16 ? TP_PREC_FP16 : TP_PREC_BF16;
             if (is_quantized(prec)) snprintf(why[i], sizeof why[i], "kept high by policy (%s)", reason);
+            else if (want != high && rule >= 0)
+                snprintf(why[i], sizeof why[i], "the policy asks %s (%.120s): runs %s, the engine's activation type",
+                         tp_precision_name(want), reason, tp_precision_name(high));
             continue;
         }
-        if (want != prec)
+        if (quant_act(want) != act)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
-                           "layer %s: the policy asks %s (%s) in a %s engine: this build runs one quantized format per "
-                           "engine",
-                           op->layer, tp_precision_name(want), reason, tp_precision_name(prec));
+                           "layer %s: the policy asks %s (%s) in a %s engine: %s runs with %s activations, this "
+                           "engine's are %s; one engine holds formats of one activation type (fp16: fp8, fp8-wo, "
+                           "nvfp4-wo; bf16: fp8-block, mxfp8, nvfp4, mxfp4)",
+                           op->layer, tp_precision_name(want), reason, tp_precision_name(prec),
+                           tp_precision_name(want), act_name(quant_act(want)), act_name(act));
         if (op->kind == TP_OP_PATCH_EMBED)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
                            "layer %s: %s patch embedding (%s) is not supported in this build; keep it high, e.g. "
                            "--policy '%s=fp16'",
                            op->layer, tp_precision_name(want), reason, op->layer);
         keep[i] = 0;
+        qprec[i] = want;
     }
     return TP_OK;
 }
@@ -252,6 +274,64 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
     return TP_OK;
 }
 
+/* Per-tensor FP8 (see plan.h): the linears not in keep read E4M3 operands with static per-tensor scales. */
+static tp_status plan_fp8(const tp_graph *g, int sm, const int *keep, tp_plan *p, tp_error *err) {
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_LINEAR || keep[i]) continue;
+        int x = op->in[0], w = op->in[1];
+        const tp_kernel_shape ks = {TP_E4M3, op->gemm_m, op->gemm_n, op->gemm_k, 0, 0};
+        char why[200];
+        if (!tp_supports(TP_KERNEL_GEMM_FP8, &ks, why, sizeof why))
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s", op->layer, why);
+        int prod = g->values[x].producer;
+        tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
+        /* LayerNorm, GELU and ViT's attention write E4M3 themselves for their one reader; any other input (a
+         * decoder's RMSNorm output read by q/k/v, the GLU's, the KV attention's) stays 16-bit and is quantized
+         * when the GEMM reads it, with the same calibrated per-tensor scale. An attention whose head dim tprof's
+         * flash kernels do not take stays 16-bit too: writing E4M3 would leave it the CUDA-core kernel (SigLIP's
+         * head dim 72: 62 us a layer against cuDNN's 8.8 us on an H100, bench/results/README.md), while cuDNN
+         * writes 16 bits and the quantize as read costs one pass over its output */
+        const tp_kernel_shape fs = {.dt = p->value_dt[x], .k = pk == TP_OP_ATTENTION ? g->ops[prod].head_dim : 0};
+        const int writes8 = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU ||
+                             (pk == TP_OP_ATTENTION && tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0))) &&
+                            consumers(g, x) == 1;
+        if (writes8) p->value_dt[x] = TP_E4M3;
+        p->value_scaled[x] = 1;
+        p->value_dt[w] = TP_E4M3;
+        p->value_scaled[w] = 1;
+        p->op_prec[i] = TP_PREC_FP8;
+        snprintf(p->op_note[i], sizeof p->op_note[i],
+                 "e4m3 x e4m3 GEMM, fp32 accumulate, fp16 out; per-tensor scales (weights amax/448, "
+                 "activations max-calibrated)%s",
+                 writes8 ? "" : "; input quantized as read: <= 8 rows in tprof's GEMV registers, more by a "
+                                "quantize kernel");
+        if (writes8) {
+            size_t l = strlen(p->op_note[prod]);
+            snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
+        }
+    }
+    /* FP8 attention whose Q/K/V come from an FP8 GEMM read by nothing else: the GEMM writes them in E4M3 (cuBLASLt
+     * quantizes D with the calibrated per-tensor scale, the one the attention kernel would quantize with on load)
+     * where the kernel on E4M3 inputs runs (attention_wgmma.h: sm_90, head dim 64, T <= 1024 in shared memory).
+     * Half the bytes into the attention op, and its products on the FP8 tensor cores. */
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_ATTENTION || p->op_prec[i] != TP_PREC_FP8) continue;
+        const int x = op->in[0], prod = g->values[x].producer;
+        if (sm != 90 || op->head_dim != 64 || g->values[x].shape[1] > 1024 || prod < 0 ||
+            g->ops[prod].kind != TP_OP_LINEAR || p->op_prec[prod] != TP_PREC_FP8 || g->ops[prod].gemm_n % 16 ||
+            consumers(g, x) != 1)
+            continue;
+        p->value_dt[x] = TP_E4M3;
+        snprintf(p->op_note[i], sizeof p->op_note[i],
+                 "fp8: Q/K/V e4m3 from the QKV GEMM (per-tensor, calibrated), P e4m3, fp32 softmax; wgmma on e4m3");
+        size_t l = strlen(p->op_note[prod]);
+        snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
+    }
+    return TP_OK;
+}
+
 /* An attention op's precision (policy.h): high unless one of the user's rules matching its layer asks for a
  * quantized format. FP8 quantizes Q, K, V with static per-tensor scales (the qkv value calibrated, quantized by
  * the attention kernel as it loads) and P after an FP32 softmax; the block formats have no attention kernel in
@@ -424,16 +504,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
                        tname);
     const int block_fmt = prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4;
     const int fp8_block = prec == TP_PREC_FP8_BLOCK;
-    if ((prec == TP_PREC_FP8 || block_fmt || fp8_block) && sm && sm < 89)
-        return tp_fail(err, TP_ERR_UNSUPPORTED,
-                       "precision %s needs sm_89 or newer (E4M3 tensor cores); this %s is %s", tp_precision_name(prec),
-                       target, tname);
     const int weight_only = prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
-    if (fp8_block || (weight_only && sm)) {
-        /* native on Hopper only; elsewhere the capability table says what is missing */
-        tp_status cst = tp_caps_require(sm, NULL, prec, NULL, err);
-        if (cst) return cst;
-    }
     for (int i = 0; sm && i < g->n_ops; i++)
         if (!cuda_runs(&g->ops[i]))
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s has no CUDA kernel in this tprof (asked: a %s "
@@ -455,18 +526,36 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     p->op_prec = malloc(sizeof(tp_precision) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *p->op_note);
     int *keep = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
+    int *keepf = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
+    tp_precision *qprec = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(tp_precision));
     char(*why)[200] = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *why);
     if (!p->value_dt || !p->value_scaled || !p->value_qf || !p->op_emulated || !p->op_prec || !p->op_note || !keep ||
-        !why || !p->op_fused_into || !p->op_epilogue_add || !p->op_epilogue_gelu ||
+        !why || !p->op_fused_into || !p->op_epilogue_add || !p->op_epilogue_gelu || !keepf || !qprec ||
         !p->op_epilogue_embed) {
         free(keep);
+        free(keepf);
+        free(qprec);
         free(why);
         tp_plan_free(p);
         return tp_fail(err, TP_ERR_OOM, "out of host memory planning the engine");
     }
     for (int i = 0; i < g->n_ops; i++)
         p->op_fused_into[i] = p->op_epilogue_add[i] = p->op_epilogue_gelu[i] = p->op_epilogue_embed[i] = -1;
-    tp_status st = resolve_policy(g, pol, prec, keep, why, err);
+    tp_status st = resolve_policy(g, pol, prec, keep, qprec, why, err);
+    if (st) goto out;
+    /* the quantized formats this engine holds (the default's, and the policy's per layer), each checked on the target */
+    unsigned used = is_quantized(prec) ? 1u << prec : 0;
+    for (int i = 0; i < g->n_ops; i++)
+        if (!keep[i]) used |= 1u << qprec[i];
+    for (int f = TP_PREC_FP8; f < TP_PREC_COUNT && !st; f++) {
+        if (!(used & (1u << f))) continue;
+        const int wo = f == TP_PREC_FP8_WO || f == TP_PREC_NVFP4_WO;
+        if (!wo && sm && sm < 89)
+            st = tp_fail(err, TP_ERR_UNSUPPORTED, "precision %s needs sm_89 or newer (E4M3 tensor cores); this %s is "
+                         "%s", tp_precision_name((tp_precision)f), target, tname);
+        else if (f == TP_PREC_FP8_BLOCK || (wo && sm)) /* native on Hopper only; else the capability table says why */
+            st = tp_caps_require(sm, NULL, (tp_precision)f, NULL, err);
+    }
     if (st) goto out;
     for (int v = 0; v < g->n_values; v++) p->value_dt[v] = g->values[v].kind == TP_VAL_INPUT ? TP_F32 : p->act_dt;
     /* a pipeline's edges (pi0): the Euler state stays fp32; a RESHAPE keeps its input's type, except where a linear
@@ -506,74 +595,20 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         }
     }
     if ((st = plan_kv_cache(g, pol, sm, p, err))) goto out;
-    if (block_fmt) {
-        st = plan_block_scaled(g, prec, sm, keep, p, err);
-        goto out;
-    }
-    if (fp8_block) {
-        st = plan_fp8_block(g, sm, keep, p, err);
-        goto out;
-    }
-    if (weight_only) {
-        st = plan_weight_only(g, keep, prec, p, err);
-        goto out;
-    }
-    if (prec != TP_PREC_FP8) goto out;
-
-    for (int i = 0; i < g->n_ops; i++) {
-        const tp_op *op = &g->ops[i];
-        if (op->kind != TP_OP_LINEAR || keep[i]) continue;
-        int x = op->in[0], w = op->in[1];
-        const tp_kernel_shape ks = {TP_E4M3, op->gemm_m, op->gemm_n, op->gemm_k, 0, 0};
-        char why[200];
-        if (!tp_supports(TP_KERNEL_GEMM_FP8, &ks, why, sizeof why)) {
-            st = tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s", op->layer, why);
-            goto out;
+    /* each quantized format over its own layers (keepf: every other op high for that planner) */
+    for (int f = TP_PREC_FP8; f < TP_PREC_COUNT && !st; f++) {
+        if (!(used & (1u << f))) continue;
+        for (int i = 0; i < g->n_ops; i++) keepf[i] = keep[i] || qprec[i] != (tp_precision)f;
+        switch ((tp_precision)f) {
+        case TP_PREC_MXFP8:
+        case TP_PREC_NVFP4:
+        case TP_PREC_MXFP4: st = plan_block_scaled(g, (tp_precision)f, sm, keepf, p, err); break;
+        case TP_PREC_FP8_BLOCK: st = plan_fp8_block(g, sm, keepf, p, err); break;
+        case TP_PREC_FP8_WO:
+        case TP_PREC_NVFP4_WO: st = plan_weight_only(g, keepf, (tp_precision)f, p, err); break;
+        case TP_PREC_FP8: st = plan_fp8(g, sm, keepf, p, err); break;
+        default: break;
         }
-        int prod = g->values[x].producer;
-        tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
-        /* LayerNorm, GELU and ViT's attention write E4M3 themselves for their one reader; any other input (a
-         * decoder's RMSNorm output read by q/k/v, the GLU's, the KV attention's) stays 16-bit and is quantized
-         * when the GEMM reads it, with the same calibrated per-tensor scale. An attention whose head dim tprof's
-         * flash kernels do not take stays 16-bit too: writing E4M3 would leave it the CUDA-core kernel (SigLIP's
-         * head dim 72: 62 us a layer against cuDNN's 8.8 us on an H100, bench/results/README.md), while cuDNN
-         * writes 16 bits and the quantize as read costs one pass over its output */
-        const tp_kernel_shape fs = {.dt = p->value_dt[x], .k = pk == TP_OP_ATTENTION ? g->ops[prod].head_dim : 0};
-        const int writes8 = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU ||
-                             (pk == TP_OP_ATTENTION && tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0))) &&
-                            consumers(g, x) == 1;
-        if (writes8) p->value_dt[x] = TP_E4M3;
-        p->value_scaled[x] = 1;
-        p->value_dt[w] = TP_E4M3;
-        p->value_scaled[w] = 1;
-        p->op_prec[i] = TP_PREC_FP8;
-        snprintf(p->op_note[i], sizeof p->op_note[i],
-                 "e4m3 x e4m3 GEMM, fp32 accumulate, fp16 out; per-tensor scales (weights amax/448, "
-                 "activations max-calibrated)%s",
-                 writes8 ? "" : "; input quantized as read: <= 8 rows in tprof's GEMV registers, more by a "
-                                "quantize kernel");
-        if (writes8) {
-            size_t l = strlen(p->op_note[prod]);
-            snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
-        }
-    }
-    /* FP8 attention whose Q/K/V come from an FP8 GEMM read by nothing else: the GEMM writes them in E4M3 (cuBLASLt
-     * quantizes D with the calibrated per-tensor scale, the one the attention kernel would quantize with on load)
-     * where the kernel on E4M3 inputs runs (attention_wgmma.h: sm_90, head dim 64, T <= 1024 in shared memory).
-     * Half the bytes into the attention op, and its products on the FP8 tensor cores. */
-    for (int i = 0; i < g->n_ops; i++) {
-        const tp_op *op = &g->ops[i];
-        if (op->kind != TP_OP_ATTENTION || p->op_prec[i] != TP_PREC_FP8) continue;
-        const int x = op->in[0], prod = g->values[x].producer;
-        if (sm != 90 || op->head_dim != 64 || g->values[x].shape[1] > 1024 || prod < 0 ||
-            g->ops[prod].kind != TP_OP_LINEAR || p->op_prec[prod] != TP_PREC_FP8 || g->ops[prod].gemm_n % 16 ||
-            consumers(g, x) != 1)
-            continue;
-        p->value_dt[x] = TP_E4M3;
-        snprintf(p->op_note[i], sizeof p->op_note[i],
-                 "fp8: Q/K/V e4m3 from the QKV GEMM (per-tensor, calibrated), P e4m3, fp32 softmax; wgmma on e4m3");
-        size_t l = strlen(p->op_note[prod]);
-        snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes e4m3 for %s", op->layer);
     }
 out:
     p->no_fusion = pol->no_fusion;
@@ -581,6 +616,8 @@ out:
     if (!st && sm > 0 && !pol->no_fusion) fuse_gelu_tanh(g, p, pol->gelu_tanh);
     if (!st && sm > 0 && !pol->no_fusion) fuse_patch_embed(g, sm, p);
     free(keep);
+    free(keepf);
+    free(qprec);
     free(why);
     if (st) tp_plan_free(p);
     return st;

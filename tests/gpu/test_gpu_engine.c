@@ -495,6 +495,52 @@ START_TEST(test_engine_gelu_tanh) {
 }
 END_TEST
 
+/* Several quantized formats in one engine (issue 21): an FP16 engine whose policy sends blocks.0's attention
+ * linears to FP8, its MLP to NVFP4 weight-only and blocks.1 to FP8 weight-only. Each linear runs the format its
+ * rule names (the plan says so, the engine's note names the path), and the logits are within FP8's bound of FP32
+ * and within the block formats' bound of the CPU emulation of this very plan (cpu_exec.h: per-op formats), which
+ * catches a scale or a layout applied to the wrong layer. */
+START_TEST(test_engine_mixed_formats) {
+    const engine_case *k = &CASES[_i];
+    tp_error e;
+    tp_policy pol;
+    tp_policy_default(&pol, TP_PREC_FP16);
+    ck_assert_int_eq(tp_policy_parse(&pol, "blocks.0.attn.*=fp8,blocks.0.mlp.*=nvfp4-wo,blocks.1.*=fp8-wo", &e), TP_OK);
+    policy_run r;
+    run_with_policy(k, &pol, 11, NULL, &r);
+    int n[3] = {0, 0, 0};
+    for (int i = 0; i < r.g.n_ops; i++) {
+        const tp_op *op = &r.g.ops[i];
+        if (op->kind != TP_OP_LINEAR) continue;
+        const tp_precision want = strncmp(op->layer, "blocks.0.attn.", 14) == 0   ? TP_PREC_FP8
+                                  : strncmp(op->layer, "blocks.0.mlp.", 13) == 0 ? TP_PREC_NVFP4_WO
+                                  : strncmp(op->layer, "blocks.1.", 9) == 0      ? TP_PREC_FP8_WO
+                                                                                 : TP_PREC_FP16;
+        ck_assert_msg(r.plan.op_prec[i] == want, "%s: planned %s, the rule says %s", op->layer,
+                      tp_precision_name(r.plan.op_prec[i]), tp_precision_name(want));
+        ck_assert_ptr_nonnull(tp_engine_op_impl(r.eng, i));
+        n[0] += want == TP_PREC_FP8, n[1] += want == TP_PREC_NVFP4_WO, n[2] += want == TP_PREC_FP8_WO;
+    }
+    ck_assert(n[0] == 2 && n[1] == 2 && n[2] == (k->depth > 1 ? 4 : 0));
+    const size_t out_n = (size_t)k->batch * k->classes;
+    float *emu = malloc(sizeof(float) * out_n);
+    ck_assert_msg(tp_cpu_run_emulated(&r.g, &r.p, &r.plan, r.amax, r.in, emu, &e) == TP_OK, "%s", e.msg);
+    tp_accuracy a, ae;
+    tp_accuracy_compute(r.got, r.ref, k->batch, k->classes, &a);
+    tp_accuracy_compute(r.got, emu, k->batch, k->classes, &ae);
+    printf("  engine fp16 + fp8 / nvfp4-wo / fp8-wo layers %-40s cosine %.6f rel L2 %.3e; vs CPU emulation rel L2 "
+           "%.3e\n", k->what, a.cosine, a.rel_l2, ae.rel_l2);
+    ck_assert_int_eq(a.nonfinite, 0);
+    ck_assert_msg(a.cosine >= 0.95 && a.rel_l2 <= 0.3, "%s: cosine %.5f rel L2 %.3e", k->what, a.cosine, a.rel_l2);
+    /* as test_engine_nvfp4's bound: within 5e-2 of the emulation, or half the engine's own distance to FP32 */
+    const double bound = 0.5 * a.rel_l2 > 5e-2 ? 0.5 * a.rel_l2 : 5e-2;
+    ck_assert_msg(ae.rel_l2 <= bound, "%s: relative L2 %.3e against the CPU emulation (bound %.3e)", k->what,
+                  ae.rel_l2, bound);
+    free(emu);
+    policy_run_free(&r);
+}
+END_TEST
+
 /* a GEMM choice that runs tprof's Hopper GEMM (not a cuBLASLt candidate, not the decode GEMV) */
 static int sm90_choice(int c) { return c == TP_GEMM_CHOICE_SM90_GELU || c == TP_GEMM_CHOICE_SM90; }
 
@@ -841,6 +887,10 @@ Suite *gpu_engine_suite(void) {
     tcase_add_test(t, test_copy_rate);
     tcase_add_test(t, test_gpu_reference);
     suite_add_tcase(s, t);
+    TCase *mx = tcase_create("mixed"); /* CK_RUN_CASE=mixed: several quantized formats in one engine */
+    tcase_set_timeout(mx, 300);
+    tcase_add_loop_test(mx, test_engine_mixed_formats, 0, n);
+    suite_add_tcase(s, mx);
     TCase *v = tcase_create("siglip"); /* its own case: CK_RUN_CASE=siglip runs it alone */
     tcase_set_timeout(v, 300);
     tcase_add_loop_test(v, test_engine_siglip, 0, (int)(sizeof SIGLIP_PRECS / sizeof SIGLIP_PRECS[0]));
