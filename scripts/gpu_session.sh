@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref; 2:4 sparsity: sparse, sparse_epi; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -373,6 +373,24 @@ for s in $steps; do
       grep -E "blocks.0.(attn.qkv|attn.proj|mlp.fc1|mlp.fc2) " "$d/vitb16_${SPARSE_PREC:-fp8}_$n.log" | cut -c1-90,150-420
     done
     tar cJf "$OUT/sparse_epi.tar.xz" -C "$OUT" sparse_epi && rm -rf "$d"
+    ;;
+  mixed)
+    # issue 21: several quantized formats in one engine: the GPU test against the CPU emulation, then pi0 with a
+    # per-stage policy (PI0_MIXED: precision:policy items) against the FP32 GPU reference
+    echo "=== several quantized formats in one engine: gpu_engine/mixed, then pi0 per-stage formats"
+    CK_RUN_SUITE=gpu_engine CK_RUN_CASE=mixed "$BUILD/tests/test_gpu" > "$OUT/mixed_gpu_tests.log" 2>&1 || rc=1
+    grep -E "engine fp16 \+|FAIL|:F:|:E:|Checks" "$OUT/mixed_gpu_tests.log"
+    for run in ${PI0_MIXED:-"fp16:prefix.*=fp8,expert.*=nvfp4-wo" "fp8:expert.*=fp8-wo" "fp8:expert.*=nvfp4-wo"}; do
+      prec=${run%%:*} pol=${run#*:}
+      n=$(echo "${prec}_$pol" | tr -c 'a-z0-9_\n' '_')
+      echo "--- pi0 --precision $prec --policy '$pol'"
+      timeout "${PI0_S:-150}" "$BUILD/tprof" bench --model pi0 --batch 1 --precision "$prec" --policy "$pol" \
+        --duration 1 --ref-samples 1 --plan --json "$OUT/pi0_mixed_$n.json" > "$OUT/pi0_mixed_$n.log" 2>&1 || rc=1
+      grep -E "^(fp16|bf16|fp8) +[0-9]|Accuracy|error|engine build" "$OUT/pi0_mixed_$n.log" | head -6
+      grep -E "^  (prefix.layers.0.mlp.gate_proj|expert.step0.layers.0.mlp.gate_proj|expert.step0.layers.0.self_attn.q_proj) " \
+        "$OUT/pi0_mixed_$n.log" | cut -c1-200
+      xz -9 "$OUT/pi0_mixed_$n.log"
+    done
     ;;
   pi0ref)
     # PI0_COMPILE: torch.compile's mode for the peer (openpi compiles with max-autotune, which takes minutes)
