@@ -496,16 +496,17 @@ START_TEST(test_engine_gelu_tanh) {
 END_TEST
 
 /* Several quantized formats in one engine (issue 21): an FP16 engine whose policy sends blocks.0's attention
- * linears to FP8, its MLP to NVFP4 weight-only and blocks.1 to FP8 weight-only. Each linear runs the format its
- * rule names (the plan says so, the engine's note names the path), and the logits are within FP8's bound of FP32
- * and within the block formats' bound of the CPU emulation of this very plan (cpu_exec.h: per-op formats), which
- * catches a scale or a layout applied to the wrong layer. */
+ * linears to FP8, its MLP to NVFP4 weight-only and blocks.1's linears to FP8 weight-only (`blocks.1.*.*`: the
+ * attention op itself, `blocks.1.attn`, has no weight and refuses a weight-only format). Each linear runs the
+ * format its rule names (the plan says so, the engine's note names the path), and the logits are within FP8's
+ * bound of FP32 and within the block formats' bound of the CPU emulation of this very plan (cpu_exec.h: per-op
+ * formats), which catches a scale or a layout applied to the wrong layer. */
 START_TEST(test_engine_mixed_formats) {
     const engine_case *k = &CASES[_i];
     tp_error e;
     tp_policy pol;
     tp_policy_default(&pol, TP_PREC_FP16);
-    ck_assert_int_eq(tp_policy_parse(&pol, "blocks.0.attn.*=fp8,blocks.0.mlp.*=nvfp4-wo,blocks.1.*=fp8-wo", &e), TP_OK);
+    ck_assert_int_eq(tp_policy_parse(&pol, "blocks.0.attn.*=fp8,blocks.0.mlp.*=nvfp4-wo,blocks.1.*.*=fp8-wo", &e), TP_OK);
     policy_run r;
     run_with_policy(k, &pol, 11, NULL, &r);
     int n[3] = {0, 0, 0};
