@@ -101,7 +101,7 @@ typedef struct {
      * next stage reads the original, the copy costs what a handoff costs). Not with tensor parallelism. */
     int modular;
     /* 2:4 sparsity (issue 22): every linear whose weight is 2:4 (formats/sparsity.h) and whose GEMM cuSPARSELt takes
-     * runs cuSPARSELt's sparse GEMM where that was >= 3 % faster than its dense one at build (engine_sparse.c; the op's
+     * runs cuSPARSELt's sparse GEMM where that was faster than its dense one at build (engine_sparse.c; the op's
      * tp_engine_op_impl says which and both times). cuSPARSELt must be found (TP_ERR_UNSUPPORTED otherwise). 2: every
      * eligible linear runs sparse, whatever the times (tests). */
     int sparse;

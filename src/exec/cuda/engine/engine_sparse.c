@@ -24,12 +24,6 @@ void tpe_sparse_free(tp_engine *e) {
     e->spctx = NULL;
 }
 
-/* A sparse GEMM replaces the dense one only when at least 3 % faster at build: per-op times taken alone miss
- * what the whole graph does around a kernel, and near-ties did not hold there. ViT-B/16 batch 64 FP8 on an H100
- * with 10 qkv GEMMs sparse by 1-3 % ran 3.69 ms against 3.58 ms for the same pruned weights all dense, while
- * FP16's picks (qkv 18-22 %, fc2 3.7-4 %) gave 5.06 against 5.35 ms (bench/results/2026-11-26_h100_sparse_*). */
-#define SPARSE_MARGIN 0.97
-
 /* Whether linear i can run sparse here, its description in *d; else the reason in why. */
 static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, size_t n) {
     const tp_graph *g = e->g;
@@ -181,16 +175,12 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
             e->spgemm[i] = NULL;
             continue;
         }
-        e->sparse_on[i] = e->sparse_mode == 2 || t_sparse < SPARSE_MARGIN * t_dense;
+        e->sparse_on[i] = e->sparse_mode == 2 || t_sparse < t_dense;
         e->sparse_us[2 * i] = t_sparse;
         e->sparse_us[2 * i + 1] = t_dense;
         if (e->sparse_on[i])
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuSPARSELt 2:4 sparse ran: %.1f us (dense %.1f us: "
                      "%.90s)", t_sparse, t_dense, dense);
-        else if (t_sparse < t_dense)
-            snprintf(e->impl_note[i], sizeof e->impl_note[i], "2:4 eligible, dense kept: sparse only %.1f %% faster "
-                     "(%.1f us against %.1f us; %.0f %% needed); dense: %.80s", 100.0 * (1.0 - t_sparse / t_dense),
-                     t_sparse, t_dense, 100.0 * (1.0 - SPARSE_MARGIN), dense);
         else
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "2:4 eligible, dense kept: sparse %.0f %% slower "
                      "(%.1f us against %.1f us); dense: %.80s", 100.0 * (t_sparse / t_dense - 1.0), t_sparse, t_dense,
@@ -203,9 +193,7 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
             e->spgemm[i] = NULL;
         }
     }
-    /* no sparse GEMM runs: cuSPARSELt's handle goes too, so the engine is the dense one. An FP8 ViT-B/16 engine
-     * that kept every plan and handle without running any was 4-6 % slower than the same weights built with
-     * --sparse-gemm off, with the same kernels chosen (H100, bench/results/2026-11-26_h100_sparse_*) */
+    /* no sparse GEMM runs: cuSPARSELt's handle goes too */
     if (!st && n_on == 0) {
         tp_spgemm_ctx_destroy(e->spctx);
         e->spctx = NULL;
