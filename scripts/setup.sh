@@ -11,6 +11,10 @@ have_file /usr/include/jansson.h && have_file "/usr/lib/*/libjansson.a" || need+
 have_file /usr/include/stb/stb_image.h || need+=(libstb-dev)
 have_file /usr/include/check.h && have_file "/usr/lib/*/libcheck.a" || need+=(check)
 have_file "/usr/lib/*/libsubunit.a" || need+=(libsubunit-dev)
+# ONNX import (issue 24): protobuf-c (its static library and its compiler) and the ONNX schema from libonnx-dev
+have_file /usr/include/protobuf-c/protobuf-c.h && have_file "/usr/lib/*/libprotobuf-c.a" || need+=(libprotobuf-c-dev)
+command -v protoc-c >/dev/null || need+=(protobuf-c-compiler)
+have_file /usr/include/onnx/onnx.proto || need+=(libonnx-dev)
 # make test's sanitizer build and libFuzzer harnesses: clang with its runtime (and OpenMP for clang)
 command -v clang >/dev/null || need+=(clang)
 if command -v clang >/dev/null; then

@@ -7,6 +7,8 @@
  *   6 HF config.json (tp_hf_config_read)  7 timm config.json (tp_timm_config_read)
  *   8 token-id file (tp_tokens_read)      9 image (tp_image_load: PNG, JPEG, BMP through stb_image)
  *  10 HF sharded index (tp_hf_load_params on a model.safetensors.index.json naming two tiny tensors)
+ *  11 ONNX model (tp_onnx_load; an external data file tiny_ext.onnx.data of 256 bytes beside it, the name the
+ *     seed fixture tiny_ext.onnx uses, so external reads are reached)
  * Every reader takes a path, so each input is written to a file first (the readers' own file handling is part of
  * what is fuzzed). A harness only checks that the reader returns, without a sanitizer report or a leak, and that a
  * failure comes with a one-line message; the readers' answers are the unit tests' business. */
@@ -19,6 +21,7 @@
 
 #include "io/hf_config.h"
 #include "io/image.h"
+#include "io/onnx.h"
 #include "io/safetensors.h"
 #include "io/timm_config.h"
 #include "io/tokens.h"
@@ -27,7 +30,7 @@
 #include "profile/trace.h"
 
 #ifndef TP_FUZZ_READER
-#error "TP_FUZZ_READER must be defined (1..10)"
+#error "TP_FUZZ_READER must be defined (1..11)"
 #endif
 
 static char g_path[256], g_dir[256];
@@ -40,6 +43,7 @@ static void setup_paths(void) {
     snprintf(g_path, sizeof g_path, "%s/%s", g_dir,
              TP_FUZZ_READER == 6 || TP_FUZZ_READER == 7 ? "config.json"
              : TP_FUZZ_READER == 10                     ? "model.safetensors.index.json"
+             : TP_FUZZ_READER == 11                     ? "model.onnx"
                                                         : "input");
 }
 
@@ -135,6 +139,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     float a[2], b[1];
     const tp_param_spec specs[2] = {{"a", 1, {2}, a}, {"b", 1, {1}, b}};
     st = tp_hf_load_params(g_path, specs, 2, &e);
+#elif TP_FUZZ_READER == 11
+    static int ext_written;
+    if (!ext_written) {
+        uint8_t ext[256];
+        for (int i = 0; i < 256; i++) ext[i] = (uint8_t)i;
+        char p[512];
+        snprintf(p, sizeof p, "%s/tiny_ext.onnx.data", g_dir);
+        write_file(p, ext, sizeof ext);
+        ext_written = 1;
+    }
+    tp_onnx_model *m = NULL;
+    st = tp_onnx_load(g_path, &m, &e);
+    tp_onnx_free(m);
 #else
 #error "TP_FUZZ_READER out of range"
 #endif

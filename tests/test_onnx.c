@@ -1,0 +1,173 @@
+/* test_onnx.c: the ONNX reader (src/io/onnx.h, issue 24) on files the `onnx` package wrote
+ * (tools/make_onnx_fixtures.py): what it reads (opset, symbolic shapes, each way an initializer stores its bytes,
+ * external data, node attributes), the model computed from what was read against onnxruntime's numbers, and one
+ * error per check, each naming what is wrong. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "formats/dtype.h"
+#include "io/onnx.h"
+
+#define FX "tests/fixtures/onnx/"
+
+static tp_onnx_model *load_ok(const char *path) {
+    tp_onnx_model *m = NULL;
+    tp_error e = {0};
+    ck_assert_msg(tp_onnx_load(path, &m, &e) == TP_OK, "%s", e.msg);
+    return m;
+}
+
+/* the initializer's values as float32 (float32 or float16 storage) */
+static void values(const tp_onnx_tensor *t, float *out) {
+    ck_assert_ptr_nonnull(t);
+    if (t->elem_type == TP_ONNX_FLOAT) memcpy(out, t->data, t->nbytes);
+    else if (t->elem_type == TP_ONNX_FLOAT16) tp_convert_to_f32(TP_F16, t->data, out, (size_t)t->numel, 1.0f);
+    else ck_abort_msg("%s: unexpected type %d", t->name, t->elem_type);
+}
+
+/* y = 0.5 relu(x W + b) W2^T + c from the weights as read, against tiny.expect.txt (onnxruntime's, exact in fp32) */
+static void check_model(const tp_onnx_model *m) {
+    float W[12], b[3], W2[6], c[2];
+    values(tp_onnx_find_initializer(m, "W"), W);
+    values(tp_onnx_find_initializer(m, "b"), b);
+    values(tp_onnx_find_initializer(m, "W2"), W2);
+    values(tp_onnx_find_initializer(m, "c"), c);
+    const float x[2][4] = {{1, 2, 3, 4}, {-1, 0.5f, 0, 2}};
+    FILE *f = fopen(FX "tiny.expect.txt", "r");
+    ck_assert_ptr_nonnull(f);
+    for (int r = 0; r < 2; r++) {
+        float h[3];
+        for (int j = 0; j < 3; j++) {
+            float s = b[j];
+            for (int k = 0; k < 4; k++) s += x[r][k] * W[k * 3 + j];
+            h[j] = s > 0 ? s : 0;
+        }
+        for (int o = 0; o < 2; o++) {
+            float y = c[o], want;
+            for (int j = 0; j < 3; j++) y += 0.5f * h[j] * W2[o * 3 + j];
+            ck_assert_int_eq(fscanf(f, "%f", &want), 1);
+            ck_assert_msg(fabsf(y - want) <= 1e-6f, "y[%d][%d] = %g, onnxruntime %g", r, o, y, want);
+        }
+    }
+    fclose(f);
+}
+
+START_TEST(test_read_inline) {
+    tp_onnx_model *m = load_ok(FX "tiny.onnx");
+    ck_assert_int_eq(tp_onnx_ir_version(m), 8);
+    ck_assert_int_eq(tp_onnx_opset(m, ""), 17);
+    ck_assert_int_eq(tp_onnx_opset(m, "ai.onnx"), 17);
+    ck_assert_int_eq(tp_onnx_opset(m, "com.microsoft"), -1);
+    ck_assert_str_eq(tp_onnx_producer(m), "tprof-fixtures 1");
+    /* the fed input: x (batch, 4), batch symbolic; initializers are not inputs */
+    ck_assert_int_eq(tp_onnx_n_inputs(m), 1);
+    const tp_onnx_value *x = tp_onnx_input(m, 0);
+    ck_assert_str_eq(x->name, "x");
+    ck_assert_int_eq(x->elem_type, TP_ONNX_FLOAT);
+    ck_assert_int_eq(x->ndim, 2);
+    ck_assert_int_eq(x->dims[0], -1);
+    ck_assert_str_eq(x->dim_param[0], "batch");
+    ck_assert_int_eq(x->dims[1], 4);
+    ck_assert_ptr_null(x->dim_param[1]);
+    ck_assert_int_eq(tp_onnx_n_outputs(m), 2);
+    ck_assert_str_eq(tp_onnx_output(m, 1)->name, "rt");
+    ck_assert_str_eq(tp_onnx_output(m, 1)->dim_param[1], "batch");
+    /* each storage: raw_data (W, c), float_data (b), float16 bits in int32_data (W2) */
+    ck_assert_int_eq(tp_onnx_n_initializers(m), 4);
+    const tp_onnx_tensor *w2 = tp_onnx_find_initializer(m, "W2");
+    ck_assert_int_eq(w2->elem_type, TP_ONNX_FLOAT16);
+    ck_assert_int_eq(w2->ndim, 2);
+    ck_assert_int_eq(w2->dims[0], 2);
+    ck_assert_int_eq(w2->nbytes, 12);
+    ck_assert_int_eq(w2->external, 0);
+    ck_assert_ptr_null(tp_onnx_find_initializer(m, "x"));
+    check_model(m);
+    /* nodes in file order, with their attributes */
+    ck_assert_int_eq(tp_onnx_n_nodes(m), 7);
+    const tp_onnx_node *k = tp_onnx_node_at(m, 0), *g = tp_onnx_node_at(m, 5), *t = tp_onnx_node_at(m, 6);
+    ck_assert_str_eq(k->op_type, "Constant");
+    const tp_onnx_attr *v = tp_onnx_node_attr(k, "value");
+    ck_assert(v && v->type == TP_ONNX_ATTR_TENSOR && v->t->numel == 1 && ((const float *)v->t->data)[0] == 0.0f);
+    ck_assert_str_eq(g->op_type, "Gemm");
+    ck_assert_int_eq(g->n_in, 3);
+    ck_assert_str_eq(g->in[1], "W2f");
+    ck_assert_int_eq(tp_onnx_node_attr(g, "transB")->i, 1);
+    ck_assert(tp_onnx_node_attr(g, "alpha")->type == TP_ONNX_ATTR_FLOAT && tp_onnx_node_attr(g, "alpha")->f == 0.5);
+    ck_assert_ptr_null(tp_onnx_node_attr(g, "beta"));
+    const tp_onnx_attr *perm = tp_onnx_node_attr(t, "perm");
+    ck_assert(perm && perm->type == TP_ONNX_ATTR_INTS && perm->n == 2 && perm->ints[0] == 1 && perm->ints[1] == 0);
+    ck_assert_ptr_null(tp_onnx_node_at(m, 7));
+    tp_onnx_free(m);
+}
+END_TEST
+
+/* the same weights from an external data file, packed back to back as onnx.save_model writes them */
+START_TEST(test_read_external) {
+    tp_onnx_model *m = load_ok(FX "tiny_ext.onnx");
+    ck_assert_int_eq(tp_onnx_find_initializer(m, "W")->external, 1);
+    ck_assert_int_eq(tp_onnx_find_initializer(m, "c")->external, 1);
+    check_model(m);
+    tp_onnx_free(m);
+}
+END_TEST
+
+static void expect_error(const char *path, tp_status code, const char *a, const char *b) {
+    tp_onnx_model *m = NULL;
+    tp_error e = {0};
+    ck_assert_int_eq(tp_onnx_load(path, &m, &e), code);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(e.msg, path) && strstr(e.msg, a) && (!b || strstr(e.msg, b)), "%s: %s", path, e.msg);
+    ck_assert_ptr_null(strchr(e.msg, '\n'));
+}
+
+START_TEST(test_errors) {
+    expect_error(FX "bad_order.onnx", TP_ERR_FORMAT, "node 1 'mm' (MatMul) input 'nobody'", "earlier node");
+    expect_error(FX "bad_ext_updir.onnx", TP_ERR_FORMAT, "initializer 'W'", "'..' is not allowed");
+    expect_error(FX "bad_ext_past_end.onnx", TP_ERR_FORMAT, "initializer 'W'", "past the end");
+    expect_error(FX "bad_raw_len.onnx", TP_ERR_FORMAT, "initializer 'W': raw_data holds 47 bytes", "48");
+    expect_error(FX "missing.onnx", TP_ERR_IO, "cannot open", NULL);
+    expect_error("tests/fixtures", TP_ERR_IO, "not a regular file", NULL);
+    /* another kind of file, and a model cut short: no ModelProto */
+    expect_error(FX "tiny.expect.txt", TP_ERR_FORMAT, "not an ONNX model", NULL);
+    char tmp[] = "/tmp/tprof_onnx_XXXXXX";
+    const int fd = mkstemp(tmp);
+    ck_assert_int_ge(fd, 0);
+    FILE *in = fopen(FX "tiny.onnx", "rb");
+    unsigned char buf[4096];
+    const size_t n = fread(buf, 1, sizeof buf, in);
+    fclose(in);
+    ck_assert(n > 100 && n < sizeof buf);
+    ck_assert_int_eq(write(fd, buf, n - 37), (ssize_t)(n - 37));
+    close(fd);
+    expect_error(tmp, TP_ERR_FORMAT, "not an ONNX model", "truncated");
+    unlink(tmp);
+}
+END_TEST
+
+START_TEST(test_elem_types) {
+    ck_assert_int_eq(tp_onnx_elem_bytes(TP_ONNX_FLOAT8E4M3FN), 1);
+    ck_assert_int_eq(tp_onnx_elem_bytes(TP_ONNX_BFLOAT16), 2);
+    ck_assert_int_eq(tp_onnx_elem_bytes(TP_ONNX_FLOAT4E2M1), 0);
+    ck_assert_int_eq(tp_onnx_elem_bytes(11), -1); /* float64 */
+    ck_assert_str_eq(tp_onnx_elem_name(TP_ONNX_FLOAT8E4M3FN), "float8e4m3fn");
+}
+END_TEST
+
+int main(void) {
+    Suite *su = suite_create("onnx");
+    TCase *t = tcase_create("reader");
+    tcase_add_test(t, test_read_inline);
+    tcase_add_test(t, test_read_external);
+    tcase_add_test(t, test_errors);
+    tcase_add_test(t, test_elem_types);
+    suite_add_tcase(su, t);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
