@@ -770,6 +770,66 @@ START_TEST(test_write_decode) {
 }
 END_TEST
 
+/* Pipelines: the per-stage section from two entries' stage rows (set by hand here: the fixture is a ViT, whose
+ * layer names make no stages), the baseline lacking one stage; absent from a report without stages. */
+static void set_stage(tp_stage_row *r, const char *name, int ops, double ms, double pct, double floor_ms) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->ops = ops, r->ns_per_iter = ms * 1e6, r->pct = pct, r->floor.ns = floor_ms * 1e6;
+}
+
+START_TEST(test_write_stages) {
+    loaded b, e;
+    make_pair(&b, &e);
+    tp_compare_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.model = "pipeline";
+    cfg.batch = 1;
+    char dir[1024], p[1200];
+    make_dir(dir, sizeof dir);
+    tp_error err;
+    tp_compare_entry entries[2] = {b.e, e.e};
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    char *md = read_in(dir, "report.md");
+    ck_assert_ptr_null(strstr(md, "## Per stage"));
+    free(md);
+    set_stage(&e.s.stages[0], "vision", 10, 1.5, 10.0, 0.75);
+    set_stage(&e.s.stages[1], "expert", 40, 6.0, 60.0, 1.2);
+    e.s.n_stages = 2;
+    set_stage(&b.s.stages[0], "expert", 40, 12.0, 80.0, 0);
+    b.s.n_stages = 1;
+    entries[0] = b.e, entries[1] = e.e;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    md = read_in(dir, "report.md");
+    static const char *MD[] = {"## Per stage", "| `vision` | fp8 | 1.500 | 10.0 | 0.750 | 50.0 | - |",
+                               "| `expert` | fp16 (baseline) | 12.000 | 80.0 | - | - | - |",
+                               "| `expert` | fp8 | 6.000 | 60.0 | 1.200 | 20.0 | 2.00× |"};
+    for (size_t k = 0; k < sizeof MD / sizeof MD[0]; k++)
+        ck_assert_msg(strstr(md, MD[k]) != NULL, "report.md lacks \"%s\"", MD[k]);
+    ck_assert_ptr_null(strstr(md, "| `vision` | fp16")); /* the baseline has no vision stage: no row */
+    free(md);
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    ck_assert_msg(j != NULL, "%s", je.text);
+    json_t *st = jget(j, "stages");
+    ck_assert_int_eq((int)json_array_size(st), 2);
+    json_t *ex = json_array_get(st, 1);
+    ck_assert_str_eq(json_string_value(jget(ex, "stage")), "vision"); /* the baseline's expert first */
+    ex = json_array_get(st, 0);
+    ck_assert_str_eq(json_string_value(jget(ex, "stage")), "expert");
+    json_t *en = jget(ex, "entries");
+    ck_assert(json_is_null(jget(json_array_get(en, 0), "speedup_vs_baseline")));
+    ck_assert(json_is_null(jget(json_array_get(en, 0), "floor_ms")));
+    ck_assert(close_to(json_number_value(jget(json_array_get(en, 1), "speedup_vs_baseline")), 2.0, 1e-12));
+    ck_assert(close_to(json_number_value(jget(json_array_get(en, 1), "attainment_pct")), 20.0, 1e-9));
+    json_decref(j);
+    remove_dir(dir);
+    unload(&b);
+    unload(&e);
+}
+END_TEST
+
 START_TEST(test_write_errors) {
     loaded b, e;
     make_pair(&b, &e);
@@ -1079,6 +1139,7 @@ int main(void) {
     tcase_add_test(t, test_write_roofline);
     tcase_add_test(t, test_write_synthetic);
     tcase_add_test(t, test_write_decode);
+    tcase_add_test(t, test_write_stages);
     tcase_add_test(t, test_write_errors);
     tcase_add_test(t, test_attn_worst);
     tcase_add_test(t, test_write_attn_cost);

@@ -9,6 +9,7 @@
 #include "report/compare.h"
 #include "report/compare_decode.h"
 #include "report/compare_sparse.h"
+#include "report/compare_stages.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1186,6 +1187,7 @@ static void write_doc(tp_doc *d, const model *m) {
     sec_coverage(d, m);
     sec_fp8_attention(d, m);
     tp_compare_decode_section(d, m->e, m->n);
+    tp_compare_stages_section(d, m->e, m->n, m->base);
     tp_compare_sparse_section(d, m->cfg, m->e, m->n);
     sec_amdahl(d, m);
     sec_recos(d, m);
@@ -1367,6 +1369,7 @@ static json_t *report_json(const model *m) {
     free(gr);
     json_object_set_new(j, "roofline", a);
     if (tp_compare_has_decode(m->e, m->n)) json_object_set_new(j, "decode", tp_compare_decode_json(m->e, m->n));
+    if (tp_compare_has_stages(m->e, m->n)) json_object_set_new(j, "stages", tp_compare_stages_json(m->e, m->n, m->base));
     if (m->cfg->sparse_layers) json_object_set_new(j, "sparsity", tp_compare_sparse_json(m->cfg, m->e, m->n));
 
     a = json_array();
