@@ -278,6 +278,14 @@ expect_error "sparse-gemm mode" 2 "--sparse-gemm: unknown mode 'fast'" bench --m
   --sparse-gemm fast
 expect_error "sparsity glob" 2 "'mlp.*' matches no linear layer" bench --device cpu --model vit-tiny --duration 0 \
   --sparsity 2:4 --sparse-layers 'mlp.*'
+# tprof inspect: an ONNX file as the reader sees it (issue 24); a file it refuses gets the reader's one line
+expect_ok "inspect onnx" "x  *float32  *(batch, 4)" inspect tests/fixtures/onnx/tiny_ext.onnx
+expect_ok "inspect onnx external" "Initializers: 4, 80 bytes .*2 of them external" inspect \
+  tests/fixtures/onnx/tiny_ext.onnx
+expect_ok "inspect onnx ops" "Nodes: 7, by op type: Add 1, Cast 1, Constant 1" inspect tests/fixtures/onnx/tiny.onnx
+expect_error "inspect bad onnx" 3 "node 1 'mm' (MatMul) input 'nobody'" inspect tests/fixtures/onnx/bad_order.onnx
+expect_error "inspect no file" 2 "inspect: expected one ONNX file" inspect
+expect_error "inspect missing" 3 "missing.onnx: cannot open" inspect missing.onnx
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
 expect_error tp-zero 2 "--tp '0'" bench --model llama-tiny --tp 0
 expect_error tp-cpu 2 "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu

@@ -8,6 +8,7 @@
 
 #include "bench/attribution.h"
 #include "bench/bench.h"
+#include "cli/inspect.h"
 #include "cli/sweep_gpus.h"
 #include "core/util.h"
 #include "lint/lint.h"
@@ -142,6 +143,7 @@ static void usage(FILE *f) {
             "       tprof lint [options]      check a model's shapes against each quantized format's rules for\n"
             "                                 attention and GEMMs (block sizes, alignment), with fixes; no GPU\n"
             "       tprof models              list the model presets\n"
+            "       tprof inspect FILE.onnx   what tprof reads in an ONNX file (shapes, initializers, op types)\n"
             "       tprof --version\n"
             "\n",
             TPROF_VERSION);
@@ -180,6 +182,10 @@ static int usage_command(const char *cmd, FILE *f) {
          "tprof lint --model vit-b16 --precision mxfp8,nvfp4", 0, 0, 1, 1},
         {"models", "list the model presets of every family (name, alias, GFLOP, shape); no options",
          "tprof models", 0, 0, 0, 0},
+        {"inspect", "read an ONNX file as tprof reads it, with its checks: IR version, opsets, inputs and outputs "
+                    "with their shapes, initializers by element type (external ones too), nodes by op type; no "
+                    "options (running ONNX models is issue 24's next step)",
+         "tprof inspect model.onnx", 0, 0, 0, 0},
     };
     for (size_t k = 0; k < sizeof C / sizeof C[0]; k++) {
         if (strcmp(cmd, C[k].cmd) != 0) continue;
@@ -925,6 +931,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "models") == 0) return cmd_models();
     if (strcmp(argv[1], "caps") == 0) return cmd_caps(argc - 2, argv + 2);
     if (strcmp(argv[1], "lint") == 0) return cmd_lint(argc - 2, argv + 2);
-    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare, build, caps, lint or models; tprof --help)\n", argv[1]);
+    if (strcmp(argv[1], "inspect") == 0) return tp_cli_inspect(argc - 2, argv + 2, exit_code);
+    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare, build, caps, lint, inspect or models; tprof --help)\n", argv[1]);
     return 2;
 }
