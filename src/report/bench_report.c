@@ -19,7 +19,6 @@ static const char *reference_name(tp_reference_kind k) {
     }
 }
 
-static json_t *json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 /* --sparsity: what was pruned per weight and what pruning cost against the dense FP32 model; null without it. */
 static json_t *sparsity_json(const tp_bench_report *rep) {
@@ -34,9 +33,9 @@ static json_t *sparsity_json(const tp_bench_report *rep) {
     }
     json_t *cost = json_null();
     if (rep->has_prune_cost)
-        cost = json_pack("{s:o,s:o,s:o,s:o,s:i}", "cosine", json_num(rep->prune_cost.cosine), "rel_l2",
-                         json_num(rep->prune_cost.rel_l2), "max_abs", json_num(rep->prune_cost.max_abs), "top1_agree",
-                         rep->output.classes ? json_num(rep->prune_cost.top1_agree) : json_null(), "samples",
+        cost = json_pack("{s:o,s:o,s:o,s:o,s:i}", "cosine", tp_json_num(rep->prune_cost.cosine), "rel_l2",
+                         tp_json_num(rep->prune_cost.rel_l2), "max_abs", tp_json_num(rep->prune_cost.max_abs), "top1_agree",
+                         rep->output.classes ? tp_json_num(rep->prune_cost.top1_agree) : json_null(), "samples",
                          rep->ref_rows);
     return json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:s}", "pattern", "2:4 along K (magnitude)", "layers", s->globs,
                      "linears", s->n_linears, "pruned", s->pruned, "already_2_4", s->already, "left_dense",
@@ -157,20 +156,20 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
     char name[32];
     snprintf(name, sizeof name, "pp%d", rep->prompt);
     json_array_append_new(tests, json_pack("{s:s,s:i,s:o}", "test", name, "n_tokens", B * rep->prompt,
-                                           "tokens_per_s", json_num(B * rep->prompt / (r->lat.median * 1e-3))));
-    json_object_set_new(j, "ttft_ms", json_num(r->lat.median));
+                                           "tokens_per_s", tp_json_num(B * rep->prompt / (r->lat.median * 1e-3))));
+    json_object_set_new(j, "ttft_ms", tp_json_num(r->lat.median));
     json_object_set_new(j, "tensor_parallel", json_integer(rep->tp > 1 ? rep->tp : 1));
     if (rep->tp > 1) json_object_set_new(j, "nccl", json_string(rep->tp_desc));
     if (rep->tp > 1) json_object_set_new(j, "tp_launch", json_string(rep->o->tp_parallel_launch ? "threads" : "serial"));
     if (r->has_decode) {
         snprintf(name, sizeof name, "tg%d", r->gen);
         json_array_append_new(tests, json_pack("{s:s,s:i,s:o}", "test", name, "n_tokens", B * r->gen, "tokens_per_s",
-                                               json_num(B / (r->dec.median * 1e-3))));
+                                               tp_json_num(B / (r->dec.median * 1e-3))));
         json_object_set_new(j, "decode_step", json_stats(&r->dec));
         json_t *steps = json_array();
         for (int k = 0; k < r->rounds * r->gen; k++) json_array_append_new(steps, json_real(r->step_ms[k]));
         json_object_set_new(j, "decode_step_samples_ms", steps);
-        json_object_set_new(j, "greedy_agreement", json_num(r->greedy_agree));
+        json_object_set_new(j, "greedy_agreement", tp_json_num(r->greedy_agree));
         json_object_set_new(j, "decode_graph_pdl_edges", r->pdl_edges >= 0 ? json_integer(r->pdl_edges) : json_null());
         json_object_set_new(j, "decode_graph_edges", r->pdl_edges >= 0 ? json_integer(r->graph_edges) : json_null());
         json_object_set_new(j, "first_difference", r->first_diff >= 0 ? json_integer(r->first_diff) : json_null());
@@ -180,9 +179,9 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
         if (r->dec_profile) json_object_set(j, "decode_profile", r->dec_profile);
         if (rep->rates)
             json_object_set_new(j, "decode_roofline",
-                                json_pack("{s:o,s:o,s:b}", "floor_ms", json_num(r->dec_floor.ns * 1e-6),
+                                json_pack("{s:o,s:o,s:b}", "floor_ms", tp_json_num(r->dec_floor.ns * 1e-6),
                                           "median_over_floor",
-                                          r->dec_floor.ns > 0 ? json_num(r->dec.median / (r->dec_floor.ns * 1e-6))
+                                          r->dec_floor.ns > 0 ? tp_json_num(r->dec.median / (r->dec_floor.ns * 1e-6))
                                                               : json_null(),
                                           "floor_known", r->dec_floor.known));
     }
@@ -190,7 +189,7 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
     if (rep->o->perplexity)
         json_object_set_new(j, "perplexity", json_pack("{s:s,s:i,s:i,s:o,s:o}", "file", rep->o->perplexity, "windows",
                                                        rep->ppl_windows, "predicted_tokens", rep->ppl_tokens, "value",
-                                                       json_num(r->ppl), "fp32_reference", json_num(rep->ref_ppl)));
+                                                       tp_json_num(r->ppl), "fp32_reference", tp_json_num(rep->ref_ppl)));
     json_object_set_new(j, "prompt", json_integer(rep->prompt));
     json_object_set_new(j, "gen", json_integer(rep->gen));
     return j;
@@ -281,7 +280,7 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
         json_object_set_new(sys, "measured_rates",
                             json_pack("{s:o,s:s,s:o,s:s}", "gemm_peak_tflops", tp_roofline_peaks_json(rt),
                                       "gemm_peak_shape",
-                                      "8192 x 8192 x 8192 cuBLASLt", "copy_gbps", json_num(rt->copy_gbps), "copy",
+                                      "8192 x 8192 x 8192 cuBLASLt", "copy_gbps", tp_json_num(rt->copy_gbps), "copy",
                                       "device-to-device cudaMemcpyAsync of 256 MiB, (read + written bytes) / median"));
     }
     json_object_set_new(root, "system", sys);
@@ -297,21 +296,21 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
         json_object_set_new(p, "precision", json_string(tp_precision_name(r->prec)));
         json_object_set_new(p, "latency", json_stats(&r->lat));
         double qps = r->n / (r->wall_ms * 1e-3);
-        json_object_set_new(p, "throughput_qps", json_num(qps));
+        json_object_set_new(p, "throughput_qps", tp_json_num(qps));
         char per_s[32];
         snprintf(per_s, sizeof per_s, "%ss_per_s", rep->input.unit);
-        json_object_set_new(p, per_s, json_num(qps * o->batch));
+        json_object_set_new(p, per_s, tp_json_num(qps * o->batch));
         const double tf = flop / (r->lat.median * 1e-3) * 1e-12;
-        json_object_set_new(p, "tflops_at_median", json_num(tf));
+        json_object_set_new(p, "tflops_at_median", tp_json_num(tf));
         json_object_set_new(p, "gemm_peak_tflops", r->peak_tflops > 0 ? json_real(r->peak_tflops) : json_null());
-        json_object_set_new(p, "mfu", r->peak_tflops > 0 ? json_num(tf / r->peak_tflops) : json_null());
+        json_object_set_new(p, "mfu", r->peak_tflops > 0 ? tp_json_num(tf / r->peak_tflops) : json_null());
         if (rt)
             json_object_set_new(p, "roofline",
-                                json_pack("{s:o,s:o,s:o,s:b,s:o}", "floor_ms", json_num(r->floor.ns * 1e-6),
-                                          "compute_bound_ms", json_num(r->floor.compute_ns * 1e-6), "memory_bound_ms",
-                                          json_num(r->floor.memory_ns * 1e-6), "floor_known", r->floor.known,
+                                json_pack("{s:o,s:o,s:o,s:b,s:o}", "floor_ms", tp_json_num(r->floor.ns * 1e-6),
+                                          "compute_bound_ms", tp_json_num(r->floor.compute_ns * 1e-6), "memory_bound_ms",
+                                          tp_json_num(r->floor.memory_ns * 1e-6), "floor_known", r->floor.known,
                                           "median_over_floor", r->floor.ns > 0
-                                                                   ? json_num(r->lat.median / (r->floor.ns * 1e-6))
+                                                                   ? tp_json_num(r->lat.median / (r->floor.ns * 1e-6))
                                                                    : json_null()));
         json_object_set_new(p, "weight_bytes", json_real(r->weight_bytes));
         json_object_set_new(p, "format_weight_bytes", json_real(r->format_weight_bytes));
@@ -319,14 +318,14 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
         json_object_set_new(p, "emulated_ops", json_integer(r->n_emulated_ops));
         json_object_set_new(p, "activation_bytes", json_real(r->act_bytes));
         json_object_set_new(p, "build_ms", json_real(r->build_ms));
-        json_object_set_new(p, "speedup_vs_baseline", json_num(res[base].lat.median / r->lat.median));
+        json_object_set_new(p, "speedup_vs_baseline", tp_json_num(res[base].lat.median / r->lat.median));
         json_t *acc = json_object();
         json_object_set_new(acc, "reference", json_string(reference_name(rep->reference)));
         json_object_set_new(acc, "images", json_integer(r->acc.rows));
-        json_object_set_new(acc, "cosine", json_num(r->acc.cosine));
-        json_object_set_new(acc, "rel_l2", json_num(r->acc.rel_l2));
-        json_object_set_new(acc, "max_abs", json_num(r->acc.max_abs));
-        json_object_set_new(acc, "top1_agreement", rep->output.classes > 0 ? json_num(r->acc.top1_agree) : json_null());
+        json_object_set_new(acc, "cosine", tp_json_num(r->acc.cosine));
+        json_object_set_new(acc, "rel_l2", tp_json_num(r->acc.rel_l2));
+        json_object_set_new(acc, "max_abs", tp_json_num(r->acc.max_abs));
+        json_object_set_new(acc, "top1_agreement", rep->output.classes > 0 ? tp_json_num(r->acc.top1_agree) : json_null());
         json_object_set_new(acc, "nonfinite", json_integer(r->acc.nonfinite));
         json_object_set_new(p, "accuracy", acc);
         json_t *s = json_array();
@@ -338,8 +337,8 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
             for (int k = 0; k < r->n_attn_cost; k++) {
                 const tp_attn_cost *a = &r->attn_cost[k];
                 json_array_append_new(ac, json_pack("{s:s,s:s,s:o,s:o}", "layer", g->ops[a->op].layer, "reference",
-                                                    tp_precision_name(a->ref), "cosine", json_num(a->cosine),
-                                                    "rel_l2", json_num(a->rel_l2)));
+                                                    tp_precision_name(a->ref), "cosine", tp_json_num(a->cosine),
+                                                    "rel_l2", tp_json_num(a->rel_l2)));
             }
             json_object_set_new(p, "fp8_attention_cost", ac);
         }

@@ -1197,7 +1197,7 @@ static void write_doc(tp_doc *d, const model *m) {
 
 /* ---- JSON -------------------------------------------------------------------------------------------------- */
 
-static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+json_t *tp_json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 static json_t *jstr(const char *s) { return s ? json_string(s) : json_null(); }
 
 static json_t *report_json(const model *m) {
@@ -1213,12 +1213,12 @@ static json_t *report_json(const model *m) {
 
     json_t *peaks = json_object();
     for (int p = 0; p < TP_PREC_COUNT; p++)
-        if (c->peak_tflops[p] > 0) json_object_set_new(peaks, pname((tp_precision)p), jnum(c->peak_tflops[p]));
+        if (c->peak_tflops[p] > 0) json_object_set_new(peaks, pname((tp_precision)p), tp_json_num(c->peak_tflops[p]));
     json_object_set_new(j, "configuration",
                         json_pack("{s:o,s:o,s:o,s:o,s:o,s:i,s:o,s:b,s:s,s:s,s:i,s:o,s:o,s:o,s:o,s:o}", "gpu",
                                   jstr(c->gpu), "driver", jstr(c->driver), "cuda", jstr(c->cuda), "cublaslt",
-                                  jstr(c->cublaslt), "warmup_ms", jnum(c->warmup_ms), "iterations", c->iterations,
-                                  "duration_s", jnum(c->duration_s), "cuda_graph", c->cuda_graph, "data_transfers",
+                                  jstr(c->cublaslt), "warmup_ms", tp_json_num(c->warmup_ms), "iterations", c->iterations,
+                                  "duration_s", tp_json_num(c->duration_s), "cuda_graph", c->cuda_graph, "data_transfers",
                                   "excluded", "timing", "GPU compute time per forward pass from CUDA events",
                                   "profiled_passes", b->trace->iterations, "peak_tflops", peaks, "peak_shape",
                                   jstr(c->peak_shape), "commit", jstr(c->commit), "date", jstr(c->date), "command",
@@ -1227,18 +1227,18 @@ static json_t *report_json(const model *m) {
     for (int i = 0; i < m->n; i++) {
         const tp_compare_entry *e = &m->e[i];
         o = json_pack("{s:s,s:b,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "precision", pname(e->prec), "baseline",
-                      i == m->base, "median_ms", jnum(e->median_ms), "mean_ms", jnum(e->mean_ms), "p99_ms",
-                      jnum(e->p99_ms), "cov", jnum(e->cov), "qps", jnum(e->qps), "images_per_s", jnum(e->images_per_s),
-                      "weight_bytes", jnum(e->weight_bytes), "weight_ratio",
-                      b->weight_bytes > 0 ? jnum(e->weight_bytes / b->weight_bytes) : json_null(), "speedup",
-                      b->median_ms > 0 && e->median_ms > 0 ? jnum(b->median_ms / e->median_ms) : json_null(),
-                      "traced_ms", jnum(e->prof->kernel_ns_per_iter * 1e-6));
+                      i == m->base, "median_ms", tp_json_num(e->median_ms), "mean_ms", tp_json_num(e->mean_ms), "p99_ms",
+                      tp_json_num(e->p99_ms), "cov", tp_json_num(e->cov), "qps", tp_json_num(e->qps), "images_per_s", tp_json_num(e->images_per_s),
+                      "weight_bytes", tp_json_num(e->weight_bytes), "weight_ratio",
+                      b->weight_bytes > 0 ? tp_json_num(e->weight_bytes / b->weight_bytes) : json_null(), "speedup",
+                      b->median_ms > 0 && e->median_ms > 0 ? tp_json_num(b->median_ms / e->median_ms) : json_null(),
+                      "traced_ms", tp_json_num(e->prof->kernel_ns_per_iter * 1e-6));
         json_object_set_new(o, "accuracy",
                             e->ref_images > 0
                                 ? json_pack("{s:s,s:i,s:o,s:o,s:o,s:o}", "reference",
                                             c->reference ? c->reference : "FP32 CPU", "images",
-                                            e->ref_images, "cosine", jnum(e->cosine), "rel_l2", jnum(e->rel_l2),
-                                            "max_abs", jnum(e->max_abs), "top1", jnum(e->top1))
+                                            e->ref_images, "cosine", tp_json_num(e->cosine), "rel_l2", tp_json_num(e->rel_l2),
+                                            "max_abs", tp_json_num(e->max_abs), "top1", tp_json_num(e->top1))
                                 : json_null());
         json_array_append_new(a, o);
     }
@@ -1251,15 +1251,15 @@ static json_t *report_json(const model *m) {
         json_t *cats = json_array(), *ks = json_array();
         for (int k = 0; k < TP_CAT_COUNT; k++)
             json_array_append_new(cats, json_pack("{s:s,s:o,s:o}", "category", tp_category_name((tp_category)k), "ms",
-                                                  jnum(s->cat_ns_per_iter[k] * 1e-6), "percent", jnum(s->cat_pct[k])));
+                                                  tp_json_num(s->cat_ns_per_iter[k] * 1e-6), "percent", tp_json_num(s->cat_pct[k])));
         for (int k = 0; k < s->n_kernels && k < TOP_KERNELS; k++)
             json_array_append_new(ks, json_pack("{s:s,s:s,s:o,s:o,s:o}", "name", s->kernels[k].name, "category",
                                                 tp_category_name(s->kernels[k].category), "ms",
-                                                jnum(per_pass_ms(s->kernels[k].total_ns, s->iterations)), "percent",
-                                                jnum(s->kernels[k].time_pct), "launches_per_pass",
-                                                jnum((double)s->kernels[k].instances / s->iterations)));
+                                                tp_json_num(per_pass_ms(s->kernels[k].total_ns, s->iterations)), "percent",
+                                                tp_json_num(s->kernels[k].time_pct), "launches_per_pass",
+                                                tp_json_num((double)s->kernels[k].instances / s->iterations)));
         json_array_append_new(a, json_pack("{s:s,s:o,s:o,s:o,s:o}", "precision", pname(e->prec), "traced_ms",
-                                           jnum(s->kernel_ns_per_iter * 1e-6), "event_median_ms", jnum(e->median_ms),
+                                           tp_json_num(s->kernel_ns_per_iter * 1e-6), "event_median_ms", tp_json_num(e->median_ms),
                                            "categories", cats, "top_kernels", ks));
     }
     json_object_set_new(j, "breakdown", a);
@@ -1278,14 +1278,14 @@ static json_t *report_json(const model *m) {
                               g->cls == COV_POLICY     ? "policy"
                               : g->cls == COV_EMULATED ? "emulated"
                                                        : "native",
-                              "why", cov_class_text(g->cls, g->prec, buf, sizeof buf), "ms", jnum(g->ms), "layers",
+                              "why", cov_class_text(g->cls, g->prec, buf, sizeof buf), "ms", tp_json_num(g->ms), "layers",
                               g->same_pattern ? g->layers : m->e[i].trace->ops[g->first_op].layer, "how", g->how));
         }
         json_array_append_new(a, json_pack("{s:s,s:i,s:o,s:i,s:i,s:i,s:i,s:o,s:o}", "precision", pname(m->e[i].prec),
                                            "ops", m->e[i].trace->n_ops, "by_precision", by, "native",
                                            cv->cls[COV_NATIVE], "emulated", cv->cls[COV_EMULATED], "kept_by_policy",
                                            cv->cls[COV_POLICY], "engine_emulated_ops", m->e[i].emulated_ops,
-                                           "own_precision_ms", jnum(cv->own_ms), "groups", gs));
+                                           "own_precision_ms", tp_json_num(cv->own_ms), "groups", gs));
     }
     json_object_set_new(j, "coverage", a);
 
@@ -1300,14 +1300,14 @@ static json_t *report_json(const model *m) {
                 const tp_attn_cost *r = &e->attn_cost[k];
                 json_array_append_new(rows, json_pack("{s:s,s:i,s:s,s:o,s:o,s:b}", "layer", e->trace->ops[r->op].layer,
                                                       "op", r->op, "reference", pname(r->ref), "cosine",
-                                                      jnum(r->cosine), "rel_l2", jnum(r->rel_l2), "worst", k == w));
+                                                      tp_json_num(r->cosine), "rel_l2", tp_json_num(r->rel_l2), "worst", k == w));
             }
             const tp_attn_cost *x = &e->attn_cost[w];
             json_array_append_new(
                 a, json_pack("{s:s,s:s,s:i,s:{s:s,s:i,s:s,s:o,s:o},s:o}", "precision", pname(e->prec), "measure",
                              "each FP8 attention op's output against FP16/BF16 flash attention on the same input",
                              "fp8_attention_ops", e->n_attn_cost, "worst", "layer", e->trace->ops[x->op].layer, "op",
-                             x->op, "reference", pname(x->ref), "cosine", jnum(x->cosine), "rel_l2", jnum(x->rel_l2),
+                             x->op, "reference", pname(x->ref), "cosine", tp_json_num(x->cosine), "rel_l2", tp_json_num(x->rel_l2),
                              "layers", rows));
         }
         json_object_set_new(j, "fp8_attention_cost", a);
@@ -1329,18 +1329,18 @@ static json_t *report_json(const model *m) {
             double act = e->prof->cat_ns_per_iter[c2] * 1e-6;
             json_array_append_new(
                 gaps, json_pack("{s:s,s:o,s:o,s:o,s:o,s:o,s:s}", "category", tp_category_name((tp_category)c2),
-                                "baseline_ms", jnum(b->prof->cat_ns_per_iter[c2] * 1e-6), "changed_baseline_ms",
-                                jnum(p->chg_b[c2]), "ideal_ms", jnum(act - p->am.gap_ms[c2]), "actual_ms", jnum(act),
-                                "gap_ms", jnum(p->am.gap_ms[c2]), "label", gap_label(m, i, c2, buf, sizeof buf)));
+                                "baseline_ms", tp_json_num(b->prof->cat_ns_per_iter[c2] * 1e-6), "changed_baseline_ms",
+                                tp_json_num(p->chg_b[c2]), "ideal_ms", tp_json_num(act - p->am.gap_ms[c2]), "actual_ms", tp_json_num(act),
+                                "gap_ms", tp_json_num(p->am.gap_ms[c2]), "label", gap_label(m, i, c2, buf, sizeof buf)));
         }
         json_object_update_new(o, json_pack("{s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "n_changed",
-                                            p->am.n_changed, "f", jnum(p->am.f), "r", jnum(p->am.r), "bound",
-                                            jnum(p->am.bound), "bound_infinite_rate",
-                                            p->am.f < 1 ? jnum(1 / (1 - p->am.f)) : json_null(), "measured",
-                                            p->am.measured > 0 ? jnum(p->am.measured) : json_null(), "traced_speedup",
-                                            jnum(b->prof->kernel_ns_per_iter / e->prof->kernel_ns_per_iter), "ideal_ms",
-                                            jnum(p->am.ideal_ms), "actual_ms", jnum(p->am.actual_ms), "gap_total_ms",
-                                            jnum(p->am.actual_ms - p->am.ideal_ms), "gaps", gaps));
+                                            p->am.n_changed, "f", tp_json_num(p->am.f), "r", tp_json_num(p->am.r), "bound",
+                                            tp_json_num(p->am.bound), "bound_infinite_rate",
+                                            p->am.f < 1 ? tp_json_num(1 / (1 - p->am.f)) : json_null(), "measured",
+                                            p->am.measured > 0 ? tp_json_num(p->am.measured) : json_null(), "traced_speedup",
+                                            tp_json_num(b->prof->kernel_ns_per_iter / e->prof->kernel_ns_per_iter), "ideal_ms",
+                                            tp_json_num(p->am.ideal_ms), "actual_ms", tp_json_num(p->am.actual_ms), "gap_total_ms",
+                                            tp_json_num(p->am.actual_ms - p->am.ideal_ms), "gaps", gaps));
         json_array_append_new(a, o);
     }
     json_object_set_new(j, "amdahl", a);
@@ -1356,14 +1356,14 @@ static json_t *report_json(const model *m) {
         for (int k = 0; k < rows; k++)
             json_array_append_new(tg, json_pack("{s:s,s:s,s:i,s:o,s:o,s:o}", "layer", gr[k].name, "op",
                                                 tp_op_kind_name(gr[k].kind), "ops", gr[k].ops, "time_ms",
-                                                jnum(gr[k].ns * 1e-6), "floor_ms", jnum(gr[k].floor_ns * 1e-6),
-                                                "above_floor_ms", jnum((gr[k].ns - gr[k].floor_ns) * 1e-6)));
+                                                tp_json_num(gr[k].ns * 1e-6), "floor_ms", tp_json_num(gr[k].floor_ns * 1e-6),
+                                                "above_floor_ms", tp_json_num((gr[k].ns - gr[k].floor_ns) * 1e-6)));
         const double fl = s->floor.ns * 1e-6;
         json_array_append_new(a, json_pack("{s:s,s:o,s:o,s:o,s:o,s:b,s:o,s:o}", "precision", pname(e->prec),
-                                           "median_ms", jnum(e->median_ms), "floor_ms", jnum(fl), "compute_bound_ms",
-                                           jnum(s->floor.compute_ns * 1e-6), "memory_bound_ms",
-                                           jnum(s->floor.memory_ns * 1e-6), "floor_known", s->floor.known,
-                                           "median_over_floor", fl > 0 ? jnum(e->median_ms / fl) : json_null(),
+                                           "median_ms", tp_json_num(e->median_ms), "floor_ms", tp_json_num(fl), "compute_bound_ms",
+                                           tp_json_num(s->floor.compute_ns * 1e-6), "memory_bound_ms",
+                                           tp_json_num(s->floor.memory_ns * 1e-6), "floor_known", s->floor.known,
+                                           "median_over_floor", fl > 0 ? tp_json_num(e->median_ms / fl) : json_null(),
                                            "top_gaps", tg));
     }
     free(gr);
@@ -1377,7 +1377,7 @@ static json_t *report_json(const model *m) {
         const reco *r = &m->rec[k];
         json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:{s:s,s:o,s:o}}", "rule", r->rule, "precision",
                                            pname(m->e[r->entry].prec), "text", r->text, "basis", "metric", r->metric,
-                                           "value", jnum(r->value), "threshold", jnum(r->threshold)));
+                                           "value", tp_json_num(r->value), "threshold", tp_json_num(r->threshold)));
     }
     json_object_set_new(j, "recommendations", a);
 

@@ -13,6 +13,9 @@
 #include "profile/trace.h"
 #include "tprof.h"
 
+/* v as a JSON number, or null when it is not finite (NaN: not measured) */
+json_t *tp_json_num(double v);
+
 
 /* One precision's measurements. */
 typedef struct {

@@ -138,36 +138,35 @@ void tp_compare_decode_section(tp_doc *d, const tp_compare_entry *e, int n) {
         if (e[i].has_decode && traced(&e[i])) entry_tables(d, &e[i], i);
 }
 
-static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 static json_t *entry_json(const tp_compare_entry *x) {
     json_t *j = json_object();
     if (!j) return NULL;
     json_object_set_new(j, "precision", json_string(tp_precision_name(x->prec)));
-    json_object_set_new(j, "step_median_ms", jnum(x->step_median_ms));
-    json_object_set_new(j, "step_p99_ms", jnum(x->step_p99_ms));
-    json_object_set_new(j, "tokens_per_s", jnum(x->tokens_per_s));
-    json_object_set_new(j, "floor_ms", x->step_floor_ms > 0 ? jnum(x->step_floor_ms) : json_null());
+    json_object_set_new(j, "step_median_ms", tp_json_num(x->step_median_ms));
+    json_object_set_new(j, "step_p99_ms", tp_json_num(x->step_p99_ms));
+    json_object_set_new(j, "tokens_per_s", tp_json_num(x->tokens_per_s));
+    json_object_set_new(j, "floor_ms", x->step_floor_ms > 0 ? tp_json_num(x->step_floor_ms) : json_null());
     json_object_set_new(j, "median_over_floor",
-                        x->step_floor_ms > 0 ? jnum(x->step_median_ms / x->step_floor_ms) : json_null());
+                        x->step_floor_ms > 0 ? tp_json_num(x->step_median_ms / x->step_floor_ms) : json_null());
     json_object_set_new(j, "launch", json_string(x->pdl_edges < 0 ? "eager" : "graph"));
     json_object_set_new(j, "pdl_edges", x->pdl_edges < 0 ? json_null() : json_integer(x->pdl_edges));
     json_object_set_new(j, "graph_edges", x->pdl_edges < 0 ? json_null() : json_integer(x->graph_edges));
     if (!traced(x)) return j;
     const tp_profile_summary *s = x->dec_prof;
     const double kms = s->kernel_ns_per_iter * 1e-6, ev = x->dec_trace->event_median_ms;
-    json_object_set_new(j, "kernels_per_step", jnum(kernels_per_step(x)));
-    json_object_set_new(j, "traced_ms", jnum(kms));
-    json_object_set_new(j, "span_ms", jnum(s->span_ns_per_iter * 1e-6));
-    json_object_set_new(j, "event_ms", ev > 0 ? jnum(ev) : json_null());
-    json_object_set_new(j, "launch_gap_ms", ev > 0 ? jnum(ev - kms) : json_null());
-    json_object_set_new(j, "launch_gap_pct", ev > 0 ? jnum(100 * (ev - kms) / ev) : json_null());
+    json_object_set_new(j, "kernels_per_step", tp_json_num(kernels_per_step(x)));
+    json_object_set_new(j, "traced_ms", tp_json_num(kms));
+    json_object_set_new(j, "span_ms", tp_json_num(s->span_ns_per_iter * 1e-6));
+    json_object_set_new(j, "event_ms", ev > 0 ? tp_json_num(ev) : json_null());
+    json_object_set_new(j, "launch_gap_ms", ev > 0 ? tp_json_num(ev - kms) : json_null());
+    json_object_set_new(j, "launch_gap_pct", ev > 0 ? tp_json_num(100 * (ev - kms) / ev) : json_null());
     json_t *bk = json_array();
     for (int k = 0; s->has_roofline && k < s->n_by_kind; k++) {
         const tp_roofline_row *R = &s->by_kind[k];
         json_array_append_new(bk, json_pack("{s:s,s:i,s:o,s:o}", "kind", tp_op_kind_name(R->kind), "ops", R->ops,
-                                            "time_ms", jnum(R->ns_per_iter * 1e-6), "floor_ms",
-                                            jnum(R->floor.ns * 1e-6)));
+                                            "time_ms", tp_json_num(R->ns_per_iter * 1e-6), "floor_ms",
+                                            tp_json_num(R->floor.ns * 1e-6)));
     }
     json_object_set_new(j, "by_kind", bk);
     json_t *tl = json_array();
@@ -177,9 +176,9 @@ static json_t *entry_json(const tp_compare_entry *x) {
         const tp_layer_row *L = &s->layers[ord[k]];
         const double fl = s->has_roofline ? L->floor.ns : 0;
         json_array_append_new(tl, json_pack("{s:s,s:s,s:o,s:o,s:o}", "layer", L->layer, "kind",
-                                            tp_op_kind_name(L->kind), "time_ms", jnum(L->ns_per_iter * 1e-6),
-                                            "floor_ms", fl > 0 ? jnum(fl * 1e-6) : json_null(), "attainment_pct",
-                                            fl > 0 && L->ns_per_iter > 0 ? jnum(100 * fl / L->ns_per_iter)
+                                            tp_op_kind_name(L->kind), "time_ms", tp_json_num(L->ns_per_iter * 1e-6),
+                                            "floor_ms", fl > 0 ? tp_json_num(fl * 1e-6) : json_null(), "attainment_pct",
+                                            fl > 0 && L->ns_per_iter > 0 ? tp_json_num(100 * fl / L->ns_per_iter)
                                                                          : json_null()));
     }
     free(ord);

@@ -64,7 +64,6 @@ void tp_compare_stages_section(tp_doc *d, const tp_compare_entry *e, int n, int 
     tp_doc_table_close(d);
 }
 
-static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 json_t *tp_compare_stages_json(const tp_compare_entry *e, int n, int baseline) {
     const char *rows[MAX_ROWS];
@@ -80,11 +79,11 @@ json_t *tp_compare_stages_json(const tp_compare_entry *e, int n, int baseline) {
             const int fl = r->floor.ns > 0;
             json_array_append_new(
                 ents, json_pack("{s:s,s:o,s:o,s:o,s:o,s:o}", "precision", tp_precision_name(e[i].prec), "ms",
-                                jnum(r->ns_per_iter * 1e-6), "pct", jnum(r->pct), "floor_ms",
-                                fl ? jnum(r->floor.ns * 1e-6) : json_null(), "attainment_pct",
-                                fl && r->ns_per_iter > 0 ? jnum(100 * r->floor.ns / r->ns_per_iter) : json_null(),
+                                tp_json_num(r->ns_per_iter * 1e-6), "pct", tp_json_num(r->pct), "floor_ms",
+                                fl ? tp_json_num(r->floor.ns * 1e-6) : json_null(), "attainment_pct",
+                                fl && r->ns_per_iter > 0 ? tp_json_num(100 * r->floor.ns / r->ns_per_iter) : json_null(),
                                 "speedup_vs_baseline",
-                                i != baseline && b && r->ns_per_iter > 0 ? jnum(b->ns_per_iter / r->ns_per_iter)
+                                i != baseline && b && r->ns_per_iter > 0 ? tp_json_num(b->ns_per_iter / r->ns_per_iter)
                                                                          : json_null()));
         }
         json_array_append_new(a, json_pack("{s:s,s:o}", "stage", s, "entries", ents ? ents : json_null()));
