@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "formats/dtype.h"
 #include "bench/attribution.h"
+#include "bench/drift.h"
 #include "models/pi0.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
@@ -193,7 +194,6 @@ START_TEST(test_pi0_small_golden) {
                             {"prefix_v_last", 4, {B, P, c->kv_heads, c->head_dim}, vl},
                             {"velocity_step0", 3, {B, c->horizon, c->action_dim}, v0}};
     ck_assert_msg(tp_st_load_params("tests/fixtures/pi0_small.io.safetensors", io, 10, &e) == TP_OK, "%s", e.msg);
-    free(vis), free(kl), free(vl), free(v0);
     ck_assert_float_eq(valid[1], (float)(L - 2));
     const int64_t row = tp_model_input_numel(&m);
     ck_assert_int_eq(row, nimg + L + 1 + Ds + na);
@@ -209,7 +209,61 @@ START_TEST(test_pi0_small_golden) {
     tp_graph g;
     ck_assert_msg(tp_model_build_graph(&m, &p, B, &g, &e) == TP_OK, "%s", e.msg);
     for (int i = 0; i < B * na; i++) got[i] = NAN; /* poisoned: an unwritten action shows */
-    ck_assert_msg(tp_cpu_run(&g, &p, in, got, &e) == TP_OK, "%s", e.msg);
+    /* the stage outputs the drift per stage compares (bench/drift.h), tapped as the graph runs */
+    ck_assert_int_eq(g.n_taps, 1 + 2 * c->depth + c->steps);
+    float **taps = tp_taps_alloc(&g);
+    ck_assert_ptr_nonnull(taps);
+    for (int k = 0; k < g.n_taps; k++)
+        for (int64_t i = 0; i < tp_value_numel(&g.values[g.taps[k].value]); i++) taps[k][i] = NAN;
+    ck_assert_msg(tp_cpu_run_taps(&g, &p, in, got, taps, &e) == TP_OK, "%s", e.msg);
+    char last[40];
+    snprintf(last, sizeof last, "expert: x after step %d of %d", c->steps, c->steps);
+    const struct { int tap; const float *want; int64_t n; const char *what; } stage[4] = {
+        {0, vis, B * Ni * c->width, "vision: image tokens"},
+        {2 * c->depth - 1, kl, B * P * c->kv_heads * c->head_dim, "prefix: K, V of every layer"},
+        {2 * c->depth, vl, B * P * c->kv_heads * c->head_dim, "prefix: K, V of every layer"},
+        {g.n_taps - 1, want, B * na, last}};
+    /* K's and V's rows of padded tokens are never read (masked keys) and differ by design: the reference repeats the
+     * last valid RoPE position there and lets padded queries attend to nothing (a uniform softmax), tprof does
+     * neither: compared over the valid rows, the padded ones set to the reference's */
+    const int64_t kvw = (int64_t)c->kv_heads * c->head_dim;
+    for (int bb = 0; bb < B; bb++)
+        for (int64_t t = Ni + (int64_t)valid[bb]; t < P; t++) {
+            memcpy(taps[2 * c->depth - 1] + (bb * P + t) * kvw, kl + (bb * P + t) * kvw, sizeof(float) * kvw);
+            memcpy(taps[2 * c->depth] + (bb * P + t) * kvw, vl + (bb * P + t) * kvw, sizeof(float) * kvw);
+        }
+    ck_assert(valid[1] < L); /* so the fixture has padded rows */
+    for (int k = 0; k < 4; k++) { /* each against PyTorch's own value of that stage */
+        ck_assert_str_eq(g.taps[stage[k].tap].stage, stage[k].what);
+        ck_assert_int_eq(tp_value_numel(&g.values[g.taps[stage[k].tap].value]), stage[k].n);
+        tp_accuracy a;
+        tp_accuracy_compute(taps[stage[k].tap], stage[k].want, 1, (int)stage[k].n, &a);
+        printf("pi0-small tap %d (%s) against the reference's: relative L2 %.3e\n", stage[k].tap, stage[k].what, a.rel_l2);
+        ck_assert_msg(a.rel_l2 <= 1e-5, "tap %d: relative L2 %.3e", stage[k].tap, a.rel_l2);
+    }
+    /* the drift of the taps against themselves is none; one K perturbed moves the prefix's row alone */
+    tp_stage_drift dr[TP_MAX_TAPS];
+    ck_assert_int_eq(tp_stage_drift_compute(&g, taps, &g, taps, dr), 2 + c->steps);
+    for (int k = 0; k < 2 + c->steps; k++) ck_assert(dr[k].acc.rel_l2 == 0.0 && dr[k].acc.cosine == 1.0);
+    ck_assert_str_eq(dr[1].stage, "prefix: K, V of every layer");
+    ck_assert_int_eq(dr[1].n_values, 2 * c->depth);
+    float **pert = tp_taps_alloc(&g);
+    ck_assert_ptr_nonnull(pert);
+    for (int k = 0; k < g.n_taps; k++)
+        memcpy(pert[k], taps[k], sizeof(float) * (size_t)tp_value_numel(&g.values[g.taps[k].value]));
+    pert[1][5] += 0.5f;
+    ck_assert_int_eq(tp_stage_drift_compute(&g, pert, &g, taps, dr), 2 + c->steps);
+    ck_assert(dr[0].acc.rel_l2 == 0.0 && dr[1].acc.rel_l2 > 0.0 && dr[2].acc.rel_l2 == 0.0);
+    /* a reference of one sample: the engine's first sample compared */
+    tp_graph g1;
+    ck_assert_msg(tp_model_build_graph(&m, &p, 1, &g1, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_stage_drift_compute(&g, taps, &g1, taps, dr), 2 + c->steps);
+    ck_assert(dr[0].acc.rel_l2 == 0.0 && dr[0].numel == (double)(Ni * c->width));
+    ck_assert_int_eq(tp_stage_drift_compute(&g1, taps, &g, taps, dr), -1); /* the reference holds more samples */
+    tp_graph_free(&g1);
+    tp_taps_free(&g, pert);
+    tp_taps_free(&g, taps);
+    free(vis), free(kl), free(vl), free(v0);
     double d = 0, n = 0;
     for (int i = 0; i < B * na; i++) {
         ck_assert_msg(isfinite(got[i]), "action %d not written", i);

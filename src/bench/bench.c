@@ -37,6 +37,7 @@ typedef struct {
     float *input, *calib; /* (B, input) fp32: timed on, calibrated on */
     float *ref, *out;     /* (R, out_cols) the reference's output; (B, out_cols) an engine's */
     int have_ref;
+    float **ref_taps;     /* the reference's tapped values (gref.taps: a pipeline's stage outputs), or NULL */
     tp_roofline_rates rt_local, *rt;
 #ifdef TPROF_HAVE_CUDA
     tp_cupti *cupti;        /* tprof profile's CUPTI session, open before any engine is built */
@@ -139,7 +140,7 @@ static tp_status measure_rates(tp_roofline_rates *rt, unsigned mask, tp_error *e
 
 /* The GPU reference on the reference graph (tp_gpu_reference). */
 static tp_status gpu_reference(run_ctx *c, tp_error *err) {
-    return tp_gpu_reference(&c->gref, &c->params, c->rep.gpu.sm, c->input, c->ref, err);
+    return tp_gpu_reference_taps(&c->gref, &c->params, c->rep.gpu.sm, c->input, c->ref, c->ref_taps, err);
 }
 #endif
 
@@ -442,13 +443,15 @@ static tp_status reference_run(run_ctx *c, tp_error *err) {
     tp_bench_report *rep = &c->rep;
     double t0 = tp_now_ms();
     tp_status st;
+    if (c->gref.n_taps && !c->ref_taps && !(c->ref_taps = tp_taps_alloc(&c->gref)))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory for the reference's stage outputs");
     if (rep->gen > 0 && rep->dev == TP_DEVICE_GPU) /* a decoder: its generation, whose prefill gives the logits */
         st = tp_bench_reference_decode(rep, &c->params, c->input, rep->ref_rows, rep->reference == TP_REF_GPU,
                                        c->ref, err);
 #ifdef TPROF_HAVE_CUDA
     else if (rep->reference == TP_REF_GPU) st = gpu_reference(c, err);
 #endif
-    else st = tp_cpu_run(&c->gref, &c->params, c->input, c->ref, err);
+    else st = tp_cpu_run_taps(&c->gref, &c->params, c->input, c->ref, c->ref_taps, err);
     if (!st && c->o->perplexity && rep->prompt > 0)
         st = tp_bench_perplexity(rep, &c->params, NULL, rep->reference == TP_REF_GPU, NULL, &rep->ref_ppl, err);
     if (st) return st;
@@ -647,6 +650,25 @@ static tp_status record_plan(run_ctx *c, const tp_plan *plan, tp_bench_result *r
     return TP_OK;
 }
 
+#ifdef TPROF_HAVE_CUDA
+/* A pipeline's drift per stage: the engine's tapped values (one more eager pass) against the reference's. */
+static tp_status stage_drift(run_ctx *c, tp_engine *e, tp_bench_result *r, tp_error *err) {
+    float **taps = tp_taps_alloc(&c->g);
+    r->drift = malloc(sizeof *r->drift * (size_t)c->g.n_taps);
+    if (!taps || !r->drift) {
+        tp_taps_free(&c->g, taps);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory for the stage outputs");
+    }
+    tp_status st = tp_engine_capture(e, taps, err);
+    if (!st) {
+        r->n_drift = tp_stage_drift_compute(&c->g, taps, &c->gref, c->ref_taps, r->drift);
+        CHECK(r->n_drift >= 0); /* the same model at two batch sizes taps the same values */
+    }
+    tp_taps_free(&c->g, taps);
+    return st;
+}
+#endif
+
 /* Engine pi: policy, plan, build, timed runs, accuracy, profile. */
 static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     const tp_bench_options *o = c->o;
@@ -691,6 +713,11 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
         for (size_t k = (size_t)rep->ref_rows * cols; k < (size_t)B * cols; k++) r->acc.nonfinite += !isfinite(c->out[k]);
         if (!c->have_ref)
             for (size_t k = 0; k < (size_t)rep->ref_rows * cols; k++) r->acc.nonfinite += !isfinite(c->out[k]);
+#ifdef TPROF_HAVE_CUDA
+        if (e && c->have_ref && c->ref_taps) st = stage_drift(c, e, r, err);
+#endif
+    }
+    if (!st) {
         r->ok = 1;
         rep->n_res = pi + 1;
         if (o->writer && o->writer->result) o->writer->result(rep, pi);
@@ -807,6 +834,7 @@ static void run_free(run_ctx *c) {
             free(r->output);
             json_decref(r->plan);
             free(r->attn_cost);
+            free(r->drift);
             free(r->sparse);
             free(r->cost);
             free(r->step_ms);
@@ -831,6 +859,7 @@ static void run_free(run_ctx *c) {
     free(c->ref);
     free(c->out);
     tp_graph_free(&c->g);
+    tp_taps_free(&c->gref, c->ref_taps);
     tp_graph_free(&c->gref);
     tp_params_free(&c->params);
     for (int r = 0; r < c->tp && c->tpp; r++) tp_params_free(&c->tpp[r]);

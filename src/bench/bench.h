@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "bench/drift.h"
 #include "bench/sparse.h"
 #include "core/stats.h"
 #include "core/system.h"
@@ -138,6 +139,8 @@ typedef struct {
     char gelu_impl[240]; /* the first GEMM feeding a GELU: fused or not, with its build-time timings */
     tp_attn_cost *attn_cost; /* FP8 attention ops, in op order (owned; NULL when the engine runs none in FP8) */
     int n_attn_cost;
+    tp_stage_drift *drift;    /* a pipeline on the GPU with a reference: its accuracy per stage (drift.h; owned) */
+    int n_drift;
     tp_sparse_op_row *sparse; /* --sparsity on the GPU: one row per linear with a 2:4 weight (owned) */
     int n_sparse;
     json_t *profile; /* tprof profile: the kernel-level summary (owned) */

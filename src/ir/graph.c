@@ -72,6 +72,13 @@ void tp_graph_free(tp_graph *g) {
 
 int tp_graph_op_out(const tp_graph *g, int i) { return g->ops[i].out; }
 
+void tp_graph_tap(tp_graph *g, int v, const char *stage) {
+    CHECK(g->n_taps < TP_MAX_TAPS && v >= 0 && v < g->n_values);
+    tp_tap *t = &g->taps[g->n_taps++];
+    t->value = v;
+    snprintf(t->stage, sizeof t->stage, "%s", stage);
+}
+
 tp_status tp_graph_check_ranks(const tp_graph *const *g, int n, tp_error *err) {
     if (n < 1) return tp_fail(err, TP_ERR_ARG, "%d ranks", n);
     for (int r = 0; r < n; r++) {

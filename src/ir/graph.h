@@ -16,6 +16,7 @@
 #define TP_OP_MAX_IN 6
 #define TP_NAME_LEN 96
 #define TP_MAX_INPUTS 8
+#define TP_MAX_TAPS 64
 
 /* TP_VAL_STATE: an activation whose buffer outlives one run of the graph (a KV cache): the executor allocates it
  * once per session, its producer writes part of it in place (the rows of this step's tokens), and later runs,
@@ -119,6 +120,15 @@ typedef struct {
     double matmul_flop; /* the part of flop done by matrix products (GEMMs, Q K^T, P V) */
 } tp_op;
 
+/* A value a stage hands on, kept for the accuracy drift per stage (issue 21): a pipeline taps its image tokens, its
+ * prefix's K and V of every layer, each denoise step's state; the executors copy it out as they make it
+ * (tp_cpu_run_taps, tp_engine_capture), and the bench compares an engine's taps with the FP32 reference's, the
+ * values of one stage label pooled into one cosine and relative L2. */
+typedef struct {
+    int value;
+    char stage[40]; /* the label the drift table shows ("vision: image tokens", "prefix: K, V cache") */
+} tp_tap;
+
 typedef struct {
     tp_value *values;
     int n_values, cap_values;
@@ -141,6 +151,8 @@ typedef struct {
     /* tensor parallelism: this graph is rank tp_rank's shard of a model split over tp_size GPUs (its heads and MLP
      * columns; the all-reduce ops join the partial sums); 0, 0 (or 0, 1) for a whole model */
     int tp_rank, tp_size;
+    tp_tap taps[TP_MAX_TAPS]; /* in the order added; values of one stage label added together */
+    int n_taps;
 } tp_graph;
 
 const char *tp_op_kind_name(tp_op_kind k);
@@ -191,6 +203,10 @@ int tp_graph_add_op(tp_graph *g, const tp_op *proto, const int *in, int n_in, in
  * same ops of the same kinds, batch, tokens and cache. A rank's graph alone would sum its partial results with
  * nothing. TP_ERR_ARG naming the first graph that is not. */
 tp_status tp_graph_check_ranks(const tp_graph *const *g, int n, tp_error *err);
+
+/* Taps value v (an activation) under the stage label `stage` (tp_tap); at most TP_MAX_TAPS (a broken invariant
+ * beyond: the families tap a fixed few). */
+void tp_graph_tap(tp_graph *g, int v, const char *stage);
 
 /* Marks value v (an op's output) as state (TP_VAL_STATE). */
 void tp_graph_mark_state(tp_graph *g, int v);

@@ -433,6 +433,7 @@ static tp_status build_graph(const void *cfg, const tp_params *p, int64_t B, tp_
     b.prefix = NULL;
     img = op1(&b, TP_OP_RESHAPE, "vision.tokens", img, 3, img_s);
     (void)Np;
+    if (!b.st) tp_graph_tap(g, img, "vision: image tokens");
 
     /* prefix: the image tokens, then the language tokens scaled by sqrt(width); its layers' K, V kept */
     const int64_t ls[3] = {B, L, W}, ps[3] = {B, P, W};
@@ -449,6 +450,14 @@ static tp_status build_graph(const void *cfg, const tp_params *p, int64_t B, tp_
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
     }
     for (int i = 0; i < c->depth; i++) h = gemma_layer(&b, c, "prefix", "prefix", i, h, P, (int)W, c->mlp, valid, &kv, 0);
+    /* what the expert reads of the prefix: its K, V cache (the last 20 layers' of a deeper prefix: taps are few) */
+    const int first_kv = c->depth > 20 ? c->depth - 20 : 0;
+    char kl[40];
+    snprintf(kl, sizeof kl, first_kv ? "prefix: K, V of the last 20 layers" : "prefix: K, V of every layer");
+    for (int i = first_kv; i < c->depth && !b.st; i++) {
+        tp_graph_tap(g, kv.k[i], kl);
+        tp_graph_tap(g, kv.v[i], kl);
+    }
 
     /* the expert's steps from t = 1 (float32 steps of dt, as openpi's loop): the state token (one, every step's),
      * the action tokens with the time, the layers over the prefix's K, V, the velocity, x + dt v */
@@ -481,6 +490,9 @@ static tp_status build_graph(const void *cfg, const tp_params *p, int64_t B, tp_
         const int v = lin(&b, "expert.action_out_proj", L("action_out_proj"), e, 1, 3, vs3);
         tp_op eu = {.kind = TP_OP_EULER, .scale = dt};
         x = tp_gb_op(&b, &eu, L("euler"), (const int[2]){x, v}, 2, 3, vs3, s_i + 1 == c->steps ? "actions" : NULL);
+        char tl[40];
+        snprintf(tl, sizeof tl, "expert: x after step %d of %d", s_i + 1, c->steps);
+        if (!b.st && g->n_taps < TP_MAX_TAPS) tp_graph_tap(g, x, tl); /* a preset of many steps taps the first */
         t += dt;
     }
 #undef L

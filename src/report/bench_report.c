@@ -342,6 +342,17 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
             }
             json_object_set_new(p, "fp8_attention_cost", ac);
         }
+        if (r->n_drift) {
+            json_t *dr = json_array();
+            for (int k = 0; k < r->n_drift; k++) {
+                const tp_stage_drift *d = &r->drift[k];
+                json_array_append_new(dr, json_pack("{s:s,s:i,s:f,s:o,s:o,s:o}", "stage", d->stage, "tensors",
+                                                    d->n_values, "values", d->numel, "cosine", tp_json_num(d->acc.cosine),
+                                                    "rel_l2", tp_json_num(d->acc.rel_l2), "max_abs",
+                                                    tp_json_num(d->acc.max_abs)));
+            }
+            json_object_set_new(p, "stage_drift", dr);
+        }
         if (r->profile) json_object_set(p, "profile", r->profile);
         if (rep->prompt > 0) json_object_set_new(p, "llm", json_llm(rep, r));
         json_array_append_new(arr, p);
@@ -539,7 +550,20 @@ static void print_llm_table(const tp_bench_report *rep) {
            "generation's middle context)\n");
 }
 
+/* A pipeline's accuracy stage by stage (bench/drift.h) */
+static void print_drift(const tp_bench_report *rep, const tp_bench_result *r) {
+    if (!r->n_drift) return;
+    printf("\nDrift per stage, %s against the FP32 %s reference (%d sample%s; each stage's outputs pooled):\n"
+           "  %-36s %7s %12s %10s %10s\n", tp_precision_name(r->prec), rep->reference == TP_REF_GPU ? "GPU" : "CPU",
+           rep->ref_rows, rep->ref_rows == 1 ? "" : "s", "stage output", "tensors", "values", "cosine", "rel L2");
+    for (int k = 0; k < r->n_drift; k++) {
+        const tp_stage_drift *d = &r->drift[k];
+        printf("  %-36s %7d %12.0f %10.6f %10.3e\n", d->stage, d->n_values, d->numel, d->acc.cosine, d->acc.rel_l2);
+    }
+}
+
 static void text_result(const tp_bench_report *rep, int i) {
+    print_drift(rep, &rep->res[i]);
     print_attention_cost(rep, &rep->res[i]);
     print_summary(rep, &rep->res[i]);
 }

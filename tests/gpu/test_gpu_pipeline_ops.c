@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/stats.h"
+#include "bench/drift.h"
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/engine/cuda_engine.h"
@@ -256,7 +257,9 @@ START_TEST(test_pi0_small_engine) {
     float *got = hmalloc(sizeof(float) * out_n);
     char desc[256];
     ck_assert_msg(tp_model_make_input(&m, B, 9, NULL, in, desc, sizeof desc, &e) == TP_OK, "%s", e.msg);
-    ck_assert_msg(tp_cpu_run(&g, &p, in, ref, &e) == TP_OK, "%s", e.msg);
+    float **rtaps = tp_taps_alloc(&g), **taps = tp_taps_alloc(&g); /* each stage's outputs (bench/drift.h) */
+    ck_assert(rtaps && taps);
+    ck_assert_msg(tp_cpu_run_taps(&g, &p, in, ref, rtaps, &e) == TP_OK, "%s", e.msg);
     int dev = 0;
     struct cudaDeviceProp dp;
     CUDA_OK(cudaGetDevice(&dev));
@@ -289,6 +292,23 @@ START_TEST(test_pi0_small_engine) {
     else ck_assert_msg(a.cosine >= (prec == TP_PREC_FP16 ? 0.999 : 0.99), "%s: cosine %.6f", g_case, a.cosine);
     ck_assert_msg(tp_engine_weight_bytes(eng) <= 1.01 * wbytes, "%s: %.0f weight bytes for a %.0f-byte model", g_case,
                   tp_engine_weight_bytes(eng), wbytes);
+    /* the drift per stage: the engine's stage outputs (poisoned first) against the CPU's; the last stage is the
+     * actions, so its figure is the one above */
+    for (int k = 0; k < g.n_taps; k++) memset(taps[k], 0xFF, sizeof(float) * (size_t)tp_value_numel(&g.values[g.taps[k].value]));
+    ck_assert_msg(tp_engine_capture(eng, taps, &e) == TP_OK, "%s: %s", g_case, e.msg);
+    tp_stage_drift dr[TP_MAX_TAPS];
+    const int nd = tp_stage_drift_compute(&g, taps, &g, rtaps, dr);
+    ck_assert_int_eq(nd, 2 + ((const tp_pi0_config *)(const void *)m.cfg.bytes)->steps);
+    for (int k = 0; k < nd; k++) {
+        printf("  %s: drift %-30s cosine %.7f rel L2 %.3e\n", g_case, dr[k].stage, dr[k].acc.cosine, dr[k].acc.rel_l2);
+        ck_assert_msg(dr[k].acc.nonfinite == 0, "%s: %s: %d values not written", g_case, dr[k].stage, dr[k].acc.nonfinite);
+        if (prec == TP_PREC_FP32) ck_assert_msg(dr[k].acc.rel_l2 <= 1e-4, "%s: %s: rel L2 %.3e", g_case, dr[k].stage, dr[k].acc.rel_l2);
+        else ck_assert_msg(dr[k].acc.cosine >= 0.99, "%s: %s: cosine %.6f", g_case, dr[k].stage, dr[k].acc.cosine);
+    }
+    ck_assert_msg(fabs(dr[nd - 1].acc.rel_l2 - a.rel_l2) <= 1e-3 * a.rel_l2 + 1e-9, "%s: last stage %.6e, actions %.6e",
+                  g_case, dr[nd - 1].acc.rel_l2, a.rel_l2);
+    tp_taps_free(&g, taps);
+    tp_taps_free(&g, rtaps);
     if (graph) { /* modular: a graph per stage, the same ops in the same order */
         tp_engine_options om = o;
         om.modular = 1;

@@ -458,7 +458,7 @@ static tp_status all_reduce(rank_run *r, int n, int i, tp_error *err) {
 /* Runs the n ranks' graphs op by op in lockstep (n = 1: one graph), each with its own parameters and session. */
 static tp_status run_ranks(const tp_graph *const *gs, const tp_params *const *ps, int n, const tp_plan *plan,
                            const float *act_amax, tp_cpu_session *sess, const float *input, float *output,
-                           tp_error *err) {
+                           float *const *taps, tp_error *err) {
     const tp_graph *g = gs[0];
     tp_status cs = tp_graph_check_ranks(gs, n, err);
     if (cs) return cs;
@@ -479,6 +479,11 @@ static tp_status run_ranks(const tp_graph *const *gs, const tp_params *const *ps
         if (g->ops[i].kind == TP_OP_ALL_REDUCE) st = all_reduce(r, n, i, err);
         for (int k = 0; k < n && !st && g->ops[i].kind != TP_OP_ALL_REDUCE; k++)
             st = rank_op(&r[k], plan, act_amax, i, err);
+        for (int t = 0; taps && !st && t < g->n_taps; t++) { /* rank 0's, as the output */
+            const int v = g->taps[t].value;
+            if (v == g->ops[i].out && taps[t])
+                memcpy(taps[t], r[0].buf[v], sizeof(float) * (size_t)tp_value_numel(&g->values[v]));
+        }
         for (int k = 0; k < n && !st; k++) rank_release(&r[k], i);
     }
     if (!st) {
@@ -492,10 +497,19 @@ static tp_status run_ranks(const tp_graph *const *gs, const tp_params *const *ps
 
 static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *plan, const float *act_amax,
                      tp_cpu_session *sess, const float *input, float *output, tp_error *err) {
-    return run_ranks(&g, &params, 1, plan, act_amax, sess, input, output, err);
+    return run_ranks(&g, &params, 1, plan, act_amax, sess, input, output, NULL, err);
+}
+
+tp_status tp_cpu_run_taps(const tp_graph *g, const tp_params *params, const float *input, float *output,
+                          float *const *taps, tp_error *err) {
+    if (g->past > 0) return tp_cpu_run(g, params, input, output, err); /* its error */
+    tp_cpu_session s = {0};
+    tp_status st = run_ranks(&g, &params, 1, NULL, NULL, &s, input, output, taps, err);
+    tp_cpu_session_free(&s);
+    return st;
 }
 
 tp_status tp_cpu_run_tp_session(const tp_graph *const *g, const tp_params *const *params, int n, tp_cpu_session *s,
                                 const float *input, float *output, tp_error *err) {
-    return run_ranks(g, params, n, NULL, NULL, s, input, output, err);
+    return run_ranks(g, params, n, NULL, NULL, s, input, output, NULL, err);
 }

@@ -46,6 +46,10 @@ tp_status tp_cpu_run_tp_session(const tp_graph *const *g, const tp_params *const
  * a KV cache runs from an empty cache (a prefill: g->past must be 0). Errors: TP_ERR_OOM, TP_ERR_ARG (g->past > 0;
  * a token id outside the vocabulary). */
 tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *input, float *output, tp_error *err);
+/* tp_cpu_run, and each tapped value g->taps[k] copied as it is made into taps[k] (fp32, the value's shape; NULL: not
+ * that one). Errors as tp_cpu_run. */
+tp_status tp_cpu_run_taps(const tp_graph *g, const tp_params *params, const float *input, float *output,
+                          float *const *taps, tp_error *err);
 
 /* The CPU emulation of a plan: as tp_cpu_run (FP32 math, FP64 accumulation), except that
  *   - every Linear whose operands the plan reads in a quantized format (plan->value_qf) multiplies their exact

@@ -1590,8 +1590,65 @@ tp_status tp_engine_run_n(tp_engine *e, int n, tp_error *err) {
 double tp_engine_weight_bytes(const tp_engine *e) { return e->weight_bytes; }
 double tp_engine_activation_bytes(const tp_engine *e) { return e->act_bytes; }
 
+/* 1 when an eager pass writes value v where the graph says: no producer fused the op after it into its epilogue (a
+ * residual add or a GELU: such a GEMM writes that op's output, never its own) */
+static int value_written(const tp_engine *e, int v) {
+    const int p = e->g->values[v].producer;
+    if (!e->dptr[v]) return 0;
+    if (p < 0) return 1;
+    if (e->plan->op_epilogue_add[p] >= 0 || e->plan->op_epilogue_gelu[p] >= 0) return 0;
+    return tp_engine_gemm_choice(e, p) != TP_GEMM_CHOICE_SM90_GELU;
+}
+
+tp_status tp_engine_capture(tp_engine *e, float *const *taps, tp_error *err) {
+    const tp_graph *g = e->g;
+    if (e->ranks) return tp_fail(err, TP_ERR_UNSUPPORTED, "per-stage drift: unsupported on a tensor-parallel engine");
+    tp_status st = TP_OK;
+    void *h = NULL;
+    size_t cap = 0;
+    CU_TRY(cudaSetDevice(e->device));
+    st = tpe_launch_begin(e, err);
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        if ((st = tpe_launch_op(e, i, err))) break;
+        for (int t = 0; t < g->n_taps && !st; t++) {
+            const int v = g->taps[t].value;
+            if (v != g->ops[i].out || !taps[t]) continue;
+            const size_t n = (size_t)tp_value_numel(&g->values[v]), bytes = value_bytes(e, v);
+            if (!value_written(e, v)) { /* not there to read: NaN, shown as such, never another value */
+                for (size_t k = 0; k < n; k++) taps[t][k] = NAN;
+                continue;
+            }
+            if (bytes > cap) {
+                free(h);
+                if (!(h = malloc(cap = bytes))) {
+                    st = tp_fail(err, TP_ERR_OOM, "out of host memory reading %s", g->values[v].name);
+                    break;
+                }
+            }
+            float scale = 1.0f; /* an E4M3 value's per-tensor scale (value = e4m3 x scale) */
+            CU_TRY(cudaMemcpyAsync(h, e->dptr[v], bytes, cudaMemcpyDeviceToHost, e->stream));
+            if (e->plan->value_dt[v] == TP_E4M3)
+                CU_TRY(cudaMemcpyAsync(&scale, e->d_scales + SCALE_SLOT * v, sizeof scale, cudaMemcpyDeviceToHost,
+                                       e->stream));
+            CU_TRY(cudaStreamSynchronize(e->stream));
+            tp_convert_to_f32(e->plan->value_dt[v], h, taps[t], n, scale);
+        }
+    }
+    if (!st) st = tpe_launch_end(e, err);
+    free(h);
+    return st;
+fail:
+    free(h);
+    return st;
+}
+
 tp_status tp_gpu_reference(const tp_graph *g, const tp_params *params, int sm, const float *input, float *output,
                            tp_error *err) {
+    return tp_gpu_reference_taps(g, params, sm, input, output, NULL, err);
+}
+
+tp_status tp_gpu_reference_taps(const tp_graph *g, const tp_params *params, int sm, const float *input, float *output,
+                                float *const *taps, tp_error *err) {
     tp_policy pol;
     tp_plan plan;
     tp_policy_default(&pol, TP_PREC_FP32);
@@ -1604,6 +1661,7 @@ tp_status tp_gpu_reference(const tp_graph *g, const tp_params *params, int sm, c
     if (!st) st = tp_engine_set_input(e, input, err);
     if (!st) st = tp_engine_forward(e, err);
     if (!st) st = tp_engine_get_output(e, output, err);
+    if (!st && taps && g->n_taps) st = tp_engine_capture(e, taps, err);
     tp_engine_destroy(e);
     tp_plan_free(&plan);
     return st;

@@ -214,6 +214,12 @@ tp_status tp_engine_set_past(tp_engine *e, int64_t past, tp_error *err);
 tp_status tp_engine_feed_argmax(const tp_engine *from, tp_engine *to, tp_error *err);
 tp_status tp_engine_decode(tp_engine *e, int steps, double *step_ms, float *tokens, tp_error *err);
 
+/* The per-stage drift's values (issue 21): one eager forward pass over the current input that copies each tapped
+ * value g->taps[k] (graph.h) to taps[k] as its producer writes it (fp32, the value's shape, E4M3 values times their
+ * scale; NULL: not that one); a value no kernel writes in this engine (its producer's epilogue writes the next op's
+ * output instead) reads as NaN. Errors: TP_ERR_UNSUPPORTED (a tensor-parallel engine), TP_ERR_OOM, TP_ERR_CUDA. */
+tp_status tp_engine_capture(tp_engine *e, float *const *taps, tp_error *err);
+
 /* Copies images (the graph input's shape, fp32, row-major) to the device. */
 tp_status tp_engine_set_input(tp_engine *e, const float *images, tp_error *err);
 /* Runs one forward pass and waits for it. */
@@ -263,5 +269,9 @@ double tp_engine_activation_bytes(const tp_engine *e); /* device bytes of activa
  * compute capability x 10 (tp_gpu_query). Errors as tp_engine_build. */
 tp_status tp_gpu_reference(const tp_graph *g, const tp_params *params, int sm, const float *input, float *output,
                            tp_error *err);
+/* tp_gpu_reference, and the graph's tapped values (graph.h tp_tap) into taps[k] (fp32, the value's shape; NULL: not
+ * that one) from a second, eager pass. Errors as tp_gpu_reference. */
+tp_status tp_gpu_reference_taps(const tp_graph *g, const tp_params *params, int sm, const float *input, float *output,
+                                float *const *taps, tp_error *err);
 
 #endif
