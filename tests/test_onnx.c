@@ -3,6 +3,7 @@
  * external data, node attributes), the model computed from what was read against onnxruntime's numbers, and one
  * error per check, each naming what is wrong. */
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "formats/dtype.h"
 #include "io/onnx.h"
+#include "io/safetensors.h"
 
 #define FX "tests/fixtures/onnx/"
 
@@ -115,6 +117,59 @@ START_TEST(test_read_external) {
 }
 END_TEST
 
+/* The timm ViT exports (tools/make_onnx_vit_fixtures.py): what torch.onnx writes, read as the onnx package read it
+ * (node count and op types from each sidecar), the parameters' bytes equal to timm's safetensors of the same model */
+START_TEST(test_timm_exports) {
+    static const char *const G[] = {"vit_op17", "vit_op18", "vit_dynamo_op18", "vit_fp8_qdq_op19"};
+    tp_error e = {0};
+    for (int k = 0; k < 4; k++) {
+        char path[256], side[256];
+        snprintf(path, sizeof path, "tests/fixtures/onnx_vit/%s.onnx", G[k]);
+        snprintf(side, sizeof side, "tests/fixtures/onnx_vit/%s.json", G[k]);
+        json_error_t je;
+        json_t *j = json_load_file(side, 0, &je);
+        ck_assert_msg(j, "%s: %s", side, je.text);
+        tp_onnx_model *m = load_ok(path);
+        ck_assert_int_eq(tp_onnx_n_nodes(m), json_integer_value(json_object_get(j, "nodes")));
+        ck_assert_int_eq(tp_onnx_n_initializers(m), json_integer_value(json_object_get(j, "initializers")));
+        const char *op;
+        json_t *cnt;
+        json_object_foreach(json_object_get(j, "op_types"), op, cnt) {
+            int n = 0;
+            for (int i = 0; i < tp_onnx_n_nodes(m); i++) n += !strcmp(tp_onnx_node_at(m, i)->op_type, op);
+            ck_assert_msg(n == json_integer_value(cnt), "%s: %d %s nodes, the onnx package counted %lld", path, n, op,
+                          (long long)json_integer_value(cnt));
+        }
+        const tp_onnx_value *in = tp_onnx_input(m, 0);
+        ck_assert_str_eq(in->name, "input");
+        ck_assert_int_eq(in->ndim, 4);
+        ck_assert_ptr_nonnull(in->dim_param[0]);
+        ck_assert_str_eq(in->dim_param[0], "batch");
+        ck_assert_int_eq(in->dims[3], 32);
+        /* a LayerNorm weight both files hold: byte for byte (the fp8 graph keeps it fp32 too) */
+        const tp_onnx_tensor *w = tp_onnx_find_initializer(m, "blocks.1.norm2.weight");
+        ck_assert_ptr_nonnull(w);
+        ck_assert_int_eq(w->elem_type, TP_ONNX_FLOAT);
+        tp_safetensors st;
+        ck_assert_msg(tp_st_open("tests/fixtures/onnx_vit/model.safetensors", &st, &e) == TP_OK, "%s", e.msg);
+        const tp_st_tensor *t = tp_st_find(&st, "blocks.1.norm2.weight");
+        ck_assert_ptr_nonnull(t);
+        ck_assert_uint_eq(t->end - t->begin, w->nbytes);
+        ck_assert_int_eq(memcmp(st.data + t->begin, w->data, w->nbytes), 0);
+        tp_st_close(&st);
+        if (k == 3) { /* the Q/DQ graph's weights: E4M3, one byte each */
+            const tp_onnx_tensor *q = tp_onnx_find_initializer(m, "blocks.0.attn.qkv.weight_fp8");
+            ck_assert_ptr_nonnull(q);
+            ck_assert_int_eq(q->elem_type, TP_ONNX_FLOAT8E4M3FN);
+            ck_assert_uint_eq(q->nbytes, (size_t)q->numel);
+            ck_assert_int_eq(q->numel, 48 * 144);
+        }
+        tp_onnx_free(m);
+        json_decref(j);
+    }
+}
+END_TEST
+
 static void expect_error(const char *path, tp_status code, const char *a, const char *b) {
     tp_onnx_model *m = NULL;
     tp_error e = {0};
@@ -164,6 +219,7 @@ int main(void) {
     tcase_add_test(t, test_read_external);
     tcase_add_test(t, test_errors);
     tcase_add_test(t, test_elem_types);
+    tcase_add_test(t, test_timm_exports);
     suite_add_tcase(su, t);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
