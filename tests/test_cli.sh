@@ -262,6 +262,11 @@ expect_error "pipeline mode on the CPU" 2 "the modes are the GPU engine's" bench
 expect_error "attribution on the CPU" 2 "--attribution: its modes" bench --device cpu --model pi0-small --attribution
 expect_error "attribution with a mode" 2 "--attribution sets --pipeline and --fusion itself" bench --model pi0-small \
   --attribution --fusion off
+expect_error "fp32 protection: bad mode" 2 "--fp32-protect: unknown mode 'fp16'" bench --model pi0-small --fp32-protect fp16
+expect_error "fp32 protection on the CPU" 2 "--fp32-protect tensors: the CPU executor runs every op in FP32" bench \
+  --device cpu --model pi0-small --fp32-protect tensors
+expect_ok "fp32 protection regs on the CPU" "the output is actions" bench --device cpu --model pi0-small --batch 1 \
+  --fp32-protect regs
 expect_ok "pipeline engine file" "Engine .*pi0.tpe: fp32 for sm_90" build --model pi0-small --arch sm_90 \
   --precision fp32 -o "$tmp/pi0.tpe"
 expect_ok "pipeline engine file on the CPU" "relative L2 = 0.000e+00" bench --device cpu --engine "$tmp/pi0.tpe" \

@@ -385,6 +385,27 @@ START_TEST(test_pi0_gpu_plan) {
                       pl.op_epilogue_embed[i] < 0, "%s fused with --fusion off", g.ops[i].layer);
     ck_assert_int_eq(pl.no_fusion, 1);
     tp_plan_free(&pl);
+    /* --fp32-protect tensors: RMSNorm and RoPE as FP32 layers, their casts' 16 bytes a value counted, said in "how";
+     * every other op as in the default plan */
+    tp_plan regs;
+    ck_assert_msg(tp_plan_build(&g, TP_PREC_FP16, 90, &regs, &e) == TP_OK, "%s", e.msg);
+    tp_policy_default(&pol, TP_PREC_FP16);
+    pol.fp32_tensors = 1;
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &pl, &e) == TP_OK, "%s", e.msg);
+    int prot = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const int k = g.ops[i].kind == TP_OP_RMSNORM || g.ops[i].kind == TP_OP_ROPE;
+        const double extra = tp_plan_op_bytes(&pl, &g, i) - tp_plan_op_bytes(&regs, &g, i);
+        ck_assert_msg(extra == (k ? 16.0 * (double)tp_value_numel(&g.values[g.ops[i].out]) : 0.0), "%s: %.0f bytes more",
+                      g.ops[i].layer, extra);
+        ck_assert_msg(!k == !strstr(pl.op_note[i], "FP32 layer (--fp32-protect tensors)"), "%s: %s", g.ops[i].layer,
+                      pl.op_note[i]);
+        ck_assert_int_eq(pl.value_dt[g.ops[i].out], regs.value_dt[g.ops[i].out]);
+        prot += k;
+    }
+    ck_assert_int_gt(prot, 0);
+    tp_plan_free(&regs);
+    tp_plan_free(&pl);
     tp_graph_free(&g);
     tp_params_free(&p);
 }

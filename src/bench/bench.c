@@ -86,6 +86,7 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
         *pol = o->engine_file->policy; /* the engine as it was built; the GELU form is chosen when it runs */
         pol->gelu_tanh = o->gelu_tanh;
         pol->no_fusion = o->no_fusion;
+        pol->fp32_tensors = o->fp32_tensors;
         if (o->kv_fp8)
             return tp_fail(err, TP_ERR_UNSUPPORTED, "--kv-cache fp8 with --engine: an engine file does not record its "
                            "KV cache type yet; build the engine in the run");
@@ -101,6 +102,7 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
     tp_status st = o->policy ? tp_policy_parse(pol, o->policy, err) : TP_OK;
     pol->gelu_tanh = o->gelu_tanh;
     pol->no_fusion = o->no_fusion;
+    pol->fp32_tensors = o->fp32_tensors;
     pol->kv_fp8 = o->kv_fp8;
     return st;
 }
@@ -307,6 +309,9 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     if (o->pipeline_mode && c->rep.dev != TP_DEVICE_GPU)
         return tp_fail(err, TP_ERR_ARG, "--pipeline: the modes are the GPU engine's (this run is on the CPU, whose "
                        "executor runs op by op)");
+    if (o->fp32_tensors && c->rep.dev != TP_DEVICE_GPU)
+        return tp_fail(err, TP_ERR_ARG, "--fp32-protect tensors: the CPU executor runs every op in FP32 already (a GPU "
+                       "engine's choice)");
     if (o->pipeline_mode && o->pipeline_mode != 3 && !o->use_graph)
         return tp_fail(err, TP_ERR_ARG, "--pipeline %s with --no-graph: contradictory (--pipeline eager is eager)",
                        o->pipeline_mode == 1 ? "graph" : "modular");

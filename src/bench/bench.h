@@ -79,6 +79,7 @@ typedef struct {
     int cublaslt_only;   /* --gemm cublaslt: never tprof's own GEMM (tp_engine_options.cublaslt_only) */
     int fp8_promote;     /* --fp8-accum promote: FP8 GEMMs with fp32 promotion (tp_engine_options.fp8_promote) */
     int no_fusion;       /* --fusion off: tp_policy.no_fusion */
+    int fp32_tensors;    /* --fp32-protect tensors: tp_policy.fp32_tensors */
     int sparsity;        /* --sparsity 2:4: the selected linears' weights pruned to 2:4 (bench/sparse.h) */
     const char *sparse_layers; /* --sparse-layers GLOBS (NULL: every linear) */
     int sparse_gemm;     /* --sparse-gemm: 0 auto (cuSPARSELt where faster at build), 1 force (every eligible linear),

@@ -70,6 +70,9 @@ static const char USAGE_BENCH[] =
             "                        weights dense: the control)\n"
             "  --fusion on|off       off: every op its own kernel (no residual add, GELU or token step in a GEMM's\n"
             "                        epilogue), to measure what fusion saves (default on)\n"
+            "  --fp32-protect regs|tensors  RMSNorm and RoPE: FP32 math in registers between 16-bit tensors (regs,\n"
+            "                        default), or as FP32 layers the way TensorRT pins a layer to FP32: input cast to\n"
+            "                        fp32, the op fp32 in and out, output cast back (tensors); what each costs\n"
             "  --attribution         pipelines: four runs, from the first --precision (default bf16) modular without\n"
             "                        fusion to the second (default fp8) in one graph with fusion, one change at a\n"
             "                        time, and each change's share of the speed-up\n"
@@ -554,6 +557,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (IS("--fp8-accum")) return two_way(name, val, "choice", "fast", "promote", &o->fp8_promote) ? -1 : 1;
     else if (IS("--gelu")) return two_way(name, val, "form", "erf", "tanh", &o->gelu_tanh) ? -1 : 1;
     else if (IS("--fusion")) return two_way(name, val, "mode", "on", "off", &o->no_fusion) ? -1 : 1;
+    else if (IS("--fp32-protect")) return two_way(name, val, "mode", "regs", "tensors", &o->fp32_tensors) ? -1 : 1;
     else if (!a->build && IS("--sparsity")) {
         if (strcmp(val, "2:4") != 0) {
             fprintf(stderr, "tprof: --sparsity: unknown pattern '%s' (expected 2:4)\n", val);
@@ -603,7 +607,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--fp32-protect", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};

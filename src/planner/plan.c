@@ -610,6 +610,13 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         default: break;
         }
     }
+    p->fp32_tensors = pol->fp32_tensors;
+    for (int i = 0; i < g->n_ops && !st && pol->fp32_tensors; i++) /* the protection as TensorRT's FP32 layers */
+        if (g->ops[i].kind == TP_OP_RMSNORM || g->ops[i].kind == TP_OP_ROPE) {
+            const size_t n = strlen(p->op_note[i]);
+            snprintf(p->op_note[i] + n, sizeof p->op_note[i] - n, "; FP32 layer (--fp32-protect tensors): input cast "
+                     "to fp32, fp32 in/out, output cast to %s", tp_dtype_info(p->value_dt[g->ops[i].out])->name);
+        }
 out:
     p->no_fusion = pol->no_fusion;
     if (!st && sm > 0 && !pol->no_fusion) fuse_residual_adds(g, p);
@@ -652,6 +659,8 @@ double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
     if (p->op_fused_into && p->op_fused_into[i] >= 0) return 0.0; /* its bytes are the fusing GEMM's */
     const double db = decoder_op_bytes(p, g, op);
     if (db >= 0) return db;
+    if (p->fp32_tensors && (op->kind == TP_OP_RMSNORM || op->kind == TP_OP_ROPE)) /* the casts: fp32 written, read */
+        b += 16.0 * (double)tp_value_numel(&g->values[op->out]);
     if (p->op_epilogue_add && p->op_epilogue_add[i] >= 0) {   /* + the residual read by the epilogue */
         const tp_op *a = &g->ops[p->op_epilogue_add[i]];
         const int r = a->in[0] == op->out ? a->in[1] : a->in[0];

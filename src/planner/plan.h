@@ -49,6 +49,7 @@
 typedef struct {
     tp_precision requested;
     int no_fusion;    /* the policy's: no op fused into another's kernel (tp_policy.no_fusion) */
+    int fp32_tensors; /* the policy's: RMSNorm and RoPE as FP32 layers between casts (tp_policy.fp32_tensors) */
     int sm;           /* target compute capability x 10 (90 = sm_90); 0 = the CPU executor */
     tp_dtype act_dt;  /* storage type of activations that are not quantized */
     int n_values, n_ops;

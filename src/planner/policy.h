@@ -52,6 +52,10 @@ typedef struct {
     int no_fusion; /* 1 (`--fusion off`): no op computed by another's kernel (the residual adds, a GELU and the
                       patch embedding's token step in GEMM epilogues): each op its own kernel, what fusion saves
                       measured against it */
+    int fp32_tensors; /* 1 (`--fp32-protect tensors`): RMSNorm and RoPE run as FP32 layers, the way TensorRT runs a
+                         layer pinned to FP32 between 16-bit or FP8 ones: the input cast to an FP32 tensor, the op
+                         FP32 in and out, its output cast back (three kernels, 16 more bytes a value); 0 (`regs`,
+                         the default): FP32 statistics and angles in registers, 16-bit tensors in memory */
     int kv_fp8;    /* 1 (`--kv-cache fp8`): a decoder's KV cache stored in E4M3 with one static scale per layer's
                       cache (plan.h); 0: in the activation type */
 } tp_policy;

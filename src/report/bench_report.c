@@ -262,6 +262,7 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
     if (o->pipeline_mode > 0 && o->pipeline_mode < 4)
         json_object_set_new(cfg, "pipeline", json_string(PM[o->pipeline_mode]));
     json_object_set_new(cfg, "fusion", json_string(o->no_fusion ? "off" : "on"));
+    json_object_set_new(cfg, "fp32_protect", json_string(o->fp32_tensors ? "tensors" : "regs"));
     json_object_set_new(cfg, "preprocessing", json_string(rep->input.preprocess));
     json_object_set_new(cfg, "checkpoint_config", json_string(rep->checkpoint_note));
     json_object_set_new(root, "config", cfg);
@@ -500,6 +501,9 @@ static void text_start(const tp_bench_report *rep) {
     if (o->no_fusion && rep->dev == TP_DEVICE_GPU)
         printf("Fusion: off (--fusion off): every op its own kernel, no residual add, GELU or token step in a GEMM's "
                "epilogue\n");
+    if (o->fp32_tensors)
+        printf("FP32 protection: tensors (--fp32-protect tensors): RMSNorm and RoPE as FP32 layers, their input cast to "
+               "fp32 and their output cast back, as TensorRT runs a layer pinned to FP32\n");
     const tp_gpu_info *gpu = &rep->gpu;
     if (gpu->present)
         printf("GPU: %d SMs, %.1f GB, driver %s, CUDA driver %d.%d, runtime %d.%d, cuBLASLt %zu\n", gpu->sm_count,

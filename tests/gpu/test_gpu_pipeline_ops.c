@@ -333,6 +333,26 @@ START_TEST(test_pi0_small_engine) {
             ck_assert_msg(k == 2 ? hb == 0 : hb > 0, "%s: stage %s hands over %.0f bytes", g_case, name, hb);
         }
         tp_engine_destroy(em);
+        /* --fp32-protect tensors: RMSNorm and RoPE as FP32 layers between casts: the same math, so the same actions up
+         * to the builds' GEMM choices (timed apart) */
+        tp_policy pol;
+        tp_plan pt;
+        tp_policy_default(&pol, prec);
+        pol.fp32_tensors = 1;
+        ck_assert_msg(tp_plan_build_policy(&g, &pol, dp.major * 10 + dp.minor, &pt, &e) == TP_OK, "%s", e.msg);
+        tp_engine *et = NULL;
+        memset(gm, 0xFF, sizeof(float) * out_n);
+        ck_assert_msg(tp_engine_build(&g, &p, &pt, &o, &et, &e) == TP_OK, "%s fp32 tensors: %s", g_case, e.msg);
+        ck_assert_msg(tp_engine_set_input(et, in, &e) == TP_OK, "%s", e.msg);
+        ck_assert_msg(tp_engine_forward(et, &e) == TP_OK, "%s fp32 tensors: %s", g_case, e.msg);
+        ck_assert_msg(tp_engine_get_output(et, gm, &e) == TP_OK, "%s", e.msg);
+        tp_accuracy_compute(gm, got, B, (int)(out_n / B), &am);
+        printf("  %s: --fp32-protect tensors against regs: actions rel L2 %.3e\n", g_case, am.rel_l2);
+        ck_assert_msg(am.nonfinite == 0 && am.rel_l2 <= (prec == TP_PREC_FP32 ? 1e-5 : 2e-2),
+                      "%s: fp32-tensor actions against the default engine's: rel L2 %.3e", g_case, am.rel_l2);
+        tp_engine_destroy(et);
+        tp_plan_free(&pt);
+        free(gm);
     }
     tp_engine_destroy(eng);
     tp_plan_free(&pl);

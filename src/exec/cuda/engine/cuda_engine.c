@@ -851,6 +851,18 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
         for (int j = 0; j < g->ops[i].n_in; j++) CHECK(e->dptr[y] != e->dptr[g->ops[i].in[j]]);
     }
     if (g->kv_len > 0 && (st = setup_kv(e, err))) goto fail;
+    if (plan->fp32_tensors) { /* the FP32 layers' tensors (engine_launch.c launch_fp32_layer) */
+        size_t m = 0;
+        for (int i = 0; i < g->n_ops; i++)
+            if (g->ops[i].kind == TP_OP_RMSNORM || g->ops[i].kind == TP_OP_ROPE) {
+                const size_t n = (size_t)tp_value_numel(&g->values[g->ops[i].out]);
+                if (n > m) m = n;
+            }
+        if (m && !(st = tpe_dev_alloc(e, 4 * m, (void **)&e->d_f32x, "an FP32 layer's input", err)))
+            st = tpe_dev_alloc(e, 4 * m, (void **)&e->d_f32y, "an FP32 layer's output", err);
+        if (st) goto fail;
+        e->act_bytes += 8.0 * (double)m;
+    }
 
     /* GEMM plans and the im2col scratch */
     st = tp_gemm_ctx_create(opt->workspace_bytes ? opt->workspace_bytes : (32u << 20), &e->gemm, err);

@@ -121,6 +121,8 @@ struct tp_engine {
     int *kv_flash;             /* per KV attention op: 1 when the flash kernel runs it as a prefill (past 0) */
     void *d_kv16;              /* an FP8 cache's prefill: its first T rows dequantized (2, B, T, W) for the flash
                                   kernel (the largest such op's; one stream) */
+    float *d_f32x, *d_f32y;    /* --fp32-protect tensors: an FP32 layer's input and output (plan.h fp32_tensors; the
+                                  largest RMSNorm or RoPE output's size, shared: one stream) */
     int device;                /* tp_engine_options.device: the GPU this engine runs on */
     /* tensor parallelism (engine_tp.c): the engine tp_engine_build_tp returns is rank 0's, the leader, through
      * which every public function drives all ranks */

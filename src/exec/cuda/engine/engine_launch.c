@@ -55,6 +55,37 @@ size_t tpe_act_alloc_bytes(const tp_engine *e, int v) {
 
 
 
+static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s);
+
+/* --fp32-protect tensors (plan.h fp32_tensors): RMSNorm or RoPE as TensorRT runs a layer pinned to FP32 between
+ * lower-precision ones: a reformat of the input into an FP32 tensor, the op FP32 in and out, a reformat of its output
+ * into the value's type (under its scale when E4M3). The op's kernel is the same one: only the tensors differ. */
+static int launch_fp32_layer(tp_engine *e, int i, cudaStream_t s) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    const int x = op->in[0], y = op->out;
+    const size_t n = (size_t)tp_value_numel(&g->values[y]);
+    HOOK(e, i, TP_CAT_CONVERT);
+    int rc = tpk_convert(e->dptr[x], pl->value_dt[x], e->d_f32x, TP_F32, NULL, n, s);
+    if (rc) return rc;
+    HOOK(e, i, tp_op_category(op->kind));
+    const tp_value *o = &g->values[y], *xv = &g->values[x];
+    if (op->kind == TP_OP_RMSNORM) {
+        const int C = (int)o->shape[o->ndim - 1];
+        rc = tpk_rmsnorm(e->d_f32x, TP_F32, e->dptr[op->in[1]], pl->value_dt[op->in[1]], e->d_f32y, TP_F32,
+                         (int)(n / (size_t)C), C, op->eps, op->norm_offset, s);
+    } else {
+        rc = tpk_rope_at(e->d_f32x, TP_F32, e->d_f32y, TP_F32, (int)xv->shape[0], (int)xv->shape[1], op->heads,
+                         op->head_dim, e->d_invfreq[i], e->d_past, op->n_in > 1 ? (const float *)e->dptr[op->in[1]] : NULL,
+                         op->prefix, s);
+    }
+    if (rc) return rc;
+    HOOK(e, i, TP_CAT_CONVERT);
+    return tpk_convert(e->d_f32y, TP_F32, e->dptr[y], pl->value_dt[y],
+                       pl->value_dt[y] == TP_E4M3 ? e->d_scales + SCALE_SLOT * y : NULL, n, s);
+}
+
 /* The decoder ops (graph.h): their kernels in decoder_ops.h, the cache position on the device (e->d_past). */
 static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
     const tp_graph *g = e->g;
@@ -353,7 +384,10 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
         if ((rc = tp_nccl_all_reduce(e->nccl, e->rank, x, y, (size_t)tp_value_numel(o), ydt, s)))
             return tp_fail(err, TP_ERR_CUDA, "op %s (all-reduce): %s", op->layer, tp_nccl_error(e->nccl, rc));
         break;
-    default: rc = tp_op_kind_pipeline(op->kind) ? tpe_launch_pipeline_op(e, i, s) : launch_decoder_op(e, i, s); break;
+    default:
+        if (pl->fp32_tensors && (op->kind == TP_OP_RMSNORM || op->kind == TP_OP_ROPE)) rc = launch_fp32_layer(e, i, s);
+        else rc = tp_op_kind_pipeline(op->kind) ? tpe_launch_pipeline_op(e, i, s) : launch_decoder_op(e, i, s);
+        break;
     }
     if (rc)
         return tp_fail(err, TP_ERR_CUDA, "op %s (%s): launch failed: error %d (%s)", op->layer,
