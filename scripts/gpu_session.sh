@@ -331,6 +331,24 @@ for s in $steps; do
       xz -9 "$OUT/pi0_profile.log"
     fi
     ;;
+  pi0prot)
+    # issue 21: the drift per stage and the FP32 protection's cost: the pipeline GPU tests (taps, --fp32-protect
+    # tensors against regs), then pi0 in PROT_PRECS with the GPU reference, regs then tensors, one graph
+    d="$OUT/pi0prot"
+    mkdir -p "$d"
+    echo "=== pi0: drift per stage against the FP32 GPU reference, --fp32-protect regs against tensors"
+    if [ "${PI0_TESTS:-1}" != 0 ]; then
+      CK_RUN_SUITE=gpu_pipeline_ops "$BUILD/tests/test_gpu" > "$d/gpu_tests.log" 2>&1 || rc=1
+      grep -E "drift|fp32-protect|Checks|FAIL|:F:|:E:" "$d/gpu_tests.log" | grep -E "fp16 graph, unfused|Checks|FAIL|:F:|:E:|fp32-protect" | head -30
+    fi
+    for prot in ${PROT_MODES:-regs tensors}; do
+      timeout "${PI0_S:-150}" "$BUILD/tprof" bench --model pi0 --batch 1 --precision "${PROT_PRECS:-bf16,fp8}" \
+        --fp32-protect "$prot" --reference gpu --ref-samples 1 --duration 1 --json "$d/pi0_$prot.json" \
+        > "$d/pi0_$prot.log" 2>&1 || rc=1
+      grep -E "^(fp16|bf16|fp8) +[0-9]|^  (vision|prefix|expert)|Drift|FP32 protection|error" "$d/pi0_$prot.log" | head -40
+    done
+    tar cJf "$OUT/pi0prot.tar.xz" -C "$OUT" pi0prot && rm -rf "$d"
+    ;;
   sparse)
     # issue 22: the sparse GEMMs against the CPU (cuSPARSELt required; SPARSE_TESTS=0: not them), then ViT-B/16 at
     # batch 64 dense and 2:4 per precision in SPARSE_PRECS (default fp16 fp8), then the GEMM lab and PyTorch's peer
