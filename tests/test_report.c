@@ -808,6 +808,17 @@ START_TEST(test_write_stages) {
         ck_assert_msg(strstr(md, MD[k]) != NULL, "report.md lacks \"%s\"", MD[k]);
     ck_assert_ptr_null(strstr(md, "| `vision` | fp16")); /* the baseline has no vision stage: no row */
     free(md);
+    /* a policy's outputs are actions: its unit in the throughput column, no top-1 */
+    cfg.unit = "observation";
+    cfg.not_logits = 1;
+    entries[0].ref_images = entries[1].ref_images = 1;
+    entries[0].top1 = entries[1].top1 = NAN;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    md = read_in(dir, "report.md");
+    ck_assert_msg(strstr(md, "| Observations/s |") && !strstr(md, "Images/s") && strstr(md, "| n/a | 1 |") &&
+                      strstr(md, "the outputs against") && !strstr(md, "top-1 class"),
+                  "%s", md);
+    free(md);
     snprintf(p, sizeof p, "%s/report.json", dir);
     json_error_t je;
     json_t *j = json_load_file(p, 0, &je);

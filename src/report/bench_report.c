@@ -390,6 +390,8 @@ static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
     snprintf(peak_shape, sizeof peak_shape, "%d x %d x %d%s", peak_n, peak_n, peak_n,
              emu ? "; emulated formats on their emulation path (bf16 GEMM)" : "");
     cfg.model = tp_model_name(&rep->model);
+    cfg.unit = rep->input.unit;
+    cfg.not_logits = rep->output.classes <= 0;
     cfg.reference = rep->reference == TP_REF_GPU ? "FP32 GPU" : "FP32 CPU";
     cfg.batch = o->batch;
     cfg.gpu = gpu->name;
@@ -424,7 +426,7 @@ static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
         e->weight_bytes = r->format_weight_bytes;
         e->emulated_ops = r->n_emulated_ops;
         e->cosine = r->acc.cosine, e->rel_l2 = r->acc.rel_l2, e->max_abs = r->acc.max_abs;
-        e->top1 = r->acc.top1_agree;
+        e->top1 = rep->output.classes > 0 ? r->acc.top1_agree : NAN;
         e->ref_images = R;
         e->attn_cost = r->attn_cost; /* measured once, in the benchmark (attention_cost) */
         e->n_attn_cost = r->n_attn_cost;

@@ -12,6 +12,7 @@
 #include "report/compare_stages.h"
 
 #include <errno.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -510,11 +511,14 @@ static void pair_recos(model *m, int i) {
     /* Speed bought with accuracy. */
     double sp = b->median_ms > 0 && e->median_ms > 0 ? b->median_ms / e->median_ms : 0;
     if (sp > 0 && sp < TH_PAYOFF && e->ref_images > 0 && (e->top1 < b->top1 || e->cosine < b->cosine) &&
-        (r = add_reco(m, "payoff", i, "measured_speedup", sp, TH_PAYOFF)))
+        (r = add_reco(m, "payoff", i, "measured_speedup", sp, TH_PAYOFF))) {
+        char t1[80] = "";
+        if (!isnan(e->top1)) snprintf(t1, sizeof t1, "top-1 agreement %.1f %% against %.1f %%, ", 100 * e->top1, 100 * b->top1);
         cat_text(r,
-                 "%s is only %.3f× faster than %s (%.3f → %.3f ms per pass) for lower accuracy (top-1 agreement "
-                 "%.1f %% against %.1f %%, cosine %.6f against %.6f): at this batch it does not pay off yet.",
-                 ep, sp, bp, b->median_ms, e->median_ms, 100 * e->top1, 100 * b->top1, e->cosine, b->cosine);
+                 "%s is only %.3f× faster than %s (%.3f → %.3f ms per pass) for lower accuracy (%scosine %.6f against "
+                 "%.6f): at this batch it does not pay off yet.",
+                 ep, sp, bp, b->median_ms, e->median_ms, t1, e->cosine, b->cosine);
+    }
 }
 
 static void entry_recos(model *m, int i) {
@@ -524,12 +528,21 @@ static void entry_recos(model *m, int i) {
     if (e->ref_images > 0 && (e->top1 < TH_TOP1 || e->cosine < TH_COSINE) &&
         (r = add_reco(m, "accuracy", i, e->top1 < TH_TOP1 ? "top1" : "cosine", e->top1 < TH_TOP1 ? e->top1 : e->cosine,
                       e->top1 < TH_TOP1 ? TH_TOP1 : TH_COSINE)))
-        cat_text(r,
-                 "%s agrees with the FP32 reference on the top-1 class for %.1f %% of %d images (cosine %.5f, "
-                 "relative L2 %.4f), under the %.0f %% / %.3f thresholds: check on more images (one image is %.1f %% "
-                 "here), and keep the most sensitive layers in higher precision or refine the scales.",
-                 ep, 100 * e->top1, e->ref_images, e->cosine, e->rel_l2, 100 * TH_TOP1, TH_COSINE,
-                 100.0 / e->ref_images);
+    {
+        if (isnan(e->top1)) /* not logits: the cosine alone */
+            cat_text(r,
+                     "%s's outputs reach cosine %.5f (relative L2 %.4f) against the FP32 reference over %d samples, "
+                     "under the %.3f threshold: keep the most sensitive layers in higher precision (the drift per "
+                     "stage, where the model has stages, says where it is lost) or refine the scales.",
+                     ep, e->cosine, e->rel_l2, e->ref_images, TH_COSINE);
+        else
+            cat_text(r,
+                     "%s agrees with the FP32 reference on the top-1 class for %.1f %% of %d images (cosine %.5f, "
+                     "relative L2 %.4f), under the %.0f %% / %.3f thresholds: check on more images (one image is "
+                     "%.1f %% here), and keep the most sensitive layers in higher precision or refine the scales.",
+                     ep, 100 * e->top1, e->ref_images, e->cosine, e->rel_l2, 100 * TH_TOP1, TH_COSINE,
+                     100.0 / e->ref_images);
+    }
     int w = tp_compare_attn_worst(e->attn_cost, e->n_attn_cost);
     if (w >= 0 && !(e->attn_cost[w].cosine >= TH_ATTN_COSINE)) {
         const tp_attn_cost *a = &e->attn_cost[w];
@@ -615,11 +628,14 @@ static void chart(tp_doc *d, const model *m, const char *file, const char *alt, 
 
 static void sec_summary(tp_doc *d, const model *m) {
     const tp_compare_entry *b = &m->e[m->base];
-    char sp[48], wb[32];
+    char sp[48], wb[32], per_s[48], samples[40];
+    const char *unit = m->cfg->unit && m->cfg->unit[0] ? m->cfg->unit : "image";
     tp_doc_heading(d, 2, "summary", "Summary");
     snprintf(sp, sizeof sp, "Speedup vs. %s", pname(b->prec));
-    tp_doc_table_open(d, "lrrrrrrrrrrrrr", "Precision", "Median (ms)", "Mean (ms)", "p99 (ms)", "CoV", "Images/s",
-                      "Batches/s", "Weights", sp, "Cosine", "Rel. L2", "Max abs", "Top-1", "Images", NULL);
+    snprintf(per_s, sizeof per_s, "%c%ss/s", toupper((unsigned char)unit[0]), unit + 1); /* "Images/s" */
+    snprintf(samples, sizeof samples, "%c%ss", toupper((unsigned char)unit[0]), unit + 1);
+    tp_doc_table_open(d, "lrrrrrrrrrrrrr", "Precision", "Median (ms)", "Mean (ms)", "p99 (ms)", "CoV", per_s,
+                      "Batches/s", "Weights (format)", sp, "Cosine", "Rel. L2", "Max abs", "Top-1", samples, NULL);
     for (int i = 0; i < m->n; i++) {
         const tp_compare_entry *e = &m->e[i];
         tp_doc_tr_open(d);
@@ -637,7 +653,8 @@ static void sec_summary(tp_doc *d, const model *m) {
             tp_doc_td(d, "%.6f", e->cosine);
             tp_doc_td(d, "%.4g", e->rel_l2);
             tp_doc_td(d, "%.4g", e->max_abs);
-            tp_doc_td(d, "%.1f %%", 100 * e->top1);
+            if (isnan(e->top1)) tp_doc_td(d, "n/a");
+            else tp_doc_td(d, "%.1f %%", 100 * e->top1);
             tp_doc_td(d, "%d", e->ref_images);
         } else {
             for (int k = 0; k < 5; k++) tp_doc_td(d, "n/a");
@@ -648,9 +665,11 @@ static void sec_summary(tp_doc *d, const model *m) {
     tp_doc_para(
         d,
         "Latency: event-timed GPU compute time per forward pass of batch %d (CUDA events; median, mean and p99 over "
-        "the timed runs; host-device transfers excluded). Accuracy: logits against the %s reference on the "
-        "same weights and inputs (cosine similarity, relative L2 error, largest absolute error, top-1 agreement).",
-        m->cfg->batch, m->cfg->reference ? m->cfg->reference : "FP32 CPU");
+        "the timed runs; host-device transfers excluded). Weights: in their format (the plan's bytes). Accuracy: "
+        "%s against the %s reference on the same weights and inputs (cosine similarity, relative L2 error, largest "
+        "absolute error%s).",
+        m->cfg->batch, m->cfg->not_logits ? "the outputs" : "logits", m->cfg->reference ? m->cfg->reference : "FP32 CPU",
+        m->cfg->not_logits ? "; no top-1: the output is not logits" : ", top-1 agreement");
 }
 
 static void sec_config(tp_doc *d, const model *m) {

@@ -49,6 +49,8 @@ typedef struct {
 typedef struct {
     const char *model;
     int batch;
+    const char *unit;  /* what one sample is ("image", "sequence", "observation"); NULL: "image" */
+    int not_logits;    /* 1: the output is not logits (actions, features): no top-1 agreement */
     const char *gpu, *driver, *cuda, *cublaslt; /* versions as strings */
     double warmup_ms;
     int iterations;

@@ -94,8 +94,10 @@ START_TEST(test_spgemm) {
     CUDA_OK(cudaStreamSynchronize(g_stream));
     tol_t t = {dt == TP_F16 ? 2e-3 : 1e-2, dt == TP_F16 ? 4e-3 : 2e-2};
     check_close(g_case, download_f32(dt, dy, (size_t)sh.M * sh.N, 1.0f), ref, (size_t)sh.M * sh.N, (size_t)sh.N, t);
-    printf("  %s: compressed weight %zu bytes (dense %zu)\n", g_case, tp_spgemm_weight_bytes(p),
-           (size_t)sh.N * sh.K * esize(dt));
+    char alg[128];
+    tp_spgemm_describe(p, alg, sizeof alg);
+    printf("  %s: compressed weight %zu bytes (dense %zu); %s\n", g_case, tp_spgemm_weight_bytes(p),
+           (size_t)sh.N * sh.K * esize(dt), alg);
     tp_spgemm_destroy(p);
     tp_spgemm_ctx_destroy(c);
 }

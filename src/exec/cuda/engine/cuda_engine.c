@@ -655,10 +655,18 @@ static tp_status alloc_activations(tp_engine *e, tp_error *err) {
         const int v = g->inputs[k];
         st = tpe_dev_alloc(e, value_bytes(e, v), &e->dptr[v], g->values[v].name, err);
         if (!st) e->act_bytes += (double)value_bytes(e, v);
+        if (!st && tpk_fill_uniform(e->dptr[v], TP_F32, (size_t)tp_value_numel(&g->values[v]), 0x5eedf000u + (unsigned)k,
+                                    e->stream)) /* defined before the first upload, as the activations below */
+            st = tp_fail(err, TP_ERR_CUDA, "filling the input buffers: %s", cudaGetErrorString(cudaGetLastError()));
     }
     for (int k = 0; !st && k < n; k++) {
         st = tpe_dev_alloc(e, slot_bytes[k], &sp[k], "activations", err);
         if (!st) e->act_bytes += (double)slot_bytes[k];
+        /* defined, non-zero contents before the build times its kernel choices on these buffers (the first pass
+         * has not written them yet): fp16 values in [-1, 1) (finite as fp32 and bf16 too), never zeros */
+        if (!st && (cudaMemsetAsync(sp[k], 0, slot_bytes[k], e->stream) != cudaSuccess ||
+                    tpk_fill_uniform(sp[k], TP_F16, slot_bytes[k] / 2, 0x5eed0000u + (unsigned)k, e->stream)))
+            st = tp_fail(err, TP_ERR_CUDA, "filling the activation buffers: %s", cudaGetErrorString(cudaGetLastError()));
     }
     for (int v = 0; !st && v < g->n_values; v++) {
         if (slot[v] >= 0) e->dptr[v] = sp[slot[v]];

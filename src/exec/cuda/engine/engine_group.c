@@ -110,6 +110,14 @@ tp_status tpe_upload_groups(tp_engine *e, tp_error *err) {
             aligned &= w_ok && (g->ops[j].n_in < 3 || value_bytes(e, g->ops[j].in[2]) % 16 == 0);
         }
         if (!aligned) continue;
+        /* a group repeating an earlier one's parameters (pi0's expert, one group per denoise step over the same
+         * weights) takes that group's layout through the repeats (upload_params): uploading it again would hold a
+         * copy per step (3.6 GB of pi0's bf16 engine, bench/results 2026-11-26) */
+        int repeated = 1;
+        for (int j = i; j >= 0 && repeated; j = e->group_next[j])
+            for (int w = 1; w < g->ops[j].n_in && w <= 2; w++)
+                repeated &= e->repeats && e->repeats[g->ops[j].in[w]] >= 0;
+        if (repeated) continue;
         tp_status st = fp4_group(e, i) ? upload_fp4_part(e, i, err) : upload_part(e, i, 1, err);
         if (!st && g->ops[i].n_in > 2) st = upload_part(e, i, 2, err);
         if (st) return st;

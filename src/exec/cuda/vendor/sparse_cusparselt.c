@@ -70,6 +70,10 @@ int tp_spgemm_run(tp_spgemm_ctx *c, const tp_spgemm *p, const void *x, const voi
     return -1;
 }
 size_t tp_spgemm_weight_bytes(const tp_spgemm *p) { (void)p; return 0; }
+void tp_spgemm_describe(const tp_spgemm *p, char *buf, size_t n) {
+    (void)p;
+    if (buf && n) buf[0] = 0;
+}
 void tp_spgemm_destroy(tp_spgemm *p) { (void)p; }
 int tp_spgemm_available(char *msg, size_t n) {
     if (msg && n) snprintf(msg, n, "cuSPARSELt not loaded: %s", NO_HEADER);
@@ -105,6 +109,8 @@ typedef struct {
     cusparseStatus_t (*alg_init)(const cusparseLtHandle_t *, cusparseLtMatmulAlgSelection_t *,
                                  const cusparseLtMatmulDescriptor_t *, cusparseLtMatmulAlg_t);
     cusparseStatus_t (*alg_destroy)(const cusparseLtMatmulAlgSelection_t *);
+    cusparseStatus_t (*alg_get)(const cusparseLtHandle_t *, const cusparseLtMatmulAlgSelection_t *,
+                                cusparseLtMatmulAlgAttribute_t, void *, size_t);
     cusparseStatus_t (*plan_init)(const cusparseLtHandle_t *, cusparseLtMatmulPlan_t *,
                                   const cusparseLtMatmulDescriptor_t *, const cusparseLtMatmulAlgSelection_t *);
     cusparseStatus_t (*plan_destroy)(const cusparseLtMatmulPlan_t *);
@@ -141,6 +147,7 @@ static const char *resolve(void *h, spl_api *a) {
     SYM(matmul_set, "cusparseLtMatmulDescSetAttribute");
     SYM(alg_init, "cusparseLtMatmulAlgSelectionInit");
     SYM(alg_destroy, "cusparseLtMatmulAlgSelectionDestroy");
+    SYM(alg_get, "cusparseLtMatmulAlgGetAttribute");
     SYM(plan_init, "cusparseLtMatmulPlanInit");
     SYM(plan_destroy, "cusparseLtMatmulPlanDestroy");
     SYM(workspace, "cusparseLtMatmulGetWorkspace");
@@ -228,6 +235,7 @@ struct tp_spgemm {
     size_t comp_bytes, ws_bytes;
     const void *bias; /* the bias pointer set on the matmul descriptor */
     float alpha;      /* the desc's (1 when it gave 0) */
+    int alg_id, split_k, split_k_mode; /* what the search kept */
     char name[96];
 };
 
@@ -280,6 +288,12 @@ void tp_spgemm_destroy(tp_spgemm *p) {
 }
 
 size_t tp_spgemm_weight_bytes(const tp_spgemm *p) { return p ? p->comp_bytes : 0; }
+
+void tp_spgemm_describe(const tp_spgemm *p, char *buf, size_t n) {
+    if (!buf || !n) return;
+    snprintf(buf, n, "algorithm %d, split-K %d%s, workspace %zu bytes", p->alg_id, p->split_k,
+             p->split_k > 1 ? (p->split_k_mode == CUSPARSELT_SPLIT_K_MODE_TWO_KERNELS ? " (two kernels)" : " (one kernel)") : "", p->ws_bytes);
+}
 
 #define SPL(call)                                                                                              \
     do {                                                                                                       \
@@ -356,7 +370,12 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     }
     size_t cb = 0;
     SPL(a->compressed_size(&c->h, &p->plan, &p->comp_bytes, &cb));
-    CUDA(cudaMalloc(&p->comp, p->comp_bytes));
+    /* allocated with a tile of slack: cuSPARSELt 0.8.0's sm_90 kernels read the compressed weight a whole K tile
+     * at a time, past the size it reports when K is small (compute-sanitizer memcheck, an H100, 2026-11-26: 1024-byte
+     * reads beyond a 1,280-byte buffer at N 64, K 16); the slack keeps such reads inside the allocation */
+    const size_t slack = (size_t)((d->N + 255) / 256 * 256) * 128 * (d->dt == TP_E4M3 ? 1 : 2);
+    CUDA(cudaMalloc(&p->comp, p->comp_bytes + slack));
+    CUDA(cudaMemsetAsync(p->comp, 0, p->comp_bytes + slack, s));
     if (cb) CUDA(cudaMalloc(&p->comp_buf, cb));
     SPL(a->compress(&c->h, &p->plan, w, p->comp, p->comp_buf, s));
     SPL(a->workspace(&c->h, &p->plan, &p->ws_bytes));
@@ -365,6 +384,9 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
         const float alpha = p->alpha, beta = d->residual ? 1.0f : 0.0f;
         SPL(a->search(&c->h, &p->plan, &alpha, p->comp, x, &beta, d->residual ? residual : y, y, p->ws, &s, 1));
     }
+    SPL(a->alg_get(&c->h, &p->alg, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &p->alg_id, sizeof p->alg_id));
+    SPL(a->alg_get(&c->h, &p->alg, CUSPARSELT_MATMUL_SPLIT_K, &p->split_k, sizeof p->split_k));
+    SPL(a->alg_get(&c->h, &p->alg, CUSPARSELT_MATMUL_SPLIT_K_MODE, &p->split_k_mode, sizeof p->split_k_mode));
     size_t ws2 = 0; /* the algorithm the search kept may want more */
     SPL(a->workspace(&c->h, &p->plan, &ws2));
     if (ws2 > p->ws_bytes) {

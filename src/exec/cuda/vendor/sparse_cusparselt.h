@@ -57,6 +57,8 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
  * graph (one matmul kernel, no allocation). */
 int tp_spgemm_run(tp_spgemm_ctx *c, const tp_spgemm *p, const void *x, const void *bias, const void *residual, void *y,
                   tp_stream stream);
+/* What the search kept: "algorithm 3, split-K 2 (one kernel), workspace 4096 bytes" ("" without cuSPARSELt). */
+void tp_spgemm_describe(const tp_spgemm *p, char *buf, size_t n);
 /* Device bytes of the compressed weight (values and metadata). */
 size_t tp_spgemm_weight_bytes(const tp_spgemm *p);
 void tp_spgemm_destroy(tp_spgemm *p);
