@@ -348,11 +348,11 @@ START_TEST(test_pi0_small_engine) {
         ck_assert_msg(tp_engine_get_output(et, gm, &e) == TP_OK, "%s", e.msg);
         tp_accuracy_compute(gm, got, B, (int)(out_n / B), &am);
         printf("  %s: --fp32-protect tensors against regs: actions rel L2 %.3e\n", g_case, am.rel_l2);
+        fflush(stdout);
         ck_assert_msg(am.nonfinite == 0 && am.rel_l2 <= (prec == TP_PREC_FP32 ? 1e-5 : 2e-2),
                       "%s: fp32-tensor actions against the default engine's: rel L2 %.3e", g_case, am.rel_l2);
         tp_engine_destroy(et);
         tp_plan_free(&pt);
-        free(gm);
     }
     tp_engine_destroy(eng);
     tp_plan_free(&pl);
