@@ -63,7 +63,7 @@ void tp_compare_sparse_section(tp_doc *d, const tp_compare_config *c, const tp_c
                 tp_doc_td(d, "-");
                 tp_doc_td(d, "-");
             }
-            tp_doc_td(d, "%s", r->state < 0 ? r->why : "");
+            tp_doc_td(d, "%s", r->why); /* a kept dense GEMM may say why too (the whole pass) */
             tp_doc_tr_close(d);
         }
         tp_doc_table_close(d);

@@ -136,9 +136,12 @@ int tp_engine_tp_size(const tp_engine *e);
 int tp_engine_pdl_edges(const tp_engine *e, int *total);
 const char *tp_engine_nccl(const tp_engine *e);
 /* With tp_engine_options.sparse: op `op`'s 2:4 sparse GEMM, 1 when it runs, 0 when the dense GEMM was kept (faster
- * at build), -2 when the op is a linear with a 2:4 weight but has none (*why, may be NULL: the reason, as long as
- * the engine), -1 otherwise; *sparse_us and *dense_us (may be NULL): the build-time times of both (tpe_time_op's
- * mean of 10). */
+ * at build alone, or the whole pass faster without the sparse GEMMs: then *why says so), -2 when the op is a linear
+ * with a 2:4 weight but has none (*why, may be NULL: the reason, as long as the engine), -1 otherwise; *sparse_us
+ * and *dense_us (may be NULL): the build-time times of both (tpe_time_op's mean of 10). Under auto (sparse 1) the
+ * picks are kept only when the whole forward pass, timed eagerly with and without them, is faster with them; a
+ * sparse GEMM whose output differs from the dense one's (relative L2 over 1e-2 in F16, 3e-2 otherwise) is never
+ * kept. */
 int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *dense_us, const char **why);
 /* A modular engine's stages (tp_engine_options.modular): their number (0 otherwise) and, for i below it, stage i's
  * name into name (n bytes) and *bytes, the bytes it hands over to later stages. */
