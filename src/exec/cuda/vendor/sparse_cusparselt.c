@@ -380,7 +380,9 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     SPL(a->compress(&c->h, &p->plan, w, p->comp, p->comp_buf, s));
     SPL(a->workspace(&c->h, &p->plan, &p->ws_bytes));
     if (p->ws_bytes) CUDA(cudaMalloc(&p->ws, p->ws_bytes));
-    {
+    /* TPROF_SPGEMM_SEARCH=0 (a lab switch, docs/sparsity.md): the default algorithm, no search */
+    const char *srch = getenv("TPROF_SPGEMM_SEARCH");
+    if (!srch || strcmp(srch, "0") != 0) {
         const float alpha = p->alpha, beta = d->residual ? 1.0f : 0.0f;
         SPL(a->search(&c->h, &p->plan, &alpha, p->comp, x, &beta, d->residual ? residual : y, y, p->ws, &s, 1));
     }
