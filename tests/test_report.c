@@ -808,6 +808,30 @@ START_TEST(test_write_stages) {
         ck_assert_msg(strstr(md, MD[k]) != NULL, "report.md lacks \"%s\"", MD[k]);
     ck_assert_ptr_null(strstr(md, "| `vision` | fp16")); /* the baseline has no vision stage: no row */
     free(md);
+    /* the drift per stage, where the entries have one: a row per stage label and entry, in the JSON too */
+    tp_stage_drift dr[2][2];
+    memset(dr, 0, sizeof dr);
+    snprintf(dr[0][0].stage, sizeof dr[0][0].stage, "vision: image tokens");
+    snprintf(dr[0][1].stage, sizeof dr[0][1].stage, "prefix: K, V of every layer");
+    dr[1][0] = dr[0][0], dr[1][1] = dr[0][1];
+    dr[0][0].acc.cosine = 0.999908, dr[0][0].acc.rel_l2 = 1.354e-2, dr[0][1].acc.cosine = 0.999629, dr[0][1].acc.rel_l2 = 2.724e-2;
+    dr[1][0].acc.cosine = 0.994618, dr[1][0].acc.rel_l2 = 1.038e-1, dr[1][1].acc.cosine = 0.962460, dr[1][1].acc.rel_l2 = 2.737e-1;
+    entries[0].drift = dr[0], entries[0].n_drift = 2;
+    entries[1].drift = dr[1], entries[1].n_drift = 2;
+    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    md = read_in(dir, "report.md");
+    ck_assert_msg(strstr(md, "Accuracy drift per stage") && strstr(md, "| prefix: K, V of every layer | fp8 | 0.962460 | 2.737e-01 |") &&
+                      strstr(md, "| vision: image tokens | fp16 | 0.999908 | 1.354e-02 |"),
+                  "%s", md);
+    free(md);
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    json_error_t dje;
+    json_t *dj = json_load_file(p, 0, &dje);
+    ck_assert_msg(dj != NULL, "%s", dje.text);
+    ck_assert_int_eq((int)json_array_size(jget(dj, "stage_drift")), 4);
+    ck_assert(close_to(json_number_value(jget(json_array_get(jget(dj, "stage_drift"), 3), "cosine")), 0.962460, 1e-12));
+    json_decref(dj);
+    entries[0].drift = entries[1].drift = NULL, entries[0].n_drift = entries[1].n_drift = 0;
     /* a policy's outputs are actions: its unit in the throughput column, no top-1 */
     cfg.unit = "observation";
     cfg.not_logits = 1;

@@ -427,6 +427,7 @@ static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
         e->emulated_ops = r->n_emulated_ops;
         e->cosine = r->acc.cosine, e->rel_l2 = r->acc.rel_l2, e->max_abs = r->acc.max_abs;
         e->top1 = rep->output.classes > 0 ? r->acc.top1_agree : NAN;
+        e->drift = r->drift, e->n_drift = r->n_drift;
         e->ref_images = R;
         e->attn_cost = r->attn_cost; /* measured once, in the benchmark (attention_cost) */
         e->n_attn_cost = r->n_attn_cost;

@@ -1389,6 +1389,11 @@ static json_t *report_json(const model *m) {
     json_object_set_new(j, "roofline", a);
     if (tp_compare_has_decode(m->e, m->n)) json_object_set_new(j, "decode", tp_compare_decode_json(m->e, m->n));
     if (tp_compare_has_stages(m->e, m->n)) json_object_set_new(j, "stages", tp_compare_stages_json(m->e, m->n, m->base));
+    for (int i = 0; i < m->n; i++)
+        if (m->e[i].n_drift > 0) {
+            json_object_set_new(j, "stage_drift", tp_compare_drift_json(m->e, m->n));
+            break;
+        }
     if (m->cfg->sparse_layers) json_object_set_new(j, "sparsity", tp_compare_sparse_json(m->cfg, m->e, m->n));
 
     a = json_array();

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "bench/drift.h"  /* tp_stage_drift */
 #include "bench/sparse.h" /* tp_sparse_op_row */
 #include "profile/analysis.h"
 #include "profile/trace.h"
@@ -44,6 +45,9 @@ typedef struct {
     /* --sparsity: one row per linear with a 2:4 weight (NULL, 0 without) */
     const tp_sparse_op_row *sparse;
     int n_sparse;
+    /* a pipeline's accuracy per stage against the FP32 reference (bench/drift.h; NULL, 0 without) */
+    const tp_stage_drift *drift;
+    int n_drift;
 } tp_compare_entry;
 
 typedef struct {
