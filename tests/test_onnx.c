@@ -1,7 +1,8 @@
 /* test_onnx.c: the ONNX reader (src/io/onnx.h, issue 24) on files the `onnx` package wrote
  * (tools/make_onnx_fixtures.py): what it reads (opset, symbolic shapes, each way an initializer stores its bytes,
  * external data, node attributes), the model computed from what was read against onnxruntime's numbers, and one
- * error per check, each naming what is wrong. */
+ * error per check, each naming what is wrong. Then the reference interpreter (src/io/onnx_run.h) on the same files:
+ * tiny.onnx and every timm ViT graph against onnxruntime's outputs, at batch 2 and 1, and its refusals. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 
 #include "formats/dtype.h"
 #include "io/onnx.h"
+#include "io/onnx_run.h"
 #include "io/safetensors.h"
 
 #define FX "tests/fixtures/onnx/"
@@ -212,6 +214,171 @@ START_TEST(test_elem_types) {
 }
 END_TEST
 
+/* ---- the reference interpreter (src/io/onnx_run.h) ---------------------------------------------------------- */
+
+#define VX "tests/fixtures/onnx_vit/"
+
+static float *read_f32(const char *path, size_t n) {
+    float *v = malloc(n * sizeof(float));
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(v && f, "%s", path);
+    ck_assert_uint_eq(fread(v, sizeof(float), n, f), n);
+    ck_assert_int_eq(fgetc(f), EOF); /* the file holds exactly n values */
+    fclose(f);
+    return v;
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
+    return sqrt(d / r);
+}
+
+static double max_abs(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+/* Runs a one-input graph with batch bound; returns the status, the first output in *r */
+static tp_status run1(const tp_onnx_model *m, int64_t batch, const float *x, int64_t numel, tp_onnx_result *r,
+                      tp_error *e) {
+    const tp_onnx_dim dims[] = {{"batch", batch}};
+    const float *const inputs[] = {x};
+    const tp_onnx_run_args a = {.dims = dims, .n_dims = 1, .inputs = inputs, .input_numel = &numel};
+    return tp_onnx_run(m, &a, 1, r, e);
+}
+
+/* tiny.onnx, both outputs: y against onnxruntime's numbers, rt = relu(x W + b)^T (the Max-with-0 node) */
+START_TEST(test_run_tiny) {
+    tp_onnx_model *m = load_ok(FX "tiny.onnx");
+    const float x[8] = {1, 2, 3, 4, -1, 0.5f, 0, 2};
+    const tp_onnx_dim dims[] = {{"batch", 2}};
+    const float *const inputs[] = {x};
+    const int64_t numel = 8;
+    const tp_onnx_run_args a = {.dims = dims, .n_dims = 1, .inputs = inputs, .input_numel = &numel};
+    tp_onnx_result r[2];
+    tp_error e = {0};
+    ck_assert_msg(tp_onnx_run(m, &a, 2, r, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(r[0].ndim, 2);
+    ck_assert_int_eq(r[0].dims[0], 2);
+    ck_assert_int_eq(r[0].dims[1], 2);
+    FILE *f = fopen(FX "tiny.expect.txt", "r");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 4; i++) {
+        float want;
+        ck_assert_int_eq(fscanf(f, "%f", &want), 1);
+        ck_assert_msg(fabsf(r[0].data[i] - want) <= 1e-6f, "y[%d] = %g, onnxruntime %g", i, r[0].data[i], want);
+    }
+    fclose(f);
+    ck_assert_int_eq(r[1].ndim, 2);
+    ck_assert_int_eq(r[1].dims[0], 3);
+    ck_assert_int_eq(r[1].dims[1], 2);
+    float W[12], b[3];
+    values(tp_onnx_find_initializer(m, "W"), W);
+    values(tp_onnx_find_initializer(m, "b"), b);
+    for (int row = 0; row < 2; row++)
+        for (int j = 0; j < 3; j++) {
+            double h = b[j];
+            for (int k = 0; k < 4; k++) h += (double)x[row * 4 + k] * W[k * 3 + j];
+            ck_assert_msg(fabs(r[1].data[j * 2 + row] - fmax(h, 0)) <= 1e-6, "rt[%d][%d]", j, row);
+        }
+    tp_onnx_results_free(r, 2);
+    tp_onnx_free(m);
+}
+END_TEST
+
+/* Each timm graph on input.bin (2, 3, 32, 32) against onnxruntime's CPU output: the FP32 graphs to rel L2 1e-5; the
+ * FP8 Q/DQ graph too (why in the loop); then batch 1 on the first image against row 0 of batch 2. */
+START_TEST(test_run_timm) {
+    static const char *const G[] = {"vit_op17", "vit_op18", "vit_dynamo_op18", "vit_fp8_qdq_op19"};
+    const size_t n_in = 2 * 3 * 32 * 32;
+    float *x = read_f32(VX "input.bin", n_in);
+    for (int k = 0; k < 4; k++) {
+        char path[256];
+        snprintf(path, sizeof path, VX "%s.onnx", G[k]);
+        tp_onnx_model *m = load_ok(path);
+        snprintf(path, sizeof path, VX "%s.ort_output.bin", G[k]);
+        float *want = read_f32(path, 20);
+        tp_onnx_result r, r1;
+        tp_error e = {0};
+        ck_assert_msg(run1(m, 2, x, (int64_t)n_in, &r, &e) == TP_OK, "%s: %s", G[k], e.msg);
+        ck_assert_int_eq(r.ndim, 2);
+        ck_assert_int_eq(r.dims[0], 2);
+        ck_assert_int_eq(r.dims[1], 10);
+        const double l2 = rel_l2(r.data, want, 20), mx = max_abs(r.data, want, 20);
+        ck_assert_msg(run1(m, 1, x, (int64_t)n_in / 2, &r1, &e) == TP_OK, "%s batch 1: %s", G[k], e.msg);
+        ck_assert_int_eq(r1.dims[0], 1);
+        const double b1 = max_abs(r1.data, r.data, 10);
+        printf("onnx run %-18s vs onnxruntime: rel L2 %.3g, max abs %.3g; batch 1 vs batch 2 row 0: max abs %.3g\n",
+               G[k], l2, mx, b1);
+        /* The FP8 graph is held to the same 1e-5: measured 1.0e-7 (max abs 8.9e-8), the size of the FP32 graphs'
+         * float32 summation-order differences. Its 9 activation Q/DQ outputs (6816 values), added as graph outputs
+         * once (2026-11-26, onnxruntime 1.32), equal onnxruntime's bit for bit: every E4M3 code (RNE, saturating,
+         * dtype.h) matches, and a code rounded the other way would move a Linear input by a whole E4M3 step. */
+        const double lim = 1e-5;
+        ck_assert_msg(l2 <= lim, "%s: rel L2 %g against onnxruntime (limit %g)", G[k], l2, lim);
+        ck_assert_msg(b1 <= 1e-6, "%s: batch 1 differs from batch 2's row 0 by %g", G[k], b1);
+        tp_onnx_results_free(&r, 1);
+        tp_onnx_results_free(&r1, 1);
+        free(want);
+        tp_onnx_free(m);
+    }
+    free(x);
+}
+END_TEST
+
+static void expect_run_error(const tp_onnx_model *m, const tp_onnx_run_args *a, tp_status code, const char *s1,
+                             const char *s2) {
+    tp_onnx_result r = {0};
+    tp_error e = {0};
+    ck_assert_int_eq(tp_onnx_run(m, a, 1, &r, &e), code);
+    ck_assert_ptr_null(r.data);
+    ck_assert_msg(strstr(e.msg, s1) && (!s2 || strstr(e.msg, s2)), "%s", e.msg);
+    ck_assert_ptr_null(strchr(e.msg, '\n'));
+}
+
+/* Refusals, each one line naming what is wrong: an unbound or unknown symbolic dimension, an input of the wrong
+ * size, an op type the interpreter does not run (tiny.onnx with its Max node renamed, same length, so the protobuf
+ * lengths hold) */
+START_TEST(test_run_errors) {
+    tp_onnx_model *m = load_ok(FX "tiny.onnx");
+    const float x[8] = {0};
+    const float *const inputs[] = {x};
+    int64_t numel = 8;
+    const tp_onnx_dim batch2[] = {{"batch", 2}}, bach[] = {{"batch", 2}, {"bach", 2}};
+    tp_onnx_run_args a = {.dims = NULL, .n_dims = 0, .inputs = inputs, .input_numel = &numel};
+    expect_run_error(m, &a, TP_ERR_ARG, "input 'x' dimension 0 ('batch') is not bound", NULL);
+    a.dims = bach, a.n_dims = 2;
+    expect_run_error(m, &a, TP_ERR_ARG, "binding 'bach' names no symbolic dimension", NULL);
+    a.dims = batch2, a.n_dims = 1, numel = 7;
+    expect_run_error(m, &a, TP_ERR_ARG, "input 'x' needs 8 float32 values, 7 given", NULL);
+    tp_onnx_result r[3];
+    tp_error e = {0};
+    ck_assert_int_eq(tp_onnx_run(m, &a, 3, r, &e), TP_ERR_ARG); /* more outputs than the graph has */
+    tp_onnx_free(m);
+
+    FILE *in = fopen(FX "tiny.onnx", "rb");
+    unsigned char buf[4096];
+    const size_t n = fread(buf, 1, sizeof buf, in);
+    fclose(in);
+    size_t at = 0;
+    while (at + 3 <= n && memcmp(buf + at, "Max", 3)) at++;
+    ck_assert_uint_lt(at + 3, n);
+    buf[at + 1] = 'o'; /* "Mox" */
+    char tmp[] = "/tmp/tprof_onnx_run_XXXXXX";
+    const int fd = mkstemp(tmp);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, buf, n), (ssize_t)n);
+    close(fd);
+    m = load_ok(tmp);
+    unlink(tmp);
+    numel = 8;
+    expect_run_error(m, &a, TP_ERR_UNSUPPORTED, "node 3 'relu_as_max' (Mox)", "not supported");
+    tp_onnx_free(m);
+}
+END_TEST
+
 int main(void) {
     Suite *su = suite_create("onnx");
     TCase *t = tcase_create("reader");
@@ -221,6 +388,12 @@ int main(void) {
     tcase_add_test(t, test_elem_types);
     tcase_add_test(t, test_timm_exports);
     suite_add_tcase(su, t);
+    TCase *r = tcase_create("run");
+    tcase_set_timeout(r, 60);
+    tcase_add_test(r, test_run_tiny);
+    tcase_add_test(r, test_run_timm);
+    tcase_add_test(r, test_run_errors);
+    suite_add_tcase(su, r);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
     const int failed = srunner_ntests_failed(sr);
