@@ -36,7 +36,7 @@ int tp_stage_drift_compute(const tp_graph *g, float *const *x, const tp_graph *g
             return -1;
     int n = 0;
     char *done = calloc((size_t)(g->n_taps ? g->n_taps : 1), 1);
-    if (!done) return -1;
+    if (!done) return -2;
     for (int k = 0; k < g->n_taps; k++) {
         if (done[k]) continue;
         /* every tap of this label, the reference's samples of each, pooled into one row */
@@ -47,7 +47,7 @@ int tp_stage_drift_compute(const tp_graph *g, float *const *x, const tp_graph *g
         float *a = malloc(sizeof(float) * (total ? total : 1)), *b = malloc(sizeof(float) * (total ? total : 1));
         if (!a || !b) {
             free(a), free(b), free(done);
-            return -1;
+            return -2;
         }
         size_t at = 0;
         for (int j = k; j < g->n_taps; j++) {

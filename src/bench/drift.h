@@ -23,7 +23,7 @@ void tp_taps_free(const tp_graph *g, float **taps);
  * against r[k], tap k of gref (the reference's, gref->batch samples; the same model, so the same taps), over the
  * first gref->batch samples of each (every tapped value is batch-major: sample b's values are its b-th slice). out
  * holds at least g->n_taps entries; returns the number of stages, -1 when the two graphs' taps differ (count, label
- * or per-sample size) or out of host memory. */
+ * or per-sample size), -2 when out of host memory. */
 int tp_stage_drift_compute(const tp_graph *g, float *const *x, const tp_graph *gref, float *const *r,
                            tp_stage_drift *out);
 

@@ -632,6 +632,29 @@ static tp_status check_fits(tp_engine *e, size_t workspace, tp_error *err) {
                    tp_fmt_bytes((double)free_b, b[5], 32), tp_fmt_bytes((double)total_b, b[6], 32));
 }
 
+/* Inputs for the build's timed choices (engine_internal.h): values a model reads as token ids, valid counts or position offsets zero (in
+ * range), every other input uniform in [-1, 1) (images, states, noise). Never all zeros: the choice follows the data
+ * it is timed on (ViT-B/16 FP16 on an H100: from zeroed images the pass ran 4.956 ms with its sparse picks against
+ * 4.877 without, and they were dropped; from random ones they were kept, and the benchmark on random images ran
+ * 5.059 ms against the dense engine's 5.292; bench/results 2026-11-26). */
+tp_status tpe_fill_inputs(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    for (int k = 0; k < g->n_inputs; k++) {
+        const int v = g->inputs[k];
+        int index = 0; /* read as an integer somewhere */
+        for (int i = 0; i < g->n_ops && !index; i++) {
+            const tp_op *op = &g->ops[i];
+            index = (op->kind == TP_OP_TOKEN_EMBED && op->in[0] == v) || (op->kind == TP_OP_ROPE && op->n_in > 1 && op->in[1] == v) ||
+                    (op->kind == TP_OP_MASKED_ATTENTION && op->in[op->n_in - 1] == v);
+        }
+        const int rc = index ? (int)cudaMemsetAsync(e->dptr[v], 0, value_bytes(e, v), e->stream)
+                             : tpk_fill_uniform(e->dptr[v], TP_F32, (size_t)tp_value_numel(&g->values[v]), 0x7a11u + (unsigned)k,
+                                                e->stream);
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "filling input %s: error %d", g->values[v].name, rc);
+    }
+    return TP_OK;
+}
+
 /* Activation buffers: one device buffer per slot of the plan's buffer assignment (tp_plan_buffers: exact-size
  * reuse, a fused op's output taken where its kernel runs); state values (the KV cache) have their own. */
 static tp_status alloc_activations(tp_engine *e, tp_error *err) {
@@ -655,10 +678,8 @@ static tp_status alloc_activations(tp_engine *e, tp_error *err) {
         const int v = g->inputs[k];
         st = tpe_dev_alloc(e, value_bytes(e, v), &e->dptr[v], g->values[v].name, err);
         if (!st) e->act_bytes += (double)value_bytes(e, v);
-        if (!st && tpk_fill_uniform(e->dptr[v], TP_F32, (size_t)tp_value_numel(&g->values[v]), 0x5eedf000u + (unsigned)k,
-                                    e->stream)) /* defined before the first upload, as the activations below */
-            st = tp_fail(err, TP_ERR_CUDA, "filling the input buffers: %s", cudaGetErrorString(cudaGetLastError()));
     }
+    if (!st) st = tpe_fill_inputs(e, err); /* defined before the first upload, as the activations below */
     for (int k = 0; !st && k < n; k++) {
         st = tpe_dev_alloc(e, slot_bytes[k], &sp[k], "activations", err);
         if (!st) e->act_bytes += (double)slot_bytes[k];
@@ -1679,9 +1700,9 @@ tp_status tp_gpu_reference_taps(const tp_graph *g, const tp_params *params, int 
                             .attention = TP_ATTN_CLASSIC};
     st = tp_engine_build(g, params, &plan, &eo, &e, err);
     if (!st) st = tp_engine_set_input(e, input, err);
-    if (!st) st = tp_engine_forward(e, err);
+    /* one eager pass either way: the capture's is the forward pass, its taps copied out on the way */
+    if (!st) st = taps && g->n_taps ? tp_engine_capture(e, taps, err) : tp_engine_forward(e, err);
     if (!st) st = tp_engine_get_output(e, output, err);
-    if (!st && taps && g->n_taps) st = tp_engine_capture(e, taps, err);
     tp_engine_destroy(e);
     tp_plan_free(&plan);
     return st;

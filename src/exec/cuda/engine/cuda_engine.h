@@ -273,7 +273,7 @@ double tp_engine_activation_bytes(const tp_engine *e); /* device bytes of activa
 tp_status tp_gpu_reference(const tp_graph *g, const tp_params *params, int sm, const float *input, float *output,
                            tp_error *err);
 /* tp_gpu_reference, and the graph's tapped values (graph.h tp_tap) into taps[k] (fp32, the value's shape; NULL: not
- * that one) from a second, eager pass. Errors as tp_gpu_reference. */
+ * that one) copied out during its one eager pass (tp_engine_capture). Errors as tp_gpu_reference. */
 tp_status tp_gpu_reference_taps(const tp_graph *g, const tp_params *params, int sm, const float *input, float *output,
                                 float *const *taps, tp_error *err);
 

@@ -149,6 +149,10 @@ tp_status tpe_warm_capture(tp_engine *e, tp_error *err);
 /* one run's launches from the host for one engine: the start (the cache position reset), op by op
  * (tpe_launch_op), the end (argmax fed back, the position advanced) */
 tp_status tpe_launch_begin(tp_engine *e, tp_error *err);
+/* Representative inputs for the choices the build times (GEMMs, attention, 2:4 sparse): the values a model reads as
+ * token ids, valid counts or position offsets zero (in range), every other input uniform in [-1, 1); never all
+ * zeros. Errors: TP_ERR_CUDA. */
+tp_status tpe_fill_inputs(tp_engine *e, tp_error *err);
 tp_status tpe_launch_end(tp_engine *e, tp_error *err);
 /* engine_tp.c: every rank's launches of one run, op by op in lockstep (the all-reduces of all ranks in one NCCL
  * group), from the leader */

@@ -166,28 +166,6 @@ fail:
     return st;
 }
 
-/* Inputs for the passes that choose: values a model reads as token ids, valid counts or position offsets zero (in
- * range), every other input uniform in [-1, 1) (images, states, noise). Never all zeros: the choice follows the data
- * it is timed on (ViT-B/16 FP16 on an H100: from zeroed images the pass ran 4.956 ms with its sparse picks against
- * 4.877 without, and they were dropped; from random ones they were kept, and the benchmark on random images ran
- * 5.059 ms against the dense engine's 5.292; bench/results 2026-11-26). */
-static tp_status fill_inputs(tp_engine *e, tp_error *err) {
-    const tp_graph *g = e->g;
-    for (int k = 0; k < g->n_inputs; k++) {
-        const int v = g->inputs[k];
-        int index = 0; /* read as an integer somewhere */
-        for (int i = 0; i < g->n_ops && !index; i++) {
-            const tp_op *op = &g->ops[i];
-            index = (op->kind == TP_OP_TOKEN_EMBED && op->in[0] == v) || (op->kind == TP_OP_ROPE && op->n_in > 1 && op->in[1] == v) ||
-                    (op->kind == TP_OP_MASKED_ATTENTION && op->in[op->n_in - 1] == v);
-        }
-        const int rc = index ? (int)cudaMemsetAsync(e->dptr[v], 0, value_bytes(e, v), e->stream)
-                             : tpk_fill_uniform(e->dptr[v], TP_F32, (size_t)tp_value_numel(&g->values[v]), 0x7a11u + (unsigned)k,
-                                                e->stream);
-        if (rc) return tp_fail(err, TP_ERR_CUDA, "filling input %s: error %d", g->values[v].name, rc);
-    }
-    return TP_OK;
-}
 
 /* One eager pass; a graph with a KV cache from position 0 (as the warm-up pass: any other could run past its end) */
 static tp_status launch_pass(tp_engine *e, tp_error *err) {
@@ -273,6 +251,8 @@ static tp_status check_whole_pass(tp_engine *e, int *kept, double *on_ms, double
 
 tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
+    if (g->tp_size > 1) /* its passes would launch one rank's all-reduces alone */
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "2:4 sparse GEMMs: unsupported on a tensor-parallel rank's engine");
     tp_status st = tp_spgemm_ctx_create(&e->spctx, err);
     if (st) return st;
     if (!(e->spgemm = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->spgemm)) ||
@@ -281,7 +261,9 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
         !(e->sparse_why = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->sparse_why)))
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
     int n_on = 0;
-    if ((st = fill_inputs(e, err))) return st;
+    /* representative inputs and one pass over them: every activation a real value (the build's filled buffers hold
+     * NaN bytes where a value is E4M3) before the value checks below */
+    if ((st = tpe_fill_inputs(e, err)) || (st = launch_pass(e, err))) return st;
     for (int i = 0; i < g->n_ops && !st; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR) continue;
@@ -325,11 +307,12 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
             snprintf(e->sparse_why[i], sizeof e->sparse_why[i], "cuSPARSELt refused it: %.90s", se.msg);
             continue;
         }
-        /* the values first, on the activations of a fresh pass (the timing runs below repeat the op: an in-place
-         * residual grows with each): a sparse GEMM that computes others is never kept, not even forced */
+        /* the values first, before this op's timing runs (they repeat it: an in-place residual grows with each; the
+         * earlier ops' growth only scales this one's inputs, which a relative comparison takes): a sparse GEMM that
+         * computes others is never kept, not even forced */
         double rel = 0;
         e->sparse_on[i] = 0;
-        if ((st = launch_pass(e, err)) || (st = compare_sparse(e, i, &rel, err))) break;
+        if ((st = compare_sparse(e, i, &rel, err))) break;
         const double tol = d.dt == TP_F16 ? 1e-2 : 3e-2; /* summation order and one rounding of the output */
         if (!(rel <= tol)) {
             char alg[128];
