@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -374,6 +374,59 @@ for s in $steps; do
       for ty in f16 bf16; do "$BUILD/sparse_lab" 50 64 $ty --json "$OUT/sparse_lab_$ty.json" || rc=1; done
       python3 bench/sparse_peers.py --batch 64 --dtype f16 --json "$OUT/sparse_peers_f16.json" || rc=1
     fi
+    ;;
+  sparse_gap)
+    # issue 22's open FP8 gap (docs/sparsity.md): ViT-B/16 batch 64 (GAP_PREC, default fp8), dense against one
+    # cuSPARSELt plan on block 0's qkv stopped at each step (lab switches TPROF_SPARSE_PROBE, TPROF_SPGEMM_COMPRESS,
+    # TPROF_SPGEMM_SEARCH), the dense GEMM kept in every run; GAP_ROUNDS rounds alternating; GAP_CMD=profile traces
+    # the kernels (CUPTI) instead; GAP_ENV is added to every run's environment; plans in the JSON to diff
+    tag=${GAP_TAG:-sparse_gap}
+    d="$OUT/$tag"
+    gp=${GAP_PREC:-fp8}
+    mkdir -p "$d"
+    echo "=== the $gp gap ($tag${GAP_ENV:+, $GAP_ENV}): one sparse plan's life, step by step"
+    q="--sparsity 2:4 --sparse-layers blocks.0.attn.qkv"
+    for r in $(seq 1 "${GAP_ROUNDS:-2}"); do
+      for v in ${GAP_VARIANTS:-dense off fc1 plan0 plan1 plan2 value full}; do
+        case $v in
+        dense) env=""; sp="" ;;
+        off) env=""; sp="$q --sparse-gemm off" ;;
+        fc1) env=""; sp="--sparsity 2:4 --sparse-layers blocks.0.mlp.fc1" ;;
+        plan0) env="TPROF_SPARSE_PROBE=plan TPROF_SPGEMM_COMPRESS=0 TPROF_SPGEMM_SEARCH=0"; sp="$q" ;;
+        plan1) env="TPROF_SPARSE_PROBE=plan TPROF_SPGEMM_SEARCH=0"; sp="$q" ;;
+        plan2) env="TPROF_SPARSE_PROBE=plan"; sp="$q" ;;
+        value) env="TPROF_SPARSE_PROBE=value"; sp="$q" ;;
+        full) env=""; sp="$q" ;;
+        esac
+        out=""
+        [ "${GAP_CMD:-bench}" = profile ] && out="--out $d/prof_${v}_$r --profile-iters 10"
+        smi=""
+        if [ -n "${GAP_SMI:-}" ]; then # the clocks and power while it runs, every 50 ms
+          nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+            --format=csv,noheader,nounits -lms 50 > "$d/${v}_$r.smi" 2>&1 & smi=$!
+        fi
+        env ${GAP_ENV:-} $env "$BUILD/tprof" ${GAP_CMD:-bench} --model vit-b16 --batch 64 --precision $gp --duration 2 \
+          --reference none $sp $out ${GAP_ARGS:-} --plan --json "$d/${v}_$r.json" > "$d/${v}_$r.log" 2>&1 || rc=1
+        grep "sparse probe" "$d/${v}_$r.log"
+        if [ -n "$smi" ]; then
+          kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+          python3 - "$d/${v}_$r.smi" << 'PY'
+import sys, statistics
+rows = [l.split(", ") for l in open(sys.argv[1]) if l.count(",") >= 4]
+hot = [r for r in rows if r[2].replace(".", "").isdigit() and float(r[2]) > 250]
+if hot:
+    sm = [float(r[0]) for r in hot]; pw = [float(r[2]) for r in hot]
+    reasons = sorted(set(r[4].strip() for r in hot))
+    print("  smi: %d samples over 250 W: SM clock median %.0f MHz (min %.0f), power median %.0f W, reasons %s"
+          % (len(hot), statistics.median(sm), min(sm), statistics.median(pw), reasons))
+else:
+    print("  smi: no samples over 250 W of", len(rows))
+PY
+        fi
+        echo "$v round $r: $(grep -E "^$gp +[0-9]" "$d/${v}_$r.log" | head -1) $(grep -c error "$d/${v}_$r.log") errors"
+      done
+    done
+    tar cJf "$OUT/$tag.tar.xz" -C "$OUT" "$tag" && rm -rf "$d"
     ;;
   sparse_epi)
     # issue 22: where the engine's sparse GEMMs lose their lab speedup: the epilogues (residual apart or in place,

@@ -615,6 +615,10 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
         printf("%s: 2:4 sparse GEMMs (cuSPARSELt) ran for %d of %d linears planned sparse; at build their GEMMs took "
                "%.1f us sparse against %.1f us dense, %.1f us as chosen (each linear's \"how\" in --plan and the JSON "
                "says which ran)\n", tp_precision_name(plan->requested), ran, planned, us_s, us_d, us_run);
+        if (planned > 0) /* measured, not understood: docs/sparsity.md "A process that ran cuSPARSELt's kernels" */
+            printf("%s: note: cuSPARSELt's kernels ran while this engine was built; on an H100 (2026-11-26) such an "
+                   "engine ran 4-5 %% slower than the same engine built without them, whether or not any linear ran "
+                   "sparse (a lower clock at the same power cap; docs/sparsity.md)\n", tp_precision_name(plan->requested));
     }
     for (int i = 0; !st && i < g->n_ops; i++) { /* the bytes of the fusions the build made (a GELU) */
         r->cost[i].bytes = tp_engine_op_bytes(e, i);

@@ -312,7 +312,20 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
          * computes others is never kept, not even forced */
         double rel = 0;
         e->sparse_on[i] = 0;
+        /* TPROF_SPARSE_PROBE (a lab switch for docs/sparsity.md's open FP8 gap): "plan" stops after the plan is
+         * made, "value" after the value check; the plan is then freed and the dense GEMM kept */
+        const char *probe = getenv("TPROF_SPARSE_PROBE");
+        if (probe && !strcmp(probe, "plan")) {
+            tp_spgemm_destroy(e->spgemm[i]);
+            e->spgemm[i] = NULL;
+            continue;
+        }
         if ((st = compare_sparse(e, i, &rel, err))) break;
+        if (probe && !strcmp(probe, "value")) {
+            tp_spgemm_destroy(e->spgemm[i]);
+            e->spgemm[i] = NULL;
+            continue;
+        }
         const double tol = d.dt == TP_F16 ? 1e-2 : 3e-2; /* summation order and one rounding of the output */
         if (!(rel <= tol)) {
             char alg[128];

@@ -357,11 +357,14 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     SPL(a->plan_init(&c->h, &p->plan, &p->mm, &p->alg));
     p->made = 5;
     /* the weight must already be 2:4 (tprof prunes on the host; cuSPARSELt checks what it is given) */
+    /* TPROF_SPGEMM_COMPRESS=0 (a lab switch, docs/sparsity.md): no prune check, no compression (wrong values) */
+    const char *cmp = getenv("TPROF_SPGEMM_COMPRESS");
+    const int compress = !cmp || strcmp(cmp, "0") != 0;
     CUDA(cudaMalloc((void **)&d_valid, sizeof(int)));
     /* zeroed first: a fresh allocation may hold an earlier buffer's bytes, and a check that only flags violations
      * would report those (seen on an H100: the lab's second shape "not 2:4" after its first one's buffers freed) */
     CUDA(cudaMemsetAsync(d_valid, 0, sizeof(int), s));
-    SPL(a->prune_check(&c->h, &p->mm, w, d_valid, s));
+    if (compress) SPL(a->prune_check(&c->h, &p->mm, w, d_valid, s));
     CUDA(cudaMemcpyAsync(&valid, d_valid, sizeof valid, cudaMemcpyDeviceToHost, s));
     CUDA(cudaStreamSynchronize(s));
     if (valid != 0) {
@@ -377,7 +380,7 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     CUDA(cudaMalloc(&p->comp, p->comp_bytes + slack));
     CUDA(cudaMemsetAsync(p->comp, 0, p->comp_bytes + slack, s));
     if (cb) CUDA(cudaMalloc(&p->comp_buf, cb));
-    SPL(a->compress(&c->h, &p->plan, w, p->comp, p->comp_buf, s));
+    if (compress) SPL(a->compress(&c->h, &p->plan, w, p->comp, p->comp_buf, s));
     SPL(a->workspace(&c->h, &p->plan, &p->ws_bytes));
     if (p->ws_bytes) CUDA(cudaMalloc(&p->ws, p->ws_bytes));
     /* TPROF_SPGEMM_SEARCH=0 (a lab switch, docs/sparsity.md): the default algorithm, no search */
