@@ -15,6 +15,9 @@
 #include "io/onnx.h"
 #include "io/onnx_run.h"
 #include "io/safetensors.h"
+#include "exec/cpu/cpu_exec.h"
+#include "models/onnx_import.h"
+#include "models/vit.h"
 
 #define FX "tests/fixtures/onnx/"
 
@@ -379,6 +382,148 @@ START_TEST(test_run_errors) {
 }
 END_TEST
 
+/* ---- the import (src/models/onnx_import.h) ---------------------------------------------------------------------- */
+
+/* A fixture's bytes with the first `from` replaced by `to` (same length, so the protobuf lengths hold; an op type
+ * is found by its field's tag and length in front, 0x22 and the length: NodeProto's op_type is field 4), written to
+ * a temporary file whose path goes to tmp. */
+static void patched(const char *path, const char *from, const char *to, char *tmp) {
+    FILE *in = fopen(path, "rb");
+    ck_assert_ptr_nonnull(in);
+    fseek(in, 0, SEEK_END);
+    const long n = ftell(in);
+    fseek(in, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, in), (size_t)n);
+    fclose(in);
+    const size_t l = strlen(from);
+    long at = 0;
+    while (at + (long)l <= n && memcmp(buf + at, from, l)) at++;
+    ck_assert_int_lt(at + (long)l, n + 1);
+    memcpy(buf + at, to, l);
+    strcpy(tmp, "/tmp/tprof_onnx_import_XXXXXX");
+    const int fd = mkstemp(tmp);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, buf, (size_t)n), (ssize_t)n);
+    close(fd);
+    free(buf);
+}
+
+/* Each timm export imported as the ViT family: its configuration, every parameter equal to timm's checkpoint
+ * (model.safetensors, the same model), and tprof's CPU executor on the imported model against onnxruntime's
+ * outputs at batch 2 (the issue's bar: FP32 relative L2 <= 1e-5). */
+START_TEST(test_import_timm) {
+    static const char *const G[] = {"vit_op17", "vit_op18", "vit_dynamo_op18"};
+    const size_t n_in = 2 * 3 * 32 * 32;
+    float *x = read_f32(VX "input.bin", n_in);
+    for (int k = 0; k < 3; k++) {
+        char path[256];
+        snprintf(path, sizeof path, VX "%s.onnx", G[k]);
+        tp_model m;
+        tp_params p, ref;
+        tp_onnx_import_info info;
+        tp_error e = {0};
+        ck_assert_msg(tp_onnx_import(path, &m, &p, &info, &e) == TP_OK, "%s: %s", G[k], e.msg);
+        ck_assert_str_eq(m.family->name, "vit");
+        const tp_vit_config *c = tp_vit_cfg(&m);
+        ck_assert_int_eq(c->img_size, 32);
+        ck_assert_int_eq(c->patch_size, 16);
+        ck_assert_int_eq(c->embed_dim, 48);
+        ck_assert_int_eq(c->depth, 2);
+        ck_assert_int_eq(c->num_heads, 3);
+        ck_assert_int_eq(tp_vit_mlp_hidden(c), 192);
+        ck_assert_int_eq(c->class_token, 1);
+        ck_assert_int_eq(c->global_pool, TP_VIT_POOL_TOKEN);
+        ck_assert_int_eq(c->num_classes, 10);
+        ck_assert_int_eq(c->gelu_tanh, 0);
+        ck_assert(fabsf(c->ln_eps - 1e-6f) < 1e-12f);
+        ck_assert_str_eq(info.batch_dim, "batch");
+        ck_assert_int_eq(info.n_qdq, 0);
+        ck_assert_int_eq(info.n_main + info.n_attention + info.n_gelu + info.n_shape, info.n_nodes);
+        ck_assert_int_eq(info.n_attention > 0 && info.n_gelu > 0, 1);
+        ck_assert_msg(tp_model_params_load(&m, VX "model.safetensors", &ref, &e) == TP_OK, "%s", e.msg);
+        ck_assert_int_eq(ref.n_params, p.n_params);
+        for (int i = 0; i < p.n_params; i++) {
+            const int j = tp_params_find(&ref, p.params[i].name);
+            ck_assert_int_ge(j, 0);
+            ck_assert_int_eq(ref.params[j].numel, p.params[i].numel);
+            ck_assert_msg(!memcmp(ref.params[j].data, p.params[i].data, sizeof(float) * (size_t)p.params[i].numel),
+                          "%s: %s differs from timm's", G[k], p.params[i].name);
+        }
+        tp_graph g;
+        ck_assert_msg(tp_model_build_graph(&m, &p, 2, &g, &e) == TP_OK, "%s", e.msg);
+        float y[20];
+        for (int i = 0; i < 20; i++) y[i] = NAN; /* poisoned: an unwritten logit shows */
+        ck_assert_msg(tp_cpu_run(&g, &p, x, y, &e) == TP_OK, "%s", e.msg);
+        snprintf(path, sizeof path, VX "%s.ort_output.bin", G[k]);
+        float *want = read_f32(path, 20);
+        const double l2 = rel_l2(y, want, 20);
+        printf("onnx import %-16s (%d nodes: %d main, %d attention, %d GELU, %d shape): tprof CPU vs onnxruntime rel "
+               "L2 %.3g\n", G[k], info.n_nodes, info.n_main, info.n_attention, info.n_gelu, info.n_shape, l2);
+        ck_assert_msg(l2 <= 1e-5, "%s: rel L2 %g against onnxruntime", G[k], l2);
+        free(want);
+        tp_graph_free(&g);
+        tp_params_free(&p);
+        tp_params_free(&ref);
+    }
+    free(x);
+}
+END_TEST
+
+/* The FP8 Q/DQ export: the 9 linears' weights read through DequantizeLinear (E4M3 values times the scale), each
+ * one's input Q/DQ scale noted; the weights within E4M3's rounding of timm's */
+START_TEST(test_import_qdq) {
+    tp_model m;
+    tp_params p, ref;
+    tp_onnx_import_info info;
+    tp_error e = {0};
+    ck_assert_msg(tp_onnx_import(VX "vit_fp8_qdq_op19.onnx", &m, &p, &info, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(info.n_qdq, 9);
+    for (int i = 0; i < info.n_qdq; i++) {
+        ck_assert_int_eq(info.qdq[i].w_type, TP_ONNX_FLOAT8E4M3FN);
+        ck_assert_int_eq(info.qdq[i].x_type, TP_ONNX_FLOAT8E4M3FN);
+        ck_assert(info.qdq[i].w_scale > 0 && info.qdq[i].x_scale > 0);
+    }
+    ck_assert_str_eq(info.qdq[0].layer, "blocks.0.attn.qkv");
+    ck_assert_str_eq(info.qdq[8].layer, "head");
+    ck_assert_msg(tp_model_params_load(&m, VX "model.safetensors", &ref, &e) == TP_OK, "%s", e.msg);
+    const int i = tp_params_find(&p, "blocks.1.mlp.fc1.weight"), j = tp_params_find(&ref, "blocks.1.mlp.fc1.weight");
+    ck_assert_int_ge(i, 0);
+    const double l2 = rel_l2(p.params[i].data, ref.params[j].data, (size_t)p.params[i].numel);
+    ck_assert_msg(l2 > 0 && l2 < 0.05, "fc1 weight E4M3 against timm's: rel L2 %g", l2); /* E4M3: 3 mantissa bits */
+    tp_params_free(&p);
+    tp_params_free(&ref);
+}
+END_TEST
+
+static void expect_import_error(const char *path, tp_status code, const char *s1, const char *s2) {
+    tp_model m;
+    tp_params p;
+    tp_error e = {0};
+    const tp_status st = tp_onnx_import(path, &m, &p, NULL, &e);
+    ck_assert_msg(st == code, "status %d, %d expected: %s", st, code, e.msg);
+    ck_assert_ptr_null(p.params);
+    ck_assert_msg(strstr(e.msg, s1) && (!s2 || strstr(e.msg, s2)), "%s", e.msg);
+    ck_assert_ptr_null(strchr(e.msg, '\n'));
+}
+
+/* What the import refuses, each naming the node: an op where the pattern has none (Erf renamed Exp: the GELU is
+ * another function), a LayerNormalization renamed, a Softmax renamed, and a graph that is not a ViT */
+START_TEST(test_import_errors) {
+    char tmp[64];
+    patched(VX "vit_op17.onnx", "\x22\x03" "Erf", "\x22\x03" "Exp", tmp); /* op_type: field 4, 3 bytes */
+    expect_import_error(tmp, TP_ERR_UNSUPPORTED, "(Exp): an op type the GELU subgraph of a ViT does not have", "node");
+    unlink(tmp);
+    patched(VX "vit_dynamo_op18.onnx", "\x22\x07" "Softmax", "\x22\x07" "Softmix", tmp);
+    expect_import_error(tmp, TP_ERR_UNSUPPORTED, "(Softmix)", "attention");
+    unlink(tmp);
+    patched(VX "vit_dynamo_op18.onnx", "\x22\x12" "LayerNormalization", "\x22\x12" "LayerNormalizatiox", tmp);
+    expect_import_error(tmp, TP_ERR_UNSUPPORTED, "(LayerNormalizatiox): expected a LayerNormalization", "opset 17");
+    unlink(tmp);
+    expect_import_error(FX "tiny.onnx", TP_ERR_UNSUPPORTED, "tiny.onnx: 1 inputs and 2 outputs", "an image batch in");
+}
+END_TEST
+
 int main(void) {
     Suite *su = suite_create("onnx");
     TCase *t = tcase_create("reader");
@@ -394,6 +539,12 @@ int main(void) {
     tcase_add_test(r, test_run_timm);
     tcase_add_test(r, test_run_errors);
     suite_add_tcase(su, r);
+    TCase *im = tcase_create("import");
+    tcase_set_timeout(im, 60);
+    tcase_add_test(im, test_import_timm);
+    tcase_add_test(im, test_import_qdq);
+    tcase_add_test(im, test_import_errors);
+    suite_add_tcase(su, im);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
     const int failed = srunner_ntests_failed(sr);
