@@ -291,6 +291,23 @@ expect_ok "inspect onnx ops" "Nodes: 7, by op type: Add 1, Cast 1, Constant 1" i
 expect_error "inspect bad onnx" 3 "node 1 'mm' (MatMul) input 'nobody'" inspect tests/fixtures/onnx/bad_order.onnx
 expect_error "inspect no file" 2 "inspect: expected one ONNX file" inspect
 expect_error "inspect missing" 3 "missing.onnx: cannot open" inspect missing.onnx
+# --onnx (issue 24): a timm ViT export imported, checked against the file's own graph, and benchmarked; refusals
+vx=tests/fixtures/onnx_vit
+expect_ok "onnx import" "ONNX import: .*vit_op17.onnx: timm VisionTransformer.*heads 3.*checked: .*relative L2" bench \
+  "${small[@]}" --onnx $vx/vit_op17.onnx --batch 2
+expect_ok "onnx dynamo" "fp32 .*100.0" bench "${small[@]}" --onnx $vx/vit_dynamo_op18.onnx --batch 3
+expect_ok "onnx qdq" "Q/DQ on 9 linears.*activation Q/DQ off" bench "${small[@]}" --onnx $vx/vit_fp8_qdq_op19.onnx
+expect_ok "onnx unchecked" "NOT CHECKED against the file" bench "${small[@]}" --onnx $vx/vit_op18.onnx --onnx-check off
+expect_ok "onnx build" "ONNX import: .*checked" build --onnx $vx/vit_op17.onnx --batch 2 --precision fp16 --arch sm_90 \
+  -o "$tmp/onnx.tpe"
+expect_error "onnx and model" 2 "carries the model and its weights: drop --model" bench "${small[@]}" --onnx \
+  $vx/vit_op17.onnx --model vit-tiny
+expect_error "onnx and knob" 2 "drop a model knob" bench "${small[@]}" --onnx $vx/vit_op17.onnx --depth 3
+expect_error "onnx not a vit" 4 "tiny.onnx: 1 inputs and 2 outputs" bench "${small[@]}" --onnx tests/fixtures/onnx/tiny.onnx
+expect_error "onnx missing" 3 "nope.onnx: cannot open" bench "${small[@]}" --onnx "$tmp/nope.onnx"
+expect_error "onnx-check mode" 2 "--onnx-check: unknown mode 'maybe'" bench "${small[@]}" --onnx $vx/vit_op17.onnx \
+  --onnx-check maybe
+expect_error "onnx and engine" 2 "drop --onnx" bench "${small[@]}" --engine "$tmp/onnx.tpe" --onnx $vx/vit_op17.onnx
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
 expect_error tp-zero 2 "--tp '0'" bench --model llama-tiny --tp 0
 expect_error tp-cpu 2 "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu

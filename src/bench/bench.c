@@ -317,6 +317,7 @@ static tp_status setup(run_ctx *c, tp_error *err) {
                        o->pipeline_mode == 1 ? "graph" : "modular");
     if (!o->engine_file && (st = host_memory_check(c, err))) return st;
     st = o->engine_file ? tp_engine_file_params(o->engine_file, &c->params, err)
+         : o->onnx_params ? tp_params_copy(o->onnx_params, &c->params, err)
          : o->weights   ? tp_model_params_load(mp, o->weights, &c->params, err)
                         : tp_model_params_init(mp, o->seed, 0, &c->params, err);
     if (!st && o->weights && !o->engine_file) st = tp_bench_check_finite(o, &c->params, err);

@@ -66,6 +66,9 @@ typedef struct {
     tp_device_kind device;
     tp_reference_kind reference;
     const char *weights; /* safetensors path or NULL (synthesized from seed) */
+    const char *onnx;    /* --onnx FILE: the model and weights were imported from it (models/onnx_import.h) */
+    const tp_params *onnx_params; /* the import's parameters (the caller's; each run copies them) */
+    const char *onnx_note;        /* one line: what the import recognized and how its check went */
     const char *image;   /* input file or folder, or NULL (random inputs from seed) */
     const char *calib_data; /* --calib-data: the calibration batch's files (of the input's kind), or NULL (the
                                --image batch, else random inputs from seed + 1) */

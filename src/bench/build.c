@@ -90,8 +90,10 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
     tp_policy pol;
     float *amax = NULL;
     tp_engine_gemm_sel gsel = {0}, *gs = NULL;
-    st = o->weights ? tp_model_params_load(&model, o->weights, &params, err)
-                    : tp_model_params_init(&model, o->seed, 0, &params, err);
+    st = o->onnx_params ? tp_params_copy(o->onnx_params, &params, err)
+         : o->weights   ? tp_model_params_load(&model, o->weights, &params, err)
+                        : tp_model_params_init(&model, o->seed, 0, &params, err);
+    if (o->onnx_note) printf("%s\n", o->onnx_note);
     if (!st && o->weights && (st = tp_bench_check_finite(o, &params, err))) tp_params_free(&params);
     if (st) return st;
     if ((st = tp_bench_policy(o, prec, &pol, err))) goto done;

@@ -8,11 +8,13 @@
 
 #include "bench/attribution.h"
 #include "bench/bench.h"
+#include "bench/onnx_check.h"
 #include "cli/inspect.h"
 #include "cli/sweep_gpus.h"
 #include "core/util.h"
 #include "lint/lint.h"
 #include "models/model.h"
+#include "models/onnx_import.h"
 #include "planner/caps.h"
 #include "planner/engine_file.h"
 #include "report/bench_report.h"
@@ -39,6 +41,10 @@ static const char USAGE_BENCH[] =
             "  --device gpu|cpu      where to run (default: the GPU if there is one)\n"
             "  --weights FILE        checkpoint as .safetensors, the reference's tensor names (default: synthesized);\n"
             "                        its config.json beside it (timm's HF hub layout) sets the preprocessing\n"
+            "  --onnx FILE           the model and its weights from an ONNX file (a timm ViT export, FP32 or Q/DQ:\n"
+            "                        docs/onnx.md), instead of --model and --weights; checked against the file's own\n"
+            "                        graph on the CPU at batch 1 first\n"
+            "  --onnx-check on|off   that check (default on; off: the mapping is not verified, and the output says so)\n"
             "  --image PATH          image file or folder (PNG/JPEG/BMP), the model's preprocessing (default: random)\n"
             "  --tokens FILE         decoders: the prompt's token ids, whitespace-separated integers (default: random)\n"
             "  --perplexity FILE     decoders: each engine's and the FP32 reference's perplexity over FILE's token ids\n"
@@ -441,6 +447,9 @@ enum { MAX_BATCHES = 16 };
 typedef struct {
     int profile, compare, build; /* the command */
     tp_bench_options o;
+    int onnx_nocheck;             /* --onnx-check off */
+    tp_params onnx_params;        /* --onnx: the import's parameters */
+    char onnx_note[1024];
     const char *out_file, *engine, *out_dir, *model, *prec;
     int arch;
     long prof_iters, top, batch, iters, seed, ref;
@@ -499,6 +508,8 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     if (IS("--model")) a->model = val;
     else if (IS("--precision")) a->prec = val;
     else if (IS("--weights")) o->weights = val;
+    else if (IS("--onnx")) o->onnx = val;
+    else if (IS("--onnx-check")) return two_way(name, val, "mode", "on", "off", &a->onnx_nocheck) ? -1 : 1;
     else if (IS("--image") || IS("--tokens")) o->image = val; /* the model's input files, of its own kind */
     else if (IS("--calib-data")) o->calib_data = val;
     else if (!a->build && IS("--perplexity")) o->perplexity = val;
@@ -607,7 +618,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--fp32-protect", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--onnx", "--onnx-check", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--fp32-protect", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};
@@ -662,14 +673,14 @@ static void bench_defaults(bench_args *a) {
     if (o->device == TP_DEVICE_AUTO && !gpu) {
         o->device = TP_DEVICE_CPU;
         if (a->build) { /* no run on the CPU: build only plans and writes */
-        } else if (!a->model && a->batch < 0 && !a->prec)
+        } else if (!a->model && !o->onnx && a->batch < 0 && !a->prec)
             printf("No GPU found (%s): running the CPU default, vit-tiny at batch 1 in fp32.\n", why);
         else printf("No GPU found (%s): running on the CPU.\n", why);
     } else if (o->device == TP_DEVICE_AUTO) {
         o->device = TP_DEVICE_GPU;
     }
     const int on_cpu = o->device == TP_DEVICE_CPU;
-    if (!a->model) a->model = on_cpu ? "vit-tiny" : "vit-b16";
+    if (!a->model && !o->onnx) a->model = on_cpu ? "vit-tiny" : "vit-b16";
     if (a->batch < 0) a->batch = on_cpu ? 1 : 64;
     if (!a->prec) a->prec = a->o.attribution ? "bf16,fp8" : on_cpu ? "fp32" : "fp16,fp8"; /* the VLA note's path */
     if (a->iters < 0) a->iters = on_cpu ? 3 : 10;
@@ -720,12 +731,72 @@ static int output_ok(const char *opt, const char *path, int is_dir, const char *
     return 0;
 }
 
+/* --onnx: the model and weights imported (models/onnx_import.h), then checked against the file's own graph
+ * (bench/onnx_check.h) unless --onnx-check off; a->onnx_note says what was found. 0, or the exit code after printing
+ * the error. */
+static int onnx_model(bench_args *a) {
+    tp_bench_options *o = &a->o;
+    const char *clash = a->model ? "--model" : o->weights ? "--weights" : a->k.n ? "a model knob" : NULL;
+    if (clash) {
+        fprintf(stderr, "tprof: --onnx %s carries the model and its weights: drop %s\n", o->onnx, clash);
+        return 2;
+    }
+    tp_error err = {0};
+    tp_onnx_import_info *info = calloc(1, sizeof *info);
+    if (!info) {
+        fprintf(stderr, "tprof: error: out of host memory\n");
+        return 5;
+    }
+    tp_status st = tp_onnx_import(o->onnx, &o->model, &a->onnx_params, info, &err);
+    if (st) {
+        free(info);
+        fprintf(stderr, "tprof: --onnx: %s\n", err.msg);
+        return exit_code(st);
+    }
+    char q[160] = "";
+    if (info->n_qdq)
+        snprintf(q, sizeof q, "; Q/DQ on %d linears, their weights read dequantized (the file's scales are not yet "
+                 "the engines' policy: --precision and tprof's calibration choose)", info->n_qdq);
+    char desc[256];
+    tp_model_describe(&o->model, desc, sizeof desc);
+    int n = snprintf(a->onnx_note, sizeof a->onnx_note, "ONNX import: %s: %s; %d nodes mapped (%d on the residual "
+                     "stream, %d attention, %d GELU, %d shape arithmetic) to the vit family: %s%s", o->onnx,
+                     info->summary, info->n_nodes, info->n_main, info->n_attention, info->n_gelu, info->n_shape, desc, q);
+    if (a->onnx_nocheck) {
+        snprintf(a->onnx_note + n, sizeof a->onnx_note - (size_t)n, "; NOT CHECKED against the file (--onnx-check off)");
+    } else {
+        double rel = 0, ms = 0;
+        st = tp_onnx_check(o->onnx, &o->model, &a->onnx_params, info, (uint64_t)(a->seed + 77), &rel, &ms, &err);
+        if (!st && !(rel <= TP_ONNX_CHECK_TOL))
+            st = tp_fail_path(&err, TP_ERR_UNSUPPORTED, o->onnx, "the imported model does not compute what the file "
+                              "does: tprof's FP32 graph against the file's (tprof's ONNX interpreter) at batch 1: "
+                              "relative L2 %.3g, over %.0e (a detail of the architecture read wrong; --onnx-check off "
+                              "runs it anyway)", rel, TP_ONNX_CHECK_TOL);
+        if (st) {
+            free(info);
+            tp_params_free(&a->onnx_params);
+            fprintf(stderr, "tprof: --onnx: %s\n", err.msg);
+            return exit_code(st);
+        }
+        snprintf(a->onnx_note + n, sizeof a->onnx_note - (size_t)n, "; checked: tprof's FP32 graph against the file's "
+                 "own (tprof's ONNX interpreter%s) at batch 1: relative L2 %.2g (%.1f s)",
+                 info->n_qdq ? ", activation Q/DQ off" : "", rel, ms / 1e3);
+    }
+    free(info);
+    o->onnx_params = &a->onnx_params;
+    o->onnx_note = a->onnx_note;
+    return 0;
+}
+
 /* The options into a->o once the model is known; 0, or 2 after printing the error. */
 static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cmdline) {
     tp_bench_options *o = &a->o;
     tp_error err = {0};
     if (ef) {
         o->model = ef->model;
+    } else if (o->onnx) {
+        int rc = onnx_model(a);
+        if (rc) return rc;
     } else if (strlen(a->model) > 5 && !strcmp(a->model + strlen(a->model) - 5, ".json")) {
         if (tp_model_from_file(a->model, &o->model, &err)) { /* a model described by a file: its errors are input's */
             fprintf(stderr, "tprof: --model: %s\n", err.msg);
@@ -774,7 +845,8 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
  * it) or the file's error class (exit_code). */
 static int read_engine(bench_args *a, tp_engine_file *ef) {
     const tp_bench_options *o = &a->o;
-    const char *clash = a->model ? "--model" : a->prec ? "--precision" : o->weights ? "--weights" : o->policy ? "--policy"
+    const char *clash = a->model ? "--model" : a->prec ? "--precision" : o->weights ? "--weights" : o->onnx ? "--onnx"
+                        : o->policy ? "--policy"
                         : o->policy_file ? "--policy-file" : a->k.n ? "a model knob"
                         : o->calib_data ? "--calib-data (its scales are the file's)" : NULL;
     if (clash) {
@@ -844,6 +916,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         st = tp_bench_print_sweep(&a.o, bsizes, a.n_batches, rows, &err);
     }
     tp_engine_file_free(&ef);
+    tp_params_free(&a.onnx_params);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);
         return exit_code(st);

@@ -1016,8 +1016,17 @@ static tp_status q_layout(ctx *c, const tensor *x, const tensor *sc, const tenso
 }
 
 /* DequantizeLinear (opset 19): y = (x - zero_point) * scale in float32; a float8 zero point must be 0 */
+/* A float value through unchanged (the activations' Q/DQ switched off: tp_onnx_run_args.activation_qdq_off) */
+static tp_status pass_through(ctx *c, const tensor *x) {
+    tensor *y;
+    tp_status s = mk(c, 0, TP_ONNX_FLOAT, x->ndim, x->dims, &y);
+    if (!s) memcpy(y->data, x->data, sizeof(float) * (size_t)x->numel);
+    return s;
+}
+
 static tp_status op_dequantize(ctx *c) {
     const tensor *x, *sc, *zp = NULL;
+    if (c->a->activation_qdq_off && in(c, 0) && in(c, 0)->type == TP_ONNX_FLOAT) return pass_through(c, in(c, 0));
     tp_status s = need(c, 0, &x, TP_ONNX_FLOAT8E4M3FN, TP_ONNX_INT8, TP_ONNX_UINT8);
     if (!s) s = need(c, 1, &sc, TP_ONNX_FLOAT, 0, 0);
     if (!s && has_in(c, 2)) s = need(c, 2, &zp, x->type, 0, 0);
@@ -1043,6 +1052,7 @@ static tp_status op_dequantize(ctx *c) {
 static tp_status op_quantize(ctx *c) {
     const tensor *x, *sc, *zp = NULL;
     tp_status s = need(c, 0, &x, TP_ONNX_FLOAT, 0, 0);
+    if (!s && c->a->activation_qdq_off) return pass_through(c, x);
     if (!s) s = need(c, 1, &sc, TP_ONNX_FLOAT, 0, 0);
     if (!s && has_in(c, 2)) s = need(c, 2, &zp, TP_ONNX_FLOAT8E4M3FN, TP_ONNX_INT8, TP_ONNX_UINT8);
     if (s) return s;

@@ -33,6 +33,10 @@ typedef struct {
      * against the input's declared shape with the symbolic dimensions bound. The inputs must be declared float32. */
     const float *const *inputs;
     const int64_t *input_numel;
+    /* 1: every QuantizeLinear passes its float input through, and so does every DequantizeLinear of a float value:
+     * the graph without its activation quantization, its quantized weights (DequantizeLinear of an initializer)
+     * still dequantized. What checks a Q/DQ model's import against tprof's FP32 executor on the same weights. */
+    int activation_qdq_off;
 } tp_onnx_run_args;
 
 typedef struct {

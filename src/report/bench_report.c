@@ -265,6 +265,10 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
     json_object_set_new(cfg, "fp32_protect", json_string(o->fp32_tensors ? "tensors" : "regs"));
     json_object_set_new(cfg, "preprocessing", json_string(rep->input.preprocess));
     json_object_set_new(cfg, "checkpoint_config", json_string(rep->checkpoint_note));
+    if (o->onnx) {
+        json_object_set_new(cfg, "onnx", json_string(o->onnx));
+        json_object_set_new(cfg, "onnx_import", json_string(o->onnx_note ? o->onnx_note : ""));
+    }
     json_object_set_new(root, "config", cfg);
     json_t *sys = json_pack("{s:s}", "cpu", cpu);
     if (gpu->present) {
@@ -513,11 +517,13 @@ static void text_start(const tp_bench_report *rep) {
                gpu->mem_bytes * 1e-9, gpu->driver, gpu->driver_cuda / 1000, gpu->driver_cuda % 1000 / 10,
                gpu->runtime_cuda / 1000, gpu->runtime_cuda % 1000 / 10, gpu->cublaslt_version);
     printf("Weights: %s; input: %s\n",
-           o->engine_path ? o->engine_path : o->weights ? o->weights : "synthesized from the seed (the reference's init)",
+           o->engine_path ? o->engine_path : o->onnx ? o->onnx : o->weights ? o->weights
+                                                                            : "synthesized from the seed (the reference's init)",
            rep->input_desc);
     printf("Output: %s, %lld per %s\n", rep->output.what, (long long)rep->out_cols, rep->input.unit);
     if (rep->input.preprocess[0]) printf("Preprocessing: %s\n", rep->input.preprocess);
     if (rep->checkpoint_note[0]) printf("%s\n", rep->checkpoint_note);
+    if (o->onnx_note) printf("%s\n", o->onnx_note);
     if (rep->tp > 1)
         printf("Tensor parallel: %d GPUs (0..%d), heads and MLP columns split, an all-reduce after o_proj and "
                "down_proj; FLOP, weights, bytes and floors below are per GPU (rank 0's)\n", rep->tp, rep->tp - 1);
