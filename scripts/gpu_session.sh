@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap; ONNX import: onnx; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -427,6 +427,40 @@ PY
       done
     done
     tar cJf "$OUT/$tag.tar.xz" -C "$OUT" "$tag" && rm -rf "$d"
+    ;;
+  onnx)
+    # issue 24: ViT-B/16 from ONNX against the preset on the same weights: tools/export_timm_onnx.py writes the
+    # TorchScript export (opset 17) and timm's state_dict; then ONNX_ROUNDS rounds of the preset (--weights) and
+    # --onnx alternating, fp16 and fp8 at batch 64 with --plan; the plans' kernels compared
+    d="$OUT/onnx"
+    mkdir -p "$d"
+    echo "=== ONNX import: ViT-B/16 exported by torch, against the preset on the same weights"
+    python3 tools/export_timm_onnx.py vit_base_patch16_224 "$d/vit_b16.onnx" --safetensors "$d/vit_b16.safetensors" \
+      > "$d/export.log" 2>&1 || { rc=1; tail -5 "$d/export.log"; }
+    for r in $(seq 1 "${ONNX_ROUNDS:-2}"); do
+      for v in preset onnx; do
+        src="--model vit-b16 --weights $d/vit_b16.safetensors"
+        [ "$v" = onnx ] && src="--onnx $d/vit_b16.onnx"
+        "$BUILD/tprof" bench $src --batch 64 --precision ${ONNX_PRECS:-fp16,fp8} --plan --duration 3 --ref-samples 4 \
+          --json "$d/${v}_$r.json" > "$d/${v}_$r.log" 2>&1 || rc=1
+        echo "$v round $r:"; grep -E "^(fp16|fp8) +[0-9]|ONNX import|error" "$d/${v}_$r.log" | cut -c1-400
+      done
+    done
+    python3 - "$d" << 'PY'
+import json, re, sys, glob
+d = sys.argv[1]
+def plan(f):
+    j = json.load(open(f))
+    return {r["precision"]: [re.sub(r"[0-9.]+ us", "", p.get("implementation", "")) for p in r["plan"]] for r in j["results"]}
+for r in sorted(glob.glob(d + "/onnx_*.json")):
+    a, b = plan(r.replace("onnx_", "preset_")), plan(r)
+    for p in a:
+        diff = [i for i, (x, y) in enumerate(zip(a[p], b[p])) if x != y]
+        print("%s %s: %d ops, %d with other kernels than the preset%s" % (r.split("/")[-1], p, len(a[p]), len(diff),
+              "" if not diff else ": ops " + ", ".join(map(str, diff[:8]))))
+PY
+    rm -f "$d/vit_b16.onnx" "$d/vit_b16.safetensors"
+    tar cJf "$OUT/onnx.tar.xz" -C "$OUT" onnx && rm -rf "$d"
     ;;
   sparse_epi)
     # issue 22: where the engine's sparse GEMMs lose their lab speedup: the epilogues (residual apart or in place,

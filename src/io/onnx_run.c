@@ -514,6 +514,13 @@ static tp_status op_reshape(ctx *c) {
     return same_data(c, x, nd, d);
 }
 
+/* Identity: the input's values and shape (the TorchScript exporter shares equal initializers through it) */
+static tp_status op_identity(ctx *c) {
+    const tensor *x;
+    tp_status s = need(c, 0, &x, 0, 0, 0);
+    return s ? s : same_data(c, x, x->ndim, x->dims);
+}
+
 /* Unsqueeze (opset 13): axes from input 1, in the output's rank, no repeats */
 static tp_status op_unsqueeze(ctx *c) {
     const tensor *x;
@@ -1089,7 +1096,7 @@ static const struct {
     {"Add", op_add}, {"Cast", op_cast}, {"Concat", op_concat}, {"Constant", op_constant},
     {"ConstantOfShape", op_constant_of_shape}, {"Conv", op_conv}, {"DequantizeLinear", op_dequantize},
     {"Div", op_div}, {"Equal", op_equal}, {"Erf", op_erf}, {"Expand", op_expand}, {"Gather", op_gather},
-    {"Gemm", op_gemm}, {"LayerNormalization", op_layernorm}, {"MatMul", op_matmul}, {"Max", op_max},
+    {"Gemm", op_gemm}, {"Identity", op_identity}, {"LayerNormalization", op_layernorm}, {"MatMul", op_matmul}, {"Max", op_max},
     {"Mul", op_mul}, {"QuantizeLinear", op_quantize}, {"Relu", op_relu}, {"Reshape", op_reshape},
     {"Shape", op_shape}, {"Slice", op_slice}, {"Softmax", op_softmax}, {"Split", op_split}, {"Sqrt", op_sqrt},
     {"Squeeze", op_squeeze}, {"Transpose", op_transpose}, {"Unsqueeze", op_unsqueeze}, {"Where", op_where},

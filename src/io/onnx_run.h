@@ -10,7 +10,7 @@
  * Op types (the ones tprof's fixtures hold: tests/fixtures/onnx_vit, tests/fixtures/onnx/tiny.onnx): Add, Cast,
  * Concat, Constant, ConstantOfShape, Conv (2-D, group 1, auto_pad NOTSET), DequantizeLinear and QuantizeLinear
  * (per-tensor scale; float8e4m3fn with saturate 1, int8, uint8), Div, Equal, Erf, Expand, Gather, Gemm,
- * LayerNormalization, MatMul, Max, Mul, Relu, Reshape, Shape, Slice, Softmax, Split, Sqrt, Squeeze, Transpose,
+ * Identity, LayerNormalization, MatMul, Max, Mul, Relu, Reshape, Shape, Slice, Softmax, Split, Sqrt, Squeeze, Transpose,
  * Unsqueeze, Where. Anything else (an op type or domain, an attribute value, an element type, a shape that does not
  * fit) is an error naming the node ("node 12 'name' (OpType): reason"), never a guess. */
 #ifndef TP_IO_ONNX_RUN_H

@@ -70,8 +70,20 @@ static int consumer_op(const ix *x, const char *v, const char *op) {
     return found;
 }
 
-/* The tensor behind a name: an initializer or a Constant node's `value`. */
+/* name, or what an Identity chain before it copies (the TorchScript exporter shares equal initializers, e.g. every
+ * block's zero bias in a freshly initialized model, through Identity nodes) */
+static const char *unalias(const ix *x, const char *name) {
+    for (int hops = 0; hops < 8; hops++) {
+        const int p = producer(x, name);
+        if (p < 0 || strcmp(nd(x, p)->op_type, "Identity") != 0 || nd(x, p)->n_in != 1) break;
+        name = nd(x, p)->in[0];
+    }
+    return name;
+}
+
+/* The tensor behind a name: an initializer or a Constant node's `value`, through Identity nodes. */
 static const tp_onnx_tensor *const_tensor(const ix *x, const char *name) {
+    name = unalias(x, name);
     const tp_onnx_tensor *t = tp_onnx_find_initializer(x->m, name);
     if (t) return t;
     const int p = producer(x, name);
@@ -149,6 +161,7 @@ static int weight_of(const ix *x, const char *name, wref *w) {
     memset(w, 0, sizeof *w);
     w->dq = -1;
     w->scale = 1.0f;
+    name = unalias(x, name);
     const tp_onnx_tensor *t = tp_onnx_find_initializer(x->m, name);
     if (t && float_type(t->elem_type)) {
         w->t = t;
@@ -355,7 +368,7 @@ static const char *const ATTN_OPS[] = {"Reshape", "Transpose", "Split", "Squeeze
                                        "Mul", "Div", "MatMul", "Softmax", "Concat", "Cast", NULL};
 static const char *const GELU_OPS[] = {"Div", "Mul", "Add", "Erf", "Tanh", "Pow", "Gelu", "Cast", NULL};
 /* shape arithmetic: what may compute from Shape outputs and constants */
-static const char *const SHAPE_OPS[] = {"Shape", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice",
+static const char *const SHAPE_OPS[] = {"Shape", "Constant", "Identity", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice",
                                         "Cast", "Sqrt", "Div", "Mul", "Add", "Sub", "Reshape", "ConstantOfShape",
                                         "Equal", "Where", "Range", "Expand", NULL};
 
@@ -442,8 +455,8 @@ static tp_status vit_stem(ix *x, vit_map *vm, const tp_onnx_value *in, const cha
     const tp_onnx_attr *ks = tp_onnx_node_attr(n, "kernel_shape"), *stv = tp_onnx_node_attr(n, "strides"),
                        *pd = tp_onnx_node_attr(n, "pads"), *dl = tp_onnx_node_attr(n, "dilations"),
                        *gr = tp_onnx_node_attr(n, "group"), *ap = tp_onnx_node_attr(n, "auto_pad");
-    vm->conv_w = n->n_in > 1 ? tp_onnx_find_initializer(x->m, n->in[1]) : NULL;
-    vm->conv_b = n->n_in > 2 ? tp_onnx_find_initializer(x->m, n->in[2]) : NULL;
+    vm->conv_w = n->n_in > 1 ? const_tensor(x, n->in[1]) : NULL;
+    vm->conv_b = n->n_in > 2 ? const_tensor(x, n->in[2]) : NULL;
     if (!vm->conv_w || vm->conv_w->ndim != 4 || vm->conv_w->dims[1] != 3 || vm->conv_w->dims[2] != vm->conv_w->dims[3] ||
         !float_type(vm->conv_w->elem_type) || !vm->conv_b || vm->conv_b->ndim != 1 ||
         vm->conv_b->dims[0] != vm->conv_w->dims[0])
