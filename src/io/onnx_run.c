@@ -803,16 +803,31 @@ static tp_status op_matmul(ctx *c) {
     bstrides(it.nd, bb.ndim, bb.dims, K * N, it.st[1]);
     const float *A = a->data, *B = b->data;
     float *Y = y->data;
-    for (int64_t t = 0; t < nb; t++, it_next(&it)) {
+    int oom = 0;
+    for (int64_t t = 0; t < nb && !oom; t++, it_next(&it)) {
         const float *At = A + it.off[0], *Bt = B + it.off[1];
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) {
-                double acc = 0;
-                for (int64_t k = 0; k < K; k++) acc += (double)At[i * K + k] * Bt[k * N + j];
-                Y[(t * M + i) * N + j] = (float)acc;
+        float *Yt = Y + t * M * N;
+        /* rows over threads; each output's sum in k order, as one dot product would take it, a row of N
+         * accumulators walking B's rows contiguously (a ViT-B/16 import check: 30 s to a few on 16 cores) */
+#pragma omp parallel reduction(| : oom)
+        {
+            double *acc = malloc(sizeof(double) * (size_t)(N ? N : 1));
+            if (!acc) oom = 1;
+#pragma omp for schedule(static)
+            for (int64_t i = 0; i < M; i++) {
+                if (!acc) continue;
+                for (int64_t j = 0; j < N; j++) acc[j] = 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    const double av = At[i * K + k];
+                    const float *Bk = Bt + k * N;
+                    for (int64_t j = 0; j < N; j++) acc[j] += av * Bk[j];
+                }
+                for (int64_t j = 0; j < N; j++) Yt[i * N + j] = (float)acc[j];
             }
+            free(acc);
+        }
     }
-    return TP_OK;
+    return oom ? nfail(c, TP_ERR_OOM, "out of host memory") : TP_OK;
 }
 
 /* Gemm (opset 13): Y = alpha op(A) op(B) + beta C, op a transpose by transA/transB, C broadcast to (M, N) */
