@@ -308,6 +308,13 @@ expect_error "onnx missing" 3 "nope.onnx: cannot open" bench "${small[@]}" --onn
 expect_error "onnx-check mode" 2 "--onnx-check: unknown mode 'maybe'" bench "${small[@]}" --onnx $vx/vit_op17.onnx \
   --onnx-check maybe
 expect_error "onnx and engine" 2 "drop --onnx" bench "${small[@]}" --engine "$tmp/onnx.tpe" --onnx $vx/vit_op17.onnx
+expect_error "onnx qdq precision" 4 "--precision fp8 with a Q/DQ ONNX file" build --onnx $vx/vit_fp8_qdq_op19.onnx \
+  --batch 2 --precision fp8 --arch sm_90 -o "$tmp/q.tpe"
+expect_error "onnx qdq head" 4 "layer head: fp8 GEMM needs K and N multiples of 16" build --onnx \
+  $vx/vit_fp8_qdq_op19.onnx --batch 2 --precision fp16 --arch sm_90 -o "$tmp/q.tpe"
+echo '{"default": "fp16"}' > "$tmp/p.json"
+expect_error "onnx qdq policy file" 2 "--policy-file with a Q/DQ ONNX file" build --onnx $vx/vit_fp8_qdq_op19.onnx \
+  --batch 2 --precision fp16 --arch sm_90 --policy-file "$tmp/p.json" -o "$tmp/q.tpe"
 # tensor parallelism and sweeps over GPUs: refused by name where they cannot run
 expect_error tp-zero 2 "--tp '0'" bench --model llama-tiny --tp 0
 expect_error tp-cpu 2 "tensor parallelism runs on GPUs" bench --model llama-tiny --tp 2 --device cpu

@@ -16,7 +16,9 @@
 #include "io/onnx_run.h"
 #include "io/safetensors.h"
 #include "exec/cpu/cpu_exec.h"
+#include "bench/onnx_check.h"
 #include "models/onnx_import.h"
+#include "planner/plan.h"
 #include "models/vit.h"
 
 #define FX "tests/fixtures/onnx/"
@@ -496,6 +498,45 @@ START_TEST(test_import_qdq) {
 }
 END_TEST
 
+/* The Q/DQ export run as the file says (explicit quantization): its 9 linears in FP8 E4M3 with the file's weight and
+ * input scales, the rest in fp32, through tprof's CPU emulation of that plan, against onnxruntime (the issue's 1e-5) */
+START_TEST(test_import_qdq_policy) {
+    tp_model m;
+    tp_params p;
+    tp_onnx_import_info info;
+    tp_error e = {0};
+    ck_assert_msg(tp_onnx_import(VX "vit_fp8_qdq_op19.onnx", &m, &p, &info, &e) == TP_OK, "%s", e.msg);
+    for (int i = 0; i < info.n_qdq; i++) ck_assert(info.qdq[i].w_max_code == 448.0f);
+    tp_policy pol;
+    ck_assert_msg(tp_onnx_qdq_policy(&info, TP_PREC_FP32, &pol, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_onnx_qdq_policy(&info, TP_PREC_FP8, &pol, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "--precision fp8 with a Q/DQ ONNX file"), "%s", e.msg);
+    ck_assert_msg(tp_onnx_qdq_policy(&info, TP_PREC_FP32, &pol, &e) == TP_OK, "%s", e.msg);
+    tp_graph g;
+    ck_assert_msg(tp_model_build_graph(&m, &p, 2, &g, &e) == TP_OK, "%s", e.msg);
+    tp_plan plan;
+    memset(&plan, 0, sizeof plan);
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 0, &plan, &e) == TP_OK, "%s", e.msg); /* the CPU emulation */
+    int n8 = 0;
+    for (int i = 0; i < g.n_ops; i++) n8 += g.ops[i].kind == TP_OP_LINEAR && plan.op_prec[i] == TP_PREC_FP8;
+    ck_assert_int_eq(n8, 9);
+    float *amax = calloc((size_t)g.n_values, sizeof(float));
+    ck_assert_msg(tp_onnx_qdq_scales(&info, &g, amax, &e) == TP_OK, "%s", e.msg);
+    float *x = read_f32(VX "input.bin", 2 * 3 * 32 * 32), *want = read_f32(VX "vit_fp8_qdq_op19.ort_output.bin", 20);
+    float y[20];
+    for (int i = 0; i < 20; i++) y[i] = NAN;
+    ck_assert_msg(tp_cpu_run_emulated(&g, &p, &plan, amax, x, y, &e) == TP_OK, "%s", e.msg);
+    const double l2 = rel_l2(y, want, 20);
+    printf("onnx import vit_fp8_qdq_op19 as the file quantizes it (9 linears fp8, the rest fp32): tprof CPU emulation "
+           "vs onnxruntime rel L2 %.3g\n", l2);
+    ck_assert_msg(l2 <= 1e-5, "rel L2 %g against onnxruntime", l2);
+    free(x), free(want), free(amax);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
 static void expect_import_error(const char *path, tp_status code, const char *s1, const char *s2) {
     tp_model m;
     tp_params p;
@@ -543,6 +584,7 @@ int main(void) {
     tcase_set_timeout(im, 60);
     tcase_add_test(im, test_import_timm);
     tcase_add_test(im, test_import_qdq);
+    tcase_add_test(im, test_import_qdq_policy);
     tcase_add_test(im, test_import_errors);
     suite_add_tcase(su, im);
     SRunner *sr = srunner_create(su);

@@ -4,6 +4,7 @@
  * roofline floor. Output goes through the writer hooks (report/bench_report.h). */
 #include "bench/bench.h"
 #include "bench/decode.h"
+#include "bench/onnx_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -91,6 +92,16 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
             return tp_fail(err, TP_ERR_UNSUPPORTED, "--kv-cache fp8 with --engine: an engine file does not record its "
                            "KV cache type yet; build the engine in the run");
         return TP_OK;
+    }
+    if (o->onnx_info && o->onnx_info->n_qdq) { /* the file's Q/DQ decide what is quantized: explicit quantization */
+        if (o->policy_file)
+            return tp_fail(err, TP_ERR_ARG, "--policy-file with a Q/DQ ONNX file: its Q/DQ nodes are the policy "
+                           "(--policy rules still apply on top, e.g. --policy head=fp16)");
+        tp_status st = tp_onnx_qdq_policy(o->onnx_info, prec, pol, err);
+        if (!st && o->policy) st = tp_policy_parse(pol, o->policy, err); /* the user's rules win over the file's */
+        pol->gelu_tanh = o->gelu_tanh, pol->no_fusion = o->no_fusion, pol->fp32_tensors = o->fp32_tensors;
+        pol->kv_fp8 = o->kv_fp8;
+        return st;
     }
     tp_policy_default(pol, prec);
     if (o->policy_file) {
@@ -532,7 +543,11 @@ static tp_status activation_scales(run_ctx *c, const tp_plan *plan, float **amax
     if (!calibrate) return TP_OK;
     if (!(*amax = malloc(sizeof(float) * (size_t)g->n_values))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     if (c->o->engine_file && tp_engine_file_calibration(c->o->engine_file, g, *amax) > 0) return TP_OK;
-    return tp_calibrate(g, &c->params, 0, c->rep.gpu.sm, c->calib, &c->o->calib, *amax, err);
+    tp_status st = tp_calibrate(g, &c->params, 0, c->rep.gpu.sm, c->calib, &c->o->calib, *amax, err);
+    /* a Q/DQ file's linears read their inputs at the file's scales (the rest of the amax stays calibrated: values
+     * the engine stores scaled that the file does not quantize, e.g. an FP8 KV cache) */
+    if (!st && c->o->onnx_info && c->o->onnx_info->n_qdq) st = tp_onnx_qdq_scales(c->o->onnx_info, g, *amax, err);
+    return st;
 }
 
 /* --tp: the ranks' engines, rank 0's plan given, the others' planned here with the same policy (kept in c->tpplan

@@ -69,6 +69,8 @@ typedef struct {
     const char *onnx;    /* --onnx FILE: the model and weights were imported from it (models/onnx_import.h) */
     const tp_params *onnx_params; /* the import's parameters (the caller's; each run copies them) */
     const char *onnx_note;        /* one line: what the import recognized and how its check went */
+    const struct tp_onnx_import_info_s *onnx_info; /* the import's findings: a Q/DQ file's linears and scales make
+                                                      every engine's policy (explicit quantization, onnx_check.h) */
     const char *image;   /* input file or folder, or NULL (random inputs from seed) */
     const char *calib_data; /* --calib-data: the calibration batch's files (of the input's kind), or NULL (the
                                --image batch, else random inputs from seed + 1) */

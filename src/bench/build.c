@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/onnx_check.h"
 #include "core/util.h"
 #ifdef TPROF_HAVE_CUDA
 #include "exec/cuda/engine/cuda_engine.h"
@@ -115,6 +116,7 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
             goto done;
         }
         if ((st = build_calibrate(o, &model, &g, &params, gpu.sm, amax, err))) goto done;
+        if (o->onnx_info && o->onnx_info->n_qdq && (st = tp_onnx_qdq_scales(o->onnx_info, &g, amax, err))) goto done;
 #else
         st = tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s needs calibration on a GPU (%s)", tp_precision_name(prec),
                      gerr.msg);

@@ -65,3 +65,60 @@ tp_status tp_onnx_check(const char *path, const tp_model *m, const tp_params *pa
     free(y);
     return st;
 }
+
+tp_status tp_onnx_qdq_policy(const tp_onnx_import_info *info, tp_precision rest, tp_policy *pol, tp_error *err) {
+    if (rest != TP_PREC_FP32 && rest != TP_PREC_FP16 && rest != TP_PREC_BF16)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "--precision %s with a Q/DQ ONNX file: the file's Q/DQ nodes decide "
+                       "which layers are quantized and how; --precision names the precision of the rest (fp32, fp16 "
+                       "or bf16)", tp_precision_name(rest));
+    tp_policy_init(pol, rest);
+    for (int i = 0; i < info->n_qdq; i++) {
+        const tp_onnx_qdq *q = &info->qdq[i];
+        if (q->w_type != TP_ONNX_FLOAT8E4M3FN || q->x_type != TP_ONNX_FLOAT8E4M3FN)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: Q/DQ with a %s weight and a %s input: tprof runs FP8 E4M3 on "
+                           "both operands", q->layer, q->w_type ? tp_onnx_elem_name(q->w_type) : "float",
+                           q->x_type ? tp_onnx_elem_name(q->x_type) : "float");
+        if (q->w_max_code != 448.0f)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: its weight's largest E4M3 value is %g, not 448: a scale other "
+                           "than amax / 448, which tprof's per-tensor FP8 weights would round again", q->layer,
+                           (double)q->w_max_code);
+        tp_status st = tp_policy_add(pol, q->layer, TP_PREC_FP8, err);
+        if (st) return st;
+    }
+    return TP_OK;
+}
+
+/* The float a with (float)((double)a / 448) == s (cpu_exec.c and the engines take the scale so) */
+static float amax_for(float s) {
+    float a = (float)((double)s * 448.0);
+    for (int k = 0; k < 64 && (float)((double)a / 448.0) != s; k++)
+        a = nextafterf(a, (float)((double)a / 448.0) < s ? INFINITY : 0.0f);
+    return a;
+}
+
+tp_status tp_onnx_qdq_scales(const tp_onnx_import_info *info, const tp_graph *g, float *amax, tp_error *err) {
+    for (int i = 0; i < info->n_qdq; i++) {
+        const tp_onnx_qdq *q = &info->qdq[i];
+        int found = 0;
+        for (int k = 0; k < g->n_ops; k++) {
+            const tp_op *op = &g->ops[k];
+            if (op->kind != TP_OP_LINEAR || strcmp(op->layer, q->layer) != 0) continue;
+            const float a = amax_for(q->x_scale);
+            if ((float)((double)a / 448.0) != q->x_scale)
+                return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: no float amax gives its input scale %g back", q->layer,
+                               (double)q->x_scale);
+            found = 1;
+            for (int j = 0; j < i; j++) /* an input two quantized linears read: one scale (tprof stores it once) */
+                for (int l = 0; l < g->n_ops; l++)
+                    if (g->ops[l].kind == TP_OP_LINEAR && g->ops[l].in[0] == op->in[0] &&
+                        !strcmp(g->ops[l].layer, info->qdq[j].layer) && info->qdq[j].x_scale != q->x_scale)
+                        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s and %s read one input with two Q/DQ scales",
+                                       info->qdq[j].layer, q->layer);
+            amax[op->in[0]] = a;
+        }
+        if (!found)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: the file quantizes a layer tprof's graph has no linear for",
+                           q->layer);
+    }
+    return TP_OK;
+}

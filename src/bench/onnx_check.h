@@ -8,6 +8,7 @@
 
 #include "models/model.h"
 #include "models/onnx_import.h"
+#include "planner/policy.h"
 #include "tprof.h"
 
 /* The bound on *rel below which the import counts as checked: both sides compute in FP32 with FP64 accumulation of
@@ -23,5 +24,20 @@
  * TP_ERR_SHAPE when the outputs' sizes differ. A *rel over TP_ONNX_CHECK_TOL is the caller's to refuse. */
 tp_status tp_onnx_check(const char *path, const tp_model *m, const tp_params *params, const tp_onnx_import_info *info,
                         uint64_t seed, double *rel, double *ms, tp_error *err);
+
+/* Explicit quantization, as TensorRT takes a Q/DQ network: the linears the file quantizes (info->qdq: FP8 E4M3 weight
+ * and input, per tensor) run fp8 and everything else in `rest` (fp32, fp16 or bf16): pol becomes that policy
+ * (default rest, one rule "<layer>=fp8" per linear). Errors: TP_ERR_UNSUPPORTED when rest is not one of those three,
+ * when a linear quantizes only one operand or to another type than E4M3 (naming it), or when a weight's scale is not
+ * amax / 448 (its largest E4M3 value is not 448: tprof's per-tensor FP8 weights are scaled so, and would round the
+ * file's values again); TP_ERR_ARG from the policy. */
+tp_status tp_onnx_qdq_policy(const tp_onnx_import_info *info, tp_precision rest, tp_policy *pol, tp_error *err);
+
+/* The file's activation scales as static per-tensor amax (what calibration fills) for graph g: amax[v] of each
+ * quantized linear's input v set so that amax[v] / 448, as the engines and the CPU emulation compute the scale,
+ * equals the file's scale exactly in float (overwriting what calibration put there). Other entries are left as they
+ * are. Errors: TP_ERR_UNSUPPORTED when a
+ * layer of info->qdq is not a linear of g, or one input has two different scales. */
+tp_status tp_onnx_qdq_scales(const tp_onnx_import_info *info, const tp_graph *g, float *amax, tp_error *err);
 
 #endif

@@ -449,6 +449,7 @@ typedef struct {
     tp_bench_options o;
     int onnx_nocheck;             /* --onnx-check off */
     tp_params onnx_params;        /* --onnx: the import's parameters */
+    tp_onnx_import_info *onnx_info;
     char onnx_note[1024];
     const char *out_file, *engine, *out_dir, *model, *prec;
     int arch;
@@ -753,10 +754,10 @@ static int onnx_model(bench_args *a) {
         fprintf(stderr, "tprof: --onnx: %s\n", err.msg);
         return exit_code(st);
     }
-    char q[160] = "";
+    char q[240] = "";
     if (info->n_qdq)
-        snprintf(q, sizeof q, "; Q/DQ on %d linears, their weights read dequantized (the file's scales are not yet "
-                 "the engines' policy: --precision and tprof's calibration choose)", info->n_qdq);
+        snprintf(q, sizeof q, "; Q/DQ on %d linears: the GPU engines run them in FP8 at the file's scales (explicit "
+                 "quantization), the rest in --precision (the CPU executor runs the FP32 reference)", info->n_qdq);
     char desc[256];
     tp_model_describe(&o->model, desc, sizeof desc);
     int n = snprintf(a->onnx_note, sizeof a->onnx_note, "ONNX import: %s: %s; %d nodes mapped (%d on the residual "
@@ -782,7 +783,8 @@ static int onnx_model(bench_args *a) {
                  "own (tprof's ONNX interpreter%s) at batch 1: relative L2 %.2g (%.1f s)",
                  info->n_qdq ? ", activation Q/DQ off" : "", rel, ms / 1e3);
     }
-    free(info);
+    a->onnx_info = info; /* the Q/DQ policy and scales read it; freed with the run */
+    o->onnx_info = info;
     o->onnx_params = &a->onnx_params;
     o->onnx_note = a->onnx_note;
     return 0;
@@ -917,6 +919,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     }
     tp_engine_file_free(&ef);
     tp_params_free(&a.onnx_params);
+    free(a.onnx_info);
     if (st) {
         fprintf(stderr, "tprof: error: %s\n", err.msg);
         return exit_code(st);

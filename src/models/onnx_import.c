@@ -630,6 +630,11 @@ static void note_qdq(tp_onnx_import_info *info, const char *layer, const lin *L)
     tp_onnx_qdq *q = &info->qdq[info->n_qdq++];
     snprintf(q->layer, sizeof q->layer, "%s", layer);
     q->w_scale = L->w.qtype ? L->w.scale : 0.0f, q->w_type = L->w.qtype;
+    q->w_max_code = 0.0f;
+    for (int64_t k = 0; L->w.qtype == TP_ONNX_FLOAT8E4M3FN && k < L->w.t->numel; k++) {
+        const float v = fabsf(tp_e4m3_to_f32(((const unsigned char *)L->w.t->data)[k]));
+        if (v > q->w_max_code) q->w_max_code = v;
+    }
     q->x_scale = L->x_type ? L->x_scale : 0.0f, q->x_type = L->x_type;
 }
 

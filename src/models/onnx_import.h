@@ -37,9 +37,10 @@ typedef struct {
     char layer[TP_NAME_LEN]; /* tprof's layer name: "blocks.3.attn.qkv", "head" */
     float w_scale, x_scale;
     int w_type, x_type; /* ONNX DataType numbers (TP_ONNX_FLOAT8E4M3FN, ...), 0 for none */
+    float w_max_code;   /* the weight's largest |E4M3 value| before its scale: 448 where the scale is amax / 448 */
 } tp_onnx_qdq;
 
-typedef struct {
+typedef struct tp_onnx_import_info_s {
     char family[16];     /* "vit" */
     char summary[200];   /* "timm VisionTransformer, TorchScript export (opset 17)" */
     int64_t opset;       /* the default domain's */

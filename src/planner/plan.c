@@ -43,7 +43,7 @@ static const char *act_name(tp_dtype t) { return t == TP_F32 ? "fp32" : t == TP_
  * default's (issue 21: `prefix.*=fp8,expert.*=nvfp4-wo` in an fp16 engine) where both share the engine's activation
  * type. A format of the other activation type is an error naming both, and so is a quantized patch embedding (its
  * im2col input has no quantized path yet). A 16-bit rule the engine's type overrides is said in the note. */
-static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_precision prec, int *keep,
+static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_precision prec, int sm, int *keep,
                                 tp_precision *qprec, char (*why)[200], tp_error *err) {
     const tp_dtype act = engine_act(prec);
     for (int i = 0; i < g->n_ops; i++) {
@@ -64,7 +64,9 @@ static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_prec
                          tp_precision_name(want), reason, tp_precision_name(high));
             continue;
         }
-        if (quant_act(want) != act)
+        /* the GPU engines' kernels hold one activation type; the CPU executor's emulation (sm 0) takes any mix, as
+         * an ONNX file's explicit quantization asks: FP8 linears in an FP32 graph (bench/onnx_check.h) */
+        if (sm && quant_act(want) != act)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
                            "layer %s: the policy asks %s (%s) in a %s engine: %s runs with %s activations, this "
                            "engine's are %s; one engine holds formats of one activation type (fp16: fp8, fp8-wo, "
@@ -282,7 +284,7 @@ static tp_status plan_fp8(const tp_graph *g, int sm, const int *keep, tp_plan *p
         int x = op->in[0], w = op->in[1];
         const tp_kernel_shape ks = {TP_E4M3, op->gemm_m, op->gemm_n, op->gemm_k, 0, 0};
         char why[200];
-        if (!tp_supports(TP_KERNEL_GEMM_FP8, &ks, why, sizeof why))
+        if (sm && !tp_supports(TP_KERNEL_GEMM_FP8, &ks, why, sizeof why)) /* the CPU emulation takes any shape */
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s", op->layer, why);
         int prod = g->values[x].producer;
         tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
@@ -541,7 +543,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     }
     for (int i = 0; i < g->n_ops; i++)
         p->op_fused_into[i] = p->op_epilogue_add[i] = p->op_epilogue_gelu[i] = p->op_epilogue_embed[i] = -1;
-    tp_status st = resolve_policy(g, pol, prec, keep, qprec, why, err);
+    tp_status st = resolve_policy(g, pol, prec, sm, keep, qprec, why, err);
     if (st) goto out;
     /* the quantized formats this engine holds (the default's, and the policy's per layer), each checked on the target */
     unsigned used = is_quantized(prec) ? 1u << prec : 0;
