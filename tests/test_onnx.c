@@ -518,7 +518,11 @@ START_TEST(test_import_qdq_policy) {
     memset(&plan, 0, sizeof plan);
     ck_assert_msg(tp_plan_build_policy(&g, &pol, 0, &plan, &e) == TP_OK, "%s", e.msg); /* the CPU emulation */
     int n8 = 0;
-    for (int i = 0; i < g.n_ops; i++) n8 += g.ops[i].kind == TP_OP_LINEAR && plan.op_prec[i] == TP_PREC_FP8;
+    for (int i = 0; i < g.n_ops; i++)
+        if (g.ops[i].kind == TP_OP_LINEAR && plan.op_prec[i] == TP_PREC_FP8) {
+            n8++;
+            ck_assert_msg(strstr(plan.op_note[i], "activations at the ONNX file's Q/DQ scales"), "%s", plan.op_note[i]);
+        }
     ck_assert_int_eq(n8, 9);
     float *amax = calloc((size_t)g.n_values, sizeof(float));
     ck_assert_msg(tp_onnx_qdq_scales(&info, &g, amax, &e) == TP_OK, "%s", e.msg);

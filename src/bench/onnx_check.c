@@ -72,6 +72,7 @@ tp_status tp_onnx_qdq_policy(const tp_onnx_import_info *info, tp_precision rest,
                        "which layers are quantized and how; --precision names the precision of the rest (fp32, fp16 "
                        "or bf16)", tp_precision_name(rest));
     tp_policy_init(pol, rest);
+    pol->act_scales_file = 1;
     for (int i = 0; i < info->n_qdq; i++) {
         const tp_onnx_qdq *q = &info->qdq[i];
         if (q->w_type != TP_ONNX_FLOAT8E4M3FN || q->x_type != TP_ONNX_FLOAT8E4M3FN)

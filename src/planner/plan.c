@@ -277,7 +277,7 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
 }
 
 /* Per-tensor FP8 (see plan.h): the linears not in keep read E4M3 operands with static per-tensor scales. */
-static tp_status plan_fp8(const tp_graph *g, int sm, const int *keep, tp_plan *p, tp_error *err) {
+static tp_status plan_fp8(const tp_graph *g, int sm, const int *keep, int act_scales_file, tp_plan *p, tp_error *err) {
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR || keep[i]) continue;
@@ -305,7 +305,7 @@ static tp_status plan_fp8(const tp_graph *g, int sm, const int *keep, tp_plan *p
         p->op_prec[i] = TP_PREC_FP8;
         snprintf(p->op_note[i], sizeof p->op_note[i],
                  "e4m3 x e4m3 GEMM, fp32 accumulate, fp16 out; per-tensor scales (weights amax/448, "
-                 "activations max-calibrated)%s",
+                 "activations %s)%s", act_scales_file ? "at the ONNX file's Q/DQ scales" : "max-calibrated",
                  writes8 ? "" : "; input quantized as read: <= 8 rows in tprof's GEMV registers, more by a "
                                 "quantize kernel");
         if (writes8) {
@@ -608,7 +608,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         case TP_PREC_FP8_BLOCK: st = plan_fp8_block(g, sm, keepf, p, err); break;
         case TP_PREC_FP8_WO:
         case TP_PREC_NVFP4_WO: st = plan_weight_only(g, keepf, (tp_precision)f, p, err); break;
-        case TP_PREC_FP8: st = plan_fp8(g, sm, keepf, p, err); break;
+        case TP_PREC_FP8: st = plan_fp8(g, sm, keepf, pol->act_scales_file, p, err); break;
         default: break;
         }
     }

@@ -58,6 +58,8 @@ typedef struct {
                          the default): FP32 statistics and angles in registers, 16-bit tensors in memory */
     int kv_fp8;    /* 1 (`--kv-cache fp8`): a decoder's KV cache stored in E4M3 with one static scale per layer's
                       cache (plan.h); 0: in the activation type */
+    int act_scales_file; /* 1: the activation scales come from the model file's Q/DQ nodes (bench/onnx_check.h),
+                            not from calibration: said in each FP8 linear's note */
 } tp_policy;
 
 /* A policy with default def and no rules. */
