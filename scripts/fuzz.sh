@@ -10,7 +10,7 @@ secs=${1:?usage: scripts/fuzz.sh SECONDS [BUILD_DIR] [READER...]}
 build=${2:-build-san}
 shift $(( $# >= 2 ? 2 : 1 ))
 root=$(cd "$(dirname "$0")/.." && pwd)
-readers=${*:-safetensors engine_file engine_file_crc policy trace hf_config timm_config tokens image hf_index onnx}
+readers=${*:-safetensors engine_file engine_file_crc policy trace hf_config timm_config tokens image hf_index onnx onnx_import}
 fx=$root/tests/fixtures
 seeds_of() { # extra seeds from the fixtures, per reader
   case $1 in
@@ -21,6 +21,7 @@ seeds_of() { # extra seeds from the fixtures, per reader
   image) ls "$fx"/preprocess_expect_1*.png ;;
   hf_index) ls "$fx"/hf_llama_tiny/model.safetensors.index.json ;;
   onnx) ls "$fx"/onnx/*.onnx ;;
+  onnx_import) ls "$fx"/onnx_vit/*.onnx ;;
   esac
 }
 rc=0

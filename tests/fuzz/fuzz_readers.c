@@ -9,6 +9,8 @@
  *  10 HF sharded index (tp_hf_load_params on a model.safetensors.index.json naming two tiny tensors)
  *  11 ONNX model (tp_onnx_load; an external data file tiny_ext.onnx.data of 256 bytes beside it, the name the
  *     seed fixture tiny_ext.onnx uses, so external reads are reached)
+ *  12 ONNX import (tp_onnx_import: the reader, then the architecture walk over what it read; seeded with the timm
+ *     ViT exports of tests/fixtures/onnx_vit)
  * Every reader takes a path, so each input is written to a file first (the readers' own file handling is part of
  * what is fuzzed). A harness only checks that the reader returns, without a sanitizer report or a leak, and that a
  * failure comes with a one-line message; the readers' answers are the unit tests' business. */
@@ -25,12 +27,13 @@
 #include "io/safetensors.h"
 #include "io/timm_config.h"
 #include "io/tokens.h"
+#include "models/onnx_import.h"
 #include "planner/engine_file.h"
 #include "planner/policy.h"
 #include "profile/trace.h"
 
 #ifndef TP_FUZZ_READER
-#error "TP_FUZZ_READER must be defined (1..11)"
+#error "TP_FUZZ_READER must be defined (1..12)"
 #endif
 
 static char g_path[256], g_dir[256];
@@ -43,7 +46,7 @@ static void setup_paths(void) {
     snprintf(g_path, sizeof g_path, "%s/%s", g_dir,
              TP_FUZZ_READER == 6 || TP_FUZZ_READER == 7 ? "config.json"
              : TP_FUZZ_READER == 10                     ? "model.safetensors.index.json"
-             : TP_FUZZ_READER == 11                     ? "model.onnx"
+             : TP_FUZZ_READER == 11 || TP_FUZZ_READER == 12 ? "model.onnx"
                                                         : "input");
 }
 
@@ -152,6 +155,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     tp_onnx_model *m = NULL;
     st = tp_onnx_load(g_path, &m, &e);
     tp_onnx_free(m);
+#elif TP_FUZZ_READER == 12
+    tp_model model;
+    tp_params params;
+    st = tp_onnx_import(g_path, &model, &params, NULL, &e);
+    tp_params_free(&params);
 #else
 #error "TP_FUZZ_READER out of range"
 #endif
