@@ -333,6 +333,41 @@ START_TEST(test_run_timm) {
 }
 END_TEST
 
+/* The tiny Llama (tests/fixtures/hf_llama_tiny exported by the dynamo exporter, tools/make_onnx_llama_fixture.py):
+ * its 212 nodes (RMSNorm and RoPE decomposed, GQA through Expand, SiLU as Sigmoid, transformers' causal mask built
+ * from Range, CumSum, GatherND, LessOrEqual, And, IsNaN) run by the interpreter against onnxruntime's logits,
+ * batch 2 x 11 tokens, the token ids fed as float32 integers */
+START_TEST(test_run_llama) {
+    tp_onnx_model *m = load_ok("tests/fixtures/onnx_llama/llama_op18.onnx");
+    FILE *f = fopen("tests/fixtures/onnx_llama/input_ids.bin", "rb");
+    ck_assert_ptr_nonnull(f);
+    int64_t ids[22];
+    ck_assert_uint_eq(fread(ids, sizeof ids[0], 22, f), 22);
+    fclose(f);
+    float x[22];
+    for (int i = 0; i < 22; i++) x[i] = (float)ids[i];
+    float *want = read_f32("tests/fixtures/onnx_llama/llama_op18.ort_output.bin", 2 * 11 * 384);
+    const tp_onnx_dim dims[] = {{"batch", 2}, {"seq", 11}};
+    const float *const inputs[] = {x};
+    const int64_t numel = 22;
+    const tp_onnx_run_args a = {.dims = dims, .n_dims = 2, .inputs = inputs, .input_numel = &numel};
+    tp_onnx_result r;
+    tp_error e = {0};
+    ck_assert_msg(tp_onnx_run(m, &a, 1, &r, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(r.ndim, 3);
+    ck_assert_int_eq(r.dims[2], 384);
+    const double l2 = rel_l2(r.data, want, 2 * 11 * 384);
+    printf("onnx run llama_op18 vs onnxruntime: rel L2 %.3g, max abs %.3g\n", l2, max_abs(r.data, want, 2 * 11 * 384));
+    ck_assert_msg(l2 <= 1e-5, "rel L2 %g against onnxruntime", l2);
+    x[3] = 2.5f; /* not a token id */
+    tp_onnx_results_free(&r, 1);
+    ck_assert_int_eq(tp_onnx_run(m, &a, 1, &r, &e), TP_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "input 'input_ids' is int64 and value 3 is 2.5"), "%s", e.msg);
+    free(want);
+    tp_onnx_free(m);
+}
+END_TEST
+
 static void expect_run_error(const tp_onnx_model *m, const tp_onnx_run_args *a, tp_status code, const char *s1,
                              const char *s2) {
     tp_onnx_result r = {0};
@@ -582,6 +617,7 @@ int main(void) {
     tcase_set_timeout(r, 60);
     tcase_add_test(r, test_run_tiny);
     tcase_add_test(r, test_run_timm);
+    tcase_add_test(r, test_run_llama);
     tcase_add_test(r, test_run_errors);
     suite_add_tcase(su, r);
     TCase *im = tcase_create("import");

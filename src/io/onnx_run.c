@@ -243,41 +243,78 @@ static tp_status bshape(ctx *c, const tensor *const *ts, int n, int *nd, int64_t
 
 /* ---- elementwise ops ---------------------------------------------------------------------------------------- */
 
-enum { B_ADD, B_MUL, B_DIV, B_MAX, B_EQUAL };
+enum { B_ADD, B_MUL, B_DIV, B_MAX, B_EQUAL, B_SUB, B_POW, B_LE, B_AND };
 
-/* Add, Mul, Div, Max (two at a time: Max is variadic), Equal: same element type both sides (the specs' T), numpy
- * broadcasting. int64 Div truncates toward zero as C and onnxruntime do; a zero divisor is an error. */
-static tp_status binary(ctx *c, const tensor *a, const tensor *b, int op, int k_out) {
-    if (a->type != b->type)
-        return nfail(c, TP_ERR_SHAPE, "inputs differ in type (%s, %s)", tp_onnx_elem_name(a->type),
+/* Pow (opset 15): float32 base, float32 or int64 exponent, broadcast */
+static tp_status binary_pow(ctx *c, const tensor *a, const tensor *b) {
+    if (a->type != TP_ONNX_FLOAT || (b->type != TP_ONNX_FLOAT && b->type != TP_ONNX_INT64))
+        return nfail(c, TP_ERR_UNSUPPORTED, "Pow of %s by %s (float32 by float32 or int64)", tp_onnx_elem_name(a->type),
                      tp_onnx_elem_name(b->type));
-    const int fl = a->type == TP_ONNX_FLOAT;
-    if (!fl && a->type != TP_ONNX_INT64 && !(op == B_EQUAL && is_int(a->type)))
-        return nfail(c, TP_ERR_UNSUPPORTED, "element type %s", tp_onnx_elem_name(a->type));
     const tensor *ts[2] = {a, b};
     int nd;
     int64_t dims[MAXD];
     tensor *y;
     tp_status s = bshape(c, ts, 2, &nd, dims);
-    if (!s) s = mk(c, k_out, op == B_EQUAL ? TP_ONNX_BOOL : a->type, nd, dims, &y);
+    if (!s) s = mk(c, 0, TP_ONNX_FLOAT, nd, dims, &y);
     if (s) return s;
     iter it;
     it_init(&it, nd, dims);
     bstrides(nd, a->ndim, a->dims, 1, it.st[0]);
     bstrides(nd, b->ndim, b->dims, 1, it.st[1]);
     for (int64_t i = 0; i < y->numel; i++, it_next(&it)) {
-        if (op == B_EQUAL) {
-            ((uint8_t *)y->data)[i] = fl ? ((const float *)a->data)[it.off[0]] == ((const float *)b->data)[it.off[1]]
-                                         : int_at(a, it.off[0]) == int_at(b, it.off[1]);
+        const double e = b->type == TP_ONNX_FLOAT ? (double)((const float *)b->data)[it.off[1]]
+                                                  : (double)int_at(b, it.off[1]);
+        ((float *)y->data)[i] = (float)pow((double)((const float *)a->data)[it.off[0]], e);
+    }
+    return TP_OK;
+}
+
+/* Add, Sub, Mul, Div, Max (two at a time: Max is variadic), Equal, LessOrEqual, And: same element type both sides
+ * (the specs' T), numpy broadcasting; Pow: a float32 base, a float32 or int64 exponent, pow in double rounded once.
+ * int64 Div truncates toward zero as C and onnxruntime do; a zero divisor is an error. And takes bool. */
+static tp_status binary(ctx *c, const tensor *a, const tensor *b, int op, int k_out) {
+    if (op == B_POW) return binary_pow(c, a, b);
+    if (op == B_AND && (a->type != TP_ONNX_BOOL || b->type != TP_ONNX_BOOL))
+        return nfail(c, TP_ERR_UNSUPPORTED, "And of %s and %s (bool only)", tp_onnx_elem_name(a->type),
+                     tp_onnx_elem_name(b->type));
+    if (a->type != b->type)
+        return nfail(c, TP_ERR_SHAPE, "inputs differ in type (%s, %s)", tp_onnx_elem_name(a->type),
+                     tp_onnx_elem_name(b->type));
+    const int fl = a->type == TP_ONNX_FLOAT;
+    const int cmp = op == B_EQUAL || op == B_LE || op == B_AND; /* a bool output */
+    if (!fl && a->type != TP_ONNX_INT64 && !((op == B_EQUAL || op == B_AND) && is_int(a->type)))
+        return nfail(c, TP_ERR_UNSUPPORTED, "element type %s", tp_onnx_elem_name(a->type));
+    const tensor *ts[2] = {a, b};
+    int nd;
+    int64_t dims[MAXD];
+    tensor *y;
+    tp_status s = bshape(c, ts, 2, &nd, dims);
+    if (!s) s = mk(c, k_out, cmp ? TP_ONNX_BOOL : a->type, nd, dims, &y);
+    if (s) return s;
+    iter it;
+    it_init(&it, nd, dims);
+    bstrides(nd, a->ndim, a->dims, 1, it.st[0]);
+    bstrides(nd, b->ndim, b->dims, 1, it.st[1]);
+    for (int64_t i = 0; i < y->numel; i++, it_next(&it)) {
+        if (op == B_AND) {
+            ((uint8_t *)y->data)[i] = int_at(a, it.off[0]) && int_at(b, it.off[1]);
+        } else if (cmp) {
+            const int eq = op == B_EQUAL;
+            ((uint8_t *)y->data)[i] =
+                fl ? (eq ? ((const float *)a->data)[it.off[0]] == ((const float *)b->data)[it.off[1]]
+                         : ((const float *)a->data)[it.off[0]] <= ((const float *)b->data)[it.off[1]])
+                   : (eq ? int_at(a, it.off[0]) == int_at(b, it.off[1]) : int_at(a, it.off[0]) <= int_at(b, it.off[1]));
         } else if (fl) {
             const float x = ((const float *)a->data)[it.off[0]], z = ((const float *)b->data)[it.off[1]];
-            float r = op == B_ADD ? x + z : op == B_MUL ? x * z : op == B_DIV ? x / z : (x >= z || isnan(x)) ? x : z;
+            float r = op == B_ADD ? x + z : op == B_SUB ? x - z : op == B_MUL ? x * z : op == B_DIV ? x / z
+                      : (x >= z || isnan(x)) ? x : z;
             ((float *)y->data)[i] = r; /* Max propagates NaN, as numpy.maximum */
         } else {
             const int64_t x = ((const int64_t *)a->data)[it.off[0]], z = ((const int64_t *)b->data)[it.off[1]];
             if (op == B_DIV && (z == 0 || (x == INT64_MIN && z == -1)))
                 return nfail(c, TP_ERR_SHAPE, "int64 division of %lld by %lld", (long long)x, (long long)z);
             ((int64_t *)y->data)[i] = op == B_ADD ? (int64_t)((uint64_t)x + (uint64_t)z)
+                                      : op == B_SUB ? (int64_t)((uint64_t)x - (uint64_t)z)
                                       : op == B_MUL ? (int64_t)((uint64_t)x * (uint64_t)z)
                                       : op == B_DIV ? x / z : (x > z ? x : z);
         }
@@ -295,6 +332,10 @@ static tp_status op_add(ctx *c) { return op_bin(c, B_ADD); }
 static tp_status op_mul(ctx *c) { return op_bin(c, B_MUL); }
 static tp_status op_div(ctx *c) { return op_bin(c, B_DIV); }
 static tp_status op_equal(ctx *c) { return op_bin(c, B_EQUAL); }
+static tp_status op_sub(ctx *c) { return op_bin(c, B_SUB); }
+static tp_status op_pow(ctx *c) { return op_bin(c, B_POW); }
+static tp_status op_less_or_equal(ctx *c) { return op_bin(c, B_LE); }
+static tp_status op_and(ctx *c) { return op_bin(c, B_AND); }
 
 /* Max (opset 13): one or more inputs, folded pairwise into the output */
 static tp_status op_max(ctx *c) {
@@ -318,21 +359,50 @@ static tp_status op_max(ctx *c) {
     return TP_OK;
 }
 
-enum { U_ERF, U_SQRT, U_RELU };
+enum { U_ERF, U_SQRT, U_RELU, U_NEG, U_RECIP, U_SIGMOID, U_SIN, U_COS };
 
-/* Erf, Sqrt, Relu on float32: erf in double rounded once to float, the correctly rounded value */
+/* Erf, Sqrt, Relu, Neg, Reciprocal, Sigmoid, Sin, Cos on float32 (Neg on int64 too): each in double rounded once
+ * to float, the correctly rounded value */
 static tp_status unary(ctx *c, int op) {
     const tensor *x;
     tensor *y;
-    tp_status s = need(c, 0, &x, TP_ONNX_FLOAT, 0, 0);
-    if (!s) s = mk(c, 0, TP_ONNX_FLOAT, x->ndim, x->dims, &y);
+    tp_status s = need(c, 0, &x, TP_ONNX_FLOAT, op == U_NEG ? TP_ONNX_INT64 : 0, 0);
+    if (!s) s = mk(c, 0, x->type, x->ndim, x->dims, &y);
     if (s) return s;
+    if (x->type == TP_ONNX_INT64) {
+        for (int64_t i = 0; i < x->numel; i++)
+            ((int64_t *)y->data)[i] = (int64_t)(0 - (uint64_t)((const int64_t *)x->data)[i]);
+        return TP_OK;
+    }
     const float *xs = x->data;
     float *ys = y->data;
-    for (int64_t i = 0; i < x->numel; i++)
-        ys[i] = op == U_ERF ? (float)erf(xs[i]) : op == U_SQRT ? sqrtf(xs[i]) : (xs[i] > 0 ? xs[i] : 0.0f);
+    for (int64_t i = 0; i < x->numel; i++) {
+        const double v = xs[i];
+        ys[i] = op == U_ERF ? (float)erf(v) : op == U_SQRT ? sqrtf(xs[i]) : op == U_RELU ? (xs[i] > 0 ? xs[i] : 0.0f)
+                : op == U_NEG ? -xs[i] : op == U_RECIP ? (float)(1.0 / v) : op == U_SIGMOID ? (float)(1.0 / (1.0 + exp(-v)))
+                : op == U_SIN ? (float)sin(v) : (float)cos(v);
+    }
     return TP_OK;
 }
+static tp_status op_neg(ctx *c) { return unary(c, U_NEG); }
+static tp_status op_reciprocal(ctx *c) { return unary(c, U_RECIP); }
+static tp_status op_sigmoid(ctx *c) { return unary(c, U_SIGMOID); }
+static tp_status op_sin(ctx *c) { return unary(c, U_SIN); }
+static tp_status op_cos(ctx *c) { return unary(c, U_COS); }
+
+/* IsNaN (float32 -> bool), Not (bool -> bool) */
+static tp_status op_isnan_not(ctx *c, int isnan_op) {
+    const tensor *x;
+    tensor *y;
+    tp_status s = need(c, 0, &x, isnan_op ? TP_ONNX_FLOAT : TP_ONNX_BOOL, 0, 0);
+    if (!s) s = mk(c, 0, TP_ONNX_BOOL, x->ndim, x->dims, &y);
+    if (s) return s;
+    for (int64_t i = 0; i < x->numel; i++)
+        ((uint8_t *)y->data)[i] = isnan_op ? isnan(((const float *)x->data)[i]) != 0 : !((const uint8_t *)x->data)[i];
+    return TP_OK;
+}
+static tp_status op_isnan(ctx *c) { return op_isnan_not(c, 1); }
+static tp_status op_not(ctx *c) { return op_isnan_not(c, 0); }
 static tp_status op_erf(ctx *c) { return unary(c, U_ERF); }
 static tp_status op_sqrt(ctx *c) { return unary(c, U_SQRT); }
 static tp_status op_relu(ctx *c) { return unary(c, U_RELU); }
@@ -769,6 +839,151 @@ static tp_status op_gather(ctx *c) {
     return TP_OK;
 }
 
+/* Range (opset 11): scalars start, limit, delta of one type (int64 or float32); max(ceil((limit - start) / delta), 0)
+ * values */
+static tp_status op_range(ctx *c) {
+    const tensor *a, *l, *d;
+    tp_status s = need(c, 0, &a, TP_ONNX_INT64, TP_ONNX_FLOAT, 0);
+    if (!s) s = need(c, 1, &l, a->type, 0, 0);
+    if (!s) s = need(c, 2, &d, a->type, 0, 0);
+    if (s) return s;
+    if (a->numel != 1 || l->numel != 1 || d->numel != 1) return nfail(c, TP_ERR_SHAPE, "start, limit, delta not scalars");
+    const int fl = a->type == TP_ONNX_FLOAT;
+    const double st = fl ? flt_at(a, 0) : (double)int_at(a, 0), li = fl ? flt_at(l, 0) : (double)int_at(l, 0),
+                 de = fl ? flt_at(d, 0) : (double)int_at(d, 0);
+    if (de == 0) return nfail(c, TP_ERR_SHAPE, "delta 0");
+    const double nn = ceil((li - st) / de);
+    if (!(nn < (double)MAX_NUMEL)) return nfail(c, TP_ERR_SHAPE, "%g values", nn);
+    int64_t n = nn > 0 ? (int64_t)nn : 0;
+    tensor *y;
+    if ((s = mk(c, 0, a->type, 1, &n, &y))) return s;
+    for (int64_t i = 0; i < n; i++) {
+        if (fl) ((float *)y->data)[i] = (float)(st + (double)i * de);
+        else ((int64_t *)y->data)[i] = int_at(a, 0) + i * int_at(d, 0);
+    }
+    return TP_OK;
+}
+
+/* ReduceMean (opset 18): float32, axes from input 1 (absent: all, or none with noop_with_empty_axes), keepdims;
+ * sums in double */
+static tp_status op_reduce_mean(ctx *c) {
+    const tensor *x;
+    int64_t ax[MAXD];
+    int na = 0;
+    tp_status s = need(c, 0, &x, TP_ONNX_FLOAT, 0, 0);
+    if (!s && has_in(c, 1)) s = ints_of(c, 1, ax, MAXD, &na);
+    if (s) return s;
+    int red[MAXD] = {0};
+    if (na == 0 && attr_i(c, "noop_with_empty_axes", 0)) return same_data(c, x, x->ndim, x->dims);
+    for (int i = 0; i < x->ndim; i++) red[i] = na == 0;
+    for (int i = 0; i < na; i++) {
+        int a;
+        if ((s = axis_of(c, ax[i], x->ndim, &a))) return s;
+        red[a] = 1;
+    }
+    const int keep = (int)attr_i(c, "keepdims", 1);
+    int64_t d[MAXD];
+    int nd = 0;
+    int64_t cnt = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        if (red[i]) cnt *= x->dims[i];
+        if (!red[i]) d[nd++] = x->dims[i];
+        else if (keep) d[nd++] = 1;
+    }
+    tensor *y;
+    if ((s = mk(c, 0, TP_ONNX_FLOAT, nd, d, &y))) return s;
+    double *acc = calloc((size_t)(y->numel ? y->numel : 1), sizeof(double));
+    if (!acc) return nfail(c, TP_ERR_OOM, "out of host memory");
+    int64_t idx[MAXD] = {0};
+    for (int64_t i = 0; i < x->numel; i++) { /* the output index of each input element */
+        int64_t o = 0;
+        for (int k = 0; k < x->ndim; k++) o = red[k] ? o : o * x->dims[k] + idx[k];
+        acc[o] += ((const float *)x->data)[i];
+        for (int k = x->ndim - 1; k >= 0 && ++idx[k] == x->dims[k]; k--) idx[k] = 0;
+    }
+    for (int64_t o = 0; o < y->numel; o++) ((float *)y->data)[o] = cnt ? (float)(acc[o] / (double)cnt) : NAN;
+    free(acc);
+    return TP_OK;
+}
+
+/* CumSum (opset 14): int64 or float32 along the scalar axis of input 1; exclusive, reverse */
+static tp_status op_cumsum(ctx *c) {
+    const tensor *x;
+    int64_t ax[1];
+    int na, a;
+    tp_status s = need(c, 0, &x, TP_ONNX_INT64, TP_ONNX_FLOAT, 0);
+    if (!s) s = ints_of(c, 1, ax, 1, &na);
+    if (!s && na != 1) s = nfail(c, TP_ERR_SHAPE, "axis is not one value");
+    if (!s) s = axis_of(c, ax[0], x->ndim, &a);
+    tensor *y;
+    if (!s) s = mk(c, 0, x->type, x->ndim, x->dims, &y);
+    if (s) return s;
+    const int excl = (int)attr_i(c, "exclusive", 0), rev = (int)attr_i(c, "reverse", 0);
+    const int64_t outer = prod(x->dims, 0, a), n = x->dims[a], inner = prod(x->dims, a + 1, x->ndim);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            double fs = 0;
+            int64_t is = 0;
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t j = rev ? n - 1 - t : t, at = (o * n + j) * inner + in;
+                if (x->type == TP_ONNX_FLOAT) {
+                    const double v = ((const float *)x->data)[at];
+                    if (!excl) fs += v;
+                    ((float *)y->data)[at] = (float)fs;
+                    if (excl) fs += v;
+                } else {
+                    const int64_t v = ((const int64_t *)x->data)[at];
+                    if (!excl) is = (int64_t)((uint64_t)is + (uint64_t)v);
+                    ((int64_t *)y->data)[at] = is;
+                    if (excl) is = (int64_t)((uint64_t)is + (uint64_t)v);
+                }
+            }
+        }
+    return TP_OK;
+}
+
+/* GatherND (opset 13): int64 indices whose last dimension q indexes data's first q dimensions after batch_dims;
+ * negative indices count from the end */
+static tp_status op_gather_nd(ctx *c) {
+    const tensor *x, *ix;
+    tp_status s = need(c, 0, &x, 0, 0, 0);
+    if (!s) s = need(c, 1, &ix, TP_ONNX_INT64, 0, 0);
+    if (s) return s;
+    const int b = (int)attr_i(c, "batch_dims", 0);
+    if (ix->ndim < 1 || b < 0 || b >= ix->ndim || b >= x->ndim)
+        return nfail(c, TP_ERR_SHAPE, "batch_dims %d with indices of rank %d and data of rank %d", b, ix->ndim, x->ndim);
+    const int q = (int)ix->dims[ix->ndim - 1];
+    if (q < 1 || b + q > x->ndim) return nfail(c, TP_ERR_SHAPE, "index tuples of %d for data of rank %d", q, x->ndim);
+    for (int i = 0; i < b; i++)
+        if (ix->dims[i] != x->dims[i]) return nfail(c, TP_ERR_SHAPE, "batch dimension %d differs", i);
+    int64_t d[2 * MAXD];
+    int nd = 0;
+    for (int i = 0; i < ix->ndim - 1; i++) d[nd++] = ix->dims[i];
+    for (int i = b + q; i < x->ndim; i++) d[nd++] = x->dims[i];
+    if (nd > MAXD) return nfail(c, TP_ERR_UNSUPPORTED, "output rank above %d", MAXD);
+    tensor *y;
+    if ((s = mk(c, 0, x->type, nd, d, &y))) return s;
+    const int64_t nb = prod(ix->dims, 0, b), per = prod(ix->dims, b, ix->ndim - 1),
+                  slice = prod(x->dims, b + q, x->ndim), xb = prod(x->dims, b, x->ndim);
+    const size_t e = (size_t)esize(x->type);
+    for (int64_t bi = 0; bi < nb; bi++)
+        for (int64_t t = 0; t < per; t++) {
+            const int64_t *tu = (const int64_t *)ix->data + (bi * per + t) * q;
+            int64_t off = 0;
+            for (int k = 0; k < q; k++) {
+                const int64_t n = x->dims[b + k];
+                int64_t v = tu[k];
+                if (v < -n || v >= n)
+                    return nfail(c, TP_ERR_SHAPE, "index %lld out of range [-%lld, %lld)", (long long)v, (long long)n,
+                                 (long long)n);
+                off = off * n + (v < 0 ? v + n : v);
+            }
+            memcpy((char *)y->data + (size_t)((bi * per + t) * slice) * e,
+                   (const char *)x->data + (size_t)(bi * xb + off * slice) * e, (size_t)slice * e);
+        }
+    return TP_OK;
+}
+
 /* ---- linear algebra ------------------------------------------------------------------------------------------ */
 
 /* MatMul (opset 13): numpy.matmul. 1-D operands gain a dimension that is dropped again; the batch dimensions
@@ -1108,13 +1323,17 @@ static const struct {
     const char *name;
     op_fn fn;
 } OPS[] = {
-    {"Add", op_add}, {"Cast", op_cast}, {"Concat", op_concat}, {"Constant", op_constant},
-    {"ConstantOfShape", op_constant_of_shape}, {"Conv", op_conv}, {"DequantizeLinear", op_dequantize},
-    {"Div", op_div}, {"Equal", op_equal}, {"Erf", op_erf}, {"Expand", op_expand}, {"Gather", op_gather},
-    {"Gemm", op_gemm}, {"Identity", op_identity}, {"LayerNormalization", op_layernorm}, {"MatMul", op_matmul}, {"Max", op_max},
-    {"Mul", op_mul}, {"QuantizeLinear", op_quantize}, {"Relu", op_relu}, {"Reshape", op_reshape},
-    {"Shape", op_shape}, {"Slice", op_slice}, {"Softmax", op_softmax}, {"Split", op_split}, {"Sqrt", op_sqrt},
-    {"Squeeze", op_squeeze}, {"Transpose", op_transpose}, {"Unsqueeze", op_unsqueeze}, {"Where", op_where},
+    {"Add", op_add}, {"And", op_and}, {"Cast", op_cast}, {"Concat", op_concat}, {"Constant", op_constant},
+    {"ConstantOfShape", op_constant_of_shape}, {"Conv", op_conv}, {"Cos", op_cos}, {"CumSum", op_cumsum},
+    {"DequantizeLinear", op_dequantize}, {"Div", op_div}, {"Equal", op_equal}, {"Erf", op_erf},
+    {"Expand", op_expand}, {"Gather", op_gather}, {"GatherND", op_gather_nd}, {"Gemm", op_gemm},
+    {"Identity", op_identity}, {"IsNaN", op_isnan}, {"LayerNormalization", op_layernorm},
+    {"LessOrEqual", op_less_or_equal}, {"MatMul", op_matmul}, {"Max", op_max}, {"Mul", op_mul}, {"Neg", op_neg},
+    {"Not", op_not}, {"Pow", op_pow}, {"QuantizeLinear", op_quantize}, {"Range", op_range},
+    {"Reciprocal", op_reciprocal}, {"ReduceMean", op_reduce_mean}, {"Relu", op_relu}, {"Reshape", op_reshape},
+    {"Shape", op_shape}, {"Sigmoid", op_sigmoid}, {"Sin", op_sin}, {"Slice", op_slice}, {"Softmax", op_softmax},
+    {"Split", op_split}, {"Sqrt", op_sqrt}, {"Squeeze", op_squeeze}, {"Sub", op_sub}, {"Transpose", op_transpose},
+    {"Unsqueeze", op_unsqueeze}, {"Where", op_where},
 };
 
 /* Binds the fed inputs: float32, the declared shape with every symbolic dimension bound, the element count given */
@@ -1125,9 +1344,9 @@ static tp_status bind_inputs(ctx *c) {
         return tp_fail(c->err, TP_ERR_ARG, "onnx run: %d dimension bindings", a->n_dims);
     for (int i = 0; i < tp_onnx_n_inputs(c->m); i++) {
         const tp_onnx_value *v = tp_onnx_input(c->m, i);
-        if (v->elem_type != TP_ONNX_FLOAT)
-            return tp_fail(c->err, TP_ERR_UNSUPPORTED, "onnx run: input '%s' is %s; float32 inputs are fed", v->name,
-                           tp_onnx_elem_name(v->elem_type));
+        if (v->elem_type != TP_ONNX_FLOAT && v->elem_type != TP_ONNX_INT64)
+            return tp_fail(c->err, TP_ERR_UNSUPPORTED, "onnx run: input '%s' is %s; float32 and int64 inputs are fed",
+                           v->name, tp_onnx_elem_name(v->elem_type));
         if (v->ndim < 0)
             return tp_fail(c->err, TP_ERR_UNSUPPORTED, "onnx run: input '%s' has no declared shape", v->name);
         tensor *t = &c->vals[lookup(c, v->name)];
@@ -1153,6 +1372,20 @@ static tp_status bind_inputs(ctx *c) {
                            (long long)t->numel,
                            a->input_numel && a->inputs && a->inputs[i] ? (long long)a->input_numel[i] : 0LL);
         t->data = (void *)a->inputs[i]; /* read, never written */
+        if (v->elem_type == TP_ONNX_INT64) { /* token ids and the like, given as float32 integers (tprof's inputs) */
+            int64_t *q = malloc(sizeof(int64_t) * (size_t)(t->numel ? t->numel : 1));
+            if (!q) return tp_fail(c->err, TP_ERR_OOM, "out of host memory");
+            for (int64_t k = 0; k < t->numel; k++) {
+                const float f = a->inputs[i][k];
+                if (!(f == floorf(f) && fabsf(f) <= 16777216.0f)) {
+                    free(q);
+                    return tp_fail(c->err, TP_ERR_ARG, "onnx run: input '%s' is int64 and value %lld is %g, not an "
+                                   "integer of at most 2^24", v->name, (long long)k, (double)f);
+                }
+                q[k] = (int64_t)f;
+            }
+            t->type = TP_ONNX_INT64, t->data = q, t->owned = 1;
+        }
     }
     for (int j = 0; j < a->n_dims; j++)
         if (!used[j])

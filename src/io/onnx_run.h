@@ -4,15 +4,16 @@
  * Semantics are the ONNX operator specification's (onnx.ai/onnx/operators, default domain, opset 13 and later:
  * a model importing an older default opset is refused, since several ops changed their inputs at 13). Values are
  * float32 (dot products of MatMul, Gemm and Conv and the LayerNormalization statistics accumulated in double),
- * int64 for shape arithmetic, bool for Equal and Where; FLOAT8E4M3FN, int8 and uint8 only as Q/DQ operands;
+ * int64 for shape arithmetic and token ids, bool for the comparisons, And, Not and Where; FLOAT8E4M3FN, int8 and uint8 only as Q/DQ operands;
  * float16, bfloat16 and int32 initializers only as Cast's input (int32 also as Gather's indices).
  *
- * Op types (the ones tprof's fixtures hold: tests/fixtures/onnx_vit, tests/fixtures/onnx/tiny.onnx): Add, Cast,
- * Concat, Constant, ConstantOfShape, Conv (2-D, group 1, auto_pad NOTSET), DequantizeLinear and QuantizeLinear
- * (per-tensor scale; float8e4m3fn with saturate 1, int8, uint8), Div, Equal, Erf, Expand, Gather, Gemm,
- * Identity, LayerNormalization, MatMul, Max, Mul, Relu, Reshape, Shape, Slice, Softmax, Split, Sqrt, Squeeze, Transpose,
- * Unsqueeze, Where. Anything else (an op type or domain, an attribute value, an element type, a shape that does not
- * fit) is an error naming the node ("node 12 'name' (OpType): reason"), never a guess. */
+ * Op types (the ones tprof's fixtures hold: tests/fixtures/onnx_vit, tests/fixtures/onnx_llama,
+ * tests/fixtures/onnx/tiny.onnx): Add, And, Cast, Concat, Constant, ConstantOfShape, Conv (2-D, group 1, auto_pad
+ * NOTSET), Cos, CumSum, DequantizeLinear and QuantizeLinear (per-tensor scale; float8e4m3fn with saturate 1, int8,
+ * uint8), Div, Equal, Erf, Expand, Gather, GatherND, Gemm, Identity, IsNaN, LayerNormalization, LessOrEqual, MatMul,
+ * Max, Mul, Neg, Not, Pow, Range, Reciprocal, ReduceMean, Relu, Reshape, Shape, Sigmoid, Sin, Slice, Softmax, Split,
+ * Sqrt, Squeeze, Sub, Transpose, Unsqueeze, Where. Anything else (an op type or domain, an attribute value, an
+ * element type, a shape that does not fit) is an error naming the node ("node 12 'name' (OpType): reason"), never a guess. */
 #ifndef TP_IO_ONNX_RUN_H
 #define TP_IO_ONNX_RUN_H
 
@@ -30,7 +31,8 @@ typedef struct {
     const tp_onnx_dim *dims; /* every symbolic dimension of the fed inputs must be bound, and each binding used */
     int n_dims;
     /* One per fed input (tp_onnx_input(m, i), in that order), float32, row-major, with its element count: checked
-     * against the input's declared shape with the symbolic dimensions bound. The inputs must be declared float32. */
+     * against the input's declared shape with the symbolic dimensions bound. The inputs must be declared float32 or
+     * int64 (token ids: each value an integer of at most 2^24 in magnitude, as tprof stores them in float32). */
     const float *const *inputs;
     const int64_t *input_numel;
     /* 1: every QuantizeLinear passes its float input through, and so does every DequantizeLinear of a float value:
