@@ -300,6 +300,8 @@ expect_ok "onnx qdq" "Q/DQ on 9 linears.*activation Q/DQ off" bench "${small[@]}
 expect_ok "onnx unchecked" "NOT CHECKED against the file" bench "${small[@]}" --onnx $vx/vit_op18.onnx --onnx-check off
 expect_ok "onnx build" "ONNX import: .*checked" build --onnx $vx/vit_op17.onnx --batch 2 --precision fp16 --arch sm_90 \
   -o "$tmp/onnx.tpe"
+expect_ok "onnx llama" "ONNX import: .*llama_op18.onnx: Llama-style decoder.*prompt 12 + gen 3.*checked: .*relative L2" \
+  bench "${small[@]}" --onnx tests/fixtures/onnx_llama/llama_op18.onnx --prompt 12 --gen 3
 expect_error "onnx and model" 2 "carries the model and its weights: drop --model" bench "${small[@]}" --onnx \
   $vx/vit_op17.onnx --model vit-tiny
 expect_error "onnx and knob" 2 "drop a model knob" bench "${small[@]}" --onnx $vx/vit_op17.onnx --depth 3

@@ -576,6 +576,55 @@ START_TEST(test_import_qdq_policy) {
 }
 END_TEST
 
+/* The tiny Llama export imported as the decoder family: its configuration (GQA, llama3 RoPE read back from the
+ * inverse frequencies), every parameter equal to the checkpoint it was exported from (tests/fixtures/hf_llama_tiny),
+ * and tprof's CPU executor on one prefill of the fixture's tokens, every position's logits, against onnxruntime's */
+START_TEST(test_import_llama) {
+    tp_model m;
+    tp_params p, ref;
+    tp_onnx_import_info info;
+    tp_error e = {0};
+    ck_assert_msg(tp_onnx_import("tests/fixtures/onnx_llama/llama_op18.onnx", &m, &p, &info, &e) == TP_OK, "%s", e.msg);
+    ck_assert_str_eq(m.family->name, "decoder");
+    ck_assert_str_eq(info.family, "decoder");
+    ck_assert_str_eq(info.seq_dim, "seq");
+    char desc[256];
+    tp_model_describe(&m, desc, sizeof desc);
+    ck_assert_msg(strstr(desc, "dim 64, 2 layers, 4 heads (2 KV, head dim 16), MLP 176 SwiGLU, vocab 384, rope 500000 "
+                               "llama3"), "%s", desc);
+    ck_assert_int_eq(info.n_main + info.n_attention + info.n_gelu + info.n_shape, info.n_nodes);
+    ck_assert_msg(tp_model_params_load(&m, "tests/fixtures/hf_llama_tiny", &ref, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(ref.n_params, p.n_params);
+    for (int i = 0; i < p.n_params; i++) {
+        const int j = tp_params_find(&ref, p.params[i].name);
+        ck_assert_int_ge(j, 0);
+        ck_assert_msg(!memcmp(ref.params[j].data, p.params[i].data, sizeof(float) * (size_t)p.params[i].numel),
+                      "%s differs from the checkpoint", p.params[i].name);
+    }
+    FILE *f = fopen("tests/fixtures/onnx_llama/input_ids.bin", "rb");
+    ck_assert_ptr_nonnull(f);
+    int64_t ids[22];
+    ck_assert_uint_eq(fread(ids, sizeof ids[0], 22, f), 22);
+    fclose(f);
+    float x[22], *y = malloc(sizeof(float) * 2 * 11 * 384);
+    for (int i = 0; i < 22; i++) x[i] = (float)ids[i];
+    for (int i = 0; i < 2 * 11 * 384; i++) y[i] = NAN;
+    const tp_step_shape step = {.batch = 2, .tokens = 11, .past = 0, .kv_len = 11, .all_logits = 1};
+    tp_graph g;
+    ck_assert_msg(tp_model_build_step(&m, &p, &step, &g, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_cpu_run(&g, &p, x, y, &e) == TP_OK, "%s", e.msg);
+    float *want = read_f32("tests/fixtures/onnx_llama/llama_op18.ort_output.bin", 2 * 11 * 384);
+    const double l2 = rel_l2(y, want, 2 * 11 * 384);
+    printf("onnx import llama_op18 (%d nodes: %d main, %d attention, %d activation, %d shape): tprof CPU vs "
+           "onnxruntime rel L2 %.3g\n", info.n_nodes, info.n_main, info.n_attention, info.n_gelu, info.n_shape, l2);
+    ck_assert_msg(l2 <= 1e-5, "rel L2 %g against onnxruntime", l2);
+    free(y), free(want);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    tp_params_free(&ref);
+}
+END_TEST
+
 static void expect_import_error(const char *path, tp_status code, const char *s1, const char *s2) {
     tp_model m;
     tp_params p;
@@ -599,6 +648,9 @@ START_TEST(test_import_errors) {
     unlink(tmp);
     patched(VX "vit_dynamo_op18.onnx", "\x22\x12" "LayerNormalization", "\x22\x12" "LayerNormalizatiox", tmp);
     expect_import_error(tmp, TP_ERR_UNSUPPORTED, "(LayerNormalizatiox): expected a LayerNormalization", "opset 17");
+    unlink(tmp);
+    patched("tests/fixtures/onnx_llama/llama_op18.onnx", "\x22\x07" "Sigmoid", "\x22\x07" "Sigmaid", tmp);
+    expect_import_error(tmp, TP_ERR_UNSUPPORTED, "not SwiGLU", "node");
     unlink(tmp);
     expect_import_error(FX "tiny.onnx", TP_ERR_UNSUPPORTED, "tiny.onnx: 1 inputs and 2 outputs", "an image batch or token ids in");
 }
@@ -625,6 +677,7 @@ int main(void) {
     tcase_add_test(im, test_import_timm);
     tcase_add_test(im, test_import_qdq);
     tcase_add_test(im, test_import_qdq_policy);
+    tcase_add_test(im, test_import_llama);
     tcase_add_test(im, test_import_errors);
     suite_add_tcase(su, im);
     SRunner *sr = srunner_create(su);

@@ -15,8 +15,13 @@ tp_status tp_onnx_check(const char *path, const tp_model *m, const tp_params *pa
     *rel = NAN;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    const int64_t B = info->fixed_batch > 0 ? info->fixed_batch : 1, per = tp_model_input_numel(m);
-    const int64_t n_in = B * per;
+    /* a decoder: its graph of one prefill step with every position's logits, as the file computes them */
+    const int dec = !strcmp(info->family, "decoder");
+    const int64_t B = info->fixed_batch > 0 ? info->fixed_batch : 1;
+    const int64_t T = dec ? (info->fixed_seq > 0 ? info->fixed_seq : 7) : 0;
+    const int64_t per = dec ? T : tp_model_input_numel(m), n_in = B * per;
+    tp_output_desc odesc;
+    tp_model_output(m, &odesc);
     float *x = malloc(sizeof(float) * (size_t)n_in), *y = NULL;
     tp_onnx_model *om = NULL;
     tp_onnx_result r = {0};
@@ -25,16 +30,25 @@ tp_status tp_onnx_check(const char *path, const tp_model *m, const tp_params *pa
     if (!x) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     tp_rng rng;
     tp_rng_seed(&rng, seed);
-    for (int64_t i = 0; i < n_in; i++) x[i] = (float)(2.0 * tp_rng_uniform(&rng) - 1.0);
+    for (int64_t i = 0; i < n_in; i++) /* token ids in [0, vocab), else values in [-1, 1) */
+        x[i] = dec ? (float)(int64_t)(tp_rng_uniform(&rng) * (double)odesc.shape[0])
+                   : (float)(2.0 * tp_rng_uniform(&rng) - 1.0);
     tp_status st = tp_onnx_load(path, &om, err);
     if (!st) {
-        const tp_onnx_dim dims[] = {{info->batch_dim, B}};
+        tp_onnx_dim dims[2];
+        int nd = 0;
+        if (info->batch_dim[0]) dims[nd++] = (tp_onnx_dim){info->batch_dim, B};
+        if (dec && info->seq_dim[0]) dims[nd++] = (tp_onnx_dim){info->seq_dim, T};
         const float *const inputs[] = {x};
-        const tp_onnx_run_args a = {.dims = dims, .n_dims = info->batch_dim[0] ? 1 : 0, .inputs = inputs,
-                                    .input_numel = &n_in, .activation_qdq_off = info->n_qdq > 0};
+        const tp_onnx_run_args a = {.dims = dims, .n_dims = nd, .inputs = inputs, .input_numel = &n_in,
+                                    .activation_qdq_off = info->n_qdq > 0};
         st = tp_onnx_run(om, &a, 1, &r, err);
     }
-    if (!st && !(st = tp_model_build_graph(m, params, B, &g, err))) have_g = 1;
+    if (!st) {
+        const tp_step_shape step = {.batch = B, .tokens = T, .past = 0, .kv_len = T, .all_logits = 1};
+        st = dec ? tp_model_build_step(m, params, &step, &g, err) : tp_model_build_graph(m, params, B, &g, err);
+        have_g = !st;
+    }
     if (!st) {
         const int64_t n_out = tp_value_numel(&g.values[g.output]);
         if (n_out != r.numel)

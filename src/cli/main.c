@@ -737,7 +737,10 @@ static int output_ok(const char *opt, const char *path, int is_dir, const char *
  * the error. */
 static int onnx_model(bench_args *a) {
     tp_bench_options *o = &a->o;
-    const char *clash = a->model ? "--model" : o->weights ? "--weights" : a->k.n ? "a model knob" : NULL;
+    int shape_knobs = 1; /* a decoder's run shape (--prompt, --gen) is the run's, not the file's */
+    for (int i = 0; i < a->k.n; i++)
+        shape_knobs &= !strcmp(a->k.name[i], "--prompt") || !strcmp(a->k.name[i], "--gen");
+    const char *clash = a->model ? "--model" : o->weights ? "--weights" : !shape_knobs ? "a model knob" : NULL;
     if (clash) {
         fprintf(stderr, "tprof: --onnx %s carries the model and its weights: drop %s\n", o->onnx, clash);
         return 2;
@@ -754,6 +757,11 @@ static int onnx_model(bench_args *a) {
         fprintf(stderr, "tprof: --onnx: %s\n", err.msg);
         return exit_code(st);
     }
+    if (apply_knobs(&a->k, &o->model)) { /* the run shape first, so the note describes the model as it runs */
+        free(info);
+        tp_params_free(&a->onnx_params);
+        return 2;
+    }
     char q[240] = "";
     if (info->n_qdq)
         snprintf(q, sizeof q, "; Q/DQ on %d linears: the GPU engines run them in FP8 at the file's scales (explicit "
@@ -761,8 +769,9 @@ static int onnx_model(bench_args *a) {
     char desc[256];
     tp_model_describe(&o->model, desc, sizeof desc);
     int n = snprintf(a->onnx_note, sizeof a->onnx_note, "ONNX import: %s: %s; %d nodes mapped (%d on the residual "
-                     "stream, %d attention, %d GELU, %d shape arithmetic) to the vit family: %s%s", o->onnx,
-                     info->summary, info->n_nodes, info->n_main, info->n_attention, info->n_gelu, info->n_shape, desc, q);
+                     "stream, %d attention, %d activation, %d shape arithmetic) to the %s family: %s%s", o->onnx,
+                     info->summary, info->n_nodes, info->n_main, info->n_attention, info->n_gelu, info->n_shape,
+                     info->family, desc, q);
     if (a->onnx_nocheck) {
         snprintf(a->onnx_note + n, sizeof a->onnx_note - (size_t)n, "; NOT CHECKED against the file (--onnx-check off)");
     } else {

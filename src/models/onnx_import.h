@@ -1,9 +1,13 @@
 /* onnx_import.h: a model of one of tprof's families, and its parameters, from an ONNX file (issue 24).
  *
  * As llama.cpp maps a checkpoint onto one file per architecture, the import recognizes an architecture in the
- * node list and hands its hyper-parameters and weights to that family (src/models/vit.c today): planner, engines
- * and reports stay family-agnostic, and the engine built from the file is the same as the preset's with the same
- * shapes. Recognized:
+ * node list and hands its hyper-parameters and weights to that family (src/models/vit.c, decoder.c): planner,
+ * engines and reports stay family-agnostic, and the engine built from the file is the same as the preset's with the
+ * same shapes. Recognized, by the input (an image batch or token ids):
+ *   - a Llama-style decoder as torch.onnx's dynamo exporter writes transformers' LlamaForCausalLM (Qwen2's q/k/v
+ *     biases too) without a KV cache, token ids (batch, seq) in, every position's logits out (onnx_decoder.c):
+ *     embedding Gather, RMSNorm decomposed, q/k/v, RoPE (its inverse frequencies matched to HF's default or llama3
+ *     scaling), GQA, causal attention, o_proj, SwiGLU, the LM head;
  *   - a timm VisionTransformer as torch.onnx exports it (TorchScript-based at opset 17 and later, or dynamo): Conv
  *     patch embedding, optional class token (Concat with an Expand of a (1, 1, C) initializer), position
  *     embedding (Add of a (1, T, C) initializer), pre-norm blocks of LayerNormalization, the attention subgraph
@@ -49,6 +53,8 @@ typedef struct tp_onnx_import_info_s {
     int n_main, n_attention, n_gelu, n_shape; /* how: on the main path, in attention and GELU subgraphs, shape math */
     char batch_dim[64];  /* the input's symbolic batch dimension ("batch"), "" when it is fixed */
     int64_t fixed_batch; /* the input's fixed batch size, 0 when symbolic */
+    char seq_dim[64];    /* decoders: the token input's symbolic sequence dimension ("seq"), "" when fixed */
+    int64_t fixed_seq;   /* decoders: its fixed length, 0 when symbolic */
     char input_name[64], output_name[64];
     int n_qdq;           /* linears with a quantized weight or input */
     tp_onnx_qdq qdq[TP_ONNX_MAX_QDQ];

@@ -104,6 +104,12 @@ int ow_const_ints(const ow_ix *x, const char *name, int64_t *v, int max, int dep
         }
         return len;
     }
+    if (!strcmp(n->op_type, "Shape")) { /* a slice of a run-time shape (start and end given): so many DYN entries */
+        const tp_onnx_attr *sa = tp_onnx_node_attr(n, "start"), *ea = tp_onnx_node_attr(n, "end");
+        if (!sa || !ea || sa->i < 0 || ea->i <= sa->i || ea->i - sa->i > max) return -1;
+        for (int64_t k = 0; k < ea->i - sa->i; k++) v[k] = DYN;
+        return (int)(ea->i - sa->i);
+    }
     if (!strcmp(n->op_type, "Unsqueeze") && max >= 1) { /* a scalar made a 1-vector: its value if fixed */
         int64_t s[1];
         v[0] = ow_const_ints(x, n->in[0], s, 1, depth + 1) == 1 ? s[0] : DYN;
@@ -196,18 +202,19 @@ int ow_linear_at(const ow_ix *x, int i, int64_t K, int64_t N, ow_lin *L) {
         L->in = ow_nd(x, q)->in[0];
     }
     if (gemm) {
-        if (n->n_in < 3 || !(L->b = ow_const_tensor(x, n->in[2]))) return 0;
+        if (n->n_in > 2 && n->in[2][0] && !(L->b = ow_const_tensor(x, n->in[2]))) return 0;
         L->out = n->out[0];
-    } else {
+    } else { /* a bias: an Add of a constant (N) right after; an Add of anything else (a residual) is not one */
+        L->out = n->out[0];
         const int a = ow_consumer_op(x, n->out[0], "Add");
-        if (a < 0) return 0;
-        const tp_onnx_node *an = ow_nd(x, a);
-        const char *other = !strcmp(an->in[0], n->out[0]) ? an->in[1] : an->in[0];
-        if (!(L->b = ow_const_tensor(x, other))) return 0;
-        L->add = a;
-        L->out = an->out[0];
+        const tp_onnx_node *an = a >= 0 ? ow_nd(x, a) : NULL;
+        const char *other = an ? (!strcmp(an->in[0], n->out[0]) ? an->in[1] : an->in[0]) : NULL;
+        const tp_onnx_tensor *b = other ? ow_const_tensor(x, other) : NULL;
+        int only = 0, c[4];
+        if (b) only = ow_consumers(x, n->out[0], c, 4) == 1; /* the product goes nowhere else */
+        if (b && only && b->ndim == 1 && b->dims[0] == L->N) L->b = b, L->add = a, L->out = an->out[0];
     }
-    return L->b->ndim == 1 && L->b->dims[0] == L->N && ow_float_type(L->b->elem_type);
+    return !L->b || (L->b->ndim == 1 && L->b->dims[0] == L->N && ow_float_type(L->b->elem_type));
 }
 
 /* The linear reading value v (directly or through its Q/DQ pair), or 0. */
@@ -360,6 +367,15 @@ void ow_note_qdq(tp_onnx_import_info *info, const char *layer, const ow_lin *L) 
 }
 
 tp_status ow_set_linear(ow_ix *x, tp_params *p, const char *layer, const ow_lin *L, tp_onnx_import_info *info) {
+    if (!L->b) { /* no bias in the file: only a table without one takes it */
+        char wn[TP_NAME_LEN + 8], bn[TP_NAME_LEN + 8];
+        snprintf(wn, sizeof wn, "%s.weight", layer);
+        snprintf(bn, sizeof bn, "%s.bias", layer);
+        if (tp_params_find(p, bn) >= 0)
+            return ow_fail_node(x, L->mm, "%s has no bias in the file; this family's layer has one", layer);
+        ow_note_qdq(info, layer, L);
+        return ow_set_param(x, p, wn, L->w.t, L->w.scale, L->wt);
+    }
     char wn[TP_NAME_LEN + 8], bn[TP_NAME_LEN + 8];
     snprintf(wn, sizeof wn, "%s.weight", layer);
     snprintf(bn, sizeof bn, "%s.bias", layer);
