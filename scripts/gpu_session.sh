@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap; ONNX import: onnx; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -455,6 +455,24 @@ PY
     grep -E "^fp16 +[0-9]|Accuracy|error|blocks.0.attn.qkv " "$d/qdq.log" | cut -c1-300
     rm -f "$d/vit_b16.onnx" "$d/vit_b16.safetensors"
     tar cJf "$OUT/onnx.tar.xz" -C "$OUT" onnx && rm -rf "$d"
+    ;;
+  onnx_llama)
+    # issue 24: the tiny Llama ONNX export on the GPU against the same checkpoint loaded as HF safetensors (the
+    # preset path), prefill and decode, greedy agreement and logits against the FP32 GPU reference
+    d="$OUT/onnx_llama"
+    mkdir -p "$d"
+    echo "=== ONNX import: a small Llama (head dim 64) exported on this machine, against its HF checkpoint"
+    python3 tools/make_onnx_llama_fixture.py "$d/x" --hidden 256 --heads 4 --kv-heads 2 --layers 2 --inter 512 \
+      --vocab 512 > "$d/export.log" 2>&1 || { rc=1; tail -5 "$d/export.log"; }
+    for v in hf onnx; do
+      src="--model llama-tiny --weights $d/x/hf"
+      [ "$v" = onnx ] && src="--onnx $d/x/llama_op18.onnx"
+      "$BUILD/tprof" bench $src --batch 1 --prompt 64 --gen 32 --precision fp16,bf16,fp8-wo,nvfp4-wo --duration 1 \
+        --json "$d/$v.json" > "$d/$v.log" 2>&1 || rc=1
+      echo "$v:"; grep -E "^(fp16|bf16|fp8-wo|nvfp4-wo) +[0-9]|ONNX import|greedy|error" "$d/$v.log" | cut -c1-300
+    done
+    rm -rf "$d/x/hf" "$d/x/llama_op18.onnx"
+    tar cJf "$OUT/onnx_llama.tar.xz" -C "$OUT" onnx_llama && rm -rf "$d"
     ;;
   sparse_epi)
     # issue 22: where the engine's sparse GEMMs lose their lab speedup: the epilogues (residual apart or in place,

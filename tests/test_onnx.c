@@ -579,12 +579,14 @@ END_TEST
 /* The tiny Llama export imported as the decoder family: its configuration (GQA, llama3 RoPE read back from the
  * inverse frequencies), every parameter equal to the checkpoint it was exported from (tests/fixtures/hf_llama_tiny),
  * and tprof's CPU executor on one prefill of the fixture's tokens, every position's logits, against onnxruntime's */
-START_TEST(test_import_llama) {
+static void import_llama(const char *stem) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/fixtures/onnx_llama/%s.onnx", stem);
     tp_model m;
     tp_params p, ref;
     tp_onnx_import_info info;
     tp_error e = {0};
-    ck_assert_msg(tp_onnx_import("tests/fixtures/onnx_llama/llama_op18.onnx", &m, &p, &info, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_onnx_import(path, &m, &p, &info, &e) == TP_OK, "%s", e.msg);
     ck_assert_str_eq(m.family->name, "decoder");
     ck_assert_str_eq(info.family, "decoder");
     ck_assert_str_eq(info.seq_dim, "seq");
@@ -613,15 +615,22 @@ START_TEST(test_import_llama) {
     tp_graph g;
     ck_assert_msg(tp_model_build_step(&m, &p, &step, &g, &e) == TP_OK, "%s", e.msg);
     ck_assert_msg(tp_cpu_run(&g, &p, x, y, &e) == TP_OK, "%s", e.msg);
-    float *want = read_f32("tests/fixtures/onnx_llama/llama_op18.ort_output.bin", 2 * 11 * 384);
+    snprintf(path, sizeof path, "tests/fixtures/onnx_llama/%s.ort_output.bin", stem);
+    float *want = read_f32(path, 2 * 11 * 384);
     const double l2 = rel_l2(y, want, 2 * 11 * 384);
-    printf("onnx import llama_op18 (%d nodes: %d main, %d attention, %d activation, %d shape): tprof CPU vs "
-           "onnxruntime rel L2 %.3g\n", info.n_nodes, info.n_main, info.n_attention, info.n_gelu, info.n_shape, l2);
+    printf("onnx import %-16s (%d nodes: %d main, %d attention, %d activation, %d shape): tprof CPU vs "
+           "onnxruntime rel L2 %.3g\n", stem, info.n_nodes, info.n_main, info.n_attention, info.n_gelu, info.n_shape, l2);
     ck_assert_msg(l2 <= 1e-5, "rel L2 %g against onnxruntime", l2);
     free(y), free(want);
     tp_graph_free(&g);
     tp_params_free(&p);
     tp_params_free(&ref);
+}
+
+/* transformers 5.24's export (RoPE's angles by a Mul) and 5.17's (by a MatMul of the expanded tensors) */
+START_TEST(test_import_llama) {
+    import_llama("llama_op18");
+    import_llama("llama_tf517_op18");
 }
 END_TEST
 

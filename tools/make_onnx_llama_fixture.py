@@ -2,6 +2,9 @@
 """Writes the ONNX fixture of a tiny Llama (issue 24): tests/fixtures/hf_llama_tiny exported by torch.onnx.
 
     python3 tools/make_onnx_llama_fixture.py [OUTDIR]     (default tests/fixtures/onnx_llama; runs on the CPU)
+    python3 tools/make_onnx_llama_fixture.py OUTDIR --hidden 256 --heads 4 --kv-heads 2 --layers 2 --inter 512
+                                             --vocab 512      (a random LlamaForCausalLM of that shape instead,
+                                                               saved beside as an HF checkpoint folder OUTDIR/hf)
 
 The model is the checkpoint tprof's decoder tests already use (tests/fixtures/hf_llama_tiny: LlamaForCausalLM,
 hidden 64, 2 layers, 4 heads, 2 KV heads (GQA), head dim 16, SwiGLU 176, llama3 RoPE scaling, vocabulary 384,
@@ -31,9 +34,26 @@ B, T, SEED = 2, 11, 11
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "fixtures", "onnx_llama")
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default=os.path.join(ROOT, "tests", "fixtures", "onnx_llama"))
+    ap.add_argument("--stem", default="llama_op18", help="the files' name (the committed fixtures: llama_op18 by "
+                    "transformers 5.24, llama_tf517_op18 by transformers 5.17, whose RoPE is a MatMul)")
+    for k in ("hidden", "heads", "kv_heads", "layers", "inter", "vocab"):
+        ap.add_argument("--" + k.replace("_", "-"), type=int)
+    a = ap.parse_args()
+    out = a.out
     os.makedirs(out, exist_ok=True)
-    m = transformers.AutoModelForCausalLM.from_pretrained(SRC, dtype=torch.float32).eval()
+    if a.hidden:  # a random model of that shape (head dim hidden / heads), its HF checkpoint beside
+        torch.manual_seed(SEED)
+        cfg = transformers.LlamaConfig(hidden_size=a.hidden, num_attention_heads=a.heads,
+                                       num_key_value_heads=a.kv_heads, num_hidden_layers=a.layers,
+                                       intermediate_size=a.inter, vocab_size=a.vocab, tie_word_embeddings=False,
+                                       max_position_embeddings=2048)
+        m = transformers.LlamaForCausalLM(cfg).eval()
+        m.save_pretrained(os.path.join(out, "hf"))
+    else:
+        m = transformers.AutoModelForCausalLM.from_pretrained(SRC, dtype=torch.float32).eval()
     m.config.use_cache = False
     g = torch.Generator().manual_seed(SEED)
     ids = torch.randint(0, m.config.vocab_size, (B, T), generator=g, dtype=torch.int64)
@@ -49,7 +69,7 @@ def main():
     w = Logits(m).eval()
     with torch.no_grad():
         ref = w(ids).numpy()
-        path = os.path.join(out, "llama_op18.onnx")
+        path = os.path.join(out, a.stem + ".onnx")
         bd, sd = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("seq", min=2, max=2048)
         torch.onnx.export(w, (ids,), path, dynamo=True, opset_version=18, input_names=["input_ids"],
                           output_names=["logits"], dynamic_shapes=({0: bd, 1: sd},))
@@ -58,18 +78,20 @@ def main():
     s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     got = s.run(None, {"input_ids": ids.numpy()})[0]
     ids.numpy().astype("<i8").tofile(os.path.join(out, "input_ids.bin"))
-    got.astype("<f4").tofile(os.path.join(out, "llama_op18.ort_output.bin"))
-    ref.astype("<f4").tofile(os.path.join(out, "torch_output.bin"))
-    side = {"onnx": "llama_op18.onnx", "source": "tests/fixtures/hf_llama_tiny", "opset": 18,
+    got.astype("<f4").tofile(os.path.join(out, a.stem + ".ort_output.bin"))
+    if os.path.exists(path + ".data"):
+        os.remove(path + ".data")  # the exporter's external data, packed inline above
+    ref.astype("<f4").tofile(os.path.join(out, a.stem + ".torch_output.bin" if a.stem != "llama_op18" else "torch_output.bin"))
+    side = {"onnx": a.stem + ".onnx", "source": "tests/fixtures/hf_llama_tiny", "opset": 18,
             "exporter": "torch.onnx.export(dynamo=True)", "nodes": len(mo.graph.node),
             "op_types": dict(sorted(collections.Counter(n.op_type for n in mo.graph.node).items())),
             "input": {"file": "input_ids.bin", "shape": [B, T], "dtype": "int64", "seed": SEED},
-            "ort_output": {"file": "llama_op18.ort_output.bin", "shape": list(got.shape), "dtype": "float32"},
+            "ort_output": {"file": a.stem + ".ort_output.bin", "shape": list(got.shape), "dtype": "float32"},
             "torch_output": {"file": "torch_output.bin", "shape": list(ref.shape), "dtype": "float32"},
             "max_abs_diff_ort_vs_torch": float(np.abs(got - ref).max()),
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
                          "onnx": onnx.__version__, "onnxruntime": ort.__version__}}
-    with open(os.path.join(out, "llama_op18.json"), "w") as f:
+    with open(os.path.join(out, a.stem + ".json"), "w") as f:
         json.dump(side, f, indent=2)
     print(json.dumps(side, indent=1))
 

@@ -105,7 +105,8 @@ static const char *const ATTN_OPS[] = {"Reshape", "Transpose", "Mul", "Div", "Sl
 static const char *const SHAPE_OPS[] = {"Shape", "Constant", "Identity", "Gather", "Unsqueeze", "Squeeze", "Concat",
                                         "Slice", "Cast", "Sqrt", "Div", "Mul", "Add", "Sub", "Reshape",
                                         "ConstantOfShape", "Equal", "Where", "Range", "Expand", "Cos", "Sin", "CumSum",
-                                        "GatherND", "LessOrEqual", "And", "Not", "Max", "Neg", NULL};
+                                        "GatherND", "LessOrEqual", "And", "Not", "Max", "Neg", "MatMul", "Transpose",
+                                        NULL};
 
 /* One layer from the stream value v; *next the stream after it */
 static tp_status layer_at(ow_ix *x, dec_map *dm, const char *v, dec_layer *ly, const char **next) {
@@ -222,20 +223,18 @@ static int rope_from(const float *f, int D, tp_rope *r) {
     return 0;
 }
 
-/* The inverse frequencies: the (D/2) float initializer a Mul multiplies into what Cos reads */
-static const tp_onnx_tensor *inv_freq_of(const ow_ix *x, int64_t D) {
-    for (int i = 0; i < x->n; i++) {
-        if (!ow_is(x, i, "Mul")) continue;
-        for (int j = 0; j < 2; j++) {
-            const tp_onnx_tensor *t = ow_const_tensor(x, ow_nd(x, i)->in[j]);
-            if (!t || t->elem_type != TP_ONNX_FLOAT || t->numel != D / 2) continue;
-            int c[4], n = ow_consumers(x, out0(x, i), c, 4); /* Mul -> (Concat ->) Cos */
-            for (int k = 0; k < n && k < 4; k++) {
-                if (ow_is(x, c[k], "Cos")) return t;
-                int c2[4], n2 = ow_is(x, c[k], "Concat") ? ow_consumers(x, out0(x, c[k]), c2, 4) : 0;
-                for (int l = 0; l < n2 && l < 4; l++)
-                    if (ow_is(x, c2[l], "Cos")) return t;
-            }
+/* The inverse frequencies: the (D/2) float constant from which a Cos node is computed (transformers multiplies it by
+ * the positions with a Mul, or with a MatMul of the expanded tensors, version by version) */
+static const tp_onnx_tensor *inv_freq_of(ow_ix *x, int64_t D) {
+    for (int i = 0; i < tp_onnx_n_initializers(x->m); i++) {
+        const tp_onnx_tensor *t = tp_onnx_initializer(x->m, i);
+        if (t->elem_type != TP_ONNX_FLOAT || t->numel != D / 2) continue;
+        memset(x->mark, 0, (size_t)x->n); /* forward from it, file order being topological */
+        for (int k = 0; k < x->n; k++) {
+            const tp_onnx_node *n = ow_nd(x, k);
+            for (int j = 0; j < n->n_in && !x->mark[k]; j++)
+                x->mark[k] = !strcmp(ow_unalias(x, n->in[j]), t->name) || (x->prod[k][j] >= 0 && x->mark[x->prod[k][j]]);
+            if (x->mark[k] && ow_is(x, k, "Cos")) return t;
         }
     }
     return NULL;
