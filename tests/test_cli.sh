@@ -302,6 +302,15 @@ expect_ok "onnx build" "ONNX import: .*checked" build --onnx $vx/vit_op17.onnx -
   -o "$tmp/onnx.tpe"
 expect_ok "onnx llama" "ONNX import: .*llama_op18.onnx: Llama-style decoder.*prompt 12 + gen 3.*checked: .*relative L2" \
   bench "${small[@]}" --onnx tests/fixtures/onnx_llama/llama_op18.onnx --prompt 12 --gen 3
+expect_ok "onnx shapes" "batch 3, " bench "${small[@]}" --onnx $vx/vit_op17.onnx --shapes input:3x3x32x32
+expect_ok "onnx shapes decoder" "prompt 20 + gen 2), batch 2" bench "${small[@]}" --onnx \
+  tests/fixtures/onnx_llama/llama_op18.onnx --shapes input_ids:2x20 --gen 2
+expect_error "onnx shapes side" 2 "dimension 2 is 64; the file fixes it at 32" bench "${small[@]}" --onnx \
+  $vx/vit_op17.onnx --shapes input:3x3x64x64
+expect_error "onnx shapes name" 2 "expected input:DIMS (the file's input is 'input')" bench "${small[@]}" --onnx \
+  $vx/vit_op17.onnx --shapes x:3x3x32x32
+expect_error "shapes without onnx" 2 "--shapes input:1x3x224x224: the shape of an ONNX file's input" bench \
+  "${small[@]}" --model vit-tiny --shapes input:1x3x224x224
 expect_error "onnx and model" 2 "carries the model and its weights: drop --model" bench "${small[@]}" --onnx \
   $vx/vit_op17.onnx --model vit-tiny
 expect_error "onnx and knob" 2 "drop a model knob" bench "${small[@]}" --onnx $vx/vit_op17.onnx --depth 3

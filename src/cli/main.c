@@ -45,6 +45,8 @@ static const char USAGE_BENCH[] =
             "                        docs/onnx.md), instead of --model and --weights; checked against the file's own\n"
             "                        graph on the CPU at batch 1 first\n"
             "  --onnx-check on|off   that check (default on; off: the mapping is not verified, and the output says so)\n"
+            "  --shapes NAME:DIMS    the ONNX input's shape as trtexec takes it (input:64x3x224x224; token ids:\n"
+            "                        input_ids:1x512): its batch (and a decoder's prompt length) for the run\n"
             "  --image PATH          image file or folder (PNG/JPEG/BMP), the model's preprocessing (default: random)\n"
             "  --tokens FILE         decoders: the prompt's token ids, whitespace-separated integers (default: random)\n"
             "  --perplexity FILE     decoders: each engine's and the FP32 reference's perplexity over FILE's token ids\n"
@@ -448,6 +450,7 @@ typedef struct {
     int profile, compare, build; /* the command */
     tp_bench_options o;
     int onnx_nocheck;             /* --onnx-check off */
+    const char *shapes;           /* --shapes NAME:D0xD1x...: the ONNX input's shape (trtexec's syntax) */
     tp_params onnx_params;        /* --onnx: the import's parameters */
     tp_onnx_import_info *onnx_info;
     char onnx_note[1024];
@@ -511,6 +514,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (IS("--weights")) o->weights = val;
     else if (IS("--onnx")) o->onnx = val;
     else if (IS("--onnx-check")) return two_way(name, val, "mode", "on", "off", &a->onnx_nocheck) ? -1 : 1;
+    else if (IS("--shapes")) a->shapes = val;
     else if (IS("--image") || IS("--tokens")) o->image = val; /* the model's input files, of its own kind */
     else if (IS("--calib-data")) o->calib_data = val;
     else if (!a->build && IS("--perplexity")) o->perplexity = val;
@@ -619,7 +623,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--onnx", "--onnx-check", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--fp32-protect", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--onnx", "--onnx-check", "--shapes", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--fp32-protect", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};
@@ -732,6 +736,64 @@ static int output_ok(const char *opt, const char *path, int is_dir, const char *
     return 0;
 }
 
+/* --shapes NAME:D0xD1x... (trtexec's syntax, one input): the name the file's input's, its rank and fixed dimensions the
+ * file's; the first dimension becomes the batch (clashing with a different --batch), a decoder's second its prompt.
+ * 0, or -1 after printing the error. */
+static int onnx_shapes(bench_args *a, const tp_onnx_import_info *info) {
+    const char *colon = strrchr(a->shapes, ':');
+    if (!colon || colon == a->shapes || (size_t)(colon - a->shapes) != strlen(info->input_name) ||
+        strncmp(a->shapes, info->input_name, (size_t)(colon - a->shapes)) != 0) {
+        fprintf(stderr, "tprof: --shapes '%s': expected %s:DIMS (the file's input is '%s')\n", a->shapes,
+                info->input_name, info->input_name);
+        return -1;
+    }
+    long d[8];
+    int n = 0;
+    for (const char *q = colon + 1; *q && n < 8;) {
+        char one[24];
+        const size_t len = strcspn(q, "x");
+        snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), q);
+        if (len == 0 || len >= sizeof one || parse_int("--shapes", one, 1, 1 << 24, &d[n])) {
+            if (len == 0 || len >= sizeof one) fprintf(stderr, "tprof: --shapes '%s': DIMS such as 64x3x224x224\n", a->shapes);
+            return -1;
+        }
+        n++;
+        q += len + (q[len] == 'x');
+    }
+    tp_input_desc in;
+    tp_model_input(&a->o.model, &in);
+    const int dec = !strcmp(info->family, "decoder");
+    if (n != 1 + in.ndim) {
+        fprintf(stderr, "tprof: --shapes '%s': %d dimensions; input '%s' has %d\n", a->shapes, n, info->input_name,
+                1 + in.ndim);
+        return -1;
+    }
+    for (int k = dec ? 1 : 0; k < in.ndim; k++) /* a decoder's length is the run's; an image's sides the file's */
+        if (d[1 + k] != in.shape[k]) {
+            fprintf(stderr, "tprof: --shapes '%s': dimension %d is %ld; the file fixes it at %lld\n", a->shapes, 1 + k,
+                    d[1 + k], (long long)in.shape[k]);
+            return -1;
+        }
+    if ((info->fixed_batch > 0 && d[0] != info->fixed_batch) || (a->n_batches > 0 && (a->n_batches > 1 || a->batches[0] != d[0]))) {
+        fprintf(stderr, "tprof: --shapes '%s': batch %ld against %s %lld\n", a->shapes, d[0],
+                info->fixed_batch > 0 ? "the file's fixed" : "--batch", info->fixed_batch > 0 ? (long long)info->fixed_batch
+                                                                                        : (long long)a->batches[0]);
+        return -1;
+    }
+    a->batch = a->batches[0] = d[0];
+    a->n_batches = 1;
+    if (dec) {
+        char v[24];
+        snprintf(v, sizeof v, "%ld", d[1]);
+        tp_error e = {0};
+        if (tp_model_knob(&a->o.model, "--prompt", v, &e) != 1) {
+            fprintf(stderr, "tprof: --shapes '%s': %s\n", a->shapes, e.msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* --onnx: the model and weights imported (models/onnx_import.h), then checked against the file's own graph
  * (bench/onnx_check.h) unless --onnx-check off; a->onnx_note says what was found. 0, or the exit code after printing
  * the error. */
@@ -756,6 +818,11 @@ static int onnx_model(bench_args *a) {
         free(info);
         fprintf(stderr, "tprof: --onnx: %s\n", err.msg);
         return exit_code(st);
+    }
+    if (a->shapes && onnx_shapes(a, info)) {
+        free(info);
+        tp_params_free(&a->onnx_params);
+        return 2;
     }
     if (apply_knobs(&a->k, &o->model)) { /* the run shape first, so the note describes the model as it runs */
         free(info);
@@ -803,6 +870,11 @@ static int onnx_model(bench_args *a) {
 static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cmdline) {
     tp_bench_options *o = &a->o;
     tp_error err = {0};
+    if (a->shapes && !o->onnx) {
+        fprintf(stderr, "tprof: --shapes %s: the shape of an ONNX file's input; without --onnx, --batch sets the run\n",
+                a->shapes);
+        return 2;
+    }
     if (ef) {
         o->model = ef->model;
     } else if (o->onnx) {
