@@ -245,22 +245,29 @@ static tp_status bshape(ctx *c, const tensor *const *ts, int n, int *nd, int64_t
 
 enum { B_ADD, B_MUL, B_DIV, B_MAX, B_EQUAL, B_SUB, B_POW, B_LE, B_AND };
 
+/* Output k_out of type for a and b broadcast together, and the iterator walking a (stream 0) and b (stream 1) */
+static tp_status bcast_out(ctx *c, const tensor *a, const tensor *b, int k_out, int type, tensor **y, iter *it) {
+    const tensor *ts[2] = {a, b};
+    int nd;
+    int64_t dims[MAXD];
+    tp_status s = bshape(c, ts, 2, &nd, dims);
+    if (!s) s = mk(c, k_out, type, nd, dims, y);
+    if (s) return s;
+    it_init(it, nd, dims);
+    bstrides(nd, a->ndim, a->dims, 1, it->st[0]);
+    bstrides(nd, b->ndim, b->dims, 1, it->st[1]);
+    return TP_OK;
+}
+
 /* Pow (opset 15): float32 base, float32 or int64 exponent, broadcast */
 static tp_status binary_pow(ctx *c, const tensor *a, const tensor *b) {
     if (a->type != TP_ONNX_FLOAT || (b->type != TP_ONNX_FLOAT && b->type != TP_ONNX_INT64))
         return nfail(c, TP_ERR_UNSUPPORTED, "Pow of %s by %s (float32 by float32 or int64)", tp_onnx_elem_name(a->type),
                      tp_onnx_elem_name(b->type));
-    const tensor *ts[2] = {a, b};
-    int nd;
-    int64_t dims[MAXD];
     tensor *y;
-    tp_status s = bshape(c, ts, 2, &nd, dims);
-    if (!s) s = mk(c, 0, TP_ONNX_FLOAT, nd, dims, &y);
-    if (s) return s;
     iter it;
-    it_init(&it, nd, dims);
-    bstrides(nd, a->ndim, a->dims, 1, it.st[0]);
-    bstrides(nd, b->ndim, b->dims, 1, it.st[1]);
+    tp_status s = bcast_out(c, a, b, 0, TP_ONNX_FLOAT, &y, &it);
+    if (s) return s;
     for (int64_t i = 0; i < y->numel; i++, it_next(&it)) {
         const double e = b->type == TP_ONNX_FLOAT ? (double)((const float *)b->data)[it.off[1]]
                                                   : (double)int_at(b, it.off[1]);
@@ -284,17 +291,10 @@ static tp_status binary(ctx *c, const tensor *a, const tensor *b, int op, int k_
     const int cmp = op == B_EQUAL || op == B_LE || op == B_AND; /* a bool output */
     if (!fl && a->type != TP_ONNX_INT64 && !((op == B_EQUAL || op == B_AND) && is_int(a->type)))
         return nfail(c, TP_ERR_UNSUPPORTED, "element type %s", tp_onnx_elem_name(a->type));
-    const tensor *ts[2] = {a, b};
-    int nd;
-    int64_t dims[MAXD];
     tensor *y;
-    tp_status s = bshape(c, ts, 2, &nd, dims);
-    if (!s) s = mk(c, k_out, cmp ? TP_ONNX_BOOL : a->type, nd, dims, &y);
-    if (s) return s;
     iter it;
-    it_init(&it, nd, dims);
-    bstrides(nd, a->ndim, a->dims, 1, it.st[0]);
-    bstrides(nd, b->ndim, b->dims, 1, it.st[1]);
+    tp_status s = bcast_out(c, a, b, k_out, cmp ? TP_ONNX_BOOL : a->type, &y, &it);
+    if (s) return s;
     for (int64_t i = 0; i < y->numel; i++, it_next(&it)) {
         if (op == B_AND) {
             ((uint8_t *)y->data)[i] = int_at(a, it.off[0]) && int_at(b, it.off[1]);
