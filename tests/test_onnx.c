@@ -634,6 +634,32 @@ START_TEST(test_import_llama) {
 }
 END_TEST
 
+/* timm's global_pool 'avg' (tools/export_timm_onnx.py --kwargs ... "global_pool": "avg", opset 17: ReduceMean's axes an
+ * attribute): the class token sliced off, the mean of the patch tokens, fc_norm, the head; against onnxruntime */
+START_TEST(test_import_avg) {
+    tp_model m;
+    tp_params p;
+    tp_onnx_import_info info;
+    tp_error e = {0};
+    ck_assert_msg(tp_onnx_import(VX "vit_avg_op17.onnx", &m, &p, &info, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_vit_cfg(&m)->global_pool, TP_VIT_POOL_AVG);
+    ck_assert_int_ge(tp_params_find(&p, "fc_norm.weight"), 0);
+    ck_assert_int_lt(tp_params_find(&p, "norm.weight"), 0);
+    float *x = read_f32(VX "vit_avg_op17.input.bin", 2 * 3 * 32 * 32), *want = read_f32(VX "vit_avg_op17.ort_output.bin", 20);
+    tp_graph g;
+    ck_assert_msg(tp_model_build_graph(&m, &p, 2, &g, &e) == TP_OK, "%s", e.msg);
+    float y[20];
+    for (int i = 0; i < 20; i++) y[i] = NAN;
+    ck_assert_msg(tp_cpu_run(&g, &p, x, y, &e) == TP_OK, "%s", e.msg);
+    const double l2 = rel_l2(y, want, 20);
+    printf("onnx import vit_avg_op17 (mean pooling): tprof CPU vs onnxruntime rel L2 %.3g\n", l2);
+    ck_assert_msg(l2 <= 1e-5, "rel L2 %g against onnxruntime", l2);
+    free(x), free(want);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+END_TEST
+
 static void expect_import_error(const char *path, tp_status code, const char *s1, const char *s2) {
     tp_model m;
     tp_params p;
@@ -687,6 +713,7 @@ int main(void) {
     tcase_add_test(im, test_import_qdq);
     tcase_add_test(im, test_import_qdq_policy);
     tcase_add_test(im, test_import_llama);
+    tcase_add_test(im, test_import_avg);
     tcase_add_test(im, test_import_errors);
     suite_add_tcase(su, im);
     SRunner *sr = srunner_create(su);

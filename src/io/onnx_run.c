@@ -864,8 +864,8 @@ static tp_status op_range(ctx *c) {
     return TP_OK;
 }
 
-/* ReduceMean (opset 18): float32, axes from input 1 (absent: all, or none with noop_with_empty_axes), keepdims;
- * sums in double */
+/* ReduceMean: float32, axes from input 1 (opset 18) or the axes attribute (13 to 17; absent: all, or none with
+ * noop_with_empty_axes), keepdims; sums in double */
 static tp_status op_reduce_mean(ctx *c) {
     const tensor *x;
     int64_t ax[MAXD];
@@ -873,6 +873,11 @@ static tp_status op_reduce_mean(ctx *c) {
     tp_status s = need(c, 0, &x, TP_ONNX_FLOAT, 0, 0);
     if (!s && has_in(c, 1)) s = ints_of(c, 1, ax, MAXD, &na);
     if (s) return s;
+    const tp_onnx_attr *aa = attr(c, "axes"); /* opset 13 to 17: the axes an attribute */
+    if (!has_in(c, 1) && aa) {
+        if (aa->type != TP_ONNX_ATTR_INTS || aa->n > MAXD) return nfail(c, TP_ERR_FORMAT, "attribute axes");
+        for (size_t i = 0; i < aa->n; i++) ax[na++] = aa->ints[i];
+    }
     int red[MAXD] = {0};
     if (na == 0 && attr_i(c, "noop_with_empty_axes", 0)) return same_data(c, x, x->ndim, x->dims);
     for (int i = 0; i < x->ndim; i++) red[i] = na == 0;

@@ -13,7 +13,8 @@
  *     embedding (Add of a (1, T, C) initializer), pre-norm blocks of LayerNormalization, the attention subgraph
  *     between a (C, 3C) MatMul + bias and a (C, C) one (the head count read from the Reshape of the qkv output),
  *     a residual Add, LayerNormalization, MatMul + bias, GELU (its Erf form, its Tanh form, or the Gelu op),
- *     MatMul + bias, a residual Add; then LayerNormalization, the class token's Gather and a Gemm or MatMul head.
+ *     MatMul + bias, a residual Add; then LayerNormalization and the class token's Gather, or (global_pool 'avg')
+ *     the patch tokens' ReduceMean and LayerNormalization; a Gemm or MatMul head.
  *   - Q/DQ: a weight given as an FLOAT8E4M3FN initializer through DequantizeLinear (per-tensor scale) is read as
  *     its dequantized values; an activation through QuantizeLinear -> DequantizeLinear before a linear is noted
  *     with its scale (tp_onnx_import_info.qdq).

@@ -190,6 +190,45 @@ static tp_status vit_stem(ow_ix *x, vit_map *vm, const tp_onnx_value *in, const 
 }
 
 /* The walk: stem, blocks, final norm, pooling, head; the graph output must be where it ends. */
+/* timm's global_pool 'avg' after the last block: (a Slice dropping the class token along axis 1,) ReduceMean over
+ * axis 1 without keepdims, LayerNormalization (fc_norm). 0 when the stream is not read so; else 1, with *st the error
+ * when the pattern starts but breaks, and *v the fc_norm's output. */
+static int avg_pool(ow_ix *x, vit_map *vm, const char **v, tp_status *st_out) {
+    *st_out = TP_OK;
+    const char *pv = *v;
+    const int sl = ow_consumer_op(x, pv, "Slice");
+    int64_t s0[2], en[2], ax[2], sp[2];
+    if (sl >= 0) {
+        const tp_onnx_node *n = ow_nd(x, sl);
+        if (n->n_in < 4 || ow_const_ints(x, n->in[1], s0, 2, 0) != 1 || ow_const_ints(x, n->in[2], en, 2, 0) != 1 ||
+            ow_const_ints(x, n->in[3], ax, 2, 0) != 1 || (n->n_in > 4 && (ow_const_ints(x, n->in[4], sp, 2, 0) != 1 ||
+                                                                          sp[0] != 1)) ||
+            ax[0] != 1 || s0[0] != vm->class_token || en[0] < vm->T)
+            return 0;
+        pv = ow_nd(x, sl)->out[0];
+    } else if (vm->class_token) {
+        return 0; /* timm's mean leaves the class token out */
+    }
+    const int rm = ow_consumer_op(x, pv, "ReduceMean");
+    if (rm < 0) return 0;
+    const tp_onnx_node *rn = ow_nd(x, rm);
+    const tp_onnx_attr *aa = tp_onnx_node_attr(rn, "axes"), *kd = tp_onnx_node_attr(rn, "keepdims");
+    int64_t a[2];
+    const int na = rn->n_in > 1 ? ow_const_ints(x, rn->in[1], a, 2, 0) : aa && aa->n == 1 ? (a[0] = aa->ints[0], 1) : -1;
+    if (na != 1 || (a[0] != 1 && a[0] != -2) || !kd || kd->i != 0)
+        return *st_out = ow_fail_node(x, rm, "%snot the mean over the tokens (axis 1, keepdims 0)", ""), 1;
+    const tp_onnx_tensor *w, *b;
+    float eps;
+    const int ln = layernorm_of(x, rn->out[0], vm->C, &w, &b, &eps);
+    if (ln < 0) return *st_out = ow_fail_node(x, rm, "%sthe mean is not read by a LayerNormalization (fc_norm)", ""), 1;
+    if (eps != vm->eps) return *st_out = ow_fail_node(x, ln, "%san epsilon other than the blocks' LayerNormalization's", ""), 1;
+    if (sl >= 0) x->role[sl] = R_MAIN;
+    x->role[rm] = R_MAIN;
+    vm->nw = w, vm->nb = b, vm->pool = TP_VIT_POOL_AVG;
+    *v = ow_nd(x, ln)->out[0];
+    return 1;
+}
+
 static tp_status vit_walk(ow_ix *x, vit_map *vm, const tp_onnx_value *in, const tp_onnx_value *out) {
     const char *v = NULL;
     tp_status st = vit_stem(x, vm, in, &v);
@@ -198,6 +237,10 @@ static tp_status vit_walk(ow_ix *x, vit_map *vm, const tp_onnx_value *in, const 
         const tp_onnx_tensor *w, *b;
         float eps;
         const int li = layernorm_of(x, v, vm->C, &w, &b, &eps);
+        if (li < 0 && vm->depth > 0 && avg_pool(x, vm, &v, &st)) {
+            if (st) return st;
+            break; /* timm's global_pool 'avg': no final norm, the mean of the patch tokens, then fc_norm */
+        }
         if (li < 0) {
             int c[4];
             const int n = ow_consumers(x, v, c, 4);
@@ -227,9 +270,9 @@ static tp_status vit_walk(ow_ix *x, vit_map *vm, const tp_onnx_value *in, const 
         vm->depth++;
     }
     if (vm->depth == 0) return tp_fail_path(x->err, TP_ERR_UNSUPPORTED, x->path, "no transformer block found");
-    /* pooling: the class token's Gather (axis 1, index 0), or none (every token) */
-    vm->pool = TP_VIT_POOL_NONE;
-    const int g = ow_consumer_op(x, v, "Gather");
+    /* pooling: the class token's Gather (axis 1, index 0), the mean (read above), or none (every token) */
+    const int g = vm->pool == TP_VIT_POOL_AVG ? -1 : ow_consumer_op(x, v, "Gather");
+    if (vm->pool != TP_VIT_POOL_AVG) vm->pool = TP_VIT_POOL_NONE;
     if (g >= 0) {
         const tp_onnx_attr *ax = tp_onnx_node_attr(ow_nd(x, g), "axis");
         int64_t idx[2];
@@ -238,9 +281,6 @@ static tp_status vit_walk(ow_ix *x, vit_map *vm, const tp_onnx_value *in, const 
         x->role[g] = R_MAIN;
         vm->pool = TP_VIT_POOL_TOKEN;
         v = ow_nd(x, g)->out[0];
-    } else if (ow_consumer_op(x, v, "ReduceMean") >= 0) {
-        return ow_fail_node(x, ow_consumer_op(x, v, "ReduceMean"), "%smean pooling (timm's global_pool 'avg'): not mapped "
-                         "yet", "");
     }
     if (strcmp(v, out->name) != 0) {
         if (!ow_linear_of(x, v, vm->C, 0, &vm->head)) {
@@ -282,8 +322,12 @@ static tp_status vit_params(ow_ix *x, const vit_map *vm, const tp_vit_config *cf
             st = ow_set_param(x, p, n2, lt[k], 1.0f, 0);
         }
     }
-    if (!st) st = ow_set_param(x, p, "norm.weight", vm->nw, 1.0f, 0);
-    if (!st) st = ow_set_param(x, p, "norm.bias", vm->nb, 1.0f, 0);
+    const char *fn = vm->pool == TP_VIT_POOL_AVG ? "fc_norm" : "norm"; /* timm: avg pooling's norm comes after it */
+    char nw[32], nb[32];
+    snprintf(nw, sizeof nw, "%s.weight", fn);
+    snprintf(nb, sizeof nb, "%s.bias", fn);
+    if (!st) st = ow_set_param(x, p, nw, vm->nw, 1.0f, 0);
+    if (!st) st = ow_set_param(x, p, nb, vm->nb, 1.0f, 0);
     if (!st && vm->has_head) st = ow_set_linear(x, p, "head", &vm->head, info);
     for (int i = 0; !st && i < p->n_params; i++)
         if (!p->params[i].data)
