@@ -463,7 +463,7 @@ PY
     mkdir -p "$d"
     echo "=== ONNX import: a small Llama (head dim 64) exported on this machine, against its HF checkpoint"
     python3 tools/make_onnx_llama_fixture.py "$d/x" --hidden 256 --heads 4 --kv-heads 2 --layers 2 --inter 512 \
-      --vocab 512 > "$d/export.log" 2>&1 || { rc=1; tail -5 "$d/export.log"; }
+      --vocab 512 --hf-dir "$d/x/hf" > "$d/export.log" 2>&1 || { rc=1; tail -5 "$d/export.log"; }
     for v in hf onnx; do
       src="--model llama-tiny --weights $d/x/hf"
       [ "$v" = onnx ] && src="--onnx $d/x/llama_op18.onnx"

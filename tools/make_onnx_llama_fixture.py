@@ -3,8 +3,9 @@
 
     python3 tools/make_onnx_llama_fixture.py [OUTDIR]     (default tests/fixtures/onnx_llama; runs on the CPU)
     python3 tools/make_onnx_llama_fixture.py OUTDIR --hidden 256 --heads 4 --kv-heads 2 --layers 2 --inter 512
-                                             --vocab 512      (a random LlamaForCausalLM of that shape instead,
-                                                               saved beside as an HF checkpoint folder OUTDIR/hf)
+                                             --vocab 512 [--tie] [--hf-dir DIR] [--stem NAME]
+                                             (a random LlamaForCausalLM of that shape instead, tied embeddings with
+                                              --tie, its HF checkpoint folder written to DIR)
 
 The model is the checkpoint tprof's decoder tests already use (tests/fixtures/hf_llama_tiny: LlamaForCausalLM,
 hidden 64, 2 layers, 4 heads, 2 KV heads (GQA), head dim 16, SwiGLU 176, llama3 RoPE scaling, vocabulary 384,
@@ -41,6 +42,8 @@ def main():
                     "transformers 5.24, llama_tf517_op18 by transformers 5.17, whose RoPE is a MatMul)")
     for k in ("hidden", "heads", "kv_heads", "layers", "inter", "vocab"):
         ap.add_argument("--" + k.replace("_", "-"), type=int)
+    ap.add_argument("--tie", action="store_true")
+    ap.add_argument("--hf-dir")
     a = ap.parse_args()
     out = a.out
     os.makedirs(out, exist_ok=True)
@@ -48,10 +51,11 @@ def main():
         torch.manual_seed(SEED)
         cfg = transformers.LlamaConfig(hidden_size=a.hidden, num_attention_heads=a.heads,
                                        num_key_value_heads=a.kv_heads, num_hidden_layers=a.layers,
-                                       intermediate_size=a.inter, vocab_size=a.vocab, tie_word_embeddings=False,
+                                       intermediate_size=a.inter, vocab_size=a.vocab, tie_word_embeddings=a.tie,
                                        max_position_embeddings=2048)
         m = transformers.LlamaForCausalLM(cfg).eval()
-        m.save_pretrained(os.path.join(out, "hf"))
+        if a.hf_dir:
+            m.save_pretrained(a.hf_dir)
     else:
         m = transformers.AutoModelForCausalLM.from_pretrained(SRC, dtype=torch.float32).eval()
     m.config.use_cache = False
@@ -77,17 +81,19 @@ def main():
     onnx.save_model(mo, path)  # external data, if any, packed back inline
     s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     got = s.run(None, {"input_ids": ids.numpy()})[0]
-    ids.numpy().astype("<i8").tofile(os.path.join(out, "input_ids.bin"))
+    ids_file = "input_ids.bin" if not a.hidden else a.stem + ".input_ids.bin"  # hf_llama_tiny's exports share one
+    ids.numpy().astype("<i8").tofile(os.path.join(out, ids_file))
     got.astype("<f4").tofile(os.path.join(out, a.stem + ".ort_output.bin"))
     if os.path.exists(path + ".data"):
         os.remove(path + ".data")  # the exporter's external data, packed inline above
     ref.astype("<f4").tofile(os.path.join(out, a.stem + ".torch_output.bin" if a.stem != "llama_op18" else "torch_output.bin"))
-    side = {"onnx": a.stem + ".onnx", "source": "tests/fixtures/hf_llama_tiny", "opset": 18,
+    side = {"onnx": a.stem + ".onnx", "source": "random, " + json.dumps(vars(a)) if a.hidden else "tests/fixtures/hf_llama_tiny", "opset": 18,
             "exporter": "torch.onnx.export(dynamo=True)", "nodes": len(mo.graph.node),
             "op_types": dict(sorted(collections.Counter(n.op_type for n in mo.graph.node).items())),
-            "input": {"file": "input_ids.bin", "shape": [B, T], "dtype": "int64", "seed": SEED},
+            "input": {"file": ids_file, "shape": [B, T], "dtype": "int64", "seed": SEED},
             "ort_output": {"file": a.stem + ".ort_output.bin", "shape": list(got.shape), "dtype": "float32"},
-            "torch_output": {"file": "torch_output.bin", "shape": list(ref.shape), "dtype": "float32"},
+            "torch_output": {"file": a.stem + ".torch_output.bin" if a.stem != "llama_op18" else "torch_output.bin",
+                             "shape": list(ref.shape), "dtype": "float32"},
             "max_abs_diff_ort_vs_torch": float(np.abs(got - ref).max()),
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
                          "onnx": onnx.__version__, "onnxruntime": ort.__version__}}

@@ -296,6 +296,20 @@ static tp_status walk(ow_ix *x, dec_map *dm, const tp_onnx_value *in, const tp_o
     return TP_OK;
 }
 
+/* Tied embeddings: the exporter folds lm_head's transpose into a second constant; the head is the embedding when
+ * every value of the one is the other's, bit for bit (then one copy is kept, as HF's tie_word_embeddings does) */
+static int tied(const dec_map *dm) {
+    const tp_onnx_tensor *e = dm->embed, *h = dm->head.w.t;
+    if (e->elem_type != TP_ONNX_FLOAT || h->elem_type != TP_ONNX_FLOAT || dm->head.w.qtype || e->numel != h->numel)
+        return 0;
+    const float *ev = e->data, *hv = h->data;
+    const int64_t V = dm->V, C = dm->C;
+    for (int64_t v = 0; v < V; v++)
+        for (int64_t k = 0; k < C; k++)
+            if (ev[v * C + k] != (dm->head.wt ? hv[k * V + v] : hv[v * C + k])) return 0;
+    return 1;
+}
+
 static tp_status set_params(ow_ix *x, const dec_map *dm, const tp_model *m, tp_params *p, tp_onnx_import_info *info) {
     tp_status st = m->family->params_table(m->cfg.bytes, p, x->err);
     char n[TP_NAME_LEN];
@@ -315,7 +329,8 @@ static tp_status set_params(ow_ix *x, const dec_map *dm, const tp_model *m, tp_p
         if (!st) st = ow_set_param(x, p, n, ly->n2.w, 1.0f, 0);
     }
     if (!st) st = ow_set_param(x, p, "model.norm.weight", dm->norm.w, 1.0f, 0);
-    if (!st) st = ow_set_linear(x, p, "lm_head", &dm->head, info);
+    const tp_decoder_config *c = (const tp_decoder_config *)(const void *)m->cfg.bytes;
+    if (!st && !c->tie) st = ow_set_linear(x, p, "lm_head", &dm->head, info);
     for (int i = 0; !st && i < p->n_params; i++)
         if (!p->params[i].data)
             st = tp_fail_path(x->err, TP_ERR_UNSUPPORTED, x->path, "no tensor in the file for tprof's parameter %s",
@@ -358,7 +373,7 @@ tp_status ow_import_decoder(ow_ix *x, const tp_onnx_value *in, const tp_onnx_val
     c->arch = qkv_bias ? TP_DEC_QWEN2 : TP_DEC_LLAMA;
     c->hidden = (int)dm.C, c->inter = (int)dm.I, c->layers = dm.n, c->heads = (int)dm.H;
     c->kv_heads = (int)dm.Hkv, c->head_dim = (int)dm.D, c->vocab = (int)dm.V;
-    c->eps = dm.eps, c->rope = rope, c->act = TP_ACT_SILU, c->tie = 0;
+    c->eps = dm.eps, c->rope = rope, c->act = TP_ACT_SILU, c->tie = tied(&dm);
     c->qkv_bias = qkv_bias, c->o_bias = l0->o.b != NULL, c->mlp_bias = l0->gate.b != NULL;
     c->sliding_window = 0;
     if ((st = tp_model_validate(m, x->err)) || (st = set_params(x, &dm, m, params, info))) goto done;

@@ -7,7 +7,7 @@
  *   - a Llama-style decoder as torch.onnx's dynamo exporter writes transformers' LlamaForCausalLM (Qwen2's q/k/v
  *     biases too) without a KV cache, token ids (batch, seq) in, every position's logits out (onnx_decoder.c):
  *     embedding Gather, RMSNorm decomposed, q/k/v, RoPE (its inverse frequencies matched to HF's default or llama3
- *     scaling), GQA, causal attention, o_proj, SwiGLU, the LM head;
+ *     scaling), GQA, causal attention, o_proj, SwiGLU, the LM head (tied when it equals the embedding);
  *   - a timm VisionTransformer as torch.onnx exports it (TorchScript-based at opset 17 and later, or dynamo): Conv
  *     patch embedding, optional class token (Concat with an Expand of a (1, 1, C) initializer), position
  *     embedding (Add of a (1, T, C) initializer), pre-norm blocks of LayerNormalization, the attention subgraph
