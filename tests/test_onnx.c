@@ -667,6 +667,34 @@ START_TEST(test_import_avg) {
 }
 END_TEST
 
+/* The numeric check behind every import (bench/onnx_check.h): a file whose structure maps but whose GELU divides by
+ * 1.5 instead of sqrt 2 in block 0 (the constant's float bytes patched) imports, and the check refuses it; the file as
+ * written passes it */
+START_TEST(test_import_check) {
+    char tmp[64];
+    tp_model m;
+    tp_params p;
+    tp_onnx_import_info info;
+    tp_error e = {0};
+    double rel = 0, ms = 0;
+    ck_assert_msg(tp_onnx_import(VX "vit_op17.onnx", &m, &p, &info, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_onnx_check(VX "vit_op17.onnx", &m, &p, &info, 5, &rel, &ms, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(rel <= TP_ONNX_CHECK_TOL, "rel L2 %g", rel);
+    tp_params_free(&p);
+    const float sqrt2 = 1.4142135381698608f, other = 1.5f;
+    char from[5] = {0}, to[5] = {0};
+    memcpy(from, &sqrt2, 4), memcpy(to, &other, 4); /* little-endian, as ONNX stores floats; patched() copies
+                                                    * strlen(from) = 4 bytes (sqrt 2 has no zero byte) */
+    patched(VX "vit_op17.onnx", from, to, tmp);
+    ck_assert_msg(tp_onnx_import(tmp, &m, &p, &info, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_onnx_check(tmp, &m, &p, &info, 5, &rel, &ms, &e) == TP_OK, "%s", e.msg);
+    printf("onnx check: the file's GELU altered in block 0: relative L2 %.3g against tprof's graph\n", rel);
+    ck_assert_msg(rel > 1e-3, "rel L2 %g: the check missed a changed constant", rel);
+    tp_params_free(&p);
+    unlink(tmp);
+}
+END_TEST
+
 static void expect_import_error(const char *path, tp_status code, const char *s1, const char *s2) {
     tp_model m;
     tp_params p;
@@ -721,6 +749,7 @@ int main(void) {
     tcase_add_test(im, test_import_qdq_policy);
     tcase_add_test(im, test_import_llama);
     tcase_add_test(im, test_import_avg);
+    tcase_add_test(im, test_import_check);
     tcase_add_test(im, test_import_errors);
     suite_add_tcase(su, im);
     SRunner *sr = srunner_create(su);
