@@ -641,29 +641,41 @@ START_TEST(test_import_llama) {
 }
 END_TEST
 
-/* timm's global_pool 'avg' (tools/export_timm_onnx.py --kwargs ... "global_pool": "avg", opset 17: ReduceMean's axes an
- * attribute): the class token sliced off, the mean of the patch tokens, fc_norm, the head; against onnxruntime */
-START_TEST(test_import_avg) {
+/* Exports by tools/export_timm_onnx.py --kwargs (img 32, dim 48, depth 2, 3 heads, 10 classes): timm's global_pool
+ * 'avg' at opset 17 (the class token sliced off, ReduceMean over the tokens, its axes an attribute, fc_norm, the head),
+ * and the token-pooled model at opset 16 (LayerNormalization decomposed: ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
+ * Div, Mul, Add); each against onnxruntime */
+static void import_small(const char *stem, int pool) {
+    char path[256];
     tp_model m;
     tp_params p;
     tp_onnx_import_info info;
     tp_error e = {0};
-    ck_assert_msg(tp_onnx_import(VX "vit_avg_op17.onnx", &m, &p, &info, &e) == TP_OK, "%s", e.msg);
-    ck_assert_int_eq(tp_vit_cfg(&m)->global_pool, TP_VIT_POOL_AVG);
-    ck_assert_int_ge(tp_params_find(&p, "fc_norm.weight"), 0);
-    ck_assert_int_lt(tp_params_find(&p, "norm.weight"), 0);
-    float *x = read_f32(VX "vit_avg_op17.input.bin", 2 * 3 * 32 * 32), *want = read_f32(VX "vit_avg_op17.ort_output.bin", 20);
+    snprintf(path, sizeof path, VX "%s.onnx", stem);
+    ck_assert_msg(tp_onnx_import(path, &m, &p, &info, &e) == TP_OK, "%s: %s", stem, e.msg);
+    ck_assert_int_eq(tp_vit_cfg(&m)->global_pool, pool);
+    ck_assert_int_eq(tp_params_find(&p, "fc_norm.weight") >= 0, pool == TP_VIT_POOL_AVG);
+    ck_assert_int_eq(tp_params_find(&p, "norm.weight") >= 0, pool != TP_VIT_POOL_AVG);
+    snprintf(path, sizeof path, VX "%s.input.bin", stem);
+    float *x = read_f32(path, 2 * 3 * 32 * 32);
+    snprintf(path, sizeof path, VX "%s.ort_output.bin", stem);
+    float *want = read_f32(path, 20);
     tp_graph g;
     ck_assert_msg(tp_model_build_graph(&m, &p, 2, &g, &e) == TP_OK, "%s", e.msg);
     float y[20];
     for (int i = 0; i < 20; i++) y[i] = NAN;
     ck_assert_msg(tp_cpu_run(&g, &p, x, y, &e) == TP_OK, "%s", e.msg);
     const double l2 = rel_l2(y, want, 20);
-    printf("onnx import vit_avg_op17 (mean pooling): tprof CPU vs onnxruntime rel L2 %.3g\n", l2);
-    ck_assert_msg(l2 <= 1e-5, "rel L2 %g against onnxruntime", l2);
+    printf("onnx import %-16s (%d nodes): tprof CPU vs onnxruntime rel L2 %.3g\n", stem, info.n_nodes, l2);
+    ck_assert_msg(l2 <= 1e-5, "%s: rel L2 %g against onnxruntime", stem, l2);
     free(x), free(want);
     tp_graph_free(&g);
     tp_params_free(&p);
+}
+
+START_TEST(test_import_avg) {
+    import_small("vit_avg_op17", TP_VIT_POOL_AVG);
+    import_small("vit_op16", TP_VIT_POOL_TOKEN);
 }
 END_TEST
 

@@ -36,29 +36,11 @@ typedef struct {
 
 static const char *out0(const ow_ix *x, int i) { return ow_nd(x, i)->out[0]; }
 
-/* The node of op type op reading both a and b (either order), or -1 */
-static int binop_of(const ow_ix *x, const char *op, const char *a, const char *b) {
-    int c[16], n = ow_consumers(x, a, c, 16);
-    for (int k = 0; k < n && k < 16; k++) {
-        const tp_onnx_node *s = ow_nd(x, c[k]);
-        if (ow_is(x, c[k], op) && s->n_in == 2 &&
-            ((!strcmp(s->in[0], a) && !strcmp(s->in[1], b)) || (!strcmp(s->in[1], a) && !strcmp(s->in[0], b))))
-            return c[k];
-    }
-    return -1;
-}
-
-/* A scalar constant's value, or NAN */
-static double scalar_of(const ow_ix *x, const char *name) {
-    float f;
-    return ow_scalar_f32(x, name, &f) ? (double)f : NAN;
-}
-
 /* RMSNorm over the last axis of v (C): x * 1 / sqrt(mean(x^2) + eps) * w, as transformers' LlamaRMSNorm is exported.
  * Its nodes marked; 0 when v is not read so. */
 static int rmsnorm_of(ow_ix *x, const char *v, int64_t C, rms_t *r) {
     const int p = ow_consumer_op(x, v, "Pow");
-    if (p < 0 || scalar_of(x, ow_nd(x, p)->in[1]) != 2.0) return 0;
+    if (p < 0 || ow_scalar_of(x, ow_nd(x, p)->in[1]) != 2.0) return 0;
     const int rm = ow_consumer_op(x, out0(x, p), "ReduceMean");
     int64_t ax[2];
     const tp_onnx_attr *kd = rm >= 0 ? tp_onnx_node_attr(ow_nd(x, rm), "keepdims") : NULL;
@@ -67,15 +49,15 @@ static int rmsnorm_of(ow_ix *x, const char *v, int64_t C, rms_t *r) {
         return 0;
     const int ad = ow_consumer_op(x, out0(x, rm), "Add");
     const tp_onnx_node *an = ad >= 0 ? ow_nd(x, ad) : NULL;
-    const double eps = an ? scalar_of(x, !strcmp(an->in[0], out0(x, rm)) ? an->in[1] : an->in[0]) : NAN;
+    const double eps = an ? ow_scalar_of(x, !strcmp(an->in[0], out0(x, rm)) ? an->in[1] : an->in[0]) : NAN;
     const int sq = an ? ow_consumer_op(x, out0(x, ad), "Sqrt") : -1;
     if (!(eps > 0) || sq < 0) return 0;
     int rc = ow_consumer_op(x, out0(x, sq), "Reciprocal");
     if (rc < 0) { /* 1 / sqrt as a Div */
         rc = ow_consumer_op(x, out0(x, sq), "Div");
-        if (rc >= 0 && (scalar_of(x, ow_nd(x, rc)->in[0]) != 1.0 || strcmp(ow_nd(x, rc)->in[1], out0(x, sq)))) rc = -1;
+        if (rc >= 0 && (ow_scalar_of(x, ow_nd(x, rc)->in[0]) != 1.0 || strcmp(ow_nd(x, rc)->in[1], out0(x, sq)))) rc = -1;
     }
-    const int m1 = rc >= 0 ? binop_of(x, "Mul", v, out0(x, rc)) : -1;
+    const int m1 = rc >= 0 ? ow_binop_of(x, "Mul", v, out0(x, rc)) : -1;
     const int m2 = m1 >= 0 ? ow_consumer_op(x, out0(x, m1), "Mul") : -1;
     if (m2 < 0) return 0;
     const tp_onnx_node *mn = ow_nd(x, m2);
@@ -171,8 +153,8 @@ static tp_status layer_at(ow_ix *x, dec_map *dm, const char *v, dec_layer *ly, c
     const int g = ow_consumer_op(x, gu[0].out, "Sigmoid") >= 0 ? 0 : 1;
     ly->gate = gu[g], ly->up = gu[1 - g];
     const int sg = ow_consumer_op(x, ly->gate.out, "Sigmoid");
-    const int silu = sg >= 0 ? binop_of(x, "Mul", ly->gate.out, out0(x, sg)) : -1;
-    const int prod = silu >= 0 ? binop_of(x, "Mul", out0(x, silu), ly->up.out) : -1;
+    const int silu = sg >= 0 ? ow_binop_of(x, "Mul", ly->gate.out, out0(x, sg)) : -1;
+    const int prod = silu >= 0 ? ow_binop_of(x, "Mul", out0(x, silu), ly->up.out) : -1;
     if (prod < 0)
         return ow_fail_node(x, ly->gate.mm, "%snot SwiGLU: gate * Sigmoid(gate) times up (GeGLU is not mapped)", "");
     x->role[sg] = x->role[silu] = x->role[prod] = R_GELU;

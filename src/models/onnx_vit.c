@@ -27,10 +27,52 @@ typedef struct {
 } vit_map;
 
 /* The LayerNormalization reading v over its last axis with (C) scale and bias: its node, or -1. */
+/* The axes of a ReduceMean is one value, the last axis (-1 or 2 of a (B, T, C) value), keepdims 1 */
+static int mean_last(const ow_ix *x, int i) {
+    const tp_onnx_node *n = ow_nd(x, i);
+    const tp_onnx_attr *aa = tp_onnx_node_attr(n, "axes"), *kd = tp_onnx_node_attr(n, "keepdims");
+    int64_t a[2];
+    const int na = n->n_in > 1 ? ow_const_ints(x, n->in[1], a, 2, 0) : aa && aa->n == 1 ? (a[0] = aa->ints[0], 1) : -1;
+    return na == 1 && (a[0] == -1 || a[0] == 2) && (!kd || kd->i == 1);
+}
+
+/* LayerNormalization as exports before opset 17 write it: mean = ReduceMean(x), d = x - mean, var = ReduceMean(d^2),
+ * d / sqrt(var + eps) * w + b. Its last node (the Add of b), or -1. */
+static int layernorm_decomposed(ow_ix *x, const char *v, int64_t C, const tp_onnx_tensor **w, const tp_onnx_tensor **b,
+                                float *eps) {
+    const int m1 = ow_consumer_op(x, v, "ReduceMean");
+    if (m1 < 0 || !mean_last(x, m1)) return -1;
+    const int sb = ow_binop_of(x, "Sub", v, ow_nd(x, m1)->out[0]);
+    if (sb < 0 || strcmp(ow_nd(x, sb)->in[0], v) != 0) return -1;
+    const char *d = ow_nd(x, sb)->out[0];
+    const int pw = ow_consumer_op(x, d, "Pow");
+    if (pw < 0 || ow_scalar_of(x, ow_nd(x, pw)->in[1]) != 2.0) return -1;
+    const int m2 = ow_consumer_op(x, ow_nd(x, pw)->out[0], "ReduceMean");
+    const int ad = m2 >= 0 && mean_last(x, m2) ? ow_consumer_op(x, ow_nd(x, m2)->out[0], "Add") : -1;
+    const tp_onnx_node *an = ad >= 0 ? ow_nd(x, ad) : NULL;
+    const double e = an ? ow_scalar_of(x, !strcmp(an->in[0], ow_nd(x, m2)->out[0]) ? an->in[1] : an->in[0]) : NAN;
+    const int sq = e > 0 ? ow_consumer_op(x, an->out[0], "Sqrt") : -1;
+    const int dv = sq >= 0 ? ow_binop_of(x, "Div", d, ow_nd(x, sq)->out[0]) : -1;
+    if (dv < 0 || strcmp(ow_nd(x, dv)->in[0], d) != 0) return -1;
+    const int mw = ow_consumer_op(x, ow_nd(x, dv)->out[0], "Mul");
+    const int ab = mw >= 0 ? ow_consumer_op(x, ow_nd(x, mw)->out[0], "Add") : -1;
+    if (ab < 0) return -1;
+    const tp_onnx_node *mn = ow_nd(x, mw), *bn = ow_nd(x, ab);
+    *w = ow_const_tensor(x, !strcmp(mn->in[0], ow_nd(x, dv)->out[0]) ? mn->in[1] : mn->in[0]);
+    *b = ow_const_tensor(x, !strcmp(bn->in[0], mn->out[0]) ? bn->in[1] : bn->in[0]);
+    if (!*w || !*b || (*w)->ndim != 1 || (*w)->dims[0] != C || (*b)->ndim != 1 || (*b)->dims[0] != C ||
+        !ow_float_type((*w)->elem_type) || !ow_float_type((*b)->elem_type))
+        return -1;
+    *eps = (float)e;
+    const int nodes[9] = {m1, sb, pw, m2, ad, sq, dv, mw, ab};
+    for (int k = 0; k < 9; k++) x->role[nodes[k]] = R_MAIN;
+    return ab;
+}
+
 static int layernorm_of(ow_ix *x, const char *v, int64_t C, const tp_onnx_tensor **w, const tp_onnx_tensor **b,
                         float *eps) {
     const int i = ow_consumer_op(x, v, "LayerNormalization");
-    if (i < 0) return -1;
+    if (i < 0) return layernorm_decomposed(x, v, C, w, b, eps);
     const tp_onnx_node *n = ow_nd(x, i);
     const tp_onnx_attr *ax = tp_onnx_node_attr(n, "axis"), *ep = tp_onnx_node_attr(n, "epsilon");
     if (n->n_in < 3 || !(*w = ow_const_tensor(x, n->in[1])) || !(*b = ow_const_tensor(x, n->in[2])) ||
@@ -244,8 +286,8 @@ static tp_status vit_walk(ow_ix *x, vit_map *vm, const tp_onnx_value *in, const 
         if (li < 0) {
             int c[4];
             const int n = ow_consumers(x, v, c, 4);
-            return n > 0 ? ow_fail_node(x, c[0], "%sexpected a LayerNormalization over C here (opset 17 or later: the "
-                                     "ReduceMean decomposition of older exports is not mapped)", "")
+            return n > 0 ? ow_fail_node(x, c[0], "%sexpected a LayerNormalization over C here (the op, or before opset "
+                                     "17 its ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add)", "")
                          : tp_fail_path(x->err, TP_ERR_UNSUPPORTED, x->path, "the residual stream ends without a norm");
         }
         if (vm->depth == 0 && !vm->nw) vm->eps = eps;

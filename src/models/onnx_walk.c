@@ -433,3 +433,21 @@ void ow_index_free(ow_ix *x) {
     for (int i = 0; x->prod && i < x->n; i++) free(x->prod[i]);
     free(x->prod), free(x->role), free(x->mark);
 }
+
+/* The node of op type op reading both a and b (either order), or -1 */
+int ow_binop_of(const ow_ix *x, const char *op, const char *a, const char *b) {
+    int c[16], n = ow_consumers(x, a, c, 16);
+    for (int k = 0; k < n && k < 16; k++) {
+        const tp_onnx_node *s = ow_nd(x, c[k]);
+        if (ow_is(x, c[k], op) && s->n_in == 2 &&
+            ((!strcmp(s->in[0], a) && !strcmp(s->in[1], b)) || (!strcmp(s->in[1], a) && !strcmp(s->in[0], b))))
+            return c[k];
+    }
+    return -1;
+}
+
+/* A scalar constant's value, or NAN */
+double ow_scalar_of(const ow_ix *x, const char *name) {
+    float f;
+    return ow_scalar_f32(x, name, &f) ? (double)f : NAN;
+}

@@ -78,6 +78,10 @@ tp_status ow_check_rest(ow_ix *x, const char *const *shape_ops, const char *fami
 tp_status ow_index_build(ow_ix *x);
 void ow_index_free(ow_ix *x);
 
+/* The node of op type op reading both values a and b (either order), or -1; a scalar float constant's value, or NAN */
+int ow_binop_of(const ow_ix *x, const char *op, const char *a, const char *b);
+double ow_scalar_of(const ow_ix *x, const char *name);
+
 /* The architecture walks: fill m and params (and info's family and summary) from the indexed file whose one input is
  * in and one output out; errors name the node that breaks the pattern. */
 tp_status ow_import_vit(ow_ix *x, const tp_onnx_value *in, const tp_onnx_value *out, tp_model *m, tp_params *params,
