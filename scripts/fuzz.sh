@@ -21,7 +21,7 @@ seeds_of() { # extra seeds from the fixtures, per reader
   image) ls "$fx"/preprocess_expect_1*.png ;;
   hf_index) ls "$fx"/hf_llama_tiny/model.safetensors.index.json ;;
   onnx) ls "$fx"/onnx/*.onnx ;;
-  onnx_import) ls "$fx"/onnx_vit/*.onnx ;;
+  onnx_import) ls "$fx"/onnx_vit/*.onnx "$fx"/onnx_llama/*.onnx ;;
   esac
 }
 rc=0

@@ -10,7 +10,7 @@
  *  11 ONNX model (tp_onnx_load; an external data file tiny_ext.onnx.data of 256 bytes beside it, the name the
  *     seed fixture tiny_ext.onnx uses, so external reads are reached)
  *  12 ONNX import (tp_onnx_import: the reader, then the architecture walk over what it read; seeded with the timm
- *     ViT exports of tests/fixtures/onnx_vit)
+ *     ViT and Llama exports of tests/fixtures/onnx_vit and onnx_llama)
  * Every reader takes a path, so each input is written to a file first (the readers' own file handling is part of
  * what is fuzzed). A harness only checks that the reader returns, without a sanitizer report or a leak, and that a
  * failure comes with a one-line message; the readers' answers are the unit tests' business. */
