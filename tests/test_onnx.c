@@ -630,7 +630,8 @@ static void import_llama(const char *stem, const char *ids_file, int V, const ch
     tp_params_free(&ref);
 }
 
-/* transformers 5.24's export (RoPE's angles by a Mul), 5.17's (by a MatMul of the expanded tensors), a tied one */
+/* transformers 5.24's export (RoPE's angles by a Mul), 5.17's (by a MatMul of the expanded tensors), a tied one, a
+ * Gemma */
 START_TEST(test_import_llama) {
     static const char *const desc = "dim 64, 2 layers, 4 heads (2 KV, head dim 16), MLP 176 SwiGLU, vocab 384, rope "
                                     "500000 llama3";
@@ -638,6 +639,10 @@ START_TEST(test_import_llama) {
     import_llama("llama_tf517_op18", "input_ids.bin", 384, "tests/fixtures/hf_llama_tiny", desc);
     /* tied embeddings: the exporter's folded transpose recognized as the embedding, one copy kept */
     import_llama("llama_tied_op18", "llama_tied_op18.input_ids.bin", 128, NULL, "vocab 128, rope 10000, tied");
+    /* Gemma: the embedding times sqrt(C), RMSNorm by (1 + w) folded into one constant, GeGLU's tanh GELU, tied */
+    import_llama("gemma_op18", "gemma_op18.input_ids.bin", 128, NULL,
+                 "GemmaForCausalLM: dim 64, 1 layers, 4 heads (1 KV, head dim 16), MLP 128 GeGLU, vocab 128, rope 10000, "
+                 "tied");
 }
 END_TEST
 
@@ -732,7 +737,7 @@ START_TEST(test_import_errors) {
     expect_import_error(tmp, TP_ERR_UNSUPPORTED, "(LayerNormalizatiox): expected a LayerNormalization", "opset 17");
     unlink(tmp);
     patched("tests/fixtures/onnx_llama/llama_op18.onnx", "\x22\x07" "Sigmoid", "\x22\x07" "Sigmaid", tmp);
-    expect_import_error(tmp, TP_ERR_UNSUPPORTED, "not SwiGLU", "node");
+    expect_import_error(tmp, TP_ERR_UNSUPPORTED, "not a gated MLP", "node");
     unlink(tmp);
     expect_import_error(FX "tiny.onnx", TP_ERR_UNSUPPORTED, "tiny.onnx: 1 inputs and 2 outputs", "an image batch or token ids in");
 }

@@ -43,17 +43,27 @@ def main():
     for k in ("hidden", "heads", "kv_heads", "layers", "inter", "vocab"):
         ap.add_argument("--" + k.replace("_", "-"), type=int)
     ap.add_argument("--tie", action="store_true")
+    ap.add_argument("--arch", choices=("llama", "gemma"), default="llama")
+    ap.add_argument("--head-dim", type=int)
     ap.add_argument("--hf-dir")
     a = ap.parse_args()
     out = a.out
     os.makedirs(out, exist_ok=True)
     if a.hidden:  # a random model of that shape (head dim hidden / heads), its HF checkpoint beside
         torch.manual_seed(SEED)
-        cfg = transformers.LlamaConfig(hidden_size=a.hidden, num_attention_heads=a.heads,
-                                       num_key_value_heads=a.kv_heads, num_hidden_layers=a.layers,
-                                       intermediate_size=a.inter, vocab_size=a.vocab, tie_word_embeddings=a.tie,
-                                       max_position_embeddings=2048)
-        m = transformers.LlamaForCausalLM(cfg).eval()
+        kw = dict(hidden_size=a.hidden, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+                  num_hidden_layers=a.layers, intermediate_size=a.inter, vocab_size=a.vocab,
+                  tie_word_embeddings=a.tie, max_position_embeddings=2048)
+        if a.head_dim:
+            kw["head_dim"] = a.head_dim
+        if a.arch == "gemma":  # GemmaForCausalLM: RMSNorm (1 + w), the embedding times sqrt(C), GeGLU (tanh GELU)
+            m = transformers.GemmaForCausalLM(transformers.GemmaConfig(**kw)).eval()
+        else:
+            m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw)).eval()
+        with torch.no_grad():  # HF's init leaves norms at 1 (Gemma's w at 0): every value perturbed, seeded
+            g0 = torch.Generator().manual_seed(SEED + 1)
+            for prm in m.parameters():
+                prm.add_(0.05 * torch.randn(prm.shape, generator=g0))
         if a.hf_dir:
             m.save_pretrained(a.hf_dir)
     else:

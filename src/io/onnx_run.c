@@ -359,9 +359,9 @@ static tp_status op_max(ctx *c) {
     return TP_OK;
 }
 
-enum { U_ERF, U_SQRT, U_RELU, U_NEG, U_RECIP, U_SIGMOID, U_SIN, U_COS };
+enum { U_ERF, U_SQRT, U_RELU, U_NEG, U_RECIP, U_SIGMOID, U_SIN, U_COS, U_TANH };
 
-/* Erf, Sqrt, Relu, Neg, Reciprocal, Sigmoid, Sin, Cos on float32 (Neg on int64 too): each in double rounded once
+/* Erf, Sqrt, Relu, Neg, Reciprocal, Sigmoid, Sin, Cos, Tanh on float32 (Neg on int64 too): each in double rounded once
  * to float, the correctly rounded value */
 static tp_status unary(ctx *c, int op) {
     const tensor *x;
@@ -380,7 +380,7 @@ static tp_status unary(ctx *c, int op) {
         const double v = xs[i];
         ys[i] = op == U_ERF ? (float)erf(v) : op == U_SQRT ? sqrtf(xs[i]) : op == U_RELU ? (xs[i] > 0 ? xs[i] : 0.0f)
                 : op == U_NEG ? -xs[i] : op == U_RECIP ? (float)(1.0 / v) : op == U_SIGMOID ? (float)(1.0 / (1.0 + exp(-v)))
-                : op == U_SIN ? (float)sin(v) : (float)cos(v);
+                : op == U_SIN ? (float)sin(v) : op == U_COS ? (float)cos(v) : (float)tanh(v);
     }
     return TP_OK;
 }
@@ -389,6 +389,7 @@ static tp_status op_reciprocal(ctx *c) { return unary(c, U_RECIP); }
 static tp_status op_sigmoid(ctx *c) { return unary(c, U_SIGMOID); }
 static tp_status op_sin(ctx *c) { return unary(c, U_SIN); }
 static tp_status op_cos(ctx *c) { return unary(c, U_COS); }
+static tp_status op_tanh(ctx *c) { return unary(c, U_TANH); }
 
 /* IsNaN (float32 -> bool), Not (bool -> bool) */
 static tp_status op_isnan_not(ctx *c, int isnan_op) {
@@ -1337,7 +1338,7 @@ static const struct {
     {"Not", op_not}, {"Pow", op_pow}, {"QuantizeLinear", op_quantize}, {"Range", op_range},
     {"Reciprocal", op_reciprocal}, {"ReduceMean", op_reduce_mean}, {"Relu", op_relu}, {"Reshape", op_reshape},
     {"Shape", op_shape}, {"Sigmoid", op_sigmoid}, {"Sin", op_sin}, {"Slice", op_slice}, {"Softmax", op_softmax},
-    {"Split", op_split}, {"Sqrt", op_sqrt}, {"Squeeze", op_squeeze}, {"Sub", op_sub}, {"Transpose", op_transpose},
+    {"Split", op_split}, {"Sqrt", op_sqrt}, {"Squeeze", op_squeeze}, {"Sub", op_sub}, {"Tanh", op_tanh}, {"Transpose", op_transpose},
     {"Unsqueeze", op_unsqueeze}, {"Where", op_where},
 };
 

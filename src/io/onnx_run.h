@@ -12,7 +12,7 @@
  * NOTSET), Cos, CumSum, DequantizeLinear and QuantizeLinear (per-tensor scale; float8e4m3fn with saturate 1, int8,
  * uint8), Div, Equal, Erf, Expand, Gather, GatherND, Gemm, Identity, IsNaN, LayerNormalization, LessOrEqual, MatMul,
  * Max, Mul, Neg, Not, Pow, Range, Reciprocal, ReduceMean, Relu, Reshape, Shape, Sigmoid, Sin, Slice, Softmax, Split,
- * Sqrt, Squeeze, Sub, Transpose, Unsqueeze, Where. Anything else (an op type or domain, an attribute value, an
+ * Sqrt, Squeeze, Sub, Tanh, Transpose, Unsqueeze, Where. Anything else (an op type or domain, an attribute value, an
  * element type, a shape that does not fit) is an error naming the node ("node 12 'name' (OpType): reason"), never a guess. */
 #ifndef TP_IO_ONNX_RUN_H
 #define TP_IO_ONNX_RUN_H

@@ -1,8 +1,10 @@
 /* onnx_decoder.c: a Llama-style decoder export onto the decoder family (onnx_import.h, decoder.h): token ids in,
- * the logits of every position out. Walked from the embedding Gather along the residual stream: per layer RMSNorm
+ * the logits of every position out. Walked from the embedding Gather (Gemma: then a Mul by sqrt(C)) along the
+ * residual stream: per layer RMSNorm
  * (its decomposition Pow 2, ReduceMean, Add eps, Sqrt, Reciprocal, two Mul), q/k/v linears, the attention subgraph
  * up to o_proj (RoPE's rotate_half, GQA's Expand, the causal mask's Add, Softmax), the residual Add, RMSNorm,
- * gate and up linears, SiLU (x * Sigmoid(x)) times up, down, the residual Add; then RMSNorm and the LM head. RoPE's
+ * gate and up linears, act(gate) times up (SiLU: x * Sigmoid(x); Gemma's tanh GELU), down, the residual Add; then
+ * RMSNorm and the LM head. RoPE's
  * frequencies are read from the inv_freq constant the cos and sin come from, and matched to HF's default or llama3
  * scaling exactly (tp_rope_inv_freq). */
 #include <math.h>
@@ -32,6 +34,8 @@ typedef struct {
     ow_lin head;
     int64_t C, I, V, D, H, Hkv;
     float eps;
+    int act;         /* tp_act of the gated MLP */
+    float embed_scale; /* Gemma: the embedding multiplied by sqrt(C); 0: none */
 } dec_map;
 
 static const char *out0(const ow_ix *x, int i) { return ow_nd(x, i)->out[0]; }
@@ -149,15 +153,29 @@ static tp_status layer_at(ow_ix *x, dec_map *dm, const char *v, dec_layer *ly, c
     if (linears_reading(x, ly->n2.out, C, gu, 2) != 2 || gu[0].N != gu[1].N)
         return ow_fail_node(x, ow_producer(x, ly->n2.out), "%sits output is not read by two linears of one width "
                             "(gate and up)", "");
-    /* SwiGLU: gate is the one whose output goes through Sigmoid; silu = gate * sigmoid(gate); down(silu * up) */
-    const int g = ow_consumer_op(x, gu[0].out, "Sigmoid") >= 0 ? 0 : 1;
+    /* the gated MLP: act(gate) * up, act SiLU (gate * Sigmoid(gate): SwiGLU) or the tanh GELU (GeGLU, Gemma's):
+     * gate is the one whose output the activation reads (Sigmoid, or Pow 3 in the tanh form) */
+    const int g = ow_consumer_op(x, gu[0].out, "Sigmoid") >= 0 || ow_consumer_op(x, gu[0].out, "Pow") >= 0 ? 0 : 1;
     ly->gate = gu[g], ly->up = gu[1 - g];
-    const int sg = ow_consumer_op(x, ly->gate.out, "Sigmoid");
-    const int silu = sg >= 0 ? ow_binop_of(x, "Mul", ly->gate.out, out0(x, sg)) : -1;
-    const int prod = silu >= 0 ? ow_binop_of(x, "Mul", out0(x, silu), ly->up.out) : -1;
+    static const char *const act_ops[] = {"Mul", "Add", "Pow", "Tanh", "Sigmoid", "Div", "Cast", NULL};
+    static const char *const act_count[] = {"Sigmoid", "Tanh", NULL};
+    int prod = -1, act = -1, cu[8];
+    const int ncu = ow_consumers(x, ly->up.out, cu, 8);
+    for (int k = 0; k < ncu && k < 8 && prod < 0; k++) {
+        const tp_onnx_node *pn = ow_nd(x, cu[k]);
+        if (!ow_is(x, cu[k], "Mul") || pn->n_in != 2) continue;
+        const char *a = !strcmp(pn->in[0], ly->up.out) ? pn->in[1] : pn->in[0];
+        int cnt[2] = {0, 0};
+        tp_status st = ow_mark_region(x, ly->gate.out, a, R_GELU, act_ops, "gated MLP activation", act_count, cnt);
+        if (st) return st;
+        if (cnt[0] + cnt[1] == 1) prod = cu[k], act = cnt[1] ? TP_ACT_GELU_TANH : TP_ACT_SILU;
+    }
     if (prod < 0)
-        return ow_fail_node(x, ly->gate.mm, "%snot SwiGLU: gate * Sigmoid(gate) times up (GeGLU is not mapped)", "");
-    x->role[sg] = x->role[silu] = x->role[prod] = R_GELU;
+        return ow_fail_node(x, ly->gate.mm, "%snot a gated MLP: act(gate) times up, act SiLU (x * Sigmoid(x)) or the "
+                            "tanh GELU", "");
+    if (dm->n > 0 && (int)act != dm->act) return ow_fail_node(x, ly->gate.mm, "%san activation other than layer 0's", "");
+    dm->act = act;
+    x->role[prod] = R_GELU;
     if (dm->I && dm->I != ly->gate.N) return ow_fail_node(x, ly->gate.mm, "%san MLP width other than layer 0's", "");
     dm->I = ly->gate.N;
     if (!ow_linear_of(x, out0(x, prod), dm->I, C, &ly->down))
@@ -233,6 +251,18 @@ static tp_status walk(ow_ix *x, dec_map *dm, const tp_onnx_value *in, const tp_o
     x->role[ge] = R_MAIN;
     dm->V = dm->embed->dims[0], dm->C = dm->embed->dims[1];
     const char *v = out0(x, ge);
+    const int sc = ow_consumer_op(x, v, "Mul"); /* Gemma's normalizer: a Mul by a scalar constant */
+    if (sc >= 0) {
+        const tp_onnx_node *sn = ow_nd(x, sc);
+        const double f = ow_scalar_of(x, !strcmp(sn->in[0], v) ? sn->in[1] : sn->in[0]);
+        if (!isnan(f)) {
+            if ((float)f != (float)sqrt((double)dm->C))
+                return ow_fail_node(x, sc, "%sthe embedding scaled by another value than sqrt(C) (Gemma's)", "");
+            dm->embed_scale = (float)f;
+            x->role[sc] = R_MAIN;
+            v = out0(x, sc);
+        }
+    }
     for (;;) {
         /* a layer starts with RMSNorm followed by three linears; the final norm by the LM head */
         rms_t probe;
@@ -317,6 +347,13 @@ static tp_status set_params(ow_ix *x, const dec_map *dm, const tp_model *m, tp_p
         if (!p->params[i].data)
             st = tp_fail_path(x->err, TP_ERR_UNSUPPORTED, x->path, "no tensor in the file for tprof's parameter %s",
                               p->params[i].name);
+    /* Gemma's RMSNorm multiplies by (1 + w): the exporter folds it into one constant, the family stores w (exact:
+     * 1 + ((1 + w) - 1) gives the file's value back for |w| <= 1, Sterbenz) */
+    for (int i = 0; !st && c->arch == TP_DEC_GEMMA && i < p->n_params; i++) {
+        const size_t l = strlen(p->params[i].name);
+        if (l >= 11 && !strcmp(p->params[i].name + l - 11, "norm.weight"))
+            for (int64_t k = 0; k < p->params[i].numel; k++) p->params[i].data[k] -= 1.0f;
+    }
     return st;
 }
 
@@ -352,16 +389,17 @@ tp_status ow_import_decoder(ow_ix *x, const tp_onnx_value *in, const tp_onnx_val
     tp_decoder_config *c = (tp_decoder_config *)(void *)m->cfg.bytes;
     const char *base = strrchr(x->path, '/');
     snprintf(c->name, sizeof c->name, "%.63s", base ? base + 1 : x->path);
-    c->arch = qkv_bias ? TP_DEC_QWEN2 : TP_DEC_LLAMA;
+    c->arch = dm.embed_scale ? TP_DEC_GEMMA : qkv_bias ? TP_DEC_QWEN2 : TP_DEC_LLAMA;
     c->hidden = (int)dm.C, c->inter = (int)dm.I, c->layers = dm.n, c->heads = (int)dm.H;
     c->kv_heads = (int)dm.Hkv, c->head_dim = (int)dm.D, c->vocab = (int)dm.V;
-    c->eps = dm.eps, c->rope = rope, c->act = TP_ACT_SILU, c->tie = tied(&dm);
+    c->eps = dm.eps, c->rope = rope, c->act = (tp_act)dm.act, c->tie = tied(&dm);
     c->qkv_bias = qkv_bias, c->o_bias = l0->o.b != NULL, c->mlp_bias = l0->gate.b != NULL;
     c->sliding_window = 0;
     if ((st = tp_model_validate(m, x->err)) || (st = set_params(x, &dm, m, params, info))) goto done;
     if (info) {
         snprintf(info->family, sizeof info->family, "decoder");
-        snprintf(info->summary, sizeof info->summary, "%s-style decoder", qkv_bias ? "Qwen2" : "Llama");
+        snprintf(info->summary, sizeof info->summary, "%s-style decoder",
+                 dm.embed_scale ? "Gemma" : qkv_bias ? "Qwen2" : "Llama");
         snprintf(info->seq_dim, sizeof info->seq_dim, "%s", in->dim_param[1] ? in->dim_param[1] : "");
         info->fixed_seq = in->dim_param[1] ? 0 : in->dims[1];
     }

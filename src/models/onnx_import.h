@@ -5,7 +5,7 @@
  * engines and reports stay family-agnostic, and the engine built from the file is the same as the preset's with the
  * same shapes. Recognized, by the input (an image batch or token ids):
  *   - a Llama-style decoder as torch.onnx's dynamo exporter writes transformers' LlamaForCausalLM (Qwen2's q/k/v
- *     biases too) without a KV cache, token ids (batch, seq) in, every position's logits out (onnx_decoder.c):
+ *     biases, Gemma's scaled embedding, (1 + w) RMSNorm and GeGLU too) without a KV cache, token ids (batch, seq) in, every position's logits out (onnx_decoder.c):
  *     embedding Gather, RMSNorm decomposed, q/k/v, RoPE (its inverse frequencies matched to HF's default or llama3
  *     scaling), GQA, causal attention, o_proj, SwiGLU, the LM head (tied when it equals the embedding);
  *   - a timm VisionTransformer as torch.onnx exports it (TorchScript-based at opset 17 and later, or dynamo): Conv
