@@ -694,8 +694,10 @@ START_TEST(test_import_check) {
     tp_onnx_import_info info;
     tp_error e = {0};
     double rel = 0, ms = 0;
-    ck_assert_msg(tp_onnx_import(VX "vit_op17.onnx", &m, &p, &info, &e) == TP_OK, "%s", e.msg);
-    ck_assert_msg(tp_onnx_check(VX "vit_op17.onnx", &m, &p, &info, 5, &rel, &ms, &e) == TP_OK, "%s", e.msg);
+    tp_onnx_model *om = load_ok(VX "vit_op17.onnx");
+    ck_assert_msg(tp_onnx_import_model(om, "vit_op17.onnx", &m, &p, &info, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_onnx_check(om, "vit_op17.onnx", &m, &p, &info, 5, &rel, &ms, &e) == TP_OK, "%s", e.msg);
+    tp_onnx_free(om);
     ck_assert_msg(rel <= TP_ONNX_CHECK_TOL, "rel L2 %g", rel);
     tp_params_free(&p);
     const float sqrt2 = 1.4142135381698608f, other = 1.5f;
@@ -703,8 +705,10 @@ START_TEST(test_import_check) {
     memcpy(from, &sqrt2, 4), memcpy(to, &other, 4); /* little-endian, as ONNX stores floats; patched() copies
                                                     * strlen(from) = 4 bytes (sqrt 2 has no zero byte) */
     patched(VX "vit_op17.onnx", from, to, tmp);
-    ck_assert_msg(tp_onnx_import(tmp, &m, &p, &info, &e) == TP_OK, "%s", e.msg);
-    ck_assert_msg(tp_onnx_check(tmp, &m, &p, &info, 5, &rel, &ms, &e) == TP_OK, "%s", e.msg);
+    om = load_ok(tmp);
+    ck_assert_msg(tp_onnx_import_model(om, tmp, &m, &p, &info, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_onnx_check(om, tmp, &m, &p, &info, 5, &rel, &ms, &e) == TP_OK, "%s", e.msg);
+    tp_onnx_free(om);
     printf("onnx check: the file's GELU altered in block 0: relative L2 %.3g against tprof's graph\n", rel);
     ck_assert_msg(rel > 1e-3, "rel L2 %g: the check missed a changed constant", rel);
     tp_params_free(&p);

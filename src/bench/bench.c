@@ -17,6 +17,7 @@
 #include "core/util.h"
 #include "exec/cpu/cpu_exec.h"
 #include "io/safetensors.h"
+#include "models/onnx_import.h"
 #include "planner/policy.h"
 #ifdef TPROF_HAVE_CUDA
 #include "exec/cuda/engine/cuda_engine.h"
@@ -80,6 +81,16 @@ static unsigned rate_mask(const tp_graph *g, const tp_plan *p, tp_precision prec
     for (int i = 0; i < g->n_ops; i++)
         if (g->ops[i].matmul_flop > 0 && peak_measurable(p->op_prec[i], p->op_emulated[i])) m |= 1u << p->op_prec[i];
     return m;
+}
+
+tp_status tp_bench_onnx_params(const tp_bench_options *o, tp_params *out, tp_error *err) {
+    if (o->onnx_params && o->onnx_params->n_params) {
+        *out = *o->onnx_params;
+        memset(o->onnx_params, 0, sizeof *o->onnx_params);
+        return TP_OK;
+    }
+    tp_model m;
+    return tp_onnx_import(o->onnx, &m, out, NULL, err);
 }
 
 tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_policy *pol, tp_error *err) {
@@ -328,7 +339,7 @@ static tp_status setup(run_ctx *c, tp_error *err) {
                        o->pipeline_mode == 1 ? "graph" : "modular");
     if (!o->engine_file && (st = host_memory_check(c, err))) return st;
     st = o->engine_file ? tp_engine_file_params(o->engine_file, &c->params, err)
-         : o->onnx_params ? tp_params_copy(o->onnx_params, &c->params, err)
+         : o->onnx        ? tp_bench_onnx_params(o, &c->params, err)
          : o->weights   ? tp_model_params_load(mp, o->weights, &c->params, err)
                         : tp_model_params_init(mp, o->seed, 0, &c->params, err);
     if (!st && o->weights && !o->engine_file) st = tp_bench_check_finite(o, &c->params, err);

@@ -67,7 +67,8 @@ typedef struct {
     tp_reference_kind reference;
     const char *weights; /* safetensors path or NULL (synthesized from seed) */
     const char *onnx;    /* --onnx FILE: the model and weights were imported from it (models/onnx_import.h) */
-    const tp_params *onnx_params; /* the import's parameters (the caller's; each run copies them) */
+    tp_params *onnx_params; /* the import's parameters, the caller's until a run takes them over
+                               (tp_bench_onnx_params): one copy in memory; a sweep's later runs import the file again */
     const char *onnx_note;        /* one line: what the import recognized and how its check went */
     const struct tp_onnx_import_info_s *onnx_info; /* the import's findings: a Q/DQ file's linears and scales make
                                                       every engine's policy (explicit quantization, onnx_check.h) */
@@ -233,6 +234,10 @@ tp_status tp_bench_sweep(const tp_bench_options *o, const int *batches, int n_ba
  * required), and writes the engine file (src/planner/engine_file.h). Prints the engine size. Errors as
  * tp_bench_run, plus TP_ERR_NO_GPU when calibration needs a GPU and there is none, TP_ERR_IO. */
 tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, tp_error *err);
+
+/* The parameters of --onnx into *out: moved from o->onnx_params while it holds them (the run mutates its own:
+ * pruning, tensor-parallel shards), else imported from o->onnx again. Errors: the import's. */
+tp_status tp_bench_onnx_params(const tp_bench_options *o, tp_params *out, tp_error *err);
 
 /* --weights holding NaN or Inf values (tp_params_nonfinite): TP_ERR_FORMAT naming the first tensor and its count,
  * unless o->allow_nonfinite, which prints the same as a warning and returns TP_OK. */

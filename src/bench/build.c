@@ -91,7 +91,7 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
     tp_policy pol;
     float *amax = NULL;
     tp_engine_gemm_sel gsel = {0}, *gs = NULL;
-    st = o->onnx_params ? tp_params_copy(o->onnx_params, &params, err)
+    st = o->onnx        ? tp_bench_onnx_params(o, &params, err)
          : o->weights   ? tp_model_params_load(&model, o->weights, &params, err)
                         : tp_model_params_init(&model, o->seed, 0, &params, err);
     if (o->onnx_note) printf("%s\n", o->onnx_note);

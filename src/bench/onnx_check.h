@@ -16,14 +16,15 @@
  * fixtures: 4.4e-7); an op misread gives 1e-2 and more. */
 #define TP_ONNX_CHECK_TOL 1e-5
 
-/* Runs the file at path with tprof's ONNX interpreter (io/onnx_run.h; a Q/DQ model with its activation Q/DQ
+/* Runs the file om (read from path, which errors name) with tprof's ONNX interpreter (io/onnx_run.h; a Q/DQ model with its activation Q/DQ
  * switched off, its quantized weights dequantized as the import read them) and tprof's CPU executor on the imported
  * model m and params at batch 1 (the file's batch when fixed), on one input drawn from seed (uniform in [-1, 1); a
  * decoder: 7 token ids uniform in the vocabulary, its prefill graph giving every position's logits),
  * and gives *rel, the relative L2 of tprof's output against the file's, and *ms, the seconds both took (ms).
- * Errors: the reader's, the interpreter's (TP_ERR_UNSUPPORTED naming the node it does not run), the executor's,
+ * Errors: the interpreter's (TP_ERR_UNSUPPORTED naming the node it does not run), the executor's,
  * TP_ERR_SHAPE when the outputs' sizes differ. A *rel over TP_ONNX_CHECK_TOL is the caller's to refuse. */
-tp_status tp_onnx_check(const char *path, const tp_model *m, const tp_params *params, const tp_onnx_import_info *info,
+tp_status tp_onnx_check(const tp_onnx_model *om, const char *path, const tp_model *m, const tp_params *params,
+                        const tp_onnx_import_info *info,
                         uint64_t seed, double *rel, double *ms, tp_error *err);
 
 /* Explicit quantization, as TensorRT takes a Q/DQ network: the linears the file quantizes (info->qdq: FP8 E4M3 weight

@@ -12,6 +12,7 @@
 #include "cli/inspect.h"
 #include "cli/sweep_gpus.h"
 #include "core/util.h"
+#include "io/onnx.h"
 #include "lint/lint.h"
 #include "models/model.h"
 #include "models/onnx_import.h"
@@ -813,18 +814,23 @@ static int onnx_model(bench_args *a) {
         fprintf(stderr, "tprof: error: out of host memory\n");
         return 5;
     }
-    tp_status st = tp_onnx_import(o->onnx, &o->model, &a->onnx_params, info, &err);
+    tp_onnx_model *om = NULL; /* read once: the import and its check both walk it */
+    tp_status st = tp_onnx_load(o->onnx, &om, &err);
+    if (!st) st = tp_onnx_import_model(om, o->onnx, &o->model, &a->onnx_params, info, &err);
     if (st) {
+        tp_onnx_free(om);
         free(info);
         fprintf(stderr, "tprof: --onnx: %s\n", err.msg);
         return exit_code(st);
     }
     if (a->shapes && onnx_shapes(a, info)) {
+        tp_onnx_free(om);
         free(info);
         tp_params_free(&a->onnx_params);
         return 2;
     }
     if (apply_knobs(&a->k, &o->model)) { /* the run shape first, so the note describes the model as it runs */
+        tp_onnx_free(om);
         free(info);
         tp_params_free(&a->onnx_params);
         return 2;
@@ -843,13 +849,14 @@ static int onnx_model(bench_args *a) {
         snprintf(a->onnx_note + n, sizeof a->onnx_note - (size_t)n, "; NOT CHECKED against the file (--onnx-check off)");
     } else {
         double rel = 0, ms = 0;
-        st = tp_onnx_check(o->onnx, &o->model, &a->onnx_params, info, (uint64_t)(a->seed + 77), &rel, &ms, &err);
+        st = tp_onnx_check(om, o->onnx, &o->model, &a->onnx_params, info, (uint64_t)(a->seed + 77), &rel, &ms, &err);
         if (!st && !(rel <= TP_ONNX_CHECK_TOL))
             st = tp_fail_path(&err, TP_ERR_UNSUPPORTED, o->onnx, "the imported model does not compute what the file "
                               "does: tprof's FP32 graph against the file's (tprof's ONNX interpreter) at batch 1: "
                               "relative L2 %.3g, over %.0e (a detail of the architecture read wrong; --onnx-check off "
                               "runs it anyway)", rel, TP_ONNX_CHECK_TOL);
         if (st) {
+            tp_onnx_free(om);
             free(info);
             tp_params_free(&a->onnx_params);
             fprintf(stderr, "tprof: --onnx: %s\n", err.msg);
@@ -859,6 +866,7 @@ static int onnx_model(bench_args *a) {
                  "own (tprof's ONNX interpreter%s) at batch 1: relative L2 %.2g (%.1f s)",
                  info->n_qdq ? ", activation Q/DQ off" : "", rel, ms / 1e3);
     }
+    tp_onnx_free(om);
     a->onnx_info = info; /* the Q/DQ policy and scales read it; freed with the run */
     o->onnx_info = info;
     o->onnx_params = &a->onnx_params;

@@ -32,24 +32,6 @@ void tp_params_free(tp_params *p) {
     p->n_params = 0;
 }
 
-tp_status tp_params_copy(const tp_params *src, tp_params *dst, tp_error *err) {
-    memset(dst, 0, sizeof *dst);
-    if (src->n_params && !(dst->params = calloc((size_t)src->n_params, sizeof *dst->params)))
-        return tp_fail(err, TP_ERR_OOM, "out of host memory");
-    for (int i = 0; i < src->n_params; i++) {
-        dst->params[i] = src->params[i];
-        dst->params[i].data = NULL;
-        dst->n_params = i + 1;
-        const size_t b = sizeof(float) * (size_t)src->params[i].numel;
-        if (src->params[i].data && !(dst->params[i].data = malloc(b ? b : 1))) {
-            tp_params_free(dst);
-            return tp_fail(err, TP_ERR_OOM, "out of host memory copying %s", src->params[i].name);
-        }
-        if (src->params[i].data) memcpy(dst->params[i].data, src->params[i].data, b);
-    }
-    return TP_OK;
-}
-
 int tp_params_find(const tp_params *p, const char *name) {
     for (int i = 0; i < p->n_params; i++)
         if (strcmp(p->params[i].name, name) == 0) return i;

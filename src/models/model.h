@@ -40,8 +40,6 @@ typedef struct {
 
 void tp_params_free(tp_params *p);
 int tp_params_find(const tp_params *p, const char *name); /* index or -1 */
-/* A deep copy of src (names, shapes, values) into dst; free with tp_params_free. TP_ERR_OOM (dst left empty). */
-tp_status tp_params_copy(const tp_params *src, tp_params *dst, tp_error *err);
 size_t tp_params_count(const tp_params *p);                /* total number of values */
 
 /* ---- the family interface ---------------------------------------------------------------------------- */

@@ -191,8 +191,8 @@ static tp_status layer_at(ow_ix *x, dec_map *dm, const char *v, dec_layer *ly, c
 /* theta and the llama3 scaling that give the file's inverse frequencies exactly (as tp_rope_inv_freq computes them,
  * HF's fp32 arithmetic): theta from the second frequency (1 / theta^(2/D); llama3 keeps the high frequencies), rounded
  * to what a config.json writes, or one of the usual values; llama3's factor from the lowest frequency, tried with HF's
- * low 1, high 4 and every original context up to 2^20. Parameters that reproduce every frequency bit for bit compute
- * the same model, whichever the checkpoint's config.json said. */
+ * low 1, high 4 and original contexts up to 2^20 (each one to 4096, then multiples of 256). Parameters that
+ * reproduce every frequency bit for bit compute the same model, whichever the checkpoint's config.json said. */
 static int rope_from(const float *f, int D, tp_rope *r) {
     if (D < 4 || !(f[1] > 0) || f[0] != 1.0f) return 0;
     const double t0 = pow((double)f[1], -(double)D / 2.0);
@@ -211,7 +211,8 @@ static int rope_from(const float *f, int D, tp_rope *r) {
         /* llama3: the lowest frequency divided by factor */
         const double factor = round((double)g[D / 2 - 1] / (double)f[D / 2 - 1] * 2.0) / 2.0;
         if (!(factor > 1)) continue;
-        for (int ctx = 1; ctx <= (1 << 20); ctx++) {
+        /* every context up to 4096, then the multiples of 256 (configs write 8192, 32768, ...): a few thousand tries */
+        for (int ctx = 1; ctx <= (1 << 20); ctx += ctx < 4096 ? 1 : 256) {
             tp_rope l3 = {TP_ROPE_LLAMA3, cand[k], factor, 1.0, 4.0, ctx};
             tp_rope_inv_freq(&l3, D, g);
             if (!memcmp(g, f, sizeof(float) * (size_t)(D / 2))) {
@@ -343,10 +344,7 @@ static tp_status set_params(ow_ix *x, const dec_map *dm, const tp_model *m, tp_p
     if (!st) st = ow_set_param(x, p, "model.norm.weight", dm->norm.w, 1.0f, 0);
     const tp_decoder_config *c = (const tp_decoder_config *)(const void *)m->cfg.bytes;
     if (!st && !c->tie) st = ow_set_linear(x, p, "lm_head", &dm->head, info);
-    for (int i = 0; !st && i < p->n_params; i++)
-        if (!p->params[i].data)
-            st = tp_fail_path(x->err, TP_ERR_UNSUPPORTED, x->path, "no tensor in the file for tprof's parameter %s",
-                              p->params[i].name);
+    if (!st) st = ow_check_filled(x, p);
     /* Gemma's RMSNorm multiplies by (1 + w): the exporter folds it into one constant, the family stores w (exact:
      * 1 + ((1 + w) - 1) gives the file's value back for |w| <= 1, Sterbenz) */
     for (int i = 0; !st && c->arch == TP_DEC_GEMMA && i < p->n_params; i++) {

@@ -8,15 +8,14 @@
 
 #include "models/onnx_walk.h"
 
-tp_status tp_onnx_import(const char *path, tp_model *m, tp_params *params, tp_onnx_import_info *info, tp_error *err) {
+tp_status tp_onnx_import_model(const tp_onnx_model *om, const char *path, tp_model *m, tp_params *params,
+                               tp_onnx_import_info *info, tp_error *err) {
     memset(m, 0, sizeof *m);
     memset(params, 0, sizeof *params);
     if (info) memset(info, 0, sizeof *info);
-    tp_onnx_model *om = NULL;
-    tp_status st = tp_onnx_load(path, &om, err);
-    if (st) return st;
     ow_ix x = {.m = om, .path = path, .err = err};
-    if ((st = ow_index_build(&x))) goto done;
+    tp_status st = ow_index_build(&x);
+    if (st) goto done;
     if (tp_onnx_n_inputs(om) != 1 || tp_onnx_n_outputs(om) != 1) {
         st = tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "%d inputs and %d outputs: the architectures tprof maps have "
                           "one of each (an image batch or token ids in, logits or features out)",
@@ -45,6 +44,15 @@ done:
         memset(m, 0, sizeof *m);
     }
     ow_index_free(&x);
+    return st;
+}
+
+tp_status tp_onnx_import(const char *path, tp_model *m, tp_params *params, tp_onnx_import_info *info, tp_error *err) {
+    memset(m, 0, sizeof *m);
+    memset(params, 0, sizeof *params);
+    tp_onnx_model *om = NULL;
+    tp_status st = tp_onnx_load(path, &om, err);
+    if (!st) st = tp_onnx_import_model(om, path, m, params, info, err);
     tp_onnx_free(om);
     return st;
 }

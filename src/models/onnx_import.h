@@ -70,5 +70,9 @@ typedef struct tp_onnx_import_info_s {
  * outside every recognized architecture, or the attribute or element type it cannot take. On error m and params are
  * left empty. */
 tp_status tp_onnx_import(const char *path, tp_model *m, tp_params *params, tp_onnx_import_info *info, tp_error *err);
+/* The same from a file already read (tp_onnx_load; path names it in errors), so that a caller that also runs it (the
+ * import's check) reads it once. The parameters are copies: om may be freed after. */
+tp_status tp_onnx_import_model(const tp_onnx_model *om, const char *path, tp_model *m, tp_params *params,
+                               tp_onnx_import_info *info, tp_error *err);
 
 #endif

@@ -371,10 +371,7 @@ static tp_status vit_params(ow_ix *x, const vit_map *vm, const tp_vit_config *cf
     if (!st) st = ow_set_param(x, p, nw, vm->nw, 1.0f, 0);
     if (!st) st = ow_set_param(x, p, nb, vm->nb, 1.0f, 0);
     if (!st && vm->has_head) st = ow_set_linear(x, p, "head", &vm->head, info);
-    for (int i = 0; !st && i < p->n_params; i++)
-        if (!p->params[i].data)
-            st = tp_fail_path(x->err, TP_ERR_UNSUPPORTED, x->path, "no tensor in the file for tprof's parameter %s",
-                              p->params[i].name);
+    if (!st) st = ow_check_filled(x, p);
     return st;
 }
 

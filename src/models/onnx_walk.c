@@ -451,3 +451,11 @@ double ow_scalar_of(const ow_ix *x, const char *name) {
     float f;
     return ow_scalar_f32(x, name, &f) ? (double)f : NAN;
 }
+
+tp_status ow_check_filled(ow_ix *x, const tp_params *p) {
+    for (int i = 0; i < p->n_params; i++)
+        if (!p->params[i].data)
+            return tp_fail_path(x->err, TP_ERR_UNSUPPORTED, x->path, "no tensor in the file for tprof's parameter %s",
+                                p->params[i].name);
+    return TP_OK;
+}

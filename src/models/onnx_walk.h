@@ -82,6 +82,9 @@ void ow_index_free(ow_ix *x);
 int ow_binop_of(const ow_ix *x, const char *op, const char *a, const char *b);
 double ow_scalar_of(const ow_ix *x, const char *name);
 
+/* Every parameter of the family's table given a value by the walk, else TP_ERR_UNSUPPORTED naming the first one */
+tp_status ow_check_filled(ow_ix *x, const tp_params *p);
+
 /* The architecture walks: fill m and params (and info's family and summary) from the indexed file whose one input is
  * in and one output out; errors name the node that breaks the pattern. */
 tp_status ow_import_vit(ow_ix *x, const tp_onnx_value *in, const tp_onnx_value *out, tp_model *m, tp_params *params,

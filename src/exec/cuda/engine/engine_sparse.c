@@ -261,6 +261,9 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
         !(e->sparse_why = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->sparse_why)))
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
     int n_on = 0;
+    /* TPROF_SPARSE_PROBE (a lab switch, scripts/gpu_session.sh sparse_gap, docs/sparsity.md): "plan" stops each
+     * linear's sparse life once its plan is made, "value" after the value check; the plan freed, the dense GEMM kept */
+    const char *probe = getenv("TPROF_SPARSE_PROBE");
     /* representative inputs and one pass over them: every activation a real value (the build's filled buffers hold
      * NaN bytes where a value is E4M3) before the value checks below */
     if ((st = tpe_fill_inputs(e, err)) || (st = launch_pass(e, err))) return st;
@@ -312,9 +315,6 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
          * computes others is never kept, not even forced */
         double rel = 0;
         e->sparse_on[i] = 0;
-        /* TPROF_SPARSE_PROBE (a lab switch for docs/sparsity.md's open FP8 gap): "plan" stops after the plan is
-         * made, "value" after the value check; the plan is then freed and the dense GEMM kept */
-        const char *probe = getenv("TPROF_SPARSE_PROBE");
         if (probe && !strcmp(probe, "plan")) {
             tp_spgemm_destroy(e->spgemm[i]);
             e->spgemm[i] = NULL;
