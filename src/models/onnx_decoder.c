@@ -275,15 +275,13 @@ static tp_status walk(ow_ix *x, dec_map *dm, const tp_onnx_value *in, const tp_o
         memcpy(x->role, save, (size_t)x->n); /* the probe's marks undone: the layer walk marks again */
         free(save);
         if (!is_layer) break;
-        if (dm->n == dm->cap) {
-            dm->cap = dm->cap ? 2 * dm->cap : 16;
-            dec_layer *nl = realloc(dm->ly, sizeof *nl * (size_t)dm->cap);
-            if (!nl) return tp_fail(x->err, TP_ERR_OOM, "out of host memory");
-            dm->ly = nl;
-        }
+        void *arr = dm->ly;
+        tp_status st = ow_grow(x, &arr, &dm->cap, dm->n, sizeof *dm->ly);
+        dm->ly = arr;
+        if (st) return st;
         dec_layer *ly = &dm->ly[dm->n];
         memset(ly, 0, sizeof *ly);
-        tp_status st = layer_at(x, dm, v, ly, &v);
+        st = layer_at(x, dm, v, ly, &v);
         if (st) return st;
         if (dm->n == 0) dm->eps = ly->n1.eps;
         if (ly->n1.eps != dm->eps || ly->n2.eps != dm->eps)

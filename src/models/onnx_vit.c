@@ -299,12 +299,10 @@ static tp_status vit_walk(ow_ix *x, vit_map *vm, const tp_onnx_value *in, const 
             v = u;
             break;
         }
-        if (vm->depth == vm->cap) {
-            vm->cap = vm->cap ? 2 * vm->cap : 16;
-            vit_block *nb = realloc(vm->blk, sizeof *nb * (size_t)vm->cap);
-            if (!nb) return tp_fail(x->err, TP_ERR_OOM, "out of host memory");
-            vm->blk = nb;
-        }
+        void *arr = vm->blk;
+        st = ow_grow(x, &arr, &vm->cap, vm->depth, sizeof *vm->blk);
+        vm->blk = arr;
+        if (st) return st;
         vit_block *bk = &vm->blk[vm->depth];
         memset(bk, 0, sizeof *bk);
         bk->ln1w = w, bk->ln1b = b, bk->qkv = qkv;

@@ -459,3 +459,12 @@ tp_status ow_check_filled(ow_ix *x, const tp_params *p) {
                                 p->params[i].name);
     return TP_OK;
 }
+
+tp_status ow_grow(ow_ix *x, void **arr, int *cap, int n, size_t elt) {
+    if (n < *cap) return TP_OK;
+    const int nc = *cap ? 2 * *cap : 16;
+    void *na = realloc(*arr, elt * (size_t)nc);
+    if (!na) return tp_fail(x->err, TP_ERR_OOM, "out of host memory");
+    *arr = na, *cap = nc;
+    return TP_OK;
+}

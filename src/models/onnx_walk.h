@@ -82,6 +82,9 @@ void ow_index_free(ow_ix *x);
 int ow_binop_of(const ow_ix *x, const char *op, const char *a, const char *b);
 double ow_scalar_of(const ow_ix *x, const char *name);
 
+/* Room for element n in the array *arr of *cap elements of elt bytes (doubled as it fills); TP_ERR_OOM */
+tp_status ow_grow(ow_ix *x, void **arr, int *cap, int n, size_t elt);
+
 /* Every parameter of the family's table given a value by the walk, else TP_ERR_UNSUPPORTED naming the first one */
 tp_status ow_check_filled(ow_ix *x, const tp_params *p);
 
