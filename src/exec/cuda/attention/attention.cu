@@ -271,6 +271,7 @@ __global__ void __launch_bounds__(128, D <= 64 ? 4 : DEC ? 3 : 2) flash_attn_ex_
     const float sc = fa_out_scale<TO>(p.out_scale), rcp = 1.0f / sc;
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f; /* no key seen: 0 */
     unsigned char *st = fa_smem + (size_t)warp * 16 * SROW;
+    __syncwarp(); /* every lane's last ldmatrix of these Q rows before any lane overwrites them (racecheck) */
 #pragma unroll
     for (int n = 0; n < ND; n++) {
         st2(st + g * SROW + (n * 8 + c2) * (int)sizeof(TO), o[0][n][0] * inv0, o[0][n][1] * inv0, sc, rcp, TO());

@@ -484,6 +484,9 @@ __global__ void __launch_bounds__(NW * 32, MINB)
     const size_t orow = (size_t)H * D * sizeof(TO);
     unsigned char *obase = reinterpret_cast<unsigned char *>(out) + (size_t)h * D * sizeof(TO);
     const int g = lane >> 2, c2 = 2 * (lane & 3);
+    /* the staging overwrites Q rows the warp's lanes read with ldmatrix in the last tile: every lane's read comes
+     * first (a write-after-read between lanes, reported by compute-sanitizer racecheck without it) */
+    __syncwarp();
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         if (w0 + mt * 16 >= T) continue; /* warp-uniform: no row of this m-tile is < T */
@@ -679,6 +682,7 @@ __global__ void __launch_bounds__(NW * 32, MINB)
             l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
             const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
             unsigned char *st = fa_smem + (size_t)qbi * QB + (size_t)warp * 16 * SROW;
+            __syncwarp(); /* every lane's last ldmatrix of these Q rows before any lane overwrites them */
 #pragma unroll
             for (int n = 0; n < ND; n++) {
                 st2(st + g * SROW + (n * 8 + c2) * (int)sizeof(TO), o[0][n][0] * inv0, o[0][n][1] * inv0, sc, rcp,

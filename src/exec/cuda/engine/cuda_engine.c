@@ -655,6 +655,15 @@ tp_status tpe_fill_inputs(tp_engine *e, tp_error *err) {
     return TP_OK;
 }
 
+/* Defined, non-zero contents for an activation buffer before the build times its kernel choices on it (the first
+ * pass has not written it yet; compute-sanitizer initcheck reads an unwritten buffer as an error): fp16 values in
+ * [-1, 1) (finite as fp32 and bf16 too), never zeros; an odd last byte zeroed. */
+tp_status tpe_fill_defined(tp_engine *e, void *p, size_t bytes, unsigned seed, tp_error *err) {
+    if (cudaMemsetAsync(p, 0, bytes, e->stream) != cudaSuccess || tpk_fill_uniform(p, TP_F16, bytes / 2, seed, e->stream))
+        return tp_fail(err, TP_ERR_CUDA, "filling the activation buffers: %s", cudaGetErrorString(cudaGetLastError()));
+    return TP_OK;
+}
+
 /* Activation buffers: one device buffer per slot of the plan's buffer assignment (tp_plan_buffers: exact-size
  * reuse, a fused op's output taken where its kernel runs); state values (the KV cache) have their own. */
 static tp_status alloc_activations(tp_engine *e, tp_error *err) {
@@ -683,11 +692,7 @@ static tp_status alloc_activations(tp_engine *e, tp_error *err) {
     for (int k = 0; !st && k < n; k++) {
         st = tpe_dev_alloc(e, slot_bytes[k], &sp[k], "activations", err);
         if (!st) e->act_bytes += (double)slot_bytes[k];
-        /* defined, non-zero contents before the build times its kernel choices on these buffers (the first pass
-         * has not written them yet): fp16 values in [-1, 1) (finite as fp32 and bf16 too), never zeros */
-        if (!st && (cudaMemsetAsync(sp[k], 0, slot_bytes[k], e->stream) != cudaSuccess ||
-                    tpk_fill_uniform(sp[k], TP_F16, slot_bytes[k] / 2, 0x5eed0000u + (unsigned)k, e->stream)))
-            st = tp_fail(err, TP_ERR_CUDA, "filling the activation buffers: %s", cudaGetErrorString(cudaGetLastError()));
+        if (!st) st = tpe_fill_defined(e, sp[k], slot_bytes[k], 0x5eed0000u + (unsigned)k, err);
     }
     for (int v = 0; !st && v < g->n_values; v++) {
         if (slot[v] >= 0) e->dptr[v] = sp[slot[v]];

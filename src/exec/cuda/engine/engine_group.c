@@ -140,6 +140,7 @@ tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err) {
         for (int j = i; j >= 0; j = e->group_next[j]) total += tpe_act_alloc_bytes(e, g->ops[j].out);
         char *base = NULL;
         tp_status st = tpe_dev_alloc(e, total, (void **)&base, g->ops[i].layer, err);
+        if (!st) st = tpe_fill_defined(e, base, total, 0x6e000000u + (unsigned)i, err); /* as every activation */
         if (st) return st;
         e->act_bytes += (double)total;
         size_t off = 0;

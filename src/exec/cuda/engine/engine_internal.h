@@ -136,6 +136,9 @@ struct tp_engine {
 /* cudaMalloc of `bytes` (16 when 0) recorded for tp_engine_destroy; TP_ERR_OOM naming `what` and the bytes, or
  * TP_ERR_CUDA. */
 tp_status tpe_dev_alloc(tp_engine *e, size_t bytes, void **p, const char *what, tp_error *err);
+/* p: an activation buffer of `bytes`, filled on e->stream with defined fp16 values in [-1, 1) from seed (never
+ * zeros) before the build times kernels on it; TP_ERR_CUDA when the fill fails */
+tp_status tpe_fill_defined(tp_engine *e, void *p, size_t bytes, unsigned seed, tp_error *err);
 /* bytes of value v's activation buffer: its elements in the plan's type plus the PAD_ROWS rows of slack */
 size_t tpe_act_alloc_bytes(const tp_engine *e, int v);
 /* enqueues op i as it is configured (its kernels, or nothing when another op's kernel computes it) on e->stream */
