@@ -110,7 +110,7 @@ for s in $steps; do
         > "$OUT/sanitize_$1_$4.log" 2>&1
       code=$?
       echo "=== compute-sanitizer --tool $1: $2${3:+ (case $3)}: exit $code after $(( $(date +%s) - t0 )) s;" \
-        "$(grep -E 'ERROR SUMMARY|Checks' "$OUT/sanitize_$1_$4.log" | tr '\n' ' ')"
+        "$(grep -E 'SUMMARY|Checks' "$OUT/sanitize_$1_$4.log" | tr '\n' ' ')"
       return $code
     }
     pids=()
