@@ -101,7 +101,8 @@ for s in $steps; do
     # under SAN_TIMEOUT seconds; a finding fails the step (--error-exitcode)
     # SAN_CASES (optional): run only these test cases (Check's CK_RUN_CASE) of each suite, one run per case, so a
     # suite too slow under racecheck for one call is covered over several. SAN_JOBS (default 1): runs at a time;
-    # the tests' CPU references are single-threaded, so several runs share the GPU and the host's cores
+    # only worth it for runs bound by the tests' CPU references: racecheck is GPU-bound, and runs sharing one GPU
+    # slow each other down about as much as they share it (2026-11-26, bench/results/README.md)
     san_one() { # tool suite case(or empty) name
       local t0 code
       t0=$(date +%s)
