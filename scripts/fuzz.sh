@@ -5,6 +5,9 @@
 # A crash, leak, sanitizer report or timeout leaves its reproducer in BUILD_DIR/fuzz-artifacts/ and makes the
 # script exit 1. make test runs it for a few seconds per harness; longer runs (issue 23: >= 10^7 executions each)
 # are recorded under bench/results/.
+# Environment: FUZZ_RUNS=N stops each harness after N executions instead of SECONDS (libFuzzer -runs; SECONDS
+# still bounds it); FUZZ_FORK=J runs J worker processes per harness (libFuzzer -fork: one campaign, its executions
+# summed over the workers, for a machine with more cores); FUZZ_LOGDIR=DIR keeps each harness's full log there.
 set -uo pipefail
 secs=${1:?usage: scripts/fuzz.sh SECONDS [BUILD_DIR] [READER...]}
 build=${2:-build-san}
@@ -12,16 +15,17 @@ shift $(( $# >= 2 ? 2 : 1 ))
 root=$(cd "$(dirname "$0")/.." && pwd)
 readers=${*:-safetensors engine_file engine_file_crc policy trace hf_config timm_config tokens image hf_index onnx onnx_import}
 fx=$root/tests/fixtures
+# The trace and ONNX-import seeds are small files in tests/fuzz/seeds (a 6-op slice of the roofline trace fixture;
+# micro ViT, Llama and Gemma exports without the exporter's per-node metadata, 33-43 kB): the fixtures themselves
+# (0.1-0.9 MB) made each execution 2-30 times slower for the same op patterns.
 seeds_of() { # extra seeds from the fixtures, per reader
   case $1 in
   safetensors) ls "$fx"/hf_llama_tiny/*.safetensors "$fx"/timm_vit_token.safetensors 2>/dev/null ;;
-  trace) ls "$fx"/h200_vit-b16_b64_fp16_roofline.trace.json ;;
   hf_config) ls "$fx"/hf_*/config.json ;;
   timm_config) ls "$fx"/timm_*/config.json ;;
   image) ls "$fx"/preprocess_expect_1*.png ;;
   hf_index) ls "$fx"/hf_llama_tiny/model.safetensors.index.json ;;
   onnx) ls "$fx"/onnx/*.onnx ;;
-  onnx_import) ls "$fx"/onnx_vit/*.onnx "$fx"/onnx_llama/*.onnx ;;
   esac
 }
 rc=0
@@ -34,12 +38,18 @@ for r in $readers; do
   [ -d "$root/tests/fuzz/seeds/$r" ] && cp "$root"/tests/fuzz/seeds/"$r"/* "$corpus"/ 2>/dev/null
   for f in $(seeds_of "$r"); do cp "$f" "$corpus/$(basename "$(dirname "$f")")_$(basename "$f")"; done
   log=$(mktemp "${TMPDIR:-/tmp}/tprof_fuzz_${r}_XXXX.log")
+  extra=()
+  [ -n "${FUZZ_RUNS:-}" ] && extra+=(-runs="$FUZZ_RUNS")
+  [ -n "${FUZZ_FORK:-}" ] && extra+=(-fork="$FUZZ_FORK")
   ASAN_OPTIONS=detect_leaks=1 "$bin" "$corpus" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 \
-    -artifact_prefix="$art/${r}-" -print_final_stats=1 >"$log" 2>&1
+    -artifact_prefix="$art/${r}-" -print_final_stats=1 "${extra[@]}" >"$log" 2>&1
   code=$?
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
+  # fork mode: the parent's progress lines (#N: cov: ...) carry the executions summed over the workers
+  [ -n "$runs" ] || runs=$(grep -o '^#[0-9]*:' "$log" | tail -1 | tr -d '#:')
+  [ -n "${FUZZ_LOGDIR:-}" ] && mkdir -p "$FUZZ_LOGDIR" && cp "$log" "$FUZZ_LOGDIR/fuzz_$r.log"
   if [ $code -eq 0 ]; then
-    echo "fuzz_$r: ${runs:-?} executions in ${secs} s, no finding"
+    echo "fuzz_$r: ${runs:-?} executions (limit ${FUZZ_RUNS:+$FUZZ_RUNS runs, }${secs} s${FUZZ_FORK:+, $FUZZ_FORK workers}), no finding"
   else
     echo "fuzz_$r: FAILED (exit $code) after ${runs:-?} executions; reproducer in $art/, log:"
     grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$log" | head -8 | sed 's/^/    /'
