@@ -103,12 +103,22 @@ for s in $steps; do
     # suite too slow under racecheck for one call is covered over several. SAN_JOBS (default 1): runs at a time;
     # only worth it for runs bound by the tests' CPU references: racecheck is GPU-bound, and runs sharing one GPU
     # slow each other down about as much as they share it (2026-11-26, bench/results/README.md)
-    san_one() { # tool suite case(or empty) name
+    # SAN_EXCLUDE (optional): substrings of kernel names left unchecked (compute-sanitizer --kernel-name-exclude
+    # kns=...), for vendor kernels whose TMA/mbarrier pipelines racecheck does not model (nvjet, cudnn, ...): the
+    # log's first line lists them. SAN_GPUS="0 1": runs take these GPUs in turn (CUDA_VISIBLE_DEVICES), SAN_JOBS
+    # at a time; a suite that needs several GPUs (gpu_tensor_parallel) gets them all.
+    san_excl=()
+    for k in ${SAN_EXCLUDE:-}; do san_excl+=(--kernel-name-exclude "kns=$k"); done
+    san_gpus=(${SAN_GPUS:-})
+    san_n=0
+    san_one() { # tool suite case(or empty) name gpu(or empty)
       local t0 code
       t0=$(date +%s)
-      env CK_RUN_SUITE="$2" ${3:+CK_RUN_CASE=$3} CK_FORK=no timeout "${SAN_TIMEOUT:-300}" \
-        compute-sanitizer --tool "$1" --error-exitcode 99 --print-limit 20 "$BUILD/tests/test_gpu" \
-        > "$OUT/sanitize_$1_$4.log" 2>&1
+      echo "# compute-sanitizer --tool $1 ${san_excl[*]} on $2${3:+ case $3}${5:+, CUDA_VISIBLE_DEVICES=$5}" \
+        > "$OUT/sanitize_$1_$4.log"
+      env CK_RUN_SUITE="$2" ${3:+CK_RUN_CASE=$3} ${5:+CUDA_VISIBLE_DEVICES=$5} CK_FORK=no timeout "${SAN_TIMEOUT:-300}" \
+        compute-sanitizer --tool "$1" --error-exitcode 99 --print-limit 20 "${san_excl[@]}" \
+        "$BUILD/tests/test_gpu" >> "$OUT/sanitize_$1_$4.log" 2>&1
       code=$?
       echo "=== compute-sanitizer --tool $1: $2${3:+ (case $3)}: exit $code after $(( $(date +%s) - t0 )) s;" \
         "$(grep -E 'SUMMARY|Checks' "$OUT/sanitize_$1_$4.log" | tr '\n' ' ')"
@@ -120,7 +130,12 @@ for s in $steps; do
         for tc in ${SAN_CASES:-all}; do
           [ "$tc" = all ] && tc= && name=$suite || name=${suite}_$tc
           while [ "$(jobs -rp | wc -l)" -ge "${SAN_JOBS:-1}" ]; do sleep 1; done
-          san_one "$tool" "$suite" "$tc" "$name" &
+          gpu=
+          if [ ${#san_gpus[@]} -gt 0 ] && [ "$suite" != gpu_tensor_parallel ]; then
+            gpu=${san_gpus[$(( san_n % ${#san_gpus[@]} ))]}
+            san_n=$(( san_n + 1 ))
+          fi
+          san_one "$tool" "$suite" "$tc" "$name" "$gpu" &
           pids+=($!)
         done
       done

@@ -728,7 +728,8 @@ static void expect_import_error(const char *path, tp_status code, const char *s1
 }
 
 /* What the import refuses, each naming the node: an op where the pattern has none (Erf renamed Exp: the GELU is
- * another function), a LayerNormalization renamed, a Softmax renamed, and a graph that is not a ViT */
+ * another function), a LayerNormalization renamed, a Softmax renamed, a graph that is not a ViT, a node with fewer
+ * inputs than its operator takes */
 START_TEST(test_import_errors) {
     char tmp[64];
     patched(VX "vit_op17.onnx", "\x22\x03" "Erf", "\x22\x03" "Exp", tmp); /* op_type: field 4, 3 bytes */
@@ -744,6 +745,12 @@ START_TEST(test_import_errors) {
     expect_import_error(tmp, TP_ERR_UNSUPPORTED, "not a gated MLP", "node");
     unlink(tmp);
     expect_import_error(FX "tiny.onnx", TP_ERR_UNSUPPORTED, "tiny.onnx: 1 inputs and 2 outputs", "an image batch or token ids in");
+    /* fewer inputs than the operator takes (fuzz_onnx_import: a one-input Gather and a one-input Add were read past
+     * their input lists): a Softmax renamed Reshape, which takes 2, is an invalid file, refused before any walk */
+    patched(VX "vit_dynamo_op18.onnx", "\x22\x07" "Softmax", "\x22\x07" "Reshape", tmp);
+    expect_import_error(tmp, TP_ERR_FORMAT, "(Reshape): 1 input(s) and 1 output(s); the ONNX operator takes at least 2",
+                        "node");
+    unlink(tmp);
 }
 END_TEST
 

@@ -208,7 +208,7 @@ static tp_status vit_stem(ow_ix *x, vit_map *vm, const tp_onnx_value *in, const 
         const tp_onnx_attr *ax = tp_onnx_node_attr(c, "axis");
         const int e = c->n_in == 2 ? ow_producer(x, c->in[0]) : -1;
         vm->cls = ow_is(x, e, "Expand") ? ow_const_tensor(x, ow_nd(x, e)->in[0]) : c->n_in == 2 ? ow_const_tensor(x, c->in[0]) : NULL;
-        if (!ax || ax->i != 1 || strcmp(c->in[1], cur) != 0 || !vm->cls || vm->cls->ndim != 3 || vm->cls->dims[0] != 1 ||
+        if (!ax || ax->i != 1 || c->n_in != 2 || strcmp(c->in[1], cur) != 0 || !vm->cls || vm->cls->ndim != 3 || vm->cls->dims[0] != 1 ||
             vm->cls->dims[1] != 1 || vm->cls->dims[2] != vm->C || !ow_float_type(vm->cls->elem_type))
             return ow_fail_node(x, cc, "%snot a class token: Concat along axis 1 of a (1, 1, C) initializer (through "
                              "Expand) before the patches", "");

@@ -410,8 +410,32 @@ tp_status ow_check_rest(ow_ix *x, const char *const *shape_ops, const char *fami
     return TP_OK;
 }
 
+/* The fewest inputs the ONNX operator spec (onnx/docs/Operators.md) allows each operator the walks read, in every
+ * opset tprof reads: a node with fewer is not a valid model. The walks index in[] and out[0] by these counts, so a
+ * file that breaks them is refused here, before any walk (fuzz_onnx_import found a one-input Gather read past its
+ * input list, a one-input Add a linear's bias Add). Operators not listed are compared by name only or read through
+ * loops bounded by n_in. */
+static int min_inputs(const char *op) {
+    static const char *const two[] = {"Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Equal", "Gather", "Reshape",
+                                      "Expand", "Gemm", "Conv", "QuantizeLinear", "DequantizeLinear",
+                                      "LayerNormalization", NULL};
+    static const char *const one[] = {"Softmax", "Erf", "Sqrt", "Cos", "Sin", "Neg", "Sigmoid", "Tanh", "Transpose",
+                                      "Cast", "Shape", "ReduceMean", "Squeeze", "Unsqueeze", "Split", "Concat",
+                                      "Identity", "Slice", "ConstantOfShape", "Gelu", "Flatten", NULL};
+    if (!strcmp(op, "Where")) return 3;
+    return ow_in_list(op, two) ? 2 : ow_in_list(op, one) ? 1 : 0;
+}
+
 tp_status ow_index_build(ow_ix *x) {
     x->n = tp_onnx_n_nodes(x->m);
+    for (int i = 0; i < x->n; i++) {
+        const tp_onnx_node *n = ow_nd(x, i);
+        const int need = min_inputs(n->op_type);
+        if (n->n_in < need || n->n_out < 1)
+            return tp_fail_path(x->err, TP_ERR_FORMAT, x->path, "node %d '%s' (%s): %d input(s) and %d output(s); "
+                                "the ONNX operator takes at least %d and 1", i, n->name ? n->name : "", n->op_type,
+                                n->n_in, n->n_out, need);
+    }
     x->role = calloc((size_t)x->n + 1, 1);
     x->mark = calloc((size_t)x->n + 1, 1);
     x->prod = calloc((size_t)x->n + 1, sizeof *x->prod);
