@@ -502,6 +502,25 @@ START_TEST(test_truncated_png) {
 }
 END_TEST
 
+/* fuzz_image's input (2026-11-26): a 25-byte BMP whose core header declares 32769 x 12608 pixels; stb decoded it,
+ * filling what the file lacks, to 1.2 GB. Refused from the header now, with the size, before any decoding. */
+START_TEST(test_huge_declared_size) {
+    static const unsigned char bmp[25] = {0x42, 0x4d, 0x0e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x95, 0xfe, 0x00, 0x03, 0x00,
+                                          0x00, 0x0c, 0x00, 0x00, 0x00, 0x01, 0x80, 0x40, 0x31, 0x01, 0x00, 0x01};
+    const char *p = path_in("huge.bmp");
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bmp, 1, sizeof bmp, f), sizeof bmp);
+    fclose(f);
+    tp_preprocess pp = pp_imagenet(16, 0.9);
+    float out[3 * 16 * 16];
+    tp_error err = {0};
+    ck_assert_int_eq(tp_image_load(p, &pp, out, &err), TP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, p) && strstr(err.msg, "32769x12608 pixels"), "%s", err.msg);
+    ck_assert_ptr_null(strchr(err.msg, '\n'));
+}
+END_TEST
+
 START_TEST(test_empty_folder) {
     tp_preprocess pp = pp_imagenet(16, 0.9);
     float out[3 * 16 * 16];
@@ -1281,6 +1300,7 @@ static Suite *suite(void) {
     tcase_add_test(img, test_missing_file);
     tcase_add_test(img, test_text_file_named_png);
     tcase_add_test(img, test_truncated_png);
+    tcase_add_test(img, test_huge_declared_size);
     tcase_add_test(img, test_empty_folder);
     tcase_add_test(img, test_bad_arguments);
     tcase_add_test(img, test_interp_crop_names);

@@ -413,7 +413,15 @@ static tp_status decode_rgb8(const char *path, unsigned char **out, int *w_out, 
     if (!f) return tp_fail(err, TP_ERR_IO, "cannot open image %s: %s", path, strerror(errno));
     int w = 0, h = 0, n = 0;
     unsigned char *px = NULL;
-    if (stbi_info_from_file(f, &w, &h, &n) && n == 1 && stbi_is_16_bit_from_file(f)) {
+    const int known = stbi_info_from_file(f, &w, &h, &n);
+    /* The header's size is checked before decoding: a 25-byte BMP declaring 32769 x 12608 pixels decoded (stb
+     * fills what the file lacks) to 1.2 GB and took minutes to resize (fuzz_image, 2026-11-26) */
+    if (known && (double)w * (double)h > TP_IMAGE_MAX_PIXELS) {
+        fclose(f);
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: %dx%d pixels, more than the %.0f million tprof decodes; "
+                       "downscale the image first", path, w, h, TP_IMAGE_MAX_PIXELS / 1e6);
+    }
+    if (known && n == 1 && stbi_is_16_bit_from_file(f)) {
         /* A 16-bit gray PNG is mode I;16 in PIL, whose conversion to RGB clips the value at 255; stb's 8-bit
          * load would keep the high byte instead. Gray with alpha and RGB(A) at 16 bits are read by PIL through
          * the high byte, as stb does. */
