@@ -516,8 +516,15 @@ START_TEST(test_huge_declared_size) {
     float out[3 * 16 * 16];
     tp_error err = {0};
     ck_assert_int_eq(tp_image_load(p, &pp, out, &err), TP_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, p) && strstr(err.msg, "32769x12608 pixels"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, p) && strstr(err.msg, "32769x12608 pixels, more than the 134217728"), "%s", err.msg);
     ck_assert_ptr_null(strchr(err.msg, '\n'));
+    /* a smaller bound of the caller's: a 64 x 64 PNG refused at 4000 pixels, read at 4096 */
+    const char *q = write_image("b.png", 64, 64, 3, px_gradient);
+    pp.max_pixels = 4000;
+    ck_assert_int_eq(tp_image_load(q, &pp, out, &err), TP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "64x64 pixels, more than the 4000"), "%s", err.msg);
+    pp.max_pixels = 4096;
+    ck_assert_int_eq(tp_image_load(q, &pp, out, &err), TP_OK);
 }
 END_TEST
 

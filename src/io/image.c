@@ -400,8 +400,8 @@ static tp_status resize_crop(const char *path, const unsigned char *src, int w, 
 /* ---- decoding ---------------------------------------------------------------------------------------- */
 
 /* Decodes path to 8-bit RGB (h, w, 3) into *out, to be released with release_rgb8(*out, *by_stb). */
-static tp_status decode_rgb8(const char *path, unsigned char **out, int *w_out, int *h_out, int *by_stb,
-                             tp_error *err) {
+static tp_status decode_rgb8(const char *path, double max_pixels, unsigned char **out, int *w_out, int *h_out,
+                             int *by_stb, tp_error *err) {
     *out = NULL;
     *by_stb = 0;
     /* Opening ourselves separates "missing/unreadable" (an I/O error naming errno) from "not an image". */
@@ -416,10 +416,10 @@ static tp_status decode_rgb8(const char *path, unsigned char **out, int *w_out, 
     const int known = stbi_info_from_file(f, &w, &h, &n);
     /* The header's size is checked before decoding: a 25-byte BMP declaring 32769 x 12608 pixels decoded (stb
      * fills what the file lacks) to 1.2 GB and took minutes to resize (fuzz_image, 2026-11-26) */
-    if (known && (double)w * (double)h > TP_IMAGE_MAX_PIXELS) {
+    if (known && (double)w * (double)h > max_pixels) {
         fclose(f);
-        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: %dx%d pixels, more than the %.0f million tprof decodes; "
-                       "downscale the image first", path, w, h, TP_IMAGE_MAX_PIXELS / 1e6);
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: %dx%d pixels, more than the %.0f tprof decodes; "
+                       "downscale the image first", path, w, h, max_pixels);
     }
     if (known && n == 1 && stbi_is_16_bit_from_file(f)) {
         /* A 16-bit gray PNG is mode I;16 in PIL, whose conversion to RGB clips the value at 255; stb's 8-bit
@@ -473,7 +473,8 @@ tp_status tp_image_load_rgb8(const char *path, const tp_preprocess *pp, unsigned
     if (st != TP_OK) return st;
     unsigned char *px = NULL;
     int w = 0, h = 0, by_stb = 0;
-    if ((st = decode_rgb8(path, &px, &w, &h, &by_stb, err)) != TP_OK) return st;
+    const double max_px = pp->max_pixels > 0 ? pp->max_pixels : TP_IMAGE_MAX_PIXELS;
+    if ((st = decode_rgb8(path, max_px, &px, &w, &h, &by_stb, err)) != TP_OK) return st;
     st = resize_crop(path, px, w, h, pp, rgb, err);
     release_rgb8(px, by_stb);
     return st;

@@ -74,6 +74,8 @@ typedef struct {
     int pillow_version; /* major version of the Pillow whose resize to reproduce: 0 = the newest known (13);
                          * 1..12 = Pillow 12 and older (horizontal pass always first); 13 and above = 13's
                          * pass order. Checked against Pillow 12.2, 12.3 and 13.0. */
+    double max_pixels;  /* the most pixels (width x height, from the header) an image may declare; 0 = the
+                         * default TP_IMAGE_MAX_PIXELS; the fuzz harness sets a small one to keep its rate */
 } tp_preprocess;
 
 /* "bicubic", "bilinear", "nearest" (timm's strings); "?" for a value out of range. */
@@ -86,14 +88,15 @@ const char *tp_crop_mode_name(tp_crop_mode m);
 /* The tp_crop_mode named s, or -1 (timm's "border" included). */
 int tp_crop_mode_parse(const char *s);
 
-/* The most pixels (width x height, from the file's header, before decoding) an image may have: 2^27, about 134
- * million, a 100-megapixel camera's frame included; larger is refused rather than decoded and resized for minutes. */
+/* The most pixels (width x height, from the file's header, before decoding) an image may have by default: 2^27,
+ * about 134 million, a 100-megapixel camera's frame included; larger is refused rather than decoded and resized for
+ * minutes (tp_preprocess.max_pixels sets another). */
 #define TP_IMAGE_MAX_PIXELS 134217728.0
 
 /* Loads one image file into dst (3, img_size, img_size) fp32 normalized. Errors: TP_ERR_ARG (pp invalid: size,
  * crop_pct, mean/std, or an interpolation/crop_mode value out of range, named), TP_ERR_IO (missing),
  * TP_ERR_FORMAT (not a decodable image, with stb_image's reason; a resize size out of range), TP_ERR_UNSUPPORTED
- * (more than TP_IMAGE_MAX_PIXELS pixels, with the size), TP_ERR_OOM. */
+ * (more pixels than pp->max_pixels or TP_IMAGE_MAX_PIXELS, with the size), TP_ERR_OOM. */
 tp_status tp_image_load(const char *path, const tp_preprocess *pp, float *dst, tp_error *err);
 
 /* Fills a batch (B, 3, S, S) from path: a file is repeated over the batch; a folder contributes its image
