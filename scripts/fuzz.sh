@@ -5,9 +5,8 @@
 # A crash, leak, sanitizer report or timeout leaves its reproducer in BUILD_DIR/fuzz-artifacts/ and makes the
 # script exit 1. make test runs it for a few seconds per harness; longer runs (issue 23: >= 10^7 executions each)
 # are recorded under bench/results/.
-# Environment: FUZZ_RUNS=N stops each harness after N executions instead of SECONDS (libFuzzer -runs; SECONDS
-# still bounds it); FUZZ_FORK=J runs J worker processes per harness (libFuzzer -fork: one campaign, its executions
-# summed over the workers, for a machine with more cores); FUZZ_LOGDIR=DIR keeps each harness's full log there.
+# Environment: FUZZ_RUNS=N stops each harness after N executions (libFuzzer -runs; SECONDS still bounds it), as
+# for issue 23's 10^7 runs; FUZZ_LOGDIR=DIR keeps each harness's full log there.
 set -uo pipefail
 secs=${1:?usage: scripts/fuzz.sh SECONDS [BUILD_DIR] [READER...]}
 build=${2:-build-san}
@@ -46,16 +45,13 @@ for r in $readers; do
   log=$(mktemp "${TMPDIR:-/tmp}/tprof_fuzz_${r}_XXXX.log")
   extra=()
   [ -n "${FUZZ_RUNS:-}" ] && extra+=(-runs="$FUZZ_RUNS")
-  [ -n "${FUZZ_FORK:-}" ] && extra+=(-fork="$FUZZ_FORK")
   TMPDIR=$harness_tmp ASAN_OPTIONS=detect_leaks=1 "$bin" "$corpus" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 \
     -artifact_prefix="$art/${r}-" -print_final_stats=1 "${extra[@]}" >"$log" 2>&1
   code=$?
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
-  # fork mode: the parent's progress lines (#N: cov: ...) carry the executions summed over the workers
-  [ -n "$runs" ] || runs=$(grep -o '^#[0-9]*:' "$log" | tail -1 | tr -d '#:')
   [ -n "${FUZZ_LOGDIR:-}" ] && mkdir -p "$FUZZ_LOGDIR" && cp "$log" "$FUZZ_LOGDIR/fuzz_$r.log"
   if [ $code -eq 0 ]; then
-    echo "fuzz_$r: ${runs:-?} executions (limit ${FUZZ_RUNS:+$FUZZ_RUNS runs, }${secs} s${FUZZ_FORK:+, $FUZZ_FORK workers}), no finding"
+    echo "fuzz_$r: ${runs:-?} executions (limit ${FUZZ_RUNS:+$FUZZ_RUNS runs, }${secs} s), no finding"
   else
     echo "fuzz_$r: FAILED (exit $code) after ${runs:-?} executions; reproducer in $art/, log:"
     grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$log" | head -8 | sed 's/^/    /'
