@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -457,6 +457,44 @@ PY
       done
     done
     tar cJf "$OUT/$tag.tar.xz" -C "$OUT" "$tag" && rm -rf "$d"
+    ;;
+  spgemm_algs)
+    # issue 23: gpu_sparse's F16 checks computed wrong values under compute-sanitizer memcheck only. Per run the
+    # suite once (its log in spgemm_algs.tar.xz), the algorithm each check ran and its failures shown: plain and
+    # under memcheck, searched and not (TPROF_SPGEMM_SEARCH=0), the workspace poisoned (TPROF_SPGEMM_WS_FILL), every
+    # configuration id cuSPARSELt offers forced in turn (TPROF_SPGEMM_ALG) without the tool, and under it the ids
+    # that failed there
+    d="$OUT/spgemm_algs"
+    mkdir -p "$d"
+    sp() { # NAME TOOL(plain|memcheck) ENV...
+      local name=$1 tool=$2 code
+      shift 2
+      local wrap=()
+      [ "$tool" = memcheck ] && wrap=(compute-sanitizer --tool memcheck --print-limit 5)
+      env CK_RUN_SUITE=gpu_sparse CK_FORK=no "$@" timeout "${SPA_TIMEOUT:-240}" "${wrap[@]}" "$BUILD/tests/test_gpu" \
+        > "$d/$name.log" 2>&1
+      code=$?
+      echo "=== $name ($tool${*:+, $*}): exit $code; $(grep -E "Checks" "$d/$name.log")"
+      # each check's algorithm, then its verdict, on one line
+      awk '/compressed weight/ { sub(/.*; /, ""); alg = $0 }
+           /^  (ok|FAIL) +sparse GEMM/ { split($0, a, " [|] "); v = $1; sub(/^ +/, "", a[1]);
+             r = $0; sub(/.*rel_l2=/, "", r); sub(/ .*/, "", r); printf "    %s [%s] rel_l2 %s\n", a[1], alg, r }
+           /cosine|ERROR SUMMARY/ { print "    " $0 }' "$d/$name.log" | cut -c1-220
+      return 0
+    }
+    sp plain plain
+    sp memcheck memcheck
+    sp memcheck_nosearch memcheck TPROF_SPGEMM_SEARCH=0
+    sp plain_wsff plain TPROF_SPGEMM_WS_FILL=0xff
+    sp memcheck_ws0 memcheck TPROF_SPGEMM_WS_FILL=0
+    amax=$(grep -o "algorithm [0-9]* of 0\.\.[0-9]*" "$d/plain.log" | grep -o "[0-9]*$" | sort -n | tail -1)
+    echo "--- every configuration id 0..${amax:-?} forced, no tool"
+    for id in $(seq 0 "${amax:-0}"); do sp "plain_alg$id" plain TPROF_SPGEMM_ALG=$id; done
+    for id in $(grep -h "^  sparse GEMM f16.*compressed weight" "$d/memcheck.log" | grep -o "algorithm [0-9]*" |
+                grep -o "[0-9]*" | sort -un | head -4); do
+      sp "memcheck_alg$id" memcheck TPROF_SPGEMM_ALG=$id
+    done
+    tar cJf "$OUT/spgemm_algs.tar.xz" -C "$OUT" spgemm_algs && rm -rf "$d"
     ;;
   onnx)
     # issue 24: ViT-B/16 from ONNX against the preset on the same weights: tools/export_timm_onnx.py writes the

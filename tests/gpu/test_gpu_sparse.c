@@ -92,12 +92,12 @@ START_TEST(test_spgemm) {
     CUDA_OK(cudaMemsetAsync(dy, 0xFF, (size_t)M8 * sh.N * esize(dt), g_stream)); /* the search's result poisoned */
     ck_assert_int_eq(tp_spgemm_run(c, p, dx, db, dr, dy, g_stream), 0);
     CUDA_OK(cudaStreamSynchronize(g_stream));
-    tol_t t = {dt == TP_F16 ? 2e-3 : 1e-2, dt == TP_F16 ? 4e-3 : 2e-2};
-    check_close(g_case, download_f32(dt, dy, (size_t)sh.M * sh.N, 1.0f), ref, (size_t)sh.M * sh.N, (size_t)sh.N, t);
-    char alg[128];
+    char alg[128]; /* printed before the check, so a failure names the algorithm that computed it */
     tp_spgemm_describe(p, alg, sizeof alg);
     printf("  %s: compressed weight %zu bytes (dense %zu); %s\n", g_case, tp_spgemm_weight_bytes(p),
            (size_t)sh.N * sh.K * esize(dt), alg);
+    tol_t t = {dt == TP_F16 ? 2e-3 : 1e-2, dt == TP_F16 ? 4e-3 : 2e-2};
+    check_close(g_case, download_f32(dt, dy, (size_t)sh.M * sh.N, 1.0f), ref, (size_t)sh.M * sh.N, (size_t)sh.N, t);
     tp_spgemm_destroy(p);
     tp_spgemm_ctx_destroy(c);
 }

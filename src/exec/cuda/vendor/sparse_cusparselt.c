@@ -111,6 +111,8 @@ typedef struct {
     cusparseStatus_t (*alg_destroy)(const cusparseLtMatmulAlgSelection_t *);
     cusparseStatus_t (*alg_get)(const cusparseLtHandle_t *, const cusparseLtMatmulAlgSelection_t *,
                                 cusparseLtMatmulAlgAttribute_t, void *, size_t);
+    cusparseStatus_t (*alg_set)(const cusparseLtHandle_t *, cusparseLtMatmulAlgSelection_t *,
+                                cusparseLtMatmulAlgAttribute_t, const void *, size_t);
     cusparseStatus_t (*plan_init)(const cusparseLtHandle_t *, cusparseLtMatmulPlan_t *,
                                   const cusparseLtMatmulDescriptor_t *, const cusparseLtMatmulAlgSelection_t *);
     cusparseStatus_t (*plan_destroy)(const cusparseLtMatmulPlan_t *);
@@ -148,6 +150,7 @@ static const char *resolve(void *h, spl_api *a) {
     SYM(alg_init, "cusparseLtMatmulAlgSelectionInit");
     SYM(alg_destroy, "cusparseLtMatmulAlgSelectionDestroy");
     SYM(alg_get, "cusparseLtMatmulAlgGetAttribute");
+    SYM(alg_set, "cusparseLtMatmulAlgSetAttribute");
     SYM(plan_init, "cusparseLtMatmulPlanInit");
     SYM(plan_destroy, "cusparseLtMatmulPlanDestroy");
     SYM(workspace, "cusparseLtMatmulGetWorkspace");
@@ -235,7 +238,7 @@ struct tp_spgemm {
     size_t comp_bytes, ws_bytes;
     const void *bias; /* the bias pointer set on the matmul descriptor */
     float alpha;      /* the desc's (1 when it gave 0) */
-    int alg_id, split_k, split_k_mode; /* what the search kept */
+    int alg_id, alg_max, split_k, split_k_mode; /* what the search kept; the largest configuration id */
     char name[96];
 };
 
@@ -291,7 +294,7 @@ size_t tp_spgemm_weight_bytes(const tp_spgemm *p) { return p ? p->comp_bytes : 0
 
 void tp_spgemm_describe(const tp_spgemm *p, char *buf, size_t n) {
     if (!buf || !n) return;
-    snprintf(buf, n, "algorithm %d, split-K %d%s, workspace %zu bytes", p->alg_id, p->split_k,
+    snprintf(buf, n, "algorithm %d of 0..%d, split-K %d%s, workspace %zu bytes", p->alg_id, p->alg_max, p->split_k,
              p->split_k > 1 ? (p->split_k_mode == CUSPARSELT_SPLIT_K_MODE_TWO_KERNELS ? " (two kernels)" : " (one kernel)") : "", p->ws_bytes);
 }
 
@@ -354,6 +357,21 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     SPL(a->matmul_set(&c->h, &p->mm, CUSPARSELT_MATMUL_SPARSE_MAT_POINTER, &w, sizeof w));
     SPL(a->alg_init(&c->h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT));
     p->made = 4;
+    SPL(a->alg_get(&c->h, &p->alg, CUSPARSELT_MATMUL_ALG_CONFIG_MAX_ID, &p->alg_max, sizeof p->alg_max));
+    /* TPROF_SPGEMM_ALG=N (a lab switch, docs/sparsity.md): this configuration id, no search; an id beyond the
+     * library's largest is an error, not a fallback */
+    const char *forced = getenv("TPROF_SPGEMM_ALG");
+    if (forced && *forced) {
+        char *end = NULL;
+        const long id = strtol(forced, &end, 10);
+        if (*end || id < 0 || id > p->alg_max) {
+            st = tp_fail(err, TP_ERR_ARG, "sparse gemm %s: TPROF_SPGEMM_ALG=%s: not a configuration id 0..%d",
+                         p->name, forced, p->alg_max);
+            goto fail;
+        }
+        const int idv = (int)id;
+        SPL(a->alg_set(&c->h, &p->alg, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &idv, sizeof idv));
+    }
     SPL(a->plan_init(&c->h, &p->plan, &p->mm, &p->alg));
     p->made = 5;
     /* the weight must already be 2:4 (tprof prunes on the host; cuSPARSELt checks what it is given) */
@@ -383,9 +401,14 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     if (compress) SPL(a->compress(&c->h, &p->plan, w, p->comp, p->comp_buf, s));
     SPL(a->workspace(&c->h, &p->plan, &p->ws_bytes));
     if (p->ws_bytes) CUDA(cudaMalloc(&p->ws, p->ws_bytes));
-    /* TPROF_SPGEMM_SEARCH=0 (a lab switch, docs/sparsity.md): the default algorithm, no search */
+    /* TPROF_SPGEMM_WS_FILL=B (a lab switch, docs/sparsity.md): the workspace's bytes set to B (0..255) before the
+     * search and the runs, to show whether an algorithm reads workspace it did not write */
+    const char *wsf = getenv("TPROF_SPGEMM_WS_FILL");
+    const int ws_fill = wsf && *wsf ? (int)(strtol(wsf, NULL, 0) & 0xff) : -1;
+    if (ws_fill >= 0 && p->ws_bytes) CUDA(cudaMemsetAsync(p->ws, ws_fill, p->ws_bytes, s));
+    /* TPROF_SPGEMM_SEARCH=0 (a lab switch, docs/sparsity.md): the default (or the forced) algorithm, no search */
     const char *srch = getenv("TPROF_SPGEMM_SEARCH");
-    if (!srch || strcmp(srch, "0") != 0) {
+    if ((!srch || strcmp(srch, "0") != 0) && !(forced && *forced)) {
         const float alpha = p->alpha, beta = d->residual ? 1.0f : 0.0f;
         SPL(a->search(&c->h, &p->plan, &alpha, p->comp, x, &beta, d->residual ? residual : y, y, p->ws, &s, 1));
     }
@@ -399,6 +422,7 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
         p->ws = NULL;
         p->ws_bytes = ws2;
         CUDA(cudaMalloc(&p->ws, ws2));
+        if (ws_fill >= 0) CUDA(cudaMemsetAsync(p->ws, ws_fill, ws2, s));
     }
     CUDA(cudaStreamSynchronize(s));
     cudaFree(d_valid);
