@@ -461,39 +461,44 @@ PY
   spgemm_algs)
     # issue 23: gpu_sparse's F16 checks computed wrong values under compute-sanitizer memcheck only. Per run the
     # suite once (its log in spgemm_algs.tar.xz), the algorithm each check ran and its failures shown: plain and
-    # under memcheck, searched and not (TPROF_SPGEMM_SEARCH=0), the workspace poisoned (TPROF_SPGEMM_WS_FILL), every
-    # configuration id cuSPARSELt offers forced in turn (TPROF_SPGEMM_ALG) without the tool, and under it the ids
-    # that failed there
+    # under memcheck, searched and not (TPROF_SPGEMM_SEARCH=0), the workspace poisoned (TPROF_SPGEMM_WS_FILL); then
+    # configuration ids forced (TPROF_SPGEMM_ALG) on the GEMM checks alone (case `sparse`): SPA_MC_IDS under
+    # memcheck, then every id cuSPARSELt offers without the tool, then every id under memcheck, while SPA_BUDGET
+    # seconds (default 480) last. SPA_STEPS picks the first part's runs (default: all five).
     d="$OUT/spgemm_algs"
     mkdir -p "$d"
-    sp() { # NAME TOOL(plain|memcheck) ENV...
-      local name=$1 tool=$2 code
-      shift 2
+    t_spa=$(date +%s)
+    sp() { # NAME TOOL(plain|memcheck) CASE(or all) ENV...
+      local name=$1 tool=$2 tc=$3 code
+      shift 3
       local wrap=()
       [ "$tool" = memcheck ] && wrap=(compute-sanitizer --tool memcheck --print-limit 5)
-      env CK_RUN_SUITE=gpu_sparse CK_FORK=no "$@" timeout "${SPA_TIMEOUT:-240}" "${wrap[@]}" "$BUILD/tests/test_gpu" \
-        > "$d/$name.log" 2>&1
+      [ "$tc" = all ] && tc=
+      env CK_RUN_SUITE=gpu_sparse ${tc:+CK_RUN_CASE=$tc} CK_FORK=no "$@" timeout "${SPA_TIMEOUT:-240}" "${wrap[@]}" \
+        "$BUILD/tests/test_gpu" > "$d/$name.log" 2>&1
       code=$?
-      echo "=== $name ($tool${*:+, $*}): exit $code; $(grep -E "Checks" "$d/$name.log")"
+      echo "=== $name ($tool${tc:+, case $tc}${*:+, $*}): exit $code; $(grep -E "Checks" "$d/$name.log")"
       # each check's algorithm, then its verdict, on one line
       awk '/compressed weight/ { sub(/.*; /, ""); alg = $0 }
            /^  (ok|FAIL) +sparse GEMM/ { split($0, a, " [|] "); v = $1; sub(/^ +/, "", a[1]);
              r = $0; sub(/.*rel_l2=/, "", r); sub(/ .*/, "", r); printf "    %s [%s] rel_l2 %s\n", a[1], alg, r }
-           /cosine|ERROR SUMMARY/ { print "    " $0 }' "$d/$name.log" | cut -c1-220
+           /cosine|ERROR SUMMARY|TPROF_SPGEMM_ALG/ { print "    " $0 }' "$d/$name.log" | cut -c1-220 | sort -u
       return 0
     }
-    sp plain plain
-    sp memcheck memcheck
-    sp memcheck_nosearch memcheck TPROF_SPGEMM_SEARCH=0
-    sp plain_wsff plain TPROF_SPGEMM_WS_FILL=0xff
-    sp memcheck_ws0 memcheck TPROF_SPGEMM_WS_FILL=0
-    amax=$(grep -o "algorithm [0-9]* of 0\.\.[0-9]*" "$d/plain.log" | grep -o "[0-9]*$" | sort -n | tail -1)
-    echo "--- every configuration id 0..${amax:-?} forced, no tool"
-    for id in $(seq 0 "${amax:-0}"); do sp "plain_alg$id" plain TPROF_SPGEMM_ALG=$id; done
-    for id in $(grep -h "^  sparse GEMM f16.*compressed weight" "$d/memcheck.log" | grep -o "algorithm [0-9]*" |
-                grep -o "[0-9]*" | sort -un | head -4); do
-      sp "memcheck_alg$id" memcheck TPROF_SPGEMM_ALG=$id
+    left() { [ $(( $(date +%s) - t_spa )) -lt "${SPA_BUDGET:-480}" ]; }
+    for st in ${SPA_STEPS:-plain memcheck memcheck_nosearch plain_wsff memcheck_ws0}; do
+      case $st in
+      plain) sp plain plain all ;;
+      memcheck) sp memcheck memcheck all ;;
+      memcheck_nosearch) sp memcheck_nosearch memcheck all TPROF_SPGEMM_SEARCH=0 ;;
+      plain_wsff) sp plain_wsff plain all TPROF_SPGEMM_WS_FILL=0xff ;;
+      memcheck_ws0) sp memcheck_ws0 memcheck all TPROF_SPGEMM_WS_FILL=0 ;;
+      esac
     done
+    for id in ${SPA_MC_IDS:-}; do left && sp "memcheck_alg$id" memcheck sparse TPROF_SPGEMM_ALG=$id; done
+    for id in $(seq 0 "${SPA_MAX_ID:-52}"); do left && sp "plain_alg$id" plain sparse TPROF_SPGEMM_ALG=$id; done
+    for id in $(seq 0 "${SPA_MAX_ID:-52}"); do left && sp "memcheck_alg$id" memcheck sparse TPROF_SPGEMM_ALG=$id; done
+    echo "=== spgemm_algs: $(( $(date +%s) - t_spa )) s"
     tar cJf "$OUT/spgemm_algs.tar.xz" -C "$OUT" spgemm_algs && rm -rf "$d"
     ;;
   onnx)

@@ -205,7 +205,12 @@ Suite *gpu_sparse_suite(void) {
     tcase_set_timeout(t, 300);
     tcase_add_loop_test(t, test_spgemm, 0, 2 * (int)(sizeof SHAPES / sizeof SHAPES[0]));
     tcase_add_test(t, test_spgemm_refusals);
-    tcase_add_loop_test(t, test_sparse_engine, 0, 2);
     suite_add_tcase(s, t);
+    /* apart, so CK_RUN_CASE=sparse runs the GEMM checks alone (a few seconds; the engines take ~30 s) */
+    TCase *te = tcase_create("sparse_engine");
+    tcase_add_checked_fixture(te, setup, teardown);
+    tcase_set_timeout(te, 300);
+    tcase_add_loop_test(te, test_sparse_engine, 0, 2);
+    suite_add_tcase(s, te);
     return s;
 }
