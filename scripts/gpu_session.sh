@@ -111,11 +111,14 @@ for s in $steps; do
     san_gpus=(${SAN_GPUS:-})
     san_n=0
     san_one() { # tool suite case(or empty) name gpu(or empty)
-      local t0 code
+      local t0 code spx=
       t0=$(date +%s)
-      echo "# compute-sanitizer --tool $1 on $2${3:+ case $3}${5:+, CUDA_VISIBLE_DEVICES=$5}" \
+      # cuSPARSELt 0.8.0's F16 configurations 36+ compute wrong values under memcheck only (docs/sparsity.md,
+      # spgemm_algs): the sparse suite runs memcheck on the default configuration, not the searched one
+      [ "$1" = memcheck ] && [ "$2" = gpu_sparse ] && spx=TPROF_SPGEMM_SEARCH=0
+      echo "# compute-sanitizer --tool $1 on $2${3:+ case $3}${5:+, CUDA_VISIBLE_DEVICES=$5}${spx:+, $spx}" \
         > "$OUT/sanitize_$1_$4.log"
-      env CK_RUN_SUITE="$2" ${3:+CK_RUN_CASE=$3} ${5:+CUDA_VISIBLE_DEVICES=$5} CK_FORK=no timeout "${SAN_TIMEOUT:-300}" \
+      env $spx CK_RUN_SUITE="$2" ${3:+CK_RUN_CASE=$3} ${5:+CUDA_VISIBLE_DEVICES=$5} CK_FORK=no timeout "${SAN_TIMEOUT:-300}" \
         compute-sanitizer --tool "$1" --error-exitcode 99 --print-limit "${SAN_PRINT_LIMIT:-20}" \
         "$BUILD/tests/test_gpu" >> "$OUT/sanitize_$1_$4.log" 2>&1
       code=$?

@@ -238,7 +238,7 @@ struct tp_spgemm {
     size_t comp_bytes, ws_bytes;
     const void *bias; /* the bias pointer set on the matmul descriptor */
     float alpha;      /* the desc's (1 when it gave 0) */
-    int alg_id, alg_max, split_k, split_k_mode; /* what the search kept; the largest configuration id */
+    int alg_id, alg_max, split_k, split_k_mode; /* what the search kept; alg_max: how many configuration ids */
     char name[96];
 };
 
@@ -294,7 +294,7 @@ size_t tp_spgemm_weight_bytes(const tp_spgemm *p) { return p ? p->comp_bytes : 0
 
 void tp_spgemm_describe(const tp_spgemm *p, char *buf, size_t n) {
     if (!buf || !n) return;
-    snprintf(buf, n, "algorithm %d of 0..%d, split-K %d%s, workspace %zu bytes", p->alg_id, p->alg_max, p->split_k,
+    snprintf(buf, n, "algorithm %d of 0..%d, split-K %d%s, workspace %zu bytes", p->alg_id, p->alg_max - 1, p->split_k,
              p->split_k > 1 ? (p->split_k_mode == CUSPARSELT_SPLIT_K_MODE_TWO_KERNELS ? " (two kernels)" : " (one kernel)") : "", p->ws_bytes);
 }
 
@@ -358,15 +358,16 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     SPL(a->alg_init(&c->h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT));
     p->made = 4;
     SPL(a->alg_get(&c->h, &p->alg, CUSPARSELT_MATMUL_ALG_CONFIG_MAX_ID, &p->alg_max, sizeof p->alg_max));
-    /* TPROF_SPGEMM_ALG=N (a lab switch, docs/sparsity.md): this configuration id, no search; an id beyond the
-     * library's largest is an error, not a fallback */
+    /* TPROF_SPGEMM_ALG=N (a lab switch, docs/sparsity.md): this configuration id, no search; an id the library does
+     * not have is an error, not a fallback. CONFIG_MAX_ID reads as a count: cuSPARSELt 0.8.0 refuses the id equal to
+     * it (an H100, 2026-11-27: bf16 21, f16 50 or 52 per shape) */
     const char *forced = getenv("TPROF_SPGEMM_ALG");
     if (forced && *forced) {
         char *end = NULL;
         const long id = strtol(forced, &end, 10);
-        if (*end || id < 0 || id > p->alg_max) {
+        if (*end || id < 0 || id >= p->alg_max) {
             st = tp_fail(err, TP_ERR_ARG, "sparse gemm %s: TPROF_SPGEMM_ALG=%s: not a configuration id 0..%d",
-                         p->name, forced, p->alg_max);
+                         p->name, forced, p->alg_max - 1);
             goto fail;
         }
         const int idv = (int)id;
