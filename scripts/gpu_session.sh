@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0_onecall, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs, sparse_compare; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -363,6 +363,42 @@ for s in $steps; do
       grep -A5 "^Per-stage time" "$OUT/pi0_profile.log"
       xz -9 "$OUT/pi0_profile.log"
     fi
+    ;;
+  pi0_onecall)
+    # issue 21's "Done when" in one call: pi0 (3 cameras, 10 steps, batch 1) fp8 in one CUDA graph, modular and
+    # eager, each under tprof profile (per-stage ms from the traced kernels, Hz from the event-timed median), the
+    # graph run's actions against the FP32 reference on the GPU; then the PyTorch bf16 peer (eager per stage, one
+    # CUDA graph, torch.compile). Logs and JSON into $OUT/pi0_onecall.tar.xz (the traces stay on the machine)
+    d="$OUT/pi0_onecall"
+    mkdir -p "$d"
+    echo "=== issue 21 in one call: pi0 fp8 graph / modular / eager under tprof profile, then PyTorch bf16"
+    for mode in ${PI0_MODES:-graph modular eager}; do
+      ref=none
+      [ "$mode" = graph ] && ref=gpu
+      echo "--- tprof profile --model pi0 --precision ${PI0_PREC:-fp8} --pipeline $mode --reference $ref"
+      timeout "${PI0_S:-150}" "$BUILD/tprof" profile --model pi0 --batch 1 --precision "${PI0_PREC:-fp8}" \
+        --pipeline "$mode" --reference $ref --ref-samples 1 --duration 1 --profile-iters 5 \
+        --out "/tmp/tprof-pi0-$mode" --json "$d/$mode.json" > "$d/$mode.log" 2>&1 || rc=1
+      grep -E "^(fp8|bf16|fp16) +[0-9]|^Accuracy|^Throughput|error" "$d/$mode.log" | head -6
+      grep -A6 "^Per-stage time" "$d/$mode.log"
+    done
+    echo "--- bench/pi0_reference.py: pi0 in PyTorch bf16 (eager per stage, one CUDA graph, torch.compile default)"
+    PYTHONUNBUFFERED=1 timeout "${PI0_TORCH_S:-240}" python3 bench/pi0_reference.py bench --config pi0 --batch 1 \
+      --dtype bf16 --compile-mode default --json "$d/torch_bf16.json" > "$d/torch_bf16.log" 2>&1 || rc=1
+    tail -4 "$d/torch_bf16.log"
+    tar cJf "$OUT/pi0_onecall.tar.xz" -C "$OUT" pi0_onecall && rm -rf "$d"
+    ;;
+  sparse_compare)
+    # issue 22: tprof compare on ViT-B/16 batch 64 with --sparsity 2:4 (auto: each eligible linear sparse where it
+    # timed faster at build), fp16 and fp8: the report's 2:4 sparsity section; the report into $OUT/sparse_compare.tar.xz
+    rm -rf sparse_report
+    "$BUILD/tprof" compare --model vit-b16 --batch 64 --precision ${SPARSE_PRECS:-fp16,fp8} --sparsity 2:4 \
+      --sparse-gemm auto --duration 2 --ref-samples 4 --out sparse_report --json sparse_report/bench.json \
+      > "$OUT/sparse_compare.log" 2>&1 || rc=1
+    grep -E "^(fp16|fp8) +[0-9]|sparse GEMMs|Sparsity|error" "$OUT/sparse_compare.log" | head -12
+    sed -n '/^## 2:4 sparsity/,/^## /p' sparse_report/report.md | head -30
+    rm -f sparse_report/*.trace.json sparse_report/*.chrome.json
+    tar cJf "$OUT/sparse_compare.tar.xz" sparse_report
     ;;
   pi0prot)
     # issue 21: the drift per stage and the FP32 protection's cost: the pipeline GPU tests (taps, --fp32-protect
