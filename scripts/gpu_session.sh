@@ -383,7 +383,7 @@ for s in $steps; do
       grep -A6 "^Per-stage time" "$d/$mode.log"
     done
     echo "--- bench/pi0_reference.py: pi0 in PyTorch bf16 (eager per stage, one CUDA graph, torch.compile default)"
-    PYTHONUNBUFFERED=1 timeout "${PI0_TORCH_S:-240}" python3 bench/pi0_reference.py bench --config pi0 --batch 1 \
+    PYTHONUNBUFFERED=1 timeout "${PI0_TORCH_S:-480}" python3 bench/pi0_reference.py bench --config pi0 --batch 1 \
       --dtype bf16 --compile-mode default --json "$d/torch_bf16.json" > "$d/torch_bf16.log" 2>&1 || rc=1
     tail -4 "$d/torch_bf16.log"
     tar cJf "$OUT/pi0_onecall.tar.xz" -C "$OUT" pi0_onecall && rm -rf "$d"
