@@ -1,5 +1,5 @@
 /* test_gpu_sparse.c: 2:4 sparse GEMMs through cuSPARSELt (src/exec/cuda/vendor/sparse_cusparselt.h) against the CPU
- * on the pruned weights, in F16 and BF16, at awkward shapes (M = 197 x 3 rounded up to cuSPARSELt's 8 with the rows
+ * on the pruned weights, in F16 and BF16 and E4M3 (scales in alpha, a 16-bit output), at awkward shapes (M = 197 x 3 rounded up to cuSPARSELt's 8 with the rows
  * beyond M ignored, bias, a residual), the refusals (K not a multiple of 16, a weight that is not 2:4), and a whole
  * ViT engine with every eligible linear forced sparse against the CPU reference on its pruned weights. Skipped when
  * cuSPARSELt is not found, unless TPROF_REQUIRE_CUSPARSELT is set. Outputs poisoned (0xFF: NaN). */
@@ -104,6 +104,73 @@ START_TEST(test_spgemm) {
 END_TEST
 
 /* Refused with the reason: K not a multiple of 16 (before cuSPARSELt), a weight that is not 2:4 (its check) */
+/* E4M3 operands with per-tensor scales folded into alpha and a 16-bit output, as the FP8 engines run them: x and W
+ * quantized on the host (x / sx, W / sw rounded to E4M3), the reference on the dequantized values. Rows rounded up
+ * to cuSPARSELt's 16 for 8-bit operands. */
+typedef struct {
+    int M, N, K, bias, residual;
+    tp_dtype out;
+} sp8_shape;
+
+static const sp8_shape SHAPES8[] = {
+    {197 * 3, 768, 3072, 1, 1, TP_F16}, /* ViT-B/16's fc2 at batch 3: M rounded up to 592 */
+    {197, 2304, 768, 1, 0, TP_BF16},    /* its qkv at batch 1 */
+    {40, 64, 1024, 0, 1, TP_F16},
+    {16, 32, 32, 0, 0, TP_BF16}, /* the smallest 8-bit shape */
+};
+
+START_TEST(test_spgemm_fp8) {
+    const sp8_shape sh = SHAPES8[_i];
+    SET_CASE("sparse GEMM e4m3->%s M %d N %d K %d%s%s", dname(sh.out), sh.M, sh.N, sh.K, sh.bias ? " +bias" : "",
+             sh.residual ? " +residual" : "");
+    if (!cusparselt_here(g_case)) return;
+    const int M16 = (sh.M + 15) / 16 * 16;
+    const float sx = 0.125f, sw = 0.0125f; /* per-tensor scales: x within +-40, W within +-20 in E4M3 units */
+    float *w = host_normal((size_t)sh.N * sh.K, 500 + (uint64_t)_i, 0.0, 0.05);
+    tp_sparse_prune(w, sh.N, sh.K);
+    float *x = host_normal((size_t)M16 * sh.K, 600 + (uint64_t)_i, 0.0, 1.0);
+    for (size_t i = 0; i < (size_t)sh.N * sh.K; i++) w[i] /= sw;
+    for (size_t i = 0; i < (size_t)M16 * sh.K; i++) x[i] /= sx;
+    round_to(TP_E4M3, w, (size_t)sh.N * sh.K);
+    round_to(TP_E4M3, x, (size_t)M16 * sh.K);
+    float *b = host_normal((size_t)sh.N, 700, 0.0, 0.5), *r = host_normal((size_t)M16 * sh.N, 701, 0.0, 1.0);
+    round_to(sh.out, b, (size_t)sh.N);
+    round_to(sh.out, r, (size_t)M16 * sh.N);
+    float *ref = hmalloc(sizeof(float) * (size_t)sh.M * sh.N);
+    for (int m = 0; m < sh.M; m++)
+        for (int n = 0; n < sh.N; n++) {
+            double s = 0.0;
+            for (int k = 0; k < sh.K; k++) s += (double)x[(size_t)m * sh.K + k] * w[(size_t)n * sh.K + k];
+            s = s * sx * sw + (sh.bias ? b[n] : 0.0) + (sh.residual ? r[(size_t)m * sh.N + n] : 0.0);
+            ref[(size_t)m * sh.N + n] = (float)s;
+        }
+    void *dw = dev_upload(TP_E4M3, w, (size_t)sh.N * sh.K, (size_t)sh.N * sh.K);
+    void *dx = dev_upload(TP_E4M3, x, (size_t)M16 * sh.K, (size_t)M16 * sh.K);
+    void *db = sh.bias ? dev_upload(sh.out, b, (size_t)sh.N, (size_t)sh.N) : NULL;
+    void *dr = sh.residual ? dev_upload(sh.out, r, (size_t)M16 * sh.N, (size_t)M16 * sh.N) : NULL;
+    void *dy = dev_alloc(sh.out, (size_t)M16 * sh.N);
+    tp_spgemm_ctx *c = NULL;
+    tp_spgemm *p = NULL;
+    tp_error e = {0};
+    ck_assert_msg(tp_spgemm_ctx_create(&c, &e) == TP_OK, "%s", e.msg);
+    tp_spgemm_desc d = {.M = M16, .N = sh.N, .K = sh.K, .dt = TP_E4M3, .out_dt = sh.out, .alpha = sx * sw,
+                        .has_bias = sh.bias, .residual = sh.residual};
+    ck_assert_msg(tp_spgemm_create(c, &d, dw, dx, db, dr, dy, g_stream, g_case, &p, &e) == TP_OK, "%s", e.msg);
+    CUDA_OK(cudaMemsetAsync(dy, 0xFF, (size_t)M16 * sh.N * esize(sh.out), g_stream)); /* the search's result poisoned */
+    ck_assert_int_eq(tp_spgemm_run(c, p, dx, db, dr, dy, g_stream), 0);
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+    char alg[128];
+    tp_spgemm_describe(p, alg, sizeof alg);
+    printf("  %s: compressed weight %zu bytes (dense %zu); %s\n", g_case, tp_spgemm_weight_bytes(p),
+           (size_t)sh.N * sh.K, alg);
+    /* exact products summed in fp32, one rounding to the output type: the 16-bit bars */
+    tol_t t = {sh.out == TP_F16 ? 2e-3 : 1e-2, sh.out == TP_F16 ? 4e-3 : 2e-2};
+    check_close(g_case, download_f32(sh.out, dy, (size_t)sh.M * sh.N, 1.0f), ref, (size_t)sh.M * sh.N, (size_t)sh.N, t);
+    tp_spgemm_destroy(p);
+    tp_spgemm_ctx_destroy(c);
+}
+END_TEST
+
 START_TEST(test_spgemm_refusals) {
     SET_CASE("sparse GEMM refusals");
     char why[200];
@@ -113,6 +180,15 @@ START_TEST(test_spgemm_refusals) {
     bad.K = 32, bad.M = 60;
     ck_assert(!tp_spgemm_supported(&bad, why, sizeof why));
     ck_assert_msg(strstr(why, "multiple of 8") != NULL, "%s", why);
+    tp_spgemm_desc bad8 = {.M = 64, .N = 48, .K = 64, .dt = TP_E4M3, .out_dt = TP_F16}; /* 8-bit: N, K by 32 */
+    ck_assert(!tp_spgemm_supported(&bad8, why, sizeof why));
+    ck_assert_msg(strstr(why, "multiples of 32") != NULL && strstr(why, "8-bit") != NULL, "%s", why);
+    bad8.N = 64, bad8.M = 40;
+    ck_assert(!tp_spgemm_supported(&bad8, why, sizeof why));
+    ck_assert_msg(strstr(why, "multiple of 16") != NULL, "%s", why);
+    bad8.M = 48, bad8.out_dt = TP_E4M3;
+    ck_assert(!tp_spgemm_supported(&bad8, why, sizeof why));
+    ck_assert_msg(strstr(why, "output type") != NULL, "%s", why);
     if (!cusparselt_here(g_case)) return;
     const int M = 16, N = 32, K = 64;
     float *w = host_normal((size_t)N * K, 7, 0.0, 1.0); /* dense: not 2:4 */
@@ -204,6 +280,7 @@ Suite *gpu_sparse_suite(void) {
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 300);
     tcase_add_loop_test(t, test_spgemm, 0, 2 * (int)(sizeof SHAPES / sizeof SHAPES[0]));
+    tcase_add_loop_test(t, test_spgemm_fp8, 0, (int)(sizeof SHAPES8 / sizeof SHAPES8[0]));
     tcase_add_test(t, test_spgemm_refusals);
     suite_add_tcase(s, t);
     /* apart, so CK_RUN_CASE=sparse runs the GEMM checks alone (a few seconds; the engines take ~30 s) */
