@@ -500,10 +500,10 @@ PY
   spgemm_algs)
     # issue 23: gpu_sparse's F16 checks computed wrong values under compute-sanitizer memcheck only. Per run the
     # suite once (its log in spgemm_algs.tar.xz), the algorithm each check ran and its failures shown: plain and
-    # under memcheck, searched and not (TPROF_SPGEMM_SEARCH=0), the workspace poisoned (TPROF_SPGEMM_WS_FILL); then
-    # configuration ids forced (TPROF_SPGEMM_ALG) on the GEMM checks alone (case `sparse`): SPA_MC_IDS under
+    # under memcheck, searched and not (TPROF_SPGEMM_SEARCH=0); then configuration ids forced (TPROF_SPGEMM_ALG) on the GEMM checks alone (case `sparse`): SPA_MC_IDS under
     # memcheck, then every id cuSPARSELt offers without the tool, then every id under memcheck, while SPA_BUDGET
-    # seconds (default 480) last. SPA_STEPS picks the first part's runs (default: all five).
+    # seconds (default 480) last. SPA_STEPS picks the first part's runs (default: all three). The workspace-poison
+    # runs of 2026-11-27 (a lab switch TPROF_SPGEMM_WS_FILL, f42a76f..b871bee) changed nothing and were taken out.
     d="$OUT/spgemm_algs"
     mkdir -p "$d"
     t_spa=$(date +%s)
@@ -525,13 +525,11 @@ PY
       return 0
     }
     left() { [ $(( $(date +%s) - t_spa )) -lt "${SPA_BUDGET:-480}" ]; }
-    for st in ${SPA_STEPS:-plain memcheck memcheck_nosearch plain_wsff memcheck_ws0}; do
+    for st in ${SPA_STEPS:-plain memcheck memcheck_nosearch}; do
       case $st in
       plain) sp plain plain all ;;
       memcheck) sp memcheck memcheck all ;;
       memcheck_nosearch) sp memcheck_nosearch memcheck all TPROF_SPGEMM_SEARCH=0 ;;
-      plain_wsff) sp plain_wsff plain all TPROF_SPGEMM_WS_FILL=0xff ;;
-      memcheck_ws0) sp memcheck_ws0 memcheck all TPROF_SPGEMM_WS_FILL=0 ;;
       esac
     done
     for id in ${SPA_MC_IDS:-}; do left && sp "memcheck_alg$id" memcheck sparse TPROF_SPGEMM_ALG=$id; done

@@ -47,6 +47,7 @@ typedef struct {
     int M, N, K, bias, residual;
 } sp_shape;
 
+/* 16-bit: F16 and BF16 at each shape */
 static const sp_shape SHAPES[] = {
     {197 * 3, 768, 3072, 1, 1}, /* ViT-B/16's fc2 at batch 3: M rounded up to 592 */
     {197, 2304, 768, 1, 0},     /* its qkv at batch 1 */
@@ -55,122 +56,78 @@ static const sp_shape SHAPES[] = {
 };
 static const tp_dtype DTS[2] = {TP_F16, TP_BF16};
 
-START_TEST(test_spgemm) {
-    const tp_dtype dt = DTS[_i % 2];
-    const sp_shape sh = SHAPES[_i / 2];
-    SET_CASE("sparse GEMM %s M %d N %d K %d%s%s", dname(dt), sh.M, sh.N, sh.K, sh.bias ? " +bias" : "",
-             sh.residual ? " +residual" : "");
+/* E4M3 (N and K multiples of 32), each with its 16-bit output */
+static const sp_shape SHAPES8[] = {
+    {197 * 3, 768, 3072, 1, 1}, /* M rounded up to 8-bit operands' 16: 592 */
+    {197, 2304, 768, 1, 0},
+    {40, 64, 1024, 0, 1},
+    {16, 32, 32, 0, 0}, /* the smallest 8-bit shape */
+};
+static const tp_dtype OUTS8[] = {TP_F16, TP_BF16, TP_F16, TP_BF16};
+
+/* One sparse GEMM against the CPU on the same pruned, rounded values. x (M, K) and W (N, K) in dt; for E4M3 they
+ * are quantized on the host with per-tensor scales (x / sx, W / sw) folded into alpha, as the FP8 engines run them,
+ * and the reference uses the dequantized values. Bias and R in out. Rows are rounded up to cuSPARSELt's multiple
+ * (8; 16 for 8-bit operands) and the extra rows ignored. Seeds: W seed + i, x seed + 100 + i, bias seed + 200,
+ * R seed + 201. */
+static void check_spgemm(tp_dtype dt, tp_dtype out, const sp_shape *sh, uint64_t seed, int i) {
+    const int f8 = dt == TP_E4M3, Mr = f8 ? (sh->M + 15) / 16 * 16 : (sh->M + 7) / 8 * 8;
+    const float sx = f8 ? 0.125f : 1.0f, sw = f8 ? 0.0125f : 1.0f; /* E4M3: x within +-40, W within +-20 */
+    SET_CASE("sparse GEMM %s%s%s M %d N %d K %d%s%s", dname(dt), f8 ? "->" : "", f8 ? dname(out) : "", sh->M, sh->N,
+             sh->K, sh->bias ? " +bias" : "", sh->residual ? " +residual" : "");
     if (!cusparselt_here(g_case)) return;
-    const int M8 = (sh.M + 7) / 8 * 8;
-    float *w = host_normal((size_t)sh.N * sh.K, 100 + (uint64_t)_i, 0.0, 0.05);
-    tp_sparse_prune(w, sh.N, sh.K);
-    round_to(dt, w, (size_t)sh.N * sh.K);
-    float *x = host_normal((size_t)M8 * sh.K, 200 + (uint64_t)_i, 0.0, 1.0);
-    round_to(dt, x, (size_t)M8 * sh.K);
-    float *b = host_normal((size_t)sh.N, 300, 0.0, 0.5), *r = host_normal((size_t)M8 * sh.N, 301, 0.0, 1.0);
-    round_to(dt, b, (size_t)sh.N);
-    round_to(dt, r, (size_t)M8 * sh.N);
-    float *ref = hmalloc(sizeof(float) * (size_t)sh.M * sh.N);
-    for (int m = 0; m < sh.M; m++)
-        for (int n = 0; n < sh.N; n++) {
-            double s = sh.bias ? b[n] : 0.0;
-            for (int k = 0; k < sh.K; k++) s += (double)x[(size_t)m * sh.K + k] * w[(size_t)n * sh.K + k];
-            if (sh.residual) s += r[(size_t)m * sh.N + n];
-            ref[(size_t)m * sh.N + n] = (float)s;
+    const size_t nw = (size_t)sh->N * sh->K, nx = (size_t)Mr * sh->K, ny = (size_t)Mr * sh->N;
+    float *w = host_normal(nw, seed + (uint64_t)i, 0.0, 0.05);
+    tp_sparse_prune(w, sh->N, sh->K);
+    float *x = host_normal(nx, seed + 100 + (uint64_t)i, 0.0, 1.0);
+    for (size_t j = 0; j < nw; j++) w[j] /= sw;
+    for (size_t j = 0; j < nx; j++) x[j] /= sx;
+    round_to(dt, w, nw);
+    round_to(dt, x, nx);
+    float *b = host_normal((size_t)sh->N, seed + 200, 0.0, 0.5), *r = host_normal(ny, seed + 201, 0.0, 1.0);
+    round_to(out, b, (size_t)sh->N);
+    round_to(out, r, ny);
+    float *ref = hmalloc(sizeof(float) * (size_t)sh->M * sh->N);
+    for (int m = 0; m < sh->M; m++)
+        for (int n = 0; n < sh->N; n++) {
+            double acc = 0.0;
+            for (int k = 0; k < sh->K; k++) acc += (double)x[(size_t)m * sh->K + k] * w[(size_t)n * sh->K + k];
+            acc = acc * sx * sw + (sh->bias ? b[n] : 0.0) + (sh->residual ? r[(size_t)m * sh->N + n] : 0.0);
+            ref[(size_t)m * sh->N + n] = (float)acc;
         }
-    void *dw = dev_upload(dt, w, (size_t)sh.N * sh.K, (size_t)sh.N * sh.K);
-    void *dx = dev_upload(dt, x, (size_t)M8 * sh.K, (size_t)M8 * sh.K);
-    void *db = sh.bias ? dev_upload(dt, b, (size_t)sh.N, (size_t)sh.N) : NULL;
-    void *dr = sh.residual ? dev_upload(dt, r, (size_t)M8 * sh.N, (size_t)M8 * sh.N) : NULL;
-    void *dy = dev_alloc(dt, (size_t)M8 * sh.N);
+    void *dw = dev_upload(dt, w, nw, nw), *dx = dev_upload(dt, x, nx, nx);
+    void *db = sh->bias ? dev_upload(out, b, (size_t)sh->N, (size_t)sh->N) : NULL;
+    void *dr = sh->residual ? dev_upload(out, r, ny, ny) : NULL;
+    void *dy = dev_alloc(out, ny);
     tp_spgemm_ctx *c = NULL;
     tp_spgemm *p = NULL;
     tp_error e = {0};
     ck_assert_msg(tp_spgemm_ctx_create(&c, &e) == TP_OK, "%s", e.msg);
-    tp_spgemm_desc d = {.M = M8, .N = sh.N, .K = sh.K, .dt = dt, .has_bias = sh.bias, .residual = sh.residual};
+    tp_spgemm_desc d = {.M = Mr, .N = sh->N, .K = sh->K, .dt = dt, .out_dt = out, .alpha = sx * sw,
+                        .has_bias = sh->bias, .residual = sh->residual};
     ck_assert_msg(tp_spgemm_create(c, &d, dw, dx, db, dr, dy, g_stream, g_case, &p, &e) == TP_OK, "%s", e.msg);
-    CUDA_OK(cudaMemsetAsync(dy, 0xFF, (size_t)M8 * sh.N * esize(dt), g_stream)); /* the search's result poisoned */
+    CUDA_OK(cudaMemsetAsync(dy, 0xFF, ny * esize(out), g_stream)); /* the search's result poisoned */
     ck_assert_int_eq(tp_spgemm_run(c, p, dx, db, dr, dy, g_stream), 0);
     CUDA_OK(cudaStreamSynchronize(g_stream));
     char alg[128]; /* printed before the check, so a failure names the algorithm that computed it */
     tp_spgemm_describe(p, alg, sizeof alg);
-    printf("  %s: compressed weight %zu bytes (dense %zu); %s\n", g_case, tp_spgemm_weight_bytes(p),
-           (size_t)sh.N * sh.K * esize(dt), alg);
-    tol_t t = {dt == TP_F16 ? 2e-3 : 1e-2, dt == TP_F16 ? 4e-3 : 2e-2};
-    check_close(g_case, download_f32(dt, dy, (size_t)sh.M * sh.N, 1.0f), ref, (size_t)sh.M * sh.N, (size_t)sh.N, t);
+    printf("  %s: compressed weight %zu bytes (dense %zu); %s\n", g_case, tp_spgemm_weight_bytes(p), nw * esize(dt),
+           alg);
+    /* the products are exact and summed in fp32, then rounded once to the output type: the 16-bit bars */
+    tol_t t = {out == TP_F16 ? 2e-3 : 1e-2, out == TP_F16 ? 4e-3 : 2e-2};
+    check_close(g_case, download_f32(out, dy, (size_t)sh->M * sh->N, 1.0f), ref, (size_t)sh->M * sh->N,
+                (size_t)sh->N, t);
     tp_spgemm_destroy(p);
     tp_spgemm_ctx_destroy(c);
 }
+
+START_TEST(test_spgemm) { check_spgemm(DTS[_i % 2], DTS[_i % 2], &SHAPES[_i / 2], 100, _i); }
+END_TEST
+
+START_TEST(test_spgemm_fp8) { check_spgemm(TP_E4M3, OUTS8[_i], &SHAPES8[_i], 500, _i); }
 END_TEST
 
 /* Refused with the reason: K not a multiple of 16 (before cuSPARSELt), a weight that is not 2:4 (its check) */
-/* E4M3 operands with per-tensor scales folded into alpha and a 16-bit output, as the FP8 engines run them: x and W
- * quantized on the host (x / sx, W / sw rounded to E4M3), the reference on the dequantized values. Rows rounded up
- * to cuSPARSELt's 16 for 8-bit operands. */
-typedef struct {
-    int M, N, K, bias, residual;
-    tp_dtype out;
-} sp8_shape;
-
-static const sp8_shape SHAPES8[] = {
-    {197 * 3, 768, 3072, 1, 1, TP_F16}, /* ViT-B/16's fc2 at batch 3: M rounded up to 592 */
-    {197, 2304, 768, 1, 0, TP_BF16},    /* its qkv at batch 1 */
-    {40, 64, 1024, 0, 1, TP_F16},
-    {16, 32, 32, 0, 0, TP_BF16}, /* the smallest 8-bit shape */
-};
-
-START_TEST(test_spgemm_fp8) {
-    const sp8_shape sh = SHAPES8[_i];
-    SET_CASE("sparse GEMM e4m3->%s M %d N %d K %d%s%s", dname(sh.out), sh.M, sh.N, sh.K, sh.bias ? " +bias" : "",
-             sh.residual ? " +residual" : "");
-    if (!cusparselt_here(g_case)) return;
-    const int M16 = (sh.M + 15) / 16 * 16;
-    const float sx = 0.125f, sw = 0.0125f; /* per-tensor scales: x within +-40, W within +-20 in E4M3 units */
-    float *w = host_normal((size_t)sh.N * sh.K, 500 + (uint64_t)_i, 0.0, 0.05);
-    tp_sparse_prune(w, sh.N, sh.K);
-    float *x = host_normal((size_t)M16 * sh.K, 600 + (uint64_t)_i, 0.0, 1.0);
-    for (size_t i = 0; i < (size_t)sh.N * sh.K; i++) w[i] /= sw;
-    for (size_t i = 0; i < (size_t)M16 * sh.K; i++) x[i] /= sx;
-    round_to(TP_E4M3, w, (size_t)sh.N * sh.K);
-    round_to(TP_E4M3, x, (size_t)M16 * sh.K);
-    float *b = host_normal((size_t)sh.N, 700, 0.0, 0.5), *r = host_normal((size_t)M16 * sh.N, 701, 0.0, 1.0);
-    round_to(sh.out, b, (size_t)sh.N);
-    round_to(sh.out, r, (size_t)M16 * sh.N);
-    float *ref = hmalloc(sizeof(float) * (size_t)sh.M * sh.N);
-    for (int m = 0; m < sh.M; m++)
-        for (int n = 0; n < sh.N; n++) {
-            double s = 0.0;
-            for (int k = 0; k < sh.K; k++) s += (double)x[(size_t)m * sh.K + k] * w[(size_t)n * sh.K + k];
-            s = s * sx * sw + (sh.bias ? b[n] : 0.0) + (sh.residual ? r[(size_t)m * sh.N + n] : 0.0);
-            ref[(size_t)m * sh.N + n] = (float)s;
-        }
-    void *dw = dev_upload(TP_E4M3, w, (size_t)sh.N * sh.K, (size_t)sh.N * sh.K);
-    void *dx = dev_upload(TP_E4M3, x, (size_t)M16 * sh.K, (size_t)M16 * sh.K);
-    void *db = sh.bias ? dev_upload(sh.out, b, (size_t)sh.N, (size_t)sh.N) : NULL;
-    void *dr = sh.residual ? dev_upload(sh.out, r, (size_t)M16 * sh.N, (size_t)M16 * sh.N) : NULL;
-    void *dy = dev_alloc(sh.out, (size_t)M16 * sh.N);
-    tp_spgemm_ctx *c = NULL;
-    tp_spgemm *p = NULL;
-    tp_error e = {0};
-    ck_assert_msg(tp_spgemm_ctx_create(&c, &e) == TP_OK, "%s", e.msg);
-    tp_spgemm_desc d = {.M = M16, .N = sh.N, .K = sh.K, .dt = TP_E4M3, .out_dt = sh.out, .alpha = sx * sw,
-                        .has_bias = sh.bias, .residual = sh.residual};
-    ck_assert_msg(tp_spgemm_create(c, &d, dw, dx, db, dr, dy, g_stream, g_case, &p, &e) == TP_OK, "%s", e.msg);
-    CUDA_OK(cudaMemsetAsync(dy, 0xFF, (size_t)M16 * sh.N * esize(sh.out), g_stream)); /* the search's result poisoned */
-    ck_assert_int_eq(tp_spgemm_run(c, p, dx, db, dr, dy, g_stream), 0);
-    CUDA_OK(cudaStreamSynchronize(g_stream));
-    char alg[128];
-    tp_spgemm_describe(p, alg, sizeof alg);
-    printf("  %s: compressed weight %zu bytes (dense %zu); %s\n", g_case, tp_spgemm_weight_bytes(p),
-           (size_t)sh.N * sh.K, alg);
-    /* exact products summed in fp32, one rounding to the output type: the 16-bit bars */
-    tol_t t = {sh.out == TP_F16 ? 2e-3 : 1e-2, sh.out == TP_F16 ? 4e-3 : 2e-2};
-    check_close(g_case, download_f32(sh.out, dy, (size_t)sh.M * sh.N, 1.0f), ref, (size_t)sh.M * sh.N, (size_t)sh.N, t);
-    tp_spgemm_destroy(p);
-    tp_spgemm_ctx_destroy(c);
-}
-END_TEST
-
 START_TEST(test_spgemm_refusals) {
     SET_CASE("sparse GEMM refusals");
     char why[200];

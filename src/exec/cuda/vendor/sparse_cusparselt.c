@@ -402,11 +402,6 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
     if (compress) SPL(a->compress(&c->h, &p->plan, w, p->comp, p->comp_buf, s));
     SPL(a->workspace(&c->h, &p->plan, &p->ws_bytes));
     if (p->ws_bytes) CUDA(cudaMalloc(&p->ws, p->ws_bytes));
-    /* TPROF_SPGEMM_WS_FILL=B (a lab switch, docs/sparsity.md): the workspace's bytes set to B (0..255) before the
-     * search and the runs, to show whether an algorithm reads workspace it did not write */
-    const char *wsf = getenv("TPROF_SPGEMM_WS_FILL");
-    const int ws_fill = wsf && *wsf ? (int)(strtol(wsf, NULL, 0) & 0xff) : -1;
-    if (ws_fill >= 0 && p->ws_bytes) CUDA(cudaMemsetAsync(p->ws, ws_fill, p->ws_bytes, s));
     /* TPROF_SPGEMM_SEARCH=0 (a lab switch, docs/sparsity.md): the default (or the forced) algorithm, no search */
     const char *srch = getenv("TPROF_SPGEMM_SEARCH");
     if ((!srch || strcmp(srch, "0") != 0) && !(forced && *forced)) {
@@ -423,7 +418,6 @@ tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void
         p->ws = NULL;
         p->ws_bytes = ws2;
         CUDA(cudaMalloc(&p->ws, ws2));
-        if (ws_fill >= 0) CUDA(cudaMemsetAsync(p->ws, ws_fill, ws2, s));
     }
     CUDA(cudaStreamSynchronize(s));
     cudaFree(d_valid);

@@ -50,8 +50,7 @@ void tp_spgemm_ctx_destroy(tp_spgemm_ctx *c);
  * (x (M, K), y (M, N), bias, R as d says; their contents are overwritten/read as by a run). stream: where the
  * search and compression run (synchronized before returning). Lab switches in the environment (docs/sparsity.md):
  * TPROF_SPGEMM_SEARCH=0, no search (cuSPARSELt's default algorithm); TPROF_SPGEMM_ALG=N, configuration id N and no
- * search (TP_ERR_ARG for an id the library does not have); TPROF_SPGEMM_WS_FILL=B, the workspace's bytes set to B.
- * Errors: TP_ERR_UNSUPPORTED (tp_spgemm_supported's reasons; w not 2:4: cuSPARSELt's check), TP_ERR_OOM,
+ * search (TP_ERR_ARG for an id the library does not have). Errors: TP_ERR_UNSUPPORTED (tp_spgemm_supported's reasons; w not 2:4: cuSPARSELt's check), TP_ERR_OOM,
  * TP_ERR_CUDA (a cuSPARSELt status, named). */
 tp_status tp_spgemm_create(tp_spgemm_ctx *c, const tp_spgemm_desc *d, const void *w, const void *x, const void *bias,
                            const void *residual, void *y, tp_stream stream, const char *name, tp_spgemm **out,
