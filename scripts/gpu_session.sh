@@ -29,6 +29,14 @@ suites() {
     grep -E "FAIL|:F:|:E:|Checks|$pattern" "$OUT/${prefix}_$suite.log" | grep -v "^  ok" | tail -40
   done
 }
+# pi0_torch SECONDS JSON LOG: bench/pi0_reference.py's PyTorch peer of pi0 (bf16, batch 1: eager per stage, one CUDA
+# graph, torch.compile PI0_COMPILE), its last lines shown
+pi0_torch() {
+  echo "--- bench/pi0_reference.py: pi0 in PyTorch bf16 (eager per stage, one CUDA graph, torch.compile ${PI0_COMPILE:-default})"
+  PYTHONUNBUFFERED=1 timeout "$1" python3 bench/pi0_reference.py bench --config pi0 --batch 1 --dtype bf16 \
+    --compile-mode "${PI0_COMPILE:-default}" --json "$2" > "$3" 2>&1 || rc=1
+  tail -4 "$3"
+}
 for s in $steps; do
   case $s in
   golden)
@@ -350,11 +358,7 @@ for s in $steps; do
     fi
     tar cJf "$OUT/pi0_results.tar.xz" -C "$OUT" pi0 && rm -rf "$d"
     if [ "${PI0_TORCH_S:-150}" -gt 0 ]; then
-      echo "--- bench/pi0_reference.py: pi0 in PyTorch bf16 (eager per stage, one CUDA graph, torch.compile ${PI0_COMPILE:-default})"
-      PYTHONUNBUFFERED=1 timeout "${PI0_TORCH_S:-150}" python3 bench/pi0_reference.py bench --config pi0 --batch 1 \
-        --dtype bf16 --compile-mode "${PI0_COMPILE:-default}" --json "$OUT/pi0_torch_bf16.json" \
-        > "$OUT/pi0_torch_bf16.log" 2>&1 || rc=1
-      tail -5 "$OUT/pi0_torch_bf16.log"
+      pi0_torch "${PI0_TORCH_S:-150}" "$OUT/pi0_torch_bf16.json" "$OUT/pi0_torch_bf16.log"
     fi
     if [ "${PI0_PROFILE:-1}" != 0 ]; then
       echo "--- tprof profile, one graph, bf16 and fp8: per-stage time"
@@ -382,10 +386,7 @@ for s in $steps; do
       grep -E "^(fp8|bf16|fp16) +[0-9]|^Accuracy|^Throughput|error" "$d/$mode.log" | head -6
       grep -A6 "^Per-stage time" "$d/$mode.log"
     done
-    echo "--- bench/pi0_reference.py: pi0 in PyTorch bf16 (eager per stage, one CUDA graph, torch.compile default)"
-    PYTHONUNBUFFERED=1 timeout "${PI0_TORCH_S:-480}" python3 bench/pi0_reference.py bench --config pi0 --batch 1 \
-      --dtype bf16 --compile-mode default --json "$d/torch_bf16.json" > "$d/torch_bf16.log" 2>&1 || rc=1
-    tail -4 "$d/torch_bf16.log"
+    pi0_torch "${PI0_TORCH_S:-480}" "$d/torch_bf16.json" "$d/torch_bf16.log"
     tar cJf "$OUT/pi0_onecall.tar.xz" -C "$OUT" pi0_onecall && rm -rf "$d"
     ;;
   sparse_compare)
