@@ -340,5 +340,11 @@ expect_error gpus-bad 2 "expected a list" bench --model vit-tiny --gpus 0,,1 --b
 expect_error gpus-cpu 2 "this run is on the CPU" bench --model vit-tiny --gpus 0,1 --batch 1,2 --device cpu
 expect_error gpus-tp 2 "not with --tp" bench --model llama-tiny --gpus 0,1 --batch 1,2 --tp 2
 
+# The catalogue by class (tests/cli/*.sh: outputs, inputs, config fields, options, memory, models), each file
+# sourced here with the helpers and $tmp above, so a class's cases live in one place.
+for cases in "$(dirname "$0")"/cli/*.sh; do
+  [ -e "$cases" ] && . "$cases"
+done
+
 echo "test_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]
