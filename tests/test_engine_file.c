@@ -469,7 +469,7 @@ static unsigned char *good_file(const char *name, size_t *n) {
 START_TEST(test_missing_file) {
     const char *p = tpath("no_such.tpe");
     expect_read_fail(p, TP_ERR_IO, "cannot open", "No such file");
-    expect_read_fail(g_dir, TP_ERR_IO, "not a regular file", NULL);
+    expect_read_fail(g_dir, TP_ERR_IO, "is a folder; expected a file", NULL);
 }
 END_TEST
 

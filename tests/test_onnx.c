@@ -192,7 +192,7 @@ START_TEST(test_errors) {
     expect_error(FX "bad_ext_past_end.onnx", TP_ERR_FORMAT, "initializer 'W'", "past the end");
     expect_error(FX "bad_raw_len.onnx", TP_ERR_FORMAT, "initializer 'W': raw_data holds 47 bytes", "48");
     expect_error(FX "missing.onnx", TP_ERR_IO, "cannot open", NULL);
-    expect_error("tests/fixtures", TP_ERR_IO, "not a regular file", NULL);
+    expect_error("tests/fixtures", TP_ERR_IO, "is a folder; expected a file", NULL);
     /* another kind of file, and a model cut short: no ModelProto */
     expect_error(FX "tiny.expect.txt", TP_ERR_FORMAT, "not an ONNX model", NULL);
     char tmp[] = "/tmp/tprof_onnx_XXXXXX";

@@ -420,7 +420,7 @@ START_TEST(test_missing_file) {
     tp_error err = {0};
     ck_assert_int_eq(tp_st_load_params(p, &s, 1, &err), TP_ERR_IO);
     check_msg_form(&err, p);
-    expect_open_fail(g_dir, TP_ERR_IO, "not a regular file", NULL);
+    expect_open_fail(g_dir, TP_ERR_IO, "is a folder; expected a file", NULL);
 
     /* A newline in the path itself is masked: the message stays one line. */
     const char *nl = tpath("new\nline.safetensors");

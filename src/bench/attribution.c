@@ -1,5 +1,7 @@
 #include "bench/attribution.h"
 
+#include "core/util.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -76,9 +78,9 @@ tp_status tp_bench_attribution(const tp_bench_options *o, tp_error *err) {
     if (o->json_path) {
         json_t *j = tp_attribution_json(s, 4);
         if (!j) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-        const int bad = json_dump_file(j, o->json_path, JSON_INDENT(1));
+        tp_status st = tp_json_write_file(j, o->json_path, JSON_INDENT(1), "the attribution's JSON", err);
         json_decref(j);
-        if (bad) return tp_fail(err, TP_ERR_IO, "%s: cannot write the attribution's JSON", o->json_path);
+        if (st) return st;
         printf("JSON report: %s\n", o->json_path);
     }
     return TP_OK;

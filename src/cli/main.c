@@ -11,6 +11,7 @@
 #include "bench/onnx_check.h"
 #include "cli/inspect.h"
 #include "cli/sweep_gpus.h"
+#include "core/files.h"
 #include "core/util.h"
 #include "io/onnx.h"
 #include "lint/lint.h"
@@ -456,6 +457,7 @@ typedef struct {
     tp_onnx_import_info *onnx_info;
     char onnx_note[1024];
     const char *out_file, *engine, *out_dir, *model, *prec;
+    const char *input_opt; /* --image or --tokens: which one gave o.image (a model's input files, of its kind) */
     int arch;
     long prof_iters, top, batch, iters, seed, ref;
     long batches[MAX_BATCHES];
@@ -516,7 +518,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
     else if (IS("--onnx")) o->onnx = val;
     else if (IS("--onnx-check")) return two_way(name, val, "mode", "on", "off", &a->onnx_nocheck) ? -1 : 1;
     else if (IS("--shapes")) a->shapes = val;
-    else if (IS("--image") || IS("--tokens")) o->image = val; /* the model's input files, of its own kind */
+    else if (IS("--image") || IS("--tokens")) o->image = val, a->input_opt = IS("--image") ? "--image" : "--tokens";
     else if (IS("--calib-data")) o->calib_data = val;
     else if (!a->build && IS("--perplexity")) o->perplexity = val;
     else if (!a->build && !a->profile && IS("--gpus")) {
@@ -693,47 +695,71 @@ static void bench_defaults(bench_args *a) {
     if (a->dur < 0) a->dur = on_cpu ? 0 : 3;
 }
 
-/* An output path given on the command line, checked before any work (a benchmark that runs for minutes must not
- * fail at its end for a typo): a file's folder exists and is writable, and the file, if there, is writable and
- * not a folder; a folder (is_dir: created when missing, not its parents) exists as a writable folder or can be
- * made in its parent. made: a folder the run creates (profile's --out), which counts as existing for a file in it.
- * 0, or 2 after printing the error. */
-static int output_ok(const char *opt, const char *path, int is_dir, const char *made) {
+/* The files and folders a run reads, by option, so that no output overwrites one of them. */
+enum { MAX_INPUTS = 10 };
+typedef struct {
+    const char *opt[MAX_INPUTS], *path[MAX_INPUTS];
+    int n;
+} input_list;
+
+static void add_input(input_list *in, const char *opt, const char *path) {
+    if (path && in->n < MAX_INPUTS) in->opt[in->n] = opt, in->path[in->n++] = path;
+}
+
+static void collect_inputs(const bench_args *a, input_list *in);
+
+/* An output path, checked before any work. A folder (--out, is_dir) must be one or not exist yet in a writable
+ * folder; a file follows core/files.h's rules (never a device, FIFO, socket or folder; a symbolic link's target is
+ * written, and the note says so) and is never one of the run's inputs: the same file, or a file already in an
+ * input folder (a checkpoint's config.json or weights). made: the folder the run makes itself (--out), whose
+ * files need no folder of their own yet. 0 or 2 after printing the reason. */
+static int output_ok(const char *opt, const char *path, int is_dir, const char *made, const input_list *in) {
     if (!path) return 0;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
     struct stat sb;
-    if (stat(path, &sb) == 0) {
-        const int folder = S_ISDIR(sb.st_mode);
-        if (folder != is_dir || access(path, is_dir ? W_OK | X_OK : W_OK) != 0) {
-            fprintf(stderr, "tprof: %s %s: %s\n", opt, path,
-                    folder != is_dir ? (is_dir ? "not a folder" : "is a folder") : "not writable");
+    if (is_dir) {
+        if (stat(path, &sb) == 0) {
+            if (!S_ISDIR(sb.st_mode) || access(path, W_OK | X_OK) != 0) {
+                fprintf(stderr, "tprof: %s %s: %s\n", opt, path, !S_ISDIR(sb.st_mode) ? "not a folder" : "not writable");
+                return 2;
+            }
+            return 0;
+        }
+        tp_error e = {0}; /* a new folder: made in its parent, which must exist and be writable, as for a file */
+        if (tp_output_check(path, opt, NULL, &e)) {
+            fprintf(stderr, "tprof: %s\n", e.msg);
             return 2;
         }
         return 0;
     }
-    char *slash = strrchr(dir, '/');
-    while (slash && slash > dir && slash[1] == 0) { /* "out/" names the folder out */
-        *slash = 0;
-        slash = strrchr(dir, '/');
+    if (made && stat(made, &sb) != 0) { /* a file in the folder the run will make: nothing there to check yet */
+        const char *slash = strrchr(path, '/');
+        size_t ml = strlen(made);
+        while (ml > 1 && made[ml - 1] == '/') ml--;
+        if (slash && (size_t)(slash - path) == ml && strncmp(path, made, ml) == 0) return 0;
     }
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0; /* "/x": the root */
-    else *slash = 0;
-    if (made) { /* the folder the run makes, its own parent already checked */
-        char m[4096];
-        snprintf(m, sizeof m, "%s", made);
-        for (size_t l = strlen(m); l > 1 && m[l - 1] == '/'; l--) m[l - 1] = 0;
-        if (strcmp(m, dir) == 0) return 0;
-    }
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "tprof: %s %s: folder '%s' does not exist\n", opt, path, dir);
+    tp_error e = {0};
+    char *target = NULL;
+    if (tp_output_check(path, opt, &target, &e)) {
+        fprintf(stderr, "tprof: %s\n", e.msg);
         return 2;
     }
-    if (access(dir, W_OK | X_OK) != 0) {
-        fprintf(stderr, "tprof: %s %s: folder '%s' is not writable\n", opt, path, dir);
-        return 2;
+    for (int i = 0; in && i < in->n; i++) {
+        int in_dir = 0;
+        char inside[8400];
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        if (stat(in->path[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            in_dir = 1;
+            snprintf(inside, sizeof inside, "%s/%s", in->path[i], base);
+        }
+        if (tp_same_file(path, in->path[i]) || (in_dir && tp_same_file(path, inside))) {
+            fprintf(stderr, "tprof: %s %s: %s %s %s: choose another output path\n", opt, path,
+                    in_dir ? "a file of the input folder" : "the same file as the input", in->opt[i], in->path[i]);
+            free(target);
+            return 2;
+        }
     }
+    if (target) fprintf(stderr, "tprof: note: %s %s is a symbolic link: writing its target %s\n", opt, path, target);
+    free(target);
     return 0;
 }
 
@@ -898,6 +924,17 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
         return 2;
     }
     if (apply_knobs(&a->k, &o->model)) return 2;
+    if (o->image && a->input_opt) { /* one field holds both: the option must match the model's kind of input */
+        tp_input_desc d;
+        tp_model_input(&o->model, &d);
+        const int tokens = strcmp(a->input_opt, "--tokens") == 0;
+        if (tokens != (d.kind == TP_INPUT_TOKENS) && (tokens || d.kind == TP_INPUT_TOKENS)) {
+            fprintf(stderr, "tprof: %s %s: %s takes %s, not %s\n", a->input_opt, o->image, tp_model_name(&o->model),
+                    d.kind == TP_INPUT_TOKENS ? "token ids (--tokens FILE)" : "images (--image PATH)",
+                    tokens ? "token ids" : "images");
+            return 2;
+        }
+    }
     int np = parse_precisions(a->prec, o->precs, TP_MAX_PRECISIONS);
     if (np < 0) return 2;
     o->n_precs = np;
@@ -926,15 +963,18 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
         return 2;
     }
     const char *made = a->profile ? a->out_dir : NULL;
-    if (output_ok("--out", made, 1, NULL) || output_ok("--json", o->json_path, 0, made) ||
-        output_ok("--save-output", o->save_output, 0, made) || output_ok("-o", a->build ? a->out_file : NULL, 0, NULL))
+    input_list in;
+    collect_inputs(a, &in);
+    if (output_ok("--out", made, 1, NULL, &in) || output_ok("--json", o->json_path, 0, made, &in) ||
+        output_ok("--save-output", o->save_output, 0, made, &in) ||
+        output_ok("-o", a->build ? a->out_file : NULL, 0, NULL, &in))
         return 2;
     return 0;
 }
 
 /* --engine: the file carries the model, the precision, the policy and the weights. 0, 2 (options that clash with
  * it) or the file's error class (exit_code). */
-static int read_engine(bench_args *a, tp_engine_file *ef) {
+static int engine_clash(const bench_args *a) {
     const tp_bench_options *o = &a->o;
     const char *clash = a->model ? "--model" : a->prec ? "--precision" : o->weights ? "--weights" : o->onnx ? "--onnx"
                         : o->policy ? "--policy"
@@ -944,6 +984,11 @@ static int read_engine(bench_args *a, tp_engine_file *ef) {
         fprintf(stderr, "tprof: --engine %s carries the model, precision, weights and scales: drop %s\n", a->engine, clash);
         return 2;
     }
+    return 0;
+}
+
+/* Reads the engine file into ef: 0 or the file's error class (exit_code). */
+static int read_engine(bench_args *a, tp_engine_file *ef) {
     tp_error fe = {0};
     if (tp_engine_file_read(a->engine, ef, &fe)) {
         fprintf(stderr, "tprof: error: %s\n", fe.msg);
@@ -953,6 +998,38 @@ static int read_engine(bench_args *a, tp_engine_file *ef) {
     a->prec = tp_precision_name(ef->precision);
     a->o.engine_file = ef;
     a->o.engine_path = a->engine;
+    return 0;
+}
+
+/* Every input path of the command line (a->model only when it names an existing file or folder). */
+static void collect_inputs(const bench_args *a, input_list *in) {
+    const tp_bench_options *o = &a->o;
+    memset(in, 0, sizeof *in);
+    add_input(in, "--model", a->model && access(a->model, F_OK) == 0 ? a->model : NULL);
+    add_input(in, "--weights", o->weights);
+    add_input(in, "--onnx", o->onnx);
+    add_input(in, "--engine", a->engine);
+    add_input(in, a->input_opt ? a->input_opt : "--image", o->image);
+    add_input(in, "--calib-data", o->calib_data);
+    add_input(in, "--perplexity", o->perplexity);
+    add_input(in, "--policy-file", o->policy_file);
+}
+
+/* Each input exists and is a regular file or, where a folder is taken, a folder: checked by stat before any
+ * work, so that a FIFO or device never blocks a reader and a typo fails in the first second. 0 or 3. */
+static int inputs_ok(const bench_args *a) {
+    input_list in;
+    collect_inputs(a, &in);
+    for (int i = 0; i < in.n; i++) {
+        const char *opt = in.opt[i];
+        const int folder_ok = !strcmp(opt, "--model") || !strcmp(opt, "--weights") || !strcmp(opt, "--image") ||
+                              !strcmp(opt, "--calib-data");
+        tp_error e = {0};
+        if (tp_input_check(in.path[i], opt, folder_ok ? TP_WANT_FILE_OR_DIR : TP_WANT_FILE, NULL, &e)) {
+            fprintf(stderr, "tprof: error: %s\n", e.msg);
+            return 3;
+        }
+    }
     return 0;
 }
 
@@ -974,6 +1051,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         fprintf(stderr, "tprof: build: name the engine file with -o FILE.tpe\n");
         return 2;
     }
+    if ((a.engine && (rc = engine_clash(&a))) || (rc = inputs_ok(&a))) return rc;
     tp_engine_file ef;
     memset(&ef, 0, sizeof ef);
     if (a.engine && (rc = read_engine(&a, &ef))) return rc;

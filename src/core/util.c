@@ -1,4 +1,5 @@
 #include "core/util.h"
+#include "core/files.h"
 #include "core/system.h"
 
 #include <errno.h>
@@ -82,14 +83,22 @@ int64_t tp_lcm64(int64_t a, int64_t b) {
     return a / x * b;
 }
 
+tp_status tp_json_write_file(const json_t *root, const char *path, size_t flags, const char *what, tp_error *err) {
+    tp_outfile o;
+    tp_status s = tp_outfile_open(&o, path, what, err);
+    if (s) return s;
+    if (json_dumpf(root, o.f, flags) != 0) {
+        tp_outfile_abort(&o);
+        return tp_fail_path(err, TP_ERR_IO, path, "cannot write %s", what);
+    }
+    return tp_outfile_commit(&o, err);
+}
+
 tp_status tp_json_read_file(const char *path, const char *what, json_t **root, tp_error *err) {
     *root = NULL;
     /* opened here, not by jansson, so that a missing file (TP_ERR_IO) is told apart from a malformed one */
-    struct stat sb;
-    if (stat(path, &sb) != 0) return tp_fail(err, TP_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) return tp_fail(err, TP_ERR_IO, "%s: cannot open %s: is a directory", path, what);
-    FILE *f = fopen(path, "rb");
-    if (!f) return tp_fail(err, TP_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    FILE *f = tp_input_open(path, what, err);
+    if (!f) return err ? err->code : TP_ERR_IO;
     json_error_t je;
     *root = json_loadf(f, 0, &je);
     fclose(f);

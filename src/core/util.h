@@ -28,5 +28,10 @@ const char *tp_json_kind(const struct json_t *v);
  * config"). Errors: TP_ERR_IO (missing, unreadable, a folder: "PATH: cannot open WHAT: reason"), TP_ERR_FORMAT
  * (invalid JSON: "PATH: line L column C: invalid JSON: ..."). */
 tp_status tp_json_read_file(const char *path, const char *what, struct json_t **root, tp_error *err);
+/* Writes root (jansson's dump flags) to path through a temporary file renamed into place (core/files.h): a failed
+ * write leaves what path held before. what names the output in messages ("--json"). Errors: TP_ERR_ARG (path is
+ * a device, FIFO, folder; its folder missing), TP_ERR_IO ("PATH: cannot write: reason"). */
+tp_status tp_json_write_file(const struct json_t *root, const char *path, size_t flags, const char *what,
+                             tp_error *err);
 
 #endif

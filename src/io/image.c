@@ -23,6 +23,7 @@
  * image of the two passes is restricted to the rows (horizontal pass first) or columns (vertical first) the
  * second pass reads, as Pillow restricts it to rows. */
 #include "io/image.h"
+#include "core/files.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -405,12 +406,8 @@ static tp_status decode_rgb8(const char *path, double max_pixels, unsigned char 
     *out = NULL;
     *by_stb = 0;
     /* Opening ourselves separates "missing/unreadable" (an I/O error naming errno) from "not an image". */
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return tp_fail(err, TP_ERR_IO, "cannot open image %s: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) return tp_fail(err, TP_ERR_IO, "cannot open image %s: is a directory", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return tp_fail(err, TP_ERR_IO, "cannot open image %s: %s", path, strerror(errno));
+    FILE *f = tp_input_open(path, "the image", err);
+    if (!f) return err ? err->code : TP_ERR_IO;
     int w = 0, h = 0, n = 0;
     unsigned char *px = NULL;
     const int known = stbi_info_from_file(f, &w, &h, &n);

@@ -2,6 +2,7 @@
  * behind the view: names and inline bytes point into it; what the reader makes (external data, typed fields packed
  * to bytes, NUL-terminated strings) is owned by the model's block list. */
 #include "io/onnx.h"
+#include "core/files.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -157,8 +158,9 @@ static tp_status read_external(tp_onnx_model *m, const Onnx__TensorProto *t, con
     if (!file) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     memcpy(file, m->path, dl);
     strcpy(file + dl, loc);
-    FILE *f = fopen(file, "rb");
-    if (!f) return tp_fail_path(err, TP_ERR_IO, m->path, "%s: external data file %s: %s", what, file, strerror(errno));
+    tp_error fe = {0};
+    FILE *f = tp_input_open(file, "the external data file", &fe);
+    if (!f) return tp_fail_path(err, TP_ERR_IO, m->path, "%s: %s", what, fe.msg);
     struct stat sb;
     tp_status st = TP_OK;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode))
@@ -422,8 +424,8 @@ static tp_status build_view(tp_onnx_model *m, tp_error *err) {
 
 tp_status tp_onnx_load(const char *path, tp_onnx_model **out, tp_error *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return tp_fail_path(err, TP_ERR_IO, path, "cannot open: %s", strerror(errno));
+    FILE *f = tp_input_open(path, "the ONNX file", err);
+    if (!f) return err ? err->code : TP_ERR_IO;
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fclose(f);

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "core/check.h"
+#include "core/files.h"
 #include "core/util.h"
 #include "formats/dtype.h"
 
@@ -365,8 +366,8 @@ tp_status tp_st_open(const char *path, tp_safetensors *st, tp_error *err) {
     if (!path) return tp_fail(err, TP_ERR_ARG, "safetensors: no path given");
     tp_status s = TP_OK;
     char *hdr = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return st_fail(err, TP_ERR_IO, path, "cannot open: %s", strerror(errno));
+    FILE *f = tp_input_open(path, "the safetensors file", err);
+    if (!f) return err ? err->code : TP_ERR_IO;
 
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0) {
@@ -687,7 +688,7 @@ tp_status tp_st_write(const char *path, const tp_st_write_entry *entries, int n,
     json_t *root = NULL;
     char *hdr = NULL;
     FILE *f = NULL;
-    int created = 0;
+    tp_outfile out = {0};
     tp_status s = build_header(path, entries, n, sizes, &root, err);
     if (s != TP_OK) goto done;
     hdr = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT);
@@ -704,27 +705,21 @@ tp_status tp_st_write(const char *path, const tp_st_write_entry *entries, int n,
     for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(N >> (8 * i));
     static const char spaces[8] = "        ";
 
-    f = fopen(path, "wb");
-    if (!f) {
-        s = st_fail(err, TP_ERR_IO, path, "cannot create: %s", strerror(errno));
-        goto done;
-    }
-    created = 1;
+    /* through a temporary file renamed into place: a failed write leaves whatever path held, and never a
+     * truncated file that a later run would take for a checkpoint */
+    if ((s = tp_outfile_open(&out, path, "the safetensors file", err)) != TP_OK) goto done;
+    f = out.f;
     if ((s = write_all(f, lb, 8, path, "header length", err)) != TP_OK) goto done;
     if ((s = write_all(f, hdr, hl, path, "header", err)) != TP_OK) goto done;
     if ((s = write_all(f, spaces, pad, path, "header", err)) != TP_OK) goto done;
     for (int i = 0; i < n; i++) {
         if ((s = write_all(f, entries[i].data, (size_t)sizes[i], path, "tensor data", err)) != TP_OK) goto done;
     }
-    /* A full disk may only show at the final flush. */
-    int rc = fclose(f);
     f = NULL;
-    if (rc != 0) s = st_fail(err, TP_ERR_IO, path, "cannot write: %s", strerror(errno));
+    s = tp_outfile_commit(&out, err); /* a full disk may only show at the final flush */
 
 done:
-    if (f) fclose(f);
-    /* Do not leave a truncated file that a later run would take for a checkpoint. */
-    if (s != TP_OK && created) remove(path);
+    if (f) tp_outfile_abort(&out);
     free(hdr);
     json_decref(root);
     free(sizes);

@@ -1,4 +1,5 @@
 #include "io/tokens.h"
+#include "core/files.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -6,8 +7,8 @@
 
 tp_status tp_tokens_read(const char *path, int V, int max, float *ids, int *n, tp_error *err) {
     *n = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return tp_fail(err, TP_ERR_IO, "%s: cannot open the token file: %s", path, strerror(errno));
+    FILE *f = tp_input_open(path, "the token file", err);
+    if (!f) return err ? err->code : TP_ERR_IO;
     tp_status s = TP_OK;
     while (!s && *n < max) {
         long v;

@@ -510,8 +510,7 @@ json_t *tp_lint_json(const tp_lint_result *r) {
 tp_status tp_lint_write_json(const tp_lint_result *r, const char *path, tp_error *err) {
     json_t *j = tp_lint_json(r);
     if (!j) return tp_fail(err, TP_ERR_OOM, "out of memory writing the lint JSON");
-    int rc = json_dump_file(j, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    tp_status st = tp_json_write_file(j, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER, "the lint JSON", err);
     json_decref(j);
-    if (rc) return tp_fail_path(err, TP_ERR_IO, path, "cannot write the lint JSON");
-    return TP_OK;
+    return st;
 }

@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/check.h"
+#include "core/files.h"
 #include "core/rng.h"
 #include "core/util.h"
 #include "io/hf_config.h"
@@ -546,13 +548,13 @@ static tp_status checkpoint(void *cfg, const char *weights, char *note, size_t n
     char dir[4096], path[4200];
     if (tp_hf_checkpoint_dir(weights, dir, sizeof dir)) return tp_fail(err, TP_ERR_ARG, "%s: path too long", weights);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    if (access(path, F_OK) != 0) {
         snprintf(note, n, "warning: no config.json beside %s: the checkpoint is read as the preset %s's shapes", weights,
                  c->name);
         return TP_OK;
     }
-    fclose(f);
+    tp_status cs = tp_input_check(path, "the checkpoint's config", TP_WANT_FILE, NULL, err);
+    if (cs) return cs;
     tp_hf_config h;
     tp_status s = tp_hf_config_read(path, &h, err);
     if (!s) s = apply_hf(&h, path, c, err);

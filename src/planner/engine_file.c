@@ -5,6 +5,7 @@
  * used, sizes are computed with overflow checks, every allocation failure becomes TP_ERR_OOM, and every
  * message is one line (names from the file are shortened and control characters replaced). */
 #include "planner/engine_file.h"
+#include "core/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -331,35 +332,6 @@ static tp_status write_pad(FILE *f, uint64_t *pos, uint64_t target, const char *
     return TP_OK;
 }
 
-/* Creates "<path>.tmp.<pid>.<n>" exclusively (mode 0666 less the umask, as fopen would); *tmp receives the
- * name (caller frees). Exclusive creation never clobbers another writer's temporary file. */
-static tp_status create_temp(const char *path, char **tmp, FILE **f, tp_error *err) {
-    size_t cap = strlen(path) + 48;
-    char *name = malloc(cap);
-    if (!name) return ef_fail(err, TP_ERR_OOM, path, "out of host memory");
-    int fd = -1, e = 0;
-    for (int n = 0; n < 100 && fd < 0; n++) {
-        snprintf(name, cap, "%s.tmp.%ld.%d", path, (long)getpid(), n);
-        fd = open(name, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        e = errno;
-        if (fd < 0 && e != EEXIST) break;
-    }
-    if (fd < 0) {
-        free(name);
-        return ef_fail(err, TP_ERR_IO, path, "cannot create the engine file: %s", strerror(e));
-    }
-    *f = fdopen(fd, "wb");
-    if (!*f) {
-        e = errno;
-        close(fd);
-        unlink(name);
-        free(name);
-        return ef_fail(err, TP_ERR_IO, path, "cannot create the engine file: %s", strerror(e));
-    }
-    *tmp = name;
-    return TP_OK;
-}
-
 /* Matches each parameter with its graph value: vmap[p] = v, the first value naming it. Every parameter must appear,
  * with its shape, and every parameter value must name one; a parameter read through several values (a pipeline's
  * repeated steps) must be stored alike in each (one tensor in the file). */
@@ -445,8 +417,9 @@ tp_status tp_engine_file_write(const char *path, const tp_model *cfg, tp_precisi
     const int n = params->n_params;
     tp_status s = TP_OK;
     json_t *root = NULL;
-    char *hdr = NULL, *tmp = NULL;
+    char *hdr = NULL;
     FILE *f = NULL;
+    tp_outfile out = {0};
     int *vmap = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
     wtensor *wt = calloc((size_t)(n > 0 ? n : 1), sizeof *wt);
     if (!vmap || !wt) {
@@ -492,7 +465,10 @@ tp_status tp_engine_file_write(const char *path, const tp_model *cfg, tp_precisi
     put_le(prefix + 16, H, 8);
     put_le(crcb, tp_crc32(0, hdr, (size_t)H), 4);
 
-    if ((s = create_temp(path, &tmp, &f, err))) goto done;
+    /* written to a temporary file beside the target and renamed into place (core/files.h): an interrupted build
+     * leaves the previous engine file whole */
+    if ((s = tp_outfile_open(&out, path, "the engine file", err))) goto done;
+    f = out.f;
     uint64_t pos = 0;
     if ((s = write_all(f, prefix, sizeof prefix, path, "file prefix", err))) goto done;
     if ((s = write_all(f, hdr, H, path, "header", err))) goto done;
@@ -509,31 +485,11 @@ tp_status tp_engine_file_write(const char *path, const tp_model *cfg, tp_precisi
         pos += t->scale_bytes;
     }
     if (pos == TP_ENGINE_PREFIX_BYTES + H + 4 && (s = write_pad(f, &pos, D, path, err))) goto done; /* no tensors */
-    /* A full disk may only show at the flush; fsync before the rename so that a crash cannot leave a renamed
-     * file whose blocks never reached the disk. */
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        s = ef_fail(err, TP_ERR_IO, path, "cannot write the engine file: %s", strerror(errno));
-        goto done;
-    }
-    int rc = fclose(f);
     f = NULL;
-    if (rc != 0) {
-        s = ef_fail(err, TP_ERR_IO, path, "cannot write the engine file: %s", strerror(errno));
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        s = ef_fail(err, TP_ERR_IO, path, "cannot rename the finished file into place: %s", strerror(errno));
-        goto done;
-    }
-    free(tmp);
-    tmp = NULL;
+    s = tp_outfile_commit(&out, err); /* flushed and synced before the rename; a full disk shows here */
 
 done:
-    if (f) fclose(f);
-    if (tmp) {
-        unlink(tmp);
-        free(tmp);
-    }
+    if (f) tp_outfile_abort(&out);
     free(hdr);
     json_decref(root);
     for (int i = 0; wt && i < n; i++) {
@@ -1068,11 +1024,10 @@ tp_status tp_engine_file_read(const char *path, tp_engine_file *out, tp_error *e
     tp_engine_file *f = malloc(sizeof *f); /* parsed aside, so *out stays empty on error */
     if (!f) return ef_fail(err, TP_ERR_OOM, path, "out of host memory");
     memset(f, 0, sizeof *f);
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = tp_input_open(path, "the engine file", err);
     if (!fp) {
-        s = ef_fail(err, TP_ERR_IO, path, "cannot open the engine file: %s", strerror(errno));
         free(f);
-        return s;
+        return err ? err->code : TP_ERR_IO;
     }
     struct stat sb;
     if (fstat(fileno(fp), &sb) != 0) {

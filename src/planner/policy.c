@@ -1,5 +1,6 @@
 /* policy.c: the precision policy of policy.h. */
 #include "planner/policy.h"
+#include "core/files.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -226,8 +227,8 @@ static tp_status load_doc(const char *path, const json_t *root, tp_policy *t, tp
 
 tp_status tp_policy_load_json(const char *path, tp_policy *p, tp_error *err) {
     /* Opened here, not by jansson, so that a missing file (TP_ERR_IO) is told apart from a malformed one. */
-    FILE *f = fopen(path, "rb");
-    if (!f) return tp_fail(err, TP_ERR_IO, "%s: cannot open the policy file: %s", path, strerror(errno));
+    FILE *f = tp_input_open(path, "the policy file", err);
+    if (!f) return err ? err->code : TP_ERR_IO;
     json_error_t je;
     json_t *root = json_loadf(f, 0, &je);
     fclose(f);

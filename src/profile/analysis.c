@@ -7,6 +7,8 @@
  * count that wait as work (tp_trace_busy_ns). */
 #include "profile/analysis.h"
 
+#include "core/util.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -740,8 +742,7 @@ tp_status tp_chrome_trace_write(const tp_trace *t, int iteration, const char *pa
     free(recs);
     free(sl);
     if (!root) return tp_fail(err, TP_ERR_OOM, "out of host memory writing %s", path);
-    int rc = json_dump_file(root, path, JSON_COMPACT);
+    tp_status st = tp_json_write_file(root, path, JSON_COMPACT, "the Chrome trace", err);
     json_decref(root);
-    if (rc) return tp_fail(err, TP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    return TP_OK;
+    return st;
 }

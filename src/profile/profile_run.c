@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/util.h"
 #include "profile/analysis.h"
 
 void tp_cupti_hook(void *session, int op, int category) {
@@ -66,10 +67,9 @@ tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const 
         if ((st = tp_chrome_trace_write(t, t->iterations > 1 ? 1 : 0, path, err))) goto done;
         printf("Timeline (Chrome trace, opens in Perfetto / chrome://tracing): %s\n", path);
         snprintf(path, sizeof path, "%s/%s.profile.json", req->out_dir, name);
-        if (json_dump_file(*summary, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER)) {
-            st = tp_fail(err, TP_ERR_IO, "%s: cannot write", path);
+        if ((st = tp_json_write_file(*summary, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER, "the profile summary",
+                                     err)))
             goto done;
-        }
         printf("Profile summary: %s\n", path);
     }
 done:

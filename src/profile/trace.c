@@ -4,6 +4,7 @@
  * greppable. Loading validates everything (presence, type, range of every field): a trace file is input from
  * another machine, and the analysis indexes ops and categories with these values. */
 #include "profile/trace.h"
+#include "core/files.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -121,8 +122,10 @@ static int dump(json_t *j, FILE *f) {
 }
 
 tp_status tp_trace_save(const tp_trace *t, const char *path, tp_error *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) return tp_fail(err, TP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    tp_outfile out;
+    tp_status st = tp_outfile_open(&out, path, "the trace", err);
+    if (st) return st;
+    FILE *f = out.f;
     json_t *meta = json_object();
     json_object_set_new(meta, "format", json_string(TRACE_FORMAT));
     json_object_set_new(meta, "model", jstr(t->model));
@@ -153,10 +156,11 @@ tp_status tp_trace_save(const tp_trace *t, const char *path, tp_error *err) {
         bad |= dump(record_json(&t->rec[i]), f) != 0;
     }
     bad |= fputs("]}\n", f) < 0;
-    bad |= ferror(f) != 0;
-    bad |= fclose(f) != 0;
-    if (bad) return tp_fail(err, TP_ERR_IO, "%s: write failed (disk full?)", path);
-    return TP_OK;
+    if (bad) {
+        tp_outfile_abort(&out);
+        return tp_fail(err, TP_ERR_IO, "%s: write failed (disk full?)", path);
+    }
+    return tp_outfile_commit(&out, err);
 }
 
 /* ---- load ------------------------------------------------------------------------------------------------ */
@@ -362,8 +366,8 @@ static tp_status load_doc(const loc *top, const json_t *root, tp_trace *t) {
 tp_status tp_trace_load(const char *path, tp_trace *t, tp_error *err) {
     tp_trace_init(t);
     /* Opened here, not by jansson, so that a missing file (TP_ERR_IO) is told apart from a malformed one. */
-    FILE *f = fopen(path, "rb");
-    if (!f) return tp_fail(err, TP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = tp_input_open(path, "the trace", err);
+    if (!f) return err ? err->code : TP_ERR_IO;
     json_error_t je;
     json_t *root = json_loadf(f, 0, &je);
     fclose(f);

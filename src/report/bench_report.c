@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/files.h"
 #include "core/util.h"
 #include "report/compare.h"
 #include "tp_build_info.h"
@@ -363,9 +364,9 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
         json_array_append_new(arr, p);
     }
     json_object_set_new(root, "results", arr);
-    int rc = json_dump_file(root, o->json_path, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    tp_status st = tp_json_write_file(root, o->json_path, JSON_INDENT(1) | JSON_PRESERVE_ORDER, "the JSON report", err);
     json_decref(root);
-    if (rc) return tp_fail(err, TP_ERR_IO, "%s: cannot write the JSON report", o->json_path);
+    if (st) return st;
     printf("\nJSON report: %s\n", o->json_path);
     return TP_OK;
 }
@@ -665,15 +666,16 @@ static tp_status print_decode_sweep(const tp_bench_options *o, const int *batche
         for (int p = 0; p < P; p++) names[p] = tp_precision_name(o->precs[p]);
         char title[200];
         snprintf(title, sizeof title, "%s: decode step, %% of its roofline floor", tp_model_name(&o->model));
-        FILE *f = fopen(path, "w");
-        int bad = !f;
-        if (f) {
-            bad = tp_svg_percent_lines(f, title, "batch (sequences)", n_batches < 32 ? n_batches : 32, xt, P, names,
-                                       att) != 0;
-            bad |= fclose(f) != 0;
+        tp_outfile out;
+        st = tp_outfile_open(&out, path, "the decode sweep chart", err);
+        if (!st && tp_svg_percent_lines(out.f, title, "batch (sequences)", n_batches < 32 ? n_batches : 32, xt, P,
+                                        names, att) != 0) {
+            tp_outfile_abort(&out);
+            st = tp_fail(err, TP_ERR_IO, "%s: cannot write the decode sweep chart", path);
+        } else if (!st) {
+            st = tp_outfile_commit(&out, err);
         }
-        if (bad) st = tp_fail(err, TP_ERR_IO, "%s: cannot write the decode sweep chart", path);
-        else printf("Decode sweep chart: %s\n", path);
+        if (!st) printf("Decode sweep chart: %s\n", path);
     }
     free(att);
     return st;

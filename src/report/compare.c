@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/files.h"
 #include "core/util.h"
 #include "report/doc.h"
 
@@ -1419,41 +1420,42 @@ static json_t *report_json(const model *m) {
 
 /* ---- files ------------------------------------------------------------------------------------------------- */
 
-static FILE *open_out(const char *dir, const char *name, char *path, size_t n, tp_error *err) {
+/* Each file through a temporary file renamed into place (core/files.h): a failed run leaves the folder's older
+ * report files whole. */
+static tp_status open_out(const char *dir, const char *name, char *path, size_t n, tp_outfile *o, tp_error *err) {
     snprintf(path, n, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) tp_fail(err, TP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    return f;
+    return tp_outfile_open(o, path, "the report", err);
 }
 
-static tp_status close_out(FILE *f, int bad, const char *path, tp_error *err) {
-    bad |= ferror(f) != 0;
-    bad |= fclose(f) != 0;
-    return bad ? tp_fail(err, TP_ERR_IO, "%s: write failed (disk full?)", path) : TP_OK;
+static tp_status close_out(tp_outfile *o, int bad, const char *path, tp_error *err) {
+    if (bad) {
+        tp_outfile_abort(o);
+        return tp_fail(err, TP_ERR_IO, "%s: write failed (disk full?)", path);
+    }
+    return tp_outfile_commit(o, err);
 }
 
 static tp_status write_files(const model *m, const char *dir, tp_error *err) {
     char path[4096];
-    FILE *f;
+    tp_outfile o;
     tp_status st;
     for (int k = 0; k < 2; k++) {
-        if (!(f = open_out(dir, k ? "speedup.svg" : "breakdown.svg", path, sizeof path, err))) return TP_ERR_IO;
-        int bad = k ? tp_compare_svg_speedup(f, m->e, m->am, m->n, m->base) : tp_compare_svg_breakdown(f, m->e, m->n);
-        if ((st = close_out(f, bad, path, err))) return st;
+        if ((st = open_out(dir, k ? "speedup.svg" : "breakdown.svg", path, sizeof path, &o, err))) return st;
+        int bad = k ? tp_compare_svg_speedup(o.f, m->e, m->am, m->n, m->base) : tp_compare_svg_breakdown(o.f, m->e, m->n);
+        if ((st = close_out(&o, bad, path, err))) return st;
     }
     for (int k = 0; k < 2; k++) {
-        if (!(f = open_out(dir, k ? "report.html" : "report.md", path, sizeof path, err))) return TP_ERR_IO;
-        tp_doc d = {.f = f, .html = k};
+        if ((st = open_out(dir, k ? "report.html" : "report.md", path, sizeof path, &o, err))) return st;
+        tp_doc d = {.f = o.f, .html = k};
         write_doc(&d, m);
-        if ((st = close_out(f, 0, path, err))) return st;
+        if ((st = close_out(&o, 0, path, err))) return st;
     }
     json_t *j = report_json(m);
     if (!j) return tp_fail(err, TP_ERR_OOM, "compare: out of host memory building report.json");
     snprintf(path, sizeof path, "%s/report.json", dir);
-    int rc = json_dump_file(j, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    st = tp_json_write_file(j, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER, "the report", err);
     json_decref(j);
-    if (rc) return tp_fail(err, TP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    return TP_OK;
+    return st;
 }
 
 tp_status tp_compare_write(const tp_compare_config *cfg, const tp_compare_entry *entries, int n, int baseline,
