@@ -13,6 +13,7 @@
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cpu/cpu_ops.h"
 #include "io/safetensors.h"
+#include "io/tokens.h"
 #include "models/model.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
@@ -270,8 +271,8 @@ START_TEST(test_refusals) {
     ck_assert_ptr_nonnull(strstr(e.msg, "PhiForCausalLM"));
     snprintf(text, sizeof text, "%s, \"num_key_value_heads\": 3}", base);
     write_text(tpath("config.json"), text);
-    ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_ARG);
-    ck_assert_ptr_nonnull(strstr(e.msg, "not a multiple of 3 KV heads"));
+    ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "config.json: num_attention_heads 4 is not a multiple of num_key_value_heads 3"));
     write_text(tpath("config.json"), "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"64\"}");
     ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(e.msg, "hidden_size"));
@@ -280,7 +281,7 @@ START_TEST(test_refusals) {
              "\"sliding_window\": 100}");
     write_text(tpath("config.json"), text);
     ck_assert_int_eq(tp_model_checkpoint(&m, tpath("model.safetensors"), note, sizeof note, &e), TP_ERR_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(e.msg, "sliding window 100"));
+    ck_assert_ptr_nonnull(strstr(e.msg, "config.json: sliding_window 100: the context 256"));
     /* without config.json: a warning, the preset's shapes */
     tp_model w = model_of("llama-tiny");
     ck_assert_int_eq(tp_model_checkpoint(&w, "/nonexistent_dir/model.safetensors", note, sizeof note, &e), TP_OK);
@@ -326,6 +327,187 @@ START_TEST(test_refusals) {
     tp_plan_free(&plan);
     tp_graph_free(&g);
     tp_params_free(&p);
+}
+END_TEST
+
+/* llama-tiny read over config.json holding the fields of BASE_CFG and then extra (a JSON fragment: ", \"k\": v"),
+ * after the knobs --prompt prompt --gen gen; the status, the model in *m, the error in *e. */
+#define BASE_CFG                                                                                                     \
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 176, "                  \
+    "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 384"
+static tp_status hf_read(const char *extra, int prompt, int gen, tp_model *m, tp_error *e) {
+    char text[2048], note[600], num[16];
+    snprintf(text, sizeof text, "%s%s}", BASE_CFG, extra);
+    write_text(tpath("config.json"), text);
+    *m = model_of("llama-tiny");
+    snprintf(num, sizeof num, "%d", prompt);
+    ck_assert_int_eq(tp_model_knob(m, "--prompt", num, e), 1);
+    snprintf(num, sizeof num, "%d", gen);
+    ck_assert_int_eq(tp_model_knob(m, "--gen", num, e), 1);
+    *e = (tp_error){0};
+    return tp_model_checkpoint(m, tpath("model.safetensors"), note, sizeof note, e);
+}
+
+/* the model's rope field key (its engine-file JSON: theta, orig_ctx, ...) */
+static double rope_field(const tp_model *m, const char *key) {
+    json_t *j = tp_model_to_json(m);
+    ck_assert_ptr_nonnull(j);
+    const json_t *v = json_object_get(json_object_get(j, "rope"), key);
+    ck_assert_msg(json_is_number(v), "rope.%s", key);
+    const double x = json_number_value(v);
+    json_decref(j);
+    return x;
+}
+
+static void hf_ok(const char *extra, tp_model *m) {
+    tp_error e = {0};
+    ck_assert_msg(hf_read(extra, 16, 4, m, &e) == TP_OK, "%s: %s", extra, e.msg);
+}
+
+static void hf_refused(const char *extra, tp_status code, const char *needle) {
+    tp_model m;
+    tp_error e = {0};
+    ck_assert_msg(hf_read(extra, 16, 4, &m, &e) == code, "%s: code %d, '%s'", extra, e.code, e.msg);
+    ck_assert_msg(strstr(e.msg, needle) && strstr(e.msg, "config.json"), "%s: got '%s', wanted '%s'", extra, e.msg,
+                  needle);
+}
+
+/* The next-token logits of m (synthesized weights, seed 3) over a fixed prompt of 16 ids (384 values). */
+static float *logits_of(const tp_model *m) {
+    tp_params p = {0};
+    tp_error e = {0};
+    ck_assert_msg(tp_model_params_init(m, 3, 1, &p, &e) == TP_OK, "%s", e.msg);
+    tp_graph g;
+    ck_assert_msg(tp_model_build_graph(m, &p, 1, &g, &e) == TP_OK, "%s", e.msg);
+    float ids[16], *out = poisoned(384);
+    for (int i = 0; i < 16; i++) ids[i] = (float)((i * 37 + 5) % 384);
+    ck_assert_msg(tp_cpu_run(&g, &p, ids, out, &e) == TP_OK, "%s", e.msg);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    return out;
+}
+
+/* The rotary fields where transformers reads them (hf_config.c read_rope): rope_theta in rope_parameters, else at
+ * the top level, else 10000; a non-empty top-level rope_scaling in place of rope_parameters (transformers 5);
+ * partial_rotary_factor at either place, refused unless 1; llama3's original context defaulting to
+ * max_position_embeddings. */
+START_TEST(test_hf_rope_fields) {
+    tp_model top, dflt, both;
+    hf_ok(", \"rope_parameters\": {\"rope_type\": \"default\"}, \"rope_theta\": 500000.0", &top);
+    ck_assert_double_eq(rope_field(&top, "theta"), 500000.0);
+    hf_ok(", \"rope_parameters\": {\"rope_type\": \"default\"}", &dflt);
+    ck_assert_double_eq(rope_field(&dflt, "theta"), 10000.0);
+    hf_ok(", \"rope_parameters\": {\"rope_theta\": 1000000.0}, \"rope_theta\": 500000.0", &both);
+    ck_assert_double_eq(rope_field(&both, "theta"), 1000000.0); /* the dict's own first (setdefault) */
+    /* the top-level theta changes what runs: another model than theta 10000 */
+    float *a = logits_of(&top), *b = logits_of(&dflt);
+    double diff = 0;
+    for (int i = 0; i < 384; i++) diff = fmax(diff, fabs((double)a[i] - b[i]));
+    ck_assert_msg(diff > 1e-3, "theta 500000 and 10000 give the same logits (max diff %g)", diff);
+    free(a);
+    free(b);
+    /* transformers 4's layout: top-level rope_theta and rope_scaling */
+    tp_model l3;
+    hf_ok(", \"rope_theta\": 500000.0, \"max_position_embeddings\": 2048, \"rope_scaling\": {\"rope_type\": \"llama3\", "
+          "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}", &l3);
+    ck_assert_double_eq(rope_field(&l3, "theta"), 500000.0);
+    ck_assert_double_eq(rope_field(&l3, "factor"), 8.0);
+    ck_assert_double_eq(rope_field(&l3, "orig_ctx"), 2048.0); /* standardize_rope_params' default */
+    hf_refused(", \"rope_parameters\": {\"rope_type\": \"default\"}, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}",
+               TP_ERR_UNSUPPORTED, "field 'rope_scaling.rope_type' \"yarn\"");
+    hf_refused(", \"partial_rotary_factor\": 0.5", TP_ERR_UNSUPPORTED, "field 'partial_rotary_factor' 0.5");
+    hf_refused(", \"rope_parameters\": {\"rope_theta\": 10000.0, \"partial_rotary_factor\": 0.25}", TP_ERR_UNSUPPORTED,
+               "field 'rope_parameters.partial_rotary_factor' 0.25");
+    hf_refused(", \"rope_parameters\": {\"partial_rotary_factor\": 1.0}, \"partial_rotary_factor\": 0.5",
+               TP_ERR_UNSUPPORTED, "field 'partial_rotary_factor' 0.5");
+    tp_model full;
+    hf_ok(", \"partial_rotary_factor\": 1.0", &full);
+    hf_refused(", \"rope_parameters\": {\"full_attention\": {\"rope_theta\": 10000.0}}", TP_ERR_UNSUPPORTED,
+               "'rope_parameters.full_attention': rotary parameters per layer type");
+    hf_refused(", \"rope_parameters\": [1]", TP_ERR_FORMAT, "field 'rope_parameters': expected an object or null, got [1]");
+}
+END_TEST
+
+/* config.json's errors name the file, the fields and their values; what changes the model unread is refused. */
+START_TEST(test_hf_field_errors) {
+    /* written over BASE_CFG: later keys win in jansson's reader */
+    hf_refused(", \"hidden_size\": 48, \"num_attention_heads\": 5, \"num_key_value_heads\": 5", TP_ERR_FORMAT,
+               "num_attention_heads 5 does not divide hidden_size 48");
+    hf_refused(", \"head_dim\": 9", TP_ERR_FORMAT, "head_dim 9 is odd");
+    hf_refused(", \"hidden_size\": 36", TP_ERR_FORMAT, "hidden_size 36 / num_attention_heads 4 = head dim 9, odd");
+    hf_refused(", \"num_hidden_layers\": 0", TP_ERR_FORMAT, "field 'num_hidden_layers': 0 is outside [1, 100000]");
+    hf_refused(", \"vocab_size\": 1.5", TP_ERR_FORMAT, "field 'vocab_size': expected an integer in [1, 16777216], got 1.5");
+    hf_refused(", \"rms_norm_eps\": -1", TP_ERR_FORMAT, "field 'rms_norm_eps': expected a positive number, got -1");
+    hf_refused(", \"tie_word_embeddings\": \"yes\"", TP_ERR_FORMAT, "got \"yes\"");
+    hf_refused(", \"model_type\": \"gemma2\"", TP_ERR_FORMAT, "model_type 'gemma2' and architectures [\"LlamaForCausalLM\"]");
+    hf_refused(", \"final_logit_softcapping\": 30.0", TP_ERR_UNSUPPORTED, "field 'final_logit_softcapping' 30.0");
+    hf_refused(", \"attn_logit_softcapping\": 50.0", TP_ERR_UNSUPPORTED, "field 'attn_logit_softcapping' 50.0");
+    hf_refused(", \"use_bidirectional_attention\": true", TP_ERR_UNSUPPORTED, "use_bidirectional_attention");
+    hf_refused(", \"query_pre_attn_scalar\": 224", TP_ERR_UNSUPPORTED, "query_pre_attn_scalar 224");
+    tp_model m;
+    hf_ok(", \"query_pre_attn_scalar\": 16, \"final_logit_softcapping\": null", &m); /* HF's values when absent */
+    hf_refused(", \"layer_types\": [\"full_attention\", \"chunked_attention\"]", TP_ERR_UNSUPPORTED,
+               "'layer_types[1]' \"chunked_attention\"");
+    hf_refused(", \"layer_types\": [\"full_attention\"]", TP_ERR_FORMAT, "'layer_types': expected a list of 2 names");
+    /* Qwen2's window: only with use_sliding_window, on the layers from max_window_layers on or layer_types' */
+    const char *qwen = ", \"architectures\": [\"Qwen2ForCausalLM\"], \"use_sliding_window\": true, \"sliding_window\": 10";
+    char extra[512];
+    hf_ok(qwen, &m); /* max_window_layers 28 (the default) over 2 layers: none slides */
+    snprintf(extra, sizeof extra, "%s, \"layer_types\": [\"full_attention\", \"sliding_attention\"]", qwen);
+    hf_refused(extra, TP_ERR_UNSUPPORTED, "sliding_window 10: the context 20 (--prompt 16 + --gen 4)");
+    snprintf(extra, sizeof extra, "%s, \"max_window_layers\": 1", qwen);
+    hf_refused(extra, TP_ERR_UNSUPPORTED, "sliding_window 10");
+}
+END_TEST
+
+/* --prompt + --gen past max_position_embeddings: a warning, or with --strict an error (tp_model_limits). */
+START_TEST(test_hf_max_position) {
+    tp_model m;
+    tp_error e = {0};
+    char warn[512];
+    ck_assert_int_eq(hf_read(", \"max_position_embeddings\": 20", 12, 8, &m, &e), TP_OK);
+    ck_assert_int_eq(tp_model_limits(&m, 1, warn, sizeof warn, &e), TP_OK); /* 20 fits */
+    ck_assert_str_eq(warn, "");
+    ck_assert_int_eq(hf_read(", \"max_position_embeddings\": 16", 12, 8, &m, &e), TP_OK);
+    ck_assert_int_eq(tp_model_limits(&m, 0, warn, sizeof warn, &e), TP_OK);
+    ck_assert_ptr_nonnull(strstr(warn, "warning: "));
+    ck_assert_ptr_nonnull(strstr(warn, "the context 20 (--prompt 12 + --gen 8) exceeds max_position_embeddings 16"));
+    ck_assert_int_eq(tp_model_limits(&m, 1, warn, sizeof warn, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "exceeds max_position_embeddings 16"));
+    /* a preset's own limit (Llama-2-7b: 4096); a ViT has none */
+    tp_model l2 = model_of("llama-2-7b"), v = model_of("vit-tiny");
+    ck_assert_int_eq(tp_model_knob(&l2, "--prompt", "4000", &e), 1);
+    ck_assert_int_eq(tp_model_limits(&l2, 1, warn, sizeof warn, &e), TP_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "Llama-2-7b-hf: the context 4128"));
+    ck_assert_int_eq(tp_model_limits(&v, 1, warn, sizeof warn, &e), TP_OK);
+}
+END_TEST
+
+/* Token files word by word: a bad word is named with its 1-based index and its text. */
+START_TEST(test_token_file_words) {
+    const struct {
+        const char *text, *needle;
+    } cases[] = {
+        {"7 1.5 9", "token 2 is not an integer: '1.5'"},
+        {"1,2,3", "token 1 is not an integer: '1,2,3'"},
+        {"4\n0x10", "token 2 is not an integer: '0x10'"},
+        {"5 -1", "token 2 is -1, outside the vocabulary [0, 384)"},
+        {"3 384", "token 2 is 384, outside the vocabulary"},
+        {"1 123456789012345678901234567890123456789012345", "token 2 is 123456789012345678901234567890123456..., outside"},
+        {"1 2 abcdefghijabcdefghijabcdefghijabcdefghij", "token 3 is not an integer: 'abcdefghijabcdefghijabcdefghijabcdef...'"},
+    };
+    float ids[8];
+    int n;
+    tp_error e = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_text(tpath("t.txt"), cases[i].text);
+        ck_assert_int_eq(tp_tokens_read(tpath("t.txt"), 384, 8, ids, &n, &e), TP_ERR_FORMAT);
+        ck_assert_msg(strstr(e.msg, cases[i].needle), "%s: '%s'", cases[i].text, e.msg);
+    }
+    write_text(tpath("t.txt"), "  12\t0\n383 \n");
+    ck_assert_int_eq(tp_tokens_read(tpath("t.txt"), 384, 8, ids, &n, &e), TP_OK);
+    ck_assert_int_eq(n, 3);
+    ck_assert(ids[0] == 12 && ids[1] == 0 && ids[2] == 383);
 }
 END_TEST
 
@@ -671,6 +853,10 @@ int main(void) {
     tcase_add_test(t, test_names_shapes_flop);
     tcase_add_test(t, test_refusals);
     tcase_add_test(t, test_json_roundtrip);
+    tcase_add_test(t, test_hf_rope_fields);
+    tcase_add_test(t, test_hf_field_errors);
+    tcase_add_test(t, test_hf_max_position);
+    tcase_add_test(t, test_token_file_words);
     tcase_add_test(t, test_rope_llama3);
     tcase_add_test(t, test_engine_buffers);
     tcase_add_test(t, test_sibling_groups);

@@ -316,7 +316,10 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     tp_status st = TP_OK;
     if (o->weights && !o->engine_file)
         st = tp_model_checkpoint(mp, o->weights, rep->checkpoint_note, sizeof rep->checkpoint_note, err);
+    char limit[512];
+    if (!st) st = tp_model_limits(mp, o->strict, limit, sizeof limit, err);
     if (st) return st;
+    if (limit[0]) printf("%s\n", limit);
     c->rep.o = o;
     if (o->sparsity && (o->tp > 1 || o->engine_file))
         return tp_fail(err, TP_ERR_UNSUPPORTED, "--sparsity with %s: unsupported (%s)", o->tp > 1 ? "--tp" : "--engine",

@@ -110,6 +110,7 @@ typedef struct {
     int no_pdl;              /* --pdl off: tp_engine_options.no_pdl */
     int tp_parallel_launch;  /* --tp-launch threads: tp_engine_options.parallel_launch */
     int allow_nonfinite;     /* --allow-nonfinite: --weights with NaN or Inf values run (with a warning) */
+    int strict;              /* --strict: a run past the model's limits (tp_model_limits) is an error, not a warning */
     int tp;                  /* --tp N: decoders split over GPUs 0..N-1 (tensor parallelism, tp_engine_build_tp);
                                 0 or 1: one GPU */
     const char *command_line;

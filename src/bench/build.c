@@ -84,6 +84,8 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
     char note[700] = "";
     if (o->weights && (st = tp_model_checkpoint(&model, o->weights, note, sizeof note, err))) return st;
     if (note[0]) printf("%s\n", note);
+    if ((st = tp_model_limits(&model, o->strict, note, sizeof note, err))) return st;
+    if (note[0]) printf("%s\n", note);
     tp_params params = {0};
     tp_graph g = {0};
     tp_plan plan;

@@ -67,6 +67,7 @@ static const char USAGE_BENCH[] =
             "  --gpus LIST           a sweep's batch sizes dealt over these GPUs (e.g. 0,1), one process each\n"
             "  --seed N              seed for synthesized weights and inputs (default 0)\n"
             "  --allow-nonfinite     run --weights holding NaN or Inf values (refused by default, with the tensor)\n"
+            "  --strict              decoders: --prompt + --gen above max_position_embeddings is an error (exit 2)\n"
             "  --reference gpu|cpu|none  where the FP32 reference behind the accuracy figures runs (default: the GPU\n"
             "                        on a GPU run: an FP32 engine with FP32 accumulation and plain kernels; else the\n"
             "                        CPU executor); none skips the accuracy check\n"
@@ -648,6 +649,8 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             a->o.print_plan = 1, r = 1;
         } else if (strcmp(name, "--allow-nonfinite") == 0) {
             a->o.allow_nonfinite = 1, r = 1;
+        } else if (strcmp(name, "--strict") == 0) {
+            a->o.strict = 1, r = 1;
         } else {
             int valued = 0;
             for (int k = 0; VALUED[k] && !valued; k++) valued = strcmp(name, VALUED[k]) == 0;

@@ -6,10 +6,12 @@
  * ["LlamaForCausalLM"]) and "model_type", the sizes (hidden_size, intermediate_size, num_hidden_layers,
  * num_attention_heads, num_key_value_heads, head_dim, vocab_size), rms_norm_eps, the activation (hidden_act;
  * Gemma's legacy "gelu" means the tanh approximation, as GemmaConfig.__post_init__ says), tie_word_embeddings,
- * attention_bias and mlp_bias, sliding_window (and Qwen2's use_sliding_window), and the rotary embedding: either
- * transformers 5's "rope_parameters" {"rope_type", "rope_theta", "factor", ...} or the older top-level
- * "rope_theta" with "rope_scaling" {"rope_type" (or "type"), "factor", "low_freq_factor", "high_freq_factor",
- * "original_max_position_embeddings"}. Other keys are ignored (token ids, torch_dtype, use_cache, ...). */
+ * attention_bias and mlp_bias, sliding_window (and Qwen2's use_sliding_window, max_window_layers, layer_types),
+ * max_position_embeddings, and the rotary embedding: transformers 5's "rope_parameters" {"rope_type",
+ * "rope_theta", "partial_rotary_factor", "factor", ...} or the older top-level "rope_theta",
+ * "partial_rotary_factor" and "rope_scaling" {"rope_type" (or "type"), "factor", "low_freq_factor",
+ * "high_freq_factor", "original_max_position_embeddings"}; transformers 5 still reads the older fields, and
+ * hf_config.c says in which order. Other keys are ignored (token ids, torch_dtype, use_cache, ...). */
 #ifndef TP_HF_CONFIG_H
 #define TP_HF_CONFIG_H
 
@@ -25,21 +27,27 @@ typedef struct {
     /* -1 when absent (the family fills HF's default for the architecture) */
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim;
     int vocab_size, max_position_embeddings, sliding_window; /* sliding_window: 0 when null */
-    int use_sliding_window;                                  /* Qwen2's switch; -1 absent */
+    int use_sliding_window, max_window_layers;               /* Qwen2's switch and first sliding layer; -1 absent */
+    int sliding_layers;     /* layer_types entries "sliding_attention"; -1 without layer_types */
     int tie_word_embeddings, attention_bias, mlp_bias;      /* -1 absent, else 0/1 */
     double rms_norm_eps;                                     /* NAN when absent */
+    double query_pre_attn_scalar;                            /* Gemma 2's; NAN when absent or null */
     char hidden_act[32];                                     /* "" when absent */
-    int has_rope;                                            /* rope_theta given (rope.theta) */
+    int has_rope;                                            /* rope_theta given (rope.theta), at either place */
     tp_rope rope;                                            /* type TP_ROPE_DEFAULT unless scaled */
 } tp_hf_config;
 
 /* Reads config.json at path into *out (written only on success).
- * Errors, one line starting with the path and naming the field:
+ * Errors, one line starting with the path, naming the field and its value:
  *   TP_ERR_IO           missing or unreadable;
  *   TP_ERR_FORMAT       not JSON, not an object, a field of the wrong type or out of range (sizes positive
- *                       integers, eps a positive number, booleans true/false);
- *   TP_ERR_UNSUPPORTED  a quantization_config (pre-quantized checkpoints), a rope type other than default and
- *                       llama3 (linear, dynamic, yarn, longrope, ... named), partial_rotary_factor other than 1. */
+ *                       integers, eps a positive number, booleans true/false), layer_types not one entry per
+ *                       layer, a llama3 rotary embedding missing a parameter;
+ *   TP_ERR_UNSUPPORTED  what would change the model and tprof does not implement: a quantization_config
+ *                       (pre-quantized checkpoints), a rope type other than default and llama3 (linear, dynamic,
+ *                       yarn, longrope, ... named), rotary parameters per layer type, partial_rotary_factor other
+ *                       than 1 (at either place), layer_types other than full_attention and sliding_attention,
+ *                       attention or final logit soft-capping, bidirectional attention. */
 tp_status tp_hf_config_read(const char *path, tp_hf_config *out, tp_error *err);
 
 /* The checkpoint folder of weights_path (a folder itself, or the folder holding the file) into dir (n bytes).

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "core/check.h"
-#include "core/files.h"
 #include "core/rng.h"
 #include "core/util.h"
 #include "io/hf_config.h"
@@ -489,46 +488,106 @@ static tp_status from_json(const json_t *m, void *cfg, tp_error *err) {
 
 /* ---- the checkpoint's config.json ---------------------------------------------------------------------- */
 
-static int arch_of(const tp_hf_config *h) {
-    for (int a = 0; a < TP_DEC_ARCH_COUNT; a++)
-        if (strcmp(h->architecture, ARCH_NAMES[a]) == 0 || (!h->architecture[0] && strcmp(h->model_type, MODEL_TYPES[a]) == 0))
-            return a;
-    return -1;
-}
-
-/* The configuration config.json describes, over cfg (its prompt and gen kept); HF's defaults where a key is
- * absent: num_key_value_heads = heads, head_dim = hidden / heads, the architecture's activation and biases. */
-static tp_status apply_hf(const tp_hf_config *h, const char *path, tp_decoder_config *c, tp_error *err) {
-    const int arch = arch_of(h);
-    if (arch < 0)
+/* The architecture config.json names: transformers' AutoModelForCausalLM builds the class of model_type's config,
+ * architectures[0] names it too; either alone, or both when they agree. */
+static tp_status arch_of(const tp_hf_config *h, const char *path, int *arch, tp_error *err) {
+    int by_arch = -1, by_type = -1;
+    for (int a = 0; a < TP_DEC_ARCH_COUNT; a++) {
+        if (strcmp(h->architecture, ARCH_NAMES[a]) == 0) by_arch = a;
+        if (strcmp(h->model_type, MODEL_TYPES[a]) == 0) by_type = a;
+    }
+    if (h->architecture[0] && h->model_type[0] && by_arch >= 0 && by_type != by_arch)
+        return tp_fail(err, TP_ERR_FORMAT, "%s: model_type '%s' and architectures [\"%s\"] disagree (transformers "
+                       "builds the model model_type names; a %s checkpoint says '%s')", path, h->model_type,
+                       h->architecture, ARCH_NAMES[by_arch], MODEL_TYPES[by_arch]);
+    *arch = h->architecture[0] ? by_arch : by_type;
+    if (*arch < 0)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: architecture '%s' (model_type '%s'): the decoder family reads "
                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and GemmaForCausalLM", path,
                        h->architecture, h->model_type);
+    return TP_OK;
+}
+
+/* The attention shapes of config.json, each error naming its fields and values: HF's head_dim default
+ * (hidden_size / num_attention_heads, which then must divide), an even head dim (rotate_half pairs dimension i with
+ * i + head_dim / 2), whole query heads per KV head. */
+static tp_status hf_heads(const tp_hf_config *h, const char *path, tp_decoder_config *n, tp_error *err) {
+    n->heads = h->num_attention_heads;
+    n->kv_heads = h->num_key_value_heads > 0 ? h->num_key_value_heads : n->heads;
+    if (h->head_dim > 0) n->head_dim = h->head_dim;
+    else if (h->hidden_size % h->num_attention_heads)
+        return tp_fail(err, TP_ERR_FORMAT, "%s: num_attention_heads %d does not divide hidden_size %d (and no head_dim "
+                       "is given)", path, h->num_attention_heads, h->hidden_size);
+    else n->head_dim = h->hidden_size / h->num_attention_heads;
+    if (n->head_dim % 2) {
+        if (h->head_dim > 0)
+            return tp_fail(err, TP_ERR_FORMAT, "%s: head_dim %d is odd: the rotary embedding needs it even", path,
+                           h->head_dim);
+        return tp_fail(err, TP_ERR_FORMAT, "%s: hidden_size %d / num_attention_heads %d = head dim %d, odd: the rotary "
+                       "embedding needs it even", path, h->hidden_size, h->num_attention_heads, n->head_dim);
+    }
+    if (n->heads % n->kv_heads)
+        return tp_fail(err, TP_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                       path, n->heads, n->kv_heads);
+    /* Gemma 2 scales scores by query_pre_attn_scalar^-0.5; these architectures by head_dim^-0.5 */
+    if (isfinite(h->query_pre_attn_scalar) && h->query_pre_attn_scalar != n->head_dim)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: query_pre_attn_scalar %g: tprof scales attention scores by "
+                       "1/sqrt(head_dim %d)", path, h->query_pre_attn_scalar, n->head_dim);
+    return TP_OK;
+}
+
+/* The sliding window HF applies, and the context against it: Mistral slides every layer; Qwen2 only with
+ * use_sliding_window, the layers layer_types marks sliding_attention, or without layer_types those from
+ * max_window_layers on (Qwen2Config's default 28). tprof attends to the whole context: a context past the window
+ * would compute another model. */
+static tp_status hf_window(const tp_hf_config *h, const char *path, tp_decoder_config *n, tp_error *err) {
+    n->sliding_window = 0;
+    if (n->arch == TP_DEC_MISTRAL) n->sliding_window = h->sliding_window;
+    if (n->arch == TP_DEC_QWEN2 && h->use_sliding_window > 0) {
+        const int first = h->max_window_layers >= 0 ? h->max_window_layers : 28;
+        const int sliding = h->sliding_layers >= 0 ? h->sliding_layers : n->layers > first ? n->layers - first : 0;
+        if (sliding > 0) n->sliding_window = h->sliding_window;
+    }
+    const int ctx = n->prompt + n->gen;
+    if (n->sliding_window > 0 && ctx > n->sliding_window)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: sliding_window %d: the context %d (--prompt %d + --gen %d) "
+                       "exceeds it; tprof attends to the whole context, so past the window it would compute another "
+                       "model: keep --prompt + --gen <= %d", path, n->sliding_window, ctx, n->prompt, n->gen,
+                       n->sliding_window);
+    return TP_OK;
+}
+
+/* The configuration config.json describes, over cfg (its prompt and gen kept), named name; HF's defaults where a
+ * key is absent: num_key_value_heads = heads, head_dim = hidden / heads, the architecture's activation and biases. */
+static tp_status apply_hf(const tp_hf_config *h, const char *path, const char *name, tp_decoder_config *c,
+                          tp_error *err) {
+    int arch;
+    tp_status s = arch_of(h, path, &arch, err);
+    if (s) return s;
     const char *missing = h->hidden_size < 0 ? "hidden_size" : h->intermediate_size < 0 ? "intermediate_size"
                           : h->num_hidden_layers < 0 ? "num_hidden_layers" : h->num_attention_heads < 0
                           ? "num_attention_heads" : h->vocab_size < 0 ? "vocab_size" : NULL;
     if (missing) return tp_fail(err, TP_ERR_FORMAT, "%s: field '%s' is missing", path, missing);
     tp_decoder_config n = *c;
+    snprintf(n.name, sizeof n.name, "%.63s", name);
     n.arch = (tp_dec_arch)arch;
     arch_defaults(&n);
     n.hidden = h->hidden_size;
     n.inter = h->intermediate_size;
     n.layers = h->num_hidden_layers;
-    n.heads = h->num_attention_heads;
-    n.kv_heads = h->num_key_value_heads > 0 ? h->num_key_value_heads : n.heads;
-    n.head_dim = h->head_dim > 0 ? h->head_dim : n.hidden / n.heads;
+    s = hf_heads(h, path, &n, err);
+    if (!s) s = hf_window(h, path, &n, err);
+    if (s) return s;
     n.vocab = h->vocab_size;
     n.eps = isfinite(h->rms_norm_eps) ? (float)h->rms_norm_eps : 1e-6f; /* the configs' default */
     n.rope = h->rope;
-    if (!h->has_rope) n.rope.theta = 10000.0;
+    if (!h->has_rope) n.rope.theta = 10000.0; /* RotaryEmbeddingConfigMixin.default_theta */
     n.tie = h->tie_word_embeddings >= 0 ? h->tie_word_embeddings : arch == TP_DEC_GEMMA;
     n.max_pos = h->max_position_embeddings > 0 ? h->max_position_embeddings : 0;
     if (arch == TP_DEC_LLAMA || arch == TP_DEC_MISTRAL || arch == TP_DEC_GEMMA) {
         n.qkv_bias = n.o_bias = h->attention_bias > 0;
         n.mlp_bias = arch == TP_DEC_LLAMA && h->mlp_bias > 0;
     }
-    if (arch == TP_DEC_MISTRAL) n.sliding_window = h->sliding_window;
-    if (arch == TP_DEC_QWEN2 && h->use_sliding_window > 0) n.sliding_window = h->sliding_window;
     if (h->hidden_act[0]) {
         if (strcmp(h->hidden_act, "silu") == 0) n.act = TP_ACT_SILU;
         else if (strcmp(h->hidden_act, "gelu_pytorch_tanh") == 0 || (arch == TP_DEC_GEMMA && strcmp(h->hidden_act, "gelu") == 0))
@@ -537,8 +596,7 @@ static tp_status apply_hf(const tp_hf_config *h, const char *path, tp_decoder_co
             return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: hidden_act '%s': tprof implements silu and gelu_pytorch_tanh",
                            path, h->hidden_act);
     }
-    tp_status s = validate(&n, err);
-    if (s) return s;
+    if ((s = validate(&n, err))) return s;
     *c = n;
     return TP_OK;
 }
@@ -553,15 +611,12 @@ static tp_status checkpoint(void *cfg, const char *weights, char *note, size_t n
                  c->name);
         return TP_OK;
     }
-    tp_status cs = tp_input_check(path, "the checkpoint's config", TP_WANT_FILE, NULL, err);
-    if (cs) return cs;
-    tp_hf_config h;
-    tp_status s = tp_hf_config_read(path, &h, err);
-    if (!s) s = apply_hf(&h, path, c, err);
-    if (s) return s;
     const char *base = strrchr(dir, '/');
     base = base && base[1] ? base + 1 : dir;
-    snprintf(c->name, sizeof c->name, "%.63s", base);
+    tp_hf_config h;
+    tp_status s = tp_hf_config_read(path, &h, err);
+    if (!s) s = apply_hf(&h, path, base, c, err);
+    if (s) return s;
     snprintf(note, n, "configuration from %s (%s)", path, ARCH_NAMES[c->arch]);
     return TP_OK;
 }
@@ -659,6 +714,15 @@ static void fix(const void *cfg, const tp_model_shapes *m, tp_fix_kind kind, int
     }
 }
 
+/* Positions past max_position_embeddings run (RoPE has no table to overflow) but outside the model's training */
+static void limits(const void *cfg, char *buf, size_t n) {
+    const tp_decoder_config *c = cfg;
+    const long ctx = (long)c->prompt + c->gen;
+    if (c->max_pos > 0 && ctx > c->max_pos)
+        snprintf(buf, n, "%s: the context %ld (--prompt %d + --gen %d) exceeds max_position_embeddings %d: positions "
+                 "past it are outside what the model was trained for", c->name, ctx, c->prompt, c->gen, c->max_pos);
+}
+
 const tp_family tp_decoder_family = {
     .name = "decoder",
     .title = "Llama-style decoder (HF LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GemmaForCausalLM)",
@@ -685,4 +749,5 @@ const tp_family tp_decoder_family = {
     .make_input = make_input,
     .shapes = shapes,
     .fix = fix,
+    .limits = limits,
 };

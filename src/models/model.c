@@ -158,6 +158,16 @@ tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note,
     return m->family->checkpoint(m->cfg.bytes, weights_path, note, n, err);
 }
 
+tp_status tp_model_limits(const tp_model *m, int strict, char *warn, size_t n, tp_error *err) {
+    char line[400] = "";
+    if (n) warn[0] = 0;
+    if (m->family->limits) m->family->limits(m->cfg.bytes, line, sizeof line);
+    if (!line[0]) return TP_OK;
+    if (strict) return tp_fail(err, TP_ERR_ARG, "%s (--strict)", line);
+    snprintf(warn, n, "warning: %s (--strict refuses this)", line);
+    return TP_OK;
+}
+
 tp_status tp_model_params_shapes(const tp_model *m, tp_params *out, tp_error *err) {
     memset(out, 0, sizeof *out);
     tp_status st = tp_model_validate(m, err);

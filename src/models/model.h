@@ -175,6 +175,9 @@ typedef struct tp_family {
     tp_status (*shapes)(const void *cfg, tp_model_shapes *s, tp_error *err);
     void (*fix)(const void *cfg, const tp_model_shapes *s, tp_fix_kind kind, int block, int mult, char *buf,
                 size_t n);
+    /* optional (NULL: no limit): one line in buf when the run's shape goes past what the model was made for (it
+     * runs, outside its training: a decoder's --prompt + --gen beyond max_position_embeddings), else "" */
+    void (*limits)(const void *cfg, char *buf, size_t n);
 } tp_family;
 
 typedef struct {
@@ -220,6 +223,10 @@ tp_status tp_model_from_file(const char *path, tp_model *m, tp_error *err);
  * unknown. Errors: the reader's (TP_ERR_IO, TP_ERR_FORMAT, TP_ERR_UNSUPPORTED, naming the file and field), and
  * TP_ERR_SHAPE where the file contradicts the model (num_classes, global_pool, input_size), naming both values. */
 tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note, size_t n, tp_error *err);
+
+/* The run's shape against the model's own limits (tp_family.limits): TP_OK with warn "" within them; beyond them
+ * TP_OK with warn (n bytes) a line starting "warning:", or with strict (--strict) TP_ERR_ARG saying the same. */
+tp_status tp_model_limits(const tp_model *m, int strict, char *warn, size_t n, tp_error *err);
 
 /* Parameters: names and shapes only (data NULL: enough to build a graph and count FLOP); synthesized from seed;
  * or loaded from a safetensors file, an HF sharded checkpoint (model.safetensors.index.json) or a checkpoint

@@ -391,6 +391,7 @@ tp_status ow_import_decoder(ow_ix *x, const tp_onnx_value *in, const tp_onnx_val
     c->eps = dm.eps, c->rope = rope, c->act = (tp_act)dm.act, c->tie = tied(&dm);
     c->qkv_bias = qkv_bias, c->o_bias = l0->o.b != NULL, c->mlp_bias = l0->gate.b != NULL;
     c->sliding_window = 0;
+    c->max_pos = 0; /* the graph does not say max_position_embeddings (llama-tiny's 2048 is not its): no limit */
     if ((st = tp_model_validate(m, x->err)) || (st = set_params(x, &dm, m, params, info))) goto done;
     if (info) {
         snprintf(info->family, sizeof info->family, "decoder");

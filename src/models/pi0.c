@@ -29,31 +29,47 @@ static const tp_pi0_config PRESETS[] = {
 
 static int n_img(const tp_pi0_config *c) { return c->cams * (c->img / c->patch) * (c->img / c->patch); }
 
+/* The configuration's sizes, by their keys in JSON (to_json, from_json) and in messages */
+#define FIELDS(X)                                                                                                    \
+    X(cams) X(img) X(patch) X(v_width) X(v_depth) X(v_heads) X(v_mlp) X(width) X(depth) X(heads) X(kv_heads)      \
+        X(head_dim) X(mlp) X(vocab) X(lang) X(e_width) X(e_mlp) X(horizon) X(action_dim) X(state_dim) X(steps)
+#define NAME(f) #f,
+static const char *const FIELD_NAMES[] = {FIELDS(NAME)};
+#undef NAME
+
 static tp_status validate(const void *cfg, tp_error *err) {
     const tp_pi0_config *c = cfg;
-    const int v[] = {c->cams, c->img, c->patch, c->v_width, c->v_depth, c->v_heads, c->v_mlp, c->width, c->depth,
-                     c->heads, c->kv_heads, c->head_dim, c->mlp, c->vocab, c->lang, c->e_width, c->e_mlp,
-                     c->horizon, c->action_dim, c->state_dim, c->steps};
+#define VAL(f) c->f,
+    const int v[] = {FIELDS(VAL)};
+#undef VAL
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
-        if (v[i] <= 0) return tp_fail(err, TP_ERR_ARG, "%s: every size must be positive (field %zu is %d)", c->name, i, v[i]);
+        if (v[i] <= 0) return tp_fail(err, TP_ERR_ARG, "%s: every size must be positive ('%s' is %d)", c->name,
+                                      FIELD_NAMES[i], v[i]);
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) /* with the caps below, every size product fits int64 */
-        if (v[i] > (1 << 20) && i != 13) /* 13: the vocabulary, up to 2^24 (below) */
-            return tp_fail(err, TP_ERR_ARG, "%s: field %zu is %d, above 2^20", c->name, i, v[i]);
-    if (c->img % c->patch) return tp_fail(err, TP_ERR_ARG, "%s: image %d not a multiple of the patch %d", c->name, c->img, c->patch);
+        if (v[i] > (1 << 20) && strcmp(FIELD_NAMES[i], "vocab") != 0) /* the vocabulary: up to 2^24 (below) */
+            return tp_fail(err, TP_ERR_ARG, "%s: '%s' is %d, above 2^20", c->name, FIELD_NAMES[i], v[i]);
+    if (c->img % c->patch)
+        return tp_fail(err, TP_ERR_ARG, "%s: 'img' %d is not a multiple of 'patch' %d", c->name, c->img, c->patch);
     if ((int64_t)c->heads * c->head_dim > (1 << 20) || (int64_t)c->steps * c->depth > (1 << 14) || c->steps > 1024)
-        return tp_fail(err, TP_ERR_ARG, "%s: %d heads of %d, %d steps over %d layers: beyond what tprof unrolls "
-                       "(heads x head dim <= 2^20, steps <= 1024, steps x layers <= 2^14)", c->name, c->heads,
-                       c->head_dim, c->steps, c->depth);
+        return tp_fail(err, TP_ERR_ARG, "%s: 'heads' %d of 'head_dim' %d, 'steps' %d over 'depth' %d: beyond what "
+                       "tprof unrolls (heads x head_dim <= 2^20, steps <= 1024, steps x depth <= 2^14)", c->name,
+                       c->heads, c->head_dim, c->steps, c->depth);
     if (c->cams > 64 || (int64_t)(c->img / c->patch) * (c->img / c->patch) * c->cams + c->lang > (1 << 20))
-        return tp_fail(err, TP_ERR_ARG, "%s: %d cameras of %d px / %d and %d language tokens: the prefix exceeds 2^20 "
-                       "tokens or 64 cameras", c->name, c->cams, c->img, c->patch, c->lang);
+        return tp_fail(err, TP_ERR_ARG, "%s: 'cams' %d of 'img' %d / 'patch' %d and 'lang' %d tokens: the prefix "
+                       "exceeds 2^20 tokens or 64 cameras", c->name, c->cams, c->img, c->patch, c->lang);
     if (c->v_width % c->v_heads)
-        return tp_fail(err, TP_ERR_ARG, "%s: vision width %d not a multiple of its %d heads", c->name, c->v_width, c->v_heads);
+        return tp_fail(err, TP_ERR_ARG, "%s: 'v_width' %d is not a multiple of 'v_heads' %d", c->name, c->v_width,
+                       c->v_heads);
     if (c->heads % c->kv_heads)
-        return tp_fail(err, TP_ERR_ARG, "%s: %d heads not a multiple of %d KV heads", c->name, c->heads, c->kv_heads);
-    if (c->head_dim % 2) return tp_fail(err, TP_ERR_ARG, "%s: head dim %d: RoPE needs it even", c->name, c->head_dim);
-    if (c->e_width % 2) return tp_fail(err, TP_ERR_ARG, "%s: expert width %d: the time embedding needs it even", c->name, c->e_width);
-    if (c->vocab > (1 << 24)) return tp_fail(err, TP_ERR_ARG, "%s: vocabulary %d above 2^24", c->name, c->vocab);
+        return tp_fail(err, TP_ERR_ARG, "%s: 'heads' %d is not a multiple of 'kv_heads' %d", c->name, c->heads,
+                       c->kv_heads);
+    if (c->head_dim % 2)
+        return tp_fail(err, TP_ERR_ARG, "%s: 'head_dim' %d is odd: the rotary embedding needs it even", c->name,
+                       c->head_dim);
+    if (c->e_width % 2)
+        return tp_fail(err, TP_ERR_ARG, "%s: 'e_width' %d is odd: the time embedding needs it even", c->name,
+                       c->e_width);
+    if (c->vocab > (1 << 24)) return tp_fail(err, TP_ERR_ARG, "%s: 'vocab' %d is above 2^24", c->name, c->vocab);
     return TP_OK;
 }
 
@@ -543,9 +559,6 @@ static void describe(const void *cfg, char *buf, size_t n) {
              c->action_dim);
 }
 
-#define FIELDS(X)                                                                                                    \
-    X(cams) X(img) X(patch) X(v_width) X(v_depth) X(v_heads) X(v_mlp) X(width) X(depth) X(heads) X(kv_heads)      \
-        X(head_dim) X(mlp) X(vocab) X(lang) X(e_width) X(e_mlp) X(horizon) X(action_dim) X(state_dim) X(steps)
 
 static json_t *to_json(const void *cfg) {
     const tp_pi0_config *c = cfg;
@@ -557,10 +570,9 @@ static json_t *to_json(const void *cfg) {
 }
 
 static tp_status from_json(const json_t *j, void *cfg, tp_error *err) {
-    static const char *const keys[] = {"name",    "cams",  "img",     "patch",   "v_width", "v_depth",  "v_heads",
-                                       "v_mlp",   "width", "depth",   "heads",   "kv_heads", "head_dim", "mlp",
-                                       "vocab",   "lang",  "e_width", "e_mlp",   "horizon",  "action_dim",
-                                       "state_dim", "steps", NULL};
+#define NAME(f) #f,
+    static const char *const keys[] = {"name", FIELDS(NAME) NULL};
+#undef NAME
     tp_pi0_config *c = cfg;
     memset(c, 0, sizeof *c);
     const json_t *v;
