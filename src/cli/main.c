@@ -49,7 +49,8 @@ static const char USAGE_BENCH[] =
             "  --duration S          and at least S seconds of timed runs (default 3 on GPU, 0 on CPU)\n"
             "  --device gpu|cpu      where to run (default: the GPU if there is one)\n"
             "  --weights FILE        checkpoint as .safetensors, the reference's tensor names (default: synthesized);\n"
-            "                        its config.json beside it (timm's HF hub layout) sets the preprocessing\n"
+            "                        its config.json beside it (timm's HF hub layout) sets the preprocessing;\n"
+            "                        without --model, transformers' config.json there names the model\n"
             "  --onnx FILE           the model and its weights from an ONNX file (a timm ViT export, FP32 or Q/DQ;\n"
             "                        a Llama-style decoder from transformers: docs/onnx.md), instead of --model and\n"
             "                        --weights; checked against the file's own graph on the CPU at batch 1 first\n"
@@ -132,9 +133,11 @@ static const char USAGE_PROFILE[] =
             "  --out DIR             where <precision>.trace.json, .chrome.json, .profile.json go (profile: tprof-profile;\n"
             "                        compare: tprof-report, with report.md, report.html, report.json)\n";
 static const char USAGE_LINT[] =
-    "lint options: --model NAME|PATH|ID (as bench's: a preset, checkpoint, ONNX, engine or description) and the model knobs, --json FILE, --precision LIST (default mxfp8,nvfp4;\n"
+    "lint options: --model NAME|PATH|ID (as bench takes it: a preset, a checkpoint, a hub id, an ONNX or engine\n"
+            "  file, a description) and the model knobs, --json FILE, --precision LIST (default mxfp8,nvfp4;\n"
             "  any of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4); exit 0: every format usable as asked,\n"
-            "  1: one is not, 2: a bad option or model, 3: the JSON file cannot be written\n";
+            "  1: one is not, 2: a bad option or model (one not found, or of a family lint does not read), 3: the\n"
+            "  JSON file cannot be written\n";
 
 /* USAGE_BENCH with its --precision line listing every precision of the format table (dtype.h), in its order */
 static void usage_bench(FILE *f) {

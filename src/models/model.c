@@ -95,10 +95,22 @@ tp_status tp_model_validate(const tp_model *m, tp_error *err) {
 int tp_model_knob(tp_model *m, const char *name, const char *val, tp_error *err) {
     const int was = strstr(m->family->model_name(m->cfg.bytes), "+custom") != NULL;
     const int r = m->family->knob(m->cfg.bytes, name, val, err);
-    /* the label marked as the family marks its name: when this knob changed the shape */
-    if (r == 1 && m->label[0] && !was && !strstr(m->label, "+custom") &&
-        strstr(m->family->model_name(m->cfg.bytes), "+custom"))
-        tp_append(m->label, sizeof m->label, "+custom");
+    if (r != 1 || !m->label[0] || strstr(m->label, "+custom")) return r;
+    /* the label marked as the family marks its name, when this knob changes the shape; where the family's name is
+     * marked already (a checkpoint's shape set through knobs), the knob is tried on a preset to see */
+    int shape = !was && strstr(m->family->model_name(m->cfg.bytes), "+custom");
+    if (was) {
+        tp_model *probe = malloc(sizeof *probe);
+        tp_error pe = {0};
+        if (probe) {
+            model_init(probe, m->family);
+            m->family->preset_config(0, probe->cfg.bytes);
+        }
+        shape = !probe || m->family->knob(probe->cfg.bytes, name, val, &pe) != 1 ||
+                strstr(m->family->model_name(probe->cfg.bytes), "+custom");
+        free(probe);
+    }
+    if (shape) tp_append(m->label, sizeof m->label, "+custom");
     return r;
 }
 
