@@ -11,6 +11,7 @@
 #include "core/stats.h"
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cpu/cpu_ops.h"
+#include "io/hf_hub.h"
 #include "io/safetensors.h"
 #include "models/vit.h"
 #include "planner/plan.h"
@@ -1119,6 +1120,87 @@ START_TEST(test_checkpoint_config) {
 }
 END_TEST
 
+/* The model a checkpoint describes, no preset named (issue 40): transformers' config.json gives a decoder named by
+ * its folder; timm's the ViT of its architecture and model_args, the same configuration as the golden test's knobs;
+ * what tprof does not build is refused by name. */
+START_TEST(test_model_from_checkpoint) {
+    tp_model m, k;
+    tp_error e = {0};
+    char note[700];
+    ck_assert_int_eq(tp_model_checkpoint_kind("tests/fixtures/hf_qwen2_tiny"), TP_CKPT_HF);
+    ck_assert_int_eq(tp_model_checkpoint_kind("tests/fixtures/timm_crop100/model.safetensors"), TP_CKPT_TIMM);
+    ck_assert_int_eq(tp_model_checkpoint_kind("tests/fixtures/timm_vit_avg.safetensors"), TP_CKPT_NONE);
+    ck_assert_msg(tp_model_from_checkpoint("tests/fixtures/hf_qwen2_tiny", &m, note, sizeof note, &e) == TP_OK, "%s",
+                  e.msg);
+    ck_assert_str_eq(m.family->name, "decoder");
+    ck_assert_str_eq(tp_model_name(&m), "hf_qwen2_tiny");
+    ck_assert_ptr_nonnull(strstr(note, "Qwen2ForCausalLM"));
+
+    ck_assert_msg(tp_model_from_checkpoint("tests/fixtures/timm_crop100/model.safetensors", &m, note, sizeof note, &e) ==
+                  TP_OK, "%s", e.msg);
+    ck_assert_str_eq(tp_model_name(&m), "vit_tprof_golden_patch8_32");
+    static const char *const K[] = {"--img-size", "32", "--patch-size", "8", "--embed-dim", "64", "--depth", "2",
+                                    "--heads", "2", "--mlp-ratio", "3", "--no-class-token", NULL, "--global-pool",
+                                    "avg", "--num-classes", "6", NULL};
+    ck_assert_int_eq(tp_model_preset("vit-tiny", &k, &e), TP_OK);
+    for (int i = 0; K[i]; i += 2) ck_assert_int_eq(tp_model_knob(&k, K[i], K[i + 1], &e), 1);
+    ck_assert_int_eq(tp_model_checkpoint(&k, "tests/fixtures/timm_crop100/model.safetensors", note, sizeof note, &e),
+                     TP_OK);
+    json_t *a = tp_model_to_json(&m), *b = tp_model_to_json(&k);
+    ck_assert_str_eq(json_string_value(json_object_get(a, "name")), "vit_tprof_golden_patch8_32");
+    json_object_del(a, "name");
+    json_object_del(b, "name");
+    ck_assert_msg(json_equal(a, b), "the checkpoint's model differs from the golden test's knobs");
+    json_decref(a);
+    json_decref(b);
+    /* a knob that changes the shape marks the checkpoint's name as the family marks a preset's */
+    ck_assert_int_eq(tp_model_knob(&m, "--depth", "1", &e), 1);
+    ck_assert_str_eq(tp_model_name(&m), "vit_tprof_golden_patch8_32+custom");
+    ck_assert_int_eq(tp_model_from_checkpoint("tests/fixtures/timm_crop100", &m, note, sizeof note, &e), TP_OK);
+    ck_assert_int_eq(tp_model_knob(&m, "--mean", "0.1,0.2,0.3", &e), 1); /* the preprocessing: not the shape */
+    ck_assert_str_eq(tp_model_name(&m), "vit_tprof_golden_patch8_32");
+
+    const char *w = tpath("model.safetensors");
+    write_text(tpath("config.json"), "{\"architecture\": \"vit_tiny_patch16_224\", \"model_args\": {\"drop_rate\": 0.1}}");
+    ck_assert_int_eq(tp_model_from_checkpoint(w, &m, note, sizeof note, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "model_args.drop_rate"), "%s", e.msg);
+    write_text(tpath("config.json"), "{\"architecture\": \"resnet50\"}");
+    ck_assert_int_eq(tp_model_from_checkpoint(w, &m, note, sizeof note, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "'resnet50' is not one of tprof's ViT presets"), "%s", e.msg);
+    write_text(tpath("config.json"), "{\"architecture\": \"vit_tiny_patch16_224\", \"num_classes\": 10}");
+    ck_assert_msg(tp_model_from_checkpoint(w, &m, note, sizeof note, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_vit_cfg(&m)->num_classes, 10);
+    ck_assert_str_eq(tp_model_name(&m), "vit_tiny_patch16_224");
+    write_text(tpath("config.json"), "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\"}");
+    ck_assert_int_eq(tp_model_from_checkpoint(w, &m, note, sizeof note, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "GPT2LMHeadModel"), "%s", e.msg);
+    write_text(tpath("config.json"), "{\"hidden\": 3}");
+    ck_assert_int_eq(tp_model_from_checkpoint(w, &m, note, sizeof note, &e), TP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(tp_model_checkpoint_kind(w), TP_CKPT_OTHER);
+    ck_assert_int_eq(tp_model_from_checkpoint("tests/fixtures/timm_vit_avg.safetensors", &m, note, sizeof note, &e),
+                     TP_ERR_IO);
+    ck_assert_msg(strstr(e.msg, "no config.json beside it"), "%s", e.msg);
+}
+END_TEST
+
+/* Hub ids by the hub's rules, and a snapshot path back to its id */
+START_TEST(test_hf_hub_ids) {
+    ck_assert(tp_hf_hub_is_id("meta-llama/Llama-3.2-1B") && tp_hf_hub_is_id("gpt2") && tp_hf_hub_is_id("a_b/c.d"));
+    static const char *const BAD[] = {"", "a/b/c", "/abs", "a/", "-a/b", "a/.b", "a--b/c", "a/b..c", "a b/c", "./x"};
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) ck_assert_msg(!tp_hf_hub_is_id(BAD[i]), "%s", BAD[i]);
+    char id[128];
+    ck_assert(tp_hf_hub_id_of("/c/hub/models--Qwen--Qwen2.5-0.5B/snapshots/abc", id, sizeof id));
+    ck_assert_str_eq(id, "Qwen/Qwen2.5-0.5B");
+    ck_assert(tp_hf_hub_id_of("hub/models--gpt2/snapshots/abc/model.safetensors", id, sizeof id));
+    ck_assert_str_eq(id, "gpt2");
+    ck_assert(!tp_hf_hub_id_of("/c/hub/models--a--b/snapshots", id, sizeof id));
+    ck_assert(!tp_hf_hub_id_of("/c/snapshots/abc", id, sizeof id));
+    ck_assert(!tp_hf_hub_id_of("tests/fixtures/hf_qwen2_tiny", id, sizeof id));
+    tp_error e = {0};
+    ck_assert_int_eq(tp_hf_hub_resolve("a/b/c", id, sizeof id, &e), TP_ERR_ARG);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *t = tcase_create("vit");
@@ -1150,6 +1232,8 @@ int main(void) {
     tcase_add_checked_fixture(f, setup, teardown);
     tcase_add_test(f, test_family_interface);
     tcase_add_test(f, test_checkpoint_config);
+    tcase_add_test(f, test_model_from_checkpoint);
+    tcase_add_test(f, test_hf_hub_ids);
     suite_add_tcase(s, f);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

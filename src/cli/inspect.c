@@ -47,7 +47,12 @@ static int by_count(const void *a, const void *b) {
 }
 
 int tp_cli_inspect(int argc, char **argv, int (*exit_code)(tp_status)) {
-    if (argc != 1 || argv[0][0] == '-') {
+    for (int i = 0; i < argc; i++) /* no options: "-x" is a mistyped one, not a file (./-x names that file) */
+        if (argv[i][0] == '-') {
+            fprintf(stderr, "tprof: inspect: unknown option '%s' (tprof inspect FILE.onnx)\n", argv[i]);
+            return 2;
+        }
+    if (argc != 1) {
         fprintf(stderr, "tprof: inspect: expected one ONNX file (tprof inspect FILE.onnx)%s%s%s\n",
                 argc > 1 ? "; got '" : "", argc > 1 ? argv[1] : "", argc > 1 ? "' as well" : "");
         return 2;

@@ -10,6 +10,7 @@
 #include "bench/bench.h"
 #include "bench/onnx_check.h"
 #include "cli/inspect.h"
+#include "cli/model_arg.h"
 #include "cli/sweep_gpus.h"
 #include "core/files.h"
 #include "core/util.h"
@@ -26,11 +27,18 @@
 #endif
 
 static void usage_knobs(FILE *f);
+static char *opt_split(char *a, char name[64]);
+static char *opt_value(const char *name, char *val, int argc, char **argv, int *i);
 
 /* The option blocks, shared by the global help and each command's (tprof CMD --help). */
 static const char USAGE_BENCH[] =
     "bench options (trtexec's spirit):\n"
-            "  --model NAME          timm name or alias (vit-b16 = vit_base_patch16_224); `tprof models` lists them\n"
+            "  --model NAME|PATH|ID  a preset: timm name or alias (vit-b16 = vit_base_patch16_224), `tprof models`;\n"
+            "                        or the model as you have it: a checkpoint folder or .safetensors (its HF or\n"
+            "                        timm config.json tells the model), an .onnx file, an engine file, a model\n"
+            "                        description (JSON, any name), or a Hugging Face id (ORG/NAME) in the local hub\n"
+            "                        cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub; never downloaded).\n"
+            "                        A preset wins over a same-named path: write ./NAME for the path\n"
             "  --batch N[,N...]      samples per forward pass: images, or sequences for decoders (default 64 on GPU,\n"
             "                        1 on CPU); a list runs a sweep\n"
             "                        (tprof bench): one run per size, then images/s, TFLOP/s and MFU per size\n"
@@ -42,7 +50,8 @@ static const char USAGE_BENCH[] =
             "  --duration S          and at least S seconds of timed runs (default 3 on GPU, 0 on CPU)\n"
             "  --device gpu|cpu      where to run (default: the GPU if there is one)\n"
             "  --weights FILE        checkpoint as .safetensors, the reference's tensor names (default: synthesized);\n"
-            "                        its config.json beside it (timm's HF hub layout) sets the preprocessing\n"
+            "                        its config.json beside it (timm's HF hub layout) sets the preprocessing;\n"
+            "                        without --model, transformers' config.json there names the model\n"
             "  --onnx FILE           the model and its weights from an ONNX file (a timm ViT export, FP32 or Q/DQ;\n"
             "                        a Llama-style decoder from transformers: docs/onnx.md), instead of --model and\n"
             "                        --weights; checked against the file's own graph on the CPU at batch 1 first\n"
@@ -126,9 +135,11 @@ static const char USAGE_PROFILE[] =
             "  --out DIR             where <precision>.trace.json, .chrome.json, .profile.json go (profile: tprof-profile;\n"
             "                        compare: tprof-report, with report.md, report.html, report.json)\n";
 static const char USAGE_LINT[] =
-    "lint options: --model NAME and the model knobs, --json FILE, --precision LIST (default mxfp8,nvfp4;\n"
+    "lint options: --model NAME|PATH|ID (as bench takes it: a preset, a checkpoint, a hub id, an ONNX or engine\n"
+            "  file, a description) and the model knobs, --json FILE, --precision LIST (default mxfp8,nvfp4;\n"
             "  any of fp32,fp16,bf16,fp8,fp8-block,mxfp8,nvfp4,mxfp4); exit 0: every format usable as asked,\n"
-            "  1: one is not, 2: a bad option or model, 3: the JSON file cannot be written\n";
+            "  1: one is not, 2: a bad option or model (one not found, or of a family lint does not read), 3: the\n"
+            "  JSON file cannot be written\n";
 
 /* USAGE_BENCH with its --precision line listing every precision of the format table (dtype.h), in its order */
 static void usage_bench(FILE *f) {
@@ -266,14 +277,18 @@ static int cmd_caps(int argc, char **argv) {
     int sm = 0;
     char gpu[300] = "";
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
+        char name[64];
+        char *val = opt_split(argv[i], name);
+        if (strcmp(name, "--arch") == 0) {
             tp_error e;
-            if (tp_caps_parse_arch(argv[++i], &sm, &e)) {
+            if (!(val = opt_value(name, val, argc, argv, &i))) return 2;
+            if (tp_caps_parse_arch(val, &sm, &e)) {
                 fprintf(stderr, "tprof: --arch: %s\n", e.msg);
                 return 2;
             }
         } else {
-            fprintf(stderr, "tprof: caps: unknown option '%s' (tprof caps [--arch sm_XX])\n", argv[i]);
+            fprintf(stderr, "tprof: caps: %s '%s' (tprof caps [--arch sm_XX])\n",
+                    argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
             return 2;
         }
     }
@@ -296,7 +311,12 @@ static int cmd_caps(int argc, char **argv) {
     return 0;
 }
 
-static int cmd_models(void) {
+static int cmd_models(int argc, char **argv) {
+    if (argc > 0) { /* a typo must not pass for the listing it did not change */
+        fprintf(stderr, "tprof: models: %s '%s': the command takes none (tprof models)\n",
+                argv[0][0] == '-' ? "unknown option" : "unexpected argument", argv[0]);
+        return 2;
+    }
     printf("%-8s %-24s %-14s %8s  %s\n", "family", "name", "alias", "GFLOP", "shape");
     for (const tp_family *const *fam = tp_families(); *fam; fam++)
         for (int i = 0; i < (*fam)->preset_count(); i++) {
@@ -468,6 +488,9 @@ typedef struct {
     long rows_fd;           /* --rows-fd=N (internal, sweep_gpus.c): a sweep's rows to this fd; -1 none */
     double warm, dur;
     knobs k;
+    tp_model_arg marg;  /* what --model named (cli/model_arg.h) */
+    tp_model ckpt;      /* the model a checkpoint's config.json describes (have_ckpt) */
+    int have_ckpt;
 } bench_args;
 
 /* --batch N or a comma list (a sweep); 0, or -1 after printing the error */
@@ -917,7 +940,9 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
     } else if (o->onnx) {
         int rc = onnx_model(a);
         if (rc) return rc;
-    } else if (strlen(a->model) > 5 && !strcmp(a->model + strlen(a->model) - 5, ".json")) {
+    } else if (a->have_ckpt) {
+        o->model = a->ckpt;
+    } else if (a->marg.kind == TP_MARG_DESCRIPTION) {
         if (tp_model_from_file(a->model, &o->model, &err)) { /* a model described by a file: its errors are input's */
             fprintf(stderr, "tprof: --model: %s\n", err.msg);
             return 3;
@@ -1036,6 +1061,49 @@ static int inputs_ok(const bench_args *a) {
     return 0;
 }
 
+/* --model as users have it (cli/model_arg.h): an engine or ONNX file goes where --engine or --onnx would put it, a
+ * checkpoint becomes the weights and its config.json the model; and --weights alone whose config.json is
+ * transformers' names the model too (not the default ViT). 0, or the exit code after printing the error. */
+static int resolve_model(bench_args *a) {
+    tp_bench_options *o = &a->o;
+    tp_error err = {0};
+    char note[512];
+    tp_status st;
+    if (!a->model) {
+        if (!o->weights || o->onnx || a->engine || tp_model_checkpoint_kind(o->weights) != TP_CKPT_HF) return 0;
+        if ((st = tp_model_from_checkpoint(o->weights, &a->ckpt, note, sizeof note, &err))) {
+            fprintf(stderr, "tprof: --weights: %s\n", err.msg);
+            return exit_code(st);
+        }
+        a->have_ckpt = 1;
+        a->model = o->weights; /* named: not the default model */
+        return 0;
+    }
+    if ((st = tp_cli_model_arg(a->model, &a->marg, &err))) {
+        fprintf(stderr, "tprof: --model: %s\n", err.msg);
+        return exit_code(st);
+    }
+    const tp_model_arg *m = &a->marg;
+    const char *clash = m->kind == TP_MARG_ENGINE && a->engine ? "--engine" : m->kind == TP_MARG_ONNX && o->onnx
+                        ? "--onnx" : m->kind == TP_MARG_CHECKPOINT && o->weights ? "--weights" : NULL;
+    if (clash) {
+        fprintf(stderr, "tprof: --model %s is %s and carries what %s gives: drop one of them%s\n", a->model,
+                tp_cli_model_arg_kind(m->kind), clash, m->kind == TP_MARG_CHECKPOINT ? " (or name a preset: "
+                "--model PRESET --weights PATH)" : "");
+        return 2;
+    }
+    if (m->kind == TP_MARG_ENGINE) a->engine = m->path, a->model = NULL;
+    if (m->kind == TP_MARG_ONNX) o->onnx = m->path, a->model = NULL;
+    if (m->kind != TP_MARG_CHECKPOINT) return 0;
+    if ((st = tp_model_from_checkpoint(m->path, &a->ckpt, note, sizeof note, &err))) {
+        fprintf(stderr, "tprof: --model: %s\n", err.msg);
+        return exit_code(st);
+    }
+    a->have_ckpt = 1;
+    o->weights = m->path;
+    return 0;
+}
+
 static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, int compare, int build) {
     bench_args a;
     memset(&a, 0, sizeof a);
@@ -1054,7 +1122,11 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
         fprintf(stderr, "tprof: build: name the engine file with -o FILE.tpe\n");
         return 2;
     }
-    if ((a.engine && (rc = engine_clash(&a))) || (rc = inputs_ok(&a))) return rc;
+    /* options that clash with --engine first (the clearer message), then each input's type, then what --model
+     * names, which may itself be an engine file */
+    if ((a.engine && !a.model && (rc = engine_clash(&a))) || (rc = inputs_ok(&a)) || (rc = resolve_model(&a)) ||
+        (a.engine && (rc = engine_clash(&a))))
+        return rc;
     tp_engine_file ef;
     memset(&ef, 0, sizeof ef);
     if (a.engine && (rc = read_engine(&a, &ef))) return rc;
@@ -1116,13 +1188,18 @@ static int cmd_lint(int argc, char **argv) {
         } else if ((knob = parse_knob(name, val, argc, argv, &i, &k)) < 0) {
             return 2;
         } else if (!knob) {
-            fprintf(stderr, "tprof: lint: unknown option '%s' (tprof --help lists them)\n", argv[i]);
+            fprintf(stderr, "tprof: lint: %s '%s' (tprof lint --help lists them)\n",
+                    argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
             return 2;
         }
     }
     tp_model m;
     tp_error err = {0};
-    if (tp_model_preset(model, &m, &err)) {
+    tp_model_arg *ma = malloc(sizeof *ma);
+    tp_status st = ma ? tp_cli_model_arg(model, ma, &err) : tp_fail(&err, TP_ERR_OOM, "out of host memory");
+    if (!st) st = tp_cli_model_load(ma, &m, &err);
+    free(ma);
+    if (st) { /* lint's own classes: a model it cannot read or lint is a bad model (2) */
         fprintf(stderr, "tprof: --model: %s\n", err.msg);
         return 2;
     }
@@ -1178,7 +1255,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "profile") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 0, 0);
     if (strcmp(argv[1], "compare") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 1, 1, 0);
     if (strcmp(argv[1], "build") == 0) return cmd_bench(argc - 2, argv + 2, cmdline, 0, 0, 1);
-    if (strcmp(argv[1], "models") == 0) return cmd_models();
+    if (strcmp(argv[1], "models") == 0) return cmd_models(argc - 2, argv + 2);
     if (strcmp(argv[1], "caps") == 0) return cmd_caps(argc - 2, argv + 2);
     if (strcmp(argv[1], "lint") == 0) return cmd_lint(argc - 2, argv + 2);
     if (strcmp(argv[1], "inspect") == 0) return tp_cli_inspect(argc - 2, argv + 2, exit_code);

@@ -6,10 +6,13 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/check.h"
 #include "core/util.h"
 #include "io/hf_config.h"
+#include "io/hf_hub.h"
+#include "io/timm_config.h"
 #include "io/safetensors.h"
 #include "models/decoder.h"
 #include "models/pi0.h"
@@ -73,7 +76,16 @@ tp_status tp_model_preset(const char *name, tp_model *m, tp_error *err) {
     return tp_fail(err, TP_ERR_ARG, "unknown model '%s'; known: %s", name, list);
 }
 
-const char *tp_model_name(const tp_model *m) { return m->family->model_name(m->cfg.bytes); }
+const char *tp_model_name(const tp_model *m) {
+    return m->label[0] ? m->label : m->family->model_name(m->cfg.bytes);
+}
+
+/* The checkpoint's name for m (model.h, tp_model.label), "+custom" kept where the family marks a changed shape;
+ * at most TP_MODEL_LABEL_LEN - 9 bytes of it, so that the mark fits. */
+static void set_label(tp_model *m, const char *name) {
+    snprintf(m->label, sizeof m->label, "%.*s", (int)sizeof m->label - 9, name);
+    if (strstr(m->family->model_name(m->cfg.bytes), "+custom")) tp_append(m->label, sizeof m->label, "+custom");
+}
 
 tp_status tp_model_validate(const tp_model *m, tp_error *err) {
     if (!m->family) return tp_fail(err, TP_ERR_ARG, "no model given");
@@ -81,7 +93,25 @@ tp_status tp_model_validate(const tp_model *m, tp_error *err) {
 }
 
 int tp_model_knob(tp_model *m, const char *name, const char *val, tp_error *err) {
-    return m->family->knob(m->cfg.bytes, name, val, err);
+    const int was = strstr(m->family->model_name(m->cfg.bytes), "+custom") != NULL;
+    const int r = m->family->knob(m->cfg.bytes, name, val, err);
+    if (r != 1 || !m->label[0] || strstr(m->label, "+custom")) return r;
+    /* the label marked as the family marks its name, when this knob changes the shape; where the family's name is
+     * marked already (a checkpoint's shape set through knobs), the knob is tried on a preset to see */
+    int shape = !was && strstr(m->family->model_name(m->cfg.bytes), "+custom");
+    if (was) {
+        tp_model *probe = malloc(sizeof *probe);
+        tp_error pe = {0};
+        if (probe) {
+            model_init(probe, m->family);
+            m->family->preset_config(0, probe->cfg.bytes);
+        }
+        shape = !probe || m->family->knob(probe->cfg.bytes, name, val, &pe) != 1 ||
+                strstr(m->family->model_name(probe->cfg.bytes), "+custom");
+        free(probe);
+    }
+    if (shape) tp_append(m->label, sizeof m->label, "+custom");
+    return r;
 }
 
 void tp_model_describe(const tp_model *m, char *buf, size_t n) { m->family->describe(m->cfg.bytes, buf, n); }
@@ -109,6 +139,11 @@ json_t *tp_model_to_json(const tp_model *m) {
     if (!j) return NULL;
     /* the family first, so a reader sees what the rest means */
     json_t *o = json_object();
+    if (m->label[0] && json_object_get(j, "name") && json_object_set_new(j, "name", json_string(m->label))) {
+        json_decref(o);
+        json_decref(j);
+        return NULL;
+    }
     if (!o || json_object_set_new(o, "family", json_string(m->family->name)) || json_object_update(o, j)) {
         json_decref(o);
         json_decref(j);
@@ -155,7 +190,138 @@ tp_status tp_model_from_file(const char *path, tp_model *m, tp_error *err) {
 
 tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note, size_t n, tp_error *err) {
     if (n) note[0] = 0;
-    return m->family->checkpoint(m->cfg.bytes, weights_path, note, n, err);
+    tp_status st = m->family->checkpoint(m->cfg.bytes, weights_path, note, n, err);
+    char id[128];
+    if (!st && !m->label[0] && tp_hf_hub_id_of(weights_path, id, sizeof id)) set_label(m, id);
+    return st;
+}
+
+/* config.json in the checkpoint folder of weights_path into path (n bytes); 0, or -1 when it does not fit */
+static int config_beside(const char *weights_path, char *path, size_t n) {
+    char dir[4096];
+    if (tp_hf_checkpoint_dir(weights_path, dir, sizeof dir)) return -1;
+    return snprintf(path, n, "%s/config.json", dir) < (int)n ? 0 : -1;
+}
+
+static tp_ckpt_kind kind_of(const json_t *j) {
+    if (!json_is_object(j)) return TP_CKPT_OTHER;
+    if (json_is_string(json_object_get(j, "architecture"))) return TP_CKPT_TIMM; /* timm's, also in HF's timm_wrapper */
+    if (json_object_get(j, "architectures") || json_object_get(j, "model_type")) return TP_CKPT_HF;
+    return TP_CKPT_OTHER;
+}
+
+tp_ckpt_kind tp_model_checkpoint_kind(const char *weights_path) {
+    char path[4200];
+    struct stat sb;
+    if (config_beside(weights_path, path, sizeof path) || stat(path, &sb) != 0) return TP_CKPT_NONE;
+    json_t *j = NULL;
+    tp_error e = {0};
+    if (tp_json_read_file(path, "the checkpoint's config", &j, &e)) return TP_CKPT_OTHER;
+    const tp_ckpt_kind k = kind_of(j);
+    json_decref(j);
+    return k;
+}
+
+/* One knob from a timm config value: integers and reals as text, strings as they are ("" global_pool: none),
+ * booleans as a flag pair. 1 applied, else an error naming where. */
+static tp_status timm_knob(tp_model *m, const char *path, const char *key, const char *knob, const json_t *v,
+                           tp_error *err) {
+    char val[64];
+    const char *arg = val;
+    if (json_is_integer(v)) snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v)) snprintf(val, sizeof val, "%.17g", json_real_value(v));
+    else if (json_is_string(v)) snprintf(val, sizeof val, "%s", *json_string_value(v) ? json_string_value(v) : "none");
+    else if (json_is_boolean(v) && !strcmp(knob, "--class-token")) knob = json_is_true(v) ? "--class-token" : "--no-class-token", arg = NULL;
+    else return tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "field '%s' is %s: tprof's ViT takes a number or a name "
+                             "there", key, tp_json_kind(v));
+    tp_error e = {0};
+    if (tp_model_knob(m, knob, arg, &e) != 1)
+        return tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "field '%s': %.300s", key, e.msg);
+    return TP_OK;
+}
+
+/* timm's model_args (the keyword arguments the model was created with) over m, each through the ViT's knob */
+static tp_status timm_model_args(tp_model *m, const char *path, const json_t *args, tp_error *err) {
+    static const char *const MAP[][2] = {{"img_size", "--img-size"},     {"patch_size", "--patch-size"},
+                                         {"embed_dim", "--embed-dim"},   {"depth", "--depth"},
+                                         {"num_heads", "--heads"},       {"mlp_ratio", "--mlp-ratio"},
+                                         {"class_token", "--class-token"}, {"global_pool", "--global-pool"},
+                                         {"num_classes", "--num-classes"}, {"act_layer", "--act-layer"}};
+    if (!args || json_is_null(args)) return TP_OK;
+    if (!json_is_object(args)) return tp_fail_path(err, TP_ERR_FORMAT, path, "field 'model_args': expected an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)args, key, v) {
+        const char *knob = NULL;
+        for (size_t i = 0; i < sizeof MAP / sizeof MAP[0] && !knob; i++)
+            if (!strcmp(key, MAP[i][0])) knob = MAP[i][1];
+        /* timm's defaults, which tprof's ViT builds: harmless to say */
+        if (!knob && ((!strcmp(key, "in_chans") && json_integer_value(v) == 3) || (!strcmp(key, "qkv_bias") && json_is_true(v))))
+            continue;
+        char where[96];
+        snprintf(where, sizeof where, "model_args.%.80s", key);
+        if (!knob)
+            return tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "field '%s': tprof's ViT does not build it (it reads "
+                                "img_size, patch_size, embed_dim, depth, num_heads, mlp_ratio, class_token, "
+                                "global_pool, num_classes, act_layer)", where);
+        tp_status st = timm_knob(m, path, where, knob, v, err);
+        if (st) return st;
+    }
+    return TP_OK;
+}
+
+/* A ViT from timm's config.json at path */
+static tp_status from_timm(const char *path, const json_t *j, tp_model *m, tp_error *err) {
+    tp_timm_config tc;
+    tp_status st = tp_timm_config_read(path, &tc, err);
+    if (st) return st;
+    tp_error e = {0};
+    const int preset = tp_model_preset(tc.architecture, m, &e) == TP_OK && m->family == tp_family_find("vit");
+    const json_t *args = json_object_get(j, "model_args");
+    if (!preset && (strncmp(tc.architecture, "vit_", 4) != 0 || !json_is_object(args)))
+        return tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "architecture '%.100s' is not one of tprof's ViT presets "
+                            "(tprof models) and the file has no model_args for timm's VisionTransformer: name a "
+                            "preset and its knobs with --model PRESET --weights", tc.architecture);
+    if (!preset && (st = tp_model_preset("vit_base_patch16_224", m, err))) return st; /* VisionTransformer()'s */
+    if ((st = timm_model_args(m, path, args, err))) return st;
+    /* the top-level fields timm writes from the model itself (num_classes also from pretrained_cfg) */
+    static const char *const POOLS[] = {"token", "avg", "none"};
+    char classes[24];
+    snprintf(classes, sizeof classes, "%d", tc.num_classes);
+    if ((tc.num_classes >= 0 && tp_model_knob(m, "--num-classes", classes, &e) != 1) ||
+        (tc.global_pool >= 0 && tp_model_knob(m, "--global-pool", POOLS[tc.global_pool], &e) != 1))
+        return tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "%.400s", e.msg);
+    m->label[0] = 0;
+    set_label(m, tc.architecture);
+    m->label[strcspn(m->label, "+")] = 0; /* the checkpoint's own shape: nothing custom about it */
+    return TP_OK;
+}
+
+tp_status tp_model_from_checkpoint(const char *weights_path, tp_model *m, char *note, size_t n, tp_error *err) {
+    char path[4200];
+    if (n) note[0] = 0;
+    if (config_beside(weights_path, path, sizeof path)) return tp_fail(err, TP_ERR_ARG, "%s: path too long", weights_path);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return tp_fail(err, TP_ERR_IO, "%s: no config.json beside it to tell the model by (transformers' or timm's); "
+                       "name the model: --model PRESET --weights %s", weights_path, weights_path);
+    json_t *j = NULL;
+    tp_status st = tp_json_read_file(path, "the checkpoint's config", &j, err);
+    if (st) return st;
+    const tp_ckpt_kind kind = kind_of(j);
+    if (kind == TP_CKPT_TIMM) {
+        st = from_timm(path, j, m, err);
+    } else if (kind == TP_CKPT_HF) { /* every size from the file (the decoder's checkpoint), its run defaults kept */
+        const tp_family *f = tp_family_find("decoder");
+        model_init(m, f);
+        f->preset_config(0, m->cfg.bytes);
+    } else {
+        st = tp_fail_path(err, TP_ERR_UNSUPPORTED, path, "neither transformers' config (\"architectures\") nor timm's "
+                          "(\"architecture\"): tprof cannot tell which model it describes");
+    }
+    json_decref(j);
+    if (!st) st = tp_model_checkpoint(m, weights_path, note, n, err);
+    return st;
 }
 
 tp_status tp_model_limits(const tp_model *m, int strict, char *warn, size_t n, tp_error *err) {

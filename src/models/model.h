@@ -180,12 +180,17 @@ typedef struct tp_family {
     void (*limits)(const void *cfg, char *buf, size_t n);
 } tp_family;
 
+#define TP_MODEL_LABEL_LEN 64
 typedef struct {
     const tp_family *family;
     union {
         long double align;
         unsigned char bytes[TP_MODEL_CFG_BYTES];
     } cfg;
+    /* the checkpoint's own name for the model where the family's configuration would name it after a preset or a
+     * hash: a Hugging Face hub id ("Qwen/Qwen2.5-0.5B"), a timm architecture; "" otherwise. tp_model_name says it
+     * (with "+custom" once a knob changes the shape) and tp_model_to_json writes it as the "name". */
+    char label[TP_MODEL_LABEL_LEN];
 } tp_model;
 
 /* The registered families, terminated by NULL. */
@@ -223,6 +228,25 @@ tp_status tp_model_from_file(const char *path, tp_model *m, tp_error *err);
  * unknown. Errors: the reader's (TP_ERR_IO, TP_ERR_FORMAT, TP_ERR_UNSUPPORTED, naming the file and field), and
  * TP_ERR_SHAPE where the file contradicts the model (num_classes, global_pool, input_size), naming both values. */
 tp_status tp_model_checkpoint(tp_model *m, const char *weights_path, char *note, size_t n, tp_error *err);
+/* (A checkpoint in a Hugging Face hub cache's snapshot folder is named by its hub id, not by its hash.) */
+
+/* What the config.json beside weights_path (a folder, or a file in one) says the checkpoint is: transformers'
+ * (an "architectures" list or a "model_type": a decoder), timm's (an "architecture" name: a ViT), another JSON
+ * object or an unreadable file (OTHER), or no config.json (NONE). */
+typedef enum { TP_CKPT_NONE = 0, TP_CKPT_HF, TP_CKPT_TIMM, TP_CKPT_OTHER } tp_ckpt_kind;
+tp_ckpt_kind tp_model_checkpoint_kind(const char *weights_path);
+
+/* The model a checkpoint describes, from its config.json alone, no preset named (what tprof does with
+ * `--model DIR`): transformers' -> the decoder family, the architecture from "architectures" (Llama, Mistral,
+ * Qwen2, Gemma; others refused by name) and every size from the file, the family's run defaults (--prompt,
+ * --gen); timm's -> the ViT preset named by "architecture", its "model_args", "num_classes" and "global_pool"
+ * applied over it (an architecture that is not a preset: timm's VisionTransformer defaults, which are
+ * vit_base_patch16_224's, and model_args; a model_args key tprof's ViT does not build is refused by name); then
+ * tp_model_checkpoint (the preprocessing, note). Named by the checkpoint: its hub id in a hub cache, else the
+ * decoder's folder or timm's architecture. Errors: TP_ERR_IO (no config.json: the family cannot be told; name a
+ * preset with --model PRESET --weights PATH), TP_ERR_UNSUPPORTED (an architecture or key tprof does not build,
+ * or a config.json of neither kind), and the readers' (TP_ERR_FORMAT naming the field). */
+tp_status tp_model_from_checkpoint(const char *weights_path, tp_model *m, char *note, size_t n, tp_error *err);
 
 /* The run's shape against the model's own limits (tp_family.limits): TP_OK with warn "" within them; beyond them
  * TP_OK with warn (n bytes) a line starting "warning:", or with strict (--strict) TP_ERR_ARG saying the same. */
