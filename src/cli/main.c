@@ -18,6 +18,7 @@
 #include "models/onnx_import.h"
 #include "planner/caps.h"
 #include "planner/engine_file.h"
+#include "planner/policy.h"
 #include "report/bench_report.h"
 #include "tp_build_info.h"
 #ifdef TPROF_HAVE_CUDA
@@ -107,7 +108,8 @@ static const char USAGE_BENCH[] =
             "                        'blocks.0.*=bf16,head=fp16' (quantized formats keep patch_embed.proj and head\n"
             "                        high by default)\n"
             "  --policy-file FILE    a policy as JSON: {\"default\": \"nvfp4\", \"overrides\": [{\"layers\": \"head\",\n"
-            "                        \"precision\": \"fp16\"}]}; used for the precision that is its default\n"
+            "                        \"precision\": \"fp16\"}]}, for the precision it names: without --precision\n"
+            "                        the run's; a --precision list must hold it (the others run their default)\n"
             "  --calib max|percentile|entropy  static activation scales (fp8, nvfp4's per-tensor scale) from\n"
             "                        max |x| (default), a percentile of |x|, or the threshold of least KL\n"
             "                        divergence on E4M3's grid, over the calibration batch\n"
@@ -783,6 +785,15 @@ static int onnx_shapes(bench_args *a, const tp_onnx_import_info *info) {
     }
     a->batch = a->batches[0] = d[0];
     a->n_batches = 1;
+    for (int i = 0; dec && i < a->k.n; i++) { /* --prompt given too: it must say what --shapes says */
+        if (strcmp(a->k.name[i], "--prompt") != 0) continue;
+        char *end;
+        const long p = strtol(a->k.val[i], &end, 10); /* not a number: apply_knobs names it */
+        if (!*end && p != d[1]) {
+            fprintf(stderr, "tprof: --shapes '%s': prompt %ld against --prompt %ld\n", a->shapes, d[1], p);
+            return -1;
+        }
+    }
     if (dec) {
         char v[24];
         snprintf(v, sizeof v, "%ld", d[1]);
@@ -932,6 +943,41 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
     return 0;
 }
 
+/* --policy-file: the file is for the precision it names (its "default"). Without --precision that precision is the
+ * run's; a --precision list (or --attribution's default pair) must hold it, and its other precisions run their own
+ * default policy, said here. 0, or the exit code after printing the error: 2 when the list lacks it, the file's
+ * class when it cannot be read. */
+static int policy_file_precision(bench_args *a) {
+    const char *path = a->o.policy_file;
+    if (!path) return 0;
+    tp_policy fp;
+    tp_error err = {0};
+    tp_status st = tp_policy_load_json(path, &fp, &err);
+    if (st) {
+        fprintf(stderr, "tprof: --policy-file: %s\n", err.msg);
+        return exit_code(st);
+    }
+    const char *def = tp_precision_name(fp.def), *list = a->prec ? a->prec : "bf16,fp8";
+    if (!a->prec && !a->o.attribution) {
+        a->prec = def;
+        return 0;
+    }
+    tp_precision precs[TP_PREC_COUNT];
+    const int np = parse_precisions(list, precs, TP_PREC_COUNT);
+    if (np < 0) return 2;
+    for (int i = 0; i < np; i++)
+        if (precs[i] == fp.def) {
+            if (np > 1)
+                printf("Policy file %s: for %s (its default); the other precisions run their default policy%s\n", path,
+                       def, a->o.policy ? " and --policy" : "");
+            return 0;
+        }
+    fprintf(stderr, "tprof: --policy-file %s: its default is %s, and --precision %s%s does not include it (the file "
+            "applies to the precision it names: --precision %s, a list with it, or no --precision)\n", path, def, list,
+            a->prec ? "" : " (--attribution's default)", def);
+    return 2;
+}
+
 /* --engine: the file carries the model, the precision, the policy and the weights. 0, 2 (options that clash with
  * it) or the file's error class (exit_code). */
 static int read_engine(bench_args *a, tp_engine_file *ef) {
@@ -977,6 +1023,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     tp_engine_file ef;
     memset(&ef, 0, sizeof ef);
     if (a.engine && (rc = read_engine(&a, &ef))) return rc;
+    if (!a.engine && (rc = policy_file_precision(&a))) return rc;
     bench_defaults(&a);
     if ((rc = bench_options(&a, a.engine ? &ef : NULL, cmdline))) {
         tp_engine_file_free(&ef);
