@@ -397,6 +397,9 @@ static tp_status setup(run_ctx *c, tp_error *err) {
             return tp_fail(err, st, "--calib-data: %.400s", why);
         }
         snprintf(rep->calib_desc, sizeof rep->calib_desc, "%s", cd);
+        if (rep->dev != TP_DEVICE_GPU) /* read first: a missing file is named as such */
+            return tp_fail(err, TP_ERR_ARG, "--calib-data: the GPU engines' calibration (static scales), and this run is "
+                           "on the CPU, whose executor runs FP32 and calibrates nothing");
     } else if (o->image) {
         memcpy(c->calib, c->input, sizeof(float) * in_n); /* calibrate on the user's data */
         snprintf(rep->calib_desc, sizeof rep->calib_desc, "the input batch (%s)", o->image);

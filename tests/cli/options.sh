@@ -39,3 +39,41 @@ expect_ok "cpu decode" "Decode (tg3, on the CPU executor, host clock): .* ms per
 expect_ok "cpu decode greedy" "Greedy tokens vs the FP32 reference: 100.0 % agree (2 sequences x 4 tokens" \
   bench "${small[@]}" --model llama-tiny --prompt 8 --gen 3 --batch 2
 expect_ok "cpu decode table" "| llama-tiny | fp32 | 1 | tg3 |" bench "${small[@]}" --model llama-tiny --prompt 8 --gen 3
+
+# options the run cannot use: refused by name (exit 2), not dropped
+gpu_only="a GPU engine's option, and this run is on the CPU (--device cpu)"
+expect_error "cpu: --gemm" 2 "--gemm: $gpu_only" bench "${small[@]}" "${tok[@]}" --gemm cublaslt
+expect_error "cpu: --attention" 2 "--attention: $gpu_only" bench "${small[@]}" "${tok[@]}" --attention flash
+expect_error "cpu: --pdl" 2 "--pdl: $gpu_only" bench "${small[@]}" --model llama-tiny --prompt 8 --gen 2 --pdl off
+expect_error "cpu: --gemv-groups" 2 "--gemv-groups: $gpu_only" bench "${small[@]}" --model llama-tiny --gemv-groups off
+expect_error "cpu: --no-graph" 2 "--no-graph: $gpu_only" bench "${small[@]}" "${tok[@]}" --no-graph
+expect_error "cpu: --fusion" 2 "--fusion: $gpu_only" bench "${small[@]}" "${tok[@]}" --fusion off
+expect_error "cpu: --gelu" 2 "--gelu: $gpu_only" bench "${small[@]}" "${tok[@]}" --gelu tanh
+expect_error "cpu: --tp-launch" 2 "--tp-launch: $gpu_only" bench "${small[@]}" --model llama-tiny --tp-launch threads
+expect_error "cpu: --sparse-gemm" 2 "--sparse-gemm: $gpu_only" bench "${small[@]}" "${tok[@]}" --sparsity 2:4 \
+  --sparse-gemm force
+expect_error "cpu: --calib-data read, then refused" 2 "--calib-data: the GPU engines' calibration .* on the CPU" \
+  bench "${small[@]}" "${tok[@]}" --calib-data tests/fixtures/preprocess_expect_00.png
+expect_error "gemv-groups for a ViT" 2 "--gemv-groups: a decoder's decode steps, and .* (family vit) has none" \
+  bench "${tok[@]}" --gemv-groups on
+expect_error "build: --gemm without a GPU" 2 "--gemm: tprof build uses it on a GPU .* has none (--device cpu)" \
+  build --device cpu "${tok[@]}" --batch 1 --precision fp16 --arch sm_90 --gemm cublaslt -o "$tmp/x.tpe"
+expect_error "build: --json" 2 "--json: tprof build writes the engine file and runs nothing" \
+  build "${tok[@]}" --batch 1 --precision fp16 --arch sm_90 --json "$tmp/b.json" -o "$tmp/x.tpe"
+expect_error "build: --iterations" 2 "--iterations: tprof build writes the engine file and runs nothing" \
+  build "${tok[@]}" --batch 1 --precision fp16 --arch sm_90 --iterations 5 -o "$tmp/x.tpe"
+expect_error "build: --fusion" 2 "--fusion: tprof build writes the engine file and runs nothing" \
+  build "${tok[@]}" --batch 1 --precision fp16 --arch sm_90 --fusion off -o "$tmp/x.tpe"
+expect_error "engine: --calib" 2 "--engine $tmp/pf.tpe carries its activation scales: drop --calib" \
+  bench "${small[@]}" --engine "$tmp/pf.tpe" --calib entropy
+expect_error "calib max with a percentile" 2 "--calib max with --calib-percentile" \
+  bench "${small[@]}" "${tok[@]}" --calib max --calib-percentile 99.9
+expect_error "onnx-check without onnx" 2 "--onnx-check: the check of an --onnx import, and there is no --onnx" \
+  bench "${small[@]}" "${tok[@]}" --onnx-check off
+expect_error "sparse-layers without sparsity" 2 "--sparse-layers head without --sparsity 2:4" \
+  bench "${small[@]}" "${tok[@]}" --sparse-layers head
+expect_error "allow-nonfinite without weights" 2 "--allow-nonfinite: about the values of --weights" \
+  bench "${small[@]}" "${tok[@]}" --allow-nonfinite
+expect_error "attribution with a sweep" 2 "--attribution with a sweep (--batch LIST)" \
+  bench "${tok[@]}" --attribution --batch 1,2
+expect_error "a flag with a value" 2 "--plan takes no value ('--plan=no')" bench "${small[@]}" "${tok[@]}" --plan=no
