@@ -165,7 +165,8 @@ head -c 3000 "$tmp/m.tpe" >"$tmp/cut.tpe"
 expect_error "truncated engine file" 3 "cut.tpe: truncated" bench --engine "$tmp/cut.tpe"
 expect_error "engine file with --model" 2 "drop --model" bench --engine "$tmp/m.tpe" --model vit-b16
 expect_error "engine file with --calib-data" 2 "drop --calib-data" bench --engine "$tmp/m.tpe" --calib-data "$tmp/x.png"
-expect_ok "entropy calibration accepted" "Accuracy" bench --device cpu --model vit-tiny --batch 1 --calib entropy
+expect_error "entropy calibration on the CPU" 2 "--calib: a GPU engine's option, and this run is on the CPU" bench \
+  --device cpu --model vit-tiny --batch 1 --calib entropy
 expect_ok "caps for Blackwell" "VEC32_UE8M0" caps --arch sm_100
 expect_ok "caps for Hopper" "emulated" caps --arch sm_90
 

@@ -55,6 +55,38 @@ static double rel_l2(const float *got, const float *want, int n, int V, int *agr
     return acc.rel_l2;
 }
 
+/* tprof bench's decode phase on the CPU (tp_bench_decode_cpu: a session's prefill, then its own greedy tokens fed
+ * back, G - 1 steps, 2 rounds) chooses generate()'s tokens; its agreement with a reference that holds them is 100 %,
+ * and one changed reference token is found at its step. */
+static void bench_decode_cpu(const char *name, const tp_model *m, const tp_params *p, const float *ids,
+                             const float *gen_ids, int V) {
+    tp_bench_options o = {.batch = B};
+    float ref[G * B];
+    for (int k = 0; k < G; k++)
+        for (int b = 0; b < B; b++) ref[k * B + b] = gen_ids[b * G + k];
+    tp_bench_report rep = {.o = &o, .model = *m, .prompt = T, .gen = G - 1, .out_cols = V, .ref_rows = B,
+                           .ref_tokens = ref};
+    for (int pass = 0; pass < 2; pass++) {
+        tp_bench_result r = {0};
+        tp_error e = {0};
+        ck_assert_msg(tp_bench_decode_cpu(&rep, p, ids, 2, &r, &e) == TP_OK, "%s", e.msg);
+        ck_assert(r.has_decode && r.gen == G - 1 && r.rounds == 2 && r.dec.n == 2 * (G - 1));
+        for (int k = 0; k < G; k++)
+            for (int b = 0; b < B; b++)
+                ck_assert_msg(r.tokens[k * B + b] == gen_ids[b * G + k], "%s: sequence %d, token %d: %g, generate() %g",
+                              name, b, k, r.tokens[k * B + b], gen_ids[b * G + k]);
+        if (pass == 0) {
+            ck_assert_msg(r.greedy_agree == 1.0 && r.first_diff == -1, "%s: agreement %g", name, r.greedy_agree);
+            ref[3 * B + 1] = (float)(((int)ref[3 * B + 1] + 1) % V); /* sequence 1 differs at token 3 */
+        } else {
+            ck_assert_int_eq(r.first_diff, 3);
+            ck_assert(fabs(r.greedy_agree - (double)(G * B - (G - 3)) / (G * B)) < 1e-12);
+        }
+        free(r.step_ms);
+        free(r.tokens);
+    }
+}
+
 /* The checkpoint as a user gives it (a folder), read over any decoder preset; HF's logits over the whole prompt
  * within relative L2 1e-5 (issue 20); then HF's greedy generation replayed through the KV cache: a prefill, and G - 1
  * decode steps of one token each fed HF's chosen token, every step's logits against generate()'s own. */
@@ -131,6 +163,7 @@ static void golden(const char *name, int V) {
            "agree with generate()\n", name, err_full, worst, G, greedy, B * G);
     ck_assert_msg(worst <= 1e-5, "%s: generation logits relative L2 %.3e against HF", name, worst);
     ck_assert_int_eq(greedy, B * G);
+    bench_decode_cpu(name, &m, &p, ids, gen_ids, V);
     tp_cpu_session_free(&sess);
     tp_params_free(&p);
     free(ids);

@@ -400,6 +400,9 @@ static tp_status setup(run_ctx *c, tp_error *err) {
             return tp_fail(err, st, "--calib-data: %.400s", why);
         }
         snprintf(rep->calib_desc, sizeof rep->calib_desc, "%s", cd);
+        if (rep->dev != TP_DEVICE_GPU) /* read first: a missing file is named as such */
+            return tp_fail(err, TP_ERR_ARG, "--calib-data: the GPU engines' calibration (static scales), and this run is "
+                           "on the CPU, whose executor runs FP32 and calibrates nothing");
     } else if (o->image) {
         memcpy(c->calib, c->input, sizeof(float) * in_n); /* calibrate on the user's data */
         snprintf(rep->calib_desc, sizeof rep->calib_desc, "the input batch (%s)", o->image);
@@ -476,7 +479,7 @@ static tp_status reference_run(run_ctx *c, tp_error *err) {
     tp_status st;
     if (c->gref.n_taps && !c->ref_taps && !(c->ref_taps = tp_taps_alloc(&c->gref)))
         return tp_fail(err, TP_ERR_OOM, "out of host memory for the reference's stage outputs");
-    if (rep->gen > 0 && rep->dev == TP_DEVICE_GPU) /* a decoder: its generation, whose prefill gives the logits */
+    if (rep->gen > 0) /* a decoder: its generation, whose prefill gives the logits */
         st = tp_bench_reference_decode(rep, &c->params, c->input, rep->ref_rows, rep->reference == TP_REF_GPU,
                                        c->ref, err);
 #ifdef TPROF_HAVE_CUDA
@@ -735,6 +738,9 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
         r->weight_bytes = tp_plan_weight_bytes(&plan, g);
         r->build_ms = 0; /* nothing to build: the CPU executor runs the graph as it is */
         st = bench_cpu(o, g, &c->params, c->input, c->out, r, err);
+        if (!st && rep->gen > 0) /* the decode phase: the executor's steps over its KV cache, at most 3 rounds */
+            st = tp_bench_decode_cpu(rep, &c->params, c->input, o->iterations < 3 ? (o->iterations > 1 ? o->iterations : 1)
+                                     : 3, r, err);
     } else {
 #ifdef TPROF_HAVE_CUDA
         st = gpu_engine(c, &plan, &pol, r, &e, err);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/stats.h"
+#include "core/util.h"
 #include "exec/cpu/cpu_exec.h"
 #include "io/tokens.h"
 #include "exec/cpu/cpu_ops.h"
@@ -186,7 +188,6 @@ tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, con
     return st;
 }
 
-#ifdef TPROF_HAVE_CUDA
 /* Of the reference's rows, the share of tokens equal to the reference's before each row's first difference (a
  * greedy sequence that differs once goes on from another context, so later agreement means nothing), and the
  * first step where any row differs (-1: none). */
@@ -203,6 +204,60 @@ static void agreement(const tp_bench_report *rep, tp_bench_result *r) {
     r->greedy_agree = (double)same / ((double)rows * n);
 }
 
+/* One round on the CPU executor: a fresh session's prefill, then gen greedy steps (each timed on the host clock:
+ * the session's step and its argmax, as a GPU step's time holds its argmax kernel), tokens into tok (gen + 1, B). */
+static tp_status cpu_round(const tp_bench_report *rep, const tp_params *params, const tp_graph *gp,
+                           const tp_graph *gd, const float *input, float *logits, float *tok, double *ms,
+                           tp_error *err) {
+    const int B = rep->o->batch, V = rep->out_cols;
+    tp_cpu_session s = {0};
+    tp_status st = tp_cpu_run_session(gp, params, &s, input, logits, err);
+    if (!st) st = argmax_rows(logits, B, V, tok, err);
+    for (int k = 0; !st && k < rep->gen; k++) {
+        const double t0 = tp_now_ms();
+        st = tp_cpu_run_session(gd, params, &s, tok + (size_t)k * B, logits, err);
+        if (!st) st = argmax_rows(logits, B, V, tok + (size_t)(k + 1) * B, err);
+        ms[k] = tp_now_ms() - t0;
+    }
+    tp_cpu_session_free(&s);
+    return st;
+}
+
+tp_status tp_bench_decode_cpu(const tp_bench_report *rep, const tp_params *params, const float *input, int rounds,
+                              tp_bench_result *r, tp_error *err) {
+    const int B = rep->o->batch, gen = rep->gen;
+    if (gen <= 0 || rounds <= 0) return tp_fail(err, TP_ERR_ARG, "decode on the CPU: gen %d, %d rounds", gen, rounds);
+    float *logits = malloc(sizeof(float) * (size_t)B * (size_t)rep->out_cols);
+    float *spare = malloc(sizeof(float) * (size_t)(gen + 1) * (size_t)B); /* the later rounds' tokens */
+    r->step_ms = malloc(sizeof(double) * (size_t)rounds * (size_t)gen);
+    r->tokens = malloc(sizeof(float) * (size_t)(gen + 1) * (size_t)B);
+    tp_graph gp, gd;
+    tp_status st = logits && spare && r->step_ms && r->tokens ? step_graph(rep, params, B, rep->prompt, 0, &gp, err)
+                                                                : tp_fail(err, TP_ERR_OOM, "out of host memory");
+    if (!st) {
+        if (!(st = step_graph(rep, params, B, 1, rep->prompt, &gd, err))) {
+            for (int k = 0; !st && k < rounds; k++)
+                st = cpu_round(rep, params, &gp, &gd, input, logits, k ? spare : r->tokens, r->step_ms + (size_t)k * gen,
+                               err);
+            tp_graph_free(&gd);
+        }
+        tp_graph_free(&gp);
+    }
+    free(logits);
+    free(spare);
+    if (st) return st;
+    r->has_decode = 1;
+    r->gen = gen;
+    r->rounds = rounds;
+    tp_latency_stats_compute(r->step_ms, rounds * gen, &r->dec);
+    r->greedy_agree = NAN;
+    r->first_diff = -1;
+    if (rep->ref_tokens) agreement(rep, r);
+    r->pdl_edges = r->graph_edges = -1; /* no CUDA graph: the executor runs op by op */
+    return TP_OK;
+}
+
+#ifdef TPROF_HAVE_CUDA
 /* tprof profile on the decode steps: a fresh prefill, then up to gen steps traced (their launch gaps, per-layer
  * times and each GEMV's bytes against its floor in the tables tp_profile_engine prints). */
 static tp_status profile_decode(const tp_bench_report *rep, tp_engine *prefill, tp_engine *e, const tp_graph *g,

@@ -1,7 +1,7 @@
 /* decode.h: the decode phase of tprof bench for models with a KV cache (decoders), inside the bench layer: the
  * FP32 reference's greedy tokens, and per engine the greedy decoding after its prefill, each step one replay of a
  * decode graph that shares the prefill engine's weights and KV cache (exec/cuda/engine/cuda_engine.h
- * tp_engine_options.share). */
+ * tp_engine_options.share), or on the CPU one step of the executor's session over its KV cache. */
 #ifndef TP_BENCH_DECODE_H
 #define TP_BENCH_DECODE_H
 
@@ -30,6 +30,15 @@ tp_status tp_bench_reference_decode(tp_bench_report *rep, const tp_params *param
 struct tp_engine;
 tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, const tp_policy *pol, int gpu,
                               const struct tp_engine *calibrated, double *ppl, tp_error *err);
+
+/* The decode phase on the CPU executor (a run on the CPU, whose engine is the executor itself): rounds of a fresh
+ * session's prefill over input (batch x prompt ids) and rep->gen greedy one-token steps, each step timed on the host
+ * clock with its argmax (r->step_ms, r->dec); the first round's tokens (r->tokens, gen + 1 x batch) and their
+ * agreement with rep->ref_tokens when the reference generated (r->greedy_agree, first_diff). r->step_ms and
+ * r->tokens are allocated even on error (freed with r). Errors: the executor's, TP_ERR_OOM; TP_ERR_ARG for gen or
+ * rounds under 1. */
+tp_status tp_bench_decode_cpu(const tp_bench_report *rep, const tp_params *params, const float *input, int rounds,
+                              tp_bench_result *r, tp_error *err);
 
 #ifdef TPROF_HAVE_CUDA
 /* Engine r's decode phase after its timed prefill (prefill: the built prefill engine, its input set): the decode

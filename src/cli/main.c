@@ -20,6 +20,7 @@
 #include "models/onnx_import.h"
 #include "planner/caps.h"
 #include "planner/engine_file.h"
+#include "planner/policy.h"
 #include "report/bench_report.h"
 #include "tp_build_info.h"
 #ifdef TPROF_HAVE_CUDA
@@ -118,7 +119,8 @@ static const char USAGE_BENCH[] =
             "                        'blocks.0.*=bf16,head=fp16' (quantized formats keep patch_embed.proj and head\n"
             "                        high by default)\n"
             "  --policy-file FILE    a policy as JSON: {\"default\": \"nvfp4\", \"overrides\": [{\"layers\": \"head\",\n"
-            "                        \"precision\": \"fp16\"}]}; used for the precision that is its default\n"
+            "                        \"precision\": \"fp16\"}]}, for the precision it names: without --precision\n"
+            "                        the run's; a --precision list must hold it (the others run their default)\n"
             "  --calib max|percentile|entropy  static activation scales (fp8, nvfp4's per-tensor scale) from\n"
             "                        max |x| (default), a percentile of |x|, or the threshold of least KL\n"
             "                        divergence on E4M3's grid, over the calibration batch\n"
@@ -491,6 +493,11 @@ typedef struct {
     tp_model_arg marg;  /* what --model named (cli/model_arg.h) */
     tp_model ckpt;      /* the model a checkpoint's config.json describes (have_ckpt) */
     int have_ckpt;
+    struct {
+        char name[64];
+        const char *val; /* "" for a flag */
+    } given[96]; /* every option as given, for the refusal of those this run cannot use (unused_options) */
+    int n_given;
 } bench_args;
 
 /* --batch N or a comma list (a sweep); 0, or -1 after printing the error */
@@ -658,7 +665,7 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         char name[64];
         const char *arg = argv[i];
         char *val = opt_split(argv[i], name);
-        int r = 0;
+        int r = 0, valued = 0;
         if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
             usage(stdout);
             return 0;
@@ -675,7 +682,6 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         } else if (strcmp(name, "--strict") == 0) {
             a->o.strict = 1, r = 1;
         } else {
-            int valued = 0;
             for (int k = 0; VALUED[k] && !valued; k++) valued = strcmp(name, VALUED[k]) == 0;
             /* options of another command are unknown here, value or not */
             static const char *const BUILD_ONLY[] = {"-o", "--output", "--arch", NULL},
@@ -693,6 +699,14 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             fprintf(stderr, "tprof: unknown option '%s' (tprof %s --help lists them)\n", arg,
                     a->build ? "build" : a->compare ? "compare" : a->profile ? "profile" : "bench");
             return 2;
+        }
+        if (!valued && val && !find_knob(name)) { /* a flag: "--plan=no" must not read as --plan */
+            fprintf(stderr, "tprof: %s takes no value ('%s')\n", name, arg);
+            return 2;
+        }
+        if (a->n_given < (int)(sizeof a->given / sizeof a->given[0])) {
+            snprintf(a->given[a->n_given].name, sizeof a->given[0].name, "%s", name);
+            a->given[a->n_given++].val = valued && val ? val : "";
         }
     }
     return 1;
@@ -835,6 +849,15 @@ static int onnx_shapes(bench_args *a, const tp_onnx_import_info *info) {
     }
     a->batch = a->batches[0] = d[0];
     a->n_batches = 1;
+    for (int i = 0; dec && i < a->k.n; i++) { /* --prompt given too: it must say what --shapes says */
+        if (strcmp(a->k.name[i], "--prompt") != 0) continue;
+        char *end;
+        const long p = strtol(a->k.val[i], &end, 10); /* not a number: apply_knobs names it */
+        if (!*end && p != d[1]) {
+            fprintf(stderr, "tprof: --shapes '%s': prompt %ld against --prompt %ld\n", a->shapes, d[1], p);
+            return -1;
+        }
+    }
     if (dec) {
         char v[24];
         snprintf(v, sizeof v, "%ld", d[1]);
@@ -926,6 +949,91 @@ static int onnx_model(bench_args *a) {
     return 0;
 }
 
+/* The value an option was last given ("" for a flag), or NULL when it was not given. */
+static const char *given(const bench_args *a, const char *name) {
+    const char *v = NULL;
+    for (int i = 0; i < a->n_given; i++)
+        if (strcmp(a->given[i].name, name) == 0) v = a->given[i].val;
+    return v;
+}
+
+/* The first of names given, or NULL. */
+static const char *given_any(const bench_args *a, const char *const *names) {
+    for (int k = 0; names[k]; k++)
+        if (given(a, names[k])) return names[k];
+    return NULL;
+}
+
+/* Options the parser takes that this run could not use, refused by name rather than dropped (issue 40: every
+ * option takes effect or is refused). Called once the model and the device are known. 0, or 2 after printing. */
+static int unused_options(const bench_args *a) {
+    const tp_bench_options *o = &a->o;
+    /* the GPU engines' choices: the CPU executor runs each op by itself in FP32 (fuses, quantizes, calibrates and
+     * graphs nothing); tprof build without a GPU neither times GEMMs nor calibrates. Refused elsewhere with their
+     * own reasons: --kv-cache fp8 (the planner), --sparse-gemm without --sparsity and --calib-data of a run (bench.c,
+     * after reading its file), --attribution's options (attribution.c) */
+    static const char *const GPU_ONLY[] = {"--gemm", "--attention", "--no-gemm-select", "--fp8-accum", "--gelu",
+                                           "--fusion", "--no-graph", "--pdl", "--gemv-groups", "--tp-launch",
+                                           "--calib", "--calib-percentile", NULL};
+    /* a run's choices and outputs, not stored in an engine file (tprof bench --engine FILE takes them) */
+    static const char *const RUN_ONLY[] = {"--no-graph", "--fusion", "--fp32-protect", "--iterations", "--warmup",
+                                           "--duration", "--reference", "--ref-samples", "--ref-images", "--plan",
+                                           "--json", NULL};
+    const char *n, *cal = given(a, "--calib");
+    if (a->engine && (n = cal ? "--calib" : given(a, "--calib-percentile") ? "--calib-percentile" : NULL)) {
+        fprintf(stderr, "tprof: --engine %s carries its activation scales: drop %s\n", a->engine, n);
+        return 2;
+    }
+    if (cal && strcmp(cal, "percentile") != 0 && given(a, "--calib-percentile")) {
+        fprintf(stderr, "tprof: --calib %s with --calib-percentile: the percentile is --calib percentile's\n", cal);
+        return 2;
+    }
+    if (given(a, "--onnx-check") && !o->onnx) {
+        fprintf(stderr, "tprof: --onnx-check: the check of an --onnx import, and there is no --onnx\n");
+        return 2;
+    }
+    if (o->sparse_layers && !o->sparsity) {
+        fprintf(stderr, "tprof: --sparse-layers %s without --sparsity 2:4: nothing is pruned\n", o->sparse_layers);
+        return 2;
+    }
+    if (o->allow_nonfinite && !o->weights) {
+        fprintf(stderr, "tprof: --allow-nonfinite: about the values of --weights, and there is no --weights\n");
+        return 2;
+    }
+    if (o->attribution && a->n_batches > 1) {
+        fprintf(stderr, "tprof: --attribution with a sweep (--batch LIST): one batch size\n");
+        return 2;
+    }
+    if (given(a, "--gemv-groups") && strcmp(o->model.family->name, "vit") == 0) {
+        fprintf(stderr, "tprof: --gemv-groups: a decoder's decode steps, and %s (family vit) has none\n",
+                tp_model_name(&o->model));
+        return 2;
+    }
+    if (a->build && (n = given_any(a, RUN_ONLY))) {
+        fprintf(stderr, "tprof: %s: tprof build writes the engine file and runs nothing; give %s to tprof bench "
+                "--engine FILE\n", n, n);
+        return 2;
+    }
+    if (o->device == TP_DEVICE_CPU && !o->attribution &&
+        ((n = given_any(a, GPU_ONLY)) || (n = o->sparsity && given(a, "--sparse-gemm") ? "--sparse-gemm" : NULL) ||
+         (n = a->build && o->calib_data ? "--calib-data" : NULL))) {
+        const char *why = given(a, "--device") ? "--device cpu" : "no GPU here";
+        if (a->build)
+            fprintf(stderr, "tprof: %s: tprof build uses it on a GPU (timing the GEMMs, calibrating), and this build "
+                    "has none (%s)\n", n, why);
+        else
+            fprintf(stderr, "tprof: %s: a GPU engine's option, and this run is on the CPU (%s), whose executor runs "
+                    "each op by itself in FP32 (nothing fused, quantized, calibrated or graphed)\n", n, why);
+        return 2;
+    }
+    if (given(a, "--tp-launch") && o->tp < 2) {
+        fprintf(stderr, "tprof: --tp-launch: how --tp N's GPUs are launched, and this run is on one GPU (no --tp N, "
+                "N > 1)\n");
+        return 2;
+    }
+    return 0;
+}
+
 /* The options into a->o once the model is known; 0, or 2 after printing the error. */
 static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cmdline) {
     tp_bench_options *o = &a->o;
@@ -990,6 +1098,7 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
                 a->build ? "tprof build" : a->compare ? "tprof compare" : "tprof profile");
         return 2;
     }
+    if (unused_options(a)) return 2;
     const char *made = a->profile ? a->out_dir : NULL;
     input_list in;
     collect_inputs(a, &in);
@@ -998,6 +1107,41 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
         output_ok("-o", a->build ? a->out_file : NULL, 0, NULL, &in))
         return 2;
     return 0;
+}
+
+/* --policy-file: the file is for the precision it names (its "default"). Without --precision that precision is the
+ * run's; a --precision list (or --attribution's default pair) must hold it, and its other precisions run their own
+ * default policy, said here. 0, or the exit code after printing the error: 2 when the list lacks it, the file's
+ * class when it cannot be read. */
+static int policy_file_precision(bench_args *a) {
+    const char *path = a->o.policy_file;
+    if (!path) return 0;
+    tp_policy fp;
+    tp_error err = {0};
+    tp_status st = tp_policy_load_json(path, &fp, &err);
+    if (st) {
+        fprintf(stderr, "tprof: --policy-file: %s\n", err.msg);
+        return exit_code(st);
+    }
+    const char *def = tp_precision_name(fp.def), *list = a->prec ? a->prec : "bf16,fp8";
+    if (!a->prec && !a->o.attribution) {
+        a->prec = def;
+        return 0;
+    }
+    tp_precision precs[TP_PREC_COUNT];
+    const int np = parse_precisions(list, precs, TP_PREC_COUNT);
+    if (np < 0) return 2;
+    for (int i = 0; i < np; i++)
+        if (precs[i] == fp.def) {
+            if (np > 1)
+                printf("Policy file %s: for %s (its default); the other precisions run their default policy%s\n", path,
+                       def, a->o.policy ? " and --policy" : "");
+            return 0;
+        }
+    fprintf(stderr, "tprof: --policy-file %s: its default is %s, and --precision %s%s does not include it (the file "
+            "applies to the precision it names: --precision %s, a list with it, or no --precision)\n", path, def, list,
+            a->prec ? "" : " (--attribution's default)", def);
+    return 2;
 }
 
 /* --engine: the file carries the model, the precision, the policy and the weights. 0, 2 (options that clash with
@@ -1130,6 +1274,7 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
     tp_engine_file ef;
     memset(&ef, 0, sizeof ef);
     if (a.engine && (rc = read_engine(&a, &ef))) return rc;
+    if (!a.engine && (rc = policy_file_precision(&a))) return rc;
     bench_defaults(&a);
     if ((rc = bench_options(&a, a.engine ? &ef : NULL, cmdline))) {
         tp_engine_file_free(&ef);

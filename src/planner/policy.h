@@ -22,7 +22,9 @@
  *   {"default": "nvfp4",
  *    "overrides": [{"layers": "head", "precision": "fp16"},
  *                  {"layers": ["blocks.0.*", "blocks.11.*"], "precision": "fp8"}]}
- * through tp_policy_load_json. */
+ * through tp_policy_load_json. A file is for the precision it names ("default"): tprof bench takes that precision
+ * when --precision is not given, and refuses a --precision list without it (a list's other precisions run their own
+ * default policy). */
 #ifndef TP_POLICY_H
 #define TP_POLICY_H
 

@@ -72,8 +72,8 @@ static void print_prefill_decode(const tp_bench_report *rep, const tp_bench_resu
            r->lat.median, B * rep->prompt / (r->lat.median * 1e-3));
     if (!r->has_decode) return;
     const tp_latency_stats *d = &r->dec;
-    printf("Decode (tg%d): %.4f ms per step (median), p99 %.4f ms, min %.4f ms, over %d steps in %d rounds -> %.1f "
-           "tokens/s (batch %d)\n", r->gen, d->median, d->p99, d->min, d->n, r->rounds, B / (d->median * 1e-3), B);
+    printf("Decode (tg%d%s): %.4f ms per step (median), p99 %.4f ms, min %.4f ms, over %d steps in %d rounds -> %.1f "
+           "tokens/s (batch %d)\n", r->gen, rep->dev == TP_DEVICE_CPU ? ", on the CPU executor, host clock" : "", d->median, d->p99, d->min, d->n, r->rounds, B / (d->median * 1e-3), B);
     if (r->pdl_edges > 0)
         printf("Decode graph: %d of its %d edges programmatic (PDL: a kernel starts while its predecessor finishes; "
                "--pdl off for none)\n", r->pdl_edges, r->graph_edges);
