@@ -290,6 +290,9 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
     }
     json_object_set_new(root, "system", sys);
     json_object_set_new(root, "sparsity", sparsity_json(rep));
+    json_object_set_new(root, "host_memory", json_pack("{s:o,s:o,s:s,s:s}", "estimate_bytes", tp_json_num(rep->host_need),
+                                                       "available_bytes", tp_json_num(rep->host_have), "available_from",
+                                                       rep->host_have_src, "parts", rep->host_parts));
     json_object_set_new(root, "model_flop_per_batch", json_real(flop));
     json_object_set_new(root, "model_matmul_flop_per_batch", json_real(matmul_flop));
     const int base = rep->base;
@@ -527,6 +530,12 @@ static void text_start(const tp_bench_report *rep) {
     if (rep->tp > 1)
         printf("Tensor parallel: %d GPUs (0..%d), heads and MLP columns split, an all-reduce after o_proj and "
                "down_proj; FLOP, weights, bytes and floors below are per GPU (rank 0's)\n", rep->tp, rep->tp - 1);
+    if (rep->host_need >= 1e9 || (rep->host_have > 0 && rep->host_need >= 0.25 * rep->host_have)) {
+        char nb[32], hb[32]; /* a run that takes a good part of the machine says so before it starts */
+        printf("Host memory: ~%s estimated (%s), %s available (%s)\n", tp_fmt_bytes(rep->host_need, nb, sizeof nb),
+               rep->host_parts, tp_fmt_bytes(rep->host_have, hb, sizeof hb), rep->host_have_src);
+    }
+    fflush(stdout); /* the header is out before a long run starts */
 }
 
 static void text_plan(const tp_bench_report *rep, int i, const tp_plan *plan) {
