@@ -5,6 +5,7 @@
 #include "bench/bench.h"
 #include "bench/decode.h"
 #include "bench/onnx_check.h"
+#include "bench/progress.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +53,7 @@ typedef struct {
     tp_params *tpp;
     tp_graph *tpg;
     tp_plan *tpplan;
+    double cpu_gflops; /* the CPU executor's rate measured on the reference (progress.h), 0 before */
 } run_ctx;
 
 static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
@@ -130,23 +132,28 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
     return st;
 }
 
-/* Times the CPU executor on the whole batch (host wall clock; the CPU path has no asynchronous work). */
+/* Times the CPU executor on the whole batch (host wall clock; the CPU path has no asynchronous work), with the
+ * estimate and progress lines of a long phase (progress.h) at the reference's measured rate gflops. */
 static tp_status bench_cpu(const tp_bench_options *o, const tp_graph *g, const tp_params *params, const float *in,
-                           float *out, tp_bench_result *r, tp_error *err) {
-    tp_status st;
+                           float *out, double gflops, tp_bench_result *r, tp_error *err) {
+    tp_status st = TP_OK;
+    int n = o->iterations > 0 ? o->iterations : 1;
+    char label[96];
+    snprintf(label, sizeof label, "%s on the CPU, %d run%s", tp_precision_name(r->prec), n + 1, n ? "s" : "");
+    tp_progress *pg = tp_progress_start(label, g, n + 1, gflops, "the reference");
     double t0 = tp_now_ms();
     do {
-        if ((st = tp_cpu_run(g, params, in, out, err))) return st;
-    } while (tp_now_ms() - t0 < o->warmup_ms);
-    int n = o->iterations > 0 ? o->iterations : 1;
-    r->samples = malloc(sizeof(double) * (size_t)n);
-    if (!r->samples) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        st = tp_cpu_run_watched(g, params, in, out, NULL, tp_progress_watch(pg), err);
+    } while (!st && tp_now_ms() - t0 < o->warmup_ms);
+    if (!st && !(r->samples = malloc(sizeof(double) * (size_t)n))) st = tp_fail(err, TP_ERR_OOM, "out of host memory");
     double w0 = tp_now_ms();
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !st; i++) {
         double a = tp_now_ms();
-        if ((st = tp_cpu_run(g, params, in, out, err))) return st;
+        st = tp_cpu_run_watched(g, params, in, out, NULL, tp_progress_watch(pg), err);
         r->samples[i] = tp_now_ms() - a;
     }
+    tp_progress_stop(pg);
+    if (st) return st;
     r->wall_ms = tp_now_ms() - w0;
     r->n = n;
     return TP_OK;
@@ -523,7 +530,14 @@ static tp_status reference_run(run_ctx *c, tp_error *err) {
 #ifdef TPROF_HAVE_CUDA
     else if (rep->reference == TP_REF_GPU) st = gpu_reference(c, err);
 #endif
-    else st = tp_cpu_run_taps(&c->gref, &c->params, c->input, c->ref, c->ref_taps, err);
+    else {
+        char label[96];
+        snprintf(label, sizeof label, "CPU FP32 reference, %d sample%s", rep->ref_rows, rep->ref_rows == 1 ? "" : "s");
+        tp_progress *pg = tp_progress_start(label, &c->gref, 1, c->cpu_gflops, NULL);
+        st = tp_cpu_run_watched(&c->gref, &c->params, c->input, c->ref, c->ref_taps, tp_progress_watch(pg), err);
+        const double rate = tp_progress_stop(pg);
+        if (rate > 0) c->cpu_gflops = rate;
+    }
     if (!st && c->o->perplexity && rep->prompt > 0)
         st = tp_bench_perplexity(rep, &c->params, NULL, rep->reference == TP_REF_GPU, NULL, &rep->ref_ppl, err);
     if (st) return st;
@@ -775,7 +789,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     } else if (rep->dev == TP_DEVICE_CPU) {
         r->weight_bytes = tp_plan_weight_bytes(&plan, g);
         r->build_ms = 0; /* nothing to build: the CPU executor runs the graph as it is */
-        st = bench_cpu(o, g, &c->params, c->input, c->out, r, err);
+        st = bench_cpu(o, g, &c->params, c->input, c->out, c->cpu_gflops, r, err);
     } else {
 #ifdef TPROF_HAVE_CUDA
         st = gpu_engine(c, &plan, &pol, r, &e, err);
