@@ -88,9 +88,9 @@ static void *watcher(void *arg) {
         if (p->stop || now < next) continue;
         char line[512];
         progress_line(p, now, line, sizeof line);
-        if (p->tty) fprintf(stderr, "\r\033[K%s", line);
-        else fprintf(stderr, "%s\n", line);
-        fflush(stderr);
+        if (p->tty) printf("\r\033[K%s", line);
+        else printf("%s\n", line);
+        fflush(stdout);
         p->printed = 1;
         lines++;
         next = now + (p->tty ? 1000 : lines < 5 ? 2000 : 10000);
@@ -105,7 +105,7 @@ tp_progress *tp_progress_start(const char *label, const tp_graph *g, int runs, d
     snprintf(p->label, sizeof p->label, "%s", label);
     p->g = g;
     p->runs = runs > 0 ? runs : 1;
-    p->tty = isatty(STDERR_FILENO);
+    p->tty = isatty(STDOUT_FILENO);
     p->flop_run = tp_graph_flop(g);
     const int threads = omp_get_max_threads();
     const double prior = TP_PROGRESS_PRIOR_GFLOPS * (threads > 0 ? threads : 1);
@@ -119,7 +119,7 @@ tp_progress *tp_progress_start(const char *label, const tp_graph *g, int runs, d
     const double est = p->flop_run * p->runs / p->prior * 1e-3;
     if (est > TP_PROGRESS_ESTIMATE_S) {
         char a[32];
-        printf("%s: %.3g GFLOP%s, about %s at ~%.3g GFLOP/s (%s%s%s); progress on stderr\n", label,
+        printf("%s: %.3g GFLOP%s, about %s at ~%.3g GFLOP/s (%s%s%s)\n", label,
                p->flop_run * 1e-9, p->runs > 1 ? " a run" : "", tp_progress_fmt_s(est, a, sizeof a), p->prior * 1e-6,
                gflops > 0 ? "measured on " : "a conservative guess for this CPU's threads",
                gflops > 0 && from ? from : "", gflops > 0 ? " in this run" : "");
@@ -156,7 +156,10 @@ double tp_progress_stop(tp_progress *p) {
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->thread, NULL);
-    if (p->printed && p->tty) fprintf(stderr, "\r\033[K"); /* the rewritten line gives way to the result */
+    if (p->printed && p->tty) { /* the rewritten line gives way to the result */
+        printf("\r\033[K");
+        fflush(stdout);
+    }
     const double ms = atomic_load(&p->busy), done = atomic_load(&p->done);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);

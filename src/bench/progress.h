@@ -1,8 +1,9 @@
 /* progress.h: what a long CPU phase of tprof bench says while it runs (issue 40: nothing silent for more than about
  * 2 s). Before it starts, when it would take more than a few seconds, an estimate: its FLOPs over a rate measured by
  * an earlier phase of the run, else a conservative guess for this CPU (TP_PROGRESS_PRIOR_GFLOPS a thread). While it
- * runs, a watcher thread writes a progress line on stderr once 2 s have passed: on a terminal one line rewritten in
- * place every second, else plain lines every 2 s for the first 10 s, then every 10 s. The CPU executor moves it op by
+ * runs, a watcher thread writes a progress line on stdout, with the run's other lines, once 2 s have passed: on a
+ * terminal one line rewritten in place every second, else plain lines every 2 s for the first 10 s, then every 10 s
+ * (stderr stays the error's one line). The CPU executor moves it op by
  * op (cpu_exec.h tp_cpu_watch.on_op); within an op that runs long, the line extrapolates at the rate measured so
  * far and says which op it is in. */
 #ifndef TP_BENCH_PROGRESS_H
