@@ -9,6 +9,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,6 +113,15 @@ double tp_host_mem_available(char *what, size_t n) {
     if (left >= 0 && (left < have || !(have > 0))) {
         have = left;
         snprintf(what, n, "the cgroup's limit");
+    }
+    struct rlimit rl; /* ulimit -v: the address space left to this process */
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && read_small("/proc/self/status", info, sizeof info)) {
+        const char *p = strstr(info, "VmSize:");
+        const double as_left = p ? fmax((double)rl.rlim_cur - strtod(p + 7, NULL) * 1024.0, 0.0) : -1;
+        if (as_left >= 0 && (as_left < have || !(have > 0))) {
+            have = as_left;
+            snprintf(what, n, "ulimit -v");
+        }
     }
     return have;
 }
