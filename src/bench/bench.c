@@ -139,7 +139,7 @@ static tp_status bench_cpu(const tp_bench_options *o, const tp_graph *g, const t
     tp_status st = TP_OK;
     int n = o->iterations > 0 ? o->iterations : 1;
     char label[96];
-    snprintf(label, sizeof label, "%s on the CPU, %d run%s", tp_precision_name(r->prec), n + 1, n ? "s" : "");
+    snprintf(label, sizeof label, "%s on the CPU, %d runs", tp_precision_name(r->prec), n + 1); /* a warm-up, n */
     tp_progress *pg = tp_progress_start(label, g, n + 1, gflops, "the reference");
     double t0 = tp_now_ms();
     do {
