@@ -61,6 +61,22 @@ else
   sed 's/^/    /' "$tmp/out" "$tmp/err" | cut -c1-200 | tail -8
 fi
 
+# on a terminal (script(1) gives it one), the progress is one line rewritten in place
+if command -v script >/dev/null; then
+  timeout 6 script -qec "ulimit -v 16000000; timeout 3.5 '$TPROF' bench --device cpu --model '$tmp/pipe_lang.json' --batch 1" \
+    /dev/null >"$tmp/tty" 2>&1
+  if [ "$(grep -c $'\r\033\[KCPU FP32 reference, 1 sample: [0-9]* % after' "$tmp/tty")" -ge 1 ] &&
+     ! grep -q $'^CPU FP32 reference, 1 sample: [0-9]* % after' "$tmp/tty"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL memory: the progress line on a terminal:"
+    cat -v "$tmp/tty" | cut -c1-200 | tail -4 | sed 's/^/    /'
+  fi
+else
+  echo "SKIP memory: the progress line on a terminal (no script(1) here)"
+fi
+
 # a run that fits: its estimate in the JSON, and the process's peak resident memory within it and the process's
 # own ~10-20 MB (a KV cache of 131 MB: llama-tiny at 64 x 4004 positions, filled with NaN, so every page is touched)
 expect_ok "memory: a run that fits" "Prefill (pp4)" bench "${small[@]}" --model llama-tiny --prompt 4 --gen 4000 \
