@@ -4,7 +4,7 @@
 BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-FUZZ_SECONDS ?= 30
+FUZZ_SECONDS ?= 8
 
 .PHONY: all setup build run test sanitize clean
 
@@ -35,14 +35,14 @@ run: setup
 	fi
 
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory sanitize
 
 sanitize: setup
 	@cmake -S . -B $(BUILD)-san -DTPROF_WITH_CUDA=OFF -DCMAKE_C_COMPILER=clang -DTPROF_SANITIZE=ON -DTPROF_FUZZ=ON \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD)-san -j $(JOBS)
-	ctest --test-dir $(BUILD)-san --output-on-failure
+	ctest --test-dir $(BUILD)-san --output-on-failure -j $(JOBS)
 	bash scripts/fuzz.sh $(FUZZ_SECONDS) $(BUILD)-san
 
 clean:

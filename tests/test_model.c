@@ -1201,6 +1201,87 @@ START_TEST(test_hf_hub_ids) {
 }
 END_TEST
 
+/* ---- the CPU executor's memory estimate (cpu_exec.h tp_cpu_mem_estimate) ---- */
+
+typedef struct {
+    int calls, last_op, order_ok;
+} op_log;
+
+static void log_op(void *user, const tp_graph *g, int op, int done) {
+    op_log *l = user;
+    (void)g;
+    l->order_ok &= done ? op == l->last_op : op == l->last_op + 1; /* before op i, after op i, before i + 1 */
+    l->last_op = op;
+    l->calls++;
+}
+
+/* One run of model `name` at batch B (prec FP32: the plain executor; else the emulation of its plan on sm_90, every
+ * activation's amax 4): the bytes its watch counts at their peak are the estimate's, exactly; nothing stays once
+ * the session is freed; on_op saw every op before and after. */
+static void mem_case(const char *name, int B, tp_precision prec) {
+    tp_model m;
+    tp_error e = {0};
+    ck_assert_msg(tp_model_preset(name, &m, &e) == TP_OK, "%s", e.msg);
+    if (strcmp(name, "vit-tiny") == 0) /* the catalogue's small ViT (tests/test_cli.sh tok), to keep the test short */
+        ck_assert(tp_model_knob(&m, "--img-size", "64", &e) == 1 && tp_model_knob(&m, "--depth", "2", &e) == 1);
+    tp_params p;
+    ck_assert_msg(tp_model_params_init(&m, 3, 0, &p, &e) == TP_OK, "%s", e.msg);
+    tp_graph g;
+    ck_assert_msg(tp_model_build_graph(&m, &p, B, &g, &e) == TP_OK, "%s", e.msg);
+    char desc[600];
+    float *in = malloc(sizeof(float) * (size_t)(B * tp_model_input_numel(&m)));
+    float *out = malloc(sizeof(float) * (size_t)tp_value_numel(&g.values[g.output]));
+    float *amax = malloc(sizeof(float) * (size_t)g.n_values);
+    ck_assert(in && out && amax);
+    for (int v = 0; v < g.n_values; v++) amax[v] = 4.0f;
+    ck_assert_msg(tp_model_make_input(&m, B, 1, NULL, in, desc, sizeof desc, &e) == TP_OK, "%s", e.msg);
+    tp_plan plan;
+    tp_policy pol;
+    tp_policy_default(&pol, prec);
+    if (prec != TP_PREC_FP32) ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    const tp_plan *pp = prec != TP_PREC_FP32 ? &plan : NULL;
+    tp_cpu_mem est;
+    ck_assert_int_eq(tp_cpu_mem_estimate(&g, pp, 4, &est, &e), TP_OK);
+    op_log lg = {0, -1, 1};
+    tp_cpu_watch w = {0, 0, log_op, &lg};
+    tp_cpu_session s = {.watch = &w};
+    ck_assert_msg(tp_cpu_run_session_emulated(&g, &p, pp, amax, &s, in, out, &e) == TP_OK, "%s: %s", name, e.msg);
+    printf("%s %s batch %d: the executor's peak %lld bytes, estimated %.0f (state %.0f, held %.0f, live %.0f, "
+           "scratch %.0f at op %d; per-thread rows %.0f)\n", name, tp_precision_name(prec), B, (long long)w.bytes_peak,
+           est.peak, est.state, est.held, est.live, est.scratch, est.peak_op, est.threads);
+    ck_assert_msg((double)w.bytes_peak == est.peak, "%s: peak %lld, estimated %.0f", name, (long long)w.bytes_peak,
+                  est.peak);
+    ck_assert(est.total >= est.peak && est.live > 0);
+    ck_assert_msg((double)w.bytes_now == est.state, "%s: %lld held after the run", name, (long long)w.bytes_now);
+    ck_assert(lg.order_ok && lg.calls == 2 * g.n_ops);
+    tp_cpu_session_free(&s);
+    ck_assert_int_eq(w.bytes_now, 0);
+    ck_assert_ptr_eq(s.watch, &w);
+    /* the same through tp_cpu_run_watched, from a fresh count */
+    w = (tp_cpu_watch){0};
+    if (!pp) {
+        ck_assert_int_eq(tp_cpu_run_watched(&g, &p, in, out, NULL, &w, &e), TP_OK);
+        ck_assert((double)w.bytes_peak == est.peak && w.bytes_now == 0);
+    }
+    if (pp) tp_plan_free(&plan);
+    free(in);
+    free(out);
+    free(amax);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+}
+
+START_TEST(test_cpu_mem_estimate) {
+    mem_case("vit-tiny", 3, TP_PREC_FP32);
+    mem_case("vit-tiny", 2, TP_PREC_FP16); /* rounded parameter copies */
+    mem_case("vit-tiny", 2, TP_PREC_FP8);  /* quantized operands, per linear */
+    mem_case("llama-tiny", 2, TP_PREC_FP32); /* the KV cache, token ids, RoPE */
+    mem_case("llama-tiny", 2, TP_PREC_NVFP4_WO);
+    mem_case("pi0-small", 2, TP_PREC_FP32); /* several inputs unpacked, the masked attention */
+    mem_case("pi0-small", 1, TP_PREC_BF16);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *t = tcase_create("vit");
@@ -1229,11 +1310,13 @@ int main(void) {
     tcase_add_test(t, test_golden_checkpoint_crop100);
     suite_add_tcase(s, t);
     TCase *f = tcase_create("family");
+    tcase_set_timeout(f, 60);
     tcase_add_checked_fixture(f, setup, teardown);
     tcase_add_test(f, test_family_interface);
     tcase_add_test(f, test_checkpoint_config);
     tcase_add_test(f, test_model_from_checkpoint);
     tcase_add_test(f, test_hf_hub_ids);
+    tcase_add_test(f, test_cpu_mem_estimate);
     suite_add_tcase(s, f);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

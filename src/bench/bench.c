@@ -5,6 +5,7 @@
 #include "bench/bench.h"
 #include "bench/decode.h"
 #include "bench/onnx_check.h"
+#include "bench/progress.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/system.h"
 #include "core/util.h"
 #include "exec/cpu/cpu_exec.h"
 #include "io/safetensors.h"
@@ -51,6 +53,7 @@ typedef struct {
     tp_params *tpp;
     tp_graph *tpg;
     tp_plan *tpplan;
+    double cpu_gflops; /* the CPU executor's rate measured on the reference (progress.h), 0 before */
 } run_ctx;
 
 static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
@@ -129,23 +132,28 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
     return st;
 }
 
-/* Times the CPU executor on the whole batch (host wall clock; the CPU path has no asynchronous work). */
+/* Times the CPU executor on the whole batch (host wall clock; the CPU path has no asynchronous work), with the
+ * estimate and progress lines of a long phase (progress.h) at the reference's measured rate gflops. */
 static tp_status bench_cpu(const tp_bench_options *o, const tp_graph *g, const tp_params *params, const float *in,
-                           float *out, tp_bench_result *r, tp_error *err) {
-    tp_status st;
+                           float *out, double gflops, tp_bench_result *r, tp_error *err) {
+    tp_status st = TP_OK;
+    int n = o->iterations > 0 ? o->iterations : 1;
+    char label[96];
+    snprintf(label, sizeof label, "%s on the CPU, %d runs", tp_precision_name(r->prec), n + 1); /* a warm-up, n */
+    tp_progress *pg = tp_progress_start(label, g, n + 1, gflops, "the reference");
     double t0 = tp_now_ms();
     do {
-        if ((st = tp_cpu_run(g, params, in, out, err))) return st;
-    } while (tp_now_ms() - t0 < o->warmup_ms);
-    int n = o->iterations > 0 ? o->iterations : 1;
-    r->samples = malloc(sizeof(double) * (size_t)n);
-    if (!r->samples) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        st = tp_cpu_run_watched(g, params, in, out, NULL, tp_progress_watch(pg), err);
+    } while (!st && tp_now_ms() - t0 < o->warmup_ms);
+    if (!st && !(r->samples = malloc(sizeof(double) * (size_t)n))) st = tp_fail(err, TP_ERR_OOM, "out of host memory");
     double w0 = tp_now_ms();
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !st; i++) {
         double a = tp_now_ms();
-        if ((st = tp_cpu_run(g, params, in, out, err))) return st;
+        st = tp_cpu_run_watched(g, params, in, out, NULL, tp_progress_watch(pg), err);
         r->samples[i] = tp_now_ms() - a;
     }
+    tp_progress_stop(pg);
+    if (st) return st;
     r->wall_ms = tp_now_ms() - w0;
     r->n = n;
     return TP_OK;
@@ -258,9 +266,52 @@ tp_status tp_bench_check_finite(const tp_bench_options *o, const tp_params *p, t
     return TP_OK;
 }
 
-/* The parameters' fp32 values on the host, before any is made or read: the whole model, and with --tp every
- * rank's shards (the whole model's tensors freed as they are split when no reference keeps them). A model the
- * machine cannot hold is refused here, with the numbers, rather than killed while its values are written. */
+/* The host memory of the run's batch, from the graphs built on the parameters' shapes (tab) before anything is
+ * allocated: the input and calibration batches, the outputs (the reference's, an engine's, --save-output's copies,
+ * the pruning's dense copy), the stage outputs compared, and the CPU executor's peak (cpu_exec.h
+ * tp_cpu_mem_estimate, the KV cache apart) over what it runs: the reference's rows when the reference is the CPU's,
+ * the batch when the engines run on the CPU (one after the other: the larger counts). Not counted: a decoder's
+ * greedy tokens and --perplexity's windows (at most 8 sequences), metadata. GPU memory is the engine's own check
+ * (cuda_engine.c check_fits). A graph the family cannot build is left to setup, which says why. */
+typedef struct {
+    double io, act, kv; /* inputs and outputs; the executor's activations, scratch and copies; its KV cache */
+    int64_t kv_rows, kv_len;
+} batch_mem;
+
+static void batch_memory(run_ctx *c, const tp_params *tab, batch_mem *bm) {
+    const tp_bench_options *o = c->o;
+    const tp_bench_report *rep = &c->rep;
+    const int64_t B = o->batch, R = o->ref_samples > 0 && o->ref_samples < B ? o->ref_samples : B;
+    memset(bm, 0, sizeof *bm);
+    tp_graph g[2];
+    memset(g, 0, sizeof g);
+    tp_error e = {0};
+    const int runs[2] = {rep->reference == TP_REF_CPU, rep->dev == TP_DEVICE_CPU}; /* the reference's rows, the batch */
+    for (int k = 0; k < 2; k++) {
+        if (tp_model_build_graph(&rep->model, tab, k ? B : R, &g[k], &e)) break;
+        if (!runs[k]) continue;
+        tp_cpu_mem m;
+        if (tp_cpu_mem_estimate(&g[k], NULL, omp_get_max_threads(), &m, &e)) continue;
+        if (m.total > bm->act + bm->kv) bm->act = m.total - m.state, bm->kv = m.state, bm->kv_rows = k ? B : R;
+        bm->kv_len = g[k].kv_len;
+    }
+    if (g[1].n_values > 0) {
+        const double in = 4.0 * (double)tp_model_input_numel(&rep->model), cols = 4.0 *
+            (double)tp_value_numel(&g[1].values[g[1].output]) / (double)B;
+        bm->io = 2 * in * (double)B + cols * (double)(R + B) + (o->save_output ? cols * (double)(o->n_precs * B) : 0) +
+                 (o->sparsity && rep->reference != TP_REF_NONE ? cols * (double)R : 0);
+        for (int k = 0; k < 2; k++) /* the reference's stage outputs; on the GPU an engine's, to compare */
+            for (int t = 0; (k ? rep->dev == TP_DEVICE_GPU : 1) && rep->reference != TP_REF_NONE && t < g[k].n_taps; t++)
+                bm->io += 4.0 * (double)tp_value_numel(&g[k].values[g[k].taps[t].value]);
+    }
+    tp_graph_free(&g[0]);
+    tp_graph_free(&g[1]);
+}
+
+/* The run's host memory before anything is allocated: the parameters' fp32 values (the whole model, and with --tp
+ * every rank's shards, the whole model's tensors freed as they are split when no reference keeps them) and what
+ * the batch takes (batch_memory). A run the machine cannot hold is refused here with the estimate and what is
+ * available, rather than killed or failing while it fills its buffers; a large one says the estimate. */
 static tp_status host_memory_check(run_ctx *c, tp_error *err) {
     const tp_bench_options *o = c->o;
     const int n = o->tp > 1 ? o->tp : 1;
@@ -291,19 +342,29 @@ static tp_status host_memory_check(run_ctx *c, tp_error *err) {
     }
     for (int r = 0; r < n; r++) tp_params_free(&sh[r]);
     free(sh);
+    batch_mem bm = {0};
+    if (!st) batch_memory(c, &tab, &bm);
     tp_params_free(&tab);
     if (st) return st;
     /* released: at most the shards (or the whole model) plus the tensors in flight; kept: both */
     const double need = n == 1 ? whole : c->rep.reference == TP_REF_NONE ? fmax(whole, shards) + flight : whole + shards;
-    const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
-    const double have = (double)pages * (double)psize;
-    if (pages > 0 && psize > 0 && need > 0.85 * have) {
-        char nb[32], hb[32];
-        return tp_fail(err, TP_ERR_OOM, "%s: its fp32 parameters%s need %s of host memory; this machine has %s%s",
-                       tp_model_name(&c->rep.model), n > 1 ? " and their shards" : "",
-                       tp_fmt_bytes(need, nb, sizeof nb), tp_fmt_bytes(have, hb, sizeof hb),
-                       n > 1 && c->rep.reference != TP_REF_NONE ? " (--reference none keeps one copy)" : "");
-    }
+    tp_bench_report *rep = &c->rep;
+    rep->host_need = need + bm.io + bm.act + bm.kv;
+    rep->host_have = tp_host_mem_available(rep->host_have_src, sizeof rep->host_have_src);
+    char b[5][32];
+    rep->host_parts[0] = 0;
+    if (bm.kv > 0)
+        tp_append(rep->host_parts, sizeof rep->host_parts, "KV cache %s for %lld x %lld positions, ",
+                  tp_fmt_bytes(bm.kv, b[0], 32), (long long)bm.kv_rows, (long long)bm.kv_len);
+    if (bm.act > 0) tp_append(rep->host_parts, sizeof rep->host_parts, "activations %s, ", tp_fmt_bytes(bm.act, b[1], 32));
+    tp_append(rep->host_parts, sizeof rep->host_parts, "inputs and outputs %s, fp32 parameters%s %s",
+              tp_fmt_bytes(bm.io, b[2], 32), n > 1 ? " and their shards" : "", tp_fmt_bytes(need, b[3], 32));
+    if (rep->host_have > 0 && rep->host_need > rep->host_have)
+        return tp_fail(err, TP_ERR_OOM, "%s at batch %d: needs ~%s of host memory (%s), %s available (%s)%s",
+                       tp_model_name(&rep->model), c->o->batch, tp_fmt_bytes(rep->host_need, b[0], 32), rep->host_parts,
+                       tp_fmt_bytes(rep->host_have, b[4], 32), rep->host_have_src,
+                       n > 1 && rep->reference != TP_REF_NONE ? "; --reference none keeps one copy of the parameters"
+                       : bm.act + bm.kv + bm.io > need ? "; a smaller --batch or --ref-samples needs less" : "");
     return TP_OK;
 }
 
@@ -340,7 +401,7 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     if (o->pipeline_mode && o->pipeline_mode != 3 && !o->use_graph)
         return tp_fail(err, TP_ERR_ARG, "--pipeline %s with --no-graph: contradictory (--pipeline eager is eager)",
                        o->pipeline_mode == 1 ? "graph" : "modular");
-    if (!o->engine_file && (st = host_memory_check(c, err))) return st;
+    if ((st = host_memory_check(c, err))) return st;
     st = o->engine_file ? tp_engine_file_params(o->engine_file, &c->params, err)
          : o->onnx        ? tp_bench_onnx_params(o, &c->params, err)
          : o->weights   ? tp_model_params_load(mp, o->weights, &c->params, err)
@@ -351,17 +412,7 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     tp_model_input(mp, &rep->input);
     tp_model_output(mp, &rep->output);
     const int B = o->batch;
-    const size_t in_n = (size_t)B * (size_t)tp_model_input_numel(mp);
-    /* the input and calibration batches live on the host too: refuse before touching memory the machine lacks
-     * (an overcommitted malloc would succeed and the process be killed while filling it) */
-    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
-    double host_need = 2.0 * (double)in_n * sizeof(float), host_have = (double)pages * (double)psize;
-    if (pages > 0 && psize > 0 && host_need > 0.8 * host_have) {
-        char nb[32], hb[32];
-        return tp_fail(err, TP_ERR_OOM, "--batch %d: the input and calibration batches need %s of host memory; this "
-                       "machine has %s", B, tp_fmt_bytes(host_need, nb, sizeof nb),
-                       tp_fmt_bytes(host_have, hb, sizeof hb));
-    }
+    const size_t in_n = (size_t)B * (size_t)tp_model_input_numel(mp); /* host_memory_check counted it */
     if ((st = tp_model_build_graph(mp, &c->params, B, &c->g, err))) return st;
     rep->g = &c->g;
     if (c->g.kv_len > 0) { /* a decoder: the graph is the prefill; decoding follows it (decode.h) */
@@ -485,7 +536,14 @@ static tp_status reference_run(run_ctx *c, tp_error *err) {
 #ifdef TPROF_HAVE_CUDA
     else if (rep->reference == TP_REF_GPU) st = gpu_reference(c, err);
 #endif
-    else st = tp_cpu_run_taps(&c->gref, &c->params, c->input, c->ref, c->ref_taps, err);
+    else {
+        char label[96];
+        snprintf(label, sizeof label, "CPU FP32 reference, %d sample%s", rep->ref_rows, rep->ref_rows == 1 ? "" : "s");
+        tp_progress *pg = tp_progress_start(label, &c->gref, 1, c->cpu_gflops, NULL);
+        st = tp_cpu_run_watched(&c->gref, &c->params, c->input, c->ref, c->ref_taps, tp_progress_watch(pg), err);
+        const double rate = tp_progress_stop(pg);
+        if (rate > 0) c->cpu_gflops = rate;
+    }
     if (!st && c->o->perplexity && rep->prompt > 0)
         st = tp_bench_perplexity(rep, &c->params, NULL, rep->reference == TP_REF_GPU, NULL, &rep->ref_ppl, err);
     if (st) return st;
@@ -737,7 +795,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     } else if (rep->dev == TP_DEVICE_CPU) {
         r->weight_bytes = tp_plan_weight_bytes(&plan, g);
         r->build_ms = 0; /* nothing to build: the CPU executor runs the graph as it is */
-        st = bench_cpu(o, g, &c->params, c->input, c->out, r, err);
+        st = bench_cpu(o, g, &c->params, c->input, c->out, c->cpu_gflops, r, err);
         if (!st && rep->gen > 0) /* the decode phase: the executor's steps over its KV cache, at most 3 rounds */
             st = tp_bench_decode_cpu(rep, &c->params, c->input, o->iterations < 3 ? (o->iterations > 1 ? o->iterations : 1)
                                      : 3, r, err);

@@ -216,6 +216,9 @@ struct tp_bench_report {
     tp_sparse_summary sparse;    /* --sparsity: what was pruned (n_rows 0 otherwise) */
     int has_prune_cost;          /* the pruned model's FP32 reference against the dense one's, on ref_rows samples */
     tp_accuracy prune_cost;
+    double host_need, host_have; /* the run's host memory as estimated before any allocation, and what was free */
+    char host_parts[300];        /* the estimate's parts ("KV cache 8.6 GB for 65536 x 256 positions, ...") */
+    char host_have_src[32];      /* where host_have came from ("MemAvailable", "the cgroup's limit") */
 };
 
 /* Runs the benchmark. Errors (one line in err): bad options (TP_ERR_ARG), unreadable or mismatching weights and

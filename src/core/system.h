@@ -22,4 +22,10 @@ typedef struct {
 /* The host CPU's model name (/proc/cpuinfo), "unknown" where it cannot be read. */
 void tp_host_cpu_name(char *buf, size_t n);
 
+/* The host memory this process can still take, in bytes: /proc/meminfo's MemAvailable (else the physical memory),
+ * lowered to what a cgroup memory limit leaves (v2 memory.max - memory.current, v1 memory.limit_in_bytes -
+ * memory.usage_in_bytes) and to the address space an RLIMIT_AS (ulimit -v) leaves; what receives where the figure
+ * came from ("MemAvailable", "physical memory", "the cgroup's limit", "ulimit -v"). 0 where none can be read. */
+double tp_host_mem_available(char *what, size_t n);
+
 #endif

@@ -4,11 +4,16 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 double tp_now_ms(void) {
     struct timespec ts;
@@ -48,6 +53,78 @@ void tp_host_cpu_name(char *buf, size_t n) {
             break;
         }
     fclose(f);
+}
+
+/* A small text file of /proc or /sys into buf (NUL-terminated); 0 when it cannot be read. */
+static int read_small(const char *path, char *buf, size_t n) {
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < n && (k = read(fd, buf + got, n - 1 - got)) > 0) got += (size_t)k;
+    close(fd);
+    buf[got] = 0;
+    return got > 0;
+}
+
+/* A byte count file of a cgroup ("max" or a number); -1 for none or no limit. */
+static double cgroup_bytes(const char *dir, const char *file) {
+    char path[600], buf[64];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (!read_small(path, buf, sizeof buf) || strncmp(buf, "max", 3) == 0) return -1;
+    const double v = strtod(buf, NULL);
+    return v > 0 && v < 1e18 ? v : -1; /* v1 writes "no limit" as a page-rounded 2^63 */
+}
+
+/* What the process's cgroup limit leaves, -1 where there is none */
+static double cgroup_left(void) {
+    char cg[1024], dir[600];
+    const char *rel = "";
+    if (read_small("/proc/self/cgroup", cg, sizeof cg)) { /* v2: "0::/path" */
+        char *p = strstr(cg, "0::");
+        if (p && (p == cg || p[-1] == '\n')) {
+            rel = p + 3;
+            p[3 + strcspn(p + 3, "\n")] = 0;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", k == 0 ? rel : "");
+        const double max = cgroup_bytes(dir, "memory.max"), cur = cgroup_bytes(dir, "memory.current");
+        if (max > 0) return cur > 0 ? fmax(max - cur, 0.0) : max;
+    }
+    const double max = cgroup_bytes("/sys/fs/cgroup/memory", "memory.limit_in_bytes"),
+                 cur = cgroup_bytes("/sys/fs/cgroup/memory", "memory.usage_in_bytes");
+    return max > 0 ? (cur > 0 ? fmax(max - cur, 0.0) : max) : -1;
+}
+
+double tp_host_mem_available(char *what, size_t n) {
+    char info[8192];
+    double have = 0;
+    snprintf(what, n, "MemAvailable");
+    if (read_small("/proc/meminfo", info, sizeof info)) {
+        const char *p = strstr(info, "MemAvailable:");
+        if (p) have = strtod(p + 13, NULL) * 1024.0; /* kB */
+    }
+    if (!(have > 0)) {
+        const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+        have = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+        snprintf(what, n, "physical memory");
+    }
+    const double left = cgroup_left();
+    if (left >= 0 && (left < have || !(have > 0))) {
+        have = left;
+        snprintf(what, n, "the cgroup's limit");
+    }
+    struct rlimit rl; /* ulimit -v: the address space left to this process */
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && read_small("/proc/self/status", info, sizeof info)) {
+        const char *p = strstr(info, "VmSize:");
+        const double as_left = p ? fmax((double)rl.rlim_cur - strtod(p + 7, NULL) * 1024.0, 0.0) : -1;
+        if (as_left >= 0 && (as_left < have || !(have > 0))) {
+            have = as_left;
+            snprintf(what, n, "ulimit -v");
+        }
+    }
+    return have;
 }
 
 void tp_append(char *buf, size_t n, const char *fmt, ...) {

@@ -97,7 +97,11 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
     printf("\n=== %s%s on %s: performance summary ===\n", tp_precision_name(r->prec),
            r->n_emulated_ops ? " (EMULATED)" : "", device);
     double qps = r->n / (r->wall_ms * 1e-3);
-    printf("Throughput: %.2f qps, %.1f %ss/s (batch %d)\n", qps, qps * o->batch, unit, o->batch);
+    char hz[96] = ""; /* a pipeline's rate as robotics users give it */
+    if (tp_unit_hz(unit))
+        snprintf(hz, sizeof hz, " = %.1f Hz", qps * o->batch);
+    if (tp_unit_hz(unit) && o->batch > 1) tp_append(hz, sizeof hz, " (each of %d streams at %.1f Hz)", o->batch, qps);
+    printf("Throughput: %.2f qps, %.1f %ss/s%s (batch %d)\n", qps, qps * o->batch, unit, hz, o->batch);
     printf("%s Compute Time: min = %.4f ms, max = %.4f ms, mean = %.4f ms, median = %.4f ms, "
            "percentile(90%%) = %.4f ms, percentile(95%%) = %.4f ms, percentile(99%%) = %.4f ms (%d runs)\n",
            o->device == TP_DEVICE_CPU ? "Host" : "GPU", l->min, l->max, l->mean, l->median, l->p90, l->p95, l->p99,
@@ -291,6 +295,9 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
     }
     json_object_set_new(root, "system", sys);
     json_object_set_new(root, "sparsity", sparsity_json(rep));
+    json_object_set_new(root, "host_memory", json_pack("{s:o,s:o,s:s,s:s}", "estimate_bytes", tp_json_num(rep->host_need),
+                                                       "available_bytes", tp_json_num(rep->host_have), "available_from",
+                                                       rep->host_have_src, "parts", rep->host_parts));
     json_object_set_new(root, "model_flop_per_batch", json_real(flop));
     json_object_set_new(root, "model_matmul_flop_per_batch", json_real(matmul_flop));
     const int base = rep->base;
@@ -306,6 +313,8 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
         char per_s[32];
         snprintf(per_s, sizeof per_s, "%ss_per_s", rep->input.unit);
         json_object_set_new(p, per_s, tp_json_num(qps * o->batch));
+        if (tp_unit_hz(rep->input.unit)) /* the same rate, named as robotics users name it; per stream: qps */
+            json_object_set_new(p, "hz", tp_json_num(qps * o->batch));
         const double tf = flop / (r->lat.median * 1e-3) * 1e-12;
         json_object_set_new(p, "tflops_at_median", tp_json_num(tf));
         json_object_set_new(p, "gemm_peak_tflops", r->peak_tflops > 0 ? json_real(r->peak_tflops) : json_null());
@@ -528,6 +537,12 @@ static void text_start(const tp_bench_report *rep) {
     if (rep->tp > 1)
         printf("Tensor parallel: %d GPUs (0..%d), heads and MLP columns split, an all-reduce after o_proj and "
                "down_proj; FLOP, weights, bytes and floors below are per GPU (rank 0's)\n", rep->tp, rep->tp - 1);
+    if (rep->host_need >= 1e9 || (rep->host_have > 0 && rep->host_need >= 0.25 * rep->host_have)) {
+        char nb[32], hb[32]; /* a run that takes a good part of the machine says so before it starts */
+        printf("Host memory: ~%s estimated (%s), %s available (%s)\n", tp_fmt_bytes(rep->host_need, nb, sizeof nb),
+               rep->host_parts, tp_fmt_bytes(rep->host_have, hb, sizeof hb), rep->host_have_src);
+    }
+    fflush(stdout); /* the header is out before a long run starts */
 }
 
 static void text_plan(const tp_bench_report *rep, int i, const tp_plan *plan) {
@@ -587,7 +602,7 @@ static tp_status text_end(const tp_bench_report *rep, tp_error *err) {
     const int B = o->batch, base = rep->base;
     printf("\n=== Comparison (%s, batch %d, %s) ===\n", tp_model_name(&rep->model), B, rep->device);
     char per_s[32];
-    snprintf(per_s, sizeof per_s, "%ss/s", rep->input.unit);
+    snprintf(per_s, sizeof per_s, tp_unit_hz(rep->input.unit) ? "Hz" : "%ss/s", rep->input.unit);
     printf("%-9s %12s %12s %12s %9s %10s %11s %11s %9s %9s %6s\n", "precision", "median ms", "p99 ms", per_s,
            "speedup", "weights MB", "cosine", "rel L2", "top-1 %", "TFLOP/s", "MFU %");
     for (int pi = 0; pi < rep->n_res; pi++) {
@@ -601,7 +616,8 @@ static tp_status text_end(const tp_bench_report *rep, tp_error *err) {
                r->lat.median, r->lat.p99, qps * B, rep->res[base].lat.median / r->lat.median, r->weight_bytes * 1e-6,
                r->acc.cosine, r->acc.rel_l2, top1, tf, mfu);
     }
-    printf("(speedup: median time of %s over each; accuracy over %d %s%s against the FP32 %s reference; %s)\n",
+    printf("(%sspeedup: median time of %s over each; accuracy over %d %s%s against the FP32 %s reference; %s)\n",
+           tp_unit_hz(rep->input.unit) ? "Hz: observations per second over the batch; " : "",
            tp_precision_name(rep->res[base].prec), rep->ref_rows, rep->input.unit, rep->ref_rows == 1 ? "" : "s",
            rep->reference == TP_REF_GPU ? "GPU" : rep->reference == TP_REF_CPU ? "CPU" : "(none)",
            rep->dev == TP_DEVICE_GPU ? "TFLOP/s: model FLOPs per batch over the median; MFU: that over the dense GEMM "
@@ -686,7 +702,7 @@ tp_status tp_bench_print_sweep(const tp_bench_options *o, const int *batches, in
     tp_input_desc in;
     tp_model_input(&o->model, &in);
     char per_s[32];
-    snprintf(per_s, sizeof per_s, "%ss/s", in.unit);
+    snprintf(per_s, sizeof per_s, tp_unit_hz(in.unit) ? "Hz" : "%ss/s", in.unit);
     printf("\n=== Batch sweep (%s) ===\n%7s %-9s %12s %12s %10s %7s %10s %9s\n", tp_model_name(&o->model), "batch",
            "precision", "median ms", per_s, "TFLOP/s", "MFU %", "floor ms", "/ floor");
     for (int b = 0; b < n_batches; b++)

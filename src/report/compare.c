@@ -634,6 +634,7 @@ static void sec_summary(tp_doc *d, const model *m) {
     tp_doc_heading(d, 2, "summary", "Summary");
     snprintf(sp, sizeof sp, "Speedup vs. %s", pname(b->prec));
     snprintf(per_s, sizeof per_s, "%c%ss/s", toupper((unsigned char)unit[0]), unit + 1); /* "Images/s" */
+    if (tp_unit_hz(unit)) snprintf(per_s, sizeof per_s, "Hz (observations/s)");
     snprintf(samples, sizeof samples, "%c%ss", toupper((unsigned char)unit[0]), unit + 1);
     tp_doc_table_open(d, "lrrrrrrrrrrrrr", "Precision", "Median (ms)", "Mean (ms)", "p99 (ms)", "CoV", per_s,
                       "Batches/s", "Weights (format)", sp, "Cosine", "Rel. L2", "Max abs", "Top-1", samples, NULL);
@@ -668,9 +669,12 @@ static void sec_summary(tp_doc *d, const model *m) {
         "Latency: event-timed GPU compute time per forward pass of batch %d (CUDA events; median, mean and p99 over "
         "the timed runs; host-device transfers excluded). Weights: in their format (the plan's bytes). Accuracy: "
         "%s against the %s reference on the same weights and inputs (cosine similarity, relative L2 error, largest "
-        "absolute error%s).",
+        "absolute error%s).%s",
         m->cfg->batch, m->cfg->not_logits ? "the outputs" : "logits", m->cfg->reference ? m->cfg->reference : "FP32 CPU",
-        m->cfg->not_logits ? "; no top-1: the output is not logits" : ", top-1 agreement");
+        m->cfg->not_logits ? "; no top-1: the output is not logits" : ", top-1 agreement",
+        !tp_unit_hz(unit) ? "" : m->cfg->batch > 1 ? " Hz: observations per second over the batch (each of its "
+                                                   "streams at the Batches/s rate)."
+                                                 : " Hz: observations per second, the policy's control rate.");
 }
 
 static void sec_config(tp_doc *d, const model *m) {
@@ -1218,6 +1222,8 @@ static void write_doc(tp_doc *d, const model *m) {
 /* ---- JSON -------------------------------------------------------------------------------------------------- */
 
 json_t *tp_json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+int tp_unit_hz(const char *unit) { return unit && strcmp(unit, "observation") == 0; }
 static json_t *jstr(const char *s) { return s ? json_string(s) : json_null(); }
 
 static json_t *report_json(const model *m) {
@@ -1253,6 +1259,7 @@ static json_t *report_json(const model *m) {
                       b->weight_bytes > 0 ? tp_json_num(e->weight_bytes / b->weight_bytes) : json_null(), "speedup",
                       b->median_ms > 0 && e->median_ms > 0 ? tp_json_num(b->median_ms / e->median_ms) : json_null(),
                       "traced_ms", tp_json_num(e->prof->kernel_ns_per_iter * 1e-6));
+        if (tp_unit_hz(c->unit)) json_object_set_new(o, "hz", tp_json_num(e->images_per_s)); /* observations/s */
         json_object_set_new(o, "accuracy",
                             e->ref_images > 0
                                 ? json_pack("{s:s,s:i,s:o,s:o,s:o,s:o}", "reference",

@@ -12,6 +12,28 @@
 
 static int narrow(tp_dtype t) { return t == TP_F16 || t == TP_BF16; }
 
+/* Every buffer of the executor goes through these two, counted in the session's watch when it has one: what
+ * tp_cpu_mem_estimate computes ahead, and its test measures */
+static void *w_alloc(tp_cpu_watch *w, size_t bytes) {
+    void *p = malloc(bytes);
+    if (p && w) {
+        w->bytes_now += (int64_t)bytes;
+        if (w->bytes_now > w->bytes_peak) w->bytes_peak = w->bytes_now;
+    }
+    return p;
+}
+
+static void w_free(tp_cpu_watch *w, void *p, size_t bytes) {
+    if (p && w) w->bytes_now -= (int64_t)bytes;
+    free(p);
+}
+
+/* the bytes of a value's own buffer (an activation, a state, an unpacked input or a rounded parameter) */
+static size_t value_bytes(const tp_value *v) {
+    const int64_t n = tp_value_numel(v);
+    return sizeof(float) * (size_t)(n > 0 ? n : 1);
+}
+
 /* Rounds n values to what storage type t holds (fp16/bf16), out may equal in. */
 static void round_to(tp_dtype t, const float *in, float *out, int64_t n) {
     for (int64_t i = 0; i < n; i++)
@@ -37,24 +59,24 @@ static tp_status kv_rows_e4m3(const tp_op *op, const tp_value *c, const float *a
 
 /* W8A8 FP8: y = (e4m3(x / xs) xs) @ qdq(W)^T + bias, x's scale xs static (calibrated), W's amax / 448: the values
  * the engine's FP8 GEMM (or GEMV) multiplies, whether x was stored in E4M3 or is quantized as it is read */
-static tp_status linear_w8a8(const tp_op *op, float xs, const float *x, const float *W, const float *bias, float *y,
-                             tp_error *err) {
+static tp_status linear_w8a8(tp_cpu_watch *w, const tp_op *op, float xs, const float *x, const float *W,
+                             const float *bias, float *y, tp_error *err) {
     const int64_t M = op->gemm_m, N = op->gemm_n, K = op->gemm_k;
-    float *qx = malloc(sizeof(float) * (size_t)(M * K)), *qw = malloc(sizeof(float) * (size_t)(N * K));
+    float *qx = w_alloc(w, sizeof(float) * (size_t)(M * K)), *qw = w_alloc(w, sizeof(float) * (size_t)(N * K));
     tp_status st = qx && qw ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory emulating %s", op->layer);
     for (int64_t j = 0; !st && j < M * K; j++) qx[j] = tp_e4m3_to_f32(tp_f32_to_e4m3(x[j] / xs)) * xs;
     if (!st) st = tp_qdq_f32(TP_QF_FP8_TENSOR, W, qw, N, K, 1, 0.0f, NULL, err);
     if (!st) tp_cpu_linear(qx, qw, bias, y, M, N, K);
-    free(qx);
-    free(qw);
+    w_free(w, qx, sizeof(float) * (size_t)(M * K));
+    w_free(w, qw, sizeof(float) * (size_t)(N * K));
     return st;
 }
 
 /* y = (qdq(x) @ qdq(W)^T) * s2x * s2w + bias, in the plan's format qf */
-static tp_status linear_emulated(const tp_op *op, tp_qformat qf, float act_global, const float *x, const float *W,
-                                 const float *bias, float *y, tp_error *err) {
+static tp_status linear_emulated(tp_cpu_watch *w, const tp_op *op, tp_qformat qf, float act_global, const float *x,
+                                 const float *W, const float *bias, float *y, tp_error *err) {
     const int64_t M = op->gemm_m, N = op->gemm_n, K = op->gemm_k;
-    float *qx = malloc(sizeof(float) * (size_t)(M * K)), *qw = malloc(sizeof(float) * (size_t)(N * K));
+    float *qx = w_alloc(w, sizeof(float) * (size_t)(M * K)), *qw = w_alloc(w, sizeof(float) * (size_t)(N * K));
     float gx = 1.0f, gw = 1.0f;
     tp_status st = TP_OK;
     if (!qx || !qw) st = tp_fail(err, TP_ERR_OOM, "out of host memory emulating %s", op->layer);
@@ -66,8 +88,8 @@ static tp_status linear_emulated(const tp_op *op, tp_qformat qf, float act_globa
         for (int64_t m = 0; m < M; m++)
             for (int64_t n = 0; n < N; n++) y[m * N + n] = y[m * N + n] * alpha + (bias ? bias[n] : 0.0f);
     }
-    free(qx);
-    free(qw);
+    w_free(w, qx, sizeof(float) * (size_t)(M * K));
+    w_free(w, qw, sizeof(float) * (size_t)(N * K));
     return st;
 }
 
@@ -107,9 +129,11 @@ tp_status tp_cpu_run_session_emulated(const tp_graph *g, const tp_params *params
 }
 
 void tp_cpu_session_free(tp_cpu_session *s) {
-    for (int i = 0; i < s->n; i++) free(s->bufs[i].data);
+    tp_cpu_watch *w = s->watch;
+    for (int i = 0; i < s->n; i++) w_free(w, s->bufs[i].data, sizeof(float) * (size_t)s->bufs[i].numel);
     free(s->bufs);
     memset(s, 0, sizeof *s);
+    s->watch = w;
 }
 
 /* The session's buffer for state value v: found by name (its size checked), or allocated and poisoned with NaN,
@@ -130,7 +154,7 @@ static tp_status state_buffer(tp_cpu_session *s, const tp_value *v, float **out,
     tp_cpu_state_buf *b = &s->bufs[s->n];
     snprintf(b->name, sizeof b->name, "%s", v->name);
     b->numel = n;
-    if (!(b->data = malloc(sizeof(float) * (size_t)n)))
+    if (!(b->data = w_alloc(s->watch, sizeof(float) * (size_t)n)))
         return tp_fail(err, TP_ERR_OOM, "out of host memory for %s (%lld floats)", v->name, (long long)n);
     for (int64_t i = 0; i < n; i++) b->data[i] = NAN;
     s->n++;
@@ -139,8 +163,9 @@ static tp_status state_buffer(tp_cpu_session *s, const tp_value *v, float **out,
 }
 
 /* Token ids (stored as fp32) as integers, each checked: an integer in [0, V). */
-static tp_status token_ids(const tp_op *op, const float *x, int64_t n, int64_t V, int32_t **ids, tp_error *err) {
-    if (!(*ids = malloc(sizeof(int32_t) * (size_t)n))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+static tp_status token_ids(tp_cpu_watch *w, const tp_op *op, const float *x, int64_t n, int64_t V, int32_t **ids,
+                           tp_error *err) {
+    if (!(*ids = w_alloc(w, sizeof(int32_t) * (size_t)n))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     for (int64_t i = 0; i < n; i++) {
         if (!(x[i] >= 0 && x[i] < (float)V && x[i] == floorf(x[i])))
             return tp_fail(err, TP_ERR_ARG, "%s: token %lld is %g, not an id in [0, %lld)", op->layer, (long long)i,
@@ -151,8 +176,8 @@ static tp_status token_ids(const tp_op *op, const float *x, int64_t n, int64_t V
 }
 
 /* The decoder ops (graph.h), past the cache position of this run. */
-static tp_status run_decoder_op(const tp_graph *g, const tp_op *op, float **buf, int64_t past, float *y,
-                                tp_error *err) {
+static tp_status run_decoder_op(tp_cpu_watch *w, const tp_graph *g, const tp_op *op, float **buf, int64_t past,
+                                float *y, tp_error *err) {
     const tp_value *o = &g->values[op->out], *xv = &g->values[op->in[0]];
     const float *x = buf[op->in[0]];
     const int64_t n = tp_value_numel(o);
@@ -160,9 +185,9 @@ static tp_status run_decoder_op(const tp_graph *g, const tp_op *op, float **buf,
     case TP_OP_TOKEN_EMBED: {
         const tp_value *tab = &g->values[op->in[1]];
         int32_t *ids = NULL;
-        tp_status st = token_ids(op, x, tp_value_numel(xv), tab->shape[0], &ids, err);
+        tp_status st = token_ids(w, op, x, tp_value_numel(xv), tab->shape[0], &ids, err);
         if (!st) tp_cpu_token_embed(ids, buf[op->in[1]], y, tp_value_numel(xv), tab->shape[1], op->scale);
-        free(ids);
+        w_free(w, ids, sizeof(int32_t) * (size_t)tp_value_numel(xv));
         return st;
     }
     case TP_OP_RMSNORM: {
@@ -172,18 +197,19 @@ static tp_status run_decoder_op(const tp_graph *g, const tp_op *op, float **buf,
     }
     case TP_OP_ROPE: {
         const int64_t B = xv->shape[0];
-        float *inv = malloc(sizeof(float) * (size_t)(op->head_dim / 2 + 1));
-        int64_t *start = op->n_in > 1 ? malloc(sizeof(int64_t) * (size_t)B) : NULL;
+        const size_t ib = sizeof(float) * (size_t)(op->head_dim / 2 + 1), sb = sizeof(int64_t) * (size_t)B;
+        float *inv = w_alloc(w, ib);
+        int64_t *start = op->n_in > 1 ? w_alloc(w, sb) : NULL;
         if (!inv || (op->n_in > 1 && !start)) {
-            free(inv);
-            free(start);
+            w_free(w, inv, ib);
+            w_free(w, start, sb);
             return tp_fail(err, TP_ERR_OOM, "out of host memory");
         }
         for (int64_t b = 0; start && b < B; b++) start[b] = op->prefix + (int64_t)buf[op->in[1]][b];
         tp_rope_inv_freq(&op->rope, op->head_dim, inv);
         tp_cpu_rope_at(x, y, B, xv->shape[1], op->heads, op->head_dim, inv, past, start);
-        free(inv);
-        free(start);
+        w_free(w, inv, ib);
+        w_free(w, start, sb);
         return TP_OK;
     }
     case TP_OP_GLU: tp_cpu_glu(x, buf[op->in[1]], y, n, op->act); return TP_OK;
@@ -254,7 +280,8 @@ typedef struct {
 
 /* Input value v of a graph of several inputs, copied out of the packed per-sample rows (tp_graph.inputs) into a
  * tensor of its own in *out (freed with the run's rounded copies). */
-static tp_status unpack_input(const tp_graph *g, int v, const float *input, float **out, tp_error *err) {
+static tp_status unpack_input(tp_cpu_watch *wa, const tp_graph *g, int v, const float *input, float **out,
+                              tp_error *err) {
     int64_t off[TP_MAX_INPUTS];
     const int64_t row = tp_graph_input_layout(g, off);
     int k = 0;
@@ -262,7 +289,7 @@ static tp_status unpack_input(const tp_graph *g, int v, const float *input, floa
     CHECK(k < g->n_inputs);
     const tp_value *val = &g->values[v];
     const int64_t B = val->shape[0], w = B > 0 ? tp_value_numel(val) / B : 0;
-    if (!(*out = malloc(sizeof(float) * (size_t)(B * w > 0 ? B * w : 1))))
+    if (!(*out = w_alloc(wa, value_bytes(val))))
         return tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
     for (int64_t b = 0; b < B; b++) memcpy(*out + b * w, input + b * row + off[k], sizeof(float) * (size_t)w);
     return TP_OK;
@@ -280,13 +307,14 @@ static tp_status rank_init(rank_run *r, const tp_plan *plan, const float *input,
         const tp_value *val = &g->values[v];
         if (val->kind == TP_VAL_PARAM) r->buf[v] = r->params->params[val->param_index].data;
         else if (val->kind == TP_VAL_INPUT && g->n_inputs <= 1) r->buf[v] = (float *)input;
-        else if (val->kind == TP_VAL_INPUT && (st = unpack_input(g, v, input, &r->rounded[v], err))) return st;
+        else if (val->kind == TP_VAL_INPUT && (st = unpack_input(r->sess->watch, g, v, input, &r->rounded[v], err)))
+            return st;
         if (val->kind == TP_VAL_INPUT && g->n_inputs > 1) r->buf[v] = r->rounded[v];
         else if (val->kind == TP_VAL_STATE && (st = state_buffer(r->sess, val, &r->buf[v], err))) return st;
         /* emulating a plan: parameters the engine stores in fp16/bf16 are read rounded to that type */
         if (plan && val->kind == TP_VAL_PARAM && plan->value_qf[v] == TP_QF_NONE && narrow(plan->value_dt[v])) {
             const tp_param *p = &r->params->params[val->param_index];
-            if (!(r->rounded[v] = malloc(sizeof(float) * (size_t)p->numel)))
+            if (!(r->rounded[v] = w_alloc(r->sess->watch, value_bytes(val))))
                 return tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
             round_to(plan->value_dt[v], p->data, r->rounded[v], p->numel);
             r->buf[v] = r->rounded[v];
@@ -297,11 +325,12 @@ static tp_status rank_init(rank_run *r, const tp_plan *plan, const float *input,
 
 static void rank_free(rank_run *r) {
     const tp_graph *g = r->g;
+    tp_cpu_watch *w = r->sess->watch;
     if (r->buf && r->last)
         for (int v = 0; v < g->n_values; v++)
-            if (g->values[v].kind == TP_VAL_ACT) free(r->buf[v]);
+            if (g->values[v].kind == TP_VAL_ACT) w_free(w, r->buf[v], value_bytes(&g->values[v]));
     if (r->rounded)
-        for (int v = 0; v < g->n_values; v++) free(r->rounded[v]);
+        for (int v = 0; v < g->n_values; v++) w_free(w, r->rounded[v], value_bytes(&g->values[v]));
     free(r->rounded);
     free(r->buf);
     free(r->last);
@@ -311,7 +340,7 @@ static void rank_free(rank_run *r) {
 static tp_status op_output(rank_run *r, int i, tp_error *err) {
     const tp_value *o = &r->g->values[r->g->ops[i].out];
     const int64_t n = tp_value_numel(o);
-    float *y = o->kind == TP_VAL_STATE ? r->buf[r->g->ops[i].out] : malloc(sizeof(float) * (size_t)n);
+    float *y = o->kind == TP_VAL_STATE ? r->buf[r->g->ops[i].out] : w_alloc(r->sess->watch, value_bytes(o));
     if (!y) return tp_fail(err, TP_ERR_OOM, "out of host memory for %s (%lld floats)", o->name, (long long)n);
     r->buf[r->g->ops[i].out] = y;
     return TP_OK;
@@ -324,6 +353,7 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
     const tp_op *op = &g->ops[i];
     const tp_value *o = &g->values[op->out];
     const tp_value *xv = &g->values[op->in[0]];
+    tp_cpu_watch *w = r->sess->watch;
     int64_t n = tp_value_numel(o);
     tp_status st = op_output(r, i, err);
     if (st) return st;
@@ -332,7 +362,7 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
     switch (op->kind) {
     case TP_OP_PATCH_EMBED: {
         int64_t B = xv->shape[0], H = xv->shape[2], W = xv->shape[3], P = op->patch;
-        float *cols = malloc(sizeof(float) * (size_t)(op->gemm_m * op->gemm_k));
+        float *cols = w_alloc(w, sizeof(float) * (size_t)(op->gemm_m * op->gemm_k));
         if (!cols) {
             st = tp_fail(err, TP_ERR_OOM, "out of host memory for im2col of %s", op->layer);
             return st;
@@ -342,7 +372,7 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
         if (plan && narrow(plan->value_dt[op->in[1]]))
             round_to(plan->value_dt[op->in[1]], cols, cols, op->gemm_m * op->gemm_k);
         tp_cpu_linear(cols, buf[op->in[1]], buf[op->in[2]], y, op->gemm_m, op->gemm_n, op->gemm_k);
-        free(cols);
+        w_free(w, cols, sizeof(float) * (size_t)(op->gemm_m * op->gemm_k));
         break;
     }
     case TP_OP_EMBED_TOKENS: {
@@ -364,11 +394,11 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
              * NVFP4 with its own per-tensor scale s2, applied after the sum as the engine does), the input exact */
             const int64_t wn = op->gemm_n * op->gemm_k, M = op->gemm_m, N = op->gemm_n;
             const int fp4 = plan->op_prec[i] == TP_PREC_NVFP4_WO;
-            float *qw = malloc(sizeof(float) * (size_t)wn), s2 = 1.0f;
+            float *qw = w_alloc(w, sizeof(float) * (size_t)wn), s2 = 1.0f;
             if (!qw) return tp_fail(err, TP_ERR_OOM, "out of host memory emulating %s", op->layer);
             st = tp_qdq_f32(fp4 ? TP_QF_NVFP4 : TP_QF_FP8_TENSOR, buf[op->in[1]], qw, N, op->gemm_k, 1, 0.0f, &s2, err);
             if (!st) tp_cpu_linear(x, qw, NULL, y, M, N, op->gemm_k);
-            free(qw);
+            w_free(w, qw, sizeof(float) * (size_t)wn);
             if (st) return st;
             const float *bias = op->n_in > 2 ? buf[op->in[2]] : NULL;
             for (int64_t m = 0; m < M; m++)
@@ -378,7 +408,7 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
         if (plan && plan->op_prec[i] == TP_PREC_FP8) {
             if (!act_amax || !(act_amax[op->in[0]] > 0))
                 return tp_fail(err, TP_ERR_ARG, "layer %s: fp8 needs the calibrated amax of its input", op->layer);
-            st = linear_w8a8(op, (float)((double)act_amax[op->in[0]] / 448.0), x, buf[op->in[1]],
+            st = linear_w8a8(w, op, (float)((double)act_amax[op->in[0]] / 448.0), x, buf[op->in[1]],
                              op->n_in > 2 ? buf[op->in[2]] : NULL, y, err);
             if (st) return st;
             break;
@@ -391,7 +421,7 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
                                    tp_qformat_info(qf)->name);
                 glob = (float)((double)act_amax[op->in[0]] / (6.0 * 448.0));
             }
-            st = linear_emulated(op, qf, glob, x, buf[op->in[1]], op->n_in > 2 ? buf[op->in[2]] : NULL, y, err);
+            st = linear_emulated(w, op, qf, glob, x, buf[op->in[1]], op->n_in > 2 ? buf[op->in[2]] : NULL, y, err);
             if (st) return st;
             break;
         }
@@ -412,7 +442,7 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
             if ((st = run_pipeline_op(g, op, buf, y, err))) return st;
             break;
         }
-        if ((st = run_decoder_op(g, op, buf, r->sess->past, y, err))) return st;
+        if ((st = run_decoder_op(w, g, op, buf, r->sess->past, y, err))) return st;
         if (op->kind == TP_OP_KV_APPEND && plan && plan->value_dt[op->out] == TP_E4M3)
             st = kv_rows_e4m3(op, o, act_amax, r->sess->past, xv->shape[1], y, err);
         if (st) return st;
@@ -434,7 +464,7 @@ static void rank_release(rank_run *r, int i) {
     for (int j = 0; j < op->n_in; j++) {
         int v = op->in[j];
         if (g->values[v].kind == TP_VAL_ACT && r->last[v] == i && v != g->output) {
-            free(r->buf[v]);
+            w_free(r->sess->watch, r->buf[v], value_bytes(&g->values[v]));
             r->buf[v] = NULL;
         }
     }
@@ -475,7 +505,9 @@ static tp_status run_ranks(const tp_graph *const *gs, const tp_params *const *ps
     tp_status st = TP_OK;
     for (int k = 0; k < n; k++) r[k] = (rank_run){gs[k], ps[k], &sess[k], NULL, NULL, NULL};
     for (int k = 0; k < n && !st; k++) st = rank_init(&r[k], plan, input, err);
+    tp_cpu_watch *w = sess[0].watch;
     for (int i = 0; i < g->n_ops && !st; i++) {
+        if (w && w->on_op) w->on_op(w->user, g, i, 0);
         if (g->ops[i].kind == TP_OP_ALL_REDUCE) st = all_reduce(r, n, i, err);
         for (int k = 0; k < n && !st && g->ops[i].kind != TP_OP_ALL_REDUCE; k++)
             st = rank_op(&r[k], plan, act_amax, i, err);
@@ -485,6 +517,7 @@ static tp_status run_ranks(const tp_graph *const *gs, const tp_params *const *ps
                 memcpy(taps[t], r[0].buf[v], sizeof(float) * (size_t)tp_value_numel(&g->values[v]));
         }
         for (int k = 0; k < n && !st; k++) rank_release(&r[k], i);
+        if (!st && w && w->on_op) w->on_op(w->user, g, i, 1);
     }
     if (!st) {
         memcpy(output, r[0].buf[g->output], sizeof(float) * (size_t)tp_value_numel(&g->values[g->output]));
@@ -502,8 +535,13 @@ static tp_status run(const tp_graph *g, const tp_params *params, const tp_plan *
 
 tp_status tp_cpu_run_taps(const tp_graph *g, const tp_params *params, const float *input, float *output,
                           float *const *taps, tp_error *err) {
+    return tp_cpu_run_watched(g, params, input, output, taps, NULL, err);
+}
+
+tp_status tp_cpu_run_watched(const tp_graph *g, const tp_params *params, const float *input, float *output,
+                             float *const *taps, tp_cpu_watch *w, tp_error *err) {
     if (g->past > 0) return tp_cpu_run(g, params, input, output, err); /* its error */
-    tp_cpu_session s = {0};
+    tp_cpu_session s = {.watch = w};
     tp_status st = run_ranks(&g, &params, 1, NULL, NULL, &s, input, output, taps, err);
     tp_cpu_session_free(&s);
     return st;
@@ -512,4 +550,83 @@ tp_status tp_cpu_run_taps(const tp_graph *g, const tp_params *params, const floa
 tp_status tp_cpu_run_tp_session(const tp_graph *const *g, const tp_params *const *params, int n, tp_cpu_session *s,
                                 const float *input, float *output, tp_error *err) {
     return run_ranks(g, params, n, NULL, NULL, s, input, output, NULL, err);
+}
+
+/* ---- the memory estimate: the executor's allocation sequence, replayed without the data ---- */
+
+/* The scratch op i allocates in rank_op (and the helpers it calls) while its output is held: what w_alloc takes
+ * and w_free returns within the op, in the same cases. */
+static double op_scratch_bytes(const tp_graph *g, const tp_plan *plan, int i) {
+    const tp_op *op = &g->ops[i];
+    const tp_value *xv = &g->values[op->in[0]];
+    const double M = (double)op->gemm_m, N = (double)op->gemm_n, K = (double)op->gemm_k;
+    switch (op->kind) {
+    case TP_OP_PATCH_EMBED: return sizeof(float) * M * K;
+    case TP_OP_TOKEN_EMBED: return sizeof(int32_t) * (double)tp_value_numel(xv);
+    case TP_OP_ROPE:
+        return sizeof(float) * (double)(op->head_dim / 2 + 1) + (op->n_in > 1 ? sizeof(int64_t) * (double)xv->shape[0] : 0);
+    case TP_OP_LINEAR:
+        if (!plan) return 0;
+        if (plan->op_prec[i] == TP_PREC_FP8_WO || plan->op_prec[i] == TP_PREC_NVFP4_WO) return sizeof(float) * N * K;
+        if (plan->op_prec[i] == TP_PREC_FP8 || plan->value_qf[op->in[0]] != TP_QF_NONE) return sizeof(float) * (M + N) * K;
+        return 0;
+    default: return 0;
+    }
+}
+
+/* The rows each task of op i allocates inside cpu_ops.c (attention's scores and accumulator per batch row and
+ * head, the time embedding), times the tasks that run at once: not watched, counted apart. */
+static double op_thread_bytes(const tp_graph *g, int i, int threads) {
+    const tp_op *op = &g->ops[i];
+    const tp_value *xv = &g->values[op->in[0]];
+    const double tasks = fmin((double)(threads > 0 ? threads : 1), (double)xv->shape[0] * (double)op->heads);
+    double row = 0;
+    if (op->kind == TP_OP_ATTENTION) row = (double)(xv->shape[1] + op->head_dim);
+    else if (op->kind == TP_OP_KV_ATTENTION) row = (double)(g->values[op->in[1]].shape[2] + op->head_dim); /* past + T <= L */
+    else if (op->kind == TP_OP_MASKED_ATTENTION) {
+        const int64_t Tp = op->n_in == 6 ? g->values[op->in[3]].shape[1] : 0, Tk = g->values[op->in[1]].shape[1];
+        row = (double)((Tp + Tk > 0 ? Tp + Tk : 1) + op->head_dim);
+    } else if (op->kind == TP_OP_TIME_CONCAT) {
+        const int64_t D = g->values[op->out].shape[2] - xv->shape[2];
+        return sizeof(float) * (double)(D > 0 ? D : 1);
+    }
+    return sizeof(double) * row * tasks;
+}
+
+tp_status tp_cpu_mem_estimate(const tp_graph *g, const tp_plan *plan, int threads, tp_cpu_mem *m, tp_error *err) {
+    memset(m, 0, sizeof *m);
+    m->peak_op = -1;
+    int *last = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
+    if (!last) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    tp_graph_last_use(g, last);
+    for (int v = 0; v < g->n_values; v++) { /* rank_init */
+        const tp_value *val = &g->values[v];
+        if (val->kind == TP_VAL_STATE) m->state += sizeof(float) * (double)tp_value_numel(val);
+        else if (val->kind == TP_VAL_INPUT && g->n_inputs > 1) m->held += (double)value_bytes(val);
+        else if (plan && val->kind == TP_VAL_PARAM && plan->value_qf[v] == TP_QF_NONE && narrow(plan->value_dt[v]))
+            m->held += (double)value_bytes(val);
+    }
+    m->peak = m->state + m->held;
+    double live = 0;
+    for (int i = 0; i < g->n_ops; i++) { /* op_output, the op's scratch, rank_release */
+        const tp_op *op = &g->ops[i];
+        const tp_value *o = &g->values[op->out];
+        const double out = o->kind == TP_VAL_STATE ? 0 : (double)value_bytes(o), s = op_scratch_bytes(g, plan, i);
+        if (m->state + m->held + live + out + s > m->peak) {
+            m->peak = m->state + m->held + live + out + s;
+            m->live = live + out, m->scratch = s, m->peak_op = i;
+        }
+        live += out;
+        for (int j = 0; j < op->n_in; j++) {
+            const int v = op->in[j];
+            int seen = 0; /* an input given twice is released once */
+            for (int k = 0; k < j; k++) seen |= op->in[k] == v;
+            if (!seen && g->values[v].kind == TP_VAL_ACT && last[v] == i && v != g->output)
+                live -= (double)value_bytes(&g->values[v]);
+        }
+        m->threads = fmax(m->threads, op_thread_bytes(g, i, threads));
+    }
+    free(last);
+    m->total = m->peak + m->threads;
+    return TP_OK;
 }

@@ -16,10 +16,21 @@ typedef struct {
     int64_t numel;
     float *data;
 } tp_cpu_state_buf;
+/* What a run holds and where it is, for the memory estimate's test and the bench's progress line: the bytes of
+ * the executor's own buffers (activations, state, unpacked inputs, rounded parameter copies, each op's scratch in
+ * cpu_exec.c; not the per-thread rows inside cpu_ops.c), now and at their peak; and, when on_op is set, a call
+ * before (done 0) and after (done 1) each op i of g (rank 0's, with tensor parallelism). */
+typedef struct tp_cpu_watch {
+    int64_t bytes_now, bytes_peak;
+    void (*on_op)(void *user, const tp_graph *g, int op, int done);
+    void *user;
+} tp_cpu_watch;
+
 typedef struct {
     tp_cpu_state_buf *bufs;
     int n;
     int64_t past;
+    tp_cpu_watch *watch; /* NULL: nothing counted or reported; kept by tp_cpu_session_free */
 } tp_cpu_session;
 
 /* Runs g at cache position s->past (for the decoder ops: RoPE positions past.., the cache rows written and the
@@ -50,6 +61,23 @@ tp_status tp_cpu_run(const tp_graph *g, const tp_params *params, const float *in
  * that one). Errors as tp_cpu_run. */
 tp_status tp_cpu_run_taps(const tp_graph *g, const tp_params *params, const float *input, float *output,
                           float *const *taps, tp_error *err);
+
+/* tp_cpu_run_taps (taps may be NULL) with a watch (may be NULL): its byte counts go on from where they are (the
+ * run's state buffers are freed at its end), on_op is called around each op. Errors as tp_cpu_run. */
+tp_status tp_cpu_run_watched(const tp_graph *g, const tp_params *params, const float *input, float *output,
+                             float *const *taps, tp_cpu_watch *w, tp_error *err);
+
+/* The host memory of one run of g (a fresh session; plan: an emulated plan's, or NULL for FP32), computed before
+ * the run from the same allocation sequence the executor follows, in bytes: state (the KV cache), held (unpacked
+ * inputs and rounded parameter copies), and at the peak the live activations (the op's output included) and the
+ * op's scratch; peak, their sum, is exactly what tp_cpu_watch.bytes_peak reaches on that run. threads: the ops'
+ * per-thread rows inside cpu_ops.c (attention scores) for `threads` threads at once, not watched; total = peak +
+ * threads. Parameters, the input and the output are the caller's. Errors: TP_ERR_OOM. */
+typedef struct {
+    double state, held, live, scratch, peak, threads, total;
+    int peak_op; /* the op at the peak, -1: before the first */
+} tp_cpu_mem;
+tp_status tp_cpu_mem_estimate(const tp_graph *g, const tp_plan *plan, int threads, tp_cpu_mem *m, tp_error *err);
 
 /* The CPU emulation of a plan: as tp_cpu_run (FP32 math, FP64 accumulation), except that
  *   - every Linear whose operands the plan reads in a quantized format (plan->value_qf) multiplies their exact

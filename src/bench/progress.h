@@ -1,0 +1,36 @@
+/* progress.h: what a long CPU phase of tprof bench says while it runs (issue 40: nothing silent for more than about
+ * 2 s). Before it starts, when it would take more than a few seconds, an estimate: its FLOPs over a rate measured by
+ * an earlier phase of the run, else a conservative guess for this CPU (TP_PROGRESS_PRIOR_GFLOPS a thread). While it
+ * runs, a watcher thread writes a progress line on stdout, with the run's other lines, once 2 s have passed: on a
+ * terminal one line rewritten in place every second, else plain lines every 2 s for the first 10 s, then every 10 s
+ * (stderr stays the error's one line). The CPU executor moves it op by
+ * op (cpu_exec.h tp_cpu_watch.on_op); within an op that runs long, the line extrapolates at the rate measured so
+ * far and says which op it is in. */
+#ifndef TP_BENCH_PROGRESS_H
+#define TP_BENCH_PROGRESS_H
+
+#include "exec/cpu/cpu_exec.h"
+#include "ir/graph.h"
+
+/* The guess before anything is measured: the executor's rate per thread on the 2-core machine it was written on
+ * was 1-3 GFLOP/s (FP64 accumulation, scalar attention), under load below 1; half of one is the estimate's */
+#define TP_PROGRESS_PRIOR_GFLOPS 0.5
+#define TP_PROGRESS_ESTIMATE_S 3.0 /* a phase estimated longer says so before it starts */
+
+typedef struct tp_progress tp_progress;
+
+/* Starts a phase of `runs` runs of g (label: "CPU FP32 reference (8 samples)"), printing the estimate on stdout when
+ * it exceeds TP_PROGRESS_ESTIMATE_S; gflops: the executor's rate measured so far in this run (0: the prior), `from`
+ * where it was measured ("the reference"). NULL when it cannot start (out of memory, no thread): the phase then runs
+ * as before, without lines. */
+tp_progress *tp_progress_start(const char *label, const tp_graph *g, int runs, double gflops, const char *from);
+/* The watch to give the executor (NULL for a NULL p). */
+tp_cpu_watch *tp_progress_watch(tp_progress *p);
+/* Ends the phase: stops the thread and clears a rewritten line; frees p. Returns the rate the phase ran at, in
+ * GFLOP/s (0 when p is NULL or the phase was too short to say). */
+double tp_progress_stop(tp_progress *p);
+
+/* "45 s", "12 min", "3.4 h" into buf */
+const char *tp_progress_fmt_s(double s, char *buf, size_t n);
+
+#endif
