@@ -2,6 +2,7 @@
  * reads token t_s, appends it to the KV cache and chooses t_(s+1), so `gen` steps process gen tokens (llama-bench's
  * tg<gen>) and the cache ends holding prompt + gen positions. Tokens are kept as (gen + 1, rows): t0 .. t_gen. */
 #include "bench/decode.h"
+#include "bench/progress.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +32,19 @@ static tp_status step_graph(const tp_bench_report *rep, const tp_params *params,
     return tp_model_build_step(&rep->model, params, &s, g, err);
 }
 
+/* The progress of a CPU decode phase (progress.h), started after its prefill (begun at t0): `steps` runs of the
+ * decode step gd, at the rate the prefill gp ran (decode steps, small and memory-bound, run slower: the estimate is
+ * a lower bound and the progress line corrects it as steps complete); the session reports each step's ops to it. */
+static tp_progress *decode_progress(const char *label, const tp_graph *gp, const tp_graph *gd, int steps, double t0,
+                                    tp_cpu_session *s) {
+    const double ms = tp_now_ms() - t0, gflops = ms > 0 ? tp_graph_flop(gp) / ms * 1e-6 : 0;
+    char l[160];
+    snprintf(l, sizeof l, "%s (%d steps)", label, steps);
+    tp_progress *pg = tp_progress_start(l, gd, steps, gflops, "the prefill");
+    s->watch = tp_progress_watch(pg);
+    return pg;
+}
+
 /* The CPU executor's greedy generation: one session, the prefill, then one-token steps. */
 static tp_status cpu_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows,
                             float *tok, float *first, tp_error *err) {
@@ -45,12 +59,16 @@ static tp_status cpu_decode(tp_bench_report *rep, const tp_params *params, const
         return st;
     }
     if (!(st = step_graph(rep, params, rows, 1, rep->prompt, &gd, err))) {
+        const double t0 = tp_now_ms();
         st = tp_cpu_run_session(&gp, params, &s, input, first, err);
         if (!st) st = argmax_rows(first, rows, V, tok, err);
+        tp_progress *pg = st ? NULL : decode_progress("CPU FP32 reference, decode", &gp, &gd, rep->gen, t0, &s);
         for (int k = 0; !st && k < rep->gen; k++) {
             st = tp_cpu_run_session(&gd, params, &s, tok + (size_t)k * rows, logits, err);
             if (!st) st = argmax_rows(logits, rows, V, tok + (size_t)(k + 1) * rows, err);
         }
+        tp_progress_stop(pg);
+        s.watch = NULL;
         tp_graph_free(&gd);
     }
     tp_graph_free(&gp);
@@ -208,17 +226,21 @@ static void agreement(const tp_bench_report *rep, tp_bench_result *r) {
  * the session's step and its argmax, as a GPU step's time holds its argmax kernel), tokens into tok (gen + 1, B). */
 static tp_status cpu_round(const tp_bench_report *rep, const tp_params *params, const tp_graph *gp,
                            const tp_graph *gd, const float *input, float *logits, float *tok, double *ms,
-                           tp_error *err) {
+                           const char *label, tp_error *err) {
     const int B = rep->o->batch, V = rep->out_cols;
     tp_cpu_session s = {0};
+    const double t_pre = tp_now_ms();
     tp_status st = tp_cpu_run_session(gp, params, &s, input, logits, err);
     if (!st) st = argmax_rows(logits, B, V, tok, err);
+    tp_progress *pg = st ? NULL : decode_progress(label, gp, gd, rep->gen, t_pre, &s);
     for (int k = 0; !st && k < rep->gen; k++) {
         const double t0 = tp_now_ms();
         st = tp_cpu_run_session(gd, params, &s, tok + (size_t)k * B, logits, err);
         if (!st) st = argmax_rows(logits, B, V, tok + (size_t)(k + 1) * B, err);
         ms[k] = tp_now_ms() - t0;
     }
+    tp_progress_stop(pg);
+    s.watch = NULL;
     tp_cpu_session_free(&s);
     return st;
 }
@@ -236,9 +258,12 @@ tp_status tp_bench_decode_cpu(const tp_bench_report *rep, const tp_params *param
                                                                 : tp_fail(err, TP_ERR_OOM, "out of host memory");
     if (!st) {
         if (!(st = step_graph(rep, params, B, 1, rep->prompt, &gd, err))) {
-            for (int k = 0; !st && k < rounds; k++)
+            for (int k = 0; !st && k < rounds; k++) {
+                char label[64];
+                snprintf(label, sizeof label, "CPU decode, round %d of %d", k + 1, rounds);
                 st = cpu_round(rep, params, &gp, &gd, input, logits, k ? spare : r->tokens, r->step_ms + (size_t)k * gen,
-                               err);
+                               label, err);
+            }
             tp_graph_free(&gd);
         }
         tp_graph_free(&gp);
