@@ -1,4 +1,5 @@
 /* tprof command line. `tprof bench` is the main job; `tprof models` lists the presets. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -747,6 +748,32 @@ static void add_input(input_list *in, const char *opt, const char *path) {
 }
 
 static void collect_inputs(const bench_args *a, input_list *in);
+static int output_ok(const char *opt, const char *path, int is_dir, const char *made, const input_list *in);
+
+/* The files profile and compare write into an existing --out folder (profile_run.c, compare.c), checked as outputs
+ * before any work like the others: what the run would replace there must be a regular file and no input. */
+static int out_dir_files_ok(const char *opt, const char *dir, const input_list *in) {
+    static const char *const FIXED[] = {"report.md", "report.html", "report.json", "breakdown.svg", "speedup.svg"};
+    static const char *const SUFFIX[] = {".trace.json", ".chrome.json", ".profile.json"};
+    DIR *d = opendir(dir);
+    if (!d) return 0; /* checked writable above; a listing refused is the writers' to report */
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d)) != NULL) {
+        int ours = 0;
+        const size_t l = strlen(e->d_name);
+        for (size_t k = 0; k < sizeof FIXED / sizeof *FIXED; k++) ours |= strcmp(e->d_name, FIXED[k]) == 0;
+        for (size_t k = 0; k < sizeof SUFFIX / sizeof *SUFFIX; k++)
+            ours |= l > strlen(SUFFIX[k]) && strcmp(e->d_name + l - strlen(SUFFIX[k]), SUFFIX[k]) == 0;
+        if (!ours) continue;
+        char p[8400], what[64];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        snprintf(what, sizeof what, "%s's file", opt);
+        rc = output_ok(what, p, 0, NULL, in);
+    }
+    closedir(d);
+    return rc;
+}
 
 /* An output path, checked before any work. A folder (--out, is_dir) must be one or not exist yet in a writable
  * folder; a file follows core/files.h's rules (never a device, FIFO, socket or folder; a symbolic link's target is
@@ -762,7 +789,7 @@ static int output_ok(const char *opt, const char *path, int is_dir, const char *
                 fprintf(stderr, "tprof: %s %s: %s\n", opt, path, !S_ISDIR(sb.st_mode) ? "not a folder" : "not writable");
                 return 2;
             }
-            return 0;
+            return out_dir_files_ok(opt, path, in);
         }
         tp_error e = {0}; /* a new folder: made in its parent, which must exist and be writable, as for a file */
         if (tp_output_check(path, opt, NULL, &e)) {
@@ -1106,6 +1133,13 @@ static int bench_options(bench_args *a, const tp_engine_file *ef, const char *cm
         output_ok("--save-output", o->save_output, 0, made, &in) ||
         output_ok("-o", a->build ? a->out_file : NULL, 0, NULL, &in))
         return 2;
+    for (int b = 0; o->json_path && a->n_batches > 1 && b < a->n_batches; b++) { /* a sweep's JSON per size */
+        const char *dot = strrchr(o->json_path, '.'), *slash = strrchr(o->json_path, '/');
+        const size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - o->json_path) : strlen(o->json_path);
+        char p[4200]; /* as bench.c's tp_bench_sweep names them: out.json -> out_b64.json */
+        snprintf(p, sizeof p, "%.*s_b%ld%s", (int)stem, o->json_path, a->batches[b], o->json_path + stem);
+        if (output_ok("--json (one file per batch size)", p, 0, made, &in)) return 2;
+    }
     return 0;
 }
 

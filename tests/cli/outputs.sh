@@ -79,3 +79,12 @@ else
   fail=$((fail + 1))
   echo "FAIL out-replace: mode $(stat -c %a "$tmp/saved.safetensors") (wanted 640) or the file not replaced"
 fi
+
+# the files a run derives from its outputs: a sweep's JSON per size, profile's and compare's files in --out
+mkfifo "$tmp/sweep_b2.json"
+expect_error out-sweep-fifo 2 "$tmp/sweep_b2.json: --json (one file per batch size) is a FIFO" \
+  bench "${small[@]}" --model vit-tiny --batch 1,2 --json "$tmp/sweep.json"
+mkdir -p "$tmp/report_dir"
+mkfifo "$tmp/report_dir/report.md"
+expect_error out-dir-fifo 2 "$tmp/report_dir/report.md: --out's file is a FIFO" \
+  compare --device cpu --model vit-tiny --out "$tmp/report_dir"
