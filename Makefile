@@ -43,7 +43,7 @@ sanitize: setup
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD)-san -j $(JOBS)
 	ctest --test-dir $(BUILD)-san --output-on-failure -j $(JOBS)
-	bash scripts/fuzz.sh $(FUZZ_SECONDS) $(BUILD)-san
+	FUZZ_JOBS=$(JOBS) bash scripts/fuzz.sh $(FUZZ_SECONDS) $(BUILD)-san
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-san $(BUILD)-cpu

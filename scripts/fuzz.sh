@@ -6,7 +6,8 @@
 # script exit 1. make test runs it for a few seconds per harness; longer runs (issue 23: >= 10^7 executions each)
 # are recorded under bench/results/.
 # Environment: FUZZ_RUNS=N stops each harness after N executions (libFuzzer -runs; SECONDS still bounds it), as
-# for issue 23's 10^7 runs; FUZZ_LOGDIR=DIR keeps each harness's full log there.
+# for issue 23's 10^7 runs; FUZZ_LOGDIR=DIR keeps each harness's full log there; FUZZ_JOBS=N runs N harnesses at
+# once (default 1).
 set -uo pipefail
 secs=${1:?usage: scripts/fuzz.sh SECONDS [BUILD_DIR] [READER...]}
 build=${2:-build-san}
@@ -36,14 +37,14 @@ trap 'rm -rf "$harness_tmp"' EXIT
 rc=0
 art=$build/fuzz-artifacts
 mkdir -p "$art"
-for r in $readers; do
-  bin=$build/tests/fuzz/fuzz_$r
-  [ -x "$bin" ] || { echo "fuzz: $bin not built (configure $build with -DTPROF_FUZZ=ON)"; rc=1; continue; }
+# one harness: its result line on stdout, exit 1 on a finding
+fuzz_one() {
+  local r=$1 bin=$build/tests/fuzz/fuzz_$1 corpus log code runs extra=()
+  [ -x "$bin" ] || { echo "fuzz: $bin not built (configure $build with -DTPROF_FUZZ=ON)"; return 1; }
   corpus=$(mktemp -d "${TMPDIR:-/tmp}/tprof_corpus_${r}_XXXX")
   [ -d "$root/tests/fuzz/seeds/$r" ] && cp "$root"/tests/fuzz/seeds/"$r"/* "$corpus"/ 2>/dev/null
   for f in $(seeds_of "$r"); do cp "$f" "$corpus/$(basename "$(dirname "$f")")_$(basename "$f")"; done
   log=$(mktemp "${TMPDIR:-/tmp}/tprof_fuzz_${r}_XXXX.log")
-  extra=()
   [ -n "${FUZZ_RUNS:-}" ] && extra+=(-runs="$FUZZ_RUNS")
   TMPDIR=$harness_tmp ASAN_OPTIONS=detect_leaks=1 "$bin" "$corpus" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 \
     -artifact_prefix="$art/${r}-" -print_final_stats=1 "${extra[@]}" >"$log" 2>&1
@@ -55,8 +56,23 @@ for r in $readers; do
   else
     echo "fuzz_$r: FAILED (exit $code) after ${runs:-?} executions; reproducer in $art/, log:"
     grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$log" | head -8 | sed 's/^/    /'
-    rc=1
   fi
   rm -rf "$corpus" "$log"
+  return $((code != 0))
+}
+# FUZZ_JOBS harnesses at a time (make test: one per core); each line printed whole when its harness ends
+jobs_max=${FUZZ_JOBS:-1}
+running=0
+for r in $readers; do
+  if [ "$running" -ge "$jobs_max" ]; then
+    wait -n || rc=1
+    running=$((running - 1))
+  fi
+  fuzz_one "$r" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || rc=1
+  running=$((running - 1))
 done
 exit $rc

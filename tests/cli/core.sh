@@ -40,7 +40,7 @@ expect_error "unknown fp8 accumulation" 2 "--fp8-accum: unknown choice 'slow'" b
 expect_error "fp8 accumulation without a value" 2 "--fp8-accum" bench "${small[@]}" --fp8-accum
 expect_error "gelu form for an engine file" 2 "not stored in the engine file" build --model vit-tiny --precision fp32 --gelu tanh -o "$tmp/g.tpe"
 # a sweep on the CPU: one run and one JSON per size, then the sweep table
-expect_ok "batch sweep" "=== Batch sweep" bench "${small[@]}" --batch 1,2 --json "$tmp/sw.json"
+expect_ok "batch sweep" "=== Batch sweep" bench "${small[@]}" --img-size 32 --patch-size 16 --batch 1,2 --json "$tmp/sw.json"
 if [ -s "$tmp/sw_b1.json" ] && [ -s "$tmp/sw_b2.json" ] && grep -q '"batch": 2' "$tmp/sw_b2.json"; then
   pass=$((pass + 1))
 else
@@ -166,7 +166,7 @@ expect_ok "decoder in fp8-block for sm_90: an engine file" "fp8-block for sm_90"
   build --model llama-tiny --batch 1 --precision fp8-block --arch sm_90 -o "$tmp/d.tpe"
 expect_error "fp8 KV cache on the fp32 CPU executor" 4 "kv-cache fp8: layer .*kv_append: the cache is quantized from 16-bit k and v; this engine's activations are f32" \
   bench "${dec[@]}" --prompt 8 --kv-cache fp8
-expect_error "fp8 KV cache for a ViT" 4 "kv-cache fp8: this model has no KV cache" bench "${small[@]}" --model vit-tiny --batch 1 --kv-cache fp8
+expect_error "fp8 KV cache for a ViT" 4 "kv-cache fp8: this model has no KV cache" bench "${small[@]}" --model vit-tiny --img-size 32 --patch-size 16 --batch 1 --kv-cache fp8
 expect_error "kv-cache: bad value" 2 "--kv-cache" bench "${dec[@]}" --kv-cache fp4
 expect_ok "lint: decoder rules" "separate q, k, v" lint --model llama-3.1-8b
 seq 1 80 | tr '\n' ' ' >"$tmp/ppl.txt"
@@ -202,17 +202,17 @@ expect_ok "pipeline engine file" "Engine .*pi0.tpe: fp32 for sm_90" build --mode
 expect_ok "pipeline engine file on the CPU" "relative L2 = 0.000e+00" bench --device cpu --engine "$tmp/pi0.tpe" \
   --duration 0
 # 2:4 sparsity (issue 22): pruning on the CPU, its cost against the dense model; bad patterns and globs refused
-expect_ok "sparsity 2:4" "Sparsity 2:4 .*24 pruned by magnitude along K" bench --device cpu --model vit-tiny --batch 2 \
-  --duration 0 --sparsity 2:4 --sparse-layers 'blocks.*.mlp.*'
+expect_ok "sparsity 2:4" "Sparsity 2:4 .*24 pruned by magnitude along K" bench --device cpu --model vit-tiny --img-size 32 \
+  --patch-size 16 --batch 2 --duration 0 --sparsity 2:4 --sparse-layers 'blocks.*.mlp.*'
 expect_ok "sparsity pruning cost" "Pruning cost, the pruned model's FP32 reference against the dense one's" bench \
-  --device cpu --model vit-tiny --batch 2 --duration 0 --sparsity 2:4
+  --device cpu --model vit-tiny --img-size 32 --patch-size 16 --batch 2 --duration 0 --sparsity 2:4
 expect_error "sparsity pattern" 2 "--sparsity: unknown pattern '1:4'" bench --model vit-tiny --sparsity 1:4
 expect_error "sparse-gemm without sparsity" 2 "--sparse-gemm off without --sparsity 2:4" bench --device cpu \
   --model vit-tiny --duration 0 --sparse-gemm off
 expect_error "sparse-gemm mode" 2 "--sparse-gemm: unknown mode 'fast'" bench --model vit-tiny --sparsity 2:4 \
   --sparse-gemm fast
-expect_error "sparsity glob" 2 "'mlp.*' matches no linear layer" bench --device cpu --model vit-tiny --duration 0 \
-  --sparsity 2:4 --sparse-layers 'mlp.*'
+expect_error "sparsity glob" 2 "'mlp.*' matches no linear layer" bench --device cpu --model vit-tiny --img-size 32 \
+  --patch-size 16 --duration 0 --sparsity 2:4 --sparse-layers 'mlp.*'
 # tprof inspect: an ONNX file as the reader sees it (issue 24); a file it refuses gets the reader's one line
 expect_ok "inspect onnx" "x  *float32  *(batch, 4)" inspect tests/fixtures/onnx/tiny_ext.onnx
 expect_ok "inspect onnx external" "Initializers: 4, 80 bytes .*2 of them external" inspect \

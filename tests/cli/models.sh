@@ -70,8 +70,9 @@ printf '{"family": "pipeline", "name": "pi0-two-cams", "cams": 2, "img": 28, "pa
  "lang": 4, "e_width": 32, "e_mlp": 64, "horizon": 5, "action_dim": 7, "state_dim": 7, "steps": 4}\n' >"$tmp/pipe.model"
 expect_ok "pipeline description without .json" "^tprof bench: pi0-two-cams (pipeline" \
   bench "${mrun[@]}" --model "$tmp/pipe.model" --batch 1
-expect_ok "build for the engine file" "Engine" build --model vit-tiny --batch 1 --precision fp32 --arch sm_90 -o "$tmp/eng.bin"
-expect_ok "engine file as --model, told by its magic" "^tprof bench: vit_tiny_patch16_224 " \
+expect_ok "build for the engine file" "Engine" build --model vit-tiny --img-size 32 --patch-size 16 --batch 1 --precision fp32 --arch sm_90 \
+  -o "$tmp/eng.bin"
+expect_ok "engine file as --model, told by its magic" "^tprof bench: vit_tiny_patch16_224+custom (img 32" \
   bench "${mrun[@]}" --model "$tmp/eng.bin"
 expect_error "engine file as --model and --engine" 2 "is an engine file and carries what --engine gives" \
   bench "${mrun[@]}" --model "$tmp/eng.bin" --engine "$tmp/eng.bin"
@@ -82,7 +83,7 @@ expect_ok "ONNX file as --model" "^tprof bench: vit_avg_op17.onnx " \
 expect_rc "lint: a checkpoint folder" 1 "^tprof lint: hf_qwen2_tiny (" lint --model tests/fixtures/hf_qwen2_tiny
 expect_rc "lint: a timm folder" 1 "^tprof lint: vit_tprof_golden_patch8_32 (" lint --model tests/fixtures/timm_crop100
 HF_HUB_CACHE="$hub" expect_rc "lint: a hub id" 1 "^tprof lint: org/qwen-tiny (" lint --model org/qwen-tiny
-expect_rc "lint: an engine file" 1 "^tprof lint: vit_tiny_patch16_224 (" lint --model "$tmp/eng.bin"
+expect_rc "lint: an engine file" 1 "^tprof lint: vit_tiny_patch16_224+custom (" lint --model "$tmp/eng.bin"
 expect_error "lint: a pipeline description, refused by name" 2 "pi0-two-cams: tprof lint reads ViTs and decoders; pipelines not yet" \
   lint --model "$tmp/pipe.model"
 

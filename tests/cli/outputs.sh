@@ -57,7 +57,7 @@ fi
 
 # a failed write (a file-size limit stands in for a full disk) leaves the old file whole and no temporary file
 echo "keep me" >"$tmp/saved.safetensors"
-(trap '' XFSZ; ulimit -f 1; "$TPROF" bench "${small[@]}" --model vit-tiny --save-output "$tmp/saved.safetensors") \
+(trap '' XFSZ; ulimit -f 1; "$TPROF" bench "${small[@]}" --model vit-tiny --img-size 32 --patch-size 16 --save-output "$tmp/saved.safetensors") \
   >"$tmp/out" 2>"$tmp/err"
 rc=$?
 if [ $rc -eq 3 ] && [ "$(cat "$tmp/saved.safetensors")" = "keep me" ] && ! ls -a "$tmp" | grep -q '\.saved\.safetensors\.tmp' &&
@@ -83,7 +83,7 @@ fi
 # the files a run derives from its outputs: a sweep's JSON per size, profile's and compare's files in --out
 mkfifo "$tmp/sweep_b2.json"
 expect_error out-sweep-fifo 2 "$tmp/sweep_b2.json: --json (one file per batch size) is a FIFO" \
-  bench "${small[@]}" --model vit-tiny --batch 1,2 --json "$tmp/sweep.json"
+  bench "${small[@]}" --model vit-tiny --img-size 32 --patch-size 16 --batch 1,2 --json "$tmp/sweep.json"
 mkdir -p "$tmp/report_dir"
 mkfifo "$tmp/report_dir/report.md"
 expect_error out-dir-fifo 2 "$tmp/report_dir/report.md: --out's file is a FIFO" \
