@@ -222,6 +222,18 @@ static void agreement(const tp_bench_report *rep, tp_bench_result *r) {
     r->greedy_agree = (double)same / ((double)rows * n);
 }
 
+/* A finished decode phase of rounds x rep->gen timed steps (r->step_ms, r->tokens): its statistics and its greedy
+ * agreement with the reference's tokens. */
+static void decode_done(const tp_bench_report *rep, int rounds, tp_bench_result *r) {
+    r->has_decode = 1;
+    r->gen = rep->gen;
+    r->rounds = rounds;
+    tp_latency_stats_compute(r->step_ms, rounds * rep->gen, &r->dec);
+    r->greedy_agree = NAN;
+    r->first_diff = -1;
+    if (rep->ref_tokens) agreement(rep, r);
+}
+
 /* One round on the CPU executor: a fresh session's prefill, then gen greedy steps (each timed on the host clock:
  * the session's step and its argmax, as a GPU step's time holds its argmax kernel), tokens into tok (gen + 1, B). */
 static tp_status cpu_round(const tp_bench_report *rep, const tp_params *params, const tp_graph *gp,
@@ -271,13 +283,7 @@ tp_status tp_bench_decode_cpu(const tp_bench_report *rep, const tp_params *param
     free(logits);
     free(spare);
     if (st) return st;
-    r->has_decode = 1;
-    r->gen = gen;
-    r->rounds = rounds;
-    tp_latency_stats_compute(r->step_ms, rounds * gen, &r->dec);
-    r->greedy_agree = NAN;
-    r->first_diff = -1;
-    if (rep->ref_tokens) agreement(rep, r);
+    decode_done(rep, rounds, r);
     r->pdl_edges = r->graph_edges = -1; /* no CUDA graph: the executor runs op by op */
     return TP_OK;
 }
@@ -363,13 +369,7 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
         if (!st) st = tp_engine_decode(e, gen, r->step_ms + (size_t)k * gen, k == 0 ? r->tokens + B : NULL, err);
     }
     if (!st) {
-        r->has_decode = 1;
-        r->gen = gen;
-        r->rounds = rounds;
-        tp_latency_stats_compute(r->step_ms, rounds * gen, &r->dec);
-        r->greedy_agree = NAN;
-        r->first_diff = -1;
-        if (rep->ref_tokens) agreement(rep, r);
+        decode_done(rep, rounds, r);
         r->pdl_edges = tp_engine_pdl_edges(e, &r->graph_edges);
         /* the roofline's costs: rank 0's (each GPU's share) */
         const tp_graph *g = &gr[0];

@@ -160,6 +160,15 @@ int64_t tp_lcm64(int64_t a, int64_t b) {
     return a / x * b;
 }
 
+const char *tp_json_brief(const json_t *v, char *buf, size_t n) {
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(10));
+    if (!s) snprintf(buf, n, "%s", tp_json_kind(v));
+    else if (strlen(s) < n) snprintf(buf, n, "%s", s);
+    else snprintf(buf, n, "%.*s...", (int)n - 4, s);
+    free(s);
+    return buf;
+}
+
 tp_status tp_json_write_file(const json_t *root, const char *path, size_t flags, const char *what, tp_error *err) {
     tp_outfile o;
     tp_status s = tp_outfile_open(&o, path, what, err);

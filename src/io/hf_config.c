@@ -15,16 +15,6 @@ typedef struct {
     tp_error *err;
 } ctx;
 
-/* v as JSON text for a message (1.5, "silu", [1, 2]), cut to fit buf. */
-static const char *brief(const json_t *v, char *buf, size_t n) {
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(10));
-    if (!s) snprintf(buf, n, "%s", tp_json_kind(v));
-    else if (strlen(s) < n) snprintf(buf, n, "%s", s);
-    else snprintf(buf, n, "%.*s...", (int)n - 4, s);
-    free(s);
-    return buf;
-}
-
 /* Integer field key of o: absent or null leaves *dst; otherwise an integer in [lo, hi]. */
 static tp_status get_int(const ctx *c, const json_t *o, const char *where, const char *key, long lo, long hi,
                          int *dst) {
@@ -33,7 +23,7 @@ static tp_status get_int(const ctx *c, const json_t *o, const char *where, const
     if (!v || json_is_null(v)) return TP_OK;
     if (!json_is_integer(v))
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s%s': expected an integer in [%ld, %ld], got %s",
-                            where, key, lo, hi, brief(v, b, sizeof b));
+                            where, key, lo, hi, tp_json_brief(v, b, sizeof b));
     if (json_integer_value(v) < lo || json_integer_value(v) > hi)
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s%s': %lld is outside [%ld, %ld]", where, key,
                             (long long)json_integer_value(v), lo, hi);
@@ -48,7 +38,7 @@ static tp_status get_pos(const ctx *c, const json_t *o, const char *where, const
     if (!v || json_is_null(v)) return TP_OK;
     if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s%s': expected a positive number, got %s", where,
-                            key, brief(v, b, sizeof b));
+                            key, tp_json_brief(v, b, sizeof b));
     *dst = json_number_value(v);
     return TP_OK;
 }
@@ -59,7 +49,7 @@ static tp_status get_bool(const ctx *c, const json_t *o, const char *key, int *d
     if (!v || json_is_null(v)) return TP_OK;
     if (!json_is_boolean(v))
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s': expected true or false, got %s", key,
-                            brief(v, b, sizeof b));
+                            tp_json_brief(v, b, sizeof b));
     *dst = json_is_true(v);
     return TP_OK;
 }
@@ -70,7 +60,7 @@ static tp_status get_str(const ctx *c, const json_t *o, const char *where, const
     if (!v || json_is_null(v)) return TP_OK;
     if (!json_is_string(v) || json_string_length(v) >= n)
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s%s': expected a string of at most %zu bytes, "
-                            "got %s", where, key, n - 1, brief(v, b, sizeof b));
+                            "got %s", where, key, n - 1, tp_json_brief(v, b, sizeof b));
     memcpy(dst, json_string_value(v), json_string_length(v) + 1);
     return TP_OK;
 }
@@ -83,7 +73,7 @@ static tp_status get_obj(const ctx *c, const json_t *o, const char *key, const j
     if (!v || json_is_null(v)) return TP_OK;
     if (!json_is_object(v))
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s': expected an object or null, got %s", key,
-                            brief(v, b, sizeof b));
+                            tp_json_brief(v, b, sizeof b));
     if (json_object_size(v)) *dst = v;
     return TP_OK;
 }
@@ -166,7 +156,7 @@ static tp_status read_layer_types(const ctx *c, const json_t *root, tp_hf_config
     if (!lt || json_is_null(lt)) return TP_OK;
     if (!json_is_array(lt) || (h->num_hidden_layers > 0 && json_array_size(lt) != (size_t)h->num_hidden_layers))
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field 'layer_types': expected a list of %d names (one a "
-                            "layer: num_hidden_layers), got %s", h->num_hidden_layers, brief(lt, b, sizeof b));
+                            "layer: num_hidden_layers), got %s", h->num_hidden_layers, tp_json_brief(lt, b, sizeof b));
     h->sliding_layers = 0;
     for (size_t i = 0; i < json_array_size(lt); i++) {
         const json_t *e = json_array_get(lt, i);
@@ -175,7 +165,7 @@ static tp_status read_layer_types(const ctx *c, const json_t *root, tp_hf_config
         else if (strcmp(t, "full_attention") != 0)
             return tp_fail_path(c->err, TP_ERR_UNSUPPORTED, c->path, "field 'layer_types[%zu]' %s: tprof's decoder "
                                 "layers are full_attention (or sliding_attention within its window)", i,
-                                brief(e, b, sizeof b));
+                                tp_json_brief(e, b, sizeof b));
     }
     return TP_OK;
 }
@@ -190,7 +180,7 @@ static tp_status refuse_others(const ctx *c, const json_t *root) {
         const json_t *v = json_object_get(root, caps[i]);
         if (v && !json_is_null(v))
             return tp_fail_path(c->err, TP_ERR_UNSUPPORTED, c->path, "field '%s' %s: tprof does not soft-cap logits "
-                                "(Gemma 2's tanh capping)", caps[i], brief(v, b, sizeof b));
+                                "(Gemma 2's tanh capping)", caps[i], tp_json_brief(v, b, sizeof b));
     }
     const json_t *v = json_object_get(root, "use_bidirectional_attention");
     if (json_is_true(v))

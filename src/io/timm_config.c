@@ -23,16 +23,6 @@ typedef struct {
     tp_error *err;
 } ctx;
 
-/* v as JSON text for a message (0.9, "bicubic", [3, 224]), cut to fit buf. */
-static const char *brief(const json_t *v, char *buf, size_t n) {
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(10));
-    if (!s) snprintf(buf, n, "%s", tp_json_kind(v));
-    else if (strlen(s) < n) snprintf(buf, n, "%s", s);
-    else snprintf(buf, n, "%.*s...", (int)n - 4, s);
-    free(s);
-    return buf;
-}
-
 /* A value is "unset" for timm's resolve_data_config when the key is missing, null, or falsy (0, "", []): it
  * tests pretrained_cfg.get(key) for truth. */
 static int unset(const json_t *v) {
@@ -65,7 +55,7 @@ static tp_status get_count(const ctx *c, const json_t *obj, const char *prefix, 
     if (!v || json_is_null(v)) return TP_OK;
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 100000000)
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s%s': expected an integer in [0, 100000000], "
-                            "got %s", prefix, key, brief(v, b, sizeof b));
+                            "got %s", prefix, key, tp_json_brief(v, b, sizeof b));
     *dst = (int)json_integer_value(v);
     return TP_OK;
 }
@@ -75,7 +65,7 @@ static tp_status get_string(const ctx *c, const json_t *v, const char *key, cons
     char b[48];
     if (!json_is_string(v))
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s%s': expected a string, got %s", c->prefix, key,
-                            brief(v, b, sizeof b));
+                            tp_json_brief(v, b, sizeof b));
     *s = json_string_value(v);
     return TP_OK;
 }
@@ -90,14 +80,14 @@ static tp_status get_triple(const ctx *c, const json_t *obj, const char *key, co
     char b[48];
     if (!json_is_array(v) || json_array_size(v) != 3)
         return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s%s': expected 3 numbers, got %s", c->prefix,
-                            key, brief(v, b, sizeof b));
+                            key, tp_json_brief(v, b, sizeof b));
     for (size_t i = 0; i < 3; i++) {
         const json_t *e = json_array_get(v, i);
         double d = json_is_number(e) ? json_number_value(e) : NAN;
         float f = (float)d; /* torch.tensor(mean): float32 from the double */
         if (!isfinite(d) || !isfinite(f) || (nonzero && f == 0.0f))
             return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%s%s': expected 3 %snumbers, got %s",
-                                c->prefix, key, nonzero ? "non-zero " : "", brief(v, b, sizeof b));
+                                c->prefix, key, nonzero ? "non-zero " : "", tp_json_brief(v, b, sizeof b));
         out[i] = f;
     }
     return TP_OK;
@@ -115,12 +105,12 @@ static tp_status read_pre(const ctx *c, const json_t *pc, tp_preprocess *pre) {
         json_int_t d[3];
         if (!json_is_array(v) || json_array_size(v) != 3)
             return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%sinput_size': expected 3 integers "
-                                "[channels, height, width], got %s", c->prefix, brief(v, b, sizeof b));
+                                "[channels, height, width], got %s", c->prefix, tp_json_brief(v, b, sizeof b));
         for (size_t i = 0; i < 3; i++) {
             const json_t *e = json_array_get(v, i);
             if (!json_is_integer(e) || json_integer_value(e) < 1)
                 return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%sinput_size': expected 3 positive "
-                                    "integers [channels, height, width], got %s", c->prefix, brief(v, b, sizeof b));
+                                    "integers [channels, height, width], got %s", c->prefix, tp_json_brief(v, b, sizeof b));
             d[i] = json_integer_value(e);
         }
         if (d[0] != 3)
@@ -141,7 +131,7 @@ static tp_status read_pre(const ctx *c, const json_t *pc, tp_preprocess *pre) {
     if (!unset(v)) {
         if (!json_is_number(v) || !(json_number_value(v) > 0.0) || !isfinite(json_number_value(v)))
             return tp_fail_path(c->err, TP_ERR_FORMAT, c->path, "field '%scrop_pct': expected a positive number, "
-                                "got %s", c->prefix, brief(v, b, sizeof b));
+                                "got %s", c->prefix, tp_json_brief(v, b, sizeof b));
         pre->crop_pct = json_number_value(v);
     }
 
