@@ -22,6 +22,7 @@
 
 #include "core/rng.h"
 #include "formats/dtype.h"
+#include "formats/precision.h"
 
 /* For loops over thousands of codes: Check's assertions record a mark point on every successful call (a
  * message to the parent in fork mode); this reaches Check only on failure. */
@@ -529,6 +530,43 @@ START_TEST(test_convert_fp8_scale_divides_KNOWN_BUG_dtype_c) {
 }
 END_TEST
 
+/* The precision-traits table (precision.h): a row for every precision, its name parsed back, and the rules the
+ * planner, the executors and the reports rely on when they read it instead of comparing precisions by name. */
+START_TEST(test_precision_traits) {
+    int n_quantized = 0, n_wo = 0, n_mx = 0;
+    for (int i = 0; i < TP_PREC_COUNT; i++) {
+        const tp_precision p = (tp_precision)i;
+        const tp_precision_traits *t = tp_precision_info(p);
+        tp_precision back;
+        ck_assert_int_eq(tp_precision_parse(t->name, &back, NULL), TP_OK);
+        ck_assert_int_eq(back, p);
+        ck_assert_str_eq(tp_precision_name(p), t->name);
+        const int q = tp_precision_quantized(p);
+        n_quantized += q, n_wo += t->weight_only, n_mx += t->mx_block;
+        /* the unquantized ops run in a plain precision of the same activation type */
+        const tp_precision_traits *h = tp_precision_info(t->high);
+        ck_assert_msg(h->qf == TP_QF_NONE && h->act == t->act, "%s: high %s", t->name, h->name);
+        if (!q) ck_assert_int_eq(t->high, p);
+        ck_assert(t->act == TP_F32 || t->act == TP_F16 || t->act == TP_BF16);
+        /* weight-only: quantized weights, 16-bit activations, no activation scales, no GEMM shape rules of lint's */
+        if (t->weight_only)
+            ck_assert_msg(q && t->act != TP_F32 && !t->static_act_scales && t->lint_qf == TP_QF_NONE, "%s", t->name);
+        else
+            ck_assert_int_eq(t->lint_qf, t->qf);
+        /* the MX/NV block formats: emulated with BF16 GEMMs on Hopper, and that is the peak they are held to */
+        const int mx = t->qf == TP_QF_MXFP8 || t->qf == TP_QF_NVFP4 || t->qf == TP_QF_MXFP4;
+        ck_assert_int_eq(t->mx_block, mx && !t->weight_only);
+        if (t->mx_block) ck_assert(t->peak_ab == TP_BF16 && t->peak_d == TP_BF16);
+        /* split over GPUs: nothing whose scales are calibrated or computed over a whole tensor on one GPU */
+        if (t->tensor_parallel) ck_assert(!t->static_act_scales && (!q || t->weight_only));
+        ck_assert(t->b200_ratio == 0 || (q && !t->weight_only && t->b200_ratio >= 2.0));
+    }
+    ck_assert_int_eq(n_quantized, 7);
+    ck_assert_int_eq(n_wo, 2);
+    ck_assert_int_eq(n_mx, 3);
+}
+END_TEST
+
 START_TEST(test_traits) {
     tp_dtype t;
     ck_assert_int_eq(tp_dtype_from_st("F8_E4M3", &t), 0);
@@ -567,6 +605,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_convert_roundtrip);
     tcase_add_test(tc, test_convert_fp8_scale_divides_KNOWN_BUG_dtype_c);
     tcase_add_test(tc, test_traits);
+    tcase_add_test(tc, test_precision_traits);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -17,6 +17,7 @@
 #include "core/check.h"
 #include "core/system.h"
 #include "core/util.h"
+#include "formats/precision.h"
 #include "exec/cpu/cpu_exec.h"
 #include "io/safetensors.h"
 #include "models/onnx_import.h"
@@ -71,8 +72,7 @@ static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
 /* 1 when gemm_peak.h can time precision p for an op (or engine) that runs it emulated or not: a block-scaled
  * format on native block-scaled MMA (Blackwell) cannot be, its floor stays partial */
 static int peak_measurable(tp_precision p, int emulated) {
-    const int block = p == TP_PREC_MXFP8 || p == TP_PREC_NVFP4 || p == TP_PREC_MXFP4;
-    return !block || emulated;
+    return !tp_precision_info(p)->mx_block || emulated;
 }
 
 /* The GEMM peaks an engine of precision prec planned as p needs (bit q: tp_precision q): its own, MFU's
@@ -231,7 +231,7 @@ static tp_status split_ranks(run_ctx *c, tp_error *err) {
                        "on one GPU", n);
     for (int i = 0; i < o->n_precs; i++) { /* the precisions the tensor-parallel engines are tested in */
         const tp_precision q = o->precs[i];
-        if (q != TP_PREC_FP32 && q != TP_PREC_FP16 && q != TP_PREC_BF16 && q != TP_PREC_FP8_WO && q != TP_PREC_NVFP4_WO)
+        if (!tp_precision_info(q)->tensor_parallel)
             return tp_fail(err, TP_ERR_UNSUPPORTED, "--tp %d with %s: unsupported (fp32, fp16, bf16, fp8-wo and "
                            "nvfp4-wo run split; %s needs activation scales calibrated on one GPU or is not tested "
                            "split)", n, tp_precision_name(q), tp_precision_name(q));
@@ -737,7 +737,7 @@ static tp_status record_plan(run_ctx *c, const tp_plan *plan, tp_bench_result *r
     const tp_graph *g = &c->g;
     r->n_ops = g->n_ops;
     for (int i = 0; i < g->n_ops; i++) {
-        r->n_quant_ops += plan->op_prec[i] == r->prec && r->prec >= TP_PREC_FP8;
+        r->n_quant_ops += plan->op_prec[i] == r->prec && tp_precision_quantized(r->prec);
         r->n_emulated_ops += plan->op_emulated[i];
     }
     r->format_weight_bytes = tp_plan_weight_bytes(plan, g);

@@ -179,20 +179,3 @@ void tp_convert_to_f32(tp_dtype t, const void *src, float *dst, size_t n, float 
     default: break;
     }
 }
-
-/* ---- precisions (tprof.h) ---- */
-
-static const char *const PREC_NAMES[TP_PREC_COUNT] = {"fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp8", "nvfp4", "mxfp4",
-                                                            "fp8-wo", "nvfp4-wo"};
-
-const char *tp_precision_name(tp_precision p) { return (unsigned)p < TP_PREC_COUNT ? PREC_NAMES[p] : "?"; }
-
-tp_status tp_precision_parse(const char *s, tp_precision *out, tp_error *err) {
-    for (int i = 0; i < TP_PREC_COUNT; i++)
-        if (strcmp(s, PREC_NAMES[i]) == 0) {
-            *out = (tp_precision)i;
-            return TP_OK;
-        }
-    return tp_fail(err, TP_ERR_ARG,
-                   "unknown precision '%s' (expected fp32, fp16, bf16, fp8, fp8-block, mxfp8, nvfp4, mxfp4, fp8-wo or nvfp4-wo)", s);
-}

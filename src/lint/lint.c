@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/util.h"
+#include "formats/precision.h"
 #include "planner/supports.h"
 
 /* ---- small helpers ---------------------------------------------------------------------------------- */
@@ -28,16 +29,10 @@ static const char *short_layer(const char *l) { return strncmp(l, "blocks.*.", 9
 
 /* ---- formats ---------------------------------------------------------------------------------------- */
 
-/* The quantized format of each precision (designated: the plain ones stay TP_QF_NONE). */
-static const tp_qformat PREC_QF[TP_PREC_COUNT] = {
-    [TP_PREC_FP8] = TP_QF_FP8_TENSOR, [TP_PREC_FP8_BLOCK] = TP_QF_FP8_BLOCK128, [TP_PREC_MXFP8] = TP_QF_MXFP8,
-    [TP_PREC_NVFP4] = TP_QF_NVFP4,    [TP_PREC_MXFP4] = TP_QF_MXFP4,
-};
-
 static void format_init(tp_lint_format *f, tp_precision p) {
     memset(f, 0, sizeof *f);
     f->prec = p;
-    f->qf = PREC_QF[p];
+    f->qf = tp_precision_info(p)->lint_qf;
     const tp_qformat_traits *t = tp_qformat_info(f->qf);
     CHECK(t != NULL);
     f->block = f->qf == TP_QF_NONE ? 0 : t->block;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "formats/dtype.h"
+#include "formats/precision.h"
 #include "planner/caps.h"
 #include "planner/policy.h"
 #include "planner/supports.h"
@@ -24,17 +25,11 @@ void tp_plan_free(tp_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-static int is_quantized(tp_precision p) { return p >= TP_PREC_FP8; }
 
-/* The activation type around a quantized format's GEMMs: FP8 (per-tensor) and the weight-only formats read and
- * write FP16, the block formats (emulated on Hopper through BF16 GEMMs) and fp8-block BF16. An engine has one
- * activation type (its default precision's), so the formats one engine holds share it. */
-static tp_dtype quant_act(tp_precision q) {
-    return q == TP_PREC_FP8 || q == TP_PREC_FP8_WO || q == TP_PREC_NVFP4_WO ? TP_F16 : TP_BF16;
-}
-static tp_dtype engine_act(tp_precision def) {
-    return def == TP_PREC_FP32 ? TP_F32 : def == TP_PREC_FP16 ? TP_F16 : def == TP_PREC_BF16 ? TP_BF16 : quant_act(def);
-}
+/* The activation type of an engine (precision.h's act of its default precision): FP8 (per-tensor) and the
+ * weight-only formats read and write FP16, the block formats (emulated on Hopper through BF16 GEMMs) and fp8-block
+ * BF16. An engine has one activation type, so the formats one engine holds share it. */
+static tp_dtype engine_act(tp_precision def) { return tp_precision_info(def)->act; }
 
 static const char *act_name(tp_dtype t) { return t == TP_F32 ? "fp32" : t == TP_F16 ? "fp16" : "bf16"; }
 
@@ -56,9 +51,9 @@ static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_prec
         tp_precision want = tp_policy_resolve(pol, op->layer, &rule);
         char reason[160];
         tp_policy_reason(pol, rule, reason, sizeof reason);
-        if (!is_quantized(want)) {
+        if (!tp_precision_quantized(want)) {
             const tp_precision high = act == TP_F32 ? TP_PREC_FP32 : act == TP_F16 ? TP_PREC_FP16 : TP_PREC_BF16;
-            if (is_quantized(prec)) snprintf(why[i], sizeof why[i], "kept high by policy (%s)", reason);
+            if (tp_precision_quantized(prec)) snprintf(why[i], sizeof why[i], "kept high by policy (%s)", reason);
             else if (want != high && rule >= 0)
                 snprintf(why[i], sizeof why[i], "the policy asks %s (%.120s): runs %s, the engine's activation type",
                          tp_precision_name(want), reason, tp_precision_name(high));
@@ -66,13 +61,13 @@ static tp_status resolve_policy(const tp_graph *g, const tp_policy *pol, tp_prec
         }
         /* the GPU engines' kernels hold one activation type; the CPU executor's emulation (sm 0) takes any mix, as
          * an ONNX file's explicit quantization asks: FP8 linears in an FP32 graph (bench/onnx_check.h) */
-        if (sm && quant_act(want) != act)
+        if (sm && tp_precision_info(want)->act != act)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
                            "layer %s: the policy asks %s (%s) in a %s engine: %s runs with %s activations, this "
                            "engine's are %s; one engine holds formats of one activation type (fp16: fp8, fp8-wo, "
                            "nvfp4-wo; bf16: fp8-block, mxfp8, nvfp4, mxfp4)",
                            op->layer, tp_precision_name(want), reason, tp_precision_name(prec),
-                           tp_precision_name(want), act_name(quant_act(want)), act_name(act));
+                           tp_precision_name(want), act_name(tp_precision_info(want)->act), act_name(act));
         if (op->kind == TP_OP_PATCH_EMBED)
             return tp_fail(err, TP_ERR_UNSUPPORTED,
                            "layer %s: %s patch embedding (%s) is not supported in this build; keep it high, e.g. "
@@ -161,7 +156,7 @@ static void fuse_gelu_tanh(const tp_graph *g, tp_plan *p, int all) {
         if (op->kind != TP_OP_GELU || (!all && !op->gelu_tanh)) continue;
         const int x = op->in[0], y = op->out, j = g->values[x].producer;
         if (j < 0 || g->ops[j].kind != TP_OP_LINEAR || consumers(g, x) != 1 || p->op_epilogue_add[j] >= 0) continue;
-        if (p->op_prec[j] == TP_PREC_FP8_WO || p->op_prec[j] == TP_PREC_NVFP4_WO) continue; /* the GEMV has no GELU */
+        if (tp_precision_info(p->op_prec[j])->weight_only) continue; /* the GEMV has no GELU */
         if (!all && p->value_dt[x] == TP_F32) continue; /* fp32 engines (the GPU reference) keep the GELU kernel */
         const int a = g->ops[j].in[0];
         if (p->value_qf[a] != TP_QF_NONE || p->value_qf[y] != TP_QF_NONE) continue;
@@ -213,7 +208,7 @@ static void fuse_patch_embed(const tp_graph *g, int sm, tp_plan *p) {
 /* The block-scaled formats (see plan.h): the Linear layers of the blocks read MXFP8 / NVFP4 / MXFP4 operands. */
 static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm, const int *keep, tp_plan *p,
                                    tp_error *err) {
-    const tp_qformat qf = prec == TP_PREC_MXFP8 ? TP_QF_MXFP8 : prec == TP_PREC_MXFP4 ? TP_QF_MXFP4 : TP_QF_NVFP4;
+    const tp_qformat qf = tp_precision_info(prec)->qf;
     const tp_qformat_traits *qt = tp_qformat_info(qf);
     const int native = sm >= 100; /* block-scaled MMA: compute capability 10.x, 11.x, 12.x (formats.md) */
     for (int i = 0; i < g->n_ops; i++) {
@@ -345,7 +340,7 @@ static tp_status plan_attention(const tp_graph *g, const tp_policy *pol, int i, 
     tp_precision want = tp_policy_resolve(pol, op->layer, &rule);
     char reason[160];
     tp_policy_reason(pol, rule, reason, sizeof reason);
-    if (rule < 0 || pol->rules[rule].builtin || !is_quantized(want)) {
+    if (rule < 0 || pol->rules[rule].builtin || !tp_precision_quantized(want)) {
         snprintf(p->op_note[i], sizeof p->op_note[i], "fused, %s Q/K/V, fp32 softmax and accumulation%s%s", act,
                  rule >= 0 && !pol->rules[rule].builtin ? "; " : "",
                  rule >= 0 && !pol->rules[rule].builtin ? reason : "");
@@ -353,15 +348,11 @@ static tp_status plan_attention(const tp_graph *g, const tp_policy *pol, int i, 
     }
     const int x = op->in[0];
     const int64_t T = g->values[x].shape[1];
-    if (want == TP_PREC_FP8_WO || want == TP_PREC_NVFP4_WO)
+    if (tp_precision_info(want)->weight_only)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s (%s) quantizes weights, and attention has none: "
                        "give it fp8 or leave it high", op->layer, tp_precision_name(want), reason);
     if (want != TP_PREC_FP8) {
-        const tp_qformat qf = want == TP_PREC_FP8_BLOCK ? TP_QF_FP8_BLOCK128
-                              : want == TP_PREC_MXFP8   ? TP_QF_MXFP8
-                              : want == TP_PREC_NVFP4   ? TP_QF_NVFP4
-                                                        : TP_QF_MXFP4;
-        const int blk = tp_qformat_info(qf)->block;
+        const int blk = tp_qformat_info(tp_precision_info(want)->qf)->block;
         return tp_fail(err, TP_ERR_UNSUPPORTED,
                        "layer %s: %s attention (%s) is not available in this build (no block-scaled attention kernel); "
                        "the format would also need the sequence length and head dim to be multiples of %d (here "
@@ -504,9 +495,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     if (prec == TP_PREC_BF16 && sm && sm < 80)
         return tp_fail(err, TP_ERR_UNSUPPORTED, "precision bf16 needs sm_80 or newer; this %s is %s", target,
                        tname);
-    const int block_fmt = prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4;
-    const int fp8_block = prec == TP_PREC_FP8_BLOCK;
-    const int weight_only = prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
+    const tp_precision_traits *pt = tp_precision_info(prec);
     for (int i = 0; sm && i < g->n_ops; i++)
         if (!cuda_runs(&g->ops[i]))
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s has no CUDA kernel in this tprof (asked: a %s "
@@ -516,7 +505,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     p->sm = sm;
     p->n_values = g->n_values;
     p->n_ops = g->n_ops;
-    p->act_dt = prec == TP_PREC_FP32 ? TP_F32 : (prec == TP_PREC_BF16 || block_fmt || fp8_block) ? TP_BF16 : TP_F16;
+    p->act_dt = pt->act;
     p->value_dt = malloc(sizeof(tp_dtype) * (size_t)g->n_values);
     p->value_scaled = calloc((size_t)g->n_values, sizeof(int));
     p->value_qf = calloc((size_t)g->n_values, sizeof(tp_qformat));
@@ -546,12 +535,12 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     tp_status st = resolve_policy(g, pol, prec, sm, keep, qprec, why, err);
     if (st) goto out;
     /* the quantized formats this engine holds (the default's, and the policy's per layer), each checked on the target */
-    unsigned used = is_quantized(prec) ? 1u << prec : 0;
+    unsigned used = tp_precision_quantized(prec) ? 1u << prec : 0;
     for (int i = 0; i < g->n_ops; i++)
         if (!keep[i]) used |= 1u << qprec[i];
     for (int f = TP_PREC_FP8; f < TP_PREC_COUNT && !st; f++) {
         if (!(used & (1u << f))) continue;
-        const int wo = f == TP_PREC_FP8_WO || f == TP_PREC_NVFP4_WO;
+        const int wo = tp_precision_info((tp_precision)f)->weight_only;
         if (!wo && sm && sm < 89)
             st = tp_fail(err, TP_ERR_UNSUPPORTED, "precision %s needs sm_89 or newer (E4M3 tensor cores); this %s is "
                          "%s", tp_precision_name((tp_precision)f), target, tname);
@@ -568,9 +557,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         if (op->kind == TP_OP_RESHAPE) p->value_dt[op->out] = read_by_linear(g, op->out) ? p->act_dt : p->value_dt[op->in[0]];
     }
     const char *act = tp_dtype_info(p->act_dt)->name;
-    tp_precision high = prec == TP_PREC_FP8 || weight_only ? TP_PREC_FP16
-                        : (block_fmt || fp8_block)                    ? TP_PREC_BF16
-                                                                      : prec;
+    const tp_precision high = pt->high; /* what the ops it does not quantize run in */
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         p->op_prec[i] = high;

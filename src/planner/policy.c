@@ -1,6 +1,8 @@
 /* policy.c: the precision policy of policy.h. */
 #include "planner/policy.h"
+
 #include "core/files.h"
+#include "formats/precision.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -12,10 +14,6 @@ void tp_policy_init(tp_policy *p, tp_precision def) {
     p->def = def;
 }
 
-static int is_quantized(tp_precision prec) {
-    return prec == TP_PREC_FP8 || prec == TP_PREC_FP8_BLOCK || prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 ||
-           prec == TP_PREC_MXFP4 || prec == TP_PREC_FP8_WO || prec == TP_PREC_NVFP4_WO;
-}
 
 static void add_rule(tp_policy *p, const char *glob, size_t len, tp_precision prec, int builtin) {
     tp_policy_rule *r = &p->rules[p->n_rules++];
@@ -27,7 +25,7 @@ static void add_rule(tp_policy *p, const char *glob, size_t len, tp_precision pr
 
 void tp_policy_default(tp_policy *p, tp_precision prec) {
     tp_policy_init(p, prec);
-    if (!is_quantized(prec)) return;
+    if (!tp_precision_quantized(prec)) return;
     /* any stage's: a pipeline's vision stage names it vision.patch_embed.proj */
     add_rule(p, "*patch_embed.proj", strlen("*patch_embed.proj"), TP_PREC_FP16, 1);
     add_rule(p, "head", strlen("head"), TP_PREC_FP16, 1);

@@ -9,6 +9,7 @@
 
 #include "core/files.h"
 #include "core/util.h"
+#include "formats/precision.h"
 #include "report/compare.h"
 #include "tp_build_info.h"
 
@@ -124,12 +125,12 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
     if (r->n_quant_ops)
         printf("%s: %d of %d ops run %s GEMMs%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
                tp_precision_name(r->prec),
-               r->prec == TP_PREC_FP8 ? (o->calib.method == TP_CALIB_PERCENTILE ? " (static per-tensor scales, percentile calibration)"
+               tp_precision_info(r->prec)->static_act_scales ? (o->calib.method == TP_CALIB_PERCENTILE ? " (static per-tensor scales, percentile calibration)"
                                          : o->calib.method == TP_CALIB_ENTROPY  ? " (static per-tensor scales, entropy calibration)"
                                                                                  : " (static per-tensor scales, max calibration)")
                                       : "",
                r->n_emulated_ops ? ", EMULATED (no hardware path on this GPU: see --plan)" : "",
-               r->prec == TP_PREC_FP8 || r->prec == TP_PREC_FP8_WO || r->prec == TP_PREC_NVFP4_WO ? "fp16" : "bf16");
+               tp_precision_name(tp_precision_info(r->prec)->high));
     if (r->n_emulated_ops && r->format_weight_bytes > 0 && fabs(r->format_weight_bytes - r->weight_bytes) > 0.5) {
         char fb[32];
         printf("Weights in %s: %s (%.0f bytes; the emulation keeps them dequantized on the device)\n",

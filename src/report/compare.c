@@ -22,6 +22,7 @@
 
 #include "core/files.h"
 #include "core/util.h"
+#include "formats/precision.h"
 #include "report/doc.h"
 
 #define TOP_KERNELS 10
@@ -1022,7 +1023,7 @@ static const char *gap_label(const model *m, int i, int c, char *buf, size_t n) 
 /* Dense tensor-core rate of a format over FP16/BF16 on NVIDIA B200, from its datasheet (dense figures: FP4 9,
  * FP8 4.5, FP16/BF16 2.25 PFLOPS). A projection, labelled as one: no Blackwell GPU measured it here. */
 static double blackwell_ratio(tp_precision p) {
-    return p == TP_PREC_NVFP4 || p == TP_PREC_MXFP4 ? 4.0 : p == TP_PREC_MXFP8 || p == TP_PREC_FP8 ? 2.0 : 0.0;
+    return tp_precision_info(p)->b200_ratio;
 }
 
 /* For every entry with emulated ops: what native Blackwell execution would change, from this run's numbers. */

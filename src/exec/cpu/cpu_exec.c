@@ -9,6 +9,7 @@
 #include "exec/cpu/cpu_ops.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
+#include "formats/precision.h"
 
 static int narrow(tp_dtype t) { return t == TP_F16 || t == TP_BF16; }
 
@@ -389,14 +390,14 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
     }
     case TP_OP_LINEAR: {
         tp_qformat qf = plan ? plan->value_qf[op->in[0]] : TP_QF_NONE;
-        if (plan && (plan->op_prec[i] == TP_PREC_FP8_WO || plan->op_prec[i] == TP_PREC_NVFP4_WO)) {
+        if (plan && tp_precision_info(plan->op_prec[i])->weight_only) {
             /* weight-only: the weight's values in its format as the engine stores them (E4M3 per tensor, amax / 448;
              * NVFP4 with its own per-tensor scale s2, applied after the sum as the engine does), the input exact */
             const int64_t wn = op->gemm_n * op->gemm_k, M = op->gemm_m, N = op->gemm_n;
-            const int fp4 = plan->op_prec[i] == TP_PREC_NVFP4_WO;
+            const tp_qformat wqf = tp_precision_info(plan->op_prec[i])->qf;
             float *qw = w_alloc(w, sizeof(float) * (size_t)wn), s2 = 1.0f;
             if (!qw) return tp_fail(err, TP_ERR_OOM, "out of host memory emulating %s", op->layer);
-            st = tp_qdq_f32(fp4 ? TP_QF_NVFP4 : TP_QF_FP8_TENSOR, buf[op->in[1]], qw, N, op->gemm_k, 1, 0.0f, &s2, err);
+            st = tp_qdq_f32(wqf, buf[op->in[1]], qw, N, op->gemm_k, 1, 0.0f, &s2, err);
             if (!st) tp_cpu_linear(x, qw, NULL, y, M, N, op->gemm_k);
             w_free(w, qw, sizeof(float) * (size_t)wn);
             if (st) return st;
@@ -567,7 +568,7 @@ static double op_scratch_bytes(const tp_graph *g, const tp_plan *plan, int i) {
         return sizeof(float) * (double)(op->head_dim / 2 + 1) + (op->n_in > 1 ? sizeof(int64_t) * (double)xv->shape[0] : 0);
     case TP_OP_LINEAR:
         if (!plan) return 0;
-        if (plan->op_prec[i] == TP_PREC_FP8_WO || plan->op_prec[i] == TP_PREC_NVFP4_WO) return sizeof(float) * N * K;
+        if (tp_precision_info(plan->op_prec[i])->weight_only) return sizeof(float) * N * K;
         if (plan->op_prec[i] == TP_PREC_FP8 || plan->value_qf[op->in[0]] != TP_QF_NONE) return sizeof(float) * (M + N) * K;
         return 0;
     default: return 0;

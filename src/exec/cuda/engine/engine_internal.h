@@ -12,6 +12,7 @@
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "exec/cuda/vendor/nccl_comm.h"
 #include "formats/dtype.h"
+#include "formats/precision.h"
 
 /* A CUDA runtime call that can fail for reasons outside tprof (no device, out of memory): a status. */
 #define CU_TRY(call)                                                                                  \
@@ -245,8 +246,7 @@ static inline int op_native_bs(const tp_engine *e, int i) {
 /* Op i is a weight-only linear: E4M3 or NVFP4 weights, 16-bit input (plan.c plan_weight_only; not an fp8-block
  * linear, whose input is also 16-bit until its quantize kernel runs). */
 static inline int op_weight_only(const tp_engine *e, int i) {
-    return e->g->ops[i].kind == TP_OP_LINEAR &&
-           (e->plan->op_prec[i] == TP_PREC_FP8_WO || e->plan->op_prec[i] == TP_PREC_NVFP4_WO);
+    return e->g->ops[i].kind == TP_OP_LINEAR && tp_precision_info(e->plan->op_prec[i])->weight_only;
 }
 
 /* Op i is a W8A8 FP8 linear whose 16-bit input is quantized as it is read (plan.c: its producer does not write

@@ -8,19 +8,16 @@
 #include "exec/cuda/kernels/kernels.h"
 #include "core/util.h"
 #include "formats/dtype.h"
+#include "formats/precision.h"
 
 #define PEAK_WARM_MS 500.0 /* back-to-back GEMMs before the timed ones */
 
 tp_status tp_gemm_peak(tp_precision prec, int n, int iters, double *tflops, tp_error *err) {
     /* the block-scaled formats are measured on the path this GPU runs them on: Hopper emulates them with bf16
      * GEMMs (plan.h), so that is their peak here */
-    const int emulated = prec == TP_PREC_MXFP8 || prec == TP_PREC_NVFP4 || prec == TP_PREC_MXFP4;
-    tp_dtype ab = prec == TP_PREC_FP32                    ? TP_F32
-                  : prec == TP_PREC_BF16 || emulated      ? TP_BF16
-                  : prec == TP_PREC_FP8 || prec == TP_PREC_FP8_BLOCK ? TP_E4M3
-                                                          : TP_F16;
-    tp_dtype d = prec == TP_PREC_FP8 ? TP_F16 : prec == TP_PREC_FP8_BLOCK ? TP_BF16 : ab;
-    const int block128 = prec == TP_PREC_FP8_BLOCK;
+    const tp_precision_traits *pt = tp_precision_info(prec);
+    const tp_dtype ab = pt->peak_ab, d = pt->peak_d;
+    const int block128 = pt->qf == TP_QF_FP8_BLOCK128;
     size_t nn = (size_t)n * (size_t)n;
     void *A = NULL, *W = NULL, *D = NULL;
     float *scales = NULL, *h_ones = NULL;
