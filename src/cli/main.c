@@ -1377,11 +1377,17 @@ static int cmd_lint(int argc, char **argv) {
     tp_model_arg *ma = malloc(sizeof *ma);
     tp_status st = ma ? tp_cli_model_arg(model, ma, &err) : tp_fail(&err, TP_ERR_OOM, "out of host memory");
     if (!st) st = tp_cli_model_load(ma, &m, &err);
-    free(ma);
     if (st) { /* lint's own classes: a model it cannot read or lint is a bad model (2) */
+        free(ma);
         fprintf(stderr, "tprof: --model: %s\n", err.msg);
         return 2;
     }
+    input_list in = {0}; /* the JSON never replaces what it lints: the file given, or the checkpoint it names */
+    add_input(&in, "--model", access(model, F_OK) == 0 ? model : NULL);
+    add_input(&in, "--model", access(ma->path, F_OK) == 0 ? ma->path : NULL);
+    const int out_rc = output_ok("--json", json, 0, NULL, &in);
+    free(ma);
+    if (out_rc) return 2;
     if (apply_knobs(&k, &m)) return 2;
     tp_precision precs[TP_PREC_COUNT];
     int np = parse_precisions(prec, precs, TP_PREC_COUNT);
