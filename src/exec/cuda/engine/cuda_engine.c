@@ -15,9 +15,6 @@
 #include "core/stats.h"
 #include "core/check.h"
 #include "core/util.h"
-#include "exec/cuda/attention/attention.h"
-#include "exec/cuda/attention/attention_wgmma.h"
-#include "exec/cuda/attention/attention_fp8.h"
 #include "exec/cuda/vendor/cudnn_sdpa.h"
 #include "exec/cuda/engine/engine_internal.h"
 #include "planner/supports.h"
@@ -29,9 +26,6 @@
 #include "exec/cuda/kernels/scale_layout.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
-
-#include <nvtx3/nvToolsExt.h>
-
 
 /* ---- GPU facts ---------------------------------------------------------------------------------------- */
 

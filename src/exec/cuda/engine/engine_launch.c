@@ -3,15 +3,8 @@
  * (tprof's Hopper GEMMs, cuBLASLt, tprof's GEMV, a sibling group's one GEMV, a 2:4 sparse GEMM) and the pipeline
  * ops. The run (engine_run.c) and the build-time timings (engine_select.c) launch ops through it. C11. */
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "core/check.h"
-#include "core/stats.h"
-#include "core/util.h"
 #include "exec/cuda/attention/attention.h"
 #include "exec/cuda/attention/attention_fp8.h"
 #include "exec/cuda/attention/attention_wgmma.h"
@@ -22,19 +15,13 @@
 #include "exec/cuda/kernels/kernels.h"
 #include "exec/cuda/kernels/patch_embed.h"
 #include "exec/cuda/kernels/pipeline_ops.h"
-#include "exec/cuda/kernels/scale_layout.h"
 #include "exec/cuda/vendor/cudnn_sdpa.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "exec/cuda/vendor/sparse_cusparselt.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
-#include "formats/sparsity.h"
-
-#include <nvtx3/nvToolsExt.h>
 
 /* ---- launching ----------------------------------------------------------------------------------------- */
-
-
 
 static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s);
 

@@ -4,34 +4,20 @@
  * NVFP4; a shared engine's copies reused), the sibling groups' contiguous layouts, and a pipeline graph's constants,
  * masked-attention plans and buffers, inputs and stage buffers. engine_internal.h lists the phases. C11. */
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
-#include "core/stats.h"
 #include "core/util.h"
-#include "exec/cuda/attention/attention.h"
-#include "exec/cuda/attention/attention_fp8.h"
-#include "exec/cuda/attention/attention_wgmma.h"
 #include "exec/cuda/engine/cuda_engine.h"
 #include "exec/cuda/engine/engine_internal.h"
-#include "exec/cuda/gemm/gemm_sm90.h"
-#include "exec/cuda/gemm/gemv.h"
-#include "exec/cuda/kernels/decoder_ops.h"
 #include "exec/cuda/kernels/kernels.h"
-#include "exec/cuda/kernels/patch_embed.h"
-#include "exec/cuda/kernels/pipeline_ops.h"
 #include "exec/cuda/kernels/scale_layout.h"
-#include "exec/cuda/vendor/cudnn_sdpa.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
-#include "planner/supports.h"
-
-#include <nvtx3/nvToolsExt.h>
 
 /* ---- allocation ------------------------------------------------------------------------------------- */
 

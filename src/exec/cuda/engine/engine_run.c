@@ -4,31 +4,19 @@
  * and handoffs, and the public API of a built engine: runs, timings, inputs and outputs, calibration passes,
  * captures, and the queries of what its build chose and allocated. C11. */
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
-#include "core/stats.h"
 #include "core/util.h"
 #include "exec/cuda/attention/attention.h"
-#include "exec/cuda/attention/attention_fp8.h"
-#include "exec/cuda/attention/attention_wgmma.h"
 #include "exec/cuda/engine/cuda_engine.h"
 #include "exec/cuda/engine/engine_internal.h"
-#include "exec/cuda/gemm/gemm_sm90.h"
 #include "exec/cuda/kernels/decoder_ops.h"
 #include "exec/cuda/kernels/kernels.h"
-#include "exec/cuda/kernels/patch_embed.h"
-#include "exec/cuda/kernels/pipeline_ops.h"
-#include "exec/cuda/kernels/scale_layout.h"
-#include "exec/cuda/vendor/cudnn_sdpa.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "formats/dtype.h"
-#include "formats/qformat.h"
-#include "planner/supports.h"
 
 #include <nvtx3/nvToolsExt.h>
 

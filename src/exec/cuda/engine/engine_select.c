@@ -8,9 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
-#include "exec/cuda/attention/attention.h"
-#include "exec/cuda/attention/attention_fp8.h"
 #include "exec/cuda/attention/attention_wgmma.h"
 #include "exec/cuda/engine/engine_internal.h"
 #include "exec/cuda/gemm/gemm_sm90.h"

@@ -12,9 +12,6 @@
 
 #include "exec/cuda/engine/engine_internal.h"
 
-#include <nvtx3/nvToolsExt.h>
-
-
 /* Every rank runs rank 0's implementations (timed on rank 0 only: the ranks' ops have the same shapes). It matters
  * beyond build time: the ops every rank computes alike (the LM head) must round alike, or ranks whose logits
  * differed in a near-tie would feed different greedy tokens and go on computing different sequences. */
