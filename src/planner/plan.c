@@ -689,7 +689,7 @@ static tp_op_kind reader_kind(const tp_graph *g, int v) {
 
 /* 1 when an earlier value holds the same parameter in the same storage for the same kind of op (a pipeline's
  * expert read at every step): stored once. A tied embedding, read by the token embedding and by the LM head, is
- * not merged: the GPU engine uploads it for each (cuda_engine.c upload_params), and this is what it uploads. */
+ * not merged: the GPU engine uploads it for each (engine_memory.c tpe_upload_params), and this is what it uploads. */
 static int same_weight_before(const tp_plan *p, const tp_graph *g, int v) {
     tp_op_kind kv = TP_OP_KIND_COUNT;
     for (int u = 0; u < v; u++) {

@@ -107,7 +107,7 @@ int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, co
  * (or weight-only FP8 or NVFP4 ones: a per-tensor scale or s2 each), one K (a multiple of 8; 16 for NVFP4), all with a bias or none, no epilogue fused into them (a decoder's q/k/v projections,
  * its gate/up): lead[i] the group's first op (-1: op i is in no group of two or more), next[i] the group's next
  * op in graph order (-1: the last). An engine may lay their weights out one after the other and run them as one
- * GEMV (exec/cuda/engine/engine_group.c). lead and next: n_ops entries each. */
+ * GEMV (exec/cuda/engine/engine_memory.c, engine_select.c). lead and next: n_ops entries each. */
 void tp_plan_sibling_groups(const tp_graph *g, const tp_plan *p, int *lead, int *next);
 
 #endif

@@ -80,7 +80,7 @@ typedef struct {
     const struct tp_engine *share;
     int feed_argmax;
     /* Sibling linears reading one input (a decoder's q/k/v, gate/up) at one token a step as one GEMV over their
-     * concatenated weights (engine_group.c): 0 never, 1 wherever the layout allows, 2 where it is faster than the
+     * concatenated weights (engine_memory.c, engine_select.c): 0 never, 1 wherever the layout allows, 2 where it is faster than the
      * members apart (timed at build: each GEMV alone, which misses what programmatic launch gains in a step). The
      * CLI's default is 1: Llama-3.2-1B's decode step 9 % faster on an H100 with PDL
      * (bench/results/2026-11-25_h100_pdl_groups.log). */
@@ -101,7 +101,7 @@ typedef struct {
      * next stage reads the original, the copy costs what a handoff costs). Not with tensor parallelism. */
     int modular;
     /* 2:4 sparsity (issue 22): every linear whose weight is 2:4 (formats/sparsity.h) and whose GEMM cuSPARSELt takes
-     * runs cuSPARSELt's sparse GEMM where that was faster than its dense one at build (engine_sparse.c; the op's
+     * runs cuSPARSELt's sparse GEMM where that was faster than its dense one at build (engine_select.c; the op's
      * tp_engine_op_impl says which and both times). cuSPARSELt must be found (TP_ERR_UNSUPPORTED otherwise). 2: every
      * eligible linear runs sparse, whatever the times (tests). */
     int sparse;

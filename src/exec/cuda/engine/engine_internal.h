@@ -1,6 +1,16 @@
-/* engine_internal.h: what engine_launch.c (allocating, launching one op), engine_select.c (the build-time choices
- * of attention and GEMM implementations) and cuda_engine.c (building, running) share: the engine's definition and a few helpers. Not a public header:
- * nothing outside src/exec/cuda includes it. C11. */
+/* engine_internal.h: what the engine's files share: the engine's definition, the functions one phase offers those
+ * above it, and a few helpers. The files by phase, lowest first; a phase calls only the phases below it, so the
+ * file call graph has no cycle (scripts/check_calls.py):
+ *   memory     engine_memory.c   device allocations, weights converted and uploaded, activation buffers, a sibling
+ *                                group's layout, a pipeline's constants, inputs and stage buffers
+ *   launch     engine_launch.c   one op enqueued (tpe_launch_op) and its per-kind launchers
+ *   run        engine_run.c      a whole pass (one engine, or every rank in lockstep), the warm-up and the CUDA graph
+ *                                capture, stage handoffs, the public API of a built engine (runs, timings, queries)
+ *   selection  engine_select.c   the build-time choices timed on the op's buffers (attention, GEMMs, groups, 2:4)
+ *   build      cuda_engine.c     tpe_build, tp_engine_build, tp_engine_destroy, the GPU's facts, calibration
+ *   tensor     engine_tp.c       tp_engine_build_tp: every rank's engine built, then warmed up and captured together
+ *   parallelism
+ * Not a public header: nothing outside src/exec/cuda includes it. C11. */
 #ifndef TP_ENGINE_INTERNAL_H
 #define TP_ENGINE_INTERNAL_H
 
@@ -74,7 +84,7 @@ struct tp_engine {
                                   GELU (bias and the fused residual add in its epilogue; sm90_plain_candidate) */
     unsigned char *gemv16;     /* per GEMM op: 1 where tprof's decode GEMV (gemv.h tpk_gemv) runs a 16-bit linear of at
                                   most 8 rows, bias and the fused residual add in its epilogue (chosen by time) */
-    int *group_lead, *group_next; /* per op: sibling linears (engine_group.c): the group's first op, the next member
+    int *group_lead, *group_next; /* per op: sibling linears (engine_memory.c): the group's first op, the next member
                                      (-1: none) */
     unsigned char *group_on;   /* per leader: 1 where one GEMV computes the whole group (chosen by time) */
     float **group_cs;          /* per leader of a weight-only FP8 group: its members' per-tensor scales, one per
@@ -103,7 +113,7 @@ struct tp_engine {
     float **d_invfreq;         /* per RoPE op: its D/2 inverse frequencies (tp_rope_inv_freq), device */
     float **d_opconst;         /* per TIME_CONCAT op: its step's time embedding (tp_time_embedding), device */
     unsigned char *masked_gemm; /* per MASKED_ATTENTION op: 1 where cuBLASLt's batched GEMMs and the masked softmax
-                                   run it (engine_pipeline.c), 0 for the CUDA-core kernel */
+                                   run it (engine_memory.c), 0 for the CUDA-core kernel */
     tp_bgemm **mplan;          /* per op, 4 each: S = Q Kp^T, S = Q K^T, O = P Vp, O (+)= P V (NULL where absent) */
     float *d_mscore;           /* the unfused attention's scores, fp32 (the largest op's; one stream) */
     void *d_mprob;             /* its probabilities, in the activations' type */
@@ -125,7 +135,7 @@ struct tp_engine {
     float *d_f32x, *d_f32y;    /* --fp32-protect tensors: an FP32 layer's input and output (plan.h fp32_tensors; the
                                   largest RMSNorm or RoPE output's size, shared: one stream) */
     int device;                /* tp_engine_options.device: the GPU this engine runs on */
-    /* tensor parallelism (engine_tp.c): the engine tp_engine_build_tp returns is rank 0's, the leader, through
+    /* tensor parallelism (engine_tp.c, engine_run.c): the engine tp_engine_build_tp returns is rank 0's, the leader, through
      * which every public function drives all ranks */
     int rank;                  /* this engine's rank (0 without tensor parallelism) */
     int n_ranks;               /* the leader's: the number of ranks (1 without tensor parallelism) */
@@ -133,6 +143,8 @@ struct tp_engine {
     tp_nccl *nccl;             /* every rank's: the communicators (NULL without tensor parallelism) */
     int owns_nccl;             /* the leader's: it created nccl (a decode group uses its prefill group's) */
 };
+
+/* ---- memory (engine_memory.c) ------------------------------------------------------------------------ */
 
 /* cudaMalloc of `bytes` (16 when 0) recorded for tp_engine_destroy; TP_ERR_OOM naming `what` and the bytes, or
  * TP_ERR_CUDA. */
@@ -142,42 +154,10 @@ tp_status tpe_dev_alloc(tp_engine *e, size_t bytes, void **p, const char *what, 
 tp_status tpe_fill_defined(tp_engine *e, void *p, size_t bytes, unsigned seed, tp_error *err);
 /* bytes of value v's activation buffer: its elements in the plan's type plus the PAD_ROWS rows of slack */
 size_t tpe_act_alloc_bytes(const tp_engine *e, int v);
-/* enqueues op i as it is configured (its kernels, or nothing when another op's kernel computes it) on e->stream */
-tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err);
-
-/* cuda_engine.c: the build up to (not including) the warm-up pass and the capture (tpe_build), which
- * tpe_warm_capture then does for one engine or, from a leader, for every rank in lockstep. */
-tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *plan, const tp_engine_options *opt,
-                    tp_engine **out, tp_error *err);
-tp_status tpe_warm_capture(tp_engine *e, tp_error *err);
-/* one run's launches from the host for one engine: the start (the cache position reset), op by op
- * (tpe_launch_op), the end (argmax fed back, the position advanced) */
-tp_status tpe_launch_begin(tp_engine *e, tp_error *err);
 /* Representative inputs for the choices the build times (GEMMs, attention, 2:4 sparse): the values a model reads as
  * token ids, valid counts or position offsets zero (in range), every other input uniform in [-1, 1); never all
  * zeros. Errors: TP_ERR_CUDA. */
 tp_status tpe_fill_inputs(tp_engine *e, tp_error *err);
-tp_status tpe_launch_end(tp_engine *e, tp_error *err);
-/* engine_tp.c: every rank's launches of one run, op by op in lockstep (the all-reduces of all ranks in one NCCL
- * group), from the leader */
-tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err);
-
-/* engine_select.c. Attention: every attention op's implementation (tp_attn_impl; `want` AUTO: the eligible ones
- * timed on the op's buffers, the fastest kept), and cuDNN's workspace. GEMMs: every GEMM op's cuBLASLt candidate
- * or tprof's Hopper GEMM (TP_GEMM_CHOICE_SM90, _SM90_GELU), timed unless `first` or given. Both write the
- * choice and its timings into e->impl_note. Errors: TP_ERR_UNSUPPORTED (a choice that cannot run, naming the
- * layer), TP_ERR_ARG, TP_ERR_OOM, TP_ERR_CUDA. */
-tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err);
-/* Op i's time as configured now, us: the mean of 10 back-to-back launches after 3 (the launch hook off). */
-tp_status tpe_time_op(tp_engine *e, int i, double *us, tp_error *err);
-tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err);
-
-/* engine_group.c: sibling linears reading one input (q/k/v, gate/up) as one GEMV at one token a step.
- * tpe_find_groups: the groups (planner/plan.h tp_plan_sibling_groups into e->group_lead, group_next); tpe_upload_groups: their weights and biases laid out
- * one after the other (engines without a share); tpe_group_pins: the outputs (pinned[v] = 1) that take one
- * contiguous allocation each group (tpe_alloc_group_outputs) instead of the activation pool; tpe_choose_groups:
- * the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster (e->group_on);
- * tpe_launch_group: op i of a chosen group (the leader launches the GEMV, the others nothing). */
 /* Parameter value v's host bytes in its plan type into h (value_bytes(e, v) of them): a stored per-tensor FP8
  * weight (tp_engine_options.weights_q) as stored, else converted from the fp32 master, an E4M3 weight (value_scaled)
  * with the per-tensor scale amax / 448; *scale and e->wglobal[v] get that scale (1 for unscaled types). */
@@ -186,41 +166,104 @@ void tpe_weight_host(tp_engine *e, int v, void *h, float *scale);
  * (weights_q) when there is one, else *own, quantized here (freed by the caller with tp_qtensor_free, also after
  * an error); *q points at the one to use. Errors: tp_quantize's. */
 tp_status tpe_nvfp4_weight(const tp_engine *e, int v, tp_qtensor *own, const tp_qtensor **q, tp_error *err);
+/* The shared engine's device copy of parameter value v (the same parameter in the same storage), or -1. */
+int tpe_shared_param(const tp_engine *e, int v);
+/* Every parameter in its planned storage on the device (h_scales: the per-value scales for e->d_scales), a shared
+ * engine's or a repeated value's copy reused. Errors: TP_ERR_OOM, TP_ERR_CUDA, tp_quantize's. */
+tp_status tpe_upload_params(tp_engine *e, float *h_scales, tp_error *err);
+/* The activation buffers of the plan's assignment (tp_plan_buffers), the inputs' own, the KV cache's, a sibling
+ * group's outputs; all filled with defined values. Errors: TP_ERR_OOM, TP_ERR_CUDA, TP_ERR_ARG (a shared cache of
+ * another size or type). */
+tp_status tpe_alloc_activations(tp_engine *e, tp_error *err);
+
+/* Sibling linears reading one input (q/k/v, gate/up) as one GEMV at one token a step (engine_memory.c lays them
+ * out, engine_launch.c launches them, engine_select.c chooses them). tpe_find_groups: the groups
+ * (planner/plan.h tp_plan_sibling_groups into e->group_lead, group_next); tpe_upload_groups: their weights and
+ * biases laid out one after the other (engines without a share); tpe_group_pins: the outputs (pinned[v] = 1) that
+ * take one contiguous allocation each group (tpe_alloc_group_outputs) instead of the activation pool;
+ * tpe_fp4_group: the group of leader `lead` is weight-only NVFP4; tpe_group_ready: the group of leader `lead` can
+ * run as one GEMV (one token, its weights, biases and outputs contiguous), its summed N in *n_total;
+ * tpe_choose_groups: the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster
+ * (e->group_on); tpe_launch_group: op i of a chosen group (the leader launches the GEMV, the others nothing). */
 void tpe_find_groups(tp_engine *e);
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err);
 void tpe_group_pins(const tp_engine *e, unsigned char *pinned);
 tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err);
-tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int, double *, tp_error *),
-                            tp_error *err);
-int tpe_launch_group(tp_engine *e, int i);
+int tpe_fp4_group(const tp_engine *e, int lead);
 
-/* engine_pipeline.c. tpe_rope_tables: every RoPE op's inverse frequencies on the device (e->d_invfreq), those
- * not yet there; tpe_setup_pipeline: that and every TIME_CONCAT op's embedding (e->d_opconst);
- * tpe_launch_pipeline_op: op i of a pipeline kind (RESHAPE, CONCAT, SLICE, SILU, TIME_CONCAT, EULER,
- * MASKED_ATTENTION) on s, a CUDA error code; tpe_upload_inputs: the packed per-sample rows (B of
- * tp_graph_input_layout's length, fp32) scattered into every input's buffer, enqueued on x->stream;
+/* A pipeline's graph. tpe_rope_tables: every RoPE op's inverse frequencies on the device (e->d_invfreq), those
+ * not yet there; tpe_setup_pipeline: that and every TIME_CONCAT op's embedding (e->d_opconst), and each masked
+ * attention op's batched GEMMs and buffers (or the CUDA-core kernel); tpe_upload_inputs: the packed per-sample rows
+ * (B of tp_graph_input_layout's length, fp32) scattered into every input's buffer, enqueued on x->stream;
  * tpe_find_repeats: e->repeats. Errors: TP_ERR_OOM, TP_ERR_CUDA, TP_ERR_UNSUPPORTED (a RoPE head dim). */
 tp_status tpe_rope_tables(tp_engine *e, tp_error *err);
 tp_status tpe_setup_pipeline(tp_engine *e, tp_attn_impl want, tp_error *err);
-int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s);
 tp_status tpe_upload_inputs(tp_engine *x, const float *rows, tp_error *err);
 tp_status tpe_find_repeats(tp_engine *e, tp_error *err);
 /* A modular engine's stages (e->n_seg, seg_first) and handed-over values with their copies' buffers; errors:
  * TP_ERR_UNSUPPORTED (a graph whose ops carry no stage names, or more than TPE_MAX_STAGES), TP_ERR_OOM. */
 tp_status tpe_setup_stages(tp_engine *e, tp_error *err);
+/* A masked attention op's shapes, as the unfused form reads them (tpe_mshape_of: op i's) */
+typedef struct {
+    int B, H, Hkv, G, D, Tq, Tk, Tp, two, o0, ld; /* o0: the own keys' first column in S and P */
+} mshape;
+mshape tpe_mshape_of(const tp_engine *e, int i);
+
+/* ---- launch (engine_launch.c) ------------------------------------------------------------------------- */
+
+/* enqueues op i as it is configured (its kernels, or nothing when another op's kernel computes it) on e->stream */
+tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err);
+int tpe_launch_group(tp_engine *e, int i);
+int tpe_group_ready(const tp_engine *e, int lead, int64_t *n_total);
+/* op i's sparse GEMM (a cusparseStatus_t); tpe_sparse_outputs: the output op i writes (its fused residual add's, if
+ * any) and that add's other operand */
+int tpe_launch_sparse(tp_engine *e, int i);
+void tpe_sparse_outputs(const tp_engine *e, int i, void **y, const void **res);
+/* op i of a pipeline kind (RESHAPE, CONCAT, SLICE, SILU, TIME_CONCAT, EULER, MASKED_ATTENTION) on s, a CUDA error
+ * code */
+int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s);
+
+/* ---- run (engine_run.c) ------------------------------------------------------------------------------- */
+
+/* one run's launches from the host for one engine: the start (the cache position reset), op by op
+ * (tpe_launch_op), the end (argmax fed back, the position advanced) */
+tp_status tpe_launch_begin(tp_engine *e, tp_error *err);
+tp_status tpe_launch_end(tp_engine *e, tp_error *err);
+/* every rank's launches of one run, op by op in lockstep (the all-reduces of all ranks in one NCCL group), from
+ * the leader */
+tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err);
+/* The warm-up pass and the capture after tpe_build, for one engine or, from a leader, for every rank in lockstep. */
+tp_status tpe_warm_capture(tp_engine *e, tp_error *err);
 /* Stage k's handoff: its handed-over values copied, enqueued on e->stream; a CUDA error code. */
 int tpe_handoff(tp_engine *e, int k);
 
-/* engine_sparse.c: with tp_engine_options.sparse, every linear whose weight is 2:4 (formats/sparsity.h) and whose
- * GEMM cuSPARSELt takes gets a planned sparse GEMM, timed against its dense one (tpe_time_op), the faster kept; the
- * op's note says which ran and both times, or why it was not eligible. tpe_launch_sparse: op i's sparse GEMM (a
- * cusparseStatus_t). Errors: cuSPARSELt's absence (TP_ERR_UNSUPPORTED: asked for, it must be there), TP_ERR_OOM,
- * TP_ERR_CUDA. */
+/* ---- selection (engine_select.c) ---------------------------------------------------------------------- */
+
+/* Attention: every attention op's implementation (tp_attn_impl; `want` AUTO: the eligible ones timed on the op's
+ * buffers, the fastest kept), and cuDNN's workspace. GEMMs: every GEMM op's cuBLASLt candidate or tprof's Hopper
+ * GEMM (TP_GEMM_CHOICE_SM90, _SM90_GELU), timed unless `first` or given. Both write the choice and its timings
+ * into e->impl_note. Errors: TP_ERR_UNSUPPORTED (a choice that cannot run, naming the layer), TP_ERR_ARG,
+ * TP_ERR_OOM, TP_ERR_CUDA. */
+tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err);
+/* Op i's time as configured now, us: the mean of 10 back-to-back launches after 3 (the launch hook off). */
+tp_status tpe_time_op(tp_engine *e, int i, double *us, tp_error *err);
+tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err);
+tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int, double *, tp_error *),
+                            tp_error *err);
+/* With tp_engine_options.sparse, every linear whose weight is 2:4 (formats/sparsity.h) and whose GEMM cuSPARSELt
+ * takes gets a planned sparse GEMM, timed against its dense one (tpe_time_op), the faster kept; the op's note says
+ * which ran and both times, or why it was not eligible. Errors: cuSPARSELt's absence (TP_ERR_UNSUPPORTED: asked
+ * for, it must be there), TP_ERR_OOM, TP_ERR_CUDA. tpe_sparse_free: what it planned (tp_engine_destroy). */
 tp_status tpe_choose_sparse(tp_engine *e, tp_error *err);
-int tpe_launch_sparse(tp_engine *e, int i);
 void tpe_sparse_free(tp_engine *e);
 
-/* engine_launch.c's helpers, shared by the build */
+/* ---- build (cuda_engine.c) ---------------------------------------------------------------------------- */
+
+/* The build up to (not including) the warm-up pass and the capture (tpe_warm_capture). */
+tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *plan, const tp_engine_options *opt,
+                    tp_engine **out, tp_error *err);
+
+/* Helpers of every phase */
 static inline size_t value_bytes(const tp_engine *e, int v) {
     return (size_t)tp_value_numel(&e->g->values[v]) * tp_dtype_info(e->plan->value_dt[v])->bytes;
 }

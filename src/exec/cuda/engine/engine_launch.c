@@ -1,59 +1,27 @@
-/* engine_launch.c: enqueuing one op of an engine as the build configured it (tpe_launch_op), and the engine's
- * device allocations: the layer below both the build-time choices (engine_select.c, which times ops through it)
- * and the engine's build and run (cuda_engine.c). */
+/* engine_launch.c, the launch phase (it calls engine_memory.c only): enqueuing one op of an engine as the build
+ * configured it (tpe_launch_op) and its per-kind launchers: the decoder ops, --fp32-protect layers, the linears
+ * (tprof's Hopper GEMMs, cuBLASLt, tprof's GEMV, a sibling group's one GEMV, a 2:4 sparse GEMM) and the pipeline
+ * ops. The run (engine_run.c) and the build-time timings (engine_select.c) launch ops through it. C11. */
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "core/stats.h"
 #include "core/check.h"
-#include "core/util.h"
 #include "exec/cuda/attention/attention.h"
-#include "exec/cuda/attention/attention_wgmma.h"
 #include "exec/cuda/attention/attention_fp8.h"
-#include "exec/cuda/vendor/cudnn_sdpa.h"
+#include "exec/cuda/attention/attention_wgmma.h"
 #include "exec/cuda/engine/engine_internal.h"
-#include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "exec/cuda/gemm/gemm_sm90.h"
 #include "exec/cuda/gemm/gemv.h"
 #include "exec/cuda/kernels/decoder_ops.h"
 #include "exec/cuda/kernels/kernels.h"
 #include "exec/cuda/kernels/patch_embed.h"
-#include "exec/cuda/kernels/scale_layout.h"
+#include "exec/cuda/kernels/pipeline_ops.h"
+#include "exec/cuda/vendor/cudnn_sdpa.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "exec/cuda/vendor/sparse_cusparselt.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
 
-#include <nvtx3/nvToolsExt.h>
-
-tp_status tpe_dev_alloc(tp_engine *e, size_t bytes, void **p, const char *what, tp_error *err) {
-    if (e->n_allocs == e->cap_allocs) {
-        e->cap_allocs = e->cap_allocs ? 2 * e->cap_allocs : 256;
-        void **na = realloc(e->allocs, sizeof(void *) * (size_t)e->cap_allocs);
-        if (!na) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-        e->allocs = na;
-    }
-    cudaError_t ce = cudaMalloc(p, bytes ? bytes : 16);
-    if (ce != cudaSuccess) {
-        char b[32];
-        cudaGetLastError();
-        return tp_fail(err, ce == cudaErrorMemoryAllocation ? TP_ERR_OOM : TP_ERR_CUDA,
-                       "out of GPU memory allocating %s for %s (%s)", tp_fmt_bytes((double)bytes, b, sizeof b),
-                       what, cudaGetErrorString(ce));
-    }
-    e->allocs[e->n_allocs++] = *p;
-    return TP_OK;
-}
-
-size_t tpe_act_alloc_bytes(const tp_engine *e, int v) {
-    return value_bytes(e, v) + (size_t)(PAD_ROWS * value_cols(e, v)) * tp_dtype_info(e->plan->value_dt[v])->bytes;
-}
-
 /* ---- launching ----------------------------------------------------------------------------------------- */
-
-
 
 static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s);
 
@@ -160,7 +128,7 @@ static int launch_linear(tp_engine *e, int i, int *cublas) {
     cudaStream_t s = e->stream;
     int rc = 0;
     if (e->group_lead[i] >= 0 && e->group_on[e->group_lead[i]]) return tpe_launch_group(e, i);
-    if (e->sparse_on && e->sparse_on[i]) { /* cuSPARSELt's 2:4 GEMM, chosen by time at build (engine_sparse.c) */
+    if (e->sparse_on && e->sparse_on[i]) { /* cuSPARSELt's 2:4 GEMM, chosen by time at build (engine_select.c) */
         *cublas = 2; /* a cuSPARSELt status, not a CUDA error */
         return tpe_launch_sparse(e, i);
     }
@@ -396,4 +364,175 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
     return TP_OK;
 }
 
-/* Every op inside an NVTX range named after its layer, so external tools (nsys, ncu --nvtx) see the model. */
+/* ---- a sibling group's GEMV (engine_memory.c lays the group out, engine_select.c chooses it) ---------- */
+
+/* The group of leader `lead` can run as one GEMV: one token (M = 1), the weights, biases and outputs each one
+ * contiguous run in member order. */
+int tpe_group_ready(const tp_engine *e, int lead, int64_t *n_total) {
+    const tp_graph *g = e->g;
+    if (g->ops[lead].gemm_m != 1) return 0;
+    const int fp4 = tpe_fp4_group(e, lead);
+    const char *w = e->dptr[g->ops[lead].in[1]], *y = e->dptr[g->ops[lead].out];
+    const char *b = g->ops[lead].n_in > 2 ? e->dptr[g->ops[lead].in[2]] : NULL;
+    const char *sc = fp4 ? e->d_bscale[g->ops[lead].in[1]] : NULL;
+    *n_total = 0;
+    for (int j = lead; j >= 0; j = e->group_next[j]) {
+        const tp_op *op = &g->ops[j];
+        const size_t n = (size_t)tp_value_numel(&g->values[op->in[1]]);
+        if ((const char *)e->dptr[op->in[1]] != w || (const char *)e->dptr[op->out] != y) return 0;
+        if (b && (const char *)e->dptr[op->in[2]] != b) return 0;
+        if (fp4 && (const char *)e->d_bscale[op->in[1]] != sc) return 0;
+        if (fp4) sc += n / 16;
+        w += fp4 ? n / 2 : value_bytes(e, op->in[1]);
+        y += value_bytes(e, op->out);
+        if (b) b += value_bytes(e, op->in[2]);
+        *n_total += op->gemm_n;
+    }
+    return 1;
+}
+
+int tpe_launch_group(tp_engine *e, int i) {
+    const tp_graph *g = e->g;
+    const int lead = e->group_lead[i];
+    if (i != lead) return 0; /* computed by the leader's GEMV */
+    const tp_op *op = &g->ops[lead];
+    int64_t n = 0;
+    tpe_group_ready(e, lead, &n);
+    const void *x = e->dptr[op->in[0]], *w = e->dptr[op->in[1]], *b = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
+    const tp_dtype xdt = e->plan->value_dt[op->in[0]];
+    const int fp4 = tpe_fp4_group(e, lead);
+    if (fp4 || e->plan->value_dt[op->in[1]] == TP_E4M3) { /* its per-row scales exist once the group was chosen */
+        const float *rs = e->group_cs[lead];
+        if (!rs) return (int)cudaErrorInvalidValue;
+        if (op_fp8_quant_in(e, lead)) /* W8A8: the members' shared input rounded to E4M3 under its scale */
+            return tpk_gemv_w8a8(x, e->d_scales + SCALE_SLOT * op->in[0], w, rs, NULL, b, NULL, e->dptr[op->out], xdt,
+                                 1, (int)n, (int)op->gemm_k, e->stream);
+        return fp4 ? tpk_gemv_nvfp4_rows(x, w, e->d_bscale[op->in[1]], rs, b, NULL, e->dptr[op->out], xdt, 1, (int)n,
+                                         (int)op->gemm_k, e->stream)
+                   : tpk_gemv_fp8(x, w, rs, NULL, b, NULL, e->dptr[op->out], xdt, 1, (int)n, (int)op->gemm_k,
+                                  e->stream);
+    }
+    return tpk_gemv(x, w, b, NULL, e->dptr[op->out], xdt, 1, (int)n, (int)op->gemm_k, e->stream);
+}
+
+/* ---- a 2:4 sparse GEMM (chosen in engine_select.c) ----------------------------------------------------- */
+
+/* The output op i writes (its fused residual add's, if any) and that add's other operand. */
+void tpe_sparse_outputs(const tp_engine *e, int i, void **y, const void **res) {
+    const tp_graph *g = e->g;
+    const int ea = e->plan->op_epilogue_add[i];
+    *y = e->dptr[g->ops[i].out];
+    *res = NULL;
+    if (ea >= 0) {
+        const tp_op *a = &g->ops[ea];
+        *res = e->dptr[a->in[0] == g->ops[i].out ? a->in[1] : a->in[0]];
+        *y = e->dptr[a->out];
+    }
+}
+
+int tpe_launch_sparse(tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    void *y;
+    const void *res, *x = e->dptr[op->in[0]];
+    tpe_sparse_outputs(e, i, &y, &res);
+    if (op_fp8_quant_in(e, i)) { /* a 16-bit input rounded to E4M3 with its calibrated scale, as the dense path does */
+        HOOK(e, i, TP_CAT_QUANT);
+        int rc = tpk_convert(x, e->plan->value_dt[op->in[0]], e->d_sq8, TP_E4M3, e->d_scales + SCALE_SLOT * op->in[0],
+                             (size_t)(op->gemm_m * op->gemm_k), e->stream);
+        if (rc) return rc;
+        HOOK(e, i, TP_CAT_GEMM);
+        x = e->d_sq8;
+    }
+    return tp_spgemm_run(e->spctx, e->spgemm[i], x, op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y, e->stream);
+}
+
+/* ---- the pipeline ops (pipeline_ops.h; their constants and buffers: engine_memory.c) ------------------- */
+
+/* Op i by its batched GEMMs: every (sample, KV head)'s scores, the softmax of every row, every P V. */
+static int launch_unfused(tp_engine *e, int i, cudaStream_t s) {
+    const tp_graph *g = e->g;
+    const tp_op *op = &g->ops[i];
+    const mshape m = tpe_mshape_of(e, i);
+    const tp_dtype dt = e->plan->value_dt[op->in[0]];
+    const size_t es = tp_dtype_info(dt)->bytes;
+    const char *q = e->dptr[op->in[0]], *k = e->dptr[op->in[1]], *v = e->dptr[op->in[2]];
+    const char *kp = m.two ? e->dptr[op->in[3]] : NULL, *vp = m.two ? e->dptr[op->in[4]] : NULL;
+    const float *valid = e->dptr[op->in[m.two ? 5 : 3]];
+    char *o = e->dptr[op->out], *P = e->d_mprob;
+    float *S = e->d_mscore;
+    tp_bgemm *const *pl = &e->mplan[4 * i];
+    int rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        if (pass == 1 && (rc = tpk_masked_softmax(S, P, dt, valid, m.B, m.H, m.Tq, m.Tp, m.o0, m.Tk, m.ld, op->prefix,
+                                                  m.two, op->pool_mode == 1, s)))
+            return rc;
+        for (int b = 0; b < m.B && !rc; b++)
+            for (int h0 = 0; h0 < m.H && !rc; h0 += m.G) { /* the G query heads of KV head h0 / G */
+                const size_t kvh = (size_t)(h0 / m.G) * m.D, heads = (size_t)(b * m.H + h0) * m.Tq * m.ld;
+                const char *qb = q + ((size_t)b * m.Tq * m.H + h0) * m.D * es;
+                const char *kb = k + ((size_t)b * m.Tk * m.Hkv * m.D + kvh) * es;
+                const char *vb = v + ((size_t)b * m.Tk * m.Hkv * m.D + kvh) * es;
+                char *ob = o + ((size_t)b * m.Tq * m.H + h0) * m.D * es;
+                if (pass == 0) {
+                    if (m.two)
+                        rc = tp_bgemm_run(e->gemm, pl[0], qb, kp + ((size_t)b * m.Tp * m.Hkv * m.D + kvh) * es,
+                                          S + heads, s);
+                    if (!rc) rc = tp_bgemm_run(e->gemm, pl[1], qb, kb, S + heads + m.o0, s);
+                } else {
+                    if (m.two)
+                        rc = tp_bgemm_run(e->gemm, pl[2], P + heads * es,
+                                          vp + ((size_t)b * m.Tp * m.Hkv * m.D + kvh) * es, ob, s);
+                    if (!rc) rc = tp_bgemm_run(e->gemm, pl[3], P + (heads + (size_t)m.o0) * es, vb, ob, s);
+                }
+            }
+    }
+    return rc ? (int)cudaErrorUnknown : 0; /* a cuBLAS status: reported as a launch failure of the op */
+}
+
+int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s) {
+    const tp_graph *g = e->g;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &g->ops[i];
+    const tp_value *o = &g->values[op->out], *xv = &g->values[op->in[0]];
+    void *y = e->dptr[op->out];
+    const void *x = e->dptr[op->in[0]];
+    const tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
+    const size_t n = (size_t)tp_value_numel(o);
+    switch (op->kind) {
+    case TP_OP_RESHAPE: /* a copy, or the conversion of an fp32 input into the activations' type (plan.c) */
+        if (xdt == ydt) return (int)cudaMemcpyAsync(y, x, value_bytes(e, op->out), cudaMemcpyDeviceToDevice, s);
+        return tpk_convert(x, xdt, y, ydt, NULL, n, s);
+    case TP_OP_CONCAT: {
+        const tp_value *bv = &g->values[op->in[1]];
+        if (pl->value_dt[op->in[1]] != xdt || ydt != xdt) return (int)cudaErrorInvalidValue;
+        return tpk_concat_tokens(x, e->dptr[op->in[1]], y, xdt, (int)xv->shape[0], xv->shape[1], bv->shape[1],
+                                 xv->shape[2], s);
+    }
+    case TP_OP_SLICE:
+        if (ydt != xdt) return (int)cudaErrorInvalidValue;
+        return tpk_slice_tokens(x, y, xdt, (int)xv->shape[0], xv->shape[1], op->prefix, o->shape[1], xv->shape[2], s);
+    case TP_OP_SILU: return tpk_silu(x, xdt, y, ydt, n, s);
+    case TP_OP_TIME_CONCAT: {
+        const int C = (int)xv->shape[xv->ndim - 1];
+        if (ydt != xdt) return (int)cudaErrorInvalidValue;
+        return tpk_time_concat(x, xdt, e->d_opconst[i], y, (int64_t)(n / (size_t)o->shape[o->ndim - 1]), C,
+                               (int)o->shape[o->ndim - 1] - C, s);
+    }
+    case TP_OP_EULER:
+        if (xdt != TP_F32 || ydt != TP_F32) return (int)cudaErrorInvalidValue;
+        return tpk_euler((const float *)x, e->dptr[op->in[1]], pl->value_dt[op->in[1]], (float *)y, op->scale, n, s);
+    case TP_OP_MASKED_ATTENTION: {
+        if (e->masked_gemm && e->masked_gemm[i]) return launch_unfused(e, i, s);
+        const int two = op->n_in == 6;
+        for (int j = 1; j < (two ? 5 : 3); j++)
+            if (pl->value_dt[op->in[j]] != xdt) return (int)cudaErrorInvalidValue;
+        if (ydt != xdt || pl->value_dt[op->in[two ? 5 : 3]] != TP_F32) return (int)cudaErrorInvalidValue;
+        return tpk_masked_attention(x, e->dptr[op->in[1]], e->dptr[op->in[2]], two ? e->dptr[op->in[3]] : NULL,
+                                    two ? e->dptr[op->in[4]] : NULL, e->dptr[op->in[two ? 5 : 3]], y, xdt,
+                                    (int)xv->shape[0], op->heads, op->kv_heads, op->head_dim, (int)xv->shape[1],
+                                    (int)g->values[op->in[1]].shape[1], two ? (int)g->values[op->in[3]].shape[1] : 0,
+                                    op->prefix, op->pool_mode == 1, op->scale, s);
+    }
+    default: return (int)cudaErrorInvalidValue;
+    }
+}

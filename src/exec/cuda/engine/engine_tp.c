@@ -1,57 +1,16 @@
-/* engine_tp.c: tensor-parallel engines (cuda_engine.h tp_engine_build_tp): one engine per rank and GPU, built
- * one after the other (rank 0 times its GEMM choices, which every rank then takes: mirror_rank0), then warmed
- * up and captured together: one host thread launches op i on every rank before op i + 1 on any, and the ranks'
- * all-reduces of one op go to NCCL as one group, which is how NCCL lets a single thread drive several GPUs (a
- * rank's collective would otherwise wait for peers whose launches the thread has not made yet). Each rank's
- * stream is captured into its own CUDA graph; replays are launched rank after rank, and the NCCL kernels inside
- * the graphs meet on the GPUs. */
+/* engine_tp.c, the tensor-parallel phase, the highest (it calls cuda_engine.c's build and engine_run.c's warm-up and
+ * capture): tensor-parallel engines (cuda_engine.h tp_engine_build_tp): one engine per rank and GPU, built one after
+ * the other (rank 0 times its GEMM choices, which every rank then takes: mirror_rank0), then warmed up and captured
+ * together (tpe_warm_capture, tpe_launch_ranks in engine_run.c): one host thread launches op i on every rank before
+ * op i + 1 on any, and the ranks' all-reduces of one op go to NCCL as one group, which is how NCCL lets a single
+ * thread drive several GPUs (a rank's collective would otherwise wait for peers whose launches the thread has not
+ * made yet). Each rank's stream is captured into its own CUDA graph; replays are launched rank after rank, and the
+ * NCCL kernels inside the graphs meet on the GPUs. */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec/cuda/engine/engine_internal.h"
-
-#include <nvtx3/nvToolsExt.h>
-
-tp_status tpe_launch_ranks(tp_engine *lead, tp_error *err) {
-    const int n = lead->n_ranks;
-    tp_engine *const *R = lead->ranks;
-    const tp_graph *g = lead->g;
-    tp_status st = TP_OK;
-    for (int r = 0; r < n && !st; r++) {
-        if (cudaSetDevice(R[r]->device) != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "cudaSetDevice(%d)", R[r]->device);
-        st = tpe_launch_begin(R[r], err);
-    }
-    for (int i = 0; i < g->n_ops && !st; i++) {
-        const int group = g->ops[i].kind == TP_OP_ALL_REDUCE;
-        for (int r = 0; group && r < n; r++) { /* what NCCL takes, checked before any rank's call is enqueued */
-            const tp_dtype dt = R[r]->plan->value_dt[g->ops[i].out];
-            if (dt != TP_F32 && dt != TP_F16 && dt != TP_BF16)
-                return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: an all-reduce in %s (NCCL takes fp32, fp16, bf16)",
-                               g->ops[i].layer, tp_dtype_info(dt)->name);
-        }
-        int rc = group ? tp_nccl_group_start(lead->nccl) : 0;
-        if (rc) return tp_fail(err, TP_ERR_CUDA, "ncclGroupStart: %s", tp_nccl_error(lead->nccl, rc));
-        nvtxRangePushA(g->ops[i].layer);
-        for (int r = 0; r < n && !st; r++) {
-            if (cudaSetDevice(R[r]->device) != cudaSuccess)
-                st = tp_fail(err, TP_ERR_CUDA, "cudaSetDevice(%d)", R[r]->device);
-            else
-                st = tpe_launch_op(R[r], i, err);
-        }
-        nvtxRangePop();
-        /* the group is closed even after a failed call, so NCCL's group state stays balanced */
-        if (group && (rc = tp_nccl_group_end(lead->nccl)) && !st)
-            st = tp_fail(err, TP_ERR_CUDA, "layer %s: ncclGroupEnd: %s", g->ops[i].layer, tp_nccl_error(lead->nccl, rc));
-        if (group && st) tp_nccl_abort(lead->nccl); /* a rank's collective may wait for a peer that never came */
-    }
-    for (int r = 0; r < n && !st; r++) {
-        cudaSetDevice(R[r]->device);
-        st = tpe_launch_end(R[r], err);
-    }
-    cudaSetDevice(lead->device);
-    return st;
-}
 
 /* Every rank runs rank 0's implementations (timed on rank 0 only: the ranks' ops have the same shapes). It matters
  * beyond build time: the ops every rank computes alike (the LM head) must round alike, or ranks whose logits

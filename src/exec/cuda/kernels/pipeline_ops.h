@@ -2,7 +2,7 @@
  * GPU form of a CPU reference in src/exec/cpu/cpu_ops.h and checked against it (tests/gpu/test_gpu_pipeline_ops.c).
  * Element types: F32, F16, BF16 (widened to fp32, computed in fp32, rounded once on store). Every entry point
  * returns 0 (cudaSuccess), the launch's error, or cudaErrorInvalidValue for arguments it refuses (checked before
- * anything is launched). The engine calls them from engine_pipeline.c. */
+ * anything is launched). The engine calls them from engine_launch.c. */
 #ifndef TP_PIPELINE_OPS_H
 #define TP_PIPELINE_OPS_H
 
@@ -45,7 +45,7 @@ int tpk_masked_attention(const void *q, const void *k, const void *v, const void
                          const float *valid, void *o, tp_dtype dt, int B, int H, int Hkv, int D, int Tq, int Tk,
                          int Tp, int prefix, int first_block, float scale, tp_stream stream);
 
-/* The softmax of the unfused masked attention (engine_pipeline.c: cuBLASLt's batched GEMMs around it): S holds the
+/* The softmax of the unfused masked attention (engine_launch.c: cuBLASLt's batched GEMMs around it): S holds the
  * scaled scores fp32, one row per (b, h, t) in that order (row r at S + r ld): columns 0 .. Tp - 1 the padded
  * source's keys (two: the prefix's K), Tp .. o0 - 1 unused (o0 >= Tp aligns the next block), o0 .. o0 + Tk - 1 the
  * own keys (one source: Tp = o0 = 0, the own keys the padded ones); P (same rows, same ld, in pdt) = softmax over

@@ -105,7 +105,7 @@ int tp_gemm_run_q(tp_gemm_ctx *ctx, const tp_gemm_plan *plan, const void *A, con
                   const void *residual, void *D, const float *a_scale, const float *w_scale, const float *d_scale,
                   float alpha, tp_stream stream);
 
-/* ---- strided-batched GEMMs (attention's unfused form, engine_pipeline.c) -------------------------------------
+/* ---- strided-batched GEMMs (attention's unfused form, engine_memory.c, engine_launch.c) -------------------------------------
  * Per batch i < batch, with row-major matrices at A + i sa, B + i sb, C + i sc (strides in elements, 0: the same
  * matrix for every batch):
  *     C (M, N) = alpha * A (M, K) @ op(B) + beta * C,   op(B) = B^T for B (N, K) (trans_b), else B (K, N),

@@ -1,0 +1,841 @@
+/* engine_memory.c, the memory phase, the lowest (it calls no other engine file): the engine's device allocations
+ * (tpe_dev_alloc, the activation buffers and their defined contents, a KV cache's own buffer), the weights converted
+ * on the host (tpe_weight_host) and uploaded in their storage (plain, fp8-block, native block-scaled, weight-only
+ * NVFP4; a shared engine's copies reused), the sibling groups' contiguous layouts, and a pipeline graph's constants,
+ * masked-attention plans and buffers, inputs and stage buffers. engine_internal.h lists the phases. C11. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/util.h"
+#include "exec/cuda/engine/cuda_engine.h"
+#include "exec/cuda/engine/engine_internal.h"
+#include "exec/cuda/kernels/kernels.h"
+#include "exec/cuda/kernels/scale_layout.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "formats/dtype.h"
+#include "formats/qformat.h"
+
+/* ---- allocation ------------------------------------------------------------------------------------- */
+
+tp_status tpe_dev_alloc(tp_engine *e, size_t bytes, void **p, const char *what, tp_error *err) {
+    if (e->n_allocs == e->cap_allocs) {
+        e->cap_allocs = e->cap_allocs ? 2 * e->cap_allocs : 256;
+        void **na = realloc(e->allocs, sizeof(void *) * (size_t)e->cap_allocs);
+        if (!na) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        e->allocs = na;
+    }
+    cudaError_t ce = cudaMalloc(p, bytes ? bytes : 16);
+    if (ce != cudaSuccess) {
+        char b[32];
+        cudaGetLastError();
+        return tp_fail(err, ce == cudaErrorMemoryAllocation ? TP_ERR_OOM : TP_ERR_CUDA,
+                       "out of GPU memory allocating %s for %s (%s)", tp_fmt_bytes((double)bytes, b, sizeof b),
+                       what, cudaGetErrorString(ce));
+    }
+    e->allocs[e->n_allocs++] = *p;
+    return TP_OK;
+}
+
+size_t tpe_act_alloc_bytes(const tp_engine *e, int v) {
+    return value_bytes(e, v) + (size_t)(PAD_ROWS * value_cols(e, v)) * tp_dtype_info(e->plan->value_dt[v])->bytes;
+}
+
+/* ---- weights and activations ------------------------------------------------------------------------- */
+
+static tp_status upload(void *dst, const void *src, size_t bytes, const char *what, tp_error *err) {
+    cudaError_t ce = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return ce == cudaSuccess ? TP_OK : tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", what, cudaGetErrorString(ce));
+}
+
+/* An fp8-block weight (N, K): E4M3 codes and 128x128 scales, from the engine file when it holds them, else
+ * quantized here; the scales re-laid for cuBLASLt (gemm_cublaslt.h). */
+static tp_status upload_fp8_block_weight(tp_engine *e, int v, const tp_param *p, tp_error *err) {
+    const int64_t N = value_rows(e, v), K = value_cols(e, v);
+    const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    tp_qtensor own;
+    memset(&own, 0, sizeof own);
+    tp_status st = TP_OK;
+    if (!pre || pre->format != TP_QF_FP8_BLOCK128) {
+        st = tp_quantize(TP_QF_FP8_BLOCK128, p->data, N, K, 1, 0.0f, &own, err);
+        if (st) return st;
+        pre = &own;
+    }
+    const size_t ns = tp_gemm_b128_weight_scale_count(N, K);
+    float *sc = malloc(sizeof(float) * ns);
+    if (!sc) st = tp_fail(err, TP_ERR_OOM, "out of host memory quantizing %s", p->name);
+    if (!st) tp_gemm_b128_weight_scales((const float *)pre->scales, N, K, sc);
+    if (!st) st = tpe_dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
+    if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
+    if (!st) st = tpe_dev_alloc(e, sizeof(float) * ns, &e->d_bscale[v], p->name, err);
+    if (!st) st = upload(e->d_bscale[v], sc, sizeof(float) * ns, p->name, err);
+    if (!st) e->weight_bytes += (double)pre->elem_bytes + (double)pre->scale_bytes;
+    free(sc);
+    tp_qtensor_free(&own);
+    return st;
+}
+
+/* A weight (N, K) for a native block-scaled GEMM: its codes as stored (tp_qtensor packing is cuBLASLt's) and its
+ * scale codes re-laid into the 128x4 tiles; NVFP4's s2 goes into the GEMM's alpha. */
+static tp_status upload_native_bs_weight(tp_engine *e, int v, const tp_param *p, tp_error *err) {
+    const tp_qformat qf = e->plan->value_qf[v];
+    const int64_t N = value_rows(e, v), K = value_cols(e, v), kb = K / tp_qformat_info(qf)->block;
+    const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    tp_qtensor own;
+    memset(&own, 0, sizeof own);
+    tp_status st = TP_OK;
+    if (!pre || pre->format != qf) {
+        st = tp_quantize(qf, p->data, N, K, 1, 0.0f, &own, err);
+        if (st) return st;
+        pre = &own;
+    }
+    const size_t nsw = tp_swz_bytes(N, kb);
+    uint8_t *sw = calloc(nsw, 1);
+    if (!sw) st = tp_fail(err, TP_ERR_OOM, "out of host memory laying out the scales of %s", p->name);
+    if (!st)
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t c = 0; c < kb; c++) sw[tp_swz_offset(r, c, kb)] = pre->scales[r * kb + c];
+    if (!st) st = tpe_dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
+    if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
+    if (!st) st = tpe_dev_alloc(e, nsw, &e->d_bscale[v], p->name, err);
+    if (!st) st = upload(e->d_bscale[v], sw, nsw, p->name, err);
+    if (!st) {
+        e->wglobal[v] = pre->global_scale;
+        e->weight_bytes += (double)pre->elem_bytes + (double)pre->scale_bytes;
+    }
+    free(sw);
+    tp_qtensor_free(&own);
+    return st;
+}
+
+/* A weight-only NVFP4 weight (N, K) as tprof's GEMV reads it (gemv.h): the E2M1 codes in dptr[v], the row-major
+ * UE4M3 block scales in d_bscale[v], s2 on the host (wglobal[v]: the prefill GEMM's alpha) and in the engine's
+ * scale slot of v (the GEMV's global_scale). An engine file's stored NVFP4 tensor is used as it is. */
+tp_status tpe_nvfp4_weight(const tp_engine *e, int v, tp_qtensor *own, const tp_qtensor **q, tp_error *err) {
+    const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    memset(own, 0, sizeof *own);
+    *q = pre;
+    if (pre && pre->format == TP_QF_NVFP4) return TP_OK;
+    const tp_param *p = &e->params->params[e->g->values[v].param_index];
+    *q = own;
+    return tp_quantize(TP_QF_NVFP4, p->data, value_rows(e, v), value_cols(e, v), 1, 0.0f, own, err);
+}
+
+static tp_status upload_nvfp4_wo_weight(tp_engine *e, int v, const tp_param *p, float *h_scales, tp_error *err) {
+    tp_qtensor own;
+    const tp_qtensor *pre = NULL;
+    tp_status st = tpe_nvfp4_weight(e, v, &own, &pre, err);
+    if (!st) st = tpe_dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
+    if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
+    if (!st) st = tpe_dev_alloc(e, pre->scale_bytes, &e->d_bscale[v], p->name, err);
+    if (!st) st = upload(e->d_bscale[v], pre->scales, pre->scale_bytes, p->name, err);
+    if (!st) {
+        e->wglobal[v] = h_scales[SCALE_SLOT * v] = pre->global_scale;
+        e->weight_bytes += (double)pre->elem_bytes + (double)pre->scale_bytes + 4.0;
+    }
+    tp_qtensor_free(&own);
+    return st;
+}
+
+/* The shared engine's device copy of parameter value v (the same parameter in the same storage), or -1. A scaled
+ * weight is shared only as per-tensor E4M3, whose scale the shared engine keeps on the host (wglobal). */
+int tpe_shared_param(const tp_engine *e, int v) {
+    const tp_engine *s = e->share;
+    const tp_value *val = &e->g->values[v];
+    for (int u = 0; s && u < s->g->n_values; u++) {
+        const tp_value *o = &s->g->values[u];
+        const int scaled = s->plan->value_scaled[u], per_tensor_e4m3 = s->plan->value_dt[u] == TP_E4M3 &&
+                                                                         s->plan->value_qf[u] == TP_QF_NONE;
+        if (o->kind == TP_VAL_PARAM && o->param_index == val->param_index && s->dptr[u] &&
+            s->plan->value_dt[u] == e->plan->value_dt[v] && s->plan->value_qf[u] == e->plan->value_qf[v] &&
+            scaled == e->plan->value_scaled[v] && (!scaled || per_tensor_e4m3))
+            return u;
+    }
+    return -1;
+}
+
+void tpe_weight_host(tp_engine *e, int v, void *h, float *scale) {
+    const tp_graph *g = e->g;
+    const tp_param *p = &e->params->params[g->values[v].param_index];
+    const tp_dtype dt = e->plan->value_dt[v];
+    const size_t bytes = value_bytes(e, v);
+    const tp_qtensor *pre8 = e->weights_q ? e->weights_q[g->values[v].param_index] : NULL;
+    *scale = 1.0f;
+    if (dt == TP_E4M3 && pre8 && pre8->format == TP_QF_FP8_TENSOR && pre8->elem_bytes == bytes &&
+        pre8->scale_bytes == sizeof(float)) {
+        /* a stored per-tensor FP8 weight: its E4M3 bytes and scale as they are */
+        memcpy(scale, pre8->scales, sizeof(float));
+        memcpy(h, pre8->elems, bytes);
+    } else {
+        if (e->plan->value_scaled[v]) {
+            /* per-tensor weight scale: amax / 448, so the largest weight maps to E4M3's max finite value */
+            double amax = 0;
+            for (int64_t j = 0; j < p->numel; j++) amax = fmax(amax, fabs((double)p->data[j]));
+            *scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
+        }
+        tp_convert_from_f32(dt, p->data, h, (size_t)p->numel, *scale);
+    }
+    e->wglobal[v] = *scale;
+}
+
+/* Two pinned host buffers through which weights are converted and copied: a chunk converts (in parallel, OpenMP)
+ * while the previous one's copy runs. Pageable buffers where pinned memory is refused (the copies then wait). */
+enum { STAGE_BYTES = 64 << 20 };
+typedef struct {
+    void *buf[2];
+    cudaEvent_t done[2];
+    int pinned[2]; /* each buffer's own: the second allocation may fail after the first succeeded */
+} stage_bufs;
+
+static tp_status stage_open(stage_bufs *sb, tp_error *err) {
+    memset(sb, 0, sizeof *sb);
+    for (int k = 0; k < 2; k++) {
+        if (cudaHostAlloc(&sb->buf[k], STAGE_BYTES, cudaHostAllocDefault) == cudaSuccess) {
+            sb->pinned[k] = 1;
+        } else {
+            cudaGetLastError();
+            sb->buf[k] = NULL;
+        }
+        if (!sb->buf[k] && !(sb->buf[k] = malloc(STAGE_BYTES))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        if (cudaEventCreateWithFlags(&sb->done[k], cudaEventDisableTiming) != cudaSuccess)
+            return tp_fail(err, TP_ERR_CUDA, "cudaEventCreate for the weight uploads");
+    }
+    return TP_OK;
+}
+
+static void stage_close(stage_bufs *sb) {
+    for (int k = 0; k < 2; k++) {
+        if (sb->done[k]) cudaEventDestroy(sb->done[k]);
+        if (sb->pinned[k]) cudaFreeHost(sb->buf[k]);
+        else free(sb->buf[k]);
+    }
+}
+
+/* Weight v (fp32 on the host) in its planned type into e->dptr[v]: a stored per-tensor FP8 tensor as it is (through
+ * tpe_weight_host), otherwise converted chunk by chunk; *scale: its per-tensor scale (1 when unscaled). */
+static tp_status stage_upload(tp_engine *e, int v, stage_bufs *sb, float *scale, tp_error *err) {
+    const tp_param *p = &e->params->params[e->g->values[v].param_index];
+    const tp_dtype dt = e->plan->value_dt[v];
+    const size_t es = tp_dtype_info(dt)->bytes, n = (size_t)p->numel, chunk = STAGE_BYTES / (es ? es : 1);
+    const tp_qtensor *pre8 = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    if (pre8 || es < 1 || tp_dtype_info(dt)->bits != 8 * (int)es) { /* stored or sub-byte: the whole tensor at once */
+        const size_t bytes = value_bytes(e, v);
+        void *h = malloc(bytes ? bytes : 1);
+        if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory converting %s", p->name);
+        tpe_weight_host(e, v, h, scale);
+        tp_status st = upload(e->dptr[v], h, bytes, p->name, err);
+        free(h);
+        return st;
+    }
+    *scale = 1.0f;
+    if (e->plan->value_scaled[v]) {
+        /* per-tensor weight scale: amax / max finite, so the largest weight maps to the format's largest value */
+        float amax = 0;
+#pragma omp parallel for reduction(max : amax) if (n >= (1u << 20))
+        for (size_t j = 0; j < n; j++) amax = fmaxf(amax, fabsf(p->data[j]));
+        *scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
+    }
+    e->wglobal[v] = *scale;
+    for (size_t off = 0, k = 0; off < n; off += chunk, k++) {
+        const int b = (int)(k & 1);
+        const size_t m = n - off < chunk ? n - off : chunk;
+        const cudaError_t we = k >= 2 ? cudaEventSynchronize(sb->done[b]) : cudaSuccess;
+        if (we != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(we));
+        tp_convert_from_f32(dt, p->data + off, sb->buf[b], m, *scale);
+        cudaError_t ce = cudaMemcpyAsync((char *)e->dptr[v] + off * es, sb->buf[b], m * es, cudaMemcpyHostToDevice,
+                                         e->stream);
+        if (ce == cudaSuccess) ce = cudaEventRecord(sb->done[b], e->stream);
+        if (ce != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
+    }
+    cudaError_t ce = cudaStreamSynchronize(e->stream);
+    return ce == cudaSuccess ? TP_OK : tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
+}
+
+static tp_status upload_params_staged(tp_engine *e, float *h_scales, stage_bufs *stage, tp_error *err);
+
+tp_status tpe_upload_params(tp_engine *e, float *h_scales, tp_error *err) {
+    stage_bufs sb;
+    tp_status st = stage_open(&sb, err);
+    if (!st) st = upload_params_staged(e, h_scales, &sb, err);
+    stage_close(&sb);
+    return st;
+}
+
+static tp_status upload_params_staged(tp_engine *e, float *h_scales, stage_bufs *stage, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = TP_OK;
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].kind != TP_VAL_PARAM) continue;
+        if (e->dptr[v]) { /* laid out with its group: its per-tensor scale, if any, for the GEMMs */
+            h_scales[SCALE_SLOT * v] = e->wglobal[v];
+            continue;
+        }
+        const int ru = e->repeats ? e->repeats[v] : -1;
+        if (ru >= 0) { /* the parameter an earlier value holds, stored alike: its copy (a pipeline's expert steps) */
+            e->dptr[v] = e->dptr[ru];
+            e->d_bscale[v] = e->d_bscale[ru];
+            e->wglobal[v] = e->wglobal[ru];
+            for (int k = 0; k < SCALE_SLOT; k++) h_scales[SCALE_SLOT * v + k] = h_scales[SCALE_SLOT * ru + k];
+            continue;
+        }
+        const int sv = tpe_shared_param(e, v);
+        if (sv >= 0) { /* the prefill engine's copy: a decode engine adds no weight memory */
+            e->dptr[v] = e->share->dptr[sv];
+            e->d_bscale[v] = e->share->d_bscale[sv]; /* block-scaled weights: their scales too */
+            e->wglobal[v] = e->share->wglobal[sv];
+            if (e->plan->value_scaled[v] || weight_nvfp4_wo(e, v)) h_scales[SCALE_SLOT * v] = e->share->wglobal[sv];
+            continue;
+        }
+        const tp_param *p = &e->params->params[g->values[v].param_index];
+        tp_dtype dt = e->plan->value_dt[v];
+        size_t bytes = value_bytes(e, v);
+        float scale = 1.0f;
+        e->wglobal[v] = 1.0f;
+        if (weight_nvfp4_wo(e, v)) {
+            if ((st = upload_nvfp4_wo_weight(e, v, p, h_scales, err))) return st;
+            continue;
+        }
+        if (e->plan->value_qf[v] == TP_QF_FP8_BLOCK128 || weight_native_bs(e, v)) {
+            st = e->plan->value_qf[v] == TP_QF_FP8_BLOCK128 ? upload_fp8_block_weight(e, v, p, err)
+                                                            : upload_native_bs_weight(e, v, p, err);
+            if (st) return st;
+            continue;
+        }
+        if (e->plan->value_qf[v] != TP_QF_NONE) {
+            /* block-scaled weights, quantized offline: their exact values (without NVFP4's s2, which goes into the
+             * GEMM's alpha) in the storage type, bf16 for the emulation */
+            float *q = malloc(sizeof(float) * (size_t)p->numel);
+            void *h = malloc(bytes ? bytes : 1);
+            int64_t K = g->values[v].shape[g->values[v].ndim - 1];
+            if (!q || !h) {
+                free(q);
+                free(h);
+                return tp_fail(err, TP_ERR_OOM, "out of host memory quantizing %s", p->name);
+            }
+            const tp_qtensor *pre = e->weights_q ? e->weights_q[g->values[v].param_index] : NULL;
+            if (pre && pre->format == e->plan->value_qf[v]) {
+                /* the stored quantized tensor: its values without the per-tensor scale (decoded with s2 = 1,
+                 * exact), and s2 for the GEMM's alpha */
+                tp_qtensor one = *pre;
+                one.global_scale = 1.0f;
+                st = tp_dequantize(&one, q, err);
+                e->wglobal[v] = pre->global_scale;
+            } else {
+                st = tp_qdq_f32(e->plan->value_qf[v], p->data, q, p->numel / K, K, 1, 0.0f, &e->wglobal[v], err);
+            }
+            if (!st) tp_convert_from_f32(dt, q, h, (size_t)p->numel, 1.0f);
+            if (!st) st = tpe_dev_alloc(e, bytes, &e->dptr[v], p->name, err);
+            if (!st) {
+                cudaError_t ce = cudaMemcpy(e->dptr[v], h, bytes, cudaMemcpyHostToDevice);
+                if (ce != cudaSuccess) st = tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
+            }
+            free(q);
+            free(h);
+            if (st) return st;
+            e->weight_bytes += (double)bytes;
+            continue;
+        }
+        st = tpe_dev_alloc(e, bytes, &e->dptr[v], p->name, err);
+        if (!st) st = stage_upload(e, v, stage, &scale, err);
+        h_scales[SCALE_SLOT * v] = scale;
+        if (st) return st;
+        e->weight_bytes += (double)bytes + (e->plan->value_scaled[v] ? 4.0 : 0.0);
+    }
+    return TP_OK;
+}
+
+/* State value v (the KV cache): the shared engine's buffer of the same name and size, else a buffer of its own,
+ * zeroed (never taken from or given back to the activation pool: it outlives each run). */
+static tp_status state_buffer(tp_engine *e, int v, size_t bytes, tp_error *err) {
+    const tp_engine *s = e->share;
+    for (int u = 0; s && u < s->g->n_values; u++)
+        if (s->g->values[u].kind == TP_VAL_STATE && strcmp(s->g->values[u].name, e->g->values[v].name) == 0) {
+            if (tpe_act_alloc_bytes(s, u) != bytes || s->plan->value_dt[u] != e->plan->value_dt[v])
+                return tp_fail(err, TP_ERR_ARG, "%s: the shared engine's cache has another size or type",
+                               e->g->values[v].name);
+            e->dptr[v] = s->dptr[u];
+            return TP_OK;
+        }
+    tp_status st = tpe_dev_alloc(e, bytes, &e->dptr[v], e->g->values[v].name, err);
+    if (!st && cudaMemset(e->dptr[v], 0, bytes) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "clearing %s", e->g->values[v].name);
+    if (!st) e->act_bytes += (double)bytes;
+    return st;
+}
+
+/* Inputs for the build's timed choices (engine_internal.h): values a model reads as token ids, valid counts or position offsets zero (in
+ * range), every other input uniform in [-1, 1) (images, states, noise). Never all zeros: the choice follows the data
+ * it is timed on (ViT-B/16 FP16 on an H100: from zeroed images the pass ran 4.956 ms with its sparse picks against
+ * 4.877 without, and they were dropped; from random ones they were kept, and the benchmark on random images ran
+ * 5.059 ms against the dense engine's 5.292; bench/results 2026-11-26). */
+tp_status tpe_fill_inputs(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    for (int k = 0; k < g->n_inputs; k++) {
+        const int v = g->inputs[k];
+        int index = 0; /* read as an integer somewhere */
+        for (int i = 0; i < g->n_ops && !index; i++) {
+            const tp_op *op = &g->ops[i];
+            index = (op->kind == TP_OP_TOKEN_EMBED && op->in[0] == v) || (op->kind == TP_OP_ROPE && op->n_in > 1 && op->in[1] == v) ||
+                    (op->kind == TP_OP_MASKED_ATTENTION && op->in[op->n_in - 1] == v);
+        }
+        const int rc = index ? (int)cudaMemsetAsync(e->dptr[v], 0, value_bytes(e, v), e->stream)
+                             : tpk_fill_uniform(e->dptr[v], TP_F32, (size_t)tp_value_numel(&g->values[v]), 0x7a11u + (unsigned)k,
+                                                e->stream);
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "filling input %s: error %d", g->values[v].name, rc);
+    }
+    return TP_OK;
+}
+
+/* Defined, non-zero contents for an activation buffer before the build times its kernel choices on it (the first
+ * pass has not written it yet; compute-sanitizer initcheck reads an unwritten buffer as an error): fp16 values in
+ * [-1, 1) (finite as fp32 and bf16 too), never zeros; an odd last byte zeroed. */
+tp_status tpe_fill_defined(tp_engine *e, void *p, size_t bytes, unsigned seed, tp_error *err) {
+    if (cudaMemsetAsync(p, 0, bytes, e->stream) != cudaSuccess || tpk_fill_uniform(p, TP_F16, bytes / 2, seed, e->stream))
+        return tp_fail(err, TP_ERR_CUDA, "filling the activation buffers: %s", cudaGetErrorString(cudaGetLastError()));
+    return TP_OK;
+}
+
+/* Activation buffers: one device buffer per slot of the plan's buffer assignment (tp_plan_buffers: exact-size
+ * reuse, a fused op's output taken where its kernel runs); state values (the KV cache) have their own. */
+tp_status tpe_alloc_activations(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    size_t *bytes = malloc(sizeof(size_t) * (size_t)g->n_values), *slot_bytes = malloc(sizeof(size_t) * (size_t)g->n_values);
+    int *slot = malloc(sizeof(int) * (size_t)g->n_values);
+    unsigned char *pinned = malloc((size_t)g->n_values);
+    void **sp = NULL;
+    tp_status st = TP_OK;
+    int n = -1;
+    if (bytes && slot_bytes && slot && pinned) {
+        for (int v = 0; v < g->n_values; v++) bytes[v] = tpe_act_alloc_bytes(e, v);
+        tpe_group_pins(e, pinned); /* a group's outputs: one allocation each group (below) */
+        n = tp_plan_buffers(g, e->plan, bytes, pinned, slot, slot_bytes);
+    }
+    if (n < 0 || !(sp = calloc((size_t)(n ? n : 1), sizeof(void *)))) {
+        st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+        goto done;
+    }
+    for (int k = 0; !st && k < g->n_inputs; k++) { /* every input's own buffer (tpe_upload_inputs fills them) */
+        const int v = g->inputs[k];
+        st = tpe_dev_alloc(e, value_bytes(e, v), &e->dptr[v], g->values[v].name, err);
+        if (!st) e->act_bytes += (double)value_bytes(e, v);
+    }
+    if (!st) st = tpe_fill_inputs(e, err); /* defined before the first upload, as the activations below */
+    for (int k = 0; !st && k < n; k++) {
+        st = tpe_dev_alloc(e, slot_bytes[k], &sp[k], "activations", err);
+        if (!st) e->act_bytes += (double)slot_bytes[k];
+        if (!st) st = tpe_fill_defined(e, sp[k], slot_bytes[k], 0x5eed0000u + (unsigned)k, err);
+    }
+    for (int v = 0; !st && v < g->n_values; v++) {
+        if (slot[v] >= 0) e->dptr[v] = sp[slot[v]];
+        else if (g->values[v].kind == TP_VAL_STATE) st = state_buffer(e, v, bytes[v], err);
+    }
+    if (!st) st = tpe_alloc_group_outputs(e, err);
+done:
+    free(pinned);
+    free(bytes);
+    free(slot_bytes);
+    free(slot);
+    free(sp);
+    return st;
+}
+
+/* ---- sibling linears as one GEMV: their layouts (engine_internal.h, "Sibling linears") --------------- */
+
+/* A decoder's q/k/v projections read
+ * the same input, and so do gate/up: at one token a step (M = 1) each is a GEMV whose fixed cost (launch, ramp-up,
+ * tail: ~5 us on an H100, bench/results/2026-11-25_h100_gemv_lab.log) is as large as streaming k_proj's 2 MB. With
+ * their weights laid out one after the other ([Wq; Wk; Wv], one allocation, each value pointing into it) and
+ * their outputs too ([q | k | v], M = 1 only: for M > 1 the rows would interleave), one GEMV over the summed N
+ * computes all of them. The layout costs nothing elsewhere: a prefill engine's GEMMs read the same weights
+ * through the members' own pointers. Whether the group's GEMV runs is decided by time when the engine is built,
+ * against the members' own choices. Weight-only FP8 members (E4M3 weights, a per-tensor scale each) group the same
+ * way: their codes one after the other, and the GEMV given one scale per output row (tpk_gemv_fp8's channel
+ * scales: each member's per-tensor scale over its rows), which it applies exactly as the members' own GEMVs apply
+ * their tensor scale (one fp32 multiply of the sum). Weight-only NVFP4 members likewise: E2M1 codes one after the
+ * other, UE4M3 block scales one after the other, each member's s2 over its rows (tpk_gemv_nvfp4_rows). */
+
+void tpe_find_groups(tp_engine *e) { tp_plan_sibling_groups(e->g, e->plan, e->group_lead, e->group_next); }
+
+/* The members' weights (which = 1) or biases (which = 2), converted and copied one after the other into one
+ * allocation; each member's value points at its part (its per-tensor scale, for E4M3 weights, in wglobal). */
+static tp_status upload_part(tp_engine *e, int lead, int which, tp_error *err) {
+    const tp_graph *g = e->g;
+    size_t total = 0;
+    for (int i = lead; i >= 0; i = e->group_next[i]) total += value_bytes(e, g->ops[i].in[which]);
+    char *base = NULL;
+    void *h = malloc(total ? total : 1);
+    if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory grouping %s", g->ops[lead].layer);
+    tp_status st = tpe_dev_alloc(e, total, (void **)&base, g->ops[lead].layer, err);
+    size_t off = 0;
+    for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
+        const int v = g->ops[i].in[which];
+        float scale;
+        tpe_weight_host(e, v, (char *)h + off, &scale);
+        e->dptr[v] = base + off;
+        off += value_bytes(e, v);
+    }
+    if (!st && cudaMemcpy(base, h, total, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group", g->ops[lead].layer);
+    int scaled = 0;
+    for (int i = lead; i >= 0; i = e->group_next[i]) scaled += e->plan->value_scaled[g->ops[i].in[which]];
+    if (!st) e->weight_bytes += (double)total + 4.0 * scaled;
+    free(h);
+    return st;
+}
+
+/* A weight-only NVFP4 group's weights: codes (N K / 2 bytes a member) and block scales (N K / 16) each one after
+ * the other in one allocation; each member's value and d_bscale point at its parts, its s2 in wglobal. */
+int tpe_fp4_group(const tp_engine *e, int lead) { return e->plan->value_qf[e->g->ops[lead].in[1]] == TP_QF_NVFP4; }
+
+static tp_status upload_fp4_part(tp_engine *e, int lead, tp_error *err) {
+    const tp_graph *g = e->g;
+    size_t nc = 0, ns = 0;
+    for (int i = lead; i >= 0; i = e->group_next[i]) {
+        const size_t n = (size_t)tp_value_numel(&g->values[g->ops[i].in[1]]);
+        nc += n / 2, ns += n / 16;
+    }
+    unsigned char *hc = malloc(nc ? nc : 1), *hs = malloc(ns ? ns : 1), *dc = NULL, *ds = NULL;
+    tp_status st = hc && hs ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory grouping %s", g->ops[lead].layer);
+    size_t oc = 0, os = 0;
+    for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
+        const int v = g->ops[i].in[1];
+        tp_qtensor own;
+        const tp_qtensor *q = NULL;
+        st = tpe_nvfp4_weight(e, v, &own, &q, err);
+        if (!st) {
+            memcpy(hc + oc, q->elems, q->elem_bytes);
+            memcpy(hs + os, q->scales, q->scale_bytes);
+            e->wglobal[v] = q->global_scale;
+            oc += q->elem_bytes, os += q->scale_bytes;
+        }
+        tp_qtensor_free(&own);
+    }
+    if (!st) st = tpe_dev_alloc(e, nc, (void **)&dc, g->ops[lead].layer, err);
+    if (!st) st = tpe_dev_alloc(e, ns, (void **)&ds, g->ops[lead].layer, err);
+    if (!st && (cudaMemcpy(dc, hc, nc, cudaMemcpyHostToDevice) != cudaSuccess ||
+                cudaMemcpy(ds, hs, ns, cudaMemcpyHostToDevice) != cudaSuccess))
+        st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group", g->ops[lead].layer);
+    oc = os = 0;
+    for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
+        const int v = g->ops[i].in[1];
+        const size_t n = (size_t)tp_value_numel(&g->values[v]);
+        e->dptr[v] = dc + oc;
+        e->d_bscale[v] = ds + os;
+        oc += n / 2, os += n / 16;
+        e->weight_bytes += (double)(n / 2 + n / 16) + 4.0;
+    }
+    free(hc);
+    free(hs);
+    return st;
+}
+
+tp_status tpe_upload_groups(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    /* the shared engine's layout, as it is (tpe_group_ready checks it); none while groups are off */
+    if (e->share || e->groups_mode == 0) return TP_OK;
+    for (int i = 0; i < g->n_ops; i++) {
+        if (e->group_lead[i] != i) continue;
+        /* every part must stay 16-byte aligned for the GEMMs that read the members alone (NVFP4: its codes, and
+         * its block scales 2-byte aligned for the GEMV's fast path) */
+        int aligned = 1;
+        for (int j = i; j >= 0; j = e->group_next[j]) {
+            const size_t n = (size_t)tp_value_numel(&g->values[g->ops[j].in[1]]);
+            const int w_ok = tpe_fp4_group(e, i) ? n / 2 % 16 == 0 && n / 16 % 2 == 0
+                                             : value_bytes(e, g->ops[j].in[1]) % 16 == 0;
+            aligned &= w_ok && (g->ops[j].n_in < 3 || value_bytes(e, g->ops[j].in[2]) % 16 == 0);
+        }
+        if (!aligned) continue;
+        /* a group repeating an earlier one's parameters (pi0's expert, one group per denoise step over the same
+         * weights) takes that group's layout through the repeats (tpe_upload_params): uploading it again would hold a
+         * copy per step (3.6 GB of pi0's bf16 engine, bench/results 2026-11-26) */
+        int repeated = 1;
+        for (int j = i; j >= 0 && repeated; j = e->group_next[j])
+            for (int w = 1; w < g->ops[j].n_in && w <= 2; w++)
+                repeated &= e->repeats && e->repeats[g->ops[j].in[w]] >= 0;
+        if (repeated) continue;
+        tp_status st = tpe_fp4_group(e, i) ? upload_fp4_part(e, i, err) : upload_part(e, i, 1, err);
+        if (!st && g->ops[i].n_in > 2) st = upload_part(e, i, 2, err);
+        if (st) return st;
+    }
+    return TP_OK;
+}
+
+void tpe_group_pins(const tp_engine *e, unsigned char *pinned) {
+    const tp_graph *g = e->g;
+    memset(pinned, 0, (size_t)g->n_values);
+    for (int i = 0; i < g->n_ops; i++)
+        if (e->group_lead[i] >= 0 && g->ops[i].gemm_m == 1) pinned[g->ops[i].out] = 1;
+}
+
+tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    for (int i = 0; i < g->n_ops; i++) {
+        if (e->group_lead[i] != i || g->ops[i].gemm_m != 1) continue;
+        size_t total = 0;
+        for (int j = i; j >= 0; j = e->group_next[j]) total += tpe_act_alloc_bytes(e, g->ops[j].out);
+        char *base = NULL;
+        tp_status st = tpe_dev_alloc(e, total, (void **)&base, g->ops[i].layer, err);
+        if (!st) st = tpe_fill_defined(e, base, total, 0x6e000000u + (unsigned)i, err); /* as every activation */
+        if (st) return st;
+        e->act_bytes += (double)total;
+        size_t off = 0;
+        for (int j = i; j >= 0; j = e->group_next[j]) {
+            e->dptr[g->ops[j].out] = base + off;
+            off += value_bytes(e, g->ops[j].out); /* the outputs one after the other: [y1 | y2 | ...] */
+        }
+    }
+    return TP_OK;
+}
+
+/* ---- a pipeline's graph: constants, buffers, inputs, stages ------------------------------------------- */
+
+/* What an engine needs for a pipeline's graph (issue 21: openpi's pi0 as one graph,
+ * src/models/pi0.c): the per-op constants (each TIME_CONCAT's embedding, the RoPE frequencies of a graph without a
+ * KV cache), the launches of the pipeline ops (pipeline_ops.h), the scatter of several inputs' packed per-sample
+ * rows (graph.h tp_graph_input_layout), and which parameter values repeat an earlier one (the expert's weights,
+ * read by every denoise step through a value of their own), so each is uploaded once. */
+
+static tp_status put(tp_engine *e, const float *h, size_t n, float **d, const char *what, tp_error *err) {
+    tp_status st = tpe_dev_alloc(e, sizeof(float) * n, (void **)d, what, err);
+    if (!st && cudaMemcpy(*d, h, sizeof(float) * n, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "uploading the constants of %s", what);
+    return st;
+}
+
+tp_status tpe_rope_tables(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    if (!e->d_invfreq && !(e->d_invfreq = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float *))))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_ROPE || e->d_invfreq[i]) continue;
+        float f[512];
+        if (op->head_dim < 2 || op->head_dim > 1024)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: head dim %d (RoPE takes 2 to 1024)", op->layer, op->head_dim);
+        tp_rope_inv_freq(&op->rope, op->head_dim, f);
+        tp_status st = put(e, f, (size_t)(op->head_dim / 2), &e->d_invfreq[i], op->layer, err);
+        if (st) return st;
+    }
+    return TP_OK;
+}
+
+mshape tpe_mshape_of(const tp_engine *e, int i) {
+    const tp_graph *g = e->g;
+    const tp_op *op = &g->ops[i];
+    mshape m;
+    m.two = op->n_in == 6;
+    m.B = (int)g->values[op->in[0]].shape[0];
+    m.Tq = (int)g->values[op->in[0]].shape[1];
+    m.Tk = (int)g->values[op->in[1]].shape[1];
+    m.Tp = m.two ? (int)g->values[op->in[3]].shape[1] : 0;
+    m.H = op->heads, m.Hkv = op->kv_heads, m.G = op->heads / op->kv_heads, m.D = op->head_dim;
+    m.o0 = (m.Tp + 7) / 8 * 8; /* 16-byte aligned blocks and rows for the GEMMs */
+    m.ld = (m.o0 + m.Tk + 7) / 8 * 8;
+    return m;
+}
+
+/* The largest power of two <= 16 dividing every byte count (the pointers' offsets: cudaMalloc'd bases are aligned) */
+static unsigned align_of(const long long *bytes, int n) {
+    unsigned a = 16;
+    for (int k = 0; k < n; k++)
+        while (a > 1 && bytes[k] % a) a /= 2;
+    return a;
+}
+
+/* Op i's four batched GEMMs (per sample and KV head: the G query heads of that KV head as the batch), or the
+ * reason they do not plan in *why. */
+static tp_status plan_unfused(tp_engine *e, int i, tp_error *why) {
+    const tp_op *op = &e->g->ops[i];
+    const mshape m = tpe_mshape_of(e, i);
+    const tp_dtype dt = e->plan->value_dt[op->in[0]];
+    const long long es = (long long)tp_dtype_info(dt)->bytes;
+    const long long offs[] = {m.D * es, (long long)m.H * m.D * es, (long long)m.Hkv * m.D * es, m.ld * 4LL, m.ld * es,
+                              m.o0 * 4LL, m.o0 * es};
+    const unsigned al = align_of(offs, (int)(sizeof offs / sizeof offs[0]));
+    /* S (Tq, keys) = scale Q K^T: Q rows H D apart, the G heads D apart; K rows Hkv D apart, shared by the G heads */
+    tp_bgemm_desc s = {.M = m.Tq, .K = m.D, .trans_b = 1, /* scores fp32 */ .ab_dt = dt, .c_dt = TP_F32, .lda = (int64_t)m.H * m.D,
+                       .ldb = (int64_t)m.Hkv * m.D, .ldc = m.ld, .batch = m.G, .sa = m.D, .sb = 0,
+                       .sc = (int64_t)m.Tq * m.ld, .alpha = op->scale, .beta = 0.0f, .align = al};
+    /* O (Tq, D) = P V: P rows ld apart, a head's Tq ld further; V rows Hkv D apart; O rows H D apart, heads D */
+    tp_bgemm_desc o = {.M = m.Tq, .N = m.D, .trans_b = 0, .ab_dt = dt, .c_dt = dt, .lda = m.ld,
+                       .ldb = (int64_t)m.Hkv * m.D, .ldc = (int64_t)m.H * m.D, .batch = m.G,
+                       .sa = (int64_t)m.Tq * m.ld, .sb = 0, .sc = m.D, .alpha = 1.0f, .align = al};
+    tp_bgemm **pl = &e->mplan[4 * i];
+    tp_status st = TP_OK;
+    if (m.two) {
+        s.N = m.Tp;
+        o.K = m.Tp;
+        o.beta = 0.0f;
+        if (!st) st = tp_bgemm_create(e->gemm, &s, op->layer, &pl[0], why);
+        if (!st) st = tp_bgemm_create(e->gemm, &o, op->layer, &pl[2], why);
+    }
+    s.N = m.Tk;
+    o.K = m.Tk;
+    o.beta = m.two ? 1.0f : 0.0f; /* the own keys' share added to the prefix's */
+    if (!st) st = tp_bgemm_create(e->gemm, &s, op->layer, &pl[1], why);
+    if (!st) st = tp_bgemm_create(e->gemm, &o, op->layer, &pl[3], why);
+    return st;
+}
+
+static tp_status setup_masked(tp_engine *e, tp_attn_impl want, tp_error *err) {
+    const tp_graph *g = e->g;
+    size_t sbytes = 0, pbytes = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_MASKED_ATTENTION) continue;
+        if (!e->masked_gemm) {
+            e->masked_gemm = calloc((size_t)g->n_ops, 1);
+            e->mplan = calloc((size_t)(4 * g->n_ops), sizeof(tp_bgemm *));
+            if (!e->masked_gemm || !e->mplan) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        }
+        tp_error why = {0};
+        tp_status st = want == TP_ATTN_CLASSIC ? TP_ERR_UNSUPPORTED : plan_unfused(e, i, &why);
+        if (st == TP_ERR_OOM) return tp_fail(err, st, "%s", why.msg);
+        e->masked_gemm[i] = st == TP_OK;
+        if (st) {
+            for (int k = 0; k < 4; k++) tp_bgemm_destroy(e->mplan[4 * i + k]), e->mplan[4 * i + k] = NULL;
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof CUDA-core kernel (pipeline_ops.h): %.150s",
+                     want == TP_ATTN_CLASSIC ? "as asked (--attention classic)" : why.msg);
+            continue;
+        }
+        const mshape m = tpe_mshape_of(e, i);
+        const size_t rows = (size_t)m.B * m.H * m.Tq;
+        if (rows * m.ld * 4 > sbytes) sbytes = rows * m.ld * 4;
+        const size_t pb = rows * m.ld * tp_dtype_info(e->plan->value_dt[op->in[0]])->bytes;
+        if (pb > pbytes) pbytes = pb;
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt batched GEMMs (S = scale Q K^T in fp32%s, P V%s) "
+                 "around tprof's masked softmax (P in %s)", m.two ? ", over the prefix's K and the own" : "",
+                 m.two ? " in two parts" : "", tp_dtype_info(e->plan->value_dt[op->in[0]])->name);
+    }
+    tp_status st = TP_OK;
+    if (sbytes && !(st = tpe_dev_alloc(e, sbytes, (void **)&e->d_mscore, "the attention scores", err)))
+        st = tpe_dev_alloc(e, pbytes, &e->d_mprob, "the attention probabilities", err);
+    if (!st) e->act_bytes += (double)(sbytes + pbytes);
+    return st;
+}
+
+tp_status tpe_setup_pipeline(tp_engine *e, tp_attn_impl want, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = tpe_rope_tables(e, err);
+    if (!st) st = setup_masked(e, want, err);
+    if (st) return st;
+    if (!(e->d_opconst = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float *))))
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_TIME_CONCAT) continue;
+        const tp_value *x = &g->values[op->in[0]], *y = &g->values[op->out];
+        const int64_t D = y->shape[y->ndim - 1] - x->shape[x->ndim - 1];
+        float *h = malloc(sizeof(float) * (size_t)(D > 0 ? D : 1));
+        if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        tp_time_embedding(op->scale, D, h); /* the step's time: a constant of the graph */
+        st = put(e, h, (size_t)D, &e->d_opconst[i], op->layer, err);
+        free(h);
+    }
+    return st;
+}
+
+tp_status tpe_upload_inputs(tp_engine *x, const float *rows, tp_error *err) {
+    const tp_graph *g = x->g;
+    int64_t off[TP_MAX_INPUTS];
+    const int64_t row = tp_graph_input_layout(g, off), B = g->batch;
+    for (int k = 0; k < g->n_inputs; k++) {
+        const int v = g->inputs[k];
+        const size_t w = (size_t)(tp_value_numel(&g->values[v]) / B) * sizeof(float);
+        CHECK(x->plan->value_dt[v] == TP_F32); /* every input is fp32 (plan.c) */
+        cudaError_t ce = g->n_inputs == 1
+                             ? cudaMemcpyAsync(x->dptr[v], rows, value_bytes(x, v), cudaMemcpyHostToDevice, x->stream)
+                             : cudaMemcpy2DAsync(x->dptr[v], w, rows + off[k], (size_t)row * sizeof(float), w,
+                                                 (size_t)B, cudaMemcpyHostToDevice, x->stream);
+        if (ce != cudaSuccess)
+            return tp_fail(err, TP_ERR_CUDA, "copying input %s to the GPU: %s", g->values[v].name,
+                           cudaGetErrorString(ce));
+    }
+    return TP_OK;
+}
+
+tp_status tpe_find_repeats(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    const int np = e->params ? e->params->n_params : 0;
+    int *first = malloc(sizeof(int) * (size_t)(np ? np : 1));
+    unsigned char *how = calloc((size_t)(g->n_values ? g->n_values : 1), 1); /* how its GEMMs read a weight */
+    if (!(e->repeats = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1))) || !first || !how) {
+        free(first);
+        free(how);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
+    for (int k = 0; k < np; k++) first[k] = -1;
+    for (int i = 0; i < g->n_ops; i++) /* one pass: weight_nvfp4_wo and weight_native_bs for every value */
+        if (g->ops[i].n_in > 1)
+            how[g->ops[i].in[1]] |= (e->plan->op_prec[i] == TP_PREC_NVFP4_WO ? 1 : 0) | (op_native_bs(e, i) ? 2 : 0);
+    for (int v = 0; v < g->n_values; v++) {
+        const tp_value *val = &g->values[v];
+        e->repeats[v] = -1;
+        if (val->kind != TP_VAL_PARAM || val->param_index < 0 || val->param_index >= np) continue;
+        const int u = first[val->param_index];
+        if (u < 0) {
+            first[val->param_index] = v;
+            continue;
+        }
+        /* the same bytes only when stored alike (a tied embedding read as a table and as an FP8 GEMM's weight is
+         * not); a value a sibling group lays out (tpe_upload_groups) keeps its group's copy (tpe_upload_params skips it) */
+        const tp_plan *p = e->plan;
+        if (p->value_dt[u] == p->value_dt[v] && p->value_qf[u] == p->value_qf[v] &&
+            p->value_scaled[u] == p->value_scaled[v] && how[u] == how[v])
+            e->repeats[v] = u;
+    }
+    free(first);
+    free(how);
+    return TP_OK;
+}
+
+tp_status tpe_setup_stages(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    e->n_seg = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const size_t n = tp_layer_stage_len(g->ops[i].layer);
+        if (n == 0)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "modular mode: op %s has no stage (a pipeline's layer names start "
+                           "with their stage: vision., prefix., expert.)", g->ops[i].layer);
+        const tp_op *prev = i ? &g->ops[i - 1] : NULL;
+        if (prev && tp_layer_stage_len(prev->layer) == n && strncmp(prev->layer, g->ops[i].layer, n) == 0) continue;
+        if (e->n_seg == TPE_MAX_STAGES)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "modular mode: more than %d stages", TPE_MAX_STAGES);
+        e->seg_first[e->n_seg++] = i;
+    }
+    e->seg_first[e->n_seg] = g->n_ops;
+    int *stage_of = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    int *last = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
+    e->hand_v = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
+    e->hand_copy = calloc((size_t)(g->n_values ? g->n_values : 1), sizeof(void *));
+    if (!stage_of || !last || !e->hand_v || !e->hand_copy) {
+        free(stage_of);
+        free(last);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    }
+    for (int k = 0; k < e->n_seg; k++)
+        for (int i = e->seg_first[k]; i < e->seg_first[k + 1]; i++) stage_of[i] = k;
+    for (int v = 0; v < g->n_values; v++) last[v] = -1; /* the last stage reading v */
+    for (int i = 0; i < g->n_ops; i++)
+        for (int j = 0; j < g->ops[i].n_in; j++) last[g->ops[i].in[j]] = stage_of[i];
+    int n = 0;
+    tp_status st = TP_OK;
+    for (int k = 0; k < e->n_seg && !st; k++) {
+        e->hand_first[k] = n;
+        for (int i = e->seg_first[k]; i < e->seg_first[k + 1] && !st; i++) {
+            const int v = g->ops[i].out;
+            if (g->values[v].kind != TP_VAL_ACT || last[v] <= k || !e->dptr[v]) continue;
+            e->hand_v[n] = v;
+            st = tpe_dev_alloc(e, value_bytes(e, v), &e->hand_copy[n], "a stage's handoff copy", err);
+            if (!st) e->act_bytes += (double)value_bytes(e, v);
+            n++;
+        }
+    }
+    e->hand_first[e->n_seg] = n;
+    free(stage_of);
+    free(last);
+    return st;
+}
