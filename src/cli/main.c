@@ -1349,7 +1349,8 @@ static int cmd_bench(int argc, char **argv, const char *cmdline, int profile, in
 }
 
 /* tprof lint: the format rules for a model configuration, no GPU. Exit 0: every requested format usable as
- * asked; 1: one is not; 2: a bad option or model; 3: the JSON file cannot be written (the table is printed). */
+ * asked; 1: one is not; 2: a bad option or model; 3: the JSON file cannot be written (refused before the rules
+ * run: its folder missing, a device or FIFO, or the model it lints; or failing at the end, the table printed). */
 static int cmd_lint(int argc, char **argv) {
     const char *model = "vit-b16", *prec = "mxfp8,nvfp4", *json = NULL;
     knobs k = {0};
@@ -1387,7 +1388,7 @@ static int cmd_lint(int argc, char **argv) {
     add_input(&in, "--model", access(ma->path, F_OK) == 0 ? ma->path : NULL);
     const int out_rc = output_ok("--json", json, 0, NULL, &in);
     free(ma);
-    if (out_rc) return 2;
+    if (out_rc) return 3; /* lint's class for a JSON file it cannot write, here refused before any work */
     if (apply_knobs(&k, &m)) return 2;
     tp_precision precs[TP_PREC_COUNT];
     int np = parse_precisions(prec, precs, TP_PREC_COUNT);

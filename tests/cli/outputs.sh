@@ -91,9 +91,9 @@ expect_error out-dir-fifo 2 "$tmp/report_dir/report.md: --out's file is a FIFO" 
 
 # tprof lint's --json never replaces what it lints (it overwrote a checkpoint's config.json before)
 cp -r tests/fixtures/hf_qwen2_tiny "$tmp/lintq"
-expect_error out-lint-input-folder 2 "a file of the input folder --model $tmp/lintq" \
+expect_error out-lint-input-folder 3 "a file of the input folder --model $tmp/lintq" \
   lint --model "$tmp/lintq" --json "$tmp/lintq/config.json"
-expect_error out-lint-input-file 2 "the same file as the input --model $tmp/lintq/config.json" \
+expect_error out-lint-input-file 3 "the same file as the input --model $tmp/lintq/config.json" \
   lint --model "$tmp/lintq/config.json" --json "$tmp/lintq/config.json"
 if cmp -s tests/fixtures/hf_qwen2_tiny/config.json "$tmp/lintq/config.json"; then
   pass=$((pass + 1))
