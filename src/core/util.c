@@ -160,6 +160,8 @@ int64_t tp_lcm64(int64_t a, int64_t b) {
     return a / x * b;
 }
 
+json_t *tp_json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
 const char *tp_json_brief(const json_t *v, char *buf, size_t n) {
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(10));
     if (!s) snprintf(buf, n, "%s", tp_json_kind(v));

@@ -24,6 +24,8 @@ int64_t tp_lcm64(int64_t a, int64_t b);
  * "a boolean", "null" (jansson's json_t). */
 struct json_t;
 const char *tp_json_kind(const struct json_t *v);
+/* v as a JSON number, or null when it is not finite (JSON has no NaN or Inf). */
+struct json_t *tp_json_num(double v);
 /* v as JSON text for a message (1.5, "silu", [1, 2]), cut to fit buf (n >= 8) with "..."; its kind when it cannot be
  * written. Returns buf. */
 const char *tp_json_brief(const struct json_t *v, char *buf, size_t n);

@@ -1222,7 +1222,6 @@ static void write_doc(tp_doc *d, const model *m) {
 
 /* ---- JSON -------------------------------------------------------------------------------------------------- */
 
-json_t *tp_json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 int tp_unit_hz(const char *unit) { return unit && strcmp(unit, "observation") == 0; }
 static json_t *jstr(const char *s) { return s ? json_string(s) : json_null(); }

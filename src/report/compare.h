@@ -14,9 +14,6 @@
 #include "profile/trace.h"
 #include "tprof.h"
 
-/* v as a JSON number, or null when it is not finite (NaN: not measured) */
-json_t *tp_json_num(double v);
-
 /* 1 when samples of this unit are a pipeline's observations, whose rate robotics users give in Hz (observations per
  * second over the batch): the summaries, tables and JSON name it so beside the latencies */
 int tp_unit_hz(const char *unit);

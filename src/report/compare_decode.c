@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "report/compare_decode.h"
 
 #define TOP_LAYERS 8 /* rows of each precision's most expensive layers */

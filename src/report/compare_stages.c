@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/util.h"
+
 int tp_compare_has_stages(const tp_compare_entry *e, int n) {
     for (int i = 0; i < n; i++)
         if ((e[i].prof && e[i].prof->n_stages > 0) || e[i].n_drift > 0) return 1;

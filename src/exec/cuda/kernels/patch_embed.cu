@@ -4,15 +4,7 @@
  * (bench/patch_embed_variants.cu). Built for sm_90a only (CMakeLists.txt: the tprof_sm90a object library). */
 #include "exec/cuda/kernels/patch_embed_impl.cuh"
 
-int tpk_patch_embed_supported(tp_dtype dt, int P, int C) {
-    int dev = 0, major = 0, minor = 0;
-    if (!tpk_patch_embed_shape_ok(dt, P, C)) return 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-        return 0;
-    return major == 9 && minor == 0;
-}
+int tpk_patch_embed_supported(tp_dtype dt, int P, int C) { return pe_supported(dt, P, C); }
 
 int tpk_patch_embed(const float *img, const void *w, const void *bias, const void *cls, const void *pos, void *x,
                     tp_dtype dt, int B, int H, int W, int P, int C, int has_cls, tp_stream stream) {

@@ -229,6 +229,19 @@ static int pe_launch(const float *img, const void *w, const void *bias, const vo
     return (int)cudaGetLastError();
 }
 
+/* tpk_patch_embed_supported's test (patch_embed.h): the shape rules and compute capability 9.0 (the wgmma path is
+ * built for sm_90a only). Here, beside the launch that needs it, so that the kernel's file does not call back into
+ * patch_embed.cu. */
+static inline int pe_supported(tp_dtype dt, int P, int C) {
+    int dev = 0, major = 0, minor = 0;
+    if (!tpk_patch_embed_shape_ok(dt, P, C)) return 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return 0;
+    return major == 9 && minor == 0;
+}
+
 /* The checks and the launch of one tile width BN (PE_BN): tpk_patch_embed runs BN 128, bench/'s
  * tpk_patch_embed_variant 256 for variant 1. Errors as tpk_patch_embed (patch_embed.h). */
 template <int BN>
@@ -236,7 +249,7 @@ static int pe_run(const float *img, const void *w, const void *bias, const void 
                   tp_dtype dt, int B, int H, int W, int P, int C, int has_cls, tp_stream stream) {
     if (B < 0 || H <= 0 || W <= 0 || P <= 0 || H % P != 0 || W % P != 0 || (has_cls != 0 && has_cls != 1))
         return TPK_INVALID;
-    if (!tpk_patch_embed_supported(dt, P, C)) return TPK_INVALID;
+    if (!pe_supported(dt, P, C)) return TPK_INVALID;
     if (B == 0) return (int)cudaSuccess;
     if (!img || !w || !pos || !x || (has_cls && !cls)) return TPK_INVALID;
     if (((uintptr_t)img & 15) || ((uintptr_t)w & 15) || ((uintptr_t)x & 3)) return TPK_INVALID;
