@@ -349,11 +349,11 @@ START_TEST(test_refusals) {
     ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
     /* the residual adds go into the o_proj and down_proj epilogues; the KV ops' bytes are the rows they touch */
     int fused = 0;
-    for (int i = 0; i < g.n_ops; i++) fused += plan.op_epilogue_add[i] >= 0;
+    for (int i = 0; i < g.n_ops; i++) fused += tp_program_find(&plan.prog, &g, i, TP_OP_ADD) >= 0;
     ck_assert_int_eq(fused, 2 * 2);
     for (int i = 0; i < g.n_ops; i++)
         if (g.ops[i].kind == TP_OP_KV_APPEND) /* k and v (1, 128, 2 x 16) fp16, read then written */
-            ck_assert_double_eq(tp_plan_op_bytes(&plan, &g, i), 4.0 * 128 * 32 * 2);
+            ck_assert_double_eq(tp_program_op_bytes(&plan.prog, &plan, &g, i), 4.0 * 128 * 32 * 2);
     tp_plan_free(&plan);
     tp_policy_init(&pol, TP_PREC_FP32);
     ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 0, &plan, &e), TP_OK);
@@ -594,9 +594,8 @@ static void check_buffers(const char *preset, int B, tp_precision prec) {
     for (int v = 0; v < g.n_values; v++) def[v] = g.values[v].producer;
     int fused_gemms = 0;
     for (int i = 0; i < g.n_ops; i++) {
-        const int f[3] = {plan.op_epilogue_add[i], plan.op_epilogue_gelu[i], plan.op_epilogue_embed[i]};
-        for (int k = 0; k < 3; k++)
-            if (f[k] >= 0) def[g.ops[f[k]].out] = i, fused_gemms += g.ops[i].kind == TP_OP_LINEAR;
+        const int f = tp_program_find(&plan.prog, &g, i, TP_OP_KIND_COUNT); /* an op fused into op i's call */
+        if (f >= 0) def[g.ops[f].out] = i, fused_gemms += g.ops[i].kind == TP_OP_LINEAR;
     }
     ck_assert_int_gt(fused_gemms, 0);
     for (int v = 0; v < g.n_values; v++) {
@@ -775,7 +774,7 @@ START_TEST(test_kv_cache_fp8_plan) {
             ck_assert_int_eq(plan.value_dt[op->out], TP_E4M3);
             ck_assert_int_eq(plan.value_scaled[op->out], 1);
             const double xb = (double)tp_value_numel(&g.values[op->in[0]]);
-            ck_assert_double_eq(tp_plan_op_bytes(&plan, &g, i), 2.0 * 2.0 * xb + 2.0 * xb);
+            ck_assert_double_eq(tp_program_op_bytes(&plan.prog, &plan, &g, i), 2.0 * 2.0 * xb + 2.0 * xb);
             caches++;
         }
         if (op->kind == TP_OP_KV_ATTENTION) ck_assert_ptr_nonnull(strstr(plan.op_note[i], "e4m3 KV cache"));

@@ -764,8 +764,8 @@ START_TEST(test_plan_pool_bytes) {
             if (g.ops[i].kind != TP_OP_POOL) continue;
             n++;
             const double rows_in = mode == 0 ? 3.0 : 3.0 * 197, want = (rows_in + 3.0) * 192 * 2;
-            ck_assert_msg(tp_plan_op_bytes(&plan, &g, i) == want, "pool mode %d: %g bytes, want %g", mode,
-                          tp_plan_op_bytes(&plan, &g, i), want);
+            ck_assert_msg(tp_program_op_bytes(&plan.prog, &plan, &g, i) == want, "pool mode %d: %g bytes, want %g", mode,
+                          tp_program_op_bytes(&plan.prog, &plan, &g, i), want);
         }
         ck_assert_int_eq(n, 1);
         tp_plan_free(&plan);
@@ -795,23 +795,23 @@ START_TEST(test_planner_residual_fusion) {
         for (int i = 0; i < g.n_ops; i++) {
             const tp_op *op = &g.ops[i];
             if (op->kind != TP_OP_ADD) {
-                if (op->kind != TP_OP_EMBED_TOKENS) ck_assert_int_eq(plan.op_fused_into[i], -1);
+                if (op->kind != TP_OP_EMBED_TOKENS) ck_assert_int_eq(tp_program_fused_into(&plan.prog, i), -1);
                 continue;
             }
             n_add++;
-            const int j = plan.op_fused_into[i];
+            const int j = tp_program_fused_into(&plan.prog, i);
             if (j < 0) continue;
             n_fused++;
             /* the GEMM whose output is one operand, read by this add alone, does it and writes its output */
             ck_assert_int_eq(g.ops[j].kind, TP_OP_LINEAR);
-            ck_assert_int_eq(plan.op_epilogue_add[j], i);
+            ck_assert_int_eq(tp_program_find(&plan.prog, &g, j, TP_OP_ADD), i);
             ck_assert(op->in[0] == g.ops[j].out || op->in[1] == g.ops[j].out);
             ck_assert(strstr(g.ops[j].layer, strstr(op->layer, "residual1") ? "attn.proj" : "mlp.fc2") != NULL);
             ck_assert_ptr_nonnull(strstr(plan.op_note[i], g.ops[j].layer));
             ck_assert_ptr_nonnull(strstr(plan.op_note[j], op->layer));
-            ck_assert(tp_plan_op_bytes(&plan, &g, i) == 0.0);
+            ck_assert(tp_program_op_bytes(&plan.prog, &plan, &g, i) == 0.0);
             const double res = (double)tp_value_numel(&g.values[op->out]) * tp_dtype_info(plan.value_dt[op->out])->bytes;
-            ck_assert(tp_plan_op_bytes(&plan, &g, j) > res);
+            ck_assert(tp_program_op_bytes(&plan.prog, &plan, &g, j) > res);
         }
         ck_assert_int_eq(n_add, 4);
         ck_assert_int_eq(n_fused, cases[k].fused ? 4 : 0);
@@ -852,19 +852,19 @@ START_TEST(test_planner_embed_fusion) {
         }
         ck_assert(pe >= 0 && emb >= 0);
         if (cases[k].fused) {
-            ck_assert_int_eq(plan.op_epilogue_embed[pe], emb);
-            ck_assert_int_eq(plan.op_fused_into[emb], pe);
+            ck_assert_int_eq(tp_program_find(&plan.prog, &g, pe, TP_OP_EMBED_TOKENS), emb);
+            ck_assert_int_eq(tp_program_fused_into(&plan.prog, emb), pe);
             ck_assert_ptr_nonnull(strstr(plan.op_note[pe], "one tprof kernel"));
             ck_assert_ptr_nonnull(strstr(plan.op_note[emb], g.ops[pe].layer));
-            ck_assert(tp_plan_op_bytes(&plan, &g, emb) == 0.0);
+            ck_assert(tp_program_op_bytes(&plan.prog, &plan, &g, emb) == 0.0);
             /* the fused op reads the image, weights, bias, position embedding and class token, writes the tokens */
             const tp_value *x = &g.values[g.ops[emb].out], *img = &g.values[g.input];
-            ck_assert(tp_plan_op_bytes(&plan, &g, pe) >
+            ck_assert(tp_program_op_bytes(&plan.prog, &plan, &g, pe) >
                       (double)tp_value_numel(x) * tp_dtype_info(plan.value_dt[g.ops[emb].out])->bytes +
                           (double)tp_value_numel(img) * 4.0);
         } else {
-            ck_assert_int_eq(plan.op_epilogue_embed[pe], -1);
-            ck_assert_int_eq(plan.op_fused_into[emb], -1);
+            ck_assert_int_eq(tp_program_find(&plan.prog, &g, pe, TP_OP_EMBED_TOKENS), -1);
+            ck_assert_int_eq(tp_program_fused_into(&plan.prog, emb), -1);
         }
         tp_plan_free(&plan);
         tp_graph_free(&g);
@@ -897,16 +897,16 @@ START_TEST(test_planner_gelu_fusion) {
             const tp_op *op = &g.ops[i];
             if (op->kind != TP_OP_GELU) continue;
             n_gelu++;
-            const int j = plan.op_fused_into[i];
+            const int j = tp_program_fused_into(&plan.prog, i);
             if (j < 0) continue;
             n_fused++;
             ck_assert_int_eq(g.ops[j].kind, TP_OP_LINEAR);
             ck_assert_int_eq(g.ops[j].out, op->in[0]);
-            ck_assert_int_eq(plan.op_epilogue_gelu[j], i);
+            ck_assert_int_eq(tp_program_find(&plan.prog, &g, j, TP_OP_GELU), i);
             ck_assert_ptr_nonnull(strstr(plan.op_note[i], "tanh approximation"));
             ck_assert_ptr_nonnull(strstr(plan.op_note[j], "GELU (tanh approximation)"));
             if (cases[k].prec == TP_PREC_FP8) ck_assert_int_eq(plan.value_dt[op->out], TP_E4M3);
-            ck_assert(tp_plan_op_bytes(&plan, &g, i) == 0.0);
+            ck_assert(tp_program_op_bytes(&plan.prog, &plan, &g, i) == 0.0);
         }
         ck_assert_int_eq(n_gelu, 2);
         ck_assert_int_eq(n_fused, cases[k].fused ? 2 : 0);
@@ -925,7 +925,7 @@ START_TEST(test_planner_gelu_fusion) {
         for (int i = 0; i < gt.n_ops; i++) {
             if (gt.ops[i].kind != TP_OP_GELU) continue;
             ck_assert_int_eq(gt.ops[i].gelu_tanh, 1);
-            if (plan.op_fused_into[i] < 0) continue;
+            if (tp_program_fused_into(&plan.prog, i) < 0) continue;
             n_fused++;
             ck_assert_ptr_nonnull(strstr(plan.op_note[i], "the model's tanh form"));
         }

@@ -372,7 +372,7 @@ START_TEST(test_pi0_gpu_plan) {
     for (int k = 0; k < g.n_inputs; k++) ck_assert_int_eq(pl.value_dt[g.inputs[k]], TP_F32);
     ck_assert_int_eq(pl.value_dt[g.output], TP_F32);
     int fused = 0;
-    for (int i = 0; i < g.n_ops; i++) fused += pl.op_fused_into[i] >= 0;
+    for (int i = 0; i < g.n_ops; i++) fused += tp_program_fused_into(&pl.prog, i) >= 0;
     ck_assert_msg(fused > 0, "no residual add or GELU fused into a GEMM's epilogue");
     tp_plan_free(&pl);
     /* --fusion off: every op its own kernel */
@@ -381,8 +381,8 @@ START_TEST(test_pi0_gpu_plan) {
     pol.no_fusion = 1;
     ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &pl, &e) == TP_OK, "%s", e.msg);
     for (int i = 0; i < g.n_ops; i++)
-        ck_assert_msg(pl.op_fused_into[i] < 0 && pl.op_epilogue_add[i] < 0 && pl.op_epilogue_gelu[i] < 0 &&
-                      pl.op_epilogue_embed[i] < 0, "%s fused with --fusion off", g.ops[i].layer);
+        ck_assert_msg(tp_program_fused_into(&pl.prog, i) < 0 && pl.prog.calls[i].n_ops == 1,
+                      "%s fused with --fusion off", g.ops[i].layer);
     ck_assert_int_eq(pl.no_fusion, 1);
     tp_plan_free(&pl);
     /* --fp32-protect tensors: RMSNorm and RoPE as FP32 layers, their casts' 16 bytes a value counted, said in "how";
@@ -395,7 +395,7 @@ START_TEST(test_pi0_gpu_plan) {
     int prot = 0;
     for (int i = 0; i < g.n_ops; i++) {
         const int k = g.ops[i].kind == TP_OP_RMSNORM || g.ops[i].kind == TP_OP_ROPE;
-        const double extra = tp_plan_op_bytes(&pl, &g, i) - tp_plan_op_bytes(&regs, &g, i);
+        const double extra = tp_program_op_bytes(&pl.prog, &pl, &g, i) - tp_program_op_bytes(&regs.prog, &regs, &g, i);
         ck_assert_msg(extra == (k ? 16.0 * (double)tp_value_numel(&g.values[g.ops[i].out]) : 0.0), "%s: %.0f bytes more",
                       g.ops[i].layer, extra);
         ck_assert_msg(!k == !strstr(pl.op_note[i], "FP32 layer (--fp32-protect tensors)"), "%s: %s", g.ops[i].layer,

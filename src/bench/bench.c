@@ -63,7 +63,7 @@ static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
         const tp_op *op = &g->ops[i];
         json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:f,s:f,s:s}", "layer", op->layer, "op",
                                            tp_op_kind_name(op->kind), "precision", tp_precision_name(p->op_prec[i]),
-                                           "flop", op->flop, "bytes", tp_plan_op_bytes(p, g, i), "how",
+                                           "flop", op->flop, "bytes", tp_program_op_bytes(&p->prog, p, g, i), "how",
                                            p->op_note[i]));
     }
     return a;
@@ -746,7 +746,7 @@ static tp_status record_plan(run_ctx *c, const tp_plan *plan, tp_bench_result *r
     r->n_cost = g->n_ops;
     r->rate_mask = rate_mask(g, plan, r->prec);
     for (int i = 0; i < g->n_ops; i++)
-        r->cost[i] = (tp_op_cost){plan->op_prec[i], g->ops[i].matmul_flop, tp_plan_op_bytes(plan, g, i)};
+        r->cost[i] = (tp_op_cost){plan->op_prec[i], g->ops[i].matmul_flop, tp_program_op_bytes(&plan->prog, plan, g, i)};
     return TP_OK;
 }
 

@@ -16,10 +16,7 @@ void tp_plan_free(tp_plan *p) {
     free(p->value_scaled);
     free(p->value_qf);
     free(p->op_emulated);
-    free(p->op_fused_into);
-    free(p->op_epilogue_add);
-    free(p->op_epilogue_embed);
-    free(p->op_epilogue_gelu);
+    tp_program_free(&p->prog);
     free(p->op_prec);
     free(p->op_note);
     memset(p, 0, sizeof *p);
@@ -118,91 +115,6 @@ static int consumers(const tp_graph *g, int v) {
     for (int i = 0; i < g->n_ops; i++)
         for (int j = 0; j < g->ops[i].n_in; j++) n += g->ops[i].in[j] == v;
     return n;
-}
-
-/* plan.h's fusion: each residual add whose operand is the output of a plain or per-tensor FP8 GEMM read only by
- * that add, with every storage type equal and not E4M3, is done by the GEMM's epilogue. (FP8 GEMMs with a C
- * operand need the engine's GEMM selection: cuBLASLt's first heuristic algorithm for ViT-B's proj and fc2 took 56
- * us instead of 37 on an H200, bench/results/2026-11-21_h200_vit-b16_b64_fusion_profile.log; the timed choice
- * makes the fused FP8 engine 4% faster, ..._fp8_residual_fusion.log.) */
-static void fuse_residual_adds(const tp_graph *g, tp_plan *p) {
-    for (int i = 0; i < g->n_ops; i++) {
-        const tp_op *op = &g->ops[i];
-        if (op->kind != TP_OP_ADD || op->n_in != 2) continue;
-        const tp_dtype dt = p->value_dt[op->out];
-        if (dt == TP_E4M3 || p->value_dt[op->in[0]] != dt || p->value_dt[op->in[1]] != dt) continue;
-        for (int k = 1; k >= 0; k--) { /* the second operand first: the block's branch in timm's order */
-            const int v = op->in[k], j = g->values[v].producer;
-            if (j < 0 || g->ops[j].kind != TP_OP_LINEAR || consumers(g, v) != 1 || p->op_epilogue_add[j] >= 0) continue;
-            if (p->value_qf[g->ops[j].in[0]] != TP_QF_NONE) continue; /* block formats: their own GEMM paths */
-            p->op_fused_into[i] = j;
-            p->op_epilogue_add[j] = i;
-            snprintf(p->op_note[i], sizeof p->op_note[i], "fused: done by the epilogue of %s (+ %s, one rounding)",
-                     g->ops[j].layer, g->values[op->in[1 - k]].name);
-            size_t l = strlen(p->op_note[j]);
-            snprintf(p->op_note[j] + l, sizeof p->op_note[j] - l, "; + residual in the epilogue (%s)", op->layer);
-            break;
-        }
-    }
-}
-
-/* plan.h's GELU fusion (the policy's gelu_tanh for every GELU, `all`; always for a model whose GELU is the tanh
- * form, which cuBLASLt's epilogue computes as it is): a GELU whose input is a plain or per-tensor FP8 GEMM's output
- * read by nothing else; an E4M3 GELU output needs the FP8 GEMM (cuBLASLt writes E4M3 only from E4M3 operands), any
- * other the GEMM's own output type; block formats keep their kernels. */
-static void fuse_gelu_tanh(const tp_graph *g, tp_plan *p, int all) {
-    for (int i = 0; i < g->n_ops; i++) {
-        const tp_op *op = &g->ops[i];
-        if (op->kind != TP_OP_GELU || (!all && !op->gelu_tanh)) continue;
-        const int x = op->in[0], y = op->out, j = g->values[x].producer;
-        if (j < 0 || g->ops[j].kind != TP_OP_LINEAR || consumers(g, x) != 1 || p->op_epilogue_add[j] >= 0) continue;
-        if (tp_precision_info(p->op_prec[j])->weight_only) continue; /* the GEMV has no GELU */
-        if (!all && p->value_dt[x] == TP_F32) continue; /* fp32 engines (the GPU reference) keep the GELU kernel */
-        const int a = g->ops[j].in[0];
-        if (p->value_qf[a] != TP_QF_NONE || p->value_qf[y] != TP_QF_NONE) continue;
-        if (p->value_dt[y] == TP_E4M3 ? p->value_dt[a] != TP_E4M3 : p->value_dt[y] != p->value_dt[x]) continue;
-        p->op_fused_into[i] = j;
-        p->op_epilogue_gelu[j] = i;
-        snprintf(p->op_note[i], sizeof p->op_note[i], "fused: bias + GELU in the epilogue of %s, %s",
-                 g->ops[j].layer, op->gelu_tanh ? "the model's tanh form (cuBLASLt's GELU epilogue)"
-                                                : "tanh approximation (cuBLASLt; --gelu tanh)");
-        size_t l = strlen(p->op_note[j]);
-        snprintf(p->op_note[j] + l, sizeof p->op_note[j] - l, "; + GELU (tanh approximation) in the epilogue, writes %s",
-                 tp_dtype_info(p->value_dt[y])->name);
-    }
-}
-
-/* plan.h's embedding fusion: on sm_90 a patch embedding read only by the token embedding, with the weights, the
- * position embedding, the class token and both outputs in one 16-bit type and the image in fp32, runs as one
- * kernel (patch_embed.h) when its shape rules hold: no im2col, no cast, no concatenation kernel. */
-static void fuse_patch_embed(const tp_graph *g, int sm, tp_plan *p) {
-    if (sm != 90) return; /* the kernel is wgmma: compute capability 9.0 only */
-    for (int i = 0; i < g->n_ops; i++) {
-        const tp_op *op = &g->ops[i];
-        if (op->kind != TP_OP_PATCH_EMBED || consumers(g, op->out) != 1) continue;
-        int j = -1;
-        for (int k = 0; k < g->n_ops; k++)
-            if (g->ops[k].kind == TP_OP_EMBED_TOKENS && g->ops[k].in[0] == op->out) j = k;
-        if (j < 0) continue;
-        const tp_op *eo = &g->ops[j];
-        const tp_dtype dt = p->value_dt[op->in[1]];
-        const tp_kernel_shape ks = {dt, 0, op->gemm_n, 0, op->patch, 0};
-        int ok = p->value_dt[op->in[0]] == TP_F32 && tp_supports(TP_KERNEL_PATCH_EMBED_FUSED, &ks, NULL, 0);
-        const int vals[] = {op->in[1], op->n_in > 2 ? op->in[2] : op->in[1], op->out, eo->in[1],
-                            eo->n_in > 2 ? eo->in[2] : eo->in[1], eo->out};
-        for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
-            ok = ok && p->value_dt[vals[k]] == dt && p->value_qf[vals[k]] == TP_QF_NONE;
-        if (!ok) continue;
-        p->op_fused_into[j] = i;
-        p->op_epilogue_embed[i] = j;
-        snprintf(p->op_note[j], sizeof p->op_note[j],
-                 "fused: done by the epilogue of %s (+ position embedding%s, one rounding)", op->layer,
-                 eo->n_in > 2 ? ", class token rows" : "");
-        size_t l = strlen(p->op_note[i]);
-        snprintf(p->op_note[i] + l, sizeof p->op_note[i] - l,
-                 "; one tprof kernel: im2col + cast to %s in the loads, bias + %s in the epilogue", tp_dtype_info(dt)->name,
-                 eo->layer);
-    }
 }
 
 /* The block-scaled formats (see plan.h): the Linear layers of the blocks read MXFP8 / NVFP4 / MXFP4 operands. */
@@ -510,10 +422,6 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     p->value_scaled = calloc((size_t)g->n_values, sizeof(int));
     p->value_qf = calloc((size_t)g->n_values, sizeof(tp_qformat));
     p->op_emulated = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
-    p->op_fused_into = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
-    p->op_epilogue_add = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
-    p->op_epilogue_embed = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
-    p->op_epilogue_gelu = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_prec = malloc(sizeof(tp_precision) * (size_t)(g->n_ops ? g->n_ops : 1));
     p->op_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *p->op_note);
     int *keep = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
@@ -521,8 +429,7 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
     tp_precision *qprec = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(tp_precision));
     char(*why)[200] = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *why);
     if (!p->value_dt || !p->value_scaled || !p->value_qf || !p->op_emulated || !p->op_prec || !p->op_note || !keep ||
-        !why || !p->op_fused_into || !p->op_epilogue_add || !p->op_epilogue_gelu || !keepf || !qprec ||
-        !p->op_epilogue_embed) {
+        !why || !keepf || !qprec) {
         free(keep);
         free(keepf);
         free(qprec);
@@ -530,8 +437,6 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         tp_plan_free(p);
         return tp_fail(err, TP_ERR_OOM, "out of host memory planning the engine");
     }
-    for (int i = 0; i < g->n_ops; i++)
-        p->op_fused_into[i] = p->op_epilogue_add[i] = p->op_epilogue_gelu[i] = p->op_epilogue_embed[i] = -1;
     tp_status st = resolve_policy(g, pol, prec, sm, keep, qprec, why, err);
     if (st) goto out;
     /* the quantized formats this engine holds (the default's, and the policy's per layer), each checked on the target */
@@ -608,75 +513,14 @@ tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, 
         }
 out:
     p->no_fusion = pol->no_fusion;
-    if (!st && sm > 0 && !pol->no_fusion) fuse_residual_adds(g, p);
-    if (!st && sm > 0 && !pol->no_fusion) fuse_gelu_tanh(g, p, pol->gelu_tanh);
-    if (!st && sm > 0 && !pol->no_fusion) fuse_patch_embed(g, sm, p);
+    /* the program: every op's kernel, then the fusion rules (program.h) */
+    if (!st) st = tp_program_lower(g, p, sm, pol->no_fusion, pol->gelu_tanh, &p->prog, err);
     free(keep);
     free(keepf);
     free(qprec);
     free(why);
     if (st) tp_plan_free(p);
     return st;
-}
-
-/* The bytes of the decoder ops that read part of a tensor: -1 for the others. */
-static double decoder_op_bytes(const tp_plan *p, const tp_graph *g, const tp_op *op) {
-    const tp_value *x = &g->values[op->in[0]], *o = &g->values[op->out];
-    const double xb = (double)tp_value_numel(x) * (double)tp_dtype_info(p->value_dt[op->in[0]])->bytes;
-    const double ob = tp_dtype_info(p->value_dt[op->out])->bytes;
-    switch (op->kind) {
-    case TP_OP_TOKEN_EMBED: /* the ids, one table row per token, the output */
-        return xb + 2.0 * (double)tp_value_numel(o) * ob;
-    case TP_OP_KV_APPEND: /* k and v read, their rows written into the cache (in its type) */
-        return 2.0 * xb + 2.0 * (double)tp_value_numel(x) * (double)tp_dtype_info(p->value_dt[op->out])->bytes;
-    case TP_OP_KV_ATTENTION: { /* q, the past + T cached K and V rows, the output */
-        const tp_value *c = &g->values[op->in[1]];
-        const double rows = (double)c->shape[1] * (double)(g->past + g->tokens);
-        return xb + 2.0 * rows * (double)c->shape[3] * (double)tp_dtype_info(p->value_dt[op->in[1]])->bytes +
-               (double)tp_value_numel(o) * ob;
-    }
-    case TP_OP_POOL: /* one row of each sequence */
-        if (op->pool_mode != 2) return -1;
-        return 2.0 * (double)tp_value_numel(o) * ob;
-    default: return -1;
-    }
-}
-
-double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int i) {
-    const tp_op *op = &g->ops[i];
-    double b = 0;
-    if (p->op_fused_into && p->op_fused_into[i] >= 0) return 0.0; /* its bytes are the fusing GEMM's */
-    const double db = decoder_op_bytes(p, g, op);
-    if (db >= 0) return db;
-    if (p->fp32_tensors && (op->kind == TP_OP_RMSNORM || op->kind == TP_OP_ROPE)) /* the casts: fp32 written, read */
-        b += 16.0 * (double)tp_value_numel(&g->values[op->out]);
-    if (p->op_epilogue_add && p->op_epilogue_add[i] >= 0) {   /* + the residual read by the epilogue */
-        const tp_op *a = &g->ops[p->op_epilogue_add[i]];
-        const int r = a->in[0] == op->out ? a->in[1] : a->in[0];
-        b += (double)tp_value_numel(&g->values[r]) * (double)tp_dtype_info(p->value_dt[r])->bytes;
-    }
-    for (int j = 0; j < op->n_in; j++) {
-        const double n = (double)tp_value_numel(&g->values[op->in[j]]);
-        if (j == 1 && p->op_prec && p->op_prec[i] == TP_PREC_NVFP4_WO) { /* codes, a scale per 16, the per-tensor one */
-            b += n / 2 + n / 16 + 4;
-            continue;
-        }
-        b += n * (double)tp_dtype_info(p->value_dt[op->in[j]])->bytes;
-    }
-    if (op->kind == TP_OP_POOL && op->pool_mode == 0) /* the class token's row of each image, not all T rows */
-        b -= (double)(tp_value_numel(&g->values[op->in[0]]) - tp_value_numel(&g->values[op->out])) *
-             (double)tp_dtype_info(p->value_dt[op->in[0]])->bytes;
-    int y = op->out;
-    if (p->op_epilogue_embed && p->op_epilogue_embed[i] >= 0) { /* + position embedding and class token read */
-        const tp_op *eo = &g->ops[p->op_epilogue_embed[i]];
-        for (int j = 1; j < eo->n_in; j++)
-            b += (double)tp_value_numel(&g->values[eo->in[j]]) * (double)tp_dtype_info(p->value_dt[eo->in[j]])->bytes;
-        y = eo->out;
-    }
-    /* the output: the fused GELU's (or token embedding's) when the epilogue computes it (its storage type) */
-    if (p->op_epilogue_gelu && p->op_epilogue_gelu[i] >= 0) y = g->ops[p->op_epilogue_gelu[i]].out;
-    b += (double)tp_value_numel(&g->values[y]) * (double)tp_dtype_info(p->value_dt[y])->bytes;
-    return b;
 }
 
 /* The kind of the first op reading value v (TP_OP_KIND_COUNT when none does) */
@@ -736,12 +580,10 @@ int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, co
     for (int v = 0; v < g->n_values; v++) slot[v] = -1;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
-        /* this op's output, then the outputs its kernel writes for the ops fused into it */
-        const int fused[4] = {op->out, p->op_epilogue_add ? p->op_epilogue_add[i] : -1,
-                              p->op_epilogue_gelu ? p->op_epilogue_gelu[i] : -1,
-                              p->op_epilogue_embed ? p->op_epilogue_embed[i] : -1};
-        for (int f = 0; f < 4; f++) {
-            const int v = f == 0 ? fused[0] : fused[f] >= 0 ? g->ops[fused[f]].out : -1;
+        /* this op's output, then (its call's first op) the outputs its kernel writes for the ops fused into it */
+        const tp_call *c = &p->prog.calls[i];
+        for (int f = 0; f < (tp_program_is_head(&p->prog, i) ? c->n_ops : 1); f++) {
+            const int v = g->ops[f == 0 ? i : c->ops[f]].out;
             if (v < 0 || slot[v] >= 0 || g->values[v].kind != TP_VAL_ACT || (pinned && pinned[v])) continue;
             int k = 0;
             while (k < n_free && slot_bytes[pool[k]] != bytes[v]) k++;
@@ -776,8 +618,8 @@ static int sibling_ok(const tp_graph *g, const tp_plan *p, int i) {
                    p->value_qf[w] == TP_QF_NONE;
     const int w4 = p->op_prec[i] == TP_PREC_NVFP4_WO && p->value_qf[w] == TP_QF_NVFP4;
     if (op->kind != TP_OP_LINEAR || op->gemm_k % (w4 ? 16 : 8) || p->value_qf[op->in[0]] != TP_QF_NONE ||
-        (p->value_qf[w] != TP_QF_NONE && !w4) || (p->value_scaled[w] && !w8) || p->op_epilogue_add[i] >= 0 ||
-        p->op_epilogue_gelu[i] >= 0)
+        (p->value_qf[w] != TP_QF_NONE && !w4) || (p->value_scaled[w] && !w8) || !tp_program_is_head(&p->prog, i) ||
+        p->prog.calls[i].n_ops != 1)
         return 0;
     const tp_dtype dt = p->value_dt[op->in[0]];
     return (dt == TP_F16 || dt == TP_BF16) && (w8 || w4 || p->value_dt[w] == dt) && p->value_dt[op->out] == dt &&

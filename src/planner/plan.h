@@ -30,7 +30,7 @@
  *         last block along K is allowed (K % 16 == 0 is cuBLASLt's FP8 rule).
  * KV cache (decoders): in the activation type, or with the policy's kv_fp8 (`--kv-cache fp8`) in E4M3 under one
  * static scale per layer's cache (calibrated: amax of the k and v appended / 448), for 16-bit engines on sm_89+.
- * Fusion (GPU targets): a residual add whose one operand is a GEMM output read by nothing else runs in that GEMM's
+ * Fusion (GPU targets; the rules of program.h, applied by tp_program_lower as the plan's last step): a residual add whose one operand is a GEMM output read by nothing else runs in that GEMM's
  * epilogue (C = the other operand, beta = 1) when the GEMM reads f32, f16, bf16 or per-tensor E4M3 operands and
  * writes the add's storage type: the add's kernel and its 3 passes over the activations disappear, and the sum is
  * rounded once instead of twice. Block-scaled GEMMs keep their add. With the policy's gelu_tanh
@@ -44,9 +44,10 @@
 
 #include "formats/qformat.h"
 #include "ir/graph.h"
+#include "planner/program.h"
 #include "tprof.h"
 
-typedef struct {
+typedef struct tp_plan {
     tp_precision requested;
     int no_fusion;    /* the policy's: no op fused into another's kernel (tp_policy.no_fusion) */
     int fp32_tensors; /* the policy's: RMSNorm and RoPE as FP32 layers between casts (tp_policy.fp32_tensors) */
@@ -60,15 +61,8 @@ typedef struct {
     int *op_emulated;          /* per op: 1 when the format is emulated on this target (no hardware path) */
     tp_precision *op_prec;     /* per op: the precision its main math runs in */
     char (*op_note)[256];      /* per op: how and why, e.g. "e4m3 GEMM, fp32 accumulate, fp16 out" */
-    int *op_fused_into;        /* per op: -1, or the op that computes it (a residual add done by the epilogue of
-                                  the GEMM producing its other operand: that op writes the add's output) */
-    int *op_epilogue_add;      /* per GEMM op: -1, or the residual add op its epilogue performs
-                                  (D = A W^T + bias + residual, one rounding; cuBLASLt beta = 1) */
-    int *op_epilogue_gelu;     /* per GEMM op: -1, or the GELU op its epilogue performs (tanh approximation, only
-                                  with the policy's gelu_tanh; the GEMM then writes the GELU's output, E4M3 too) */
-    int *op_epilogue_embed;    /* per PATCH_EMBED op: -1, or the EMBED_TOKENS op it performs too (sm_90: one
-                                  kernel, exec/cuda/kernels/patch_embed.h: im2col in the GEMM's loads, bias + position
-                                  embedding + class token in its epilogue, one rounding; it writes the tokens) */
+    tp_program prog;           /* what executes (program.h): the calls, their kernels, the fusion rules' matches; the
+                                  plan's lowering, which executors copy and rewrite */
 } tp_plan;
 
 /* Plans graph g for precision prec on target sm (0: CPU, which supports fp32 only).
@@ -84,10 +78,6 @@ void tp_plan_free(tp_plan *p);
 #include "planner/policy.h"
 tp_status tp_plan_build_policy(const tp_graph *g, const tp_policy *pol, int sm, tp_plan *p, tp_error *err);
 
-/* Bytes an op moves through memory at its planned storage types: every input read once (a class-token pool: that
- * token's rows only), output written once (the fewest bytes; the roofline's denominator); a fused op 0, the GEMM
- * that fuses it its residual too. Fusions an engine makes at build are not here: tp_engine_op_bytes. */
-double tp_plan_op_bytes(const tp_plan *p, const tp_graph *g, int op);
 /* Bytes of all parameters at their planned storage types (plus 4 bytes per FP8 scale), a parameter the graph
  * reads through several values in one storage for one kind of op (a pipeline's expert at every step) counted
  * once; a tied embedding twice, as the GPU engine holds it. */

@@ -6,7 +6,7 @@
  * tprof measures both on the GPU it runs on instead of taking datasheet figures: P is the dense cuBLASLt GEMM rate
  * of the precision at 8192^3 (exec/cuda/gemm/gemm_peak.h), W the rate of a device-to-device copy of 2 x 256 MiB
  * (bytes read plus bytes written per second). B is the op's fewest bytes at its planned storage types (every
- * input read once, the output written once: planner/plan.h, tp_plan_op_bytes), F its matmul FLOPs (ir/graph.h).
+ * input read once, the output written once: planner/program.h, tp_program_call_bytes), F its matmul FLOPs (ir/graph.h).
  * FLOPs outside matrix products (LayerNorm's, the softmax's) are not counted: the CUDA-core rate is not measured,
  * and the ops that have them are memory-bound by a wide margin at these shapes.
  *

@@ -55,7 +55,7 @@ static void print_plan(const tp_graph *g, const tp_plan *p) {
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         printf("  %-26s %-12s %-5s %10.3f %10.2f  %s\n", op->layer, tp_op_kind_name(op->kind),
-               tp_precision_name(p->op_prec[i]), op->flop * 1e-9, tp_plan_op_bytes(p, g, i) * 1e-6, p->op_note[i]);
+               tp_precision_name(p->op_prec[i]), op->flop * 1e-9, tp_program_op_bytes(&p->prog, p, g, i) * 1e-6, p->op_note[i]);
     }
 }
 

@@ -468,7 +468,7 @@ static void check_gelu_fused(const tp_graph *g, const tp_plan *plan) {
     for (int i = 0; i < g->n_ops; i++)
         if (g->ops[i].kind == TP_OP_GELU) {
             n_gelu++;
-            ck_assert_msg(plan->op_fused_into[i] >= 0, "%s not fused", g->ops[i].layer);
+            ck_assert_msg(tp_program_fused_into(&plan->prog, i) >= 0, "%s not fused", g->ops[i].layer);
         }
     ck_assert_int_gt(n_gelu, 0);
 }

@@ -449,11 +449,9 @@ static tp_status rank_op(rank_run *r, const tp_plan *plan, const float *act_amax
         if (st) return st;
         break;
     }
-    /* emulating a plan: the activation is stored in fp16/bf16 as the engine stores it, unless the op's
-     * epilogue goes on with the next op (a fused residual add, GELU or token embedding: never stored) */
-    const int stored = !plan || ((!plan->op_epilogue_add || plan->op_epilogue_add[i] < 0) &&
-                                 (!plan->op_epilogue_gelu || plan->op_epilogue_gelu[i] < 0) &&
-                                 (!plan->op_epilogue_embed || plan->op_epilogue_embed[i] < 0));
+    /* emulating a plan: the activation is stored in fp16/bf16 as the engine stores it, unless it is a value inside
+     * one call of the program (a fused chain's kernel goes on with it in registers: never stored) */
+    const int stored = !plan || !tp_program_inner(&plan->prog, g, op->out);
     if (plan && stored && narrow(plan->value_dt[op->out])) round_to(plan->value_dt[op->out], y, y, n);
     return TP_OK;
 }
@@ -506,8 +504,21 @@ static tp_status run_ranks(const tp_graph *const *gs, const tp_params *const *ps
     tp_status st = TP_OK;
     for (int k = 0; k < n; k++) r[k] = (rank_run){gs[k], ps[k], &sess[k], NULL, NULL, NULL};
     for (int k = 0; k < n && !st; k++) st = rank_init(&r[k], plan, input, err);
+    /* the order the ops run in: the program's calls, each call's ops in turn (a fused call runs its ops'
+     * references in order), each value released after its last reader in that order */
+    int *order = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    if (!order) st = tp_fail(err, TP_ERR_OOM, "out of host memory (CPU executor)");
+    for (int i = 0, n_order = 0; i < g->n_ops && !st; i++) {
+        const tp_call *c = plan ? &plan->prog.calls[i] : NULL;
+        if (!c) order[n_order++] = i;
+        for (int k = 0; c && k < c->n_ops; k++) order[n_order++] = c->ops[k];
+    }
+    for (int k = 0; k < n && !st; k++)
+        for (int o = 0; o < g->n_ops; o++)
+            for (int j = 0; j < r[k].g->ops[order[o]].n_in; j++) r[k].last[r[k].g->ops[order[o]].in[j]] = order[o];
     tp_cpu_watch *w = sess[0].watch;
-    for (int i = 0; i < g->n_ops && !st; i++) {
+    for (int oi = 0; oi < g->n_ops && !st; oi++) {
+        const int i = order[oi];
         if (w && w->on_op) w->on_op(w->user, g, i, 0);
         if (g->ops[i].kind == TP_OP_ALL_REDUCE) st = all_reduce(r, n, i, err);
         for (int k = 0; k < n && !st && g->ops[i].kind != TP_OP_ALL_REDUCE; k++)
@@ -526,6 +537,7 @@ static tp_status run_ranks(const tp_graph *const *gs, const tp_params *const *ps
     }
     for (int k = 0; k < n; k++) rank_free(&r[k]);
     free(r);
+    free(order);
     return st;
 }
 

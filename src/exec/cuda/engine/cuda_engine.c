@@ -173,8 +173,6 @@ static tp_status setup_kv(tp_engine *e, tp_error *err) {
     if (!e->share && cudaMemset(e->d_past, 0, sizeof(int)) != cudaSuccess)
         return tp_fail(err, TP_ERR_CUDA, "clearing the KV cache position");
     if ((st = tpe_rope_tables(e, err))) return st;
-    e->kv_flash = calloc((size_t)g->n_ops, sizeof(int));
-    if (!e->kv_flash) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_KV_ATTENTION) continue;
@@ -183,17 +181,18 @@ static tp_status setup_kv(tp_engine *e, tp_error *err) {
         const tp_dtype dt = e->plan->value_dt[op->in[0]];
         const int D = op->head_dim;
         const tp_kernel_shape fs = {.dt = dt, .k = D};
-        e->kv_flash[i] = e->resets_past && T > 16 && tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0);
-        if (!e->kv_flash[i] && D != 64 && D != 128 && D != 256)
+        const int flash = e->resets_past && T > 16 && tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0);
+        if (flash) tpe_set_kind(e, i, TP_CALL_KV_ATTENTION_FLASH);
+        if (!flash && D != 64 && D != 128 && D != 256)
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: head dim %d: the decode attention kernel takes 64, 128 "
                            "and 256", op->layer, D);
-        size_t ws = e->kv_flash[i] ? 0 : tpk_kv_attention_workspace(B, T, op->heads, D, L);
+        size_t ws = flash ? 0 : tpk_kv_attention_workspace(B, T, op->heads, D, L);
         if (ws > e->kv_ws_bytes) e->kv_ws_bytes = ws;
-        if (e->kv_flash[i] && e->plan->value_dt[op->in[1]] == TP_E4M3) { /* the prefill's K, V dequantized */
+        if (flash && e->plan->value_dt[op->in[1]] == TP_E4M3) { /* the prefill's K, V dequantized */
             const size_t b16 = 2 * (size_t)B * T * (size_t)c->shape[3] * tp_dtype_info(dt)->bytes;
             if (b16 > kv16) kv16 = b16;
         }
-        snprintf(e->impl_note[i], sizeof e->impl_note[i], "%s", e->kv_flash[i]
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "%s", flash
                      ? "tprof flash attention (attention.h) over the cache's first T rows: a prefill from position 0"
                      : "tprof decode attention (decoder_ops.h): split-KV over the cache, the position read on the device");
     }
@@ -245,27 +244,22 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     e->dptr = calloc((size_t)g->n_values, sizeof(void *));
     e->gplan = calloc((size_t)g->n_ops, sizeof(tp_gemm_plan *));
     e->d_bscale = calloc((size_t)g->n_values, sizeof(void *));
-    e->attn = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->attn);
     e->sdpa = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->sdpa);
     e->impl_note = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->impl_note);
-    e->gelu_sm90 = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
-    e->plain_sm90 = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
-    e->gemv16 = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
     e->group_lead = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     e->group_next = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
-    e->group_on = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1);
     e->group_cs = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float *));
     e->gemm_us = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(double));
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     e->act_amax = malloc(sizeof(float) * (size_t)(g->n_values ? g->n_values : 1));
     h_scales = malloc(sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values);
-    if (!e->dptr || !e->gplan || !e->d_bscale || !e->attn || !e->sdpa || !e->impl_note || !e->gelu_sm90 ||
-        !e->plain_sm90 || !e->gemv16 || !e->group_lead || !e->group_next || !e->group_on || !e->group_cs || !e->gemm_us || !e->wglobal || !e->alpha || !e->act_amax || !h_scales) {
+    if (!e->dptr || !e->gplan || !e->d_bscale || !e->sdpa || !e->impl_note || !e->group_lead || !e->group_next ||
+        !e->group_cs || !e->gemm_us || !e->wglobal || !e->alpha || !e->act_amax || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
-    for (int i = 0; i < g->n_ops; i++) e->gelu_sm90[i] = -1;
+    if ((st = tp_program_copy(&plan->prog, &e->prog, err))) goto fail; /* the plan's program, this engine's to rewrite */
     for (int v = 0; v < 2 * SCALE_SLOT * g->n_values; v++) h_scales[v] = 1.0f;
     CU_TRY(cudaSetDevice(opt->device));
     if ((st = tpe_find_repeats(e, err))) goto fail;
@@ -327,8 +321,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     if (st) goto fail;
     for (int i = 0; i < g->n_ops; i++) { /* no GEMM writes over its own operand (tpe_alloc_activations says why) */
         if (g->ops[i].kind != TP_OP_LINEAR) continue;
-        const int ea = plan->op_epilogue_add[i], eg = plan->op_epilogue_gelu[i];
-        const int y = eg >= 0 ? g->ops[eg].out : ea >= 0 ? g->ops[ea].out : g->ops[i].out;
+        const int y = tp_program_out(&plan->prog, g, i);
         for (int j = 0; j < g->ops[i].n_in; j++) CHECK(e->dptr[y] != e->dptr[g->ops[i].in[j]]);
     }
     if (g->kv_len > 0 && (st = setup_kv(e, err))) goto fail;
@@ -361,7 +354,8 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_LINEAR && op->kind != TP_OP_PATCH_EMBED) continue;
         e->alpha[i] = 1.0f;
-        if (plan->op_epilogue_embed[i] >= 0) { /* tprof's kernel, no cuBLASLt plan, no im2col scratch */
+        const int emb = tpe_plan_fused(e, i, TP_OP_EMBED_TOKENS);
+        if (emb >= 0) { /* tprof's kernel, no cuBLASLt plan, no im2col scratch */
             if (!tpk_patch_embed_supported(plan->value_dt[op->in[1]], op->patch, (int)op->gemm_n)) {
                 st = tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: the fused patch embedding (patch_embed.h) does not "
                              "run on this device", op->layer);
@@ -369,7 +363,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
             }
             snprintf(e->impl_note[i], sizeof e->impl_note[i],
                      "tprof patch_embed.cu: wgmma GEMM, im2col + cast in its loads, bias + %s in its epilogue",
-                     g->ops[plan->op_epilogue_embed[i]].layer);
+                     g->ops[emb].layer);
             continue;
         }
         if (op->kind == TP_OP_LINEAR && plan->value_qf[op->in[0]] == TP_QF_FP8_BLOCK128) {
@@ -428,14 +422,14 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
             const size_t b = (size_t)(op->gemm_m * op->gemm_k);
             if (b > q8_bytes) q8_bytes = b;
         }
-        const int eg = plan->op_epilogue_gelu[i]; /* a fused GELU: the GEMM writes its output (plan.c) */
+        const int eg = tpe_plan_fused(e, i, TP_OP_GELU); /* a fused GELU: the GEMM writes its output (plan.c) */
         tp_gemm_desc d = {op->gemm_m, op->gemm_n, op->gemm_k,
                           op->kind == TP_OP_PATCH_EMBED                  ? plan->value_dt[op->in[1]]
                           : plan->value_qf[op->in[0]] != TP_QF_NONE ? TP_BF16
                           : op_fp8_quant_in(e, i)                   ? TP_E4M3
                                                                           : plan->value_dt[op->in[0]],
                           plan->value_dt[eg >= 0 ? g->ops[eg].out : op->out], op->n_in > 2, 0, 0,
-                          plan->op_epilogue_add[i] >= 0, eg >= 0, 0};
+                          tpe_plan_fused(e, i, TP_OP_ADD) >= 0, eg >= 0, 0};
         d.fast_accum = d.ab_dt == TP_E4M3 && !e->fp8_promote; /* per-tensor FP8: tp_engine_options.fp8_promote */
         st = tp_gemm_plan_create(e->gemm, &d, op->layer, &e->gplan[i], err);
         if (st) goto fail;
@@ -511,13 +505,8 @@ void tp_engine_destroy(tp_engine *e) {
     if (e->sdpa)
         for (int i = 0; i < e->g->n_ops; i++) tp_sdpa_destroy(e->sdpa[i]);
     free(e->sdpa);
-    free(e->attn);
-    free(e->gelu_sm90);
-    free(e->plain_sm90);
-    free(e->gemv16);
     free(e->group_lead);
     free(e->group_next);
-    free(e->group_on);
     free(e->group_cs);
     free(e->gemm_us);
     free(e->impl_note);
@@ -528,9 +517,8 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->d_opconst);
     for (int i = 0; e->mplan && i < 4 * e->g->n_ops; i++) tp_bgemm_destroy(e->mplan[i]);
     free(e->mplan);
-    free(e->masked_gemm);
     free(e->repeats);
-    free(e->kv_flash);
+    tp_program_free(&e->prog);
     if (e->owns_nccl) tp_nccl_destroy(e->nccl);
     free(e);
 }

@@ -23,6 +23,7 @@
 #include "exec/cuda/vendor/nccl_comm.h"
 #include "formats/dtype.h"
 #include "formats/precision.h"
+#include "planner/program.h"
 
 /* A CUDA runtime call that can fail for reasons outside tprof (no device, out of memory): a status. */
 #define CU_TRY(call)                                                                                  \
@@ -73,20 +74,17 @@ struct tp_engine {
     int n_allocs, cap_allocs;
     tp_gemm_ctx *gemm;
     tp_gemm_plan **gplan; /* per op */
-    tp_attn_impl *attn;        /* per op: the attention implementation chosen (attention ops) */
     tp_sdpa **sdpa;            /* per op: cuDNN's plan when it runs the op (plans are per op: they cache pointers) */
     void *d_sdpa_ws;           /* cuDNN's workspace, shared (one stream) */
     char (*impl_note)[200];    /* per op: what was chosen and the build-time timings */
-    int *gelu_sm90;            /* per GEMM op: the GELU op whose output tprof's Hopper GEMM writes (gemm_sm90.h, bias
-                                  and exact GELU in its epilogue; chosen by time in choose_gemms), -1: cuBLASLt, then
-                                  the GELU op's own kernel */
-    unsigned char *plain_sm90; /* per GEMM op: 1 where tprof's Hopper GEMM runs a per-tensor FP8 linear without a
-                                  GELU (bias and the fused residual add in its epilogue; sm90_plain_candidate) */
-    unsigned char *gemv16;     /* per GEMM op: 1 where tprof's decode GEMV (gemv.h tpk_gemv) runs a 16-bit linear of at
-                                  most 8 rows, bias and the fused residual add in its epilogue (chosen by time) */
+    /* the program this engine runs (planner/program.h): the plan's, copied, with the build's choices rewriting its
+     * calls' kernels (TP_CALL_GEMM_SM90_GELU: tprof's Hopper GEMM with the exact GELU joined to the call;
+     * TP_CALL_GEMM_SM90: tprof's FP8 GEMM; TP_CALL_GEMV: the 16-bit decode GEMV; TP_CALL_GEMV_GROUP: a sibling group
+     * joined into its leader's call; TP_CALL_GEMM_SPARSE; the attention implementations; a prefill's flash KV
+     * attention; a masked attention's batched GEMMs). tpe_launch_op launches a call from its first op. */
+    tp_program prog;
     int *group_lead, *group_next; /* per op: sibling linears (engine_memory.c): the group's first op, the next member
                                      (-1: none) */
-    unsigned char *group_on;   /* per leader: 1 where one GEMV computes the whole group (chosen by time) */
     float **group_cs;          /* per leader of a weight-only FP8 group: its members' per-tensor scales, one per
                                   output row (N fp32, device), the group GEMV's per-row scales */
     int groups_mode;           /* tp_engine_options.gemv_groups */
@@ -112,14 +110,12 @@ struct tp_engine {
     int feed_argmax;           /* the graph ends by writing argmax(logits) into its own input (greedy decode) */
     float **d_invfreq;         /* per RoPE op: its D/2 inverse frequencies (tp_rope_inv_freq), device */
     float **d_opconst;         /* per TIME_CONCAT op: its step's time embedding (tp_time_embedding), device */
-    unsigned char *masked_gemm; /* per MASKED_ATTENTION op: 1 where cuBLASLt's batched GEMMs and the masked softmax
-                                   run it (engine_memory.c), 0 for the CUDA-core kernel */
     tp_bgemm **mplan;          /* per op, 4 each: S = Q Kp^T, S = Q K^T, O = P Vp, O (+)= P V (NULL where absent) */
     float *d_mscore;           /* the unfused attention's scores, fp32 (the largest op's; one stream) */
     void *d_mprob;             /* its probabilities, in the activations' type */
     struct tp_spgemm_ctx *spctx; /* cuSPARSELt's handle (tp_engine_options.sparse), NULL otherwise */
     struct tp_spgemm **spgemm;  /* per op: the planned sparse GEMM of a linear with 2:4 weights, NULL elsewhere */
-    unsigned char *sparse_on;   /* per op: 1 where it runs (faster than the dense GEMM at build) */
+    tp_call_kind *sparse_dense; /* per op: the kind a linear runs dense, kept while TP_CALL_GEMM_SPARSE runs it */
     double *sparse_us;          /* per op, 2 each: the sparse and the dense GEMM's build-time times */
     char (*sparse_why)[120];    /* per op: why a linear with a 2:4 weight has no sparse GEMM ("" otherwise) */
     int sparse_mode;            /* tp_engine_options.sparse */
@@ -129,7 +125,6 @@ struct tp_engine {
                                   device copy it shares (a pipeline's expert steps), or -1 */
     float *d_kv_ws;            /* the decode attention's split-KV workspace, shared by its ops (one stream) */
     size_t kv_ws_bytes;
-    int *kv_flash;             /* per KV attention op: 1 when the flash kernel runs it as a prefill (past 0) */
     void *d_kv16;              /* an FP8 cache's prefill: its first T rows dequantized (2, B, T, W) for the flash
                                   kernel (the largest such op's; one stream) */
     float *d_f32x, *d_f32y;    /* --fp32-protect tensors: an FP32 layer's input and output (plan.h fp32_tensors; the
@@ -184,7 +179,7 @@ tp_status tpe_alloc_activations(tp_engine *e, tp_error *err);
  * tpe_fp4_group: the group of leader `lead` is weight-only NVFP4; tpe_group_ready: the group of leader `lead` can
  * run as one GEMV (one token, its weights, biases and outputs contiguous), its summed N in *n_total;
  * tpe_choose_groups: the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster
- * (e->group_on); tpe_launch_group: op i of a chosen group (the leader launches the GEMV, the others nothing). */
+ * (its members joined into the leader's call, of kind TP_CALL_GEMV_GROUP); tpe_launch_group: the GEMV of leader i. */
 void tpe_find_groups(tp_engine *e);
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err);
 void tpe_group_pins(const tp_engine *e, unsigned char *pinned);
@@ -264,6 +259,27 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
                     tp_engine **out, tp_error *err);
 
 /* Helpers of every phase */
+
+/* The program: op i's call kind (its call's, when another op heads it); a head's kind rewritten; the op of kind k
+ * the plan fused into op i's call (its epilogue: a residual ADD, a tanh GELU, the token embedding), or -1. */
+static inline tp_call_kind tpe_kind(const tp_engine *e, int i) { return tp_program_kind(&e->prog, i); }
+static inline void tpe_set_kind(tp_engine *e, int i, tp_call_kind k) { e->prog.calls[i].kind = k; }
+static inline int tpe_plan_fused(const tp_engine *e, int i, tp_op_kind k) {
+    return tp_program_find(&e->plan->prog, e->g, i, k);
+}
+/* tp_attn_impl <-> the attention call kinds */
+static inline tp_call_kind tpe_attn_kind(tp_attn_impl a) {
+    return a == TP_ATTN_FLASH ? TP_CALL_ATTENTION_FLASH
+           : a == TP_ATTN_WGMMA ? TP_CALL_ATTENTION_WGMMA
+           : a == TP_ATTN_CUDNN ? TP_CALL_ATTENTION_CUDNN
+                                : TP_CALL_ATTENTION;
+}
+static inline tp_attn_impl tpe_attn_impl(tp_call_kind k) {
+    return k == TP_CALL_ATTENTION_FLASH ? TP_ATTN_FLASH
+           : k == TP_CALL_ATTENTION_WGMMA ? TP_ATTN_WGMMA
+           : k == TP_CALL_ATTENTION_CUDNN ? TP_ATTN_CUDNN
+                                          : TP_ATTN_CLASSIC;
+}
 static inline size_t value_bytes(const tp_engine *e, int v) {
     return (size_t)tp_value_numel(&e->g->values[v]) * tp_dtype_info(e->plan->value_dt[v])->bytes;
 }

@@ -90,7 +90,7 @@ static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
         const char *kv = e->dptr[op->in[1]];
         const tp_dtype kdt = pl->value_dt[op->in[1]];
         const float *ks = e->d_scales + SCALE_SLOT * op->in[1];
-        if (e->kv_flash[i]) { /* a prefill: the T keys at rows 0 .. T - 1 of each sequence's cache */
+        if (tpe_kind(e, i) == TP_CALL_KV_ATTENTION_FLASH) { /* a prefill: the T keys at rows 0 .. T - 1 of each sequence's cache */
             const long long QW = (long long)op->heads * op->head_dim;
             long long plane = (long long)B * L * W, rows = L;
             if (kdt == TP_E4M3) { /* an FP8 cache: its rows 0 .. T - 1 as the kernel reads them, (2, B, T, W) */
@@ -116,252 +116,413 @@ static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
     }
 }
 
-/* A linear op: tprof's Hopper GEMMs, cuBLASLt (per-tensor FP8, FP8 block-128, native and emulated block formats,
- * 16-bit) or the decode GEMV, as the build chose; *cublas is set when rc is a cuBLAS status. */
-static int launch_linear(tp_engine *e, int i, int *cublas) {
+/* ---- the linears: one launcher per call kind (planner/program.h) ----------------------------------------- */
+
+/* A linear call's operands: x and W as the GEMM reads them; y the value its kernel writes (a chained call's last
+ * op's: the residual add's output, the GELU's), in its type; res the residual its epilogue adds (the other operand
+ * of a fused ADD), or NULL. */
+typedef struct {
+    const tp_op *op;
+    const void *x, *w, *bias, *res;
+    void *y;
+    tp_dtype xdt, ydt;
+    int yv, fp8; /* fp8: x is stored in E4M3 */
+} lin_io;
+
+static lin_io linear_io(const tp_engine *e, int i) {
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
     const tp_op *op = &g->ops[i];
-    void *y = e->dptr[op->out];
-    const void *x = e->dptr[op->in[0]];
-    tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
-    cudaStream_t s = e->stream;
-    int rc = 0;
-    if (e->group_lead[i] >= 0 && e->group_on[e->group_lead[i]]) return tpe_launch_group(e, i);
-    if (e->sparse_on && e->sparse_on[i]) { /* cuSPARSELt's 2:4 GEMM, chosen by time at build (engine_select.c) */
-        *cublas = 2; /* a cuSPARSELt status, not a CUDA error */
-        return tpe_launch_sparse(e, i);
-    }
-    const tp_qformat qf = pl->value_qf[op->in[0]];
-    const int fp8 = pl->value_dt[op->in[0]] == TP_E4M3;
-    if (e->gelu_sm90[i] >= 0) { /* GEMM + bias + exact GELU in one kernel: it writes the GELU's output */
-        const int gv = g->ops[e->gelu_sm90[i]].out;
-        const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
-        if (fp8) /* E4M3 operands with their scales; the GELU's output in its type (E4M3 with its scale) */
-            rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
-                                   e->d_scales + SCALE_SLOT * op->in[1], bias, NULL, e->dptr[gv],
-                                   pl->value_dt[gv], e->d_scales + SCALE_SLOT * gv, (int)op->gemm_m,
-                                   (int)op->gemm_n, (int)op->gemm_k, 1,
-                                   tpk_gemm_sm90_fp8_pick_variant(pl->value_dt[gv], (int)op->gemm_m,
-                                                                  (int)op->gemm_n, e->sms),
-                                   s);
-        else
-            rc = tpk_gemm_sm90(x, e->dptr[op->in[1]], bias, e->dptr[gv], xdt, (int)op->gemm_m, (int)op->gemm_n,
-                               (int)op->gemm_k, 1, s);
-        return rc;
-    }
-    if (qf == TP_QF_FP8_BLOCK128) {
-        /* native FP8 block-128: the input in E4M3 with its 1x128 scales (written by the producer, or here) */
-        const int M = (int)op->gemm_m;
-        float *xs = (float *)e->d_bscale[op->in[0]];
-        if (!fp8) {
-            HOOK(e, i, TP_CAT_QUANT);
-            rc = tpk_quant_fp8_b128(x, xdt, 0, e->d_q8, xs, M, (int)rows_pad(M), (int)op->gemm_k, s);
-            if (rc) return rc;
-            x = e->d_q8;
-            HOOK(e, i, TP_CAT_GEMM);
-        }
-        *cublas = 1;
-        rc = tp_gemm_run(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
-                         y, xs, (const float *)e->d_bscale[op->in[1]], s);
-        return rc;
-    }
-    if (op_native_bs(e, i)) {
-        /* Blackwell: the input's codes and 128x4-tiled scales, then the block-scaled GEMM (NVFP4's per-tensor
-         * scales in alpha) */
-        HOOK(e, i, TP_CAT_QUANT);
-        rc = tpk_block_quant_native(x, xdt, e->d_q8, e->d_bscale[op->in[0]], (long long)op->gemm_m,
-                                    (long long)op->gemm_k, (int)qf,
-                                    qf == TP_QF_NVFP4 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
-        if (rc) return rc;
-        HOOK(e, i, TP_CAT_GEMM);
-        *cublas = 1;
-        rc = tp_gemm_run_alpha(e->gemm, e->gplan[i], e->d_q8, e->dptr[op->in[1]],
-                               op->n_in > 2 ? e->dptr[op->in[2]] : NULL, y, (const float *)e->d_bscale[op->in[0]],
-                               (const float *)e->d_bscale[op->in[1]], e->alpha[i], s);
-        return rc;
-    }
-    if (qf != TP_QF_NONE) {
-        /* emulation: the operand's exact block-scaled values, in bf16, feed a bf16 GEMM */
-        HOOK(e, i, TP_CAT_QUANT);
-        rc = tpk_block_qdq(x, xdt, e->d_qdq, TP_BF16, (long long)op->gemm_m, (long long)op->gemm_k, (int)qf,
-                           tp_qformat_info(qf)->global_scale ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, s);
-        if (rc) return rc;
-        x = e->d_qdq;
-        HOOK(e, i, TP_CAT_GEMM);
-    }
-    /* a residual add fused into this epilogue (plan.c): D is the add's output, C its other operand; a fused
-     * GELU: D is the GELU's output, in its type */
-    const int ea = pl->op_epilogue_add[i], eg = pl->op_epilogue_gelu[i];
-    const void *res = NULL;
-    int yv = op->out;
+    lin_io io = {.op = op, .x = e->dptr[op->in[0]], .w = e->dptr[op->in[1]],
+                 .bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL, .xdt = pl->value_dt[op->in[0]],
+                 .fp8 = pl->value_dt[op->in[0]] == TP_E4M3};
+    const int ea = tp_program_find(&e->prog, g, i, TP_OP_ADD);
     if (ea >= 0) {
         const tp_op *a = &g->ops[ea];
-        res = e->dptr[a->in[0] == op->out ? a->in[1] : a->in[0]];
-        yv = a->out;
+        io.res = e->dptr[a->in[0] == op->out ? a->in[1] : a->in[0]];
     }
-    if (eg >= 0) yv = g->ops[eg].out;
-    y = e->dptr[yv];
-    ydt = pl->value_dt[yv];
-    if (op_weight_only(e, i)) { /* E4M3 or NVFP4 weights, 16-bit activations (plan.c) */
-        const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
-        const int fp4 = pl->op_prec[i] == TP_PREC_NVFP4_WO, w = op->in[1];
-        const float *ws = e->d_scales + SCALE_SLOT * w; /* E4M3's scale, NVFP4's s2 */
-        if (op->gemm_m <= 8) /* a decode step: the GEMV decodes the weights in registers, the scales in its epilogue */
-            return fp4 ? tpk_gemv_nvfp4(x, e->dptr[w], e->d_bscale[w], ws, bias, res, y, xdt, (int)op->gemm_m,
-                                        (int)op->gemm_n, (int)op->gemm_k, s)
-                       : tpk_gemv_fp8(x, e->dptr[w], NULL, ws, bias, res, y, xdt, (int)op->gemm_m, (int)op->gemm_n,
-                                      (int)op->gemm_k, s);
-        HOOK(e, i, TP_CAT_CONVERT); /* the weight's exact values in the activations' type, its FP32 scale in alpha */
-        rc = fp4 ? tpk_nvfp4_to_16bit(e->dptr[w], e->d_bscale[w], e->d_wdq, xdt, (long long)op->gemm_n,
-                                      (long long)op->gemm_k, s)
-                 : tpk_e4m3_to_16bit(e->dptr[w], e->d_wdq, xdt, (long long)(op->gemm_n * op->gemm_k), s);
-        if (rc) return rc;
-        HOOK(e, i, TP_CAT_GEMM);
-        *cublas = 1;
-        return tp_gemm_run_q(e->gemm, e->gplan[i], x, e->d_wdq, bias, res, y, NULL, NULL, NULL, e->alpha[i], s);
-    }
-    if (op_fp8_quant_in(e, i)) { /* W8A8 on a 16-bit input, quantized with its calibrated scale as it is read */
-        const float *xs = e->d_scales + SCALE_SLOT * op->in[0], *ws = e->d_scales + SCALE_SLOT * op->in[1];
-        const void *bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
-        if (op->gemm_m <= 8) /* a decode step: rounded to E4M3 in the GEMV's registers */
-            return tpk_gemv_w8a8(x, xs, e->dptr[op->in[1]], NULL, ws, bias, res, y, xdt, (int)op->gemm_m,
-                                 (int)op->gemm_n, (int)op->gemm_k, s);
-        HOOK(e, i, TP_CAT_QUANT);
-        rc = tpk_convert(x, xdt, e->d_q8, TP_E4M3, xs, (size_t)(op->gemm_m * op->gemm_k), s);
-        if (rc) return rc;
-        HOOK(e, i, TP_CAT_GEMM);
-        *cublas = 1;
-        return tp_gemm_run_q(e->gemm, e->gplan[i], e->d_q8, e->dptr[op->in[1]], bias, res, y, xs, ws,
-                             ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + yv) : NULL, e->alpha[i], s);
-    }
-    if (e->gemv16[i]) { /* a decode GEMV: the bias and the residual in its epilogue */
-        rc = tpk_gemv(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y, xdt, (int)op->gemm_m,
-                      (int)op->gemm_n, (int)op->gemm_k, s);
-        return rc;
-    }
-    if (e->plain_sm90[i]) { /* E4M3 operands; D F16 (+ the residual) or E4M3 with its storage scale */
-        rc = tpk_gemm_sm90_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
-                               e->d_scales + SCALE_SLOT * op->in[1], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
-                               res, y, ydt, e->d_scales + SCALE_SLOT * yv, (int)op->gemm_m, (int)op->gemm_n,
-                               (int)op->gemm_k, 0,
-                               tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms), s);
-        return rc;
-    }
-    *cublas = 1;
-    rc = tp_gemm_run_q(e->gemm, e->gplan[i], x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, res, y,
-                       fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
-                       fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL,
-                       ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (g->n_values + yv) : NULL, e->alpha[i], s);
-    return rc;
+    io.yv = tp_program_out(&e->prog, g, i);
+    io.y = e->dptr[io.yv];
+    io.ydt = pl->value_dt[io.yv];
+    return io;
 }
 
-tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
-    const tp_graph *g = e->g;
-    const tp_plan *pl = e->plan;
-    const tp_op *op = &g->ops[i];
-    const tp_value *o = &g->values[op->out], *xv = &g->values[op->in[0]];
-    void *y = e->dptr[op->out];
-    const void *x = e->dptr[op->in[0]];
-    tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
-    const float *ys = e->d_scales + SCALE_SLOT * op->out;
-    cudaStream_t s = e->stream;
-    int rc = 0, cublas = 0; /* cublas: rc is a cuBLAS status, not a CUDA error */
-    HOOK(e, i, tp_op_category(op->kind));
-    switch (op->kind) {
-    case TP_OP_PATCH_EMBED:
-        if (pl->op_epilogue_embed[i] >= 0) { /* im2col + GEMM + bias + token embedding in one kernel (plan.c) */
-            const tp_op *eo = &g->ops[pl->op_epilogue_embed[i]];
-            rc = tpk_patch_embed(x, e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
-                                 eo->n_in > 2 ? e->dptr[eo->in[2]] : NULL, e->dptr[eo->in[1]], e->dptr[eo->out],
-                                 pl->value_dt[eo->out], (int)xv->shape[0], (int)xv->shape[2], (int)xv->shape[3],
-                                 op->patch, (int)op->gemm_n, eo->n_in > 2, s);
-            break;
-        }
-        HOOK(e, i, TP_CAT_CONVERT); /* im2col is a layout transform feeding the GEMM */
-        rc = tpk_im2col(x, e->d_cols, pl->value_dt[op->in[1]], (int)xv->shape[0], (int)xv->shape[2],
-                        (int)xv->shape[3], op->patch, s);
+/* cuBLASLt on x (as given: the stored input, or a quantized / QDQ copy of it) with op i's plan */
+static int gemm_cublaslt(tp_engine *e, int i, const lin_io *io, const void *x, int *lib) {
+    const tp_op *op = io->op;
+    *lib = 1;
+    return tp_gemm_run_q(e->gemm, e->gplan[i], x, io->w, io->bias, io->res, io->y,
+                         io->fp8 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL,
+                         io->fp8 ? e->d_scales + SCALE_SLOT * op->in[1] : NULL,
+                         io->ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (e->g->n_values + io->yv) : NULL, e->alpha[i],
+                         e->stream);
+}
+
+static int l_gemm(tp_engine *e, int i, int *lib) {
+    const lin_io io = linear_io(e, i);
+    return gemm_cublaslt(e, i, &io, io.x, lib);
+}
+
+/* emulation: the operand's exact block-scaled values, in bf16, feed a bf16 GEMM */
+static int l_gemm_qdq(tp_engine *e, int i, int *lib) {
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    const tp_qformat qf = e->plan->value_qf[op->in[0]];
+    HOOK(e, i, TP_CAT_QUANT);
+    int rc = tpk_block_qdq(io.x, io.xdt, e->d_qdq, TP_BF16, (long long)op->gemm_m, (long long)op->gemm_k, (int)qf,
+                           tp_qformat_info(qf)->global_scale ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, e->stream);
+    if (rc) return rc;
+    HOOK(e, i, TP_CAT_GEMM);
+    return gemm_cublaslt(e, i, &io, e->d_qdq, lib);
+}
+
+/* native FP8 block-128: the input in E4M3 with its 1x128 scales (written by the producer, or here) */
+static int l_gemm_fp8_block(tp_engine *e, int i, int *lib) {
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    const int M = (int)op->gemm_m;
+    float *xs = (float *)e->d_bscale[op->in[0]];
+    const void *x = io.x;
+    if (!io.fp8) {
+        HOOK(e, i, TP_CAT_QUANT);
+        int rc = tpk_quant_fp8_b128(x, io.xdt, 0, e->d_q8, xs, M, (int)rows_pad(M), (int)op->gemm_k, e->stream);
+        if (rc) return rc;
+        x = e->d_q8;
         HOOK(e, i, TP_CAT_GEMM);
-        if (!rc) {
-            rc = tp_gemm_run(e->gemm, e->gplan[i], e->d_cols, e->dptr[op->in[1]], e->dptr[op->in[2]], y, NULL, NULL,
-                             s);
-            cublas = 1;
-        }
-        break;
-    case TP_OP_EMBED_TOKENS:
-        if (pl->op_fused_into[i] >= 0) break; /* written by the patch embedding's kernel (plan.c) */
-        rc = tpk_embed_tokens(x, op->n_in > 2 ? e->dptr[op->in[2]] : NULL, e->dptr[op->in[1]], y, ydt,
-                              (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->n_in > 2, s);
-        break;
-    case TP_OP_LAYERNORM: {
-        int C = (int)o->shape[o->ndim - 1], M = (int)(tp_value_numel(o) / C);
-        if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3)
-            rc = tpk_layernorm_fp8_b128(x, xdt, e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]], y,
-                                        (float *)e->d_bscale[op->out], M, (int)rows_pad(M), C, op->eps, s);
-        else
-            rc = tpk_layernorm(x, xdt, e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]], y, ydt, ys,
-                               M, C, op->eps, s);
-        break;
     }
-    case TP_OP_LINEAR: rc = launch_linear(e, i, &cublas); break;
-    case TP_OP_ATTENTION: {
-        const int B = (int)xv->shape[0], T = (int)xv->shape[1];
-        if (pl->op_prec[i] == TP_PREC_FP8) {
-            if (xdt == TP_E4M3) /* Q/K/V in E4M3 from the QKV GEMM (plan.c) */
-                rc = tpk_flash_attention_wgmma_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T,
-                                                   op->heads, op->head_dim, op->scale, s);
-            else
-                rc = tpk_flash_attention_fp8(x, xdt, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T,
-                                             op->heads, op->head_dim, op->scale, s);
-            break;
-        }
-        switch (e->attn[i]) {
-        case TP_ATTN_FLASH: rc = tpk_flash_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s); break;
-        case TP_ATTN_WGMMA:
-            rc = tpk_flash_attention_wgmma(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s);
-            break;
-        case TP_ATTN_CUDNN: rc = tp_sdpa_run(e->sdpa[i], x, y, e->d_sdpa_ws, s); break;
-        default: rc = tpk_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s); break;
-        }
-        break;
+    *lib = 1;
+    return tp_gemm_run(e->gemm, e->gplan[i], x, io.w, io.bias, e->dptr[op->out], xs,
+                       (const float *)e->d_bscale[op->in[1]], e->stream);
+}
+
+/* Blackwell: the input's codes and 128x4-tiled scales, then the block-scaled GEMM (NVFP4's per-tensor scales in
+ * alpha) */
+static int l_gemm_block_native(tp_engine *e, int i, int *lib) {
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    const tp_qformat qf = e->plan->value_qf[op->in[0]];
+    HOOK(e, i, TP_CAT_QUANT);
+    int rc = tpk_block_quant_native(io.x, io.xdt, e->d_q8, e->d_bscale[op->in[0]], (long long)op->gemm_m,
+                                    (long long)op->gemm_k, (int)qf,
+                                    qf == TP_QF_NVFP4 ? e->d_scales + SCALE_SLOT * op->in[0] : NULL, e->stream);
+    if (rc) return rc;
+    HOOK(e, i, TP_CAT_GEMM);
+    *lib = 1;
+    return tp_gemm_run_alpha(e->gemm, e->gplan[i], e->d_q8, io.w, io.bias, e->dptr[op->out],
+                             (const float *)e->d_bscale[op->in[0]], (const float *)e->d_bscale[op->in[1]], e->alpha[i],
+                             e->stream);
+}
+
+/* weight-only at <= 8 rows (a decode step): the GEMV decodes the weights in registers, the scales (E4M3's, NVFP4's
+ * s2) in its epilogue with the bias and the residual */
+static int l_gemv_fp8_wo(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    return tpk_gemv_fp8(io.x, io.w, NULL, e->d_scales + SCALE_SLOT * op->in[1], io.bias, io.res, io.y, io.xdt,
+                        (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, e->stream);
+}
+
+static int l_gemv_nvfp4_wo(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    return tpk_gemv_nvfp4(io.x, io.w, e->d_bscale[op->in[1]], e->d_scales + SCALE_SLOT * op->in[1], io.bias, io.res,
+                          io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, e->stream);
+}
+
+/* weight-only at > 8 rows: the weight's exact values in the activations' type, its FP32 scale in alpha */
+static int l_gemm_wo_dequant(tp_engine *e, int i, int *lib) {
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    const int w = op->in[1];
+    HOOK(e, i, TP_CAT_CONVERT);
+    int rc = e->plan->op_prec[i] == TP_PREC_NVFP4_WO
+                 ? tpk_nvfp4_to_16bit(e->dptr[w], e->d_bscale[w], e->d_wdq, io.xdt, (long long)op->gemm_n,
+                                      (long long)op->gemm_k, e->stream)
+                 : tpk_e4m3_to_16bit(e->dptr[w], e->d_wdq, io.xdt, (long long)(op->gemm_n * op->gemm_k), e->stream);
+    if (rc) return rc;
+    HOOK(e, i, TP_CAT_GEMM);
+    *lib = 1;
+    return tp_gemm_run_q(e->gemm, e->gplan[i], io.x, e->d_wdq, io.bias, io.res, io.y, NULL, NULL, NULL, e->alpha[i],
+                         e->stream);
+}
+
+/* W8A8 on a 16-bit input, quantized with its calibrated scale as it is read: at <= 8 rows rounded to E4M3 in the
+ * GEMV's registers; more, by a quantize kernel before the FP8 GEMM */
+static int l_gemv_w8a8(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    return tpk_gemv_w8a8(io.x, e->d_scales + SCALE_SLOT * op->in[0], io.w, NULL, e->d_scales + SCALE_SLOT * op->in[1],
+                         io.bias, io.res, io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, e->stream);
+}
+
+static int l_gemm_quant_in(tp_engine *e, int i, int *lib) {
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    const float *xs = e->d_scales + SCALE_SLOT * op->in[0];
+    HOOK(e, i, TP_CAT_QUANT);
+    int rc = tpk_convert(io.x, io.xdt, e->d_q8, TP_E4M3, xs, (size_t)(op->gemm_m * op->gemm_k), e->stream);
+    if (rc) return rc;
+    HOOK(e, i, TP_CAT_GEMM);
+    *lib = 1;
+    return tp_gemm_run_q(e->gemm, e->gplan[i], e->d_q8, io.w, io.bias, io.res, io.y, xs,
+                         e->d_scales + SCALE_SLOT * op->in[1],
+                         io.ydt == TP_E4M3 ? e->d_scales + SCALE_SLOT * (e->g->n_values + io.yv) : NULL, e->alpha[i],
+                         e->stream);
+}
+
+/* a 16-bit decode GEMV: the bias and the residual in its epilogue */
+static int l_gemv(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    return tpk_gemv(io.x, io.w, io.bias, io.res, io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k,
+                    e->stream);
+}
+
+/* tprof's FP8 GEMM: E4M3 operands; D F16 (+ the residual) or E4M3 with its storage scale */
+static int l_gemm_sm90(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    return tpk_gemm_sm90_fp8(io.x, e->d_scales + SCALE_SLOT * op->in[0], io.w, e->d_scales + SCALE_SLOT * op->in[1],
+                             io.bias, io.res, io.y, io.ydt, e->d_scales + SCALE_SLOT * io.yv, (int)op->gemm_m,
+                             (int)op->gemm_n, (int)op->gemm_k, 0,
+                             tpk_gemm_sm90_fp8_pick_variant(io.ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms),
+                             e->stream);
+}
+
+/* GEMM + bias + exact GELU in one kernel: it writes the GELU's output (E4M3 with its scale for FP8 operands) */
+static int l_gemm_sm90_gelu(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    if (io.fp8)
+        return tpk_gemm_sm90_fp8(io.x, e->d_scales + SCALE_SLOT * op->in[0], io.w, e->d_scales + SCALE_SLOT * op->in[1],
+                                 io.bias, NULL, io.y, io.ydt, e->d_scales + SCALE_SLOT * io.yv, (int)op->gemm_m,
+                                 (int)op->gemm_n, (int)op->gemm_k, 1,
+                                 tpk_gemm_sm90_fp8_pick_variant(io.ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms),
+                                 e->stream);
+    return tpk_gemm_sm90(io.x, io.w, io.bias, io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, 1,
+                         e->stream);
+}
+
+static int l_gemv_group(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    return tpe_launch_group(e, i);
+}
+
+/* cuSPARSELt's 2:4 GEMM, chosen by time at build (engine_select.c) */
+static int l_gemm_sparse(tp_engine *e, int i, int *lib) {
+    *lib = 2; /* a cuSPARSELt status, not a CUDA error */
+    return tpe_launch_sparse(e, i);
+}
+
+/* ---- the other ops' launchers -------------------------------------------------------------------------- */
+
+static int l_patch_embed_fused(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const tp_graph *g = e->g;
+    const tp_op *op = &g->ops[i], *eo = &g->ops[tp_program_find(&e->prog, g, i, TP_OP_EMBED_TOKENS)];
+    const tp_value *xv = &g->values[op->in[0]];
+    return tpk_patch_embed(e->dptr[op->in[0]], e->dptr[op->in[1]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL,
+                           eo->n_in > 2 ? e->dptr[eo->in[2]] : NULL, e->dptr[eo->in[1]], e->dptr[eo->out],
+                           e->plan->value_dt[eo->out], (int)xv->shape[0], (int)xv->shape[2], (int)xv->shape[3],
+                           op->patch, (int)op->gemm_n, eo->n_in > 2, e->stream);
+}
+
+static int l_im2col_gemm(tp_engine *e, int i, int *lib) {
+    const tp_graph *g = e->g;
+    const tp_op *op = &g->ops[i];
+    const tp_value *xv = &g->values[op->in[0]];
+    HOOK(e, i, TP_CAT_CONVERT); /* im2col is a layout transform feeding the GEMM */
+    int rc = tpk_im2col(e->dptr[op->in[0]], e->d_cols, e->plan->value_dt[op->in[1]], (int)xv->shape[0],
+                        (int)xv->shape[2], (int)xv->shape[3], op->patch, e->stream);
+    HOOK(e, i, TP_CAT_GEMM);
+    if (rc) return rc;
+    *lib = 1;
+    return tp_gemm_run(e->gemm, e->gplan[i], e->d_cols, e->dptr[op->in[1]], e->dptr[op->in[2]], e->dptr[op->out], NULL,
+                       NULL, e->stream);
+}
+
+static int l_embed_tokens(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const tp_op *op = &e->g->ops[i];
+    const tp_value *xv = &e->g->values[op->in[0]];
+    return tpk_embed_tokens(e->dptr[op->in[0]], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, e->dptr[op->in[1]],
+                            e->dptr[op->out], e->plan->value_dt[op->out], (int)xv->shape[0], (int)xv->shape[1],
+                            (int)xv->shape[2], op->n_in > 2, e->stream);
+}
+
+static int l_layernorm(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &e->g->ops[i];
+    const tp_value *o = &e->g->values[op->out];
+    const int C = (int)o->shape[o->ndim - 1], M = (int)(tp_value_numel(o) / C);
+    const void *x = e->dptr[op->in[0]];
+    if (tpe_kind(e, i) == TP_CALL_LAYERNORM_FP8_B128)
+        return tpk_layernorm_fp8_b128(x, pl->value_dt[op->in[0]], e->dptr[op->in[1]], e->dptr[op->in[2]],
+                                      pl->value_dt[op->in[1]], e->dptr[op->out], (float *)e->d_bscale[op->out], M,
+                                      (int)rows_pad(M), C, op->eps, e->stream);
+    return tpk_layernorm(x, pl->value_dt[op->in[0]], e->dptr[op->in[1]], e->dptr[op->in[2]], pl->value_dt[op->in[1]],
+                         e->dptr[op->out], pl->value_dt[op->out], e->d_scales + SCALE_SLOT * op->out, M, C, op->eps,
+                         e->stream);
+}
+
+static int l_attention(tp_engine *e, int i, int *lib) {
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &e->g->ops[i];
+    const tp_value *xv = &e->g->values[op->in[0]];
+    const void *x = e->dptr[op->in[0]];
+    void *y = e->dptr[op->out];
+    const tp_dtype xdt = pl->value_dt[op->in[0]], ydt = pl->value_dt[op->out];
+    const float *ys = e->d_scales + SCALE_SLOT * op->out;
+    const int B = (int)xv->shape[0], T = (int)xv->shape[1];
+    cudaStream_t s = e->stream;
+    switch (tpe_kind(e, i)) {
+    case TP_CALL_ATTENTION_FP8_WGMMA: /* Q/K/V in E4M3 from the QKV GEMM (plan.c) */
+        return tpk_flash_attention_wgmma_fp8(x, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T, op->heads,
+                                             op->head_dim, op->scale, s);
+    case TP_CALL_ATTENTION_FP8:
+        return tpk_flash_attention_fp8(x, xdt, e->d_scales + SCALE_SLOT * op->in[0], y, ydt, ys, B, T, op->heads,
+                                       op->head_dim, op->scale, s);
+    case TP_CALL_ATTENTION_FLASH:
+        return tpk_flash_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s);
+    case TP_CALL_ATTENTION_WGMMA:
+        return tpk_flash_attention_wgmma(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s);
+    case TP_CALL_ATTENTION_CUDNN: *lib = 3; return tp_sdpa_run(e->sdpa[i], x, y, e->d_sdpa_ws, s);
+    default: return tpk_attention(x, xdt, y, ydt, ys, B, T, op->heads, op->head_dim, op->scale, s);
     }
-    case TP_OP_GELU: {
-        /* computed by the epilogue of the GEMM before it: cuBLASLt's tanh form (plan.c), or tprof's GEMM */
-        const int j = g->values[op->in[0]].producer;
-        if (pl->op_fused_into[i] >= 0 || (j >= 0 && e->gelu_sm90[j] == i)) break;
-        if (pl->value_qf[op->out] == TP_QF_FP8_BLOCK128 && ydt == TP_E4M3) {
-            int M = (int)value_rows(e, op->out);
-            rc = tpk_quant_fp8_b128(x, xdt, op->gelu_tanh ? 2 : 1, y, (float *)e->d_bscale[op->out], M, (int)rows_pad(M),
-                                    (int)value_cols(e, op->out), s);
-        } else {
-            rc = tpk_gelu(x, xdt, y, ydt, ys, (size_t)tp_value_numel(o), op->gelu_tanh, s);
-        }
-        break;
+}
+
+static int l_gelu(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &e->g->ops[i];
+    const void *x = e->dptr[op->in[0]];
+    const tp_dtype xdt = pl->value_dt[op->in[0]];
+    if (tpe_kind(e, i) == TP_CALL_GELU_FP8_B128) {
+        const int M = (int)value_rows(e, op->out);
+        return tpk_quant_fp8_b128(x, xdt, op->gelu_tanh ? 2 : 1, e->dptr[op->out], (float *)e->d_bscale[op->out], M,
+                                  (int)rows_pad(M), (int)value_cols(e, op->out), e->stream);
     }
-    case TP_OP_ADD: /* nothing to launch when a GEMM's epilogue does it (plan.c) */
-        if (pl->op_fused_into[i] < 0) rc = tpk_add(x, e->dptr[op->in[1]], y, ydt, (size_t)tp_value_numel(o), s);
-        break;
-    case TP_OP_POOL:
-        if (op->pool_mode == 2)
-            rc = tpk_last_token(x, y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], s);
-        else
-            rc = tpk_pool(x, y, ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2], op->pool_mode,
-                          op->prefix, s);
-        break;
-    case TP_OP_ALL_REDUCE: /* NCCL's status, not a CUDA error (engine_tp.c groups the ranks' calls) */
-        if ((rc = tp_nccl_all_reduce(e->nccl, e->rank, x, y, (size_t)tp_value_numel(o), ydt, s)))
-            return tp_fail(err, TP_ERR_CUDA, "op %s (all-reduce): %s", op->layer, tp_nccl_error(e->nccl, rc));
-        break;
-    default:
-        if (pl->fp32_tensors && (op->kind == TP_OP_RMSNORM || op->kind == TP_OP_ROPE)) rc = launch_fp32_layer(e, i, s);
-        else rc = tp_op_kind_pipeline(op->kind) ? tpe_launch_pipeline_op(e, i, s) : launch_decoder_op(e, i, s);
-        break;
-    }
-    if (rc)
-        return tp_fail(err, TP_ERR_CUDA, "op %s (%s): launch failed: error %d (%s)", op->layer,
-                       tp_op_kind_name(op->kind), rc,
-                       cublas == 2 ? "cuSPARSELt status" : cublas ? "cuBLAS status" : cudaGetErrorString((cudaError_t)rc));
-    return TP_OK;
+    return tpk_gelu(x, xdt, e->dptr[op->out], pl->value_dt[op->out], e->d_scales + SCALE_SLOT * op->out,
+                    (size_t)tp_value_numel(&e->g->values[op->out]), op->gelu_tanh, e->stream);
+}
+
+static int l_add(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const tp_op *op = &e->g->ops[i];
+    return tpk_add(e->dptr[op->in[0]], e->dptr[op->in[1]], e->dptr[op->out], e->plan->value_dt[op->out],
+                   (size_t)tp_value_numel(&e->g->values[op->out]), e->stream);
+}
+
+static int l_pool(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const tp_op *op = &e->g->ops[i];
+    const tp_value *xv = &e->g->values[op->in[0]];
+    const tp_dtype ydt = e->plan->value_dt[op->out];
+    if (tpe_kind(e, i) == TP_CALL_LAST_TOKEN)
+        return tpk_last_token(e->dptr[op->in[0]], e->dptr[op->out], ydt, (int)xv->shape[0], (int)xv->shape[1],
+                              (int)xv->shape[2], e->stream);
+    return tpk_pool(e->dptr[op->in[0]], e->dptr[op->out], ydt, (int)xv->shape[0], (int)xv->shape[1], (int)xv->shape[2],
+                    op->pool_mode, op->prefix, e->stream);
+}
+
+/* NCCL's status, not a CUDA error (engine_tp.c groups the ranks' calls) */
+static int l_all_reduce(tp_engine *e, int i, int *lib) {
+    const tp_op *op = &e->g->ops[i];
+    *lib = 4;
+    return tp_nccl_all_reduce(e->nccl, e->rank, e->dptr[op->in[0]], e->dptr[op->out],
+                              (size_t)tp_value_numel(&e->g->values[op->out]), e->plan->value_dt[op->out], e->stream);
+}
+
+static int l_fp32_layer(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    return launch_fp32_layer(e, i, e->stream);
+}
+
+static int l_decoder(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    return launch_decoder_op(e, i, e->stream);
+}
+
+static int l_pipeline(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    return tpe_launch_pipeline_op(e, i, e->stream);
+}
+
+typedef int (*launcher)(tp_engine *e, int i, int *lib);
+
+/* The launcher of each call kind: lib receives 1 when rc is a cuBLAS status, 2 cuSPARSELt's, 3 cuDNN's, 4 NCCL's,
+ * 0 a CUDA error. */
+static const launcher LAUNCHERS[TP_CALL_KIND_COUNT] = {
+    [TP_CALL_IM2COL_GEMM] = l_im2col_gemm,
+    [TP_CALL_PATCH_EMBED_FUSED] = l_patch_embed_fused,
+    [TP_CALL_EMBED_TOKENS] = l_embed_tokens,
+    [TP_CALL_LAYERNORM] = l_layernorm,
+    [TP_CALL_LAYERNORM_FP8_B128] = l_layernorm,
+    [TP_CALL_GEMM] = l_gemm,
+    [TP_CALL_GEMM_QUANT_IN] = l_gemm_quant_in,
+    [TP_CALL_GEMV_W8A8] = l_gemv_w8a8,
+    [TP_CALL_GEMV_FP8_WO] = l_gemv_fp8_wo,
+    [TP_CALL_GEMV_NVFP4_WO] = l_gemv_nvfp4_wo,
+    [TP_CALL_GEMM_WO_DEQUANT] = l_gemm_wo_dequant,
+    [TP_CALL_GEMM_FP8_BLOCK] = l_gemm_fp8_block,
+    [TP_CALL_GEMM_BLOCK_NATIVE] = l_gemm_block_native,
+    [TP_CALL_GEMM_QDQ] = l_gemm_qdq,
+    [TP_CALL_ATTENTION] = l_attention,
+    [TP_CALL_ATTENTION_FP8] = l_attention,
+    [TP_CALL_ATTENTION_FP8_WGMMA] = l_attention,
+    [TP_CALL_GELU] = l_gelu,
+    [TP_CALL_GELU_FP8_B128] = l_gelu,
+    [TP_CALL_ADD] = l_add,
+    [TP_CALL_POOL] = l_pool,
+    [TP_CALL_LAST_TOKEN] = l_pool,
+    [TP_CALL_ALL_REDUCE] = l_all_reduce,
+    [TP_CALL_TOKEN_EMBED] = l_decoder,
+    [TP_CALL_RMSNORM] = l_decoder,
+    [TP_CALL_ROPE] = l_decoder,
+    [TP_CALL_FP32_LAYER] = l_fp32_layer,
+    [TP_CALL_GLU] = l_decoder,
+    [TP_CALL_KV_APPEND] = l_decoder,
+    [TP_CALL_KV_ATTENTION] = l_decoder,
+    [TP_CALL_KV_ATTENTION_FLASH] = l_decoder,
+    [TP_CALL_RESHAPE] = l_pipeline,
+    [TP_CALL_CONCAT] = l_pipeline,
+    [TP_CALL_SLICE] = l_pipeline,
+    [TP_CALL_SILU] = l_pipeline,
+    [TP_CALL_TIME_CONCAT] = l_pipeline,
+    [TP_CALL_EULER] = l_pipeline,
+    [TP_CALL_MASKED_ATTENTION] = l_pipeline,
+    [TP_CALL_MASKED_ATTENTION_GEMMS] = l_pipeline,
+    [TP_CALL_GEMV] = l_gemv,
+    [TP_CALL_GEMM_SM90] = l_gemm_sm90,
+    [TP_CALL_GEMM_SM90_GELU] = l_gemm_sm90_gelu,
+    [TP_CALL_GEMV_GROUP] = l_gemv_group,
+    [TP_CALL_GEMM_SPARSE] = l_gemm_sparse,
+    [TP_CALL_ATTENTION_FLASH] = l_attention,
+    [TP_CALL_ATTENTION_WGMMA] = l_attention,
+    [TP_CALL_ATTENTION_CUDNN] = l_attention,
+};
+
+tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
+    if (!tp_program_is_head(&e->prog, i)) return TP_OK; /* an earlier call's kernel computes it */
+    const tp_op *op = &e->g->ops[i];
+    const tp_call_kind k = e->prog.calls[i].kind;
+    CHECK(k > TP_CALL_NONE && k < TP_CALL_KIND_COUNT && LAUNCHERS[k]);
+    int lib = 0;
+    HOOK(e, i, tp_op_category(op->kind));
+    const int rc = LAUNCHERS[k](e, i, &lib);
+    if (!rc) return TP_OK;
+    if (lib == 4) return tp_fail(err, TP_ERR_CUDA, "op %s (all-reduce): %s", op->layer, tp_nccl_error(e->nccl, rc));
+    static const char *LIB[] = {NULL, "cuBLAS status", "cuSPARSELt status", "cuDNN status"};
+    return tp_fail(err, TP_ERR_CUDA, "op %s (%s, %s): launch failed: error %d (%s)", op->layer,
+                   tp_op_kind_name(op->kind), tp_call_kind_get(k)->name, rc,
+                   lib ? LIB[lib] : cudaGetErrorString((cudaError_t)rc));
 }
 
 /* ---- a sibling group's GEMV (engine_memory.c lays the group out, engine_select.c chooses it) ---------- */
@@ -420,7 +581,7 @@ int tpe_launch_group(tp_engine *e, int i) {
 /* The output op i writes (its fused residual add's, if any) and that add's other operand. */
 void tpe_sparse_outputs(const tp_engine *e, int i, void **y, const void **res) {
     const tp_graph *g = e->g;
-    const int ea = e->plan->op_epilogue_add[i];
+    const int ea = tpe_plan_fused(e, i, TP_OP_ADD);
     *y = e->dptr[g->ops[i].out];
     *res = NULL;
     if (ea >= 0) {
@@ -522,7 +683,7 @@ int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s) {
         if (xdt != TP_F32 || ydt != TP_F32) return (int)cudaErrorInvalidValue;
         return tpk_euler((const float *)x, e->dptr[op->in[1]], pl->value_dt[op->in[1]], (float *)y, op->scale, n, s);
     case TP_OP_MASKED_ATTENTION: {
-        if (e->masked_gemm && e->masked_gemm[i]) return launch_unfused(e, i, s);
+        if (tpe_kind(e, i) == TP_CALL_MASKED_ATTENTION_GEMMS) return launch_unfused(e, i, s);
         const int two = op->n_in == 6;
         for (int j = 1; j < (two ? 5 : 3); j++)
             if (pl->value_dt[op->in[j]] != xdt) return (int)cudaErrorInvalidValue;

@@ -686,15 +686,12 @@ static tp_status setup_masked(tp_engine *e, tp_attn_impl want, tp_error *err) {
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_MASKED_ATTENTION) continue;
-        if (!e->masked_gemm) {
-            e->masked_gemm = calloc((size_t)g->n_ops, 1);
-            e->mplan = calloc((size_t)(4 * g->n_ops), sizeof(tp_bgemm *));
-            if (!e->masked_gemm || !e->mplan) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-        }
+        if (!e->mplan && !(e->mplan = calloc((size_t)(4 * g->n_ops), sizeof(tp_bgemm *))))
+            return tp_fail(err, TP_ERR_OOM, "out of host memory");
         tp_error why = {0};
         tp_status st = want == TP_ATTN_CLASSIC ? TP_ERR_UNSUPPORTED : plan_unfused(e, i, &why);
         if (st == TP_ERR_OOM) return tp_fail(err, st, "%s", why.msg);
-        e->masked_gemm[i] = st == TP_OK;
+        tpe_set_kind(e, i, st == TP_OK ? TP_CALL_MASKED_ATTENTION_GEMMS : TP_CALL_MASKED_ATTENTION);
         if (st) {
             for (int k = 0; k < 4; k++) tp_bgemm_destroy(e->mplan[4 * i + k]), e->mplan[4 * i + k] = NULL;
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof CUDA-core kernel (pipeline_ops.h): %.150s",

@@ -387,36 +387,23 @@ const char *tp_engine_op_impl(const tp_engine *e, int op) {
 
 int tp_engine_gemm_choice(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || !e->gplan[op]) return -1;
-    if (e->plain_sm90[op]) return TP_GEMM_CHOICE_SM90;
-    if (e->gemv16[op]) return TP_GEMM_CHOICE_GEMV;
-    return e->gelu_sm90[op] >= 0 ? TP_GEMM_CHOICE_SM90_GELU : tp_gemm_plan_choice(e->gplan[op]);
+    switch (tpe_kind(e, op)) {
+    case TP_CALL_GEMM_SM90: return TP_GEMM_CHOICE_SM90;
+    case TP_CALL_GEMV: return TP_GEMM_CHOICE_GEMV;
+    case TP_CALL_GEMM_SM90_GELU: return TP_GEMM_CHOICE_SM90_GELU;
+    default: return tp_gemm_plan_choice(e->gplan[op]);
+    }
 }
 
 double tp_engine_op_bytes(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops) return 0.0;
-    const tp_graph *g = e->g;
-    for (int j = 0; j < g->n_ops; j++)
-        if (e->gelu_sm90[j] == op) return 0.0; /* a GELU done by GEMM j's epilogue: its bytes are j's */
-    const int lead = e->group_lead ? e->group_lead[op] : -1;
-    if (lead >= 0 && e->group_on[lead]) { /* one GEMV computes the group (engine_memory.c lays it out): all bytes the leader's */
-        if (op != lead) return 0.0;
-        double b = 0.0;
-        for (int j = lead; j >= 0; j = e->group_next[j]) b += tp_plan_op_bytes(e->plan, g, j);
-        return b;
-    }
-    double b = tp_plan_op_bytes(e->plan, g, op);
-    if (e->gelu_sm90[op] >= 0) { /* writes the GELU's output instead of its own */
-        const int x = g->ops[op].out, y = g->ops[e->gelu_sm90[op]].out;
-        b += (double)tp_value_numel(&g->values[y]) * (double)tp_dtype_info(e->plan->value_dt[y])->bytes -
-             (double)tp_value_numel(&g->values[x]) * (double)tp_dtype_info(e->plan->value_dt[x])->bytes;
-    }
-    return b;
+    return tp_program_op_bytes(&e->prog, e->plan, e->g, op); /* the engine's own program: what it runs */
 }
 
 int tp_engine_attention_choice(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || e->g->ops[op].kind != TP_OP_ATTENTION) return -1;
     if (e->plan->op_prec[op] == TP_PREC_FP8) return -1;
-    return (int)e->attn[op];
+    return (int)tpe_attn_impl(tpe_kind(e, op));
 }
 
 tp_status tp_engine_set_past(tp_engine *e, int64_t past, tp_error *err) {
@@ -726,8 +713,7 @@ static int value_written(const tp_engine *e, int v) {
     const int p = e->g->values[v].producer;
     if (!e->dptr[v]) return 0;
     if (p < 0) return 1;
-    if (e->plan->op_epilogue_add[p] >= 0 || e->plan->op_epilogue_gelu[p] >= 0) return 0;
-    return tp_engine_gemm_choice(e, p) != TP_GEMM_CHOICE_SM90_GELU;
+    return !tp_program_inner(&e->prog, e->g, v);
 }
 
 tp_status tp_engine_capture(tp_engine *e, float *const *taps, tp_error *err) {

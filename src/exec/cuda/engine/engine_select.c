@@ -79,6 +79,20 @@ static tp_status group_scales(tp_engine *e, int lead, int64_t n, tp_error *err) 
     return st;
 }
 
+/* The group of leader `lead` as one call of kind TP_CALL_GEMV_GROUP (on: its members join the leader's call, the
+ * leader's own kind kept in *own), or the members' own calls again (off: each of the kind it had, the leader *own). */
+static void group_set(tp_engine *e, int lead, int on, tp_call_kind *own) {
+    const int grouped = tpe_kind(e, lead) == TP_CALL_GEMV_GROUP;
+    if (on && !grouped) {
+        *own = tpe_kind(e, lead);
+        for (int j = e->group_next[lead]; j >= 0; j = e->group_next[j]) tp_program_merge(&e->prog, lead, j);
+        tpe_set_kind(e, lead, TP_CALL_GEMV_GROUP);
+    } else if (!on && grouped) {
+        for (int j = e->group_next[lead]; j >= 0; j = e->group_next[j]) tp_program_split(&e->prog, j);
+        tpe_set_kind(e, lead, *own);
+    }
+}
+
 tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int, double *, tp_error *),
                             tp_error *err) {
     const tp_graph *g = e->g;
@@ -88,7 +102,8 @@ tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int,
         if (e->groups_mode == 1) { /* wherever the layout allows */
             tp_status st = group_scales(e, i, n, err);
             if (st) return st;
-            e->group_on[i] = 1;
+            tp_call_kind own;
+            group_set(e, i, 1, &own);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "one tprof GEMV for the linears reading %s (N %lld)",
                      g->values[g->ops[i].in[0]].name, (long long)n);
             for (int j = e->group_next[i]; j >= 0; j = e->group_next[j])
@@ -118,17 +133,18 @@ tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int,
         tp_status st = group_scales(e, i, n, err);
         if (st) return st;
         tp_error eg;
-        e->group_on[i] = 1;
+        tp_call_kind own;
+        group_set(e, i, 1, &own);
         if (time_op(e, i, &together, &eg)) { /* a GEMV that fails to launch is skipped, as a candidate is */
             cudaGetLastError();
-            e->group_on[i] = 0;
+            group_set(e, i, 0, &own);
             continue;
         }
         char why[200];
         snprintf(why, sizeof why, "one tprof GEMV for the %d linears reading %s (N %lld): %.1f us; apart: %.1f us",
                  members, g->values[g->ops[i].in[0]].name, (long long)n, together, apart);
         if (together >= apart) {
-            e->group_on[i] = 0;
+            group_set(e, i, 0, &own);
             const size_t l = strlen(e->impl_note[i]);
             snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s", why);
             continue;
@@ -145,7 +161,7 @@ tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int,
 #define time_op tpe_time_op
 
 static tp_status time_attention(tp_engine *e, int i, tp_attn_impl impl, double *us, tp_error *err) {
-    e->attn[i] = impl;
+    tpe_set_kind(e, i, tpe_attn_kind(impl));
     return time_op(e, i, us, err);
 }
 
@@ -161,8 +177,7 @@ static int sm90_gelu_candidate(const tp_engine *e, int i) {
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
     const tp_op *op = &g->ops[i];
-    if (op->kind != TP_OP_LINEAR || pl->op_epilogue_add[i] >= 0 || pl->op_epilogue_gelu[i] >= 0 ||
-        op->out == g->output)
+    if (op->kind != TP_OP_LINEAR || pl->prog.calls[i].n_ops != 1 || op->out == g->output)
         return -1;
     const tp_dtype dt = pl->value_dt[op->in[0]], hdt = dt == TP_E4M3 ? TP_F16 : dt; /* bias, GEMM output */
     if ((dt == TP_E4M3 && e->fp8_promote) || pl->value_qf[op->in[0]] != TP_QF_NONE ||
@@ -174,7 +189,8 @@ static int sm90_gelu_candidate(const tp_engine *e, int i) {
         for (int j = 0; j < g->ops[k].n_in; j++)
             if (g->ops[k].in[j] == op->out) n++, gi = k;
     /* its epilogue computes the exact GELU: a model's tanh-form GELU stays with cuBLASLt's epilogue (plan.c) */
-    if (n != 1 || g->ops[gi].kind != TP_OP_GELU || g->ops[gi].gelu_tanh || pl->op_fused_into[gi] >= 0 || pl->no_fusion)
+    if (n != 1 || g->ops[gi].kind != TP_OP_GELU || g->ops[gi].gelu_tanh || tp_program_fused_into(&pl->prog, gi) >= 0 ||
+        pl->no_fusion)
         return -1;
     const int y = g->ops[gi].out;
     const tp_dtype ydt = pl->value_dt[y];
@@ -197,13 +213,13 @@ static int sm90_plain_candidate(const tp_engine *e, int i) {
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
     const tp_op *op = &g->ops[i];
-    if (op->kind != TP_OP_LINEAR || e->fp8_promote || pl->op_epilogue_gelu[i] >= 0 ||
+    if (op->kind != TP_OP_LINEAR || e->fp8_promote || tpe_plan_fused(e, i, TP_OP_GELU) >= 0 ||
         sm90_gelu_candidate(e, i) >= 0 ||
         pl->value_dt[op->in[0]] != TP_E4M3 || pl->value_dt[op->in[1]] != TP_E4M3 ||
         pl->value_qf[op->in[0]] != TP_QF_NONE || pl->value_qf[op->in[1]] != TP_QF_NONE ||
         (op->n_in > 2 && pl->value_dt[op->in[2]] != TP_F16))
         return 0;
-    const int ea = pl->op_epilogue_add[i];
+    const int ea = tpe_plan_fused(e, i, TP_OP_ADD);
     const int y = ea >= 0 ? g->ops[ea].out : op->out;
     const tp_dtype ydt = pl->value_dt[y];
     if (pl->value_qf[y] != TP_QF_NONE || (ydt != TP_F16 && ydt != TP_E4M3) || (ea >= 0 && ydt != TP_F16) ||
@@ -224,8 +240,8 @@ static int sm90_plain_candidate(const tp_engine *e, int i) {
 
 /* Op i (a candidate of sm90_plain_candidate) runs as tprof's FP8 GEMM; the note says so */
 static void set_plain_sm90(tp_engine *e, int i, const char *why) {
-    e->plain_sm90[i] = 1;
-    const int ea = e->plan->op_epilogue_add[i];
+    tpe_set_kind(e, i, TP_CALL_GEMM_SM90);
+    const int ea = tpe_plan_fused(e, i, TP_OP_ADD);
     const tp_dtype ydt = e->plan->value_dt[ea >= 0 ? e->g->ops[ea].out : e->g->ops[i].out];
     const tp_op *op = &e->g->ops[i];
     const int v = tpk_gemm_sm90_fp8_pick_variant(ydt, (int)op->gemm_m, (int)op->gemm_n, e->sms);
@@ -236,8 +252,20 @@ static void set_plain_sm90(tp_engine *e, int i, const char *why) {
 }
 
 /* Op i (a candidate of sm90_gelu_candidate) runs as tprof's GEMM with the GELU gi in its epilogue; both notes say so */
+/* GELU op gi joins GEMM op i's call, tprof's Hopper GEMM computing both (gelu_join), or leaves it (gelu_leave: op i
+ * its plan's kernel again) */
+static void gelu_join(tp_engine *e, int i, int gi) {
+    if (tpe_kind(e, i) != TP_CALL_GEMM_SM90_GELU) tp_program_merge(&e->prog, i, gi);
+    tpe_set_kind(e, i, TP_CALL_GEMM_SM90_GELU);
+}
+static void gelu_leave(tp_engine *e, int i, int gi) {
+    if (tpe_kind(e, i) != TP_CALL_GEMM_SM90_GELU) return;
+    tp_program_split(&e->prog, gi);
+    tpe_set_kind(e, i, e->plan->prog.calls[i].kind);
+}
+
 static void set_gelu_sm90(tp_engine *e, int i, int gi, const char *why) {
-    e->gelu_sm90[i] = gi;
+    gelu_join(e, i, gi);
     const int f8 = e->plan->value_dt[e->g->ops[i].in[0]] == TP_E4M3;
     snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 %sGEMM + %sexact GELU%s in the epilogue (%s)",
              f8 ? "FP8 " : "", e->g->ops[i].n_in > 2 ? "bias + " : "",
@@ -265,10 +293,10 @@ static int gemv_candidate(const tp_engine *e, int i) {
     const tp_op *op = &e->g->ops[i];
     const tp_plan *pl = e->plan;
     if (op->kind != TP_OP_LINEAR || op->gemm_m > 8 || op->gemm_k % 8 || pl->value_qf[op->in[0]] != TP_QF_NONE ||
-        pl->op_epilogue_gelu[i] >= 0)
+        tpe_plan_fused(e, i, TP_OP_GELU) >= 0)
         return 0;
     const tp_dtype dt = pl->value_dt[op->in[0]];
-    const int ea = pl->op_epilogue_add[i], yv = ea >= 0 ? e->g->ops[ea].out : op->out;
+    const int ea = tpe_plan_fused(e, i, TP_OP_ADD), yv = ea >= 0 ? e->g->ops[ea].out : op->out;
     return (dt == TP_F16 || dt == TP_BF16) && pl->value_dt[op->in[1]] == dt && pl->value_dt[yv] == dt &&
            (op->n_in < 3 || pl->value_dt[op->in[2]] == dt);
 }
@@ -278,11 +306,11 @@ static int gemv_candidate(const tp_engine *e, int i) {
 static void try_gemv(tp_engine *e, int i, double t_best, int best, int n) {
     double t_gemv = 0;
     tp_error ev;
-    e->gemv16[i] = 1;
+    tpe_set_kind(e, i, TP_CALL_GEMV);
     const int failed = time_op(e, i, &t_gemv, &ev) != TP_OK;
     const size_t l = strlen(e->impl_note[i]);
     if (failed || t_gemv >= t_best) {
-        e->gemv16[i] = 0;
+        tpe_set_kind(e, i, e->plan->prog.calls[i].kind);
         if (failed) cudaGetLastError();
         if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV failed: %.60s", ev.msg);
         else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof GEMV: %.1f us", t_gemv);
@@ -347,7 +375,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                 return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: tprof's decode GEMV asked, but it takes only a 16-bit linear "
                                "of at most 8 rows, K a multiple of 8, one type throughout, no GELU epilogue",
                                g->ops[i].layer);
-            e->gemv16[i] = 1;
+            tpe_set_kind(e, i, TP_CALL_GEMV);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof decode GEMV (gemv.h; as given)");
             continue;
         }
@@ -373,11 +401,11 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         if (prev >= 0) {
             tp_gemm_plan_select(gp, tp_gemm_plan_choice(e->gplan[prev]));
             memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
-            e->plain_sm90[i] = e->plain_sm90[prev];
-            e->gemv16[i] = e->gemv16[prev] && gemv_candidate(e, i);
+            if (tpe_kind(e, prev) == TP_CALL_GEMM_SM90) tpe_set_kind(e, i, TP_CALL_GEMM_SM90);
+            if (tpe_kind(e, prev) == TP_CALL_GEMV && gemv_candidate(e, i)) tpe_set_kind(e, i, TP_CALL_GEMV);
             e->gemm_us[i] = e->gemm_us[prev];
-            if (e->gelu_sm90[prev] >= 0) {
-                e->gelu_sm90[i] = gi;
+            if (tpe_kind(e, prev) == TP_CALL_GEMM_SM90_GELU) {
+                gelu_join(e, i, gi);
                 snprintf(e->impl_note[gi], sizeof e->impl_note[gi],
                          "in the epilogue of %s (tprof sm90 GEMM): no GELU kernel", g->ops[i].layer);
             }
@@ -387,7 +415,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         const int in = op->kind == TP_OP_PATCH_EMBED ? g->input : op->in[0];
         int rc = tpk_fill_uniform(e->dptr[in], e->plan->value_dt[in], (size_t)tp_value_numel(&g->values[in]), 11,
                                   e->stream);
-        const int ea = e->plan->op_epilogue_add[i];
+        const int ea = tpe_plan_fused(e, i, TP_OP_ADD);
         if (!rc && ea >= 0) {
             const tp_op *a = &g->ops[ea];
             const int r = a->in[0] == op->out ? a->in[1] : a->in[0];
@@ -422,9 +450,9 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         if (pc) { /* tprof's FP8 GEMM on the same buffers; kept when faster */
             double t_sm90 = 0;
             tp_error ef;
-            e->plain_sm90[i] = 1;
+            tpe_set_kind(e, i, TP_CALL_GEMM_SM90);
             const int failed = time_op(e, i, &t_sm90, &ef) != TP_OK;
-            e->plain_sm90[i] = 0;
+            tpe_set_kind(e, i, e->plan->prog.calls[i].kind);
             size_t l = strlen(e->impl_note[i]);
             if (failed) { /* skipped, as a candidate that fails to launch is */
                 cudaGetLastError();
@@ -445,11 +473,11 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         double t_gelu = 0, t_fused = 0;
         tp_status st = time_op(e, gi, &t_gelu, err);
         if (st) return st;
-        e->gelu_sm90[i] = gi;
+        gelu_join(e, i, gi);
         tp_error ef;
         if (time_op(e, i, &t_fused, &ef)) { /* a fused kernel that fails to launch is skipped, as a candidate is */
             cudaGetLastError();
-            e->gelu_sm90[i] = -1;
+            gelu_leave(e, i, gi);
             size_t l = strlen(e->impl_note[i]);
             snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 GEMM + GELU failed: %.60s",
                      ef.msg);
@@ -461,7 +489,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         if (t_fused < t[best] + t_gelu) {
             set_gelu_sm90(e, i, gi, why);
         } else {
-            e->gelu_sm90[i] = -1;
+            gelu_leave(e, i, gi);
             size_t l = strlen(e->impl_note[i]);
             snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, " + GELU kernel %.1f us; tprof sm90 GEMM + GELU: "
                      "%.1f us", t_gelu, t_fused);
@@ -474,7 +502,8 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
     /* the accumulation of every per-tensor FP8 GEMM cuBLASLt runs, in its note (tprof's kernel says its own) */
     for (int i = 0; i < g->n_ops; i++) {
         const tp_gemm_desc *d = e->gplan[i] ? tp_gemm_plan_desc(e->gplan[i]) : NULL;
-        if (!d || d->ab_dt != TP_E4M3 || d->block128 || d->block_fmt || e->plain_sm90[i] || e->gelu_sm90[i] >= 0)
+        if (!d || d->ab_dt != TP_E4M3 || d->block128 || d->block_fmt || tpe_kind(e, i) == TP_CALL_GEMM_SM90 ||
+            tpe_kind(e, i) == TP_CALL_GEMM_SM90_GELU)
             continue;
         const size_t l = strlen(e->impl_note[i]);
         snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s",
@@ -518,9 +547,9 @@ tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err) {
             const tp_value *pv = &g->values[po->in[0]];
             if (pv->shape[0] == B && pv->shape[1] == T && po->heads == H && po->head_dim == D &&
                 e->plan->value_dt[po->in[0]] == in && e->plan->value_dt[po->out] == out && po->scale == op->scale) {
-                e->attn[i] = e->attn[prev];
+                tpe_set_kind(e, i, tpe_kind(e, prev));
                 memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
-                if (e->attn[i] == TP_ATTN_CUDNN) {
+                if (tpe_kind(e, i) == TP_CALL_ATTENTION_CUDNN) {
                     st = tp_sdpa_create(B, T, H, D, in, op->scale, &e->sdpa[i], err);
                     if (!st && tp_sdpa_workspace_bytes(e->sdpa[i]) > ws) ws = tp_sdpa_workspace_bytes(e->sdpa[i]);
                 }
@@ -556,7 +585,7 @@ tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err) {
         }
         if (want != TP_ATTN_AUTO || (!flash_ok && !wgmma_ok && !sd)) {
             tp_attn_impl pick = want != TP_ATTN_AUTO ? want : TP_ATTN_CLASSIC;
-            e->attn[i] = pick;
+            tpe_set_kind(e, i, tpe_attn_kind(pick));
             e->sdpa[i] = pick == TP_ATTN_CUDNN ? sd : NULL;
             if (pick != TP_ATTN_CUDNN) tp_sdpa_destroy(sd);
             size_t l = strlen(e->impl_note[i]);
@@ -601,7 +630,7 @@ tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err) {
             n_timed++;
             if (best == TP_ATTN_COUNT || t[c] < t[best]) best = c;
         }
-        e->attn[i] = best;
+        tpe_set_kind(e, i, tpe_attn_kind(best));
         if (best != TP_ATTN_CUDNN) {
             e->sdpa[i] = NULL;
             tp_sdpa_destroy(sd);
@@ -635,13 +664,27 @@ tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err) {
 void tpe_sparse_free(tp_engine *e) {
     for (int i = 0; e->spgemm && i < e->g->n_ops; i++) tp_spgemm_destroy(e->spgemm[i]);
     free(e->spgemm);
-    free(e->sparse_on);
+    free(e->sparse_dense);
     free(e->sparse_us);
     free(e->sparse_why);
     tp_spgemm_ctx_destroy(e->spctx);
     e->spgemm = NULL;
-    e->sparse_on = NULL;
+    e->sparse_dense = NULL;
     e->spctx = NULL;
+}
+
+/* Linear i runs cuSPARSELt's GEMM (its call's kind TP_CALL_GEMM_SPARSE) or its dense kind again (kept in
+ * e->sparse_dense while the sparse one runs) */
+static int sparse_is(const tp_engine *e, int i) {
+    return tp_program_is_head(&e->prog, i) && e->prog.calls[i].kind == TP_CALL_GEMM_SPARSE;
+}
+static void sparse_set(tp_engine *e, int i, int on) {
+    if (on && !sparse_is(e, i)) {
+        e->sparse_dense[i] = tpe_kind(e, i);
+        tpe_set_kind(e, i, TP_CALL_GEMM_SPARSE);
+    } else if (!on && sparse_is(e, i)) {
+        tpe_set_kind(e, i, e->sparse_dense[i]);
+    }
 }
 
 /* Whether linear i can run sparse here, its description in *d; else the reason in why. */
@@ -658,13 +701,12 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
                         "no block-scaled 2:4 path on this GPU)", tp_precision_name(pl->op_prec[i])), 0;
     if (f8 && (pl->value_dt[op->in[1]] != TP_E4M3 || !pl->value_scaled[op->in[1]] || !pl->value_scaled[op->in[0]]))
         return snprintf(why, n, "an fp8 GEMM without per-tensor scales"), 0;
-    if (e->group_lead[i] >= 0 && e->group_on[e->group_lead[i]])
-        return snprintf(why, n, "part of a sibling group's GEMV"), 0;
-    /* tprof's own FP8 GEMM (plain_sm90) is the dense time the sparse one must beat, like cuBLASLt's; a GELU in the
+    if (tpe_kind(e, i) == TP_CALL_GEMV_GROUP) return snprintf(why, n, "part of a sibling group's GEMV"), 0;
+    /* tprof's own FP8 GEMM (TP_CALL_GEMM_SM90) is the dense time the sparse one must beat, like cuBLASLt's; a GELU in the
      * epilogue (tprof's exact one or cuBLASLt's tanh form) has no sparse equivalent: cuSPARSELt 0.8.0 refused its
      * GELU activation on an H100 (bench/sparse_lab.c --epilogue gelu, bench/results/2026-11-26_h100_sparse_epilogues) */
-    if (e->gemv16[i]) return snprintf(why, n, "tprof's decode GEMV chosen for it"), 0;
-    if (e->gelu_sm90[i] >= 0 || pl->op_epilogue_gelu[i] >= 0)
+    if (tpe_kind(e, i) == TP_CALL_GEMV) return snprintf(why, n, "tprof's decode GEMV chosen for it"), 0;
+    if (tpe_kind(e, i) == TP_CALL_GEMM_SM90_GELU || tpe_plan_fused(e, i, TP_OP_GELU) >= 0)
         return snprintf(why, n, "a GELU in its epilogue, which cuSPARSELt's sparse GEMM refused here"), 0;
     memset(d, 0, sizeof *d);
     /* rows rounded up to cuSPARSELt's multiple (8, 16 for E4M3): activation buffers have PAD_ROWS of slack
@@ -677,9 +719,9 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
                         (long long)op->gemm_m, mm), 0;
     d->dt = f8 ? TP_E4M3 : pl->value_dt[op->in[0]];
     d->has_bias = op->n_in > 2;
-    d->residual = pl->op_epilogue_add[i] >= 0;
+    const int ea = tpe_plan_fused(e, i, TP_OP_ADD);
+    d->residual = ea >= 0;
     /* every operand in the one type, stored plainly, the output and residual in slack-padded activation buffers */
-    const int ea = pl->op_epilogue_add[i];
     const int yv = ea >= 0 ? g->ops[ea].out : op->out;
     const int rv = ea >= 0 ? (g->ops[ea].in[0] == op->out ? g->ops[ea].in[1] : g->ops[ea].in[0]) : -1;
     const tp_dtype o = pl->value_dt[yv]; /* E4M3 inputs: a 16-bit output (cuSPARSELt's E4M3 -> F16/BF16) */
@@ -704,7 +746,7 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
  * cuSPARSELt 0.8.0's f16 kernels, 2026-11-26); the engine then keeps the dense GEMM. */
 static tp_status compare_sparse(tp_engine *e, int i, double *rel, tp_error *err) {
     const tp_graph *g = e->g;
-    const int ea = e->plan->op_epilogue_add[i], yv = ea >= 0 ? g->ops[ea].out : g->ops[i].out;
+    const int ea = tpe_plan_fused(e, i, TP_OP_ADD), yv = ea >= 0 ? g->ops[ea].out : g->ops[i].out;
     const size_t n = (size_t)tp_value_numel(&g->values[yv]), bytes = value_bytes(e, yv);
     const tp_dtype dt = e->plan->value_dt[yv];
     void *y = e->dptr[yv];
@@ -717,11 +759,11 @@ static tp_status compare_sparse(tp_engine *e, int i, double *rel, tp_error *err)
     }
     CU_TRY(cudaMemcpyAsync(h, y, bytes, cudaMemcpyDeviceToHost, e->stream));
     for (int run = 0; run < 2 && !st; run++) { /* dense, then sparse, each from the saved output */
-        e->sparse_on[i] = (unsigned char)run;
+        sparse_set(e, i, run);
         CU_TRY(cudaMemcpyAsync(y, h, bytes, cudaMemcpyHostToDevice, e->stream));
         tp_error le = {0};
         if (run == 1 && tpe_launch_op(e, i, &le)) { /* the sparse launch failed: no values to keep */
-            e->sparse_on[i] = 0;
+            sparse_set(e, i, 0);
             cudaGetLastError();
             if (cudaStreamSynchronize(e->stream) != cudaSuccess)
                 st = tp_fail(err, TP_ERR_CUDA, "sparse gemm %s: %s", g->ops[i].layer, le.msg);
@@ -747,11 +789,11 @@ static tp_status compare_sparse(tp_engine *e, int i, double *rel, tp_error *err)
         *rel = rr > 0 ? sqrt(dd / rr) : (dd == 0 ? 0.0 : INFINITY);
     }
 done:
-    e->sparse_on[i] = 0; /* the dense GEMM again: the caller times both from here */
+    sparse_set(e, i, 0); /* the dense GEMM again: the caller times both from here */
     free(h), free(fd), free(fs);
     return st;
 fail:
-    e->sparse_on[i] = 0;
+    sparse_set(e, i, 0);
     free(h), free(fd), free(fs);
     return st;
 }
@@ -817,14 +859,14 @@ static tp_status check_whole_pass(tp_engine *e, int *kept, double *on_ms, double
     double t_on[3], t_off[3];
     tp_status st = TP_OK;
     if (!on) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-    memcpy(on, e->sparse_on, (size_t)g->n_ops);
+    for (int i = 0; i < g->n_ops; i++) on[i] = (unsigned char)sparse_is(e, i);
     for (int r = 0; r < 3 && !st; r++) {
-        memset(e->sparse_on, 0, (size_t)g->n_ops);
+        for (int i = 0; i < g->n_ops; i++) sparse_set(e, i, 0);
         st = pass_ms(e, &t_off[r], err);
-        memcpy(e->sparse_on, on, (size_t)g->n_ops);
+        for (int i = 0; i < g->n_ops; i++) sparse_set(e, i, on[i]);
         if (!st) st = pass_ms(e, &t_on[r], err);
     }
-    memcpy(e->sparse_on, on, (size_t)g->n_ops);
+    for (int i = 0; i < g->n_ops; i++) sparse_set(e, i, on[i]);
     free(on);
     if (st) return st;
     /* medians of three */
@@ -845,7 +887,7 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
     tp_status st = tp_spgemm_ctx_create(&e->spctx, err);
     if (st) return st;
     if (!(e->spgemm = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->spgemm)) ||
-        !(e->sparse_on = calloc((size_t)(g->n_ops ? g->n_ops : 1), 1)) ||
+        !(e->sparse_dense = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->sparse_dense)) ||
         !(e->sparse_us = calloc((size_t)(2 * (g->n_ops ? g->n_ops : 1)), sizeof(double))) ||
         !(e->sparse_why = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *e->sparse_why)))
         return tp_fail(err, TP_ERR_OOM, "out of host memory");
@@ -903,7 +945,7 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
          * earlier ops' growth only scales this one's inputs, which a relative comparison takes): a sparse GEMM that
          * computes others is never kept, not even forced */
         double rel = 0;
-        e->sparse_on[i] = 0;
+        sparse_set(e, i, 0);
         if (probe && !strcmp(probe, "plan")) {
             tp_spgemm_destroy(e->spgemm[i]);
             e->spgemm[i] = NULL;
@@ -919,7 +961,7 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
         if (!(rel <= tol)) {
             char alg[128];
             tp_spgemm_describe(e->spgemm[i], alg, sizeof alg);
-            e->sparse_on[i] = 0;
+            sparse_set(e, i, 0);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.40s; 2:4 sparse computed other values than the "
                      "dense GEMM (rel L2 %.2g; cuSPARSELt %.48s): dense kept", dense, rel, alg);
             snprintf(e->sparse_why[i], sizeof e->sparse_why[i], "its values differ from the dense GEMM's (rel L2 "
@@ -930,10 +972,10 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
         }
         double t_dense = 0, t_sparse = 0;
         if ((st = tpe_time_op(e, i, &t_dense, err))) break;
-        e->sparse_on[i] = 1;
+        sparse_set(e, i, 1);
         tp_error te = {0};
         if (tpe_time_op(e, i, &t_sparse, &te)) { /* its launch failed: said, the dense GEMM kept */
-            e->sparse_on[i] = 0;
+            sparse_set(e, i, 0);
             cudaGetLastError();
             if (cudaStreamSynchronize(e->stream) != cudaSuccess)
                 return tp_fail(err, TP_ERR_CUDA, "sparse gemm %s: %s", op->layer, te.msg);
@@ -945,17 +987,17 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
         }
         /* a candidate unless clearly slower alone (3 %: an op timed alone, its inputs hot in L2, ties within the
          * noise while the pass can still gain, bench/results 2026-11-26); the whole pass decides below */
-        e->sparse_on[i] = e->sparse_mode == 2 || t_sparse < 1.03 * t_dense;
+        sparse_set(e, i, e->sparse_mode == 2 || t_sparse < 1.03 * t_dense);
         e->sparse_us[2 * i] = t_sparse;
         e->sparse_us[2 * i + 1] = t_dense;
-        if (e->sparse_on[i])
+        if (sparse_is(e, i))
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuSPARSELt 2:4 sparse ran: %.1f us (dense %.1f us: "
                      "%.50s)", t_sparse, t_dense, dense);
         else
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "2:4 eligible, dense kept: sparse %.0f %% slower "
                      "(%.1f us against %.1f us); dense: %.80s", 100.0 * (t_sparse / t_dense - 1.0), t_sparse, t_dense,
                      dense);
-        if (e->sparse_on[i]) {
+        if (sparse_is(e, i)) {
             e->weight_bytes += (double)tp_spgemm_weight_bytes(e->spgemm[i]);
             n_on++;
         } else { /* its compressed weight and plan are not needed: freed, the times kept for the notes */
@@ -968,14 +1010,14 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
     double on_ms = 0, off_ms = 0;
     if (!st && n_on > 0 && e->sparse_mode != 2 && !e->ranks) st = check_whole_pass(e, &kept, &on_ms, &off_ms, err);
     for (int i = 0; !st && kept && n_on > 0 && e->sparse_mode != 2 && i < g->n_ops; i++)
-        if (e->sparse_on[i]) { /* the pass's times beside the op's own */
+        if (sparse_is(e, i)) { /* the pass's times beside the op's own */
             const size_t l = strlen(e->impl_note[i]);
             snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; the pass %.3f ms with the sparse GEMMs, %.3f "
                      "ms without", on_ms, off_ms);
         }
     for (int i = 0; !st && !kept && i < g->n_ops; i++) {
-        if (!e->sparse_on[i]) continue;
-        e->sparse_on[i] = 0;
+        if (!sparse_is(e, i)) continue;
+        sparse_set(e, i, 0);
         e->weight_bytes -= (double)tp_spgemm_weight_bytes(e->spgemm[i]);
         snprintf(e->impl_note[i], sizeof e->impl_note[i], "2:4 eligible, dense kept: sparse %.1f us against %.1f us "
                  "alone, but the whole pass ran %.3f ms with the sparse GEMMs against %.3f ms without",
@@ -997,7 +1039,7 @@ tp_status tpe_choose_sparse(tp_engine *e, tp_error *err) {
 int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *dense_us, const char **why) {
     if (why) *why = NULL;
     if (!e || !e->spgemm || op < 0 || op >= e->g->n_ops) return -1;
-    if (!e->sparse_on[op] && e->sparse_us[2 * op + 1] <= 0.0) { /* never timed: not eligible, refused or failed */
+    if (!sparse_is(e, op) && e->sparse_us[2 * op + 1] <= 0.0) { /* never timed: not eligible, refused or failed */
         if (!e->sparse_why[op][0]) return -1;
         if (why) *why = e->sparse_why[op];
         return -2;
@@ -1005,5 +1047,5 @@ int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *d
     if (sparse_us) *sparse_us = e->sparse_us[2 * op];
     if (dense_us) *dense_us = e->sparse_us[2 * op + 1];
     if (why && e->sparse_why[op][0]) *why = e->sparse_why[op]; /* timed, then kept dense by the whole pass */
-    return e->sparse_on[op] != 0;
+    return sparse_is(e, op);
 }

@@ -1,0 +1,460 @@
+/* program.c: lowering a planned graph into the executed program (program.h): the kernel registry, the fusion
+ * rules, the calls' byte counts and --plan's listing. C11. */
+#include "planner/program.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "formats/dtype.h"
+#include "formats/precision.h"
+#include "planner/plan.h"
+#include "planner/supports.h"
+
+static const tp_call_kind_info KINDS[TP_CALL_KIND_COUNT] = {
+    [TP_CALL_NONE] = {"none", TP_CAT_OTHER, "no kernel: computed by an earlier call"},
+    [TP_CALL_IM2COL_GEMM] = {"im2col_gemm", TP_CAT_GEMM, "im2col, then a cuBLASLt GEMM"},
+    [TP_CALL_PATCH_EMBED_FUSED] = {"patch_embed_fused", TP_CAT_GEMM,
+                                   "tprof sm_90 kernel: im2col in the loads, bias + position embedding + class token "
+                                   "in the epilogue"},
+    [TP_CALL_EMBED_TOKENS] = {"embed_tokens", TP_CAT_ELEMENTWISE, "position embedding and class token"},
+    [TP_CALL_LAYERNORM] = {"layernorm", TP_CAT_NORM, "tprof LayerNorm, fp32 statistics"},
+    [TP_CALL_LAYERNORM_FP8_B128] = {"layernorm_fp8_b128", TP_CAT_NORM, "LayerNorm writing E4M3 with 1x128 scales"},
+    [TP_CALL_GEMM] = {"gemm", TP_CAT_GEMM, "cuBLASLt GEMM, bias and fused epilogue"},
+    [TP_CALL_GEMM_QUANT_IN] = {"gemm_quant_in", TP_CAT_GEMM, "quantize kernel into E4M3, then a cuBLASLt FP8 GEMM"},
+    [TP_CALL_GEMV_W8A8] = {"gemv_w8a8", TP_CAT_GEMM, "tprof W8A8 GEMV, x rounded to E4M3 in registers"},
+    [TP_CALL_GEMV_FP8_WO] = {"gemv_fp8_wo", TP_CAT_GEMM, "tprof weight-only E4M3 GEMV"},
+    [TP_CALL_GEMV_NVFP4_WO] = {"gemv_nvfp4_wo", TP_CAT_GEMM, "tprof weight-only NVFP4 GEMV"},
+    [TP_CALL_GEMM_WO_DEQUANT] = {"gemm_wo_dequant", TP_CAT_GEMM, "weight dequantized to 16 bits, then cuBLASLt"},
+    [TP_CALL_GEMM_FP8_BLOCK] = {"gemm_fp8_block", TP_CAT_GEMM, "cuBLASLt FP8 block-128 GEMM"},
+    [TP_CALL_GEMM_BLOCK_NATIVE] = {"gemm_block_native", TP_CAT_GEMM, "block quantize, then cuBLASLt block-scaled MMA"},
+    [TP_CALL_GEMM_QDQ] = {"gemm_qdq", TP_CAT_GEMM, "emulated: QDQ into BF16, then a BF16 cuBLASLt GEMM"},
+    [TP_CALL_ATTENTION] = {"attention", TP_CAT_ATTENTION, "tprof CUDA-core attention"},
+    [TP_CALL_ATTENTION_FP8] = {"attention_fp8", TP_CAT_ATTENTION, "tprof FP8 attention (mma.sync)"},
+    [TP_CALL_ATTENTION_FP8_WGMMA] = {"attention_fp8_wgmma", TP_CAT_ATTENTION, "tprof FP8 attention (wgmma)"},
+    [TP_CALL_GELU] = {"gelu", TP_CAT_ACTIVATION, "tprof GELU"},
+    [TP_CALL_GELU_FP8_B128] = {"gelu_fp8_b128", TP_CAT_ACTIVATION, "GELU writing E4M3 with 1x128 scales"},
+    [TP_CALL_ADD] = {"add", TP_CAT_ELEMENTWISE, "residual add"},
+    [TP_CALL_POOL] = {"pool", TP_CAT_ELEMENTWISE, "class token or mean pooling"},
+    [TP_CALL_LAST_TOKEN] = {"last_token", TP_CAT_ELEMENTWISE, "each sequence's last row"},
+    [TP_CALL_ALL_REDUCE] = {"all_reduce", TP_CAT_COMM, "NCCL all-reduce"},
+    [TP_CALL_TOKEN_EMBED] = {"token_embed", TP_CAT_ELEMENTWISE, "embedding rows by token id"},
+    [TP_CALL_RMSNORM] = {"rmsnorm", TP_CAT_NORM, "tprof RMSNorm, fp32 statistics"},
+    [TP_CALL_ROPE] = {"rope", TP_CAT_ELEMENTWISE, "tprof RoPE at the cache position"},
+    [TP_CALL_FP32_LAYER] = {"fp32_layer", TP_CAT_NORM, "cast to fp32, the op in fp32, cast back"},
+    [TP_CALL_GLU] = {"glu", TP_CAT_ACTIVATION, "act(gate) * up"},
+    [TP_CALL_KV_APPEND] = {"kv_append", TP_CAT_MEMORY, "k and v rows written into the cache"},
+    [TP_CALL_KV_ATTENTION] = {"kv_attention", TP_CAT_ATTENTION, "tprof split-KV attention over the cache"},
+    [TP_CALL_RESHAPE] = {"reshape", TP_CAT_MEMORY, "a copy"},
+    [TP_CALL_CONCAT] = {"concat", TP_CAT_MEMORY, "two strided copies"},
+    [TP_CALL_SLICE] = {"slice", TP_CAT_MEMORY, "one strided copy"},
+    [TP_CALL_SILU] = {"silu", TP_CAT_ACTIVATION, "x sigmoid(x)"},
+    [TP_CALL_TIME_CONCAT] = {"time_concat", TP_CAT_ELEMENTWISE, "the time embedding beside every row"},
+    [TP_CALL_EULER] = {"euler", TP_CAT_ELEMENTWISE, "x + dt v"},
+    [TP_CALL_MASKED_ATTENTION] = {"masked_attention", TP_CAT_ATTENTION, "tprof CUDA-core masked attention"},
+    [TP_CALL_GEMV] = {"gemv", TP_CAT_GEMM, "tprof 16-bit decode GEMV"},
+    [TP_CALL_GEMM_SM90] = {"gemm_sm90", TP_CAT_GEMM, "tprof Hopper FP8 GEMM"},
+    [TP_CALL_GEMM_SM90_GELU] = {"gemm_sm90_gelu", TP_CAT_GEMM, "tprof Hopper GEMM + bias + exact GELU"},
+    [TP_CALL_GEMV_GROUP] = {"gemv_group", TP_CAT_GEMM, "sibling linears as one tprof GEMV"},
+    [TP_CALL_GEMM_SPARSE] = {"gemm_sparse", TP_CAT_GEMM, "cuSPARSELt 2:4 GEMM"},
+    [TP_CALL_ATTENTION_FLASH] = {"attention_flash", TP_CAT_ATTENTION, "tprof FA2 flash attention"},
+    [TP_CALL_ATTENTION_WGMMA] = {"attention_wgmma", TP_CAT_ATTENTION, "tprof Hopper attention"},
+    [TP_CALL_ATTENTION_CUDNN] = {"attention_cudnn", TP_CAT_ATTENTION, "cuDNN SDPA"},
+    [TP_CALL_KV_ATTENTION_FLASH] = {"kv_attention_flash", TP_CAT_ATTENTION, "a prefill's attention, flash kernel"},
+    [TP_CALL_MASKED_ATTENTION_GEMMS] = {"masked_attention_gemms", TP_CAT_ATTENTION,
+                                        "cuBLASLt batched GEMMs around a masked softmax"},
+};
+
+const tp_call_kind_info *tp_call_kind_get(tp_call_kind k) {
+    CHECK(k >= 0 && k < TP_CALL_KIND_COUNT && KINDS[k].name);
+    return &KINDS[k];
+}
+
+/* ---- lowering: each op's own kernel -------------------------------------------------------------------- */
+
+static tp_call_kind linear_kind(const tp_graph *g, const tp_plan *p, int i) {
+    const tp_op *op = &g->ops[i];
+    const tp_qformat qf = p->value_qf[op->in[0]];
+    if (qf == TP_QF_FP8_BLOCK128) return TP_CALL_GEMM_FP8_BLOCK;
+    if (qf == TP_QF_MXFP8 || qf == TP_QF_NVFP4 || qf == TP_QF_MXFP4)
+        return p->op_emulated[i] ? TP_CALL_GEMM_QDQ : TP_CALL_GEMM_BLOCK_NATIVE;
+    if (qf != TP_QF_NONE) return TP_CALL_GEMM_QDQ;
+    if (tp_precision_info(p->op_prec[i])->weight_only) {
+        if (op->gemm_m > 8) return TP_CALL_GEMM_WO_DEQUANT;
+        return p->op_prec[i] == TP_PREC_NVFP4_WO ? TP_CALL_GEMV_NVFP4_WO : TP_CALL_GEMV_FP8_WO;
+    }
+    if (p->op_prec[i] == TP_PREC_FP8 && p->value_dt[op->in[0]] != TP_E4M3)
+        return op->gemm_m <= 8 ? TP_CALL_GEMV_W8A8 : TP_CALL_GEMM_QUANT_IN;
+    return TP_CALL_GEMM;
+}
+
+/* The kernel op i runs alone under plan p (what tp_program_lower starts from). */
+static tp_call_kind op_kind(const tp_graph *g, const tp_plan *p, int i) {
+    const tp_op *op = &g->ops[i];
+    const int b128_out = p->value_qf[op->out] == TP_QF_FP8_BLOCK128 && p->value_dt[op->out] == TP_E4M3;
+    switch (op->kind) {
+    case TP_OP_PATCH_EMBED: return TP_CALL_IM2COL_GEMM;
+    case TP_OP_EMBED_TOKENS: return TP_CALL_EMBED_TOKENS;
+    case TP_OP_LAYERNORM: return b128_out ? TP_CALL_LAYERNORM_FP8_B128 : TP_CALL_LAYERNORM;
+    case TP_OP_LINEAR: return linear_kind(g, p, i);
+    case TP_OP_ATTENTION:
+        if (p->op_prec[i] != TP_PREC_FP8) return TP_CALL_ATTENTION;
+        return p->value_dt[op->in[0]] == TP_E4M3 ? TP_CALL_ATTENTION_FP8_WGMMA : TP_CALL_ATTENTION_FP8;
+    case TP_OP_GELU: return b128_out ? TP_CALL_GELU_FP8_B128 : TP_CALL_GELU;
+    case TP_OP_ADD: return TP_CALL_ADD;
+    case TP_OP_POOL: return op->pool_mode == 2 ? TP_CALL_LAST_TOKEN : TP_CALL_POOL;
+    case TP_OP_TOKEN_EMBED: return TP_CALL_TOKEN_EMBED;
+    case TP_OP_RMSNORM: return p->fp32_tensors ? TP_CALL_FP32_LAYER : TP_CALL_RMSNORM;
+    case TP_OP_ROPE: return p->fp32_tensors ? TP_CALL_FP32_LAYER : TP_CALL_ROPE;
+    case TP_OP_GLU: return TP_CALL_GLU;
+    case TP_OP_KV_APPEND: return TP_CALL_KV_APPEND;
+    case TP_OP_KV_ATTENTION: return TP_CALL_KV_ATTENTION;
+    case TP_OP_ALL_REDUCE: return TP_CALL_ALL_REDUCE;
+    case TP_OP_RESHAPE: return TP_CALL_RESHAPE;
+    case TP_OP_CONCAT: return TP_CALL_CONCAT;
+    case TP_OP_SLICE: return TP_CALL_SLICE;
+    case TP_OP_SILU: return TP_CALL_SILU;
+    case TP_OP_TIME_CONCAT: return TP_CALL_TIME_CONCAT;
+    case TP_OP_EULER: return TP_CALL_EULER;
+    case TP_OP_MASKED_ATTENTION: return TP_CALL_MASKED_ATTENTION;
+    default: CHECK(!"an op kind without a kernel"); return TP_CALL_NONE;
+    }
+}
+
+/* ---- the fusion rules ---------------------------------------------------------------------------------- */
+
+static int consumers(const tp_graph *g, int v) {
+    int n = 0;
+    for (int i = 0; i < g->n_ops; i++)
+        for (int j = 0; j < g->ops[i].n_in; j++) n += g->ops[i].in[j] == v;
+    return n;
+}
+
+static void note_append(char *note, size_t n, const char *s) {
+    const size_t l = strlen(note);
+    if (l < n) snprintf(note + l, n - l, "%s", s);
+}
+
+/* LINEAR, ADD: the residual add done by the GEMM's epilogue (D = A W^T + bias + residual, one rounding; cuBLASLt
+ * beta = 1), when every storage type of the add is one and not E4M3 and the GEMM reads no block format (those
+ * keep their own GEMM paths). (FP8 GEMMs with a C operand need the engine's GEMM selection: cuBLASLt's first
+ * heuristic algorithm for ViT-B's proj and fc2 took 56 us instead of 37 on an H200,
+ * bench/results/2026-11-21_h200_vit-b16_b64_fusion_profile.log; the timed choice makes the fused FP8 engine 4 %
+ * faster, ..._fp8_residual_fusion.log.) */
+static int fits_residual(const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+    (void)sm, (void)gelu_all;
+    const tp_op *lin = &g->ops[ops[0]], *op = &g->ops[ops[1]];
+    if (op->n_in != 2) return 0;
+    const tp_dtype dt = p->value_dt[op->out];
+    if (dt == TP_E4M3 || p->value_dt[op->in[0]] != dt || p->value_dt[op->in[1]] != dt) return 0;
+    if (p->value_qf[lin->in[0]] != TP_QF_NONE) return 0;
+    const int res = op->in[0] == lin->out ? op->in[1] : op->in[0];
+    snprintf(p->op_note[ops[1]], sizeof p->op_note[ops[1]], "fused: done by the epilogue of %s (+ %s, one rounding)",
+             lin->layer, g->values[res].name);
+    char s[200];
+    snprintf(s, sizeof s, "; + residual in the epilogue (%s)", op->layer);
+    note_append(p->op_note[ops[0]], sizeof p->op_note[ops[0]], s);
+    return 1;
+}
+
+/* LINEAR, GELU (the policy's gelu_tanh for every GELU; always for a model whose GELU is the tanh form, which
+ * cuBLASLt's epilogue computes as it is): an E4M3 GELU output needs the FP8 GEMM (cuBLASLt writes E4M3 only from
+ * E4M3 operands), any other the GEMM's own output type; block formats keep their kernels; the weight-only GEMV has
+ * no GELU; fp32 engines (the GPU reference) keep the GELU kernel for a tanh-form model. */
+static int fits_gelu(const tp_graph *g, tp_plan *p, int sm, const int *ops, int all) {
+    (void)sm;
+    const int j = ops[0], i = ops[1];
+    const tp_op *op = &g->ops[i];
+    const int x = op->in[0], y = op->out, a = g->ops[j].in[0];
+    if (!all && !op->gelu_tanh) return 0;
+    if (tp_precision_info(p->op_prec[j])->weight_only) return 0;
+    if (!all && p->value_dt[x] == TP_F32) return 0;
+    if (p->value_qf[a] != TP_QF_NONE || p->value_qf[y] != TP_QF_NONE) return 0;
+    if (p->value_dt[y] == TP_E4M3 ? p->value_dt[a] != TP_E4M3 : p->value_dt[y] != p->value_dt[x]) return 0;
+    snprintf(p->op_note[i], sizeof p->op_note[i], "fused: bias + GELU in the epilogue of %s, %s", g->ops[j].layer,
+             op->gelu_tanh ? "the model's tanh form (cuBLASLt's GELU epilogue)"
+                           : "tanh approximation (cuBLASLt; --gelu tanh)");
+    char s[120];
+    snprintf(s, sizeof s, "; + GELU (tanh approximation) in the epilogue, writes %s", tp_dtype_info(p->value_dt[y])->name);
+    note_append(p->op_note[j], sizeof p->op_note[j], s);
+    return 1;
+}
+
+/* PATCH_EMBED, EMBED_TOKENS on sm_90 (the kernel is wgmma): the weights, the position embedding, the class token and
+ * both outputs in one 16-bit type and the image in fp32, when the kernel's shape rules hold: no im2col, no cast, no
+ * concatenation kernel. */
+static int fits_patch_embed(const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+    (void)gelu_all;
+    if (sm != 90) return 0;
+    const tp_op *op = &g->ops[ops[0]], *eo = &g->ops[ops[1]];
+    const tp_dtype dt = p->value_dt[op->in[1]];
+    const tp_kernel_shape ks = {dt, 0, op->gemm_n, 0, op->patch, 0};
+    int ok = p->value_dt[op->in[0]] == TP_F32 && tp_supports(TP_KERNEL_PATCH_EMBED_FUSED, &ks, NULL, 0);
+    const int vals[] = {op->in[1], op->n_in > 2 ? op->in[2] : op->in[1], op->out, eo->in[1],
+                        eo->n_in > 2 ? eo->in[2] : eo->in[1], eo->out};
+    for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
+        ok = ok && p->value_dt[vals[k]] == dt && p->value_qf[vals[k]] == TP_QF_NONE;
+    if (!ok) return 0;
+    snprintf(p->op_note[ops[1]], sizeof p->op_note[ops[1]],
+             "fused: done by the epilogue of %s (+ position embedding%s, one rounding)", op->layer,
+             eo->n_in > 2 ? ", class token rows" : "");
+    char s[200];
+    snprintf(s, sizeof s, "; one tprof kernel: im2col + cast to %s in the loads, bias + %s in the epilogue",
+             tp_dtype_info(dt)->name, eo->layer);
+    note_append(p->op_note[ops[0]], sizeof p->op_note[ops[0]], s);
+    return 1;
+}
+
+const tp_fusion_rule tp_fusion_rules[] = {
+    {"linear+add", {TP_OP_LINEAR, TP_OP_ADD}, 2, TP_CALL_NONE, fits_residual,
+     "the residual add in the GEMM's epilogue (beta = 1, one rounding)"},
+    {"linear+gelu", {TP_OP_LINEAR, TP_OP_GELU}, 2, TP_CALL_NONE, fits_gelu,
+     "bias + GELU (tanh form) in the GEMM's epilogue"},
+    {"patch_embed+embed_tokens", {TP_OP_PATCH_EMBED, TP_OP_EMBED_TOKENS}, 2, TP_CALL_PATCH_EMBED_FUSED,
+     fits_patch_embed, "im2col in the GEMM's loads, position embedding and class token in its epilogue"},
+};
+const int tp_fusion_rule_count = (int)(sizeof tp_fusion_rules / sizeof tp_fusion_rules[0]);
+
+/* Rule r's chain ending at ops[k + 1], links k .. 0 still to find: walks back through the inputs of ops[k + 1], the
+ * last slot first (an ADD's second operand: the block's branch in timm's order); a link is an op of the rule's kind
+ * whose output only the next op reads and that is alone in its call. The first whole chain the rule's predicate
+ * accepts wins. */
+static int match_back(const tp_graph *g, tp_plan *p, int sm, int gelu_all, const tp_program *prog,
+                      const tp_fusion_rule *r, int k, int *ops) {
+    if (k < 0) return r->fits(g, p, sm, ops, gelu_all);
+    const tp_op *next = &g->ops[ops[k + 1]];
+    for (int s = next->n_in - 1; s >= 0; s--) {
+        const int v = next->in[s], j = g->values[v].producer;
+        if (j < 0 || g->ops[j].kind != r->kinds[k] || consumers(g, v) != 1) continue;
+        if (!tp_program_is_head(prog, j) || prog->calls[j].n_ops != 1) continue;
+        ops[k] = j;
+        if (match_back(g, p, sm, gelu_all, prog, r, k - 1, ops)) return 1;
+    }
+    return 0;
+}
+
+static void apply_rule(const tp_graph *g, tp_plan *p, int sm, int gelu_all, int r, tp_program *prog) {
+    const tp_fusion_rule *rule = &tp_fusion_rules[r];
+    for (int t = 0; t < g->n_ops; t++) {
+        if (g->ops[t].kind != rule->kinds[rule->n - 1]) continue;
+        if (!tp_program_is_head(prog, t) || prog->calls[t].n_ops != 1) continue;
+        int ops[3];
+        ops[rule->n - 1] = t;
+        if (!match_back(g, p, sm, gelu_all, prog, rule, rule->n - 2, ops)) continue;
+        for (int k = 1; k < rule->n; k++) tp_program_merge(prog, ops[0], ops[k]);
+        tp_call *c = &prog->calls[ops[0]];
+        if (rule->kind != TP_CALL_NONE) c->kind = rule->kind;
+        c->rule = r;
+        snprintf(c->note, sizeof c->note, "%s: %s", rule->name, rule->why);
+    }
+}
+
+tp_status tp_program_lower(const tp_graph *g, tp_plan *p, int sm, int no_fusion, int gelu_all, tp_program *out,
+                           tp_error *err) {
+    memset(out, 0, sizeof *out);
+    out->n_ops = g->n_ops;
+    out->calls = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *out->calls);
+    out->op_call = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
+    if (!out->calls || !out->op_call) {
+        tp_program_free(out);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory lowering the program");
+    }
+    for (int i = 0; i < g->n_ops; i++) {
+        tp_call *c = &out->calls[i];
+        c->kind = op_kind(g, p, i);
+        c->n_ops = 1;
+        c->ops[0] = i;
+        c->rule = -1;
+        out->op_call[i] = i;
+    }
+    if (sm > 0 && !no_fusion)
+        for (int r = 0; r < tp_fusion_rule_count; r++) apply_rule(g, p, sm, gelu_all, r, out);
+    return TP_OK;
+}
+
+void tp_program_free(tp_program *prog) {
+    free(prog->calls);
+    free(prog->op_call);
+    memset(prog, 0, sizeof *prog);
+}
+
+tp_status tp_program_copy(const tp_program *src, tp_program *dst, tp_error *err) {
+    const size_t n = (size_t)(src->n_ops ? src->n_ops : 1);
+    dst->n_ops = src->n_ops;
+    dst->calls = malloc(sizeof *dst->calls * n);
+    dst->op_call = malloc(sizeof(int) * n);
+    if (!dst->calls || !dst->op_call) {
+        tp_program_free(dst);
+        return tp_fail(err, TP_ERR_OOM, "out of host memory copying the program");
+    }
+    memcpy(dst->calls, src->calls, sizeof *dst->calls * n);
+    memcpy(dst->op_call, src->op_call, sizeof(int) * n);
+    return TP_OK;
+}
+
+int tp_program_find(const tp_program *prog, const tp_graph *g, int head, tp_op_kind k) {
+    const tp_call *c = &prog->calls[head];
+    for (int j = 1; j < c->n_ops; j++)
+        if (k == TP_OP_KIND_COUNT || g->ops[c->ops[j]].kind == k) return c->ops[j];
+    return -1;
+}
+
+int tp_program_out(const tp_program *prog, const tp_graph *g, int head) {
+    const tp_call *c = &prog->calls[head];
+    if (c->kind == TP_CALL_GEMV_GROUP || c->n_ops < 2) return g->ops[head].out;
+    return g->ops[c->ops[c->n_ops - 1]].out;
+}
+
+void tp_program_merge(tp_program *prog, int head, int op) {
+    tp_call *c = &prog->calls[head], *o = &prog->calls[op];
+    CHECK(tp_program_is_head(prog, head) && tp_program_is_head(prog, op) && o->n_ops == 1 && c->n_ops < TP_CALL_MAX_OPS);
+    c->ops[c->n_ops++] = op;
+    o->n_ops = 0; /* its kind stays, dormant, for tp_program_split */
+    prog->op_call[op] = head;
+}
+
+void tp_program_split(tp_program *prog, int op) {
+    const int head = prog->op_call[op];
+    CHECK(head != op);
+    tp_call *c = &prog->calls[head];
+    int k = 0;
+    for (int j = 0; j < c->n_ops; j++)
+        if (c->ops[j] != op) c->ops[k++] = c->ops[j];
+    c->n_ops = k;
+    tp_call *o = &prog->calls[op];
+    const tp_call_kind kind = o->kind;
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->n_ops = 1;
+    o->ops[0] = op;
+    o->rule = -1;
+    prog->op_call[op] = op;
+}
+
+int tp_program_n_calls(const tp_program *prog) {
+    int n = 0;
+    for (int i = 0; i < prog->n_ops; i++) n += prog->calls[i].n_ops > 0;
+    return n;
+}
+
+int tp_program_inner(const tp_program *prog, const tp_graph *g, int v) {
+    const int j = g->values[v].producer;
+    if (j < 0 || v == g->output || g->values[v].kind != TP_VAL_ACT) return 0;
+    const int c = prog->op_call[j];
+    int readers = 0;
+    for (int i = 0; i < g->n_ops; i++)
+        for (int s = 0; s < g->ops[i].n_in; s++)
+            if (g->ops[i].in[s] == v) {
+                if (prog->op_call[i] != c) return 0;
+                readers++;
+            }
+    /* a chained call's inner value is read by the next op of the chain; a group's outputs are read outside */
+    return readers > 0;
+}
+
+/* ---- bytes ----------------------------------------------------------------------------------------------- */
+
+/* The bytes of the decoder ops that read part of a tensor: -1 for the others. */
+static double decoder_op_bytes(const tp_plan *p, const tp_graph *g, const tp_op *op) {
+    const tp_value *x = &g->values[op->in[0]], *o = &g->values[op->out];
+    const double xb = (double)tp_value_numel(x) * (double)tp_dtype_info(p->value_dt[op->in[0]])->bytes;
+    const double ob = tp_dtype_info(p->value_dt[op->out])->bytes;
+    switch (op->kind) {
+    case TP_OP_TOKEN_EMBED: /* the ids, one table row per token, the output */
+        return xb + 2.0 * (double)tp_value_numel(o) * ob;
+    case TP_OP_KV_APPEND: /* k and v read, their rows written into the cache (in its type) */
+        return 2.0 * xb + 2.0 * (double)tp_value_numel(x) * (double)tp_dtype_info(p->value_dt[op->out])->bytes;
+    case TP_OP_KV_ATTENTION: { /* q, the past + T cached K and V rows, the output */
+        const tp_value *c = &g->values[op->in[1]];
+        const double rows = (double)c->shape[1] * (double)(g->past + g->tokens);
+        return xb + 2.0 * rows * (double)c->shape[3] * (double)tp_dtype_info(p->value_dt[op->in[1]])->bytes +
+               (double)tp_value_numel(o) * ob;
+    }
+    case TP_OP_POOL: /* one row of each sequence */
+        if (op->pool_mode != 2) return -1;
+        return 2.0 * (double)tp_value_numel(o) * ob;
+    default: return -1;
+    }
+}
+
+/* Input j of op i as it is read: weight-only NVFP4 weights are codes, a scale per 16 and the per-tensor one. */
+static double in_bytes(const tp_plan *p, const tp_graph *g, int i, int j) {
+    const tp_op *op = &g->ops[i];
+    const double n = (double)tp_value_numel(&g->values[op->in[j]]);
+    if (j == 1 && p->op_prec && p->op_prec[i] == TP_PREC_NVFP4_WO) return n / 2 + n / 16 + 4;
+    return n * (double)tp_dtype_info(p->value_dt[op->in[j]])->bytes;
+}
+
+static double val_bytes(const tp_plan *p, const tp_graph *g, int v) {
+    return (double)tp_value_numel(&g->values[v]) * (double)tp_dtype_info(p->value_dt[v])->bytes;
+}
+
+/* One op alone in its call. */
+static double op_alone_bytes(const tp_plan *p, const tp_graph *g, int i) {
+    const tp_op *op = &g->ops[i];
+    const double db = decoder_op_bytes(p, g, op);
+    if (db >= 0) return db;
+    double b = 0;
+    if (p->fp32_tensors && (op->kind == TP_OP_RMSNORM || op->kind == TP_OP_ROPE)) /* the casts: fp32 written, read */
+        b += 16.0 * (double)tp_value_numel(&g->values[op->out]);
+    for (int j = 0; j < op->n_in; j++) b += in_bytes(p, g, i, j);
+    if (op->kind == TP_OP_POOL && op->pool_mode == 0) /* the class token's row of each image, not all T rows */
+        b -= (double)(tp_value_numel(&g->values[op->in[0]]) - tp_value_numel(&g->values[op->out])) *
+             (double)tp_dtype_info(p->value_dt[op->in[0]])->bytes;
+    return b + val_bytes(p, g, op->out);
+}
+
+double tp_program_call_bytes(const tp_program *prog, const tp_plan *p, const tp_graph *g, int head) {
+    const tp_call *c = &prog->calls[head];
+    if (c->n_ops == 0) return 0.0;
+    if (c->n_ops == 1) return op_alone_bytes(p, g, head);
+    double b = 0;
+    int seen[TP_CALL_MAX_OPS * TP_OP_MAX_IN], n_seen = 0;
+    for (int k = 0; k < c->n_ops; k++) { /* what it reads from outside, each value once */
+        const tp_op *op = &g->ops[c->ops[k]];
+        for (int j = 0; j < op->n_in; j++) {
+            const int v = op->in[j], pr = g->values[v].producer;
+            int dup = pr >= 0 && prog->op_call[pr] == head;
+            for (int s = 0; s < n_seen && !dup; s++) dup = seen[s] == v;
+            if (dup) continue;
+            seen[n_seen++] = v;
+            b += in_bytes(p, g, c->ops[k], j);
+        }
+    }
+    for (int k = 0; k < c->n_ops; k++) { /* what it writes for readers outside */
+        const int v = g->ops[c->ops[k]].out;
+        if (!tp_program_inner(prog, g, v)) b += val_bytes(p, g, v);
+    }
+    return b;
+}
+
+double tp_program_op_bytes(const tp_program *prog, const tp_plan *p, const tp_graph *g, int i) {
+    return tp_program_is_head(prog, i) ? tp_program_call_bytes(prog, p, g, i) : 0.0;
+}
+
+double tp_program_call_flop(const tp_program *prog, const tp_graph *g, int head, int matmul) {
+    const tp_call *c = &prog->calls[head];
+    double f = 0;
+    for (int k = 0; k < c->n_ops; k++) f += matmul ? g->ops[c->ops[k]].matmul_flop : g->ops[c->ops[k]].flop;
+    return f;
+}
+
+/* ---- --plan ---------------------------------------------------------------------------------------------- */
+
+void tp_program_print(FILE *f, const tp_program *prog, const tp_plan *p, const tp_graph *g) {
+    int n_calls = 0, n_fused = 0, n_ops_fused = 0;
+    fprintf(f, "program: the calls an executor runs, in order (kernel, layers, GFLOP, MB)\n");
+    for (int i = 0; i < prog->n_ops; i++) {
+        const tp_call *c = &prog->calls[i];
+        if (!c->n_ops) continue;
+        n_calls++;
+        if (c->n_ops > 1) n_fused++, n_ops_fused += c->n_ops;
+        fprintf(f, "  %4d  %-20s %-40s %9.4f %9.3f", n_calls - 1, tp_call_kind_get(c->kind)->name, g->ops[i].layer,
+                tp_program_call_flop(prog, g, i, 0) * 1e-9, tp_program_call_bytes(prog, p, g, i) * 1e-6);
+        for (int k = 1; k < c->n_ops; k++) fprintf(f, " + %s", g->ops[c->ops[k]].layer);
+        if (c->note[0]) fprintf(f, "  [%s]", c->note);
+        fputc('\n', f);
+    }
+    fprintf(f, "program: %d calls for %d ops; %d fused calls cover %d ops\n", n_calls, prog->n_ops, n_fused,
+            n_ops_fused);
+}
