@@ -16,6 +16,9 @@ Rules (one output line per violation):
    their own order (equal ranks are siblings and may include each other).
 5. No cycles among files: every elementary cycle of the file include graph is reported once.
 6. tests/, bench/, tools/ are not checked, but src/ and include/ must not include anything outside src/, include/.
+7. No file in a folder of SAME_IN_EVERY_BUILD has a preprocessor conditional (#if, #ifdef, #ifndef, #elif...) naming
+   CUDA or NVCC (TPROF_HAVE_CUDA, __CUDACC__, CUDART_VERSION, __NVCC__...), comments ignored: such a folder
+   compiles the same with and without CUDA and reaches the GPU through src/exec/executor.h.
 """
 import collections
 import os
@@ -53,6 +56,10 @@ SUB_RANKS = {
     },
 }
 
+# Folders compiled the same with and without CUDA (rule 7): the bench runs on the executors of src/exec/executor.h,
+# declared in every build (a build without CUDA links src/exec/cuda_absent.c, whose functions refuse).
+SAME_IN_EVERY_BUILD = ("src/bench",)
+
 ALLOWED_UNRESOLVED = {"tp_build_info.h", "onnx/onnx.pb-c.h"}  # generated into the build folder by CMake (the
 # second by protoc-c from the ONNX schema, src/io/onnx.c)
 SOURCE_EXTS = (".c", ".h", ".cu", ".cuh")
@@ -60,6 +67,8 @@ CHECKED_DIRS = ("src", "include")
 MAX_CYCLES = 200
 
 INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+CUDA_CONDITIONAL_RE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b(?:\\\n|[^\n])*?"
+                                 r"\b(\w*(?:CUDA|NVCC)\w*)", re.M)
 TOKEN_RE = re.compile(r"/\*.*?(?:\*/|\Z)|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?", re.S)
 
 
@@ -74,6 +83,14 @@ def quoted_includes(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         text = strip_comments(f.read())
     return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in INCLUDE_RE.finditer(text)]
+
+
+def cuda_conditionals(path):
+    """[(line number, name)] of the preprocessor conditionals of a file that name CUDA or NVCC, comments ignored
+    (a conditional continued over lines counts at its first)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = strip_comments(f.read())
+    return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in CUDA_CONDITIONAL_RE.finditer(text)]
 
 
 def layer_of(rel):
@@ -163,6 +180,11 @@ def check(root):
             problems.append((rel, 0, f"{rel}: folder '{sub[0]}/{sub[1]}' has no rank in SUB_RANKS"))
         group, mine = side_group(rel)
         edges[rel] = []
+        same = next((f for f in SAME_IN_EVERY_BUILD if rel.startswith(f + "/")), None)
+        for line, name in cuda_conditionals(os.path.join(root, rel)) if same else ():
+            problems.append((rel, line, f"{rel}:{line}: a preprocessor conditional on {name}: {same}/ compiles "
+                                        "the same with and without CUDA (its GPU calls go through "
+                                        "src/exec/executor.h)"))
         for line, name in quoted_includes(os.path.join(root, rel)):
             n_inc += 1
             where = f"{rel}:{line}: includes"
@@ -242,7 +264,10 @@ SELF_TEST_TREE = {
     "src/planner/plan.c": '#include "plan.h"\n#include "missing.h"\n',             # unresolved
     "src/foo/x.c": '#include "tprof.h"\n',                                         # unknown folder
     "src/exec/cpu/a.c": '#include "exec/cuda/b.h"\n',                              # side by side
-    "src/exec/cuda/b.h": "",
+    "src/exec/cuda/b.h": "#ifdef TPROF_HAVE_CUDA\n#endif\n",                        # good (not src/bench)
+    "src/bench/run.c": '#include "exec/cuda/b.h"\n/* #ifdef TPROF_HAVE_CUDA */\n'  # good (downward, a comment)
+                       "#ifndef TP_RUN_H\n#endif\n#ifdef TPROF_HAVE_CUDA\n#endif\n"  # good, then on CUDA
+                       "#if defined(A) && \\\n    defined(__CUDACC__)\n#endif\n",   # on CUDA, over 2 lines
     "src/exec/cuda/ptx/p.cuh": '#include "exec/cuda/engine/e.h"\n',                # sub-rank upward
     "src/exec/cuda/engine/e.h": '#include "../gemm/g.h"\n',                        # good (downward)
     "src/exec/cuda/gemm/g.h": '#include "exec/cuda/vendor/v.h"\n',                 # good (sibling)
@@ -250,6 +275,10 @@ SELF_TEST_TREE = {
     "bench/lab.h": '#include "exec/cuda/b.h"\n',                                   # not checked
 }
 SELF_TEST_EXPECTED = [
+    "src/bench/run.c:5: a preprocessor conditional on TPROF_HAVE_CUDA: src/bench/ compiles the same with and "
+    "without CUDA (its GPU calls go through src/exec/executor.h)",
+    "src/bench/run.c:7: a preprocessor conditional on __CUDACC__: src/bench/ compiles the same with and without "
+    "CUDA (its GPU calls go through src/exec/executor.h)",
     "src/exec/cpu/a.c:1: includes src/exec/cuda/b.h: src/exec/cpu and src/exec/cuda sit side by side and must "
     "not include each other",
     "src/exec/cuda/ptx/p.cuh:1: includes src/exec/cuda/engine/e.h (engine, rank 3) from ptx (rank 0): "
@@ -264,7 +293,8 @@ SELF_TEST_EXPECTED = [
 
 
 # The self-test runs on tables of its own, so that editing the real ones above never breaks it.
-SELF_TEST_TABLES = {"LAYERS": {"core": 0, "ir": 2, "planner": 5, "exec": 6}, "INCLUDE_DIR_LAYER": "core",
+SELF_TEST_TABLES = {"LAYERS": {"core": 0, "ir": 2, "planner": 5, "exec": 6, "bench": 8}, "INCLUDE_DIR_LAYER": "core",
+                    "SAME_IN_EVERY_BUILD": ("src/bench",),
                     "SIDE_BY_SIDE": [("src/exec/cpu", "src/exec/cuda")], "ALLOWED_UNRESOLVED": {"tp_build_info.h"},
                     "SUB_RANKS": {"src/exec/cuda": {"ptx": 0, "gemm": 2, "vendor": 2, "engine": 3, "": 3}}}
 
@@ -281,7 +311,7 @@ def self_test():
             got, files, n_inc, _ = check(root)
     finally:
         globals().update(saved)
-    ok = got == SELF_TEST_EXPECTED and len(files) == 13 and n_inc == 14
+    ok = got == SELF_TEST_EXPECTED and len(files) == 14 and n_inc == 15
     for line in sorted(set(got) ^ set(SELF_TEST_EXPECTED)):
         print(("unexpected: " if line in got else "missing:    ") + line)
     print(f"self-test: {len(got)} violations reported, {len(SELF_TEST_EXPECTED)} expected, "

@@ -18,15 +18,12 @@
 #include "core/system.h"
 #include "core/util.h"
 #include "formats/precision.h"
-#include "exec/cpu/cpu_exec.h"
+#include "exec/executor.h"
 #include "io/safetensors.h"
 #include "models/onnx_import.h"
+#include "planner/caps.h"
 #include "planner/policy.h"
-#ifdef TPROF_HAVE_CUDA
-#include "exec/cuda/engine/cuda_engine.h"
-#include "exec/cuda/gemm/gemm_peak.h"
 #include "profile/profile_run.h"
-#endif
 
 tp_reference_kind tp_bench_reference(tp_reference_kind asked, tp_device_kind dev) {
     if (asked != TP_REF_AUTO) return asked;
@@ -44,10 +41,8 @@ typedef struct {
     int have_ref;
     float **ref_taps;     /* the reference's tapped values (gref.taps: a pipeline's stage outputs), or NULL */
     tp_roofline_rates rt_local, *rt;
-#ifdef TPROF_HAVE_CUDA
     tp_cupti *cupti;        /* tprof profile's CUPTI session, open before any engine is built */
     const tp_qtensor **wq;  /* --engine: per parameter, the stored quantized weight */
-#endif
     /* --tp n: every rank's parameters and prefill graph (rank 0's graph is g, tpg[0] stays empty), and the plans
      * of ranks 1.. for the engine being built (rank 0's is run_engine's) */
     int tp;
@@ -159,7 +154,6 @@ static tp_status bench_cpu(const tp_bench_options *o, const tp_graph *g, const t
     return TP_OK;
 }
 
-#ifdef TPROF_HAVE_CUDA
 /* Measures what rt lacks: the GEMM peak of each precision in mask (bit p: tp_precision p) and the copy rate. */
 static tp_status measure_rates(tp_roofline_rates *rt, unsigned mask, tp_error *err) {
     for (int p = 0; p < TP_PREC_COUNT; p++) {
@@ -174,25 +168,20 @@ static tp_status measure_rates(tp_roofline_rates *rt, unsigned mask, tp_error *e
 static tp_status gpu_reference(run_ctx *c, tp_error *err) {
     return tp_gpu_reference_taps(&c->gref, &c->params, c->rep.gpu.sm, c->input, c->ref, c->ref_taps, err);
 }
-#endif
 
-/* The run's device: the GPU when asked for or found, else the CPU (with the reason kept in gerr). */
+/* The run's device: the GPU when asked for or found, else the CPU (with the reason kept in gerr). A build without
+ * CUDA finds none (exec/executor.h: TP_EXEC_NO_CUDA) and says which build it is when the GPU was asked for. */
 static tp_status resolve_device(run_ctx *c, tp_error *gerr, tp_error *err) {
     const tp_bench_options *o = c->o;
     tp_bench_report *rep = &c->rep;
     rep->dev = o->device;
-#ifdef TPROF_HAVE_CUDA
     if (rep->dev != TP_DEVICE_CPU) {
         if (tp_gpu_query(0, &rep->gpu, gerr) == TP_OK) rep->dev = TP_DEVICE_GPU;
-        else if (rep->dev == TP_DEVICE_GPU) return tp_fail(err, TP_ERR_NO_GPU, "--device gpu: %s", gerr->msg);
+        else if (rep->dev == TP_DEVICE_GPU)
+            return tp_fail(err, TP_ERR_NO_GPU, "--device gpu: %s%s", gerr->msg,
+                           tp_caps_build_has_cuda() ? "" : " (CPU-only build)");
         else rep->dev = TP_DEVICE_CPU;
     }
-#else
-    if (rep->dev == TP_DEVICE_GPU)
-        return tp_fail(err, TP_ERR_NO_GPU, "--device gpu: this tprof was built without CUDA (CPU-only build)");
-    snprintf(gerr->msg, sizeof gerr->msg, "this tprof was built without CUDA");
-    rep->dev = TP_DEVICE_CPU;
-#endif
     /* a GPU-only request: a usage error when --device cpu asked for the CPU, else no GPU here */
     const tp_status gpu_only = o->device == TP_DEVICE_CPU ? TP_ERR_ARG : TP_ERR_NO_GPU;
     if (o->profile_iters > 0 && rep->dev != TP_DEVICE_GPU)
@@ -464,14 +453,12 @@ static tp_status setup(run_ctx *c, tp_error *err) {
     }
     if (rep->reference != TP_REF_NONE && (st = tp_model_build_graph(mp, &c->params, rep->ref_rows, &c->gref, err)))
         return st;
-#ifdef TPROF_HAVE_CUDA
     if (o->engine_file) { /* an engine file's quantized weights are uploaded as stored */
         c->wq = calloc((size_t)c->params.n_params, sizeof *c->wq);
         if (!c->wq) return tp_fail(err, TP_ERR_OOM, "out of host memory");
         for (int i = 0; i < c->params.n_params && i < o->engine_file->n_tensors; i++)
             if (o->engine_file->tensors[i].qf != TP_QF_NONE) c->wq[i] = &o->engine_file->tensors[i].q;
     }
-#endif
     return TP_OK;
 }
 
@@ -533,9 +520,7 @@ static tp_status reference_run(run_ctx *c, tp_error *err) {
     if (rep->gen > 0) /* a decoder: its generation, whose prefill gives the logits */
         st = tp_bench_reference_decode(rep, &c->params, c->input, rep->ref_rows, rep->reference == TP_REF_GPU,
                                        c->ref, err);
-#ifdef TPROF_HAVE_CUDA
     else if (rep->reference == TP_REF_GPU) st = gpu_reference(c, err);
-#endif
     else {
         char label[96];
         snprintf(label, sizeof label, "CPU FP32 reference, %d sample%s", rep->ref_rows, rep->ref_rows == 1 ? "" : "s");
@@ -554,7 +539,6 @@ static tp_status reference_run(run_ctx *c, tp_error *err) {
     return TP_OK;
 }
 
-#ifdef TPROF_HAVE_CUDA
 /* FP8 attention's cost layer by layer (tp_engine_attention_cost), kept in r (one row per attention op the plan
  * runs in FP8) for the summary, the JSON and the comparison report. The reference's precision is that of the
  * op's qkv input (plan->value_dt). */
@@ -730,7 +714,6 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     }
     return st;
 }
-#endif
 
 /* What an engine's plan says before it runs: ops in the format, emulated ops, weight bytes, roofline costs. */
 static tp_status record_plan(run_ctx *c, const tp_plan *plan, tp_bench_result *r, tp_error *err) {
@@ -750,7 +733,6 @@ static tp_status record_plan(run_ctx *c, const tp_plan *plan, tp_bench_result *r
     return TP_OK;
 }
 
-#ifdef TPROF_HAVE_CUDA
 /* A pipeline's drift per stage: the engine's tapped values (one more eager pass) against the reference's. */
 static tp_status stage_drift(run_ctx *c, tp_engine *e, tp_bench_result *r, tp_error *err) {
     float **taps = tp_taps_alloc(&c->g);
@@ -771,7 +753,6 @@ static tp_status stage_drift(run_ctx *c, tp_engine *e, tp_bench_result *r, tp_er
     tp_taps_free(&c->g, taps);
     return st;
 }
-#endif
 
 /* Engine pi: policy, plan, build, timed runs, accuracy, profile. */
 static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
@@ -788,9 +769,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     if ((st = tp_plan_build_policy(g, &pol, rep->dev == TP_DEVICE_GPU ? rep->gpu.sm : 0, &plan, err))) return st;
     st = record_plan(c, &plan, r, err);
     if (!st && o->print_plan && o->writer && o->writer->plan) o->writer->plan(rep, pi, &plan);
-#ifdef TPROF_HAVE_CUDA
     tp_engine *e = NULL; /* kept until after the summary: the profiled run follows the timed one */
-#endif
     if (st) {
     } else if (rep->dev == TP_DEVICE_CPU) {
         r->weight_bytes = tp_plan_weight_bytes(&plan, g);
@@ -800,18 +779,12 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
             st = tp_bench_decode_cpu(rep, &c->params, c->input, o->iterations < 3 ? (o->iterations > 1 ? o->iterations : 1)
                                      : 3, r, err);
     } else {
-#ifdef TPROF_HAVE_CUDA
         st = gpu_engine(c, &plan, &pol, r, &e, err);
-#endif
     }
     const int B = o->batch, cols = rep->out_cols;
     r->ppl = NAN;
     if (!st && o->perplexity && rep->prompt > 0)
-#ifdef TPROF_HAVE_CUDA
         st = tp_bench_perplexity(rep, &c->params, rep->dev == TP_DEVICE_GPU ? &pol : NULL, 0, e, &r->ppl, err);
-#else
-        st = tp_bench_perplexity(rep, &c->params, NULL, 0, NULL, &r->ppl, err);
-#endif
     if (!st) {
         tp_latency_stats_compute(r->samples, r->n, &r->lat);
         if (c->have_ref) tp_accuracy_compute(c->out, c->ref, rep->ref_rows, cols, &r->acc);
@@ -820,9 +793,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
         for (size_t k = (size_t)rep->ref_rows * cols; k < (size_t)B * cols; k++) r->acc.nonfinite += !isfinite(c->out[k]);
         if (!c->have_ref)
             for (size_t k = 0; k < (size_t)rep->ref_rows * cols; k++) r->acc.nonfinite += !isfinite(c->out[k]);
-#ifdef TPROF_HAVE_CUDA
         if (e && c->have_ref && c->ref_taps) st = stage_drift(c, e, r, err);
-#endif
     }
     if (!st) {
         r->ok = 1;
@@ -833,7 +804,6 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
             else st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         }
     }
-#ifdef TPROF_HAVE_CUDA
     if (!st && c->cupti) {
         tp_profile_request req = {tp_model_name(&rep->model), B, rep->gpu.name, r->lat.median, o->profile_iters,
                                   o->top_n, o->out_dir, c->rt, NULL};
@@ -841,7 +811,6 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
         r->has_prof = 1; /* trace and summary are owned even after an error */
     }
     tp_engine_destroy(e);
-#endif
     tp_plan_free(&plan);
     for (int r = 1; r < c->tp; r++) tp_plan_free(&c->tpplan[r]);
     if (st) {
@@ -854,7 +823,6 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
 
 /* MFU's and the roofline's denominators, measured on the GPU (once per sweep), and each engine's floor. */
 static tp_status rates_and_floors(run_ctx *c, tp_error *err) {
-#ifdef TPROF_HAVE_CUDA
     tp_bench_report *rep = &c->rep;
     if (rep->dev != TP_DEVICE_GPU) return TP_OK;
     unsigned mask = 0;
@@ -882,14 +850,9 @@ static tp_status rates_and_floors(run_ctx *c, tp_error *err) {
     for (int p = 0; p < TP_PREC_COUNT; p++)
         if (mask >> p & 1) printf(" %s %.0f TFLOP/s", tp_precision_name((tp_precision)p), c->rt->peak_tflops[p]);
     printf("; device-to-device copy %.0f GB/s (read + write)\n", c->rt->copy_gbps);
-#else
-    (void)c;
-    (void)err;
-#endif
     return TP_OK;
 }
 
-#ifdef TPROF_HAVE_CUDA
 /* Profiling prints the roofline with each profile, so the rates come first: measured after an engine's timed
  * runs they would leave the GPU in another power state for its profiled ones (an FP8 forward pass traced at
  * 3.96 ms against 3.51 event-timed, on an H200). Without profiling they follow all timed runs. */
@@ -908,7 +871,6 @@ static tp_status rates_before_profiling(run_ctx *c, tp_error *err) {
     }
     return st;
 }
-#endif
 
 /* --save-output: every precision's output, one safetensors entry each */
 static tp_status save_outputs(const run_ctx *c, tp_error *err) {
@@ -930,10 +892,8 @@ static tp_status save_outputs(const run_ctx *c, tp_error *err) {
 
 static void run_free(run_ctx *c) {
     tp_bench_report *rep = &c->rep;
-#ifdef TPROF_HAVE_CUDA
     tp_cupti_destroy(c->cupti);
     free(c->wq);
-#endif
     if (rep->res)
         for (int i = 0; i < c->o->n_precs; i++) {
             tp_bench_result *r = &rep->res[i];
@@ -1002,14 +962,10 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     if ((st = resolve_device(&c, &gerr, err))) return st;
     if ((st = setup(&c, err))) goto done;
     if (o->writer && o->writer->start) o->writer->start(&c.rep);
-#ifdef TPROF_HAVE_CUDA
     if (o->profile_iters > 0 && c.rep.dev == TP_DEVICE_GPU && (st = tp_cupti_create(&c.cupti, err))) goto done;
     if (c.cupti && o->tp > 1) tp_cupti_set_device(c.cupti, 0); /* rank 0's GPU: the launches the hooks attribute */
-#endif
     if ((st = reference(&c, err))) goto done;
-#ifdef TPROF_HAVE_CUDA
     if ((st = rates_before_profiling(&c, err))) goto done;
-#endif
     for (int pi = 0; pi < o->n_precs && !st; pi++) st = run_engine(&c, pi, err);
     if (!st) st = rates_and_floors(&c, err);
     if (!st && o->rows_out)

@@ -7,11 +7,9 @@
 #include "bench/bench.h"
 #include "bench/onnx_check.h"
 #include "core/util.h"
-#ifdef TPROF_HAVE_CUDA
-#include "exec/cuda/engine/cuda_engine.h"
-#endif
+#include "exec/executor.h"
+#include "planner/caps.h"
 
-#ifdef TPROF_HAVE_CUDA
 /* Static activation scales on the GPU: calibration on the user's inputs or random ones (seed + 1). */
 static tp_status build_calibrate(const tp_bench_options *o, const tp_model *m, const tp_graph *g,
                                  const tp_params *params, int sm, float *amax, tp_error *err) {
@@ -61,7 +59,6 @@ static tp_status build_gemm_selection(const tp_bench_options *o, const tp_gpu_in
            o->batch, tp_now_ms() - t0);
     return TP_OK;
 }
-#endif
 
 tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, tp_error *err) {
     tp_status st = tp_model_validate(&o->model, err);
@@ -72,11 +69,7 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
     tp_gpu_info gpu;
     memset(&gpu, 0, sizeof gpu);
     tp_error gerr = {0};
-#ifdef TPROF_HAVE_CUDA
-    if (tp_gpu_query(0, &gpu, &gerr) != TP_OK) gpu.present = 0;
-#else
-    snprintf(gerr.msg, sizeof gerr.msg, "this tprof was built without CUDA");
-#endif
+    if (tp_gpu_query(0, &gpu, &gerr) != TP_OK) gpu.present = 0; /* without CUDA: none (TP_EXEC_NO_CUDA) */
     if (!sm) {
         if (!gpu.present) return tp_fail(err, TP_ERR_NO_GPU, "tprof build: no GPU (%s); name the target with --arch", gerr.msg);
         sm = gpu.sm;
@@ -106,11 +99,13 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
     int calibrate = 0;
     for (int v = 0; v < g.n_values; v++) calibrate |= plan.value_scaled[v] && g.values[v].kind == TP_VAL_ACT;
     if (calibrate) {
-#ifdef TPROF_HAVE_CUDA
-        if (!gpu.present) {
-            st = tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s%s needs activation scales from calibration on a GPU (%s)",
-                         tp_precision_name(prec), prec < TP_PREC_FP8 ? " with the policy's quantized layers" : "",
-                         gerr.msg);
+        if (!gpu.present) { /* a build without CUDA says it in the words it always has */
+            st = tp_caps_build_has_cuda()
+                     ? tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s%s needs activation scales from calibration on a "
+                               "GPU (%s)", tp_precision_name(prec),
+                               prec < TP_PREC_FP8 ? " with the policy's quantized layers" : "", gerr.msg)
+                     : tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s needs calibration on a GPU (%s)",
+                               tp_precision_name(prec), gerr.msg);
             goto done;
         }
         if (!(amax = malloc(sizeof(float) * (size_t)g.n_values))) {
@@ -119,18 +114,11 @@ tp_status tp_build_run(const tp_bench_options *o, const char *out_path, int sm, 
         }
         if ((st = build_calibrate(o, &model, &g, &params, gpu.sm, amax, err))) goto done;
         if (o->onnx_info && o->onnx_info->n_qdq && (st = tp_onnx_qdq_scales(o->onnx_info, &g, amax, err))) goto done;
-#else
-        st = tp_fail(err, TP_ERR_NO_GPU, "tprof build: %s needs calibration on a GPU (%s)", tp_precision_name(prec),
-                     gerr.msg);
-        goto done;
-#endif
     }
-#ifdef TPROF_HAVE_CUDA
     if (gpu.present && gpu.sm == sm && !o->gemm_first) {
         if ((st = build_gemm_selection(o, &gpu, &g, &params, &plan, amax, &gsel, err))) goto done;
         gs = &gsel;
     }
-#endif
     if ((st = tp_engine_file_write(out_path, &model, prec, &pol, sm, &params, &g, &plan, amax, gs, err))) goto done;
     {
         char b[32];

@@ -11,7 +11,7 @@
 
 #include "core/stats.h"
 #include "core/util.h"
-#include "exec/cpu/cpu_exec.h"
+#include "exec/executor.h"
 #include "io/tokens.h"
 #include "exec/cpu/cpu_ops.h"
 #include "planner/plan.h"
@@ -77,7 +77,6 @@ static tp_status cpu_decode(tp_bench_report *rep, const tp_params *params, const
     return st;
 }
 
-#ifdef TPROF_HAVE_CUDA
 /* The GPU FP32 reference's greedy generation: FP32 plans, cuBLASLt's first algorithm, no fusion, eager launches
  * (as tp_gpu_reference), a decode engine sharing the prefill's weights and cache. */
 static tp_status gpu_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows, float *tok,
@@ -117,19 +116,13 @@ out0:
     free(ms);
     return st;
 }
-#endif
 
 tp_status tp_bench_reference_decode(tp_bench_report *rep, const tp_params *params, const float *input, int rows,
                                     int gpu, float *logits, tp_error *err) {
     float *tok = malloc(sizeof(float) * (size_t)(rep->gen + 1) * (size_t)rows);
     if (!tok) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-    tp_status st;
-#ifdef TPROF_HAVE_CUDA
-    if (gpu) st = gpu_decode(rep, params, input, rows, tok, logits, err);
-    else
-#endif
-        st = cpu_decode(rep, params, input, rows, tok, logits, err);
-    (void)gpu;
+    tp_status st = gpu ? gpu_decode(rep, params, input, rows, tok, logits, err)
+                       : cpu_decode(rep, params, input, rows, tok, logits, err);
     if (st) {
         free(tok);
         return st;
@@ -172,7 +165,6 @@ tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, con
         if (!pol && !gpu) {
             st = tp_cpu_run(&g, params, ids, logits, err);
         } else {
-#ifdef TPROF_HAVE_CUDA
             if (!pol) {
                 st = tp_gpu_reference(&g, params, rep->gpu.sm, ids, logits, err);
             } else {
@@ -189,10 +181,6 @@ tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, con
                     tp_plan_free(&plan);
                 }
             }
-#else
-            (void)calibrated;
-            st = tp_fail(err, TP_ERR_NO_GPU, "--perplexity on the GPU: this tprof was built without CUDA");
-#endif
         }
         tp_graph_free(&g);
     }
@@ -288,7 +276,6 @@ tp_status tp_bench_decode_cpu(const tp_bench_report *rep, const tp_params *param
     return TP_OK;
 }
 
-#ifdef TPROF_HAVE_CUDA
 /* tprof profile on the decode steps: a fresh prefill, then up to gen steps traced (their launch gaps, per-layer
  * times and each GEMV's bytes against its floor in the tables tp_profile_engine prints). */
 static tp_status profile_decode(const tp_bench_report *rep, tp_engine *prefill, tp_engine *e, const tp_graph *g,
@@ -390,4 +377,3 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
     free(logits);
     return st;
 }
-#endif

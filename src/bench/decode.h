@@ -6,11 +6,9 @@
 #define TP_BENCH_DECODE_H
 
 #include "bench/bench.h"
+#include "exec/executor.h"
 #include "planner/policy.h"
-#ifdef TPROF_HAVE_CUDA
-#include "exec/cuda/engine/cuda_engine.h"
 #include "profile/profile_run.h"
-#endif
 
 /* The reference's greedy generation: rep->gen tokens for each of rows sequences of input (rows x prompt ids),
  * into rep->ref_tokens (gen + 1 x rows, malloc'ed), and its prefill's next-token logits into logits (rows x
@@ -40,7 +38,6 @@ tp_status tp_bench_perplexity(tp_bench_report *rep, const tp_params *params, con
 tp_status tp_bench_decode_cpu(const tp_bench_report *rep, const tp_params *params, const float *input, int rounds,
                               tp_bench_result *r, tp_error *err);
 
-#ifdef TPROF_HAVE_CUDA
 /* Engine r's decode phase after its timed prefill (prefill: the built prefill engine, its input set): the decode
  * graph and plan of the same policy, the decode engine sharing the prefill's weights and cache, rounds of
  * prefill + rep->gen greedy steps (r->step_ms, r->dec, r->tokens), the greedy agreement with rep->ref_tokens,
@@ -51,6 +48,5 @@ tp_status tp_bench_decode_cpu(const tp_bench_report *rep, const tp_params *param
 tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, const tp_policy *pol,
                           tp_engine *prefill, tp_cupti *cupti, const tp_roofline_rates *rates, tp_bench_result *r,
                           tp_error *err);
-#endif
 
 #endif
