@@ -56,10 +56,13 @@ static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
     json_t *a = json_array();
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
-        json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:f,s:f,s:s}", "layer", op->layer, "op",
+        /* its call in the program: the kernel, or the layer whose call computes it */
+        const int head = p->prog.op_call[i];
+        json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:f,s:f,s:s,s:s,s:s?}", "layer", op->layer, "op",
                                            tp_op_kind_name(op->kind), "precision", tp_precision_name(p->op_prec[i]),
                                            "flop", op->flop, "bytes", tp_program_op_bytes(&p->prog, p, g, i), "how",
-                                           p->op_note[i]));
+                                           p->op_note[i], "kernel", tp_call_kind_get(tp_program_kind(&p->prog, i))->name,
+                                           "fused_into", head != i ? g->ops[head].layer : NULL));
     }
     return a;
 }

@@ -50,13 +50,25 @@ static json_t *sparsity_json(const tp_bench_report *rep) {
                                                   "each op's how in results[].plan says which ran and both times");
 }
 
+/* The plan per op, with each op's call in the program (its kernel; "^" where an earlier op's call computes it), then
+ * the program's counts: calls, fused calls by rule */
 static void print_plan(const tp_graph *g, const tp_plan *p) {
-    printf("  %-26s %-12s %-5s %10s %10s  %s\n", "layer", "op", "prec", "GFLOP", "MB", "how");
+    const tp_program *prog = &p->prog;
+    printf("  %-26s %-12s %-5s %-18s %10s %10s  %s\n", "layer", "op", "prec", "kernel", "GFLOP", "MB", "how");
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
-        printf("  %-26s %-12s %-5s %10.3f %10.2f  %s\n", op->layer, tp_op_kind_name(op->kind),
-               tp_precision_name(p->op_prec[i]), op->flop * 1e-9, tp_program_op_bytes(&p->prog, p, g, i) * 1e-6, p->op_note[i]);
+        printf("  %-26s %-12s %-5s %-18s %10.3f %10.2f  %s\n", op->layer, tp_op_kind_name(op->kind),
+               tp_precision_name(p->op_prec[i]),
+               tp_program_is_head(prog, i) ? tp_call_kind_get(prog->calls[i].kind)->name : "^ (fused)",
+               op->flop * 1e-9, tp_program_op_bytes(prog, p, g, i) * 1e-6, p->op_note[i]);
     }
+    printf("  program: %d calls for %d ops", tp_program_n_calls(prog), g->n_ops);
+    for (int r = 0; r < tp_fusion_rule_count; r++) {
+        int n = 0;
+        for (int i = 0; i < g->n_ops; i++) n += prog->calls[i].n_ops > 1 && prog->calls[i].rule == r;
+        if (n) printf("; %d x %s", n, tp_fusion_rules[r].name);
+    }
+    printf(" (an engine's build may rewrite calls: its choices are in each op's how)\n");
 }
 
 /* Decoders: the timed runs are the prefill (time to first token), then the greedy decode steps (decode.h). */

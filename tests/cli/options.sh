@@ -20,6 +20,9 @@ expect_ok "policy-file sets the precision" "Engine $tmp/pf.tpe: fp16 for sm_90" 
   build "${tok[@]}" --batch 1 --arch sm_90 --policy-file "$tmp/pf_fp16.json" -o "$tmp/pf.tpe"
 expect_ok "policy-file applied" "override 'blocks.0.\*=fp32'" \
   bench "${small[@]}" "${tok[@]}" --plan --policy-file "$tmp/pf_fp32.json"
+# --plan lists each op's call in the program (its kernel) and the program's counts (the CPU fuses nothing)
+expect_ok "plan shows the program" "program: [0-9]* calls for [0-9]* ops (an engine" bench "${small[@]}" "${tok[@]}" --plan
+expect_ok "plan shows kernels" "attn.qkv  *linear  *fp32  gemm " bench "${small[@]}" "${tok[@]}" --plan
 # in a list: said which precision it is for (fp16 then fails on the CPU, exit 4, after the note)
 expect_rc "policy-file in a list" 4 "Policy file $tmp/pf_fp32.json: for fp32 (its default); the other precisions" \
   bench "${small[@]}" "${tok[@]}" --precision fp32,fp16 --policy-file "$tmp/pf_fp32.json"

@@ -1,0 +1,249 @@
+/* test_program.c: the executed program (planner/program.h). The generic fusion test, in the spirit of ggml's
+ * test-backend-ops: every rule of tp_fusion_rules has an entry here (a rule without one fails), a small graph of its
+ * chain at awkward shapes (197 tokens, batch 3, K not a multiple of 64). For each: the rule fires on it and on
+ * nothing else, it does not fire when another op reads the chain's inner value, the fused call moves fewer bytes
+ * than the unfused calls, and the CPU executor runs the fused program (its inner value never stored in fp16) and
+ * the unfused one, both within fp16's tolerance of the FP32 reference and different from each other (the inner
+ * rounding is gone: the CPU honours the program, not the graph alone). The CUDA kernel of each rule is checked
+ * against this CPU run by the GPU suite. Also: lowering without fusion, the kernel registry, merge and split. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/cpu/cpu_exec.h"
+#include "models/model.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+#include "planner/program.h"
+
+static int add_param(tp_graph *g, tp_params *P, const char *name, int ndim, const int64_t *shape, double f) {
+    P->params = realloc(P->params, sizeof *P->params * (size_t)(P->n_params + 1));
+    ck_assert_ptr_nonnull(P->params);
+    tp_param *p = &P->params[P->n_params];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int d = 0; d < ndim; d++) p->shape[d] = shape[d], p->numel *= shape[d];
+    p->data = malloc(sizeof(float) * (size_t)p->numel);
+    ck_assert_ptr_nonnull(p->data);
+    for (int64_t i = 0; i < p->numel; i++) p->data[i] = (float)(0.25 * sin(f * (double)i + 0.3));
+    return tp_graph_add_value(g, name, TP_VAL_PARAM, ndim, shape, P->n_params++);
+}
+
+static int add_op(tp_graph *g, tp_op_kind k, const char *layer, const int *in, int n_in, int ndim, const int64_t *shape,
+                  int gelu_tanh) {
+    tp_op proto;
+    memset(&proto, 0, sizeof proto);
+    proto.kind = k;
+    proto.gelu_tanh = gelu_tanh;
+    snprintf(proto.layer, sizeof proto.layer, "%s", layer);
+    return tp_graph_op_out(g, tp_graph_add_op(g, &proto, in, n_in, ndim, shape, NULL));
+}
+
+/* One rule's case: its chain built at awkward shapes; extra adds an op reading the chain's first output too. */
+typedef struct {
+    const char *rule; /* tp_fusion_rules[].name */
+    void (*build)(tp_graph *g, tp_params *P, int extra);
+} fusion_case;
+
+enum { B = 3, T = 197, K = 72, N = 136 };
+
+static void build_linear_add(tp_graph *g, tp_params *P, int extra) {
+    const int64_t xs[3] = {B, T, K}, ws[2] = {K, K}, bs[1] = {K};
+    tp_graph_init(g, B);
+    const int x = tp_graph_add_value(g, "x", TP_VAL_INPUT, 3, xs, -1);
+    g->input = x;
+    const int w = add_param(g, P, "proj.weight", 2, ws, 0.37), b = add_param(g, P, "proj.bias", 1, bs, 1.1);
+    const int h = add_op(g, TP_OP_GELU, "pre", (int[]){x}, 1, 3, xs, 0); /* an activation: the residual stream */
+    const int lin = add_op(g, TP_OP_LINEAR, "proj", (int[]){h, w, b}, 3, 3, xs, 0);
+    g->output = add_op(g, TP_OP_ADD, "residual", (int[]){h, lin}, 2, 3, xs, 0);
+    if (extra) g->output = add_op(g, TP_OP_ADD, "other_reader", (int[]){lin, g->output}, 2, 3, xs, 0);
+}
+
+static void build_linear_gelu(tp_graph *g, tp_params *P, int extra) {
+    const int64_t xs[3] = {B, T, K}, ys[3] = {B, T, N}, ws[2] = {N, K}, bs[1] = {N};
+    tp_graph_init(g, B);
+    const int x = tp_graph_add_value(g, "x", TP_VAL_INPUT, 3, xs, -1);
+    g->input = x;
+    const int w = add_param(g, P, "fc1.weight", 2, ws, 0.53), b = add_param(g, P, "fc1.bias", 1, bs, 0.7);
+    const int h = add_op(g, TP_OP_GELU, "pre", (int[]){x}, 1, 3, xs, 0); /* the linear reads an activation */
+    const int lin = add_op(g, TP_OP_LINEAR, "fc1", (int[]){h, w, b}, 3, 3, ys, 0);
+    g->output = add_op(g, TP_OP_GELU, "act", (int[]){lin}, 1, 3, ys, 1); /* the model's tanh form */
+    if (extra) g->output = add_op(g, TP_OP_ADD, "other_reader", (int[]){lin, g->output}, 2, 3, ys, 0);
+}
+
+static void build_patch_embed(tp_graph *g, tp_params *P, int extra) {
+    enum { S = 48, Pt = 16, C = 72, Np = (S / Pt) * (S / Pt) };
+    const int64_t is[4] = {B, 3, S, S}, ws[4] = {C, 3, Pt, Pt}, bs[1] = {C}, ps[3] = {B, Np, C},
+                  pos[3] = {1, Np + 1, C}, cls[3] = {1, 1, C}, os[3] = {B, Np + 1, C};
+    tp_graph_init(g, B);
+    const int x = tp_graph_add_value(g, "image", TP_VAL_INPUT, 4, is, -1);
+    g->input = x;
+    const int w = add_param(g, P, "patch_embed.proj.weight", 4, ws, 0.11);
+    const int b = add_param(g, P, "patch_embed.proj.bias", 1, bs, 0.9);
+    const int pe = add_param(g, P, "pos_embed", 3, pos, 0.05), ct = add_param(g, P, "cls_token", 3, cls, 1.7);
+    tp_op proto;
+    memset(&proto, 0, sizeof proto);
+    proto.kind = TP_OP_PATCH_EMBED;
+    proto.patch = Pt;
+    snprintf(proto.layer, sizeof proto.layer, "patch_embed.proj");
+    const int patches = tp_graph_op_out(g, tp_graph_add_op(g, &proto, (int[]){x, w, b}, 3, 3, ps, NULL));
+    g->output = add_op(g, TP_OP_EMBED_TOKENS, "embed", (int[]){patches, pe, ct}, 3, 3, os, 0);
+    if (extra) add_op(g, TP_OP_GELU, "other_reader", (int[]){patches}, 1, 3, ps, 0);
+}
+
+static const fusion_case CASES[] = {
+    {"linear+add", build_linear_add},
+    {"linear+gelu", build_linear_gelu},
+    {"patch_embed+embed_tokens", build_patch_embed},
+};
+
+static const fusion_case *case_of(const char *rule) {
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++)
+        if (strcmp(CASES[k].rule, rule) == 0) return &CASES[k];
+    return NULL;
+}
+
+static void plan_fp16(const tp_graph *g, int no_fusion, tp_plan *p) {
+    tp_policy pol;
+    tp_error e = {0};
+    tp_policy_default(&pol, TP_PREC_FP16);
+    pol.no_fusion = no_fusion;
+    ck_assert_msg(tp_plan_build_policy(g, &pol, 90, p, &e) == TP_OK, "%s", e.msg);
+}
+
+/* rel L2 of a against b */
+static double rel_l2(const float *a, const float *b, int64_t n) {
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
+    return sqrt(d / r);
+}
+
+START_TEST(test_every_rule_against_its_unfused_chain) {
+    for (int r = 0; r < tp_fusion_rule_count; r++) {
+        const tp_fusion_rule *rule = &tp_fusion_rules[r];
+        const fusion_case *fc = case_of(rule->name);
+        ck_assert_msg(fc != NULL, "fusion rule %s has no entry in the generic fusion test (tests/test_program.c)",
+                      rule->name);
+        tp_graph g;
+        tp_params P = {0};
+        fc->build(&g, &P, 0);
+        tp_plan fused, plain;
+        plan_fp16(&g, 0, &fused);
+        plan_fp16(&g, 1, &plain);
+        /* the rule fired once, on its chain, and no other rule did */
+        int n_fused = 0, head = -1;
+        for (int i = 0; i < g.n_ops; i++) {
+            const tp_call *c = &fused.prog.calls[i];
+            if (c->n_ops > 1) n_fused++, head = i;
+            ck_assert_int_eq(plain.prog.calls[i].n_ops, 1);
+        }
+        ck_assert_msg(n_fused == 1, "%s: %d fused calls", rule->name, n_fused);
+        const tp_call *c = &fused.prog.calls[head];
+        ck_assert_int_eq(c->rule, r);
+        ck_assert_int_eq(c->n_ops, rule->n);
+        for (int k = 0; k < rule->n; k++) ck_assert_int_eq(g.ops[c->ops[k]].kind, rule->kinds[k]);
+        if (rule->kind != TP_CALL_NONE) ck_assert_int_eq(c->kind, rule->kind);
+        ck_assert_int_eq(tp_program_n_calls(&fused.prog), g.n_ops - rule->n + 1);
+        /* bytes: the inner value neither written nor read back (and a value two ops of the chain read, read once) */
+        double unfused = 0;
+        for (int k = 0; k < rule->n; k++) unfused += tp_program_call_bytes(&plain.prog, &plain, &g, c->ops[k]);
+        const double inner = (double)tp_value_numel(&g.values[g.ops[c->ops[0]].out]) * 2.0; /* fp16 */
+        ck_assert_msg(tp_program_call_bytes(&fused.prog, &fused, &g, head) <= unfused - 2.0 * inner + 0.5,
+                      "%s: fused call %.0f bytes, unfused %.0f, inner value %.0f", rule->name,
+                      tp_program_call_bytes(&fused.prog, &fused, &g, head), unfused, inner);
+        /* the CPU runs both programs: each within fp16's tolerance of fp32, and not the same values */
+        const int64_t nin = tp_value_numel(&g.values[g.input]), nout = tp_value_numel(&g.values[g.output]);
+        float *in = malloc(sizeof(float) * (size_t)nin), *ref = malloc(sizeof(float) * (size_t)nout);
+        float *yf = malloc(sizeof(float) * (size_t)nout), *yp = malloc(sizeof(float) * (size_t)nout);
+        for (int64_t i = 0; i < nin; i++) in[i] = (float)sin(0.731 * (double)i);
+        for (int64_t i = 0; i < nout; i++) ref[i] = yf[i] = yp[i] = NAN; /* poisoned */
+        tp_error e = {0};
+        ck_assert_msg(tp_cpu_run(&g, &P, in, ref, &e) == TP_OK, "%s", e.msg);
+        ck_assert_msg(tp_cpu_run_emulated(&g, &P, &fused, NULL, in, yf, &e) == TP_OK, "%s", e.msg);
+        ck_assert_msg(tp_cpu_run_emulated(&g, &P, &plain, NULL, in, yp, &e) == TP_OK, "%s", e.msg);
+        const double ef = rel_l2(yf, ref, nout), ep = rel_l2(yp, ref, nout), d = rel_l2(yf, yp, nout);
+        /* 8 units of fp16's roundoff (2^-11): the input, the weights and each stored value are rounded */
+        const double tol = 8.0 * ldexp(1.0, -11);
+        ck_assert_msg(ef < tol && ep < tol, "%s: rel L2 fused %.3g, unfused %.3g", rule->name, ef, ep);
+        ck_assert_msg(d > 0, "%s: the fused program computed the unfused one's values bit for bit", rule->name);
+        free(in), free(ref), free(yf), free(yp);
+        tp_plan_free(&fused);
+        tp_plan_free(&plain);
+        tp_graph_free(&g);
+        tp_params_free(&P);
+    }
+}
+END_TEST
+
+/* A rule's chain whose inner value another op reads too is not fused (its value must be stored). */
+START_TEST(test_rule_refuses_a_read_inner_value) {
+    for (int r = 0; r < tp_fusion_rule_count; r++) {
+        const fusion_case *fc = case_of(tp_fusion_rules[r].name);
+        ck_assert_ptr_nonnull(fc);
+        tp_graph g;
+        tp_params P = {0};
+        fc->build(&g, &P, 1);
+        tp_plan p;
+        plan_fp16(&g, 0, &p);
+        for (int i = 0; i < g.n_ops; i++)
+            ck_assert_msg(p.prog.calls[i].n_ops == 1, "%s fused %s although another op reads its output",
+                          tp_fusion_rules[r].name, g.ops[i].layer);
+        tp_plan_free(&p);
+        tp_graph_free(&g);
+        tp_params_free(&P);
+    }
+}
+END_TEST
+
+/* The CPU target and fp32 fuse nothing where the rules say so; every registered kernel has a name; merge and split
+ * restore a call as it was. */
+START_TEST(test_lowering_and_registry) {
+    for (int k = 0; k < TP_CALL_KIND_COUNT; k++) {
+        ck_assert_ptr_nonnull(tp_call_kind_get((tp_call_kind)k)->name);
+        ck_assert_ptr_nonnull(tp_call_kind_get((tp_call_kind)k)->what);
+    }
+    tp_graph g;
+    tp_params P = {0};
+    build_linear_add(&g, &P, 0);
+    tp_plan p;
+    tp_error e = {0};
+    ck_assert_msg(tp_plan_build(&g, TP_PREC_FP32, 0, &p, &e) == TP_OK, "%s", e.msg); /* the CPU: no fused kernel */
+    ck_assert_int_eq(tp_program_n_calls(&p.prog), g.n_ops);
+    ck_assert_int_eq(p.prog.calls[1].kind, TP_CALL_GEMM);
+    ck_assert_int_eq(p.prog.calls[2].kind, TP_CALL_ADD);
+    tp_program q;
+    ck_assert(tp_program_copy(&p.prog, &q, &e) == TP_OK);
+    tp_program_merge(&q, 1, 2);
+    ck_assert_int_eq(tp_program_n_calls(&q), 2);
+    ck_assert_int_eq(tp_program_fused_into(&q, 2), 1);
+    ck_assert_int_eq(tp_program_out(&q, &g, 1), g.ops[2].out);
+    ck_assert(tp_program_inner(&q, &g, g.ops[1].out));
+    ck_assert(!tp_program_inner(&q, &g, g.ops[0].out)); /* the GELU's output: its readers are in another call */
+    tp_program_split(&q, 2);
+    ck_assert_int_eq(q.calls[2].kind, TP_CALL_ADD);
+    ck_assert_int_eq(tp_program_n_calls(&q), 3);
+    ck_assert(!tp_program_inner(&q, &g, g.ops[1].out));
+    tp_program_free(&q);
+    tp_plan_free(&p);
+    tp_graph_free(&g);
+    tp_params_free(&P);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("program");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_every_rule_against_its_unfused_chain);
+    tcase_add_test(tc, test_rule_refuses_a_read_inner_value);
+    tcase_add_test(tc, test_lowering_and_registry);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
