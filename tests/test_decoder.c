@@ -352,8 +352,11 @@ START_TEST(test_refusals) {
     for (int i = 0; i < g.n_ops; i++) fused += tp_program_find(&plan.prog, &g, i, TP_OP_ADD) >= 0;
     ck_assert_int_eq(fused, 2 * 2);
     for (int i = 0; i < g.n_ops; i++)
-        if (g.ops[i].kind == TP_OP_KV_APPEND) /* k and v (1, 128, 2 x 16) fp16, read then written */
-            ck_assert_double_eq(tp_program_op_bytes(&plan.prog, &plan, &g, i), 4.0 * 128 * 32 * 2);
+        if (g.ops[i].kind == TP_OP_KV_APPEND) { /* k and v (1, 128, 2 x 16) fp16, read then written, by the call
+                                                   that rotates the keys into the cache (rope+kv_append) */
+            ck_assert_int_eq(tp_program_kind(&plan.prog, i), TP_CALL_ROPE_KV_APPEND);
+            ck_assert_double_eq(tp_program_call_bytes(&plan.prog, &plan, &g, plan.prog.op_call[i]), 4.0 * 128 * 32 * 2);
+        }
     tp_plan_free(&plan);
     tp_policy_init(&pol, TP_PREC_FP32);
     ck_assert_int_eq(tp_plan_build_policy(&g, &pol, 0, &plan, &e), TP_OK);
@@ -774,7 +777,8 @@ START_TEST(test_kv_cache_fp8_plan) {
             ck_assert_int_eq(plan.value_dt[op->out], TP_E4M3);
             ck_assert_int_eq(plan.value_scaled[op->out], 1);
             const double xb = (double)tp_value_numel(&g.values[op->in[0]]);
-            ck_assert_double_eq(tp_program_op_bytes(&plan.prog, &plan, &g, i), 2.0 * 2.0 * xb + 2.0 * xb);
+            ck_assert_double_eq(tp_program_call_bytes(&plan.prog, &plan, &g, plan.prog.op_call[i]),
+                                2.0 * 2.0 * xb + 2.0 * xb); /* the rope+kv_append call's */
             caches++;
         }
         if (op->kind == TP_OP_KV_ATTENTION) ck_assert_ptr_nonnull(strstr(plan.op_note[i], "e4m3 KV cache"));

@@ -52,6 +52,8 @@ static const tp_call_kind_info KINDS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_TIME_CONCAT] = {"time_concat", TP_CAT_ELEMENTWISE, "the time embedding beside every row"},
     [TP_CALL_EULER] = {"euler", TP_CAT_ELEMENTWISE, "x + dt v"},
     [TP_CALL_MASKED_ATTENTION] = {"masked_attention", TP_CAT_ATTENTION, "tprof CUDA-core masked attention"},
+    [TP_CALL_ROPE_KV_APPEND] = {"rope_kv_append", TP_CAT_ELEMENTWISE,
+                                "tprof: the keys rotated and written into the KV cache, one kernel"},
     [TP_CALL_GEMV] = {"gemv", TP_CAT_GEMM, "tprof 16-bit decode GEMV"},
     [TP_CALL_GEMM_SM90] = {"gemm_sm90", TP_CAT_GEMM, "tprof Hopper FP8 GEMM"},
     [TP_CALL_GEMM_SM90_GELU] = {"gemm_sm90_gelu", TP_CAT_GEMM, "tprof Hopper GEMM + bias + exact GELU"},
@@ -205,6 +207,26 @@ static int fits_patch_embed(const tp_graph *g, tp_plan *p, int sm, const int *op
     return 1;
 }
 
+/* ROPE, KV_APPEND: a decoder's rotated keys go straight into the cache: one kernel rotates each token's keys and
+ * writes them and its values into the cache rows (no rotated copy written and read back, one launch fewer per
+ * layer and step). The rotated key is rounded to the keys' type before it is stored (or quantized into an E4M3
+ * cache), as the unfused pair stores it, so the cache holds the same bits. A RoPE with a per-sample start (a
+ * pipeline's) or run as an FP32 layer (--fp32-protect tensors) keeps its kernel; the kernel's shape rules are
+ * supports.h's. */
+static int fits_rope_kv(const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+    (void)sm, (void)gelu_all;
+    const tp_op *r = &g->ops[ops[0]], *a = &g->ops[ops[1]];
+    if (r->n_in != 1 || p->fp32_tensors || a->in[0] != r->out) return 0; /* the rotated keys are the append's k */
+    const tp_dtype dt = p->value_dt[r->out];
+    if (p->value_dt[r->in[0]] != dt || p->value_dt[a->in[1]] != dt) return 0;
+    const tp_kernel_shape ks = {.dt = dt, .n = (int64_t)r->heads * r->head_dim, .k = r->head_dim};
+    if (!tp_supports(TP_KERNEL_ROPE_KV_APPEND, &ks, NULL, 0)) return 0;
+    snprintf(p->op_note[ops[1]], sizeof p->op_note[ops[1]], "fused: the kernel of %s writes the rotated keys into "
+             "the cache (%s)", r->layer, tp_dtype_info(p->value_dt[a->out])->name);
+    note_append(p->op_note[ops[0]], sizeof p->op_note[ops[0]], "; + the KV-cache append in the same kernel");
+    return 1;
+}
+
 const tp_fusion_rule tp_fusion_rules[] = {
     {"linear+add", {TP_OP_LINEAR, TP_OP_ADD}, 2, TP_CALL_NONE, fits_residual,
      "the residual add in the GEMM's epilogue (beta = 1, one rounding)"},
@@ -212,6 +234,8 @@ const tp_fusion_rule tp_fusion_rules[] = {
      "bias + GELU (tanh form) in the GEMM's epilogue"},
     {"patch_embed+embed_tokens", {TP_OP_PATCH_EMBED, TP_OP_EMBED_TOKENS}, 2, TP_CALL_PATCH_EMBED_FUSED,
      fits_patch_embed, "im2col in the GEMM's loads, position embedding and class token in its epilogue"},
+    {"rope+kv_append", {TP_OP_ROPE, TP_OP_KV_APPEND}, 2, TP_CALL_ROPE_KV_APPEND, fits_rope_kv,
+     "the keys rotated and written into the KV cache by one kernel"},
 };
 const int tp_fusion_rule_count = (int)(sizeof tp_fusion_rules / sizeof tp_fusion_rules[0]);
 
@@ -331,6 +355,18 @@ void tp_program_split(tp_program *prog, int op) {
     prog->op_call[op] = op;
 }
 
+void tp_program_unfuse(tp_program *prog, const tp_graph *g, const tp_plan *p, int head) {
+    tp_call *c = &prog->calls[head];
+    while (c->n_ops > 1) {
+        const int op = c->ops[c->n_ops - 1];
+        tp_program_split(prog, op);
+        prog->calls[op].kind = op_kind(g, p, op);
+    }
+    c->kind = op_kind(g, p, head);
+    c->rule = -1;
+    c->note[0] = 0;
+}
+
 int tp_program_n_calls(const tp_program *prog) {
     int n = 0;
     for (int i = 0; i < prog->n_ops; i++) n += prog->calls[i].n_ops > 0;
@@ -421,9 +457,12 @@ double tp_program_call_bytes(const tp_program *prog, const tp_plan *p, const tp_
             b += in_bytes(p, g, c->ops[k], j);
         }
     }
-    for (int k = 0; k < c->n_ops; k++) { /* what it writes for readers outside */
-        const int v = g->ops[c->ops[k]].out;
-        if (!tp_program_inner(prog, g, v)) b += val_bytes(p, g, v);
+    for (int k = 0; k < c->n_ops; k++) { /* what it writes for readers outside (a KV append: its rows only) */
+        const tp_op *op = &g->ops[c->ops[k]];
+        if (tp_program_inner(prog, g, op->out)) continue;
+        b += op->kind == TP_OP_KV_APPEND ? 2.0 * (double)tp_value_numel(&g->values[op->in[0]]) *
+                                               (double)tp_dtype_info(p->value_dt[op->out])->bytes
+                                         : val_bytes(p, g, op->out);
     }
     return b;
 }

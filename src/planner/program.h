@@ -62,6 +62,7 @@ typedef enum {
     TP_CALL_TIME_CONCAT,
     TP_CALL_EULER,
     TP_CALL_MASKED_ATTENTION,  /* pipeline_ops.h's CUDA-core kernel */
+    TP_CALL_ROPE_KV_APPEND,    /* the keys' RoPE and the KV-cache append in one kernel (decoder_ops.h) */
     /* rewrites an engine's build makes (timed, or by shape) */
     TP_CALL_GEMV,              /* tprof's 16-bit decode GEMV (gemv.h) */
     TP_CALL_GEMM_SM90,         /* tprof's Hopper FP8 GEMM, plain epilogue */
@@ -147,6 +148,9 @@ int tp_program_out(const tp_program *prog, const tp_graph *g, int head);
  * (not a head) leaves its call for its own slot again, of the kind it had before it joined. */
 void tp_program_merge(tp_program *prog, int head, int op);
 void tp_program_split(tp_program *prog, int op);
+/* The call of slot `head` split into one call per op, each of the kind lowering gives the op alone under plan p (a
+ * rule's match, or an engine's joins, undone). */
+void tp_program_unfuse(tp_program *prog, const tp_graph *g, const struct tp_plan *p, int head);
 /* Non-empty calls. */
 int tp_program_n_calls(const tp_program *prog);
 /* Value v is produced and read only inside one call (never stored in memory by a fused kernel). */

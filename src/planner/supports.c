@@ -11,6 +11,7 @@ static const char *const NAMES[TP_KERNEL_COUNT] = {
     [TP_KERNEL_GEMM_SM90_FP8] = "tprof sm90 FP8 GEMM",
     [TP_KERNEL_PATCH_EMBED_FUSED] = "tprof fused patch embedding",
     [TP_KERNEL_ATTENTION_FLASH] = "tprof flash attention",
+    [TP_KERNEL_ROPE_KV_APPEND] = "tprof RoPE + KV-cache append",
 };
 
 const char *tp_kernel_name(tp_kernel k) { return (unsigned)k < TP_KERNEL_COUNT ? NAMES[k] : "?"; }
@@ -88,6 +89,17 @@ int tp_supports(tp_kernel k, const tp_kernel_shape *s, char *why, size_t n) {
             return verdict(0, why, n, "flash attention takes f16 or bf16 Q/K/V (dtype %d)", (int)s->dt);
         return verdict(D == 32 || D == 64 || D == 80 || D == 96 || D == 128, why, n,
                        "flash attention is compiled for head dim 32, 64, 80, 96 and 128; head dim %lld", (long long)D);
+    }
+    case TP_KERNEL_ROPE_KV_APPEND: {
+        const int64_t D = s->k, W = s->n;
+        if (s->dt != TP_F32 && s->dt != TP_F16 && s->dt != TP_BF16)
+            return verdict(0, why, n, "RoPE + KV append takes f32, f16 or bf16 keys (dtype %d)", (int)s->dt);
+        if (!(D >= 2 && D % 2 == 0 && D <= 1024))
+            return verdict(0, why, n, "RoPE + KV append needs an even head dim of at most 1024; head dim %lld",
+                           (long long)D);
+        return verdict(W > 0 && W % D == 0 && W <= 4096, why, n,
+                       "RoPE + KV append holds a cache row of at most 4096 values in shared memory; row %lld",
+                       (long long)W);
     }
     default: return verdict(0, why, n, "unknown kernel %d", (int)k);
     }

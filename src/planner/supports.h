@@ -31,6 +31,9 @@ typedef enum {
                                      C % 8 */
     TP_KERNEL_ATTENTION_FLASH,    /* tprof's FA2 flash attention (attention.h; its causal and KV-cache forms too):
                                      F16/BF16 Q/K/V, head dim (k) 32, 64, 80, 96 or 128 */
+    TP_KERNEL_ROPE_KV_APPEND,     /* tprof's RoPE of the keys fused with the KV-cache append (decoder_ops.h): head
+                                     dim (k) even and at most 1024, the cache row (n = KV heads x head dim) at most
+                                     4096 values (held in shared memory) */
     TP_KERNEL_COUNT
 } tp_kernel;
 
@@ -39,7 +42,7 @@ typedef struct {
     tp_dtype dt;        /* the operands' (GEMM_SM90, PATCH_EMBED_FUSED, ATTENTION_FLASH: Q/K/V) or the output's
                            (GEMM_SM90_FP8) type */
     int64_t m, n, k;    /* GEMM: rows, output columns, reduction; PATCH_EMBED_FUSED: n = channels C;
-                           ATTENTION_FLASH: k = head dim */
+                           ATTENTION_FLASH: k = head dim; ROPE_KV_APPEND: n = the cache row, k = head dim */
     int patch;          /* PATCH_EMBED_FUSED: the patch side P */
     int block;          /* GEMM_BLOCK_SCALED: elements per scale along K */
 } tp_kernel_shape;

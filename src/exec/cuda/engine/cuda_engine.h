@@ -231,7 +231,9 @@ tp_status tp_engine_forward(tp_engine *e, tp_error *err);
 tp_status tp_engine_get_output(tp_engine *e, float *out, tp_error *err);
 
 /* Max calibration: runs one eager forward pass on the current input and raises amax[v] to max |value v| for
- * every v with want[v] set (amax is per graph value, host fp32, initialized by the caller). */
+ * every v with want[v] set (amax is per graph value, host fp32, initialized by the caller). A call that never stores
+ * the keys it appends to a KV cache (the rope+kv_append rule) runs unfused from then on: the cache's scale is
+ * taken from them. */
 tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_error *err);
 
 /* Max calibration (the FP8 recipe of issue 2): builds an FP16 engine of g on `device` (compute capability sm),

@@ -440,6 +440,18 @@ static int l_all_reduce(tp_engine *e, int i, int *lib) {
                               (size_t)tp_value_numel(&e->g->values[op->out]), e->plan->value_dt[op->out], e->stream);
 }
 
+/* the keys' RoPE (op i) and the KV append after it in one kernel (the rope+kv_append rule) */
+static int l_rope_kv_append(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const tp_graph *g = e->g;
+    const tp_op *r = &g->ops[i], *a = &g->ops[tp_program_find(&e->prog, g, i, TP_OP_KV_APPEND)];
+    const tp_value *xv = &g->values[r->in[0]], *o = &g->values[a->out];
+    return tpk_rope_kv_append(e->dptr[r->in[0]], e->dptr[a->in[1]], e->dptr[a->out], e->plan->value_dt[r->in[0]],
+                              e->plan->value_dt[a->out], e->d_scales + SCALE_SLOT * a->out, (int)xv->shape[0],
+                              (int)xv->shape[1], (int)o->shape[2], r->heads, r->head_dim, e->d_invfreq[i], e->d_past,
+                              e->stream);
+}
+
 static int l_fp32_layer(tp_engine *e, int i, int *lib) {
     (void)lib;
     return launch_fp32_layer(e, i, e->stream);
@@ -499,6 +511,7 @@ static const launcher LAUNCHERS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_EULER] = l_pipeline,
     [TP_CALL_MASKED_ATTENTION] = l_pipeline,
     [TP_CALL_MASKED_ATTENTION_GEMMS] = l_pipeline,
+    [TP_CALL_ROPE_KV_APPEND] = l_rope_kv_append,
     [TP_CALL_GEMV] = l_gemv,
     [TP_CALL_GEMM_SM90] = l_gemm_sm90,
     [TP_CALL_GEMM_SM90_GELU] = l_gemm_sm90_gelu,

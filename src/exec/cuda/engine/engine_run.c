@@ -628,6 +628,11 @@ tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_err
     if (e->ranks) return tp_fail(err, TP_ERR_UNSUPPORTED, "calibration: unsupported on a tensor-parallel engine (calibrate on one GPU)");
     float *h = malloc(sizeof(float) * (size_t)g->n_values);
     if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    /* a KV cache's scale is taken from the k and v its append writes: a call that rotates the keys into the cache
+     * (the rope+kv_append rule) keeps the rotated keys in shared memory, so it runs unfused here */
+    for (int i = 0; i < g->n_ops; i++)
+        if (tp_program_is_head(&e->prog, i) && tp_program_find(&e->prog, g, i, TP_OP_KV_APPEND) >= 0)
+            tp_program_unfuse(&e->prog, g, e->plan, i);
     CU_TRY(cudaMemsetAsync(e->d_amax, 0, sizeof(float) * (size_t)g->n_values, e->stream));
     for (int i = 0; i < g->n_ops; i++) {
         if ((st = tpe_launch_op(e, i, err))) goto fail;

@@ -515,6 +515,89 @@ extern "C" int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt
     }
 }
 
+/* RoPE + KV append (tpk_rope_kv_append): one block a token (b, t). Its cosines and sines as rope_kernel computes them,
+ * then the token's keys rotated into shared memory (each value rounded to TI, the keys' type, as rope_kernel's store
+ * rounds it), then the K row and the V row written into the cache: copied (TI) or quantized in pairs (E4M3). */
+#define ROPE_KV_MAX_W 4096
+
+template <typename TI> static __device__ __forceinline__ float round_to(float x) {
+    TI t[1];
+    st1(t, 0, x);
+    return ld1(t, 0);
+}
+
+template <typename TI, int E4M3>
+__global__ void __launch_bounds__(DEC_THREADS)
+    rope_kv_append_kernel(const TI *__restrict__ k, const TI *__restrict__ v, void *__restrict__ kv, int B, int T,
+                          int L, int H, int D, const float *__restrict__ inv_freq, const int *__restrict__ past_p,
+                          const float *__restrict__ scale_p) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
+    __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF], kr[ROPE_KV_MAX_W];
+    const int past = *past_p;
+    if (past < 0 || past > L - T) return; /* a caller error: write nothing rather than outside the cache */
+    const int bt = blockIdx.x, h2 = D / 2, W = H * D, b = bt / T, t = bt - b * T;
+    const float pos = (float)(past + t);
+    for (int i = threadIdx.x; i < h2; i += blockDim.x) {
+        const float a = __fmul_rn(pos, inv_freq[i]);
+        sincosf(a, &sn[i], &cs[i]);
+    }
+    __syncthreads();
+    const size_t base = (size_t)bt * W;
+    for (int e = threadIdx.x; e < H * h2; e += blockDim.x) {
+        const int h = e / h2, i = e - h * h2, o = h * D + i;
+        const float a = ld1(k, base + o), bb = ld1(k, base + o + h2), c = cs[i], s = sn[i];
+        kr[o] = round_to<TI>(a * c - bb * s);
+        kr[o + h2] = round_to<TI>(bb * c + a * s);
+    }
+    __syncthreads();
+    const size_t krow = ((size_t)b * L + (size_t)past + t) * W, vrow = (((size_t)B + b) * L + (size_t)past + t) * W;
+    if (E4M3) {
+        const float sc = *scale_p;
+        unsigned char *q = (unsigned char *)kv;
+        for (int c = 2 * threadIdx.x; c < W; c += 2 * blockDim.x) {
+            *reinterpret_cast<unsigned short *>(q + krow + c) = (unsigned short)tpk_to_e4m3x2(kr[c], kr[c + 1], sc);
+            *reinterpret_cast<unsigned short *>(q + vrow + c) =
+                (unsigned short)tpk_to_e4m3x2(ld1(v, base + c), ld1(v, base + c + 1), sc);
+        }
+    } else {
+        TI *o = (TI *)kv;
+        for (int c = threadIdx.x; c < W; c += blockDim.x) {
+            st1(o, krow + c, kr[c]); /* exact: kr holds TI values */
+            o[vrow + c] = v[base + c];
+        }
+    }
+}
+
+template <typename TI>
+static int rope_kv_launch(const void *k, const void *v, void *kv, int e4m3, const float *kv_scale, int B, int T, int L,
+                          int H, int D, const float *inv_freq, const int *past, cudaStream_t s) {
+    const int pairs = H * (D / 2);
+    const unsigned thr = pairs >= DEC_THREADS ? DEC_THREADS : (unsigned)((pairs + 31) / 32 * 32);
+    if (e4m3)
+        return pdl_launched(tpk_pdl_launch_kernel(rope_kv_append_kernel<TI, 1>, dim3((unsigned)(B * T)), dim3(thr), 0,
+                                                  s, (const TI *)k, (const TI *)v, kv, B, T, L, H, D, inv_freq, past,
+                                                  kv_scale));
+    return pdl_launched(tpk_pdl_launch_kernel(rope_kv_append_kernel<TI, 0>, dim3((unsigned)(B * T)), dim3(thr), 0, s,
+                                              (const TI *)k, (const TI *)v, kv, B, T, L, H, D, inv_freq, past,
+                                              kv_scale));
+}
+
+extern "C" int tpk_rope_kv_append(const void *k, const void *v, void *kv, tp_dtype dt, tp_dtype kv_dt,
+                                  const float *kv_scale, int B, int T, int L, int H, int D, const float *inv_freq,
+                                  const int *past, tp_stream stream) {
+    if (!is_act(dt) || B < 0 || T < 0 || H < 0 || D < 2 || D % 2 || D > 2 * ROPE_MAX_HALF || L < T ||
+        (long long)H * D > ROPE_KV_MAX_W)
+        return DEC_INVALID;
+    const int e4m3 = kv_dt == TP_E4M3;
+    if (kv_dt != dt && !(e4m3 && dt != TP_F32 && kv_scale)) return DEC_INVALID;
+    if (B == 0 || T == 0 || H == 0) return (int)cudaSuccess;
+    if (!k || !v || !kv || !past || !inv_freq || (long long)B * T > 0x7FFFFFFFLL) return DEC_INVALID;
+    if (e4m3 && !aligned(kv, 2)) return DEC_INVALID; /* E4M3 pairs are stored as 16-bit words */
+    cudaStream_t s = (cudaStream_t)stream;
+    DEC_BY_ACT(dt, TI, return rope_kv_launch<TI>(k, v, kv, e4m3, kv_scale, B, T, L, H, D, inv_freq, past, s))
+}
+
 extern "C" int tpk_kv_dequant(const void *kv, const float *kv_scale, void *y, tp_dtype ydt, int B, int T, int L,
                               int W, tp_stream stream) {
     if (!is_act(ydt) || B < 0 || T < 0 || W < 0 || L < T || W % 2) return DEC_INVALID;

@@ -70,6 +70,16 @@ int tpk_glu(const void *gate, const void *up, tp_dtype dt, void *y, tp_dtype ydt
 int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt, tp_dtype kv_dt, const float *kv_scale, int B,
                   int T, int L, int W, const int *past, tp_stream stream);
 
+/* RoPE of the keys fused with the append (planner/program.h, the rope+kv_append rule): k (B, T, H * D) in dt rotated
+ * at positions *past + t as tpk_rope_at rotates them (the same fp32 angles, sincosf, the same products), each
+ * rotated value rounded to dt, then written with v (B, T, H * D) into rows *past .. *past + T - 1 of the cache kv
+ * (2, B, L, H * D) as tpk_kv_append writes them (kv_dt == dt, or TP_E4M3 under *kv_scale for a 16-bit dt): the
+ * cache receives the bits the unfused pair writes, in one launch and without the rotated copy. D even, D / 2 <= 512,
+ * H * D <= 4096 (supports.h TP_KERNEL_ROPE_KV_APPEND); inv_freq: D / 2 fp32 on the device; 0 <= *past <= L - T (else
+ * nothing is written). cudaErrorInvalidValue for other shapes, types or NULL pointers. */
+int tpk_rope_kv_append(const void *k, const void *v, void *kv, tp_dtype dt, tp_dtype kv_dt, const float *kv_scale,
+                       int B, int T, int L, int H, int D, const float *inv_freq, const int *past, tp_stream stream);
+
 /* An FP8 cache's rows 0 .. T - 1 of each sequence, kv (2, B, L, W) E4M3, into y (2, B, T, W) in ydt (F32/F16/BF16),
  * each value code * *kv_scale rounded once: the K and V of a prefill, for attention kernels that read 16 bits. W
  * even, kv 2-byte aligned. */
