@@ -589,6 +589,58 @@ START_TEST(test_kv_cache_fp8) {
 }
 END_TEST
 
+/* ================================================================================================================
+ * rope_kv_append (the rope+kv_append fusion rule): the fused kernel's cache equals, byte for byte, the cache the
+ * unfused pair writes (tpk_rope into a rotated copy, then tpk_kv_append), every other byte still the poison; in
+ * every activation type and into an E4M3 cache; D 64, 128, 256; Llama's 8 KV heads, MQA's 1; a prefill of 197
+ * tokens; a past beyond L - T writes nothing.
+ * ============================================================================================================== */
+
+START_TEST(test_rope_kv_append) {
+    const tp_dtype dt = ACT[_i % 3];
+    const int fp8 = _i >= 3; /* an E4M3 cache (16-bit keys only) */
+    if (fp8 && dt == TP_F32) return;
+    const tp_dtype kvdt = fp8 ? TP_E4M3 : dt;
+    static const int cases[][6] = {/* B, T, Hkv, D, past, L */
+                                   {1, 1, 8, 128, 1000, 1043}, {3, 5, 1, 256, 37, 1043}, {2, 37, 2, 64, 0, 60},
+                                   {3, 197, 4, 64, 0, 257}};
+    const tp_rope rope = {TP_ROPE_LLAMA3, 500000.0, 8.0, 1.0, 4.0, 8192};
+    for (int c = 0; c < N_OF(cases); c++) {
+        const int B = cases[c][0], T = cases[c][1], Hkv = cases[c][2], D = cases[c][3], past = cases[c][4];
+        const int L = cases[c][5], W = Hkv * D;
+        SET_CASE("rope_kv_append %s -> %s cache B=%d T=%d Hkv=%d D=%d past=%d L=%d", dname(dt), dname(kvdt), B, T, Hkv,
+                 D, past, L);
+        const size_t nk = (size_t)B * T * W, ncache = 2 * (size_t)B * L * W * esize(kvdt);
+        float *k = host_normal(nk, 2300 + c, 0.0, 1.5), *v = host_normal(nk, 2400 + c, 0.0, 1.5);
+        float *inv = hmalloc((size_t)D / 2 * sizeof(float));
+        tp_rope_inv_freq(&rope, D, inv);
+        const float s = 3.0f / 448.0f; /* the E4M3 cache's scale: |x| up to about 3 */
+        void *d_k = dev_upload_at(dt, k, nk, 0), *d_v = dev_upload_at(dt, v, nk, 0), *d_kr = dev_alloc_at(dt, nk, 0);
+        void *d_a = dev_bytes(ncache), *d_b = dev_bytes(ncache);
+        float *d_inv = dev_floats(inv, (size_t)D / 2), *d_s = dev_scalar(s);
+        int *d_past = dev_past(past);
+        KERNEL_OK(tpk_rope(d_k, dt, d_kr, dt, B, T, Hkv, D, d_inv, d_past, g_stream));
+        KERNEL_OK(tpk_kv_append(d_kr, d_v, d_a, dt, kvdt, d_s, B, T, L, W, d_past, g_stream));
+        KERNEL_OK(tpk_rope_kv_append(d_k, d_v, d_b, dt, kvdt, d_s, B, T, L, Hkv, D, d_inv, d_past, g_stream));
+        const unsigned char *a = download_bytes(d_a, ncache), *b = download_bytes(d_b, ncache);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < ncache; i++)
+            if (a[i] != b[i] && bad++ == 0) first = i;
+        printf("  %s  %s | %zu of %zu cache bytes differ from the unfused pair's\n", bad ? "FAIL" : "ok  ", g_case, bad,
+               ncache);
+        fflush(stdout);
+        ck_assert_msg(bad == 0, "[%s] %zu cache bytes differ from the unfused pair's (first at %zu: %02x, want %02x)",
+                      g_case, bad, first, b[first], a[first]);
+        SET_CASE("rope_kv_append %s past=%d (> L - T) L=%d", dname(dt), L - T + 1, L);
+        void *d_c = dev_bytes(ncache);
+        set_past(d_past, L - T + 1);
+        KERNEL_OK(tpk_rope_kv_append(d_k, d_v, d_c, dt, kvdt, d_s, B, T, L, Hkv, D, d_inv, d_past, g_stream));
+        check_untouched("cache", d_c, 0, ncache);
+        release_all();
+    }
+}
+END_TEST
+
 /* One graph, captured once with the device past pointer, replayed at two positions: each replay equals the eager
  * launch at that position byte for byte, and the reference. The cache is valid up to the larger position. */
 START_TEST(test_kv_attention_graph) {
@@ -809,6 +861,7 @@ Suite *gpu_decoder_ops_suite(void) {
     tcase_add_loop_test(new_tcase(s, "rope"), test_rope, 0, N_OF(ROPE_COMBOS));
     tcase_add_loop_test(new_tcase(s, "glu"), test_glu, 0, N_OF(GLU_COMBOS));
     tcase_add_loop_test(new_tcase(s, "kv_append"), test_kv_append, 0, N_OF(ACT));
+    tcase_add_loop_test(new_tcase(s, "rope_kv_append"), test_rope_kv_append, 0, 2 * N_OF(ACT));
     tcase_add_loop_test(new_tcase(s, "last_token"), test_last_token, 0, N_OF(ACT));
     tcase_add_loop_test(new_tcase(s, "argmax"), test_argmax, 0, N_OF(ACT));
     TCase *tc = new_tcase(s, "kv_attention");
