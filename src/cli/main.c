@@ -91,7 +91,7 @@ static const char USAGE_BENCH[] =
             "                        cuSPARSELt GEMMs where faster at build (auto), always, or never (the pruned\n"
             "                        weights dense: the control)\n"
             "  --fusion on|off       off: every op its own kernel (no residual add, GELU or token step in a GEMM's\n"
-            "                        epilogue), to measure what fusion saves (default on)\n"
+            "                        epilogue, no RoPE + KV append in one), to measure what fusion saves (default on)\n"
             "  --fp32-protect regs|tensors  RMSNorm and RoPE: FP32 math in registers between 16-bit tensors (regs,\n"
             "                        default), or as FP32 layers the way TensorRT pins a layer to FP32: input cast to\n"
             "                        fp32, the op fp32 in and out, output cast back (tensors); what each costs\n"
