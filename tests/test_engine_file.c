@@ -307,7 +307,14 @@ START_TEST(test_roundtrip) {
         ck_assert_int_eq(f.ops[i].prec, plan.op_prec[i]);
         ck_assert_int_eq(f.ops[i].emulated, plan.op_emulated[i]);
         ck_assert_str_eq(f.ops[i].how, plan.op_note[i]);
+        /* version 4: the program the plan lowered to */
+        const int head = plan.prog.op_call[i];
+        ck_assert_int_eq(f.ops[i].kernel, tp_program_kind(&plan.prog, i));
+        ck_assert_str_eq(f.ops[i].fused_into, head != i ? m.g.ops[head].layer : "");
     }
+    ck_assert(f.has_program);
+    char why[256];
+    ck_assert_int_eq(tp_engine_file_program_diff(&f, &m.g, &plan, why, sizeof why), 0);
     check_tensors(&m, &plan, &f);
 
     /* The file's weight bytes are the plan's estimate, less the NVFP4 global scales (JSON, not data). */
@@ -457,6 +464,15 @@ END_TEST
 
 /* ---- damaged files ------------------------------------------------------------------------------------ */
 
+/* The header as a file before version 4 holds it: no program in "ops" */
+static void strip_program(json_t *root) {
+    json_t *ops = json_object_get(root, "ops");
+    for (size_t i = 0; i < json_array_size(ops); i++) {
+        json_object_del(json_array_get(ops, i), "kernel");
+        json_object_del(json_array_get(ops, i), "fused_into");
+    }
+}
+
 /* A good nvfp4 engine file of the test model in memory, and the path it was written to. */
 static unsigned char *good_file(const char *name, size_t *n) {
     model m;
@@ -488,7 +504,7 @@ START_TEST(test_magic_version) {
 
     put_le(b + 8, 7, 4);
     write_bytes(p, b, n);
-    expect_read_fail(p, TP_ERR_FORMAT, "engine file version 7, this tprof reads versions 1 to 3", NULL);
+    expect_read_fail(p, TP_ERR_FORMAT, "engine file version 7, this tprof reads versions 1 to 4", NULL);
     put_le(b + 8, 0, 4);
     write_bytes(p, b, n);
     expect_read_fail(p, TP_ERR_FORMAT, "engine file version 0", NULL);
@@ -583,6 +599,8 @@ START_TEST(test_gemm_selection) {
     json_object_del(root, "gemm_selection"); /* version 2 without the key */
     write_with_header(q, b, n, root);
     expect_read_fail(q, TP_ERR_FORMAT, "missing key 'gemm_selection'", NULL);
+    strip_program(root); /* and as version 1 holds it, without the program */
+    write_with_header(q, b, n, root);
     unsigned char *v1 = read_bytes(q, &n); /* the same header as version 1: read, without a selection */
     put_le(v1 + 8, 1, 4);
     write_bytes(q, v1, n);
@@ -594,7 +612,10 @@ START_TEST(test_gemm_selection) {
     json_decref(root);
 
     root = header_of(b, n, &H, &D); /* version 1 with the key: unknown there */
-    write_with_header(q, b, n, root);
+    json_t *v1root = json_deep_copy(root);
+    strip_program(v1root);
+    write_with_header(q, b, n, v1root);
+    json_decref(v1root);
     v1 = read_bytes(q, &n);
     put_le(v1 + 8, 1, 4);
     write_bytes(q, v1, n);
@@ -819,6 +840,7 @@ START_TEST(test_model_family) {
     json_object_del(model, "family");
     json_object_del(json_object_get(model, "preprocess"), "interpolation");
     json_object_del(json_object_get(model, "preprocess"), "crop_mode");
+    strip_program(root);
     write_with_header(q, b, n, root);
     expect_read_fail(q, TP_ERR_FORMAT, "model: 'family' is missing", NULL);
     size_t n2;
@@ -834,6 +856,81 @@ START_TEST(test_model_family) {
     ck_assert_int_eq(tp_vit_cfg(&f.model)->pre.crop_mode, TP_CROP_CENTER);
     tp_engine_file_free(&f);
     free(v2);
+    json_decref(root);
+    free(b);
+}
+END_TEST
+
+/* Version 4 records the program (each op's kernel and the call it is fused into); version 3 files have none and
+ * still read; a program that differs from the run's is found and named; an unknown kernel or a missing key is
+ * refused. */
+START_TEST(test_program) {
+    size_t n;
+    model m;
+    make_model(&m);
+    write_engine(&m, TP_PREC_FP16, NULL, NULL, tpath("program.tpe"), NULL);
+    free_model(&m);
+    unsigned char *b = read_bytes(tpath("program.tpe"), &n);
+    uint64_t H, D;
+    const char *q = tpath("program_edit.tpe");
+    json_t *root = header_of(b, n, &H, &D);
+    json_t *ops = json_object_get(root, "ops");
+    int fused = 0;
+    for (size_t i = 0; i < json_array_size(ops); i++) fused += !json_is_null(json_object_get(json_array_get(ops, i), "fused_into"));
+    ck_assert_int_gt(fused, 0); /* the sm_90 plan fuses the residual adds */
+    json_t *op0 = json_array_get(ops, 0);
+    json_object_set_new(op0, "kernel", json_string("warp_drive"));
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "ops[0]: unknown kernel 'warp_drive'", NULL);
+    json_object_set_new(op0, "kernel", json_string("gemm"));
+    json_object_set_new(op0, "fused_into", json_integer(3));
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "ops[0]: 'fused_into' is an integer, expected a layer name or null", NULL);
+    /* another program than the run's: found, the first op named */
+    json_object_set_new(op0, "fused_into", json_null());
+    write_with_header(q, b, n, root);
+    tp_engine_file f;
+    tp_error err = {0};
+    ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
+    tp_params p = {0};
+    tp_graph g;
+    tp_plan plan;
+    ck_assert_msg(tp_engine_file_params(&f, &p, &err) == TP_OK, "%s", err.msg);
+    ck_assert_msg(tp_model_build_graph(&f.model, &p, 2, &g, &err) == TP_OK, "%s", err.msg);
+    ck_assert_msg(tp_plan_build_policy(&g, &f.policy, f.target_sm, &plan, &err) == TP_OK, "%s", err.msg);
+    char why[512];
+    const int d = tp_engine_file_program_diff(&f, &g, &plan, why, sizeof why);
+    if (plan.prog.calls[0].kind == TP_CALL_GEMM) ck_assert_int_eq(d, 0);
+    else ck_assert_msg(d == 1 && strstr(why, g.ops[0].layer) && strstr(why, "the file's gemm"), "%d: %s", d, why);
+    tp_plan_free(&plan);
+    tp_engine_file_free(&f);
+    ck_assert_msg(tp_engine_file_read(tpath("program.tpe"), &f, &err) == TP_OK, "%s", err.msg); /* as written */
+    ck_assert_msg(tp_plan_build_policy(&g, &f.policy, f.target_sm, &plan, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(tp_engine_file_program_diff(&f, &g, &plan, why, sizeof why), 0);
+    tp_plan_free(&plan);
+    tp_policy nf = f.policy;
+    nf.no_fusion = 1; /* --fusion off: the first fused op differs */
+    ck_assert_msg(tp_plan_build_policy(&g, &nf, f.target_sm, &plan, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(tp_engine_file_program_diff(&f, &g, &plan, why, sizeof why), 1);
+    ck_assert_msg(strstr(why, "calls in the file's program") != NULL, "%s", why);
+    tp_plan_free(&plan);
+    tp_graph_free(&g);
+    tp_params_free(&p);
+    tp_engine_file_free(&f);
+    /* version 4 without the keys: refused; version 3 without them: read, no program */
+    strip_program(root);
+    write_with_header(q, b, n, root);
+    expect_read_fail(q, TP_ERR_FORMAT, "ops[0]: 'kernel' is missing", NULL);
+    size_t n3;
+    unsigned char *v3 = read_bytes(q, &n3);
+    put_le(v3 + 8, 3, 4);
+    write_bytes(q, v3, n3);
+    ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
+    ck_assert_int_eq(f.version, 3);
+    ck_assert_int_eq(f.has_program, 0);
+    ck_assert_int_eq(f.ops[0].kernel, TP_CALL_NONE);
+    tp_engine_file_free(&f);
+    free(v3);
     json_decref(root);
     free(b);
 }
@@ -1077,6 +1174,7 @@ static Suite *engine_file_suite(void) {
     tcase_set_timeout(bad, 120);
     tcase_add_test(bad, test_missing_file);
     tcase_add_test(bad, test_magic_version);
+    tcase_add_test(bad, test_program);
     tcase_add_test(bad, test_model_family);
     tcase_add_test(bad, test_gemm_selection);
     tcase_add_test(bad, test_truncated);

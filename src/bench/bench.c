@@ -67,6 +67,20 @@ static json_t *json_plan(const tp_graph *g, const tp_plan *p) {
     return a;
 }
 
+/* What an engine file says of the program against the one this run lowers (engine_file.h): said when they differ,
+ * or when the file records none; the file's weights serve either. */
+static void engine_program_note(const tp_engine_file *f, const tp_graph *g, const tp_plan *plan) {
+    char why[512];
+    const int d = tp_engine_file_program_diff(f, g, plan, why, sizeof why);
+    if (d == 1)
+        printf("Engine file: the program it records (lowered for sm_%d) differs from this run's (another target, "
+               "another tprof's fusion rules, or --fusion / --gelu): %s; this run's program executes\n", f->target_sm,
+               why);
+    else if (d < 0 && !f->has_program)
+        printf("Engine file: version %u records no program; this run lowers the plan into its own (program.h)\n",
+               f->version);
+}
+
 /* 1 when gemm_peak.h can time precision p for an op (or engine) that runs it emulated or not: a block-scaled
  * format on native block-scaled MMA (Blackwell) cannot be, its floor stays partial */
 static int peak_measurable(tp_precision p, int emulated) {
@@ -770,6 +784,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     if (st) return st;
     if (pi == 0 || o->policy || o->policy_file) tp_policy_warn(&pol, g, stdout);
     if ((st = tp_plan_build_policy(g, &pol, rep->dev == TP_DEVICE_GPU ? rep->gpu.sm : 0, &plan, err))) return st;
+    if (o->engine_file) engine_program_note(o->engine_file, g, &plan);
     st = record_plan(c, &plan, r, err);
     if (!st && o->print_plan && o->writer && o->writer->plan) o->writer->plan(rep, pi, &plan);
     tp_engine *e = NULL; /* kept until after the summary: the profiled run follows the timed one */

@@ -228,6 +228,9 @@ static json_t *header_json(const tp_model *cfg, tp_precision prec, const tp_poli
         jset(o, "precision", json_string(tp_precision_name(plan->op_prec[i])), bad);
         jset(o, "how", json_string(plan->op_note[i]), bad);
         jset(o, "emulated", json_boolean(plan->op_emulated[i] != 0), bad);
+        const int head = plan->prog.op_call[i];
+        jset(o, "kernel", json_string(tp_call_kind_get(tp_program_kind(&plan->prog, i))->name), bad);
+        jset(o, "fused_into", head != i ? json_string(g->ops[head].layer) : json_null(), bad);
         jappend(ops, o, bad);
     }
     jset(root, "ops", ops, bad);
@@ -696,8 +699,26 @@ static tp_status parse_calibration(rctx *c, const json_t *o, tp_engine_file *f) 
     return TP_OK;
 }
 
+/* An op's call in the writer's program (version 4): "kernel" a registry name, "fused_into" null or a layer name. */
+static tp_status parse_op_program(rctx *c, const json_t *o, const char *w, tp_engine_op *op) {
+    char kernel[40];
+    tp_status s = get_str(c, o, w, "kernel", kernel, sizeof kernel, 1);
+    if (s) return s;
+    const int k = tp_call_kind_parse(kernel);
+    if (k <= TP_CALL_NONE) return ef_fail(c->err, TP_ERR_FORMAT, c->path, "%s: unknown kernel '%s'", w, kernel);
+    op->kernel = (tp_call_kind)k;
+    const json_t *fi = json_object_get(o, "fused_into");
+    if (json_is_null(fi)) return TP_OK;
+    if (!json_is_string(fi))
+        return ef_fail(c->err, TP_ERR_FORMAT, c->path, "%s: 'fused_into' is %s, expected a layer name or null", w,
+                       tp_json_kind(fi));
+    return get_str(c, o, w, "fused_into", op->fused_into, sizeof op->fused_into, 0);
+}
+
 static tp_status parse_ops(rctx *c, const json_t *a, tp_engine_file *f) {
-    static const char *const keys[] = {"layer", "op", "precision", "how", "emulated", NULL};
+    static const char *const keys_v3[] = {"layer", "op", "precision", "how", "emulated", NULL};
+    static const char *const keys[] = {"layer", "op", "precision", "how", "emulated", "kernel", "fused_into", NULL};
+    const int program = f->version >= 4;
     size_t n = json_array_size(a);
     if (n == 0) return TP_OK;
     if (n > INT_MAX) return ef_fail(c->err, TP_ERR_FORMAT, c->path, "ops: too many entries");
@@ -710,7 +731,7 @@ static tp_status parse_ops(rctx *c, const json_t *a, tp_engine_file *f) {
         tp_status s;
         snprintf(w, sizeof w, "ops[%zu]", i);
         if (!json_is_object(o)) return ef_fail(c->err, TP_ERR_FORMAT, c->path, "%s is %s, expected an object", w, tp_json_kind(o));
-        if ((s = check_keys(c, o, w, keys, 0))) return s;
+        if ((s = check_keys(c, o, w, program ? keys : keys_v3, 0))) return s;
         if ((s = get_str(c, o, w, "layer", op->layer, sizeof op->layer, 0))) return s;
         if ((s = get_str(c, o, w, "op", kind, sizeof kind, 1))) return s;
         int k = 0;
@@ -720,6 +741,7 @@ static tp_status parse_ops(rctx *c, const json_t *a, tp_engine_file *f) {
         if ((s = get_prec(c, o, w, "precision", &op->prec))) return s;
         if ((s = get_str(c, o, w, "how", op->how, sizeof op->how, 1))) return s;
         if ((s = get_bool(c, o, w, "emulated", &op->emulated))) return s;
+        if (program && (s = parse_op_program(c, o, w, op))) return s;
         f->n_ops = (int)i + 1;
     }
     return TP_OK;
@@ -941,6 +963,7 @@ static tp_status parse_header(rctx *c, const json_t *root, tp_engine_file *f, tr
     if ((s = parse_calibration(c, o, f))) return s;
     if ((s = get_arr(c, root, w, "ops", &o))) return s;
     if ((s = parse_ops(c, o, f))) return s;
+    f->has_program = f->version >= 4;
     if (f->version >= 2 && (s = parse_gemm(c, root, f))) return s;
     int64_t wb;
     if ((s = get_int(c, root, w, "weight_bytes", 0, INT64_MAX, &wb))) return s;
@@ -1223,6 +1246,28 @@ tp_status tp_engine_file_params(const tp_engine_file *f, tp_params *out, tp_erro
     }
     if (s) tp_params_free(out);
     return s;
+}
+
+int tp_engine_file_program_diff(const tp_engine_file *f, const tp_graph *g, const tp_plan *plan, char *msg, size_t n) {
+    if (n) msg[0] = 0;
+    if (!f->has_program || f->n_ops != g->n_ops) return -1;
+    const tp_program *prog = &plan->prog;
+    int first = -1, stored_calls = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const int head = prog->op_call[i];
+        const char *into = head != i ? g->ops[head].layer : "";
+        stored_calls += f->ops[i].fused_into[0] == 0;
+        if (first < 0 && (f->ops[i].kernel != tp_program_kind(prog, i) || strcmp(f->ops[i].fused_into, into) != 0))
+            first = i;
+    }
+    if (first < 0) return 0;
+    const tp_engine_op *o = &f->ops[first];
+    const int head = prog->op_call[first];
+    snprintf(msg, n, "%s: the file's %s%s%s, this run's %s%s%s; %d calls in the file's program, %d in this run's",
+             g->ops[first].layer, tp_call_kind_get(o->kernel)->name, o->fused_into[0] ? " in the call of " : "",
+             o->fused_into, tp_call_kind_get(tp_program_kind(prog, first))->name, head != first ? " in the call of " : "",
+             head != first ? g->ops[head].layer : "", stored_calls, tp_program_n_calls(prog));
+    return 1;
 }
 
 int tp_engine_file_calibration(const tp_engine_file *f, const tp_graph *g, float *act_amax) {

@@ -5,8 +5,8 @@
  * Layout (every integer little-endian; offsets in bytes):
  *
  *   0   8 bytes   magic "TPRFENG\0"
- *   8   u32       format version (TP_ENGINE_VERSION = 3); a reader takes 1 (no "gemm_selection"), 2 (a ViT
- *                 "model" without "family") and 3
+ *   8   u32       format version (TP_ENGINE_VERSION = 4); a reader takes 1 (no "gemm_selection"), 2 (a ViT
+ *                 "model" without "family"), 3 (no program in "ops") and 4
  *   12  u32       reserved, 0
  *   16  u64       H, the length of the JSON header (2 .. TP_ENGINE_MAX_HEADER)
  *   24  H bytes   JSON header (UTF-8, jansson; schema below)
@@ -32,8 +32,10 @@
  *            which resolves every layer the same way),
  *   "target_sm": the compute capability x 10 the plan was made for (0: the CPU executor),
  *   "calibration": {"graph value name": amax, ...}: max |x| of activations for static scales (may be {}),
- *   "ops": [{"layer", "op" (tp_op_kind_name), "precision", "how" (the plan's note), "emulated" (bool)}, ...]:
- *            informative, so that tprof can print the plan without rebuilding it,
+ *   "ops": [{"layer", "op" (tp_op_kind_name), "precision", "how" (the plan's note), "emulated" (bool), "kernel",
+ *            "fused_into"}, ...]: informative, so that tprof can print the plan without rebuilding it. "kernel"
+ *            and "fused_into" (version 4) are the program the plan lowered to (program.h): the kernel of the op's
+ *            call (tp_call_kind_get's name), and null or the layer of the op whose call computes it (a fusion),
  *   "tensors": [{"name", "storage", "shape": [dims], "offset", "bytes", "crc32"}, ...] in the model's
  *            parameter order; offsets are relative to D. "storage" is "f32", "f16" or "bf16" (plain, numel
  *            little-endian values), or a quantized format name of qformat.h ("fp8", "fp8-block128", "mxfp8",
@@ -74,7 +76,7 @@
 #include "tprof.h"
 
 #define TP_ENGINE_MAGIC "TPRFENG" /* 7 characters and the terminating NUL: the 8 magic bytes */
-#define TP_ENGINE_VERSION 3u     /* written */
+#define TP_ENGINE_VERSION 4u     /* written */
 #define TP_ENGINE_MIN_VERSION 1u /* oldest read: version 1 has no "gemm_selection" */
 #define TP_ENGINE_ALIGN 64
 #define TP_ENGINE_PREFIX_BYTES 24 /* magic, version, reserved, H */
@@ -107,6 +109,8 @@ typedef struct {
     tp_precision prec; /* the precision its main math runs in (plan->op_prec) */
     int emulated;      /* plan->op_emulated */
     char how[256];     /* plan->op_note */
+    tp_call_kind kernel;          /* version 4: the kernel of its call in the plan's program; TP_CALL_NONE before */
+    char fused_into[TP_NAME_LEN]; /* version 4: the layer whose call computes it, "" when its own call does */
 } tp_engine_op;
 
 /* The GEMM algorithms an engine was tuned with (the header's "gemm_selection"). */
@@ -139,6 +143,7 @@ typedef struct {
     uint64_t file_bytes;       /* size of the file */
     uint32_t version;          /* the file's format version */
     int has_gemm;              /* 1: gemm holds the file's GEMM selection (owned: algo is freed with the file) */
+    int has_program;           /* 1 (version 4): ops[].kernel and fused_into hold the program the writer lowered */
     tp_engine_gemm_sel gemm;
 } tp_engine_file;
 
@@ -197,6 +202,12 @@ const tp_engine_tensor *tp_engine_file_find(const tp_engine_file *f, const char 
  * Errors: TP_ERR_OOM; TP_ERR_FORMAT if f does not hold the model's parameters (not possible after a successful
  * tp_engine_file_read). On error *out is empty. */
 tp_status tp_engine_file_params(const tp_engine_file *f, tp_params *out, tp_error *err);
+
+/* The program plan lowers to for graph g (the run's, from this file) against the one the file records: 0 the same
+ * kernels and fusions, 1 different (msg receives one line: the first op that differs and both calls, and the call
+ * counts), -1 not recorded (a file before version 4) or recorded for another graph (its op count). A new fusion
+ * rule, or the run's --fusion / --gelu, changes the program; the weights the file holds serve either. */
+int tp_engine_file_program_diff(const tp_engine_file *f, const tp_graph *g, const tp_plan *plan, char *msg, size_t n);
 
 /* Fills act_amax (g->n_values floats) from the file's calibration: the amax of each value whose name the file
  * lists, NaN for the others (the convention tp_engine_file_write reads). Returns how many values were found. */

@@ -67,6 +67,12 @@ static const tp_call_kind_info KINDS[TP_CALL_KIND_COUNT] = {
                                         "cuBLASLt batched GEMMs around a masked softmax"},
 };
 
+int tp_call_kind_parse(const char *name) {
+    for (int k = 0; name && k < TP_CALL_KIND_COUNT; k++)
+        if (KINDS[k].name && strcmp(KINDS[k].name, name) == 0) return k;
+    return -1;
+}
+
 const tp_call_kind_info *tp_call_kind_get(tp_call_kind k) {
     CHECK(k >= 0 && k < TP_CALL_KIND_COUNT && KINDS[k].name);
     return &KINDS[k];

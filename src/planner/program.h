@@ -83,6 +83,8 @@ typedef struct {
     const char *what;  /* one line: what the kernel is */
 } tp_call_kind_info;
 const tp_call_kind_info *tp_call_kind_get(tp_call_kind k);
+/* The kind named name (tp_call_kind_get's), or -1. */
+int tp_call_kind_parse(const char *name);
 
 #define TP_CALL_MAX_OPS 6
 

@@ -23,6 +23,11 @@ expect_ok "policy-file applied" "override 'blocks.0.\*=fp32'" \
 # --plan lists each op's call in the program (its kernel) and the program's counts (the CPU fuses nothing)
 expect_ok "plan shows the program" "program: [0-9]* calls for [0-9]* ops (an engine" bench "${small[@]}" "${tok[@]}" --plan
 expect_ok "plan shows kernels" "attn.qkv  *linear  *fp32  gemm " bench "${small[@]}" "${tok[@]}" --plan
+# an engine file records its program: a run that lowers another (here the CPU, which fuses nothing) says so
+expect_ok "engine file program built" "Engine $tmp/prog.tpe: fp32 for sm_90" \
+  build "${tok[@]}" --batch 1 --precision fp32 --arch sm_90 -o "$tmp/prog.tpe"
+expect_ok "engine file program differs" "Engine file: the program it records (lowered for sm_90) differs from this run's" \
+  bench --engine "$tmp/prog.tpe" --device cpu --iterations 1 --warmup 0
 # in a list: said which precision it is for (fp16 then fails on the CPU, exit 4, after the note)
 expect_rc "policy-file in a list" 4 "Policy file $tmp/pf_fp32.json: for fp32 (its default); the other precisions" \
   bench "${small[@]}" "${tok[@]}" --precision fp32,fp16 --policy-file "$tmp/pf_fp32.json"
