@@ -103,6 +103,7 @@ static void make_trace(tp_trace *t) {
         t->ops[i].kind = OPS[i].kind;
         t->ops[i].prec = OPS[i].prec;
         snprintf(t->ops[i].how, sizeof t->ops[i].how, "note \"%d\" for op %d", i, i);
+        t->ops[i].call = -1; /* no program recorded, as in traces before it */
     }
     snprintf(t->model, sizeof t->model, "vit_test");
     snprintf(t->precision, sizeof t->precision, "fp8");
@@ -600,6 +601,8 @@ static void assert_traces_equal(const tp_trace *a, const tp_trace *b) {
         ck_assert_int_eq(a->ops[i].prec, b->ops[i].prec);
         ck_assert_str_eq(a->ops[i].how, b->ops[i].how);
         ck_assert(a->ops[i].matmul_flop == b->ops[i].matmul_flop && a->ops[i].bytes == b->ops[i].bytes);
+        ck_assert_int_eq(a->ops[i].call, b->ops[i].call);
+        ck_assert_str_eq(a->ops[i].kernel, b->ops[i].kernel);
     }
     ck_assert(memcmp(&a->rates, &b->rates, sizeof a->rates) == 0);
     ck_assert_int_eq(a->n, b->n);
@@ -758,6 +761,61 @@ START_TEST(test_load_errors) {
     ck_assert_int_eq(tp_trace_load(p, &u, &e), TP_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(e.msg, "line 2"));
     ck_assert_ptr_null(strchr(e.msg, '\n'));
+    remove(p);
+}
+END_TEST
+
+/* The executed program in a trace (each op's call and its kernel): saved and read back, an op fused into another's
+ * call shown in the per-layer table with that call's kernel and layer, a call that is no earlier head refused. */
+START_TEST(test_trace_program) {
+    tp_trace t, u;
+    make_trace(&t);
+    t.ops = realloc(t.ops, 6 * sizeof *t.ops);
+    ck_assert_ptr_nonnull(t.ops);
+    memset(&t.ops[5], 0, sizeof t.ops[5]);
+    snprintf(t.ops[5].layer, sizeof t.ops[5].layer, "blocks.1.residual2");
+    t.ops[5].kind = TP_OP_ADD;
+    t.ops[5].prec = TP_PREC_FP16;
+    t.n_ops = 6;
+    for (int i = 0; i < 5; i++) {
+        t.ops[i].call = i;
+        snprintf(t.ops[i].kernel, sizeof t.ops[i].kernel, "%s", t.ops[i].kind == TP_OP_GELU ? "gelu" : "gemm");
+    }
+    t.ops[5].call = 4; /* the residual add in fc1's epilogue (in this synthetic graph) */
+    snprintf(t.ops[5].kernel, sizeof t.ops[5].kernel, "gemm");
+    char p[512];
+    tmp_path(p, sizeof p, "program.trace.json");
+    tp_error e;
+    ck_assert_msg(tp_trace_save(&t, p, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_trace_load(p, &u, &e) == TP_OK, "%s", e.msg);
+    assert_traces_equal(&t, &u);
+    tp_profile_summary s;
+    analyze(&u, &s);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    tp_profile_print(&u, &s, 0, f);
+    fclose(f);
+    const char *row = strstr(buf, "\nblocks.1.residual2");
+    ck_assert_ptr_nonnull(row);
+    const char *eol = strchr(row + 1, '\n');
+    ck_assert_msg(strstr(row, "(in the gemm call of blocks.1.mlp.fc1)") && strstr(row, "(in the gemm call of") < eol,
+                  "%.200s", row);
+    free(buf);
+    tp_profile_summary_free(&s);
+    tp_trace_free(&u);
+    /* a call that is not an earlier op heading its own call */
+    t.ops[5].call = 2; /* op 2 heads its call: fine */
+    ck_assert_msg(tp_trace_save(&t, p, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_trace_load(p, &u, &e) == TP_OK, "%s", e.msg);
+    tp_trace_free(&u);
+    t.ops[3].call = 2;
+    t.ops[5].call = 3; /* op 3 is fused into op 2's call: no head */
+    ck_assert_msg(tp_trace_save(&t, p, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(tp_trace_load(p, &u, &e), TP_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, "ops[5]") && strstr(e.msg, "\"call\""), "%s", e.msg);
+    tp_trace_free(&u);
+    tp_trace_free(&t);
     remove(p);
 }
 END_TEST
@@ -936,6 +994,7 @@ int main(void) {
     tcase_add_test(t, test_roofline_analysis);
     tcase_add_test(t, test_save_load_roundtrip);
     tcase_add_test(t, test_load_errors);
+    tcase_add_test(t, test_trace_program);
     tcase_add_test(t, test_chrome_trace);
     tcase_add_test(t, test_fixture_traces);
     suite_add_tcase(s, t);

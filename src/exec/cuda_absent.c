@@ -44,6 +44,11 @@ int tp_engine_stages(const tp_engine *e, int i, char *name, size_t n, double *by
 
 const char *tp_engine_op_impl(const tp_engine *e, int op) { return NULL; }
 
+int tp_engine_op_call(const tp_engine *e, int op, const char **kernel) {
+    if (kernel) *kernel = NULL;
+    return -1;
+}
+
 double tp_engine_op_bytes(const tp_engine *e, int op) { return 0.0; }
 
 int tp_engine_attention_choice(const tp_engine *e, int op) { return -1; }

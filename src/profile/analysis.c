@@ -470,7 +470,9 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
             fprintf(f, "%10s  %-7s  %9s  ", fl, bound_name(&L->floor), at);
         }
         for (int j = 0; j < L->n_kernels; j++) fprintf(f, "%s%s", j ? ", " : "", s->kernels[L->kernels[j]].name);
-        fputs(L->n_kernels ? "\n" : "-\n", f);
+        const int c = o < t->n_ops ? t->ops[o].call : -1; /* fused into another op's call: that call's kernel */
+        if (!L->n_kernels && c >= 0 && c != o) fprintf(f, "(in the %s call of %s)\n", t->ops[c].kernel, t->ops[c].layer);
+        else fputs(L->n_kernels ? "\n" : "-\n", f);
     }
     if (s->unattributed)
         fprintf(f, "%-*s  %-12s  %-9s  %12.2f  %10.4f  %7.2f  -\n", w, "(unattributed)", "-", "-",

@@ -39,6 +39,9 @@ tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const 
         snprintf(t->ops[i].how, sizeof t->ops[i].how, "%s", p->op_note[i]);
         t->ops[i].matmul_flop = g->ops[i].matmul_flop;
         t->ops[i].bytes = tp_engine_op_bytes(e, i);
+        const char *kernel = NULL; /* its call in the engine's program: the kernel -> call -> layers attribution */
+        t->ops[i].call = tp_engine_op_call(e, i, &kernel);
+        snprintf(t->ops[i].kernel, sizeof t->ops[i].kernel, "%s", kernel ? kernel : "");
     }
     if (req->rates) t->rates = *req->rates;
     snprintf(t->precision, sizeof t->precision, "%s", prec);

@@ -90,6 +90,10 @@ static json_t *op_json(const tp_trace_op *o) {
     json_object_set_new(j, "how", jstr(o->how));
     json_object_set_new(j, "matmul_flop", json_real(o->matmul_flop));
     json_object_set_new(j, "bytes", json_real(o->bytes));
+    if (o->call >= 0) { /* the executed program (optional: traces before it have neither) */
+        json_object_set_new(j, "call", json_integer(o->call));
+        json_object_set_new(j, "kernel", jstr(o->kernel));
+    }
     return j;
 }
 
@@ -263,6 +267,14 @@ static tp_status load_op(const loc *l, const json_t *o, tp_trace_op *op) {
     if (tp_precision_parse(s, &op->prec, NULL)) return bad_field(l, "precision", "is not fp32, fp16, bf16 or fp8");
     if ((st = get_opt_nonneg(l, o, "matmul_flop", &op->matmul_flop))) return st;
     if ((st = get_opt_nonneg(l, o, "bytes", &op->bytes))) return st;
+    op->call = -1;
+    const json_t *c = json_object_get(o, "call");
+    if (c) { /* its call in the executed program; its range is checked once every op is read */
+        if (!json_is_integer(c) || json_integer_value(c) < 0 || json_integer_value(c) > INT_MAX)
+            return bad_field(l, "call", "must be an op index");
+        op->call = (int)json_integer_value(c);
+        if ((st = get_str(l, o, "kernel", op->kernel, sizeof op->kernel, NULL))) return st;
+    }
     return get_str(l, o, "how", op->how, sizeof op->how, NULL);
 }
 
@@ -352,6 +364,12 @@ static tp_status load_doc(const loc *top, const json_t *root, tp_trace *t) {
         snprintf(l.where, sizeof l.where, "ops[%zu]", i);
         if ((st = load_op(&l, json_array_get(ops, i), &t->ops[i]))) return st;
         t->n_ops = (int)i + 1;
+    }
+    for (size_t i = 0; i < n_ops; i++) { /* a call is an earlier op's or the op's own, and that op heads its call */
+        const int c = t->ops[i].call;
+        snprintf(l.where, sizeof l.where, "ops[%zu]", i);
+        if (c >= 0 && (c > (int)i || t->ops[c].call != c))
+            return bad_field(&l, "call", "must be the op's own index or an earlier op's that heads its call");
     }
     for (size_t i = 0; i < n_rec; i++) {
         tp_trace_record r;

@@ -36,6 +36,10 @@ typedef struct {
     char how[256];     /* the plan's note */
     double matmul_flop; /* FLOP of its matrix products per forward pass (ir/graph.h); 0 when none or unknown */
     double bytes;       /* its fewest bytes per forward pass at the planned types (plan.h); 0: fused or unknown */
+    int call;           /* the op whose call in the executed program (planner/program.h) computes it: its own
+                           index, another op's (fused into that call: no kernel of its own), -1 unknown (a trace
+                           written before the program) */
+    char kernel[32];    /* that call's kernel (tp_call_kind_get's name); "" unknown */
 } tp_trace_op;
 
 typedef struct {

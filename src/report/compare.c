@@ -211,6 +211,8 @@ typedef struct {
     tp_precision prec;
     int cls;
     char how[256];            /* the plan's note, block numbers replaced by N */
+    char kernel[48];          /* its call's kernel in the executed program ("in a gemm call" when fused into another
+                                 op's; "-" when the trace records no program) */
     char layers[TP_NAME_LEN]; /* the layers' common pattern (blocks.N.attn), or the first layer */
     int same_pattern;         /* all layers match `layers` */
     int ops, first_op;
@@ -337,14 +339,18 @@ static tp_status build_coverage(const tp_compare_entry *x, coverage *cv) {
         normalize(op->how, how, sizeof how);
         normalize(op->layer, lay, sizeof lay);
         int cls = cov_class(op->how), k = 0;
+        char kernel[48] = "-";
+        if (op->call >= 0 && op->call != i) snprintf(kernel, sizeof kernel, "in a %s call", t->ops[op->call].kernel);
+        else if (op->call >= 0) snprintf(kernel, sizeof kernel, "%s", op->kernel);
         while (k < cv->n_groups && !(cv->g[k].kind == op->kind && cv->g[k].prec == op->prec && cv->g[k].cls == cls &&
-                                     strcmp(cv->g[k].how, how) == 0))
+                                     strcmp(cv->g[k].how, how) == 0 && strcmp(cv->g[k].kernel, kernel) == 0))
             k++;
         cov_group *g = &cv->g[k];
         if (k == cv->n_groups) {
             cv->n_groups++;
             *g = (cov_group){.kind = op->kind, .prec = op->prec, .cls = cls, .first_op = i, .same_pattern = 1};
             snprintf(g->how, sizeof g->how, "%s", how);
+            snprintf(g->kernel, sizeof g->kernel, "%s", kernel);
             snprintf(g->layers, sizeof g->layers, "%s", lay);
         } else if (strcmp(g->layers, lay) != 0) {
             g->same_pattern = 0;
@@ -870,7 +876,8 @@ static void sec_coverage(tp_doc *d, const model *m) {
     tp_doc_para(
         d, "Which ops ran in which precision, and why (from the plan's note on each op): native: the op runs in "
            "that precision with its own kernel; emulated: computed in a wider format and rounded to the target; kept "
-           "high by policy: the planner kept it in a higher precision on purpose.");
+           "high by policy: the planner kept it in a higher precision on purpose. Kernel: the kernel of the op's call "
+           "in the executed program, or the call it is fused into (traces recorded before the program show -).");
     /* one column per precision that some engine runs ops in */
     int used[TP_PREC_COUNT] = {0}, n_used = 0;
     for (int i = 0; i < m->n; i++)
@@ -917,7 +924,8 @@ static void sec_coverage(tp_doc *d, const model *m) {
         double t = m->e[i].prof->kernel_ns_per_iter * 1e-6;
         snprintf(id, sizeof id, "coverage-%s-%d", pname(m->e[i].prec), i);
         tp_doc_heading(d, 3, id, "Ops of the %s engine", pname(m->e[i].prec));
-        tp_doc_table_open(d, "lrllrrll", "Op", "Ops", "Ran in", "Why", "ms per pass", "%", "Layers", "Plan note", NULL);
+        tp_doc_table_open(d, "lrlllrrll", "Op", "Ops", "Ran in", "Why", "Kernel", "ms per pass", "%", "Layers",
+                          "Plan note", NULL);
         for (int k = 0; k < cv->n_groups; k++) {
             const cov_group *g = &cv->g[k];
             tp_doc_tr_open(d);
@@ -925,6 +933,7 @@ static void sec_coverage(tp_doc *d, const model *m) {
             tp_doc_td(d, "%d", g->ops);
             tp_doc_td(d, "%s", pname(g->prec));
             tp_doc_td(d, "%s", cov_class_text(g->cls, g->prec, buf, sizeof buf));
+            tp_doc_td(d, "%s", g->kernel);
             tp_doc_td(d, "%.3f", g->ms);
             tp_doc_td(d, "%.1f", t > 0 ? 100 * g->ms / t : 0);
             tp_doc_td_open(d);
@@ -1300,13 +1309,14 @@ static json_t *report_json(const model *m) {
         for (int k = 0; k < cv->n_groups; k++) {
             const cov_group *g = &cv->g[k];
             json_array_append_new(
-                gs, json_pack("{s:s,s:i,s:s,s:s,s:s,s:o,s:s,s:s}", "op", tp_op_kind_name(g->kind), "ops", g->ops,
+                gs, json_pack("{s:s,s:i,s:s,s:s,s:s,s:o,s:s,s:s,s:s}", "op", tp_op_kind_name(g->kind), "ops", g->ops,
                               "precision", pname(g->prec), "class",
                               g->cls == COV_POLICY     ? "policy"
                               : g->cls == COV_EMULATED ? "emulated"
                                                        : "native",
                               "why", cov_class_text(g->cls, g->prec, buf, sizeof buf), "ms", tp_json_num(g->ms), "layers",
-                              g->same_pattern ? g->layers : m->e[i].trace->ops[g->first_op].layer, "how", g->how));
+                              g->same_pattern ? g->layers : m->e[i].trace->ops[g->first_op].layer, "how", g->how,
+                              "kernel", g->kernel));
         }
         json_array_append_new(a, json_pack("{s:s,s:i,s:o,s:i,s:i,s:i,s:i,s:o,s:o}", "precision", pname(m->e[i].prec),
                                            "ops", m->e[i].trace->n_ops, "by_precision", by, "native",

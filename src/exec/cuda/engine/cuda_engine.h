@@ -154,6 +154,10 @@ int tp_engine_stages(const tp_engine *e, int i, char *name, size_t n, double *by
  * epilogue of <layer> (tprof sm90 GEMM): no GELU kernel"; NULL for other ops. The string lives as long as the
  * engine. */
 const char *tp_engine_op_impl(const tp_engine *e, int op);
+/* The op whose call in the engine's program (planner/program.h, as its build rewrote it) computes op: op itself, or
+ * the first op of the call it is fused into; *kernel (if non-NULL) receives that call's kernel name. -1 for an op
+ * out of range. */
+int tp_engine_op_call(const tp_engine *e, int op, const char **kernel);
 
 /* Bytes op `op` moves per forward pass in this engine (the roofline's memory term, profile/roofline.h): the plan's
  * (tp_plan_op_bytes: every input read once, the output written once), except where the build fused more than the

@@ -385,6 +385,13 @@ const char *tp_engine_op_impl(const tp_engine *e, int op) {
     return e->impl_note[op];
 }
 
+int tp_engine_op_call(const tp_engine *e, int op, const char **kernel) {
+    if (kernel) *kernel = NULL;
+    if (!e || op < 0 || op >= e->g->n_ops) return -1;
+    if (kernel) *kernel = tp_call_kind_get(tpe_kind(e, op))->name;
+    return e->prog.op_call[op];
+}
+
 int tp_engine_gemm_choice(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || !e->gplan[op]) return -1;
     switch (tpe_kind(e, op)) {
