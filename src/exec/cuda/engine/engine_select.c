@@ -251,7 +251,6 @@ static void set_plain_sm90(tp_engine *e, int i, const char *why) {
              v == 2 ? "128 x 96" : "128 x 128", why);
 }
 
-/* Op i (a candidate of sm90_gelu_candidate) runs as tprof's GEMM with the GELU gi in its epilogue; both notes say so */
 /* GELU op gi joins GEMM op i's call, tprof's Hopper GEMM computing both (gelu_join), or leaves it (gelu_leave: op i
  * its plan's kernel again) */
 static void gelu_join(tp_engine *e, int i, int gi) {
@@ -264,6 +263,7 @@ static void gelu_leave(tp_engine *e, int i, int gi) {
     tpe_set_kind(e, i, e->plan->prog.calls[i].kind);
 }
 
+/* Op i (a candidate of sm90_gelu_candidate) runs as tprof's GEMM with the GELU gi in its epilogue; both notes say so */
 static void set_gelu_sm90(tp_engine *e, int i, int gi, const char *why) {
     gelu_join(e, i, gi);
     const int f8 = e->plan->value_dt[e->g->ops[i].in[0]] == TP_E4M3;
