@@ -30,8 +30,12 @@ static void mirror_rank0(tp_engine *const *R, int n) {
              * shape and one type on every rank, hence one description */
             if (R[0]->gplan[i] && !same_desc(R[0]->gplan[i], x->gplan[i])) continue;
             if (R[0]->gplan[i]) tp_gemm_plan_select(x->gplan[i], tp_gemm_plan_choice(R[0]->gplan[i]));
-            x->prog.calls[i] = R[0]->prog.calls[i]; /* op i's slot and its call as rank 0's build rewrote them */
-            x->prog.op_call[i] = R[0]->prog.op_call[i];
+            /* the GEMMs' calls as rank 0's build rewrote them (a linear's kernel, a GELU joined to it, a sibling
+             * group joined into its leader); every rank keeps its own attention choice (and its cuDNN plans) */
+            if (g->ops[i].kind == TP_OP_LINEAR || g->ops[R[0]->prog.op_call[i]].kind == TP_OP_LINEAR) {
+                x->prog.calls[i] = R[0]->prog.calls[i];
+                x->prog.op_call[i] = R[0]->prog.op_call[i];
+            }
             x->gemm_us[i] = R[0]->gemm_us[i];
             memcpy(x->impl_note[i], R[0]->impl_note[i], sizeof x->impl_note[i]);
         }
