@@ -301,3 +301,10 @@ tp_category tp_op_category(tp_op_kind k) {
     default: return TP_CAT_OTHER;
     }
 }
+
+int tp_value_readers(const tp_graph *g, int v) {
+    int n = 0;
+    for (int i = 0; i < g->n_ops; i++)
+        for (int j = 0; j < g->ops[i].n_in; j++) n += g->ops[i].in[j] == v;
+    return n;
+}

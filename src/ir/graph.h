@@ -217,6 +217,8 @@ int64_t tp_value_numel(const tp_value *v);
 /* Total FLOP and matrix-product FLOP of the graph (one forward pass at g->batch). */
 double tp_graph_flop(const tp_graph *g);
 double tp_graph_matmul_flop(const tp_graph *g);
+/* How many op inputs read value v (an op reading it twice counts twice). */
+int tp_value_readers(const tp_graph *g, int v);
 /* Index of the op that consumes value v last (-1 if none): used to free or reuse buffers. */
 void tp_graph_last_use(const tp_graph *g, int *last_use /* n_values */);
 

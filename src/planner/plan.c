@@ -110,13 +110,6 @@ static tp_status plan_weight_only(const tp_graph *g, const int *keep, tp_precisi
     return TP_OK;
 }
 
-static int consumers(const tp_graph *g, int v) {
-    int n = 0;
-    for (int i = 0; i < g->n_ops; i++)
-        for (int j = 0; j < g->ops[i].n_in; j++) n += g->ops[i].in[j] == v;
-    return n;
-}
-
 /* The block-scaled formats (see plan.h): the Linear layers of the blocks read MXFP8 / NVFP4 / MXFP4 operands. */
 static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm, const int *keep, tp_plan *p,
                                    tp_error *err) {
@@ -165,7 +158,7 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
         tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
         /* LayerNorm and GELU hold a whole 1x128 block in one warp, so they write the format themselves; the
          * attention output's 128-blocks span two heads, so it is quantized by a standalone kernel */
-        const int fused = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU) && consumers(g, x) == 1;
+        const int fused = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU) && tp_value_readers(g, x) == 1;
         p->value_qf[x] = TP_QF_FP8_BLOCK128;
         p->value_qf[w] = TP_QF_FP8_BLOCK128;
         p->value_dt[w] = TP_E4M3;
@@ -204,7 +197,7 @@ static tp_status plan_fp8(const tp_graph *g, int sm, const int *keep, int act_sc
         const tp_kernel_shape fs = {.dt = p->value_dt[x], .k = pk == TP_OP_ATTENTION ? g->ops[prod].head_dim : 0};
         const int writes8 = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU ||
                              (pk == TP_OP_ATTENTION && tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0))) &&
-                            consumers(g, x) == 1;
+                            tp_value_readers(g, x) == 1;
         if (writes8) p->value_dt[x] = TP_E4M3;
         p->value_scaled[x] = 1;
         p->value_dt[w] = TP_E4M3;
@@ -230,7 +223,7 @@ static tp_status plan_fp8(const tp_graph *g, int sm, const int *keep, int act_sc
         const int x = op->in[0], prod = g->values[x].producer;
         if (sm != 90 || op->head_dim != 64 || g->values[x].shape[1] > 1024 || prod < 0 ||
             g->ops[prod].kind != TP_OP_LINEAR || p->op_prec[prod] != TP_PREC_FP8 || g->ops[prod].gemm_n % 16 ||
-            consumers(g, x) != 1)
+            tp_value_readers(g, x) != 1)
             continue;
         p->value_dt[x] = TP_E4M3;
         snprintf(p->op_note[i], sizeof p->op_note[i],

@@ -131,13 +131,6 @@ static tp_call_kind op_kind(const tp_graph *g, const tp_plan *p, int i) {
 
 /* ---- the fusion rules ---------------------------------------------------------------------------------- */
 
-static int consumers(const tp_graph *g, int v) {
-    int n = 0;
-    for (int i = 0; i < g->n_ops; i++)
-        for (int j = 0; j < g->ops[i].n_in; j++) n += g->ops[i].in[j] == v;
-    return n;
-}
-
 static void note_append(char *note, size_t n, const char *s) {
     const size_t l = strlen(note);
     if (l < n) snprintf(note + l, n - l, "%s", s);
@@ -255,7 +248,7 @@ static int match_back(const tp_graph *g, tp_plan *p, int sm, int gelu_all, const
     const tp_op *next = &g->ops[ops[k + 1]];
     for (int s = next->n_in - 1; s >= 0; s--) {
         const int v = next->in[s], j = g->values[v].producer;
-        if (j < 0 || g->ops[j].kind != r->kinds[k] || consumers(g, v) != 1) continue;
+        if (j < 0 || g->ops[j].kind != r->kinds[k] || tp_value_readers(g, v) != 1) continue;
         if (!tp_program_is_head(prog, j) || prog->calls[j].n_ops != 1) continue;
         ops[k] = j;
         if (match_back(g, p, sm, gelu_all, prog, r, k - 1, ops)) return 1;
