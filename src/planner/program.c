@@ -142,7 +142,8 @@ static void note_append(char *note, size_t n, const char *s) {
  * heuristic algorithm for ViT-B's proj and fc2 took 56 us instead of 37 on an H200,
  * bench/results/2026-11-21_h200_vit-b16_b64_fusion_profile.log; the timed choice makes the fused FP8 engine 4 %
  * faster, ..._fp8_residual_fusion.log.) */
-static int fits_residual(const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+static int fits_residual(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+    (void)prog;
     (void)sm, (void)gelu_all;
     const tp_op *lin = &g->ops[ops[0]], *op = &g->ops[ops[1]];
     if (op->n_in != 2) return 0;
@@ -162,7 +163,8 @@ static int fits_residual(const tp_graph *g, tp_plan *p, int sm, const int *ops, 
  * cuBLASLt's epilogue computes as it is): an E4M3 GELU output needs the FP8 GEMM (cuBLASLt writes E4M3 only from
  * E4M3 operands), any other the GEMM's own output type; block formats keep their kernels; the weight-only GEMV has
  * no GELU; fp32 engines (the GPU reference) keep the GELU kernel for a tanh-form model. */
-static int fits_gelu(const tp_graph *g, tp_plan *p, int sm, const int *ops, int all) {
+static int fits_gelu(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int all) {
+    (void)prog;
     (void)sm;
     const int j = ops[0], i = ops[1];
     const tp_op *op = &g->ops[i];
@@ -184,7 +186,8 @@ static int fits_gelu(const tp_graph *g, tp_plan *p, int sm, const int *ops, int 
 /* PATCH_EMBED, EMBED_TOKENS on sm_90 (the kernel is wgmma): the weights, the position embedding, the class token and
  * both outputs in one 16-bit type and the image in fp32, when the kernel's shape rules hold: no im2col, no cast, no
  * concatenation kernel. */
-static int fits_patch_embed(const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+static int fits_patch_embed(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+    (void)prog;
     (void)gelu_all;
     if (sm != 90) return 0;
     const tp_op *op = &g->ops[ops[0]], *eo = &g->ops[ops[1]];
@@ -212,7 +215,8 @@ static int fits_patch_embed(const tp_graph *g, tp_plan *p, int sm, const int *op
  * cache), as the unfused pair stores it, so the cache holds the same bits. A RoPE with a per-sample start (a
  * pipeline's) or run as an FP32 layer (--fp32-protect tensors) keeps its kernel; the kernel's shape rules are
  * supports.h's. */
-static int fits_rope_kv(const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+static int fits_rope_kv(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+    (void)prog;
     (void)sm, (void)gelu_all;
     const tp_op *r = &g->ops[ops[0]], *a = &g->ops[ops[1]];
     if (r->n_in != 1 || p->fp32_tensors || a->in[0] != r->out) return 0; /* the rotated keys are the append's k */
@@ -226,15 +230,77 @@ static int fits_rope_kv(const tp_graph *g, tp_plan *p, int sm, const int *ops, i
     return 1;
 }
 
+/* The GEMV kernels (gemv.h), whose fused forms take a norm prologue and a GLU epilogue */
+static int gemv_kind(tp_call_kind k) {
+    return k == TP_CALL_GEMV || k == TP_CALL_GEMV_GROUP || k == TP_CALL_GEMV_FP8_WO || k == TP_CALL_GEMV_NVFP4_WO ||
+           k == TP_CALL_GEMV_W8A8;
+}
+
+/* RMSNORM, LINEAR (built): the norm computed by the decode GEMV that reads its output (one linear, or a sibling
+ * group: q/k/v, gate/up), in the GEMV's prologue: each block normalizes the M rows of x into shared memory while its
+ * first weight loads are in flight (gemv.h tpk_gemv_fusion). The normalized rows are rounded to the activation type
+ * as the stored norm output was (the tensor cores multiply that type); only the kernel launch and the round trip of
+ * the norm's output through memory go. 16-bit activations and norm weights of that type (not --fp32-protect's FP32
+ * layers); the shared-memory bound is supports.h's TP_KERNEL_GEMV_NORM. */
+static int fits_norm_gemv(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+    (void)sm, (void)gelu_all;
+    const int j = ops[0], t = ops[1];
+    const tp_op *n = &g->ops[j], *lin = &g->ops[t];
+    const tp_call *cn = tp_program_call_of(prog, j), *cl = tp_program_call_of(prog, t);
+    if (cn->kind != TP_CALL_RMSNORM || cn->n_ops != 1 || !gemv_kind(cl->kind)) return 0;
+    for (int k = 0; k < cl->n_ops; k++) /* linears alone: the fused GEMV takes no residual */
+        if (g->ops[cl->ops[k]].kind != TP_OP_LINEAR) return 0;
+    const tp_dtype dt = p->value_dt[n->out];
+    if (p->value_dt[n->in[0]] != dt || p->value_dt[n->in[1]] != dt || p->value_qf[n->out] != TP_QF_NONE) return 0;
+    const tp_kernel_shape ks = {.dt = dt, .m = lin->gemm_m, .k = lin->gemm_k};
+    if (!tp_supports(TP_KERNEL_GEMV_NORM, &ks, NULL, 0)) return 0;
+    snprintf(p->op_note[j], sizeof p->op_note[j], "fused: computed in the prologue of the GEMV of %s", lin->layer);
+    note_append(p->op_note[t], sizeof p->op_note[t], "; + RMSNorm of its input in the GEMV's prologue");
+    return 1;
+}
+
+/* LINEAR, GLU (built): a gate/up sibling group's GEMV computes act(gate) * up in its epilogue: each block takes 8
+ * gate rows and the 8 up rows of the same columns, so both values of an output meet in the block (gemv.h): the
+ * group's two outputs are never written. The group's two linears are exactly the GLU's gate and up. */
+static int fits_gemv_glu(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
+    (void)sm, (void)gelu_all;
+    const int t = ops[1];
+    const tp_op *glu = &g->ops[t];
+    const int head = prog->op_call[ops[0]];
+    const tp_call *c = &prog->calls[head];
+    if (c->kind != TP_CALL_GEMV_GROUP || tp_program_call_of(prog, t)->n_ops != 1 || glu->n_in != 2) return 0;
+    int lins = 0;
+    for (int k = 0; k < c->n_ops; k++) {
+        const tp_op_kind kk = g->ops[c->ops[k]].kind;
+        if (kk != TP_OP_LINEAR && !(k == 0 && kk == TP_OP_RMSNORM)) return 0; /* a norm prologue at most */
+        lins += kk == TP_OP_LINEAR;
+    }
+    const int pg = g->values[glu->in[0]].producer, pu = g->values[glu->in[1]].producer;
+    if (lins != 2 || pg < 0 || pu < 0 || pg == pu || prog->op_call[pg] != head || prog->op_call[pu] != head) return 0;
+    const tp_dtype dt = p->value_dt[glu->out];
+    if ((dt != TP_F16 && dt != TP_BF16) || p->value_dt[glu->in[0]] != dt || p->value_dt[glu->in[1]] != dt ||
+        p->value_qf[glu->out] != TP_QF_NONE || (glu->act != 0 && glu->act != 1))
+        return 0;
+    snprintf(p->op_note[t], sizeof p->op_note[t], "fused: done by the epilogue of the GEMV of %s and %s",
+             g->ops[pg].layer, g->ops[pu].layer);
+    note_append(p->op_note[pg], sizeof p->op_note[pg], "; + the GLU in the GEMV's epilogue (gate and up never stored)");
+    return 1;
+}
+
 const tp_fusion_rule tp_fusion_rules[] = {
     {"linear+add", {TP_OP_LINEAR, TP_OP_ADD}, 2, TP_CALL_NONE, fits_residual,
-     "the residual add in the GEMM's epilogue (beta = 1, one rounding)"},
+     "the residual add in the GEMM's epilogue (beta = 1, one rounding)", TP_FUSE_LOWER, 0},
     {"linear+gelu", {TP_OP_LINEAR, TP_OP_GELU}, 2, TP_CALL_NONE, fits_gelu,
-     "bias + GELU (tanh form) in the GEMM's epilogue"},
+     "bias + GELU (tanh form) in the GEMM's epilogue", TP_FUSE_LOWER, 0},
     {"patch_embed+embed_tokens", {TP_OP_PATCH_EMBED, TP_OP_EMBED_TOKENS}, 2, TP_CALL_PATCH_EMBED_FUSED,
-     fits_patch_embed, "im2col in the GEMM's loads, position embedding and class token in its epilogue"},
+     fits_patch_embed, "im2col in the GEMM's loads, position embedding and class token in its epilogue", TP_FUSE_LOWER,
+     0},
     {"rope+kv_append", {TP_OP_ROPE, TP_OP_KV_APPEND}, 2, TP_CALL_ROPE_KV_APPEND, fits_rope_kv,
-     "the keys rotated and written into the KV cache by one kernel"},
+     "the keys rotated and written into the KV cache by one kernel", TP_FUSE_LOWER, 0},
+    {"rmsnorm+gemv", {TP_OP_RMSNORM, TP_OP_LINEAR}, 2, TP_CALL_NONE, fits_norm_gemv,
+     "the RMSNorm in the decode GEMV's prologue", TP_FUSE_BUILT, 1},
+    {"gemv+glu", {TP_OP_LINEAR, TP_OP_GLU}, 2, TP_CALL_NONE, fits_gemv_glu,
+     "the GLU in the gate/up GEMV's epilogue", TP_FUSE_BUILT, 0},
 };
 const int tp_fusion_rule_count = (int)(sizeof tp_fusion_rules / sizeof tp_fusion_rules[0]);
 
@@ -244,7 +310,7 @@ const int tp_fusion_rule_count = (int)(sizeof tp_fusion_rules / sizeof tp_fusion
  * accepts wins. */
 static int match_back(const tp_graph *g, tp_plan *p, int sm, int gelu_all, const tp_program *prog,
                       const tp_fusion_rule *r, int k, int *ops) {
-    if (k < 0) return r->fits(g, p, sm, ops, gelu_all);
+    if (k < 0) return r->fits(prog, g, p, sm, ops, gelu_all);
     const tp_op *next = &g->ops[ops[k + 1]];
     for (int s = next->n_in - 1; s >= 0; s--) {
         const int v = next->in[s], j = g->values[v].producer;
@@ -291,8 +357,83 @@ tp_status tp_program_lower(const tp_graph *g, tp_plan *p, int sm, int no_fusion,
         out->op_call[i] = i;
     }
     if (sm > 0 && !no_fusion)
-        for (int r = 0; r < tp_fusion_rule_count; r++) apply_rule(g, p, sm, gelu_all, r, out);
+        for (int r = 0; r < tp_fusion_rule_count; r++)
+            if (tp_fusion_rules[r].stage == TP_FUSE_LOWER) apply_rule(g, p, sm, gelu_all, r, out);
     return TP_OK;
+}
+
+/* Every value call h0 writes that an op outside it reads is read by call h1 alone, and h1 reads one of them. */
+static int feeds_only(const tp_program *prog, const tp_graph *g, int h0, int h1) {
+    int fed = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const int c = prog->op_call[i];
+        if (c == h0) continue;
+        for (int s = 0; s < g->ops[i].n_in; s++) {
+            const int pr = g->values[g->ops[i].in[s]].producer;
+            if (pr < 0 || prog->op_call[pr] != h0) continue;
+            if (c != h1) return 0;
+            fed = 1;
+        }
+    }
+    const tp_call *c0 = &prog->calls[h0];
+    for (int k = 0; k < c0->n_ops; k++)
+        if (g->ops[c0->ops[k]].out == g->output) return 0;
+    return fed;
+}
+
+int tp_program_fuse_built(tp_program *prog, const tp_graph *g, const tp_plan *p, int sm, char (*notes)[256],
+                          int (*veto)(void *user, const tp_program *prog, int head0, int head1), void *user) {
+    int joins = 0;
+    tp_plan q = *p; /* the rules write their notes into q.op_note: the caller's, or a scratch array */
+    q.op_note = notes ? notes : calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *q.op_note);
+    if (!q.op_note) return -1;
+    for (int r = 0; r < tp_fusion_rule_count; r++) {
+        const tp_fusion_rule *rule = &tp_fusion_rules[r];
+        if (rule->stage != TP_FUSE_BUILT) continue;
+        CHECK(rule->n == 2);
+        for (int t = 0; t < g->n_ops; t++) {
+            if (g->ops[t].kind != rule->kinds[1]) continue;
+            const int h1 = prog->op_call[t];
+            for (int s = 0; s < g->ops[t].n_in; s++) { /* the producers of op t's inputs */
+                const int j = g->values[g->ops[t].in[s]].producer;
+                if (j < 0 || g->ops[j].kind != rule->kinds[0] || prog->op_call[j] == h1) continue;
+                const int h0 = prog->op_call[j];
+                if (prog->calls[h0].n_ops + prog->calls[h1].n_ops > TP_CALL_MAX_OPS || !feeds_only(prog, g, h0, h1))
+                    continue;
+                const int a = h0 < h1 ? h0 : h1, b = h0 < h1 ? h1 : h0;
+                if (veto && veto(user, prog, a, b)) continue;
+                const int ops[2] = {j, t};
+                if (!rule->fits(prog, g, &q, sm, ops, 0)) continue;
+                const tp_call_kind kind = prog->calls[rule->keep ? h1 : h0].kind;
+                tp_program_join(prog, a, b);
+                prog->calls[a].kind = kind;
+                prog->calls[a].rule = r;
+                snprintf(prog->calls[a].note, sizeof prog->calls[a].note, "%s: %s", rule->name, rule->why);
+                joins++;
+                break;
+            }
+        }
+    }
+    if (!notes) free(q.op_note);
+    return joins;
+}
+
+void tp_program_join(tp_program *prog, int head, int other) {
+    tp_call *c = &prog->calls[head], *o = &prog->calls[other];
+    CHECK(head < other && tp_program_is_head(prog, head) && tp_program_is_head(prog, other) &&
+          c->n_ops + o->n_ops <= TP_CALL_MAX_OPS);
+    for (int k = 0; k < o->n_ops; k++) {
+        c->ops[c->n_ops++] = o->ops[k];
+        prog->op_call[o->ops[k]] = head;
+    }
+    o->n_ops = 0; /* its kind stays, dormant */
+}
+
+int tp_program_first(const tp_program *prog, const tp_graph *g, int head, tp_op_kind k) {
+    const tp_call *c = &prog->calls[head];
+    for (int j = 0; j < c->n_ops; j++)
+        if (g->ops[c->ops[j]].kind == k) return c->ops[j];
+    return -1;
 }
 
 void tp_program_free(tp_program *prog) {
@@ -324,8 +465,11 @@ int tp_program_find(const tp_program *prog, const tp_graph *g, int head, tp_op_k
 
 int tp_program_out(const tp_program *prog, const tp_graph *g, int head) {
     const tp_call *c = &prog->calls[head];
-    if (c->kind == TP_CALL_GEMV_GROUP || c->n_ops < 2) return g->ops[head].out;
-    return g->ops[c->ops[c->n_ops - 1]].out;
+    if (c->n_ops < 2) return g->ops[head].out;
+    const int last = c->ops[c->n_ops - 1];
+    if (c->kind == TP_CALL_GEMV_GROUP && g->ops[last].kind == TP_OP_LINEAR)
+        return g->ops[tp_program_first(prog, g, head, TP_OP_LINEAR)].out;
+    return g->ops[last].out;
 }
 
 void tp_program_merge(tp_program *prog, int head, int op) {

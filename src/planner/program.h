@@ -107,16 +107,26 @@ typedef struct {
 
 struct tp_plan;
 
+/* When a rule applies. TP_FUSE_LOWER: at lowering, over ops each alone in its call (their kernels follow from the
+ * plan). TP_FUSE_BUILT: once an executor's build has chosen its kernels (tp_program_fuse_built): a link is then the
+ * whole call holding an op of the link's kind (a GEMV, a sibling group), which joins the next link's call when the
+ * values it writes are read by that call alone; the joined call keeps the kind of link `keep`'s call. A decode
+ * GEMV is a build's choice (timed against cuBLASLt), so a fusion into it can only be decided after the build. */
+typedef enum { TP_FUSE_LOWER = 0, TP_FUSE_BUILT } tp_fuse_stage;
+
 /* One fusion rule: a chain of op kinds (kinds[k + 1] reads kinds[k]'s output, nothing else reads it) that `fits`
  * accepts for plan p on target sm; the match becomes one call of kind `kind` (TP_CALL_NONE: the chain's first op's
- * own kind, its epilogue extended). `fits` may write the ops' plan notes (p->op_note). */
+ * own kind, its epilogue extended; a TP_FUSE_BUILT rule: the kind of link `keep`'s call). `fits` may write the ops'
+ * plan notes (p->op_note); prog is the program being fused (its calls' kinds). */
 typedef struct {
     const char *name;
     tp_op_kind kinds[3];
     int n;
     tp_call_kind kind;
-    int (*fits)(const tp_graph *g, struct tp_plan *p, int sm, const int *ops, int gelu_all);
+    int (*fits)(const tp_program *prog, const tp_graph *g, struct tp_plan *p, int sm, const int *ops, int gelu_all);
     const char *why;
+    tp_fuse_stage stage;
+    int keep;
 } tp_fusion_rule;
 extern const tp_fusion_rule tp_fusion_rules[];
 extern const int tp_fusion_rule_count;
@@ -126,6 +136,19 @@ extern const int tp_fusion_rule_count;
  * rules' matches write their notes into p->op_note. Errors: TP_ERR_OOM. */
 tp_status tp_program_lower(const tp_graph *g, struct tp_plan *p, int sm, int no_fusion, int gelu_all,
                            tp_program *out, tp_error *err);
+/* The TP_FUSE_BUILT rules over an executor's program, once its kernels are chosen (a 2-link chain each: the calls
+ * holding the links joined into the earlier one's slot). veto (may be NULL) lets the executor refuse a join for
+ * reasons of its own (its buffers: a kernel reading an input that shares memory with what it writes); it gets the
+ * two calls' slots. notes (g->n_ops entries, or NULL) receive what the rules say of each op (plan p itself is
+ * left as it is). Returns the number of joins, or -1 out of host memory. */
+int tp_program_fuse_built(tp_program *prog, const tp_graph *g, const struct tp_plan *p, int sm, char (*notes)[256],
+                          int (*veto)(void *user, const tp_program *prog, int head0, int head1), void *user);
+/* The call of slot `other` joins the call of slot `head` (head < other): its ops appended in order, its slot emptied
+ * (its kind kept, dormant). The caller sets the joined call's kind. Both calls together hold at most
+ * TP_CALL_MAX_OPS ops. */
+void tp_program_join(tp_program *prog, int head, int other);
+/* The first op of kind k in the call of slot head (its first op included), or -1. */
+int tp_program_first(const tp_program *prog, const tp_graph *g, int head, tp_op_kind k);
 void tp_program_free(tp_program *prog);
 /* A deep copy (an engine rewrites its own). TP_ERR_OOM. */
 tp_status tp_program_copy(const tp_program *src, tp_program *dst, tp_error *err);
@@ -143,8 +166,9 @@ static inline int tp_program_fused_into(const tp_program *prog, int i) {
 static inline tp_call_kind tp_program_kind(const tp_program *prog, int i) { return tp_program_call_of(prog, i)->kind; }
 /* Op `op` of the call whose slot is `head` of kind k (TP_OP_KIND_COUNT for any): its index in the graph, or -1. */
 int tp_program_find(const tp_program *prog, const tp_graph *g, int head, tp_op_kind k);
-/* The value op i's call writes for it: op i's output, or the last chained op's output where the call is a chain
- * (the GEMM of a LINEAR, ADD call writes the add's output). */
+/* The value call `head` writes: its op's output; a chain's last op's output (the GEMM of a LINEAR, ADD call writes
+ * the add's output); a sibling group's first linear's (the members' outputs follow it), or the GLU's when the
+ * group's GLU was joined to it. */
 int tp_program_out(const tp_program *prog, const tp_graph *g, int head);
 /* Op `op` joins the call of slot `head` (op's own slot emptied; op must be alone in it). tp_program_split: op
  * (not a head) leaves its call for its own slot again, of the kind it had before it joined. */

@@ -635,8 +635,14 @@ tp_status tp_engine_calibrate(tp_engine *e, const int *want, float *amax, tp_err
     if (e->ranks) return tp_fail(err, TP_ERR_UNSUPPORTED, "calibration: unsupported on a tensor-parallel engine (calibrate on one GPU)");
     float *h = malloc(sizeof(float) * (size_t)g->n_values);
     if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-    /* a KV cache's scale is taken from the k and v its append writes: a call that rotates the keys into the cache
-     * (the rope+kv_append rule) keeps the rotated keys in shared memory, so it runs unfused here */
+    /* every value is stored here: the fusions into the chosen kernels (tpe_fuse_built) are undone, and a KV cache's
+     * scale is taken from the k and v its append writes: a call that rotates the keys into the cache (the
+     * rope+kv_append rule) keeps the rotated keys in shared memory, so it runs unfused here */
+    if (e->prog_chosen.calls) {
+        tp_program_free(&e->prog);
+        e->prog = e->prog_chosen;
+        memset(&e->prog_chosen, 0, sizeof e->prog_chosen);
+    }
     for (int i = 0; i < g->n_ops; i++)
         if (tp_program_is_head(&e->prog, i) && tp_program_find(&e->prog, g, i, TP_OP_KV_APPEND) >= 0)
             tp_program_unfuse(&e->prog, g, e->plan, i);

@@ -1049,3 +1049,55 @@ int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *d
     if (why && e->sparse_why[op][0]) *why = e->sparse_why[op]; /* timed, then kept dense by the whole pass */
     return sparse_is(e, op);
 }
+
+/* ---- fusions into the chosen kernels ------------------------------------------------------------------- */
+
+/* [p, p + n) and [q, q + m) share a byte */
+static int overlap(const void *p, size_t n, const void *q, size_t m) {
+    const char *a = p, *b = q;
+    return a && b && a < b + m && b < a + n;
+}
+
+/* tp_program_fuse_built's veto: the joined kernel would read an input (an activation produced outside the two calls)
+ * in memory it writes (any output of their ops: a group's outputs are one run) */
+static int veto_aliasing(void *user, const tp_program *prog, int h0, int h1) {
+    const tp_engine *e = user;
+    const tp_graph *g = e->g;
+    const int heads[2] = {h0, h1};
+    for (int a = 0; a < 2; a++)
+        for (int k = 0; k < prog->calls[heads[a]].n_ops; k++) {
+            const tp_op *op = &g->ops[prog->calls[heads[a]].ops[k]];
+            for (int s = 0; s < op->n_in; s++) {
+                const int v = op->in[s], pr = g->values[v].producer;
+                if (g->values[v].kind != TP_VAL_ACT || (pr >= 0 && (prog->op_call[pr] == h0 || prog->op_call[pr] == h1)))
+                    continue;
+                for (int b = 0; b < 2; b++)
+                    for (int j = 0; j < prog->calls[heads[b]].n_ops; j++) {
+                        const int y = g->ops[prog->calls[heads[b]].ops[j]].out;
+                        if (overlap(e->dptr[v], value_bytes(e, v), e->dptr[y], value_bytes(e, y))) return 1;
+                    }
+            }
+        }
+    return 0;
+}
+
+tp_status tpe_fuse_built(tp_engine *e, tp_error *err) {
+    const tp_graph *g = e->g;
+    if (e->plan->no_fusion) return TP_OK;
+    char (*notes)[256] = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *notes);
+    if (!notes) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    tp_status st = tp_program_copy(&e->prog, &e->prog_chosen, err);
+    if (st) {
+        free(notes);
+        return st;
+    }
+    const int joins = tp_program_fuse_built(&e->prog, g, e->plan, e->plan->sm, notes, veto_aliasing, e);
+    for (int i = 0; joins > 0 && i < g->n_ops; i++) {
+        if (!notes[i][0]) continue;
+        const size_t l = strlen(e->impl_note[i]);
+        const char *n = notes[i][0] == ';' ? notes[i] + 2 : notes[i]; /* a rule's note, appended with "; " */
+        snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s%s", l ? "; " : "", n);
+    }
+    free(notes);
+    return joins < 0 ? tp_fail(err, TP_ERR_OOM, "out of host memory") : TP_OK;
+}

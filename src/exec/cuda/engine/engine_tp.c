@@ -78,6 +78,7 @@ tp_status tp_engine_build_tp(const tp_graph *const *g, const tp_params *const *p
         R[r]->nccl = nccl;
     }
     if (!st) mirror_rank0(R, n);
+    for (int r = 0; r < n && !st; r++) st = tpe_fuse_built(R[r], err); /* every rank joins alike: the same kinds */
     if (!st) {
         R[0]->ranks = R;
         R[0]->n_ranks = n;

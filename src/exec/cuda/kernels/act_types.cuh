@@ -37,4 +37,12 @@ static __device__ __forceinline__ void st1(float *p, size_t i, float v) { p[i] =
 static __device__ __forceinline__ void st1(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 static __device__ __forceinline__ void st1(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
+/* The GLU's activation of the gate g (decoder_ops.h tpk_glu): ACT 0 SiLU g / (1 + e^-g); ACT 1 the tanh GELU
+ * 0.5 g (1 + tanh(z)), z = sqrt(2/pi) (g + 0.044715 g^3), evaluated as g / (1 + e^(-2z)) (no cancellation for
+ * z << 0). Shared by the GLU kernel and the GEMV's GLU epilogue (gemv.cu), so both compute the same function. */
+template <int ACT> static __device__ __forceinline__ float tpk_glu_act(float g) {
+    const float u = ACT == 0 ? g : 1.5957691216057308f * fmaf(0.044715f * g, g * g, g);
+    return g / (1.0f + expf(-u));
+}
+
 #endif
