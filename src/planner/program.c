@@ -143,8 +143,7 @@ static void note_append(char *note, size_t n, const char *s) {
  * bench/results/2026-11-21_h200_vit-b16_b64_fusion_profile.log; the timed choice makes the fused FP8 engine 4 %
  * faster, ..._fp8_residual_fusion.log.) */
 static int fits_residual(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
-    (void)prog;
-    (void)sm, (void)gelu_all;
+    (void)prog, (void)sm, (void)gelu_all;
     const tp_op *lin = &g->ops[ops[0]], *op = &g->ops[ops[1]];
     if (op->n_in != 2) return 0;
     const tp_dtype dt = p->value_dt[op->out];
@@ -164,8 +163,7 @@ static int fits_residual(const tp_program *prog, const tp_graph *g, tp_plan *p, 
  * E4M3 operands), any other the GEMM's own output type; block formats keep their kernels; the weight-only GEMV has
  * no GELU; fp32 engines (the GPU reference) keep the GELU kernel for a tanh-form model. */
 static int fits_gelu(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int all) {
-    (void)prog;
-    (void)sm;
+    (void)prog, (void)sm;
     const int j = ops[0], i = ops[1];
     const tp_op *op = &g->ops[i];
     const int x = op->in[0], y = op->out, a = g->ops[j].in[0];
@@ -187,8 +185,7 @@ static int fits_gelu(const tp_program *prog, const tp_graph *g, tp_plan *p, int 
  * both outputs in one 16-bit type and the image in fp32, when the kernel's shape rules hold: no im2col, no cast, no
  * concatenation kernel. */
 static int fits_patch_embed(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
-    (void)prog;
-    (void)gelu_all;
+    (void)prog, (void)gelu_all;
     if (sm != 90) return 0;
     const tp_op *op = &g->ops[ops[0]], *eo = &g->ops[ops[1]];
     const tp_dtype dt = p->value_dt[op->in[1]];
@@ -216,8 +213,7 @@ static int fits_patch_embed(const tp_program *prog, const tp_graph *g, tp_plan *
  * pipeline's) or run as an FP32 layer (--fp32-protect tensors) keeps its kernel; the kernel's shape rules are
  * supports.h's. */
 static int fits_rope_kv(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
-    (void)prog;
-    (void)sm, (void)gelu_all;
+    (void)prog, (void)sm, (void)gelu_all;
     const tp_op *r = &g->ops[ops[0]], *a = &g->ops[ops[1]];
     if (r->n_in != 1 || p->fp32_tensors || a->in[0] != r->out) return 0; /* the rotated keys are the append's k */
     const tp_dtype dt = p->value_dt[r->out];
@@ -227,35 +223,6 @@ static int fits_rope_kv(const tp_program *prog, const tp_graph *g, tp_plan *p, i
     snprintf(p->op_note[ops[1]], sizeof p->op_note[ops[1]], "fused: the kernel of %s writes the rotated keys into "
              "the cache (%s)", r->layer, tp_dtype_info(p->value_dt[a->out])->name);
     note_append(p->op_note[ops[0]], sizeof p->op_note[ops[0]], "; + the KV-cache append in the same kernel");
-    return 1;
-}
-
-/* The GEMV kernels (gemv.h), whose fused forms take a norm prologue and a GLU epilogue */
-static int gemv_kind(tp_call_kind k) {
-    return k == TP_CALL_GEMV || k == TP_CALL_GEMV_GROUP || k == TP_CALL_GEMV_FP8_WO || k == TP_CALL_GEMV_NVFP4_WO ||
-           k == TP_CALL_GEMV_W8A8;
-}
-
-/* RMSNORM, LINEAR (built): the norm computed by the decode GEMV that reads its output (one linear, or a sibling
- * group: q/k/v, gate/up), in the GEMV's prologue: each block normalizes the M rows of x into shared memory while its
- * first weight loads are in flight (gemv.h tpk_gemv_fusion). The normalized rows are rounded to the activation type
- * as the stored norm output was (the tensor cores multiply that type); only the kernel launch and the round trip of
- * the norm's output through memory go. 16-bit activations and norm weights of that type (not --fp32-protect's FP32
- * layers); the shared-memory bound is supports.h's TP_KERNEL_GEMV_NORM. */
-static int fits_norm_gemv(const tp_program *prog, const tp_graph *g, tp_plan *p, int sm, const int *ops, int gelu_all) {
-    (void)sm, (void)gelu_all;
-    const int j = ops[0], t = ops[1];
-    const tp_op *n = &g->ops[j], *lin = &g->ops[t];
-    const tp_call *cn = tp_program_call_of(prog, j), *cl = tp_program_call_of(prog, t);
-    if (cn->kind != TP_CALL_RMSNORM || cn->n_ops != 1 || !gemv_kind(cl->kind)) return 0;
-    for (int k = 0; k < cl->n_ops; k++) /* linears alone: the fused GEMV takes no residual */
-        if (g->ops[cl->ops[k]].kind != TP_OP_LINEAR) return 0;
-    const tp_dtype dt = p->value_dt[n->out];
-    if (p->value_dt[n->in[0]] != dt || p->value_dt[n->in[1]] != dt || p->value_qf[n->out] != TP_QF_NONE) return 0;
-    const tp_kernel_shape ks = {.dt = dt, .m = lin->gemm_m, .k = lin->gemm_k};
-    if (!tp_supports(TP_KERNEL_GEMV_NORM, &ks, NULL, 0)) return 0;
-    snprintf(p->op_note[j], sizeof p->op_note[j], "fused: computed in the prologue of the GEMV of %s", lin->layer);
-    note_append(p->op_note[t], sizeof p->op_note[t], "; + RMSNorm of its input in the GEMV's prologue");
     return 1;
 }
 
@@ -271,9 +238,8 @@ static int fits_gemv_glu(const tp_program *prog, const tp_graph *g, tp_plan *p, 
     if (c->kind != TP_CALL_GEMV_GROUP || tp_program_call_of(prog, t)->n_ops != 1 || glu->n_in != 2) return 0;
     int lins = 0;
     for (int k = 0; k < c->n_ops; k++) {
-        const tp_op_kind kk = g->ops[c->ops[k]].kind;
-        if (kk != TP_OP_LINEAR && !(k == 0 && kk == TP_OP_RMSNORM)) return 0; /* a norm prologue at most */
-        lins += kk == TP_OP_LINEAR;
+        if (g->ops[c->ops[k]].kind != TP_OP_LINEAR) return 0;
+        lins++;
     }
     const int pg = g->values[glu->in[0]].producer, pu = g->values[glu->in[1]].producer;
     if (lins != 2 || pg < 0 || pu < 0 || pg == pu || prog->op_call[pg] != head || prog->op_call[pu] != head) return 0;
@@ -297,8 +263,6 @@ const tp_fusion_rule tp_fusion_rules[] = {
      0},
     {"rope+kv_append", {TP_OP_ROPE, TP_OP_KV_APPEND}, 2, TP_CALL_ROPE_KV_APPEND, fits_rope_kv,
      "the keys rotated and written into the KV cache by one kernel", TP_FUSE_LOWER, 0},
-    {"rmsnorm+gemv", {TP_OP_RMSNORM, TP_OP_LINEAR}, 2, TP_CALL_NONE, fits_norm_gemv,
-     "the RMSNorm in the decode GEMV's prologue", TP_FUSE_BUILT, 1},
     {"gemv+glu", {TP_OP_LINEAR, TP_OP_GLU}, 2, TP_CALL_NONE, fits_gemv_glu,
      "the GLU in the gate/up GEMV's epilogue", TP_FUSE_BUILT, 0},
 };
@@ -382,14 +346,15 @@ static int feeds_only(const tp_program *prog, const tp_graph *g, int h0, int h1)
 }
 
 int tp_program_fuse_built(tp_program *prog, const tp_graph *g, const tp_plan *p, int sm, char (*notes)[256],
-                          int (*veto)(void *user, const tp_program *prog, int head0, int head1), void *user) {
+                          unsigned skip, int (*veto)(void *user, const tp_program *prog, int head0, int head1),
+                          void *user) {
     int joins = 0;
     tp_plan q = *p; /* the rules write their notes into q.op_note: the caller's, or a scratch array */
     q.op_note = notes ? notes : calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *q.op_note);
     if (!q.op_note) return -1;
     for (int r = 0; r < tp_fusion_rule_count; r++) {
         const tp_fusion_rule *rule = &tp_fusion_rules[r];
-        if (rule->stage != TP_FUSE_BUILT) continue;
+        if (rule->stage != TP_FUSE_BUILT || (r < 32 && (skip >> r & 1u))) continue;
         CHECK(rule->n == 2);
         for (int t = 0; t < g->n_ops; t++) {
             if (g->ops[t].kind != rule->kinds[1]) continue;

@@ -140,9 +140,11 @@ tp_status tp_program_lower(const tp_graph *g, struct tp_plan *p, int sm, int no_
  * holding the links joined into the earlier one's slot). veto (may be NULL) lets the executor refuse a join for
  * reasons of its own (its buffers: a kernel reading an input that shares memory with what it writes); it gets the
  * two calls' slots. notes (g->n_ops entries, or NULL) receive what the rules say of each op (plan p itself is
- * left as it is). Returns the number of joins, or -1 out of host memory. */
+ * left as it is); the rules whose bit (1u << index in tp_fusion_rules) is set in skip are not applied. Returns the
+ * number of joins, or -1 out of host memory. */
 int tp_program_fuse_built(tp_program *prog, const tp_graph *g, const struct tp_plan *p, int sm, char (*notes)[256],
-                          int (*veto)(void *user, const tp_program *prog, int head0, int head1), void *user);
+                          unsigned skip, int (*veto)(void *user, const tp_program *prog, int head0, int head1),
+                          void *user);
 /* The call of slot `other` joins the call of slot `head` (head < other): its ops appended in order, its slot emptied
  * (its kind kept, dormant). The caller sets the joined call's kind. Both calls together hold at most
  * TP_CALL_MAX_OPS ops. */

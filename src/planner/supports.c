@@ -12,7 +12,6 @@ static const char *const NAMES[TP_KERNEL_COUNT] = {
     [TP_KERNEL_PATCH_EMBED_FUSED] = "tprof fused patch embedding",
     [TP_KERNEL_ATTENTION_FLASH] = "tprof flash attention",
     [TP_KERNEL_ROPE_KV_APPEND] = "tprof RoPE + KV-cache append",
-    [TP_KERNEL_GEMV_NORM] = "tprof GEMV with an RMSNorm prologue",
 };
 
 const char *tp_kernel_name(tp_kernel k) { return (unsigned)k < TP_KERNEL_COUNT ? NAMES[k] : "?"; }
@@ -101,16 +100,6 @@ int tp_supports(tp_kernel k, const tp_kernel_shape *s, char *why, size_t n) {
         return verdict(W > 0 && W % D == 0 && W <= 4096, why, n,
                        "RoPE + KV append holds a cache row of at most 4096 values in shared memory; row %lld",
                        (long long)W);
-    }
-    case TP_KERNEL_GEMV_NORM: {
-        if (s->dt != TP_F16 && s->dt != TP_BF16)
-            return verdict(0, why, n, "GEMV + RMSNorm takes f16 or bf16 activations (dtype %d)", (int)s->dt);
-        if (!(M > 0 && K > 0 && K % 8 == 0))
-            return verdict(0, why, n, "GEMV + RMSNorm needs rows and K positive, K %% 8 == 0; M = %lld, K = %lld", M, K);
-        const long long rows = M < 8 ? M : 8;
-        return verdict(rows * (2 * K + 16) <= 32768, why, n,
-                       "GEMV + RMSNorm holds min(M, 8) normalized rows of 2 K + 16 bytes in 32 KB of shared memory; "
-                       "M = %lld, K = %lld", M, K);
     }
     default: return verdict(0, why, n, "unknown kernel %d", (int)k);
     }

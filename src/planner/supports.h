@@ -34,9 +34,6 @@ typedef enum {
     TP_KERNEL_ROPE_KV_APPEND,     /* tprof's RoPE of the keys fused with the KV-cache append (decoder_ops.h): head
                                      dim (k) even and at most 1024, the cache row (n = KV heads x head dim) at most
                                      4096 values (held in shared memory) */
-    TP_KERNEL_GEMV_NORM,          /* tprof's decode GEMV with an RMSNorm prologue (gemv.h tpk_gemv_fusion): F16/BF16,
-                                     K % 8, the normalized rows of a pass (m, up to 8) in 32 KB of shared memory:
-                                     min(m, 8) (2 K + 16) bytes (4 blocks an SM keep their occupancy) */
     TP_KERNEL_COUNT
 } tp_kernel;
 
@@ -45,8 +42,7 @@ typedef struct {
     tp_dtype dt;        /* the operands' (GEMM_SM90, PATCH_EMBED_FUSED, ATTENTION_FLASH: Q/K/V) or the output's
                            (GEMM_SM90_FP8) type */
     int64_t m, n, k;    /* GEMM: rows, output columns, reduction; PATCH_EMBED_FUSED: n = channels C;
-                           ATTENTION_FLASH: k = head dim; ROPE_KV_APPEND: n = the cache row, k = head dim;
-                           GEMV_NORM: m = rows, k = the norm's width and the GEMV's K */
+                           ATTENTION_FLASH: k = head dim; ROPE_KV_APPEND: n = the cache row, k = head dim */
     int patch;          /* PATCH_EMBED_FUSED: the patch side P */
     int block;          /* GEMM_BLOCK_SCALED: elements per scale along K */
 } tp_kernel_shape;

@@ -501,8 +501,7 @@ START_TEST(test_kv_attention) {
         float *ref = hmalloc(nq * sizeof(float));
         ref_kv_attention(q, kv, ref, B, T, H, Hkv, D, L, past, scale);
         void *d_q = dev_upload_at(dt, q, nq, 0), *d_kv = dev_upload_at(dt, kv, nkv, 0), *d_o = dev_alloc_at(odt, nq, 0);
-        float *d_ws = ws_bytes ? dev_bytes(ws_bytes) : NULL; /* poisoned, its arrival counters cleared */
-        KERNEL_OK(tpk_kv_attention_workspace_init(d_ws, B, T, H, D, L, g_stream));
+        float *d_ws = ws_bytes ? dev_bytes(ws_bytes) : NULL;
         int *d_past = dev_past(past);
         KERNEL_OK(tpk_kv_attention(d_q, d_kv, dt, dt, NULL, d_o, odt, B, T, H, Hkv, D, L, d_past, scale, d_ws, ws_bytes, g_stream));
         check_close("out", download_f32(odt, d_o, nq, 1.0f), ref, nq, (size_t)H * D, kva_tol(odt));
@@ -581,7 +580,6 @@ START_TEST(test_kv_cache_fp8) {
         ref_kv_attention(q, deq, ref, B, T, H, Hkv, D, L, past, scale);
         const size_t ws_bytes = tpk_kv_attention_workspace(B, T, H, D, L);
         float *d_ws = ws_bytes ? dev_bytes(ws_bytes) : NULL;
-        KERNEL_OK(tpk_kv_attention_workspace_init(d_ws, B, T, H, D, L, g_stream));
         void *d_o = dev_alloc_at(dt, nq, 0);
         KERNEL_OK(tpk_kv_attention(d_q, d_kv, dt, TP_E4M3, d_s, d_o, dt, B, T, H, Hkv, D, L, d_past, scale, d_ws,
                                    ws_bytes, g_stream));
@@ -659,7 +657,6 @@ START_TEST(test_kv_attention_graph) {
     void *d_q = dev_upload_at(dt, q, nq, 0), *d_kv = dev_upload_at(dt, kv, nkv, 0);
     void *d_graph_o = dev_alloc_at(dt, nq, 0), *d_eager_o = dev_alloc_at(dt, nq, 0);
     float *d_ws = ws_bytes ? dev_bytes(ws_bytes) : NULL, *ref = hmalloc(nq * sizeof(float));
-    KERNEL_OK(tpk_kv_attention_workspace_init(d_ws, B, T, H, D, L, g_stream));
     int *d_past = dev_past(pasts[0]);
     kva_ctx ctx = {d_q, d_kv, dt, dt, B, T, H, Hkv, D, L, d_past, scale, d_ws, ws_bytes};
 
@@ -758,7 +755,6 @@ START_TEST(test_decode_graph) {
     c.past = dev_past(DC_P0);
     c.ws_bytes = tpk_kv_attention_workspace(DC_B, 1, DC_H, DC_D, DC_L);
     c.ws = c.ws_bytes ? dev_bytes(c.ws_bytes) : NULL;
-    KERNEL_OK(tpk_kv_attention_workspace_init(c.ws, DC_B, 1, DC_H, DC_D, DC_L, g_stream));
     const float ids0[DC_B] = {7.0f, 300.0f};
 
     /* eager: STEPS steps on g_stream */
@@ -842,10 +838,9 @@ START_TEST(test_decoder_rejects) {
         {"kv_attention workspace too small", tpk_kv_attention(buf, buf, TP_F16, TP_F16, NULL, buf, TP_F16, 1, 1, 32, 8, 128, 1043, past, 0.1f, ws, 64, g_stream)},
     };
     check_rejected(r, sizeof r / sizeof r[0]);
-    /* sizes: one chunk needs no workspace; Llama's decode step at L = 1043: a counter and 17 chunks of (D + 2) floats
-     * a row */
+    /* sizes: one chunk needs no workspace; Llama's decode step at L = 1043: 17 chunks of (D + 2) floats a row */
     ck_assert_uint_eq(tpk_kv_attention_workspace(1, 3, 8, 64, 60), 0);
-    ck_assert_uint_eq(ws_need, 32 * sizeof(unsigned) + 17 * 32 * (128 + 2) * sizeof(float));
+    ck_assert_uint_eq(ws_need, 17 * 32 * (128 + 2) * sizeof(float));
     ck_assert_uint_eq(tpk_kv_attention_workspace(1, 1, 32, 96, 1043), 0);
     /* empty work */
     ck_assert_int_eq(tpk_rmsnorm(buf, TP_F16, buf, TP_F16, buf, TP_F16, 0, 8, 1e-6f, 0.0f, g_stream), 0);

@@ -199,14 +199,6 @@ static tp_status setup_kv(tp_engine *e, tp_error *err) {
     if (e->kv_ws_bytes && (st = tpe_dev_alloc(e, e->kv_ws_bytes, (void **)&e->d_kv_ws, "the decode attention workspace",
                                               err)))
         return st;
-    for (int i = 0; e->d_kv_ws && i < g->n_ops; i++) { /* its arrival counters start cleared (decoder_ops.h) */
-        const tp_op *op = &g->ops[i];
-        const tp_value *c = &g->values[op->in[1]];
-        if (op->kind == TP_OP_KV_ATTENTION && tpe_kind(e, i) == TP_CALL_KV_ATTENTION &&
-            tpk_kv_attention_workspace_init(e->d_kv_ws, (int)c->shape[1], (int)g->tokens, op->heads, op->head_dim,
-                                            (int)c->shape[2], e->stream))
-            return tp_fail(err, TP_ERR_CUDA, "clearing the decode attention workspace");
-    }
     e->act_bytes += (double)e->kv_ws_bytes;
     if (kv16 && (st = tpe_dev_alloc(e, kv16, &e->d_kv16, "the prefill's dequantized K and V", err))) return st;
     e->act_bytes += (double)kv16;

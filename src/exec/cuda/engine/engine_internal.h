@@ -182,7 +182,7 @@ tp_status tpe_alloc_activations(tp_engine *e, tp_error *err);
  * run as one GEMV (one token, its weights, biases and outputs contiguous), its summed N in *n_total;
  * tpe_choose_groups: the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster
  * (its members joined into the leader's call, of kind TP_CALL_GEMV_GROUP); tpe_launch_group: the GEMV of leader `lead`
- * on input x, with its fusions (gemv.h; NULL: none). */
+ * with its fusion (gemv.h: a GLU epilogue; NULL: none). */
 void tpe_find_groups(tp_engine *e);
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err);
 void tpe_group_pins(const tp_engine *e, unsigned char *pinned);
@@ -211,7 +211,7 @@ mshape tpe_mshape_of(const tp_engine *e, int i);
 
 /* enqueues op i as it is configured (its kernels, or nothing when another op's kernel computes it) on e->stream */
 tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err);
-int tpe_launch_group(tp_engine *e, int lead, const void *x, const tpk_gemv_fusion *fu);
+int tpe_launch_group(tp_engine *e, int lead, const tpk_gemv_fusion *fu);
 int tpe_group_ready(const tp_engine *e, int lead, int64_t *n_total);
 /* op i's sparse GEMM (a cusparseStatus_t); tpe_sparse_outputs: the output op i writes (its fused residual add's, if
  * any) and that add's other operand */
@@ -254,10 +254,11 @@ tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int,
  * for, it must be there), TP_ERR_OOM, TP_ERR_CUDA. tpe_sparse_free: what it planned (tp_engine_destroy). */
 tp_status tpe_choose_sparse(tp_engine *e, tp_error *err);
 void tpe_sparse_free(tp_engine *e);
-/* The program's TP_FUSE_BUILT rules (planner/program.h: a norm into its GEMV's prologue, a GLU into its gate/up
- * GEMV's epilogue) once every choice above is made (nothing rewrites the joined calls afterwards), unless the plan
- * fuses nothing; a join whose kernel would read an input in the memory it writes is refused. The rules' notes go
- * to e->impl_note. TP_ERR_OOM. */
+/* The program's TP_FUSE_BUILT rules (planner/program.h: a GLU into its gate/up group's GEMV epilogue) once every
+ * choice above is made (nothing rewrites the joined calls afterwards), unless the plan fuses nothing; a join whose
+ * kernel would read an input in the memory it writes is refused. The rules' notes go to e->impl_note; the program
+ * as the choices left it is kept for calibration (every value stored). TPROF_FUSE_SKIP=rule[,rule] (a lab switch,
+ * for measuring a rule against its unfused calls) leaves those rules out. TP_ERR_OOM. */
 tp_status tpe_fuse_built(tp_engine *e, tp_error *err);
 
 /* ---- build (cuda_engine.c) ---------------------------------------------------------------------------- */

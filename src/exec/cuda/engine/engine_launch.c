@@ -118,13 +118,11 @@ static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
 
 /* ---- the linears: one launcher per call kind (planner/program.h) ----------------------------------------- */
 
-/* A linear call's operands: x and W as the GEMM reads them (x: the norm's input when the call starts with its
- * RMSNorm, the rmsnorm+gemv rule); y the value its kernel writes (a chained call's last op's: the residual add's
- * output, the GELU's, the GLU's), in its type; res the residual its epilogue adds (the other operand of a fused
- * ADD), or NULL; fu the GEMV's fusions (gemv.h), fused when it has one. */
+/* A linear call's operands: x and W as the GEMM reads them; y the value its kernel writes (a chained call's last
+ * op's: the residual add's output, the GELU's; a group's GLU's), in its type; res the residual its epilogue adds
+ * (the other operand of a fused ADD), or NULL; fu a sibling group's GLU epilogue (gemv.h), fused when it has one. */
 typedef struct {
     const tp_op *op;
-    int lin; /* the call's (first) linear */
     const void *x, *w, *bias, *res;
     void *y;
     tp_dtype xdt, ydt;
@@ -151,21 +149,13 @@ static void glu_rows(const tp_engine *e, int head, int lead, tpk_gemv_fusion *fu
 static lin_io linear_io(const tp_engine *e, int head) {
     const tp_graph *g = e->g;
     const tp_plan *pl = e->plan;
-    const int i = g->ops[head].kind == TP_OP_LINEAR ? head : tp_program_first(&e->prog, g, head, TP_OP_LINEAR);
+    const int i = head; /* a linear call's first op is its linear */
     const tp_op *op = &g->ops[i];
-    lin_io io = {.op = op, .lin = i, .x = e->dptr[op->in[0]], .w = e->dptr[op->in[1]],
+    lin_io io = {.op = op, .x = e->dptr[op->in[0]], .w = e->dptr[op->in[1]],
                  .bias = op->n_in > 2 ? e->dptr[op->in[2]] : NULL, .xdt = pl->value_dt[op->in[0]],
                  .fp8 = pl->value_dt[op->in[0]] == TP_E4M3};
-    if (g->ops[head].kind == TP_OP_RMSNORM) { /* the norm in the GEMV's prologue: x is its input */
-        const tp_op *n = &g->ops[head];
-        io.x = e->dptr[n->in[0]];
-        io.fu.norm_w = e->dptr[n->in[1]];
-        io.fu.norm_eps = n->eps;
-        io.fu.norm_offset = n->norm_offset;
-        io.fused = 1;
-    }
     if (e->prog.calls[head].kind == TP_CALL_GEMV_GROUP) glu_rows(e, head, i, &io.fu);
-    io.fused |= io.fu.glu != 0;
+    io.fused = io.fu.glu != 0;
     const int ea = tp_program_find(&e->prog, g, head, TP_OP_ADD);
     if (ea >= 0) {
         const tp_op *a = &g->ops[ea];
@@ -250,9 +240,6 @@ static int l_gemv_fp8_wo(tp_engine *e, int i, int *lib) {
     (void)lib;
     const lin_io io = linear_io(e, i);
     const tp_op *op = io.op;
-    if (io.fused)
-        return tpk_gemv_fp8_fused(io.x, NULL, io.w, NULL, e->d_scales + SCALE_SLOT * op->in[1], io.bias, io.y, io.xdt,
-                                  (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, &io.fu, e->stream);
     return tpk_gemv_fp8(io.x, io.w, NULL, e->d_scales + SCALE_SLOT * op->in[1], io.bias, io.res, io.y, io.xdt,
                         (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, e->stream);
 }
@@ -261,9 +248,6 @@ static int l_gemv_nvfp4_wo(tp_engine *e, int i, int *lib) {
     (void)lib;
     const lin_io io = linear_io(e, i);
     const tp_op *op = io.op;
-    if (io.fused)
-        return tpk_gemv_nvfp4_fused(io.x, io.w, e->d_bscale[op->in[1]], e->d_scales + SCALE_SLOT * op->in[1], 0, io.bias,
-                                    io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, &io.fu, e->stream);
     return tpk_gemv_nvfp4(io.x, io.w, e->d_bscale[op->in[1]], e->d_scales + SCALE_SLOT * op->in[1], io.bias, io.res,
                           io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, e->stream);
 }
@@ -291,10 +275,6 @@ static int l_gemv_w8a8(tp_engine *e, int i, int *lib) {
     (void)lib;
     const lin_io io = linear_io(e, i);
     const tp_op *op = io.op;
-    if (io.fused) /* the scale is the norm output's: what the GEMV rounds to E4M3 */
-        return tpk_gemv_fp8_fused(io.x, e->d_scales + SCALE_SLOT * op->in[0], io.w, NULL,
-                                  e->d_scales + SCALE_SLOT * op->in[1], io.bias, io.y, io.xdt, (int)op->gemm_m,
-                                  (int)op->gemm_n, (int)op->gemm_k, &io.fu, e->stream);
     return tpk_gemv_w8a8(io.x, e->d_scales + SCALE_SLOT * op->in[0], io.w, NULL, e->d_scales + SCALE_SLOT * op->in[1],
                          io.bias, io.res, io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, e->stream);
 }
@@ -319,9 +299,6 @@ static int l_gemv(tp_engine *e, int i, int *lib) {
     (void)lib;
     const lin_io io = linear_io(e, i);
     const tp_op *op = io.op;
-    if (io.fused)
-        return tpk_gemv_fused(io.x, io.w, io.bias, io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k,
-                              &io.fu, e->stream);
     return tpk_gemv(io.x, io.w, io.bias, io.res, io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k,
                     e->stream);
 }
@@ -356,7 +333,7 @@ static int l_gemm_sm90_gelu(tp_engine *e, int i, int *lib) {
 static int l_gemv_group(tp_engine *e, int i, int *lib) {
     (void)lib;
     const lin_io io = linear_io(e, i);
-    return tpe_launch_group(e, io.lin, io.x, io.fused ? &io.fu : NULL);
+    return tpe_launch_group(e, i, io.fused ? &io.fu : NULL);
 }
 
 /* cuSPARSELt's 2:4 GEMM, chosen by time at build (engine_select.c) */
@@ -573,10 +550,7 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
     const tp_call_kind k = e->prog.calls[i].kind;
     CHECK(k > TP_CALL_NONE && k < TP_CALL_KIND_COUNT && LAUNCHERS[k]);
     int lib = 0;
-    /* a call headed by the RMSNorm of its GEMV (rmsnorm+gemv) is the GEMV's kernel: the profile charges the linear */
-    const int lin = op->kind == TP_OP_RMSNORM && e->prog.calls[i].n_ops > 1
-                        ? tp_program_first(&e->prog, e->g, i, TP_OP_LINEAR) : -1;
-    HOOK(e, lin >= 0 ? lin : i, lin >= 0 ? TP_CAT_GEMM : tp_op_category(op->kind));
+    HOOK(e, i, tp_op_category(op->kind));
     const int rc = LAUNCHERS[k](e, i, &lib);
     if (!rc) return TP_OK;
     if (lib == 4) return tp_fail(err, TP_ERR_CUDA, "op %s (all-reduce): %s", op->layer, tp_nccl_error(e->nccl, rc));
@@ -613,12 +587,12 @@ int tpe_group_ready(const tp_engine *e, int lead, int64_t *n_total) {
     return 1;
 }
 
-int tpe_launch_group(tp_engine *e, int lead, const void *x, const tpk_gemv_fusion *fu) {
+int tpe_launch_group(tp_engine *e, int lead, const tpk_gemv_fusion *fu) {
     const tp_graph *g = e->g;
     const tp_op *op = &g->ops[lead];
     int64_t n = 0;
     tpe_group_ready(e, lead, &n);
-    const void *w = e->dptr[op->in[1]], *b = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
+    const void *x = e->dptr[op->in[0]], *w = e->dptr[op->in[1]], *b = op->n_in > 2 ? e->dptr[op->in[2]] : NULL;
     const tp_dtype xdt = e->plan->value_dt[op->in[0]];
     const int fp4 = tpe_fp4_group(e, lead);
     void *y = e->dptr[fu && fu->glu ? g->ops[tp_program_first(&e->prog, g, e->prog.op_call[lead], TP_OP_GLU)].out

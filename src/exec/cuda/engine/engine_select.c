@@ -1091,7 +1091,11 @@ tp_status tpe_fuse_built(tp_engine *e, tp_error *err) {
         free(notes);
         return st;
     }
-    const int joins = tp_program_fuse_built(&e->prog, g, e->plan, e->plan->sm, notes, veto_aliasing, e);
+    unsigned skip = 0; /* a lab switch (issue 41's measurements): TPROF_FUSE_SKIP=rule[,rule] */
+    const char *lab = getenv("TPROF_FUSE_SKIP");
+    for (int r = 0; lab && r < tp_fusion_rule_count && r < 32; r++)
+        if (strstr(lab, tp_fusion_rules[r].name)) skip |= 1u << r;
+    const int joins = tp_program_fuse_built(&e->prog, g, e->plan, e->plan->sm, notes, skip, veto_aliasing, e);
     for (int i = 0; joins > 0 && i < g->n_ops; i++) {
         if (!notes[i][0]) continue;
         const size_t l = strlen(e->impl_note[i]);

@@ -54,7 +54,6 @@
 #include "exec/cuda/gemm/gemv.h"
 #include "exec/cuda/kernels/act_types.cuh"
 #include "exec/cuda/kernels/e4m3.cuh"
-#include "planner/supports.h"
 #include "exec/cuda/kernels/pdl.cuh"
 
 namespace cg = cooperative_groups;
@@ -85,11 +84,12 @@ struct gemv_params {
     int nchunks;             /* chunks (VEC bytes) per row */
     int nsteps;              /* ceil(nchunks / 4): a step is one chunk per lane of a row's 4 lanes */
     int csplit;              /* blocks per cluster along K (1, 2, 4, 8) */
-    const void *nw;          /* RMSNorm prologue (NORM): gamma (K) in T */
-    float eps, noff;         /* its epsilon and weight offset */
-    int xpitch;              /* NORM: bytes per row of the normalized x in shared memory */
-    int glu;                 /* GLU epilogue: 0 none, 1 SiLU, 2 tanh GELU */
-    int ng, gate0, up0;      /* GLU: output columns, the first W rows of gate and of up */
+};
+
+/* The GLU epilogue's rows (gemv.h tpk_gemv_fusion), a parameter of its own: the plain kernels keep their code */
+struct glu_params {
+    int glu;            /* 1 SiLU, 2 tanh GELU (0: none) */
+    int ng, gate0, up0; /* output columns, the first W rows of gate and of up */
 };
 
 /* ---- element types --------------------------------------------------------------------------------------- */
@@ -197,13 +197,6 @@ __device__ __forceinline__ void ld_x(uint32_t *d, const void *p, bool on) {
                  : "r"((int)on), "l"(p));
 }
 
-/* x from shared memory (the RMSNorm prologue's normalized rows): 8 elements */
-__device__ __forceinline__ void ld_xs(uint32_t *d, const unsigned char *p, bool on) {
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (on) v = *reinterpret_cast<const uint4 *>(p);
-    d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
-}
-
 /* ---- decoding ------------------------------------------------------------------------------------------- */
 
 /* two E4M3 codes (low byte first) -> f16x2, exact (every E4M3 value is an f16 value; NaN -> NaN) */
@@ -293,7 +286,7 @@ __device__ __forceinline__ void load_buf(wbuf<VEC / 4, U> &B, const warp_ctx &c,
     }
 }
 
-template <class T, int FMT, int VEC, int U, bool QX, bool NORM>
+template <class T, int FMT, int VEC, int U, bool QX>
 __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const warp_ctx &c, int step, float (&acc)[4]) {
     constexpr int VW = VEC / 4;
     constexpr int EPC = FMT == FMT_16 ? VEC / 2 : FMT == FMT_FP8 ? VEC : 2 * VEC; /* elements per chunk */
@@ -303,12 +296,9 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
     for (int u = 0; u < U; u++) {
         const int ch = (step + u) * 4 + c.tig;
 #pragma unroll
-        for (int l = 0; l < XL; l++) {
-            const unsigned char *xp = c.xr + ((long long)ch * EPC + 8 * l) * 2;
-            const bool on = c.xok && step + u < c.st1 && ch < c.nchunks;
-            if (NORM) ld_xs(&XX[u][4 * l], xp, on);
-            else ld_x(&XX[u][4 * l], xp, on);
-        }
+        for (int l = 0; l < XL; l++)
+            ld_x(&XX[u][4 * l], c.xr + ((long long)ch * EPC + 8 * l) * 2,
+                 c.xok && step + u < c.st1 && ch < c.nchunks);
     }
     if (QX) /* W8A8: x's E4M3 values (rows m >= M are zeros and stay zeros) */
 #pragma unroll
@@ -352,74 +342,14 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
     }
 }
 
-/* 16-bit pairs <-> fp32 pairs */
-template <class T> __device__ __forceinline__ float2 pair_f(uint32_t u);
-template <> __device__ __forceinline__ float2 pair_f<__half>(uint32_t u) { return __half22float2(from32<__half2>(u)); }
-template <> __device__ __forceinline__ float2 pair_f<__nv_bfloat16>(uint32_t u) {
-    return __bfloat1622float2(from32<__nv_bfloat162>(u));
-}
-template <class T> __device__ __forceinline__ uint32_t f_pair(float a, float b);
-template <> __device__ __forceinline__ uint32_t f_pair<__half>(float a, float b) { return bits32(__floats2half2_rn(a, b)); }
-template <> __device__ __forceinline__ uint32_t f_pair<__nv_bfloat16>(float a, float b) {
-    return bits32(__floats2bfloat162_rn(a, b));
-}
-
-/* The RMSNorm prologue (gemv.h tpk_gemv_fusion): the block copies x's M rows into shared memory (xs, rows
- * p.xpitch bytes apart) while summing their squares (fp32; per thread, then per warp, then the 4 warps in order:
- * deterministic), then rewrites them in place as x * r * (offset + gamma) rounded to T, r = 1 / sqrt(ss / K + eps):
- * tpk_rmsnorm's formula (decoder_ops.h). Every block normalizes all of x (M K <= 16 K elements, from L2) instead of
- * a separate kernel writing it once: the reads are a few KB against the block's weight stream, and they overlap the
- * weight loads already in flight (issued before the PDL wait). */
-template <class T> __device__ __forceinline__ void norm_prologue(const gemv_params &p, unsigned char *xs) {
-    __shared__ float ssw[kMB][kWarps];
-    const int cpr = p.K / 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int m = 0; m < p.M; m++) {
-        const unsigned char *xr = (const unsigned char *)p.x + (long long)m * p.K * 2;
-        float ss = 0.0f;
-        for (int c = threadIdx.x; c < cpr; c += kThreads) {
-            uint32_t d[4];
-            ld_x(d, xr + c * 16, true);
-            *reinterpret_cast<uint4 *>(xs + m * p.xpitch + c * 16) = make_uint4(d[0], d[1], d[2], d[3]);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float2 f = pair_f<T>(d[j]);
-                ss = fmaf(f.x, f.x, ss);
-                ss = fmaf(f.y, f.y, ss);
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) ssw[m][warp] = ss;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < p.M * cpr; i += kThreads) {
-        const int m = i / cpr, c = i - m * cpr;
-        /* IEEE sqrt and division, as tpk_rmsnorm */
-        const float r = 1.0f / sqrtf((((ssw[m][0] + ssw[m][1]) + ssw[m][2]) + ssw[m][3]) / (float)p.K + p.eps);
-        uint4 *xp = reinterpret_cast<uint4 *>(xs + m * p.xpitch + c * 16);
-        const uint4 xv = *xp;
-        const uint4 wv = __ldg(reinterpret_cast<const uint4 *>((const unsigned char *)p.nw + c * 16));
-        const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w}, ww[4] = {wv.x, wv.y, wv.z, wv.w};
-        uint32_t o[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float2 a = pair_f<T>(xw[j]), w = pair_f<T>(ww[j]);
-            o[j] = f_pair<T>(a.x * r * (p.noff + w.x), a.y * r * (p.noff + w.y));
-        }
-        *xp = make_uint4(o[0], o[1], o[2], o[3]);
-    }
-    __syncthreads();
-}
-
 /* One block: weight rows 16 * (blockIdx.x / csplit) + 0..15 (with a GLU epilogue: gate rows gate0 + 8 j + 0..7 and
  * the up rows up0 + 8 j + 0..7 of output columns 8 j .. 8 j + 7, j = blockIdx.x / csplit), K slice (cluster rank,
  * warp) of csplit * 4; one pass of up to 8 batch rows. */
-template <class T, int FMT, int VEC, int U, bool QX, bool NORM>
-__global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) {
+template <class T, int FMT, int VEC, int U, bool QX, bool GLU>
+__global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, const glu_params gp) {
     constexpr int VW = VEC / 4;
     __shared__ __align__(16) float red[kWarps][128];
     __shared__ float part[128];
-    extern __shared__ __align__(16) unsigned char xsh[]; /* NORM: the normalized x rows */
 
     tpk_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
@@ -431,10 +361,18 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) 
     c.tig = lane & 3;
     c.st1 = (int)((long long)p.nsteps * (slice + 1) / S);
     c.nchunks = p.nchunks;
-    const int jg = group * 8 + g; /* GLU: the output column of this lane's gate and up rows */
-    const int n0 = p.glu ? p.gate0 + jg : group * kRows + g, n1 = p.glu ? p.up0 + jg : n0 + 8;
-    c.ok0 = p.glu ? jg < p.ng : n0 < p.N;
-    c.ok1 = p.glu ? jg < p.ng : n1 < p.N;
+    int n0, n1;
+    if (GLU) { /* this lane's gate and up rows of output column jg */
+        const int jg = group * 8 + g;
+        n0 = gp.gate0 + jg;
+        n1 = gp.up0 + jg;
+        c.ok0 = c.ok1 = jg < gp.ng;
+    } else {
+        n0 = group * kRows + g;
+        n1 = n0 + 8;
+        c.ok0 = n0 < p.N;
+        c.ok1 = n1 < p.N;
+    }
     c.w0 = p.w + (long long)n0 * p.row_bytes;
     c.w1 = p.w + (long long)n1 * p.row_bytes;
     c.s0 = FMT == FMT_NVFP4 ? p.ws + (long long)n0 * p.srow : nullptr;
@@ -451,16 +389,12 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) 
     load_buf<FMT, VEC, U>(B, c, s + U);
     tpk_pdl_wait();
     c.xs = QX ? __ldg(p.xs) : 1.0f;
-    if (NORM) {
-        norm_prologue<T>(p, xsh);
-        c.xr = xsh + (c.xok ? g : 0) * p.xpitch;
-    }
     while (s < c.st1) { /* one buffer's loads are in flight while the other is decoded and multiplied */
-        compute_buf<T, FMT, VEC, U, QX, NORM>(A, c, s, acc);
+        compute_buf<T, FMT, VEC, U, QX>(A, c, s, acc);
         s += U;
         if (s >= c.st1) break;
         load_buf<FMT, VEC, U>(A, c, s + U);
-        compute_buf<T, FMT, VEC, U, QX, NORM>(B, c, s, acc);
+        compute_buf<T, FMT, VEC, U, QX>(B, c, s, acc);
         s += U;
         if (s >= c.st1) break;
         load_buf<FMT, VEC, U>(B, c, s + U);
@@ -487,32 +421,38 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p) 
         store = rank == 0;
         cl.sync(); /* keeps every block's shared memory alive until rank 0 has read it */
     }
+    if (!GLU) {
+        const int n = group * kRows + r;
+        if (!store || m >= p.M || n >= p.N) return;
+        if (FMT == FMT_FP8) v *= (p.cs ? __ldg(p.cs + n) : 1.0f) * (p.ts ? __ldg(p.ts) : 1.0f);
+        if (QX) v *= c.xs;
+        if (FMT == FMT_NVFP4) v *= (p.cs ? __ldg(p.cs + n) : __ldg(p.ts)) * 128.0f;
+        const long long oi = (long long)m * p.N + n;
+        if (p.bias) v += tt<T>::tof(reinterpret_cast<const T *>(p.bias)[n]);
+        if (p.res) v += tt<T>::tof(reinterpret_cast<const T *>(p.res)[oi]); /* plain load: residual may be y */
+        reinterpret_cast<T *>(p.y)[oi] = tt<T>::fromf(v);
+        return;
+    }
+    /* GLU: output column j of this block; the gate value (row r < 8) meets its up value (row r + 8) through shared
+     * memory, y = act(gate) * up, both in fp32 with their scales and bias (never rounded to T on the way), one
+     * rounding */
     if (!store) return; /* block-uniform */
-    const int j = group * 8 + (r & 7); /* GLU: the output column */
-    const int n = p.glu ? (r < 8 ? p.gate0 : p.up0) + j : group * kRows + r; /* the weight row */
-    const bool ok = m < p.M && (p.glu ? j < p.ng : n < p.N);
+    const int j = group * 8 + (r & 7);
+    const int n = (r < 8 ? gp.gate0 : gp.up0) + j; /* the weight row */
+    const bool ok = m < p.M && j < gp.ng;
     if (ok) {
         if (FMT == FMT_FP8) v *= (p.cs ? __ldg(p.cs + n) : 1.0f) * (p.ts ? __ldg(p.ts) : 1.0f);
         if (QX) v *= c.xs;
         if (FMT == FMT_NVFP4) v *= (p.cs ? __ldg(p.cs + n) : __ldg(p.ts)) * 128.0f;
         if (p.bias) v += tt<T>::tof(reinterpret_cast<const T *>(p.bias)[n]);
     }
-    if (!p.glu) {
-        const long long oi = (long long)m * p.N + n;
-        if (!ok) return;
-        if (p.res) v += tt<T>::tof(reinterpret_cast<const T *>(p.res)[oi]); /* plain load: residual may be y */
-        reinterpret_cast<T *>(p.y)[oi] = tt<T>::fromf(v);
-        return;
-    }
-    /* GLU: the gate value (row r < 8) meets its up value (row r + 8) through shared memory; y = act(gate) * up,
-     * both in fp32 (never rounded to T on the way), one rounding */
     __syncthreads(); /* every thread has read red */
     red[0][o] = v;
     __syncthreads();
     if (r >= 8 || !ok) return;
     const float u = red[0][o + 8];
-    reinterpret_cast<T *>(p.y)[(long long)m * p.ng + j] =
-        tt<T>::fromf((p.glu == 1 ? tpk_glu_act<0>(v) : tpk_glu_act<1>(v)) * u);
+    reinterpret_cast<T *>(p.y)[(long long)m * gp.ng + j] =
+        tt<T>::fromf((gp.glu == 1 ? tpk_glu_act<0>(v) : tpk_glu_act<1>(v)) * u);
 }
 
 /* ---- host side -------------------------------------------------------------------------------------------- */
@@ -524,8 +464,8 @@ inline bool aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) =
 #define TPK_GEMV_U16 2
 #endif
 
-template <class T, int FMT, int VEC, bool QX, bool NORM>
-cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
+template <class T, int FMT, int VEC, bool QX, bool GLU>
+cudaError_t launch(gemv_params p, const glu_params &gp, int M, cudaStream_t stream) {
     constexpr int U = VEC == 16 ? TPK_GEMV_U16 : 4;
     int dev = 0, sms = 0;
     cudaError_t e = cudaGetDevice(&dev);
@@ -533,14 +473,13 @@ cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     p.nchunks = (int)(p.row_bytes / VEC);
     p.nsteps = (p.nchunks + 3) / 4;
-    const long long G = p.glu ? (p.ng + 7) / 8 : (p.N + kRows - 1) / kRows; /* a GLU block: 8 gate + 8 up rows */
+    const long long G = GLU ? (gp.ng + 7) / 8 : (p.N + kRows - 1) / kRows; /* a GLU block: 8 gate + 8 up rows */
     int C = 1;
     while (C < kMaxCluster && G * kWarps * C < (long long)sms * kWarpsPerSmTarget && p.nsteps >= kWarps * 2 * C)
         C *= 2;
     p.csplit = C;
     tpk_pdl_launch L; /* PDL (pdl.cuh) and, when K is split, the cluster */
-    const int mb = M < kMB ? M : kMB;
-    tpk_pdl_config(&L, dim3((unsigned)(G * C)), dim3(kThreads), NORM ? (size_t)mb * p.xpitch : 0, stream);
+    tpk_pdl_config(&L, dim3((unsigned)(G * C)), dim3(kThreads), 0, stream);
     L.attr[1].id = cudaLaunchAttributeClusterDimension;
     L.attr[1].val.clusterDim.x = (unsigned)C;
     L.attr[1].val.clusterDim.y = 1;
@@ -554,8 +493,8 @@ cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
         q.M = M - m0 < kMB ? M - m0 : kMB;
         q.x = x + (long long)m0 * p.K;
         q.res = res ? res + (long long)m0 * p.N : nullptr;
-        q.y = y + (long long)m0 * (p.glu ? p.ng : p.N);
-        e = cudaLaunchKernelEx(&L.cfg, gemv_kernel<T, FMT, VEC, U, QX, NORM>, q);
+        q.y = y + (long long)m0 * (GLU ? gp.ng : p.N);
+        e = cudaLaunchKernelEx(&L.cfg, gemv_kernel<T, FMT, VEC, U, QX, GLU>, q, gp);
         if (e != cudaSuccess) {
             (void)cudaGetLastError(); /* returned here; not left pending */
             return e;
@@ -564,37 +503,29 @@ cudaError_t launch(gemv_params p, int M, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-template <int FMT, int VEC, bool QX, bool NORM>
-cudaError_t dispatch_t(const gemv_params &p, tp_dtype dt, int M, cudaStream_t stream) {
-    return dt == TP_F16 ? launch<__half, FMT, VEC, QX, NORM>(p, M, stream)
-                        : launch<__nv_bfloat16, FMT, VEC, QX, NORM>(p, M, stream);
+template <int FMT, int VEC, bool QX, bool GLU>
+cudaError_t dispatch_t(const gemv_params &p, const glu_params &gp, tp_dtype dt, int M, cudaStream_t stream) {
+    return dt == TP_F16 ? launch<__half, FMT, VEC, QX, GLU>(p, gp, M, stream)
+                        : launch<__nv_bfloat16, FMT, VEC, QX, GLU>(p, gp, M, stream);
 }
 template <int FMT, int VEC, bool QX = false>
-cudaError_t dispatch(const gemv_params &p, tp_dtype dt, int M, cudaStream_t stream) {
-    return p.nw ? dispatch_t<FMT, VEC, QX, true>(p, dt, M, stream) : dispatch_t<FMT, VEC, QX, false>(p, dt, M, stream);
+cudaError_t dispatch(const gemv_params &p, const glu_params &gp, tp_dtype dt, int M, cudaStream_t stream) {
+    return gp.glu ? dispatch_t<FMT, VEC, QX, true>(p, gp, dt, M, stream)
+                  : dispatch_t<FMT, VEC, QX, false>(p, gp, dt, M, stream);
 }
 
-/* A fusion's arguments into p (after common_ok); false when they break gemv.h's rules. */
-bool fusion_ok(const tpk_gemv_fusion *f, const void *residual, tp_dtype dt, gemv_params *p) {
+/* A fusion's arguments into gp (after common_ok filled p); false when they break gemv.h's rules. */
+bool fusion_ok(const tpk_gemv_fusion *f, const void *residual, const gemv_params *p, glu_params *gp) {
+    memset(gp, 0, sizeof *gp);
     if (!f) return true;
-    if (f->norm_w) {
-        tp_kernel_shape ks;
-        memset(&ks, 0, sizeof ks);
-        ks.dt = dt, ks.m = p->M, ks.k = p->K;
-        if (!aligned(f->norm_w, 16) || !tp_supports(TP_KERNEL_GEMV_NORM, &ks, NULL, 0)) return false;
-        p->nw = f->norm_w;
-        p->eps = f->norm_eps;
-        p->noff = f->norm_offset;
-        p->xpitch = 2 * p->K + 16; /* 16 bytes of padding: rows g and g + 1 start in other banks */
-    }
     if (f->glu) {
         if (f->glu < 0 || f->glu > 2 || residual || f->glu_n < 1 || f->gate_row < 0 || f->up_row < 0 ||
             (long long)f->gate_row + f->glu_n > p->N || (long long)f->up_row + f->glu_n > p->N)
             return false;
-        p->glu = f->glu;
-        p->ng = f->glu_n;
-        p->gate0 = f->gate_row;
-        p->up0 = f->up_row;
+        gp->glu = f->glu;
+        gp->ng = f->glu_n;
+        gp->gate0 = f->gate_row;
+        gp->up0 = f->up_row;
     }
     return true;
 }
@@ -622,11 +553,12 @@ bool common_ok(const void *x, const void *bias, const void *residual, void *y, t
 static int gemv_16(const void *x, const void *w, const void *bias, const void *residual, void *y, tp_dtype dt, int M,
                    int N, int K, const tpk_gemv_fusion *f, tp_stream stream) {
     gemv_params p;
-    if (!common_ok(x, bias, residual, y, dt, M, N, K, 8, &p) || !fusion_ok(f, residual, dt, &p) || !w || !aligned(w, 16))
+    glu_params gp;
+    if (!common_ok(x, bias, residual, y, dt, M, N, K, 8, &p) || !fusion_ok(f, residual, &p, &gp) || !w || !aligned(w, 16))
         return (int)cudaErrorInvalidValue;
     p.w = (const unsigned char *)w;
     p.row_bytes = 2LL * K;
-    return (int)dispatch<FMT_16, 16>(p, dt, M, (cudaStream_t)stream);
+    return (int)dispatch<FMT_16, 16>(p, gp, dt, M, (cudaStream_t)stream);
 }
 
 extern "C" int tpk_gemv(const void *x, const void *w, const void *bias, const void *residual, void *y, tp_dtype dt,
@@ -644,7 +576,8 @@ static int gemv_fp8(const void *x, const float *x_scale, const void *w, const fl
                     const float *tensor_scale, const void *bias, const void *residual, void *y, tp_dtype dt, int M,
                     int N, int K, const tpk_gemv_fusion *f, tp_stream stream) {
     gemv_params p;
-    if (!common_ok(x, bias, residual, y, dt, M, N, K, 8, &p) || !fusion_ok(f, residual, dt, &p) || !w)
+    glu_params gp;
+    if (!common_ok(x, bias, residual, y, dt, M, N, K, 8, &p) || !fusion_ok(f, residual, &p, &gp) || !w)
         return (int)cudaErrorInvalidValue;
     if ((channel_scale && !aligned(channel_scale, 4)) || (tensor_scale && !aligned(tensor_scale, 4)) ||
         (x_scale && !aligned(x_scale, 4)))
@@ -657,8 +590,8 @@ static int gemv_fp8(const void *x, const float *x_scale, const void *w, const fl
     cudaStream_t s = (cudaStream_t)stream;
     const bool wide = K % 16 == 0 && aligned(w, 16);
     if (!wide && !aligned(w, 8)) return (int)cudaErrorInvalidValue;
-    if (x_scale) return (int)(wide ? dispatch<FMT_FP8, 16, true>(p, dt, M, s) : dispatch<FMT_FP8, 8, true>(p, dt, M, s));
-    return (int)(wide ? dispatch<FMT_FP8, 16>(p, dt, M, s) : dispatch<FMT_FP8, 8>(p, dt, M, s));
+    if (x_scale) return (int)(wide ? dispatch<FMT_FP8, 16, true>(p, gp, dt, M, s) : dispatch<FMT_FP8, 8, true>(p, gp, dt, M, s));
+    return (int)(wide ? dispatch<FMT_FP8, 16>(p, gp, dt, M, s) : dispatch<FMT_FP8, 8>(p, gp, dt, M, s));
 }
 
 extern "C" int tpk_gemv_fp8(const void *x, const void *w, const float *channel_scale, const float *tensor_scale,
@@ -685,7 +618,8 @@ static int gemv_nvfp4(const void *x, const void *w, const void *scales, const fl
                       const void *residual, void *y, tp_dtype dt, int M, int N, int K, const tpk_gemv_fusion *f,
                       tp_stream stream) {
     gemv_params p;
-    if (!common_ok(x, bias, residual, y, dt, M, N, K, 16, &p) || !fusion_ok(f, residual, dt, &p) || !w || !scales || !s2 ||
+    glu_params gp;
+    if (!common_ok(x, bias, residual, y, dt, M, N, K, 16, &p) || !fusion_ok(f, residual, &p, &gp) || !w || !scales || !s2 ||
         !aligned(s2, 4))
         return (int)cudaErrorInvalidValue;
     p.w = (const unsigned char *)w;
@@ -694,9 +628,9 @@ static int gemv_nvfp4(const void *x, const void *w, const void *scales, const fl
     p.row_bytes = K / 2;
     p.srow = K / 16;
     if (K % 32 == 0 && aligned(w, 16) && aligned(scales, 2))
-        return (int)dispatch<FMT_NVFP4, 16>(p, dt, M, (cudaStream_t)stream);
+        return (int)dispatch<FMT_NVFP4, 16>(p, gp, dt, M, (cudaStream_t)stream);
     if (!aligned(w, 8)) return (int)cudaErrorInvalidValue;
-    return (int)dispatch<FMT_NVFP4, 8>(p, dt, M, (cudaStream_t)stream);
+    return (int)dispatch<FMT_NVFP4, 8>(p, gp, dt, M, (cudaStream_t)stream);
 }
 
 extern "C" int tpk_gemv_nvfp4(const void *x, const void *w, const void *scales, const float *global_scale,

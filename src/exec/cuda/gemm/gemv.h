@@ -108,32 +108,25 @@ int tpk_e4m3_to_16bit(const void *w, void *y, tp_dtype dt, long long n, tp_strea
 int tpk_nvfp4_to_16bit(const void *w, const void *scales, void *y, tp_dtype dt, long long N, long long K,
                        tp_stream stream);
 
-/* ---- fused forms (planner/program.h's rules rmsnorm+gemv and gemv+glu) ------------------------------------------
- * A GEMV may take the RMSNorm that produces its input (a prologue) and the GLU that consumes a gate/up pair of its
- * outputs (an epilogue): one kernel where a decode step ran three. All zero: no fusion.
- *   norm_w   non-NULL: x is the norm's input and the GEMV reads, in its place, xn[m, k] = RNE_dt(x[m, k] * r_m *
- *            (norm_offset + norm_w[k])), r_m = 1 / sqrt(sum_k x[m, k]^2 / K + norm_eps): tpk_rmsnorm's formula
- *            (decoder_ops.h; offset 0 Llama, 1 Gemma), the sum of squares in fp32 in a fixed order (its bits may
- *            differ from tpk_rmsnorm's in the last place, whose block reduction has another order). norm_w: K
- *            values in dt, 16-byte aligned. Each block normalizes x into shared memory: min(M, 8) (2 K + 16) bytes
- *            at most 32 KB (K <= 2040 at 8 rows, 16376 at 1; planner/supports.h TP_KERNEL_GEMV_NORM).
+/* ---- the fused form (planner/program.h's rule gemv+glu) ------------------------------------------------------
+ * A gate/up sibling group's GEMV may compute the GLU that consumes its two outputs (an epilogue): one kernel where a
+ * decode step ran two, and the gate and up outputs are never written. All zero: no fusion.
  *   glu      1 (SiLU: SwiGLU) or 2 (tanh GELU: GeGLU): y is (M, glu_n) = act(g) * u, g[m, j] the GEMV's output
  *            row gate_row + j and u row up_row + j, each in fp32 with its scale and bias (never rounded on the way),
  *            act tpk_glu's (decoder_ops.h), one rounding to dt. gate_row + glu_n <= N, up_row + glu_n <= N: the
- *            two members of a sibling group, stacked by rows (W, its scales and the bias alike).
+ *            two members of a sibling group, stacked by rows (W, its scales and the bias alike). Each block takes
+ *            8 gate rows and the 8 up rows of the same output columns (instead of 16 consecutive rows), so both
+ *            values of an output meet in the block's epilogue.
  * The fused forms take no residual. Errors as the plain forms', and cudaErrorInvalidValue for a fusion that breaks
  * these rules (nothing launched). */
 typedef struct {
-    const void *norm_w;
-    float norm_eps, norm_offset;
     int glu, glu_n, gate_row, up_row;
 } tpk_gemv_fusion;
 
 /* tpk_gemv with a fusion (f may be NULL: none). */
 int tpk_gemv_fused(const void *x, const void *w, const void *bias, void *y, tp_dtype dt, int M, int N, int K,
                    const tpk_gemv_fusion *f, tp_stream stream);
-/* tpk_gemv_fp8 (x_scale NULL) or tpk_gemv_w8a8 (x_scale the input's scale: the normalized input is what is rounded
- * to E4M3 under it) with a fusion. */
+/* tpk_gemv_fp8 (x_scale NULL) or tpk_gemv_w8a8 (x_scale the input's scale) with a fusion. */
 int tpk_gemv_fp8_fused(const void *x, const float *x_scale, const void *w, const float *channel_scale,
                        const float *tensor_scale, const void *bias, void *y, tp_dtype dt, int M, int N, int K,
                        const tpk_gemv_fusion *f, tp_stream stream);

@@ -749,18 +749,10 @@ extern "C" int tpk_advance(int *past, int by, tp_stream stream) {
  *   3. online softmax in base 2, masked per row (key j visible to row r iff j <= past + t_r);
  *   4. P V: lane owns D / 32 consecutive output dims, the 16 probabilities per row come from shared memory.
  * Then the 4 warps' states merge in shared memory (re-using the staging buffers) into the block's (max, sum,
- * unnormalized output) per row, written to the workspace; the tile's last block to finish merges the chunks (below).
- * Staged rows are padded by
+ * unnormalized output) per row, written to the workspace; kva_combine merges the chunks. Staged rows are padded by
  * 16 bytes, so the 8 lanes of a 16-byte shared-memory phase hit 8 distinct bank groups.
  * Rows that see no key of a chunk (early tokens of T > 1 against a late chunk) write max -inf, sum 0, output 0,
  * and weigh 0 in the merge; chunk 0 always holds key 0, which every row sees, so every merged sum is >= 1.
- * The merge in the last block (one launch a step, not two: the decode step is launch-bound, issue 41). Each tile
- * (row group, b * Hkv + kv head) has a counter in the workspace; a block that wrote its partials makes them visible
- * (__threadfence), then increments the counter with atomicInc(ctr, n - 1), n = the chunks that run this step: the
- * block that reads n - 1 is the last one (the counter wraps back to 0 for the next call, so no reset is launched)
- * and merges the tile's rows through L2 (ld.cg), with the same arithmetic and order as a separate combine kernel
- * had (bench/results/2026-11-28_h200_issue41_decode_fusions.log: outputs bit-identical). This is CUDA's
- * threadFenceReduction pattern (CUDA C++ Programming Guide, "Memory Fence Functions").
  * ============================================================================================================== */
 
 #define KVA_WARPS 4
@@ -775,7 +767,6 @@ typedef struct {
     const void *q, *kv;
     void *out;
     float *ws_o, *ws_ml; /* partials: [chunk][row][D] and [chunk][row][2] (max, sum); row = (b T + t) H + h */
-    unsigned *ctr;       /* one arrival counter a tile, [b Hkv + kv head][row group]: 0 between calls */
     const int *past;
     const float *kv_scale;     /* an FP8 cache's scale (device), else NULL: folded into Q's pre-scale and the output */
     int B, T, H, Hkv, G, L, R; /* R = G T rows per KV head */
@@ -852,56 +843,6 @@ static __device__ __forceinline__ void kva_scores(const TI *Ks, const float *Qs,
     }
 #pragma unroll
     for (int r = 0; r < KVA_RB; r++) s[r] += __shfl_xor_sync(DEC_FULL, s[r], 16);
-}
-
-/* Merges output row `row`'s n chunks (those starting below past + T) from the workspace, one warp: M = max_s m_s,
- * w_s = 2^(m_s - M) (0 for a chunk where the row saw no key), out = sum_s w_s O_s / sum_s w_s l_s. The weights go
- * through wsh (KVA_MAX_CHUNKS floats of the warp's own shared memory); the O_s loads (lane: D / 32 consecutive
- * floats) are independent, 4 in flight, and read through L2 (.cg: other blocks wrote them during this kernel). */
-/* n (2, 4 or 8) consecutive floats, 8-byte aligned at least, through L2 */
-template <int N> static __device__ __forceinline__ void ldcg_n(const float *p, float *o) {
-    if (N == 2) {
-        const float2 a = __ldcg(reinterpret_cast<const float2 *>(p));
-        o[0] = a.x, o[1] = a.y;
-    } else {
-#pragma unroll
-        for (int i = 0; i < N; i += 4) {
-            const float4 a = __ldcg(reinterpret_cast<const float4 *>(p + i));
-            o[i] = a.x, o[i + 1] = a.y, o[i + 2] = a.z, o[i + 3] = a.w;
-        }
-    }
-}
-
-template <typename TO, int D>
-static __device__ __forceinline__ void kva_merge_row(const float *ws_o, const float *ws_ml, TO *out, size_t row,
-                                                     size_t rows, int n, float *wsh, int lane) {
-    constexpr int NV = D / 32;
-    float M = -INFINITY;
-    for (int s = lane; s < n; s += 32) M = fmaxf(M, __ldcg(ws_ml + ((size_t)s * rows + row) * 2));
-    M = warp_max(M);
-    float Ls = 0.0f;
-    for (int s = lane; s < n; s += 32) {
-        const float ms = __ldcg(ws_ml + ((size_t)s * rows + row) * 2), w = ms == -INFINITY ? 0.0f : exp2f(ms - M);
-        wsh[s] = w;
-        Ls = fmaf(w, __ldcg(ws_ml + ((size_t)s * rows + row) * 2 + 1), Ls);
-    }
-    Ls = warp_sum(Ls);
-    __syncwarp();
-    float acc[NV];
-#pragma unroll
-    for (int v = 0; v < NV; v++) acc[v] = 0.0f;
-#pragma unroll 4
-    for (int s = 0; s < n; s++) {
-        float o[NV];
-        ldcg_n<NV>(ws_o + ((size_t)s * rows + row) * D + lane * NV, o);
-        const float w = wsh[s];
-#pragma unroll
-        for (int v = 0; v < NV; v++) acc[v] = fmaf(w, o[v], acc[v]);
-    }
-    __syncwarp(); /* wsh is read by every lane before a next row overwrites it */
-    const float inv = 1.0f / Ls;
-#pragma unroll
-    for (int v = 0; v < NV; v++) st1(out, row * D + lane * NV + v, acc[v] * inv);
 }
 
 template <typename TI, typename TK, typename TO, int D>
@@ -1031,22 +972,48 @@ __global__ void __launch_bounds__(KVA_THREADS) kva_split_kernel(kva_params p) {
             }
         }
     }
-    if (p.n_chunks == 1) return;
-    /* the last block of the tile to arrive merges its rows (see the section's comment) */
-    __shared__ int last;
-    __threadfence(); /* this block's partials visible device-wide before it counts itself */
-    __syncthreads();
-    const int n_run = min(p.n_chunks, (kv_end + p.chunk - 1) / p.chunk);
-    if (threadIdx.x == 0)
-        last = atomicInc(p.ctr + (size_t)blockIdx.z * gridDim.y + blockIdx.y, (unsigned)(n_run - 1)) == (unsigned)(n_run - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int r = warp; r < nr; r += KVA_WARPS) {
-        const int rr = r0 + r, t = rr / p.G, g = rr - t * p.G;
-        kva_merge_row<TO, D>(p.ws_o, p.ws_ml, (TO *)p.out, ((size_t)b * p.T + t) * p.H + (size_t)kvh * p.G + g, rows,
-                             n_run, Qs + warp * KVA_MAX_CHUNKS, lane); /* Q's rows are no longer read */
+}
+
+/* Merges the chunks that ran (those starting below past + T) of every output row: one warp a row, 4 rows a block.
+ * M = max_s m_s, w_s = 2^(m_s - M) (0 for a chunk where the row saw no key), out = sum_s w_s O_s / sum_s w_s l_s.
+ * The weights go through shared memory; the O_s loads (lane: D / 32 consecutive floats) are independent, 4 in
+ * flight. */
+template <typename TO, int D>
+__global__ void __launch_bounds__(128)
+    kva_combine_kernel(const float *__restrict__ ws_o, const float *__restrict__ ws_ml, TO *__restrict__ out,
+                       int rows, int T, int L, int chunk, int n_chunks, const int *__restrict__ past_p) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
+    constexpr int NV = D / 32;
+    __shared__ float wsh[4][KVA_MAX_CHUNKS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = blockIdx.x * 4 + warp;
+    if (row >= rows) return; /* warp-uniform; only __syncwarp below */
+    const int kv_end = min(*past_p + T, L), n = min(n_chunks, (kv_end + chunk - 1) / chunk);
+    float M = -INFINITY;
+    for (int s = lane; s < n; s += 32) M = fmaxf(M, ws_ml[((size_t)s * rows + row) * 2]);
+    M = warp_max(M);
+    float Ls = 0.0f;
+    for (int s = lane; s < n; s += 32) {
+        const float ms = ws_ml[((size_t)s * rows + row) * 2], w = ms == -INFINITY ? 0.0f : exp2f(ms - M);
+        wsh[warp][s] = w;
+        Ls = fmaf(w, ws_ml[((size_t)s * rows + row) * 2 + 1], Ls);
     }
+    Ls = warp_sum(Ls);
+    __syncwarp();
+    float acc[NV];
+#pragma unroll
+    for (int v = 0; v < NV; v++) acc[v] = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < n; s++) {
+        float o[NV];
+        ldn<NV>(ws_o + ((size_t)s * rows + row) * D + lane * NV, o);
+        const float w = wsh[warp][s];
+#pragma unroll
+        for (int v = 0; v < NV; v++) acc[v] = fmaf(w, o[v], acc[v]);
+    }
+    const float inv = 1.0f / Ls;
+#pragma unroll
+    for (int v = 0; v < NV; v++) st1(out, (size_t)row * D + lane * NV + v, acc[v] * inv);
 }
 
 template <typename TI, typename TK, typename TO, int D> static int kva_launch(const kva_params *p, cudaStream_t s) {
@@ -1057,7 +1024,14 @@ template <typename TI, typename TK, typename TO, int D> static int kva_launch(co
                                  (int)smem);
     if (e != cudaSuccess) return (int)e;
     const dim3 grid((unsigned)p->n_chunks, (unsigned)((p->R + KVA_RB - 1) / KVA_RB), (unsigned)(p->B * p->Hkv));
-    return pdl_launched(tpk_pdl_launch_kernel(kva_split_kernel<TI, TK, TO, D>, grid, dim3(KVA_THREADS), smem, s, *p));
+    e = tpk_pdl_launch_kernel(kva_split_kernel<TI, TK, TO, D>, grid, dim3(KVA_THREADS), smem, s, *p);
+    if (e != cudaSuccess || p->n_chunks == 1) return pdl_launched(e);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    const int rows = p->B * p->T * p->H;
+    return pdl_launched(tpk_pdl_launch_kernel(kva_combine_kernel<TO, D>, dim3((unsigned)((rows + 3) / 4)), dim3(128), 0,
+                                              s, (const float *)p->ws_o, (const float *)p->ws_ml, (TO *)p->out, rows,
+                                              p->T, p->L, p->chunk, p->n_chunks, (const int *)p->past));
 }
 
 template <typename TI, typename TK, typename TO> static int kva_by_d(int D, const kva_params *p, cudaStream_t s) {
@@ -1076,21 +1050,11 @@ static int kva_shape_ok(int B, int T, int H, int D, int L) {
     return (long long)B * T * H <= 0x7FFFFFFFLL / 4;
 }
 
-/* The workspace's arrival counters: one a tile, at most one a query row (a tile holds at least one), rounded up to
- * 16 bytes so the partials after them stay 16-byte aligned. */
-static size_t kva_counter_bytes(int B, int T, int H) { return ((size_t)B * T * H * sizeof(unsigned) + 15) / 16 * 16; }
-
 extern "C" size_t tpk_kv_attention_workspace(int B, int T, int H, int D, int L) {
     if (!kva_shape_ok(B, T, H, D, L)) return 0;
     int n = 1;
     kva_plan(B, T, L, &n);
-    return n > 1 ? kva_counter_bytes(B, T, H) + (size_t)n * B * T * H * (size_t)(D + 2) * sizeof(float) : 0;
-}
-
-extern "C" int tpk_kv_attention_workspace_init(void *workspace, int B, int T, int H, int D, int L, tp_stream stream) {
-    if (tpk_kv_attention_workspace(B, T, H, D, L) == 0) return (int)cudaSuccess;
-    if (!workspace) return DEC_INVALID;
-    return (int)cudaMemsetAsync(workspace, 0, kva_counter_bytes(B, T, H), (cudaStream_t)stream);
+    return n > 1 ? (size_t)n * B * T * H * (size_t)(D + 2) * sizeof(float) : 0;
 }
 
 extern "C" int tpk_kv_attention(const void *q, const void *kv, tp_dtype dt, tp_dtype kv_dt, const float *kv_scale,
@@ -1109,9 +1073,8 @@ extern "C" int tpk_kv_attention(const void *q, const void *kv, tp_dtype dt, tp_d
     if (need > 0 && (!workspace || workspace_bytes < need || !aligned(workspace, 16))) return DEC_INVALID;
     p.q = q, p.kv = kv, p.out = out, p.past = past;
     p.kv_scale = kv_dt == TP_E4M3 ? kv_scale : NULL;
-    p.ctr = workspace ? (unsigned *)workspace : NULL;
-    p.ws_o = workspace ? workspace + kva_counter_bytes(B, T, H) / sizeof(float) : NULL;
-    p.ws_ml = workspace ? p.ws_o + (size_t)p.n_chunks * B * T * H * D : NULL;
+    p.ws_o = workspace;
+    p.ws_ml = workspace ? workspace + (size_t)p.n_chunks * B * T * H * D : NULL;
     p.B = B, p.T = T, p.H = H, p.Hkv = Hkv, p.G = H / Hkv, p.L = L, p.R = p.G * T;
     p.qscale = scale * KVA_LOG2E;
     if ((p.R + KVA_RB - 1) / KVA_RB > 65535) return DEC_INVALID;

@@ -109,31 +109,23 @@ int tpk_advance(int *past, int by, tp_stream stream);
  * Split-KV (flash-decoding): the cache's L positions are cut into chunks whose number and size depend only on
  * host-known sizes (B, T, L), never on *past, so one captured graph serves every step. Each block handles one
  * (chunk, group of up to 8 query rows of one KV head, batch) and writes the rows' partial softmax state (max,
- * sum, unnormalized fp32 output) to the workspace; the last block of each row group to finish (an arrival counter
- * in the workspace) merges the chunks that ran: one kernel launch. Blocks whose chunk starts at or past *past + T
- * return at once, so a step costs what its past + T keys cost. With a single chunk (L <= 64) every block writes out
- * directly and no workspace is needed.
+ * sum, unnormalized fp32 output) to the workspace; a combine kernel merges the chunks that ran. Blocks whose
+ * chunk starts at or past *past + T return at once, so a step costs what its past + T keys cost. With a single
+ * chunk (L <= 64) the first kernel writes out directly and no workspace is needed.
  * Numerics: fp32 throughout; Q pre-scaled by scale * log2(e) and the softmax in base 2 (exp2f); keys beyond
  * *past + T are never read (zero-filled in shared memory), so stale cache rows cannot leak in.
  * D in {64, 128, 256}; H % Hkv == 0; 1 <= T <= L; B * Hkv <= 65535. The caller guarantees 0 <= *past <= L - T.
  * workspace: device fp32, 16-byte aligned, at least tpk_kv_attention_workspace(B, T, H, D, L) bytes (may be
- * NULL when that is 0), its arrival counters cleared once by tpk_kv_attention_workspace_init before the first call
- * (every call leaves them cleared; calls sharing a workspace must run one after the other, as in one stream).
- * Returns cudaErrorInvalidValue without a launch for an unsupported D or dtype,
+ * NULL when that is 0). Returns cudaErrorInvalidValue without a launch for an unsupported D or dtype,
  * H % Hkv != 0, T > L, a NULL or misaligned pointer, or a too small workspace. */
 int tpk_kv_attention(const void *q, const void *kv, tp_dtype dt, tp_dtype kv_dt, const float *kv_scale, void *out,
                      tp_dtype out_dt, int B, int T, int H, int Hkv, int D, int L, const int *past, float scale,
                      float *workspace, size_t workspace_bytes, tp_stream stream);
 
-/* The workspace tpk_kv_attention needs, in bytes: B * T * H arrival counters (4 bytes each, rounded up to 16 bytes),
- * then n_chunks * B * T * H * (D + 2) * 4 of partials when the cache is split into n_chunks > 1 chunks; else 0 (also
- * 0 for invalid sizes). At most about 128 (B T <= 4) to 4 chunks (B T >= 128): for B = 1, T = 1, H = 32, D = 128 at
- * most 2.1 MB. */
+/* The workspace tpk_kv_attention needs, in bytes: n_chunks * B * T * H * (D + 2) * 4 when the cache is split into
+ * n_chunks > 1 chunks, else 0 (also 0 for invalid sizes). At most about 128 (B T <= 4) to 4 chunks (B T >= 128):
+ * for B = 1, T = 1, H = 32, D = 128 at most 2.1 MB. */
 size_t tpk_kv_attention_workspace(int B, int T, int H, int D, int L);
-/* Clears the arrival counters of a workspace for calls of these sizes (a cudaMemsetAsync of its first bytes, the
- * partials left as they are); once after allocating it. Nothing to do (cudaSuccess) when the sizes need no
- * workspace; cudaErrorInvalidValue for a NULL workspace that is needed. */
-int tpk_kv_attention_workspace_init(void *workspace, int B, int T, int H, int D, int L, tp_stream stream);
 
 #ifdef __cplusplus
 }
