@@ -737,7 +737,7 @@ START_TEST(test_write_decode) {
     entries[0].tokens_per_s = 500, entries[0].pdl_edges = -1;
     entries[1].has_decode = 1, entries[1].step_median_ms = 1.5, entries[1].step_p99_ms = 1.6;
     entries[1].tokens_per_s = 666.7, entries[1].step_floor_ms = 1.0, entries[1].pdl_edges = 5;
-    entries[1].graph_edges = 7, entries[1].dec_trace = &e.t, entries[1].dec_prof = &e.s;
+    entries[1].graph_edges = 7, entries[1].graph_kernels = 6, entries[1].dec_trace = &e.t, entries[1].dec_prof = &e.s;
     tp_compare_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.model = "tiny";
@@ -749,8 +749,8 @@ START_TEST(test_write_decode) {
     char *md = read_in(dir, "report.md");
     static const char *MD[] = {"## Decode steps", "| fp16 | 2.0000 | 2.5000 | 500.0 | n/a | n/a | eager |",
                                "not traced",
-                               ("| fp8 | 1.5000 | 1.6000 | 666.7 | 1.0000 | 1.500× | CUDA graph, PDL on 5 of 7 "
-                                "edges | 4 | 0.0001 |"),
+                               ("| fp8 | 1.5000 | 1.6000 | 666.7 | 1.0000 | 1.500× | CUDA graph of 6 kernels, PDL "
+                                "on 5 of 7 edges | 4 | 0.0001 |"),
                                "| 41.0 |", "fp8: a decode step by op kind",
                                "`blocks.0.attn`"};
     for (size_t k = 0; k < sizeof MD / sizeof MD[0]; k++)
@@ -770,6 +770,8 @@ START_TEST(test_write_decode) {
     ck_assert(json_is_null(jget(d0, "pdl_edges")) && json_is_null(jget(d0, "floor_ms")));
     ck_assert_ptr_null(json_object_get(d0, "traced_ms"));
     ck_assert_int_eq((int)json_integer_value(jget(d1, "pdl_edges")), 5);
+    ck_assert_int_eq((int)json_integer_value(jget(d1, "graph_kernels")), 6);
+    ck_assert(json_is_null(jget(d0, "graph_kernels")));
     ck_assert(close_to(json_number_value(jget(d1, "median_over_floor")), 1.5, 0));
     ck_assert(close_to(json_number_value(jget(d1, "traced_ms")), 5.9e-5, 0));
     ck_assert(close_to(json_number_value(jget(d1, "launch_gap_pct")), 41.0, 1e-9));

@@ -173,6 +173,7 @@ typedef struct {
                                   each row's first difference; NAN when not checked */
     int first_diff;            /* the first step where a row differs from the reference; -1 none */
     int pdl_edges, graph_edges; /* the decode graph's programmatic (PDL) edges and all its edges; -1, 0: eager */
+    int graph_kernels;          /* the decode graph's kernels (one step's launches); -1: eager */
     tp_op_cost *dec_cost;      /* per op of the decode graph (at the middle of the generation's context) */
     int n_dec_cost;
     tp_roofline_floor dec_floor; /* per decode step */

@@ -272,7 +272,7 @@ tp_status tp_bench_decode_cpu(const tp_bench_report *rep, const tp_params *param
     free(spare);
     if (st) return st;
     decode_done(rep, rounds, r);
-    r->pdl_edges = r->graph_edges = -1; /* no CUDA graph: the executor runs op by op */
+    r->pdl_edges = r->graph_edges = r->graph_kernels = -1; /* no CUDA graph: the executor runs op by op */
     return TP_OK;
 }
 
@@ -358,6 +358,7 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
     if (!st) {
         decode_done(rep, rounds, r);
         r->pdl_edges = tp_engine_pdl_edges(e, &r->graph_edges);
+        r->graph_kernels = tp_engine_graph_kernels(e);
         /* the roofline's costs: rank 0's (each GPU's share) */
         const tp_graph *g = &gr[0];
         r->dec_cost = calloc((size_t)g->n_ops, sizeof *r->dec_cost);

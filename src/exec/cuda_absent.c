@@ -34,6 +34,8 @@ int tp_engine_pdl_edges(const tp_engine *e, int *total) {
     return -1;
 }
 
+int tp_engine_graph_kernels(const tp_engine *e) { return -1; }
+
 const char *tp_engine_nccl(const tp_engine *e) { return NULL; }
 
 int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *dense_us, const char **why) {

@@ -88,11 +88,11 @@ static void print_prefill_decode(const tp_bench_report *rep, const tp_bench_resu
     printf("Decode (tg%d%s): %.4f ms per step (median), p99 %.4f ms, min %.4f ms, over %d steps in %d rounds -> %.1f "
            "tokens/s (batch %d)\n", r->gen, rep->dev == TP_DEVICE_CPU ? ", on the CPU executor, host clock" : "", d->median, d->p99, d->min, d->n, r->rounds, B / (d->median * 1e-3), B);
     if (r->pdl_edges > 0)
-        printf("Decode graph: %d of its %d edges programmatic (PDL: a kernel starts while its predecessor finishes; "
-               "--pdl off for none)\n", r->pdl_edges, r->graph_edges);
+        printf("Decode graph: %d kernels a step; %d of its %d edges programmatic (PDL: a kernel starts while its "
+               "predecessor finishes; --pdl off for none)\n", r->graph_kernels, r->pdl_edges, r->graph_edges);
     else if (r->pdl_edges == 0)
-        printf("Decode graph: no programmatic edges (%s): each kernel starts after its predecessor completed\n",
-               rep->o->no_pdl ? "--pdl off" : "none captured");
+        printf("Decode graph: %d kernels a step; no programmatic edges (%s): each kernel starts after its predecessor "
+               "completed\n", r->graph_kernels, rep->o->no_pdl ? "--pdl off" : "none captured");
     if (isfinite(r->greedy_agree))
         printf("Greedy tokens vs the FP32 reference: %.1f %% agree (%d sequence%s x %d tokens, up to each one's first "
                "difference)%s\n", 100 * r->greedy_agree, rep->ref_rows, rep->ref_rows == 1 ? "" : "s", r->gen + 1,
@@ -190,6 +190,7 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
         json_object_set_new(j, "greedy_agreement", tp_json_num(r->greedy_agree));
         json_object_set_new(j, "decode_graph_pdl_edges", r->pdl_edges >= 0 ? json_integer(r->pdl_edges) : json_null());
         json_object_set_new(j, "decode_graph_edges", r->pdl_edges >= 0 ? json_integer(r->graph_edges) : json_null());
+        json_object_set_new(j, "decode_graph_kernels", r->pdl_edges >= 0 ? json_integer(r->graph_kernels) : json_null());
         json_object_set_new(j, "first_difference", r->first_diff >= 0 ? json_integer(r->first_diff) : json_null());
         json_t *tok = json_array();
         for (int k = 0; k <= r->gen; k++) json_array_append_new(tok, json_integer((json_int_t)r->tokens[(size_t)k * B]));
@@ -465,7 +466,7 @@ static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
             e->step_median_ms = r->dec.median, e->step_p99_ms = r->dec.p99;
             e->tokens_per_s = o->batch / (r->dec.median * 1e-3);
             e->step_floor_ms = r->dec_floor.ns * 1e-6;
-            e->pdl_edges = r->pdl_edges, e->graph_edges = r->graph_edges;
+            e->pdl_edges = r->pdl_edges, e->graph_edges = r->graph_edges, e->graph_kernels = r->graph_kernels;
             if (r->has_dec_prof && r->dec_prof.iterations > 0) e->dec_trace = &r->dec_trace, e->dec_prof = &r->dec_prof;
         }
         const char *ext[3] = {"trace", "chrome", "profile"};

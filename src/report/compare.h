@@ -35,12 +35,12 @@ typedef struct {
     int n_attn_cost;
     /* Decoders (tprof bench's decode phase): has_decode, then one decode step = one token per sequence, timed with
      * CUDA events: its median and p99 (ms), tokens/s over the batch, its roofline floor (ms; 0: unknown), the
-     * decode graph's programmatic (PDL) edges and all its edges (pdl_edges -1: eager launches), and the traced
+     * decode graph's programmatic (PDL) edges, all its edges and its kernels (pdl_edges -1: eager launches), and the traced
      * steps with their analysis (dec_trace and dec_prof both NULL: not traced). The trace and profile above are
      * the prefill's. */
     int has_decode;
     double step_median_ms, step_p99_ms, tokens_per_s, step_floor_ms;
-    int pdl_edges, graph_edges;
+    int pdl_edges, graph_edges, graph_kernels;
     const tp_trace *dec_trace;
     const tp_profile_summary *dec_prof;
     /* --sparsity: one row per linear with a 2:4 weight (NULL, 0 without) */

@@ -30,8 +30,8 @@ static double kernels_per_step(const tp_compare_entry *x) {
 
 static void launch_text(const tp_compare_entry *x, char *buf, size_t n) {
     if (x->pdl_edges < 0) snprintf(buf, n, "eager");
-    else if (x->pdl_edges == 0) snprintf(buf, n, "CUDA graph, no PDL");
-    else snprintf(buf, n, "CUDA graph, PDL on %d of %d edges", x->pdl_edges, x->graph_edges);
+    else if (x->pdl_edges == 0) snprintf(buf, n, "CUDA graph of %d kernels, no PDL", x->graph_kernels);
+    else snprintf(buf, n, "CUDA graph of %d kernels, PDL on %d of %d edges", x->graph_kernels, x->pdl_edges, x->graph_edges);
 }
 
 /* the op rows of a traced step, most time first */
@@ -153,6 +153,7 @@ static json_t *entry_json(const tp_compare_entry *x) {
     json_object_set_new(j, "launch", json_string(x->pdl_edges < 0 ? "eager" : "graph"));
     json_object_set_new(j, "pdl_edges", x->pdl_edges < 0 ? json_null() : json_integer(x->pdl_edges));
     json_object_set_new(j, "graph_edges", x->pdl_edges < 0 ? json_null() : json_integer(x->graph_edges));
+    json_object_set_new(j, "graph_kernels", x->pdl_edges < 0 ? json_null() : json_integer(x->graph_kernels));
     if (!traced(x)) return j;
     const tp_profile_summary *s = x->dec_prof;
     const double kms = s->kernel_ns_per_iter * 1e-6, ev = x->dec_trace->event_median_ms;

@@ -134,6 +134,8 @@ int tp_engine_tp_size(const tp_engine *e);
 /* Programmatic (overlapping, pdl.cuh) kernel-to-kernel edges of rank 0's CUDA graph after tp_engine_options.no_pdl
  * was applied, and all its edges (*total, may be NULL); -1 for an engine without a graph (eager). */
 int tp_engine_pdl_edges(const tp_engine *e, int *total);
+/* The kernel nodes of rank 0's CUDA graph (a decode engine's: the kernels of one step), -1 without a graph. */
+int tp_engine_graph_kernels(const tp_engine *e);
 const char *tp_engine_nccl(const tp_engine *e);
 /* With tp_engine_options.sparse: op `op`'s 2:4 sparse GEMM, 1 when it runs, 0 when the dense GEMM was kept (faster
  * at build alone, or the whole pass faster without the sparse GEMMs: then *why says so), -2 when the op is a linear

@@ -51,6 +51,7 @@ struct tp_engine {
     int no_pdl;                /* tp_engine_options.no_pdl */
     int parallel_launch;       /* tp_engine_options.parallel_launch (the rank-0 engine's governs) */
     int pdl_edges, graph_edges; /* the captured graph's programmatic edges (after no_pdl) and all its edges */
+    int graph_kernels;          /* and its kernel nodes */
     tp_launch_hook hook;
     void *hook_user;
     const tp_qtensor *const *weights_q;

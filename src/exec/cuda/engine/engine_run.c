@@ -237,6 +237,19 @@ static tp_status graph_pdl_edges(tp_engine *x, int strip, tp_error *err) {
         st = tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's edges: %s", cudaGetErrorString(ce));
     x->pdl_edges = 0;
     x->graph_edges = (int)n;
+    x->graph_kernels = 0;
+    size_t nn = 0; /* the kernel nodes: what one replay launches */
+    if (!st && (ce = cudaGraphGetNodes(x->graph, NULL, &nn)) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's nodes: %s", cudaGetErrorString(ce));
+    cudaGraphNode_t *nodes = !st && nn ? malloc(nn * sizeof *nodes) : NULL;
+    if (!st && nn && !nodes) st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+    if (!st && nn && (ce = cudaGraphGetNodes(x->graph, nodes, &nn)) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "reading the CUDA graph's nodes: %s", cudaGetErrorString(ce));
+    for (size_t i = 0; !st && i < nn; i++) {
+        enum cudaGraphNodeType t;
+        if (cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) x->graph_kernels++;
+    }
+    free(nodes);
     for (size_t i = 0; !st && i < n; i++) {
         if (ed[i].type != cudaGraphDependencyTypeProgrammatic && ed[i].from_port == cudaGraphKernelNodePortDefault)
             continue;
@@ -256,6 +269,8 @@ static tp_status graph_pdl_edges(tp_engine *x, int strip, tp_error *err) {
     free(ed);
     return st;
 }
+
+int tp_engine_graph_kernels(const tp_engine *e) { return e && e->exec ? e->graph_kernels : -1; }
 
 int tp_engine_pdl_edges(const tp_engine *e, int *total) {
     if (total) *total = e && e->exec ? e->graph_edges : 0;
