@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0_onecall, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs, sparse_compare; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl fusions hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0_onecall, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs, sparse_compare; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -192,6 +192,22 @@ for s in $steps; do
       > "$OUT/compare_decoder.log" 2>&1 || rc=1
     sed -n '/## Decode steps/,/## Theoretical/p' report_decoder/report.md | head -60
     tar czf "$OUT/report_decoder.tgz" --exclude='*.trace.json' --exclude='*.chrome.json' report_decoder
+    ;;
+  fusions)
+    echo "=== issue 41: each fusion applied after the build (TPROF_FUSE_SKIP) on and off, Llama-3.2-1B tg128 at batch 1,"
+    echo "=== two rounds; then a traced decode step at batch 1: each call's time against its roofline floor"
+    for round in 1 2; do
+      for skip in "" "gemv+glu"; do
+        echo "--- round $round, TPROF_FUSE_SKIP=${skip:-(none)}"
+        TPROF_FUSE_SKIP=$skip "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1 \
+          --precision fp16,nvfp4-wo,fp8-wo --gemv-groups on --duration 0.5 | grep -E "tg128 \||Decode graph" || rc=1
+      done
+    done
+    for p in fp16 nvfp4-wo; do
+      "$BUILD/tprof" profile --model llama-3.2-1b --prompt 512 --gen 32 --batch 1 --precision $p --gemv-groups on \
+        --profile-iters 16 --duration 0.5 --ref-samples 1 --out /tmp/tprof-fus > "$OUT/fusions_profile_$p.log" 2>&1 || rc=1
+      sed -n '/decode steps traced/,/^Trace:/p' "$OUT/fusions_profile_$p.log" | head -70
+    done
     ;;
   groups)
     echo "=== q/k/v and gate/up as one GEMV each (--gemv-groups), off / on / auto, Llama-3.2-1B decode at batch 1"
