@@ -288,6 +288,49 @@ START_TEST(test_rule_refuses_a_read_inner_value) {
 }
 END_TEST
 
+static int veto_all(void *user, const tp_program *prog, int h0, int h1) {
+    (void)prog;
+    int *calls = user;
+    calls[0]++;
+    return h0 < h1; /* every join refused (and the pair in graph order) */
+}
+
+/* A built rule joins nothing the executor vetoes or the caller skips, and joins once otherwise: its GEMV call then
+ * holds the group's linears and the GLU, writes the GLU's output, and the gate and up outputs are inner values. */
+START_TEST(test_built_rule_veto_and_skip) {
+    tp_graph g;
+    tp_params P = {0};
+    build_gemv_glu(&g, &P, 0);
+    tp_plan p;
+    tp_policy pol;
+    tp_error e = {0};
+    tp_policy_default(&pol, TP_PREC_FP16);
+    ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &p, &e) == TP_OK, "%s", e.msg);
+    choose_gemv_groups(&p.prog, &g);
+    const int n0 = tp_program_n_calls(&p.prog);
+    int vetoes = 0, r = -1;
+    for (int k = 0; k < tp_fusion_rule_count; k++)
+        if (strcmp(tp_fusion_rules[k].name, "gemv+glu") == 0) r = k;
+    ck_assert_int_ge(r, 0);
+    ck_assert_int_eq(tp_program_fuse_built(&p.prog, &g, &p, 90, NULL, 0, veto_all, &vetoes), 0);
+    ck_assert_int_gt(vetoes, 0);
+    ck_assert_int_eq(tp_program_fuse_built(&p.prog, &g, &p, 90, NULL, 1u << r, NULL, NULL), 0);
+    ck_assert_int_eq(tp_program_n_calls(&p.prog), n0);
+    ck_assert_int_eq(tp_program_fuse_built(&p.prog, &g, &p, 90, NULL, 0, NULL, NULL), 1);
+    ck_assert_int_eq(tp_program_n_calls(&p.prog), n0 - 1);
+    const int gate = tp_program_first(&p.prog, &g, 1, TP_OP_LINEAR), glu = tp_program_first(&p.prog, &g, 1, TP_OP_GLU);
+    ck_assert_int_eq(gate, 1);
+    ck_assert_int_ge(glu, 0);
+    ck_assert_int_eq(p.prog.calls[1].kind, TP_CALL_GEMV_GROUP);
+    ck_assert_int_eq(tp_program_out(&p.prog, &g, 1), g.ops[glu].out);
+    ck_assert(tp_program_inner(&p.prog, &g, g.ops[gate].out));
+    ck_assert_int_eq(tp_program_fuse_built(&p.prog, &g, &p, 90, NULL, 0, NULL, NULL), 0); /* nothing left to join */
+    tp_plan_free(&p);
+    tp_graph_free(&g);
+    tp_params_free(&P);
+}
+END_TEST
+
 /* The CPU target and fp32 fuse nothing where the rules say so; every registered kernel has a name; merge and split
  * restore a call as it was. */
 START_TEST(test_lowering_and_registry) {
@@ -330,6 +373,7 @@ int main(void) {
     tcase_add_test(tc, test_every_rule_against_its_unfused_chain);
     tcase_add_test(tc, test_rule_refuses_a_read_inner_value);
     tcase_add_test(tc, test_lowering_and_registry);
+    tcase_add_test(tc, test_built_rule_veto_and_skip);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
