@@ -342,6 +342,14 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
     }
 }
 
+/* The sum of weight row n times its scales (gemv.h's scale_n) */
+template <int FMT, bool QX> __device__ __forceinline__ float scaled(const gemv_params &p, int n, float xs, float v) {
+    if (FMT == FMT_FP8) v *= (p.cs ? __ldg(p.cs + n) : 1.0f) * (p.ts ? __ldg(p.ts) : 1.0f);
+    if (QX) v *= xs;
+    if (FMT == FMT_NVFP4) v *= (p.cs ? __ldg(p.cs + n) : __ldg(p.ts)) * 128.0f;
+    return v;
+}
+
 /* One block: weight rows 16 * (blockIdx.x / csplit) + 0..15 (with a GLU epilogue: gate rows gate0 + 8 j + 0..7 and
  * the up rows up0 + 8 j + 0..7 of output columns 8 j .. 8 j + 7, j = blockIdx.x / csplit), K slice (cluster rank,
  * warp) of csplit * 4; one pass of up to 8 batch rows. */
@@ -424,9 +432,7 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
     if (!GLU) {
         const int n = group * kRows + r;
         if (!store || m >= p.M || n >= p.N) return;
-        if (FMT == FMT_FP8) v *= (p.cs ? __ldg(p.cs + n) : 1.0f) * (p.ts ? __ldg(p.ts) : 1.0f);
-        if (QX) v *= c.xs;
-        if (FMT == FMT_NVFP4) v *= (p.cs ? __ldg(p.cs + n) : __ldg(p.ts)) * 128.0f;
+        v = scaled<FMT, QX>(p, n, c.xs, v);
         const long long oi = (long long)m * p.N + n;
         if (p.bias) v += tt<T>::tof(reinterpret_cast<const T *>(p.bias)[n]);
         if (p.res) v += tt<T>::tof(reinterpret_cast<const T *>(p.res)[oi]); /* plain load: residual may be y */
@@ -441,9 +447,7 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
     const int n = (r < 8 ? gp.gate0 : gp.up0) + j; /* the weight row */
     const bool ok = m < p.M && j < gp.ng;
     if (ok) {
-        if (FMT == FMT_FP8) v *= (p.cs ? __ldg(p.cs + n) : 1.0f) * (p.ts ? __ldg(p.ts) : 1.0f);
-        if (QX) v *= c.xs;
-        if (FMT == FMT_NVFP4) v *= (p.cs ? __ldg(p.cs + n) : __ldg(p.ts)) * 128.0f;
+        v = scaled<FMT, QX>(p, n, c.xs, v);
         if (p.bias) v += tt<T>::tof(reinterpret_cast<const T *>(p.bias)[n]);
     }
     __syncthreads(); /* every thread has read red */
