@@ -16,6 +16,7 @@
 #include "bench/drift.h"
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cpu/cpu_ops.h"
+#include "exec/cuda/attention/attention.h"
 #include "exec/cuda/engine/cuda_engine.h"
 #include "exec/cuda/kernels/decoder_ops.h"
 #include "exec/cuda/kernels/pipeline_ops.h"
@@ -153,6 +154,75 @@ START_TEST(test_masked_attention) {
                                           g_stream), (int)cudaErrorInvalidValue);
     ck_assert_int_eq(tpk_masked_attention(dq2, dk2, dv2, dk, NULL, dvalid, dout2, dt, B, H, Hkv, D, S, S, P, prefix, 1,
                                           scale, g_stream), (int)cudaErrorInvalidValue);
+}
+END_TEST
+
+/* The masked attention on tensor cores (tpk_flash_attention_masked) against tp_cpu_masked_attention at awkward
+ * shapes: pi0's expert (51 queries over 816 prefix keys and its own, head dim 256, GQA 8 over 1) and prefix (one
+ * padded source, 257 tokens), a padded source of 197 and 64 keys (its 64-key tiles end inside it, or exactly), own
+ * sources of 7 to 577, head dims 16 to 256, batch 1 to 3 with a sample whose count shows no key at all (its rows
+ * must be zeros), a count beyond the source, split-KV off, forced and automatic, and an E4M3 output. */
+typedef struct {
+    int B, H, Hkv, D, Tq, Tp, prefix, first, splits;
+    float valid[3];
+    tp_dtype dt, odt;
+} mflash_case;
+
+static const mflash_case MFLASH[] = {
+    {1, 8, 1, 256, 51, 816, 768, 1, 0, {48}, TP_F16, TP_F16},
+    {3, 8, 1, 256, 51, 816, 768, 1, 0, {48, 45, 3}, TP_BF16, TP_BF16},
+    {2, 8, 1, 256, 257, 0, 200, 0, 0, {57, 12}, TP_BF16, TP_BF16},
+    {3, 4, 2, 64, 7, 197, 150, 1, 1, {5, 0, 100}, TP_F16, TP_F16},
+    {2, 4, 1, 16, 19, 0, 12, 1, 3, {7, 3}, TP_F16, TP_F16},
+    {1, 2, 2, 128, 577, 64, 10, 1, 0, {0}, TP_F16, TP_E4M3},
+    {1, 8, 1, 256, 51, 816, 768, 1, 1, {48}, TP_BF16, TP_E4M3},
+    {2, 4, 4, 32, 33, 0, 0, 0, 0, {0, 20}, TP_F16, TP_F16},
+};
+
+START_TEST(test_masked_flash) {
+    const mflash_case *c = &MFLASH[_i];
+    const int B = c->B, H = c->H, D = c->D, W = c->Hkv * c->D, Tq = c->Tq, Tp = c->Tp, two = Tp > 0;
+    SET_CASE("masked flash %s->%s B %d H %d/%d D %d Tq %d Tp %d splits %d", dname(c->dt), dname(c->odt), B, H,
+             c->Hkv, D, Tq, Tp, c->splits);
+    const size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tq * W, np = (size_t)B * Tp * W;
+    float *q = rounded_normal(c->dt, nq, 90 + _i, 1.0), *k = rounded_normal(c->dt, nk, 91 + _i, 1.0);
+    float *v = rounded_normal(c->dt, nk, 92 + _i, 1.0), *ref = hmalloc(nq * sizeof(float));
+    float *kp = two ? rounded_normal(c->dt, np, 93 + _i, 1.0) : NULL, *vp = two ? rounded_normal(c->dt, np, 94 + _i, 1.0) : NULL;
+    tp_cpu_masked_attn a = {.q = q, .k = k, .v = v, .kp = kp, .vp = vp, .valid = c->valid, .o = ref, .B = B, .H = H,
+                            .Hkv = c->Hkv, .D = D, .Tq = Tq, .Tk = Tq, .Tp = Tp, .prefix = c->prefix,
+                            .first_block = c->first, .scale = 1.0f / sqrtf((float)D)};
+    tp_cpu_masked_attention(&a);
+    const float oscale = c->odt == TP_E4M3 ? host_amax(ref, nq) / 448.0f : 1.0f;
+    tpk_masked_attn_args m = {.q = dev_upload(c->dt, q, nq, nq), .k = dev_upload(c->dt, k, nk, nk),
+                              .v = dev_upload(c->dt, v, nk, nk), .kp = two ? dev_upload(c->dt, kp, np, np) : NULL,
+                              .vp = two ? dev_upload(c->dt, vp, np, np) : NULL, .valid = dev_floats(c->valid, B),
+                              .o = dev_alloc(c->odt, nq), .B = B, .H = H, .Hkv = c->Hkv, .D = D, .Tq = Tq, .Tk = Tq,
+                              .Tp = Tp, .prefix = c->prefix, .first_block = c->first, .scale = a.scale,
+                              .in_dt = c->dt, .out_dt = c->odt,
+                              .out_scale = c->odt == TP_E4M3 ? dev_scalar(oscale) : NULL, .num_splits = c->splits};
+    int splits = 0;
+    size_t ws = 0;
+    ck_assert_int_eq(tpk_flash_attention_masked_plan(&m, &splits, &ws), 0);
+    m.workspace = ws ? dev_bytes(ws) : NULL, m.workspace_bytes = ws;
+    KERNEL_OK(tpk_flash_attention_masked(&m, g_stream));
+    printf("  %s: %d key range%s\n", g_case, splits, splits == 1 ? "" : "s");
+    if (c->splits >= 1) ck_assert_int_le(splits, c->splits);
+    tol_t t = tol_for(c->dt);
+    if (c->odt == TP_E4M3) t.rel_l2 = 4e-2, t.abs_frac = 8e-2; /* 3 mantissa bits: 2^-4 relative per element */
+    const float *got = download_f32(c->odt, m.o, nq, oscale);
+    check_close("masked flash", got, ref, nq, (size_t)H * D, t);
+    /* rows that see no key are zeros, exactly */
+    for (size_t i = 0; i < nq; i++)
+        if (ref[i] == 0.0f) ck_assert_msg(got[i] == 0.0f, "%s: element %zu is %g where no key is visible", g_case, i,
+                                          (double)got[i]);
+    /* refused: kp without vp, an unsupported head dim, an E4M3 output without its scale */
+    tpk_masked_attn_args bad = m;
+    bad.kp = m.kp ? m.kp : m.k, bad.vp = NULL, bad.Tp = Tp ? Tp : 1;
+    ck_assert_int_eq(tpk_flash_attention_masked(&bad, g_stream), (int)cudaErrorInvalidValue);
+    bad = m, bad.D = 80;
+    ck_assert_int_eq(tpk_flash_attention_masked(&bad, g_stream), (int)cudaErrorInvalidValue);
+    bad = m, bad.out_dt = TP_E4M3, bad.out_scale = NULL;
+    ck_assert_int_eq(tpk_flash_attention_masked(&bad, g_stream), (int)cudaErrorInvalidValue);
 }
 END_TEST
 
@@ -369,6 +439,7 @@ Suite *gpu_pipeline_ops_suite(void) {
     tcase_add_loop_test(t, test_silu_euler_time, 0, 3);
     tcase_add_loop_test(t, test_concat_slice, 0, 3);
     tcase_add_loop_test(t, test_masked_attention, 0, 6);
+    tcase_add_loop_test(t, test_masked_flash, 0, N_OF(MFLASH));
     tcase_add_loop_test(t, test_rope_at, 0, 3);
     suite_add_tcase(s, t);
     TCase *en = tcase_create("pi0_engine");

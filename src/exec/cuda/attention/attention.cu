@@ -79,6 +79,15 @@ extern "C" int tpk_flash_attention(const void *qkv, tp_dtype in_dt, void *out, t
 #define FX_MAX_SPLITS 128
 #define FX_MAX_DEV 64
 
+/* What the launch needs besides the kernel parameters: the keys (virtual ones in the masked mode), the head dim,
+ * the split request and workspace, the output type, the mode. */
+typedef struct {
+    int Tkv, D, num_splits, masked;
+    tp_dtype in_dt, out_dt;
+    void *workspace;
+    size_t workspace_bytes;
+} fx_req;
+
 typedef struct {
     const void *q, *k, *v;
     void *o;
@@ -90,11 +99,72 @@ typedef struct {
     int hg; /* (b, KV head) pairs per group of the work order */
     float sl2;
     uint32_t qneg;
+    /* pi0's masks (tpk_flash_attention_masked; MSK kernels only). The keys are two sources laid end to end in a
+     * "virtual" key order: the padded source kp, vp (Tp keys) at 0 .. tp64 - 1 (tp64 = Tp rounded up to the 64-key
+     * tile), then the own keys k, v (Tk) at tp64 .. Tkv - 1 (Tkv = tp64 + Tk), so no tile mixes sources; one source
+     * (kp NULL): tp64 = 0 and the own keys are the padded ones. */
+    const void *kp, *vp;
+    long long kp_bs, kp_rs, vp_bs, vp_rs;
+    const float *valid; /* device, B fp32 counts */
+    int tp64, Tp, Tk, prefix, first_block;
 } fx_params;
 
 /* Exclusive end of the keys row r sees, clamped to the CTA's key range end kv_hi. */
 __device__ __forceinline__ int fx_lim(const fx_params &p, int kv_hi, int r) {
     return p.causal ? min(kv_hi, r / p.G + p.off + 1) : kv_hi;
+}
+
+/* The masked mode's limits (tp_cpu_masked_attention's rules): sample b's padded keys below cap = prefix +
+ * (int)valid[b] are visible (the count clamped so that a corrupt count masks every key or none, never overflows).
+ * capp: the padded source's visible keys, capo: the own source's. */
+__device__ __forceinline__ void fx_caps(const fx_params &p, int b, int *capp, int *capo) {
+    const float vf = fminf(fmaxf(p.valid[b], -1e9f), 1e9f); /* NaN -> -1e9: nothing visible */
+    const long long nv = (long long)p.prefix + (long long)(int)vf;
+    const int cap = nv < 0 ? 0 : nv > 0x7FFFFFFFLL ? 0x7FFFFFFF : (int)nv;
+    *capp = p.kp ? min(p.Tp, cap) : 0;
+    *capo = p.kp ? p.Tk : min(p.Tk, cap);
+}
+
+/* Exclusive end, in virtual keys, of what row r sees in the tile starting at virtual key vk (masked mode): every
+ * row the same in the padded source's tiles; in the own source's, the first query (rows 0 .. G - 1: t = 0) sees the
+ * own first key only when first_block. Clamped to kv_hi; monotone in r. */
+__device__ __forceinline__ int fx_mlim(const fx_params &p, int kv_hi, int vk, int capp, int capo, int r) {
+    if (vk < p.tp64) return min(kv_hi, capp);
+    return min(kv_hi, p.tp64 + (p.first_block && r < p.G ? min(1, capo) : capo));
+}
+
+/* The K, V rows of the tile at virtual key vk (masked mode) for (b, hk): *k, *v at its first key, their row
+ * strides; returns the keys of the tile that may be read (<= 0: none; loads zero-fill the rest). */
+template <typename TI, int D>
+__device__ __forceinline__ int fx_msrc(const fx_params &p, int b, int hk, int vk, int kv_hi, int capp, int capo,
+                                       const TI **k, const TI **v, size_t *krs, size_t *vrs) {
+    if (vk < p.tp64) {
+        *k = reinterpret_cast<const TI *>(p.kp) + (long long)b * p.kp_bs + (long long)hk * D + (long long)vk * p.kp_rs;
+        *v = reinterpret_cast<const TI *>(p.vp) + (long long)b * p.vp_bs + (long long)hk * D + (long long)vk * p.vp_rs;
+        *krs = (size_t)p.kp_rs, *vrs = (size_t)p.vp_rs;
+        return min(capp, kv_hi) - vk;
+    }
+    const int j = vk - p.tp64;
+    *k = reinterpret_cast<const TI *>(p.k) + (long long)b * p.k_bs + (long long)hk * D + (long long)j * p.k_rs;
+    *v = reinterpret_cast<const TI *>(p.v) + (long long)b * p.v_bs + (long long)hk * D + (long long)j * p.v_rs;
+    *krs = (size_t)p.k_rs, *vrs = (size_t)p.v_rs;
+    return min(capo, kv_hi - p.tp64) - j;
+}
+
+/* One 64-key tile of K and V into shared memory (k_s, v_s) at virtual key vk (masked mode). */
+template <typename TI, int D, int BN, int NT>
+__device__ __forceinline__ void fx_mload(const fx_params &p, uint32_t k_s, uint32_t v_s, int b, int hk, int vk,
+                                         int kv_hi, int capp, int capo, int tid) {
+    const TI *k, *v;
+    size_t krs, vrs;
+    const int n = fx_msrc<TI, D>(p, b, hk, vk, kv_hi, capp, capo, &k, &v, &krs, &vrs);
+    if (n >= BN) {
+        fa_load_tile<TI, D, BN, NT, true>(k_s, k, krs, BN, tid);
+        fa_load_tile<TI, D, BN, NT, true>(v_s, v, vrs, BN, tid);
+    } else {
+        fa_load_tile<TI, D, BN, NT, false>(k_s, k, krs, n, tid);
+        fa_load_tile<TI, D, BN, NT, false>(v_s, v, vrs, n, tid);
+    }
 }
 
 /* Rows row0 .. row0 + ROWS - 1 of (b, hk) into shared memory at dst (rows of D + 8 elements); rows >= M are
@@ -122,9 +192,12 @@ __device__ __forceinline__ long long fx_out_off(const fx_params &p, int b, int h
     return ((long long)b * p.o_bs + (long long)t * p.o_rs + (long long)h * D) * (long long)sizeof(TO);
 }
 
-template <typename TI, typename TO, int D, bool DEC>
-__global__ void __launch_bounds__(128, D <= 64 ? 4 : DEC ? 3 : 2) flash_attn_ex_kernel(const fx_params p) {
+template <typename TI, typename TO, int D, bool DEC, bool MSK>
+__global__ void __launch_bounds__(128, D <= 64 ? 4 : D > 128 ? 1 : DEC ? 3 : 2) flash_attn_ex_kernel(const fx_params p) {
     constexpr int NW = 4, BMR = DEC ? 16 : NW * 16, BN = FA_BN, LD = D + 8, NT = NW * 32, KD = D / 16, ND = D / 8;
+    /* Q's A fragments in registers up to D 128; at D 256 the 128 fp32 accumulators of O leave no room for them,
+     * so fa_tile reads them from shared memory at every tile */
+    constexpr bool QR = D <= 128;
     constexpr uint32_t QB = (uint32_t)(BMR * LD * sizeof(TI)), TILE_B = (uint32_t)(BN * LD * sizeof(TI));
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c2 = 2 * (lane & 3);
 
@@ -140,12 +213,16 @@ __global__ void __launch_bounds__(128, D <= 64 ? 4 : DEC ? 3 : 2) flash_attn_ex_
     int kv_hi = min(p.Tkv, kv_lo + p.split_keys);
     if (p.causal) kv_hi = min(kv_hi, last / p.G + p.off + 1); /* the last row's diagonal: nothing above it loads */
     const int nkt = kv_hi > kv_lo ? (kv_hi - kv_lo + BN - 1) / BN : 0;
+    int capp = 0, capo = 0;
+    if (MSK) fx_caps(p, b, &capp, &capo);
 
     const uint32_t q_s = smem_u32(fa_smem), k_s = q_s + QB, v_s = k_s + 2 * TILE_B;
     const size_t krs = (size_t)p.k_rs, vrs = (size_t)p.v_rs;
     const TI *kbase = NULL, *vbase = NULL;
     fx_load_q<TI, D, BMR, NT>(q_s, p, b, hk, row0, tid);
-    if (nkt > 0) {
+    if (MSK && nkt > 0) {
+        fx_mload<TI, D, BN, NT>(p, k_s, v_s, b, hk, kv_lo, kv_hi, capp, capo, tid);
+    } else if (nkt > 0) {
         kbase = reinterpret_cast<const TI *>(p.k) + (long long)b * p.k_bs + (long long)hk * D +
                 (long long)kv_lo * p.k_rs;
         vbase = reinterpret_cast<const TI *>(p.v) + (long long)b * p.v_bs + (long long)hk * D +
@@ -158,15 +235,15 @@ __global__ void __launch_bounds__(128, D <= 64 ? 4 : DEC ? 3 : 2) flash_attn_ex_
     const int qw = split ? 0 : warp, kw = split ? warp * 16 : 0;
     const int w0 = row0 + qw * 16, wl = min(w0 + 15, last); /* the warp's rows w0 .. wl */
     const bool active = w0 <= last;                         /* warp-uniform */
-    const int lim_a = fx_lim(p, kv_hi, min(w0 + g, wl)), lim_b = fx_lim(p, kv_hi, min(w0 + g + 8, wl));
-    const int w_lo = fx_lim(p, kv_hi, w0), w_hi = fx_lim(p, kv_hi, wl); /* lim is monotone in r */
+    int lim_a = fx_lim(p, kv_hi, min(w0 + g, wl)), lim_b = fx_lim(p, kv_hi, min(w0 + g + 8, wl));
+    int w_lo = fx_lim(p, kv_hi, w0), w_hi = fx_lim(p, kv_hi, wl); /* lim is monotone in r */
 
     const uint32_t q_addr = q_s + (uint32_t)(((qw * 16 + (lane & 15)) * LD + (lane >> 4) * 8) * sizeof(TI));
     const uint32_t k_addr =
         k_s + (uint32_t)(((kw + (lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8) * sizeof(TI));
     const uint32_t v_addr = v_s + (uint32_t)(((kw + (lane & 15)) * LD + (lane >> 4) * 8) * sizeof(TI));
 
-    uint32_t qf[KD][4];
+    uint32_t qf[QR ? KD : 1][4];
     float o[1][ND][4], ms[1][2], l[1][2];
 #pragma unroll
     for (int n = 0; n < ND; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
@@ -180,7 +257,9 @@ __global__ void __launch_bounds__(128, D <= 64 ? 4 : DEC ? 3 : 2) flash_attn_ex_
         if (kt + 1 < nkt) {
             const int r1 = (kt + 1) * BN;
             const uint32_t nb = (uint32_t)(buf ^ 1) * TILE_B;
-            if (kv_lo + r1 + BN <= kv_hi) {
+            if (MSK) {
+                fx_mload<TI, D, BN, NT>(p, k_s + nb, v_s + nb, b, hk, kv_lo + r1, kv_hi, capp, capo, tid);
+            } else if (kv_lo + r1 + BN <= kv_hi) {
                 fa_load_tile<TI, D, BN, NT, true>(k_s + nb, kbase + (size_t)r1 * krs, krs, BN, tid);
                 fa_load_tile<TI, D, BN, NT, true>(v_s + nb, vbase + (size_t)r1 * vrs, vrs, BN, tid);
             } else {
@@ -190,9 +269,9 @@ __global__ void __launch_bounds__(128, D <= 64 ? 4 : DEC ? 3 : 2) flash_attn_ex_
             cp_async_commit();
         }
         if (!active) continue;
-        if (kt == 0) {
+        if (QR && kt == 0) {
 #pragma unroll
-            for (int kk = 0; kk < KD; kk++) {
+            for (int kk = 0; kk < (QR ? KD : 0); kk++) {
                 ldsm_x4(q_addr + kk * 32, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
 #pragma unroll
                 for (int r = 0; r < 4; r++) qf[kk][r] ^= p.qneg;
@@ -200,29 +279,35 @@ __global__ void __launch_bounds__(128, D <= 64 ? 4 : DEC ? 3 : 2) flash_attn_ex_
         }
         const uint32_t kb = k_addr + (uint32_t)buf * TILE_B, vb = v_addr + (uint32_t)buf * TILE_B;
         const int k0 = kv_lo + kt * BN + kw; /* the first key of the warp's part of the tile */
+        if (MSK) { /* the limits of the tile's source (fx_mlim) */
+            const int vk = kv_lo + kt * BN;
+            lim_a = fx_mlim(p, kv_hi, vk, capp, capo, min(w0 + g, wl));
+            lim_b = fx_mlim(p, kv_hi, vk, capp, capo, min(w0 + g + 8, wl));
+            w_lo = fx_mlim(p, kv_hi, vk, capp, capo, w0), w_hi = fx_mlim(p, kv_hi, vk, capp, capo, wl);
+        }
         if (k0 >= w_hi) continue;           /* no row of the warp sees a key here */
         if (split) {
             if (k0 + 16 <= w_lo)
-                fa_tile<TI, D, 1, true, 1, false, 0>(o, ms, l, qf, q_addr, kb, vb, 16, p.sl2, p.qneg, lane);
+                fa_tile<TI, D, 1, QR, 1, false, 0>(o, ms, l, qf, q_addr, kb, vb, 16, p.sl2, p.qneg, lane);
             else
-                fa_tile<TI, D, 1, true, 1, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, lim_a - k0, p.sl2, p.qneg,
+                fa_tile<TI, D, 1, QR, 1, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, lim_a - k0, p.sl2, p.qneg,
                                                           lane, lim_b - k0);
         } else if (k0 + BN <= w_lo) {
-            fa_tile<TI, D, 1, true, BN / 16, false, 0>(o, ms, l, qf, q_addr, kb, vb, BN, p.sl2, p.qneg, lane);
+            fa_tile<TI, D, 1, QR, BN / 16, false, 0>(o, ms, l, qf, q_addr, kb, vb, BN, p.sl2, p.qneg, lane);
         } else {
             const int va = lim_a - k0, vb2 = lim_b - k0;
             switch ((min(BN, w_hi - k0) + 15) / 16) {
             case 1:
-                fa_tile<TI, D, 1, true, 1, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, va, p.sl2, p.qneg, lane, vb2);
+                fa_tile<TI, D, 1, QR, 1, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, va, p.sl2, p.qneg, lane, vb2);
                 break;
             case 2:
-                fa_tile<TI, D, 1, true, 2, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, va, p.sl2, p.qneg, lane, vb2);
+                fa_tile<TI, D, 1, QR, 2, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, va, p.sl2, p.qneg, lane, vb2);
                 break;
             case 3:
-                fa_tile<TI, D, 1, true, 3, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, va, p.sl2, p.qneg, lane, vb2);
+                fa_tile<TI, D, 1, QR, 3, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, va, p.sl2, p.qneg, lane, vb2);
                 break;
             default:
-                fa_tile<TI, D, 1, true, 4, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, va, p.sl2, p.qneg, lane, vb2);
+                fa_tile<TI, D, 1, QR, 4, true, 0, true>(o, ms, l, qf, q_addr, kb, vb, va, p.sl2, p.qneg, lane, vb2);
                 break;
             }
         }
@@ -297,7 +382,7 @@ __global__ void __launch_bounds__(128, D <= 64 ? 4 : DEC ? 3 : 2) flash_attn_ex_
  * out_dt as the main kernel's epilogue would. Warp w sums the splits s = w, w + 4, ... with 16-byte loads (lane: 4
  * columns), 4 splits' loads in flight at a time; the 4 warp sums meet in shared memory. (A first version, one warp
  * a row looping over the splits with dependent 8-byte loads, took ~25 us for 43 splits at B 1 on an H200: a chain of
- * L2 latencies with 8 CTAs in the whole grid.) */
+ * L2 latencies with 8 CTAs in the whole grid.) Columns in passes of 128 (D 256: two). */
 template <typename TO> __global__ void __launch_bounds__(128) flash_attn_combine_kernel(const fx_params p, int D) {
     __shared__ float wsh[FX_MAX_SPLITS], red[2][4];
     __shared__ float4 part[4][32];
@@ -320,33 +405,36 @@ template <typename TO> __global__ void __launch_bounds__(128) flash_attn_combine
     if (lane == 0) red[1][warp] = L;
     __syncthreads();
     L = red[1][0] + red[1][1] + red[1][2] + red[1][3];
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (4 * lane < D) {
-        const float *base = p.ws_o + row * D + 4 * lane;
-#pragma unroll 4
-        for (int s = warp; s < n; s += 4) {
-            const float4 x = *reinterpret_cast<const float4 *>(base + (long long)s * p.R * D);
-            const float w = wsh[s]; /* the O of a split that saw no key is 0 (written so), never garbage */
-            acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y);
-            acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
-        }
-    }
-    part[warp][lane] = acc;
-    __syncthreads();
-    if (warp > 0 || 4 * lane >= D) return;
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    float4 o = part[0][lane];
-    for (int w = 1; w < 4; w++) {
-        const float4 x = part[w][lane];
-        o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
-    }
     const int t = (int)(row % p.Tq), bh = (int)(row / p.Tq), h = bh % p.H, b = bh / p.H;
-    unsigned char *orow = reinterpret_cast<unsigned char *>(p.o) +
-                          ((long long)b * p.o_bs + (long long)t * p.o_rs + (long long)h * D + 4 * lane) *
-                              (long long)sizeof(TO);
     const float sc = fa_out_scale<TO>(p.out_scale), rcp = 1.0f / sc;
-    st2(orow, o.x * inv, o.y * inv, sc, rcp, TO());
-    st2(orow + 2 * sizeof(TO), o.z * inv, o.w * inv, sc, rcp, TO());
+    for (int c = 4 * lane; c - 4 * lane < D; c += 128) { /* 128 columns a pass: one pass up to D 128, two at 256 */
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (c < D) {
+            const float *base = p.ws_o + row * D + c;
+#pragma unroll 4
+            for (int s = warp; s < n; s += 4) {
+                const float4 x = *reinterpret_cast<const float4 *>(base + (long long)s * p.R * D);
+                const float w = wsh[s]; /* the O of a split that saw no key is 0 (written so), never garbage */
+                acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y);
+                acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
+            }
+        }
+        if (c > 4 * lane) __syncthreads(); /* warp 0 is done reading the previous pass's parts */
+        part[warp][lane] = acc;
+        __syncthreads();
+        if (warp > 0 || c >= D) continue;
+        float4 o = part[0][lane];
+        for (int w = 1; w < 4; w++) {
+            const float4 x = part[w][lane];
+            o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
+        }
+        unsigned char *orow = reinterpret_cast<unsigned char *>(p.o) +
+                              ((long long)b * p.o_bs + (long long)t * p.o_rs + (long long)h * D + c) *
+                                  (long long)sizeof(TO);
+        st2(orow, o.x * inv, o.y * inv, sc, rcp, TO());
+        st2(orow + 2 * sizeof(TO), o.z * inv, o.w * inv, sc, rcp, TO());
+    }
 }
 
 /* ---- host side of the general kernel --------------------------------------------------------------------------- */
@@ -382,8 +470,8 @@ static int fx_splits(int requested, long long ctas, int ntiles, long long slots)
 
 /* Plans (and unless plan_only, launches) one instantiation: kernel attribute and occupancy cached per device
  * (host-side queries only: allowed during stream capture), the split count, the workspace. */
-template <typename TI, typename TO, int D, bool DEC>
-static int fx_run(const tpk_attn_args *a, fx_params *p, int plan_only, int *splits_out, size_t *bytes_out,
+template <typename TI, typename TO, int D, bool DEC, bool MSK>
+static int fx_run(const fx_req *a, fx_params *p, int plan_only, int *splits_out, size_t *bytes_out,
                   cudaStream_t stream) {
     constexpr int BMR = DEC ? 16 : 64;
     const size_t smem = (size_t)(BMR + 4 * FA_BN) * (D + 8) * sizeof(TI);
@@ -393,7 +481,7 @@ static int fx_run(const tpk_attn_args *a, fx_params *p, int plan_only, int *spli
     if (e != cudaSuccess) return (int)e;
     if (dev < 0 || dev >= FX_MAX_DEV) return TPK_INVALID;
     if (smem > 48 * 1024) /* every call, as fa_launch: it lives in the device's context */
-        e = cudaFuncSetAttribute(flash_attn_ex_kernel<TI, TO, D, DEC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        e = cudaFuncSetAttribute(flash_attn_ex_kernel<TI, TO, D, DEC, MSK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem);
     if (e != cudaSuccess) return (int)e;
     if (s_occ[dev] == 0) {
@@ -401,7 +489,7 @@ static int fx_run(const tpk_attn_args *a, fx_params *p, int plan_only, int *spli
         e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
         if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, flash_attn_ex_kernel<TI, TO, D, DEC>, 128, smem);
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, flash_attn_ex_kernel<TI, TO, D, DEC, MSK>, 128, smem);
         if (e != cudaSuccess) return (int)e;
         s_sms[dev] = sms > 0 ? sms : 1;
         s_l2[dev] = l2 > 0 ? l2 : 1;
@@ -432,7 +520,7 @@ static int fx_run(const tpk_attn_args *a, fx_params *p, int plan_only, int *spli
         p->ws_o = reinterpret_cast<float *>(a->workspace);
         p->ws_ml = p->ws_o + (size_t)p->n_splits * (size_t)p->R * D;
     }
-    flash_attn_ex_kernel<TI, TO, D, DEC><<<(unsigned)blocks, 128, smem, stream>>>(*p);
+    flash_attn_ex_kernel<TI, TO, D, DEC, MSK><<<(unsigned)blocks, 128, smem, stream>>>(*p);
     e = cudaGetLastError();
     if (e != cudaSuccess || p->n_splits == 1) return (int)e;
     const long long cblocks = p->R; /* one CTA a row */
@@ -441,28 +529,37 @@ static int fx_run(const tpk_attn_args *a, fx_params *p, int plan_only, int *spli
     return (int)cudaGetLastError();
 }
 
-template <typename TI, typename TO, int D>
-static int fx_by_mode(const tpk_attn_args *a, fx_params *p, int plan_only, int *splits, size_t *bytes,
-                      cudaStream_t s) {
-    return p->M <= 16 ? fx_run<TI, TO, D, true>(a, p, plan_only, splits, bytes, s)
-                      : fx_run<TI, TO, D, false>(a, p, plan_only, splits, bytes, s);
+template <typename TI, typename TO, int D, bool MSK>
+static int fx_by_mode(const fx_req *a, fx_params *p, int plan_only, int *splits, size_t *bytes, cudaStream_t s) {
+    return p->M <= 16 ? fx_run<TI, TO, D, true, MSK>(a, p, plan_only, splits, bytes, s)
+                      : fx_run<TI, TO, D, false, MSK>(a, p, plan_only, splits, bytes, s);
 }
 
+/* The head dims: tpk_flash_attention_ex's, and the masked mode's (pi0: 256; pi0-small: 16) */
 template <typename TI, typename TO>
-static int fx_by_d(const tpk_attn_args *a, fx_params *p, int plan_only, int *splits, size_t *bytes, cudaStream_t s) {
+static int fx_by_d(const fx_req *a, fx_params *p, int plan_only, int *splits, size_t *bytes, cudaStream_t s) {
+    if (a->masked) {
+        switch (a->D) {
+        case 16: return fx_by_mode<TI, TO, 16, true>(a, p, plan_only, splits, bytes, s);
+        case 32: return fx_by_mode<TI, TO, 32, true>(a, p, plan_only, splits, bytes, s);
+        case 64: return fx_by_mode<TI, TO, 64, true>(a, p, plan_only, splits, bytes, s);
+        case 128: return fx_by_mode<TI, TO, 128, true>(a, p, plan_only, splits, bytes, s);
+        case 256: return fx_by_mode<TI, TO, 256, true>(a, p, plan_only, splits, bytes, s);
+        default: return TPK_INVALID;
+        }
+    }
     switch (a->D) {
-    case 32: return fx_by_mode<TI, TO, 32>(a, p, plan_only, splits, bytes, s);
-    case 64: return fx_by_mode<TI, TO, 64>(a, p, plan_only, splits, bytes, s);
-    case 80: return fx_by_mode<TI, TO, 80>(a, p, plan_only, splits, bytes, s);
-    case 96: return fx_by_mode<TI, TO, 96>(a, p, plan_only, splits, bytes, s);
-    case 128: return fx_by_mode<TI, TO, 128>(a, p, plan_only, splits, bytes, s);
+    case 32: return fx_by_mode<TI, TO, 32, false>(a, p, plan_only, splits, bytes, s);
+    case 64: return fx_by_mode<TI, TO, 64, false>(a, p, plan_only, splits, bytes, s);
+    case 80: return fx_by_mode<TI, TO, 80, false>(a, p, plan_only, splits, bytes, s);
+    case 96: return fx_by_mode<TI, TO, 96, false>(a, p, plan_only, splits, bytes, s);
+    case 128: return fx_by_mode<TI, TO, 128, false>(a, p, plan_only, splits, bytes, s);
     default: return TPK_INVALID;
     }
 }
 
 template <typename TI>
-static int fx_by_out(const tpk_attn_args *a, fx_params *p, int plan_only, int *splits, size_t *bytes,
-                     cudaStream_t s) {
+static int fx_by_out(const fx_req *a, fx_params *p, int plan_only, int *splits, size_t *bytes, cudaStream_t s) {
     switch (a->out_dt) {
     case TP_F16: return fx_by_d<TI, __half>(a, p, plan_only, splits, bytes, s);
     case TP_BF16: return fx_by_d<TI, __nv_bfloat16>(a, p, plan_only, splits, bytes, s);
@@ -513,17 +610,24 @@ static int fx_prepare(const tpk_attn_args *a, fx_params *p, int check_ptrs) {
     return 1;
 }
 
-static int fx_dispatch(const tpk_attn_args *a, int plan_only, int *splits, size_t *bytes, cudaStream_t s) {
-    fx_params p;
-    const int r = fx_prepare(a, &p, !plan_only);
+static int fx_launch(const fx_req *q, fx_params *p, int r, int plan_only, int *splits, size_t *bytes,
+                     cudaStream_t s) {
     if (r < 0) return TPK_INVALID;
     if (r == 0) {
         if (splits) *splits = 1;
         if (bytes) *bytes = 0;
         return (int)cudaSuccess;
     }
-    return a->in_dt == TP_F16 ? fx_by_out<__half>(a, &p, plan_only, splits, bytes, s)
-                              : fx_by_out<__nv_bfloat16>(a, &p, plan_only, splits, bytes, s);
+    return q->in_dt == TP_F16 ? fx_by_out<__half>(q, p, plan_only, splits, bytes, s)
+                              : fx_by_out<__nv_bfloat16>(q, p, plan_only, splits, bytes, s);
+}
+
+static int fx_dispatch(const tpk_attn_args *a, int plan_only, int *splits, size_t *bytes, cudaStream_t s) {
+    fx_params p;
+    const int r = fx_prepare(a, &p, !plan_only);
+    if (r < 0) return TPK_INVALID;
+    const fx_req q = {a->Tkv, a->D, a->num_splits, 0, a->in_dt, a->out_dt, a->workspace, a->workspace_bytes};
+    return fx_launch(&q, &p, r, plan_only, splits, bytes, s);
 }
 
 extern "C" int tpk_flash_attention_ex(const tpk_attn_args *a, tp_stream stream) {
@@ -532,4 +636,64 @@ extern "C" int tpk_flash_attention_ex(const tpk_attn_args *a, tp_stream stream) 
 
 extern "C" int tpk_flash_attention_ex_plan(const tpk_attn_args *a, int *splits, size_t *bytes) {
     return fx_dispatch(a, 1, splits, bytes, (cudaStream_t)0);
+}
+
+/* ---- the masked mode (tpk_flash_attention_masked, attention.h) ------------------------------------------------- */
+
+extern "C" int tpk_flash_attention_masked_supported(tp_dtype in_dt, tp_dtype out_dt, int D) {
+    return (in_dt == TP_F16 || in_dt == TP_BF16) && (out_dt == in_dt || out_dt == TP_E4M3) &&
+           (D == 16 || D == 32 || D == 64 || D == 128 || D == 256);
+}
+
+/* The general kernel's parameters for *a's contiguous layouts (attention.h); 1 = work, 0 = empty, < 0 = invalid. */
+static int fx_prepare_masked(const tpk_masked_attn_args *a, fx_params *p, fx_req *q, int check_ptrs) {
+    if (!a || !tpk_flash_attention_masked_supported(a->in_dt, a->out_dt, a->D)) return -1;
+    if (a->B < 0 || a->H < 0 || a->Hkv < 1 || a->Tq < 0 || a->Tk < 0 || a->Tp < 0 || a->prefix < 0 ||
+        a->num_splits < 0 || a->H % a->Hkv != 0 || !isfinite(a->scale))
+        return -1;
+    const int two = a->kp != NULL || a->vp != NULL;
+    if (two && (!a->kp || !a->vp)) return -1;
+    if (!two && a->Tp != 0) return -1;
+    const long long tp64 = two ? ((long long)a->Tp + FA_BN - 1) / FA_BN * FA_BN : 0, Tkv = tp64 + a->Tk;
+    const long long W = (long long)a->Hkv * a->D, QW = (long long)a->H * a->D;
+    if (Tkv + FA_BN > 0x7FFFFFFFLL || (long long)a->Tq * QW > 0x7FFFFFFFLL || (long long)a->B * a->Hkv > 0x7FFFFFFFLL)
+        return -1;
+    if (a->B == 0 || a->H == 0 || a->Tq == 0) return 0;
+    if (check_ptrs) {
+        if (!a->q || !a->o || !a->valid || (a->Tk > 0 && (!a->k || !a->v))) return -1;
+        if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->kp | (uintptr_t)a->vp |
+             (uintptr_t)a->o | (uintptr_t)a->workspace) % 16)
+            return -1;
+        if (a->out_dt == TP_E4M3 && !a->out_scale) return -1;
+    }
+    memset(p, 0, sizeof *p);
+    p->q = a->q, p->k = a->k, p->v = a->v, p->o = a->o, p->kp = a->kp, p->vp = a->vp, p->valid = a->valid;
+    p->q_rs = p->o_rs = QW, p->q_bs = p->o_bs = (long long)a->Tq * QW;
+    p->k_rs = p->v_rs = W, p->k_bs = p->v_bs = (long long)a->Tk * W;
+    p->kp_rs = p->vp_rs = W, p->kp_bs = p->vp_bs = (long long)a->Tp * W;
+    p->out_scale = a->out_scale;
+    p->R = (long long)a->B * a->H * a->Tq;
+    p->H = a->H, p->Hkv = a->Hkv, p->G = a->H / a->Hkv, p->Tq = a->Tq, p->Tkv = (int)Tkv;
+    p->M = (int)((long long)p->G * a->Tq);
+    p->n_bh = a->B * a->Hkv;
+    p->tp64 = (int)tp64, p->Tp = a->Tp, p->Tk = a->Tk, p->prefix = a->prefix, p->first_block = a->first_block != 0;
+    p->sl2 = fabsf(a->scale) * 1.44269504088896340736f;
+    p->qneg = a->scale < 0.0f ? 0x80008000u : 0u;
+    const fx_req req = {(int)Tkv, a->D, a->num_splits, 1, a->in_dt, a->out_dt, a->workspace, a->workspace_bytes};
+    *q = req;
+    return 1;
+}
+
+extern "C" int tpk_flash_attention_masked(const tpk_masked_attn_args *a, tp_stream stream) {
+    fx_params p;
+    fx_req q;
+    const int r = fx_prepare_masked(a, &p, &q, 1);
+    return fx_launch(&q, &p, r, 0, NULL, NULL, (cudaStream_t)stream);
+}
+
+extern "C" int tpk_flash_attention_masked_plan(const tpk_masked_attn_args *a, int *splits, size_t *bytes) {
+    fx_params p;
+    fx_req q;
+    const int r = fx_prepare_masked(a, &p, &q, 0);
+    return fx_launch(&q, &p, r, 1, splits, bytes, (cudaStream_t)0);
 }

@@ -93,6 +93,39 @@ int tpk_flash_attention_ex(const tpk_attn_args *a, tp_stream stream);
  * pointers are not checked). */
 int tpk_flash_attention_ex_plan(const tpk_attn_args *a, int *splits, size_t *bytes);
 
+/* pi0's masked attention (TP_OP_MASKED_ATTENTION; the semantics of tp_cpu_masked_attention, cpu_ops.h) on the
+ * general kernel above: grouped-query attention of q over [kp, vp ; k, v] (without kp, vp: over k, v), softmax
+ * in fp32. The padded source (kp, vp; else k, v) shows sample b its keys below prefix + (int)valid[b] only; with
+ * first_block, query 0 sees the own source's first key only (pi0's state token; other queries all own keys). A
+ * row that sees no key is written as zeros.
+ * Layouts, contiguous: q, o (B, Tq, H * D); k, v (B, Tk, Hkv * D); kp, vp (B, Tp, Hkv * D); valid (B) fp32
+ * counts, device. The two sources are tiled separately (the padded one's 64-key tiles first), so split-KV ranges
+ * and masks never mix them. Types: q, k, v, kp, vp in in_dt (F16 or BF16); o in out_dt: in_dt, or E4M3 with
+ * out_scale (device fp32: q = sat_e4m3(rne(y / *out_scale))). D in {16, 32, 64, 128, 256} (at 256 Q is re-read
+ * from shared memory every key tile, one CTA per SM). Workspace for split-KV as tpk_flash_attention_ex's (fewer
+ * bytes: fewer splits, same result). Returns 0, or cudaErrorInvalidValue without launching for an unsupported
+ * type or D, H % Hkv != 0, kp without vp (or the reverse), Tp != 0 without kp, negative sizes, NULL or
+ * unaligned (16 bytes) pointers with work to do, a missing E4M3 scale. */
+typedef struct {
+    const void *q, *k, *v, *kp, *vp;
+    const float *valid;
+    void *o;
+    int B, H, Hkv, D, Tq, Tk, Tp;
+    int prefix, first_block;
+    float scale;
+    tp_dtype in_dt, out_dt;
+    const float *out_scale;
+    int num_splits; /* 0: automatic */
+    void *workspace;
+    size_t workspace_bytes;
+} tpk_masked_attn_args;
+
+/* 1 when tpk_flash_attention_masked takes these types and head dim. */
+int tpk_flash_attention_masked_supported(tp_dtype in_dt, tp_dtype out_dt, int D);
+int tpk_flash_attention_masked(const tpk_masked_attn_args *a, tp_stream stream);
+/* The split count and workspace bytes tpk_flash_attention_masked would use (pointers not checked). */
+int tpk_flash_attention_masked_plan(const tpk_masked_attn_args *a, int *splits, size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif
