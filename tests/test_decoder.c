@@ -706,32 +706,53 @@ END_TEST
 START_TEST(test_weight_only_nvfp4) { weight_only(TP_PREC_NVFP4_WO); }
 END_TEST
 
-/* W8A8 FP8 for decoders: every linear but the LM head E4M3 x E4M3 with per-tensor scales; their inputs (the
- * RMSNorm, GLU and KV-attention outputs) stay fp16, scaled (calibrated), quantized as the GEMM reads them, and said
- * so; the CPU's emulation refuses to run without the calibrated amax. */
+/* W8A8 FP8 for decoders: every linear but the LM head E4M3 x E4M3 with per-tensor scales, their inputs scaled
+ * (calibrated). In the prefill (this graph: 3 x 128 rows) RMSNorm and the GLU write E4M3 for their GEMMs; in a
+ * decode step (3 rows: the GEMV rounds a 16-bit input in registers) every input stays fp16, as the KV attention's
+ * does in both, quantized as the GEMM reads it, and said so. The CPU's emulation refuses to run without the
+ * calibrated amax. */
+static int w8a8_check(const tp_graph *g, const tp_plan *plan, int prefill) {
+    int n8 = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_LINEAR) {
+            ck_assert_int_eq(plan->op_prec[i], TP_PREC_FP16);
+            continue;
+        }
+        const int head = strcmp(op->layer, "lm_head") == 0, pk = g->ops[g->values[op->in[0]].producer].kind;
+        ck_assert_int_eq(plan->op_prec[i], head ? TP_PREC_FP16 : TP_PREC_FP8);
+        ck_assert_int_eq(plan->value_dt[op->in[1]], head ? TP_F16 : TP_E4M3);
+        const int q8 = prefill && !head && (pk == TP_OP_RMSNORM || pk == TP_OP_GLU);
+        ck_assert_msg(plan->value_dt[op->in[0]] == (q8 ? TP_E4M3 : TP_F16), "%s: input %s", op->layer,
+                      tp_dtype_info(plan->value_dt[op->in[0]])->name);
+        if (head) continue;
+        ck_assert_int_eq(plan->value_scaled[op->in[0]], 1);
+        ck_assert_int_eq(plan->value_scaled[op->in[1]], 1);
+        ck_assert_msg((strstr(plan->op_note[i], "quantized as read") != NULL) == !q8, "%s: %s", op->layer,
+                      plan->op_note[i]);
+        n8++;
+    }
+    return n8;
+}
+
 START_TEST(test_w8a8_fp8_plan) {
     tp_params p;
     tp_graph g;
     tp_plan plan;
     plan_of("llama-tiny", 3, TP_PREC_FP8, &p, &g, &plan);
-    int n8 = 0;
-    for (int i = 0; i < g.n_ops; i++) {
-        const tp_op *op = &g.ops[i];
-        if (op->kind != TP_OP_LINEAR) {
-            ck_assert_int_eq(plan.op_prec[i], TP_PREC_FP16);
-            continue;
-        }
-        const int head = strcmp(op->layer, "lm_head") == 0;
-        ck_assert_int_eq(plan.op_prec[i], head ? TP_PREC_FP16 : TP_PREC_FP8);
-        ck_assert_int_eq(plan.value_dt[op->in[1]], head ? TP_F16 : TP_E4M3);
-        ck_assert_int_eq(plan.value_dt[op->in[0]], TP_F16);
-        if (head) continue;
-        ck_assert_int_eq(plan.value_scaled[op->in[0]], 1);
-        ck_assert_int_eq(plan.value_scaled[op->in[1]], 1);
-        ck_assert_msg(strstr(plan.op_note[i], "quantized as read") != NULL, "%s: %s", op->layer, plan.op_note[i]);
-        n8++;
+    ck_assert_int_eq(w8a8_check(&g, &plan, 1), 2 * 7);
+    {
+        const tp_model m = model_of("llama-tiny");
+        tp_graph dg = step_graph(&m, &p, 3, 1, 128, 256, 0);
+        tp_plan dp;
+        tp_policy pol;
+        tp_error de = {0};
+        tp_policy_default(&pol, TP_PREC_FP8);
+        ck_assert_msg(tp_plan_build_policy(&dg, &pol, 90, &dp, &de) == TP_OK, "%s", de.msg);
+        ck_assert_int_eq(w8a8_check(&dg, &dp, 0), 2 * 7);
+        tp_plan_free(&dp);
+        tp_graph_free(&dg);
     }
-    ck_assert_int_eq(n8, 2 * 7);
     tp_error e = {0};
     float *ids = calloc((size_t)3 * 19, sizeof(float)), *out = poisoned((size_t)3 * 384);
     tp_graph_free(&g);
@@ -821,11 +842,21 @@ END_TEST
 /* Sibling linears (tp_plan_sibling_groups): per decoder layer q/k/v (with Qwen2's biases) and gate/up, in 16-bit
  * and weight-only FP8 and NVFP4 plans (per-tensor scales and s2 become the group GEMV's per-row scales); nothing in
  * ViT (its qkv is one linear). */
-static void check_groups(const char *preset, tp_precision prec, int want_groups) {
+static void check_groups(const char *preset, tp_precision prec, int want_groups, int decode) {
     tp_params p;
     tp_graph g;
     tp_plan plan;
     plan_of(preset, 1, prec, &p, &g, &plan);
+    if (decode) { /* a decode step's graph (1 row), planned alike */
+        tp_plan_free(&plan);
+        tp_graph_free(&g);
+        const tp_model m = model_of(preset);
+        g = step_graph(&m, &p, 1, 1, 16, 32, 0);
+        tp_policy pol;
+        tp_error e = {0};
+        tp_policy_default(&pol, prec);
+        ck_assert_msg(tp_plan_build_policy(&g, &pol, 90, &plan, &e) == TP_OK, "%s", e.msg);
+    }
     int *lead = malloc(sizeof(int) * g.n_ops), *next = malloc(sizeof(int) * g.n_ops), groups = 0;
     tp_plan_sibling_groups(&g, &plan, lead, next);
     for (int i = 0; i < g.n_ops; i++) {
@@ -848,12 +879,15 @@ static void check_groups(const char *preset, tp_precision prec, int want_groups)
 }
 
 START_TEST(test_sibling_groups) {
-    check_groups("llama-tiny", TP_PREC_FP16, 2 * 2);
-    check_groups("qwen2.5-0.5b", TP_PREC_BF16, 2 * 24);
-    check_groups("vit-b16", TP_PREC_FP16, 0);
-    check_groups("llama-tiny", TP_PREC_FP8_WO, 2 * 2);
-    check_groups("llama-tiny", TP_PREC_NVFP4_WO, 2 * 2);
-    check_groups("llama-tiny", TP_PREC_FP8, 2 * 2);
+    check_groups("llama-tiny", TP_PREC_FP16, 2 * 2, 0);
+    check_groups("qwen2.5-0.5b", TP_PREC_BF16, 2 * 24, 0);
+    check_groups("vit-b16", TP_PREC_FP16, 0, 0);
+    check_groups("llama-tiny", TP_PREC_FP8_WO, 2 * 2, 0);
+    check_groups("llama-tiny", TP_PREC_NVFP4_WO, 2 * 2, 0);
+    /* W8A8: a decode step's members share a 16-bit input; in the prefill RMSNorm writes their E4M3 input for
+     * cuBLASLt's FP8 GEMMs, which take no group */
+    check_groups("llama-tiny", TP_PREC_FP8, 2 * 2, 1);
+    check_groups("llama-tiny", TP_PREC_FP8, 0, 0);
 }
 END_TEST
 

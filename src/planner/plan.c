@@ -176,6 +176,21 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
     return TP_OK;
 }
 
+/* 1 when every reader of value x is a linear this FP8 plan quantizes (not in keep) reading x as its input, on
+ * more than 8 rows: a decode GEMV (<= 8 rows) takes a 16-bit input and rounds it in registers, a cuBLASLt or
+ * tprof FP8 GEMM reads E4M3. All readers share x's one calibrated scale, so one E4M3 copy serves them all. */
+static int fp8_gemm_readers_only(const tp_graph *g, const int *keep, int x) {
+    int n = 0;
+    for (int k = 0; k < g->n_ops; k++)
+        for (int j = 0; j < g->ops[k].n_in; j++) {
+            if (g->ops[k].in[j] != x) continue;
+            const tp_op *r = &g->ops[k];
+            if (r->kind != TP_OP_LINEAR || j != 0 || keep[k] || r->gemm_m <= 8) return 0;
+            n++;
+        }
+    return n > 0;
+}
+
 /* Per-tensor FP8 (see plan.h): the linears not in keep read E4M3 operands with static per-tensor scales. */
 static tp_status plan_fp8(const tp_graph *g, int sm, const int *keep, int act_scales_file, tp_plan *p, tp_error *err) {
     for (int i = 0; i < g->n_ops; i++) {
@@ -188,16 +203,22 @@ static tp_status plan_fp8(const tp_graph *g, int sm, const int *keep, int act_sc
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s", op->layer, why);
         int prod = g->values[x].producer;
         tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
-        /* LayerNorm, GELU and ViT's attention write E4M3 themselves for their one reader; any other input (a
-         * decoder's RMSNorm output read by q/k/v, the GLU's, the KV attention's) stays 16-bit and is quantized
-         * when the GEMM reads it, with the same calibrated per-tensor scale. An attention whose head dim tprof's
+        /* LayerNorm, GELU, ViT's attention and pi0's masked attention (its flash kernel) write E4M3 themselves for
+         * their one reader; RMSNorm and the GLU for their readers when those are all FP8 GEMMs (q/k/v, gate/up,
+         * down: pi0's expert and prefix, a decoder's prefill; a decode GEMV rounds a 16-bit input in registers);
+         * any other input (the KV attention's) stays 16-bit and is quantized when the GEMM reads it, with the same
+         * calibrated per-tensor scale. An attention whose head dim tprof's
          * flash kernels do not take stays 16-bit too: writing E4M3 would leave it the CUDA-core kernel (SigLIP's
          * head dim 72: 62 us a layer against cuDNN's 8.8 us on an H100, bench/results/README.md), while cuDNN
          * writes 16 bits and the quantize as read costs one pass over its output */
-        const tp_kernel_shape fs = {.dt = p->value_dt[x], .k = pk == TP_OP_ATTENTION ? g->ops[prod].head_dim : 0};
-        const int writes8 = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU ||
-                             (pk == TP_OP_ATTENTION && tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0))) &&
-                            tp_value_readers(g, x) == 1;
+        const tp_kernel_shape fs = {.dt = p->value_dt[x], .k = pk == TP_OP_ATTENTION || pk == TP_OP_MASKED_ATTENTION
+                                                                    ? g->ops[prod].head_dim : 0};
+        const int writes8 = ((pk == TP_OP_LAYERNORM || pk == TP_OP_GELU ||
+                              (pk == TP_OP_ATTENTION && tp_supports(TP_KERNEL_ATTENTION_FLASH, &fs, NULL, 0)) ||
+                              (pk == TP_OP_MASKED_ATTENTION &&
+                               tp_supports(TP_KERNEL_ATTENTION_MASKED_FLASH, &fs, NULL, 0))) &&
+                             tp_value_readers(g, x) == 1) ||
+                            ((pk == TP_OP_RMSNORM || pk == TP_OP_GLU) && fp8_gemm_readers_only(g, keep, x));
         if (writes8) p->value_dt[x] = TP_E4M3;
         p->value_scaled[x] = 1;
         p->value_dt[w] = TP_E4M3;
@@ -379,8 +400,9 @@ static void other_note(const tp_op *op, const char *act, char *note, size_t n) {
     case TP_OP_TIME_CONCAT: snprintf(note, n, "%s, the step's time embedding (a constant, fp64 then fp32) beside each row", act); break;
     case TP_OP_EULER: snprintf(note, n, "x + dt v, x fp32 (the flow-matching state), v %s", act); break;
     case TP_OP_MASKED_ATTENTION:
-        snprintf(note, n, "%s Q/K/V, fp32 softmax, %d heads over %d KV heads, padded keys masked%s; CUDA-core kernel "
-                 "(pipeline_ops.h)", act, op->heads, op->kv_heads, op->n_in == 6 ? ", over the prefix's K, V too" : "");
+        snprintf(note, n, "%s Q/K/V, fp32 softmax, %d heads over %d KV heads, padded keys masked%s; on the GPU tprof's "
+                 "flash kernel or cuBLASLt GEMMs around a softmax (the engine times them), on the CPU the reference",
+                 act, op->heads, op->kv_heads, op->n_in == 6 ? ", over the prefix's K, V too" : "");
         break;
     default: snprintf(note, n, "%s, fp32 math", act); break;
     }

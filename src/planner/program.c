@@ -65,6 +65,8 @@ static const tp_call_kind_info KINDS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_KV_ATTENTION_FLASH] = {"kv_attention_flash", TP_CAT_ATTENTION, "a prefill's attention, flash kernel"},
     [TP_CALL_MASKED_ATTENTION_GEMMS] = {"masked_attention_gemms", TP_CAT_ATTENTION,
                                         "cuBLASLt batched GEMMs around a masked softmax"},
+    [TP_CALL_MASKED_ATTENTION_FLASH] = {"masked_attention_flash", TP_CAT_ATTENTION,
+                                        "tprof flash attention with pi0's masks, tensor cores"},
 };
 
 int tp_call_kind_parse(const char *name) {

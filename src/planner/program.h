@@ -74,6 +74,7 @@ typedef enum {
     TP_CALL_ATTENTION_CUDNN,   /* cuDNN's SDPA */
     TP_CALL_KV_ATTENTION_FLASH, /* a prefill's KV attention as the flash kernel over the first T rows */
     TP_CALL_MASKED_ATTENTION_GEMMS, /* cuBLASLt batched GEMMs around a masked softmax */
+    TP_CALL_MASKED_ATTENTION_FLASH, /* the masked attention on tensor cores (attention.h, the general kernel) */
     TP_CALL_KIND_COUNT
 } tp_call_kind;
 

@@ -11,6 +11,7 @@ static const char *const NAMES[TP_KERNEL_COUNT] = {
     [TP_KERNEL_GEMM_SM90_FP8] = "tprof sm90 FP8 GEMM",
     [TP_KERNEL_PATCH_EMBED_FUSED] = "tprof fused patch embedding",
     [TP_KERNEL_ATTENTION_FLASH] = "tprof flash attention",
+    [TP_KERNEL_ATTENTION_MASKED_FLASH] = "tprof flash attention, pi0's masks",
     [TP_KERNEL_ROPE_KV_APPEND] = "tprof RoPE + KV-cache append",
 };
 
@@ -89,6 +90,14 @@ int tp_supports(tp_kernel k, const tp_kernel_shape *s, char *why, size_t n) {
             return verdict(0, why, n, "flash attention takes f16 or bf16 Q/K/V (dtype %d)", (int)s->dt);
         return verdict(D == 32 || D == 64 || D == 80 || D == 96 || D == 128, why, n,
                        "flash attention is compiled for head dim 32, 64, 80, 96 and 128; head dim %lld", (long long)D);
+    }
+    case TP_KERNEL_ATTENTION_MASKED_FLASH: {
+        const int64_t D = s->k;
+        if (s->dt != TP_F16 && s->dt != TP_BF16)
+            return verdict(0, why, n, "the masked flash attention takes f16 or bf16 Q/K/V (dtype %d)", (int)s->dt);
+        return verdict(D == 16 || D == 32 || D == 64 || D == 128 || D == 256, why, n,
+                       "the masked flash attention is compiled for head dim 16, 32, 64, 128 and 256; head dim %lld",
+                       (long long)D);
     }
     case TP_KERNEL_ROPE_KV_APPEND: {
         const int64_t D = s->k, W = s->n;

@@ -31,6 +31,8 @@ typedef enum {
                                      C % 8 */
     TP_KERNEL_ATTENTION_FLASH,    /* tprof's FA2 flash attention (attention.h; its causal and KV-cache forms too):
                                      F16/BF16 Q/K/V, head dim (k) 32, 64, 80, 96 or 128 */
+    TP_KERNEL_ATTENTION_MASKED_FLASH, /* the same kernel with pi0's masks (attention.h tpk_flash_attention_masked):
+                                     F16/BF16 Q/K/V, head dim (k) 16, 32, 64, 128 or 256 */
     TP_KERNEL_ROPE_KV_APPEND,     /* tprof's RoPE of the keys fused with the KV-cache append (decoder_ops.h): head
                                      dim (k) even and at most 1024, the cache row (n = KV heads x head dim) at most
                                      4096 values (held in shared memory) */

@@ -293,6 +293,47 @@ START_TEST(test_glu) {
 END_TEST
 
 /* ================================================================================================================
+ * RMSNorm and the GLU writing E4M3 for an FP8 GEMM (tpk_rmsnorm_e4m3, tpk_glu_e4m3): the codes equal, bit for bit,
+ * the host's encoding (tp_f32_to_e4m3, saturating RNE) of the same kernel's fp32 output divided by the scale, on
+ * the vector path (C % 4 == 0, aligned) and the element path (C 37, a base offset of one element), a scale that
+ * saturates some values (amax / 300: |x / s| up to ~1.5 x 448), and the refusals.
+ * ============================================================================================================== */
+
+START_TEST(test_e4m3_outputs) {
+    const tp_dtype dt = _i ? TP_BF16 : TP_F16;
+    static const int cases[][3] = {{3, 1024, 0}, {51, 37, 0}, {5, 4096, 1}}; /* M, C, base offset */
+    for (int c = 0; c < N_OF(cases); c++) {
+        const int M = cases[c][0], C = cases[c][1];
+        const size_t n = (size_t)M * C, off = (size_t)cases[c][2];
+        SET_CASE("e4m3 outputs %s M=%d C=%d base+%zu", dname(dt), M, C, off);
+        float *x = host_normal(n, 900 + c, 0.2, 2.0), *w = host_normal((size_t)C, 910 + c, 0.0, 0.5);
+        float *u = host_normal(n, 920 + c, 0.0, 1.5);
+        round_to(dt, x, n), round_to(dt, w, (size_t)C), round_to(dt, u, n);
+        void *d_x = dev_upload_at(dt, x, n, off), *d_w = dev_upload_at(dt, w, (size_t)C, off);
+        void *d_u = dev_upload_at(dt, u, n, off);
+        float *d_y32 = dev_alloc_at(TP_F32, n, off);
+        void *d_q = dev_alloc_at(TP_E4M3, n, off);
+        for (int op = 0; op < 2; op++) { /* 0: RMSNorm (Gemma's 1 + w), 1: GeGLU of x and u */
+            if (op == 0) KERNEL_OK(tpk_rmsnorm(d_x, dt, d_w, dt, d_y32, TP_F32, M, C, 1e-6f, 1.0f, g_stream));
+            else KERNEL_OK(tpk_glu(d_x, d_u, dt, d_y32, TP_F32, n, 1, g_stream));
+            const float *y = download_f32(TP_F32, d_y32, n, 1.0f);
+            const float scale = host_amax(y, n) / 300.0f;
+            float *d_s = dev_scalar(scale);
+            if (op == 0) KERNEL_OK(tpk_rmsnorm_e4m3(d_x, dt, d_w, dt, d_q, d_s, M, C, 1e-6f, 1.0f, g_stream));
+            else KERNEL_OK(tpk_glu_e4m3(d_x, d_u, dt, d_q, d_s, n, 1, g_stream));
+            uint8_t *want = hmalloc(n);
+            for (size_t i = 0; i < n; i++) want[i] = tp_f32_to_e4m3(y[i] / scale);
+            check_bytes_equal(op ? "glu e4m3" : "rmsnorm e4m3", TP_E4M3, download_bytes(d_q, n), want, n, (size_t)C);
+        }
+        ck_assert_int_eq(tpk_rmsnorm_e4m3(d_x, dt, d_w, dt, d_q, NULL, M, C, 1e-6f, 1.0f, g_stream),
+                         (int)cudaErrorInvalidValue);
+        ck_assert_int_eq(tpk_glu_e4m3(d_x, d_u, dt, d_x, dev_scalar(1.0f), n, 1, g_stream), (int)cudaErrorInvalidValue);
+        release_all();
+    }
+}
+END_TEST
+
+/* ================================================================================================================
  * kv_append: the T rows at past of each batch and plane equal k and v bit for bit, and every other byte of the
  * cache is still the poison. A past beyond L - T writes nothing. Row widths of 1024 and 256 elements (16-byte
  * copies), 100 (200 bytes in 16 bits: 8-byte copies), 3 (6 or 12 bytes: 2- or 4-byte copies); past + T = L.
@@ -860,6 +901,7 @@ Suite *gpu_decoder_ops_suite(void) {
     tcase_add_loop_test(new_tcase(s, "rmsnorm"), test_rmsnorm, 0, N_OF(RMS_COMBOS));
     tcase_add_loop_test(new_tcase(s, "rope"), test_rope, 0, N_OF(ROPE_COMBOS));
     tcase_add_loop_test(new_tcase(s, "glu"), test_glu, 0, N_OF(GLU_COMBOS));
+    tcase_add_loop_test(new_tcase(s, "e4m3_outputs"), test_e4m3_outputs, 0, 2);
     tcase_add_loop_test(new_tcase(s, "kv_append"), test_kv_append, 0, N_OF(ACT));
     tcase_add_loop_test(new_tcase(s, "rope_kv_append"), test_rope_kv_append, 0, 2 * N_OF(ACT));
     tcase_add_loop_test(new_tcase(s, "last_token"), test_last_token, 0, N_OF(ACT));

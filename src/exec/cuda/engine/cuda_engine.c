@@ -519,6 +519,7 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->d_opconst);
     for (int i = 0; e->mplan && i < 4 * e->g->n_ops; i++) tp_bgemm_destroy(e->mplan[i]);
     free(e->mplan);
+    free(e->msplits);
     free(e->repeats);
     tp_program_free(&e->prog);
     tp_program_free(&e->prog_chosen);

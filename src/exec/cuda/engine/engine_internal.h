@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
+#include "exec/cuda/attention/attention.h"
 #include "exec/cuda/engine/cuda_engine.h"
 #include "exec/cuda/gemm/gemv.h"
 #include "exec/cuda/vendor/cudnn_sdpa.h"
@@ -116,6 +117,9 @@ struct tp_engine {
     tp_bgemm **mplan;          /* per op, 4 each: S = Q Kp^T, S = Q K^T, O = P Vp, O (+)= P V (NULL where absent) */
     float *d_mscore;           /* the unfused attention's scores, fp32 (the largest op's; one stream) */
     void *d_mprob;             /* its probabilities, in the activations' type */
+    void *d_mws;               /* the masked flash attention's split-KV workspace (the largest op's; one stream) */
+    size_t mws_bytes;
+    int *msplits;              /* per op: the key ranges its masked flash kernel asks for (0: automatic), timed */
     struct tp_spgemm_ctx *spctx; /* cuSPARSELt's handle (tp_engine_options.sparse), NULL otherwise */
     struct tp_spgemm **spgemm;  /* per op: the planned sparse GEMM of a linear with 2:4 weights, NULL elsewhere */
     tp_call_kind *sparse_dense; /* per op: the kind a linear runs dense, kept while TP_CALL_GEMM_SPARSE runs it */
@@ -207,6 +211,11 @@ typedef struct {
     int B, H, Hkv, G, D, Tq, Tk, Tp, two, o0, ld; /* o0: the own keys' first column in S and P */
 } mshape;
 mshape tpe_mshape_of(const tp_engine *e, int i);
+/* The most key ranges the build times for a masked flash attention (tpe_choose_attention) */
+#define TPE_MASKED_SPLITS 8
+/* Masked attention op i as tpk_flash_attention_masked's arguments on the engine's buffers (workspace included);
+ * 0 when the kernel does not take its types or head dim. */
+int tpe_masked_flash_args(const tp_engine *e, int i, tpk_masked_attn_args *a);
 
 /* ---- launch (engine_launch.c) ------------------------------------------------------------------------- */
 

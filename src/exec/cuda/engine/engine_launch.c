@@ -72,6 +72,9 @@ static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
     }
     case TP_OP_RMSNORM: {
         const int C = (int)o->shape[o->ndim - 1];
+        if (ydt == TP_E4M3) /* for its FP8 GEMM readers (plan.c plan_fp8) */
+            return tpk_rmsnorm_e4m3(x, xdt, e->dptr[op->in[1]], pl->value_dt[op->in[1]], y,
+                                    e->d_scales + SCALE_SLOT * op->out, n / C, C, op->eps, op->norm_offset, s);
         return tpk_rmsnorm(x, xdt, e->dptr[op->in[1]], pl->value_dt[op->in[1]], y, ydt, n / C, C, op->eps,
                            op->norm_offset, s);
     }
@@ -80,7 +83,11 @@ static int launch_decoder_op(tp_engine *e, int i, cudaStream_t s) {
         return tpk_rope_at(x, xdt, y, ydt, (int)xv->shape[0], (int)xv->shape[1], op->heads, op->head_dim,
                            e->d_invfreq[i], e->d_past, op->n_in > 1 ? (const float *)e->dptr[op->in[1]] : NULL,
                            op->prefix, s);
-    case TP_OP_GLU: return tpk_glu(x, e->dptr[op->in[1]], xdt, y, ydt, (size_t)n, op->act, s);
+    case TP_OP_GLU:
+        if (ydt == TP_E4M3) /* for its FP8 GEMM reader (plan.c plan_fp8) */
+            return tpk_glu_e4m3(x, e->dptr[op->in[1]], xdt, y, e->d_scales + SCALE_SLOT * op->out, (size_t)n, op->act,
+                                s);
+        return tpk_glu(x, e->dptr[op->in[1]], xdt, y, ydt, (size_t)n, op->act, s);
     case TP_OP_KV_APPEND: /* an FP8 cache: quantized under its scale (plan.c plan_kv_cache) */
         return tpk_kv_append(x, e->dptr[op->in[1]], y, xdt, ydt, e->d_scales + SCALE_SLOT * op->out,
                              (int)xv->shape[0], (int)xv->shape[1], (int)o->shape[2], (int)o->shape[3], e->d_past, s);
@@ -533,6 +540,7 @@ static const launcher LAUNCHERS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_EULER] = l_pipeline,
     [TP_CALL_MASKED_ATTENTION] = l_pipeline,
     [TP_CALL_MASKED_ATTENTION_GEMMS] = l_pipeline,
+    [TP_CALL_MASKED_ATTENTION_FLASH] = l_pipeline,
     [TP_CALL_ROPE_KV_APPEND] = l_rope_kv_append,
     [TP_CALL_GEMV] = l_gemv,
     [TP_CALL_GEMM_SM90] = l_gemm_sm90,
@@ -718,6 +726,10 @@ int tpe_launch_pipeline_op(tp_engine *e, int i, cudaStream_t s) {
         return tpk_euler((const float *)x, e->dptr[op->in[1]], pl->value_dt[op->in[1]], (float *)y, op->scale, n, s);
     case TP_OP_MASKED_ATTENTION: {
         if (tpe_kind(e, i) == TP_CALL_MASKED_ATTENTION_GEMMS) return launch_unfused(e, i, s);
+        if (tpe_kind(e, i) == TP_CALL_MASKED_ATTENTION_FLASH) {
+            tpk_masked_attn_args a;
+            return tpe_masked_flash_args(e, i, &a) ? tpk_flash_attention_masked(&a, s) : (int)cudaErrorInvalidValue;
+        }
         const int two = op->n_in == 6;
         for (int j = 1; j < (two ? 5 : 3); j++)
             if (pl->value_dt[op->in[j]] != xdt) return (int)cudaErrorInvalidValue;

@@ -680,22 +680,77 @@ static tp_status plan_unfused(tp_engine *e, int i, tp_error *why) {
     return st;
 }
 
+int tpe_masked_flash_args(const tp_engine *e, int i, tpk_masked_attn_args *a) {
+    const tp_op *op = &e->g->ops[i];
+    const mshape m = tpe_mshape_of(e, i);
+    const tp_dtype in = e->plan->value_dt[op->in[0]], out = e->plan->value_dt[op->out];
+    if (!tpk_flash_attention_masked_supported(in, out, m.D)) return 0;
+    for (int j = 1; j < (m.two ? 5 : 3); j++)
+        if (e->plan->value_dt[op->in[j]] != in) return 0;
+    memset(a, 0, sizeof *a);
+    a->q = e->dptr[op->in[0]], a->k = e->dptr[op->in[1]], a->v = e->dptr[op->in[2]];
+    a->kp = m.two ? e->dptr[op->in[3]] : NULL, a->vp = m.two ? e->dptr[op->in[4]] : NULL;
+    a->valid = e->dptr[op->in[m.two ? 5 : 3]];
+    a->o = e->dptr[op->out];
+    a->B = m.B, a->H = m.H, a->Hkv = m.Hkv, a->D = m.D, a->Tq = m.Tq, a->Tk = m.Tk, a->Tp = m.Tp;
+    a->prefix = op->prefix, a->first_block = op->pool_mode == 1, a->scale = op->scale;
+    a->in_dt = in, a->out_dt = out;
+    a->out_scale = out == TP_E4M3 ? e->d_scales + SCALE_SLOT * op->out : NULL;
+    a->workspace = e->d_mws, a->workspace_bytes = e->mws_bytes;
+    a->num_splits = e->msplits ? e->msplits[i] : 0;
+    return 1;
+}
+
+/* Every masked attention op's implementations: tprof's flash kernel where it takes the op (and unless
+ * --attention classic), the cuBLASLt batched GEMMs where they plan (a second candidate: --attention auto times
+ * both in tpe_choose_attention), else the CUDA-core kernel; the buffers of those that may run. */
 static tp_status setup_masked(tp_engine *e, tp_attn_impl want, tp_error *err) {
     const tp_graph *g = e->g;
-    size_t sbytes = 0, pbytes = 0;
+    size_t sbytes = 0, pbytes = 0, wbytes = 0;
     for (int i = 0; i < g->n_ops; i++) {
         const tp_op *op = &g->ops[i];
         if (op->kind != TP_OP_MASKED_ATTENTION) continue;
         if (!e->mplan && !(e->mplan = calloc((size_t)(4 * g->n_ops), sizeof(tp_bgemm *))))
             return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        tpk_masked_attn_args fa;
+        const int can_flash = tpe_masked_flash_args(e, i, &fa);
+        const int q8 = e->plan->value_dt[op->out] == TP_E4M3; /* for its FP8 reader: the flash kernel's alone */
+        if ((want == TP_ATTN_FLASH || q8) && !can_flash)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: the masked flash kernel needs f16/bf16 Q/K/V and head "
+                           "dim 16, 32, 64, 128 or 256; this op has %s and head dim %d", op->layer,
+                           tp_dtype_info(e->plan->value_dt[op->in[0]])->name, op->head_dim);
+        if (q8 && want == TP_ATTN_CLASSIC)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: the plan has this masked attention write e4m3 for its "
+                           "FP8 reader, which only tprof's flash kernel does, not --attention classic", op->layer);
+        /* auto: the flash kernel, timed against the GEMMs (tpe_choose_attention); flash: it alone; cudnn and wgmma
+         * do not take pi0's masks: the GEMMs as before, or the flash kernel where the output is e4m3 */
+        const int flash = can_flash && (want == TP_ATTN_AUTO || want == TP_ATTN_FLASH || q8);
+        if (flash) { /* the workspace of the automatic split and of the most the build times (TPE_MASKED_SPLITS) */
+            for (int k = 0; k < 2; k++) {
+                size_t b = 0;
+                fa.num_splits = k ? TPE_MASKED_SPLITS : 0;
+                if (tpk_flash_attention_masked_plan(&fa, NULL, &b))
+                    return tp_fail(err, TP_ERR_CUDA, "layer %s: the masked flash attention refused its plan", op->layer);
+                if (b > wbytes) wbytes = b;
+            }
+            if (!e->msplits && !(e->msplits = calloc((size_t)g->n_ops, sizeof(int))))
+                return tp_fail(err, TP_ERR_OOM, "out of host memory");
+        }
         tp_error why = {0};
-        tp_status st = want == TP_ATTN_CLASSIC ? TP_ERR_UNSUPPORTED : plan_unfused(e, i, &why);
+        tp_status st = want == TP_ATTN_CLASSIC || (flash && (want != TP_ATTN_AUTO || q8)) ? TP_ERR_UNSUPPORTED
+                                                                                           : plan_unfused(e, i, &why);
         if (st == TP_ERR_OOM) return tp_fail(err, st, "%s", why.msg);
-        tpe_set_kind(e, i, st == TP_OK ? TP_CALL_MASKED_ATTENTION_GEMMS : TP_CALL_MASKED_ATTENTION);
+        tpe_set_kind(e, i, flash ? TP_CALL_MASKED_ATTENTION_FLASH
+                                 : st == TP_OK ? TP_CALL_MASKED_ATTENTION_GEMMS : TP_CALL_MASKED_ATTENTION);
         if (st) {
             for (int k = 0; k < 4; k++) tp_bgemm_destroy(e->mplan[4 * i + k]), e->mplan[4 * i + k] = NULL;
-            snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof CUDA-core kernel (pipeline_ops.h): %.150s",
-                     want == TP_ATTN_CLASSIC ? "as asked (--attention classic)" : why.msg);
+            if (flash)
+                snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof flash kernel (attention.h), tensor cores%s",
+                         q8 ? ", writing e4m3 for its FP8 reader" : want == TP_ATTN_AUTO ? " (the only one eligible)"
+                                                                                          : " (as asked)");
+            else
+                snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof CUDA-core kernel (pipeline_ops.h): %.150s",
+                         want == TP_ATTN_CLASSIC ? "as asked (--attention classic)" : why.msg);
             continue;
         }
         const mshape m = tpe_mshape_of(e, i);
@@ -711,6 +766,10 @@ static tp_status setup_masked(tp_engine *e, tp_attn_impl want, tp_error *err) {
     if (sbytes && !(st = tpe_dev_alloc(e, sbytes, (void **)&e->d_mscore, "the attention scores", err)))
         st = tpe_dev_alloc(e, pbytes, &e->d_mprob, "the attention probabilities", err);
     if (!st) e->act_bytes += (double)(sbytes + pbytes);
+    if (!st && wbytes && !(st = tpe_dev_alloc(e, wbytes, &e->d_mws, "the masked attention's split-KV workspace", err))) {
+        e->mws_bytes = wbytes;
+        e->act_bytes += (double)wbytes;
+    }
     return st;
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/check.h"
 #include "exec/cuda/attention/attention_wgmma.h"
 #include "exec/cuda/engine/engine_internal.h"
 #include "exec/cuda/gemm/gemm_sm90.h"
@@ -512,12 +513,87 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
     return TP_OK;
 }
 
+/* The masked attention ops that run tprof's flash kernel (setup_masked, engine_memory.c): each distinct shape
+ * timed once on the op's buffers with the automatic split-KV and with 1, 2, 4 and TPE_MASKED_SPLITS key ranges
+ * (the automatic count fills the SMs, but every range adds a partial output to write and merge: 14 ranges of
+ * pi0's expert write 6 MB), the fastest kept; with --attention auto, against the cuBLASLt GEMMs too where they
+ * are a candidate. The inputs are filled first (uniform Q, K, V; counts that show every key, so no candidate
+ * times a masked-out shortcut); the run's inputs overwrite them. */
+static tp_status choose_masked(tp_engine *e, tp_error *err) {
+    static const int SPLITS[] = {0, 1, 2, 4, TPE_MASKED_SPLITS};
+    const tp_graph *g = e->g;
+    int prev = -1;
+    for (int i = 0; i < g->n_ops; i++) {
+        const tp_op *op = &g->ops[i];
+        if (op->kind != TP_OP_MASKED_ATTENTION || tpe_kind(e, i) != TP_CALL_MASKED_ATTENTION_FLASH) continue;
+        const mshape m = tpe_mshape_of(e, i);
+        if (prev >= 0) {
+            const tp_op *po = &g->ops[prev];
+            const mshape pm = tpe_mshape_of(e, prev);
+            if (!memcmp(&pm, &m, sizeof m) && po->scale == op->scale && po->prefix == op->prefix &&
+                po->pool_mode == op->pool_mode && e->plan->value_dt[po->in[0]] == e->plan->value_dt[op->in[0]] &&
+                e->plan->value_dt[po->out] == e->plan->value_dt[op->out]) {
+                tpe_set_kind(e, i, tpe_kind(e, prev));
+                e->msplits[i] = e->msplits[prev];
+                memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
+                continue;
+            }
+        }
+        prev = i;
+        for (int j = 0; j < (m.two ? 5 : 3); j++) {
+            const int v = op->in[j];
+            int rc = tpk_fill_uniform(e->dptr[v], e->plan->value_dt[v], (size_t)tp_value_numel(&g->values[v]),
+                                      11 + (uint64_t)j, e->stream);
+            if (rc) return tp_fail(err, TP_ERR_CUDA, "filling %s: %s", g->values[v].name, cudaGetErrorString((cudaError_t)rc));
+        }
+        float all[64];
+        for (int b = 0; b < 64; b++) all[b] = (float)(m.Tp + m.Tk);
+        for (int b = 0; b < m.B; b += 64) {
+            const size_t n = (size_t)(m.B - b < 64 ? m.B - b : 64);
+            cudaError_t ce = cudaMemcpyAsync((float *)e->dptr[op->in[m.two ? 5 : 3]] + b, all, n * sizeof(float),
+                                             cudaMemcpyHostToDevice, e->stream);
+            if (ce == cudaSuccess) ce = cudaStreamSynchronize(e->stream);
+            if (ce != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "the counts of %s: %s", op->layer, cudaGetErrorString(ce));
+        }
+        double t[5], tg = -1.0;
+        int best = 0, used[5];
+        for (int k = 0; k < 5; k++) {
+            tpk_masked_attn_args a;
+            e->msplits[i] = SPLITS[k];
+            CHECK(tpe_masked_flash_args(e, i, &a));
+            used[k] = 1;
+            if (tpk_flash_attention_masked_plan(&a, &used[k], NULL))
+                return tp_fail(err, TP_ERR_CUDA, "layer %s: the masked flash attention refused its plan", op->layer);
+            tp_status st = time_op(e, i, &t[k], err);
+            if (st) return st;
+            if (t[k] < t[best]) best = k;
+        }
+        e->msplits[i] = SPLITS[best];
+        if (e->mplan && e->mplan[4 * i + 1]) { /* --attention auto with the GEMMs planned */
+            tpe_set_kind(e, i, TP_CALL_MASKED_ATTENTION_GEMMS);
+            tp_status st = time_op(e, i, &tg, err);
+            if (st) return st;
+        }
+        const int flash = tg < 0 || t[best] <= tg;
+        tpe_set_kind(e, i, flash ? TP_CALL_MASKED_ATTENTION_FLASH : TP_CALL_MASKED_ATTENTION_GEMMS);
+        size_t l = (size_t)snprintf(e->impl_note[i], sizeof e->impl_note[i], "%s: flash (tprof, tensor cores) by key "
+                                    "ranges", flash ? "flash" : "cuBLASLt GEMMs");
+        for (int k = 0; k < 5 && l < sizeof e->impl_note[i]; k++)
+            l += (size_t)snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "%s %d%s %.1f us", k ? "," : "",
+                                  used[k], SPLITS[k] ? "" : " (auto)", t[k]);
+        if (tg >= 0 && l < sizeof e->impl_note[i])
+            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; cuBLASLt GEMMs around tprof's masked softmax "
+                     "%.1f us", tg);
+    }
+    return TP_OK;
+}
+
 /* Picks the implementation of every attention op (see tp_attn_impl): AUTO times the eligible ones once per
  * distinct shape and type on the op's own buffers (its input filled with uniform values first: the engine's
  * buffers hold nothing defined yet) and keeps the fastest. */
 tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err) {
     const tp_graph *g = e->g;
-    tp_status st = TP_OK;
+    tp_status st = choose_masked(e, err);
     size_t ws = 0;
     int prev = -1;
     for (int i = 0; i < g->n_ops && !st; i++) {

@@ -124,6 +124,19 @@ template <int N> static __device__ __forceinline__ void stn(__nv_bfloat16 *p, co
     st_raw<2 * N>(p, w);
 }
 
+/* Stores whose destination may be E4M3 under the per-tensor scale sc (e4m3.cuh's rounding, q = sat(rne(v / sc)));
+ * the fp32 and 16-bit overloads ignore sc. A producer writing its GEMM reader's E4M3 input saves the quantize
+ * kernel the reader would otherwise run. */
+template <typename T> static __device__ __forceinline__ void sts1(T *p, size_t i, float v, float) { st1(p, i, v); }
+static __device__ __forceinline__ void sts1(kv_e4m3 *p, size_t i, float v, float sc) {
+    reinterpret_cast<unsigned char *>(p)[i] = (unsigned char)(tpk_to_e4m3x2(v, 0.0f, sc) & 0xFFu);
+}
+template <int N, typename T> static __device__ __forceinline__ void stsn(T *p, const float *v, float) { stn<N>(p, v); }
+template <int N> static __device__ __forceinline__ void stsn(kv_e4m3 *p, const float *v, float sc) {
+    static_assert(N == 4, "E4M3 stores of 4 values (4 bytes)");
+    *reinterpret_cast<uint32_t *>(p) = tpk_to_e4m3x2(v[0], v[1], sc) | (tpk_to_e4m3x2(v[2], v[3], sc) << 16);
+}
+
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(DEC_FULL, v, o);
@@ -230,10 +243,11 @@ extern "C" int tpk_token_embed(const float *ids, const void *table, tp_dtype tdt
 template <typename TX, typename TW, typename TY>
 __global__ void __launch_bounds__(1024)
     rmsnorm_kernel(const TX *__restrict__ x, const TW *__restrict__ w, TY *__restrict__ y, int C, float eps,
-                   float offset, int vec) {
+                   float offset, int vec, const float *__restrict__ ys) {
     tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
     tpk_pdl_wait();
     __shared__ float red[33];
+    const float sc = ys ? *ys : 1.0f; /* an E4M3 output's scale */
     const TX *xr = x + (size_t)blockIdx.x * C;
     TY *yr = y + (size_t)blockIdx.x * C;
     float ss = 0.0f;
@@ -259,20 +273,20 @@ __global__ void __launch_bounds__(1024)
             ldn<4>(w + c, wv);
 #pragma unroll
             for (int k = 0; k < 4; k++) v[k] = v[k] * r * (offset + wv[k]);
-            stn<4>(yr + c, v);
+            stsn<4>(yr + c, v, sc);
         }
     } else {
-        for (int c = threadIdx.x; c < C; c += blockDim.x) st1(yr, c, ld1(xr, c) * r * (offset + ld1(w, c)));
+        for (int c = threadIdx.x; c < C; c += blockDim.x) sts1(yr, c, ld1(xr, c) * r * (offset + ld1(w, c)), sc);
     }
 }
 
 template <typename TX, typename TW, typename TY>
 static int rmsnorm_launch(const void *x, const void *w, void *y, int M, int C, float eps, float offset,
-                          cudaStream_t s) {
+                          cudaStream_t s, const float *ys = NULL) {
     const int vec = C % 4 == 0 && aligned(x, 4 * sizeof(TX)) && aligned(w, 4 * sizeof(TW)) &&
                     aligned(y, 4 * sizeof(TY));
     return pdl_launched(tpk_pdl_launch_kernel(rmsnorm_kernel<TX, TW, TY>, dim3((unsigned)M), dim3(row_threads(C)), 0, s,
-                                              (const TX *)x, (const TW *)w, (TY *)y, C, eps, offset, vec));
+                                              (const TX *)x, (const TW *)w, (TY *)y, C, eps, offset, vec, ys));
 }
 
 extern "C" int tpk_rmsnorm(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *y, tp_dtype ydt, int M,
@@ -283,6 +297,16 @@ extern "C" int tpk_rmsnorm(const void *x, tp_dtype xdt, const void *w, tp_dtype 
     cudaStream_t s = (cudaStream_t)stream;
     DEC_BY_ACT(xdt, TX, DEC_BY_ACT(wdt, TW, DEC_BY_ACT(ydt, TY,
                return rmsnorm_launch<TX, TW, TY>(x, w, y, M, C, eps, offset, s))))
+}
+
+extern "C" int tpk_rmsnorm_e4m3(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *y,
+                                const float *y_scale, int M, int C, float eps, float offset, tp_stream stream) {
+    if (M < 0 || C < 0 || (M > 0 && C == 0)) return DEC_INVALID;
+    if (M == 0) return (int)cudaSuccess;
+    if (!x || !w || !y || !y_scale) return DEC_INVALID;
+    cudaStream_t s = (cudaStream_t)stream;
+    DEC_BY_ACT(xdt, TX, DEC_BY_ACT(wdt, TW, return rmsnorm_launch<TX, TW, kv_e4m3>(x, w, y, M, C, eps, offset, s,
+                                                                                   y_scale)))
 }
 
 /* ================================================================================================================
@@ -355,9 +379,11 @@ extern "C" int tpk_rope(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, int 
 
 
 template <typename TI, typename TY, int ACT>
-__global__ void __launch_bounds__(DEC_THREADS) glu_kernel(const TI *gate, const TI *up, TY *y, size_t n, int vec) {
+__global__ void __launch_bounds__(DEC_THREADS)
+    glu_kernel(const TI *gate, const TI *up, TY *y, size_t n, int vec, const float *__restrict__ ys) {
     tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
     tpk_pdl_wait();
+    const float sc = ys ? *ys : 1.0f; /* an E4M3 output's scale */
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     size_t done = 0;
     if (vec) {
@@ -368,20 +394,21 @@ __global__ void __launch_bounds__(DEC_THREADS) glu_kernel(const TI *gate, const 
             ldn<4>(up + 4 * i, u);
 #pragma unroll
             for (int k = 0; k < 4; k++) g[k] = tpk_glu_act<ACT>(g[k]) * u[k];
-            stn<4>(y + 4 * i, g);
+            stsn<4>(y + 4 * i, g, sc);
         }
         done = n4 * 4;
     }
-    for (size_t i = done + tid; i < n; i += stride) st1(y, i, tpk_glu_act<ACT>(ld1(gate, i)) * ld1(up, i));
+    for (size_t i = done + tid; i < n; i += stride) sts1(y, i, tpk_glu_act<ACT>(ld1(gate, i)) * ld1(up, i), sc);
 }
 
 template <typename TI, typename TY>
-static int glu_launch(const void *gate, const void *up, void *y, size_t n, int act, cudaStream_t s) {
+static int glu_launch(const void *gate, const void *up, void *y, size_t n, int act, cudaStream_t s,
+                      const float *ys = NULL) {
     const int vec = aligned(gate, 4 * sizeof(TI)) && aligned(up, 4 * sizeof(TI)) && aligned(y, 4 * sizeof(TY));
     const unsigned blocks = grid_for(vec ? (n + 3) / 4 : n, DEC_THREADS);
     return pdl_launched(tpk_pdl_launch_kernel(act == 0 ? glu_kernel<TI, TY, 0> : glu_kernel<TI, TY, 1>, dim3(blocks),
                                               dim3(DEC_THREADS), 0, s, (const TI *)gate, (const TI *)up, (TY *)y, n,
-                                              vec));
+                                              vec, ys));
 }
 
 extern "C" int tpk_glu(const void *gate, const void *up, tp_dtype dt, void *y, tp_dtype ydt, size_t n, int act,
@@ -392,6 +419,15 @@ extern "C" int tpk_glu(const void *gate, const void *up, tp_dtype dt, void *y, t
     if ((y == gate || y == up) && dt != ydt) return DEC_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
     DEC_BY_ACT(dt, TI, DEC_BY_ACT(ydt, TY, return glu_launch<TI, TY>(gate, up, y, n, act, s)))
+}
+
+extern "C" int tpk_glu_e4m3(const void *gate, const void *up, tp_dtype dt, void *y, const float *y_scale, size_t n,
+                            int act, tp_stream stream) {
+    if (act != 0 && act != 1) return DEC_INVALID;
+    if (n == 0) return (int)cudaSuccess;
+    if (!gate || !up || !y || !y_scale || y == gate || y == up) return DEC_INVALID;
+    cudaStream_t s = (cudaStream_t)stream;
+    DEC_BY_ACT(dt, TI, return glu_launch<TI, kv_e4m3>(gate, up, y, n, act, s, y_scale))
 }
 
 /* ================================================================================================================

@@ -39,6 +39,11 @@ int tpk_token_embed(const float *ids, const void *table, tp_dtype tdt, void *y, 
  * reduction), sqrt and division IEEE. C >= 1. */
 int tpk_rmsnorm(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *y, tp_dtype ydt, int M, int C,
                 float eps, float offset, tp_stream stream);
+/* tpk_rmsnorm writing E4M3 under the per-tensor scale *y_scale (device fp32): y = sat(rne(y_f32 / *y_scale)), the
+ * fp32 result rounded once (e4m3.cuh), for FP8 GEMMs that read it (no quantize kernel before them). y 4-byte
+ * aligned for the vector path (else element by element). */
+int tpk_rmsnorm_e4m3(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *y, const float *y_scale, int M,
+                     int C, float eps, float offset, tp_stream stream);
 
 /* Rotary position embedding of x (B, T, H, D) in xdt into y in ydt, HF's rotate_half convention, as tp_cpu_rope:
  * for token t and i < D/2, with a = (float)(*past + t) * inv_freq[i] (one fp32 product, as HF forms the angle)
@@ -61,6 +66,9 @@ int tpk_rope_at(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, int B, int T
  * Other act: cudaErrorInvalidValue. */
 int tpk_glu(const void *gate, const void *up, tp_dtype dt, void *y, tp_dtype ydt, size_t n, int act,
             tp_stream stream);
+/* tpk_glu writing E4M3 under *y_scale (device fp32), as tpk_rmsnorm_e4m3; y must not alias gate or up. */
+int tpk_glu_e4m3(const void *gate, const void *up, tp_dtype dt, void *y, const float *y_scale, size_t n, int act,
+                 tp_stream stream);
 
 /* The KV cache kv (2, B, L, W) in kv_dt (K at index 0, V at 1): rows *past .. *past + T - 1 of batch b get k[b] and
  * v[b] (B, T, W) in dt; every other row is left untouched. kv_dt == dt: copied bit for bit. kv_dt == TP_E4M3 (an

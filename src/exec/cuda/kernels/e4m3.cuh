@@ -13,13 +13,16 @@
  * RN(q + (v - q scale) r), the remainder exact through the FMA, is the correctly rounded quotient (Markstein's
  * theorem; Muller et al., Handbook of Floating-Point Arithmetic, 2nd ed., 4.7 and 5.5). Branch-free: where the
  * corrected quotient is not finite (v infinite or NaN, overflow) the plain product is, like v / scale, +-inf or
- * NaN. Outside the theorem's hypotheses: quotients below 2^-126 may differ in the last bit, and all of them
- * round to zero in E4M3 (smallest subnormal 2^-9); scales that are not normal (below 2^-126, kernels.h asks
- * for normal ones) may saturate a quotient that is finite. */
+ * NaN; a zero quotient is the product (its sign that of v / scale). Outside the theorem's hypotheses: quotients
+ * below 2^-126 may differ in the last bit, and all of them round to zero in E4M3 (smallest subnormal 2^-9);
+ * scales that are not normal (below 2^-126, kernels.h asks for normal ones) may saturate a quotient that is
+ * finite. */
 static __device__ __forceinline__ float tpk_div_by_scale(float v, float scale) {
     const float r = __frcp_rn(scale);
     const float q = v * r, q1 = fmaf(fmaf(-q, scale, v), r, q);
-    return isfinite(q1) ? q1 : q;
+    /* a zero quotient keeps the plain product's sign: the correction of -0 is +0 (-0 + +0), while -0 / scale is -0
+     * and encodes as E4M3 -0 (0x80), as the host codec does */
+    return isfinite(q1) && q1 != 0.0f ? q1 : q;
 }
 
 /* Two values in one cvt.rn.satfinite.e4m3x2.f32: lo / scale in bits 0-7, hi / scale in bits 8-15 (saturating to
