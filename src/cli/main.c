@@ -129,7 +129,8 @@ static const char USAGE_BENCH[] =
             "  --calib-data PATH     calibrate on these files (images: a file or folder; decoders: token ids),\n"
             "                        apart from the data timed (default: the --image batch, else random)\n"
             "  --attention IMPL      auto (default: time tprof's flash kernels (mma.sync; wgmma on sm_90) and\n"
-            "                        cuDNN's SDPA when the engine is built, keep the fastest), flash, wgmma,\n"
+            "                        cuDNN's SDPA when the engine is built, keep the fastest; pi0's masked\n"
+            "                        attention: tprof's flash kernel against cuBLASLt GEMMs), flash, wgmma,\n"
             "                        cudnn (loaded at run time), classic\n";
 static const char USAGE_PROFILE[] =
     "profile options (besides the bench options):\n"
