@@ -1,0 +1,170 @@
+/* test_istream.c: the instruction stream of a persistent kernel (planner/istream.h, docs/persistent.md): the cutting
+ * covers every call's output features once, the queues hold every instruction once in global order, and the
+ * stream runs to the end under many random interleavings with every read after its producers' writes, checked
+ * against the graph itself (a Llama decode step and pi0-small, with the q/k/v and gate/up groups and the GLU epilogue
+ * a build chooses, at 1, 3 and 132 SMs, 16 and 7 rows an instruction). A stream with one wait removed must fail the
+ * simulation, so the check can fail. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/model.h"
+#include "planner/istream.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+#include "planner/program.h"
+
+typedef struct {
+    tp_model m;
+    tp_params p;
+    tp_graph g;
+    tp_plan plan;
+} fixture;
+
+/* preset's graph (a decode step of 3 sequences at position 20 for a decoder, the pipeline's for pi0-small), its
+ * fp16 plan on sm_90, and a build's choices: every linear a GEMV, siblings one group (as test_program.c's). */
+static void setup_model(fixture *f, const char *preset, int groups) {
+    tp_error e = {0};
+    memset(f, 0, sizeof *f);
+    ck_assert_msg(tp_model_preset(preset, &f->m, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_model_params_shapes(&f->m, &f->p, &e) == TP_OK, "%s", e.msg);
+    if (f->m.family->build_step) {
+        const tp_step_shape s = {3, 1, 20, 32, 0, 0, 0};
+        ck_assert_msg(tp_model_build_step(&f->m, &f->p, &s, &f->g, &e) == TP_OK, "%s", e.msg);
+    } else {
+        ck_assert_msg(tp_model_build_graph(&f->m, &f->p, 2, &f->g, &e) == TP_OK, "%s", e.msg);
+    }
+    tp_policy pol;
+    tp_policy_default(&pol, TP_PREC_FP16);
+    ck_assert_msg(tp_plan_build_policy(&f->g, &pol, 90, &f->plan, &e) == TP_OK, "%s", e.msg);
+    if (!groups) return;
+    tp_program *prog = &f->plan.prog;
+    int lead = -1;
+    for (int i = 0; i < f->g.n_ops; i++) {
+        if (f->g.ops[i].kind != TP_OP_LINEAR || prog->calls[i].n_ops != 1) continue;
+        prog->calls[i].kind = TP_CALL_GEMV;
+        if (lead >= 0 && f->g.ops[lead].in[0] == f->g.ops[i].in[0]) {
+            tp_program_merge(prog, lead, i);
+            prog->calls[lead].kind = TP_CALL_GEMV_GROUP;
+        } else {
+            lead = i;
+        }
+    }
+    ck_assert_int_ge(tp_program_fuse_built(prog, &f->g, &f->plan, 90, NULL, 0, NULL, NULL), 0);
+}
+
+static void teardown_model(fixture *f) {
+    tp_plan_free(&f->plan);
+    tp_graph_free(&f->g);
+    tp_params_free(&f->p);
+}
+
+/* Every call's instructions: parts 0 .. n - 1 in order, features tiling [0, width) for a cut call; the queues a
+ * permutation of the instructions, each queue increasing. */
+static void check_layout(const tp_istream *s, const fixture *f) {
+    const tp_program *prog = &f->plan.prog;
+    int k = 0, calls = 0;
+    for (int h = 0; h < f->g.n_ops; h++) {
+        if (!tp_program_is_head(prog, h) || prog->calls[h].n_ops == 0) continue;
+        calls++;
+        ck_assert_int_lt(k, s->n_instrs);
+        const int n = s->instrs[k].n_parts;
+        int64_t f_end = 0;
+        for (int p = 0; p < n; p++, k++) {
+            ck_assert_int_eq(s->instrs[k].call, h);
+            ck_assert_int_eq(s->instrs[k].part, p);
+            ck_assert_int_eq(s->instrs[k].f0, f_end);
+            ck_assert(s->instrs[k].f1 >= s->instrs[k].f0 && s->instrs[k].f1 - s->instrs[k].f0 <= s->rows);
+            f_end = s->instrs[k].f1;
+        }
+        if (f->g.ops[h].kind == TP_OP_LINEAR) ck_assert_int_ge(f_end, f->g.ops[h].gemm_n);
+    }
+    ck_assert_int_eq(k, s->n_instrs);
+    ck_assert_int_eq(calls, tp_program_n_calls(prog));
+    char *seen = calloc((size_t)s->n_instrs, 1);
+    ck_assert_ptr_nonnull(seen);
+    ck_assert_int_eq(s->queue_start[s->n_sms], s->n_instrs);
+    for (int sm = 0; sm < s->n_sms; sm++)
+        for (int q = s->queue_start[sm]; q < s->queue_start[sm + 1]; q++) {
+            const int i = s->queue[q];
+            ck_assert(i >= 0 && i < s->n_instrs && !seen[i]);
+            seen[i] = 1;
+            if (q > s->queue_start[sm]) ck_assert_int_gt(i, s->queue[q - 1]);
+        }
+    free(seen);
+}
+
+static const char *const PRESETS[] = {"llama-tiny", "pi0-small"};
+
+START_TEST(test_stream_runs) {
+    const char *preset = PRESETS[_i / 2];
+    const int groups = _i % 2;
+    fixture f;
+    setup_model(&f, preset, groups);
+    static const int sms[] = {1, 3, 132}, rows[] = {16, 7};
+    for (size_t a = 0; a < sizeof sms / sizeof sms[0]; a++)
+        for (size_t b = 0; b < sizeof rows / sizeof rows[0]; b++) {
+            tp_istream s;
+            tp_error e = {0};
+            ck_assert_msg(tp_istream_build(&f.plan.prog, &f.g, sms[a], rows[b], &s, &e) == TP_OK, "%s", e.msg);
+            check_layout(&s, &f);
+            ck_assert_int_gt(s.n_waits, 0);
+            for (uint64_t seed = 1; seed <= 40; seed++)
+                ck_assert_msg(tp_istream_simulate(&s, &f.plan.prog, &f.g, seed, &e) == TP_OK,
+                              "%s%s, %d SMs, %d rows, seed %llu: %s", preset, groups ? " (groups)" : "", sms[a],
+                              rows[b], (unsigned long long)seed, e.msg);
+            if (a == 1 && b == 0)
+                printf("%s%s: %d calls -> %d instructions, %d waits, %d counters\n", preset,
+                       groups ? " (GEMV groups, GLU epilogue)" : "", tp_program_n_calls(&f.plan.prog), s.n_instrs,
+                       s.n_waits, s.n_counters);
+            tp_istream_free(&s);
+        }
+    teardown_model(&f);
+}
+END_TEST
+
+/* A stream with the waits of one instruction that reads another call's value removed: some interleaving runs it
+ * before its producer, and the simulation says so. With more SMs than instructions each queue holds one, so no
+ * queue order hides the missing wait (with 1 SM the order alone keeps any stream right). */
+START_TEST(test_missing_wait_fails) {
+    fixture f;
+    setup_model(&f, "llama-tiny", 1);
+    tp_istream s;
+    tp_error e = {0};
+    ck_assert(tp_istream_build(&f.plan.prog, &f.g, 1000, 16, &s, &e) == TP_OK);
+    ck_assert_int_lt(s.n_instrs, 1000);
+    int victim = -1;
+    for (int k = s.n_instrs - 1; k >= 0 && victim < 0; k--)
+        if (s.instrs[k].n_waits > 0 && f.g.ops[s.instrs[k].call].kind == TP_OP_LINEAR) victim = k;
+    ck_assert_int_ge(victim, 0);
+    for (int w = 0; w < s.instrs[victim].n_waits; w++) s.waits[s.instrs[victim].first_wait + w].target = 0;
+    int failed = 0;
+    for (uint64_t seed = 1; seed <= 200 && !failed; seed++) {
+        if (tp_istream_simulate(&s, &f.plan.prog, &f.g, seed, &e) != TP_OK) {
+            failed = 1;
+            ck_assert_msg(strstr(e.msg, "starts while"), "%s", e.msg);
+        }
+    }
+    ck_assert_msg(failed, "a stream without instruction %d's waits ran right under 200 interleavings", victim);
+    /* refused arguments */
+    tp_istream t;
+    ck_assert_int_eq(tp_istream_build(&f.plan.prog, &f.g, 0, 16, &t, &e), TP_ERR_ARG);
+    ck_assert_int_eq(tp_istream_build(&f.plan.prog, &f.g, 4, 0, &t, &e), TP_ERR_ARG);
+    tp_istream_free(&s);
+    teardown_model(&f);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("istream");
+    TCase *t = tcase_create("istream");
+    tcase_set_timeout(t, 120);
+    tcase_add_loop_test(t, test_stream_runs, 0, 4);
+    tcase_add_test(t, test_missing_wait_fails);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    const int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
