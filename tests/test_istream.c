@@ -106,7 +106,7 @@ START_TEST(test_stream_runs) {
         for (size_t b = 0; b < sizeof rows / sizeof rows[0]; b++) {
             tp_istream s;
             tp_error e = {0};
-            ck_assert_msg(tp_istream_build(&f.plan.prog, &f.g, sms[a], rows[b], &s, &e) == TP_OK, "%s", e.msg);
+            ck_assert_msg(tp_istream_build(&f.plan.prog, &f.g, sms[a], rows[b], NULL, &s, &e) == TP_OK, "%s", e.msg);
             check_layout(&s, &f);
             ck_assert_int_gt(s.n_waits, 0);
             for (uint64_t seed = 1; seed <= 40; seed++)
@@ -131,7 +131,7 @@ START_TEST(test_missing_wait_fails) {
     setup_model(&f, "llama-tiny", 1);
     tp_istream s;
     tp_error e = {0};
-    ck_assert(tp_istream_build(&f.plan.prog, &f.g, 1000, 16, &s, &e) == TP_OK);
+    ck_assert(tp_istream_build(&f.plan.prog, &f.g, 1000, 16, NULL, &s, &e) == TP_OK);
     ck_assert_int_lt(s.n_instrs, 1000);
     int victim = -1;
     for (int k = s.n_instrs - 1; k >= 0 && victim < 0; k--)
@@ -148,9 +148,75 @@ START_TEST(test_missing_wait_fails) {
     ck_assert_msg(failed, "a stream without instruction %d's waits ran right under 200 interleavings", victim);
     /* refused arguments */
     tp_istream t;
-    ck_assert_int_eq(tp_istream_build(&f.plan.prog, &f.g, 0, 16, &t, &e), TP_ERR_ARG);
-    ck_assert_int_eq(tp_istream_build(&f.plan.prog, &f.g, 4, 0, &t, &e), TP_ERR_ARG);
+    ck_assert_int_eq(tp_istream_build(&f.plan.prog, &f.g, 0, 16, NULL, &t, &e), TP_ERR_ARG);
+    ck_assert_int_eq(tp_istream_build(&f.plan.prog, &f.g, 4, 0, NULL, &t, &e), TP_ERR_ARG);
     tp_istream_free(&s);
+    teardown_model(&f);
+}
+END_TEST
+
+/* The persistent decode step's joins (tp_istream_decode_joins) on a Llama decode step at one token with the build's
+ * groups: five calls a layer (norm + q/k/v, RoPE + append + attention, o_proj + residual, norm + gate/up + GLU,
+ * down_proj + residual) plus the embedding and norm + last token + LM head; the joined program, cut as an executor
+ * cuts it (attention into 5 pieces, GLU calls by columns), still runs right under random interleavings. */
+START_TEST(test_decode_joins) {
+    tp_error e = {0};
+    fixture f;
+    memset(&f, 0, sizeof f);
+    ck_assert(tp_model_preset("llama-tiny", &f.m, &e) == TP_OK);
+    ck_assert(tp_model_params_shapes(&f.m, &f.p, &e) == TP_OK);
+    const tp_step_shape st = {1, 1, 20, 32, 0, 0, 0};
+    ck_assert_msg(tp_model_build_step(&f.m, &f.p, &st, &f.g, &e) == TP_OK, "%s", e.msg);
+    tp_policy pol;
+    tp_policy_default(&pol, TP_PREC_FP16);
+    ck_assert(tp_plan_build_policy(&f.g, &pol, 90, &f.plan, &e) == TP_OK);
+    tp_program *prog = &f.plan.prog;
+    int lead = -1, layers = 0;
+    for (int i = 0; i < f.g.n_ops; i++) {
+        layers += f.g.ops[i].kind == TP_OP_KV_ATTENTION;
+        if (f.g.ops[i].kind != TP_OP_LINEAR || prog->calls[i].n_ops != 1) continue;
+        prog->calls[i].kind = TP_CALL_GEMV;
+        if (lead >= 0 && f.g.ops[lead].in[0] == f.g.ops[i].in[0]) {
+            tp_program_merge(prog, lead, i);
+            prog->calls[lead].kind = TP_CALL_GEMV_GROUP;
+        } else {
+            lead = i;
+        }
+    }
+    ck_assert_int_ge(tp_program_fuse_built(prog, &f.g, &f.plan, 90, NULL, 0, NULL, NULL), 0);
+    ck_assert_int_gt(tp_istream_decode_joins(prog, &f.g), 0);
+    ck_assert_int_eq(tp_program_n_calls(prog), 5 * layers + 2);
+    ck_assert_int_eq(tp_istream_decode_joins(prog, &f.g), 0); /* nothing left to join */
+    tp_istream_cut *cuts = calloc((size_t)f.g.n_ops, sizeof *cuts);
+    ck_assert_ptr_nonnull(cuts);
+    int attn = 0, glu = 0;
+    for (int h = 0; h < f.g.n_ops; h++) {
+        if (!tp_program_is_head(prog, h) || prog->calls[h].n_ops == 0) continue;
+        const int u = tp_program_first(prog, &f.g, h, TP_OP_GLU);
+        if (tp_program_first(prog, &f.g, h, TP_OP_KV_ATTENTION) >= 0) {
+            cuts[h] = (tp_istream_cut){5, 5};
+            ck_assert_int_ge(tp_program_first(prog, &f.g, h, TP_OP_ROPE), 0);
+            ck_assert_int_ge(tp_program_first(prog, &f.g, h, TP_OP_KV_APPEND), 0);
+            attn++;
+        } else if (u >= 0) {
+            cuts[h] = (tp_istream_cut){3, f.g.values[f.g.ops[u].out].shape[2]};
+            ck_assert_int_ge(tp_program_first(prog, &f.g, h, TP_OP_RMSNORM), 0);
+            glu++;
+        }
+    }
+    ck_assert_int_eq(attn, layers);
+    ck_assert_int_eq(glu, layers);
+    tp_istream s;
+    ck_assert_msg(tp_istream_build(prog, &f.g, 7, 16, cuts, &s, &e) == TP_OK, "%s", e.msg);
+    for (int k = 0; k < s.n_instrs; k++)
+        if (cuts[s.instrs[k].call].parts == 5) ck_assert(s.instrs[k].f1 == s.instrs[k].f0 + 1);
+    for (uint64_t seed = 1; seed <= 40; seed++)
+        ck_assert_msg(tp_istream_simulate(&s, prog, &f.g, seed, &e) == TP_OK, "seed %llu: %s",
+                      (unsigned long long)seed, e.msg);
+    tp_istream_free(&s);
+    cuts[0] = (tp_istream_cut){4, 2}; /* a width smaller than its parts */
+    ck_assert_int_eq(tp_istream_build(prog, &f.g, 7, 16, cuts, &s, &e), TP_ERR_ARG);
+    free(cuts);
     teardown_model(&f);
 }
 END_TEST
@@ -161,6 +227,7 @@ int main(void) {
     tcase_set_timeout(t, 120);
     tcase_add_loop_test(t, test_stream_runs, 0, 4);
     tcase_add_test(t, test_missing_wait_fails);
+    tcase_add_test(t, test_decode_joins);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -7,17 +7,29 @@
 #include "core/check.h"
 #include "core/rng.h"
 
-/* Output features of call `head` when it is cut (its first op a LINEAR: the width of the values it writes, summed
- * over a sibling group's members), else 0. */
+/* Output features of call `head` when it holds a LINEAR (the width of the values its first LINEAR and that one's
+ * siblings write, summed over a sibling group's members), else 0. */
 static int64_t cut_width(const tp_program *prog, const tp_graph *g, int head) {
-    if (g->ops[head].kind != TP_OP_LINEAR) return 0;
+    const int lin = tp_program_first(prog, g, head, TP_OP_LINEAR);
+    if (lin < 0) return 0;
     const tp_call *c = &prog->calls[head];
     int64_t w = 0;
     for (int k = 0; k < c->n_ops; k++) {
         const tp_op *op = &g->ops[c->ops[k]];
-        if (op->kind == TP_OP_LINEAR && op->in[0] == g->ops[head].in[0]) w += op->gemm_n; /* the group's members */
+        if (op->kind == TP_OP_LINEAR && op->in[0] == g->ops[lin].in[0]) w += op->gemm_n; /* the group's members */
     }
-    return w > 0 ? w : g->ops[head].gemm_n;
+    return w > 0 ? w : g->ops[lin].gemm_n;
+}
+
+/* The parts of call `head` and the width they share (cut_width's, or the caller's cut). */
+static int call_parts(const tp_program *prog, const tp_graph *g, int head, int rows, const tp_istream_cut *cuts,
+                      int64_t *width) {
+    if (cuts && cuts[head].parts > 0) {
+        *width = cuts[head].width;
+        return cuts[head].parts;
+    }
+    *width = cut_width(prog, g, head);
+    return *width > 0 ? (int)((*width + rows - 1) / rows) : 1;
 }
 
 /* 1 when value v is read by an op outside the call of slot head */
@@ -47,12 +59,16 @@ static int outside_inputs(const tp_program *prog, const tp_graph *g, int head, i
     return n;
 }
 
-tp_status tp_istream_build(const tp_program *prog, const tp_graph *g, int n_sms, int rows, tp_istream *out,
-                           tp_error *err) {
+tp_status tp_istream_build(const tp_program *prog, const tp_graph *g, int n_sms, int rows, const tp_istream_cut *cuts,
+                           tp_istream *out, tp_error *err) {
     memset(out, 0, sizeof *out);
     if (n_sms < 1 || rows < 1)
         return tp_fail(err, TP_ERR_ARG, "instruction stream: %d SMs, %d rows an instruction: both must be positive",
                        n_sms, rows);
+    for (int h = 0; cuts && h < g->n_ops; h++)
+        if (cuts[h].parts > 0 && cuts[h].width < cuts[h].parts)
+            return tp_fail(err, TP_ERR_ARG, "instruction stream: call %s cut into %d parts of a width of %lld",
+                           g->ops[h].layer, cuts[h].parts, (long long)cuts[h].width);
     out->n_sms = n_sms, out->rows = rows;
     /* counters: one per value a call writes for readers outside it */
     out->value_counter = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
@@ -66,8 +82,8 @@ tp_status tp_istream_build(const tp_program *prog, const tp_graph *g, int n_sms,
     if (!vals) goto oom;
     for (int h = 0; h < g->n_ops; h++) {
         if (!tp_program_is_head(prog, h) || prog->calls[h].n_ops == 0) continue;
-        const int64_t w = cut_width(prog, g, h);
-        const int parts = w > 0 ? (int)((w + rows - 1) / rows) : 1;
+        int64_t w;
+        const int parts = call_parts(prog, g, h, rows, cuts, &w);
         int sig = 0;
         for (int k = 0; k < prog->calls[h].n_ops; k++) {
             const int v = g->ops[prog->calls[h].ops[k]].out;
@@ -94,14 +110,15 @@ tp_status tp_istream_build(const tp_program *prog, const tp_graph *g, int n_sms,
     /* the instructions in global order */
     for (int h = 0; h < g->n_ops; h++) {
         if (!tp_program_is_head(prog, h) || prog->calls[h].n_ops == 0) continue;
-        const int64_t w = cut_width(prog, g, h);
-        const int parts = w > 0 ? (int)((w + rows - 1) / rows) : 1;
+        int64_t w;
+        const int parts = call_parts(prog, g, h, rows, cuts, &w);
+        const int64_t step = w > 0 ? (w + parts - 1) / parts : 0;
         const int nv = outside_inputs(prog, g, h, vals, g->n_values);
         for (int p = 0; p < parts; p++) {
             tp_instr *in = &out->instrs[out->n_instrs++];
             in->call = h, in->part = p, in->n_parts = parts;
-            in->f0 = w > 0 ? (int64_t)p * rows : 0;
-            in->f1 = w > 0 ? (in->f0 + rows < w ? in->f0 + rows : w) : 0;
+            in->f0 = w > 0 ? ((int64_t)p * step < w ? (int64_t)p * step : w) : 0;
+            in->f1 = w > 0 ? (in->f0 + step < w ? in->f0 + step : w) : 0;
             in->first_wait = out->n_waits, in->n_waits = 0;
             for (int q = 0; q < nv; q++) {
                 const int c = out->value_counter[vals[q]];
@@ -218,4 +235,102 @@ out:
     free(st.parts);
     free(st.ready);
     return rc;
+}
+
+/* ---- the persistent decode step's joins ------------------------------------------------------------------ */
+
+/* The slots of the calls reading value v (other than slot `self`), up to cap, each once; returns their count. */
+static int reader_calls(const tp_program *prog, const tp_graph *g, int v, int self, int *slots, int cap) {
+    int n = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const int c = prog->op_call[i];
+        if (c == self) continue;
+        for (int j = 0; j < g->ops[i].n_in; j++) {
+            if (g->ops[i].in[j] != v) continue;
+            int dup = 0;
+            for (int q = 0; q < n; q++) dup |= slots[q] == c;
+            if (!dup) {
+                if (n == cap) return cap + 1;
+                slots[n++] = c;
+            }
+        }
+    }
+    return n;
+}
+
+/* The one call reading call `head`'s output, or -1 (none, several, or the value is the graph's output). */
+static int sole_reader(const tp_program *prog, const tp_graph *g, int head) {
+    const int v = tp_program_out(prog, g, head);
+    int r[2];
+    if (v < 0 || v == g->output || reader_calls(prog, g, v, head, r, 2) != 1) return -1;
+    return r[0];
+}
+
+static int alone(const tp_program *prog, const tp_graph *g, int head, tp_op_kind k) {
+    return tp_program_is_head(prog, head) && prog->calls[head].n_ops == 1 && g->ops[head].kind == k;
+}
+
+static int can_join(const tp_program *prog, int a, int b) {
+    return a < b && prog->calls[a].n_ops + prog->calls[b].n_ops <= TP_CALL_MAX_OPS;
+}
+
+int tp_istream_decode_joins(tp_program *prog, const tp_graph *g) {
+    int joins = 0;
+    /* a residual ADD alone after the LINEAR call it reads (the GEMV's residual epilogue) */
+    for (int h = 0; h < g->n_ops; h++) {
+        if (!alone(prog, g, h, TP_OP_ADD)) continue;
+        for (int j = 0; j < 2; j++) {
+            const int p = g->values[g->ops[h].in[j]].producer;
+            if (p < 0) continue;
+            const int c = prog->op_call[p];
+            if (g->ops[p].kind == TP_OP_LINEAR && sole_reader(prog, g, c) == h && can_join(prog, c, h) &&
+                tp_program_first(prog, g, c, TP_OP_ADD) < 0 && tp_program_first(prog, g, c, TP_OP_GLU) < 0) {
+                tp_program_join(prog, c, h);
+                joins++;
+                break;
+            }
+        }
+    }
+    /* the norms and the last-token copy into the LINEAR call reading them, latest first (norm -> last token -> head) */
+    for (int h = g->n_ops - 1; h >= 0; h--) {
+        const int pool = alone(prog, g, h, TP_OP_POOL) && g->ops[h].pool_mode == 2 && g->tokens == 1;
+        if (!pool && !alone(prog, g, h, TP_OP_RMSNORM)) continue;
+        const int c = sole_reader(prog, g, h);
+        if (c < 0 || !can_join(prog, h, c) || tp_program_first(prog, g, c, TP_OP_LINEAR) < 0) continue;
+        if (tp_program_first(prog, g, c, TP_OP_RMSNORM) >= 0) continue; /* one prologue a call */
+        tp_program_join(prog, h, c);
+        joins++;
+    }
+    /* RoPE (queries), RoPE + KV append (keys), the KV attention: one call in the earliest slot */
+    for (int a = 0; a < g->n_ops; a++) {
+        if (!alone(prog, g, a, TP_OP_KV_ATTENTION)) continue;
+        int parts[4], n = 0;
+        const int q = g->values[g->ops[a].in[0]].producer, kv = g->values[g->ops[a].in[1]].producer;
+        if (q >= 0 && g->ops[q].kind == TP_OP_ROPE && sole_reader(prog, g, prog->op_call[q]) == a &&
+            alone(prog, g, prog->op_call[q], TP_OP_ROPE))
+            parts[n++] = prog->op_call[q];
+        if (kv >= 0 && g->ops[kv].kind == TP_OP_KV_APPEND) {
+            const int ck = prog->op_call[kv];
+            const int k = g->values[g->ops[kv].in[0]].producer;
+            if (k >= 0 && g->ops[k].kind == TP_OP_ROPE && prog->op_call[k] != ck &&
+                alone(prog, g, prog->op_call[k], TP_OP_ROPE) && sole_reader(prog, g, prog->op_call[k]) == ck)
+                parts[n++] = prog->op_call[k];
+            parts[n++] = ck;
+        }
+        if (n == 0) continue;
+        parts[n++] = a;
+        for (int x = 1; x < n; x++) /* slot order */
+            for (int y = x; y > 0 && parts[y] < parts[y - 1]; y--) {
+                const int t = parts[y];
+                parts[y] = parts[y - 1], parts[y - 1] = t;
+            }
+        int ops = 0;
+        for (int x = 0; x < n; x++) ops += prog->calls[parts[x]].n_ops;
+        if (ops > TP_CALL_MAX_OPS) continue;
+        for (int x = 1; x < n; x++) {
+            tp_program_join(prog, parts[0], parts[x]);
+            joins++;
+        }
+    }
+    return joins;
 }

@@ -41,6 +41,15 @@ typedef struct {
     int counter, target; /* wait until counters[counter] >= target (this step's share) */
 } tp_wait;
 
+/* A caller's cut of one call (per program slot; parts 0 keeps the default above): `parts` instructions over
+ * `width` units, part p covering [p ceil(width / parts), ...) clipped to width. The unit is the executor's: output
+ * features of a LINEAR call, output columns of a GEMV with a GLU epilogue (each part then streams the gate and the up
+ * rows of its columns), or simply the part's index (width = parts: an attention call's (KV head, key range) pieces). */
+typedef struct {
+    int parts;
+    int64_t width;
+} tp_istream_cut;
+
 typedef struct {
     int n_sms, rows;
     int n_instrs, n_waits, n_signals, n_counters;
@@ -55,9 +64,18 @@ typedef struct {
 } tp_istream;
 
 /* The stream of program prog over graph g for n_sms SMs (>= 1), LINEAR calls cut into parts of at most rows
- * output features (>= 1). Errors: TP_ERR_ARG (n_sms or rows < 1), TP_ERR_OOM. */
-tp_status tp_istream_build(const tp_program *prog, const tp_graph *g, int n_sms, int rows, tp_istream *out,
-                           tp_error *err);
+ * output features (>= 1), or as cuts[slot] says where cuts (prog->n_ops entries, may be NULL) has parts > 0.
+ * Errors: TP_ERR_ARG (n_sms or rows < 1, a cut of width < parts), TP_ERR_OOM. */
+tp_status tp_istream_build(const tp_program *prog, const tp_graph *g, int n_sms, int rows, const tp_istream_cut *cuts,
+                           tp_istream *out, tp_error *err);
+
+/* The joins a persistent decode step makes on a built decode program (docs/persistent.md), so that a step is five
+ * dependency hops a layer: every RMSNorm and the last-token copy of a one-token step (T = 1) join the one call that
+ * reads them when that call holds a LINEAR (the norm becomes the GEMV's prologue, recomputed by every instruction
+ * from the row in L2); the queries' RoPE, the keys' RoPE and the KV append join their KV attention (each attention
+ * instruction rotates what it reads); a residual ADD alone in its call joins the LINEAR call it reads. Returns the
+ * number of joins. */
+int tp_istream_decode_joins(tp_program *prog, const tp_graph *g);
 void tp_istream_free(tp_istream *s);
 
 /* Runs the stream's queues on the host under the interleaving a seeded generator picks (at each step any SM
