@@ -52,6 +52,7 @@ SUB_RANKS = {
         "ptx": 0,                                # inline PTX wrappers (wgmma, mma, ldmatrix)
         "kernels": 1,                            # shared kernels: elementwise, gelu, patch embed, scale layouts
         "gemm": 2, "attention": 2, "vendor": 2,  # siblings: GEMM paths, attention kernels, cuBLASLt/cuDNN wrappers
+        "persistent": 2,                         # the persistent decode kernel (a sibling of the kernels it fuses)
         "engine": 3, "": 3,                      # the engine, and any file directly in src/exec/cuda
     },
 }

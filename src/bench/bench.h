@@ -107,6 +107,7 @@ typedef struct {
     tp_calib_options calib;  /* --calib max|percentile, --calib-percentile P: static activation scales */
     int attention;           /* --attention: a tp_attn_impl (exec/cuda/engine/cuda_engine.h), 0 = auto */
     int gemv_groups;         /* --gemv-groups off|on|auto: tp_engine_options.gemv_groups 0, 1 (the CLI's default), 2 */
+    int decode_kernel;       /* --decode-kernel graph|persistent|auto: tp_engine_options.decode_kernel */
     int no_pdl;              /* --pdl off: tp_engine_options.no_pdl */
     int tp_parallel_launch;  /* --tp-launch threads: tp_engine_options.parallel_launch */
     int allow_nonfinite;     /* --allow-nonfinite: --weights with NaN or Inf values run (with a warning) */
@@ -174,6 +175,9 @@ typedef struct {
     int first_diff;            /* the first step where a row differs from the reference; -1 none */
     int pdl_edges, graph_edges; /* the decode graph's programmatic (PDL) edges and all its edges; -1, 0: eager */
     int graph_kernels;          /* the decode graph's kernels (one step's launches); -1: eager */
+    int dec_persistent;         /* the decode step ran as one persistent kernel (tp_engine_decode_kernel) */
+    int dec_instrs;             /* its instructions (0 without a persistent step) */
+    char dec_kernel_note[320];  /* which form ran the step and why */
     tp_op_cost *dec_cost;      /* per op of the decode graph (at the middle of the generation's context) */
     int n_dec_cost;
     tp_roofline_floor dec_floor; /* per decode step */

@@ -345,6 +345,7 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
                             .cublaslt_only = o->cublaslt_only, .fp8_promote = o->fp8_promote, .share = prefill,
                             .feed_argmax = 1,
                             .gemv_groups = o->gemv_groups, .no_pdl = o->no_pdl, .parallel_launch = o->tp_parallel_launch,
+                            .decode_kernel = (tp_decode_kernel)o->decode_kernel,
                             .hook = cupti ? tp_cupti_hook : NULL,
                             .hook_user = cupti};
     tp_status st = decode_engine(rep, params, pol, &eo, gr, pr, &e, err);
@@ -359,6 +360,10 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
         decode_done(rep, rounds, r);
         r->pdl_edges = tp_engine_pdl_edges(e, &r->graph_edges);
         r->graph_kernels = tp_engine_graph_kernels(e);
+        const char *note = NULL;
+        r->dec_persistent = tp_engine_decode_kernel(e, &note, &r->dec_instrs);
+        if (r->dec_persistent && getenv("TPROF_PERSIST_TRACE")) tp_engine_persist_report(e, stdout, err);
+        snprintf(r->dec_kernel_note, sizeof r->dec_kernel_note, "%s", note ? note : "");
         /* the roofline's costs: rank 0's (each GPU's share) */
         const tp_graph *g = &gr[0];
         r->dec_cost = calloc((size_t)g->n_ops, sizeof *r->dec_cost);

@@ -66,6 +66,10 @@ static const char USAGE_BENCH[] =
             "                        (up to 8 windows of --prompt tokens)\n"
             "  --gemv-groups off|on|auto  decoders at batch 1: q/k/v and gate/up each as one GEMV over their\n"
             "                        concatenated weights: off, on (default), or where it times faster at build\n"
+            "  --decode-kernel graph|persistent|auto  decoders: each decode step as a CUDA graph of one kernel per\n"
+            "                        call (graph, the default), as one persistent kernel running the step's\n"
+            "                        instruction stream (persistent: batch 1, FP16/BF16, sm_90+; docs/persistent.md),\n"
+            "                        or both timed at build and the faster kept (auto)\n"
             "  --kv-cache auto|fp8   decoders: the KV cache in the activation type (auto), or in E4M3 with one\n"
             "                        calibrated scale per layer (fp8: half the cache bytes; 16-bit engines, sm_89+)\n"
             "  --pdl on|off          decoders: the decode kernels overlap their predecessors in the CUDA graph\n"
@@ -585,6 +589,10 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
         static const char *const GG[] = {"off", "on", "auto"};
         if ((k = one_of(name, val, "mode", GG, 3)) < 0) return -1;
         o->gemv_groups = k;
+    } else if (!a->build && IS("--decode-kernel")) {
+        static const char *const DK[] = {"graph", "persistent", "auto"}; /* tp_decode_kernel's order */
+        if ((k = one_of(name, val, "form", DK, 3)) < 0) return -1;
+        o->decode_kernel = k;
     } else if (!a->build && IS("--kv-cache")) {
         return two_way(name, val, "type", "auto", "fp8", &o->kv_fp8) ? -1 : 1;
     } else if (!a->build && IS("--pdl")) {
@@ -659,7 +667,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--onnx", "--onnx-check", "--shapes", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--fp32-protect", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--onnx", "--onnx-check", "--shapes", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--decode-kernel", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--fp32-protect", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};
@@ -1001,7 +1009,7 @@ static int unused_options(const bench_args *a) {
      * own reasons: --kv-cache fp8 (the planner), --sparse-gemm without --sparsity and --calib-data of a run (bench.c,
      * after reading its file), --attribution's options (attribution.c) */
     static const char *const GPU_ONLY[] = {"--gemm", "--attention", "--no-gemm-select", "--fp8-accum", "--gelu",
-                                           "--fusion", "--no-graph", "--pdl", "--gemv-groups", "--tp-launch",
+                                           "--fusion", "--no-graph", "--pdl", "--gemv-groups", "--decode-kernel", "--tp-launch",
                                            "--calib", "--calib-percentile", NULL};
     /* a run's choices and outputs, not stored in an engine file (tprof bench --engine FILE takes them) */
     static const char *const RUN_ONLY[] = {"--no-graph", "--fusion", "--fp32-protect", "--iterations", "--warmup",
@@ -1035,6 +1043,11 @@ static int unused_options(const bench_args *a) {
     if (given(a, "--gemv-groups") && strcmp(o->model.family->name, "vit") == 0) {
         fprintf(stderr, "tprof: --gemv-groups: a decoder's decode steps, and %s (family vit) has none\n",
                 tp_model_name(&o->model));
+        return 2;
+    }
+    if (given(a, "--decode-kernel") && o->model.family->build_step == NULL) {
+        fprintf(stderr, "tprof: --decode-kernel: a decoder's decode steps, and %s (family %s) has none\n",
+                tp_model_name(&o->model), o->model.family->name);
         return 2;
     }
     if (a->build && (n = given_any(a, RUN_ONLY))) {

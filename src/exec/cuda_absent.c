@@ -36,6 +36,16 @@ int tp_engine_pdl_edges(const tp_engine *e, int *total) {
 
 int tp_engine_graph_kernels(const tp_engine *e) { return -1; }
 
+tp_status tp_engine_persist_report(const tp_engine *e, FILE *f, tp_error *err) {
+    return tp_fail(err, TP_ERR_NO_GPU, "no persistent step without CUDA");
+}
+
+int tp_engine_decode_kernel(const tp_engine *e, const char **note, int *instrs) {
+    if (note) *note = "";
+    if (instrs) *instrs = 0;
+    return 0;
+}
+
 const char *tp_engine_nccl(const tp_engine *e) { return NULL; }
 
 int tp_engine_sparse_op(const tp_engine *e, int op, double *sparse_us, double *dense_us, const char **why) {

@@ -87,7 +87,11 @@ static void print_prefill_decode(const tp_bench_report *rep, const tp_bench_resu
     const tp_latency_stats *d = &r->dec;
     printf("Decode (tg%d%s): %.4f ms per step (median), p99 %.4f ms, min %.4f ms, over %d steps in %d rounds -> %.1f "
            "tokens/s (batch %d)\n", r->gen, rep->dev == TP_DEVICE_CPU ? ", on the CPU executor, host clock" : "", d->median, d->p99, d->min, d->n, r->rounds, B / (d->median * 1e-3), B);
-    if (r->pdl_edges > 0)
+    if (r->dec_kernel_note[0]) printf("Decode step: %s\n", r->dec_kernel_note);
+    if (r->dec_persistent)
+        printf("Decode graph: the persistent kernel (%d instructions), then argmax and the position: %d kernels a "
+               "step\n", r->dec_instrs, r->graph_kernels);
+    else if (r->pdl_edges > 0)
         printf("Decode graph: %d kernels a step; %d of its %d edges programmatic (PDL: a kernel starts while its "
                "predecessor finishes; --pdl off for none)\n", r->graph_kernels, r->pdl_edges, r->graph_edges);
     else if (r->pdl_edges == 0)
@@ -191,6 +195,9 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
         json_object_set_new(j, "decode_graph_pdl_edges", r->pdl_edges >= 0 ? json_integer(r->pdl_edges) : json_null());
         json_object_set_new(j, "decode_graph_edges", r->pdl_edges >= 0 ? json_integer(r->graph_edges) : json_null());
         json_object_set_new(j, "decode_graph_kernels", r->pdl_edges >= 0 ? json_integer(r->graph_kernels) : json_null());
+        json_object_set_new(j, "decode_kernel", json_string(r->dec_persistent ? "persistent" : "graph"));
+        json_object_set_new(j, "decode_kernel_note", json_string(r->dec_kernel_note));
+        json_object_set_new(j, "decode_persistent_instructions", json_integer(r->dec_instrs));
         json_object_set_new(j, "first_difference", r->first_diff >= 0 ? json_integer(r->first_diff) : json_null());
         json_t *tok = json_array();
         for (int k = 0; k <= r->gen; k++) json_array_append_new(tok, json_integer((json_int_t)r->tokens[(size_t)k * B]));

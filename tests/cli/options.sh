@@ -54,6 +54,8 @@ expect_error "cpu: --gemm" 2 "--gemm: $gpu_only" bench "${small[@]}" "${tok[@]}"
 expect_error "cpu: --attention" 2 "--attention: $gpu_only" bench "${small[@]}" "${tok[@]}" --attention flash
 expect_error "cpu: --pdl" 2 "--pdl: $gpu_only" bench "${small[@]}" --model llama-tiny --prompt 8 --gen 2 --pdl off
 expect_error "cpu: --gemv-groups" 2 "--gemv-groups: $gpu_only" bench "${small[@]}" --model llama-tiny --gemv-groups off
+expect_error "cpu: --decode-kernel" 2 "--decode-kernel: $gpu_only" bench "${small[@]}" --model llama-tiny \
+  --decode-kernel persistent
 expect_error "cpu: --no-graph" 2 "--no-graph: $gpu_only" bench "${small[@]}" "${tok[@]}" --no-graph
 expect_error "cpu: --fusion" 2 "--fusion: $gpu_only" bench "${small[@]}" "${tok[@]}" --fusion off
 expect_error "cpu: --gelu" 2 "--gelu: $gpu_only" bench "${small[@]}" "${tok[@]}" --gelu tanh
@@ -64,6 +66,12 @@ expect_error "cpu: --calib-data read, then refused" 2 "--calib-data: the GPU eng
   bench "${small[@]}" "${tok[@]}" --calib-data tests/fixtures/preprocess_expect_00.png
 expect_error "gemv-groups for a ViT" 2 "--gemv-groups: a decoder's decode steps, and .* (family vit) has none" \
   bench "${tok[@]}" --gemv-groups on
+expect_error "decode-kernel for a ViT" 2 "--decode-kernel: a decoder's decode steps, and .* (family vit) has none" \
+  bench "${tok[@]}" --decode-kernel auto
+expect_error "decode-kernel for pi0" 2 "--decode-kernel: a decoder's decode steps, and pi0-small (family pipeline)" \
+  bench --model pi0-small --decode-kernel persistent
+expect_error "decode-kernel form" 2 "--decode-kernel: unknown form 'fast' (expected graph, persistent or auto)" \
+  bench --model llama-tiny --decode-kernel fast
 expect_error "build: --gemm without a GPU" 2 "--gemm: tprof build uses it on a GPU .* has none (--device cpu)" \
   build --device cpu "${tok[@]}" --batch 1 --precision fp16 --arch sm_90 --gemm cublaslt -o "$tmp/x.tpe"
 expect_error "build: --json" 2 "--json: tprof build writes the engine file and runs nothing" \

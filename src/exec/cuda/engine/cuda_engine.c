@@ -205,13 +205,105 @@ static tp_status setup_kv(tp_engine *e, tp_error *err) {
     return TP_OK;
 }
 
+int tp_engine_decode_kernel(const tp_engine *e, const char **note, int *instrs) {
+    if (note) *note = e->pk_note;
+    if (instrs) *instrs = tpe_persist_instructions(e);
+    return e->pk_on;
+}
+
+tp_status tp_engine_persist_report(const tp_engine *e, FILE *f, tp_error *err) { return tpe_persist_report(e, f, err); }
+
+/* The median time of a decode step (ms) over `steps` graph replays from cache position 0, after as many untimed. */
+static tp_status time_steps(tp_engine *e, int steps, double *ms, tp_error *err) {
+    double t[64];
+    tp_status st = TP_OK;
+    if (steps > 32) steps = 32;
+    for (int round = 0; round < 2 && !st; round++) {
+        if (cudaMemset(e->d_past, 0, sizeof(int)) != cudaSuccess)
+            return tp_fail(err, TP_ERR_CUDA, "resetting the KV cache position");
+        st = tp_engine_decode(e, steps, t, NULL, err);
+    }
+    if (st) return st;
+    for (int i = 1; i < steps; i++) /* insertion sort: a few dozen values */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            const double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    *ms = t[steps / 2];
+    return TP_OK;
+}
+
+/* Under TP_DECODE_AUTO: the graph of per-call kernels (captured) and the persistent step timed alike, the faster
+ * kept (its CUDA graph; the other's destroyed). */
+static tp_status choose_decode_kernel(tp_engine *e, tp_error *err) {
+    const int steps = (int)(e->g->kv_len - 1 < 32 ? e->g->kv_len - 1 : 32);
+    double t_graph = 0, t_pk = 0;
+    if (steps < 3) {
+        snprintf(e->pk_note, sizeof e->pk_note, "graph of per-call kernels: a KV cache of %lld positions leaves too "
+                 "few steps to time the persistent kernel against it", (long long)e->g->kv_len);
+        return TP_OK;
+    }
+    tp_status st = time_steps(e, steps, &t_graph, err);
+    if (st) return st;
+    cudaGraph_t graph = e->graph;
+    cudaGraphExec_t exec = e->exec;
+    const int pdl = e->pdl_edges, edges = e->graph_edges, kernels = e->graph_kernels;
+    e->graph = NULL, e->exec = NULL, e->pk_on = 1;
+    if (!(st = tpe_warm_capture(e, err))) st = time_steps(e, steps, &t_pk, err);
+    const int keep = !st && t_pk < t_graph;
+    cudaGraph_t drop_g = keep ? graph : e->graph;
+    cudaGraphExec_t drop_x = keep ? exec : e->exec;
+    if (drop_x) cudaGraphExecDestroy(drop_x);
+    if (drop_g) cudaGraphDestroy(drop_g);
+    if (!keep) {
+        e->graph = graph, e->exec = exec, e->pk_on = 0;
+        e->pdl_edges = pdl, e->graph_edges = edges, e->graph_kernels = kernels;
+    }
+    if (st) return st;
+    snprintf(e->pk_note, sizeof e->pk_note, "%s: timed at build over %d steps: persistent kernel %.4f ms, graph of %d "
+             "kernels %.4f ms a step", keep ? "persistent kernel" : "graph of per-call kernels", steps, t_pk, kernels,
+             t_graph);
+    return TP_OK;
+}
+
+/* The persistent step as asked (GRAPH: none; PERSISTENT: built or an error; AUTO: built where it can be, said why
+ * not otherwise). */
+static tp_status setup_decode_kernel(tp_engine *e, const tp_engine_options *opt, tp_error *err) {
+    e->decode_kernel = opt->decode_kernel;
+    if (opt->decode_kernel == TP_DECODE_GRAPH || !e->feed_argmax) return TP_OK;
+    tp_error why = {0};
+    tp_status st = TP_OK;
+    if (opt->hook) st = tp_fail(&why, TP_ERR_UNSUPPORTED, "persistent decode step: not profiled yet (CUPTI would see "
+                                "one kernel: per-instruction records are issue 42's item 4)");
+    else if (!opt->use_graph && opt->decode_kernel == TP_DECODE_AUTO)
+        st = tp_fail(&why, TP_ERR_UNSUPPORTED, "persistent decode step: chosen by timing CUDA graphs, and this engine "
+                     "launches eagerly");
+    else st = tpe_persist_setup(e, &why);
+    if (!st) {
+        e->pk_on = opt->decode_kernel == TP_DECODE_PERSISTENT;
+        snprintf(e->pk_note, sizeof e->pk_note, "persistent kernel (--decode-kernel persistent): %d instructions on "
+                 "%d SMs", tpe_persist_instructions(e), e->sms);
+        return TP_OK;
+    }
+    if (st == TP_ERR_OOM || st == TP_ERR_CUDA || opt->decode_kernel == TP_DECODE_PERSISTENT) {
+        tp_fail(err, st, "%s", why.msg);
+        return st;
+    }
+    snprintf(e->pk_note, sizeof e->pk_note, "graph of per-call kernels: %.280s", why.msg);
+    return TP_OK;
+}
+
 tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_plan *plan,
                           const tp_engine_options *opt, tp_engine **out, tp_error *err) {
     if (g->tp_size > 1)
         return tp_fail(err, TP_ERR_ARG, "the graph is rank %d of %d of a tensor-parallel model: build every rank "
                        "with tp_engine_build_tp", g->tp_rank, g->tp_size);
     tp_status st = tpe_build(g, params, plan, opt, out, err);
-    if (!st && (st = tpe_warm_capture(*out, err))) {
+    if (!st) st = setup_decode_kernel(*out, opt, err);
+    if (!st) st = tpe_warm_capture(*out, err);
+    if (!st && (*out)->pk && !(*out)->pk_on && opt->decode_kernel == TP_DECODE_AUTO && opt->use_graph)
+        st = choose_decode_kernel(*out, err);
+    if (st && *out) {
         tp_engine_destroy(*out);
         *out = NULL;
     }
@@ -493,6 +585,7 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->hand_v);
     free(e->hand_copy);
     tpe_sparse_free(e);
+    tpe_persist_free(e);
     if (e->exec) cudaGraphExecDestroy(e->exec);
     if (e->graph) cudaGraphDestroy(e->graph);
     if (e->gplan)

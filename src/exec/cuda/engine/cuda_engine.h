@@ -6,6 +6,7 @@
 #define TP_CUDA_ENGINE_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "core/system.h"
 #include "ir/graph.h"
@@ -39,6 +40,13 @@ typedef enum {
 /* "auto", "flash", "cudnn", "classic", "wgmma"; parse returns -1 for anything else. */
 const char *tp_attn_impl_name(tp_attn_impl a);
 int tp_attn_impl_parse(const char *s);
+
+/* How a decode engine (feed_argmax) runs its step (issue 42, docs/persistent.md). GRAPH: the CUDA graph of one kernel
+ * per call; PERSISTENT: one persistent kernel running the step's instruction stream (exec/cuda/persistent/persist.h),
+ * an error (TP_ERR_UNSUPPORTED, naming why) where it cannot run the step; AUTO: both built, each timed over a few
+ * steps at build, the faster kept (a persistent step that cannot be built, an eager engine, or a profiled one
+ * (the hook: CUPTI would see one kernel) keeps the graph). tp_engine_decode_kernel says which ran and why. */
+typedef enum { TP_DECODE_GRAPH = 0, TP_DECODE_PERSISTENT, TP_DECODE_AUTO } tp_decode_kernel;
 
 typedef struct {
     int device;
@@ -105,6 +113,7 @@ typedef struct {
      * tp_engine_op_impl says which and both times). cuSPARSELt must be found (TP_ERR_UNSUPPORTED otherwise). 2: every
      * eligible linear runs sparse, whatever the times (tests). */
     int sparse;
+    tp_decode_kernel decode_kernel; /* decode engines: how the step runs (default GRAPH) */
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
@@ -134,6 +143,13 @@ int tp_engine_tp_size(const tp_engine *e);
 /* Programmatic (overlapping, pdl.cuh) kernel-to-kernel edges of rank 0's CUDA graph after tp_engine_options.no_pdl
  * was applied, and all its edges (*total, may be NULL); -1 for an engine without a graph (eager). */
 int tp_engine_pdl_edges(const tp_engine *e, int *total);
+/* The form that runs a decode engine's step: 1 the persistent kernel, 0 the per-call kernels; *note (may be NULL)
+ * one line saying why (the build's times under AUTO, or why the persistent step could not be built); *instrs (may
+ * be NULL) the persistent step's instruction count. */
+int tp_engine_decode_kernel(const tp_engine *e, const char **note, int *instrs);
+/* Lab: with TPROF_PERSIST_TRACE set when the engine was built, the last persistent step's per-instruction records
+ * (wait and run times per role) printed on f. TP_ERR_ARG without records. */
+tp_status tp_engine_persist_report(const tp_engine *e, FILE *f, tp_error *err);
 /* The kernel nodes of rank 0's CUDA graph (a decode engine's: the kernels of one step), -1 without a graph. */
 int tp_engine_graph_kernels(const tp_engine *e);
 const char *tp_engine_nccl(const tp_engine *e);

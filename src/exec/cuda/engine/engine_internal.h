@@ -16,6 +16,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "exec/cuda/attention/attention.h"
 #include "exec/cuda/engine/cuda_engine.h"
@@ -143,8 +144,25 @@ struct tp_engine {
     int n_ranks;               /* the leader's: the number of ranks (1 without tensor parallelism) */
     struct tp_engine **ranks;  /* the leader's: every rank's engine (ranks[0] is the leader); NULL elsewhere */
     tp_nccl *nccl;             /* every rank's: the communicators (NULL without tensor parallelism) */
+    /* the persistent decode step (engine_persist.c): built when tp_engine_options.decode_kernel asks for it or lets
+     * the build choose; pk_on: the step runs as it (one kernel) instead of the per-call kernels */
+    struct tpe_persist *pk;
+    int pk_on;
+    tp_decode_kernel decode_kernel;
+    char pk_note[320];         /* which form runs the step and why (the times the build measured) */
     int owns_nccl;             /* the leader's: it created nccl (a decode group uses its prefill group's) */
 };
+
+/* ---- the persistent decode step (engine_persist.c) ----------------------------------------------------------
+ * tpe_persist_setup: e->pk from the built program (TP_ERR_UNSUPPORTED naming what the persistent step cannot run,
+ * TP_ERR_OOM, TP_ERR_CUDA); tpe_persist_launch: the step enqueued on e->stream (its counters zeroed, the kernel), a
+ * CUDA error code; tpe_persist_instructions: the stream's instruction count (0 without one). */
+tp_status tpe_persist_setup(tp_engine *e, tp_error *err);
+int tpe_persist_launch(tp_engine *e);
+int tpe_persist_instructions(const tp_engine *e);
+void tpe_persist_free(tp_engine *e);
+/* Lab (TPROF_PERSIST_TRACE set at build): the last step's per-instruction records summarised per role on f. */
+tp_status tpe_persist_report(const tp_engine *e, FILE *f, tp_error *err);
 
 /* ---- memory (engine_memory.c) ------------------------------------------------------------------------ */
 

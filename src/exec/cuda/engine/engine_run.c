@@ -52,6 +52,13 @@ tp_status tpe_launch_end(tp_engine *e, tp_error *err) {
 static tp_status launch_all(tp_engine *e, tp_error *err) {
     if (e->ranks) return tpe_launch_ranks(e, err);
     tp_status st = tpe_launch_begin(e, err);
+    if (e->pk_on && !st) { /* the whole step in one persistent kernel (engine_persist.c), then argmax and position */
+        nvtxRangePushA("persistent decode step");
+        const int rc = tpe_persist_launch(e);
+        nvtxRangePop();
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "the persistent decode step: %s", cudaGetErrorString((cudaError_t)rc));
+        return tpe_launch_end(e, err);
+    }
     for (int i = 0; i < e->g->n_ops && !st; i++) {
         nvtxRangePushA(e->g->ops[i].layer);
         st = tpe_launch_op(e, i, err);

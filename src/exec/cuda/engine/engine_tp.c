@@ -45,6 +45,9 @@ tp_status tp_engine_build_tp(const tp_graph *const *g, const tp_params *const *p
                              int n, const tp_engine_options *opt, tp_engine **out, tp_error *err) {
     *out = NULL;
     if (n < 2) return tp_fail(err, TP_ERR_ARG, "a tensor-parallel engine of %d ranks: build one engine instead", n);
+    if (opt->decode_kernel == TP_DECODE_PERSISTENT && opt->feed_argmax)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "--decode-kernel persistent: not with tensor parallelism yet (issue 42 "
+                       "item 5); --decode-kernel graph or auto");
     tp_status st = tp_graph_check_ranks(g, n, err);
     if (st) return st;
     int count = 0;

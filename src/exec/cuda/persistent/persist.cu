@@ -1,0 +1,625 @@
+/* persist.cu: the persistent decode kernel (persist.h; the design in docs/persistent.md).
+ *
+ * One block of 256 threads per SM runs its queue in order. Before an instruction waits for its inputs, thread 0
+ * tops up the weight pipeline: the weight rows of the queue's next instructions, up to three ahead, each one TMA bulk
+ * copy (cp.async.bulk, an mbarrier per stage counting the bytes) of up to 64 KB into its own shared-memory stage, with
+ * L2's evict-first policy (the weights are read once a step; the activations and the KV cache should stay in L2).
+ * So while SMs wait at a layer's dependency hop, the next op's weights are already on their way: the bubbles a
+ * kernel-per-op step pays at every boundary (ramp-up, drain, the next kernel's first loads) overlap the stream.
+ *
+ * Dependencies (docs/persistent.md, "No deadlock"): thread 0 spins on each wait's counter with acquire loads, then
+ * the block barrier passes the ordering to the other threads; activations written in this launch are read through
+ * L2 (ld.global.cg) so a stale L1 line can never be seen. After an instruction, the block barrier orders every
+ * thread's stores before thread 0's fence and counter add (the pattern of a grid barrier's arrival). The queues are
+ * subsequences of one topological order and every block is resident (tpk_persist_check), so every wait ends.
+ *
+ * GEMV instructions compute from shared memory: warp w takes (row, K slice) tasks, 8 values a lane a step as 16-byte
+ * loads (conflict-free), fp32 FMAs, a warp reduction, then the epilogue per row. At 64 KB a tile and ~36 bytes per
+ * ns per SM of HBM share, a tile arrives in ~1.8 us and is consumed in ~0.3 us: the kernel is bound by the stream.
+ * Attention pieces are small (a few KB of cache each) and read the cache through L1/L2 directly. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "exec/cuda/kernels/act_types.cuh"
+#include "exec/cuda/persistent/persist.h"
+
+/* cp.async.bulk, mbarrier transaction counts and L2 cache policies exist from sm_90 on: older targets of a build get a
+ * kernel that traps (tpk_persist_check refuses them first) */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define PK_SM90 1
+#else
+#define PK_SM90 0
+#endif
+
+namespace {
+
+constexpr int kThreads = TPK_PERSIST_THREADS, kWarps = kThreads / 32, kMaxStages = TPK_PERSIST_MAX_STAGES;
+constexpr int kRing = TPK_PERSIST_RING, kXs = TPK_PERSIST_XS;
+constexpr int kRed = 16 * 8; /* a tile's 16 rows x the 8 consumer warps' partial sums */
+constexpr int kEpi = 128; /* rows of an instruction whose bias and residual the prologue fetches */
+constexpr int kXsFloats = kXs / 4;
+static_assert(256 + 1024 + 512 + 16 + 8 * 256 <= kXsFloats - 4096, "the attention's scratch and its staging"); /* GEMV (row, slice) partial sums an instruction at most (the host caps rows at 32) */
+constexpr float kLog2e = 1.44269504088896340736f;
+constexpr unsigned kFull = 0xffffffffu;
+
+/* ---- PTX: shared-memory addresses, mbarriers, bulk copies, acquire loads -------------------------------------- */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *b) {
+#if PK_SM90
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(b)) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_expect(uint64_t *b, uint32_t bytes) {
+#if PK_SM90
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+#if PK_SM90
+    asm volatile("{\n\t.reg .pred P1;\n\tLAB_WAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+                 "@P1 bra DONE;\n\tbra LAB_WAIT;\n\tDONE:\n\t}\n" ::"r"(smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar, uint64_t pol) {
+#if PK_SM90
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
+                 "[%3], %4;\n" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(pol)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+#if PK_SM90
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+#endif
+}
+/* The consumer warps' barrier (named barrier 1; the producer warp never joins it). */
+__device__ __forceinline__ void csync(void) { asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory"); }
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+#if PK_SM90
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+#endif
+}
+__device__ __forceinline__ unsigned long long globaltimer(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ int ld_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* ---- element pairs ----------------------------------------------------------------------------------------- */
+
+template <class T> __device__ __forceinline__ float2 f2(uint32_t u);
+template <> __device__ __forceinline__ float2 f2<__half>(uint32_t u) {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return __half22float2(h);
+}
+template <> __device__ __forceinline__ float2 f2<__nv_bfloat16>(uint32_t u) {
+    __nv_bfloat162 h;
+    memcpy(&h, &u, 4);
+    return __bfloat1622float2(h);
+}
+template <class T> __device__ __forceinline__ float round_to(float v) {
+    T t[1];
+    st1(t, 0, v);
+    return ld1(t, 0);
+}
+/* a 16-bit value written in this launch by another SM: through L2 */
+template <class T> __device__ __forceinline__ float ldcg1(const T *p, size_t i) {
+    const unsigned short u = __ldcg(reinterpret_cast<const unsigned short *>(p) + i);
+    T t;
+    memcpy(&t, &u, 2);
+    return ld1(&t, 0);
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+    return v;
+}
+/* the block's sum, returned to every thread (red: kWarps + 1 floats) */
+__device__ float block_sum(float v, float *red) {
+    v = warp_sum(v);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) red[w] = v;
+    csync();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int k = 0; k < kWarps; k++) s += red[k];
+        red[kWarps] = s;
+    }
+    csync();
+    const float s = red[kWarps];
+    csync();
+    return s;
+}
+
+/* ---- instructions ------------------------------------------------------------------------------------------ */
+
+template <class T> __device__ void run_embed(const tpk_pcall *c) {
+    const float f = c->ids[0];
+    const int ok = f >= 0.0f && f < (float)c->V && f == truncf(f) && (int)f < c->V;
+    const T *row = (const T *)c->table + (size_t)(ok ? (int)f : 0) * c->N;
+    T *y = (T *)c->y;
+    for (int j = threadIdx.x; j < c->N; j += kThreads)
+        st1(y, j, ok ? ld1(row, j) * c->escale : __int_as_float(0x7fc00000));
+}
+
+/* x (or RMSNorm(x), rounded to T as tpk_rmsnorm's store) into xs; K % 8 == 0. With at most kEpi rows (a plain or
+ * residual GEMV), their bias and residual into eb, er in the same round trip (else the epilogue reads them). */
+template <class T> __device__ void gemv_prologue(const tpk_pcall *c, const tpk_pinstr &in, T *xs, float *red,
+                                                 float *eb, float *er) {
+    const int K = c->K, n = in.f1 - in.f0;
+    const uint4 *x4 = (const uint4 *)c->x;
+    for (int j = threadIdx.x; j < K / 8; j += kThreads) reinterpret_cast<uint4 *>(xs)[j] = __ldcg(x4 + j);
+    if (c->epi < TPK_PE_GLU_SILU && n <= kEpi)
+        for (int j = threadIdx.x; j < n; j += kThreads) {
+            eb[j] = c->bias ? ld1((const T *)c->bias, (size_t)in.f0 + j) : 0.0f;
+            er[j] = c->epi == TPK_PE_RES ? ldcg1((const T *)c->res, (size_t)in.f0 + j) : 0.0f;
+        }
+    csync();
+    if (!c->norm_w) return;
+    /* rmsnorm_kernel's arithmetic: fp32 FMAs of the widened values (summed in another order), IEEE sqrt and
+     * division, then (x r) (offset + w) rounded once */
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < K; j += kThreads) {
+        const float v = ld1(xs, j);
+        ss = fmaf(v, v, ss);
+    }
+    const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)K + c->eps);
+    for (int j = threadIdx.x; j < K; j += kThreads) {
+        const float w = c->norm_w32 ? ((const float *)c->norm_w)[j] : ld1((const T *)c->norm_w, j);
+        st1(xs, j, ld1(xs, j) * r * (c->norm_off + w));
+    }
+    csync();
+}
+
+template <class T> struct is_bf16 { static constexpr bool value = false; };
+template <> struct is_bf16<__nv_bfloat16> { static constexpr bool value = true; };
+
+/* c (16 x 8 fp32) += a (16 x 16, row) b (16 x 8, col) on the tensor cores, in T */
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    if constexpr (!is_bf16<T>::value)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* One tile of a GEMV instruction: rows (GLU: output columns) [r0, r0 + nc) from the tile in shared memory (row r at
+ * 2 K r bytes) against xs, and their epilogue (e0: the tile's first row within the instruction, for eb and er).
+ *
+ * On the tensor cores, as gemv.cu: mma.m16n8k16 multiplies the tile's (up to) 16 rows by x, every column of B
+ * holding x. The 16 k slots of an mma may stand for any 16 positions of K as long as A and B agree: lane (g, t) takes
+ * K positions kb .. kb + 7, kb = 32 step + 8 t, of rows g and g + 8 (one 16-byte load each) and of x, which are its
+ * A and B registers for two mma (slots 2t, 2t+1, 2t+8, 2t+9 = positions kb + 0..3, then kb + 4..7). No conversion
+ * instruction at all (a CUDA-core dot product needs one cvt per value, and cvt runs at a quarter of the FMA rate).
+ * The 8 warps split K; their 16 sums per row meet in red. */
+template <class T>
+__device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsigned char *tile, const T *xs,
+                          float *red, const float *eb, const float *er, bool pre) {
+    const int K = c->K, glu = c->epi >= TPK_PE_GLU_SILU, rows = glu ? 2 * nc : nc, pitch = 2 * K;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int nsteps = (K + 31) / 32, per = (nsteps + kWarps - 1) / kWarps;
+    const int s0 = warp * per, s1 = min(nsteps, s0 + per);
+    const bool on0 = g < rows, on1 = g + 8 < rows;
+    const unsigned char *ra = tile + (size_t)g * pitch, *rb = tile + (size_t)(g + 8) * pitch;
+    /* four steps in flight: their loads first, then four independent accumulator chains (an mma's latency, not
+     * its rate, bounds a chain) */
+    float acc[4][4] = {};
+    int st = s0;
+    for (; st < s1; st += 4) {
+        uint4 a[4], b[4], x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int kb = (st + u) * 32 + 8 * t;
+            a[u] = b[u] = x[u] = make_uint4(0, 0, 0, 0);
+            if (st + u < s1 && kb < K) {
+                x[u] = *reinterpret_cast<const uint4 *>(xs + kb);
+                if (on0) a[u] = *reinterpret_cast<const uint4 *>(ra + 2 * kb);
+                if (on1) b[u] = *reinterpret_cast<const uint4 *>(rb + 2 * kb);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            mma16816<T>(acc[u], a[u].x, b[u].x, a[u].y, b[u].y, x[u].x, x[u].y);
+            mma16816<T>(acc[u], a[u].z, b[u].z, a[u].w, b[u].w, x[u].z, x[u].w);
+        }
+    }
+#pragma unroll
+    for (int u = 1; u < 4; u++) acc[0][0] += acc[u][0], acc[0][2] += acc[u][2];
+    if (t == 0) red[warp * 16 + g] = acc[0][0], red[warp * 16 + g + 8] = acc[0][2];
+    csync();
+    if (glu) {
+        const T *bias = (const T *)c->bias;
+        for (int j = threadIdx.x; j < nc; j += kThreads) {
+            float gs = 0.0f, us = 0.0f;
+            for (int w = 0; w < kWarps; w++) gs += red[w * 16 + j], us += red[w * 16 + nc + j];
+            if (bias) gs += ld1(bias, (size_t)c->gate0 + r0 + j), us += ld1(bias, (size_t)c->up0 + r0 + j);
+            const float av = c->epi == TPK_PE_GLU_SILU ? tpk_glu_act<0>(gs) : tpk_glu_act<1>(gs);
+            st1((T *)c->y, (size_t)r0 + j, av * us);
+        }
+        return;
+    }
+    for (int j = threadIdx.x; j < nc; j += kThreads) {
+        float v = 0.0f;
+        for (int w = 0; w < kWarps; w++) v += red[w * 16 + j];
+        const size_t n = (size_t)r0 + j;
+        if (pre) {
+            if (c->bias) v += eb[e0 + j];
+            if (c->epi == TPK_PE_RES) v += er[e0 + j];
+        } else {
+            if (c->bias) v += ld1((const T *)c->bias, n);
+            if (c->epi == TPK_PE_RES) v += ldcg1((const T *)c->res, n);
+        }
+        if (c->y32) ((float *)c->y)[n] = v;
+        else st1((T *)c->y, n, v);
+    }
+}
+
+/* NV consecutive 16-bit values at p as floats */
+template <class T, int NV> __device__ __forceinline__ void ldv(const T *p, float *f) {
+    if constexpr (NV == 2) {
+        const float2 a = f2<T>(*reinterpret_cast<const uint32_t *>(p));
+        f[0] = a.x, f[1] = a.y;
+    } else if constexpr (NV == 4) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(p);
+        const float2 a = f2<T>(u.x), b = f2<T>(u.y);
+        f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+    } else {
+        const uint4 u = *reinterpret_cast<const uint4 *>(p);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 a = f2<T>(w[j]);
+            f[2 * j] = a.x, f[2 * j + 1] = a.y;
+        }
+    }
+}
+
+/* cp.async of cache rows k0 .. k0 + nk - 1 of KV head kvh (K, then V) into the staging [K; V][CK][D], the row at
+ * `past` left out (this step's new key and value come from the q/k/v GEMV); one commit group. */
+template <class T, int D>
+__device__ void attn_stage(const tpk_pcall *c, int kvh, int k0, int nk, int past, T *stg) {
+    constexpr int CK = 4096 / D, EPC = 8, CPR = D / EPC; /* 16-byte chunks a row */
+    const size_t W = (size_t)c->Hkv * D;
+    const T *kb = (const T *)c->cache + (size_t)kvh * D, *vb = kb + (size_t)c->L * W;
+    for (int e = threadIdx.x; e < 2 * nk * CPR; e += kThreads) {
+        const int plane = e / (nk * CPR), rem = e - plane * nk * CPR, j = rem / CPR, part = rem - j * CPR;
+        if (k0 + j == past) continue;
+        cp_async16(stg + (plane * CK + j) * D + part * EPC, (plane ? vb : kb) + (size_t)(k0 + j) * W + part * EPC);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Before an attention piece waits for its q, k, v: its first sub-chunk of cached keys and values (written by earlier
+ * steps, never by this one) is already on its way. */
+template <class T, int D> __device__ void attn_prefetch(const tpk_pcall *c, const tpk_pinstr &in, int past, float *sc) {
+    constexpr int CK = 4096 / D;
+    const int per = c->n_rg * c->n_chunks, kvh = in.f0 / per, ch = (in.f0 - kvh * per) % c->n_chunks;
+    const int lo = ch * c->chunk, hi = min(lo + c->chunk, past + 1);
+    if (lo < hi) attn_stage<T, D>(c, kvh, lo, min(CK, hi - lo), past, reinterpret_cast<T *>(sc + kXsFloats - 4096));
+}
+
+/* One attention piece (persist.h ATTN); returns what its signals add: n_chunks from the last piece of its (KV head,
+ * row group), 0 from the others. */
+template <class T, int D>
+__device__ int run_attn(const tpk_pcall *c, const tpk_pinstr &in, int past, float *sc, int *counters, int *flag) {
+    constexpr int NV = D / 32, H2 = D / 2, U = 4; /* keys a warp step */
+    constexpr int CK = 4096 / D;                  /* keys a staged sub-chunk: K and V rows in 16 KB */
+    const int per = c->n_rg * c->n_chunks, kvh = in.f0 / per, rem = in.f0 - kvh * per, rg = rem / c->n_chunks,
+              ch = rem - rg * c->n_chunks;
+    const int lo = ch * c->chunk, hi = min(lo + c->chunk, past + 1), r0 = rg * c->rb, nr = min(c->rb, c->G - r0);
+    const int W = c->Hkv * D, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *cs = sc, *sn = cs + H2, *Qs = sn + H2, *kn = Qs + TPK_PERSIST_RB * 128, /* rb D <= 1024 (the host's rule) */ *vn = kn + D, *Mw = vn + D,
+          *Lw = Mw + kWarps, *Aw = Lw + kWarps;
+    T *stg = reinterpret_cast<T *>(sc + kXsFloats - 4096); /* the last 16 KB: [K; V][CK][D] */
+    const size_t slot0 = (((size_t)kvh * c->n_rg + rg) * c->n_chunks) * c->rb;
+    float *ws = c->ws;
+    if (lo <= past) { /* block-uniform */
+        for (int i = threadIdx.x; i < H2; i += kThreads) {
+            const float a = __fmul_rn((float)past, c->inv_freq[i]); /* rope_kernel's angle */
+            sincosf(a, &sn[i], &cs[i]);
+        }
+        csync();
+        const float qs = c->scale * kLog2e;
+        const T *q = (const T *)c->q, *k = (const T *)c->k, *v = (const T *)c->v;
+        for (int e = threadIdx.x; e < nr * H2; e += kThreads) {
+            const int r = e / H2, i = e - r * H2;
+            const size_t o = ((size_t)kvh * c->G + r0 + r) * D + i;
+            const float a = ldcg1(q, o), b = ldcg1(q, o + H2);
+            Qs[r * D + i] = round_to<T>(a * cs[i] - b * sn[i]) * qs;
+            Qs[r * D + i + H2] = round_to<T>(b * cs[i] + a * sn[i]) * qs;
+        }
+        const bool has_new = past < lo + c->chunk;
+        if (has_new) {
+            T *kc = (T *)c->cache + (size_t)past * W + (size_t)kvh * D;
+            T *vc = kc + (size_t)c->L * W;
+            for (int i = threadIdx.x; i < H2; i += kThreads) {
+                const size_t o = (size_t)kvh * D + i;
+                const float a = ldcg1(k, o), b = ldcg1(k, o + H2);
+                kn[i] = round_to<T>(a * cs[i] - b * sn[i]);
+                kn[i + H2] = round_to<T>(b * cs[i] + a * sn[i]);
+                vn[i] = ldcg1(v, o), vn[i + H2] = ldcg1(v, o + H2);
+                if (rg == 0) {
+                    st1(kc, i, kn[i]), st1(kc, i + H2, kn[i + H2]);
+                    st1(vc, i, vn[i]), st1(vc, i + H2, vn[i + H2]);
+                }
+            }
+        }
+        csync();
+        /* keys staged in sub-chunks of CK rows of K and V (cp.async, one round trip each), the new key's row from
+         * kn, vn; warps: row r = warp / S, keys s, s + S, ... of each sub-chunk */
+        const int S = kWarps / nr, r = warp / S, s = warp - r * S;
+        float m = -INFINITY, l = 0.0f, acc[NV], qv[NV];
+#pragma unroll
+        for (int j = 0; j < NV; j++) acc[j] = 0.0f, qv[j] = r < nr ? Qs[r * D + lane * NV + j] : 0.0f;
+        const T *kb = (const T *)c->cache + (size_t)kvh * D, *vb = kb + (size_t)c->L * W;
+        for (int k0 = lo; k0 < hi; k0 += CK) {
+            const int nk = min(CK, hi - k0);
+            if (k0 > lo) attn_stage<T, D>(c, kvh, k0, nk, past, stg); /* the first was issued before the wait */
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+            if (past >= k0 && past < k0 + nk)
+                for (int d = threadIdx.x; d < D; d += kThreads) {
+                    st1(stg, (size_t)(past - k0) * D + d, kn[d]);
+                    st1(stg, (size_t)(CK + past - k0) * D + d, vn[d]);
+                }
+            csync();
+            if (r < nr) {
+                for (int j0 = s; j0 < nk; j0 += U * S) {
+                    float kf[U][NV], vf[U][NV], d[U];
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        const int j = min(j0 + u * S, nk - 1);
+                        ldv<T, NV>(stg + (size_t)j * D + lane * NV, kf[u]);
+                        ldv<T, NV>(stg + (size_t)(CK + j) * D + lane * NV, vf[u]);
+                    }
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        float t = 0.0f;
+#pragma unroll
+                        for (int x = 0; x < NV; x++) t = fmaf(qv[x], kf[u][x], t);
+                        d[u] = t;
+                    }
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                        for (int u = 0; u < U; u++) d[u] += __shfl_xor_sync(kFull, d[u], o);
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        if (j0 + u * S >= nk) break;
+                        const float mx = fmaxf(m, d[u]), alpha = exp2f(m - mx), p = exp2f(d[u] - mx);
+                        l = fmaf(l, alpha, p);
+#pragma unroll
+                        for (int x = 0; x < NV; x++) acc[x] = fmaf(acc[x], alpha, p * vf[u][x]);
+                        m = mx;
+                    }
+                }
+            }
+            csync(); /* the staging is free for the next sub-chunk */
+        }
+        if (lane == 0) Mw[warp] = m, Lw[warp] = l;
+#pragma unroll
+        for (int j = 0; j < NV; j++) Aw[warp * D + lane * NV + j] = acc[j];
+        csync();
+        /* the warps of a row merged: this piece's (max, sum, unnormalized output) per row */
+        for (int e = threadIdx.x; e < nr * D; e += kThreads) {
+            const int rr = e / D, dd = e - rr * D;
+            float M = -INFINITY, L = 0.0f, A = 0.0f;
+            for (int t = 0; t < S; t++) M = fmaxf(M, Mw[rr * S + t]);
+            for (int t = 0; t < S; t++) {
+                const float wgt = Mw[rr * S + t] == -INFINITY ? 0.0f : exp2f(Mw[rr * S + t] - M);
+                L = fmaf(wgt, Lw[rr * S + t], L);
+                A = fmaf(wgt, Aw[(rr * S + t) * D + dd], A);
+            }
+            float *o = ws + (slot0 + (size_t)ch * c->rb + rr) * (D + 2);
+            o[dd] = A;
+            if (dd == 0) o[D] = M, o[D + 1] = L;
+        }
+    }
+    csync();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        *flag = atomicAdd(counters + c->arrive + kvh * c->n_rg + rg, 1) == c->n_chunks - 1;
+    }
+    csync();
+    if (!*flag) return 0;
+    __threadfence();
+    /* the last piece: the chunks that hold visible keys merged, normalized, written */
+    const int n_vis = min(c->n_chunks, past / c->chunk + 1);
+    T *out = (T *)c->out;
+    for (int e = threadIdx.x; e < nr * D; e += kThreads) {
+        const int rr = e / D, dd = e - rr * D;
+        float M = -INFINITY, L = 0.0f, A = 0.0f;
+        for (int t = 0; t < n_vis; t++) M = fmaxf(M, __ldcg(ws + (slot0 + (size_t)t * c->rb + rr) * (D + 2) + D));
+        for (int t = 0; t < n_vis; t++) {
+            const float *o = ws + (slot0 + (size_t)t * c->rb + rr) * (D + 2);
+            const float mt = __ldcg(o + D), wgt = mt == -INFINITY ? 0.0f : exp2f(mt - M);
+            L = fmaf(wgt, __ldcg(o + D + 1), L);
+            A = fmaf(wgt, __ldcg(o + dd), A);
+        }
+        st1(out, ((size_t)kvh * c->G + r0 + rr) * D + dd, A / L);
+    }
+    return c->n_chunks;
+}
+
+/* the producer: the weight rows of tile t of instruction `in` into stage buffer dst (one bulk copy; a GLU tile's
+ * gate rows, then its up rows), counted on bar */
+template <class T>
+__device__ void issue_tile(const tpk_pcall *c, const tpk_pinstr &in, int t, unsigned char *dst, uint64_t *bar,
+                           uint64_t pol) {
+    const int r0 = in.f0 + t * c->tile_rows, nc = min(in.f1, r0 + c->tile_rows) - r0;
+    const size_t rb = (size_t)c->K * sizeof(T);
+    const uint32_t bytes = (uint32_t)(nc * rb);
+    const unsigned char *w = (const unsigned char *)c->w;
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the generic reads of this stage come first */
+    if (c->epi >= TPK_PE_GLU_SILU) {
+        mbar_expect(bar, 2 * bytes);
+        bulk_load(dst, w + ((size_t)c->gate0 + r0) * rb, bytes, bar, pol);
+        bulk_load(dst + bytes, w + ((size_t)c->up0 + r0) * rb, bytes, bar, pol);
+    } else {
+        mbar_expect(bar, bytes);
+        bulk_load(dst, w + (size_t)r0 * rb, bytes, bar, pol);
+    }
+}
+
+/* The weight pipeline: one producer warp (lane 0) walks the block's queue and issues every GEMV tile in order into
+ * stage n % stages once the consumers have released it (empty[s]); the consumers wait for full[s], compute, and
+ * release. The producer never waits for activations, so tiles stream across instruction boundaries and dependency
+ * waits, `stages` deep. */
+struct pipe {
+    unsigned char *stages;
+    uint64_t *full, *empty;
+    int nuse; /* tiles the consumers have taken */
+};
+
+template <class T> __device__ void produce(const tpk_pprog &p, const pipe &ld, int q0, int q1, uint64_t pol) {
+    int n = 0;
+    for (int q = q0; q < q1; q++) {
+        const tpk_pinstr in = p.instrs[p.queue[q]];
+        if (in.n_tiles == 0) continue;
+        const tpk_pcall *c = &p.calls[in.call];
+        for (int t = 0; t < in.n_tiles; t++, n++) {
+            const int s = n % p.stages;
+            mbar_wait(&ld.empty[s], (uint32_t)((n / p.stages) & 1) ^ 1u); /* a fresh barrier passes parity 1 */
+            issue_tile<T>(c, in, t, ld.stages + (size_t)s * p.tile, &ld.full[s], pol);
+        }
+    }
+}
+
+/* A GEMV instruction: its prologue once, then its tiles as they arrive. */
+template <class T>
+__device__ void run_gemv(const tpk_pprog &p, const tpk_pcall *c, const tpk_pinstr &in, pipe &ld, T *xs, float *red,
+                         float *eb, float *er) {
+    gemv_prologue<T>(c, in, xs, red, eb, er);
+    const bool pre = c->epi < TPK_PE_GLU_SILU && in.f1 - in.f0 <= kEpi;
+    for (int t = 0; t < in.n_tiles; t++) {
+        const int s = ld.nuse % p.stages, r0 = in.f0 + t * c->tile_rows;
+        mbar_wait(&ld.full[s], (uint32_t)(ld.nuse / p.stages) & 1u);
+        gemv_tile<T>(c, r0, min(in.f1, r0 + c->tile_rows) - r0, r0 - in.f0, ld.stages + (size_t)s * p.tile, xs, red,
+                         eb, er, pre);
+        csync(); /* the stage and red are free again */
+        if (threadIdx.x == 0) mbar_arrive(&ld.empty[s]);
+        ld.nuse++;
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads + 32, 1) persist_kernel(const tpk_pprog *__restrict__ pp) {
+#if !PK_SM90
+    __trap();
+#else
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages];
+    __shared__ float red[kRed + kWarps + 1];
+    __shared__ float eb[kEpi], er[kEpi];
+    __shared__ int flag;
+    const tpk_pprog p = *pp;
+    const int q0 = p.queue_start[blockIdx.x], q1 = p.queue_start[blockIdx.x + 1];
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < p.stages; s++) mbar_init(&full[s]), mbar_init(&empty[s]);
+        asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+    __syncthreads(); /* the barriers ready for the producer warp and the consumers */
+    pipe ld = {smem, full, empty, 0};
+    if (threadIdx.x >= kThreads) { /* the producer warp */
+        if (threadIdx.x == kThreads) {
+            uint64_t pol;
+            asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+            produce<T>(p, ld, q0, q1, pol);
+        }
+        return;
+    }
+    unsigned char *xs = smem + (size_t)kRing;
+    const int past = *p.past;
+    for (int q = q0; q < q1; q++) {
+        const int k = p.queue[q];
+        const tpk_pinstr in = p.instrs[k];
+        const tpk_pcall *c = &p.calls[in.call];
+        if (c->kind == TPK_PI_ATTN) {
+            if (c->D == 64) attn_prefetch<T, 64>(c, in, past, (float *)xs);
+            else if (c->D == 128) attn_prefetch<T, 128>(c, in, past, (float *)xs);
+            else attn_prefetch<T, 256>(c, in, past, (float *)xs);
+        }
+        if (threadIdx.x == 0) {
+            if (p.rec) p.rec[3 * (size_t)k] = globaltimer();
+            for (int w = 0; w < in.n_waits; w++) {
+                const tpk_pwait wt = p.waits[in.first_wait + w];
+                while (ld_acquire(p.counters + wt.counter) < wt.target) {
+                }
+            }
+        }
+        csync();
+        if (threadIdx.x == 0 && p.rec) p.rec[3 * (size_t)k + 1] = globaltimer();
+        int add = 1;
+        switch (c->kind) {
+        case TPK_PI_EMBED: run_embed<T>(c); break;
+        case TPK_PI_GEMV: run_gemv<T>(p, c, in, ld, (T *)xs, red, eb, er); break;
+        case TPK_PI_ATTN:
+            add = c->D == 64    ? run_attn<T, 64>(c, in, past, (float *)xs, p.counters, &flag)
+                  : c->D == 128 ? run_attn<T, 128>(c, in, past, (float *)xs, p.counters, &flag)
+                                : run_attn<T, 256>(c, in, past, (float *)xs, p.counters, &flag);
+            break;
+        default: break;
+        }
+        csync();
+        if (threadIdx.x == 0 && add) {
+            __threadfence();
+            for (int s = 0; s < in.n_signals; s++) atomicAdd(p.counters + p.signals[in.first_signal + s], add);
+        }
+        if (threadIdx.x == 0 && p.rec) p.rec[3 * (size_t)k + 2] = globaltimer();
+    }
+#endif
+}
+
+} // namespace
+
+extern "C" size_t tpk_persist_smem(void) { return (size_t)kRing + kXs; }
+
+extern "C" int tpk_persist_check(int device, int n_blocks) {
+    cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, device);
+    if (e != cudaSuccess) return (int)e;
+    if (prop.major < 9) return (int)cudaErrorInvalidDeviceFunction;
+    if (n_blocks < 1 || n_blocks > prop.multiProcessorCount) return (int)cudaErrorInvalidValue;
+    const int smem = (int)tpk_persist_smem();
+    if ((e = cudaFuncSetAttribute(persist_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) ||
+        (e = cudaFuncSetAttribute(persist_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)))
+        return (int)e;
+    int per_sm = 0;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persist_kernel<__half>, kThreads + 32, smem)))
+        return (int)e;
+    return per_sm >= 1 ? 0 : (int)cudaErrorInvalidValue;
+}
+
+extern "C" int tpk_persist_launch(const tpk_pprog *d_prog, const tpk_pprog *h, tp_stream stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e = cudaMemsetAsync(h->counters, 0, sizeof(int) * (size_t)h->n_counters, s);
+    if (e != cudaSuccess) return (int)e;
+    const size_t smem = tpk_persist_smem();
+    if (h->bf16)
+        persist_kernel<__nv_bfloat16><<<h->n_blocks, kThreads + 32, smem, s>>>(d_prog);
+    else
+        persist_kernel<__half><<<h->n_blocks, kThreads + 32, smem, s>>>(d_prog);
+    return (int)cudaGetLastError();
+}

@@ -1,0 +1,112 @@
+/* persist.h: the persistent decode kernel (docs/persistent.md, issue 42): one launch runs a whole decode step as an
+ * instruction stream (planner/istream.h), one queue per block, one block per SM, dependencies through counters in
+ * global memory instead of kernel boundaries, and the weights streamed through shared memory in tiles of up to 64 KB
+ * (TMA bulk copies, three stages deep) in queue order, across instruction boundaries: the next instruction's first
+ * tiles are in flight while the current one finishes and while the next one waits for its activations. sm_90 and later; 16-bit activations and weights; one sequence (batch 1). C header, the formats the
+ * host (exec/cuda/engine/engine_persist.c) writes and the kernel reads.
+ *
+ * Instructions (each a part of a call; the call's record says what to do):
+ *   EMBED  y (1, C) = table[id] * scale, id = ids[0] (an id outside [0, V) writes NaN, as tpk_token_embed).
+ *   GEMV   y (1, N) = x' W^T [+ bias] [+ res] over rows [f0, f1) of W (N, K) row-major, x' = x (1, K) or, with a
+ *          norm prologue, RMSNorm(x) rounded to the activation type (decoder_ops.h tpk_rmsnorm's arithmetic), the fp32
+ *          sum rounded once (gemv.h's epilogue). With a GLU epilogue the part covers output columns [f0, f1): W's
+ *          rows gate0 + c and up0 + c, y[c] = act(g + bias) * (u + bias) in fp32, rounded once (gemv.h's fused
+ *          form, act as tpk_glu's).
+ *   ATTN   one (KV head, row group, key chunk) piece of a decode step's attention (B = 1, T = 1): the G query heads
+ *          of the KV head rotated (RoPE at the cache position, rounded as tpk_rope's store), the new key rotated and,
+ *          by row group 0 of the chunk holding it, written with the new value into the cache at row `past`; the
+ *          scores of keys [lo, min(lo + chunk, past + 1)) with an online softmax (base 2); the pieces of a (KV head,
+ *          row group) merged by the last one to finish (an arrival counter), which writes the output rows (rounded to
+ *          the activation type) and only then signals the output's counter, by n_chunks at once. */
+#ifndef TP_PERSIST_H
+#define TP_PERSIST_H
+
+#include <stddef.h>
+
+#include "exec/cuda/kernels/decoder_ops.h" /* tp_stream */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { TPK_PI_EMBED = 1, TPK_PI_GEMV = 2, TPK_PI_ATTN = 3 };
+enum { TPK_PE_NONE = 0, TPK_PE_RES = 1, TPK_PE_GLU_SILU = 2, TPK_PE_GLU_GELU = 3 };
+
+#define TPK_PERSIST_THREADS 256
+#define TPK_PERSIST_RING (192 * 1024) /* bytes of the weight stages, cut into tpk_pprog.stages tiles */
+#define TPK_PERSIST_MAX_STAGES 12
+#define TPK_PERSIST_TILE (64 * 1024)  /* the default tile (3 stages): a tile of an instruction's weight rows */
+#define TPK_PERSIST_XS (32 * 1024)    /* bytes of the instruction scratch: x (K <= 16384 16-bit values), attention */
+#define TPK_PERSIST_RB 8              /* query rows (heads) of one attention piece at most */
+
+typedef struct {
+    int kind;       /* TPK_PI_* */
+    /* EMBED */
+    const float *ids;
+    const void *table;
+    int V;
+    float escale;
+    /* GEMV and EMBED: x (1, K) and y (1, N or C), 16-bit unless y32 (y fp32: logits) */
+    const void *x, *w, *bias, *res;
+    void *y;
+    int y32;
+    const void *norm_w; /* RMSNorm prologue's weight (K), 16-bit or fp32 (norm_w32), or NULL */
+    int norm_w32;
+    float eps, norm_off;
+    int K, N, epi;  /* epi: TPK_PE_* */
+    int gate0, up0; /* GLU: the first rows of gate and up in W */
+    int tile_rows;  /* rows (GLU: output columns) of one weight tile, at most tpk_pprog.tile bytes (GLU: both
+                       halves); an instruction's rows stream through the stages tile after tile */
+    /* ATTN: q (1, H D), k, v (1, Hkv D) as the q/k/v GEMV wrote them (before RoPE); the cache (2, 1, L, Hkv D) */
+    const void *q, *k, *v;
+    void *cache, *out;
+    const float *inv_freq; /* D / 2 */
+    int H, Hkv, D, L, G, rb, n_rg, chunk, n_chunks;
+    float scale;        /* multiplies Q K^T */
+    float *ws;          /* partials: [Hkv][n_rg][n_chunks][rb] x (D + 2) fp32 */
+    int arrive;         /* the first of Hkv n_rg arrival counters (in the counter array) */
+} tpk_pcall;
+
+typedef struct {
+    int call;            /* index into the call table */
+    int f0, f1;          /* GEMV: rows (columns with GLU); ATTN: the piece f0 */
+    int first_wait, n_waits;
+    int first_signal, n_signals;
+    int n_tiles;         /* GEMV: its weight tiles, ceil((f1 - f0) / tile_rows); 0 otherwise */
+} tpk_pinstr;
+
+typedef struct {
+    int counter, target;
+} tpk_pwait;
+
+typedef struct {
+    const tpk_pcall *calls;
+    const tpk_pinstr *instrs;
+    const tpk_pwait *waits;
+    const int *signals;
+    const int *queue_start, *queue; /* block b runs queue[queue_start[b] .. queue_start[b + 1]) */
+    int *counters;                  /* n_counters ints, zero before every launch */
+    int n_counters;
+    const int *past;                /* the cache position (graph.h tp_graph.past) */
+    int n_blocks;
+    int bf16;                       /* activations and weights BF16 (else FP16) */
+    int stages, tile;               /* the weight ring: stages x tile bytes <= TPK_PERSIST_RING, stages <= 12 */
+    unsigned long long *rec;        /* NULL, or 3 per instruction (global order): %globaltimer (ns) when its block
+                                       reached it, when its waits were met, when it signalled */
+} tpk_pprog;
+
+/* Dynamic shared memory of the kernel (bytes). */
+size_t tpk_persist_smem(void);
+/* 0 when n_blocks blocks of the kernel are all resident at once on device `device` (one per SM at most: the
+ * dependencies spin, so a block that never starts would hang the others), else a CUDA error (cudaErrorInvalidValue:
+ * more blocks than SMs, or shared memory too small; a compute capability below 9.0: cudaErrorInvalidDeviceFunction). */
+int tpk_persist_check(int device, int n_blocks);
+/* Zeroes the counters and launches the step on stream (p and every pointer in it device memory, p itself too:
+ * d_prog). n_blocks from the host copy h. Errors: a CUDA error code. */
+int tpk_persist_launch(const tpk_pprog *d_prog, const tpk_pprog *h, tp_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
