@@ -304,7 +304,7 @@ static tp_status persist_eligible(pk_ctx *x) {
     const int rc = tpk_persist_check(e->device, e->sms);
     if (rc)
         return unsupported(x, NULL, rc == (int)cudaErrorInvalidDeviceFunction ? "compute capability 9.0 or later"
-                                                                           : "one 256-thread block with 224 KB of "
+                                                                           : "one 288-thread block with 225 KB of "
                                                                              "shared memory must fit on every SM");
     return TP_OK;
 }

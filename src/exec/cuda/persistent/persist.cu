@@ -1,22 +1,21 @@
-/* persist.cu: the persistent decode kernel (persist.h; the design in docs/persistent.md).
+/* persist.cu: the persistent decode kernel (persist.h; the design and its measurements in docs/persistent.md).
  *
- * One block of 256 threads per SM runs its queue in order. Before an instruction waits for its inputs, thread 0
- * tops up the weight pipeline: the weight rows of the queue's next instructions, up to three ahead, each one TMA bulk
- * copy (cp.async.bulk, an mbarrier per stage counting the bytes) of up to 64 KB into its own shared-memory stage, with
- * L2's evict-first policy (the weights are read once a step; the activations and the KV cache should stay in L2).
- * So while SMs wait at a layer's dependency hop, the next op's weights are already on their way: the bubbles a
- * kernel-per-op step pays at every boundary (ramp-up, drain, the next kernel's first loads) overlap the stream.
+ * One block per SM: 8 consumer warps run the block's queue in order; a producer warp (one lane) walks the same queue
+ * and issues every GEMV tile, one TMA bulk copy (cp.async.bulk) of up to 64 KB a tile, into a ring of shared-memory
+ * stages (two mbarriers each: the bytes landed, the consumers released it), with L2's evict-first policy (the
+ * weights are read once a step; the activations and the KV cache should stay in L2). The producer waits for no
+ * activation, so while the consumers wait at a dependency hop the next op's weights are already on their way.
  *
- * Dependencies (docs/persistent.md, "No deadlock"): thread 0 spins on each wait's counter with acquire loads, then
- * the block barrier passes the ordering to the other threads; activations written in this launch are read through
- * L2 (ld.global.cg) so a stale L1 line can never be seen. After an instruction, the block barrier orders every
- * thread's stores before thread 0's fence and counter add (the pattern of a grid barrier's arrival). The queues are
- * subsequences of one topological order and every block is resident (tpk_persist_check), so every wait ends.
+ * Dependencies (docs/persistent.md, "No deadlock"): consumer thread 0 spins on each wait's counter with acquire
+ * loads, then the consumers' named barrier passes the ordering to the others; activations written in this launch
+ * are read through L2 (ld.global.cg) so a stale L1 line can never be seen. After an instruction, the barrier orders
+ * every consumer's stores before thread 0's fence and counter add (the pattern of a grid barrier's arrival). The
+ * queues are subsequences of one topological order and every block is resident (tpk_persist_check), so every wait
+ * ends.
  *
- * GEMV instructions compute from shared memory: warp w takes (row, K slice) tasks, 8 values a lane a step as 16-byte
- * loads (conflict-free), fp32 FMAs, a warp reduction, then the epilogue per row. At 64 KB a tile and ~36 bytes per
- * ns per SM of HBM share, a tile arrives in ~1.8 us and is consumed in ~0.3 us: the kernel is bound by the stream.
- * Attention pieces are small (a few KB of cache each) and read the cache through L1/L2 directly. */
+ * GEMV tiles run on the tensor cores (gemv_tile); attention pieces stage their keys with cp.async, the first block
+ * before their wait (run_attn, attn_prefetch). Measured on an H200: the LM head streams at 4.7 TB/s, the layers lose
+ * to their dependency hops (bench/results/2026-11-28_h200_issue42_persistent_step.log). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -1,8 +1,9 @@
 /* persist.h: the persistent decode kernel (docs/persistent.md, issue 42): one launch runs a whole decode step as an
- * instruction stream (planner/istream.h), one queue per block, one block per SM, dependencies through counters in
- * global memory instead of kernel boundaries, and the weights streamed through shared memory in tiles of up to 64 KB
- * (TMA bulk copies, three stages deep) in queue order, across instruction boundaries: the next instruction's first
- * tiles are in flight while the current one finishes and while the next one waits for its activations. sm_90 and later; 16-bit activations and weights; one sequence (batch 1). C header, the formats the
+ * instruction stream (planner/istream.h), one queue per block, one block per SM (8 consumer warps and a producer
+ * warp), dependencies through counters in global memory instead of kernel boundaries, and the weights streamed
+ * through shared memory in tiles of up to 64 KB (TMA bulk copies, three stages deep) in queue order, across
+ * instruction boundaries: the next instruction's first tiles are in flight while the current one finishes and while
+ * the next one waits for its activations. sm_90 and later; 16-bit activations and weights; one sequence (batch 1). C header, the formats the
  * host (exec/cuda/engine/engine_persist.c) writes and the kernel reads.
  *
  * Instructions (each a part of a call; the call's record says what to do):
@@ -32,7 +33,7 @@ extern "C" {
 enum { TPK_PI_EMBED = 1, TPK_PI_GEMV = 2, TPK_PI_ATTN = 3 };
 enum { TPK_PE_NONE = 0, TPK_PE_RES = 1, TPK_PE_GLU_SILU = 2, TPK_PE_GLU_GELU = 3 };
 
-#define TPK_PERSIST_THREADS 256
+#define TPK_PERSIST_THREADS 256   /* consumer threads of a block (plus one producer warp) */
 #define TPK_PERSIST_RING (192 * 1024) /* bytes of the weight stages, cut into tpk_pprog.stages tiles */
 #define TPK_PERSIST_MAX_STAGES 12
 #define TPK_PERSIST_TILE (64 * 1024)  /* the default tile (3 stages): a tile of an instruction's weight rows */
@@ -97,7 +98,7 @@ typedef struct {
 
 /* Dynamic shared memory of the kernel (bytes). */
 size_t tpk_persist_smem(void);
-/* 0 when n_blocks blocks of the kernel are all resident at once on device `device` (one per SM at most: the
+/* 0 when n_blocks blocks of the kernel (288 threads each) are all resident at once on device `device` (one per SM at most: the
  * dependencies spin, so a block that never starts would hang the others), else a CUDA error (cudaErrorInvalidValue:
  * more blocks than SMs, or shared memory too small; a compute capability below 9.0: cudaErrorInvalidDeviceFunction). */
 int tpk_persist_check(int device, int n_blocks);
