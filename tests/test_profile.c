@@ -920,6 +920,99 @@ END_TEST
 
 /* ---- GPU traces committed as fixtures ------------------------------------------------------------------------ */
 
+/* A persistent decode step's records (tp_trace_add_persistent): instructions on SMs become kernel records named by
+ * what they are, on their SM's stream; the busy time counts the union of the SMs' intervals (the waits left out);
+ * the Chrome trace has one row per SM; save and load keep the flag. Ops: 0 the embedding, 1 a linear, 2 the KV
+ * attention. Iteration 0 (ns): SM 0 embed [0, 10), gemv [20, 120); SM 1 gemv [30, 110), attention [130, 150);
+ * iteration 1 the same shifted by 1000. Busy: 10 + 100 + 20 = 130 a step; the linear 100, the attention 20. */
+START_TEST(test_persistent_records) {
+    tp_trace t;
+    tp_trace_init(&t);
+    t.n_ops = 3;
+    t.ops = calloc(3, sizeof *t.ops);
+    ck_assert_ptr_nonnull(t.ops);
+    static const char *const layers[] = {"model.embed_tokens", "model.layers.0.mlp.down_proj", "model.layers.0.self_attn"};
+    static const tp_op_kind kinds[] = {TP_OP_TOKEN_EMBED, TP_OP_LINEAR, TP_OP_KV_ATTENTION};
+    for (int o = 0; o < 3; o++) {
+        snprintf(t.ops[o].layer, sizeof t.ops[o].layer, "%s", layers[o]);
+        t.ops[o].kind = kinds[o];
+        t.ops[o].call = o;
+    }
+    snprintf(t.model, sizeof t.model, "llama");
+    snprintf(t.precision, sizeof t.precision, "fp16");
+    const int op[] = {0, 1, 1, 2}, sm[] = {0, 0, 1, 1};
+    tp_error e;
+    for (int it = 0; it < 2; it++) {
+        const uint64_t base = 1000u * (uint64_t)it;
+        const uint64_t a[] = {base, base + 20, base + 30, base + 130}, b[] = {base + 10, base + 120, base + 110, base + 150};
+        ck_assert_msg(tp_trace_add_persistent(&t, it, op, sm, a, b, 4, 2, 288, &e) == TP_OK, "%s", e.msg);
+    }
+    ck_assert_int_eq(t.persistent, 1);
+    ck_assert_int_eq(t.iterations, 2);
+    ck_assert_int_eq(t.n, 8);
+    ck_assert_str_eq(t.rec[1].name, "persistent gemv");
+    ck_assert_str_eq(t.rec[3].name, "persistent attention");
+    ck_assert_str_eq(t.rec[0].name, "persistent embed");
+    ck_assert_int_eq((int)t.rec[2].stream, 1);
+    ck_assert_int_eq(t.rec[3].category, TP_CAT_ATTENTION);
+    tp_profile_summary s;
+    ck_assert_msg(tp_profile_analyze(&t, &s, &e) == TP_OK, "%s", e.msg);
+    ck_assert(fabs(s.kernel_ns_per_iter - 130.0) < 1e-9);
+    ck_assert(fabs(s.raw_kernel_ns_per_iter - 210.0) < 1e-9);
+    ck_assert_int_eq(s.n_layers, 3);
+    ck_assert(fabs(s.layers[1].ns_per_iter - 100.0) < 1e-9);
+    ck_assert(fabs(s.layers[2].ns_per_iter - 20.0) < 1e-9);
+    char out[1 << 14];
+    FILE *f = fmemopen(out, sizeof out, "w");
+    ck_assert_ptr_nonnull(f);
+    tp_profile_print(&t, &s, 5, f);
+    fclose(f);
+    ck_assert_msg(strstr(out, "A persistent decode step: CUPTI sees one kernel"), "%s", out);
+    json_t *j = tp_profile_summary_json(&t, &s);
+    ck_assert_str_eq(str(j, "source"), "persistent kernel instructions (%globaltimer)");
+    json_decref(j);
+    tp_profile_summary_free(&s);
+    /* the Chrome trace: one row per SM */
+    char p[512];
+    tmp_path(p, sizeof p, "persistent_chrome.json");
+    ck_assert_msg(tp_chrome_trace_write(&t, 0, p, &e) == TP_OK, "%s", e.msg);
+    json_error_t je;
+    json_t *root = json_load_file(p, 0, &je);
+    ck_assert_ptr_nonnull(root);
+    json_t *ev = json_object_get(root, "traceEvents");
+    int sm_rows = 0, on_sm1 = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        json_t *x = json_array_get(ev, i);
+        if (strcmp(str(x, "ph"), "M") == 0) {
+            const char *name = str(json_object_get(x, "args"), "name");
+            sm_rows += strncmp(name, "SM ", 3) == 0;
+        } else if (tid(x) == 3 + 1) {
+            on_sm1++;
+        }
+    }
+    ck_assert_int_eq(sm_rows, 2);
+    ck_assert_int_eq(on_sm1, 2);
+    json_decref(root);
+    remove(p);
+    /* save and load keep the flag */
+    tmp_path(p, sizeof p, "persistent.trace.json");
+    ck_assert_msg(tp_trace_save(&t, p, &e) == TP_OK, "%s", e.msg);
+    tp_trace u;
+    ck_assert_msg(tp_trace_load(p, &u, &e) == TP_OK, "%s", e.msg);
+    ck_assert_int_eq(u.persistent, 1);
+    ck_assert_int_eq(u.n, 8);
+    tp_trace_free(&u);
+    remove(p);
+    /* refused: an op outside the trace, an end before its start */
+    const int bad_op[] = {3};
+    const uint64_t a0[] = {5}, b0[] = {9}, b1[] = {4};
+    ck_assert_int_eq(tp_trace_add_persistent(&t, 0, bad_op, sm, a0, b0, 1, 2, 288, &e), TP_ERR_ARG);
+    ck_assert_int_eq(tp_trace_add_persistent(&t, 0, op, sm, a0, b1, 1, 2, 288, &e), TP_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "ends before it starts"), "%s", e.msg);
+    tp_trace_free(&t);
+}
+END_TEST
+
 START_TEST(test_fixture_traces) {
     glob_t g;
     int rc = glob("tests/fixtures/*.trace.json", 0, NULL, &g);
@@ -996,6 +1089,7 @@ int main(void) {
     tcase_add_test(t, test_load_errors);
     tcase_add_test(t, test_trace_program);
     tcase_add_test(t, test_chrome_trace);
+    tcase_add_test(t, test_persistent_records);
     tcase_add_test(t, test_fixture_traces);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);

@@ -40,6 +40,11 @@ tp_status tp_engine_persist_report(const tp_engine *e, FILE *f, tp_error *err) {
     return tp_fail(err, TP_ERR_NO_GPU, "no persistent step without CUDA");
 }
 
+tp_status tp_engine_persist_records(const tp_engine *e, int *op, int *sm, uint64_t *ready_ns, uint64_t *end_ns,
+                                    int *n, tp_error *err) {
+    return tp_fail(err, TP_ERR_NO_GPU, "no persistent step without CUDA");
+}
+
 int tp_engine_decode_kernel(const tp_engine *e, const char **note, int *instrs) {
     if (note) *note = "";
     if (instrs) *instrs = 0;

@@ -421,6 +421,11 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
                    "own duration: the kernel table shows durations, the category and layer times count each "
                    "stretch of busy time once, for the kernel that extends it (tprof's --pdl off runs them one "
                    "after another in a CUDA graph)", s->raw_kernel_ns_per_iter * 1e-6, traced_ms(s));
+    if (t->persistent)
+        fprintf(f, "\nA persistent decode step: CUPTI sees one kernel, so these records are the kernel's own, one per "
+                   "instruction (%%globaltimer from the end of its waits to its signal, the wait before it left out as "
+                   "idle); the argmax and position kernels after the step are not in them. \"Kernels\" below are "
+                   "instructions, their time the busy time of the SMs running them");
     fprintf(f, "\nRecords not launched by a tprof op: %d (%.4f ms per iteration)\n", s->unattributed,
             (double)s->unattributed_ns / s->iterations * 1e-6);
 
@@ -529,6 +534,9 @@ json_t *tp_profile_summary_json(const tp_trace *t, const tp_profile_summary *s) 
     json_object_set_new(j, "gpu", json_string(t->gpu));
     json_object_set_new(j, "iterations", json_integer(s->iterations));
     json_object_set_new(j, "records", json_integer(s->records));
+    /* a persistent decode step's records are its instructions, not CUPTI's kernels */
+    json_object_set_new(j, "source", json_string(t->persistent ? "persistent kernel instructions (%globaltimer)"
+                                                               : "CUPTI kernel records"));
     json_object_set_new(j, "kernel_ns_per_iter", jnum(s->kernel_ns_per_iter));
     json_object_set_new(j, "raw_kernel_ns_per_iter", jnum(s->raw_kernel_ns_per_iter));
     json_object_set_new(j, "span_ns_per_iter", jnum(s->span_ns_per_iter));
@@ -706,6 +714,13 @@ tp_status tp_chrome_trace_write(const tp_trace *t, int iteration, const char *pa
     json_array_append_new(ev, meta_event("process_name", 0, "GPU"));
     json_array_append_new(ev, meta_event("thread_name", 1, "kernels"));
     json_array_append_new(ev, meta_event("thread_name", 2, "layers"));
+    int sms = 0; /* a persistent step's instructions: one row per SM (tid 3 + SM) */
+    for (int i = 0; t->persistent && i < n; i++) sms = (int)recs[i]->stream + 1 > sms ? (int)recs[i]->stream + 1 : sms;
+    for (int k = 0; k < sms; k++) {
+        char sm[16];
+        snprintf(sm, sizeof sm, "SM %d", k);
+        json_array_append_new(ev, meta_event("thread_name", 3 + k, sm));
+    }
     for (int i = 0; i < n; i++) {
         const tp_trace_record *r = recs[i];
         const tp_trace_op *op = r->op >= 0 && r->op < t->n_ops ? &t->ops[r->op] : NULL;
@@ -721,7 +736,8 @@ tp_status tp_chrome_trace_write(const tp_trace *t, int iteration, const char *pa
         } else {
             json_object_set_new(args, "bytes", json_integer((json_int_t)r->bytes));
         }
-        json_array_append_new(ev, x_event(r->name, tp_category_name(r->category), 1, t0, r->start_ns, r->end_ns, args));
+        json_array_append_new(ev, x_event(r->name, tp_category_name(r->category), t->persistent ? 3 + (int)r->stream : 1,
+                                          t0, r->start_ns, r->end_ns, args));
     }
     for (int i = 0; i < n_sl; i++) {
         const slice *x = &sl[i];

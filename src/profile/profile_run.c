@@ -1,6 +1,7 @@
 #include "profile/profile_run.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -19,6 +20,30 @@ static tp_status make_dir(const char *dir, tp_error *err) {
     }
     if (mkdir(dir, 0755) != 0) return tp_fail(err, TP_ERR_IO, "--out %s: cannot create the directory", dir);
     return TP_OK;
+}
+
+/* A persistent decode engine's profiled steps: CUPTI would see one kernel, so each step is run alone and its
+ * instructions' own records (tp_engine_persist_records) become the trace's records. */
+static tp_status persistent_steps(tp_engine *e, int steps, tp_trace *t, tp_error *err) {
+    int n = 0;
+    tp_status st = tp_engine_persist_records(e, NULL, NULL, NULL, NULL, &n, err);
+    if (st) return st;
+    int *op = malloc(sizeof(int) * (size_t)n), *sm = malloc(sizeof(int) * (size_t)n);
+    uint64_t *a = malloc(sizeof(uint64_t) * (size_t)n), *b = malloc(sizeof(uint64_t) * (size_t)n);
+    if (!op || !sm || !a || !b) st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+    int n_sms = 0;
+    for (int it = 0; !st && it < steps; it++) {
+        if (!(st = tp_engine_run_n(e, 1, err)) && !(st = tp_engine_persist_records(e, op, sm, a, b, &n, err))) {
+            for (int k = 0; k < n; k++) n_sms = sm[k] + 1 > n_sms ? sm[k] + 1 : n_sms;
+            st = tp_trace_add_persistent(t, it, op, sm, a, b, n, n_sms, 288 /* persist.h: 256 + a producer warp */,
+                                         err);
+        }
+    }
+    free(op);
+    free(sm);
+    free(a);
+    free(b);
+    return st;
 }
 
 tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const tp_plan *p,
@@ -50,11 +75,15 @@ tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const 
     t->batch = req->batch;
     t->event_median_ms = req->event_median_ms;
 
-    if ((st = tp_cupti_start(c, err))) goto done;
-    tp_status run = tp_engine_run_n(e, req->iterations, err);
-    st = tp_cupti_stop(c, t, err);
-    if (run) st = run;
-    if (st) goto done;
+    if (tp_engine_decode_kernel(e, NULL, NULL)) {
+        if ((st = persistent_steps(e, req->iterations, t, err))) goto done;
+    } else {
+        if ((st = tp_cupti_start(c, err))) goto done;
+        tp_status run = tp_engine_run_n(e, req->iterations, err);
+        st = tp_cupti_stop(c, t, err);
+        if (run) st = run;
+        if (st) goto done;
+    }
     if ((st = tp_profile_analyze(t, s, err))) goto done;
     printf("\n");
     tp_profile_print(t, s, req->top_n, stdout);

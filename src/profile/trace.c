@@ -125,6 +125,31 @@ static int dump(json_t *j, FILE *f) {
     return rc;
 }
 
+tp_status tp_trace_add_persistent(tp_trace *t, int iteration, const int *op, const int *sm, const uint64_t *ready_ns,
+                                  const uint64_t *end_ns, int n, int n_sms, int threads, tp_error *err) {
+    for (int k = 0; k < n; k++) {
+        if (op[k] < 0 || op[k] >= t->n_ops)
+            return tp_fail(err, TP_ERR_ARG, "persistent record %d: op %d outside the trace's %d ops", k, op[k], t->n_ops);
+        if (end_ns[k] < ready_ns[k])
+            return tp_fail(err, TP_ERR_ARG, "persistent record %d (%s): it ends before it starts", k,
+                           t->ops[op[k]].layer);
+        const tp_op_kind kind = t->ops[op[k]].kind;
+        const char *name = kind == TP_OP_LINEAR         ? "persistent gemv"
+                           : kind == TP_OP_KV_ATTENTION ? "persistent attention"
+                           : kind == TP_OP_TOKEN_EMBED  ? "persistent embed"
+                                                        : "persistent instruction";
+        tp_trace_record r = {.kind = TP_REC_KERNEL, .name = (char *)name, .start_ns = ready_ns[k],
+                             .end_ns = end_ns[k], .iteration = iteration, .op = op[k],
+                             .category = tp_op_category(kind), .grid = {n_sms, 1, 1}, .block = {threads, 1, 1},
+                             .stream = (uint32_t)sm[k]};
+        tp_status st = tp_trace_add(t, &r, err);
+        if (st) return st;
+    }
+    t->persistent = 1;
+    if (iteration + 1 > t->iterations) t->iterations = iteration + 1;
+    return TP_OK;
+}
+
 tp_status tp_trace_save(const tp_trace *t, const char *path, tp_error *err) {
     tp_outfile out;
     tp_status st = tp_outfile_open(&out, path, "the trace", err);
@@ -140,6 +165,7 @@ tp_status tp_trace_save(const tp_trace *t, const char *path, tp_error *err) {
     json_object_set_new(meta, "event_median_ms", json_real(t->event_median_ms));
     json_object_set_new(meta, "gemm_peak_tflops", tp_roofline_peaks_json(&t->rates));
     json_object_set_new(meta, "copy_gbps", json_real(t->rates.copy_gbps));
+    if (t->persistent) json_object_set_new(meta, "persistent", json_true());
     /* The meta object is dumped whole, then reopened (its closing brace dropped) to append the two arrays
      * one element per line. */
     char *m = json_dumps(meta, JSON_COMPACT);
@@ -334,6 +360,9 @@ static tp_status load_doc(const loc *top, const json_t *root, tp_trace *t) {
         return bad_field(&l, "event_median_ms", "must be a number >= 0");
     t->event_median_ms = json_number_value(v);
     if ((st = get_opt_nonneg(&l, root, "copy_gbps", &t->rates.copy_gbps))) return st;
+    json_t *ps = json_object_get(root, "persistent");
+    if (ps && !json_is_boolean(ps)) return bad_field(&l, "persistent", "must be true or false");
+    t->persistent = ps && json_is_true(ps);
     json_t *pk = json_object_get(root, "gemm_peak_tflops");
     if (pk) {
         if (!json_is_object(pk)) return bad_field(&l, "gemm_peak_tflops", "must be an object");

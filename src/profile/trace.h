@@ -54,6 +54,8 @@ typedef struct {
     char gpu[128];
     double event_median_ms;   /* event-timed GPU compute time per forward pass (the benchmark), 0 if unknown */
     tp_roofline_rates rates;  /* the GPU's measured rates (roofline.h); zeros when not measured */
+    int persistent;           /* the records are a persistent decode kernel's instructions (tp_trace_add_persistent),
+                                 not CUPTI's kernels: `stream` is the SM that ran each one */
 } tp_trace;
 
 void tp_trace_init(tp_trace *t);
@@ -61,7 +63,17 @@ void tp_trace_free(tp_trace *t);
 /* Appends a copy of r (the name is duplicated). TP_ERR_OOM. */
 tp_status tp_trace_add(tp_trace *t, const tp_trace_record *r, tp_error *err);
 
+/* Appends one persistent decode step's instructions as records of profiled iteration `iteration` (the engine's
+ * tp_engine_persist_records: n instructions, op[k] the op carrying instruction k's time, sm[k] its SM, its work
+ * from ready_ns[k] to end_ns[k], %globaltimer ns). Each becomes a kernel record named after what the instruction
+ * is ("persistent gemv", "persistent attention", "persistent embed"; t->ops gives the op's kind), of the op's
+ * category, on stream sm[k], grid (n_sms) and block (threads); t->persistent is set. TP_ERR_ARG for an op outside
+ * t->ops or end < ready, TP_ERR_OOM. */
+tp_status tp_trace_add_persistent(tp_trace *t, int iteration, const int *op, const int *sm, const uint64_t *ready_ns,
+                                  const uint64_t *end_ns, int n, int n_sms, int threads, tp_error *err);
+
 /* Saves / loads the trace as JSON (jansson): {"format": "tprof-trace-1", meta..., "ops": [...], "records": [...]}.
+ * meta "persistent" (optional on load, false when absent) says the records are a persistent kernel's instructions.
  * The roofline inputs are optional on load (traces recorded before they existed): meta "gemm_peak_tflops"
  * {precision: TFLOP/s} and "copy_gbps", each op's "matmul_flop" and "bytes"; absent means 0 (not measured).
  * Load errors name the file and the field: TP_ERR_IO, TP_ERR_FORMAT (also for a present but negative or

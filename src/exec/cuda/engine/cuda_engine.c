@@ -213,6 +213,11 @@ int tp_engine_decode_kernel(const tp_engine *e, const char **note, int *instrs) 
 
 tp_status tp_engine_persist_report(const tp_engine *e, FILE *f, tp_error *err) { return tpe_persist_report(e, f, err); }
 
+tp_status tp_engine_persist_records(const tp_engine *e, int *op, int *sm, uint64_t *ready_ns, uint64_t *end_ns,
+                                    int *n, tp_error *err) {
+    return tpe_persist_records(e, op, sm, ready_ns, end_ns, n, err);
+}
+
 /* The median time of a decode step (ms) over `steps` graph replays from cache position 0, after as many untimed. */
 static tp_status time_steps(tp_engine *e, int steps, double *ms, tp_error *err) {
     double t[64];
@@ -273,8 +278,9 @@ static tp_status setup_decode_kernel(tp_engine *e, const tp_engine_options *opt,
     if (opt->decode_kernel == TP_DECODE_GRAPH || !e->feed_argmax) return TP_OK;
     tp_error why = {0};
     tp_status st = TP_OK;
-    if (opt->hook) st = tp_fail(&why, TP_ERR_UNSUPPORTED, "persistent decode step: not profiled yet (CUPTI would see "
-                                "one kernel: per-instruction records are issue 42's item 4)");
+    if (opt->hook && opt->decode_kernel == TP_DECODE_AUTO)
+        st = tp_fail(&why, TP_ERR_UNSUPPORTED, "persistent decode step: --decode-kernel auto chooses by timing, which "
+                     "a profiled engine does not do (profile the persistent step with --decode-kernel persistent)");
     else if (!opt->use_graph && opt->decode_kernel == TP_DECODE_AUTO)
         st = tp_fail(&why, TP_ERR_UNSUPPORTED, "persistent decode step: chosen by timing CUDA graphs, and this engine "
                      "launches eagerly");

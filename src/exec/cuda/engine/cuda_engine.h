@@ -6,6 +6,7 @@
 #define TP_CUDA_ENGINE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "core/system.h"
@@ -147,6 +148,15 @@ int tp_engine_pdl_edges(const tp_engine *e, int *total);
  * one line saying why (the build's times under AUTO, or why the persistent step could not be built); *instrs (may
  * be NULL) the persistent step's instruction count. */
 int tp_engine_decode_kernel(const tp_engine *e, const char **note, int *instrs);
+/* The last persistent decode step's per-instruction records (issue 42's profiling; persist.h rec), indexed by the
+ * instruction's place in the stream's global order: op[k] the graph op that carries instruction k's time (a GEMV call's first linear, an
+ * attention call's KV attention, the embedding), sm[k] the block (one per SM) that ran it, ready_ns[k] and
+ * end_ns[k] %globaltimer when its waits were met and when it signalled (the wait before is idle time, not its
+ * work). *n: the instruction count (the arrays' length; pass op NULL for the count alone). Recorded by a persistent
+ * engine built with a launch hook (tprof profile) or with TPROF_PERSIST_TRACE set. TP_ERR_ARG without records,
+ * TP_ERR_CUDA. */
+tp_status tp_engine_persist_records(const tp_engine *e, int *op, int *sm, uint64_t *ready_ns, uint64_t *end_ns,
+                                    int *n, tp_error *err);
 /* Lab: with TPROF_PERSIST_TRACE set when the engine was built, the last persistent step's per-instruction records
  * (wait and run times per role) printed on f. TP_ERR_ARG without records. */
 tp_status tp_engine_persist_report(const tp_engine *e, FILE *f, tp_error *err);

@@ -16,6 +16,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "exec/cuda/attention/attention.h"
@@ -161,6 +162,9 @@ tp_status tpe_persist_setup(tp_engine *e, tp_error *err);
 int tpe_persist_launch(tp_engine *e);
 int tpe_persist_instructions(const tp_engine *e);
 void tpe_persist_free(tp_engine *e);
+/* tp_engine_persist_records (cuda_engine.h). */
+tp_status tpe_persist_records(const tp_engine *e, int *op, int *sm, uint64_t *ready_ns, uint64_t *end_ns, int *n,
+                              tp_error *err);
 /* Lab (TPROF_PERSIST_TRACE set at build): the last step's per-instruction records summarised per role on f. */
 tp_status tpe_persist_report(const tp_engine *e, FILE *f, tp_error *err);
 

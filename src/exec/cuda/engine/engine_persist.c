@@ -16,6 +16,7 @@
  * 64, 128 or 256, the q/k/v and gate/up linears as sibling groups (--gemv-groups), K a multiple of 8 up to 16384,
  * compute capability 9.0 or later. C11. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,10 @@ struct tpe_persist {
     tpk_pprog *d;    /* the same on the device */
     int n_instrs, n_calls;
     int *call_head;      /* per call: its program slot (the first op) */
+    int *call_op;        /* per call: the op that carries its time in a profile (a GEMV's first linear, the KV
+                            attention, the embedding) */
     int *instr_call;     /* per instruction: its call */
+    int *instr_sm;       /* per instruction: the block (SM) whose queue holds it */
     unsigned long long *d_rec; /* per-instruction times (persist.h rec), NULL when not recorded */
 };
 
@@ -258,21 +262,31 @@ static tp_status persist_upload(pk_ctx *x, const tpk_pcall *calls, int n_calls, 
     pk->h = (tpk_pprog){(const tpk_pcall *)d, (const tpk_pinstr *)(d + o_i), (const tpk_pwait *)(d + o_w),
                         (const int *)(d + o_s), (const int *)(d + o_q),
                         (const int *)(d + o_q) + s->n_sms + 1, (int *)(d + o_n), s->n_counters + n_arrive,
-                        e->d_past, s->n_sms, x->dt == TP_BF16, TPK_PERSIST_RING / x->tile, x->tile, NULL};
+                        e->d_past, s->n_sms, x->dt == TP_BF16, TPK_PERSIST_STAGES, x->tile, NULL};
     memcpy(h + o_p, &pk->h, sizeof pk->h);
     pk->d = (tpk_pprog *)(d + o_p);
     pk->n_instrs = s->n_instrs;
     pk->n_calls = n_calls;
     pk->call_head = malloc(sizeof(int) * (size_t)n_calls);
+    pk->call_op = malloc(sizeof(int) * (size_t)n_calls);
     pk->instr_call = malloc(sizeof(int) * (size_t)s->n_instrs);
-    if (!pk->call_head || !pk->instr_call) {
+    pk->instr_sm = malloc(sizeof(int) * (size_t)s->n_instrs);
+    if (!pk->call_head || !pk->call_op || !pk->instr_call || !pk->instr_sm) {
         free(h);
         return tp_fail(x->err, TP_ERR_OOM, "out of host memory");
     }
-    for (int h2 = 0; h2 < x->g->n_ops; h2++)
-        if (call_of[h2] >= 0) pk->call_head[call_of[h2]] = h2;
+    for (int h2 = 0; h2 < x->g->n_ops; h2++) {
+        if (call_of[h2] < 0) continue;
+        const int lin = tp_program_first(x->pr, x->g, h2, TP_OP_LINEAR), at = tp_program_first(x->pr, x->g, h2,
+                                                                                               TP_OP_KV_ATTENTION);
+        pk->call_head[call_of[h2]] = h2;
+        pk->call_op[call_of[h2]] = lin >= 0 ? lin : at >= 0 ? at : h2;
+    }
     for (int k = 0; k < s->n_instrs; k++) pk->instr_call[k] = in[k].call;
-    if (getenv("TPROF_PERSIST_TRACE")) { /* lab: per-instruction times (tpe_persist_report) */
+    for (int b = 0; b < s->n_sms; b++)
+        for (int q = s->queue_start[b]; q < s->queue_start[b + 1]; q++) pk->instr_sm[s->queue[q]] = b;
+    /* per-instruction times: a profiled engine's (tp_engine_persist_records), or the lab's summary */
+    if (e->hook || getenv("TPROF_PERSIST_TRACE")) {
         st = tpe_dev_alloc(e, sizeof(unsigned long long) * 3 * (size_t)s->n_instrs, (void **)&pk->d_rec,
                            "the persistent step's records", x->err);
         if (st) {
@@ -379,10 +393,35 @@ int tpe_persist_instructions(const tp_engine *e) { return e->pk ? e->pk->n_instr
 void tpe_persist_free(tp_engine *e) {
     if (e->pk) {
         free(e->pk->call_head);
+        free(e->pk->call_op);
         free(e->pk->instr_call);
+        free(e->pk->instr_sm);
     }
     free(e->pk); /* its device memory is the engine's (tpe_dev_alloc) */
     e->pk = NULL;
+}
+
+tp_status tpe_persist_records(const tp_engine *e, int *op, int *sm, uint64_t *ready_ns, uint64_t *end_ns, int *n,
+                              tp_error *err) {
+    const tpe_persist *pk = e->pk;
+    if (!pk || !pk->d_rec)
+        return tp_fail(err, TP_ERR_ARG, "no persistent step records: a persistent decode engine built for profiling");
+    *n = pk->n_instrs;
+    if (!op) return TP_OK;
+    unsigned long long *r = malloc(sizeof *r * 3 * (size_t)pk->n_instrs);
+    if (!r) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    tp_status st = TP_OK;
+    if (cudaMemcpy(r, pk->d_rec, sizeof *r * 3 * (size_t)pk->n_instrs, cudaMemcpyDeviceToHost) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "reading the persistent step's records: %s",
+                     cudaGetErrorString(cudaGetLastError()));
+    for (int k = 0; !st && k < pk->n_instrs; k++) {
+        op[k] = pk->call_op[pk->instr_call[k]];
+        sm[k] = pk->instr_sm[k];
+        ready_ns[k] = r[3 * k + 1];
+        end_ns[k] = r[3 * k + 2];
+    }
+    free(r);
+    return st;
 }
 
 /* The layer name without "model.layers.N." */

@@ -1,7 +1,7 @@
 /* persist.h: the persistent decode kernel (docs/persistent.md, issue 42): one launch runs a whole decode step as an
  * instruction stream (planner/istream.h), one queue per block, one block per SM (8 consumer warps and a producer
  * warp), dependencies through counters in global memory instead of kernel boundaries, and the weights streamed
- * through shared memory in tiles of up to 64 KB (TMA bulk copies, three stages deep) in queue order, across
+ * through shared memory in tiles of up to 64 KB (TMA bulk copies, TPK_PERSIST_STAGES deep) in queue order, across
  * instruction boundaries: the next instruction's first tiles are in flight while the current one finishes and while
  * the next one waits for its activations. sm_90 and later; 16-bit activations and weights; one sequence (batch 1). C header, the formats the
  * host (exec/cuda/engine/engine_persist.c) writes and the kernel reads.
@@ -36,7 +36,12 @@ enum { TPK_PE_NONE = 0, TPK_PE_RES = 1, TPK_PE_GLU_SILU = 2, TPK_PE_GLU_GELU = 3
 #define TPK_PERSIST_THREADS 256   /* consumer threads of a block (plus one producer warp) */
 #define TPK_PERSIST_RING (192 * 1024) /* bytes of the weight stages, cut into tpk_pprog.stages tiles */
 #define TPK_PERSIST_MAX_STAGES 12
-#define TPK_PERSIST_TILE (64 * 1024)  /* the default tile (3 stages): a tile of an instruction's weight rows */
+#define TPK_PERSIST_TILE (64 * 1024)  /* a tile of an instruction's weight rows */
+/* Tiles in flight. 3 is what the GPU suite checked; 2 measured 1.2032 ms a Llama-3.2-1B step against 1.2341 ms
+ * with 3 in one H200 call (the fewer bytes every SM has queued, the sooner the tiles of the op after a dependency
+ * hop arrive) but had no GPU test run left that session: the next session's first check
+ * (bench/results/2026-11-28_h200_issue42_persistent_step.log) */
+#define TPK_PERSIST_STAGES 3
 #define TPK_PERSIST_XS (32 * 1024)    /* bytes of the instruction scratch: x (K <= 16384 16-bit values), attention */
 #define TPK_PERSIST_RB 8              /* query rows (heads) of one attention piece at most */
 
