@@ -221,6 +221,37 @@ START_TEST(test_decode_joins) {
 }
 END_TEST
 
+/* Without the build's groups (q/k/v and gate/up apart) a norm has three or two reading calls and stays alone, the
+ * GLU stays alone; the attention and the residual adds still join, and the stream still runs right. */
+START_TEST(test_decode_joins_without_groups) {
+    fixture f;
+    setup_model(&f, "llama-tiny", 0);
+    tp_program *prog = &f.plan.prog;
+    int layers = 0;
+    for (int i = 0; i < f.g.n_ops; i++) layers += f.g.ops[i].kind == TP_OP_KV_ATTENTION;
+    const int before = tp_program_n_calls(prog);
+    ck_assert_int_gt(tp_istream_decode_joins(prog, &f.g), 0);
+    for (int i = 0; i < f.g.n_ops; i++) {
+        if (f.g.ops[i].kind == TP_OP_RMSNORM && strstr(f.g.ops[i].layer, "layers."))
+            ck_assert_msg(tp_program_is_head(prog, i) && prog->calls[i].n_ops == 1, "%s joined a call of several "
+                          "readers", f.g.ops[i].layer);
+        if (f.g.ops[i].kind == TP_OP_GLU) ck_assert_int_eq(prog->calls[prog->op_call[i]].n_ops, 1);
+        if (f.g.ops[i].kind == TP_OP_KV_ATTENTION)
+            ck_assert_int_ge(tp_program_first(prog, &f.g, prog->op_call[i], TP_OP_ROPE), 0);
+    }
+    ck_assert_int_lt(tp_program_n_calls(prog), before);
+    tp_istream s;
+    tp_error e = {0};
+    ck_assert_msg(tp_istream_build(prog, &f.g, 5, 16, NULL, &s, &e) == TP_OK, "%s", e.msg);
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        ck_assert_msg(tp_istream_simulate(&s, prog, &f.g, seed, &e) == TP_OK, "seed %llu: %s",
+                      (unsigned long long)seed, e.msg);
+    tp_istream_free(&s);
+    ck_assert_int_gt(layers, 0);
+    teardown_model(&f);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("istream");
     TCase *t = tcase_create("istream");
@@ -228,6 +259,7 @@ int main(void) {
     tcase_add_loop_test(t, test_stream_runs, 0, 4);
     tcase_add_test(t, test_missing_wait_fails);
     tcase_add_test(t, test_decode_joins);
+    tcase_add_test(t, test_decode_joins_without_groups);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
