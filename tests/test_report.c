@@ -732,12 +732,17 @@ START_TEST(test_write_decode) {
     loaded b, e;
     make_pair(&b, &e);
     e.t.event_median_ms = 1e-4;
-    tp_compare_entry entries[2] = {b.e, e.e};
+    tp_compare_entry entries[3] = {b.e, e.e, b.e};
     entries[0].has_decode = 1, entries[0].step_median_ms = 2.0, entries[0].step_p99_ms = 2.5;
     entries[0].tokens_per_s = 500, entries[0].pdl_edges = -1;
     entries[1].has_decode = 1, entries[1].step_median_ms = 1.5, entries[1].step_p99_ms = 1.6;
     entries[1].tokens_per_s = 666.7, entries[1].step_floor_ms = 1.0, entries[1].pdl_edges = 5;
     entries[1].graph_edges = 7, entries[1].graph_kernels = 6, entries[1].dec_trace = &e.t, entries[1].dec_prof = &e.s;
+    /* a persistent step (--decode-kernel persistent), not traced */
+    entries[2].has_decode = 1, entries[2].step_median_ms = 1.2, entries[2].step_p99_ms = 1.3;
+    entries[2].tokens_per_s = 833.3, entries[2].pdl_edges = 0, entries[2].graph_kernels = 3;
+    entries[2].dec_persistent = 1, entries[2].dec_instrs = 9797;
+    entries[2].prec = TP_PREC_BF16;
     tp_compare_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.model = "tiny";
@@ -745,9 +750,9 @@ START_TEST(test_write_decode) {
     char dir[1024], p[1200];
     make_dir(dir, sizeof dir);
     tp_error err;
-    ck_assert_msg(tp_compare_write(&cfg, entries, 2, 0, dir, &err) == TP_OK, "%s", err.msg);
+    ck_assert_msg(tp_compare_write(&cfg, entries, 3, 0, dir, &err) == TP_OK, "%s", err.msg);
     char *md = read_in(dir, "report.md");
-    static const char *MD[] = {"## Decode steps", "| fp16 | 2.0000 | 2.5000 | 500.0 | n/a | n/a | eager |",
+    static const char *MD[] = {"## Decode steps", "persistent kernel of 9797 instructions, then argmax and position", "| fp16 | 2.0000 | 2.5000 | 500.0 | n/a | n/a | eager |",
                                "not traced",
                                ("| fp8 | 1.5000 | 1.6000 | 666.7 | 1.0000 | 1.500× | CUDA graph of 6 kernels, PDL "
                                 "on 5 of 7 edges | 4 | 0.0001 |"),
@@ -764,8 +769,10 @@ START_TEST(test_write_decode) {
     json_t *j = json_load_file(p, 0, &je);
     ck_assert_msg(j != NULL, "%s", je.text);
     json_t *dj = jget(j, "decode");
-    ck_assert_int_eq((int)json_array_size(dj), 2);
-    json_t *d0 = json_array_get(dj, 0), *d1 = json_array_get(dj, 1);
+    ck_assert_int_eq((int)json_array_size(dj), 3);
+    json_t *d0 = json_array_get(dj, 0), *d1 = json_array_get(dj, 1), *d2 = json_array_get(dj, 2);
+    ck_assert_str_eq(json_string_value(jget(d2, "launch")), "persistent");
+    ck_assert_int_eq((int)json_integer_value(jget(d2, "persistent_instructions")), 9797);
     ck_assert_str_eq(json_string_value(jget(d0, "launch")), "eager");
     ck_assert(json_is_null(jget(d0, "pdl_edges")) && json_is_null(jget(d0, "floor_ms")));
     ck_assert_ptr_null(json_object_get(d0, "traced_ms"));

@@ -474,6 +474,7 @@ static tp_status write_compare(const tp_bench_report *rep, tp_error *err) {
             e->tokens_per_s = o->batch / (r->dec.median * 1e-3);
             e->step_floor_ms = r->dec_floor.ns * 1e-6;
             e->pdl_edges = r->pdl_edges, e->graph_edges = r->graph_edges, e->graph_kernels = r->graph_kernels;
+            e->dec_persistent = r->dec_persistent, e->dec_instrs = r->dec_instrs;
             if (r->has_dec_prof && r->dec_prof.iterations > 0) e->dec_trace = &r->dec_trace, e->dec_prof = &r->dec_prof;
         }
         const char *ext[3] = {"trace", "chrome", "profile"};

@@ -41,6 +41,7 @@ typedef struct {
     int has_decode;
     double step_median_ms, step_p99_ms, tokens_per_s, step_floor_ms;
     int pdl_edges, graph_edges, graph_kernels;
+    int dec_persistent, dec_instrs; /* the step ran as one persistent kernel of dec_instrs instructions (--decode-kernel) */
     const tp_trace *dec_trace;
     const tp_profile_summary *dec_prof;
     /* --sparsity: one row per linear with a 2:4 weight (NULL, 0 without) */

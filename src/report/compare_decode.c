@@ -29,7 +29,8 @@ static double kernels_per_step(const tp_compare_entry *x) {
 }
 
 static void launch_text(const tp_compare_entry *x, char *buf, size_t n) {
-    if (x->pdl_edges < 0) snprintf(buf, n, "eager");
+    if (x->dec_persistent) snprintf(buf, n, "persistent kernel of %d instructions, then argmax and position", x->dec_instrs);
+    else if (x->pdl_edges < 0) snprintf(buf, n, "eager");
     else if (x->pdl_edges == 0) snprintf(buf, n, "CUDA graph of %d kernels, no PDL", x->graph_kernels);
     else snprintf(buf, n, "CUDA graph of %d kernels, PDL on %d of %d edges", x->graph_kernels, x->pdl_edges, x->graph_edges);
 }
@@ -150,7 +151,8 @@ static json_t *entry_json(const tp_compare_entry *x) {
     json_object_set_new(j, "floor_ms", x->step_floor_ms > 0 ? tp_json_num(x->step_floor_ms) : json_null());
     json_object_set_new(j, "median_over_floor",
                         x->step_floor_ms > 0 ? tp_json_num(x->step_median_ms / x->step_floor_ms) : json_null());
-    json_object_set_new(j, "launch", json_string(x->pdl_edges < 0 ? "eager" : "graph"));
+    json_object_set_new(j, "launch", json_string(x->dec_persistent ? "persistent" : x->pdl_edges < 0 ? "eager" : "graph"));
+    if (x->dec_persistent) json_object_set_new(j, "persistent_instructions", json_integer(x->dec_instrs));
     json_object_set_new(j, "pdl_edges", x->pdl_edges < 0 ? json_null() : json_integer(x->pdl_edges));
     json_object_set_new(j, "graph_edges", x->pdl_edges < 0 ? json_null() : json_integer(x->graph_edges));
     json_object_set_new(j, "graph_kernels", x->pdl_edges < 0 ? json_null() : json_integer(x->graph_kernels));

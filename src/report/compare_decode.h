@@ -20,7 +20,7 @@ int tp_compare_has_decode(const tp_compare_entry *e, int n);
 /* The section "Decode steps" (heading level 2, anchor "decode"). */
 void tp_compare_decode_section(tp_doc *d, const tp_compare_entry *e, int n);
 /* One JSON object per entry with has_decode: precision, step_median_ms, step_p99_ms, tokens_per_s, floor_ms,
- * median_over_floor, launch ("graph" or "eager"), pdl_edges, graph_edges, and when traced: kernels_per_step,
+ * median_over_floor, launch ("graph", "eager" or "persistent", with persistent_instructions), pdl_edges, graph_edges, and when traced: kernels_per_step,
  * traced_ms, span_ms, event_ms, launch_gap_ms, launch_gap_pct, by_kind (kind, ops, time_ms, floor_ms), top_layers
  * (layer, kind, time_ms, floor_ms, attainment_pct). A new reference, or NULL when out of memory. */
 json_t *tp_compare_decode_json(const tp_compare_entry *e, int n);
