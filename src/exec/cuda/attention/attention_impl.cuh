@@ -64,6 +64,7 @@
 
 #include "exec/cuda/attention/attention.h"
 #include "exec/cuda/ptx/attention_ptx.cuh"
+#include "exec/cuda/ptx/mma_ptx.cuh"
 
 typedef __nv_fp8_e4m3 e4m3_t; /* storage tag only */
 
@@ -88,18 +89,9 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t 
                  : "r"(addr));
 }
 
-/* c (16x8 fp32) += a (16x16, row) * b (16x8, col) */
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __half) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, __nv_bfloat16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+/* c (16x8 fp32) += a (16x16, row) * b (16x8, col), the input type by tag (mma_ptx.cuh) */
+template <class T> __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, T) {
+    tpk_mma16816<T>(c, a[0], a[1], a[2], a[3], b0, b1);
 }
 
 /* Two adjacent outputs into shared memory (staging), in the output type. */

@@ -55,6 +55,7 @@
 #include "exec/cuda/kernels/act_types.cuh"
 #include "exec/cuda/kernels/e4m3.cuh"
 #include "exec/cuda/kernels/pdl.cuh"
+#include "exec/cuda/ptx/mma_ptx.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -114,27 +115,6 @@ template <class V> __device__ __forceinline__ V from32(uint32_t u) {
     V v;
     memcpy(&v, &u, 4);
     return v;
-}
-
-/* c (16 x 8 fp32) += a (16 x 16, row) b (16 x 8, col), in T */
-template <class T>
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma16816<__half>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                 uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* ---- predicated loads (zeros when off; the address is never touched then) ------------------------------- */
@@ -312,13 +292,13 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
         if (FMT == FMT_16) {
 #pragma unroll
             for (int j = 0; j < VW / 2; j++)
-                mma16816<T>(acc, B.a[u][2 * j], B.b[u][2 * j], B.a[u][2 * j + 1], B.b[u][2 * j + 1], X[2 * j],
+                tpk_mma16816<T>(acc, B.a[u][2 * j], B.b[u][2 * j], B.a[u][2 * j + 1], B.b[u][2 * j + 1], X[2 * j],
                             X[2 * j + 1]);
         } else if (FMT == FMT_FP8) {
 #pragma unroll
             for (int j = 0; j < VW; j++) {
                 const uint32_t wa = B.a[u][j], wb = B.b[u][j];
-                mma16816<T>(acc, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16), e4m3x2_t<T>(wb >> 16),
+                tpk_mma16816<T>(acc, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16), e4m3x2_t<T>(wb >> 16),
                             X[2 * j], X[2 * j + 1]);
             }
         } else {
@@ -335,8 +315,8 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
                     pb[i] = mul2<T>(e2m1x2_t<T>(wb << (12 - 4 * i)), Sb);
                 }
                 const uint32_t x0 = X[4 * q], x1 = X[4 * q + 1], x2 = X[4 * q + 2], x3 = X[4 * q + 3];
-                mma16816<T>(acc, pa[0], pb[0], pa[1], pb[1], __byte_perm(x0, x2, 0x5410), __byte_perm(x0, x2, 0x7632));
-                mma16816<T>(acc, pa[2], pb[2], pa[3], pb[3], __byte_perm(x1, x3, 0x5410), __byte_perm(x1, x3, 0x7632));
+                tpk_mma16816<T>(acc, pa[0], pb[0], pa[1], pb[1], __byte_perm(x0, x2, 0x5410), __byte_perm(x0, x2, 0x7632));
+                tpk_mma16816<T>(acc, pa[2], pb[2], pa[3], pb[3], __byte_perm(x1, x3, 0x5410), __byte_perm(x1, x3, 0x7632));
             }
         }
     }

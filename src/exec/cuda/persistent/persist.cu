@@ -25,6 +25,8 @@
 
 #include "exec/cuda/kernels/act_types.cuh"
 #include "exec/cuda/persistent/persist.h"
+#include "exec/cuda/ptx/attention_ptx.cuh" /* smem_u32, cp_async16 */
+#include "exec/cuda/ptx/mma_ptx.cuh"
 
 /* cp.async.bulk, mbarrier transaction counts and L2 cache policies exist from sm_90 on: older targets of a build get a
  * kernel that traps (tpk_persist_check refuses them first) */
@@ -46,8 +48,6 @@ constexpr float kLog2e = 1.44269504088896340736f;
 constexpr unsigned kFull = 0xffffffffu;
 
 /* ---- PTX: shared-memory addresses, mbarriers, bulk copies, acquire loads -------------------------------------- */
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void mbar_init(uint64_t *b) {
 #if PK_SM90
@@ -74,11 +74,6 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t b
                  "[%3], %4;\n" ::"r"(smem_u32(dst)),
                  "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(pol)
                  : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-#if PK_SM90
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
 #endif
 }
 /* The consumer warps' barrier (named barrier 1; the producer warp never joins it). */
@@ -186,25 +181,6 @@ template <class T> __device__ void gemv_prologue(const tpk_pcall *c, const tpk_p
     csync();
 }
 
-template <class T> struct is_bf16 { static constexpr bool value = false; };
-template <> struct is_bf16<__nv_bfloat16> { static constexpr bool value = true; };
-
-/* c (16 x 8 fp32) += a (16 x 16, row) b (16 x 8, col) on the tensor cores, in T */
-template <class T>
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    if constexpr (!is_bf16<T>::value)
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    else
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* One tile of a GEMV instruction: rows (GLU: output columns) [r0, r0 + nc) from the tile in shared memory (row r at
  * 2 K r bytes) against xs, and their epilogue (e0: the tile's first row within the instruction, for eb and er).
  *
@@ -241,8 +217,8 @@ __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsi
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            mma16816<T>(acc[u], a[u].x, b[u].x, a[u].y, b[u].y, x[u].x, x[u].y);
-            mma16816<T>(acc[u], a[u].z, b[u].z, a[u].w, b[u].w, x[u].z, x[u].w);
+            tpk_mma16816<T>(acc[u], a[u].x, b[u].x, a[u].y, b[u].y, x[u].x, x[u].y);
+            tpk_mma16816<T>(acc[u], a[u].z, b[u].z, a[u].w, b[u].w, x[u].z, x[u].w);
         }
     }
 #pragma unroll
@@ -306,7 +282,8 @@ __device__ void attn_stage(const tpk_pcall *c, int kvh, int k0, int nk, int past
     for (int e = threadIdx.x; e < 2 * nk * CPR; e += kThreads) {
         const int plane = e / (nk * CPR), rem = e - plane * nk * CPR, j = rem / CPR, part = rem - j * CPR;
         if (k0 + j == past) continue;
-        cp_async16(stg + (plane * CK + j) * D + part * EPC, (plane ? vb : kb) + (size_t)(k0 + j) * W + part * EPC);
+        cp_async16(smem_u32(stg + (plane * CK + j) * D + part * EPC),
+                   (plane ? vb : kb) + (size_t)(k0 + j) * W + part * EPC, 16);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

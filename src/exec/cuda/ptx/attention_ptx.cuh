@@ -1,5 +1,5 @@
 /* attention_ptx.cuh: device helpers shared by the attention kernels (attention.cu, attention_wgmma.cu,
- * attention_fp8.cu): shared-memory addresses, cp.async, packing fp32 pairs into 16-bit fragments, the SFU's
+ * attention_fp8.cu) and the persistent decode kernel (persist.cu): shared-memory addresses, cp.async, packing fp32 pairs into 16-bit fragments, the SFU's
  * exp2 and the Markstein-corrected division. Header-only, __device__ __forceinline__; CUDA C. */
 #ifndef TP_ATTENTION_PTX_CUH
 #define TP_ATTENTION_PTX_CUH
