@@ -42,7 +42,7 @@ sanitize: setup
 	@cmake -S . -B $(BUILD)-san -DTPROF_WITH_CUDA=OFF -DCMAKE_C_COMPILER=clang -DTPROF_SANITIZE=ON -DTPROF_FUZZ=ON \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD)-san -j $(JOBS)
-	ctest --test-dir $(BUILD)-san --output-on-failure -j $(JOBS)
+	bash scripts/ctest_sanitized.sh $(BUILD)-san $(JOBS)
 	FUZZ_JOBS=$(JOBS) bash scripts/fuzz.sh $(FUZZ_SECONDS) $(BUILD)-san
 
 clean:
