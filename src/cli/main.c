@@ -10,6 +10,7 @@
 #include "bench/attribution.h"
 #include "bench/bench.h"
 #include "bench/onnx_check.h"
+#include "cli/diff_cmd.h"
 #include "cli/inspect.h"
 #include "cli/model_arg.h"
 #include "cli/sweep_gpus.h"
@@ -177,6 +178,8 @@ static void usage(FILE *f) {
             "                                 attention and GEMMs (block sizes, alignment), with fixes; no GPU\n"
             "       tprof models              list the model presets\n"
             "       tprof inspect FILE.onnx   what tprof reads in an ONNX file (shapes, initializers, op types)\n"
+            "       tprof diff A.json B.json [...]  runs compared (commits, GPUs, settings): ratios beyond noise,\n"
+            "                                 the layers and kernels that changed; --fail-above PCT gates on it\n"
             "       tprof --version\n"
             "\n",
             TPROF_VERSION);
@@ -213,6 +216,13 @@ static int usage_command(const char *cmd, FILE *f) {
         {"lint", "check a model's shapes against each quantized format's rules for attention and GEMMs (block "
                  "sizes, alignment) and print the fixes; no GPU",
          "tprof lint --model vit-b16 --precision mxfp8,nvfp4", 0, 0, 1, 1},
+        {"diff", "compare runs across commits, GPUs and settings from the JSON of bench, profile or compare: "
+                 "medians and spread, ratio, whether it exceeds the noise (Mann-Whitney U, bootstrap interval), "
+                 "floors, what differs, the layers and kernels that changed; the first file is the baseline.\n"
+                 "options: --format md|csv|json (default md), --out FILE, --html FILE (with SVG charts), --top N "
+                 "(rows per profile table, default 10), --fail-above PCT (exit 1 when a result got slower by more "
+                 "than PCT % beyond the noise)",
+         "tprof diff before.json after.json --html diff.html --fail-above 2", 0, 0, 0, 0},
         {"models", "list the model presets of every family (name, alias, GFLOP, shape); no options",
          "tprof models", 0, 0, 0, 0},
         {"inspect", "read an ONNX file as tprof reads it, with its checks: IR version, opsets, inputs and outputs "
@@ -1459,6 +1469,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "caps") == 0) return cmd_caps(argc - 2, argv + 2);
     if (strcmp(argv[1], "lint") == 0) return cmd_lint(argc - 2, argv + 2);
     if (strcmp(argv[1], "inspect") == 0) return tp_cli_inspect(argc - 2, argv + 2, exit_code);
-    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare, build, caps, lint, inspect or models; tprof --help)\n", argv[1]);
+    if (strcmp(argv[1], "diff") == 0) return tp_cli_diff(argc - 2, argv + 2, exit_code);
+    fprintf(stderr, "tprof: unknown command '%s' (expected bench, profile, compare, build, diff, caps, lint, inspect or models; tprof --help)\n", argv[1]);
     return 2;
 }

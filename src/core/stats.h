@@ -21,6 +21,24 @@ void tp_latency_stats_compute(const double *samples_ms, int n, tp_latency_stats 
  * calibrator compute it at their bin resolution). An empty histogram returns amax. */
 double tp_hist_percentile(const unsigned *bins, int nbins, double amax, double p);
 
+/* Two independent samples compared (tprof diff): Mann-Whitney U (Mann and Whitney 1947; the two-sided test of
+ * whether a value of one sample tends to be larger than one of the other). u: U of a, the number of pairs (a_i,
+ * b_j) with a_i > b_j plus half the ties. p: the two-sided p-value, exact (the null distribution of U counted over
+ * all arrangements, Mann and Whitney's recursion) when both samples have at most 20 values and no ties, else the
+ * normal approximation with the tie correction and a continuity correction of 1/2. *exact says which (may be
+ * NULL). Fewer than one value on a side, or a NaN anywhere: p = NaN, u = NaN. */
+void tp_mann_whitney(const double *a, int na, const double *b, int nb, double *u, double *p, int *exact);
+
+/* The median of x (n values; NaN for n <= 0): the middle value, or the mean of the two middle ones. */
+double tp_median(const double *x, int n);
+
+/* A percentile bootstrap confidence interval (Efron 1979) of median(b) / median(a): `iters` resamples of each sample
+ * with replacement from a fixed seed (the same inputs give the same interval), the (1 - level) / 2 and
+ * (1 + level) / 2 quantiles of the resampled ratios. Fewer than one value on a side, or a median of a <= 0 in the
+ * data: lo = hi = NaN. Errors: none (scratch allocation failing gives NaN too). */
+void tp_bootstrap_median_ratio(const double *a, int na, const double *b, int nb, int iters, double level,
+                               unsigned long long seed, double *lo, double *hi);
+
 typedef struct {
     double cosine;      /* <x, r> / (|x| |r|) over all values, fp64 */
     double rel_l2;      /* |x - r| / |r| */

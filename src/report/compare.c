@@ -1190,13 +1190,6 @@ static void sec_artifacts(tp_doc *d, const model *m) {
     tp_doc_list_close(d);
 }
 
-static const char *CSS =
-    "body{font-family:Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;color:#222;line-height:1.4}"
-    "table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 7px;"
-    "vertical-align:top}th{background:#f0f0f0}td.r{text-align:right;font-variant-numeric:tabular-nums}"
-    "code{font-size:0.85em;background:#f6f6f6;padding:0 2px}figure{margin:1em 0}svg{max-width:100%;height:auto}"
-    "h2{border-bottom:1px solid #ddd;padding-bottom:0.2em;margin-top:1.6em}";
-
 static void write_doc(tp_doc *d, const model *m) {
     const tp_compare_config *c = m->cfg;
     char title[384];
@@ -1205,7 +1198,7 @@ static void write_doc(tp_doc *d, const model *m) {
     if (d->html) {
         fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>", d->f);
         tp_doc_put(d, title);
-        fprintf(d->f, "</title>\n<style>%s</style>\n</head>\n<body>\n", CSS);
+        fprintf(d->f, "</title>\n<style>%s</style>\n</head>\n<body>\n", tp_doc_css());
     }
     tp_doc_heading(d, 1, "top", "%s", title);
     tp_doc_para_open(d);

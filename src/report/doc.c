@@ -154,3 +154,11 @@ void tp_doc_td_ratio(tp_doc *d, double num, double den) {
     else
         tp_doc_td(d, "n/a");
 }
+
+const char *tp_doc_css(void) {
+    return "body{font-family:Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;color:#222;line-height:1.4}"
+           "table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 7px;"
+           "vertical-align:top}th{background:#f0f0f0}td.r{text-align:right;font-variant-numeric:tabular-nums}"
+           "code{font-size:0.85em;background:#f6f6f6;padding:0 2px}figure{margin:1em 0}svg{max-width:100%;height:auto}"
+           "h2{border-bottom:1px solid #ddd;padding-bottom:0.2em;margin-top:1.6em}";
+}

@@ -14,6 +14,9 @@
 #define TP_PRINTF_LIKE(a, b) __attribute__((format(printf, a, b)))
 #else
 #define TP_PRINTF_LIKE(a, b)
+/* The style sheet of tprof's HTML reports (compare, diff): one look for both. */
+const char *tp_doc_css(void);
+
 #endif
 
 typedef struct {
@@ -47,5 +50,8 @@ void tp_doc_td(tp_doc *d, const char *fmt, ...) TP_PRINTF_LIKE(2, 3);
 void tp_doc_td_code(tp_doc *d, const char *s);
 /* A ratio cell "1.234×", or "n/a" when num or den is not > 0 (unknown). */
 void tp_doc_td_ratio(tp_doc *d, double num, double den);
+
+/* The style sheet of tprof's HTML reports (compare, diff): one look for both. */
+const char *tp_doc_css(void);
 
 #endif
