@@ -13,7 +13,7 @@ secs=${1:?usage: scripts/fuzz.sh SECONDS [BUILD_DIR] [READER...]}
 build=${2:-build-san}
 shift $(( $# >= 2 ? 2 : 1 ))
 root=$(cd "$(dirname "$0")/.." && pwd)
-readers=${*:-safetensors engine_file engine_file_crc policy trace hf_config timm_config tokens image hf_index onnx onnx_import}
+readers=${*:-safetensors engine_file engine_file_crc policy trace hf_config timm_config tokens image hf_index onnx onnx_import diff_run}
 fx=$root/tests/fixtures
 # The trace and ONNX-import seeds are small files in tests/fuzz/seeds (a 6-op slice of the roofline trace fixture;
 # micro ViT, Llama and Gemma exports without the exporter's per-node metadata, 33-43 kB): the fixtures themselves

@@ -8,6 +8,9 @@ fp16,bf16,fp8`, at 1377010 before and ce687c2 after cuDNN attention), trimmed to
       kernel tables kept, each layer's fields kept.
   vit_b16_b64_slower.json: a doctored copy of the "after" run, every fp16 sample multiplied by 1.05 and fp8 left
       as it is, marked as doctored in its command field: the regression gate's test input (fp16 5 % slower).
+And tests/fuzz/seeds/diff_run/: small slices of real runs for the diff reader's fuzz harness (a bench JSON of
+ViT-B/16 with a profile, one of a decoder (Llama-3.2-1B, pp/tg), a profile summary and a compare report), each cut
+to a few samples, layers and kernels so an execution stays fast.
 Usage: python3 tools/make_diff_fixtures.py   (from the repository root; no arguments)
 """
 import copy
@@ -60,6 +63,50 @@ def main():
             r["samples_ms"] = [s * 1.05 for s in r["samples_ms"]]
             r["latency"] = {k: (v * 1.05 if k.endswith("_ms") else v) for k, v in r["latency"].items()}
     write("vit_b16_b64_slower.json", slow)
+    seeds(trimmed["after"])
+
+
+def cut_profile(p, n=4):
+    p = dict(p)
+    for k in ("layers", "kernels", "per_iteration", "stages", "categories"):
+        if k in p:
+            p[k] = p[k][:n]
+    return p
+
+
+def seeds(after):
+    out = "tests/fuzz/seeds/diff_run"
+    os.makedirs(out, exist_ok=True)
+    vit = copy.deepcopy(after)
+    vit["results"] = vit["results"][:1]
+    r = vit["results"][0]
+    r["samples_ms"] = r["samples_ms"][:5]
+    r["plan"] = r["plan"][:3]
+    r["profile"] = cut_profile(r["profile"])
+    with open(os.path.join(SRC, "2026-11-26_h200_decoder_llama32_1b_b1.json")) as f:
+        dec = json.load(f)
+    dec = {k: dec[k] for k in ("tool", "commit", "commit_dirty", "date", "command", "model", "config", "system",
+                               "results")}
+    dec["results"] = dec["results"][:1]
+    r = dec["results"][0]
+    r = {k: r[k] for k in ("precision", "latency", "roofline", "samples_ms", "llm")}
+    r["samples_ms"] = r["samples_ms"][:4]
+    r["llm"] = {k: r["llm"][k] for k in ("decode_step", "decode_step_samples_ms", "decode_roofline", "tests")}
+    r["llm"]["decode_step_samples_ms"] = r["llm"]["decode_step_samples_ms"][:4]
+    dec["results"] = [r]
+    with open(os.path.join(SRC, "2026-11-21_h200_profile_vit-b16_b64/fp16.profile.json")) as f:
+        prof = cut_profile(json.load(f))
+    with open(os.path.join(SRC, "2026-11-21_h200_compare_vit-b16_b64_attention/report.json")) as f:
+        cmp_ = json.load(f)
+    cmp_ = {"format": cmp_["format"], "tool": cmp_["tool"], "model": cmp_["model"], "batch": cmp_["batch"],
+            "configuration": cmp_["configuration"], "summary": cmp_["summary"][:2],
+            "roofline": cmp_.get("roofline", [])[:2], "profiles": [cut_profile(p) for p in cmp_["profiles"][:2]]}
+    for name, obj in (("bench_vit.json", vit), ("bench_decoder.json", dec), ("profile.json", prof),
+                      ("compare.json", cmp_)):
+        path = os.path.join(out, name)
+        with open(path, "w") as f:
+            json.dump(obj, f, separators=(",", ":"))
+        print(path, os.path.getsize(path), "bytes")
 
 
 if __name__ == "__main__":

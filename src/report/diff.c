@@ -34,11 +34,22 @@ static double num(const json_t *o, const char *key) {
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* an integer field (a batch): 0 when absent, not a number or out of int's range */
+static int int_field(const json_t *o, const char *key) {
+    const double v = num(o, key);
+    return v >= -2147483647.0 && v <= 2147483647.0 ? (int)v : 0;
+}
+
+static int cmp_ms(const void *pa, const void *pb) {
+    const double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
+
 /* CUDA versions as the bench JSON holds them (13000) written as 13.0 */
 static char *cuda_text(const json_t *sys) {
     const double drv = num(sys, "driver_cuda_version"), rt = num(sys, "cuda_runtime_version");
     char buf[64] = "";
-    if (drv > 0 && rt > 0)
+    if (drv > 0 && rt > 0 && drv < 1e6 && rt < 1e6)
         snprintf(buf, sizeof buf, "driver %d.%d, runtime %d.%d", (int)drv / 1000, (int)drv % 1000 / 10, (int)rt / 1000,
                  (int)rt % 1000 / 10);
     return dup(buf);
@@ -90,12 +101,8 @@ static tp_status add_result(loader *l, const char *model, const char *prec, int 
         /* quartiles by nearest rank, as the run's own percentiles */
         double *t = malloc(sizeof(double) * n);
         if (t) {
-            memcpy(t, x->samples, sizeof(double) * n);
-            for (size_t i = 1; i < n; i++) /* insertion sort: n is at most a few thousand */
-                for (size_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
-                    const double s = t[j];
-                    t[j] = t[j - 1], t[j - 1] = s;
-                }
+            memcpy(t, x->samples, sizeof(double) * n); /* JSON has no NaN: a total order */
+            qsort(t, n, sizeof(double), cmp_ms);
             const size_t k1 = (n + 3) / 4, k3 = (3 * n + 3) / 4;
             x->q1_ms = t[k1 ? k1 - 1 : 0], x->q3_ms = t[k3 ? k3 - 1 : 0];
             free(t);
@@ -138,7 +145,7 @@ static tp_status load_bench(loader *l, const json_t *root) {
     const json_t *model = json_object_get(root, "model");
     const char *name = json_string_value(json_object_get(model, "name"));
     if (!name) return bad(l, "model.name missing (not a tprof bench JSON?)");
-    const int batch = (int)num(cfg, "batch");
+    const int batch = int_field(cfg, "batch");
     const json_t *res = json_object_get(root, "results");
     tp_status s = TP_OK;
     for (size_t i = 0; !s && i < json_array_size(res); i++) {
@@ -177,7 +184,7 @@ static tp_status load_profile(loader *l, const json_t *root) {
     const char *model = json_string_value(json_object_get(root, "model"));
     const char *prec = json_string_value(json_object_get(root, "precision"));
     if (!model || !prec) return bad(l, "model or precision missing (not a tprof profile JSON?)");
-    const int batch = (int)num(root, "batch");
+    const int batch = int_field(root, "batch");
     tp_status s = add_result(l, model, prec, batch, "traced", json_object_get(root, "per_iteration"), 1e-6, "kernel_ns",
                              num(root, "traced_ms_per_iter"), num(json_object_get(root, "roofline"), "floor_ms"), root,
                              NULL);
@@ -205,7 +212,7 @@ static tp_status load_compare(loader *l, const json_t *root) {
     r->config = json_is_object(c) ? c : NULL;
     const char *model = json_string_value(json_object_get(root, "model"));
     if (!model) return bad(l, "model missing");
-    const int batch = (int)num(root, "batch");
+    const int batch = int_field(root, "batch");
     const json_t *sum = json_object_get(root, "summary"), *roof = json_object_get(root, "roofline");
     const json_t *profs = json_object_get(root, "profiles");
     tp_status s = TP_OK;
@@ -302,7 +309,7 @@ static int by_change(const void *pa, const void *pb) {
 
 /* keeps the top rows by |change|, plus (keep_new) every row present on one side only; frees the rest */
 static void rows_top(rows *t, int top, int keep_new) {
-    qsort(t->r, (size_t)t->n, sizeof *t->r, by_change);
+    if (t->n > 1) qsort(t->r, (size_t)t->n, sizeof *t->r, by_change);
     int k = 0;
     for (int i = 0; i < t->n; i++) {
         const int one_side = isnan(t->r[i].a_ms) != isnan(t->r[i].b_ms);
@@ -360,7 +367,7 @@ static tp_status profile_pair(const json_t *pa, const json_t *pb, int top, tp_di
     }
     rows_top(&L, top, 0);
     rows_top(&K, top, 1);
-    qsort(O.r, (size_t)O.n, sizeof *O.r, by_change);
+    if (O.n > 1) qsort(O.r, (size_t)O.n, sizeof *O.r, by_change);
     m->layers = L.r, m->n_layers = L.n, m->ops = O.r, m->n_ops = O.n, m->kernels = K.r, m->n_kernels = K.n;
     for (int i = 0; i < K.n; i++) {
         m->n_appeared += isnan(K.r[i].a_ms) && !isnan(K.r[i].b_ms);

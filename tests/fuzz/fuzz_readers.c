@@ -11,6 +11,8 @@
  *     seed fixture tiny_ext.onnx uses, so external reads are reached)
  *  12 ONNX import (tp_onnx_import: the reader, then the architecture walk over what it read; seeded with the timm
  *     ViT and Llama exports of tests/fixtures/onnx_vit and onnx_llama)
+ *  13 a run's JSON for tprof diff (tp_diff_load; then the run compared with itself and written as Markdown and
+ *     JSON, so the matching, the statistics and the writers see whatever the reader accepted)
  * Every reader takes a path, so each input is written to a file first (the readers' own file handling is part of
  * what is fuzzed). A harness only checks that the reader returns, without a sanitizer report or a leak, and that a
  * failure comes with a one-line message; the readers' answers are the unit tests' business. */
@@ -31,9 +33,10 @@
 #include "planner/engine_file.h"
 #include "planner/policy.h"
 #include "profile/trace.h"
+#include "report/diff.h"
 
 #ifndef TP_FUZZ_READER
-#error "TP_FUZZ_READER must be defined (1..12)"
+#error "TP_FUZZ_READER must be defined (1..13)"
 #endif
 
 static char g_path[256], g_dir[256];
@@ -163,6 +166,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     tp_params params;
     st = tp_onnx_import(g_path, &model, &params, NULL, &e);
     tp_params_free(&params);
+#elif TP_FUZZ_READER == 13
+    tp_diff_run runs[2] = {{0}, {0}};
+    st = tp_diff_load(g_path, &runs[0], &e);
+    if (!st) st = tp_diff_load(g_path, &runs[1], &e);
+    if (!st) {
+        tp_diff d;
+        st = tp_diff_compute(runs, 2, 3, &d, &e);
+        FILE *sink = fopen("/dev/null", "w");
+        if (!st && sink) st = tp_diff_write(&d, TP_DIFF_MD, sink, &e);
+        if (!st && sink) st = tp_diff_write(&d, TP_DIFF_JSON, sink, &e);
+        if (sink) fclose(sink);
+        tp_diff_free(&d);
+    }
+    tp_diff_run_free(&runs[0]);
+    tp_diff_run_free(&runs[1]);
 #else
 #error "TP_FUZZ_READER out of range"
 #endif
