@@ -144,6 +144,47 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
     return st;
 }
 
+void tp_phases_add(tp_phases *ph, const char *name, double s) {
+    for (int i = 0; i < ph->n; i++)
+        if (strcmp(ph->p[i].name, name) == 0) {
+            ph->p[i].s += s;
+            return;
+        }
+    if (ph->n == TP_PHASES_MAX) { /* the last slot takes the rest */
+        ph->p[TP_PHASES_MAX - 1].s += s;
+        snprintf(ph->p[TP_PHASES_MAX - 1].name, sizeof ph->p[0].name, "other");
+        return;
+    }
+    snprintf(ph->p[ph->n].name, sizeof ph->p[0].name, "%s", name);
+    ph->p[ph->n++].s = s;
+}
+
+/* An engine build's steps: each on_phase call (tp_engine_options) closes the step before it into ph and names the
+ * new one in the heartbeat line. */
+typedef struct {
+    tp_progress *beat;
+    tp_phases *ph;
+    const char *cur;
+    double t;
+} phase_clock;
+
+static void phase_next(void *user, const char *name) {
+    phase_clock *k = user;
+    const double now = tp_now_ms();
+    if (k->cur) tp_phases_add(k->ph, k->cur, (now - k->t) * 1e-3);
+    k->cur = name, k->t = now;
+    tp_progress_step(k->beat, name);
+}
+
+/* "<prec>: what" into a run's phases, the seconds since *t0 (which moves to now) */
+static void run_phase(tp_bench_report *rep, tp_precision p, const char *what, double *t0) {
+    char name[64];
+    const double now = tp_now_ms();
+    snprintf(name, sizeof name, "%s %s", tp_precision_name(p), what);
+    tp_phases_add(&rep->phases, name, (now - *t0) * 1e-3);
+    *t0 = now;
+}
+
 /* Times the CPU executor on the whole batch (host wall clock; the CPU path has no asynchronous work), with the
  * estimate and progress lines of a long phase (progress.h) at the reference's measured rate gflops. */
 static tp_status bench_cpu(const tp_bench_options *o, const tp_graph *g, const tp_params *params, const float *in,
@@ -408,11 +449,20 @@ static tp_status setup(run_ctx *c, tp_error *err) {
         return tp_fail(err, TP_ERR_ARG, "--pipeline %s with --no-graph: contradictory (--pipeline eager is eager)",
                        o->pipeline_mode == 1 ? "graph" : "modular");
     if ((st = host_memory_check(c, err))) return st;
+    const char *wsrc = o->engine_file ? "weights read from the engine file"
+                       : o->onnx      ? "weights read from the ONNX file"
+                       : o->weights   ? "weights read from the checkpoint"
+                                      : "weights synthesized";
+    const double w0 = tp_now_ms();
+    tp_progress *beat = tp_progress_beat("weights");
+    tp_progress_step(beat, o->engine_file || o->onnx || o->weights ? "reading" : "synthesizing FP32 masters from the seed");
     st = o->engine_file ? tp_engine_file_params(o->engine_file, &c->params, err)
          : o->onnx        ? tp_bench_onnx_params(o, &c->params, err)
          : o->weights   ? tp_model_params_load(mp, o->weights, &c->params, err)
                         : tp_model_params_init(mp, o->seed, 0, &c->params, err);
     if (!st && o->weights && !o->engine_file) st = tp_bench_check_finite(o, &c->params, err);
+    tp_progress_stop(beat);
+    tp_phases_add(&rep->phases, wsrc, (tp_now_ms() - w0) * 1e-3);
     if (st) return st;
     tp_model_describe(mp, rep->model_desc, sizeof rep->model_desc);
     tp_model_input(mp, &rep->input);
@@ -550,6 +600,7 @@ static tp_status reference_run(run_ctx *c, tp_error *err) {
         st = tp_bench_perplexity(rep, &c->params, NULL, rep->reference == TP_REF_GPU, NULL, &rep->ref_ppl, err);
     if (st) return st;
     rep->ref_ms = tp_now_ms() - t0;
+    tp_phases_add(&rep->phases, "FP32 reference", rep->ref_ms * 1e-3);
     c->have_ref = 1;
     printf("%s FP32 reference: %d sample%s in %.0f ms\n", rep->reference == TP_REF_GPU ? "GPU" : "CPU", rep->ref_rows,
            rep->ref_rows == 1 ? "" : "s", rep->ref_ms);
@@ -655,7 +706,11 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     const tp_bench_options *o = c->o;
     const tp_graph *g = &c->g;
     float *amax = NULL;
-    double b0 = tp_now_ms();
+    double b0 = tp_now_ms(), t0 = b0;
+    char blabel[96];
+    snprintf(blabel, sizeof blabel, "%s: building the engine", tp_precision_name(plan->requested));
+    phase_clock clk = {tp_progress_beat(blabel), &r->build_phases, NULL, 0};
+    phase_next(&clk, "calibration");
     tp_status st = activation_scales(c, plan, &amax, err);
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph && o->pipeline_mode != 3,
                             .modular = o->pipeline_mode == 2, .sparse = !o->sparsity || o->sparse_gemm == 2 ? 0 : o->sparse_gemm == 1 ? 2 : 1, .gemm_first = o->gemm_first,
@@ -664,13 +719,17 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
                             .hook = c->cupti ? tp_cupti_hook : NULL, .hook_user = c->cupti, .weights_q = c->wq,
                             .attention = (tp_attn_impl)o->attention,
                             .gemv_groups = o->gemv_groups, /* lays the groups out for the decode engine */
-                            .no_pdl = o->no_pdl, .parallel_launch = o->tp_parallel_launch};
+                            .no_pdl = o->no_pdl, .parallel_launch = o->tp_parallel_launch,
+                            .on_phase = phase_next, .phase_user = &clk};
     tp_engine *e = NULL;
     if (!st && c->tp > 1) st = build_tp(c, plan, pol, &eo, &e, err);
     else if (!st) st = tp_engine_build(g, &c->params, plan, &eo, &e, err);
     free(amax);
     *out = e;
+    phase_next(&clk, NULL); /* closes the last step */
+    tp_progress_stop(clk.beat);
     r->build_ms = tp_now_ms() - b0;
+    run_phase(&c->rep, r->prec, "build", &t0);
     for (int i = 0; !st && i < g->n_ops; i++) {
         /* what the engine chose where it chose, into the plan's record and the summary */
         const char *im = tp_engine_op_impl(e, i);
@@ -721,7 +780,9 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     if (!st) st = tp_engine_get_output(e, c->out, err);
     if (!st) st = tp_engine_benchmark(e, o->warmup_ms, o->iterations, o->duration_s * 1e3, &r->samples, &r->n,
                                       &r->wall_ms, err);
+    if (!st) run_phase(&c->rep, r->prec, c->rep.gen > 0 ? "prefill runs" : "timed runs", &t0);
     if (!st && c->rep.gen > 0) st = tp_bench_decode(&c->rep, &c->params, pol, e, c->cupti, c->rt, r, err);
+    if (!st && c->rep.gen > 0) run_phase(&c->rep, r->prec, "decode", &t0);
     int n_fp8_attn = 0;
     for (int i = 0; i < g->n_ops; i++) n_fp8_attn += g->ops[i].kind == TP_OP_ATTENTION && plan->op_prec[i] == TP_PREC_FP8;
     if (!st && n_fp8_attn) st = attention_cost(e, g, plan, r, err);
@@ -792,10 +853,13 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     } else if (rep->dev == TP_DEVICE_CPU) {
         r->weight_bytes = tp_plan_weight_bytes(&plan, g);
         r->build_ms = 0; /* nothing to build: the CPU executor runs the graph as it is */
+        double t0 = tp_now_ms();
         st = bench_cpu(o, g, &c->params, c->input, c->out, c->cpu_gflops, r, err);
+        if (!st) run_phase(rep, r->prec, rep->gen > 0 ? "prefill runs" : "timed runs", &t0);
         if (!st && rep->gen > 0) /* the decode phase: the executor's steps over its KV cache, at most 3 rounds */
             st = tp_bench_decode_cpu(rep, &c->params, c->input, o->iterations < 3 ? (o->iterations > 1 ? o->iterations : 1)
                                      : 3, r, err);
+        if (!st && rep->gen > 0) run_phase(rep, r->prec, "decode", &t0);
     } else {
         st = gpu_engine(c, &plan, &pol, r, &e, err);
     }
@@ -822,11 +886,13 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
             else st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         }
     }
+    double tprof0 = tp_now_ms();
     if (!st && c->cupti) {
         tp_profile_request req = {tp_model_name(&rep->model), B, rep->gpu.name, r->lat.median, o->profile_iters,
                                   o->top_n, o->out_dir, c->rt, NULL};
         st = tp_profile_engine(c->cupti, e, g, &plan, &req, &r->trace, &r->prof, &r->profile, err);
         r->has_prof = 1; /* trace and summary are owned even after an error */
+        run_phase(rep, r->prec, "profile", &tprof0);
     }
     tp_engine_destroy(e);
     tp_plan_free(&plan);
@@ -976,6 +1042,7 @@ tp_status tp_bench_run(const tp_bench_options *o, tp_error *err) {
     c.rep.o = o;
     c.rt = o->rates_cache ? o->rates_cache : &c.rt_local;
     c.rep.base = baseline_index(o);
+    c.rep.t_start = tp_now_ms();
     tp_error gerr = {0};
     if ((st = resolve_device(&c, &gerr, err))) return st;
     if ((st = setup(&c, err))) goto done;

@@ -124,6 +124,19 @@ typedef struct {
     const tp_bench_writer *writer; /* optional: NULL prints nothing but progress */
 } tp_bench_options;
 
+/* Where a run's wall time went, phase by phase (issue 43: "build: weights 2.1 s, quantize 1.4 s, select 3.0 s"):
+ * names in the order the phases ran, seconds of host wall clock. */
+#define TP_PHASES_MAX 24
+typedef struct {
+    struct {
+        char name[64];
+        double s;
+    } p[TP_PHASES_MAX];
+    int n;
+} tp_phases;
+/* Appends a phase (a name seen before adds to it; beyond TP_PHASES_MAX phases, the last one takes the rest). */
+void tp_phases_add(tp_phases *ph, const char *name, double s);
+
 /* An op's roofline inputs (profile/roofline.h), kept from its plan */
 typedef struct {
     tp_precision prec;
@@ -141,6 +154,8 @@ typedef struct {
     tp_accuracy acc;
     double weight_bytes, act_bytes;
     double build_ms;
+    tp_phases build_phases; /* the build's steps (GPU: calibration, weights, selection, capture; tp_engine_options
+                               on_phase), summing to about build_ms */
     int n_quant_ops, n_emulated_ops, n_ops; /* ops in the requested quantized format; of them emulated */
     double format_weight_bytes;             /* weights in their format (what an engine file stores) */
     json_t *plan;    /* per op: layer, op, precision, FLOP, bytes (the engine's on a GPU), how (owned) */
@@ -210,6 +225,9 @@ struct tp_bench_report {
     tp_reference_kind reference; /* where the reference ran (GPU, CPU or NONE) */
     int ref_rows;            /* samples the reference ran */
     double ref_ms;           /* the reference's time */
+    tp_phases phases;        /* the run's phases so far: weights, the reference, each engine's build, timed runs,
+                                decode and profile */
+    double t_start;          /* when the run started (tp_now_ms) */
     tp_bench_result *res;
     int n_res;               /* engines done so far */
     int base;                /* speedups are against res[base] */

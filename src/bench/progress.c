@@ -23,6 +23,8 @@ struct tp_progress {
     _Atomic double done, busy;  /* FLOP of the ops finished, and the ms they took */
     _Atomic int op, runs_done;  /* the op running (-1: none) and the runs finished */
     _Atomic double op_t0;       /* when that op started, ms */
+    _Atomic(const char *) step; /* a heartbeat (g NULL): the step running, since step_t0 (ms) */
+    _Atomic double step_t0;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -54,6 +56,15 @@ static void on_op(void *user, const tp_graph *g, int i, int done) {
 static void progress_line(tp_progress *p, double now, char *buf, size_t n) {
     const tp_graph *g = p->g;
     const double el = (now - p->t0) * 1e-3, done = atomic_load(&p->done);
+    if (!g) { /* a heartbeat */
+        const char *step = atomic_load(&p->step);
+        const double in_step = (now - atomic_load(&p->step_t0)) * 1e-3;
+        char a[32], b[32];
+        snprintf(buf, n, "%s: %s%s%s", p->label, step ? step : "", step ? ", " : "", tp_progress_fmt_s(el, a, sizeof a));
+        if (step && in_step >= 2 && in_step < el - 1)
+            tp_append(buf, n, " (this step %s)", tp_progress_fmt_s(in_step, b, sizeof b));
+        return;
+    }
     const int op = atomic_load(&p->op), rd = atomic_load(&p->runs_done);
     /* FLOP/ms: the ops' own, blended with 5 s of the prior (the first ops may be memory-bound and cheap in FLOP, the
      * one running a large GEMM) */
@@ -99,32 +110,8 @@ static void *watcher(void *arg) {
     return NULL;
 }
 
-tp_progress *tp_progress_start(const char *label, const tp_graph *g, int runs, double gflops, const char *from) {
-    tp_progress *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
-    snprintf(p->label, sizeof p->label, "%s", label);
-    p->g = g;
-    p->runs = runs > 0 ? runs : 1;
-    p->tty = isatty(STDOUT_FILENO);
-    p->flop_run = tp_graph_flop(g);
-    const int threads = omp_get_max_threads();
-    const double prior = TP_PROGRESS_PRIOR_GFLOPS * (threads > 0 ? threads : 1);
-    p->prior = (gflops > 0 ? gflops : prior) * 1e6; /* GFLOP/s as FLOP/ms */
-    atomic_init(&p->done, 0.0);
-    atomic_init(&p->busy, 0.0);
-    atomic_init(&p->op, -1);
-    atomic_init(&p->runs_done, 0);
-    atomic_init(&p->op_t0, 0.0);
-    p->watch = (tp_cpu_watch){0, 0, on_op, p};
-    const double est = p->flop_run * p->runs / p->prior * 1e-3;
-    if (est > TP_PROGRESS_ESTIMATE_S) {
-        char a[32];
-        printf("%s: %.3g GFLOP%s, about %s at ~%.3g GFLOP/s (%s%s%s)\n", label,
-               p->flop_run * 1e-9, p->runs > 1 ? " a run" : "", tp_progress_fmt_s(est, a, sizeof a), p->prior * 1e-6,
-               gflops > 0 ? "measured on " : "a conservative guess for this CPU's threads",
-               gflops > 0 && from ? from : "", gflops > 0 ? " in this run" : "");
-        fflush(stdout);
-    }
+/* the watcher thread and its condition variable (monotonic clock), p->t0 set; frees p and returns NULL on failure */
+static tp_progress *start_watcher(tp_progress *p) {
     pthread_condattr_t ca; /* the wait's clock is tp_now_ms's */
     if (pthread_condattr_init(&ca) != 0) {
         free(p);
@@ -145,6 +132,58 @@ tp_progress *tp_progress_start(const char *label, const tp_graph *g, int runs, d
         return NULL;
     }
     return p;
+}
+
+tp_progress *tp_progress_beat(const char *label) {
+    tp_progress *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    snprintf(p->label, sizeof p->label, "%s", label);
+    p->tty = isatty(STDOUT_FILENO);
+    atomic_init(&p->done, 0.0);
+    atomic_init(&p->busy, 0.0);
+    atomic_init(&p->op, -1);
+    atomic_init(&p->runs_done, 0);
+    atomic_init(&p->op_t0, 0.0);
+    atomic_init(&p->step, NULL);
+    atomic_init(&p->step_t0, tp_now_ms());
+    return start_watcher(p);
+}
+
+void tp_progress_step(tp_progress *p, const char *step) {
+    if (!p) return;
+    atomic_store(&p->step_t0, tp_now_ms());
+    atomic_store(&p->step, step);
+}
+
+tp_progress *tp_progress_start(const char *label, const tp_graph *g, int runs, double gflops, const char *from) {
+    tp_progress *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    snprintf(p->label, sizeof p->label, "%s", label);
+    p->g = g;
+    p->runs = runs > 0 ? runs : 1;
+    p->tty = isatty(STDOUT_FILENO);
+    p->flop_run = tp_graph_flop(g);
+    const int threads = omp_get_max_threads();
+    const double prior = TP_PROGRESS_PRIOR_GFLOPS * (threads > 0 ? threads : 1);
+    p->prior = (gflops > 0 ? gflops : prior) * 1e6; /* GFLOP/s as FLOP/ms */
+    atomic_init(&p->done, 0.0);
+    atomic_init(&p->busy, 0.0);
+    atomic_init(&p->op, -1);
+    atomic_init(&p->runs_done, 0);
+    atomic_init(&p->op_t0, 0.0);
+    atomic_init(&p->step, NULL);
+    atomic_init(&p->step_t0, 0.0);
+    p->watch = (tp_cpu_watch){0, 0, on_op, p};
+    const double est = p->flop_run * p->runs / p->prior * 1e-3;
+    if (est > TP_PROGRESS_ESTIMATE_S) {
+        char a[32];
+        printf("%s: %.3g GFLOP%s, about %s at ~%.3g GFLOP/s (%s%s%s)\n", label,
+               p->flop_run * 1e-9, p->runs > 1 ? " a run" : "", tp_progress_fmt_s(est, a, sizeof a), p->prior * 1e-6,
+               gflops > 0 ? "measured on " : "a conservative guess for this CPU's threads",
+               gflops > 0 && from ? from : "", gflops > 0 ? " in this run" : "");
+        fflush(stdout);
+    }
+    return start_watcher(p);
 }
 
 tp_cpu_watch *tp_progress_watch(tp_progress *p) { return p ? &p->watch : NULL; }

@@ -30,6 +30,13 @@ tp_cpu_watch *tp_progress_watch(tp_progress *p);
  * GFLOP/s (0 when p is NULL or the phase was too short to say). */
 double tp_progress_stop(tp_progress *p);
 
+/* A heartbeat for a phase whose work tprof cannot count as it goes (an engine build on the GPU: calibration,
+ * quantization, GEMM and attention selection): after 2 s, on the same rhythm, "<label>: <step>, 12 s (this step
+ * 5 s)". NULL when it cannot start; tp_progress_stop ends it (its rate is 0). */
+tp_progress *tp_progress_beat(const char *label);
+/* The step a heartbeat names from now on; step must outlive p (a string literal). NULL p: nothing. */
+void tp_progress_step(tp_progress *p, const char *step);
+
 /* "45 s", "12 min", "3.4 h" into buf */
 const char *tp_progress_fmt_s(double s, char *buf, size_t n);
 

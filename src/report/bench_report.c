@@ -104,6 +104,20 @@ static void print_prefill_decode(const tp_bench_report *rep, const tp_bench_resu
     if (r->first_diff >= 0) printf("  first difference at generated token %d\n", r->first_diff);
 }
 
+/* "name 1.2 s, name 0.3 s, ..." of a phase list into buf */
+static void phases_text(const tp_phases *ph, char *buf, size_t n) {
+    buf[0] = 0;
+    for (int i = 0; i < ph->n; i++)
+        tp_append(buf, n, "%s%s %.*f s", i ? ", " : "", ph->p[i].name, ph->p[i].s < 10 ? 2 : 1, ph->p[i].s);
+}
+
+static json_t *phases_json(const tp_phases *ph) {
+    json_t *a = json_array();
+    for (int i = 0; i < ph->n; i++)
+        json_array_append_new(a, json_pack("{s:s,s:o}", "phase", ph->p[i].name, "s", tp_json_num(ph->p[i].s)));
+    return a;
+}
+
 static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) {
     const tp_bench_options *o = rep->o;
     const char *device = rep->device, *unit = rep->input.unit;
@@ -134,6 +148,11 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
         printf("Weights: %s (%.0f bytes); activations and scratch: %s; engine build %.0f ms\n",
                tp_fmt_bytes(r->weight_bytes, wb, sizeof wb), r->weight_bytes,
                tp_fmt_bytes(r->act_bytes, ab, sizeof ab), r->build_ms);
+        if (r->build_phases.n) {
+            char pb[1200];
+            phases_text(&r->build_phases, pb, sizeof pb);
+            printf("Engine build: %s\n", pb);
+        }
     }
     if (r->attn_impl[0]) printf("Attention (chosen when the engine was built): %s\n", r->attn_impl);
     if (rep->prompt > 0) print_prefill_decode(rep, r);
@@ -367,6 +386,7 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
         json_t *s = json_array();
         for (int k = 0; k < r->n; k++) json_array_append_new(s, json_real(r->samples[k]));
         json_object_set_new(p, "samples_ms", s);
+        json_object_set_new(p, "build_phases_s", phases_json(&r->build_phases));
         if (r->plan) json_object_set(p, "plan", r->plan);
         if (r->attn_cost) {
             json_t *ac = json_array();
@@ -394,6 +414,8 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
         json_array_append_new(arr, p);
     }
     json_object_set_new(root, "results", arr);
+    /* the phases that ended before this JSON was written (a profile's, which follow, are in the console only) */
+    json_object_set_new(root, "phases_s", phases_json(&rep->phases));
     tp_status st = tp_json_write_file(root, o->json_path, JSON_INDENT(1) | JSON_PRESERVE_ORDER, "the JSON report", err);
     json_decref(root);
     if (st) return st;
@@ -648,6 +670,9 @@ static tp_status text_end(const tp_bench_report *rep, tp_error *err) {
     tp_status st = TP_OK;
     if (rep->rates) print_floors(rep->res, rep->n_res, rep->rates);
     if (rep->prompt > 0) print_llm_table(rep);
+    char pb[2400];
+    phases_text(&rep->phases, pb, sizeof pb);
+    printf("Phases (wall clock, %.1f s so far): %s\n", (tp_now_ms() - rep->t_start) * 1e-3, pb);
     if (o->json_path) st = write_json(rep, err);
 #ifdef TPROF_HAVE_CUDA
     if (!st && o->compare) st = write_compare(rep, err);

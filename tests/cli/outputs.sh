@@ -101,3 +101,18 @@ else
   fail=$((fail + 1))
   echo "FAIL out-lint: the checkpoint's config.json changed"
 fi
+
+# where the run's time went (issue 43, item 4): the summary's Phases line and the JSON's phases_s, in order
+expect_ok out-phases-line "^Phases (wall clock, .* s so far): weights synthesized .* s, FP32 reference .* s, fp32 prefill runs .* s, fp32 decode .* s" \
+  bench "${small[@]}" --model llama-tiny --prompt 16 --gen 4 --json "$tmp/phases.json"
+if python3 -c "import json, sys
+d = json.load(open(sys.argv[1]))
+names = [p['phase'] for p in d['phases_s']]
+assert names == ['weights synthesized', 'FP32 reference', 'fp32 prefill runs', 'fp32 decode'], names
+assert all(p['s'] >= 0 for p in d['phases_s'])
+assert d['results'][0]['build_phases_s'] == []" "$tmp/phases.json"; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1))
+  echo "FAIL out-phases-json: phases_s not as expected in $tmp/phases.json"
+fi

@@ -299,6 +299,11 @@ static tp_status setup_decode_kernel(tp_engine *e, const tp_engine_options *opt,
     return TP_OK;
 }
 
+/* tells the caller which step of the build starts now (tp_engine_options on_phase) */
+static void phase(const tp_engine_options *opt, const char *name) {
+    if (opt->on_phase) opt->on_phase(opt->phase_user, name);
+}
+
 tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_plan *plan,
                           const tp_engine_options *opt, tp_engine **out, tp_error *err) {
     if (g->tp_size > 1)
@@ -306,9 +311,12 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
                        "with tp_engine_build_tp", g->tp_rank, g->tp_size);
     tp_status st = tpe_build(g, params, plan, opt, out, err);
     if (!st) st = setup_decode_kernel(*out, opt, err);
+    if (!st) phase(opt, "CUDA graph capture");
     if (!st) st = tpe_warm_capture(*out, err);
-    if (!st && (*out)->pk && !(*out)->pk_on && opt->decode_kernel == TP_DECODE_AUTO && opt->use_graph)
+    if (!st && (*out)->pk && !(*out)->pk_on && opt->decode_kernel == TP_DECODE_AUTO && opt->use_graph) {
+        phase(opt, "decode-kernel choice");
         st = choose_decode_kernel(*out, err);
+    }
     if (st && *out) {
         tp_engine_destroy(*out);
         *out = NULL;
@@ -357,6 +365,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
+    phase(opt, "setup");
     if ((st = tp_program_copy(&plan->prog, &e->prog, err))) goto fail; /* the plan's program, this engine's to rewrite */
     for (int v = 0; v < 2 * SCALE_SLOT * g->n_values; v++) h_scales[v] = 1.0f;
     CU_TRY(cudaSetDevice(opt->device));
@@ -404,9 +413,11 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
                                        : (float)(a / tp_dtype_info(TP_E4M3)->max_finite);
     }
     tpe_find_groups(e);
+    phase(opt, "weights: quantize and upload");
     if ((st = tpe_upload_groups(e, err))) goto fail;
     st = tpe_upload_params(e, h_scales, err);
     if (st) goto fail;
+    phase(opt, "activations, KV cache and GEMM plans");
     for (int v = 0; v < g->n_values; v++) /* reciprocals: a GEMM's E4M3 D scale (tp_gemm_run_q) */
         h_scales[SCALE_SLOT * (g->n_values + v)] = 1.0f / h_scales[SCALE_SLOT * v];
     st = tpe_dev_alloc(e, sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values, (void **)&e->d_scales, "scales", err);
@@ -557,13 +568,17 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
         e->act_bytes += (double)wdq_bytes;
     }
 
+    phase(opt, "attention selection");
     st = tpe_choose_attention(e, opt->attention, err);
     if (st) goto fail;
+    phase(opt, "GEMM selection");
     st = tpe_choose_gemms(e, opt->gemm_first, opt->cublaslt_only, opt->gemm_choice, err);
     if (st) goto fail;
     e->sparse_mode = opt->sparse;
+    if (opt->sparse) phase(opt, "2:4 sparse GEMM selection");
     if (opt->sparse && (st = tpe_choose_sparse(e, err))) goto fail;
     /* the fusions into the chosen kernels, last; a tensor-parallel rank's once it took rank 0's choices (engine_tp.c) */
+    if (g->tp_size <= 1) phase(opt, "fusion selection");
     if (g->tp_size <= 1 && (st = tpe_fuse_built(e, err))) goto fail;
 
     free(h_scales);

@@ -115,6 +115,11 @@ typedef struct {
      * eligible linear runs sparse, whatever the times (tests). */
     int sparse;
     tp_decode_kernel decode_kernel; /* decode engines: how the step runs (default GRAPH) */
+    /* optional: called as the build enters each of its long steps, with a name that outlives the engine ("weights:
+     * quantize and upload", "attention selection", "GEMM selection", "fusion selection", "CUDA graph capture",
+     * "decode-kernel choice"); a caller times them and shows them while they run (issue 43, item 4) */
+    void (*on_phase)(void *user, const char *phase);
+    void *phase_user;
 } tp_engine_options;
 
 /* Builds an engine. g, params and plan must outlive it. Errors: TP_ERR_NO_GPU, TP_ERR_OOM (device memory,
