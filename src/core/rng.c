@@ -49,3 +49,9 @@ double tp_rng_trunc_normal(tp_rng *r, double mean, double std, double a, double 
         if (v >= a && v <= b) return v;
     }
 }
+
+uint64_t tp_ctr_key(uint64_t seed, const char *name) {
+    tp_rng r;
+    tp_rng_seed_named(&r, seed, name);
+    return tp_rng_u64(&r);
+}

@@ -175,15 +175,15 @@ static tp_status params_init(const void *cfg, uint64_t seed, int nonzero_bias, t
     tp_status s = validate(cfg, err);
     if (!s) s = build_table(cfg, out, &init, 1, err);
     if (s) return s;
-#pragma omp parallel for schedule(dynamic)
+    /* value j of a tensor is a function of its name and j (core/rng.h's counter-based draws): all threads a tensor */
     for (int i = 0; i < out->n_params; i++) {
         tp_param *t = &out->params[i];
-        tp_rng r;
-        tp_rng_seed_named(&r, seed, t->name);
+        const uint64_t key = tp_ctr_key(seed, t->name);
+        const int k = init[i];
+#pragma omp parallel for schedule(static) if (t->numel > 65536)
         for (int64_t j = 0; j < t->numel; j++) {
-            const double z = tp_rng_normal(&r);
-            t->data[j] = (float)(init[i] == K_W ? 0.02 * z : init[i] == K_B ? 0.05 * z : init[i] == K_LN ? 1.0 + 0.1 * z
-                                                                                                       : 0.1 * z);
+            const double z = tp_ctr_normal(key, (uint64_t)j);
+            t->data[j] = (float)(k == K_W ? 0.02 * z : k == K_B ? 0.05 * z : k == K_LN ? 1.0 + 0.1 * z : 0.1 * z);
         }
     }
     free(init);

@@ -178,23 +178,25 @@ tp_status tp_vit_params_init(const tp_vit_config *c, uint64_t seed, int nonzero_
     int *init = NULL;
     tp_status s = build_table(c, out, &init, 1, err);
     if (s) return s;
-    /* each tensor's values depend on its name only, so the tensors fill in any order: in parallel (ViT-H's 632M
-     * values take seconds on one core) */
-#pragma omp parallel for schedule(dynamic)
+    /* value j of a tensor is a function of its name and j (core/rng.h's counter-based draws), so every tensor is
+     * filled by all threads. timm's trunc_normal_(std 0.02, a -2, b 2) is untruncated in effect: the Irwin-Hall
+     * draw's support of +-6 std (+-0.12) never reaches +-2. */
+    const double fan_in = (double)c->in_chans * c->patch_size * c->patch_size, bound = 1.0 / sqrt(fan_in);
     for (int i = 0; i < out->n_params; i++) {
         tp_param *t = &out->params[i];
-        tp_rng r;
-        tp_rng_seed_named(&r, seed, t->name);
-        double fan_in = (double)c->in_chans * c->patch_size * c->patch_size, bound = 1.0 / sqrt(fan_in);
+        const uint64_t key = tp_ctr_key(seed, t->name);
+        const int k = init[i];
+#pragma omp parallel for schedule(static) if (t->numel > 65536)
         for (int64_t j = 0; j < t->numel; j++) {
+            const uint64_t u = (uint64_t)j;
             double v = 0;
-            switch (init[i]) {
-            case INIT_TRUNC02: v = tp_rng_trunc_normal(&r, 0, 0.02, -2, 2); break;
-            case INIT_ZERO: v = nonzero_bias ? 0.05 * tp_rng_normal(&r) : 0.0; break;
-            case INIT_ONE: v = nonzero_bias ? 1.0 + 0.1 * tp_rng_normal(&r) : 1.0; break;
-            case INIT_CLS: v = nonzero_bias ? 0.02 * tp_rng_normal(&r) : 1e-6 * tp_rng_normal(&r); break;
+            switch (k) {
+            case INIT_TRUNC02: v = 0.02 * tp_ctr_normal(key, u); break;
+            case INIT_ZERO: v = nonzero_bias ? 0.05 * tp_ctr_normal(key, u) : 0.0; break;
+            case INIT_ONE: v = nonzero_bias ? 1.0 + 0.1 * tp_ctr_normal(key, u) : 1.0; break;
+            case INIT_CLS: v = nonzero_bias ? 0.02 * tp_ctr_normal(key, u) : 1e-6 * tp_ctr_normal(key, u); break;
             case INIT_CONV_W:
-            case INIT_CONV_B: v = bound * (2.0 * tp_rng_uniform(&r) - 1.0); break;
+            case INIT_CONV_B: v = bound * (2.0 * tp_ctr_uniform(key, u) - 1.0); break;
             }
             t->data[j] = (float)v;
         }
