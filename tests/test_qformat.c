@@ -21,6 +21,8 @@
 #include "formats/dtype.h"
 #include "formats/qformat.h"
 
+#include <omp.h>
+
 #define GOLDEN_PATH "tests/fixtures/formats_golden.bin"
 
 /* Check's assertions report to the parent on every call in fork mode; loops over a million values use this,
@@ -825,6 +827,51 @@ START_TEST(test_calib_entropy) {
 }
 END_TEST
 
+
+/* Large tensors are quantized on several threads (qformat.c QPAR_MIN): the codes, scales, s2 and the QDQ values are
+ * the same bits as on one thread, for every format, weights and activations, an even and an odd K, NaN and Inf
+ * present (the row blocks are independent; the NVFP4 amax is order-free). */
+START_TEST(test_threads_same_bits) {
+    const int64_t rows = 640, Ks[2] = {1024, 1001};
+    for (int ki = 0; ki < 2; ki++) {
+        const int64_t K = Ks[ki], n = rows * K;
+        float *x = malloc(sizeof(float) * (size_t)n), *y1 = malloc(sizeof(float) * (size_t)n),
+              *y2 = malloc(sizeof(float) * (size_t)n);
+        uint32_t h = 12345u;
+        for (int64_t i = 0; i < n; i++) {
+            h = h * 1664525u + 1013904223u;
+            x[i] = ((float)(h >> 8) * 0x1.0p-24f - 0.5f) * (1 + (i % 97 == 0 ? 40 : 0));
+        }
+        x[777] = NAN, x[5000] = INFINITY, x[rows * K - 3] = -INFINITY;
+        for (int f = TP_QF_NONE + 1; f < TP_QF_COUNT; f++)
+            for (int w = 0; w <= 1; w++) {
+                tp_qtensor a, b;
+                tp_error e;
+                float ga = 0, gb = 0;
+                omp_set_num_threads(1);
+                ck_assert_int_eq(tp_quantize((tp_qformat)f, x, rows, K, w, 0.0f, &a, &e), TP_OK);
+                ck_assert_int_eq(tp_qdq_f32((tp_qformat)f, x, y1, rows, K, w, 0.0f, &ga, &e), TP_OK);
+                omp_set_num_threads(4);
+                ck_assert_int_eq(tp_quantize((tp_qformat)f, x, rows, K, w, 0.0f, &b, &e), TP_OK);
+                ck_assert_int_eq(tp_qdq_f32((tp_qformat)f, x, y2, rows, K, w, 0.0f, &gb, &e), TP_OK);
+                ck_assert_msg(a.elem_bytes == b.elem_bytes && memcmp(a.elems, b.elems, a.elem_bytes) == 0,
+                              "format %d weight %d K %lld: codes differ", f, w, (long long)K);
+                ck_assert(a.scale_bytes == b.scale_bytes && memcmp(a.scales, b.scales, a.scale_bytes) == 0);
+                ck_assert(memcmp(&a.global_scale, &b.global_scale, 4) == 0 && memcmp(&ga, &gb, 4) == 0);
+                ck_assert(memcmp(y1, y2, sizeof(float) * (size_t)n) == 0);
+                omp_set_num_threads(1);
+                ck_assert_int_eq(tp_dequantize(&a, y1, &e), TP_OK);
+                omp_set_num_threads(4);
+                ck_assert_int_eq(tp_dequantize(&a, y2, &e), TP_OK);
+                ck_assert(memcmp(y1, y2, sizeof(float) * (size_t)n) == 0);
+                tp_qtensor_free(&a);
+                tp_qtensor_free(&b);
+            }
+        free(x), free(y1), free(y2);
+    }
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("qformat");
     TCase *tc = tcase_create("golden");
@@ -853,6 +900,7 @@ static Suite *suite(void) {
     tcase_add_test(tw, test_errors);
     tcase_add_test(tw, test_traits_and_parse);
     tcase_add_test(tw, test_calib_entropy);
+    tcase_add_test(tw, test_threads_same_bits);
     suite_add_tcase(s, tw);
     return s;
 }

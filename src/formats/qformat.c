@@ -197,6 +197,11 @@ typedef struct {
     uint8_t code; /* UE8M0 / UE4M3 scale code */
 } blockscale;
 
+/* Below this many elements a tensor is quantized on one thread (a parallel region costs microseconds). Above it the
+ * blocks are shared among threads: each block's arithmetic is its own, so the codes and scales are the same bits
+ * whatever the thread count (test_qformat's golden fixtures check them). */
+#define QPAR_MIN ((int64_t)1 << 18)
+
 static float block_amax(const float *x, int64_t K, int64_t r0, int64_t r1, int64_t k0, int64_t k1) {
     float m = 0.0f;
     for (int64_t r = r0; r < r1; r++) {
@@ -267,13 +272,30 @@ static float dec_elem(const qgeom *g, uint8_t c) {
 
 static float nvfp4_s2(const float *x, const qgeom *g, float global_in) {
     if (global_in > 0.0f) return global_in;
-    return amax_scale(block_amax(x, g->K, 0, g->rows, 0, g->K), 2688.0);
+    /* the tensor's amax, rows shared among threads: max is order-free (NaN skipped on every thread alike) */
+    float m = 0.0f;
+#pragma omp parallel if (g->rows * g->K >= QPAR_MIN)
+    {
+        float t = 0.0f;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < g->rows; r++) {
+            const float a = block_amax(x, g->K, r, r + 1, 0, g->K);
+            if (a > t) t = a;
+        }
+#pragma omp critical(tp_qformat_amax)
+        if (t > m) m = t;
+    }
+    return amax_scale(m, 2688.0);
 }
 
 /* One pass over the blocks. Each block's amax is read before any of its elements is written, and each
  * element is read before it is written, which is what makes y == x safe. codes (packed as in tp_qtensor,
  * zero-initialized by the caller), scales and y are each optional. */
 static void run_blocks(const qgeom *g, const float *x, float s2, uint8_t *codes, uint8_t *scales, float *y) {
+    /* row blocks in parallel; 4-bit codes pack two elements a byte, so with an odd K a byte can straddle two rows
+     * (two threads): then one thread */
+    const int par = g->rows * g->K >= QPAR_MIN && g->nrb > 1 && !(codes && g->t->bits == 4 && g->K % 2);
+#pragma omp parallel for schedule(static) if (par)
     for (int64_t rb = 0; rb < g->nrb; rb++) {
         int64_t r0 = rb * g->wr, r1 = r0 + g->wr < g->rows ? r0 + g->wr : g->rows;
         for (int64_t kb = 0; kb < g->nkb; kb++) {
@@ -379,6 +401,7 @@ tp_status tp_dequantize(const tp_qtensor *q, float *y, tp_error *err) {
                        g.scale_bytes);
     const int nv = g.f == TP_QF_NVFP4;
     const float s2 = q->global_scale;
+#pragma omp parallel for schedule(static) if (g.rows * g.K >= QPAR_MIN)
     for (int64_t r = 0; r < g.rows; r++) {
         const int64_t rb = r / g.wr;
         for (int64_t kb = 0; kb < g.nkb; kb++) {
