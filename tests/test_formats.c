@@ -590,6 +590,45 @@ START_TEST(test_traits) {
 }
 END_TEST
 
+
+/* The E4M3 encoder and decoder on the float's bits against the generic double-arithmetic ones (dtype.c): every
+ * code decoded alike; every float bit pattern with a stride of 61 (70 million, both signs, every binade, NaNs and
+ * Infs) and every pattern within 4096 of each binade edge and of each midpoint between neighbouring E4M3 values
+ * (the ties) encoded alike. */
+START_TEST(test_e4m3_fast) {
+    for (int c = 0; c < 256; c++) {
+        const float a = tp_e4m3_to_f32((uint8_t)c), b = tp_e4m3_to_f32_ref((uint8_t)c);
+        ck_assert_msg((isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0, "decode 0x%02x: %a vs %a", c, a, b);
+    }
+    long bad = 0;
+#pragma omp parallel for reduction(+ : bad)
+    for (int64_t i = 0; i < (int64_t)1 << 32; i += 61) {
+        float f;
+        const uint32_t u = (uint32_t)i;
+        memcpy(&f, &u, 4);
+        bad += tp_f32_to_e4m3(f) != tp_f32_to_e4m3_ref(f);
+    }
+    ck_assert_msg(bad == 0, "%ld strided patterns encode differently", bad);
+    for (int c = 0; c < 127; c++) { /* around every value and every midpoint to the next one */
+        const float v = tp_e4m3_to_f32_ref((uint8_t)c), w = tp_e4m3_to_f32_ref((uint8_t)(c + 1));
+        const float pts[2] = {v, c < 126 ? 0.5f * (v + w) : 464.0f};
+        for (int p = 0; p < 2; p++)
+            for (int d = -4096; d <= 4096; d++) {
+                uint32_t u;
+                memcpy(&u, &pts[p], 4);
+                u = (uint32_t)((int64_t)u + d);
+                for (int sgn = 0; sgn < 2; sgn++) {
+                    float f;
+                    const uint32_t us = u | (sgn ? 0x80000000u : 0);
+                    memcpy(&f, &us, 4);
+                    ck_assert_msg(tp_f32_to_e4m3(f) == tp_f32_to_e4m3_ref(f), "encode %a: 0x%02x vs 0x%02x", f,
+                                  tp_f32_to_e4m3(f), tp_f32_to_e4m3_ref(f));
+                }
+            }
+    }
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("formats");
     TCase *tc = tcase_create("codecs");
@@ -597,6 +636,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_e4m3_decode_table);
     tcase_add_test(tc, test_e5m2_decode_table);
     tcase_add_test(tc, test_e4m3_encode);
+    tcase_add_test(tc, test_e4m3_fast);
     tcase_add_test(tc, test_e5m2_encode);
     tcase_add_test(tc, test_f16_all_codes);
     tcase_add_test(tc, test_f16_ties_and_overflow);

@@ -45,6 +45,10 @@ uint16_t tp_f32_to_bf16(float f);
 float tp_bf16_to_f32(uint16_t h);
 uint8_t tp_f32_to_e4m3(float f); /* saturating, RNE */
 float tp_e4m3_to_f32(uint8_t v);
+/* The generic FP8 encoder and decoder at E4M3's parameters (double arithmetic, frexp and ldexp): the reference the
+ * two above, on the float's bits, are tested against. */
+uint8_t tp_f32_to_e4m3_ref(float f);
+float tp_e4m3_to_f32_ref(uint8_t v);
 uint8_t tp_f32_to_e5m2(float f); /* saturating, RNE */
 float tp_e5m2_to_f32(uint8_t v);
 

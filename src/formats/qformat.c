@@ -270,32 +270,65 @@ static float dec_elem(const qgeom *g, uint8_t c) {
     return g->t->elem == TP_E4M3 ? tp_e4m3_to_f32(c) : tp_e2m1_to_f32(c);
 }
 
+static float tensor_amax(const float *x, int64_t rows, int64_t K);
+
 static float nvfp4_s2(const float *x, const qgeom *g, float global_in) {
     if (global_in > 0.0f) return global_in;
-    /* the tensor's amax, rows shared among threads: max is order-free (NaN skipped on every thread alike) */
+    return amax_scale(tensor_amax(x, g->rows, g->K), 2688.0);
+}
+
+/* The elements of rows [r0, r1) x [k0, k1) of one block, with its scale b: codes (packed as in tp_qtensor,
+ * zero-initialized by the caller) and y, each optional. Each element is read before it is written. */
+static void encode_rows(const qgeom *g, const blockscale *b, const float *x, int64_t r0, int64_t r1, int64_t k0,
+                        int64_t k1, uint8_t *codes, float *y) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t k = k0; k < k1; k++) {
+            size_t i = (size_t)(r * g->K + k);
+            float xv = x[i];
+            uint8_t c = b->zero ? 0 : isnan(xv) ? enc_elem(g, xv) : enc_elem(g, xv / b->div);
+            if (codes) {
+                if (g->t->bits == 4) codes[i / 2] |= (uint8_t)(c << (4 * (i & 1)));
+                else codes[i] = c;
+            }
+            if (y) y[i] = dec_elem(g, c) * b->mult;
+        }
+}
+
+/* max |x| over rows [0, rows) x [0, K), rows shared among threads (max is order-free; NaN skipped on every thread) */
+static float tensor_amax(const float *x, int64_t rows, int64_t K) {
     float m = 0.0f;
-#pragma omp parallel if (g->rows * g->K >= QPAR_MIN)
+#pragma omp parallel if (rows * K >= QPAR_MIN)
     {
         float t = 0.0f;
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < g->rows; r++) {
-            const float a = block_amax(x, g->K, r, r + 1, 0, g->K);
+        for (int64_t r = 0; r < rows; r++) {
+            const float a = block_amax(x, K, r, r + 1, 0, K);
             if (a > t) t = a;
         }
 #pragma omp critical(tp_qformat_amax)
         if (t > m) m = t;
     }
-    return amax_scale(m, 2688.0);
+    return m;
 }
 
 /* One pass over the blocks. Each block's amax is read before any of its elements is written, and each
  * element is read before it is written, which is what makes y == x safe. codes (packed as in tp_qtensor,
- * zero-initialized by the caller), scales and y are each optional. */
+ * zero-initialized by the caller), scales and y are each optional. A tensor with one block (per-tensor FP8) is
+ * shared among threads by rows; with many blocks, the row blocks are; 4-bit codes with an odd K share a byte
+ * across rows, so such a tensor is encoded on one thread. */
 static void run_blocks(const qgeom *g, const float *x, float s2, uint8_t *codes, uint8_t *scales, float *y) {
-    /* row blocks in parallel; 4-bit codes pack two elements a byte, so with an odd K a byte can straddle two rows
-     * (two threads): then one thread */
-    const int par = g->rows * g->K >= QPAR_MIN && g->nrb > 1 && !(codes && g->t->bits == 4 && g->K % 2);
-#pragma omp parallel for schedule(static) if (par)
+    const int large = g->rows * g->K >= QPAR_MIN && !(codes && g->t->bits == 4 && g->K % 2);
+    if (g->nrb == 1 && g->nkb == 1) {
+        const blockscale b = block_scale(g, tensor_amax(x, g->rows, g->K), s2);
+        if (scales) {
+            if (g->scale_size == 4) memcpy(scales, &b.div, 4);
+            else scales[0] = b.code;
+        }
+#pragma omp parallel for schedule(static) if (large)
+        for (int64_t r = 0; r < g->rows; r++) encode_rows(g, &b, x, r, r + 1, 0, g->K, codes, y);
+        return;
+    }
+#pragma omp parallel for schedule(static) if (large && g->nrb > 1)
     for (int64_t rb = 0; rb < g->nrb; rb++) {
         int64_t r0 = rb * g->wr, r1 = r0 + g->wr < g->rows ? r0 + g->wr : g->rows;
         for (int64_t kb = 0; kb < g->nkb; kb++) {
@@ -306,17 +339,7 @@ static void run_blocks(const qgeom *g, const float *x, float s2, uint8_t *codes,
                 if (g->scale_size == 4) memcpy(scales + si * 4, &b.div, 4);
                 else scales[si] = b.code;
             }
-            for (int64_t r = r0; r < r1; r++)
-                for (int64_t k = k0; k < k1; k++) {
-                    size_t i = (size_t)(r * g->K + k);
-                    float xv = x[i];
-                    uint8_t c = b.zero ? 0 : isnan(xv) ? enc_elem(g, xv) : enc_elem(g, xv / b.div);
-                    if (codes) {
-                        if (g->t->bits == 4) codes[i / 2] |= (uint8_t)(c << (4 * (i & 1)));
-                        else codes[i] = c;
-                    }
-                    if (y) y[i] = dec_elem(g, c) * b.mult;
-                }
+            encode_rows(g, &b, x, r0, r1, k0, k1, codes, y);
         }
     }
 }
