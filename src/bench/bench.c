@@ -224,7 +224,11 @@ static tp_status measure_rates(tp_roofline_rates *rt, unsigned mask, tp_error *e
 
 /* The GPU reference on the reference graph (tp_gpu_reference). */
 static tp_status gpu_reference(run_ctx *c, tp_error *err) {
-    return tp_gpu_reference_taps(&c->gref, &c->params, c->rep.gpu.sm, c->input, c->ref, c->ref_taps, err);
+    tp_progress *beat = tp_progress_beat("GPU FP32 reference");
+    tp_progress_step(beat, "building its engine and running it");
+    const tp_status st = tp_gpu_reference_taps(&c->gref, &c->params, c->rep.gpu.sm, c->input, c->ref, c->ref_taps, err);
+    tp_progress_stop(beat);
+    return st;
 }
 
 /* The run's device: the GPU when asked for or found, else the CPU (with the reason kept in gerr). A build without
@@ -778,8 +782,13 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     if (!st) st = tp_engine_set_input(e, c->input, err);
     if (!st) st = tp_engine_forward(e, err);
     if (!st) st = tp_engine_get_output(e, c->out, err);
+    char tlabel[64];
+    snprintf(tlabel, sizeof tlabel, "%s: timed runs", tp_precision_name(r->prec));
+    tp_progress *tbeat = st ? NULL : tp_progress_beat(tlabel);
+    tp_progress_step(tbeat, "warm-up, then at least --iterations runs and --duration seconds");
     if (!st) st = tp_engine_benchmark(e, o->warmup_ms, o->iterations, o->duration_s * 1e3, &r->samples, &r->n,
                                       &r->wall_ms, err);
+    tp_progress_stop(tbeat);
     if (!st) run_phase(&c->rep, r->prec, c->rep.gen > 0 ? "prefill runs" : "timed runs", &t0);
     if (!st && c->rep.gen > 0) st = tp_bench_decode(&c->rep, &c->params, pol, e, c->cupti, c->rt, r, err);
     if (!st && c->rep.gen > 0) run_phase(&c->rep, r->prec, "decode", &t0);
@@ -911,7 +920,12 @@ static tp_status rates_and_floors(run_ctx *c, tp_error *err) {
     if (rep->dev != TP_DEVICE_GPU) return TP_OK;
     unsigned mask = 0;
     for (int pi = 0; pi < rep->n_res; pi++) mask |= rep->res[pi].rate_mask;
+    const double t0 = tp_now_ms();
+    tp_progress *beat = tp_progress_beat("roofline rates");
+    tp_progress_step(beat, "timing the GEMM peaks and the copy rate on this GPU");
     tp_status st = measure_rates(c->rt, mask, err);
+    tp_progress_stop(beat);
+    tp_phases_add(&rep->phases, "roofline rates", (tp_now_ms() - t0) * 1e-3);
     if (st) return st;
     for (int pi = 0; pi < rep->n_res; pi++) {
         tp_bench_result *r = &rep->res[pi];
