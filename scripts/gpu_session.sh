@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl fusions hfpeers w8a8; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0_onecall, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs, sparse_compare; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl fusions hfpeers w8a8 persistent; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0_onecall, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs, sparse_compare; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -67,6 +67,29 @@ for s in $steps; do
     echo "=== decoder: llama-3.2-1b, pp512 tg128, batch 1 and 8"
     "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1,8 --precision fp16,bf16,fp8-wo,nvfp4-wo \
       --json "$OUT/decoder_llama32_1b.json" || rc=1
+    ;;
+  persistent)
+    # issue 42: the persistent decode step. Its GPU suite (against the graph path), then Llama-3.2-1B tg128 over the
+    # weight pipeline's lab knobs (TPROF_PERSIST_STAGES, _AHEAD: tiles prefetched into L2, _PAD: bank-conflict
+    # padding; engines without them ignore them), each with its per-role records, then tprof profile on the step
+    echo "=== persistent decode step (issue 42): gpu_persistent, then llama-3.2-1b tg128 over the lab knobs"
+    suites persistent "persistent case|persistent under auto" gpu_persistent
+    pb=(bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1 --duration 0.5 --reference none)
+    "$BUILD/tprof" "${pb[@]}" --precision fp16,fp8-wo --decode-kernel graph --json "$OUT/persistent_graph.json" \
+      > "$OUT/persistent_graph.log" 2>&1 || rc=1
+    grep -E "^\| llama|Decode step|error" "$OUT/persistent_graph.log" | head -8
+    for knobs in ${PERSIST_KNOBS:-"3 0 1" "2 0 1" "2 4 1" "3 4 1" "2 4 0"}; do
+      set -- $knobs
+      echo "--- persistent: stages $1, L2 ahead $2, pad $3"
+      TPROF_PERSIST_TRACE=1 TPROF_PERSIST_STAGES=$1 TPROF_PERSIST_AHEAD=$2 TPROF_PERSIST_PAD=$3 "$BUILD/tprof" \
+        "${pb[@]}" --precision fp16,fp8-wo --decode-kernel persistent --json "$OUT/persistent_$1_$2_$3.json" \
+        > "$OUT/persistent_$1_$2_$3.log" 2>&1 || rc=1
+      grep -E "^\| llama|Decode step|persistent step records|input_layernorm|rope_q|o_proj|post_att|down_proj|model.norm|error" \
+        "$OUT/persistent_$1_$2_$3.log" | head -24
+    done
+    "$BUILD/tprof" profile --model llama-3.2-1b --prompt 512 --gen 128 --batch 1 --precision fp16 --reference none \
+      --decode-kernel persistent --out "$OUT/persistent_profile" > "$OUT/persistent_profile.log" 2>&1 || rc=1
+    grep -E "attribut|per layer|persistent|error" "$OUT/persistent_profile.log" | head -20
     ;;
   w8a8)
     echo "=== W8A8 FP8 decoders (issue 20): the GEMV and decoder-engine GPU suites, then the 7B-shaped layer and llama-3.2-1b"
