@@ -159,19 +159,14 @@ void tp_phases_add(tp_phases *ph, const char *name, double s) {
     ph->p[ph->n++].s = s;
 }
 
-/* An engine build's steps: each on_phase call (tp_engine_options) closes the step before it into ph and names the
- * new one in the heartbeat line. */
-typedef struct {
-    tp_progress *beat;
-    tp_phases *ph;
-    const char *cur;
-    double t;
-} phase_clock;
-
-static void phase_next(void *user, const char *name) {
-    phase_clock *k = user;
+void tp_phase_clock_next(void *clock, const char *name) {
+    tp_phase_clock *k = clock;
     const double now = tp_now_ms();
-    if (k->cur) tp_phases_add(k->ph, k->cur, (now - k->t) * 1e-3);
+    if (k->cur) {
+        char full[64];
+        snprintf(full, sizeof full, "%s%s", k->prefix ? k->prefix : "", k->cur);
+        tp_phases_add(k->ph, full, (now - k->t) * 1e-3);
+    }
     k->cur = name, k->t = now;
     tp_progress_step(k->beat, name);
 }
@@ -713,8 +708,8 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
     double b0 = tp_now_ms(), t0 = b0;
     char blabel[96];
     snprintf(blabel, sizeof blabel, "%s: building the engine", tp_precision_name(plan->requested));
-    phase_clock clk = {tp_progress_beat(blabel), &r->build_phases, NULL, 0};
-    phase_next(&clk, "calibration");
+    tp_phase_clock clk = {tp_progress_beat(blabel), &r->build_phases, NULL, NULL, 0};
+    tp_phase_clock_next(&clk, "calibration");
     tp_status st = activation_scales(c, plan, &amax, err);
     tp_engine_options eo = {.device = 0, .use_graph = o->use_graph && o->pipeline_mode != 3,
                             .modular = o->pipeline_mode == 2, .sparse = !o->sparsity || o->sparse_gemm == 2 ? 0 : o->sparse_gemm == 1 ? 2 : 1, .gemm_first = o->gemm_first,
@@ -724,13 +719,13 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
                             .attention = (tp_attn_impl)o->attention,
                             .gemv_groups = o->gemv_groups, /* lays the groups out for the decode engine */
                             .no_pdl = o->no_pdl, .parallel_launch = o->tp_parallel_launch,
-                            .on_phase = phase_next, .phase_user = &clk};
+                            .on_phase = tp_phase_clock_next, .phase_user = &clk};
     tp_engine *e = NULL;
     if (!st && c->tp > 1) st = build_tp(c, plan, pol, &eo, &e, err);
     else if (!st) st = tp_engine_build(g, &c->params, plan, &eo, &e, err);
     free(amax);
     *out = e;
-    phase_next(&clk, NULL); /* closes the last step */
+    tp_phase_clock_next(&clk, NULL); /* closes the last step */
     tp_progress_stop(clk.beat);
     r->build_ms = tp_now_ms() - b0;
     run_phase(&c->rep, r->prec, "build", &t0);

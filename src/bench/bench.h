@@ -136,6 +136,17 @@ typedef struct {
 } tp_phases;
 /* Appends a phase (a name seen before adds to it; beyond TP_PHASES_MAX phases, the last one takes the rest). */
 void tp_phases_add(tp_phases *ph, const char *name, double s);
+/* An engine build's steps as they happen (tp_engine_options on_phase = tp_phase_clock_next, phase_user = the
+ * clock): each call closes the step before it into ph (its name after prefix, "" for none) and names the new one
+ * in the heartbeat line beat (may be NULL); a NULL name closes the last step. */
+typedef struct {
+    struct tp_progress *beat;
+    tp_phases *ph;
+    const char *prefix;
+    const char *cur;
+    double t;
+} tp_phase_clock;
+void tp_phase_clock_next(void *clock, const char *name);
 
 /* An op's roofline inputs (profile/roofline.h), kept from its plan */
 typedef struct {

@@ -348,7 +348,13 @@ tp_status tp_bench_decode(const tp_bench_report *rep, const tp_params *params, c
                             .decode_kernel = (tp_decode_kernel)o->decode_kernel,
                             .hook = cupti ? tp_cupti_hook : NULL,
                             .hook_user = cupti};
+    char blabel[96];
+    snprintf(blabel, sizeof blabel, "%s: building the decode engine", tp_precision_name(r->prec));
+    tp_phase_clock clk = {tp_progress_beat(blabel), &r->build_phases, "decode engine: ", NULL, 0};
+    eo.on_phase = tp_phase_clock_next, eo.phase_user = &clk;
     tp_status st = decode_engine(rep, params, pol, &eo, gr, pr, &e, err);
+    tp_phase_clock_next(&clk, NULL);
+    tp_progress_stop(clk.beat);
     for (int k = 0; !st && k < rounds; k++) {
         st = tp_engine_forward(prefill, err); /* a fresh prefill: the cache from position 0 */
         if (!st && k == 0) st = tp_engine_get_output(prefill, logits, err);
