@@ -310,6 +310,7 @@ tp_status tp_engine_build(const tp_graph *g, const tp_params *params, const tp_p
         return tp_fail(err, TP_ERR_ARG, "the graph is rank %d of %d of a tensor-parallel model: build every rank "
                        "with tp_engine_build_tp", g->tp_rank, g->tp_size);
     tp_status st = tpe_build(g, params, plan, opt, out, err);
+    if (!st && opt->decode_kernel != TP_DECODE_GRAPH) phase(opt, "persistent step setup");
     if (!st) st = setup_decode_kernel(*out, opt, err);
     if (!st) phase(opt, "CUDA graph capture");
     if (!st) st = tpe_warm_capture(*out, err);
