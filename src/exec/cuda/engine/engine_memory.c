@@ -172,7 +172,8 @@ void tpe_weight_host(tp_engine *e, int v, void *h, float *scale) {
     } else {
         if (e->plan->value_scaled[v]) {
             /* per-tensor weight scale: amax / 448, so the largest weight maps to E4M3's max finite value */
-            double amax = 0;
+            double amax = 0; /* a max: the same on any number of threads */
+#pragma omp parallel for reduction(max : amax) if (p->numel >= (1 << 20))
             for (int64_t j = 0; j < p->numel; j++) amax = fmax(amax, fabs((double)p->data[j]));
             *scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
         }
