@@ -254,6 +254,68 @@ START_TEST(test_bad_inputs) {
 }
 END_TEST
 
+/* a decoder's runs: pp and tg matched as their own tests, the decode steps' profile (llm.decode_profile) on the tg
+ * match, a standalone decode profile named "traced decode" */
+static const char *dec_json(const char *k2, double l1, double l2) {
+    static char buf[2][2048];
+    static int which;
+    char *b = buf[which ^= 1];
+    snprintf(b, sizeof buf[0],
+             "{\"tool\": \"tprof bench 0.1.0\", \"commit\": \"abc\", \"model\": {\"name\": \"llama-tiny\"}, "
+             "\"config\": {\"batch\": 1}, \"system\": {\"gpu\": \"NVIDIA H200\"}, \"results\": [{\"precision\": "
+             "\"fp16\", \"latency\": {\"median_ms\": 2.0}, \"samples_ms\": [2.0, 2.1, 1.9, 2.05, 1.95], \"llm\": "
+             "{\"tests\": [{\"test\": \"pp8\"}, {\"test\": \"tg4\"}], \"decode_step\": {\"median_ms\": 0.5}, "
+             "\"decode_step_samples_ms\": [0.5, 0.51, 0.49], \"decode_profile\": {\"iterations\": 2, \"layers\": "
+             "[{\"layer\": \"model.layers.0.self_attn.q_proj\", \"op\": \"linear\", \"ns_per_iter\": %g, "
+             "\"kernels\": [\"%s\"]}, {\"layer\": \"model.layers.0.mlp.down_proj\", \"op\": \"linear\", "
+             "\"ns_per_iter\": %g, \"kernels\": [\"%s\"]}], \"kernels\": [{\"name\": \"%s\", \"category\": "
+             "\"GEMM\", \"total_ns\": 4000}]}}}]}",
+             l1, k2, l2, k2, k2);
+    return b;
+}
+
+START_TEST(test_decoder_runs) {
+    const char *pa = "/tmp/tp_diff_dec_a.json", *pb = "/tmp/tp_diff_dec_b.json";
+    FILE *f = fopen(pa, "w");
+    fputs(dec_json("gemv", 1000, 2000), f);
+    fclose(f);
+    f = fopen(pb, "w");
+    fputs(dec_json("persistent", 1000, 500), f);
+    fclose(f);
+    tp_diff_run r[2];
+    tp_diff d;
+    load2(pa, pb, r, &d);
+    ck_assert_int_eq(d.n_m, 2);
+    const tp_diff_match *tg = NULL, *pp = NULL;
+    for (int i = 0; i < d.n_m; i++) {
+        const char *t = r[1].res[d.m[i].ib].test;
+        if (strcmp(t, "tg4") == 0) tg = &d.m[i];
+        if (strcmp(t, "pp8") == 0) pp = &d.m[i];
+    }
+    ck_assert(tg && pp);
+    ck_assert_ptr_null(pp->layers);
+    ck_assert_int_eq(tg->n_layers, 2);
+    ck_assert_str_eq(tg->layers[0].name, "model.layers.0.mlp.down_proj"); /* -1.5 us: the largest change */
+    ck_assert_double_eq_tol(tg->layers[0].b_ms - tg->layers[0].a_ms, -0.0015, 1e-12);
+    ck_assert_int_eq(tg->n_appeared, 1);
+    ck_assert_int_eq(tg->n_disappeared, 1);
+    free2(r, &d);
+    /* a standalone decode profile: its own test name */
+    f = fopen(pa, "w");
+    fputs("{\"model\": \"llama-tiny\", \"precision\": \"fp16\", \"batch\": 1, \"pass\": \"decode\", "
+          "\"per_iteration\": [{\"kernel_ns\": 500000}], \"layers\": [], \"kernels\": []}", f);
+    fclose(f);
+    tp_diff_run p = {0};
+    tp_error e = {0};
+    ck_assert_msg(tp_diff_load(pa, &p, &e) == TP_OK, "%s", e.msg);
+    ck_assert_str_eq(p.res[0].test, "traced decode");
+    ck_assert_double_eq_tol(p.res[0].median_ms, 0.5, 1e-12);
+    tp_diff_run_free(&p);
+    remove(pa);
+    remove(pb);
+}
+END_TEST
+
 /* every format carries the same fields; the HTML inlines well-formed charts */
 START_TEST(test_formats) {
     tp_diff_run r[2];
@@ -329,6 +391,7 @@ int main(void) {
     tcase_add_test(t, test_profile_and_compare_json);
     tcase_add_test(t, test_bad_inputs);
     tcase_add_test(t, test_formats);
+    tcase_add_test(t, test_decoder_runs);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

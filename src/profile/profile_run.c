@@ -88,6 +88,8 @@ tp_status tp_profile_engine(tp_cupti *c, tp_engine *e, const tp_graph *g, const 
     printf("\n");
     tp_profile_print(t, s, req->top_n, stdout);
     *summary = tp_profile_summary_json(t, s);
+    /* what was traced, for readers of the file alone (tprof diff): absent for a forward pass, "decode" for steps */
+    if (*summary && req->tag) json_object_set_new(*summary, "pass", json_string(req->tag));
     if (req->out_dir) {
         char path[1024], name[64];
         snprintf(name, sizeof name, "%s%s%s", prec, req->tag ? "_" : "", req->tag ? req->tag : "");

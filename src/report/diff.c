@@ -162,10 +162,12 @@ static tp_status load_bench(loader *l, const json_t *root) {
             const char *tg = json_string_value(json_object_get(json_array_get(tests, 1), "test"));
             s = add_result(l, name, prec, batch, pp ? pp : "prefill", json_object_get(e, "samples_ms"), 1, NULL, med,
                            num(roof, "floor_ms"), prof, plan);
+            const json_t *dprof = json_object_get(llm, "decode_profile"); /* tprof profile's traced steps */
             if (!s)
                 s = add_result(l, name, prec, batch, tg ? tg : "decode", json_object_get(llm, "decode_step_samples_ms"),
                                1, NULL, num(json_object_get(llm, "decode_step"), "median_ms"),
-                               num(json_object_get(llm, "decode_roofline"), "floor_ms"), NULL, NULL);
+                               num(json_object_get(llm, "decode_roofline"), "floor_ms"),
+                               json_is_object(dprof) ? dprof : NULL, NULL);
         } else {
             s = add_result(l, name, prec, batch, "forward", json_object_get(e, "samples_ms"), 1, NULL, med,
                            num(roof, "floor_ms"), prof, plan);
@@ -185,7 +187,10 @@ static tp_status load_profile(loader *l, const json_t *root) {
     const char *prec = json_string_value(json_object_get(root, "precision"));
     if (!model || !prec) return bad(l, "model or precision missing (not a tprof profile JSON?)");
     const int batch = int_field(root, "batch");
-    tp_status s = add_result(l, model, prec, batch, "traced", json_object_get(root, "per_iteration"), 1e-6, "kernel_ns",
+    const char *pass = json_string_value(json_object_get(root, "pass")); /* "decode": a decoder's traced steps */
+    char test[64];
+    snprintf(test, sizeof test, "traced%s%s", pass ? " " : "", pass ? pass : "");
+    tp_status s = add_result(l, model, prec, batch, test, json_object_get(root, "per_iteration"), 1e-6, "kernel_ns",
                              num(root, "traced_ms_per_iter"), num(json_object_get(root, "roofline"), "floor_ms"), root,
                              NULL);
     return s ? s : add_stages(l, model, prec, batch, root);

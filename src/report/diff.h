@@ -3,7 +3,9 @@
  *
  * A run (one file) holds results, each keyed by model, precision, batch and test: "forward" (one pass of a ViT or a
  * pipeline), "ppN" (a decoder's prefill of N tokens, ms per prefill), "tgN" (its decode, ms per token), "traced" (a
- * profile's per-pass traced kernel time) and "stage NAME" (a pipeline stage's traced time). The first run is the
+ * profile's per-pass traced kernel time; "traced decode" for a decoder's profiled steps) and "stage NAME" (a
+ * pipeline stage's traced time); a decoder's tgN result carries its decode steps' profile where the bench JSON has
+ * one (tprof profile's llm.decode_profile). The first run is the
  * baseline; every other run's results are matched to the baseline's by that key and compared:
  *   - the medians with their interquartile range, the ratio later / baseline (> 1: slower);
  *   - whether the difference exceeds the runs' noise, from the samples both files hold: the two-sided Mann-Whitney
