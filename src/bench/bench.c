@@ -144,33 +144,6 @@ tp_status tp_bench_policy(const tp_bench_options *o, tp_precision prec, tp_polic
     return st;
 }
 
-void tp_phases_add(tp_phases *ph, const char *name, double s) {
-    for (int i = 0; i < ph->n; i++)
-        if (strcmp(ph->p[i].name, name) == 0) {
-            ph->p[i].s += s;
-            return;
-        }
-    if (ph->n == TP_PHASES_MAX) { /* the last slot takes the rest */
-        ph->p[TP_PHASES_MAX - 1].s += s;
-        snprintf(ph->p[TP_PHASES_MAX - 1].name, sizeof ph->p[0].name, "other");
-        return;
-    }
-    snprintf(ph->p[ph->n].name, sizeof ph->p[0].name, "%s", name);
-    ph->p[ph->n++].s = s;
-}
-
-void tp_phase_clock_next(void *clock, const char *name) {
-    tp_phase_clock *k = clock;
-    const double now = tp_now_ms();
-    if (k->cur) {
-        char full[64];
-        snprintf(full, sizeof full, "%s%s", k->prefix ? k->prefix : "", k->cur);
-        tp_phases_add(k->ph, full, (now - k->t) * 1e-3);
-    }
-    k->cur = name, k->t = now;
-    tp_progress_step(k->beat, name);
-}
-
 /* "<prec>: what" into a run's phases, the seconds since *t0 (which moves to now) */
 static void run_phase(tp_bench_report *rep, tp_precision p, const char *what, double *t0) {
     char name[64];

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "bench/drift.h"
+#include "bench/progress.h"
 #include "bench/sparse.h"
 #include "core/stats.h"
 #include "core/system.h"
@@ -124,29 +125,6 @@ typedef struct {
     const tp_bench_writer *writer; /* optional: NULL prints nothing but progress */
 } tp_bench_options;
 
-/* Where a run's wall time went, phase by phase (issue 43: "build: weights 2.1 s, quantize 1.4 s, select 3.0 s"):
- * names in the order the phases ran, seconds of host wall clock. */
-#define TP_PHASES_MAX 24
-typedef struct {
-    struct {
-        char name[64];
-        double s;
-    } p[TP_PHASES_MAX];
-    int n;
-} tp_phases;
-/* Appends a phase (a name seen before adds to it; beyond TP_PHASES_MAX phases, the last one takes the rest). */
-void tp_phases_add(tp_phases *ph, const char *name, double s);
-/* An engine build's steps as they happen (tp_engine_options on_phase = tp_phase_clock_next, phase_user = the
- * clock): each call closes the step before it into ph (its name after prefix, "" for none) and names the new one
- * in the heartbeat line beat (may be NULL); a NULL name closes the last step. */
-typedef struct {
-    struct tp_progress *beat;
-    tp_phases *ph;
-    const char *prefix;
-    const char *cur;
-    double t;
-} tp_phase_clock;
-void tp_phase_clock_next(void *clock, const char *name);
 
 /* An op's roofline inputs (profile/roofline.h), kept from its plan */
 typedef struct {

@@ -205,3 +205,30 @@ double tp_progress_stop(tp_progress *p) {
     free(p);
     return ms > 50 && done > 0 ? done / ms * 1e-6 : 0;
 }
+
+void tp_phases_add(tp_phases *ph, const char *name, double s) {
+    for (int i = 0; i < ph->n; i++)
+        if (strcmp(ph->p[i].name, name) == 0) {
+            ph->p[i].s += s;
+            return;
+        }
+    if (ph->n == TP_PHASES_MAX) { /* the last slot takes the rest */
+        ph->p[TP_PHASES_MAX - 1].s += s;
+        snprintf(ph->p[TP_PHASES_MAX - 1].name, sizeof ph->p[0].name, "other");
+        return;
+    }
+    snprintf(ph->p[ph->n].name, sizeof ph->p[0].name, "%s", name);
+    ph->p[ph->n++].s = s;
+}
+
+void tp_phase_clock_next(void *clock, const char *name) {
+    tp_phase_clock *k = clock;
+    const double now = tp_now_ms();
+    if (k->cur) {
+        char full[64];
+        snprintf(full, sizeof full, "%s%s", k->prefix ? k->prefix : "", k->cur);
+        tp_phases_add(k->ph, full, (now - k->t) * 1e-3);
+    }
+    k->cur = name, k->t = now;
+    tp_progress_step(k->beat, name);
+}

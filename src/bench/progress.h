@@ -5,7 +5,8 @@
  * terminal one line rewritten in place every second, else plain lines every 2 s for the first 10 s, then every 10 s
  * (stderr stays the error's one line). The CPU executor moves it op by
  * op (cpu_exec.h tp_cpu_watch.on_op); within an op that runs long, the line extrapolates at the rate measured so
- * far and says which op it is in. */
+ * far and says which op it is in. A phase whose work is not counted (an engine build, weights synthesized) gets a
+ * heartbeat naming its step instead (issue 43); and the run keeps where its time went, phase by phase (tp_phases). */
 #ifndef TP_BENCH_PROGRESS_H
 #define TP_BENCH_PROGRESS_H
 
@@ -36,6 +37,30 @@ double tp_progress_stop(tp_progress *p);
 tp_progress *tp_progress_beat(const char *label);
 /* The step a heartbeat names from now on; step must outlive p (a string literal). NULL p: nothing. */
 void tp_progress_step(tp_progress *p, const char *step);
+
+/* Where a run's wall time went, phase by phase (issue 43: "build: weights 2.1 s, quantize 1.4 s, select 3.0 s"):
+ * names in the order the phases ran, seconds of host wall clock. */
+#define TP_PHASES_MAX 24
+typedef struct {
+    struct {
+        char name[64];
+        double s;
+    } p[TP_PHASES_MAX];
+    int n;
+} tp_phases;
+/* Appends a phase (a name seen before adds to it; beyond TP_PHASES_MAX phases, the last one takes the rest). */
+void tp_phases_add(tp_phases *ph, const char *name, double s);
+/* An engine build's steps as they happen (tp_engine_options on_phase = tp_phase_clock_next, phase_user = the
+ * clock): each call closes the step before it into ph (its name after prefix, "" for none) and names the new one
+ * in the heartbeat line beat (may be NULL); a NULL name closes the last step. */
+typedef struct {
+    tp_progress *beat;
+    tp_phases *ph;
+    const char *prefix;
+    const char *cur;
+    double t;
+} tp_phase_clock;
+void tp_phase_clock_next(void *clock, const char *name);
 
 /* "45 s", "12 min", "3.4 h" into buf */
 const char *tp_progress_fmt_s(double s, char *buf, size_t n);
