@@ -134,7 +134,8 @@ static tp_progress *start_watcher(tp_progress *p) {
     return p;
 }
 
-tp_progress *tp_progress_beat(const char *label) {
+/* a zeroed progress labelled label, its atomics initialized; NULL out of memory */
+static tp_progress *progress_new(const char *label) {
     tp_progress *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     snprintf(p->label, sizeof p->label, "%s", label);
@@ -146,7 +147,12 @@ tp_progress *tp_progress_beat(const char *label) {
     atomic_init(&p->op_t0, 0.0);
     atomic_init(&p->step, NULL);
     atomic_init(&p->step_t0, tp_now_ms());
-    return start_watcher(p);
+    return p;
+}
+
+tp_progress *tp_progress_beat(const char *label) {
+    tp_progress *p = progress_new(label);
+    return p ? start_watcher(p) : NULL;
 }
 
 void tp_progress_step(tp_progress *p, const char *step) {
@@ -156,23 +162,14 @@ void tp_progress_step(tp_progress *p, const char *step) {
 }
 
 tp_progress *tp_progress_start(const char *label, const tp_graph *g, int runs, double gflops, const char *from) {
-    tp_progress *p = calloc(1, sizeof *p);
+    tp_progress *p = progress_new(label);
     if (!p) return NULL;
-    snprintf(p->label, sizeof p->label, "%s", label);
     p->g = g;
     p->runs = runs > 0 ? runs : 1;
-    p->tty = isatty(STDOUT_FILENO);
     p->flop_run = tp_graph_flop(g);
     const int threads = omp_get_max_threads();
     const double prior = TP_PROGRESS_PRIOR_GFLOPS * (threads > 0 ? threads : 1);
     p->prior = (gflops > 0 ? gflops : prior) * 1e6; /* GFLOP/s as FLOP/ms */
-    atomic_init(&p->done, 0.0);
-    atomic_init(&p->busy, 0.0);
-    atomic_init(&p->op, -1);
-    atomic_init(&p->runs_done, 0);
-    atomic_init(&p->op_t0, 0.0);
-    atomic_init(&p->step, NULL);
-    atomic_init(&p->step_t0, 0.0);
     p->watch = (tp_cpu_watch){0, 0, on_op, p};
     const double est = p->flop_run * p->runs / p->prior * 1e-3;
     if (est > TP_PROGRESS_ESTIMATE_S) {
