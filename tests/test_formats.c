@@ -592,7 +592,7 @@ END_TEST
 
 
 /* The E4M3 encoder and decoder on the float's bits against the generic double-arithmetic ones (dtype.c): every
- * code decoded alike; every float bit pattern with a stride of 61 (70 million, both signs, every binade, NaNs and
+ * code decoded alike; every float bit pattern with a stride of 251 (17 million, both signs, every binade, NaNs and
  * Infs) and every pattern within 4096 of each binade edge and of each midpoint between neighbouring E4M3 values
  * (the ties) encoded alike. */
 START_TEST(test_e4m3_fast) {
@@ -602,13 +602,15 @@ START_TEST(test_e4m3_fast) {
     }
     long bad = 0;
 #pragma omp parallel for reduction(+ : bad)
-    for (int64_t i = 0; i < (int64_t)1 << 32; i += 61) {
+    for (int64_t i = 0; i < (int64_t)1 << 32; i += 251) {
         float f;
         const uint32_t u = (uint32_t)i;
         memcpy(&f, &u, 4);
         bad += tp_f32_to_e4m3(f) != tp_f32_to_e4m3_ref(f);
     }
     ck_assert_msg(bad == 0, "%ld strided patterns encode differently", bad);
+    long edge_bad = 0;
+    float first = 0;
     for (int c = 0; c < 127; c++) { /* around every value and every midpoint to the next one */
         const float v = tp_e4m3_to_f32_ref((uint8_t)c), w = tp_e4m3_to_f32_ref((uint8_t)(c + 1));
         const float pts[2] = {v, c < 126 ? 0.5f * (v + w) : 464.0f};
@@ -621,11 +623,12 @@ START_TEST(test_e4m3_fast) {
                     float f;
                     const uint32_t us = u | (sgn ? 0x80000000u : 0);
                     memcpy(&f, &us, 4);
-                    ck_assert_msg(tp_f32_to_e4m3(f) == tp_f32_to_e4m3_ref(f), "encode %a: 0x%02x vs 0x%02x", f,
-                                  tp_f32_to_e4m3(f), tp_f32_to_e4m3_ref(f));
+                    if (tp_f32_to_e4m3(f) != tp_f32_to_e4m3_ref(f) && !edge_bad++) first = f;
                 }
             }
     }
+    ck_assert_msg(edge_bad == 0, "%ld patterns near the E4M3 values and midpoints encode differently, the first %a: "
+                  "0x%02x vs 0x%02x", edge_bad, first, tp_f32_to_e4m3(first), tp_f32_to_e4m3_ref(first));
 }
 END_TEST
 
