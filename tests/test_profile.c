@@ -918,8 +918,6 @@ START_TEST(test_chrome_trace) {
 }
 END_TEST
 
-/* ---- GPU traces committed as fixtures ------------------------------------------------------------------------ */
-
 /* A persistent decode step's records (tp_trace_add_persistent): instructions on SMs become kernel records named by
  * what they are, on their SM's stream; the busy time counts the union of the SMs' intervals (the waits left out);
  * the Chrome trace has one row per SM; save and load keep the flag. Ops: 0 the embedding, 1 a linear, 2 the KV
@@ -1012,6 +1010,8 @@ START_TEST(test_persistent_records) {
     tp_trace_free(&t);
 }
 END_TEST
+
+/* ---- GPU traces committed as fixtures ------------------------------------------------------------------------ */
 
 START_TEST(test_fixture_traces) {
     glob_t g;

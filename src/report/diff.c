@@ -97,16 +97,15 @@ static tp_status add_result(loader *l, const char *model, const char *prec, int 
             x->samples[i] = json_number_value(e) * scale;
         }
         x->n = (int)n;
-        x->median_ms = tp_median(x->samples, x->n);
-        /* quartiles by nearest rank, as the run's own percentiles */
+        /* the median, and the quartiles by nearest rank (as the run's own percentiles), from one sorted copy */
         double *t = malloc(sizeof(double) * n);
-        if (t) {
-            memcpy(t, x->samples, sizeof(double) * n); /* JSON has no NaN: a total order */
-            qsort(t, n, sizeof(double), cmp_ms);
-            const size_t k1 = (n + 3) / 4, k3 = (3 * n + 3) / 4;
-            x->q1_ms = t[k1 ? k1 - 1 : 0], x->q3_ms = t[k3 ? k3 - 1 : 0];
-            free(t);
-        }
+        if (!t) return tp_fail(l->err, TP_ERR_OOM, "out of host memory");
+        memcpy(t, x->samples, sizeof(double) * n); /* JSON has no NaN: a total order */
+        qsort(t, n, sizeof(double), cmp_ms);
+        const size_t k1 = (n + 3) / 4, k3 = (3 * n + 3) / 4;
+        x->median_ms = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+        x->q1_ms = t[k1 ? k1 - 1 : 0], x->q3_ms = t[k3 ? k3 - 1 : 0];
+        free(t);
     } else {
         x->median_ms = median;
     }
