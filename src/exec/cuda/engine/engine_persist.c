@@ -48,6 +48,8 @@ typedef struct {
     void **pp;       /* per value: its pointer for the persistent step */
     tp_dtype dt;     /* activations and weights */
     int tile;        /* bytes of a weight tile (the ring holds TPK_PERSIST_RING / tile of them) */
+    int stages;      /* tiles in flight in the ring (TPK_PERSIST_STAGES; lab: TPROF_PERSIST_STAGES) */
+    int l2_ahead;    /* tiles prefetched into L2 ahead of the ring (TPK_PERSIST_L2_AHEAD; lab: TPROF_PERSIST_AHEAD) */
     tp_error *err;
 } pk_ctx;
 
@@ -262,7 +264,7 @@ static tp_status persist_upload(pk_ctx *x, const tpk_pcall *calls, int n_calls, 
     pk->h = (tpk_pprog){(const tpk_pcall *)d, (const tpk_pinstr *)(d + o_i), (const tpk_pwait *)(d + o_w),
                         (const int *)(d + o_s), (const int *)(d + o_q),
                         (const int *)(d + o_q) + s->n_sms + 1, (int *)(d + o_n), s->n_counters + n_arrive,
-                        e->d_past, s->n_sms, x->dt == TP_BF16, TPK_PERSIST_STAGES, x->tile, NULL};
+                        e->d_past, s->n_sms, x->dt == TP_BF16, x->stages, x->tile, x->l2_ahead, NULL};
     memcpy(h + o_p, &pk->h, sizeof pk->h);
     pk->d = (tpk_pprog *)(d + o_p);
     pk->n_instrs = s->n_instrs;
@@ -323,16 +325,33 @@ static tp_status persist_eligible(pk_ctx *x) {
     return TP_OK;
 }
 
+/* Lab knobs of the weight pipeline (docs/persistent.md): an integer in [lo, hi] from environment variable `name`, or
+ * def when it is unset; anything else is an error naming the variable. */
+static tp_status lab_knob(const char *name, int def, int lo, int hi, int *out, tp_error *err) {
+    const char *v = getenv(name);
+    *out = def;
+    if (!v) return TP_OK;
+    char *end = NULL;
+    const long n = strtol(v, &end, 10);
+    if (end == v || *end || n < lo || n > hi)
+        return tp_fail(err, TP_ERR_ARG, "%s=%s: expected an integer from %d to %d", name, v, lo, hi);
+    *out = (int)n;
+    return TP_OK;
+}
+
 tp_status tpe_persist_setup(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     tp_program pr = {0};
     tp_istream s = {0};
-    pk_ctx x = {e, g, &pr, NULL, TP_F16, TPK_PERSIST_TILE, err};
+    pk_ctx x = {e, g, &pr, NULL, TP_F16, TPK_PERSIST_TILE, 0, 0, err};
     tpk_pcall *calls = NULL;
     tp_istream_cut *cuts = NULL;
     int *call_of = NULL, n_calls = 0, arrive = 0;
     tpe_persist *pk = NULL;
     tp_status st = persist_eligible(&x);
+    if (!st) st = lab_knob("TPROF_PERSIST_STAGES", TPK_PERSIST_STAGES, 1, TPK_PERSIST_RING / TPK_PERSIST_TILE,
+                           &x.stages, err);
+    if (!st) st = lab_knob("TPROF_PERSIST_AHEAD", TPK_PERSIST_L2_AHEAD, 0, 64, &x.l2_ahead, err);
     if (st) return st;
     if ((st = tp_program_copy(&e->prog, &pr, err))) return st;
     tp_istream_decode_joins(&pr, g);
@@ -464,8 +483,9 @@ tp_status tpe_persist_report(const tp_engine *e, FILE *f, tp_error *err) {
     /* per role (the layer name without its index): calls, the span from the first instruction's start to the last
      * one's signal summed over calls, the mean wait and run of an instruction */
     if (!st) {
-        fprintf(f, "persistent step records: %.1f us from the first instruction to the last signal, %d instructions\n",
-                (double)(t1 - t0) * 1e-3, n);
+        fprintf(f, "persistent step records: %.1f us from the first instruction to the last signal, %d instructions "
+                "(%d x %d KB stages, %d tiles prefetched into L2 ahead)\n", (double)(t1 - t0) * 1e-3, n,
+                pk->h.stages, pk->h.tile / 1024, pk->h.l2_ahead);
         fprintf(f, "  %-34s %5s %12s %14s %13s %12s\n", "role", "calls", "instructions", "span us (sum)",
                 "wait us (avg)", "run us (avg)");
         char *done = calloc((size_t)nc, 1);

@@ -76,6 +76,12 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t b
                  : "memory");
 #endif
 }
+/* a bulk prefetch of global memory into L2 (no shared memory, no barrier: nothing waits for it) */
+__device__ __forceinline__ void bulk_prefetch_l2(const void *src, uint32_t bytes) {
+#if PK_SM90
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
 /* The consumer warps' barrier (named barrier 1; the producer warp never joins it). */
 __device__ __forceinline__ void csync(void) { asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory"); }
 __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
@@ -192,7 +198,7 @@ template <class T> __device__ void gemv_prologue(const tpk_pcall *c, const tpk_p
  * The 8 warps split K; their 16 sums per row meet in red. */
 template <class T>
 __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsigned char *tile, const T *xs,
-                          float *red, const float *eb, const float *er, bool pre) {
+                          float *red, const float *eb, const float *er, bool pre, uint64_t *empty) {
     const int K = c->K, glu = c->epi >= TPK_PE_GLU_SILU, rows = glu ? 2 * nc : nc, pitch = 2 * K;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nsteps = (K + 31) / 32, per = (nsteps + kWarps - 1) / kWarps;
@@ -225,6 +231,9 @@ __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsi
     for (int u = 1; u < 4; u++) acc[0][0] += acc[u][0], acc[0][2] += acc[u][2];
     if (t == 0) red[warp * 16 + g] = acc[0][0], red[warp * 16 + g + 8] = acc[0][2];
     csync();
+    /* every warp has its tile bytes in registers: the stage goes back to the producer before the epilogue, and the
+     * next tile's sums go to the other half of red (run_gemv), so no second barrier is needed here */
+    if (threadIdx.x == 0) mbar_arrive(empty);
     if (glu) {
         const T *bias = (const T *)c->bias;
         for (int j = threadIdx.x; j < nc; j += kThreads) {
@@ -426,37 +435,60 @@ __device__ int run_attn(const tpk_pcall *c, const tpk_pinstr &in, int past, floa
     T *out = (T *)c->out;
     for (int e = threadIdx.x; e < nr * D; e += kThreads) {
         const int rr = e / D, dd = e - rr * D;
+        /* one pass, an online merge (the loads of several chunks in flight at once: this merge sits on the
+         * step's critical path, between the attention and o_proj) */
         float M = -INFINITY, L = 0.0f, A = 0.0f;
-        for (int t = 0; t < n_vis; t++) M = fmaxf(M, __ldcg(ws + (slot0 + (size_t)t * c->rb + rr) * (D + 2) + D));
+#pragma unroll 4
         for (int t = 0; t < n_vis; t++) {
             const float *o = ws + (slot0 + (size_t)t * c->rb + rr) * (D + 2);
-            const float mt = __ldcg(o + D), wgt = mt == -INFINITY ? 0.0f : exp2f(mt - M);
-            L = fmaf(wgt, __ldcg(o + D + 1), L);
-            A = fmaf(wgt, __ldcg(o + dd), A);
+            const float mt = __ldcg(o + D), lt = __ldcg(o + D + 1), at = __ldcg(o + dd);
+            if (mt == -INFINITY) continue;
+            const float mx = fmaxf(M, mt), sa = exp2f(M - mx), sb = exp2f(mt - mx);
+            L = fmaf(L, sa, lt * sb);
+            A = fmaf(A, sa, at * sb);
+            M = mx;
         }
         st1(out, ((size_t)kvh * c->G + r0 + rr) * D + dd, A / L);
     }
     return c->n_chunks;
 }
 
-/* the producer: the weight rows of tile t of instruction `in` into stage buffer dst (one bulk copy; a GLU tile's
- * gate rows, then its up rows), counted on bar */
+/* The weight bytes of tile t of instruction `in`: one run (src[0], bytes), or a GLU tile's gate rows then its up
+ * rows (src[0], src[1], bytes each); returns the number of runs. */
+template <class T>
+__device__ __forceinline__ int tile_runs(const tpk_pcall *c, const tpk_pinstr &in, int t, const unsigned char **src,
+                                         uint32_t *bytes) {
+    const int r0 = in.f0 + t * c->tile_rows, nc = min(in.f1, r0 + c->tile_rows) - r0;
+    const size_t rb = (size_t)c->K * sizeof(T);
+    const unsigned char *w = (const unsigned char *)c->w;
+    *bytes = (uint32_t)(nc * rb);
+    if (c->epi >= TPK_PE_GLU_SILU) {
+        src[0] = w + ((size_t)c->gate0 + r0) * rb, src[1] = w + ((size_t)c->up0 + r0) * rb;
+        return 2;
+    }
+    src[0] = w + (size_t)r0 * rb;
+    return 1;
+}
+
+/* the producer: tile t of instruction `in` into stage buffer dst (one bulk copy a run), counted on bar */
 template <class T>
 __device__ void issue_tile(const tpk_pcall *c, const tpk_pinstr &in, int t, unsigned char *dst, uint64_t *bar,
                            uint64_t pol) {
-    const int r0 = in.f0 + t * c->tile_rows, nc = min(in.f1, r0 + c->tile_rows) - r0;
-    const size_t rb = (size_t)c->K * sizeof(T);
-    const uint32_t bytes = (uint32_t)(nc * rb);
-    const unsigned char *w = (const unsigned char *)c->w;
+    const unsigned char *src[2];
+    uint32_t bytes;
+    const int runs = tile_runs<T>(c, in, t, src, &bytes);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the generic reads of this stage come first */
-    if (c->epi >= TPK_PE_GLU_SILU) {
-        mbar_expect(bar, 2 * bytes);
-        bulk_load(dst, w + ((size_t)c->gate0 + r0) * rb, bytes, bar, pol);
-        bulk_load(dst + bytes, w + ((size_t)c->up0 + r0) * rb, bytes, bar, pol);
-    } else {
-        mbar_expect(bar, bytes);
-        bulk_load(dst, w + (size_t)r0 * rb, bytes, bar, pol);
-    }
+    mbar_expect(bar, (uint32_t)runs * bytes);
+    for (int r = 0; r < runs; r++) bulk_load(dst + (size_t)r * bytes, src[r], bytes, bar, pol);
+}
+
+/* A position in a block's queue of tiles (the producer's two cursors: the ring's, and the L2 prefetch's ahead). */
+struct tile_cursor {
+    int q, t;
+};
+/* the next GEMV tile at or after cur in [.., q1), or q == q1 */
+__device__ __forceinline__ void next_tile(const tpk_pprog &p, tile_cursor &cur, int q1) {
+    while (cur.q < q1 && cur.t >= p.instrs[p.queue[cur.q]].n_tiles) cur.q++, cur.t = 0;
 }
 
 /* The weight pipeline: one producer warp (lane 0) walks the block's queue and issues every GEMV tile in order into
@@ -470,12 +502,26 @@ struct pipe {
 };
 
 template <class T> __device__ void produce(const tpk_pprog &p, const pipe &ld, int q0, int q1, uint64_t pol) {
-    int n = 0;
+    tile_cursor pf = {q0, 0}; /* the next tile to prefetch into L2 */
+    int n = 0, n_pf = 0;      /* tiles issued into the ring, tiles prefetched */
     for (int q = q0; q < q1; q++) {
         const tpk_pinstr in = p.instrs[p.queue[q]];
         if (in.n_tiles == 0) continue;
         const tpk_pcall *c = &p.calls[in.call];
         for (int t = 0; t < in.n_tiles; t++, n++) {
+            /* before it may wait for a free stage, the producer has tiles n .. n + l2_ahead - 1 prefetched into L2:
+             * while the ring is full and its consumers wait at a dependency, the block's share of HBM keeps
+             * streaming (a tile the ring has already issued is not prefetched) */
+            for (next_tile(p, pf, q1); pf.q < q1 && n_pf < n + p.l2_ahead; next_tile(p, pf, q1)) {
+                if (n_pf >= n) {
+                    const unsigned char *src[2];
+                    uint32_t bytes;
+                    const tpk_pinstr &a = p.instrs[p.queue[pf.q]];
+                    const int runs = tile_runs<T>(&p.calls[a.call], a, pf.t, src, &bytes);
+                    for (int r = 0; r < runs; r++) bulk_prefetch_l2(src[r], bytes);
+                }
+                pf.t++, n_pf++;
+            }
             const int s = n % p.stages;
             mbar_wait(&ld.empty[s], (uint32_t)((n / p.stages) & 1) ^ 1u); /* a fresh barrier passes parity 1 */
             issue_tile<T>(c, in, t, ld.stages + (size_t)s * p.tile, &ld.full[s], pol);
@@ -492,10 +538,10 @@ __device__ void run_gemv(const tpk_pprog &p, const tpk_pcall *c, const tpk_pinst
     for (int t = 0; t < in.n_tiles; t++) {
         const int s = ld.nuse % p.stages, r0 = in.f0 + t * c->tile_rows;
         mbar_wait(&ld.full[s], (uint32_t)(ld.nuse / p.stages) & 1u);
-        gemv_tile<T>(c, r0, min(in.f1, r0 + c->tile_rows) - r0, r0 - in.f0, ld.stages + (size_t)s * p.tile, xs, red,
-                         eb, er, pre);
-        csync(); /* the stage and red are free again */
-        if (threadIdx.x == 0) mbar_arrive(&ld.empty[s]);
+        /* red alternates halves tile by tile: tile n + 2 writes the half tile n's epilogue reads only after every
+         * warp, the epilogue's included, has passed tile n + 1's barrier */
+        gemv_tile<T>(c, r0, min(in.f1, r0 + c->tile_rows) - r0, r0 - in.f0, ld.stages + (size_t)s * p.tile, xs,
+                     red + (ld.nuse & 1) * kRed, eb, er, pre, &ld.empty[s]);
         ld.nuse++;
     }
 }
@@ -507,7 +553,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1) persist_kernel(const tpk_ppr
 #else
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages];
-    __shared__ float red[kRed + kWarps + 1];
+    __shared__ float red[2 * kRed]; /* two tiles' partial sums (block_sum uses the first kWarps + 1) */
     __shared__ float eb[kEpi], er[kEpi];
     __shared__ int flag;
     const tpk_pprog p = *pp;

@@ -42,6 +42,9 @@ enum { TPK_PE_NONE = 0, TPK_PE_RES = 1, TPK_PE_GLU_SILU = 2, TPK_PE_GLU_GELU = 3
  * hop arrive) but had no GPU test run left that session: the next session's first check
  * (bench/results/2026-11-28_h200_issue42_persistent_step.log) */
 #define TPK_PERSIST_STAGES 3
+/* Tiles the producer prefetches into L2 beyond the ring (cp.async.bulk.prefetch.L2), so a block's share of HBM keeps
+ * streaming while its ring is full and its consumers wait at a dependency hop. */
+#define TPK_PERSIST_L2_AHEAD 0
 #define TPK_PERSIST_XS (32 * 1024)    /* bytes of the instruction scratch: x (K <= 16384 16-bit values), attention */
 #define TPK_PERSIST_RB 8              /* query rows (heads) of one attention piece at most */
 
@@ -97,6 +100,8 @@ typedef struct {
     int n_blocks;
     int bf16;                       /* activations and weights BF16 (else FP16) */
     int stages, tile;               /* the weight ring: stages x tile bytes <= TPK_PERSIST_RING, stages <= 12 */
+    int l2_ahead;                   /* tiles the producer prefetches into L2 beyond the ring (0: none); they keep the
+                                       block's share of HBM busy while its ring is full and its consumers wait */
     unsigned long long *rec;        /* NULL, or 3 per instruction (global order): %globaltimer (ns) when its block
                                        reached it, when its waits were met, when it signalled */
 } tpk_pprog;
