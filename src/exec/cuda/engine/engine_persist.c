@@ -50,6 +50,7 @@ typedef struct {
     int tile;        /* bytes of a weight tile (the ring holds TPK_PERSIST_RING / tile of them) */
     int stages;      /* tiles in flight in the ring (TPK_PERSIST_STAGES; lab: TPROF_PERSIST_STAGES) */
     int l2_ahead;    /* tiles prefetched into L2 ahead of the ring (TPK_PERSIST_L2_AHEAD; lab: TPROF_PERSIST_AHEAD) */
+    int pad;         /* tile rows padded against bank conflicts (persist.h pitch; lab: TPROF_PERSIST_PAD=0 turns it off) */
     tp_error *err;
 } pk_ctx;
 
@@ -103,7 +104,11 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
         c->norm_off = g->ops[nrm].norm_offset;
     }
     const size_t row_bytes = (size_t)K * esz(x->dt);
-    int rows = (int)((size_t)x->tile / row_bytes);
+    /* a tile's rows in shared memory: 64 bytes modulo 128 apart (persist.h pitch), so a tile holds fewer rows than
+     * tile / row_bytes when the padding adds up (K 2048: 15 of 4160 bytes in 64 KB) */
+    const size_t pitch = row_bytes + (x->pad ? (size_t)((64 - (int)(row_bytes % 128) + 128) % 128) : 0);
+    c->pitch = (int)pitch;
+    int rows = (int)((size_t)x->tile / pitch);
     if (glu >= 0) {
         c->epi = g->ops[glu].act == TP_ACT_SILU ? TPK_PE_GLU_SILU : TPK_PE_GLU_GELU;
         c->N = (int)g->ops[g->values[g->ops[glu].in[0]].producer].gemm_n;
@@ -253,7 +258,7 @@ static tp_status persist_upload(pk_ctx *x, const tpk_pcall *calls, int n_calls, 
                              a->n_signals, 0};
         if (c->kind == TPK_PI_GEMV) {
             in[k].n_tiles = (int)((a->f1 - a->f0 + c->tile_rows - 1) / c->tile_rows);
-            CHECK((int64_t)c->K * (int64_t)esz(x->dt) * c->tile_rows * (c->epi >= TPK_PE_GLU_SILU ? 2 : 1) <= x->tile);
+            CHECK((int64_t)c->pitch * c->tile_rows * (c->epi >= TPK_PE_GLU_SILU ? 2 : 1) <= x->tile);
         }
     }
     tpk_pwait *w = (tpk_pwait *)(h + o_w);
@@ -343,7 +348,7 @@ tp_status tpe_persist_setup(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     tp_program pr = {0};
     tp_istream s = {0};
-    pk_ctx x = {e, g, &pr, NULL, TP_F16, TPK_PERSIST_TILE, 0, 0, err};
+    pk_ctx x = {e, g, &pr, NULL, TP_F16, TPK_PERSIST_TILE, 0, 0, 1, err};
     tpk_pcall *calls = NULL;
     tp_istream_cut *cuts = NULL;
     int *call_of = NULL, n_calls = 0, arrive = 0;
@@ -352,6 +357,7 @@ tp_status tpe_persist_setup(tp_engine *e, tp_error *err) {
     if (!st) st = lab_knob("TPROF_PERSIST_STAGES", TPK_PERSIST_STAGES, 1, TPK_PERSIST_RING / TPK_PERSIST_TILE,
                            &x.stages, err);
     if (!st) st = lab_knob("TPROF_PERSIST_AHEAD", TPK_PERSIST_L2_AHEAD, 0, 64, &x.l2_ahead, err);
+    if (!st) st = lab_knob("TPROF_PERSIST_PAD", 1, 0, 1, &x.pad, err);
     if (st) return st;
     if ((st = tp_program_copy(&e->prog, &pr, err))) return st;
     tp_istream_decode_joins(&pr, g);

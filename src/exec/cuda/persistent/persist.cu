@@ -199,7 +199,7 @@ template <class T> __device__ void gemv_prologue(const tpk_pcall *c, const tpk_p
 template <class T>
 __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsigned char *tile, const T *xs,
                           float *red, const float *eb, const float *er, bool pre, uint64_t *empty) {
-    const int K = c->K, glu = c->epi >= TPK_PE_GLU_SILU, rows = glu ? 2 * nc : nc, pitch = 2 * K;
+    const int K = c->K, glu = c->epi >= TPK_PE_GLU_SILU, rows = glu ? 2 * nc : nc, pitch = c->pitch;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nsteps = (K + 31) / 32, per = (nsteps + kWarps - 1) / kWarps;
     const int s0 = warp * per, s1 = min(nsteps, s0 + per);
@@ -470,16 +470,20 @@ __device__ __forceinline__ int tile_runs(const tpk_pcall *c, const tpk_pinstr &i
     return 1;
 }
 
-/* the producer: tile t of instruction `in` into stage buffer dst (one bulk copy a run), counted on bar */
+/* the producer: tile t of instruction `in` into stage buffer dst, one bulk copy a row (rows c->pitch bytes apart:
+ * a GLU tile's gate rows, then its up rows), counted on bar */
 template <class T>
 __device__ void issue_tile(const tpk_pcall *c, const tpk_pinstr &in, int t, unsigned char *dst, uint64_t *bar,
                            uint64_t pol) {
     const unsigned char *src[2];
     uint32_t bytes;
     const int runs = tile_runs<T>(c, in, t, src, &bytes);
+    const uint32_t rb = (uint32_t)c->K * (uint32_t)sizeof(T), nc = bytes / rb;
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the generic reads of this stage come first */
     mbar_expect(bar, (uint32_t)runs * bytes);
-    for (int r = 0; r < runs; r++) bulk_load(dst + (size_t)r * bytes, src[r], bytes, bar, pol);
+    for (int r = 0; r < runs; r++)
+        for (uint32_t i = 0; i < nc; i++)
+            bulk_load(dst + (size_t)(r * nc + i) * c->pitch, src[r] + (size_t)i * rb, rb, bar, pol);
 }
 
 /* A position in a block's queue of tiles (the producer's two cursors: the ring's, and the L2 prefetch's ahead). */

@@ -66,6 +66,9 @@ typedef struct {
     int gate0, up0; /* GLU: the first rows of gate and up in W */
     int tile_rows;  /* rows (GLU: output columns) of one weight tile, at most tpk_pprog.tile bytes (GLU: both
                        halves); an instruction's rows stream through the stages tile after tile */
+    int pitch;      /* bytes from a row of a tile to the next in shared memory: the row's 2 K bytes padded to 64
+                       modulo 128, so the two rows one 8-lane phase of a 16-byte load reads fall in different
+                       banks (persist.cu gemv_tile); the producer copies row by row */
     /* ATTN: q (1, H D), k, v (1, Hkv D) as the q/k/v GEMV wrote them (before RoPE); the cache (2, 1, L, Hkv D) */
     const void *q, *k, *v;
     void *cache, *out;
