@@ -173,6 +173,9 @@ START_TEST(test_persistent_fp16) { run_case(_i, TP_PREC_FP16); }
 END_TEST
 START_TEST(test_persistent_bf16) { run_case(_i, TP_PREC_BF16); }
 END_TEST
+/* weight-only FP8: E4M3 tiles widened in registers, per-tensor scales (single GEMVs) and per-row ones (groups) */
+START_TEST(test_persistent_fp8_wo) { run_case(_i, TP_PREC_FP8_WO); }
+END_TEST
 
 /* What the persistent step does not take: refused when asked for (naming why), the graph under auto (saying why);
  * and auto on what it takes times both and says so. */
@@ -189,11 +192,11 @@ START_TEST(test_persistent_refusals) {
     /* batch 3 */
     ck_assert_int_eq(engine(&g3, &p, &p3, TP_PREC_FP16, NULL, 1, TP_DECODE_PERSISTENT, &ed, &e), TP_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "batch 1"), "%s", e.msg);
-    /* weight-only FP8: refused when asked for, the graph under auto */
-    ck_assert_int_eq(engine(&gd, &p, &pw, TP_PREC_FP8_WO, NULL, 1, TP_DECODE_PERSISTENT, &ed, &e), TP_ERR_UNSUPPORTED);
+    /* weight-only NVFP4: refused when asked for, the graph under auto */
+    ck_assert_int_eq(engine(&gd, &p, &pw, TP_PREC_NVFP4_WO, NULL, 1, TP_DECODE_PERSISTENT, &ed, &e), TP_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "quantized formats"), "%s", e.msg);
     tp_plan_free(&pw);
-    ck_assert_msg(engine(&gd, &p, &pw, TP_PREC_FP8_WO, NULL, 1, TP_DECODE_AUTO, &ed, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(engine(&gd, &p, &pw, TP_PREC_NVFP4_WO, NULL, 1, TP_DECODE_AUTO, &ed, &e) == TP_OK, "%s", e.msg);
     const char *note = NULL;
     ck_assert_int_eq(tp_engine_decode_kernel(ed, &note, NULL), 0);
     ck_assert_msg(strstr(note, "graph of per-call kernels") && strstr(note, "quantized formats"), "%s", note);
@@ -227,6 +230,7 @@ Suite *gpu_persistent_suite(void) {
     tcase_set_timeout(t, 300);
     tcase_add_loop_test(t, test_persistent_fp16, 0, 5);
     tcase_add_loop_test(t, test_persistent_bf16, 0, 2);
+    tcase_add_loop_test(t, test_persistent_fp8_wo, 0, 5);
     tcase_add_test(t, test_persistent_refusals);
     suite_add_tcase(s, t);
     return s;

@@ -82,12 +82,28 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
     if (n_lin > 1 && (e->group_lead[lin] != lin || !tpe_group_ready(e, lin, &width)))
         return unsupported(x, op->layer, "a sibling group whose weights are not one contiguous run");
     const int wv = op->in[1];
-    if (x->e->plan->value_dt[wv] != x->dt || (op->n_in > 2 && x->e->plan->value_dt[op->in[2]] != x->dt))
-        return unsupported(x, op->layer, "weights or bias not in the activations' 16-bit type (quantized formats "
-                                         "are not in the persistent step yet)");
+    const tp_dtype wdt = x->e->plan->value_dt[wv];
+    /* weight-only FP8 (E4M3 codes, per-tensor scales; a group's per-row ones) with FP16 activations, as
+     * tpk_gemv_fp8 runs it; every other quantized weight is refused */
+    const int w8 = wdt == TP_E4M3 && x->dt == TP_F16 && op_weight_only(e, lin) && x->e->plan->value_qf[wv] == TP_QF_NONE;
+    if ((wdt != x->dt && !w8) || (op->n_in > 2 && x->e->plan->value_dt[op->in[2]] != x->dt))
+        return unsupported(x, op->layer, "weights or bias not in the activations' 16-bit type (of the quantized "
+                                         "formats only weight-only FP8 with FP16 activations is in the persistent "
+                                         "step yet)");
+    if (w8) {
+        c->wfmt = TPK_PW_E4M3;
+        if (n_lin > 1) {
+            if (!e->group_cs || !e->group_cs[lin])
+                return unsupported(x, op->layer, "a weight-only FP8 group without its per-row scales");
+            c->wcs = e->group_cs[lin];
+        } else {
+            c->wts = e->d_scales + SCALE_SLOT * wv;
+        }
+    }
     const int K = (int)op->gemm_k;
-    if (K % 8 || (size_t)K * esz(x->dt) > TPK_PERSIST_XS)
-        return unsupported(x, op->layer, "K must be a multiple of 8 and at most 16384");
+    if (K % 8 || (size_t)K * esz(x->dt) > TPK_PERSIST_XS || (w8 && K % 16))
+        return unsupported(x, op->layer, "K must be a multiple of 8 (E4M3 weights: 16, whole 16-byte rows for the "
+                                         "bulk copies) and at most 16384");
     c->kind = TPK_PI_GEMV;
     c->K = K;
     c->w = e->dptr[wv];
@@ -103,10 +119,11 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
         c->eps = g->ops[nrm].eps;
         c->norm_off = g->ops[nrm].norm_offset;
     }
-    const size_t row_bytes = (size_t)K * esz(x->dt);
-    /* a tile's rows in shared memory: 64 bytes modulo 128 apart (persist.h pitch), so a tile holds fewer rows than
-     * tile / row_bytes when the padding adds up (K 2048: 15 of 4160 bytes in 64 KB) */
-    const size_t pitch = row_bytes + (x->pad ? (size_t)((64 - (int)(row_bytes % 128) + 128) % 128) : 0);
+    const size_t row_bytes = (size_t)K * (w8 ? 1 : esz(x->dt));
+    /* a tile's rows in shared memory: 64 (E4M3: 32) bytes modulo 128 apart (persist.h pitch), so a tile holds fewer
+     * rows than tile / row_bytes when the padding adds up (16-bit K 2048: 15 of 4160 bytes in 64 KB) */
+    const int want = w8 ? 32 : 64;
+    const size_t pitch = row_bytes + (x->pad ? (size_t)((want - (int)(row_bytes % 128) + 256) % 128) : 0);
     c->pitch = (int)pitch;
     int rows = (int)((size_t)x->tile / pitch);
     if (glu >= 0) {
@@ -117,7 +134,7 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
             if (g->ops[j].out == g->ops[glu].in[1]) c->up0 = row;
         }
         c->y = x->pp[g->ops[glu].out];
-        rows = rows / 2 < 8 ? rows / 2 : 8; /* the kernel's tile math: 16 rows at most (gate and up) */
+        rows = rows / 2 < 8 * (1 + w8) ? rows / 2 : 8 * (1 + w8); /* 16 rows of gate and up (E4M3: 32) at most */
         width = c->N;
     } else {
         c->N = (int)width;
@@ -131,7 +148,7 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
             c->res = x->pp[a->in[0] == op->out ? a->in[1] : a->in[0]];
         }
     }
-    if (rows > 16) rows = 16; /* one mma's 16 rows (persist.cu gemv_tile) */
+    if (rows > 16 * (1 + w8)) rows = 16 * (1 + w8); /* one mma's 16 rows, two for E4M3 (persist.cu gemv_tile) */
     if (rows < 1) return unsupported(x, op->layer, "a weight row larger than a 64 KB stage");
     c->tile_rows = rows;
     /* one instruction a call per SM (its prologue, wait and signal paid once), each a run of tiles */
@@ -259,6 +276,7 @@ static tp_status persist_upload(pk_ctx *x, const tpk_pcall *calls, int n_calls, 
         if (c->kind == TPK_PI_GEMV) {
             in[k].n_tiles = (int)((a->f1 - a->f0 + c->tile_rows - 1) / c->tile_rows);
             CHECK((int64_t)c->pitch * c->tile_rows * (c->epi >= TPK_PE_GLU_SILU ? 2 : 1) <= x->tile);
+            CHECK(c->tile_rows * (c->epi >= TPK_PE_GLU_SILU ? 2 : 1) <= (c->wfmt == TPK_PW_E4M3 ? 32 : 16));
         }
     }
     tpk_pwait *w = (tpk_pwait *)(h + o_w);

@@ -40,11 +40,13 @@ namespace {
 
 constexpr int kThreads = TPK_PERSIST_THREADS, kWarps = kThreads / 32, kMaxStages = TPK_PERSIST_MAX_STAGES;
 constexpr int kRing = TPK_PERSIST_RING, kXs = TPK_PERSIST_XS;
-constexpr int kRed = 16 * 8; /* a tile's 16 rows x the 8 consumer warps' partial sums */
-constexpr int kEpi = 128; /* rows of an instruction whose bias and residual the prologue fetches */
+constexpr int kRed = 32 * 8; /* a tile's rows (32 at most: E4M3) x the 8 consumer warps' partial sums */
+constexpr int kEpi = 64; /* rows of an instruction whose bias and residual the prologue fetches */
 constexpr int kXsFloats = kXs / 4;
 static_assert(256 + 1024 + 512 + 16 + 8 * 256 <= kXsFloats - 4096, "the attention's scratch and its staging"); /* GEMV (row, slice) partial sums an instruction at most (the host caps rows at 32) */
 constexpr float kLog2e = 1.44269504088896340736f;
+template <class T> constexpr int kIsHalf = 0;
+template <> constexpr int kIsHalf<__half> = 1;
 constexpr unsigned kFull = 0xffffffffu;
 
 /* ---- PTX: shared-memory addresses, mbarriers, bulk copies, acquire loads -------------------------------------- */
@@ -188,48 +190,77 @@ template <class T> __device__ void gemv_prologue(const tpk_pcall *c, const tpk_p
 }
 
 /* One tile of a GEMV instruction: rows (GLU: output columns) [r0, r0 + nc) from the tile in shared memory (row r at
- * 2 K r bytes) against xs, and their epilogue (e0: the tile's first row within the instruction, for eb and er).
+ * r c->pitch bytes) against xs, and their epilogue (e0: the tile's first row within the instruction, for eb and er).
  *
- * On the tensor cores, as gemv.cu: mma.m16n8k16 multiplies the tile's (up to) 16 rows by x, every column of B
- * holding x. The 16 k slots of an mma may stand for any 16 positions of K as long as A and B agree: lane (g, t) takes
- * K positions kb .. kb + 7, kb = 32 step + 8 t, of rows g and g + 8 (one 16-byte load each) and of x, which are its
- * A and B registers for two mma (slots 2t, 2t+1, 2t+8, 2t+9 = positions kb + 0..3, then kb + 4..7). No conversion
- * instruction at all (a CUDA-core dot product needs one cvt per value, and cvt runs at a quarter of the FMA rate).
- * The 8 warps split K; their 16 sums per row meet in red. */
-template <class T>
+ * On the tensor cores, as gemv.cu: mma.m16n8k16 multiplies 16 of the tile's rows by x, every column of B holding x.
+ * The 16 k slots of an mma may stand for any 16 positions of K as long as A and B agree: lane (g, t) takes K
+ * positions kb .. kb + 7, kb = 32 step + 8 t, of rows g and g + 8 (one 16-byte load each, or 8 bytes of E4M3
+ * codes widened to FP16 pairs by cvt.rn.f16x2.e4m3x2, exact) and of x, which are its A and B registers for two mma
+ * (slots 2t, 2t+1, 2t+8, 2t+9 = positions kb + 0..3, then kb + 4..7). No conversion instruction for 16-bit weights
+ * at all (a CUDA-core dot product needs one cvt per value, and cvt runs at a quarter of the FMA rate). E4M3 tiles
+ * hold up to 32 rows: two row halves, each its own accumulators. The 8 warps split K; their sums per row meet in
+ * red (32 rows a warp). E4M3's scales (channel, tensor) multiply each row's sum before the bias and residual, as
+ * tpk_gemv_fp8's epilogue does. */
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"((unsigned short)(v & 0xFFFFu)));
+    return r;
+}
+template <int W8>
+__device__ __forceinline__ uint4 load_a(const unsigned char *row, int kb) {
+    if constexpr (W8) {
+        const uint2 w = *reinterpret_cast<const uint2 *>(row + kb);
+        return make_uint4(e4m3x2_to_f16x2(w.x), e4m3x2_to_f16x2(w.x >> 16), e4m3x2_to_f16x2(w.y),
+                          e4m3x2_to_f16x2(w.y >> 16));
+    } else {
+        return *reinterpret_cast<const uint4 *>(row + 2 * kb);
+    }
+}
+/* weight row n's scale (E4M3: channel x tensor, gemv.h's scale_n), 1 for 16-bit weights */
+__device__ __forceinline__ float row_scale(const tpk_pcall *c, size_t n) {
+    if (c->wfmt != TPK_PW_E4M3) return 1.0f;
+    return (c->wcs ? __ldg(c->wcs + n) : 1.0f) * (c->wts ? __ldg(c->wts) : 1.0f);
+}
+
+template <class T, int W8>
 __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsigned char *tile, const T *xs,
                           float *red, const float *eb, const float *er, bool pre, uint64_t *empty) {
+    constexpr int NH = W8 ? 2 : 1; /* 16-row halves */
     const int K = c->K, glu = c->epi >= TPK_PE_GLU_SILU, rows = glu ? 2 * nc : nc, pitch = c->pitch;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nsteps = (K + 31) / 32, per = (nsteps + kWarps - 1) / kWarps;
     const int s0 = warp * per, s1 = min(nsteps, s0 + per);
-    const bool on0 = g < rows, on1 = g + 8 < rows;
-    const unsigned char *ra = tile + (size_t)g * pitch, *rb = tile + (size_t)(g + 8) * pitch;
-    /* four steps in flight: their loads first, then four independent accumulator chains (an mma's latency, not
-     * its rate, bounds a chain) */
-    float acc[4][4] = {};
-    int st = s0;
-    for (; st < s1; st += 4) {
-        uint4 a[4], b[4], x[4];
+    /* four steps in flight: their loads first, then four independent accumulator chains a half (an mma's latency,
+     * not its rate, bounds a chain) */
+    float acc[NH][4][4] = {};
+    for (int st = s0; st < s1; st += 4) {
+        uint4 a[NH][4], b[NH][4], x[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int kb = (st + u) * 32 + 8 * t;
-            a[u] = b[u] = x[u] = make_uint4(0, 0, 0, 0);
-            if (st + u < s1 && kb < K) {
-                x[u] = *reinterpret_cast<const uint4 *>(xs + kb);
-                if (on0) a[u] = *reinterpret_cast<const uint4 *>(ra + 2 * kb);
-                if (on1) b[u] = *reinterpret_cast<const uint4 *>(rb + 2 * kb);
+            const bool in = st + u < s1 && kb < K;
+            x[u] = in ? *reinterpret_cast<const uint4 *>(xs + kb) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                const int ga = 16 * h + g, gb = ga + 8;
+                a[h][u] = in && ga < rows ? load_a<W8>(tile + (size_t)ga * pitch, kb) : make_uint4(0, 0, 0, 0);
+                b[h][u] = in && gb < rows ? load_a<W8>(tile + (size_t)gb * pitch, kb) : make_uint4(0, 0, 0, 0);
             }
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            tpk_mma16816<T>(acc[u], a[u].x, b[u].x, a[u].y, b[u].y, x[u].x, x[u].y);
-            tpk_mma16816<T>(acc[u], a[u].z, b[u].z, a[u].w, b[u].w, x[u].z, x[u].w);
-        }
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                tpk_mma16816<T>(acc[h][u], a[h][u].x, b[h][u].x, a[h][u].y, b[h][u].y, x[u].x, x[u].y);
+                tpk_mma16816<T>(acc[h][u], a[h][u].z, b[h][u].z, a[h][u].w, b[h][u].w, x[u].z, x[u].w);
+            }
     }
 #pragma unroll
-    for (int u = 1; u < 4; u++) acc[0][0] += acc[u][0], acc[0][2] += acc[u][2];
-    if (t == 0) red[warp * 16 + g] = acc[0][0], red[warp * 16 + g + 8] = acc[0][2];
+    for (int h = 0; h < NH; h++) {
+#pragma unroll
+        for (int u = 1; u < 4; u++) acc[h][0][0] += acc[h][u][0], acc[h][0][2] += acc[h][u][2];
+        if (t == 0) red[warp * 32 + 16 * h + g] = acc[h][0][0], red[warp * 32 + 16 * h + g + 8] = acc[h][0][2];
+    }
     csync();
     /* every warp has its tile bytes in registers: the stage goes back to the producer before the epilogue, and the
      * next tile's sums go to the other half of red (run_gemv), so no second barrier is needed here */
@@ -238,7 +269,8 @@ __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsi
         const T *bias = (const T *)c->bias;
         for (int j = threadIdx.x; j < nc; j += kThreads) {
             float gs = 0.0f, us = 0.0f;
-            for (int w = 0; w < kWarps; w++) gs += red[w * 16 + j], us += red[w * 16 + nc + j];
+            for (int w = 0; w < kWarps; w++) gs += red[w * 32 + j], us += red[w * 32 + nc + j];
+            if (W8) gs *= row_scale(c, (size_t)c->gate0 + r0 + j), us *= row_scale(c, (size_t)c->up0 + r0 + j);
             if (bias) gs += ld1(bias, (size_t)c->gate0 + r0 + j), us += ld1(bias, (size_t)c->up0 + r0 + j);
             const float av = c->epi == TPK_PE_GLU_SILU ? tpk_glu_act<0>(gs) : tpk_glu_act<1>(gs);
             st1((T *)c->y, (size_t)r0 + j, av * us);
@@ -247,8 +279,9 @@ __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsi
     }
     for (int j = threadIdx.x; j < nc; j += kThreads) {
         float v = 0.0f;
-        for (int w = 0; w < kWarps; w++) v += red[w * 16 + j];
+        for (int w = 0; w < kWarps; w++) v += red[w * 32 + j];
         const size_t n = (size_t)r0 + j;
+        if (W8) v *= row_scale(c, n);
         if (pre) {
             if (c->bias) v += eb[e0 + j];
             if (c->epi == TPK_PE_RES) v += er[e0 + j];
@@ -459,7 +492,7 @@ template <class T>
 __device__ __forceinline__ int tile_runs(const tpk_pcall *c, const tpk_pinstr &in, int t, const unsigned char **src,
                                          uint32_t *bytes) {
     const int r0 = in.f0 + t * c->tile_rows, nc = min(in.f1, r0 + c->tile_rows) - r0;
-    const size_t rb = (size_t)c->K * sizeof(T);
+    const size_t rb = (size_t)c->K * (c->wfmt == TPK_PW_E4M3 ? 1 : sizeof(T));
     const unsigned char *w = (const unsigned char *)c->w;
     *bytes = (uint32_t)(nc * rb);
     if (c->epi >= TPK_PE_GLU_SILU) {
@@ -478,7 +511,7 @@ __device__ void issue_tile(const tpk_pcall *c, const tpk_pinstr &in, int t, unsi
     const unsigned char *src[2];
     uint32_t bytes;
     const int runs = tile_runs<T>(c, in, t, src, &bytes);
-    const uint32_t rb = (uint32_t)c->K * (uint32_t)sizeof(T), nc = bytes / rb;
+    const uint32_t rb = (uint32_t)c->K * (uint32_t)(c->wfmt == TPK_PW_E4M3 ? 1 : sizeof(T)), nc = bytes / rb;
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the generic reads of this stage come first */
     mbar_expect(bar, (uint32_t)runs * bytes);
     for (int r = 0; r < runs; r++)
@@ -544,8 +577,14 @@ __device__ void run_gemv(const tpk_pprog &p, const tpk_pcall *c, const tpk_pinst
         mbar_wait(&ld.full[s], (uint32_t)(ld.nuse / p.stages) & 1u);
         /* red alternates halves tile by tile: tile n + 2 writes the half tile n's epilogue reads only after every
          * warp, the epilogue's included, has passed tile n + 1's barrier */
-        gemv_tile<T>(c, r0, min(in.f1, r0 + c->tile_rows) - r0, r0 - in.f0, ld.stages + (size_t)s * p.tile, xs,
-                     red + (ld.nuse & 1) * kRed, eb, er, pre, &ld.empty[s]);
+        const int nc = min(in.f1, r0 + c->tile_rows) - r0;
+        float *rd = red + (ld.nuse & 1) * kRed;
+        const unsigned char *tile = ld.stages + (size_t)s * p.tile;
+        /* E4M3 weights widen to FP16 pairs: FP16 activations only (the host refuses BF16 with them) */
+        if (kIsHalf<T> && c->wfmt == TPK_PW_E4M3)
+            gemv_tile<T, kIsHalf<T>>(c, r0, nc, r0 - in.f0, tile, xs, rd, eb, er, pre, &ld.empty[s]);
+        else
+            gemv_tile<T, 0>(c, r0, nc, r0 - in.f0, tile, xs, rd, eb, er, pre, &ld.empty[s]);
         ld.nuse++;
     }
 }

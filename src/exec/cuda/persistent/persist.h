@@ -32,6 +32,9 @@ extern "C" {
 
 enum { TPK_PI_EMBED = 1, TPK_PI_GEMV = 2, TPK_PI_ATTN = 3 };
 enum { TPK_PE_NONE = 0, TPK_PE_RES = 1, TPK_PE_GLU_SILU = 2, TPK_PE_GLU_GELU = 3 };
+/* a GEMV's weight format: the activations' 16-bit type, or weight-only FP8 (E4M3 codes, FP16 activations; W =
+ * e4m3(q) * channel scale * tensor scale, gemv.h tpk_gemv_fp8's rule) */
+enum { TPK_PW_16 = 0, TPK_PW_E4M3 = 1 };
 
 #define TPK_PERSIST_THREADS 256   /* consumer threads of a block (plus one producer warp) */
 #define TPK_PERSIST_RING (192 * 1024) /* bytes of the weight stages, cut into tpk_pprog.stages tiles */
@@ -63,12 +66,16 @@ typedef struct {
     int norm_w32;
     float eps, norm_off;
     int K, N, epi;  /* epi: TPK_PE_* */
+    int wfmt;       /* TPK_PW_*: E4M3 weights take up to 32 rows a tile (two mma row halves) */
+    const float *wcs, *wts; /* E4M3: channel scales (N, device; a GEMV group's per-row ones) and the tensor scale
+                               (one, device), each may be NULL (1) */
     int gate0, up0; /* GLU: the first rows of gate and up in W */
     int tile_rows;  /* rows (GLU: output columns) of one weight tile, at most tpk_pprog.tile bytes (GLU: both
                        halves); an instruction's rows stream through the stages tile after tile */
-    int pitch;      /* bytes from a row of a tile to the next in shared memory: the row's 2 K bytes padded to 64
-                       modulo 128, so the two rows one 8-lane phase of a 16-byte load reads fall in different
-                       banks (persist.cu gemv_tile); the producer copies row by row */
+    int pitch;      /* bytes from a row of a tile to the next in shared memory: the row's bytes padded to 64 modulo
+                       128 (16-bit: the two rows one 8-lane phase of a 16-byte load reads) or to 32 modulo 128
+                       (E4M3: the four rows of a 16-lane phase of an 8-byte load), so they fall in different banks
+                       (persist.cu gemv_tile); the producer copies row by row */
     /* ATTN: q (1, H D), k, v (1, Hkv D) as the q/k/v GEMV wrote them (before RoPE); the cache (2, 1, L, Hkv D) */
     const void *q, *k, *v;
     void *cache, *out;
