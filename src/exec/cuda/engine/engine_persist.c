@@ -50,7 +50,7 @@ typedef struct {
     int tile;        /* bytes of a weight tile (the ring holds TPK_PERSIST_RING / tile of them) */
     int stages;      /* tiles in flight in the ring (TPK_PERSIST_STAGES; lab: TPROF_PERSIST_STAGES) */
     int l2_ahead;    /* tiles prefetched into L2 ahead of the ring (TPK_PERSIST_L2_AHEAD; lab: TPROF_PERSIST_AHEAD) */
-    int pad;         /* tile rows padded against bank conflicts (persist.h pitch; lab: TPROF_PERSIST_PAD=0 turns it off) */
+    int pad;         /* tile rows padded against bank conflicts (persist.h pitch; lab: TPROF_PERSIST_PAD=1 turns it on) */
     tp_error *err;
 } pk_ctx;
 
@@ -375,7 +375,10 @@ tp_status tpe_persist_setup(tp_engine *e, tp_error *err) {
     if (!st) st = lab_knob("TPROF_PERSIST_STAGES", TPK_PERSIST_STAGES, 1, TPK_PERSIST_RING / TPK_PERSIST_TILE,
                            &x.stages, err);
     if (!st) st = lab_knob("TPROF_PERSIST_AHEAD", TPK_PERSIST_L2_AHEAD, 0, 64, &x.l2_ahead, err);
-    if (!st) st = lab_knob("TPROF_PERSIST_PAD", 1, 0, 1, &x.pad, err);
+    /* padding off by default: on an H200 (bench/results/2026-11-29_h200_issue42_persistent_knobs.log) it cost a tile
+     * rows (K 8192: 3 instead of 4) and the step 3.5 % (fp16) and 7 % (fp8-wo); the bank conflicts it removes are not
+     * what bounds the step */
+    if (!st) st = lab_knob("TPROF_PERSIST_PAD", 0, 0, 1, &x.pad, err);
     if (st) return st;
     if ((st = tp_program_copy(&e->prog, &pr, err))) return st;
     tp_istream_decode_joins(&pr, g);
