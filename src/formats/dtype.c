@@ -163,6 +163,14 @@ float tp_e5m2_to_f32(uint8_t v) {
 /* Conversions of at least this many values run on every core (OpenMP): a 70B model's weights are 70 billion. */
 #define PAR_MIN (1u << 20)
 
+/* x / scale, a NaN quotient given x's sign: which sign an invalid operation's NaN carries is the hardware's choice
+ * (x86 answers Inf / Inf with a negative NaN, a GPU with a positive one), and the E4M3 code keeps the sign, so the
+ * rule is spelled out here and in the GPU's converter (exec/cuda/kernels/quantize.cu) alike. */
+static inline float scaled(float x, float scale) {
+    const float q = x / scale;
+    return q == q ? q : copysignf(NAN, x);
+}
+
 void tp_convert_from_f32(tp_dtype t, const float *src, void *dst, size_t n, float scale) {
     switch (t) {
     case TP_F32: memcpy(dst, src, n * 4); break;
@@ -176,11 +184,11 @@ void tp_convert_from_f32(tp_dtype t, const float *src, void *dst, size_t n, floa
         break;
     case TP_E4M3:
 #pragma omp parallel for if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e4m3(src[i] / scale);
+        for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e4m3(scaled(src[i], scale));
         break;
     case TP_E5M2:
 #pragma omp parallel for if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e5m2(src[i] / scale);
+        for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tp_f32_to_e5m2(scaled(src[i], scale));
         break;
     case TP_F64:
         for (size_t i = 0; i < n; i++) ((double *)dst)[i] = src[i];

@@ -53,7 +53,8 @@ uint8_t tp_f32_to_e5m2(float f); /* saturating, RNE */
 float tp_e5m2_to_f32(uint8_t v);
 
 /* Converts n fp32 values to dtype t into dst (n * bytes). For FP8 the values are divided by scale first
- * (q = sat(rne(x / scale))); scale is ignored for other types. */
+ * (q = sat(rne(x / scale)); a NaN quotient, such as Inf / Inf, is the NaN code with x's sign); scale is ignored for
+ * other types. */
 void tp_convert_from_f32(tp_dtype t, const float *src, void *dst, size_t n, float scale);
 /* Converts n values of dtype t to fp32 (times scale for FP8). */
 void tp_convert_to_f32(tp_dtype t, const void *src, float *dst, size_t n, float scale);

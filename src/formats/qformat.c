@@ -363,6 +363,12 @@ tp_status tp_qdq_f32(tp_qformat f, const float *x, float *y, int64_t rows, int64
     return TP_OK;
 }
 
+float tp_qformat_global_scale(tp_qformat f, const float *x, int64_t rows, int64_t K) {
+    const tp_qformat_traits *t = tp_qformat_info(f);
+    if (!t || !t->global_scale || !x || rows < 1 || K < 1) return 1.0f;
+    return amax_scale(tensor_amax(x, rows, K), 2688.0);
+}
+
 /* Packed form (see tp_qtensor in qformat.h): elems hold the codes of the flattened row-major tensor, one byte
  * each for E4M3, two per byte for E2M1 (flat element 2i in the low nibble, 2i+1 in the high; an odd count
  * leaves the last high nibble 0). scales is the plain row-major (ceil(rows / wr), ceil(K / block)) grid, wr =

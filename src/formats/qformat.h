@@ -91,6 +91,10 @@ typedef struct {
 
 tp_status tp_quantize(tp_qformat f, const float *x, int64_t rows, int64_t K, int is_weight, float global_in,
                       tp_qtensor *out, tp_error *err);
+/* The per-tensor second-level scale tp_quantize(f, x, rows, K, ..., global_in 0) uses: NVFP4's s2 = amax_tensor /
+ * 2688 (1 for an all-zero tensor, NaN when amax is Inf), 1 for every other format. The GPU quantizer
+ * (exec/cuda/kernels/quantize.h) takes it from here, so both sides quantize under the same s2. */
+float tp_qformat_global_scale(tp_qformat f, const float *x, int64_t rows, int64_t K);
 /* Decodes a tp_qtensor back to fp32 (including the global scale): equals tp_qdq_f32's y * s2. */
 tp_status tp_dequantize(const tp_qtensor *q, float *y, tp_error *err);
 void tp_qtensor_free(tp_qtensor *q);

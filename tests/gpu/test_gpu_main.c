@@ -32,6 +32,7 @@ Suite *gpu_tensor_parallel_suite(void); /* tests/gpu/test_gpu_tensor_parallel.c 
 Suite *gpu_pipeline_ops_suite(void);    /* tests/gpu/test_gpu_pipeline_ops.c */
 Suite *gpu_sparse_suite(void);          /* tests/gpu/test_gpu_sparse.c */
 Suite *gpu_persistent_suite(void);      /* tests/gpu/test_gpu_persistent.c */
+Suite *gpu_quantize_suite(void);        /* tests/gpu/test_gpu_quantize.c */
 
 #define SKIP_CODE 77
 
@@ -139,6 +140,7 @@ int main(void) {
     srunner_add_suite(sr, gpu_pipeline_ops_suite());
     srunner_add_suite(sr, gpu_sparse_suite());
     srunner_add_suite(sr, gpu_persistent_suite());
+    srunner_add_suite(sr, gpu_quantize_suite());
     if (in_process) srunner_set_fork_status(sr, CK_NOFORK); /* CUDA is live here: forked tests could not use it */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

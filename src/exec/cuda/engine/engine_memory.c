@@ -1,7 +1,7 @@
 /* engine_memory.c, the memory phase, the lowest (it calls no other engine file): the engine's device allocations
- * (tpe_dev_alloc, the activation buffers and their defined contents, a KV cache's own buffer), the weights converted
- * on the host (tpe_weight_host) and uploaded in their storage (plain, fp8-block, native block-scaled, weight-only
- * NVFP4; a shared engine's copies reused), the sibling groups' contiguous layouts, and a pipeline graph's constants,
+ * (tpe_dev_alloc, the activation buffers and their defined contents, a KV cache's own buffer), the weights uploaded
+ * in their storage and converted or quantized on the GPU (plain, per-tensor FP8, weight-only NVFP4; on the host,
+ * tpe_weight_host, for stored tensors, fp8-block and native block-scaled ones; a shared engine's copies reused), the sibling groups' contiguous layouts, and a pipeline graph's constants,
  * masked-attention plans and buffers, inputs and stage buffers. engine_internal.h lists the phases. C11. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -14,6 +14,7 @@
 #include "exec/cuda/engine/cuda_engine.h"
 #include "exec/cuda/engine/engine_internal.h"
 #include "exec/cuda/kernels/kernels.h"
+#include "exec/cuda/kernels/quantize.h"
 #include "exec/cuda/kernels/scale_layout.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "formats/dtype.h"
@@ -124,22 +125,6 @@ tp_status tpe_nvfp4_weight(const tp_engine *e, int v, tp_qtensor *own, const tp_
     return tp_quantize(TP_QF_NVFP4, p->data, value_rows(e, v), value_cols(e, v), 1, 0.0f, own, err);
 }
 
-static tp_status upload_nvfp4_wo_weight(tp_engine *e, int v, const tp_param *p, float *h_scales, tp_error *err) {
-    tp_qtensor own;
-    const tp_qtensor *pre = NULL;
-    tp_status st = tpe_nvfp4_weight(e, v, &own, &pre, err);
-    if (!st) st = tpe_dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
-    if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
-    if (!st) st = tpe_dev_alloc(e, pre->scale_bytes, &e->d_bscale[v], p->name, err);
-    if (!st) st = upload(e->d_bscale[v], pre->scales, pre->scale_bytes, p->name, err);
-    if (!st) {
-        e->wglobal[v] = h_scales[SCALE_SLOT * v] = pre->global_scale;
-        e->weight_bytes += (double)pre->elem_bytes + (double)pre->scale_bytes + 4.0;
-    }
-    tp_qtensor_free(&own);
-    return st;
-}
-
 /* The shared engine's device copy of parameter value v (the same parameter in the same storage), or -1. A scaled
  * weight is shared only as per-tensor E4M3, whose scale the shared engine keeps on the host (wglobal). */
 int tpe_shared_param(const tp_engine *e, int v) {
@@ -157,6 +142,16 @@ int tpe_shared_param(const tp_engine *e, int v) {
     return -1;
 }
 
+/* The per-tensor scale of weight v stored in dt (value_scaled: amax / the format's largest finite value, so the
+ * largest weight maps to it; 1 when unscaled or all zero), a max over all threads (the same bits on any number). */
+static float weight_scale(const tp_engine *e, int v, const tp_param *p, tp_dtype dt) {
+    if (!e->plan->value_scaled[v]) return 1.0f;
+    float amax = 0;
+#pragma omp parallel for reduction(max : amax) if (p->numel >= (1 << 20))
+    for (int64_t j = 0; j < p->numel; j++) amax = fmaxf(amax, fabsf(p->data[j]));
+    return amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
+}
+
 void tpe_weight_host(tp_engine *e, int v, void *h, float *scale) {
     const tp_graph *g = e->g;
     const tp_param *p = &e->params->params[g->values[v].param_index];
@@ -170,29 +165,40 @@ void tpe_weight_host(tp_engine *e, int v, void *h, float *scale) {
         memcpy(scale, pre8->scales, sizeof(float));
         memcpy(h, pre8->elems, bytes);
     } else {
-        if (e->plan->value_scaled[v]) {
-            /* per-tensor weight scale: amax / 448, so the largest weight maps to E4M3's max finite value */
-            double amax = 0; /* a max: the same on any number of threads */
-#pragma omp parallel for reduction(max : amax) if (p->numel >= (1 << 20))
-            for (int64_t j = 0; j < p->numel; j++) amax = fmax(amax, fabs((double)p->data[j]));
-            *scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
-        }
+        *scale = weight_scale(e, v, p, dt);
         tp_convert_from_f32(dt, p->data, h, (size_t)p->numel, *scale);
     }
     e->wglobal[v] = *scale;
 }
 
-/* Two pinned host buffers through which weights are converted and copied: a chunk converts (in parallel, OpenMP)
- * while the previous one's copy runs. Pageable buffers where pinned memory is refused (the copies then wait). */
-enum { STAGE_BYTES = 64 << 20 };
+/* ---- weights converted and quantized on the GPU (issue 43) ------------------------------------------------
+ * A weight's FP32 values go to the GPU in chunks and are converted or quantized there (quantize.h, bit for bit as
+ * the host's tp_convert_from_f32 and tp_quantize): the host only copies, so an 8B model's build is not held by
+ * the CPU's conversion (the nvfp4-wo engine of Llama-3.1-8B: 19.3 s quantizing on 16 cores,
+ * bench/results/2026-11-29_h200_issue43_llama31_8b_phases.log). Two pinned host buffers and two device buffers
+ * of FP32: a chunk is copied into one pinned buffer while the other's upload and kernel run. The environment
+ * variable TPROF_QUANTIZE_CPU=1 converts on the host instead (the reference path, for comparisons). */
+enum { STAGE_BYTES = 64 << 20, STAGE_FLOATS = STAGE_BYTES / 4 };
 typedef struct {
     void *buf[2];
-    cudaEvent_t done[2];
-    int pinned[2]; /* each buffer's own: the second allocation may fail after the first succeeded */
+    float *dev[2];
+    cudaEvent_t done[2]; /* buf[b]'s last upload read it */
+    int pinned[2];       /* each buffer's own: the second allocation may fail after the first succeeded */
+    int used[2];
+    unsigned k;          /* chunks staged so far: the next goes through buffer k & 1 */
+    int cpu;             /* TPROF_QUANTIZE_CPU=1: convert on the host */
 } stage_bufs;
 
+/* the buffers are allocated by the first chunk (an engine without groups, or one converting on the host, needs none) */
 static tp_status stage_open(stage_bufs *sb, tp_error *err) {
+    (void)err;
     memset(sb, 0, sizeof *sb);
+    const char *env = getenv("TPROF_QUANTIZE_CPU");
+    sb->cpu = env && strcmp(env, "1") == 0;
+    return TP_OK;
+}
+
+static tp_status stage_alloc(stage_bufs *sb, tp_error *err) {
     for (int k = 0; k < 2; k++) {
         if (cudaHostAlloc(&sb->buf[k], STAGE_BYTES, cudaHostAllocDefault) == cudaSuccess) {
             sb->pinned[k] = 1;
@@ -203,56 +209,108 @@ static tp_status stage_open(stage_bufs *sb, tp_error *err) {
         if (!sb->buf[k] && !(sb->buf[k] = malloc(STAGE_BYTES))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
         if (cudaEventCreateWithFlags(&sb->done[k], cudaEventDisableTiming) != cudaSuccess)
             return tp_fail(err, TP_ERR_CUDA, "cudaEventCreate for the weight uploads");
+        if (cudaMalloc((void **)&sb->dev[k], STAGE_BYTES) != cudaSuccess) {
+            char b[32];
+            cudaGetLastError();
+            sb->dev[k] = NULL;
+            return tp_fail(err, TP_ERR_OOM, "out of GPU memory allocating %s for the weight uploads' staging",
+                           tp_fmt_bytes((double)STAGE_BYTES, b, sizeof b));
+        }
     }
     return TP_OK;
 }
 
-static void stage_close(stage_bufs *sb) {
+/* every upload and kernel done before the buffers go */
+static tp_status stage_close(stage_bufs *sb, tp_engine *e, tp_status st, tp_error *err) {
+    const cudaError_t ce = sb->k ? cudaStreamSynchronize(e->stream) : cudaSuccess;
     for (int k = 0; k < 2; k++) {
         if (sb->done[k]) cudaEventDestroy(sb->done[k]);
         if (sb->pinned[k]) cudaFreeHost(sb->buf[k]);
         else free(sb->buf[k]);
+        if (sb->dev[k]) cudaFree(sb->dev[k]);
     }
+    if (!st && ce != cudaSuccess) st = tp_fail(err, TP_ERR_CUDA, "uploading the weights: %s", cudaGetErrorString(ce));
+    return st;
 }
 
-/* Weight v (fp32 on the host) in its planned type into e->dptr[v]: a stored per-tensor FP8 tensor as it is (through
- * tpe_weight_host), otherwise converted chunk by chunk; *scale: its per-tensor scale (1 when unscaled). */
-static tp_status stage_upload(tp_engine *e, int v, stage_bufs *sb, float *scale, tp_error *err) {
+/* m floats from src to the GPU through the next staging buffer: into dst when given (an FP32 weight lands where
+ * it stays), else into that buffer's device half, returned in *dev. Queued on e->stream. */
+static tp_status stage_floats(tp_engine *e, stage_bufs *sb, const float *src, size_t m, float *dst, float **dev,
+                              const char *what, tp_error *err) {
+    if (!sb->buf[0] || !sb->dev[1]) {
+        tp_status st = stage_alloc(sb, err);
+        if (st) return st;
+    }
+    const int b = (int)(sb->k++ & 1u);
+    if (sb->used[b] && cudaEventSynchronize(sb->done[b]) != cudaSuccess)
+        return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", what, cudaGetErrorString(cudaGetLastError()));
+    /* the host's part: a copy, on every thread (one thread copies ~10 GB/s, below the link's rate) */
+    const size_t piece = 1u << 18;
+#pragma omp parallel for schedule(static) if (m >= 2 * piece)
+    for (size_t o = 0; o < m; o += piece) memcpy((float *)sb->buf[b] + o, src + o, sizeof(float) * (m - o < piece ? m - o : piece));
+    *dev = dst ? dst : sb->dev[b];
+    cudaError_t ce = cudaMemcpyAsync(*dev, sb->buf[b], sizeof(float) * m, cudaMemcpyHostToDevice, e->stream);
+    if (ce == cudaSuccess) ce = cudaEventRecord(sb->done[b], e->stream);
+    if (ce != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", what, cudaGetErrorString(ce));
+    sb->used[b] = 1;
+    return TP_OK;
+}
+
+/* p's values converted into dst (device) in dt under scale (tpk_weight_convert = tp_convert_from_f32) */
+static tp_status dev_convert(tp_engine *e, stage_bufs *sb, const tp_param *p, void *dst, tp_dtype dt, float scale,
+                             tp_error *err) {
+    const size_t n = (size_t)p->numel, es = tp_dtype_info(dt)->bytes;
+    for (size_t off = 0; off < n; off += STAGE_FLOATS) {
+        const size_t m = n - off < STAGE_FLOATS ? n - off : STAGE_FLOATS;
+        float *d = NULL;
+        tp_status st = stage_floats(e, sb, p->data + off, m, dt == TP_F32 ? (float *)dst + off : NULL, &d, p->name, err);
+        if (st) return st;
+        const int rc = dt == TP_F32 ? 0 : tpk_weight_convert(d, (char *)dst + off * es, dt, m, scale, e->stream);
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "converting %s on the GPU: %s", p->name, cudaGetErrorString((cudaError_t)rc));
+    }
+    return TP_OK;
+}
+
+/* p (rows, K) quantized to NVFP4 on the GPU into codes (rows K / 2 bytes) and row-major block scales (rows
+ * ceil(K / 16)), *s2 its per-tensor scale: tp_quantize(TP_QF_NVFP4, is_weight 1)'s bits. TP_ERR_UNSUPPORTED where
+ * the GPU quantizer does not take the shape (the caller quantizes on the host). */
+static tp_status dev_nvfp4(tp_engine *e, stage_bufs *sb, const tp_param *p, int64_t rows, int64_t K, uint8_t *codes,
+                           uint8_t *scales, float *s2, tp_error *err) {
+    if (sb->cpu || !tpk_weight_quantize_ok(TP_QF_NVFP4, K) || K > STAGE_FLOATS)
+        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: NVFP4 on the host", p->name);
+    *s2 = tp_qformat_global_scale(TP_QF_NVFP4, p->data, rows, K);
+    const int64_t cr = STAGE_FLOATS / K;
+    for (int64_t r0 = 0; r0 < rows; r0 += cr) {
+        const int64_t r1 = r0 + cr < rows ? r0 + cr : rows;
+        float *d = NULL;
+        tp_status st = stage_floats(e, sb, p->data + r0 * K, (size_t)((r1 - r0) * K), NULL, &d, p->name, err);
+        if (st) return st;
+        const int rc = tpk_weight_quantize_rows(TP_QF_NVFP4, d, rows, K, r0, r1, *s2, codes, scales, e->stream);
+        if (rc) return tp_fail(err, TP_ERR_CUDA, "quantizing %s on the GPU: %s", p->name, cudaGetErrorString((cudaError_t)rc));
+    }
+    return TP_OK;
+}
+
+/* Weight v (fp32 on the host) in its planned type into dst (device): a stored per-tensor FP8 tensor as it is
+ * (tpe_weight_host), otherwise converted on the GPU (on the host under TPROF_QUANTIZE_CPU=1 or for a sub-byte
+ * type); *scale: its per-tensor scale (1 when unscaled). */
+static tp_status stage_upload(tp_engine *e, int v, void *dst, stage_bufs *sb, float *scale, tp_error *err) {
     const tp_param *p = &e->params->params[e->g->values[v].param_index];
     const tp_dtype dt = e->plan->value_dt[v];
-    const size_t es = tp_dtype_info(dt)->bytes, n = (size_t)p->numel, chunk = STAGE_BYTES / (es ? es : 1);
+    const size_t es = tp_dtype_info(dt)->bytes;
     const tp_qtensor *pre8 = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
-    if (pre8 || es < 1 || tp_dtype_info(dt)->bits != 8 * (int)es) { /* stored or sub-byte: the whole tensor at once */
+    if (pre8 || sb->cpu || es < 1 || tp_dtype_info(dt)->bits != 8 * (int)es) {
         const size_t bytes = value_bytes(e, v);
         void *h = malloc(bytes ? bytes : 1);
         if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory converting %s", p->name);
         tpe_weight_host(e, v, h, scale);
-        tp_status st = upload(e->dptr[v], h, bytes, p->name, err);
+        tp_status st = upload(dst, h, bytes, p->name, err);
         free(h);
         return st;
     }
-    *scale = 1.0f;
-    if (e->plan->value_scaled[v]) {
-        /* per-tensor weight scale: amax / max finite, so the largest weight maps to the format's largest value */
-        float amax = 0;
-#pragma omp parallel for reduction(max : amax) if (n >= (1u << 20))
-        for (size_t j = 0; j < n; j++) amax = fmaxf(amax, fabsf(p->data[j]));
-        *scale = amax > 0 ? (float)(amax / tp_dtype_info(dt)->max_finite) : 1.0f;
-    }
+    *scale = weight_scale(e, v, p, dt);
     e->wglobal[v] = *scale;
-    for (size_t off = 0, k = 0; off < n; off += chunk, k++) {
-        const int b = (int)(k & 1);
-        const size_t m = n - off < chunk ? n - off : chunk;
-        const cudaError_t we = k >= 2 ? cudaEventSynchronize(sb->done[b]) : cudaSuccess;
-        if (we != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(we));
-        tp_convert_from_f32(dt, p->data + off, sb->buf[b], m, *scale);
-        cudaError_t ce = cudaMemcpyAsync((char *)e->dptr[v] + off * es, sb->buf[b], m * es, cudaMemcpyHostToDevice,
-                                         e->stream);
-        if (ce == cudaSuccess) ce = cudaEventRecord(sb->done[b], e->stream);
-        if (ce != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
-    }
-    cudaError_t ce = cudaStreamSynchronize(e->stream);
-    return ce == cudaSuccess ? TP_OK : tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", p->name, cudaGetErrorString(ce));
+    return dev_convert(e, sb, p, dst, dt, *scale, err);
 }
 
 static tp_status upload_params_staged(tp_engine *e, float *h_scales, stage_bufs *stage, tp_error *err);
@@ -261,7 +319,45 @@ tp_status tpe_upload_params(tp_engine *e, float *h_scales, tp_error *err) {
     stage_bufs sb;
     tp_status st = stage_open(&sb, err);
     if (!st) st = upload_params_staged(e, h_scales, &sb, err);
-    stage_close(&sb);
+    return stage_close(&sb, e, st, err);
+}
+
+/* Weight-only NVFP4 weight v into codes and scales (device, room for rows K / 2 and rows ceil(K / 16) bytes), its s2 in
+ * wglobal[v] and *s2: quantized on the GPU (dev_nvfp4), or on the host (tpe_nvfp4_weight) where it is stored
+ * already, where the GPU quantizer does not take its shape, or under TPROF_QUANTIZE_CPU=1. */
+static tp_status nvfp4_into(tp_engine *e, int v, stage_bufs *sb, uint8_t *codes, uint8_t *scales, float *s2,
+                            tp_error *err) {
+    const tp_param *p = &e->params->params[e->g->values[v].param_index];
+    const int64_t rows = value_rows(e, v), K = value_cols(e, v);
+    const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
+    tp_status st = TP_OK;
+    if (!(pre && pre->format == TP_QF_NVFP4) && !sb->cpu && tpk_weight_quantize_ok(TP_QF_NVFP4, K)) {
+        st = dev_nvfp4(e, sb, p, rows, K, codes, scales, s2, err);
+    } else {
+        tp_qtensor own;
+        const tp_qtensor *q = NULL;
+        st = tpe_nvfp4_weight(e, v, &own, &q, err);
+        if (!st) st = upload(codes, q->elems, q->elem_bytes, p->name, err);
+        if (!st) st = upload(scales, q->scales, q->scale_bytes, p->name, err);
+        if (!st) *s2 = q->global_scale;
+        tp_qtensor_free(&own);
+    }
+    if (!st) e->wglobal[v] = *s2;
+    return st;
+}
+
+static tp_status upload_nvfp4_wo_weight(tp_engine *e, int v, const tp_param *p, float *h_scales, stage_bufs *sb,
+                                        tp_error *err) {
+    const int64_t rows = value_rows(e, v), K = value_cols(e, v);
+    const size_t nc = (size_t)(rows * K + 1) / 2, ns = (size_t)(rows * ((K + 15) / 16));
+    float s2 = 1.0f;
+    tp_status st = tpe_dev_alloc(e, nc, &e->dptr[v], p->name, err);
+    if (!st) st = tpe_dev_alloc(e, ns, &e->d_bscale[v], p->name, err);
+    if (!st) st = nvfp4_into(e, v, sb, e->dptr[v], e->d_bscale[v], &s2, err);
+    if (!st) {
+        h_scales[SCALE_SLOT * v] = s2;
+        e->weight_bytes += (double)nc + (double)ns + 4.0;
+    }
     return st;
 }
 
@@ -296,7 +392,7 @@ static tp_status upload_params_staged(tp_engine *e, float *h_scales, stage_bufs 
         float scale = 1.0f;
         e->wglobal[v] = 1.0f;
         if (weight_nvfp4_wo(e, v)) {
-            if ((st = upload_nvfp4_wo_weight(e, v, p, h_scales, err))) return st;
+            if ((st = upload_nvfp4_wo_weight(e, v, p, h_scales, stage, err))) return st;
             continue;
         }
         if (e->plan->value_qf[v] == TP_QF_FP8_BLOCK128 || weight_native_bs(e, v)) {
@@ -340,7 +436,7 @@ static tp_status upload_params_staged(tp_engine *e, float *h_scales, stage_bufs 
             continue;
         }
         st = tpe_dev_alloc(e, bytes, &e->dptr[v], p->name, err);
-        if (!st) st = stage_upload(e, v, stage, &scale, err);
+        if (!st) st = stage_upload(e, v, e->dptr[v], stage, &scale, err);
         h_scales[SCALE_SLOT * v] = scale;
         if (st) return st;
         e->weight_bytes += (double)bytes + (e->plan->value_scaled[v] ? 4.0 : 0.0);
@@ -460,30 +556,25 @@ done:
 
 void tpe_find_groups(tp_engine *e) { tp_plan_sibling_groups(e->g, e->plan, e->group_lead, e->group_next); }
 
-/* The members' weights (which = 1) or biases (which = 2), converted and copied one after the other into one
+/* The members' weights (which = 1) or biases (which = 2), converted (stage_upload) one after the other into one
  * allocation; each member's value points at its part (its per-tensor scale, for E4M3 weights, in wglobal). */
-static tp_status upload_part(tp_engine *e, int lead, int which, tp_error *err) {
+static tp_status upload_part(tp_engine *e, int lead, int which, stage_bufs *sb, tp_error *err) {
     const tp_graph *g = e->g;
     size_t total = 0;
     for (int i = lead; i >= 0; i = e->group_next[i]) total += value_bytes(e, g->ops[i].in[which]);
     char *base = NULL;
-    void *h = malloc(total ? total : 1);
-    if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory grouping %s", g->ops[lead].layer);
     tp_status st = tpe_dev_alloc(e, total, (void **)&base, g->ops[lead].layer, err);
     size_t off = 0;
     for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
         const int v = g->ops[i].in[which];
         float scale;
-        tpe_weight_host(e, v, (char *)h + off, &scale);
         e->dptr[v] = base + off;
+        st = stage_upload(e, v, base + off, sb, &scale, err);
         off += value_bytes(e, v);
     }
-    if (!st && cudaMemcpy(base, h, total, cudaMemcpyHostToDevice) != cudaSuccess)
-        st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group", g->ops[lead].layer);
     int scaled = 0;
     for (int i = lead; i >= 0; i = e->group_next[i]) scaled += e->plan->value_scaled[g->ops[i].in[which]];
     if (!st) e->weight_bytes += (double)total + 4.0 * scaled;
-    free(h);
     return st;
 }
 
@@ -491,52 +582,43 @@ static tp_status upload_part(tp_engine *e, int lead, int which, tp_error *err) {
  * the other in one allocation; each member's value and d_bscale point at its parts, its s2 in wglobal. */
 int tpe_fp4_group(const tp_engine *e, int lead) { return e->plan->value_qf[e->g->ops[lead].in[1]] == TP_QF_NVFP4; }
 
-static tp_status upload_fp4_part(tp_engine *e, int lead, tp_error *err) {
+static tp_status upload_fp4_part(tp_engine *e, int lead, stage_bufs *sb, tp_error *err) {
     const tp_graph *g = e->g;
     size_t nc = 0, ns = 0;
     for (int i = lead; i >= 0; i = e->group_next[i]) {
         const size_t n = (size_t)tp_value_numel(&g->values[g->ops[i].in[1]]);
         nc += n / 2, ns += n / 16;
     }
-    unsigned char *hc = malloc(nc ? nc : 1), *hs = malloc(ns ? ns : 1), *dc = NULL, *ds = NULL;
-    tp_status st = hc && hs ? TP_OK : tp_fail(err, TP_ERR_OOM, "out of host memory grouping %s", g->ops[lead].layer);
+    unsigned char *dc = NULL, *ds = NULL;
+    tp_status st = tpe_dev_alloc(e, nc, (void **)&dc, g->ops[lead].layer, err);
+    if (!st) st = tpe_dev_alloc(e, ns, (void **)&ds, g->ops[lead].layer, err);
     size_t oc = 0, os = 0;
     for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
         const int v = g->ops[i].in[1];
-        tp_qtensor own;
-        const tp_qtensor *q = NULL;
-        st = tpe_nvfp4_weight(e, v, &own, &q, err);
-        if (!st) {
-            memcpy(hc + oc, q->elems, q->elem_bytes);
-            memcpy(hs + os, q->scales, q->scale_bytes);
-            e->wglobal[v] = q->global_scale;
-            oc += q->elem_bytes, os += q->scale_bytes;
-        }
-        tp_qtensor_free(&own);
-    }
-    if (!st) st = tpe_dev_alloc(e, nc, (void **)&dc, g->ops[lead].layer, err);
-    if (!st) st = tpe_dev_alloc(e, ns, (void **)&ds, g->ops[lead].layer, err);
-    if (!st && (cudaMemcpy(dc, hc, nc, cudaMemcpyHostToDevice) != cudaSuccess ||
-                cudaMemcpy(ds, hs, ns, cudaMemcpyHostToDevice) != cudaSuccess))
-        st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group", g->ops[lead].layer);
-    oc = os = 0;
-    for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
-        const int v = g->ops[i].in[1];
         const size_t n = (size_t)tp_value_numel(&g->values[v]);
+        float s2;
         e->dptr[v] = dc + oc;
         e->d_bscale[v] = ds + os;
+        st = nvfp4_into(e, v, sb, dc + oc, ds + os, &s2, err);
         oc += n / 2, os += n / 16;
         e->weight_bytes += (double)(n / 2 + n / 16) + 4.0;
     }
-    free(hc);
-    free(hs);
     return st;
 }
 
+static tp_status upload_groups_staged(tp_engine *e, stage_bufs *sb, tp_error *err);
+
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err) {
-    const tp_graph *g = e->g;
     /* the shared engine's layout, as it is (tpe_group_ready checks it); none while groups are off */
     if (e->share || e->groups_mode == 0) return TP_OK;
+    stage_bufs sb;
+    tp_status st = stage_open(&sb, err);
+    if (!st) st = upload_groups_staged(e, &sb, err);
+    return stage_close(&sb, e, st, err);
+}
+
+static tp_status upload_groups_staged(tp_engine *e, stage_bufs *sb, tp_error *err) {
+    const tp_graph *g = e->g;
     for (int i = 0; i < g->n_ops; i++) {
         if (e->group_lead[i] != i) continue;
         /* every part must stay 16-byte aligned for the GEMMs that read the members alone (NVFP4: its codes, and
@@ -557,8 +639,8 @@ tp_status tpe_upload_groups(tp_engine *e, tp_error *err) {
             for (int w = 1; w < g->ops[j].n_in && w <= 2; w++)
                 repeated &= e->repeats && e->repeats[g->ops[j].in[w]] >= 0;
         if (repeated) continue;
-        tp_status st = tpe_fp4_group(e, i) ? upload_fp4_part(e, i, err) : upload_part(e, i, 1, err);
-        if (!st && g->ops[i].n_in > 2) st = upload_part(e, i, 2, err);
+        tp_status st = tpe_fp4_group(e, i) ? upload_fp4_part(e, i, sb, err) : upload_part(e, i, 1, sb, err);
+        if (!st && g->ops[i].n_in > 2) st = upload_part(e, i, 2, sb, err);
         if (st) return st;
     }
     return TP_OK;
