@@ -673,8 +673,8 @@ static tp_status build_tp(run_ctx *c, const tp_plan *plan, const tp_policy *pol,
 }
 
 /* Builds, checks and times engine pi on the GPU; the engine stays for the profiled run, which follows. */
-static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *pol, tp_bench_result *r,
-                            tp_engine **out, tp_error *err) {
+static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *pol, const tp_policy *dpol,
+                            tp_bench_result *r, tp_engine **out, tp_error *err) {
     const tp_bench_options *o = c->o;
     const tp_graph *g = &c->g;
     float *amax = NULL;
@@ -693,9 +693,14 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
                             .gemv_groups = o->gemv_groups, /* lays the groups out for the decode engine */
                             .no_pdl = o->no_pdl, .parallel_launch = o->tp_parallel_launch,
                             .on_phase = tp_phase_clock_next, .phase_user = &clk};
+    /* --prefill-activations fp8: the weights laid out for the weight-only decode engine's groups (its plan's) */
+    tp_plan lp = {0};
+    const int a8 = dpol != pol;
+    if (!st && a8 && !(st = tp_plan_build_policy(g, dpol, c->rep.gpu.sm, &lp, err))) eo.group_layout = &lp;
     tp_engine *e = NULL;
     if (!st && c->tp > 1) st = build_tp(c, plan, pol, &eo, &e, err);
     else if (!st) st = tp_engine_build(g, &c->params, plan, &eo, &e, err);
+    if (a8) tp_plan_free(&lp);
     free(amax);
     *out = e;
     tp_phase_clock_next(&clk, NULL); /* closes the last step */
@@ -758,7 +763,7 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
                                       &r->wall_ms, err);
     tp_progress_stop(tbeat);
     if (!st) run_phase(&c->rep, r->prec, c->rep.gen > 0 ? "prefill runs" : "timed runs", &t0);
-    if (!st && c->rep.gen > 0) st = tp_bench_decode(&c->rep, &c->params, pol, e, c->cupti, c->rt, r, err);
+    if (!st && c->rep.gen > 0) st = tp_bench_decode(&c->rep, &c->params, dpol, e, c->cupti, c->rt, r, err);
     if (!st && c->rep.gen > 0) run_phase(&c->rep, r->prec, "decode", &t0);
     int n_fp8_attn = 0;
     for (int i = 0; i < g->n_ops; i++) n_fp8_attn += g->ops[i].kind == TP_OP_ATTENTION && plan->op_prec[i] == TP_PREC_FP8;
@@ -809,6 +814,38 @@ static tp_status stage_drift(run_ctx *c, tp_engine *e, tp_bench_result *r, tp_er
     return st;
 }
 
+/* --prefill-activations fp8: the weight-only prefill's accuracy beside the W8A8 one's (r->acc_wo), so the FP8
+ * activations' cost shows on its own: an fp8-wo engine of the same graph, on e's weights (shared: the same E4M3
+ * codes and scales, nothing uploaded), one forward pass on the same input, against the same reference. */
+static tp_status weight_only_accuracy(run_ctx *c, tp_engine *e, const tp_policy *wpol, tp_bench_result *r,
+                                      tp_error *err) {
+    const tp_bench_options *o = c->o;
+    const int cols = c->rep.out_cols;
+    tp_plan plan;
+    tp_status st = tp_plan_build_policy(&c->g, wpol, c->rep.gpu.sm, &plan, err);
+    if (st) return st;
+    float *out = malloc(sizeof(float) * (size_t)o->batch * (size_t)cols);
+    tp_engine_options eo = {.device = 0, .use_graph = 0, .share = e, .weights_q = c->wq,
+                            .attention = (tp_attn_impl)o->attention, .gemm_first = 1};
+    tp_engine *w = NULL;
+    if (!out) st = tp_fail(err, TP_ERR_OOM, "out of host memory");
+    if (!st) st = tp_engine_build(&c->g, &c->params, &plan, &eo, &w, err);
+    if (!st) st = tp_engine_set_input(w, c->input, err);
+    if (!st) st = tp_engine_forward(w, err);
+    if (!st) st = tp_engine_get_output(w, out, err);
+    if (!st) {
+        tp_accuracy_compute(out, c->ref, c->rep.ref_rows, cols, &r->acc_wo);
+        printf("%s: the prefill's accuracy with FP8 activations: cosine %.6f, relative L2 %.3e; weight-only (FP16 "
+               "activations, the same weights): cosine %.6f, relative L2 %.3e (the activations' cost: %+.2e in "
+               "cosine)\n", tp_precision_name(r->prec), r->acc.cosine, r->acc.rel_l2, r->acc_wo.cosine,
+               r->acc_wo.rel_l2, r->acc.cosine - r->acc_wo.cosine);
+    }
+    tp_engine_destroy(w);
+    tp_plan_free(&plan);
+    free(out);
+    return st;
+}
+
 /* Engine pi: policy, plan, build, timed runs, accuracy, profile. */
 static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     const tp_bench_options *o = c->o;
@@ -817,11 +854,18 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     const tp_graph *g = &c->g;
     r->prec = o->precs[pi];
     tp_plan plan;
-    tp_policy pol;
+    tp_policy pol, dpol; /* the engine's, its decode engine's (--prefill-activations fp8: fp8 W8A8, fp8-wo) */
     tp_status st = tp_bench_policy(o, r->prec, &pol, err);
     if (st) return st;
+    dpol = pol;
+    const int a8 = o->prefill_act_fp8 && r->prec == TP_PREC_FP8_WO && rep->dev == TP_DEVICE_GPU;
+    if (a8 && (st = tp_bench_policy(o, TP_PREC_FP8, &pol, err))) return st;
     if (pi == 0 || o->policy || o->policy_file) tp_policy_warn(&pol, g, stdout);
     if ((st = tp_plan_build_policy(g, &pol, rep->dev == TP_DEVICE_GPU ? rep->gpu.sm : 0, &plan, err))) return st;
+    if (a8)
+        printf("%s: --prefill-activations fp8: the prefill's linears on the FP8 tensor cores (W8A8, the fp8 policy: "
+               "static per-tensor activation scales, calibrated), the decode weight-only on the same E4M3 weights\n",
+               tp_precision_name(r->prec));
     if (o->engine_file) engine_program_note(o->engine_file, g, &plan);
     st = record_plan(c, &plan, r, err);
     if (!st && o->print_plan && o->writer && o->writer->plan) o->writer->plan(rep, pi, &plan);
@@ -838,7 +882,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
                                      : 3, r, err);
         if (!st && rep->gen > 0) run_phase(rep, r->prec, "decode", &t0);
     } else {
-        st = gpu_engine(c, &plan, &pol, r, &e, err);
+        st = gpu_engine(c, &plan, &pol, a8 ? &dpol : &pol, r, &e, err);
     }
     const int B = o->batch, cols = rep->out_cols;
     r->ppl = NAN;
@@ -853,6 +897,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
         if (!c->have_ref)
             for (size_t k = 0; k < (size_t)rep->ref_rows * cols; k++) r->acc.nonfinite += !isfinite(c->out[k]);
         if (e && c->have_ref && c->ref_taps) st = stage_drift(c, e, r, err);
+        if (a8 && c->have_ref) st = weight_only_accuracy(c, e, &dpol, r, err);
     }
     if (!st) {
         r->ok = 1;

@@ -93,6 +93,8 @@ typedef struct {
                             2 off (the pruned weights run the dense GEMMs: the control for sparse's speed) */
     int gelu_tanh;       /* --gelu tanh: GELU as the tanh approximation in the fc1 epilogue (plan.h) */
     int kv_fp8;          /* --kv-cache fp8: a decoder's KV cache in E4M3, one calibrated scale per layer (plan.h) */
+    int prefill_act_fp8; /* --prefill-activations fp8: fp8-wo's prefill as W8A8 FP8 GEMMs (the fp8 policy: static
+                            per-tensor activation scales, calibrated), its decode weight-only on the same E4M3 weights */
     int ref_samples;     /* samples the reference runs for accuracy figures (<= batch) */
     int print_plan;      /* print the per-layer plan of each engine */
     int profile_iters;   /* tprof profile: forward passes traced with CUPTI after the timed ones (0: none) */
@@ -141,6 +143,8 @@ typedef struct {
     double wall_ms;
     tp_latency_stats lat;
     tp_accuracy acc;
+    tp_accuracy acc_wo;  /* --prefill-activations fp8: the weight-only prefill's accuracy (FP16 activations), for the
+                            FP8 activations' cost; rows 0 when not measured */
     double weight_bytes, act_bytes;
     double build_ms;
     tp_phases build_phases; /* the build's steps (GPU: calibration, weights, selection, capture; tp_engine_options

@@ -73,6 +73,9 @@ static const char USAGE_BENCH[] =
             "                        or both timed at build and the faster kept (auto)\n"
             "  --kv-cache auto|fp8   decoders: the KV cache in the activation type (auto), or in E4M3 with one\n"
             "                        calibrated scale per layer (fp8: half the cache bytes; 16-bit engines, sm_89+)\n"
+            "  --prefill-activations fp16|fp8  decoders in fp8-wo: the prefill's activations in FP16 (weight-only,\n"
+            "                        the default) or quantized to FP8 (W8A8 GEMMs on the FP8 tensor cores, static\n"
+            "                        calibrated scales; the decode stays weight-only); the accuracy of both shown\n"
             "  --pdl on|off          decoders: the decode kernels overlap their predecessors in the CUDA graph\n"
             "                        (programmatic dependent launch; default on); off: one after another in\n"
             "                        the graph (eager launches, --no-graph, keep it)\n"
@@ -605,6 +608,8 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
         o->decode_kernel = k;
     } else if (!a->build && IS("--kv-cache")) {
         return two_way(name, val, "type", "auto", "fp8", &o->kv_fp8) ? -1 : 1;
+    } else if (!a->build && IS("--prefill-activations")) {
+        return two_way(name, val, "type", "fp16", "fp8", &o->prefill_act_fp8) ? -1 : 1;
     } else if (!a->build && IS("--pdl")) {
         static const char *const PD[] = {"on", "off"};
         if ((k = one_of(name, val, "mode", PD, 2)) < 0) return -1;
@@ -677,7 +682,7 @@ static int parse_value_option(const char *name, const char *val, bench_args *a) 
 /* Every option. 1: run; 0: help printed; 2: an error was printed. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     static const char *const VALUED[] = {
-        "--model", "--precision", "--weights", "--onnx", "--onnx-check", "--shapes", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--decode-kernel", "--kv-cache", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--fp32-protect", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
+        "--model", "--precision", "--weights", "--onnx", "--onnx-check", "--shapes", "--image", "--tokens", "--calib-data", "--perplexity", "--gemv-groups", "--decode-kernel", "--kv-cache", "--prefill-activations", "--pdl", "--tp", "--tp-launch", "--pipeline", "--fusion", "--fp32-protect", "--sparsity", "--sparse-layers", "--sparse-gemm", "--gpus", "--rows-fd", "--json", "--policy", "--policy-file", "--save-output", "-o",
         "--output", "--engine", "--out", "--gemm", "--fp8-accum", "--gelu", "--calib", "--calib-percentile",
         "--attention", "--reference", "--device", "--arch", "--batch", "--profile-iters", "--top", "--iterations",
         "--seed", "--ref-images", "--ref-samples", "--warmup", "--duration", NULL};
@@ -1020,6 +1025,7 @@ static int unused_options(const bench_args *a) {
      * after reading its file), --attribution's options (attribution.c) */
     static const char *const GPU_ONLY[] = {"--gemm", "--attention", "--no-gemm-select", "--fp8-accum", "--gelu",
                                            "--fusion", "--no-graph", "--pdl", "--gemv-groups", "--decode-kernel", "--tp-launch",
+                                           "--prefill-activations",
                                            "--calib", "--calib-percentile", NULL};
     /* a run's choices and outputs, not stored in an engine file (tprof bench --engine FILE takes them) */
     static const char *const RUN_ONLY[] = {"--no-graph", "--fusion", "--fp32-protect", "--iterations", "--warmup",
@@ -1059,6 +1065,20 @@ static int unused_options(const bench_args *a) {
         fprintf(stderr, "tprof: --decode-kernel: a decoder's decode steps, and %s (family %s) has none\n",
                 tp_model_name(&o->model), o->model.family->name);
         return 2;
+    }
+    if (o->prefill_act_fp8) { /* fp8-wo's prefill in W8A8: a decoder's, fp8-wo's, on one GPU, in this run's build */
+        int wo = 0;
+        for (int i = 0; i < o->n_precs; i++) wo |= o->precs[i] == TP_PREC_FP8_WO;
+        const char *why = o->model.family->build_step == NULL ? "a decoder's prefill"
+                          : !wo                               ? "fp8-wo's prefill, and --precision has no fp8-wo"
+                          : o->tp > 1                         ? "one GPU's (its activation scales are calibrated on one)"
+                          : a->engine                         ? "an engine built in this run (an engine file holds one "
+                                                                "policy)"
+                                                              : NULL;
+        if (why) {
+            fprintf(stderr, "tprof: --prefill-activations fp8: %s\n", why);
+            return 2;
+        }
     }
     if (a->build && (n = given_any(a, RUN_ONLY))) {
         fprintf(stderr, "tprof: %s: tprof build writes the engine file and runs nothing; give %s to tprof bench "

@@ -383,6 +383,12 @@ static tp_status write_json(const tp_bench_report *rep, tp_error *err) {
         json_object_set_new(acc, "top1_agreement", rep->output.classes > 0 ? tp_json_num(r->acc.top1_agree) : json_null());
         json_object_set_new(acc, "nonfinite", json_integer(r->acc.nonfinite));
         json_object_set_new(p, "accuracy", acc);
+        if (r->acc_wo.rows > 0) /* --prefill-activations fp8: the weight-only prefill's, for the activations' cost */
+            json_object_set_new(p, "accuracy_weight_only_prefill",
+                                json_pack("{s:o,s:o,s:o}", "cosine", tp_json_num(r->acc_wo.cosine), "rel_l2",
+                                          tp_json_num(r->acc_wo.rel_l2), "max_abs", tp_json_num(r->acc_wo.max_abs)));
+        if (rep->o->prefill_act_fp8 && r->prec == TP_PREC_FP8_WO) /* W8A8 prefill, weight-only decode */
+            json_object_set_new(p, "prefill_activations", json_string("fp8"));
         json_t *s = json_array();
         for (int k = 0; k < r->n; k++) json_array_append_new(s, json_real(r->samples[k]));
         json_object_set_new(p, "samples_ms", s);

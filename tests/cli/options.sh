@@ -70,6 +70,17 @@ expect_error "decode-kernel for a ViT" 2 "--decode-kernel: a decoder's decode st
   bench "${tok[@]}" --decode-kernel auto
 expect_error "decode-kernel for pi0" 2 "--decode-kernel: a decoder's decode steps, and pi0-small (family pipeline)" \
   bench --model pi0-small --decode-kernel persistent
+expect_error "cpu: --prefill-activations" 2 "--prefill-activations: $gpu_only" bench "${small[@]}" --model llama-tiny \
+  --precision fp8-wo --prefill-activations fp8
+expect_error "prefill-activations without fp8-wo" 2 \
+  "--prefill-activations fp8: fp8-wo's prefill, and --precision has no fp8-wo" \
+  bench "${small[@]}" --model llama-tiny --precision fp16 --prefill-activations fp8
+expect_error "prefill-activations for a ViT" 2 "--prefill-activations fp8: a decoder's prefill" \
+  bench "${tok[@]}" --precision fp8-wo --prefill-activations fp8
+expect_error "prefill-activations with --tp" 2 "--prefill-activations fp8: one GPU's" \
+  bench --model llama-tiny --precision fp8-wo --tp 2 --prefill-activations fp8
+expect_error "prefill-activations type" 2 "--prefill-activations: unknown type 'int8' (expected fp16 or fp8)" \
+  bench --model llama-tiny --prefill-activations int8
 expect_error "decode-kernel form" 2 "--decode-kernel: unknown form 'fast' (expected graph, persistent or auto)" \
   bench --model llama-tiny --decode-kernel fast
 expect_error "build: --gemm without a GPU" 2 "--gemm: tprof build uses it on a GPU .* has none (--device cpu)" \

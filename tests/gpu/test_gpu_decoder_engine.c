@@ -328,6 +328,100 @@ START_TEST(test_decoder_kv_fp8) {
 }
 END_TEST
 
+/* --prefill-activations fp8 (tprof bench): a W8A8 prefill engine whose weights are laid out for the fp8-wo decode
+ * engine's sibling groups (tp_engine_options.group_layout), and that decode engine sharing its weights and cache:
+ * nothing uploaded twice, the step's q/k/v and gate/up each one GEMV, the logits against the CPU's emulation of the
+ * same pair (the W8A8 prefill, then fp8-wo steps over the session's cache). */
+static tp_engine *engine_layout(const tp_graph *g, const tp_params *p, tp_plan *plan, tp_precision prec,
+                                const tp_engine *share, const float *amax, const tp_plan *layout) {
+    tp_error e = {0};
+    tp_policy pol;
+    tp_policy_default(&pol, prec);
+    tp_gpu_info gi;
+    ck_assert_msg(tp_gpu_query(0, &gi, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_plan_build_policy(g, &pol, gi.sm, plan, &e) == TP_OK, "%s", e.msg);
+    tp_engine_options eo = {.device = 0, .use_graph = 1, .share = share, .gemv_groups = 1, .act_amax = amax,
+                            .group_layout = layout};
+    tp_engine *en = NULL;
+    ck_assert_msg(tp_engine_build(g, p, plan, &eo, &en, &e) == TP_OK, "%s", e.msg);
+    return en;
+}
+
+START_TEST(test_decoder_a8_prefill) {
+    B = 1, T = 37;
+    tp_model m = model_case(0);
+    tp_error e = {0};
+    tp_params p = {0};
+    ck_assert_msg(tp_model_params_init(&m, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
+    tp_decoder_config cfg;
+    memcpy(&cfg, m.cfg.bytes, sizeof cfg);
+    const int V = cfg.vocab;
+    float ids[MAXT], tok[1];
+    for (int i = 0; i < T; i++) ids[i] = (float)((i * 131 + 7) % V);
+    tp_graph gp = step(&m, &p, T, 0, 0), gd = step(&m, &p, 1, T, 0);
+    tp_gpu_info gi;
+    ck_assert_int_eq(tp_gpu_query(0, &gi, &e), TP_OK);
+    float *amax = malloc(sizeof(float) * (size_t)gp.n_values), *want = malloc(sizeof(float) * V),
+          *want1 = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
+    ck_assert_msg(tp_calibrate_max(&gp, &p, 0, gi.sm, ids, amax, &e) == TP_OK, "%s", e.msg);
+    /* the CPU: the W8A8 prefill's emulation, then an fp8-wo step on the same session */
+    tp_policy p8, pw;
+    tp_policy_default(&p8, TP_PREC_FP8);
+    tp_policy_default(&pw, TP_PREC_FP8_WO);
+    tp_plan cpp, cpd, lp;
+    ck_assert_int_eq(tp_plan_build_policy(&gp, &p8, 90, &cpp, &e), TP_OK);
+    ck_assert_int_eq(tp_plan_build_policy(&gd, &pw, 90, &cpd, &e), TP_OK);
+    ck_assert_int_eq(tp_plan_build_policy(&gp, &pw, gi.sm, &lp, &e), TP_OK); /* the decode's groups, on the prefill */
+    tp_cpu_session s = {0};
+    ck_assert_msg(tp_cpu_run_session_emulated(&gp, &p, &cpp, amax, &s, ids, want, &e) == TP_OK, "%s", e.msg);
+    int32_t arg;
+    tp_cpu_argmax(want, &arg, 1, V);
+    tok[0] = (float)arg;
+    ck_assert_msg(tp_cpu_run_session_emulated(&gd, &p, &cpd, NULL, &s, tok, want1, &e) == TP_OK, "%s", e.msg);
+    tp_cpu_session_free(&s);
+    /* the GPU */
+    tp_plan pp, pd;
+    tp_engine *ep = engine_layout(&gp, &p, &pp, TP_PREC_FP8, NULL, amax, &lp);
+    tp_engine *ed = engine_layout(&gd, &p, &pd, TP_PREC_FP8_WO, ep, NULL, NULL);
+    ck_assert_msg(tp_engine_weight_bytes(ed) == 0.0, "the fp8-wo decode engine uploaded %.0f bytes of weights",
+                  tp_engine_weight_bytes(ed));
+    int grouped = 0, linears = 0;
+    for (int i = 0; i < gd.n_ops; i++) {
+        if (gd.ops[i].kind != TP_OP_LINEAR || gd.ops[i].gemm_n == V) continue;
+        const char *kn = NULL;
+        tp_engine_op_call(ed, i, &kn);
+        linears++, grouped += kn && strstr(kn, "group") != NULL;
+    }
+    ck_assert_msg(grouped >= 5 * cfg.layers, "%d of the step's %d linears (LM head aside) in a group's GEMV", grouped,
+                  linears);
+    int agree;
+    ck_assert_msg(tp_engine_set_input(ep, ids, &e) == TP_OK && tp_engine_forward(ep, &e) == TP_OK &&
+                      tp_engine_get_output(ep, got, &e) == TP_OK, "%s", e.msg);
+    const double dp = rel(got, want, 1, V, &agree);
+    ck_assert_msg(tp_engine_set_input(ed, tok, &e) == TP_OK && tp_engine_forward(ed, &e) == TP_OK &&
+                      tp_engine_get_output(ed, got, &e) == TP_OK, "%s", e.msg);
+    const double dd = rel(got, want1, 1, V, &agree);
+    printf("decoder W8A8 prefill + fp8-wo decode: %d of %d step linears grouped; prefill rel L2 %.3e, decode step "
+           "%.3e against the CPU's emulation\n", grouped, linears, dp, dd);
+    /* W8A8's last-bit midpoint crossings, as run_case's tolerance for it */
+    ck_assert_msg(dp <= 6e-2 && dd <= 6e-2, "prefill %.3e, decode step %.3e", dp, dd);
+    tp_engine_destroy(ed);
+    tp_engine_destroy(ep);
+    tp_plan_free(&pd);
+    tp_plan_free(&pp);
+    tp_plan_free(&lp);
+    tp_plan_free(&cpd);
+    tp_plan_free(&cpp);
+    tp_graph_free(&gd);
+    tp_graph_free(&gp);
+    tp_params_free(&p);
+    free(amax);
+    free(want);
+    free(want1);
+    free(got);
+}
+END_TEST
+
 Suite *gpu_decoder_engine_suite(void) {
     Suite *s = suite_create("gpu_decoder_engine");
     TCase *t = tcase_create("decoder_engine");
@@ -342,6 +436,7 @@ Suite *gpu_decoder_engine_suite(void) {
     tcase_add_loop_test(t, test_decoder_nvfp4, 0, 6);
     tcase_add_loop_test(t, test_decoder_mxfp8, 0, 2);
     tcase_add_loop_test(t, test_decoder_kv_fp8, 0, 7);
+    tcase_add_test(t, test_decoder_a8_prefill);
     suite_add_tcase(s, t);
     return s;
 }

@@ -413,7 +413,7 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
                                        ? (float)((double)a / (6.0 * 448.0))
                                        : (float)(a / tp_dtype_info(TP_E4M3)->max_finite);
     }
-    tpe_find_groups(e);
+    tpe_find_groups(e, opt->group_layout);
     phase(opt, "weights: quantize and upload");
     if ((st = tpe_upload_groups(e, err))) goto fail;
     st = tpe_upload_params(e, h_scales, err);

@@ -94,6 +94,11 @@ typedef struct {
      * CLI's default is 1: Llama-3.2-1B's decode step 9 % faster on an H100 with PDL
      * (bench/results/2026-11-25_h100_pdl_groups.log). */
     int gemv_groups;
+    /* Optional: the plan (of this graph) whose sibling groups lay out the weights, where it stores every member as
+     * this engine's plan does; NULL: this engine's own. A prefill engine whose plan groups nothing (W8A8: its
+     * linears read E4M3 inputs) lays its weights out for a decode engine that shares them and groups (fp8-wo's
+     * GEMVs, --prefill-activations fp8); the layout costs the prefill's GEMMs nothing (they read each member). */
+    const struct tp_plan *group_layout;
     /* 1: no kernel overlap in the CUDA graph. The decode path's kernels (decoder_ops.h, gemv.h) are launched with
      * programmatic dependent launch (kernels/pdl.cuh): each may start while the previous one finishes, streaming
      * its weights early; capture turns that into programmatic graph edges. no_pdl makes them ordinary edges (each

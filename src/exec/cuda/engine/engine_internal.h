@@ -209,8 +209,9 @@ tp_status tpe_alloc_activations(tp_engine *e, tp_error *err);
  * run as one GEMV (one token, its weights, biases and outputs contiguous), its summed N in *n_total;
  * tpe_choose_groups: the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster
  * (its members joined into the leader's call, of kind TP_CALL_GEMV_GROUP); tpe_launch_group: the GEMV of leader `lead`
- * with its fusion (gemv.h: a GLU epilogue; NULL: none). */
-void tpe_find_groups(tp_engine *e);
+ * with its fusion (gemv.h: a GLU epilogue; NULL: none). tpe_find_groups: the sibling groups of e's plan, or of
+ * `layout` (tp_engine_options.group_layout) where it stores every member alike. */
+void tpe_find_groups(tp_engine *e, const tp_plan *layout);
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err);
 void tpe_group_pins(const tp_engine *e, unsigned char *pinned);
 tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err);

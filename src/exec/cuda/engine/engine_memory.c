@@ -554,7 +554,23 @@ done:
  * their tensor scale (one fp32 multiply of the sum). Weight-only NVFP4 members likewise: E2M1 codes one after the
  * other, UE4M3 block scales one after the other, each member's s2 over its rows (tpk_gemv_nvfp4_rows). */
 
-void tpe_find_groups(tp_engine *e) { tp_plan_sibling_groups(e->g, e->plan, e->group_lead, e->group_next); }
+void tpe_find_groups(tp_engine *e, const tp_plan *layout) {
+    const tp_graph *g = e->g;
+    tp_plan_sibling_groups(g, layout ? layout : e->plan, e->group_lead, e->group_next);
+    if (!layout) return;
+    /* another plan's groups lay out this engine's weights only where every member is stored alike in both (the
+     * layout is of this engine's storage); else this engine's own groups */
+    int same = 1;
+    for (int i = 0; i < g->n_ops && same; i++) {
+        if (e->group_lead[i] < 0) continue;
+        for (int w = 1; w < g->ops[i].n_in && w <= 2; w++) {
+            const int v = g->ops[i].in[w];
+            same &= layout->value_dt[v] == e->plan->value_dt[v] && layout->value_qf[v] == e->plan->value_qf[v] &&
+                    layout->value_scaled[v] == e->plan->value_scaled[v];
+        }
+    }
+    if (!same) tp_plan_sibling_groups(g, e->plan, e->group_lead, e->group_next);
+}
 
 /* The members' weights (which = 1) or biases (which = 2), converted (stage_upload) one after the other into one
  * allocation; each member's value points at its part (its per-tensor scale, for E4M3 weights, in wglobal). */
