@@ -779,15 +779,19 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
 static tp_status record_plan(run_ctx *c, const tp_plan *plan, tp_bench_result *r, tp_error *err) {
     const tp_graph *g = &c->g;
     r->n_ops = g->n_ops;
+    /* the plan's own precision: --prefill-activations fp8 plans fp8-wo's prefill as fp8 (W8A8), whose ops and GEMM
+     * peak (MFU's denominator) are fp8's */
+    const tp_precision pq = plan->requested;
+    r->mfu_prec = pq;
     for (int i = 0; i < g->n_ops; i++) {
-        r->n_quant_ops += plan->op_prec[i] == r->prec && tp_precision_quantized(r->prec);
+        r->n_quant_ops += plan->op_prec[i] == pq && tp_precision_quantized(pq);
         r->n_emulated_ops += plan->op_emulated[i];
     }
     r->format_weight_bytes = tp_plan_weight_bytes(plan, g);
     r->plan = json_plan(g, plan);
     if (!(r->cost = malloc(sizeof *r->cost * (size_t)g->n_ops))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     r->n_cost = g->n_ops;
-    r->rate_mask = rate_mask(g, plan, r->prec);
+    r->rate_mask = rate_mask(g, plan, pq);
     for (int i = 0; i < g->n_ops; i++)
         r->cost[i] = (tp_op_cost){plan->op_prec[i], g->ops[i].matmul_flop, tp_program_op_bytes(&plan->prog, plan, g, i)};
     return TP_OK;
@@ -858,7 +862,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
     tp_status st = tp_bench_policy(o, r->prec, &pol, err);
     if (st) return st;
     dpol = pol;
-    const int a8 = o->prefill_act_fp8 && r->prec == TP_PREC_FP8_WO && rep->dev == TP_DEVICE_GPU;
+    const int a8 = o->prefill_act_fp8 && r->prec == TP_PREC_FP8_WO && rep->dev == TP_DEVICE_GPU && c->tp <= 1;
     if (a8 && (st = tp_bench_policy(o, TP_PREC_FP8, &pol, err))) return st;
     if (pi == 0 || o->policy || o->policy_file) tp_policy_warn(&pol, g, stdout);
     if ((st = tp_plan_build_policy(g, &pol, rep->dev == TP_DEVICE_GPU ? rep->gpu.sm : 0, &plan, err))) return st;
@@ -897,7 +901,7 @@ static tp_status run_engine(run_ctx *c, int pi, tp_error *err) {
         if (!c->have_ref)
             for (size_t k = 0; k < (size_t)rep->ref_rows * cols; k++) r->acc.nonfinite += !isfinite(c->out[k]);
         if (e && c->have_ref && c->ref_taps) st = stage_drift(c, e, r, err);
-        if (a8 && c->have_ref) st = weight_only_accuracy(c, e, &dpol, r, err);
+        if (!st && a8 && c->have_ref) st = weight_only_accuracy(c, e, &dpol, r, err);
     }
     if (!st) {
         r->ok = 1;
@@ -942,7 +946,7 @@ static tp_status rates_and_floors(run_ctx *c, tp_error *err) {
     if (st) return st;
     for (int pi = 0; pi < rep->n_res; pi++) {
         tp_bench_result *r = &rep->res[pi];
-        r->peak_tflops = r->rate_mask >> r->prec & 1 ? c->rt->peak_tflops[r->prec] : 0.0;
+        r->peak_tflops = r->rate_mask >> r->mfu_prec & 1 ? c->rt->peak_tflops[r->mfu_prec] : 0.0;
         r->floor = (tp_roofline_floor){0, 0, 0, 1};
         for (int i = 0; i < r->n_cost; i++) {
             tp_roofline_floor f;
@@ -976,6 +980,7 @@ static tp_status rates_before_profiling(run_ctx *c, tp_error *err) {
         if (!(st = tp_bench_policy(c->o, c->o->precs[pi], &pol, err)) &&
             !(st = tp_plan_build_policy(&c->g, &pol, c->rep.gpu.sm, &plan, err))) {
             m = rate_mask(&c->g, &plan, c->o->precs[pi]);
+            if (c->o->prefill_act_fp8 && c->o->precs[pi] == TP_PREC_FP8_WO) m |= 1u << TP_PREC_FP8; /* its W8A8 prefill */
             tp_plan_free(&plan);
         }
         if (!st) st = measure_rates(c->rt, m, err);

@@ -143,6 +143,7 @@ typedef struct {
     double wall_ms;
     tp_latency_stats lat;
     tp_accuracy acc;
+    tp_precision mfu_prec; /* whose GEMM peak MFU divides by: prec, or fp8 for --prefill-activations fp8's prefill */
     tp_accuracy acc_wo;  /* --prefill-activations fp8: the weight-only prefill's accuracy (FP16 activations), for the
                             FP8 activations' cost; rows 0 when not measured */
     double weight_bytes, act_bytes;

@@ -69,7 +69,7 @@ static const char USAGE_BENCH[] =
             "                        concatenated weights: off, on (default), or where it times faster at build\n"
             "  --decode-kernel graph|persistent|auto  decoders: each decode step as a CUDA graph of one kernel per\n"
             "                        call (graph, the default), as one persistent kernel running the step's\n"
-            "                        instruction stream (persistent: batch 1, FP16/BF16, sm_90+; docs/persistent.md),\n"
+            "                        instruction stream (persistent: batch 1, FP16/BF16/fp8-wo, sm_90+; docs/persistent.md),\n"
             "                        or both timed at build and the faster kept (auto)\n"
             "  --kv-cache auto|fp8   decoders: the KV cache in the activation type (auto), or in E4M3 with one\n"
             "                        calibrated scale per layer (fp8: half the cache bytes; 16-bit engines, sm_89+)\n"
@@ -1074,6 +1074,8 @@ static int unused_options(const bench_args *a) {
                           : o->tp > 1                         ? "one GPU's (its activation scales are calibrated on one)"
                           : a->engine                         ? "an engine built in this run (an engine file holds one "
                                                                 "policy)"
+                          : given(a, "--policy-file")         ? "the fp8 policy's prefill, and a --policy-file is one "
+                                                                "precision's policy (its rules: --policy)"
                                                               : NULL;
         if (why) {
             fprintf(stderr, "tprof: --prefill-activations fp8: %s\n", why);

@@ -79,6 +79,9 @@ expect_error "prefill-activations for a ViT" 2 "--prefill-activations fp8: a dec
   bench "${tok[@]}" --precision fp8-wo --prefill-activations fp8
 expect_error "prefill-activations with --tp" 2 "--prefill-activations fp8: one GPU's" \
   bench --model llama-tiny --precision fp8-wo --tp 2 --prefill-activations fp8
+echo '{"default": "fp8-wo", "overrides": [{"layers": "lm_head", "precision": "fp16"}]}' >"$tmp/pf_fp8wo.json"
+expect_error "prefill-activations with --policy-file" 2 "--prefill-activations fp8: the fp8 policy's prefill, and a" \
+  bench --model llama-tiny --precision fp8-wo --policy-file "$tmp/pf_fp8wo.json" --prefill-activations fp8
 expect_error "prefill-activations type" 2 "--prefill-activations: unknown type 'int8' (expected fp16 or fp8)" \
   bench --model llama-tiny --prefill-activations int8
 expect_error "decode-kernel form" 2 "--decode-kernel: unknown form 'fast' (expected graph, persistent or auto)" \

@@ -416,6 +416,9 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     tpe_find_groups(e, opt->group_layout);
     phase(opt, "weights: quantize and upload");
     if ((st = tpe_upload_groups(e, err))) goto fail;
+    /* another plan's groups placed the weights (tp_engine_options.group_layout); the engine runs its own plan's:
+     * a W8A8 engine's E4M3 inputs cannot feed a 16-bit group GEMV */
+    if (opt->group_layout) tpe_find_groups(e, NULL);
     st = tpe_upload_params(e, h_scales, err);
     if (st) goto fail;
     phase(opt, "activations, KV cache and GEMM plans");

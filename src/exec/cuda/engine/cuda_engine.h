@@ -95,7 +95,7 @@ typedef struct {
      * (bench/results/2026-11-25_h100_pdl_groups.log). */
     int gemv_groups;
     /* Optional: the plan (of this graph) whose sibling groups lay out the weights, where it stores every member as
-     * this engine's plan does; NULL: this engine's own. A prefill engine whose plan groups nothing (W8A8: its
+     * this engine's plan does; NULL: this engine's own. Only the layout: the engine runs its own plan's groups. A prefill engine whose plan groups nothing (W8A8: its
      * linears read E4M3 inputs) lays its weights out for a decode engine that shares them and groups (fp8-wo's
      * GEMVs, --prefill-activations fp8); the layout costs the prefill's GEMMs nothing (they read each member). */
     const struct tp_plan *group_layout;

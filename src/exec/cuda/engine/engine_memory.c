@@ -198,37 +198,41 @@ static tp_status stage_open(stage_bufs *sb, tp_error *err) {
     return TP_OK;
 }
 
-static tp_status stage_alloc(stage_bufs *sb, tp_error *err) {
-    for (int k = 0; k < 2; k++) {
-        if (cudaHostAlloc(&sb->buf[k], STAGE_BYTES, cudaHostAllocDefault) == cudaSuccess) {
-            sb->pinned[k] = 1;
-        } else {
-            cudaGetLastError();
-            sb->buf[k] = NULL;
-        }
-        if (!sb->buf[k] && !(sb->buf[k] = malloc(STAGE_BYTES))) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-        if (cudaEventCreateWithFlags(&sb->done[k], cudaEventDisableTiming) != cudaSuccess)
-            return tp_fail(err, TP_ERR_CUDA, "cudaEventCreate for the weight uploads");
-        if (cudaMalloc((void **)&sb->dev[k], STAGE_BYTES) != cudaSuccess) {
-            char b[32];
-            cudaGetLastError();
-            sb->dev[k] = NULL;
-            return tp_fail(err, TP_ERR_OOM, "out of GPU memory allocating %s for the weight uploads' staging",
-                           tp_fmt_bytes((double)STAGE_BYTES, b, sizeof b));
-        }
-    }
-    return TP_OK;
-}
-
-/* every upload and kernel done before the buffers go */
-static tp_status stage_close(stage_bufs *sb, tp_engine *e, tp_status st, tp_error *err) {
-    const cudaError_t ce = sb->k ? cudaStreamSynchronize(e->stream) : cudaSuccess;
+static void stage_free(stage_bufs *sb) {
     for (int k = 0; k < 2; k++) {
         if (sb->done[k]) cudaEventDestroy(sb->done[k]);
         if (sb->pinned[k]) cudaFreeHost(sb->buf[k]);
         else free(sb->buf[k]);
         if (sb->dev[k]) cudaFree(sb->dev[k]);
+        sb->done[k] = NULL, sb->buf[k] = NULL, sb->dev[k] = NULL, sb->pinned[k] = 0;
     }
+}
+
+/* 1 when the GPU path can run: the staging allocated now (the first weight) or before. Where it cannot be (no 128 MB
+ * of GPU memory or 128 MB of host memory to spare: the engine's own allocations come later and say so), the weights
+ * are converted on the host, the reference path: the same bits, only slower. */
+static int stage_ready(stage_bufs *sb) {
+    if (sb->cpu) return 0;
+    if (sb->buf[0]) return 1;
+    int ok = 1;
+    for (int k = 0; k < 2 && ok; k++) {
+        if (cudaHostAlloc(&sb->buf[k], STAGE_BYTES, cudaHostAllocDefault) == cudaSuccess) sb->pinned[k] = 1;
+        else cudaGetLastError(), sb->buf[k] = malloc(STAGE_BYTES);
+        ok = sb->buf[k] && cudaEventCreateWithFlags(&sb->done[k], cudaEventDisableTiming) == cudaSuccess &&
+             cudaMalloc((void **)&sb->dev[k], STAGE_BYTES) == cudaSuccess;
+    }
+    if (!ok) {
+        cudaGetLastError();
+        stage_free(sb);
+        sb->cpu = 1;
+    }
+    return ok;
+}
+
+/* every upload and kernel done before the buffers go */
+static tp_status stage_close(stage_bufs *sb, tp_engine *e, tp_status st, tp_error *err) {
+    const cudaError_t ce = sb->k ? cudaStreamSynchronize(e->stream) : cudaSuccess;
+    stage_free(sb);
     if (!st && ce != cudaSuccess) st = tp_fail(err, TP_ERR_CUDA, "uploading the weights: %s", cudaGetErrorString(ce));
     return st;
 }
@@ -237,13 +241,10 @@ static tp_status stage_close(stage_bufs *sb, tp_engine *e, tp_status st, tp_erro
  * it stays), else into that buffer's device half, returned in *dev. Queued on e->stream. */
 static tp_status stage_floats(tp_engine *e, stage_bufs *sb, const float *src, size_t m, float *dst, float **dev,
                               const char *what, tp_error *err) {
-    if (!sb->buf[0] || !sb->dev[1]) {
-        tp_status st = stage_alloc(sb, err);
-        if (st) return st;
-    }
+    CHECK(sb->buf[0] && sb->dev[1]); /* stage_ready */
     const int b = (int)(sb->k++ & 1u);
-    if (sb->used[b] && cudaEventSynchronize(sb->done[b]) != cudaSuccess)
-        return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", what, cudaGetErrorString(cudaGetLastError()));
+    const cudaError_t se = sb->used[b] ? cudaEventSynchronize(sb->done[b]) : cudaSuccess;
+    if (se != cudaSuccess) return tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", what, cudaGetErrorString(se));
     /* the host's part: a copy, on every thread (one thread copies ~10 GB/s, below the link's rate) */
     const size_t piece = 1u << 18;
 #pragma omp parallel for schedule(static) if (m >= 2 * piece)
@@ -272,12 +273,11 @@ static tp_status dev_convert(tp_engine *e, stage_bufs *sb, const tp_param *p, vo
 }
 
 /* p (rows, K) quantized to NVFP4 on the GPU into codes (rows K / 2 bytes) and row-major block scales (rows
- * ceil(K / 16)), *s2 its per-tensor scale: tp_quantize(TP_QF_NVFP4, is_weight 1)'s bits. TP_ERR_UNSUPPORTED where
- * the GPU quantizer does not take the shape (the caller quantizes on the host). */
+ * ceil(K / 16)), *s2 its per-tensor scale: tp_quantize(TP_QF_NVFP4, is_weight 1)'s bits. The caller has checked
+ * the shape (tpk_weight_quantize_ok, a row within a chunk) and the staging (stage_ready). */
 static tp_status dev_nvfp4(tp_engine *e, stage_bufs *sb, const tp_param *p, int64_t rows, int64_t K, uint8_t *codes,
                            uint8_t *scales, float *s2, tp_error *err) {
-    if (sb->cpu || !tpk_weight_quantize_ok(TP_QF_NVFP4, K) || K > STAGE_FLOATS)
-        return tp_fail(err, TP_ERR_UNSUPPORTED, "%s: NVFP4 on the host", p->name);
+    CHECK(!sb->cpu && sb->buf[0] && tpk_weight_quantize_ok(TP_QF_NVFP4, K) && K <= STAGE_FLOATS);
     *s2 = tp_qformat_global_scale(TP_QF_NVFP4, p->data, rows, K);
     const int64_t cr = STAGE_FLOATS / K;
     for (int64_t r0 = 0; r0 < rows; r0 += cr) {
@@ -299,7 +299,7 @@ static tp_status stage_upload(tp_engine *e, int v, void *dst, stage_bufs *sb, fl
     const tp_dtype dt = e->plan->value_dt[v];
     const size_t es = tp_dtype_info(dt)->bytes;
     const tp_qtensor *pre8 = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
-    if (pre8 || sb->cpu || es < 1 || tp_dtype_info(dt)->bits != 8 * (int)es) {
+    if (pre8 || es < 1 || tp_dtype_info(dt)->bits != 8 * (int)es || !stage_ready(sb)) {
         const size_t bytes = value_bytes(e, v);
         void *h = malloc(bytes ? bytes : 1);
         if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory converting %s", p->name);
@@ -331,12 +331,16 @@ static tp_status nvfp4_into(tp_engine *e, int v, stage_bufs *sb, uint8_t *codes,
     const int64_t rows = value_rows(e, v), K = value_cols(e, v);
     const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
     tp_status st = TP_OK;
-    if (!(pre && pre->format == TP_QF_NVFP4) && !sb->cpu && tpk_weight_quantize_ok(TP_QF_NVFP4, K)) {
+    if (!(pre && pre->format == TP_QF_NVFP4) && tpk_weight_quantize_ok(TP_QF_NVFP4, K) && K <= STAGE_FLOATS &&
+        stage_ready(sb)) {
         st = dev_nvfp4(e, sb, p, rows, K, codes, scales, s2, err);
     } else {
         tp_qtensor own;
         const tp_qtensor *q = NULL;
         st = tpe_nvfp4_weight(e, v, &own, &q, err);
+        if (!st && (q->elem_bytes != (size_t)(rows * K + 1) / 2 || q->scale_bytes != (size_t)(rows * ((K + 15) / 16))))
+            st = tp_fail(err, TP_ERR_ARG, "%s: the stored NVFP4 tensor has %zu code and %zu scale bytes, not %lld x "
+                         "%lld's", p->name, q->elem_bytes, q->scale_bytes, (long long)rows, (long long)K);
         if (!st) st = upload(codes, q->elems, q->elem_bytes, p->name, err);
         if (!st) st = upload(scales, q->scales, q->scale_bytes, p->name, err);
         if (!st) *s2 = q->global_scale;

@@ -12,9 +12,9 @@
  * engine's, so the argmax and the cache position work as on the graph path.
  *
  * What it takes (else TP_ERR_UNSUPPORTED naming the reason): one sequence of one token a step (B = 1, T = 1), no
- * tensor parallelism, FP16 or BF16 activations and weights (no quantized format yet), a 16-bit KV cache, head dims
- * 64, 128 or 256, the q/k/v and gate/up linears as sibling groups (--gemv-groups), K a multiple of 8 up to 16384,
- * compute capability 9.0 or later. C11. */
+ * tensor parallelism, FP16 or BF16 activations and weights or weight-only FP8 (E4M3 weights, FP16 activations), a
+ * 16-bit KV cache, head dims 64, 128 or 256, the q/k/v and gate/up linears as sibling groups (--gemv-groups), K a
+ * multiple of 8 up to 16384, compute capability 9.0 or later. C11. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
