@@ -779,9 +779,9 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
 static tp_status record_plan(run_ctx *c, const tp_plan *plan, tp_bench_result *r, tp_error *err) {
     const tp_graph *g = &c->g;
     r->n_ops = g->n_ops;
-    /* the plan's own precision: --prefill-activations fp8 plans fp8-wo's prefill as fp8 (W8A8), whose ops and GEMM
-     * peak (MFU's denominator) are fp8's */
-    const tp_precision pq = plan->requested;
+    /* --prefill-activations fp8 plans fp8-wo's prefill as fp8 (W8A8): its quantized ops and its GEMM peak (MFU's
+     * denominator) are fp8's */
+    const tp_precision pq = r->prec == TP_PREC_FP8_WO && plan->requested == TP_PREC_FP8 ? TP_PREC_FP8 : r->prec;
     r->mfu_prec = pq;
     for (int i = 0; i < g->n_ops; i++) {
         r->n_quant_ops += plan->op_prec[i] == pq && tp_precision_quantized(pq);
