@@ -530,6 +530,25 @@ START_TEST(test_convert_fp8_scale_divides_KNOWN_BUG_dtype_c) {
 }
 END_TEST
 
+/* A NaN quotient in a scaled FP8 conversion takes x's sign (dtype.c's rule, which the GPU's converter shares:
+ * which sign an invalid operation's NaN carries is the hardware's choice): NaN inputs of either sign, Inf / Inf under
+ * an infinite scale, and everything under a NaN scale; finite quotients as before. */
+START_TEST(test_convert_fp8_nan_quotient_sign) {
+    const float x[] = {NAN, -NAN, INFINITY, -INFINITY, 1.0f, -1.0f, 0.0f, -0.0f};
+    uint8_t q[8], r[8];
+    tp_convert_from_f32(TP_E4M3, x, q, 8, INFINITY);
+    const uint8_t want_inf[] = {0x7F, 0xFF, 0x7F, 0xFF, 0x00, 0x80, 0x00, 0x80}; /* x / Inf: NaN, +-0 */
+    for (int i = 0; i < 8; i++) ck_assert_msg(q[i] == want_inf[i], "x %g / Inf: 0x%02X, want 0x%02X", (double)x[i], q[i], want_inf[i]);
+    tp_convert_from_f32(TP_E4M3, x, q, 8, NAN);
+    for (int i = 0; i < 8; i++) ck_assert_msg(q[i] == (signbit(x[i]) ? 0xFF : 0x7F), "x %g / NaN: 0x%02X", (double)x[i], q[i]);
+    tp_convert_from_f32(TP_E4M3, x, q, 8, 2.0f);
+    const uint8_t want2[] = {0x7F, 0xFF, 0x7E, 0xFE, tp_f32_to_e4m3(0.5f), tp_f32_to_e4m3(-0.5f), 0x00, 0x80};
+    for (int i = 0; i < 8; i++) ck_assert_msg(q[i] == want2[i], "x %g / 2: 0x%02X, want 0x%02X", (double)x[i], q[i], want2[i]);
+    tp_convert_from_f32(TP_E5M2, x, r, 8, INFINITY);
+    ck_assert(r[2] == 0x7F && r[3] == 0xFF); /* E5M2 likewise */
+}
+END_TEST
+
 /* The precision-traits table (precision.h): a row for every precision, its name parsed back, and the rules the
  * planner, the executors and the reports rely on when they read it instead of comparing precisions by name. */
 START_TEST(test_precision_traits) {
@@ -647,6 +666,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_random_sweep);
     tcase_add_test(tc, test_convert_roundtrip);
     tcase_add_test(tc, test_convert_fp8_scale_divides_KNOWN_BUG_dtype_c);
+    tcase_add_test(tc, test_convert_fp8_nan_quotient_sign);
     tcase_add_test(tc, test_traits);
     tcase_add_test(tc, test_precision_traits);
     suite_add_tcase(s, tc);

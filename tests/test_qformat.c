@@ -695,6 +695,28 @@ START_TEST(test_e2m1_packing) {
 }
 END_TEST
 
+/* tp_qformat_global_scale: the s2 tp_quantize uses (NVFP4: amax / 2688; 1 for an all-zero tensor, NaN for an Inf
+ * amax; 1 for formats without one), the GPU quantizer's input */
+START_TEST(test_global_scale) {
+    float x[3 * 40];
+    for (int i = 0; i < 120; i++) x[i] = 0.01f * (float)((i * 37) % 101 - 50);
+    x[77] = -9.5f;
+    tp_qtensor q;
+    quant(TP_QF_NVFP4, x, 3, 40, 1, 0, &q);
+    const float s2 = tp_qformat_global_scale(TP_QF_NVFP4, x, 3, 40);
+    ck_assert(memcmp(&s2, &q.global_scale, 4) == 0);
+    ck_assert_float_eq(s2, (float)(9.5 / 2688.0));
+    tp_qtensor_free(&q);
+    ck_assert_float_eq(tp_qformat_global_scale(TP_QF_MXFP8, x, 3, 40), 1.0f);
+    ck_assert_float_eq(tp_qformat_global_scale(TP_QF_FP8_TENSOR, x, 3, 40), 1.0f);
+    float z[16] = {0};
+    ck_assert_float_eq(tp_qformat_global_scale(TP_QF_NVFP4, z, 1, 16), 1.0f);
+    z[5] = -INFINITY;
+    ck_assert(isnan(tp_qformat_global_scale(TP_QF_NVFP4, z, 1, 16)));
+    ck_assert_float_eq(tp_qformat_global_scale(TP_QF_NVFP4, NULL, 1, 16), 1.0f); /* nothing to measure */
+}
+END_TEST
+
 START_TEST(test_non_finite) {
     /* mxfp8: a block holding Inf gets the NaN scale 0xFF and dequantizes to NaN; the next block is untouched;
      * a NaN element keeps its sign as the E4M3 NaN and does not enter amax */
@@ -898,6 +920,7 @@ static Suite *suite(void) {
     tcase_add_test(tw, test_quantize_dequantize_equals_qdq);
     tcase_add_test(tw, test_e2m1_packing);
     tcase_add_test(tw, test_non_finite);
+    tcase_add_test(tw, test_global_scale);
     tcase_add_test(tw, test_errors);
     tcase_add_test(tw, test_traits_and_parse);
     tcase_add_test(tw, test_calib_entropy);
