@@ -157,13 +157,16 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
     if (r->attn_impl[0]) printf("Attention (chosen when the engine was built): %s\n", r->attn_impl);
     if (rep->prompt > 0) print_prefill_decode(rep, r);
     if (r->gelu_impl[0]) printf("GEMM + GELU (chosen when the engine was built): %s\n", r->gelu_impl);
+    /* the GEMMs' own precision: fp8-wo's prefill runs fp8's (W8A8) under --prefill-activations fp8 */
+    const tp_precision gq = r->mfu_prec != r->prec && r->mfu_prec == TP_PREC_FP8 ? TP_PREC_FP8 : r->prec;
     if (r->n_quant_ops)
-        printf("%s: %d of %d ops run %s GEMMs%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
-               tp_precision_name(r->prec),
-               tp_precision_info(r->prec)->static_act_scales ? (o->calib.method == TP_CALIB_PERCENTILE ? " (static per-tensor scales, percentile calibration)"
+        printf("%s: %d of %d ops run %s GEMMs%s%s%s; the rest %s\n", tp_precision_name(r->prec), r->n_quant_ops, r->n_ops,
+               tp_precision_name(gq),
+               tp_precision_info(gq)->static_act_scales ? (o->calib.method == TP_CALIB_PERCENTILE ? " (static per-tensor scales, percentile calibration)"
                                          : o->calib.method == TP_CALIB_ENTROPY  ? " (static per-tensor scales, entropy calibration)"
                                                                                  : " (static per-tensor scales, max calibration)")
                                       : "",
+               gq != r->prec ? " in the prefill (--prefill-activations fp8; the decode weight-only)" : "",
                r->n_emulated_ops ? ", EMULATED (no hardware path on this GPU: see --plan)" : "",
                tp_precision_name(tp_precision_info(r->prec)->high));
     if (r->n_emulated_ops && r->format_weight_bytes > 0 && fabs(r->format_weight_bytes - r->weight_bytes) > 0.5) {
