@@ -3,7 +3,11 @@
  * formats/qformat.c tp_f32_to_e2m1, e4m3_from_f64_sat, block_scale), so the bits agree whatever the hardware's
  * own converters do with NaN or ties: CUDA's __float2half_rn writes a canonical NaN, the host keeps the sign.
  * Divisions are explicitly IEEE (__fdiv_rn, __ddiv_rn), as the host's are; nothing here may be built with fast
- * math. */
+ * math.
+ * Overlap to remove: kernels.cu's block_quant_native_kernel (Blackwell's activation operands) computes the same
+ * NVFP4 / MX block rule with the hardware's converters, for K a multiple of the block and cuBLASLt's tiled scale
+ * layout; quant_rows_kernel here takes partial blocks and writes row-major scales. One kernel with the scale layout
+ * as a parameter should serve both: a change to make with a GPU run of gpu_formats and gpu_quantize beside it. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
