@@ -164,6 +164,13 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
         p->value_dt[w] = TP_E4M3;
         if (fused) p->value_dt[x] = TP_E4M3;
         p->op_prec[i] = TP_PREC_FP8_BLOCK;
+        if (tp_program_b128_gemv(g, p, i)) { /* a decode step's */
+            snprintf(p->op_note[i], sizeof p->op_note[i],
+                     "native on sm_%d: tprof's FP8 block-128 GEMV (<= 8 rows): %s input quantized per 1x128 block in "
+                     "registers (dynamic), weights 128x128 (offline), block sums in fp32 scaled by both",
+                     sm, tp_dtype_info(p->value_dt[x])->name);
+            continue;
+        }
         snprintf(p->op_note[i], sizeof p->op_note[i],
                  "native on sm_%d: e4m3 x e4m3 GEMM, FP32 block scales (activations 1x128, dynamic; weights 128x128, "
                  "offline; cuBLASLt VEC128_32F/BLK128x128_32F), fp32 accumulate, bf16 out; input quantized %s",
@@ -624,20 +631,25 @@ int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, co
 }
 
 /* Op i can be a sibling-group member (tp_plan_sibling_groups): a 16-bit linear, a weight-only FP8 or NVFP4 one
- * (E4M3 weights with a per-tensor scale each, NVFP4 ones with an s2 each: the group's GEMV applies them per row), or
- * a W8A8 FP8 one whose 16-bit input is quantized as read (the members share that input, hence its scale). */
+ * (E4M3 weights with a per-tensor scale each, NVFP4 ones with an s2 each: the group's GEMV applies them per row),
+ * a W8A8 FP8 one whose 16-bit input is quantized as read (the members share that input, hence its scale), or an FP8
+ * block-128 one on a 16-bit input with whole 128-row weight blocks (N % 128 == 0: the members' 128x128 scales then
+ * stack by rows as their codes do; the decode GEMV quantizes the shared input per 1x128 block). Prefill linears
+ * (more than 8 rows) qualify alike: their groups lay out the weights a decode engine shares. */
 static int sibling_ok(const tp_graph *g, const tp_plan *p, int i) {
     const tp_op *op = &g->ops[i];
     const int w = op->in[1];
     const int w8 = (p->op_prec[i] == TP_PREC_FP8_WO || p->op_prec[i] == TP_PREC_FP8) && p->value_dt[w] == TP_E4M3 &&
                    p->value_qf[w] == TP_QF_NONE;
     const int w4 = p->op_prec[i] == TP_PREC_NVFP4_WO && p->value_qf[w] == TP_QF_NVFP4;
-    if (op->kind != TP_OP_LINEAR || op->gemm_k % (w4 ? 16 : 8) || p->value_qf[op->in[0]] != TP_QF_NONE ||
-        (p->value_qf[w] != TP_QF_NONE && !w4) || (p->value_scaled[w] && !w8) || !tp_program_is_head(&p->prog, i) ||
-        p->prog.calls[i].n_ops != 1)
+    const int wb = p->op_prec[i] == TP_PREC_FP8_BLOCK && p->value_qf[w] == TP_QF_FP8_BLOCK128 &&
+                   p->value_qf[op->in[0]] == TP_QF_FP8_BLOCK128 && op->gemm_n % 128 == 0;
+    if (op->kind != TP_OP_LINEAR || op->gemm_k % (w4 || wb ? 16 : 8) || (p->value_qf[op->in[0]] != TP_QF_NONE && !wb) ||
+        (p->value_qf[w] != TP_QF_NONE && !w4 && !wb) || (p->value_scaled[w] && !w8) ||
+        !tp_program_is_head(&p->prog, i) || p->prog.calls[i].n_ops != 1)
         return 0;
     const tp_dtype dt = p->value_dt[op->in[0]];
-    return (dt == TP_F16 || dt == TP_BF16) && (w8 || w4 || p->value_dt[w] == dt) && p->value_dt[op->out] == dt &&
+    return (dt == TP_F16 || dt == TP_BF16) && (w8 || w4 || wb || p->value_dt[w] == dt) && p->value_dt[op->out] == dt &&
            (op->n_in < 3 || p->value_dt[op->in[2]] == dt);
 }
 

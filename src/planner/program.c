@@ -25,6 +25,8 @@ static const tp_call_kind_info KINDS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_GEMV_W8A8] = {"gemv_w8a8", TP_CAT_GEMM, "tprof W8A8 GEMV, x rounded to E4M3 in registers"},
     [TP_CALL_GEMV_FP8_WO] = {"gemv_fp8_wo", TP_CAT_GEMM, "tprof weight-only E4M3 GEMV"},
     [TP_CALL_GEMV_NVFP4_WO] = {"gemv_nvfp4_wo", TP_CAT_GEMM, "tprof weight-only NVFP4 GEMV"},
+    [TP_CALL_GEMV_FP8_BLOCK] = {"gemv_fp8_block", TP_CAT_GEMM,
+                                "tprof FP8 block-128 GEMV, x quantized per 1x128 block in registers"},
     [TP_CALL_GEMM_WO_DEQUANT] = {"gemm_wo_dequant", TP_CAT_GEMM, "weight dequantized to 16 bits, then cuBLASLt"},
     [TP_CALL_GEMM_FP8_BLOCK] = {"gemm_fp8_block", TP_CAT_GEMM, "cuBLASLt FP8 block-128 GEMM"},
     [TP_CALL_GEMM_BLOCK_NATIVE] = {"gemm_block_native", TP_CAT_GEMM, "block quantize, then cuBLASLt block-scaled MMA"},
@@ -82,10 +84,18 @@ const tp_call_kind_info *tp_call_kind_get(tp_call_kind k) {
 
 /* ---- lowering: each op's own kernel -------------------------------------------------------------------- */
 
+int tp_program_b128_gemv(const tp_graph *g, const tp_plan *p, int i) {
+    const tp_op *op = &g->ops[i];
+    if (op->kind != TP_OP_LINEAR || p->value_qf[op->in[0]] != TP_QF_FP8_BLOCK128 || op->gemm_m > 8 || op->gemm_k % 16)
+        return 0;
+    const tp_dtype dt = p->value_dt[op->in[0]];
+    return (dt == TP_F16 || dt == TP_BF16) && p->value_dt[op->out] == dt && (op->n_in < 3 || p->value_dt[op->in[2]] == dt);
+}
+
 static tp_call_kind linear_kind(const tp_graph *g, const tp_plan *p, int i) {
     const tp_op *op = &g->ops[i];
     const tp_qformat qf = p->value_qf[op->in[0]];
-    if (qf == TP_QF_FP8_BLOCK128) return TP_CALL_GEMM_FP8_BLOCK;
+    if (qf == TP_QF_FP8_BLOCK128) return tp_program_b128_gemv(g, p, i) ? TP_CALL_GEMV_FP8_BLOCK : TP_CALL_GEMM_FP8_BLOCK;
     if (qf == TP_QF_MXFP8 || qf == TP_QF_NVFP4 || qf == TP_QF_MXFP4)
         return p->op_emulated[i] ? TP_CALL_GEMM_QDQ : TP_CALL_GEMM_BLOCK_NATIVE;
     if (qf != TP_QF_NONE) return TP_CALL_GEMM_QDQ;
@@ -150,7 +160,7 @@ static int fits_residual(const tp_program *prog, const tp_graph *g, tp_plan *p, 
     if (op->n_in != 2) return 0;
     const tp_dtype dt = p->value_dt[op->out];
     if (dt == TP_E4M3 || p->value_dt[op->in[0]] != dt || p->value_dt[op->in[1]] != dt) return 0;
-    if (p->value_qf[lin->in[0]] != TP_QF_NONE) return 0;
+    if (p->value_qf[lin->in[0]] != TP_QF_NONE && !tp_program_b128_gemv(g, p, ops[0])) return 0;
     const int res = op->in[0] == lin->out ? op->in[1] : op->in[0];
     snprintf(p->op_note[ops[1]], sizeof p->op_note[ops[1]], "fused: done by the epilogue of %s (+ %s, one rounding)",
              lin->layer, g->values[res].name);

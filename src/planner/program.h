@@ -35,6 +35,7 @@ typedef enum {
     TP_CALL_GEMV_W8A8,         /* W8A8 FP8 at <= 8 rows: tprof's GEMV rounding x to E4M3 in registers */
     TP_CALL_GEMV_FP8_WO,       /* weight-only E4M3 at <= 8 rows: tprof's GEMV */
     TP_CALL_GEMV_NVFP4_WO,     /* weight-only NVFP4 at <= 8 rows: tprof's GEMV */
+    TP_CALL_GEMV_FP8_BLOCK,    /* FP8 block-128 at <= 8 rows on a 16-bit input: tprof's GEMV, x quantized in registers */
     TP_CALL_GEMM_WO_DEQUANT,   /* weight-only at > 8 rows: the weight dequantized to 16 bits, then cuBLASLt */
     TP_CALL_GEMM_FP8_BLOCK,    /* FP8 block-128 (cuBLASLt's block scales), the input quantized first if 16-bit */
     TP_CALL_GEMM_BLOCK_NATIVE, /* MXFP8 / NVFP4 / MXFP4 on Blackwell: the input's codes and scales, then cuBLASLt */
@@ -169,6 +170,11 @@ static inline int tp_program_fused_into(const tp_program *prog, int i) {
 static inline tp_call_kind tp_program_kind(const tp_program *prog, int i) { return tp_program_call_of(prog, i)->kind; }
 /* Op `op` of the call whose slot is `head` of kind k (TP_OP_KIND_COUNT for any): its index in the graph, or -1. */
 int tp_program_find(const tp_program *prog, const tp_graph *g, int head, tp_op_kind k);
+/* 1 when op i, an FP8 block-128 linear of plan p, runs as tprof's block-scaled decode GEMV (exec/cuda/gemm/gemv.h
+ * tpk_gemv_fp8_block, lowered as TP_CALL_GEMV_FP8_BLOCK): at most 8 rows (a decode step's), K % 16 == 0, its input
+ * in F16 or BF16 as its producer wrote it (the GEMV quantizes each 1 x 128 block in registers: no quantize kernel,
+ * no E4M3 copy), its output and bias in the same type. Otherwise cuBLASLt's block-scaled GEMM runs it. */
+int tp_program_b128_gemv(const tp_graph *g, const struct tp_plan *p, int i);
 /* The value call `head` writes: its op's output; a chain's last op's output (the GEMM of a LINEAR, ADD call writes
  * the add's output); a sibling group's first linear's (the members' outputs follow it), or the GLU's when the
  * group's GLU was joined to it. */

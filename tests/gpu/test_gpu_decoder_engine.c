@@ -171,6 +171,24 @@ static void run_case(int kc, tp_precision prec) {
     tp_plan pp, pd, pg, pe;
     tp_engine *ep = engine(&gp, &p, &pp, prec, 1, NULL, 0);
     tp_engine *ed = engine(&gd, &p, &pd, prec, 1, ep, 0);
+    if (prec == TP_PREC_FP8_BLOCK) { /* which kernel each decode linear runs: the block-scaled GEMV at <= 8 rows */
+        int gemv = 0, grouped = 0, lins = 0;
+        for (int i = 0; i < gd.n_ops; i++) {
+            if (gd.ops[i].kind != TP_OP_LINEAR || pd.op_prec[i] != TP_PREC_FP8_BLOCK) continue;
+            const char *kn = NULL;
+            tp_engine_op_call(ed, i, &kn);
+            lins++;
+            gemv += strcmp(kn, "gemv_fp8_block") == 0;
+            grouped += strcmp(kn, "gemv_group") == 0;
+            if (B > 8) ck_assert_msg(strcmp(kn, "gemm_fp8_block") == 0, "case %d: %s runs %s", k, gd.ops[i].layer, kn);
+        }
+        printf("decoder case %d (B %d) fp8-block decode: %d linears, %d as the block-scaled GEMV, %d in sibling "
+               "groups\n", k, B, lins, gemv, grouped);
+        ck_assert_int_gt(lins, 0);
+        if (B <= 8) ck_assert_msg(gemv + grouped == lins, "case %d: %d of %d fp8-block decode linears run another "
+                                  "kernel than the block-scaled GEMV", k, lins - gemv - grouped, lins);
+        if (B == 1) ck_assert_msg(grouped > 0, "case %d: no fp8-block sibling group at batch 1", k);
+    }
     /* the decode engine reads the prefill engine's weights (E4M3 ones with their scales too): none of its own */
     ck_assert_msg(tp_engine_weight_bytes(ed) == 0.0, "case %d %s: the decode engine uploaded %.0f bytes of weights", k,
                   tp_precision_name(prec), tp_engine_weight_bytes(ed));
@@ -310,8 +328,9 @@ END_TEST
  * engine's by value name */
 START_TEST(test_decoder_fp8) { run_case(_i, TP_PREC_FP8); }
 END_TEST
-/* fp8-block (native on sm_90: 1x128 activation blocks quantized by a standalone kernel for every decoder linear)
- * and the block formats, emulated on Hopper (QDQ of the activations, bf16 GEMMs; NVFP4's activation s2 calibrated);
+/* fp8-block (native on sm_90: the prefill's 1x128 activation blocks quantized by a standalone kernel for
+ * cuBLASLt's block-scaled GEMM; the decode steps' (<= 8 rows) by tprof's block-scaled GEMV in registers, q/k/v and
+ * gate/up grouped at batch 1 where every member has whole 128-row blocks) and the block formats, emulated on Hopper (QDQ of the activations, bf16 GEMMs; NVFP4's activation s2 calibrated);
  * MXFP8 on the Gemma-like cases only: the Llama-like MLP's K = 688 is not a multiple of 32 (refused, test_decoder.c) */
 START_TEST(test_decoder_fp8_block) { run_case(_i, TP_PREC_FP8_BLOCK); }
 END_TEST

@@ -1,6 +1,6 @@
 /* test_gpu_gemv.c: the decode GEMVs (tpk_gemv, tpk_gemv_fp8, tpk_gemv_w8a8, tpk_gemv_nvfp4; gemv.h) and their
  * fused forms with a GLU epilogue (tpk_gemv_fused, tpk_gemv_fp8_fused, tpk_gemv_nvfp4_fused) against an fp64 CPU
- * reference, on the GPU, element by element.
+ * reference, on the GPU, element by element; and the FP8 block-128 GEMV (tpk_gemv_fp8_block, _fused).
  *
  * Weights: normal (std 0.05) with every 97th value 20x larger (block scales then differ from the tensor's) and row 3
  * scaled by 1e-3 (small scales: E4M3-subnormal NVFP4 block scales and FP8 codes, fp16-subnormal weights and decoded
@@ -15,6 +15,11 @@
  *   nvfp4           tp_quantize(TP_QF_NVFP4): packed E2M1 codes, row-major UE4M3 block scales, s2; the exact
  *                   values from tp_qdq_f32 (y = e2m1 * ue4m3, s2 apart), and, as a check of the layout gemv.h
  *                   documents, the same values decoded here from the packed bytes (even element in the low nibble).
+ *   fp8 block-128   tp_quantize(TP_QF_FP8_BLOCK128, weights): E4M3 codes, one fp32 scale per 128 x 128 block
+ *                   (uploaded in cuBLASLt's layout, as the engines hold them); x quantized per 1 x 128 block by the
+ *                   kernel, referenced by tp_quantize on the same x: each block's sum scaled by x's and W's block
+ *                   scales (ref_fp8b, s_n = 1); x's rows and 128-blocks given magnitudes 1..8 and 2^-2..2^2 so that
+ *                   a scale from the wrong row or block shows.
  * Activations x (M, K) and the residual normal (std 1), the bias normal (std 0.5), all rounded to the activation
  * type first, so the reference sees exactly what the GPU reads:
  *   ref[m, n] = s_n * sum_k x[m, k] Wd[n, k] + bias[n] + residual[m, n]        (fp64)
@@ -45,6 +50,7 @@
 #include <string.h>
 
 #include "exec/cuda/gemm/gemv.h"
+#include "exec/cuda/vendor/gemm_cublaslt.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
 
@@ -60,9 +66,10 @@ static void teardown(void) {
     close_stream();
 }
 
-typedef enum { WF_16 = 0, WF_FP8_CH, WF_FP8_T, WF_FP8_CT, WF_NVFP4, WF_NVFP4_ROWS, WF_W8A8, WF_COUNT } wfmt;
+typedef enum { WF_16 = 0, WF_FP8_CH, WF_FP8_T, WF_FP8_CT, WF_NVFP4, WF_NVFP4_ROWS, WF_W8A8, WF_FP8B, WF_COUNT } wfmt;
 static const char *const WF_NAME[WF_COUNT] = {"16-bit", "fp8 per-channel", "fp8 per-tensor", "fp8 channel x tensor",
-                                              "nvfp4", "nvfp4, one s2 per row", "w8a8 (x to e4m3 on load)"};
+                                              "nvfp4", "nvfp4, one s2 per row", "w8a8 (x to e4m3 on load)",
+                                              "fp8 block-128 (x quantized per 1x128 on load)"};
 /* W8A8's x scale: x (std 1) / XS saturates E4M3 (448) where |x| > 3, about 0.3 % of the elements */
 #define W8A8_XS (3.0f / 448.0f)
 static const tp_dtype DT[] = {TP_F16, TP_BF16};
@@ -97,6 +104,8 @@ typedef struct {
     const float *cs;     /* device channel scales (fp8) or NULL */
     const float *ts;     /* device tensor scale (fp8) or s2 (nvfp4) or NULL */
     const float *xs;     /* device x scale (w8a8) */
+    const float *bs;     /* device fp8 block-128 weight scales, cuBLASLt's layout (gemm_cublaslt.h) */
+    float *hbs;          /* host fp8 block-128 weight scales, plain (ceil(N / 128), ceil(K / 128)) */
     float *wd;           /* host (N, K): the decoded weights without their fp32 scales, exact */
     double *s;           /* host (N): the scale product s_n */
 } wset;
@@ -115,7 +124,8 @@ static wset make_weights(wfmt f, tp_dtype dt, int N, int K, size_t woff, uint64_
     for (size_t i = 0; i < nW; i += 97) W[i] *= 20.0f;
     if (N > 3)
         for (int k = 0; k < K; k++) W[(size_t)3 * K + k] *= 1e-3f;
-    wset w = {f, dt, N, K, NULL, NULL, NULL, NULL, NULL, hmalloc(nW * sizeof(float)), hmalloc((size_t)N * sizeof(double))};
+    wset w = {f,    dt,   N,    K,    NULL, NULL, NULL, NULL, NULL, NULL, NULL, hmalloc(nW * sizeof(float)),
+              hmalloc((size_t)N * sizeof(double))};
     tp_error e;
     if (f == WF_16) {
         round_dt(dt, W, nW);
@@ -124,6 +134,22 @@ static wset make_weights(wfmt f, tp_dtype dt, int N, int K, size_t woff, uint64_
         void *h = hmalloc(nW * esize(dt));
         tp_convert_from_f32(dt, W, h, nW, 1.0f);
         w.w = dev_copy(h, nW * esize(dt), woff);
+    } else if (f == WF_FP8B) { /* codes and plain 128 x 128 scales; the device gets cuBLASLt's layout */
+        tp_qtensor q;
+        ck_assert_msg(tp_quantize(TP_QF_FP8_BLOCK128, W, N, K, 1, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
+        const size_t nb = (size_t)(N + 127) / 128, kb = (size_t)(K + 127) / 128;
+        ck_assert_msg(q.elem_bytes == nW && q.scale_bytes == nb * kb * sizeof(float), "[%s] fp8-block sizes %zu, %zu",
+                      g_case, q.elem_bytes, q.scale_bytes);
+        for (size_t i = 0; i < nW; i++) w.wd[i] = tp_e4m3_to_f32(q.elems[i]);
+        for (int n = 0; n < N; n++) w.s[n] = 1.0;
+        w.hbs = hmalloc(nb * kb * sizeof(float));
+        memcpy(w.hbs, q.scales, nb * kb * sizeof(float));
+        const size_t ns = tp_gemm_b128_weight_scale_count(N, K);
+        float *lay = hmalloc(ns * sizeof(float));
+        tp_gemm_b128_weight_scales(w.hbs, N, K, lay);
+        w.w = dev_copy(q.elems, nW, woff);
+        w.bs = dev_floats(lay, ns);
+        tp_qtensor_free(&q);
     } else if (f == WF_FP8_T) {
         tp_qtensor q;
         ck_assert_msg(tp_quantize(TP_QF_FP8_TENSOR, W, N, K, 1, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
@@ -197,6 +223,7 @@ static int run_gemv(const wset *w, const void *x, const void *bias, const void *
         return tpk_gemv_nvfp4_rows(x, w->w, w->scales, w->cs, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     case WF_W8A8:
         return tpk_gemv_w8a8(x, w->xs, w->w, w->cs, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
+    case WF_FP8B: return tpk_gemv_fp8_block(x, w->w, w->bs, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     default: return tpk_gemv_fp8(x, w->w, w->cs, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     }
 }
@@ -213,6 +240,40 @@ static void ref_products(const float *x, const float *wd, int M, int N, int K, d
             }
             acc[(size_t)m * N + n] = s, mag[(size_t)m * N + n] = a;
         }
+}
+
+/* fp8 block-128: x quantized per 1 x 128 block by tp_quantize (the reference of the kernel's in-register
+ * quantization), then acc = sum_kb xs[m, kb] ws[n / 128, kb] sum_{k in kb} xq wq and mag the same over |products|
+ * (s_n = 1), fp64 */
+static void ref_fp8b(const wset *w, const float *x, int M, double *acc, double *mag) {
+    const int N = w->N, K = w->K, KB = (K + 127) / 128;
+    tp_qtensor q;
+    tp_error e;
+    ck_assert_msg(tp_quantize(TP_QF_FP8_BLOCK128, x, M, K, 0, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(q.scale_bytes == (size_t)M * KB * sizeof(float), "[%s] x scales %zu bytes", g_case, q.scale_bytes);
+    const float *xs = (const float *)q.scales;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0.0, a = 0.0;
+            for (int kb = 0; kb < KB; kb++) {
+                double bs = 0.0, ba = 0.0;
+                for (int k = 128 * kb; k < K && k < 128 * kb + 128; k++) {
+                    const double p = (double)tp_e4m3_to_f32(q.elems[(size_t)m * K + k]) * w->wd[(size_t)n * K + k];
+                    bs += p, ba += fabs(p);
+                }
+                const double sc = (double)xs[(size_t)m * KB + kb] * w->hbs[(size_t)(n / 128) * KB + kb];
+                s += bs * sc, a += ba * fabs(sc);
+            }
+            acc[(size_t)m * N + n] = s, mag[(size_t)m * N + n] = a;
+        }
+    tp_qtensor_free(&q);
+}
+
+/* fp8 block-128's activations: row m scaled by 1 + m and block kb by 2^(kb % 5 - 2), so x's block scales differ
+ * along both axes (a scale taken from the wrong row or block is off by a factor) */
+static void vary_blocks(float *x, int M, int K) {
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < K; k++) x[(size_t)m * K + k] *= (float)(1 + m) * ldexpf(1.0f, (k / 128) % 5 - 2);
 }
 
 /* y (downloaded) against the reference under the header's bound; returns the worst error / bound */
@@ -250,6 +311,7 @@ typedef struct {
 
 static int shape_ok(wfmt f, const shape *s) {
     if (f == WF_NVFP4 || f == WF_NVFP4_ROWS) return s->K % 16 == 0;
+    if (f == WF_FP8B) return s->K % 16 == 0 && s->woff % 16 == 0;
     if (f == WF_16) return s->K % 8 == 0 && s->woff % 16 == 0;
     return s->K % 8 == 0;
 }
@@ -276,6 +338,7 @@ static void run_shapes(wfmt f, tp_dtype dt) {
         const wset w = make_weights(f, dt, N, K, sh->woff, seed++);
         float *x = host_normal(nX, seed++, 0.0, 1.0), *bias = host_normal((size_t)N, seed++, 0.0, 0.5);
         float *res = host_normal(nY, seed++, 0.0, 1.0);
+        if (f == WF_FP8B) vary_blocks(x, M, K);
         round_dt(dt, x, nX);
         round_dt(dt, bias, (size_t)N);
         round_dt(dt, res, nY);
@@ -284,7 +347,8 @@ static void run_shapes(wfmt f, tp_dtype dt) {
         float *xq = f == WF_W8A8 ? hmalloc(nX * sizeof(float)) : x;
         if (f == WF_W8A8)
             for (size_t i = 0; i < nX; i++) xq[i] = tp_e4m3_to_f32(tp_f32_to_e4m3(x[i] / W8A8_XS));
-        ref_products(xq, w.wd, M, N, K, acc, mag);
+        if (f == WF_FP8B) ref_fp8b(&w, x, M, acc, mag);
+        else ref_products(xq, w.wd, M, N, K, acc, mag);
         const void *d_x = dev_upload(dt, x, nX, nX), *d_b = dev_upload(dt, bias, (size_t)N, (size_t)N);
         const void *d_r = dev_upload(dt, res, nY, nY);
         double worst = 0.0;
@@ -376,13 +440,15 @@ static void run_fused(wfmt f, tp_dtype dt, int M, int K, int ng, int glu, int up
     const size_t nX = (size_t)M * K, nY = (size_t)M * ng;
     const wset w = make_weights(f, dt, N, K, 0, seed);
     float *x = host_normal(nX, seed + 1, 0.3, 1.5), *bias = host_normal((size_t)N, seed + 3, 0.0, 0.5);
+    if (f == WF_FP8B) vary_blocks(x, M, K);
     round_dt(dt, x, nX);
     round_dt(dt, bias, (size_t)N);
     float *xq = f == WF_W8A8 ? hmalloc(nX * sizeof(float)) : x; /* W8A8: x's E4M3 values under xs */
     if (f == WF_W8A8)
         for (size_t i = 0; i < nX; i++) xq[i] = tp_e4m3_to_f32(tp_f32_to_e4m3(x[i] / W8A8_XS));
     double *acc = hmalloc((size_t)M * N * sizeof(double)), *mag = hmalloc((size_t)M * N * sizeof(double));
-    ref_products(xq, w.wd, M, N, K, acc, mag);
+    if (f == WF_FP8B) ref_fp8b(&w, x, M, acc, mag);
+    else ref_products(xq, w.wd, M, N, K, acc, mag);
     const void *d_x = dev_upload(dt, x, nX, nX), *d_b = dev_upload(dt, bias, (size_t)N, (size_t)N);
     void *d_y = dev_alloc(dt, nY + 64);
     const tpk_gemv_fusion fu = {glu, ng, gate0, up0};
@@ -394,6 +460,7 @@ static void run_fused(wfmt f, tp_dtype dt, int M, int K, int ng, int glu, int up
         rc = tpk_gemv_nvfp4_fused(d_x, w.w, w.scales, w.cs, 1, d_b, d_y, dt, M, N, K, &fu, g_stream);
         break;
     case WF_W8A8: rc = tpk_gemv_fp8_fused(d_x, w.xs, w.w, w.cs, w.ts, d_b, d_y, dt, M, N, K, &fu, g_stream); break;
+    case WF_FP8B: rc = tpk_gemv_fp8_block_fused(d_x, w.w, w.bs, d_b, d_y, dt, M, N, K, &fu, g_stream); break;
     default: rc = tpk_gemv_fp8_fused(d_x, NULL, w.w, w.cs, w.ts, d_b, d_y, dt, M, N, K, &fu, g_stream); break;
     }
     KERNEL_OK(rc);
@@ -429,7 +496,7 @@ static void run_fused(wfmt f, tp_dtype dt, int M, int K, int ng, int glu, int up
 START_TEST(test_gemv_fused) {
     const wfmt f = (wfmt)(_i / N_OF(DT));
     const tp_dtype dt = DT[_i % N_OF(DT)];
-    const int kmul = f == WF_NVFP4 || f == WF_NVFP4_ROWS ? 16 : 8;
+    const int kmul = f == WF_NVFP4 || f == WF_NVFP4_ROWS || f == WF_FP8B ? 16 : 8;
     static const int Ks[] = {200, 784, 2048, 2064}, Ms[] = {1, 3, 8, 11}, NGs[] = {5, 100, 2052};
     uint64_t seed = 47000 + 1000 * (uint64_t)_i;
     int done = 0;
@@ -493,6 +560,14 @@ START_TEST(test_gemv_rejects) {
         {"fused: glu 3", tpk_gemv_fused(x, w, NULL, y, h, 1, 16, 16, &glu_bad, g_stream)},
         {"fused: glu rows past N", tpk_gemv_fp8_fused(x, NULL, w, s, NULL, NULL, y, h, 1, 16, 16, &glu_past, g_stream)},
         {"fused: glu_n 0", tpk_gemv_nvfp4_fused(x, w, sc, s, 0, NULL, y, h, 1, 16, 32, &glu_zero, g_stream)},
+        {"fp8-block: K 24 (not a multiple of 16)", tpk_gemv_fp8_block(x, w, s, NULL, NULL, y, h, 1, 16, 24, g_stream)},
+        {"fp8-block: NULL scales", tpk_gemv_fp8_block(x, w, NULL, NULL, NULL, y, h, 1, 16, 32, g_stream)},
+        {"fp8-block: scales not 4-byte aligned",
+         tpk_gemv_fp8_block(x, w, (const float *)(sc + 2), NULL, NULL, y, h, 1, 16, 32, g_stream)},
+        {"fp8-block: w not 16-byte aligned", tpk_gemv_fp8_block(x, w + 8, s, NULL, NULL, y, h, 1, 16, 32, g_stream)},
+        {"fp8-block: f32", tpk_gemv_fp8_block(x, w, s, NULL, NULL, y, TP_F32, 1, 16, 32, g_stream)},
+        {"fp8-block fused: glu rows past N",
+         tpk_gemv_fp8_block_fused(x, w, s, NULL, y, h, 1, 16, 32, &glu_past, g_stream)},
     };
     check_rejected(r, sizeof r / sizeof r[0]);
     check_untouched("y after the rejected calls", y, 0, 1 << 16);

@@ -479,6 +479,11 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
                      g->ops[emb].layer);
             continue;
         }
+        if (tpe_kind(e, i) == TP_CALL_GEMV_FP8_BLOCK) { /* a decode step's: tprof's GEMV, no cuBLASLt plan */
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof FP8 block-128 GEMV (gemv.h tpk_gemv_fp8_block): "
+                     "x quantized per 1x128 block in registers, E4M3 weights with 128x128 scales");
+            continue;
+        }
         if (op->kind == TP_OP_LINEAR && plan->value_qf[op->in[0]] == TP_QF_FP8_BLOCK128) {
             /* native FP8 block-128: the input's 1x128 scales (one buffer per value), E4M3 scratch when no producer
              * writes the format */

@@ -205,7 +205,7 @@ tp_status tpe_alloc_activations(tp_engine *e, tp_error *err);
  * (planner/plan.h tp_plan_sibling_groups into e->group_lead, group_next); tpe_upload_groups: their weights and
  * biases laid out one after the other (engines without a share); tpe_group_pins: the outputs (pinned[v] = 1) that
  * take one contiguous allocation each group (tpe_alloc_group_outputs) instead of the activation pool;
- * tpe_fp4_group: the group of leader `lead` is weight-only NVFP4; tpe_group_ready: the group of leader `lead` can
+ * tpe_fp4_group: the group of leader `lead` is weight-only NVFP4; tpe_b128_group: FP8 block-128; tpe_group_ready: the group of leader `lead` can
  * run as one GEMV (one token, its weights, biases and outputs contiguous), its summed N in *n_total;
  * tpe_choose_groups: the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster
  * (its members joined into the leader's call, of kind TP_CALL_GEMV_GROUP); tpe_launch_group: the GEMV of leader `lead`
@@ -216,6 +216,7 @@ tp_status tpe_upload_groups(tp_engine *e, tp_error *err);
 void tpe_group_pins(const tp_engine *e, unsigned char *pinned);
 tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err);
 int tpe_fp4_group(const tp_engine *e, int lead);
+int tpe_b128_group(const tp_engine *e, int lead);
 
 /* A pipeline's graph. tpe_rope_tables: every RoPE op's inverse frequencies on the device (e->d_invfreq), those
  * not yet there; tpe_setup_pipeline: that and every TIME_CONCAT op's embedding (e->d_opconst), and each masked

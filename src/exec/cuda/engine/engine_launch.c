@@ -223,6 +223,15 @@ static int l_gemm_fp8_block(tp_engine *e, int i, int *lib) {
                        (const float *)e->d_bscale[op->in[1]], e->stream);
 }
 
+/* FP8 block-128 at <= 8 rows: the GEMV quantizes the 16-bit input per 1x128 block as it reads it */
+static int l_gemv_fp8_block(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    return tpk_gemv_fp8_block(io.x, io.w, (const float *)e->d_bscale[op->in[1]], io.bias, io.res, io.y, io.xdt,
+                              (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, e->stream);
+}
+
 /* Blackwell: the input's codes and 128x4-tiled scales, then the block-scaled GEMM (NVFP4's per-tensor scales in
  * alpha) */
 static int l_gemm_block_native(tp_engine *e, int i, int *lib) {
@@ -513,6 +522,7 @@ static const launcher LAUNCHERS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_GEMV_NVFP4_WO] = l_gemv_nvfp4_wo,
     [TP_CALL_GEMM_WO_DEQUANT] = l_gemm_wo_dequant,
     [TP_CALL_GEMM_FP8_BLOCK] = l_gemm_fp8_block,
+    [TP_CALL_GEMV_FP8_BLOCK] = l_gemv_fp8_block,
     [TP_CALL_GEMM_BLOCK_NATIVE] = l_gemm_block_native,
     [TP_CALL_GEMM_QDQ] = l_gemm_qdq,
     [TP_CALL_ATTENTION] = l_attention,
@@ -575,18 +585,21 @@ tp_status tpe_launch_op(tp_engine *e, int i, tp_error *err) {
 int tpe_group_ready(const tp_engine *e, int lead, int64_t *n_total) {
     const tp_graph *g = e->g;
     if (g->ops[lead].gemm_m != 1) return 0;
-    const int fp4 = tpe_fp4_group(e, lead);
+    const int fp4 = tpe_fp4_group(e, lead), b128 = tpe_b128_group(e, lead);
     const char *w = e->dptr[g->ops[lead].in[1]], *y = e->dptr[g->ops[lead].out];
     const char *b = g->ops[lead].n_in > 2 ? e->dptr[g->ops[lead].in[2]] : NULL;
-    const char *sc = fp4 ? e->d_bscale[g->ops[lead].in[1]] : NULL;
+    const char *sc = fp4 || b128 ? e->d_bscale[g->ops[lead].in[1]] : NULL;
     *n_total = 0;
     for (int j = lead; j >= 0; j = e->group_next[j]) {
         const tp_op *op = &g->ops[j];
         const size_t n = (size_t)tp_value_numel(&g->values[op->in[1]]);
         if ((const char *)e->dptr[op->in[1]] != w || (const char *)e->dptr[op->out] != y) return 0;
         if (b && (const char *)e->dptr[op->in[2]] != b) return 0;
-        if (fp4 && (const char *)e->d_bscale[op->in[1]] != sc) return 0;
+        if ((fp4 || b128) && (const char *)e->d_bscale[op->in[1]] != sc) return 0;
+        /* FP8 block-128: the scale rows stack only when every member but the last has whole 128-row blocks */
+        if (b128 && e->group_next[j] >= 0 && op->gemm_n % 128) return 0;
         if (fp4) sc += n / 16;
+        if (b128) sc += sizeof(float) * tp_gemm_b128_weight_scale_count(op->gemm_n, op->gemm_k);
         w += fp4 ? n / 2 : value_bytes(e, op->in[1]);
         y += value_bytes(e, op->out);
         if (b) b += value_bytes(e, op->in[2]);
@@ -605,6 +618,9 @@ int tpe_launch_group(tp_engine *e, int lead, const tpk_gemv_fusion *fu) {
     const int fp4 = tpe_fp4_group(e, lead);
     void *y = e->dptr[fu && fu->glu ? g->ops[tp_program_first(&e->prog, g, e->prog.op_call[lead], TP_OP_GLU)].out
                                     : op->out];
+    if (tpe_b128_group(e, lead)) /* the stacked 128x128 scales; x quantized per 1x128 block in the GEMV */
+        return tpk_gemv_fp8_block_fused(x, w, (const float *)e->d_bscale[op->in[1]], b, y, xdt, 1, (int)n,
+                                        (int)op->gemm_k, fu, e->stream);
     if (fp4 || e->plan->value_dt[op->in[1]] == TP_E4M3) { /* its per-row scales exist once the group was chosen */
         const float *rs = e->group_cs[lead];
         if (!rs) return (int)cudaErrorInvalidValue;

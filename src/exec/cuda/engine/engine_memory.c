@@ -52,9 +52,11 @@ static tp_status upload(void *dst, const void *src, size_t bytes, const char *wh
     return ce == cudaSuccess ? TP_OK : tp_fail(err, TP_ERR_CUDA, "uploading %s: %s", what, cudaGetErrorString(ce));
 }
 
-/* An fp8-block weight (N, K): E4M3 codes and 128x128 scales, from the engine file when it holds them, else
- * quantized here; the scales re-laid for cuBLASLt (gemm_cublaslt.h). */
-static tp_status upload_fp8_block_weight(tp_engine *e, int v, const tp_param *p, tp_error *err) {
+/* An fp8-block weight (N, K) into codes (N K bytes) and scales (tp_gemm_b128_weight_scale_count floats) on the
+ * device: E4M3 codes and 128x128 scales, from the engine file when it holds them, else quantized here; the scales
+ * re-laid for cuBLASLt (gemm_cublaslt.h), the layout the block-scaled GEMV reads too (gemv.h). */
+static tp_status fp8_block_into(tp_engine *e, int v, void *codes, void *scales, tp_error *err) {
+    const tp_param *p = &e->params->params[e->g->values[v].param_index];
     const int64_t N = value_rows(e, v), K = value_cols(e, v);
     const tp_qtensor *pre = e->weights_q ? e->weights_q[e->g->values[v].param_index] : NULL;
     tp_qtensor own;
@@ -69,14 +71,19 @@ static tp_status upload_fp8_block_weight(tp_engine *e, int v, const tp_param *p,
     float *sc = malloc(sizeof(float) * ns);
     if (!sc) st = tp_fail(err, TP_ERR_OOM, "out of host memory quantizing %s", p->name);
     if (!st) tp_gemm_b128_weight_scales((const float *)pre->scales, N, K, sc);
-    if (!st) st = tpe_dev_alloc(e, pre->elem_bytes, &e->dptr[v], p->name, err);
-    if (!st) st = upload(e->dptr[v], pre->elems, pre->elem_bytes, p->name, err);
-    if (!st) st = tpe_dev_alloc(e, sizeof(float) * ns, &e->d_bscale[v], p->name, err);
-    if (!st) st = upload(e->d_bscale[v], sc, sizeof(float) * ns, p->name, err);
+    if (!st) st = upload(codes, pre->elems, pre->elem_bytes, p->name, err);
+    if (!st) st = upload(scales, sc, sizeof(float) * ns, p->name, err);
     if (!st) e->weight_bytes += (double)pre->elem_bytes + (double)pre->scale_bytes;
     free(sc);
     tp_qtensor_free(&own);
     return st;
+}
+
+static tp_status upload_fp8_block_weight(tp_engine *e, int v, const tp_param *p, tp_error *err) {
+    const int64_t N = value_rows(e, v), K = value_cols(e, v);
+    tp_status st = tpe_dev_alloc(e, (size_t)(N * K), &e->dptr[v], p->name, err);
+    if (!st) st = tpe_dev_alloc(e, sizeof(float) * tp_gemm_b128_weight_scale_count(N, K), &e->d_bscale[v], p->name, err);
+    return st ? st : fp8_block_into(e, v, e->dptr[v], e->d_bscale[v], err);
 }
 
 /* A weight (N, K) for a native block-scaled GEMM: its codes as stored (tp_qtensor packing is cuBLASLt's) and its
@@ -626,6 +633,37 @@ static tp_status upload_fp4_part(tp_engine *e, int lead, stage_bufs *sb, tp_erro
     return st;
 }
 
+/* An FP8 block-128 group's weights: E4M3 codes (N K bytes a member) and 128x128 block scales in cuBLASLt's layout
+ * (every member's N a multiple of 128, tp_plan_sibling_groups: the scale rows stack as the codes do) each one after
+ * the other in one allocation; each member's value and d_bscale point at its parts. */
+int tpe_b128_group(const tp_engine *e, int lead) {
+    return e->plan->value_qf[e->g->ops[lead].in[1]] == TP_QF_FP8_BLOCK128;
+}
+
+static tp_status upload_b128_part(tp_engine *e, int lead, tp_error *err) {
+    const tp_graph *g = e->g;
+    size_t nc = 0, ns = 0;
+    for (int i = lead; i >= 0; i = e->group_next[i]) {
+        const int v = g->ops[i].in[1];
+        nc += (size_t)(value_rows(e, v) * value_cols(e, v));
+        ns += tp_gemm_b128_weight_scale_count(value_rows(e, v), value_cols(e, v));
+    }
+    unsigned char *dc = NULL;
+    float *ds = NULL;
+    tp_status st = tpe_dev_alloc(e, nc, (void **)&dc, g->ops[lead].layer, err);
+    if (!st) st = tpe_dev_alloc(e, sizeof(float) * ns, (void **)&ds, g->ops[lead].layer, err);
+    size_t oc = 0, os = 0;
+    for (int i = lead; !st && i >= 0; i = e->group_next[i]) {
+        const int v = g->ops[i].in[1];
+        e->dptr[v] = dc + oc;
+        e->d_bscale[v] = ds + os;
+        st = fp8_block_into(e, v, dc + oc, ds + os, err);
+        oc += (size_t)(value_rows(e, v) * value_cols(e, v));
+        os += tp_gemm_b128_weight_scale_count(value_rows(e, v), value_cols(e, v));
+    }
+    return st;
+}
+
 static tp_status upload_groups_staged(tp_engine *e, stage_bufs *sb, tp_error *err);
 
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err) {
@@ -659,7 +697,9 @@ static tp_status upload_groups_staged(tp_engine *e, stage_bufs *sb, tp_error *er
             for (int w = 1; w < g->ops[j].n_in && w <= 2; w++)
                 repeated &= e->repeats && e->repeats[g->ops[j].in[w]] >= 0;
         if (repeated) continue;
-        tp_status st = tpe_fp4_group(e, i) ? upload_fp4_part(e, i, sb, err) : upload_part(e, i, 1, sb, err);
+        tp_status st = tpe_fp4_group(e, i)    ? upload_fp4_part(e, i, sb, err)
+                       : tpe_b128_group(e, i) ? upload_b128_part(e, i, err)
+                                              : upload_part(e, i, 1, sb, err);
         if (!st && g->ops[i].n_in > 2) st = upload_part(e, i, 2, sb, err);
         if (st) return st;
     }

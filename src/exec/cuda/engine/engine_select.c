@@ -67,7 +67,9 @@ fail:
  * over its rows. */
 static tp_status group_scales(tp_engine *e, int lead, int64_t n, tp_error *err) {
     const tp_graph *g = e->g;
-    if ((e->plan->value_dt[g->ops[lead].in[1]] != TP_E4M3 && !tpe_fp4_group(e, lead)) || e->group_cs[lead]) return TP_OK;
+    if ((e->plan->value_dt[g->ops[lead].in[1]] != TP_E4M3 && !tpe_fp4_group(e, lead)) || tpe_b128_group(e, lead) ||
+        e->group_cs[lead])
+        return TP_OK;
     float *h = malloc(sizeof(float) * (size_t)n);
     if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
     int64_t r = 0;
@@ -116,7 +118,8 @@ tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int,
         for (int j = i; j >= 0; j = e->group_next[j]) {
             tp_error ej;
             /* weight-only and W8A8 decode GEMVs have no choice, so the selection did not time them: time them here */
-            if (!(e->gemm_us[j] > 0) && (op_weight_only(e, j) || op_fp8_quant_in(e, j)) &&
+            if (!(e->gemm_us[j] > 0) &&
+                (op_weight_only(e, j) || op_fp8_quant_in(e, j) || tpe_kind(e, j) == TP_CALL_GEMV_FP8_BLOCK) &&
                 time_op(e, j, &e->gemm_us[j], &ej)) {
                 cudaGetLastError();
                 e->gemm_us[j] = 0;

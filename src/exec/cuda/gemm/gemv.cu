@@ -68,7 +68,9 @@ constexpr int kMB = 8;                   /* batch rows per pass (the mma's N) */
 constexpr int kMaxCluster = 8;           /* portable cluster size */
 constexpr int kWarpsPerSmTarget = 12;    /* split K over a cluster until the grid has this many warps per SM */
 
-enum { FMT_16 = 0, FMT_FP8 = 1, FMT_NVFP4 = 2 };
+/* FMT_FP8B: FP8 block-128 (E4M3 weights under one fp32 scale per 128 x 128 block, the 16-bit input quantized here
+ * per 1 x 128 block of each row, DeepSeek-V3's scheme as tp_quantize(TP_QF_FP8_BLOCK128) defines it) */
+enum { FMT_16 = 0, FMT_FP8 = 1, FMT_NVFP4 = 2, FMT_FP8B = 3 };
 
 struct gemv_params {
     const void *x;           /* (M, K) in T, this pass's rows */
@@ -77,6 +79,8 @@ struct gemv_params {
     const float *cs, *ts;    /* FP8: channel (N) and tensor scales, each may be NULL; NVFP4: ts = s2, or cs = one s2
                                 per row (ts NULL) */
     const float *xs;         /* W8A8 (QX): x's per-tensor scale; x is rounded to e4m3(x / xs) as it is loaded */
+    const float *bs;         /* FP8B: the weights' 128 x 128 block scales, (ceil(N / 128), bld) fp32 */
+    int bld;                 /* FP8B: floats per row of bs (ceil(K / 128) rounded up to a multiple of 4) */
     const void *bias, *res;  /* (N), (M, N) in T, or NULL */
     void *y;                 /* (M, N) in T */
     long long row_bytes;     /* bytes per weight row */
@@ -246,6 +250,7 @@ template <int VW, int U> struct wbuf {
 struct warp_ctx {
     const unsigned char *w0, *w1, *s0, *s1; /* rows g, g + 8: weights, scales */
     const unsigned char *xr;                /* x row g (bytes) */
+    const float *b0, *b1;                   /* FP8B: the block-scale rows of weight rows g and g + 8 */
     bool ok0, ok1, xok;
     int tig, st1, nchunks;
     float xs; /* W8A8: x's scale (read after the PDL wait) */
@@ -266,10 +271,58 @@ __device__ __forceinline__ void load_buf(wbuf<VEC / 4, U> &B, const warp_ctx &c,
     }
 }
 
+/* FP8B, one buffer = steps step and step + 1 (U = 2, step even) = K elements 128 kb .. 128 kb + 127, kb = step / 2:
+ * the 4 lanes of row g hold those 128 values of x row g (32 each, in XX). The block's scale is tp_quantize's for
+ * fp8-block128 activations, as tpk_quant_fp8_b128 computes it (kernels.cu, bit for bit): amax with NaN skipped
+ * (fmaxf), s = amax / 448 in fp32, 1 when 0, NaN when amax is Inf; x's codes e4m3(x / s) (e4m3.cuh, the same
+ * correctly rounded quotient), exact in T. The products of the codes are summed over the block on the tensor cores
+ * (fp32), and the block's sum joins acc times x's scale (row m of the batch: lane 8 t's for accumulator column 2t,
+ * lane 8 t + 4's for 2 t + 1) times the weight block's scale (rows g and g + 8 may lie in different 128-row blocks:
+ * a GLU's gate and up rows). */
+template <class T, int U, int NX>
+__device__ __forceinline__ void compute_block(const wbuf<4, U> &B, const warp_ctx &c, int step, uint32_t (&XX)[U][NX],
+                                              float (&acc)[4]) {
+    static_assert(U == 2 && NX == 8, "FP8B: two 16-byte chunks of 16 elements per lane and block");
+    float a = 0.0f;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int k = 0; k < NX; k++) {
+            const T *h = reinterpret_cast<const T *>(&XX[u][k]);
+            a = fmaxf(a, fmaxf(fabsf(tt<T>::tof(h[0])), fabsf(tt<T>::tof(h[1]))));
+        }
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
+    float s = isinf(a) ? __int_as_float(0x7FC00000) : a / 448.0f;
+    if (s == 0.0f) s = 1.0f;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int k = 0; k < NX; k++) XX[u][k] = q_e4m3_pair<T>(XX[u][k], s);
+    float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (step + u >= c.st1) break; /* warp-uniform: a last block of one step */
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t wa = B.a[u][j], wb = B.b[u][j];
+            tpk_mma16816<T>(blk, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16), e4m3x2_t<T>(wb >> 16),
+                            XX[u][2 * j], XX[u][2 * j + 1]);
+        }
+    }
+    const int t = c.tig, kb = step >> 1;
+    const float x0 = __shfl_sync(0xffffffffu, s, 8 * t), x1 = __shfl_sync(0xffffffffu, s, 8 * t + 4);
+    const float w0 = c.ok0 ? __ldg(c.b0 + kb) : 0.0f, w1 = c.ok1 ? __ldg(c.b1 + kb) : 0.0f;
+    acc[0] += blk[0] * (x0 * w0);
+    acc[1] += blk[1] * (x1 * w0);
+    acc[2] += blk[2] * (x0 * w1);
+    acc[3] += blk[3] * (x1 * w1);
+}
+
 template <class T, int FMT, int VEC, int U, bool QX>
 __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const warp_ctx &c, int step, float (&acc)[4]) {
     constexpr int VW = VEC / 4;
-    constexpr int EPC = FMT == FMT_16 ? VEC / 2 : FMT == FMT_FP8 ? VEC : 2 * VEC; /* elements per chunk */
+    constexpr int EPC = FMT == FMT_16 ? VEC / 2 : FMT == FMT_NVFP4 ? 2 * VEC : VEC; /* elements per chunk */
     constexpr int XL = EPC / 8;                                                    /* 16-byte x loads per chunk */
     uint32_t XX[U][4 * XL]; /* x for the whole buffer first: one L1 latency per buffer, not per chunk */
 #pragma unroll
@@ -285,38 +338,44 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int k = 0; k < 4 * XL; k++) XX[u][k] = q_e4m3_pair<T>(XX[u][k], c.xs);
+    if constexpr (FMT == FMT_FP8B) { /* this buffer is one 1 x 128 block of x row g: quantized, a scaled sum */
+        compute_block<T, U, 4 * XL>(B, c, step, XX, acc);
+    } else {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-        if (step + u >= c.st1) break; /* warp-uniform */
-        const uint32_t *X = XX[u];
-        if (FMT == FMT_16) {
+        for (int u = 0; u < U; u++) {
+            if (step + u >= c.st1) break; /* warp-uniform */
+            const uint32_t *X = XX[u];
+            if (FMT == FMT_16) {
 #pragma unroll
-            for (int j = 0; j < VW / 2; j++)
-                tpk_mma16816<T>(acc, B.a[u][2 * j], B.b[u][2 * j], B.a[u][2 * j + 1], B.b[u][2 * j + 1], X[2 * j],
-                            X[2 * j + 1]);
-        } else if (FMT == FMT_FP8) {
+                for (int j = 0; j < VW / 2; j++)
+                    tpk_mma16816<T>(acc, B.a[u][2 * j], B.b[u][2 * j], B.a[u][2 * j + 1], B.b[u][2 * j + 1],
+                                    X[2 * j], X[2 * j + 1]);
+            } else if (FMT == FMT_FP8) {
 #pragma unroll
-            for (int j = 0; j < VW; j++) {
-                const uint32_t wa = B.a[u][j], wb = B.b[u][j];
-                tpk_mma16816<T>(acc, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16), e4m3x2_t<T>(wb >> 16),
-                            X[2 * j], X[2 * j + 1]);
-            }
-        } else {
-            uint32_t sa[2], sb[2];
-            ue4m3_scales<T>(B.sa[u], sa[0], sa[1]);
-            ue4m3_scales<T>(B.sb[u], sb[0], sb[1]);
-#pragma unroll
-            for (int q = 0; q < VW; q++) { /* word q: elements 8q .. 8q + 7 of the chunk, block q / 2 */
-                const uint32_t wa = B.a[u][q], wb = B.b[u][q], Sa = sa[q >> 1], Sb = sb[q >> 1];
-                uint32_t pa[4], pb[4]; /* pairs (i, i + 4) */
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    pa[i] = mul2<T>(e2m1x2_t<T>(wa << (12 - 4 * i)), Sa);
-                    pb[i] = mul2<T>(e2m1x2_t<T>(wb << (12 - 4 * i)), Sb);
+                for (int j = 0; j < VW; j++) {
+                    const uint32_t wa = B.a[u][j], wb = B.b[u][j];
+                    tpk_mma16816<T>(acc, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16),
+                                    e4m3x2_t<T>(wb >> 16), X[2 * j], X[2 * j + 1]);
                 }
-                const uint32_t x0 = X[4 * q], x1 = X[4 * q + 1], x2 = X[4 * q + 2], x3 = X[4 * q + 3];
-                tpk_mma16816<T>(acc, pa[0], pb[0], pa[1], pb[1], __byte_perm(x0, x2, 0x5410), __byte_perm(x0, x2, 0x7632));
-                tpk_mma16816<T>(acc, pa[2], pb[2], pa[3], pb[3], __byte_perm(x1, x3, 0x5410), __byte_perm(x1, x3, 0x7632));
+            } else {
+                uint32_t sa[2], sb[2];
+                ue4m3_scales<T>(B.sa[u], sa[0], sa[1]);
+                ue4m3_scales<T>(B.sb[u], sb[0], sb[1]);
+#pragma unroll
+                for (int q = 0; q < VW; q++) { /* word q: elements 8q .. 8q + 7 of the chunk, block q / 2 */
+                    const uint32_t wa = B.a[u][q], wb = B.b[u][q], Sa = sa[q >> 1], Sb = sb[q >> 1];
+                    uint32_t pa[4], pb[4]; /* pairs (i, i + 4) */
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        pa[i] = mul2<T>(e2m1x2_t<T>(wa << (12 - 4 * i)), Sa);
+                        pb[i] = mul2<T>(e2m1x2_t<T>(wb << (12 - 4 * i)), Sb);
+                    }
+                    const uint32_t x0 = X[4 * q], x1 = X[4 * q + 1], x2 = X[4 * q + 2], x3 = X[4 * q + 3];
+                    tpk_mma16816<T>(acc, pa[0], pb[0], pa[1], pb[1], __byte_perm(x0, x2, 0x5410),
+                                    __byte_perm(x0, x2, 0x7632));
+                    tpk_mma16816<T>(acc, pa[2], pb[2], pa[3], pb[3], __byte_perm(x1, x3, 0x5410),
+                                    __byte_perm(x1, x3, 0x7632));
+                }
             }
         }
     }
@@ -343,11 +402,16 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
     const int C = p.csplit, group = blockIdx.x / C, rank = blockIdx.x - group * C;
     const int S = C * kWarps, slice = rank * kWarps + warp;
-    const int st0 = (int)((long long)p.nsteps * slice / S);
+    int st0 = (int)((long long)p.nsteps * slice / S);
 
     warp_ctx c;
     c.tig = lane & 3;
     c.st1 = (int)((long long)p.nsteps * (slice + 1) / S);
+    if (FMT == FMT_FP8B) { /* slices of whole 128-element blocks (two steps each) */
+        const int nb = (p.nsteps + 1) / 2;
+        st0 = 2 * (int)((long long)nb * slice / S);
+        c.st1 = min(p.nsteps, 2 * (int)((long long)nb * (slice + 1) / S));
+    }
     c.nchunks = p.nchunks;
     int n0, n1;
     if (GLU) { /* this lane's gate and up rows of output column jg */
@@ -365,6 +429,8 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
     c.w1 = p.w + (long long)n1 * p.row_bytes;
     c.s0 = FMT == FMT_NVFP4 ? p.ws + (long long)n0 * p.srow : nullptr;
     c.s1 = FMT == FMT_NVFP4 ? p.ws + (long long)n1 * p.srow : nullptr;
+    c.b0 = FMT == FMT_FP8B ? p.bs + (long long)(n0 >> 7) * p.bld : nullptr;
+    c.b1 = FMT == FMT_FP8B ? p.bs + (long long)(n1 >> 7) * p.bld : nullptr;
     c.xok = g < p.M;
     c.xr = (const unsigned char *)p.x + (long long)(c.xok ? g : 0) * p.K * 2;
 
@@ -450,7 +516,7 @@ inline bool aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) =
 
 template <class T, int FMT, int VEC, bool QX, bool GLU>
 cudaError_t launch(gemv_params p, const glu_params &gp, int M, cudaStream_t stream) {
-    constexpr int U = VEC == 16 ? TPK_GEMV_U16 : 4;
+    constexpr int U = FMT == FMT_FP8B ? 2 : VEC == 16 ? TPK_GEMV_U16 : 4; /* FP8B: a buffer is one 128-block */
     int dev = 0, sms = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -635,6 +701,31 @@ extern "C" int tpk_gemv_nvfp4_fused(const void *x, const void *w, const void *sc
     return gemv_nvfp4(x, w, scales, s2, s2_per_row ? 1 : 0, bias, NULL, y, dt, M, N, K, f, stream);
 }
 
+/* tpk_gemv_fp8_block and its fused form */
+static int gemv_fp8_block(const void *x, const void *w, const float *w_scales, const void *bias, const void *residual,
+                          void *y, tp_dtype dt, int M, int N, int K, const tpk_gemv_fusion *f, tp_stream stream) {
+    gemv_params p;
+    glu_params gp;
+    if (!common_ok(x, bias, residual, y, dt, M, N, K, 16, &p) || !fusion_ok(f, residual, &p, &gp) || !w ||
+        !aligned(w, 16) || !w_scales || !aligned(w_scales, 4))
+        return (int)cudaErrorInvalidValue;
+    p.w = (const unsigned char *)w;
+    p.bs = w_scales;
+    p.bld = ((K + 127) / 128 + 3) / 4 * 4;
+    p.row_bytes = K;
+    return (int)dispatch<FMT_FP8B, 16>(p, gp, dt, M, (cudaStream_t)stream);
+}
+
+extern "C" int tpk_gemv_fp8_block(const void *x, const void *w, const float *w_scales, const void *bias,
+                                  const void *residual, void *y, tp_dtype dt, int M, int N, int K, tp_stream stream) {
+    return gemv_fp8_block(x, w, w_scales, bias, residual, y, dt, M, N, K, NULL, stream);
+}
+
+extern "C" int tpk_gemv_fp8_block_fused(const void *x, const void *w, const float *w_scales, const void *bias, void *y,
+                                        tp_dtype dt, int M, int N, int K, const tpk_gemv_fusion *f, tp_stream stream) {
+    return gemv_fp8_block(x, w, w_scales, bias, NULL, y, dt, M, N, K, f, stream);
+}
+
 /* 4 codes a thread: e4m3x2 pairs through the hardware conversion (exact); bf16 from the exact f16 value */
 template <class T>
 __global__ void e4m3_to_16bit_kernel(const unsigned char *__restrict__ w, T *__restrict__ y, long long n) {
@@ -700,6 +791,7 @@ extern "C" long long tpk_gemv_weight_bytes(int format, long long N, long long K,
     case 0: return 2 * N * K;
     case 1: return N * K + (channel_scales ? 4 * N : 0) + 4;
     case 2: return N * K / 2 + N * (K / 16) + 4;
+    case 3: return N * K + 4 * ((N + 127) / 128) * (((K + 127) / 128 + 3) / 4 * 4);
     default: return 0;
     }
 }

@@ -11,7 +11,8 @@
  * memory. gemv.cu explains the layout and the predicted
  * bandwidth; bench/gemv_lab.c measures it against the device copy rate and cuBLASLt.
  *
- * Three weight formats, x and y FP16 or BF16 (dt) in all of them:
+ * Four weight formats, x and y FP16 or BF16 (dt) in all of them (the fourth, FP8 block-128, below
+ * tpk_gemv_fp8_block):
  *   tpk_gemv        W in dt (IEEE binary16 / bfloat16);
  *   tpk_gemv_fp8    W as OCP FP8 E4M3 codes (OFP8 rev 1.0; docs/formats.md: bias 7, max 448, NaN 0x7F/0xFF)
  *                   with a per-output-channel fp32 scale and/or a per-tensor fp32 scale: W[n, k] =
@@ -98,6 +99,21 @@ int tpk_gemv_nvfp4(const void *x, const void *w, const void *scales, const float
 int tpk_gemv_nvfp4_rows(const void *x, const void *w, const void *scales, const float *row_s2, const void *bias,
                         const void *residual, void *y, tp_dtype dt, int M, int N, int K, tp_stream stream);
 
+/* FP8 block-128 (DeepSeek-V3's fine-grained FP8, section 3.3; tp_quantize(TP_QF_FP8_BLOCK128) is the reference):
+ * w (N, K) E4M3 codes row-major, 16-byte aligned, one fp32 scale per 128 x 128 block in w_scales, laid out as
+ * cuBLASLt reads them (gemm_cublaslt.h tp_gemm_b128_weight_scales): (ceil(N / 128), ld) row-major, ld =
+ * ceil(K / 128) rounded up to a multiple of 4, block (nb, kb) at w_scales[nb * ld + kb] (4-byte aligned). x is
+ * 16-bit: the kernel quantizes each 1 x 128 block of each row as it loads it, bit for bit as tpk_quant_fp8_b128
+ * (kernels.h): xs = amax / 448 (1 when 0), xq = e4m3(x / xs); then
+ *     y[m, n] = sum_kb (sum_{k in kb} xq[m, k] e4m3(w[n, k])) * xs[m, kb] * ws[n / 128, kb]  [+ bias] [+ residual]
+ * each block's sum in fp32 on the tensor cores (every product of two E4M3 values is exact), scaled and added in
+ * fp32: a block-scaled FP8 GEMM's arithmetic (cuBLASLt's VEC128_32F x BLK128x128_32F), with no quantize kernel
+ * before it and no E4M3 copy of x. K % 16 == 0. Errors as the others'. A group of such tensors stacked by rows
+ * (sibling linears) is one such tensor when every member but the last has N % 128 == 0 (its scale rows then stack
+ * too). */
+int tpk_gemv_fp8_block(const void *x, const void *w, const float *w_scales, const void *bias, const void *residual,
+                       void *y, tp_dtype dt, int M, int N, int K, tp_stream stream);
+
 /* The prefill's side of weight-only FP8: n E4M3 codes (w) to their exact values in dt (TP_F16 or TP_BF16: every
  * E4M3 value is exact in both), for a 16-bit GEMM that applies the weight's scale in alpha. Errors as above
  * (cudaErrorInvalidValue for a bad dt, n < 1 or a NULL pointer). */
@@ -135,14 +151,18 @@ int tpk_gemv_nvfp4_fused(const void *x, const void *w, const void *scales, const
                          const void *bias, void *y, tp_dtype dt, int M, int N, int K, const tpk_gemv_fusion *f,
                          tp_stream stream);
 
+/* tpk_gemv_fp8_block with a fusion. */
+int tpk_gemv_fp8_block_fused(const void *x, const void *w, const float *w_scales, const void *bias, void *y,
+                             tp_dtype dt, int M, int N, int K, const tpk_gemv_fusion *f, tp_stream stream);
+
 /* Programmatic dependent launch (kernels/pdl.cuh): the GEMVs are launched with it and issue their first loads of w
  * (and of NVFP4's block scales) before waiting for the previous kernels in the stream, which may still be running:
  * no kernel still running earlier in the stream may write w or its scales (a decode step never does). x, the
  * residual, bias, the fp32 scales and y are touched only after the wait. */
 
 /* Bytes the weights of one call occupy (elements and scales; what a GEMV must stream once): format 0 = 16-bit,
- * 1 = FP8 (+ 4 N for channel scales when channel_scales), 2 = NVFP4 (K / 2 + K / 16 per row + 4). For the lab's
- * bandwidth figures. */
+ * 1 = FP8 (+ 4 N for channel scales when channel_scales), 2 = NVFP4 (K / 2 + K / 16 per row + 4), 3 = FP8
+ * block-128 (N K + the block scales as laid out above). For the lab's bandwidth figures. */
 long long tpk_gemv_weight_bytes(int format, long long N, long long K, int channel_scales);
 
 #ifdef __cplusplus
