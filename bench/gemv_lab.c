@@ -1,10 +1,11 @@
-/* gemv_lab.c: the decode GEMVs (tpk_gemv, tpk_gemv_fp8, tpk_gemv_nvfp4; src/exec/cuda/gemm/gemv.h) timed against the
- * device copy rate and cuBLASLt, in one process on one GPU.
+/* gemv_lab.c: the decode GEMVs (tpk_gemv, tpk_gemv_fp8, tpk_gemv_nvfp4, tpk_gemv_w8a8, tpk_gemv_fp8_block;
+ * src/exec/cuda/gemm/gemv.h) timed against the device copy rate and cuBLASLt, in one process on one GPU.
  *
  * Shapes (N x K): Llama-7B's decode layer: q/k/v/o 4096x4096, gate/up 11008x4096, down 4096x11008; Llama-3.2-1B:
  * q/o 2048x2048, k/v 512x2048, gate/up 8192x2048, down 2048x8192, LM head 128256x2048; each at M = 1, 4, 8 (batch).
  * Formats: "16-bit" (W in the activation type), "fp8" (E4M3 with per-channel fp32 scales), "nvfp4" (packed E2M1,
- * UE4M3 scale per 16, fp32 s2). Weights are filled on the GPU (tpk_fill_uniform: uniform values, never zeros;
+ * UE4M3 scale per 16, fp32 s2), "w8a8" (fp8's weights, x rounded to E4M3 under a per-tensor scale as it is read),
+ * "fp8b" (FP8 block-128: E4M3 with 128 x 128 fp32 block scales, x quantized per 1 x 128 block as it is read). Weights are filled on the GPU (tpk_fill_uniform: uniform values, never zeros;
  * NVFP4 bytes and scales are E4M3 codes of uniform values, any bit pattern being a valid E2M1 pair), x too; no
  * bias, no residual (the epilogue is 16 x 8 values per block: nothing to time).
  *
@@ -49,8 +50,11 @@ static const shape SHAPES[] = {
     {"llama1b down", 2048, 8192},     {"llama1b lm_head", 128256, 2048},
 };
 static const int MS[] = {1, 4, 8};
-enum { F_16 = 0, F_FP8, F_NVFP4, F_COUNT };
-static const char *const FNAME[F_COUNT] = {"16-bit", "fp8", "nvfp4"};
+/* F_W8A8: the fp8 weights with x rounded to E4M3 under a per-tensor scale on load (tpk_gemv_w8a8); F_FP8B: FP8
+ * block-128 (tpk_gemv_fp8_block: x quantized per 1x128 block on load, 128x128 weight scales) */
+enum { F_16 = 0, F_FP8, F_NVFP4, F_W8A8, F_FP8B, F_COUNT };
+static const char *const FNAME[F_COUNT] = {"16-bit", "fp8", "nvfp4", "w8a8", "fp8b"};
+static const int FBYTES[F_COUNT] = {0, 1, 2, 1, 3}; /* tpk_gemv_weight_bytes's format */
 
 #define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 #define NMS ((int)(sizeof MS / sizeof MS[0]))
@@ -78,7 +82,7 @@ typedef struct {
     void **w;          /* per copy: weights */
     void **s;          /* per copy: NVFP4 block scales */
     float **cs;        /* per copy: FP8 channel scales */
-    float *s2;         /* NVFP4 per-tensor scale (1 float) */
+    float *s2;         /* NVFP4 per-tensor scale, W8A8's x scale (1 float) */
     long long wbytes;  /* per copy, as tpk_gemv_weight_bytes counts */
 } weights;
 
@@ -95,7 +99,7 @@ static weights make_weights(int fmt, int N, int K, long long rotate_bytes, cudaS
     weights w;
     memset(&w, 0, sizeof w);
     w.fmt = fmt, w.N = N, w.K = K;
-    w.wbytes = tpk_gemv_weight_bytes(fmt, N, K, fmt == F_FP8);
+    w.wbytes = tpk_gemv_weight_bytes(FBYTES[fmt], N, K, fmt == F_FP8 || fmt == F_W8A8);
     w.copies = (int)((rotate_bytes + w.wbytes - 1) / w.wbytes);
     if (w.copies < 1) w.copies = 1;
     w.w = calloc((size_t)w.copies, sizeof(void *));
@@ -108,11 +112,14 @@ static weights make_weights(int fmt, int N, int K, long long rotate_bytes, cudaS
         if (fmt == F_16) {
             CK(cudaMalloc(&w.w[c], nW * 2));
             CK(tpk_fill_uniform(w.w[c], g_dt, nW, seed, (tp_stream)s));
-        } else if (fmt == F_FP8) {
+        } else if (fmt == F_FP8 || fmt == F_W8A8 || fmt == F_FP8B) {
+            /* FP8B: cs holds the 128x128 block scales (gemv.h's layout) instead of channel scales */
+            const size_t ns = fmt == F_FP8B ? (size_t)((N + 127) / 128) * (size_t)(((K + 127) / 128 + 3) / 4 * 4)
+                                            : (size_t)N;
             CK(cudaMalloc(&w.w[c], nW));
             CK(tpk_fill_uniform(w.w[c], TP_E4M3, nW, seed, (tp_stream)s));
-            CK(cudaMalloc((void **)&w.cs[c], (size_t)N * sizeof(float)));
-            CK(tpk_fill_uniform(w.cs[c], TP_F32, (size_t)N, seed + 1, (tp_stream)s));
+            CK(cudaMalloc((void **)&w.cs[c], ns * sizeof(float)));
+            CK(tpk_fill_uniform(w.cs[c], TP_F32, ns, seed + 1, (tp_stream)s));
         } else {
             CK(cudaMalloc(&w.w[c], nW / 2));
             CK(tpk_fill_uniform(w.w[c], TP_E4M3, nW / 2, seed, (tp_stream)s)); /* any byte is two valid E2M1 codes */
@@ -120,8 +127,8 @@ static weights make_weights(int fmt, int N, int K, long long rotate_bytes, cudaS
             CK(tpk_fill_uniform(w.s[c], TP_E4M3, nW / 16, seed + 1, (tp_stream)s)); /* never the NaN code */
         }
     }
-    if (fmt == F_NVFP4) {
-        const float one = 1.0f / 64.0f;
+    if (fmt == F_NVFP4 || fmt == F_W8A8) {
+        const float one = fmt == F_NVFP4 ? 1.0f / 64.0f : 1.0f / 448.0f; /* x uniform in [-1, 1): E4M3 unsaturated */
         CK(cudaMalloc((void **)&w.s2, sizeof(float)));
         CK(cudaMemcpy(w.s2, &one, sizeof one, cudaMemcpyHostToDevice));
     }
@@ -143,6 +150,9 @@ static int run_gemv(const weights *w, int c, const void *x, void *y, int M, cuda
     switch (w->fmt) {
     case F_16: return tpk_gemv(x, w->w[c], NULL, NULL, y, g_dt, M, w->N, w->K, (tp_stream)s);
     case F_FP8: return tpk_gemv_fp8(x, w->w[c], w->cs[c], NULL, NULL, NULL, y, g_dt, M, w->N, w->K, (tp_stream)s);
+    case F_W8A8:
+        return tpk_gemv_w8a8(x, w->s2, w->w[c], w->cs[c], NULL, NULL, NULL, y, g_dt, M, w->N, w->K, (tp_stream)s);
+    case F_FP8B: return tpk_gemv_fp8_block(x, w->w[c], w->cs[c], NULL, NULL, y, g_dt, M, w->N, w->K, (tp_stream)s);
     default: return tpk_gemv_nvfp4(x, w->w[c], w->s[c], w->s2, NULL, NULL, y, g_dt, M, w->N, w->K, (tp_stream)s);
     }
 }

@@ -74,8 +74,8 @@ for s in $steps; do
     # padding; engines without them ignore them), each with its per-role records, then tprof profile on the step
     echo "=== persistent decode step (issue 42): gpu_persistent, then llama-3.2-1b tg128 over the lab knobs"
     suites persistent "persistent case|persistent under auto" gpu_persistent
-    echo "--- gpu_persistent at 2 stages (TPROF_PERSIST_STAGES=2: measured faster, to become the default once it passes)"
-    TPROF_PERSIST_STAGES=2 suites persistent2 "persistent case|persistent under auto" gpu_persistent
+    echo "--- gpu_persistent at 3 stages (TPROF_PERSIST_STAGES=3: the default until 2 passed and measured faster)"
+    TPROF_PERSIST_STAGES=3 suites persistent3 "persistent case|persistent under auto" gpu_persistent
     pb=(bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1 --duration 0.5 --reference none)
     "$BUILD/tprof" "${pb[@]}" --precision fp16,fp8-wo --decode-kernel graph --json "$OUT/persistent_graph.json" \
       > "$OUT/persistent_graph.log" 2>&1 || rc=1

@@ -238,6 +238,19 @@ static int fits_rope_kv(const tp_program *prog, const tp_graph *g, tp_plan *p, i
     return 1;
 }
 
+/* 1 when every reader of v is an FP8 block-128 decode GEMV reading it as its input (tp_program_b128_gemv): v stays
+ * 16-bit in memory, each GEMV quantizing its 1x128 blocks as it reads them, so whoever writes v needs no format. */
+static int b128_gemv_readers(const tp_graph *g, const tp_plan *p, int v) {
+    int n = 0;
+    for (int k = 0; k < g->n_ops; k++)
+        for (int j = 0; j < g->ops[k].n_in; j++) {
+            if (g->ops[k].in[j] != v) continue;
+            if (j != 0 || !tp_program_b128_gemv(g, p, k)) return 0;
+            n++;
+        }
+    return n > 0;
+}
+
 /* LINEAR, GLU (built): a gate/up sibling group's GEMV computes act(gate) * up in its epilogue: each block takes 8
  * gate rows and the 8 up rows of the same columns, so both values of an output meet in the block (gemv.h): the
  * group's two outputs are never written. The group's two linears are exactly the GLU's gate and up. */
@@ -257,7 +270,7 @@ static int fits_gemv_glu(const tp_program *prog, const tp_graph *g, tp_plan *p, 
     if (lins != 2 || pg < 0 || pu < 0 || pg == pu || prog->op_call[pg] != head || prog->op_call[pu] != head) return 0;
     const tp_dtype dt = p->value_dt[glu->out];
     if ((dt != TP_F16 && dt != TP_BF16) || p->value_dt[glu->in[0]] != dt || p->value_dt[glu->in[1]] != dt ||
-        p->value_qf[glu->out] != TP_QF_NONE || (glu->act != 0 && glu->act != 1))
+        (p->value_qf[glu->out] != TP_QF_NONE && !b128_gemv_readers(g, p, glu->out)) || (glu->act != 0 && glu->act != 1))
         return 0;
     snprintf(p->op_note[t], sizeof p->op_note[t], "fused: done by the epilogue of the GEMV of %s and %s",
              g->ops[pg].layer, g->ops[pu].layer);

@@ -18,8 +18,9 @@
  *   fp8 block-128   tp_quantize(TP_QF_FP8_BLOCK128, weights): E4M3 codes, one fp32 scale per 128 x 128 block
  *                   (uploaded in cuBLASLt's layout, as the engines hold them); x quantized per 1 x 128 block by the
  *                   kernel, referenced by tp_quantize on the same x: each block's sum scaled by x's and W's block
- *                   scales (ref_fp8b, s_n = 1); x's rows and 128-blocks given magnitudes 1..8 and 2^-2..2^2 so that
- *                   a scale from the wrong row or block shows.
+ *                   scales (ref_fp8b, s_n = 1); x's rows and 128-blocks given magnitudes 1..4 and 2^-1..2 so that
+ *                   a scale from the wrong row or block shows. M <= 4 and M > 4 run two ways of quantizing x
+ *                   (gemv.cu compute_block): both at every shape list's M.
  * Activations x (M, K) and the residual normal (std 1), the bias normal (std 0.5), all rounded to the activation
  * type first, so the reference sees exactly what the GPU reads:
  *   ref[m, n] = s_n * sum_k x[m, k] Wd[n, k] + bias[n] + residual[m, n]        (fp64)
@@ -269,11 +270,12 @@ static void ref_fp8b(const wset *w, const float *x, int M, double *acc, double *
     tp_qtensor_free(&q);
 }
 
-/* fp8 block-128's activations: row m scaled by 1 + m and block kb by 2^(kb % 5 - 2), so x's block scales differ
- * along both axes (a scale taken from the wrong row or block is off by a factor) */
+/* fp8 block-128's activations: row m scaled by 1 + m % 4 and block kb by 2^(kb % 3 - 1), so x's block scales
+ * differ along both axes (a scale taken from the wrong row or block is off by a factor); at most 8x, so the fused
+ * GLU's products stay inside FP16's range */
 static void vary_blocks(float *x, int M, int K) {
     for (int m = 0; m < M; m++)
-        for (int k = 0; k < K; k++) x[(size_t)m * K + k] *= (float)(1 + m) * ldexpf(1.0f, (k / 128) % 5 - 2);
+        for (int k = 0; k < K; k++) x[(size_t)m * K + k] *= (float)(1 + m % 4) * ldexpf(1.0f, (k / 128) % 3 - 1);
 }
 
 /* y (downloaded) against the reference under the header's bound; returns the worst error / bound */

@@ -169,6 +169,14 @@ __device__ __forceinline__ uint32_t ld_scale(const unsigned char *p, bool on, in
                      : "r"((int)on), "l"(p));
     return d;
 }
+/* FP8B's weight-block scales: one fp32 (its bits), through L1 (the lanes of a warp share it) */
+__device__ __forceinline__ uint32_t ld_f32_bits(const float *p, bool on) {
+    uint32_t d = 0u;
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %1, 0;\n\t@p ld.global.nc.u32 %0, [%2];\n}\n"
+                 : "+r"(d)
+                 : "r"((int)on), "l"(p));
+    return d;
+}
 /* x: 8 elements, through L1 (every block reads all of x); only after the PDL wait (pdl.cuh), which makes the
  * previous kernels' writes visible to this grid. Not .nc, the conservative choice: that path promises data
  * read-only for the whole life of the kernel, and under PDL this grid is alive while the previous kernel writes x
@@ -245,13 +253,17 @@ __device__ __forceinline__ void ue4m3_scales<__nv_bfloat16>(uint32_t codes, uint
 template <int VW, int U> struct wbuf {
     uint32_t a[U][VW], b[U][VW]; /* rows g and g + 8 */
     uint32_t sa[U], sb[U];       /* NVFP4 block-scale codes of those chunks */
+    uint32_t xv[2];              /* FP8B at M = 1: the lane's 4 values of x's block (load_xb) */
 };
 
 struct warp_ctx {
     const unsigned char *w0, *w1, *s0, *s1; /* rows g, g + 8: weights, scales */
     const unsigned char *xr;                /* x row g (bytes) */
     const float *b0, *b1;                   /* FP8B: the block-scale rows of weight rows g and g + 8 */
+    const unsigned char *x;                 /* FP8B: x row 0 (bytes) */
+    uint32_t *xsm;                          /* FP8B at M = 1: the warp's 128 values of x in shared memory */
     bool ok0, ok1, xok;
+    int lane, M, K;
     int tig, st1, nchunks;
     float xs; /* W8A8: x's scale (read after the PDL wait) */
 };
@@ -269,36 +281,102 @@ __device__ __forceinline__ void load_buf(wbuf<VEC / 4, U> &B, const warp_ctx &c,
             B.sb[u] = ld_scale(c.s1 + (long long)ch * (VEC / 8), on && c.ok1, VEC / 8);
         }
     }
+    if (FMT == FMT_FP8B) { /* the buffer's 128 x 128 weight-block scales, streamed with its weights */
+        const bool on = step < c.st1;
+        B.sa[0] = ld_f32_bits(c.b0 + (step >> 1), on && c.ok0);
+        B.sb[0] = ld_f32_bits(c.b1 + (step >> 1), on && c.ok1);
+    }
 }
 
-/* FP8B, one buffer = steps step and step + 1 (U = 2, step even) = K elements 128 kb .. 128 kb + 127, kb = step / 2:
- * the 4 lanes of row g hold those 128 values of x row g (32 each, in XX). The block's scale is tp_quantize's for
- * fp8-block128 activations, as tpk_quant_fp8_b128 computes it (kernels.cu, bit for bit): amax with NaN skipped
- * (fmaxf), s = amax / 448 in fp32, 1 when 0, NaN when amax is Inf; x's codes e4m3(x / s) (e4m3.cuh, the same
- * correctly rounded quotient), exact in T. The products of the codes are summed over the block on the tensor cores
- * (fp32), and the block's sum joins acc times x's scale (row m of the batch: lane 8 t's for accumulator column 2t,
- * lane 8 t + 4's for 2 t + 1) times the weight block's scale (rows g and g + 8 may lie in different 128-row blocks:
- * a GLU's gate and up rows). */
-template <class T, int U, int NX>
-__device__ __forceinline__ void compute_block(const wbuf<4, U> &B, const warp_ctx &c, int step, uint32_t (&XX)[U][NX],
-                                              float (&acc)[4]) {
-    static_assert(U == 2 && NX == 8, "FP8B: two 16-byte chunks of 16 elements per lane and block");
-    float a = 0.0f;
+/* x's 1 x 128 block scale, tp_quantize's for fp8-block128 activations as tpk_quant_fp8_b128 computes it (kernels.cu,
+ * bit for bit) from the block's amax (NaN skipped by fmaxf): amax / 448 in fp32, 1 when that is 0, NaN when amax
+ * is Inf */
+__device__ __forceinline__ float b128_scale(float amax) {
+    const float s = isinf(amax) ? __int_as_float(0x7FC00000) : amax / 448.0f;
+    return s == 0.0f ? 1.0f : s;
+}
+
+/* four 16-bit values of x (8 bytes) after the PDL wait, zeros when off (ld_x's reasons) */
+__device__ __forceinline__ void ld_x4(uint32_t (&d)[2], const void *p, bool on) {
+    d[0] = d[1] = 0u;
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t@p ld.global.v2.u32 {%0, %1}, [%3];\n}\n"
+                 : "+r"(d[0]), "+r"(d[1])
+                 : "r"((int)on), "l"(p));
+}
+
+/* FP8B at M = 1: x's values for the buffer at `step` (block step / 2; lane l holds elements 4 l .. 4 l + 3), loaded
+ * with the buffer's weights a buffer ahead of its use (only after the PDL wait), so the block's quantization does
+ * not start with a load's latency */
+template <int U> __device__ __forceinline__ void load_xb(wbuf<4, U> &B, const warp_ctx &c, int step) {
+    const int k = 64 * step + 4 * c.lane;
+    ld_x4(B.xv, c.x + (long long)k * 2, step < c.st1 && k < c.K);
+}
+
+template <class T> __device__ __forceinline__ float absmax2(float a, uint32_t pair) {
+    const T *h = reinterpret_cast<const T *>(&pair);
+    return fmaxf(a, fmaxf(fabsf(tt<T>::tof(h[0])), fabsf(tt<T>::tof(h[1]))));
+}
+
+/* FP8B, one buffer = steps step and step + 1 (U = 2, step even) = K elements 128 kb .. 128 kb + 127, kb = step / 2,
+ * and the weight blocks' scales (load_buf: B.sa[0], B.sb[0] for rows g and g + 8, which may lie in different
+ * 128-row blocks: a GLU's gate and up rows). x's blocks are quantized with b128_scale and e4m3.cuh's correctly
+ * rounded quotient (as tpk_quant_fp8_b128), the codes exact in T; the block's products summed in fp32 on the tensor
+ * cores; the sum joins acc times x's scale for the accumulator's batch row (column 2 t: row 2 t, 2 t + 1: row
+ * 2 t + 1) times the weight block's.
+ * Who quantizes x: the mma wants lane (g, t) to hold x row g (32 of the block's values), so with the values loaded
+ * that way each lane quantizes 32 of them, whatever M: 8 rows' worth, zeros but one row at M = 1, in every block of
+ * the grid. At M = 1 the warp quantizes the one row with all 32 lanes instead (4 values a lane, the amax over the
+ * warp), writes the codes' values to its shared-memory row and the lanes of row 0 read their fragments back: 1/8 of
+ * the arithmetic. Per row that way costs more than the per-lane way costs for all 8 (bench/gemv_lab.c on an H200,
+ * Llama-7B gate/up: 25.3 us at M = 1, 45.1 at M = 4 quantized by rows, 30.0 at M = 8 by lanes), hence M = 1 only. */
+template <class T, int U>
+__device__ __forceinline__ void compute_block(const wbuf<4, U> &B, const warp_ctx &c, int step, float (&acc)[4]) {
+    static_assert(U == 2, "FP8B: a buffer is one 128-element block");
+    const int t = c.tig, g = c.lane >> 2;
+    uint32_t XX[U][8];
+    float x0, x1; /* x's block scales of batch rows 2 t and 2 t + 1 */
+    if (c.M == 1) {
+        __syncwarp(); /* the previous block's fragments are read */
+        const uint32_t v[2] = {B.xv[0], B.xv[1]}; /* loaded a buffer ahead (load_xb) */
+        float a = absmax2<T>(absmax2<T>(0.0f, v[0]), v[1]);
 #pragma unroll
-    for (int u = 0; u < U; u++)
+        for (int o = 16; o >= 1; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+        const float s = b128_scale(a);
+        *reinterpret_cast<uint2 *>(&c.xsm[2 * c.lane]) = make_uint2(q_e4m3_pair<T>(v[0], s), q_e4m3_pair<T>(v[1], s));
+        __syncwarp();
 #pragma unroll
-        for (int k = 0; k < NX; k++) {
-            const T *h = reinterpret_cast<const T *>(&XX[u][k]);
-            a = fmaxf(a, fmaxf(fabsf(tt<T>::tof(h[0])), fabsf(tt<T>::tof(h[1]))));
+        for (int u = 0; u < U; u++) /* lane (0, t)'s chunk u: the block's elements 64 u + 16 t .. + 15 */
+#pragma unroll
+            for (int l = 0; l < 2; l++) {
+                uint4 q = make_uint4(0u, 0u, 0u, 0u);
+                if (g == 0) q = *reinterpret_cast<const uint4 *>(&c.xsm[32 * u + 8 * t + 4 * l]);
+                XX[u][4 * l] = q.x, XX[u][4 * l + 1] = q.y, XX[u][4 * l + 2] = q.z, XX[u][4 * l + 3] = q.w;
+            }
+        x0 = s, x1 = 1.0f; /* batch row 0 (column 0 of lane t = 0); the other columns' sums are zeros */
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int ch = (step + u) * 4 + t;
+#pragma unroll
+            for (int l = 0; l < 2; l++)
+                ld_x(&XX[u][4 * l], c.xr + ((long long)ch * 16 + 8 * l) * 2,
+                     c.xok && step + u < c.st1 && ch < c.nchunks);
         }
-    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
-    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
-    float s = isinf(a) ? __int_as_float(0x7FC00000) : a / 448.0f;
-    if (s == 0.0f) s = 1.0f;
+        float a = 0.0f;
 #pragma unroll
-    for (int u = 0; u < U; u++)
+        for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int k = 0; k < NX; k++) XX[u][k] = q_e4m3_pair<T>(XX[u][k], s);
+            for (int k = 0; k < 8; k++) a = absmax2<T>(a, XX[u][k]);
+        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
+        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
+        const float s = b128_scale(a);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) XX[u][k] = q_e4m3_pair<T>(XX[u][k], s);
+        x0 = __shfl_sync(0xffffffffu, s, 8 * t);
+        x1 = __shfl_sync(0xffffffffu, s, 8 * t + 4);
+    }
     float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -310,9 +388,7 @@ __device__ __forceinline__ void compute_block(const wbuf<4, U> &B, const warp_ct
                             XX[u][2 * j], XX[u][2 * j + 1]);
         }
     }
-    const int t = c.tig, kb = step >> 1;
-    const float x0 = __shfl_sync(0xffffffffu, s, 8 * t), x1 = __shfl_sync(0xffffffffu, s, 8 * t + 4);
-    const float w0 = c.ok0 ? __ldg(c.b0 + kb) : 0.0f, w1 = c.ok1 ? __ldg(c.b1 + kb) : 0.0f;
+    const float w0 = __uint_as_float(B.sa[0]), w1 = __uint_as_float(B.sb[0]);
     acc[0] += blk[0] * (x0 * w0);
     acc[1] += blk[1] * (x1 * w0);
     acc[2] += blk[2] * (x0 * w1);
@@ -338,47 +414,50 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int k = 0; k < 4 * XL; k++) XX[u][k] = q_e4m3_pair<T>(XX[u][k], c.xs);
-    if constexpr (FMT == FMT_FP8B) { /* this buffer is one 1 x 128 block of x row g: quantized, a scaled sum */
-        compute_block<T, U, 4 * XL>(B, c, step, XX, acc);
-    } else {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (step + u >= c.st1) break; /* warp-uniform */
-            const uint32_t *X = XX[u];
-            if (FMT == FMT_16) {
+    for (int u = 0; u < U; u++) {
+        if (step + u >= c.st1) break; /* warp-uniform */
+        const uint32_t *X = XX[u];
+        if (FMT == FMT_16) {
 #pragma unroll
-                for (int j = 0; j < VW / 2; j++)
-                    tpk_mma16816<T>(acc, B.a[u][2 * j], B.b[u][2 * j], B.a[u][2 * j + 1], B.b[u][2 * j + 1],
-                                    X[2 * j], X[2 * j + 1]);
-            } else if (FMT == FMT_FP8) {
+            for (int j = 0; j < VW / 2; j++)
+                tpk_mma16816<T>(acc, B.a[u][2 * j], B.b[u][2 * j], B.a[u][2 * j + 1], B.b[u][2 * j + 1],
+                                X[2 * j], X[2 * j + 1]);
+        } else if (FMT == FMT_FP8) {
 #pragma unroll
-                for (int j = 0; j < VW; j++) {
-                    const uint32_t wa = B.a[u][j], wb = B.b[u][j];
-                    tpk_mma16816<T>(acc, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16),
-                                    e4m3x2_t<T>(wb >> 16), X[2 * j], X[2 * j + 1]);
+            for (int j = 0; j < VW; j++) {
+                const uint32_t wa = B.a[u][j], wb = B.b[u][j];
+                tpk_mma16816<T>(acc, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16),
+                                e4m3x2_t<T>(wb >> 16), X[2 * j], X[2 * j + 1]);
+            }
+        } else {
+            uint32_t sa[2], sb[2];
+            ue4m3_scales<T>(B.sa[u], sa[0], sa[1]);
+            ue4m3_scales<T>(B.sb[u], sb[0], sb[1]);
+#pragma unroll
+            for (int q = 0; q < VW; q++) { /* word q: elements 8q .. 8q + 7 of the chunk, block q / 2 */
+                const uint32_t wa = B.a[u][q], wb = B.b[u][q], Sa = sa[q >> 1], Sb = sb[q >> 1];
+                uint32_t pa[4], pb[4]; /* pairs (i, i + 4) */
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    pa[i] = mul2<T>(e2m1x2_t<T>(wa << (12 - 4 * i)), Sa);
+                    pb[i] = mul2<T>(e2m1x2_t<T>(wb << (12 - 4 * i)), Sb);
                 }
-            } else {
-                uint32_t sa[2], sb[2];
-                ue4m3_scales<T>(B.sa[u], sa[0], sa[1]);
-                ue4m3_scales<T>(B.sb[u], sb[0], sb[1]);
-#pragma unroll
-                for (int q = 0; q < VW; q++) { /* word q: elements 8q .. 8q + 7 of the chunk, block q / 2 */
-                    const uint32_t wa = B.a[u][q], wb = B.b[u][q], Sa = sa[q >> 1], Sb = sb[q >> 1];
-                    uint32_t pa[4], pb[4]; /* pairs (i, i + 4) */
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        pa[i] = mul2<T>(e2m1x2_t<T>(wa << (12 - 4 * i)), Sa);
-                        pb[i] = mul2<T>(e2m1x2_t<T>(wb << (12 - 4 * i)), Sb);
-                    }
-                    const uint32_t x0 = X[4 * q], x1 = X[4 * q + 1], x2 = X[4 * q + 2], x3 = X[4 * q + 3];
-                    tpk_mma16816<T>(acc, pa[0], pb[0], pa[1], pb[1], __byte_perm(x0, x2, 0x5410),
-                                    __byte_perm(x0, x2, 0x7632));
-                    tpk_mma16816<T>(acc, pa[2], pb[2], pa[3], pb[3], __byte_perm(x1, x3, 0x5410),
-                                    __byte_perm(x1, x3, 0x7632));
-                }
+                const uint32_t x0 = X[4 * q], x1 = X[4 * q + 1], x2 = X[4 * q + 2], x3 = X[4 * q + 3];
+                tpk_mma16816<T>(acc, pa[0], pb[0], pa[1], pb[1], __byte_perm(x0, x2, 0x5410),
+                                __byte_perm(x0, x2, 0x7632));
+                tpk_mma16816<T>(acc, pa[2], pb[2], pa[3], pb[3], __byte_perm(x1, x3, 0x5410),
+                                __byte_perm(x1, x3, 0x7632));
             }
         }
     }
+}
+
+/* one buffer, whatever the format */
+template <class T, int FMT, int VEC, int U, bool QX>
+__device__ __forceinline__ void compute_any(const wbuf<VEC / 4, U> &B, const warp_ctx &c, int step, float (&acc)[4]) {
+    if constexpr (FMT == FMT_FP8B) compute_block<T, U>(B, c, step, acc);
+    else compute_buf<T, FMT, VEC, U, QX>(B, c, step, acc);
 }
 
 /* The sum of weight row n times its scales (gemv.h's scale_n) */
@@ -397,6 +476,7 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
     constexpr int VW = VEC / 4;
     __shared__ __align__(16) float red[kWarps][128];
     __shared__ float part[128];
+    __shared__ __align__(16) uint32_t xsm[FMT == FMT_FP8B ? kWarps * 64 : 4]; /* FP8B: x at M = 1 */
 
     tpk_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
@@ -431,6 +511,11 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
     c.s1 = FMT == FMT_NVFP4 ? p.ws + (long long)n1 * p.srow : nullptr;
     c.b0 = FMT == FMT_FP8B ? p.bs + (long long)(n0 >> 7) * p.bld : nullptr;
     c.b1 = FMT == FMT_FP8B ? p.bs + (long long)(n1 >> 7) * p.bld : nullptr;
+    c.x = (const unsigned char *)p.x;
+    c.xsm = xsm + (FMT == FMT_FP8B ? warp * 64 : 0);
+    c.lane = lane;
+    c.M = p.M;
+    c.K = p.K;
     c.xok = g < p.M;
     c.xr = (const unsigned char *)p.x + (long long)(c.xok ? g : 0) * p.K * 2;
 
@@ -443,15 +528,24 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
     load_buf<FMT, VEC, U>(B, c, s + U);
     tpk_pdl_wait();
     c.xs = QX ? __ldg(p.xs) : 1.0f;
+    if constexpr (FMT == FMT_FP8B) { /* at M = 1, x a buffer ahead too */
+        if (c.M == 1) load_xb<U>(A, c, s), load_xb<U>(B, c, s + U);
+    }
     while (s < c.st1) { /* one buffer's loads are in flight while the other is decoded and multiplied */
-        compute_buf<T, FMT, VEC, U, QX>(A, c, s, acc);
+        compute_any<T, FMT, VEC, U, QX>(A, c, s, acc);
         s += U;
         if (s >= c.st1) break;
         load_buf<FMT, VEC, U>(A, c, s + U);
-        compute_buf<T, FMT, VEC, U, QX>(B, c, s, acc);
+        if constexpr (FMT == FMT_FP8B) {
+            if (c.M == 1) load_xb<U>(A, c, s + U);
+        }
+        compute_any<T, FMT, VEC, U, QX>(B, c, s, acc);
         s += U;
         if (s >= c.st1) break;
         load_buf<FMT, VEC, U>(B, c, s + U);
+        if constexpr (FMT == FMT_FP8B) {
+            if (c.M == 1) load_xb<U>(B, c, s + U);
+        }
     }
 
     /* the 4 warps' fragments, then output o = threadIdx.x: row r = o % 16, batch row m = o / 16 (consecutive
