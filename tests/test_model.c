@@ -299,6 +299,34 @@ START_TEST(test_counter_draws) {
 }
 END_TEST
 
+/* tp_ctr_fill_normal (the synthesized weights' fill: OpenMP, and on AVX-512 CPUs a vector clone picked at run time)
+ * equals, bit for bit, the scalar formula the models used before it, offset + scale * draw in double with the
+ * product rounded before the sum (a volatile forces the rounding here), then one rounding to float: weights,
+ * biases (offset 0) and norm weights (offset 1, 1 + w's Gemma 0), an odd length (a vector loop's tail), and a
+ * short one below the parallel threshold. */
+START_TEST(test_counter_fill) {
+    static const double cases[][2] = {{0.02, 0.0}, {0.05, 0.0}, {0.1, 1.0}, {1e-6, 0.0}, {0.1, 0.0}};
+    static const int64_t lens[] = {1000003, 77};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t l = 0; l < 2; l++) {
+            const int64_t n = lens[l];
+            const uint64_t key = tp_ctr_key(11 + c, "model.layers.0.mlp.up_proj.weight");
+            float *x = malloc(sizeof(float) * (size_t)n);
+            ck_assert_ptr_nonnull(x);
+            tp_ctr_fill_normal(x, n, key, cases[c][0], cases[c][1]);
+            long bad = 0;
+            for (int64_t j = 0; j < n; j++) {
+                volatile double prod = cases[c][0] * (double)tp_ctr_normal(key, (uint64_t)j);
+                const float want = (float)(cases[c][1] + prod);
+                bad += memcmp(&x[j], &want, sizeof want) != 0;
+            }
+            ck_assert_msg(bad == 0, "scale %g offset %g n %lld: %ld values differ from the scalar formula", cases[c][0],
+                          cases[c][1], (long long)n, bad);
+            free(x);
+        }
+}
+END_TEST
+
 /* Golden fixtures: tests/fixtures/<name>.safetensors holds timm's state_dict (weights perturbed so that
  * biases and LayerNorm affines are non-trivial); <name>.io.safetensors holds "input" (B,3,S,S) and timm's
  * fp32 "output". The configurations below must match tools/make_timm_golden.py. */
@@ -1339,6 +1367,7 @@ int main(void) {
     tcase_add_test(t, test_plan_pool_bytes);
     tcase_add_test(t, test_synthesized_weights);
     tcase_add_test(t, test_counter_draws);
+    tcase_add_test(t, test_counter_fill);
     tcase_add_test(t, test_golden_timm_token);
     tcase_add_test(t, test_golden_timm_avg);
     tcase_add_test(t, test_golden_timm_tokens_gelu_tanh);

@@ -55,3 +55,17 @@ uint64_t tp_ctr_key(uint64_t seed, const char *name) {
     tp_rng_seed_named(&r, seed, name);
     return tp_rng_u64(&r);
 }
+
+/* GCC's function multiversioning: the AVX-512 clone where the CPU has it (x86-64-v4), else the baseline; the
+ * arithmetic is integer up to an exact float, then unfused double (this file's -ffp-contract=off), so both give the
+ * same bits (tests/test_core.c's determinism test holds them to a scalar reference) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define TP_FILL_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define TP_FILL_CLONES
+#endif
+
+TP_FILL_CLONES void tp_ctr_fill_normal(float *dst, int64_t n, uint64_t key, double scale, double offset) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t j = 0; j < n; j++) dst[j] = (float)(offset + scale * (double)tp_ctr_normal(key, (uint64_t)j));
+}

@@ -32,6 +32,12 @@ double tp_rng_trunc_normal(tp_rng *r, double mean, double std, double a, double 
  *                   density), enough for synthetic weights; and it needs no log or cos, whose last bits differ
  *                   between libm and the GPU. */
 uint64_t tp_ctr_key(uint64_t seed, const char *name);
+/* dst[j] = (float)(offset + scale * tp_ctr_normal(key, j)) for 0 <= j < n: a synthesized tensor, on all threads
+ * (OpenMP) when n is large. The double arithmetic is one product and one sum, never fused (rng.c is compiled with
+ * -ffp-contract=off), so every machine gets the same bits, the vector clone as the scalar one: on x86-64 the loop
+ * has a clone for CPUs with AVX-512 (64-bit vector multiplies: about 4x the scalar loop's rate, where page faults
+ * then take much of a first fill), picked at run time. */
+void tp_ctr_fill_normal(float *dst, int64_t n, uint64_t key, double scale, double offset);
 static inline uint64_t tp_ctr_u64(uint64_t key, uint64_t i) {
     uint64_t z = key + (i + 1) * 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

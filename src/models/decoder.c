@@ -177,16 +177,17 @@ static tp_status params_init(const void *cfg, uint64_t seed, int nonzero_bias, t
     for (int i = 0; i < out->n_params; i++) {
         tp_param *t = &out->params[i];
         const uint64_t key = tp_ctr_key(seed, t->name);
-        const init_kind k = (init_kind)init[i];
-#pragma omp parallel for schedule(static) if (t->numel > 65536)
-        for (int64_t j = 0; j < t->numel; j++) {
-            double v = 0;
-            switch (k) {
-            case INIT_NORMAL02: v = 0.02 * tp_ctr_normal(key, (uint64_t)j); break;
-            case INIT_ZERO: v = nonzero_bias ? 0.05 * tp_ctr_normal(key, (uint64_t)j) : 0.0; break;
-            case INIT_NORM: v = norm_one + (nonzero_bias ? 0.1 * tp_ctr_normal(key, (uint64_t)j) : 0.0); break;
-            }
-            t->data[j] = (float)v;
+        switch ((init_kind)init[i]) {
+        case INIT_NORMAL02: tp_ctr_fill_normal(t->data, t->numel, key, 0.02, 0.0); break;
+        case INIT_ZERO:
+            if (nonzero_bias) tp_ctr_fill_normal(t->data, t->numel, key, 0.05, 0.0);
+            else memset(t->data, 0, sizeof(float) * (size_t)t->numel);
+            break;
+        case INIT_NORM:
+            if (nonzero_bias) tp_ctr_fill_normal(t->data, t->numel, key, 0.1, norm_one);
+            else
+                for (int64_t j = 0; j < t->numel; j++) t->data[j] = (float)norm_one;
+            break;
         }
     }
     free(init);

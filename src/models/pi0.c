@@ -180,11 +180,7 @@ static tp_status params_init(const void *cfg, uint64_t seed, int nonzero_bias, t
         tp_param *t = &out->params[i];
         const uint64_t key = tp_ctr_key(seed, t->name);
         const int k = init[i];
-#pragma omp parallel for schedule(static) if (t->numel > 65536)
-        for (int64_t j = 0; j < t->numel; j++) {
-            const double z = tp_ctr_normal(key, (uint64_t)j);
-            t->data[j] = (float)(k == K_W ? 0.02 * z : k == K_B ? 0.05 * z : k == K_LN ? 1.0 + 0.1 * z : 0.1 * z);
-        }
+        tp_ctr_fill_normal(t->data, t->numel, key, k == K_W ? 0.02 : k == K_B ? 0.05 : 0.1, k == K_LN ? 1.0 : 0.0);
     }
     free(init);
     return TP_OK;

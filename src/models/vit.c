@@ -186,20 +186,18 @@ tp_status tp_vit_params_init(const tp_vit_config *c, uint64_t seed, int nonzero_
         tp_param *t = &out->params[i];
         const uint64_t key = tp_ctr_key(seed, t->name);
         const int k = init[i];
+        if (k == INIT_CONV_W || k == INIT_CONV_B) { /* uniform in +-1 / sqrt(fan_in), as torch's conv default */
 #pragma omp parallel for schedule(static) if (t->numel > 65536)
-        for (int64_t j = 0; j < t->numel; j++) {
-            const uint64_t u = (uint64_t)j;
-            double v = 0;
-            switch (k) {
-            case INIT_TRUNC02: v = 0.02 * tp_ctr_normal(key, u); break;
-            case INIT_ZERO: v = nonzero_bias ? 0.05 * tp_ctr_normal(key, u) : 0.0; break;
-            case INIT_ONE: v = nonzero_bias ? 1.0 + 0.1 * tp_ctr_normal(key, u) : 1.0; break;
-            case INIT_CLS: v = nonzero_bias ? 0.02 * tp_ctr_normal(key, u) : 1e-6 * tp_ctr_normal(key, u); break;
-            case INIT_CONV_W:
-            case INIT_CONV_B: v = bound * (2.0 * tp_ctr_uniform(key, u) - 1.0); break;
-            }
-            t->data[j] = (float)v;
+            for (int64_t j = 0; j < t->numel; j++)
+                t->data[j] = (float)(bound * (2.0 * tp_ctr_uniform(key, (uint64_t)j) - 1.0));
+            continue;
         }
+        /* the normal draws: (scale, offset) per kind; a constant where nonzero_bias leaves no draw */
+        const double sc = k == INIT_TRUNC02 ? 0.02 : k == INIT_ZERO ? 0.05 : k == INIT_ONE ? 0.1 : nonzero_bias ? 0.02 : 1e-6;
+        const double off = k == INIT_ONE ? 1.0 : 0.0;
+        if (nonzero_bias || k == INIT_TRUNC02 || k == INIT_CLS) tp_ctr_fill_normal(t->data, t->numel, key, sc, off);
+        else
+            for (int64_t j = 0; j < t->numel; j++) t->data[j] = (float)off;
     }
     free(init);
     return TP_OK;
