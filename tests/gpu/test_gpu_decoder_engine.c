@@ -46,6 +46,15 @@ static tp_model model_case(int k) {
     return m;
 }
 
+/* m's synthesized weights (seed 11, non-zero biases) into p; returns its vocabulary */
+static int model_params(const tp_model *m, tp_params *p) {
+    tp_error e = {0};
+    ck_assert_msg(tp_model_params_init(m, 11, 1, p, &e) == TP_OK, "%s", e.msg);
+    tp_decoder_config cfg;
+    memcpy(&cfg, m->cfg.bytes, sizeof cfg);
+    return cfg.vocab;
+}
+
 static tp_graph step(const tp_model *m, const tp_params *p, int t, int past, int all) {
     tp_graph g;
     tp_error e = {0};
@@ -61,21 +70,27 @@ static int g_kv8;            /* --kv-cache fp8 (tp_policy.kv_fp8) in the plans b
 static const float *g_amax;  /* tp_engine_options.act_amax of the engines built next (decode engines: NULL, the
                                 prefill engine's amax by value name) */
 
-static tp_engine *engine(const tp_graph *g, const tp_params *p, tp_plan *plan, tp_precision prec, int graph,
-                         const tp_engine *share, int feed) {
+/* plan (the default policy of prec on this GPU, an FP8 KV cache when kv8) and an engine of g with options eo */
+static tp_engine *plan_and_build(const tp_graph *g, const tp_params *p, tp_plan *plan, tp_precision prec, int kv8,
+                                 const tp_engine_options *eo) {
     tp_error e = {0};
     tp_policy pol;
     tp_policy_default(&pol, prec);
-    pol.kv_fp8 = g_kv8;
+    pol.kv_fp8 = kv8;
     tp_gpu_info gi;
     ck_assert_msg(tp_gpu_query(0, &gi, &e) == TP_OK, "%s", e.msg);
     ck_assert_msg(tp_plan_build_policy(g, &pol, gi.sm, plan, &e) == TP_OK, "%s", e.msg);
-    tp_engine_options eo = {.device = 0, .use_graph = graph, .share = share, .feed_argmax = feed,
-                            .gemv_groups = g_groups, .no_pdl = g_no_pdl, .gemm_choice = g_choice,
-                            .act_amax = share ? NULL : g_amax};
     tp_engine *en = NULL;
-    ck_assert_msg(tp_engine_build(g, p, plan, &eo, &en, &e) == TP_OK, "%s", e.msg);
+    ck_assert_msg(tp_engine_build(g, p, plan, eo, &en, &e) == TP_OK, "%s", e.msg);
     return en;
+}
+
+static tp_engine *engine(const tp_graph *g, const tp_params *p, tp_plan *plan, tp_precision prec, int graph,
+                         const tp_engine *share, int feed) {
+    const tp_engine_options eo = {.device = 0, .use_graph = graph, .share = share, .feed_argmax = feed,
+                                  .gemv_groups = g_groups, .no_pdl = g_no_pdl, .gemm_choice = g_choice,
+                                  .act_amax = share ? NULL : g_amax};
+    return plan_and_build(g, p, plan, prec, g_kv8, &eo);
 }
 
 static double rel(const float *got, const float *want, int rows, int V, int *agree) {
@@ -109,10 +124,7 @@ static void run_case(int kc, tp_precision prec) {
     tp_model m = model_case(k);
     tp_error e = {0};
     tp_params p = {0};
-    ck_assert_msg(tp_model_params_init(&m, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
-    tp_decoder_config cfg;
-    memcpy(&cfg, m.cfg.bytes, sizeof cfg);
-    const int V = cfg.vocab;
+    const int V = model_params(&m, &p);
     float ids[MAXB * MAXT], tok[(G + 1) * MAXB];
     tp_rng r;
     tp_rng_seed(&r, 5 + (uint64_t)k);
@@ -353,17 +365,9 @@ END_TEST
  * same pair (the W8A8 prefill, then fp8-wo steps over the session's cache). */
 static tp_engine *engine_layout(const tp_graph *g, const tp_params *p, tp_plan *plan, tp_precision prec,
                                 const tp_engine *share, const float *amax, const tp_plan *layout) {
-    tp_error e = {0};
-    tp_policy pol;
-    tp_policy_default(&pol, prec);
-    tp_gpu_info gi;
-    ck_assert_msg(tp_gpu_query(0, &gi, &e) == TP_OK, "%s", e.msg);
-    ck_assert_msg(tp_plan_build_policy(g, &pol, gi.sm, plan, &e) == TP_OK, "%s", e.msg);
-    tp_engine_options eo = {.device = 0, .use_graph = 1, .share = share, .gemv_groups = 1, .act_amax = amax,
-                            .group_layout = layout};
-    tp_engine *en = NULL;
-    ck_assert_msg(tp_engine_build(g, p, plan, &eo, &en, &e) == TP_OK, "%s", e.msg);
-    return en;
+    const tp_engine_options eo = {.device = 0, .use_graph = 1, .share = share, .gemv_groups = 1, .act_amax = amax,
+                                  .group_layout = layout};
+    return plan_and_build(g, p, plan, prec, 0, &eo);
 }
 
 START_TEST(test_decoder_a8_prefill) {
@@ -371,10 +375,7 @@ START_TEST(test_decoder_a8_prefill) {
     tp_model m = model_case(0);
     tp_error e = {0};
     tp_params p = {0};
-    ck_assert_msg(tp_model_params_init(&m, 11, 1, &p, &e) == TP_OK, "%s", e.msg);
-    tp_decoder_config cfg;
-    memcpy(&cfg, m.cfg.bytes, sizeof cfg);
-    const int V = cfg.vocab;
+    const int V = model_params(&m, &p);
     float ids[MAXT], tok[1];
     for (int i = 0; i < T; i++) ids[i] = (float)((i * 131 + 7) % V);
     tp_graph gp = step(&m, &p, T, 0, 0), gd = step(&m, &p, 1, T, 0);
@@ -411,6 +412,8 @@ START_TEST(test_decoder_a8_prefill) {
         tp_engine_op_call(ed, i, &kn);
         linears++, grouped += kn && strstr(kn, "group") != NULL;
     }
+    tp_decoder_config cfg;
+    memcpy(&cfg, m.cfg.bytes, sizeof cfg);
     ck_assert_msg(grouped >= 5 * cfg.layers, "%d of the step's %d linears (LM head aside) in a group's GEMV", grouped,
                   linears);
     int agree;
