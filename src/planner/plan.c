@@ -144,6 +144,20 @@ static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm,
     return TP_OK;
 }
 
+/* 1 when every reader of x is a linear this fp8-block plan quantizes (not in keep) reading x as its input on more
+ * than 8 rows (cuBLASLt's block-scaled GEMM, which reads E4M3; a decode GEMV quantizes a 16-bit input itself) */
+static int b128_gemm_readers_only(const tp_graph *g, const int *keep, int x) {
+    int n = 0;
+    for (int k = 0; k < g->n_ops; k++)
+        for (int j = 0; j < g->ops[k].n_in; j++) {
+            if (g->ops[k].in[j] != x) continue;
+            const tp_op *r = &g->ops[k];
+            if (r->kind != TP_OP_LINEAR || j != 0 || keep[k] || r->gemm_m <= 8) return 0;
+            n++;
+        }
+    return n > 0;
+}
+
 /* fp8-block (see plan.h): the Linear layers of the blocks read E4M3 operands with FP32 block scales. */
 static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_plan *p, tp_error *err) {
     for (int i = 0; i < g->n_ops; i++) {
@@ -156,9 +170,13 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
             return tp_fail(err, TP_ERR_UNSUPPORTED, "layer %s: %s", op->layer, why);
         int prod = g->values[x].producer;
         tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
-        /* LayerNorm and GELU hold a whole 1x128 block in one warp, so they write the format themselves; the
-         * attention output's 128-blocks span two heads, so it is quantized by a standalone kernel */
-        const int fused = (pk == TP_OP_LAYERNORM || pk == TP_OP_GELU) && tp_value_readers(g, x) == 1;
+        /* LayerNorm and GELU hold a whole 1x128 block in one warp, so they write the format themselves, and so
+         * does a decoder's RMSNorm for the GEMMs of a prefill (q/k/v, gate/up: one E4M3 copy for all its readers,
+         * where each would quantize its own); the attention output's 128-blocks span two heads, so it is quantized
+         * by a standalone kernel */
+        const int fused = ((pk == TP_OP_LAYERNORM || pk == TP_OP_GELU) && tp_value_readers(g, x) == 1) ||
+                          (pk == TP_OP_RMSNORM && !p->fp32_tensors && op->gemm_k % 4 == 0 &&
+                           b128_gemm_readers_only(g, keep, x));
         p->value_qf[x] = TP_QF_FP8_BLOCK128;
         p->value_qf[w] = TP_QF_FP8_BLOCK128;
         p->value_dt[w] = TP_E4M3;
@@ -175,9 +193,10 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
                  "native on sm_%d: e4m3 x e4m3 GEMM, FP32 block scales (activations 1x128, dynamic; weights 128x128, "
                  "offline; cuBLASLt VEC128_32F/BLK128x128_32F), fp32 accumulate, bf16 out; input quantized %s",
                  sm, fused ? "by its producer" : "by a standalone kernel");
-        if (fused) {
+        if (fused && !strstr(p->op_note[prod], "; writes fp8 block-128")) { /* once for all its readers */
             size_t l = strlen(p->op_note[prod]);
-            snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes fp8 block-128 for %s", op->layer);
+            snprintf(p->op_note[prod] + l, sizeof p->op_note[prod] - l, "; writes fp8 block-128 for %s%s", op->layer,
+                     tp_value_readers(g, x) > 1 ? " and its siblings" : "");
         }
     }
     return TP_OK;

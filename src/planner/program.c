@@ -20,6 +20,7 @@ static const tp_call_kind_info KINDS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_EMBED_TOKENS] = {"embed_tokens", TP_CAT_ELEMENTWISE, "position embedding and class token"},
     [TP_CALL_LAYERNORM] = {"layernorm", TP_CAT_NORM, "tprof LayerNorm, fp32 statistics"},
     [TP_CALL_LAYERNORM_FP8_B128] = {"layernorm_fp8_b128", TP_CAT_NORM, "LayerNorm writing E4M3 with 1x128 scales"},
+    [TP_CALL_RMSNORM_FP8_B128] = {"rmsnorm_fp8_b128", TP_CAT_NORM, "RMSNorm writing E4M3 with 1x128 scales"},
     [TP_CALL_GEMM] = {"gemm", TP_CAT_GEMM, "cuBLASLt GEMM, bias and fused epilogue"},
     [TP_CALL_GEMM_QUANT_IN] = {"gemm_quant_in", TP_CAT_GEMM, "quantize kernel into E4M3, then a cuBLASLt FP8 GEMM"},
     [TP_CALL_GEMV_W8A8] = {"gemv_w8a8", TP_CAT_GEMM, "tprof W8A8 GEMV, x rounded to E4M3 in registers"},
@@ -124,7 +125,8 @@ static tp_call_kind op_kind(const tp_graph *g, const tp_plan *p, int i) {
     case TP_OP_ADD: return TP_CALL_ADD;
     case TP_OP_POOL: return op->pool_mode == 2 ? TP_CALL_LAST_TOKEN : TP_CALL_POOL;
     case TP_OP_TOKEN_EMBED: return TP_CALL_TOKEN_EMBED;
-    case TP_OP_RMSNORM: return p->fp32_tensors ? TP_CALL_FP32_LAYER : TP_CALL_RMSNORM;
+    case TP_OP_RMSNORM:
+        return p->fp32_tensors ? TP_CALL_FP32_LAYER : b128_out ? TP_CALL_RMSNORM_FP8_B128 : TP_CALL_RMSNORM;
     case TP_OP_ROPE: return p->fp32_tensors ? TP_CALL_FP32_LAYER : TP_CALL_ROPE;
     case TP_OP_GLU: return TP_CALL_GLU;
     case TP_OP_KV_APPEND: return TP_CALL_KV_APPEND;

@@ -30,6 +30,7 @@ typedef enum {
     TP_CALL_EMBED_TOKENS,
     TP_CALL_LAYERNORM,
     TP_CALL_LAYERNORM_FP8_B128, /* LayerNorm writing E4M3 with its 1x128 block scales */
+    TP_CALL_RMSNORM_FP8_B128,  /* RMSNorm writing E4M3 with its 1x128 block scales */
     TP_CALL_GEMM,              /* cuBLASLt: 16-bit or per-tensor E4M3 operands, bias / residual / GELU epilogue */
     TP_CALL_GEMM_QUANT_IN,     /* W8A8 FP8 on a 16-bit input: a quantize kernel, then cuBLASLt */
     TP_CALL_GEMV_W8A8,         /* W8A8 FP8 at <= 8 rows: tprof's GEMV rounding x to E4M3 in registers */

@@ -24,6 +24,7 @@
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/kernels/decoder_ops.h"
 #include "formats/dtype.h"
+#include "formats/qformat.h"
 #include "ir/graph.h"
 
 #define TP_GPU_MAX_TRACKED 4096
@@ -328,6 +329,58 @@ START_TEST(test_e4m3_outputs) {
         ck_assert_int_eq(tpk_rmsnorm_e4m3(d_x, dt, d_w, dt, d_q, NULL, M, C, 1e-6f, 1.0f, g_stream),
                          (int)cudaErrorInvalidValue);
         ck_assert_int_eq(tpk_glu_e4m3(d_x, d_u, dt, d_x, dev_scalar(1.0f), n, 1, g_stream), (int)cudaErrorInvalidValue);
+        release_all();
+    }
+}
+END_TEST
+
+/* ================================================================================================================
+ * RMSNorm writing FP8 block-128 for fp8-block GEMMs (tpk_rmsnorm_fp8_b128): codes and scales equal, bit for bit,
+ * tp_quantize(TP_QF_FP8_BLOCK128) of tpk_rmsnorm's fp32 output (the same sum of squares, so the same values), the
+ * scales in cuBLASLt's (kb, M_pad) layout; the pad rows M .. M_pad - 1 codes 0 and scale 1. Llama's w and Gemma's
+ * 1 + w; C 2000 ends in a partial block; every row poisoned first. Refusals: C % 4, misaligned q.
+ * ============================================================================================================== */
+
+START_TEST(test_rmsnorm_b128) {
+    const tp_dtype dt = _i ? TP_BF16 : TP_F16;
+    static const int cases[][2] = {{3, 1024}, {5, 2000}, {1, 4096}, {8, 256}}; /* M, C */
+    for (int c = 0; c < N_OF(cases); c++) {
+        const int M = cases[c][0], C = cases[c][1], Mp = (M + 3) / 4 * 4, KB = (C + 127) / 128;
+        const float offset = c & 1 ? 1.0f : 0.0f;
+        const size_t n = (size_t)M * C, np = (size_t)Mp * C;
+        SET_CASE("rmsnorm fp8 block-128 %s M=%d C=%d offset %g", dname(dt), M, C, offset);
+        float *x = host_normal(n, 940 + c, 0.1, 2.0), *w = host_normal((size_t)C, 950 + c, 0.0, 0.5);
+        for (size_t i = 0; i < n; i += 61) x[i] *= 30.0f; /* outliers: blocks with other scales */
+        round_to(dt, x, n), round_to(dt, w, (size_t)C);
+        void *d_x = dev_upload_at(dt, x, n, 0), *d_w = dev_upload_at(dt, w, (size_t)C, 0);
+        float *d_y32 = dev_alloc_at(TP_F32, n, 0);
+        uint8_t *d_q = dev_alloc_at(TP_E4M3, np, 0);
+        float *d_s = dev_alloc_at(TP_F32, (size_t)KB * Mp, 0);
+        KERNEL_OK(tpk_rmsnorm(d_x, dt, d_w, dt, d_y32, TP_F32, M, C, 1e-6f, offset, g_stream));
+        KERNEL_OK(tpk_rmsnorm_fp8_b128(d_x, dt, d_w, dt, d_q, d_s, M, Mp, C, 1e-6f, offset, g_stream));
+        const float *y = download_f32(TP_F32, d_y32, n, 1.0f);
+        tp_qtensor q;
+        tp_error e;
+        ck_assert_msg(tp_quantize(TP_QF_FP8_BLOCK128, y, M, C, 0, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
+        uint8_t *want = hmalloc(np);
+        memcpy(want, q.elems, n);
+        memset(want + n, 0, np - n); /* pad rows: codes 0 */
+        check_bytes_equal("rmsnorm fp8 block-128 codes", TP_E4M3, download_bytes(d_q, np), want, np, (size_t)C);
+        const float *got_s = (const float *)download_bytes(d_s, sizeof(float) * (size_t)KB * Mp);
+        size_t bad = 0;
+        for (int m = 0; m < Mp; m++)
+            for (int kb = 0; kb < KB; kb++) {
+                float ws = 1.0f;
+                if (m < M) memcpy(&ws, q.scales + sizeof(float) * ((size_t)m * KB + kb), sizeof ws);
+                bad += memcmp(&got_s[(size_t)kb * Mp + m], &ws, sizeof ws) != 0;
+            }
+        ck_assert_msg(bad == 0, "[%s] %zu of %d block scales differ from tp_quantize's", g_case, bad, KB * Mp);
+        tp_qtensor_free(&q);
+        printf("  ok    %s: codes and %d scales bit-identical to tp_quantize\n", g_case, KB * Mp);
+        ck_assert_int_eq(tpk_rmsnorm_fp8_b128(d_x, dt, d_w, dt, d_q, d_s, M, Mp, 42, 1e-6f, offset, g_stream),
+                         (int)cudaErrorInvalidValue);
+        ck_assert_int_eq(tpk_rmsnorm_fp8_b128(d_x, dt, d_w, dt, d_q + 2, d_s, M, Mp, C, 1e-6f, offset, g_stream),
+                         (int)cudaErrorInvalidValue);
         release_all();
     }
 }
@@ -902,6 +955,7 @@ Suite *gpu_decoder_ops_suite(void) {
     tcase_add_loop_test(new_tcase(s, "rope"), test_rope, 0, N_OF(ROPE_COMBOS));
     tcase_add_loop_test(new_tcase(s, "glu"), test_glu, 0, N_OF(GLU_COMBOS));
     tcase_add_loop_test(new_tcase(s, "e4m3_outputs"), test_e4m3_outputs, 0, 2);
+    tcase_add_loop_test(new_tcase(s, "rmsnorm_b128"), test_rmsnorm_b128, 0, 2);
     tcase_add_loop_test(new_tcase(s, "kv_append"), test_kv_append, 0, N_OF(ACT));
     tcase_add_loop_test(new_tcase(s, "rope_kv_append"), test_rope_kv_append, 0, 2 * N_OF(ACT));
     tcase_add_loop_test(new_tcase(s, "last_token"), test_last_token, 0, N_OF(ACT));

@@ -410,6 +410,18 @@ static int l_layernorm(tp_engine *e, int i, int *lib) {
                          e->stream);
 }
 
+/* RMSNorm writing its fp8-block GEMM readers' E4M3 input and 1x128 scales (plan.c plan_fp8_block) */
+static int l_rmsnorm_b128(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const tp_plan *pl = e->plan;
+    const tp_op *op = &e->g->ops[i];
+    const tp_value *o = &e->g->values[op->out];
+    const int C = (int)o->shape[o->ndim - 1], M = (int)(tp_value_numel(o) / C);
+    return tpk_rmsnorm_fp8_b128(e->dptr[op->in[0]], pl->value_dt[op->in[0]], e->dptr[op->in[1]], pl->value_dt[op->in[1]],
+                                e->dptr[op->out], (float *)e->d_bscale[op->out], M, (int)rows_pad(M), C, op->eps,
+                                op->norm_offset, e->stream);
+}
+
 static int l_attention(tp_engine *e, int i, int *lib) {
     const tp_plan *pl = e->plan;
     const tp_op *op = &e->g->ops[i];
@@ -536,6 +548,7 @@ static const launcher LAUNCHERS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_ALL_REDUCE] = l_all_reduce,
     [TP_CALL_TOKEN_EMBED] = l_decoder,
     [TP_CALL_RMSNORM] = l_decoder,
+    [TP_CALL_RMSNORM_FP8_B128] = l_rmsnorm_b128,
     [TP_CALL_ROPE] = l_decoder,
     [TP_CALL_FP32_LAYER] = l_fp32_layer,
     [TP_CALL_GLU] = l_decoder,

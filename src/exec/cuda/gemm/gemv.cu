@@ -288,14 +288,6 @@ __device__ __forceinline__ void load_buf(wbuf<VEC / 4, U> &B, const warp_ctx &c,
     }
 }
 
-/* x's 1 x 128 block scale, tp_quantize's for fp8-block128 activations as tpk_quant_fp8_b128 computes it (kernels.cu,
- * bit for bit) from the block's amax (NaN skipped by fmaxf): amax / 448 in fp32, 1 when that is 0, NaN when amax
- * is Inf */
-__device__ __forceinline__ float b128_scale(float amax) {
-    const float s = isinf(amax) ? __int_as_float(0x7FC00000) : amax / 448.0f;
-    return s == 0.0f ? 1.0f : s;
-}
-
 /* four 16-bit values of x (8 bytes) after the PDL wait, zeros when off (ld_x's reasons) */
 __device__ __forceinline__ void ld_x4(uint32_t (&d)[2], const void *p, bool on) {
     d[0] = d[1] = 0u;
@@ -319,7 +311,7 @@ template <class T> __device__ __forceinline__ float absmax2(float a, uint32_t pa
 
 /* FP8B, one buffer = steps step and step + 1 (U = 2, step even) = K elements 128 kb .. 128 kb + 127, kb = step / 2,
  * and the weight blocks' scales (load_buf: B.sa[0], B.sb[0] for rows g and g + 8, which may lie in different
- * 128-row blocks: a GLU's gate and up rows). x's blocks are quantized with b128_scale and e4m3.cuh's correctly
+ * 128-row blocks: a GLU's gate and up rows). x's blocks are quantized with e4m3.cuh's tpk_b128_scale and correctly
  * rounded quotient (as tpk_quant_fp8_b128), the codes exact in T; the block's products summed in fp32 on the tensor
  * cores; the sum joins acc times x's scale for the accumulator's batch row (column 2 t: row 2 t, 2 t + 1: row
  * 2 t + 1) times the weight block's.
@@ -341,7 +333,7 @@ __device__ __forceinline__ void compute_block(const wbuf<4, U> &B, const warp_ct
         float a = absmax2<T>(absmax2<T>(0.0f, v[0]), v[1]);
 #pragma unroll
         for (int o = 16; o >= 1; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-        const float s = b128_scale(a);
+        const float s = tpk_b128_scale(a);
         *reinterpret_cast<uint2 *>(&c.xsm[2 * c.lane]) = make_uint2(q_e4m3_pair<T>(v[0], s), q_e4m3_pair<T>(v[1], s));
         __syncwarp();
 #pragma unroll
@@ -369,7 +361,7 @@ __device__ __forceinline__ void compute_block(const wbuf<4, U> &B, const warp_ct
             for (int k = 0; k < 8; k++) a = absmax2<T>(a, XX[u][k]);
         a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
         a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
-        const float s = b128_scale(a);
+        const float s = tpk_b128_scale(a);
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll

@@ -309,6 +309,59 @@ extern "C" int tpk_rmsnorm_e4m3(const void *x, tp_dtype xdt, const void *w, tp_d
                                                                                    y_scale)))
 }
 
+/* RMSNorm writing FP8 block-128 (e4m3.cuh tpk_b128_store): one block a row, the sum of squares and r as
+ * rmsnorm_kernel computes them (its vector path), then each warp quantizes 1 x 128 blocks w, w + warps, ... of the
+ * fp32 normalized values directly (never rounded to 16 bits first). Rows M .. M_pad - 1: pad rows. */
+template <typename TX, typename TW>
+__global__ void __launch_bounds__(DEC_THREADS)
+    rmsnorm_b128_kernel(const TX *__restrict__ x, const TW *__restrict__ w, uint8_t *__restrict__ q,
+                        float *__restrict__ scales, int M, int M_pad, int C, float eps, float offset) {
+    tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
+    tpk_pdl_wait();
+    __shared__ float red[33];
+    const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    uint8_t *qr = q + (size_t)row * C;
+    if (row >= M) { /* block-uniform */
+        if (warp == 0) tpk_b128_pad_row(qr, scales, row, M_pad, C, lane);
+        return;
+    }
+    const TX *xr = x + (size_t)row * C;
+    float ss = 0.0f;
+    for (int c = threadIdx.x * 4; c < C; c += 4 * blockDim.x) {
+        float v[4];
+        ldn<4>(xr + c, v);
+#pragma unroll
+        for (int k = 0; k < 4; k++) ss = fmaf(v[k], v[k], ss);
+    }
+    const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)C + eps);
+    for (int kb = warp; kb < (C + 127) / 128; kb += nw) {
+        const int c = kb * 128 + lane * 4;
+        const bool live = c < C;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) {
+            float wv[4];
+            ldn<4>(xr + c, v);
+            ldn<4>(w + c, wv);
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = v[k] * r * (offset + wv[k]);
+        }
+        tpk_b128_store(v, live, qr + c, &scales[(size_t)kb * M_pad + row], lane);
+    }
+}
+
+extern "C" int tpk_rmsnorm_fp8_b128(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *q, float *scales,
+                                    int M, int M_pad, int C, float eps, float offset, tp_stream stream) {
+    if (M < 1 || M_pad < M || C < 4 || C % 4 || !x || !w || !q || !scales) return DEC_INVALID;
+    if (!aligned(q, 4) || !aligned(scales, 4)) return DEC_INVALID;
+    cudaStream_t s = (cudaStream_t)stream;
+    DEC_BY_ACT(xdt, TX, DEC_BY_ACT(wdt, TW, {
+        if (!aligned(x, 4 * sizeof(TX)) || !aligned(w, 4 * sizeof(TW))) return DEC_INVALID;
+        return pdl_launched(tpk_pdl_launch_kernel(rmsnorm_b128_kernel<TX, TW>, dim3((unsigned)M_pad),
+                                                  dim3(row_threads(C)), 0, s, (const TX *)x, (const TW *)w,
+                                                  (uint8_t *)q, scales, M, M_pad, C, eps, offset));
+    }))
+}
+
 /* ================================================================================================================
  * RoPE: one block a token (b, t). Its D/2 cosines and sines are computed once into shared memory (accurate
  * sincosf: the angle of position 1000 at inv_freq 1 is 1000 rad, where __sinf's error is ~1e-4), then every

@@ -44,6 +44,13 @@ int tpk_rmsnorm(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *
  * aligned for the vector path (else element by element). */
 int tpk_rmsnorm_e4m3(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *y, const float *y_scale, int M,
                      int C, float eps, float offset, tp_stream stream);
+/* tpk_rmsnorm writing FP8 block-128 for its fp8-block GEMM readers (no quantize kernel before them): the fp32
+ * results quantized per 1 x 128 block as tpk_quant_fp8_b128 (kernels.h) quantizes, bit for bit (e4m3.cuh): q
+ * (M_pad, C) E4M3 codes row-major, scales (ceil(C / 128), M_pad) fp32 with M_pad contiguous; rows M .. M_pad - 1
+ * codes 0 and scale 1. C % 4 == 0; x and w aligned to 4 elements, q and scales to 4 bytes (cudaErrorInvalidValue
+ * otherwise, nothing launched). */
+int tpk_rmsnorm_fp8_b128(const void *x, tp_dtype xdt, const void *w, tp_dtype wdt, void *q, float *scales, int M,
+                         int M_pad, int C, float eps, float offset, tp_stream stream);
 
 /* Rotary position embedding of x (B, T, H, D) in xdt into y in ydt, HF's rotate_half convention, as tp_cpu_rope:
  * for token t and i < D/2, with a = (float)(*past + t) * inv_freq[i] (one fp32 product, as HF forms the angle)

@@ -1052,33 +1052,7 @@ extern "C" int tpk_block_qdq(const void *x, tp_dtype xdt, void *y, tp_dtype ydt,
  * padded GEMM rows read defined values.
  * ============================================================================================================== */
 
-__device__ __forceinline__ uint32_t b128_code(float v, float s, bool nan_block) {
-    if (nan_block) return 0;
-    /* a NaN keeps its sign (S.1111.111), as the host codec does; __nv_cvt_float_to_fp8 drops it */
-    if (v != v) return ((__float_as_uint(v) >> 24) & 0x80u) | 0x7Fu;
-    return (uint32_t)__nv_cvt_float_to_fp8(v / s, __NV_SATFINITE, __NV_E4M3);
-}
-
-/* v: this lane's 4 values of one block, live: whether the lane holds any (a partial last block leaves lanes
- * out; they pass zeros, which cannot raise the amax). Codes go to q (4-byte aligned), lane 0 writes *scale. */
-__device__ __forceinline__ void b128_store(const float v[4], bool live, uint8_t *q, float *scale, int lane) {
-    float a = live ? fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))) : 0.0f;
-    a = warp_max(a);
-    float s = isinf(a) ? __int_as_float(0x7FC00000) : a / 448.0f;
-    if (s == 0.0f) s = 1.0f;
-    const bool nan_block = s != s;
-    if (live)
-        *reinterpret_cast<uint32_t *>(q) = b128_code(v[0], s, nan_block) | (b128_code(v[1], s, nan_block) << 8) |
-                                           (b128_code(v[2], s, nan_block) << 16) |
-                                           (b128_code(v[3], s, nan_block) << 24);
-    if (lane == 0) *scale = s;
-}
-
-/* A pad row: codes 0, scales 1. */
-__device__ __forceinline__ void b128_pad_row(uint8_t *qr, float *scales, int row, int M_pad, int K, int lane) {
-    for (int k = lane * 4; k < K; k += 128) *reinterpret_cast<uint32_t *>(qr + k) = 0u;
-    for (int kb = lane; kb < (K + 127) / 128; kb += 32) scales[(size_t)kb * M_pad + row] = 1.0f;
-}
+/* the block's codes and scale: e4m3.cuh tpk_b128_store, tpk_b128_pad_row */
 
 template <typename TX, int GELU>
 __global__ void __launch_bounds__(TPK_THREADS)
@@ -1103,7 +1077,7 @@ __global__ void __launch_bounds__(TPK_THREADS)
 #pragma unroll
             for (int j = 0; j < 4; j++) v[j] = GELU == 2 ? gelu_tanh_f(v[j]) : gelu_f(v[j]);
         }
-        b128_store(v, live, qr + k, &scales[(size_t)kb * M_pad + row], lane);
+        tpk_b128_store(v, live, qr + k, &scales[(size_t)kb * M_pad + row], lane);
     }
 }
 
@@ -1115,7 +1089,7 @@ __global__ void __launch_bounds__(TPK_THREADS)
     if (row >= M_pad) return;
     uint8_t *qr = q + (size_t)row * C;
     if (row >= M) {
-        b128_pad_row(qr, scales, row, M_pad, C, lane);
+        tpk_b128_pad_row(qr, scales, row, M_pad, C, lane);
         return;
     }
     const TX *xr = x + (size_t)row * C;
@@ -1133,7 +1107,7 @@ __global__ void __launch_bounds__(TPK_THREADS)
 #pragma unroll
             for (int k = 0; k < 4; k++) v[k] = fmaf((v[k] - mean) * rstd, wv[k], bv[k]);
         }
-        b128_store(v, live, qr + c, &scales[(size_t)kb * M_pad + row], lane);
+        tpk_b128_store(v, live, qr + c, &scales[(size_t)kb * M_pad + row], lane);
     }
 }
 
