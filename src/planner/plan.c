@@ -667,7 +667,10 @@ static int sibling_ok(const tp_graph *g, const tp_plan *p, int i) {
         (p->value_qf[w] != TP_QF_NONE && !w4 && !wb) || (p->value_scaled[w] && !w8) ||
         !tp_program_is_head(&p->prog, i) || p->prog.calls[i].n_ops != 1)
         return 0;
-    const tp_dtype dt = p->value_dt[op->in[0]];
+    /* fp8-block: a prefill's input may be E4M3 (its RMSNorm writes the format): the group lays out the weights a
+     * decode engine shares, whose input is 16-bit; the activation type is the output's */
+    const tp_dtype dt = wb ? p->value_dt[op->out] : p->value_dt[op->in[0]];
+    if (wb && p->value_dt[op->in[0]] != dt && p->value_dt[op->in[0]] != TP_E4M3) return 0;
     return (dt == TP_F16 || dt == TP_BF16) && (w8 || w4 || wb || p->value_dt[w] == dt) && p->value_dt[op->out] == dt &&
            (op->n_in < 3 || p->value_dt[op->in[2]] == dt);
 }

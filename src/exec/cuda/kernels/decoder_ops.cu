@@ -313,7 +313,7 @@ extern "C" int tpk_rmsnorm_e4m3(const void *x, tp_dtype xdt, const void *w, tp_d
  * rmsnorm_kernel computes them (its vector path), then each warp quantizes 1 x 128 blocks w, w + warps, ... of the
  * fp32 normalized values directly (never rounded to 16 bits first). Rows M .. M_pad - 1: pad rows. */
 template <typename TX, typename TW>
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void __launch_bounds__(1024) /* row_threads: up to 1024 (512 at C 4096), as rmsnorm_kernel */
     rmsnorm_b128_kernel(const TX *__restrict__ x, const TW *__restrict__ w, uint8_t *__restrict__ q,
                         float *__restrict__ scales, int M, int M_pad, int C, float eps, float offset) {
     tpk_pdl_trigger(); /* pdl.cuh: nothing before the wait reads what earlier kernels write */
