@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl fusions hfpeers w8a8 persistent; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0_onecall, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs, sparse_compare; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl fusions hfpeers w8a8 persistent fp8block; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0_onecall, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs, sparse_compare; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -67,6 +67,18 @@ for s in $steps; do
     echo "=== decoder: llama-3.2-1b, pp512 tg128, batch 1 and 8"
     "$BUILD/tprof" bench --model llama-3.2-1b --prompt 512 --gen 128 --batch 1,8 --precision fp16,bf16,fp8-wo,nvfp4-wo \
       --json "$OUT/decoder_llama32_1b.json" || rc=1
+    ;;
+  fp8block)
+    # issue 43: fp8-block's decode GEMV and its RMSNorm writing the prefill GEMMs' FP8 block-128 input: the suites
+    # (the kernel against tp_quantize, engines against the CPU's emulation), then Llama pp512 tg128 beside fp16 and
+    # fp8-wo
+    echo "=== fp8-block (issue 43): gpu_decoder_ops, gpu_gemv, gpu_decoder_engine, Llama pp512 tg128"
+    suites fp8block "rmsnorm fp8 block-128|fp8-block decode|fp8-block prefill" gpu_decoder_ops gpu_gemv gpu_decoder_engine
+    for m in llama-3.2-1b llama-3.1-8b; do
+      "$BUILD/tprof" bench --model $m --prompt 512 --gen 128 --batch 1 --precision fp16,fp8-wo,fp8-block \
+        --json "$OUT/fp8block_$m.json" > "$OUT/fp8block_$m.log" 2>&1 || rc=1
+      grep -E "^\| Llama|kernels a step" "$OUT/fp8block_$m.log"
+    done
     ;;
   persistent)
     # issue 42: the persistent decode step. Its GPU suite (against the graph path), then Llama-3.2-1B tg128 over the
