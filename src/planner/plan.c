@@ -144,15 +144,16 @@ static tp_status plan_block_scaled(const tp_graph *g, tp_precision prec, int sm,
     return TP_OK;
 }
 
-/* 1 when every reader of x is a linear this fp8-block plan quantizes (not in keep) reading x as its input on more
- * than 8 rows (cuBLASLt's block-scaled GEMM, which reads E4M3; a decode GEMV quantizes a 16-bit input itself) */
+/* 1 when every reader of x is a linear this fp8-block plan quantizes (not in keep) reading x as its input: cuBLASLt's
+ * block-scaled GEMM (more than 8 rows) or the decode GEMV (tpk_gemv_fp8_block_q), both reading E4M3 with 1x128
+ * scales, K % 16 == 0 */
 static int b128_gemm_readers_only(const tp_graph *g, const int *keep, int x) {
     int n = 0;
     for (int k = 0; k < g->n_ops; k++)
         for (int j = 0; j < g->ops[k].n_in; j++) {
             if (g->ops[k].in[j] != x) continue;
             const tp_op *r = &g->ops[k];
-            if (r->kind != TP_OP_LINEAR || j != 0 || keep[k] || r->gemm_m <= 8) return 0;
+            if (r->kind != TP_OP_LINEAR || j != 0 || keep[k] || r->gemm_k % 16) return 0;
             n++;
         }
     return n > 0;
@@ -171,9 +172,9 @@ static tp_status plan_fp8_block(const tp_graph *g, int sm, const int *keep, tp_p
         int prod = g->values[x].producer;
         tp_op_kind pk = prod >= 0 ? g->ops[prod].kind : TP_OP_KIND_COUNT;
         /* LayerNorm and GELU hold a whole 1x128 block in one warp, so they write the format themselves, and so
-         * does a decoder's RMSNorm for the GEMMs of a prefill (q/k/v, gate/up: one E4M3 copy for all its readers,
-         * where each would quantize its own); the attention output's 128-blocks span two heads, so it is quantized
-         * by a standalone kernel */
+         * does a decoder's RMSNorm for its q/k/v and gate/up (one E4M3 copy for all its readers, where each prefill
+         * GEMM would run a quantize kernel and each decode GEMV quantize in registers); the attention output's
+         * 128-blocks span two heads, so it is quantized by a standalone kernel or the decode GEMV */
         const int fused = ((pk == TP_OP_LAYERNORM || pk == TP_OP_GELU) && tp_value_readers(g, x) == 1) ||
                           (pk == TP_OP_RMSNORM && !p->fp32_tensors && op->gemm_k % 4 == 0 &&
                            b128_gemm_readers_only(g, keep, x));

@@ -89,8 +89,9 @@ int tp_program_b128_gemv(const tp_graph *g, const tp_plan *p, int i) {
     const tp_op *op = &g->ops[i];
     if (op->kind != TP_OP_LINEAR || p->value_qf[op->in[0]] != TP_QF_FP8_BLOCK128 || op->gemm_m > 8 || op->gemm_k % 16)
         return 0;
-    const tp_dtype dt = p->value_dt[op->in[0]];
-    return (dt == TP_F16 || dt == TP_BF16) && p->value_dt[op->out] == dt && (op->n_in < 3 || p->value_dt[op->in[2]] == dt);
+    const tp_dtype dt = p->value_dt[op->out], xdt = p->value_dt[op->in[0]];
+    return (dt == TP_F16 || dt == TP_BF16) && (xdt == dt || xdt == TP_E4M3) &&
+           (op->n_in < 3 || p->value_dt[op->in[2]] == dt);
 }
 
 static tp_call_kind linear_kind(const tp_graph *g, const tp_plan *p, int i) {

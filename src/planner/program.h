@@ -172,9 +172,10 @@ static inline tp_call_kind tp_program_kind(const tp_program *prog, int i) { retu
 /* Op `op` of the call whose slot is `head` of kind k (TP_OP_KIND_COUNT for any): its index in the graph, or -1. */
 int tp_program_find(const tp_program *prog, const tp_graph *g, int head, tp_op_kind k);
 /* 1 when op i, an FP8 block-128 linear of plan p, runs as tprof's block-scaled decode GEMV (exec/cuda/gemm/gemv.h
- * tpk_gemv_fp8_block, lowered as TP_CALL_GEMV_FP8_BLOCK): at most 8 rows (a decode step's), K % 16 == 0, its input
- * in F16 or BF16 as its producer wrote it (the GEMV quantizes each 1 x 128 block in registers: no quantize kernel,
- * no E4M3 copy), its output and bias in the same type. Otherwise cuBLASLt's block-scaled GEMM runs it. */
+ * tpk_gemv_fp8_block, lowered as TP_CALL_GEMV_FP8_BLOCK): at most 8 rows (a decode step's), K % 16 == 0, its output
+ * and bias in F16 or BF16 and its input in the same type (the GEMV quantizes each 1 x 128 block in registers: no
+ * quantize kernel, no E4M3 copy) or in E4M3 with its 1 x 128 scales, as a RMSNorm writes it for all its fp8-block
+ * readers (tpk_gemv_fp8_block_q). Otherwise cuBLASLt's block-scaled GEMM runs it. */
 int tp_program_b128_gemv(const tp_graph *g, const struct tp_plan *p, int i);
 /* The value call `head` writes: its op's output; a chain's last op's output (the GEMM of a LINEAR, ADD call writes
  * the add's output); a sibling group's first linear's (the members' outputs follow it), or the GLU's when the

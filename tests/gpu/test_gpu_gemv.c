@@ -17,7 +17,9 @@
  *                   documents, the same values decoded here from the packed bytes (even element in the low nibble).
  *   fp8 block-128   tp_quantize(TP_QF_FP8_BLOCK128, weights): E4M3 codes, one fp32 scale per 128 x 128 block
  *                   (uploaded in cuBLASLt's layout, as the engines hold them); x quantized per 1 x 128 block by the
- *                   kernel, referenced by tp_quantize on the same x: each block's sum scaled by x's and W's block
+ *                   kernel (tpk_gemv_fp8_block) or by tp_quantize on the host and uploaded as a RMSNorm writes it,
+ *                   codes and (kb, M_pad) scales (tpk_gemv_fp8_block_q), referenced by tp_quantize on the same x:
+ *                   each block's sum scaled by x's and W's block
  *                   scales (ref_fp8b, s_n = 1); x's rows and 128-blocks given magnitudes 1..4 and 2^-1..2 so that
  *                   a scale from the wrong row or block shows. M <= 4 and M > 4 run two ways of quantizing x
  *                   (gemv.cu compute_block): both at every shape list's M.
@@ -67,10 +69,39 @@ static void teardown(void) {
     close_stream();
 }
 
-typedef enum { WF_16 = 0, WF_FP8_CH, WF_FP8_T, WF_FP8_CT, WF_NVFP4, WF_NVFP4_ROWS, WF_W8A8, WF_FP8B, WF_COUNT } wfmt;
+typedef enum {
+    WF_16 = 0, WF_FP8_CH, WF_FP8_T, WF_FP8_CT, WF_NVFP4, WF_NVFP4_ROWS, WF_W8A8, WF_FP8B, WF_FP8BQ, WF_COUNT
+} wfmt;
 static const char *const WF_NAME[WF_COUNT] = {"16-bit", "fp8 per-channel", "fp8 per-tensor", "fp8 channel x tensor",
                                               "nvfp4", "nvfp4, one s2 per row", "w8a8 (x to e4m3 on load)",
-                                              "fp8 block-128 (x quantized per 1x128 on load)"};
+                                              "fp8 block-128 (x quantized per 1x128 on load)",
+                                              "fp8 block-128 (x quantized by its producer)"};
+/* WF_FP8BQ: x's E4M3 codes and 1x128 scales (kb, g_xld) on the device, as a RMSNorm writes them (set_xq) */
+static const void *g_xq;
+static const float *g_xs;
+static int g_xld;
+
+/* x (M, K), as the device holds it in the activation type, quantized by tp_quantize(TP_QF_FP8_BLOCK128) into
+ * g_xq / g_xs, the scales in tpk_quant_fp8_b128's layout with M_pad = M rounded up to 4 (pad scales 1) */
+static void set_xq(const float *x, int M, int K) {
+    tp_qtensor q;
+    tp_error e;
+    ck_assert_msg(tp_quantize(TP_QF_FP8_BLOCK128, x, M, K, 0, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
+    const int KB = (K + 127) / 128, Mp = (M + 3) / 4 * 4;
+    float *sc = hmalloc(sizeof(float) * (size_t)KB * Mp);
+    for (int kb = 0; kb < KB; kb++)
+        for (int m = 0; m < Mp; m++) {
+            float v = 1.0f;
+            if (m < M) memcpy(&v, q.scales + sizeof(float) * ((size_t)m * KB + kb), sizeof v);
+            sc[(size_t)kb * Mp + m] = v;
+        }
+    unsigned char *d = dev_bytes((size_t)M * K);
+    CUDA_OK(cudaMemcpy(d, q.elems, (size_t)M * K, cudaMemcpyHostToDevice));
+    g_xq = d;
+    g_xs = dev_floats(sc, (size_t)KB * Mp);
+    g_xld = Mp;
+    tp_qtensor_free(&q);
+}
 /* W8A8's x scale: x (std 1) / XS saturates E4M3 (448) where |x| > 3, about 0.3 % of the elements */
 #define W8A8_XS (3.0f / 448.0f)
 static const tp_dtype DT[] = {TP_F16, TP_BF16};
@@ -135,7 +166,7 @@ static wset make_weights(wfmt f, tp_dtype dt, int N, int K, size_t woff, uint64_
         void *h = hmalloc(nW * esize(dt));
         tp_convert_from_f32(dt, W, h, nW, 1.0f);
         w.w = dev_copy(h, nW * esize(dt), woff);
-    } else if (f == WF_FP8B) { /* codes and plain 128 x 128 scales; the device gets cuBLASLt's layout */
+    } else if (f == WF_FP8B || f == WF_FP8BQ) { /* codes and plain 128 x 128 scales; the device gets cuBLASLt's layout */
         tp_qtensor q;
         ck_assert_msg(tp_quantize(TP_QF_FP8_BLOCK128, W, N, K, 1, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
         const size_t nb = (size_t)(N + 127) / 128, kb = (size_t)(K + 127) / 128;
@@ -225,6 +256,8 @@ static int run_gemv(const wset *w, const void *x, const void *bias, const void *
     case WF_W8A8:
         return tpk_gemv_w8a8(x, w->xs, w->w, w->cs, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     case WF_FP8B: return tpk_gemv_fp8_block(x, w->w, w->bs, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
+    case WF_FP8BQ:
+        return tpk_gemv_fp8_block_q(g_xq, g_xs, g_xld, w->w, w->bs, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     default: return tpk_gemv_fp8(x, w->w, w->cs, w->ts, bias, res, y, w->dt, M, w->N, w->K, (tp_stream)s);
     }
 }
@@ -313,7 +346,7 @@ typedef struct {
 
 static int shape_ok(wfmt f, const shape *s) {
     if (f == WF_NVFP4 || f == WF_NVFP4_ROWS) return s->K % 16 == 0;
-    if (f == WF_FP8B) return s->K % 16 == 0 && s->woff % 16 == 0;
+    if (f == WF_FP8B || f == WF_FP8BQ) return s->K % 16 == 0 && s->woff % 16 == 0;
     if (f == WF_16) return s->K % 8 == 0 && s->woff % 16 == 0;
     return s->K % 8 == 0;
 }
@@ -340,7 +373,7 @@ static void run_shapes(wfmt f, tp_dtype dt) {
         const wset w = make_weights(f, dt, N, K, sh->woff, seed++);
         float *x = host_normal(nX, seed++, 0.0, 1.0), *bias = host_normal((size_t)N, seed++, 0.0, 0.5);
         float *res = host_normal(nY, seed++, 0.0, 1.0);
-        if (f == WF_FP8B) vary_blocks(x, M, K);
+        if (f == WF_FP8B || f == WF_FP8BQ) vary_blocks(x, M, K);
         round_dt(dt, x, nX);
         round_dt(dt, bias, (size_t)N);
         round_dt(dt, res, nY);
@@ -349,8 +382,9 @@ static void run_shapes(wfmt f, tp_dtype dt) {
         float *xq = f == WF_W8A8 ? hmalloc(nX * sizeof(float)) : x;
         if (f == WF_W8A8)
             for (size_t i = 0; i < nX; i++) xq[i] = tp_e4m3_to_f32(tp_f32_to_e4m3(x[i] / W8A8_XS));
-        if (f == WF_FP8B) ref_fp8b(&w, x, M, acc, mag);
+        if (f == WF_FP8B || f == WF_FP8BQ) ref_fp8b(&w, x, M, acc, mag);
         else ref_products(xq, w.wd, M, N, K, acc, mag);
+        if (f == WF_FP8BQ) set_xq(x, M, K);
         const void *d_x = dev_upload(dt, x, nX, nX), *d_b = dev_upload(dt, bias, (size_t)N, (size_t)N);
         const void *d_r = dev_upload(dt, res, nY, nY);
         double worst = 0.0;
@@ -407,6 +441,11 @@ START_TEST(test_gemv_graph) {
             SET_CASE("gemv graph capture %s %s + bias + residual M=%d N=%d K=%d", WF_NAME[f], dname(dt), M, N, K);
             const wset w = make_weights((wfmt)f, dt, N, K, 0, 43000 + 10 * (uint64_t)f + (uint64_t)si);
             const size_t nX = (size_t)M * K, nY = (size_t)M * N;
+            if (f == WF_FP8BQ) { /* the quantized x of the same values as the 16-bit x below */
+                float *xh = host_normal(nX, 43100, 0.0, 1.0);
+                round_dt(dt, xh, nX);
+                set_xq(xh, M, K);
+            }
             const gv_launch_ctx ctx = {&w, dev_upload(dt, host_normal(nX, 43100, 0.0, 1.0), nX, nX),
                                        dev_upload(dt, host_normal((size_t)N, 43101, 0.0, 0.5), (size_t)N, (size_t)N),
                                        dev_upload(dt, host_normal(nY, 43102, 0.0, 1.0), nY, nY), M};
@@ -442,15 +481,16 @@ static void run_fused(wfmt f, tp_dtype dt, int M, int K, int ng, int glu, int up
     const size_t nX = (size_t)M * K, nY = (size_t)M * ng;
     const wset w = make_weights(f, dt, N, K, 0, seed);
     float *x = host_normal(nX, seed + 1, 0.3, 1.5), *bias = host_normal((size_t)N, seed + 3, 0.0, 0.5);
-    if (f == WF_FP8B) vary_blocks(x, M, K);
+    if (f == WF_FP8B || f == WF_FP8BQ) vary_blocks(x, M, K);
     round_dt(dt, x, nX);
     round_dt(dt, bias, (size_t)N);
     float *xq = f == WF_W8A8 ? hmalloc(nX * sizeof(float)) : x; /* W8A8: x's E4M3 values under xs */
     if (f == WF_W8A8)
         for (size_t i = 0; i < nX; i++) xq[i] = tp_e4m3_to_f32(tp_f32_to_e4m3(x[i] / W8A8_XS));
     double *acc = hmalloc((size_t)M * N * sizeof(double)), *mag = hmalloc((size_t)M * N * sizeof(double));
-    if (f == WF_FP8B) ref_fp8b(&w, x, M, acc, mag);
+    if (f == WF_FP8B || f == WF_FP8BQ) ref_fp8b(&w, x, M, acc, mag);
     else ref_products(xq, w.wd, M, N, K, acc, mag);
+    if (f == WF_FP8BQ) set_xq(x, M, K);
     const void *d_x = dev_upload(dt, x, nX, nX), *d_b = dev_upload(dt, bias, (size_t)N, (size_t)N);
     void *d_y = dev_alloc(dt, nY + 64);
     const tpk_gemv_fusion fu = {glu, ng, gate0, up0};
@@ -463,6 +503,9 @@ static void run_fused(wfmt f, tp_dtype dt, int M, int K, int ng, int glu, int up
         break;
     case WF_W8A8: rc = tpk_gemv_fp8_fused(d_x, w.xs, w.w, w.cs, w.ts, d_b, d_y, dt, M, N, K, &fu, g_stream); break;
     case WF_FP8B: rc = tpk_gemv_fp8_block_fused(d_x, w.w, w.bs, d_b, d_y, dt, M, N, K, &fu, g_stream); break;
+    case WF_FP8BQ:
+        rc = tpk_gemv_fp8_block_q_fused(g_xq, g_xs, g_xld, w.w, w.bs, d_b, d_y, dt, M, N, K, &fu, g_stream);
+        break;
     default: rc = tpk_gemv_fp8_fused(d_x, NULL, w.w, w.cs, w.ts, d_b, d_y, dt, M, N, K, &fu, g_stream); break;
     }
     KERNEL_OK(rc);
@@ -498,7 +541,7 @@ static void run_fused(wfmt f, tp_dtype dt, int M, int K, int ng, int glu, int up
 START_TEST(test_gemv_fused) {
     const wfmt f = (wfmt)(_i / N_OF(DT));
     const tp_dtype dt = DT[_i % N_OF(DT)];
-    const int kmul = f == WF_NVFP4 || f == WF_NVFP4_ROWS || f == WF_FP8B ? 16 : 8;
+    const int kmul = f == WF_NVFP4 || f == WF_NVFP4_ROWS || f == WF_FP8B || f == WF_FP8BQ ? 16 : 8;
     static const int Ks[] = {200, 784, 2048, 2064}, Ms[] = {1, 3, 8, 11}, NGs[] = {5, 100, 2052};
     uint64_t seed = 47000 + 1000 * (uint64_t)_i;
     int done = 0;
@@ -568,6 +611,9 @@ START_TEST(test_gemv_rejects) {
          tpk_gemv_fp8_block(x, w, (const float *)(sc + 2), NULL, NULL, y, h, 1, 16, 32, g_stream)},
         {"fp8-block: w not 16-byte aligned", tpk_gemv_fp8_block(x, w + 8, s, NULL, NULL, y, h, 1, 16, 32, g_stream)},
         {"fp8-block: f32", tpk_gemv_fp8_block(x, w, s, NULL, NULL, y, TP_F32, 1, 16, 32, g_stream)},
+        {"fp8-block q: NULL x scales", tpk_gemv_fp8_block_q(x, NULL, 4, w, s, NULL, NULL, y, h, 1, 16, 32, g_stream)},
+        {"fp8-block q: x_ld < M", tpk_gemv_fp8_block_q(x, s, 2, w, s, NULL, NULL, y, h, 3, 16, 32, g_stream)},
+        {"fp8-block q: K 24", tpk_gemv_fp8_block_q(x, s, 4, w, s, NULL, NULL, y, h, 1, 16, 24, g_stream)},
         {"fp8-block fused: glu rows past N",
          tpk_gemv_fp8_block_fused(x, w, s, NULL, y, h, 1, 16, 32, &glu_past, g_stream)},
     };

@@ -480,6 +480,13 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
             continue;
         }
         if (tpe_kind(e, i) == TP_CALL_GEMV_FP8_BLOCK) { /* a decode step's: tprof's GEMV, no cuBLASLt plan */
+            const int x = op->in[0];
+            if (plan->value_dt[x] == TP_E4M3 && !e->d_bscale[x]) { /* its RMSNorm's 1x128 scales */
+                const size_t nb = sizeof(float) * (size_t)(rows_pad(op->gemm_m) * ((op->gemm_k + 127) / 128));
+                st = tpe_dev_alloc(e, nb, &e->d_bscale[x], g->values[x].name, err);
+                if (st) goto fail;
+                e->act_bytes += (double)nb;
+            }
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof FP8 block-128 GEMV (gemv.h tpk_gemv_fp8_block): "
                      "x quantized per 1x128 block in registers, E4M3 weights with 128x128 scales");
             continue;

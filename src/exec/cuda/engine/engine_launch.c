@@ -223,13 +223,19 @@ static int l_gemm_fp8_block(tp_engine *e, int i, int *lib) {
                        (const float *)e->d_bscale[op->in[1]], e->stream);
 }
 
-/* FP8 block-128 at <= 8 rows: the GEMV quantizes the 16-bit input per 1x128 block as it reads it */
+/* FP8 block-128 at <= 8 rows: the GEMV quantizes the 16-bit input per 1x128 block as it reads it, or reads the E4M3
+ * input and scales its RMSNorm wrote */
 static int l_gemv_fp8_block(tp_engine *e, int i, int *lib) {
     (void)lib;
     const lin_io io = linear_io(e, i);
     const tp_op *op = io.op;
-    return tpk_gemv_fp8_block(io.x, io.w, (const float *)e->d_bscale[op->in[1]], io.bias, io.res, io.y, io.xdt,
-                              (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, e->stream);
+    const float *ws = (const float *)e->d_bscale[op->in[1]];
+    if (io.fp8)
+        return tpk_gemv_fp8_block_q(io.x, (const float *)e->d_bscale[op->in[0]], (int)rows_pad(op->gemm_m), io.w, ws,
+                                    io.bias, io.res, io.y, io.ydt, (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k,
+                                    e->stream);
+    return tpk_gemv_fp8_block(io.x, io.w, ws, io.bias, io.res, io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n,
+                              (int)op->gemm_k, e->stream);
 }
 
 /* Blackwell: the input's codes and 128x4-tiled scales, then the block-scaled GEMM (NVFP4's per-tensor scales in
@@ -631,9 +637,14 @@ int tpe_launch_group(tp_engine *e, int lead, const tpk_gemv_fusion *fu) {
     const int fp4 = tpe_fp4_group(e, lead);
     void *y = e->dptr[fu && fu->glu ? g->ops[tp_program_first(&e->prog, g, e->prog.op_call[lead], TP_OP_GLU)].out
                                     : op->out];
-    if (tpe_b128_group(e, lead)) /* the stacked 128x128 scales; x quantized per 1x128 block in the GEMV */
-        return tpk_gemv_fp8_block_fused(x, w, (const float *)e->d_bscale[op->in[1]], b, y, xdt, 1, (int)n,
-                                        (int)op->gemm_k, fu, e->stream);
+    if (tpe_b128_group(e, lead)) { /* the stacked 128x128 scales; x quantized per 1x128 block in the GEMV, or by its
+                                     * RMSNorm (E4M3 with 1x128 scales) */
+        const float *ws = (const float *)e->d_bscale[op->in[1]];
+        if (xdt == TP_E4M3)
+            return tpk_gemv_fp8_block_q_fused(x, (const float *)e->d_bscale[op->in[0]], (int)rows_pad(1), w, ws, b, y,
+                                              e->plan->value_dt[op->out], 1, (int)n, (int)op->gemm_k, fu, e->stream);
+        return tpk_gemv_fp8_block_fused(x, w, ws, b, y, xdt, 1, (int)n, (int)op->gemm_k, fu, e->stream);
+    }
     if (fp4 || e->plan->value_dt[op->in[1]] == TP_E4M3) { /* its per-row scales exist once the group was chosen */
         const float *rs = e->group_cs[lead];
         if (!rs) return (int)cudaErrorInvalidValue;

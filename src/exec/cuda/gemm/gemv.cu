@@ -81,6 +81,8 @@ struct gemv_params {
     const float *xs;         /* W8A8 (QX): x's per-tensor scale; x is rounded to e4m3(x / xs) as it is loaded */
     const float *bs;         /* FP8B: the weights' 128 x 128 block scales, (ceil(N / 128), bld) fp32 */
     int bld;                 /* FP8B: floats per row of bs (ceil(K / 128) rounded up to a multiple of 4) */
+    const float *xbs;        /* FP8B with QX: x arrives as E4M3 codes with these 1 x 128 scales, (kb, xld) */
+    int xld;                 /* FP8B with QX: x's scale rows (M_pad >= M) */
     const void *bias, *res;  /* (N), (M, N) in T, or NULL */
     void *y;                 /* (M, N) in T */
     long long row_bytes;     /* bytes per weight row */
@@ -262,6 +264,8 @@ struct warp_ctx {
     const float *b0, *b1;                   /* FP8B: the block-scale rows of weight rows g and g + 8 */
     const unsigned char *x;                 /* FP8B: x row 0 (bytes) */
     uint32_t *xsm;                          /* FP8B at M = 1: the warp's 128 values of x in shared memory */
+    const float *xbs;                       /* FP8B with QX: x's block scales; xld their rows */
+    int xld;
     bool ok0, ok1, xok;
     int lane, M, K;
     int tig, st1, nchunks;
@@ -445,17 +449,63 @@ __device__ __forceinline__ void compute_buf(const wbuf<VEC / 4, U> &B, const war
     }
 }
 
+/* a 4-byte scale after the PDL wait (written by the previous kernel: not .nc), 0 when off */
+__device__ __forceinline__ float ld_scale_f32(const float *p, bool on) {
+    uint32_t d = 0u;
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %1, 0;\n\t@p ld.global.u32 %0, [%2];\n}\n"
+                 : "+r"(d)
+                 : "r"((int)on), "l"(p));
+    return __uint_as_float(d);
+}
+
+/* FP8B with QX: the block's x already quantized by its producer (the RMSNorm writing FP8 block-128: codes (M, K)
+ * row-major, scales (kb, xld)): lane (g, t) reads its 16 codes of row g per chunk (the weights' positions) and turns
+ * them into T pairs (exact), the block's sum as compute_block's, x's scale of batch rows 2 t and 2 t + 1 read here */
+template <class T, int U>
+__device__ __forceinline__ void compute_block_q(const wbuf<4, U> &B, const warp_ctx &c, int step, float (&acc)[4]) {
+    static_assert(U == 2, "FP8B: a buffer is one 128-element block");
+    const int t = c.tig, kb = step >> 1;
+    uint32_t XX[U][8];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int ch = (step + u) * 4 + t;
+        uint32_t q[4];
+        ld_x(q, c.xr + (long long)ch * 16, c.xok && step + u < c.st1 && ch < c.nchunks);
+#pragma unroll
+        for (int j = 0; j < 4; j++) XX[u][2 * j] = e4m3x2_t<T>(q[j]), XX[u][2 * j + 1] = e4m3x2_t<T>(q[j] >> 16);
+    }
+    const float x0 = ld_scale_f32(c.xbs + (long long)kb * c.xld + 2 * t, 2 * t < c.M),
+                x1 = ld_scale_f32(c.xbs + (long long)kb * c.xld + 2 * t + 1, 2 * t + 1 < c.M);
+    float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (step + u >= c.st1) break; /* warp-uniform: a last block of one step */
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t wa = B.a[u][j], wb = B.b[u][j];
+            tpk_mma16816<T>(blk, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16), e4m3x2_t<T>(wb >> 16),
+                            XX[u][2 * j], XX[u][2 * j + 1]);
+        }
+    }
+    const float w0 = __uint_as_float(B.sa[0]), w1 = __uint_as_float(B.sb[0]);
+    acc[0] += blk[0] * (x0 * w0);
+    acc[1] += blk[1] * (x1 * w0);
+    acc[2] += blk[2] * (x0 * w1);
+    acc[3] += blk[3] * (x1 * w1);
+}
+
 /* one buffer, whatever the format */
 template <class T, int FMT, int VEC, int U, bool QX>
 __device__ __forceinline__ void compute_any(const wbuf<VEC / 4, U> &B, const warp_ctx &c, int step, float (&acc)[4]) {
-    if constexpr (FMT == FMT_FP8B) compute_block<T, U>(B, c, step, acc);
+    if constexpr (FMT == FMT_FP8B && QX) compute_block_q<T, U>(B, c, step, acc);
+    else if constexpr (FMT == FMT_FP8B) compute_block<T, U>(B, c, step, acc);
     else compute_buf<T, FMT, VEC, U, QX>(B, c, step, acc);
 }
 
 /* The sum of weight row n times its scales (gemv.h's scale_n) */
 template <int FMT, bool QX> __device__ __forceinline__ float scaled(const gemv_params &p, int n, float xs, float v) {
     if (FMT == FMT_FP8) v *= (p.cs ? __ldg(p.cs + n) : 1.0f) * (p.ts ? __ldg(p.ts) : 1.0f);
-    if (QX) v *= xs;
+    if (QX && FMT != FMT_FP8B) v *= xs;
     if (FMT == FMT_NVFP4) v *= (p.cs ? __ldg(p.cs + n) : __ldg(p.ts)) * 128.0f;
     return v;
 }
@@ -509,7 +559,10 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
     c.M = p.M;
     c.K = p.K;
     c.xok = g < p.M;
-    c.xr = (const unsigned char *)p.x + (long long)(c.xok ? g : 0) * p.K * 2;
+    /* x row g: 16-bit values, or FP8B's E4M3 codes (QX) */
+    c.xr = (const unsigned char *)p.x + (long long)(c.xok ? g : 0) * p.K * (FMT == FMT_FP8B && QX ? 1 : 2);
+    c.xbs = p.xbs;
+    c.xld = p.xld;
 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     wbuf<VW, U> A, B;
@@ -519,8 +572,8 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
     load_buf<FMT, VEC, U>(A, c, s);
     load_buf<FMT, VEC, U>(B, c, s + U);
     tpk_pdl_wait();
-    c.xs = QX ? __ldg(p.xs) : 1.0f;
-    if constexpr (FMT == FMT_FP8B) { /* at M = 1, x a buffer ahead too */
+    c.xs = QX && FMT != FMT_FP8B ? __ldg(p.xs) : 1.0f;
+    if constexpr (FMT == FMT_FP8B && !QX) { /* at M = 1, x a buffer ahead too */
         if (c.M == 1) load_xb<U>(A, c, s), load_xb<U>(B, c, s + U);
     }
     while (s < c.st1) { /* one buffer's loads are in flight while the other is decoded and multiplied */
@@ -528,14 +581,14 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_kernel(const gemv_params p, 
         s += U;
         if (s >= c.st1) break;
         load_buf<FMT, VEC, U>(A, c, s + U);
-        if constexpr (FMT == FMT_FP8B) {
+        if constexpr (FMT == FMT_FP8B && !QX) {
             if (c.M == 1) load_xb<U>(A, c, s + U);
         }
         compute_any<T, FMT, VEC, U, QX>(B, c, s, acc);
         s += U;
         if (s >= c.st1) break;
         load_buf<FMT, VEC, U>(B, c, s + U);
-        if constexpr (FMT == FMT_FP8B) {
+        if constexpr (FMT == FMT_FP8B && !QX) {
             if (c.M == 1) load_xb<U>(B, c, s + U);
         }
     }
@@ -627,7 +680,12 @@ cudaError_t launch(gemv_params p, const glu_params &gp, int M, cudaStream_t stre
     for (int m0 = 0; m0 < M; m0 += kMB) { /* passes of 8 batch rows */
         gemv_params q = p;
         q.M = M - m0 < kMB ? M - m0 : kMB;
-        q.x = x + (long long)m0 * p.K;
+        if (FMT == FMT_FP8B && QX) { /* E4M3 codes, a byte each, and their scales' rows */
+            q.x = (const unsigned char *)p.x + (long long)m0 * p.K;
+            q.xbs = p.xbs + m0;
+        } else {
+            q.x = x + (long long)m0 * p.K;
+        }
         q.res = res ? res + (long long)m0 * p.N : nullptr;
         q.y = y + (long long)m0 * (GLU ? gp.ng : p.N);
         e = cudaLaunchKernelEx(&L.cfg, gemv_kernel<T, FMT, VEC, U, QX, GLU>, q, gp);
@@ -800,6 +858,36 @@ static int gemv_fp8_block(const void *x, const void *w, const float *w_scales, c
     p.bld = ((K + 127) / 128 + 3) / 4 * 4;
     p.row_bytes = K;
     return (int)dispatch<FMT_FP8B, 16>(p, gp, dt, M, (cudaStream_t)stream);
+}
+
+/* tpk_gemv_fp8_block_q and its fused form: x already E4M3 with its 1 x 128 scales */
+static int gemv_fp8_block_q(const void *xq, const float *x_scales, int x_ld, const void *w, const float *w_scales,
+                            const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
+                            const tpk_gemv_fusion *f, tp_stream stream) {
+    gemv_params p;
+    glu_params gp;
+    if (!common_ok(xq, bias, residual, y, dt, M, N, K, 16, &p) || !fusion_ok(f, residual, &p, &gp) || !w ||
+        !aligned(w, 16) || !w_scales || !aligned(w_scales, 4) || !x_scales || !aligned(x_scales, 4) || x_ld < M)
+        return (int)cudaErrorInvalidValue;
+    p.w = (const unsigned char *)w;
+    p.bs = w_scales;
+    p.bld = ((K + 127) / 128 + 3) / 4 * 4;
+    p.xbs = x_scales;
+    p.xld = x_ld;
+    p.row_bytes = K;
+    return (int)dispatch<FMT_FP8B, 16, true>(p, gp, dt, M, (cudaStream_t)stream);
+}
+
+extern "C" int tpk_gemv_fp8_block_q(const void *xq, const float *x_scales, int x_ld, const void *w,
+                                    const float *w_scales, const void *bias, const void *residual, void *y, tp_dtype dt,
+                                    int M, int N, int K, tp_stream stream) {
+    return gemv_fp8_block_q(xq, x_scales, x_ld, w, w_scales, bias, residual, y, dt, M, N, K, NULL, stream);
+}
+
+extern "C" int tpk_gemv_fp8_block_q_fused(const void *xq, const float *x_scales, int x_ld, const void *w,
+                                          const float *w_scales, const void *bias, void *y, tp_dtype dt, int M, int N,
+                                          int K, const tpk_gemv_fusion *f, tp_stream stream) {
+    return gemv_fp8_block_q(xq, x_scales, x_ld, w, w_scales, bias, NULL, y, dt, M, N, K, f, stream);
 }
 
 extern "C" int tpk_gemv_fp8_block(const void *x, const void *w, const float *w_scales, const void *bias,

@@ -151,6 +151,18 @@ int tpk_gemv_nvfp4_fused(const void *x, const void *w, const void *scales, const
                          const void *bias, void *y, tp_dtype dt, int M, int N, int K, const tpk_gemv_fusion *f,
                          tp_stream stream);
 
+/* tpk_gemv_fp8_block on an input its producer already quantized (a decoder's RMSNorm writing FP8 block-128): xq (M,
+ * K) E4M3 codes row-major, 16-byte aligned, x_scales (ceil(K / 128), x_ld) fp32 with x_ld >= M contiguous (kernels.h
+ * tpk_quant_fp8_b128's layout, x_ld its M_pad), 4-byte aligned: y = sum_kb (sum_k xq w) xs ws as above, without the
+ * quantization. Errors as tpk_gemv_fp8_block's, and cudaErrorInvalidValue for NULL or misaligned x_scales or x_ld <
+ * M. */
+int tpk_gemv_fp8_block_q(const void *xq, const float *x_scales, int x_ld, const void *w, const float *w_scales,
+                         const void *bias, const void *residual, void *y, tp_dtype dt, int M, int N, int K,
+                         tp_stream stream);
+int tpk_gemv_fp8_block_q_fused(const void *xq, const float *x_scales, int x_ld, const void *w, const float *w_scales,
+                               const void *bias, void *y, tp_dtype dt, int M, int N, int K, const tpk_gemv_fusion *f,
+                               tp_stream stream);
+
 /* tpk_gemv_fp8_block with a fusion. */
 int tpk_gemv_fp8_block_fused(const void *x, const void *w, const float *w_scales, const void *bias, void *y,
                              tp_dtype dt, int M, int N, int K, const tpk_gemv_fusion *f, tp_stream stream);
