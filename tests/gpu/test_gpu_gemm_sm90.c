@@ -145,6 +145,89 @@ START_TEST(test_gemm_sm90) {
 }
 END_TEST
 
+/* ---- weight-only FP8 (tpk_gemm_sm90_wo_fp8): E4M3 weights converted to the activations' type in shared memory -----
+ * Weights: normal (std 0.05) with every 97th value 20x larger, as E4M3 codes under a per-tensor scale amax / 448
+ * (tp_f32_to_e4m3 of w / s: the host codec, formats/dtype.h); the reference multiplies A by the codes' exact values
+ * and scales the fp64 sum: ref = s sum_k A e4m3(w) + bias [+ R]. Bound as test_gemm_sm90's (the converted weights
+ * are exact in FP16 and BF16, so the arithmetic is the 16-bit kernel's), plus 2^-22 of the scaled value for the
+ * epilogue's multiply by s. Shapes: M 1, 3, 128, 197, 257, 512 and 2600 (batch 1, ViT's tokens, a prefill of 512;
+ * 2600 x 2048: 336 tiles, so both consumer warpgroups of a CTA take tiles); N 8 .. 4096; K 16 (one partial step),
+ * 48, 80, 784 (12.25 steps: the last zero-filled), 3072 (48: the ring wraps 8 times) and 4096; bias, the residual in
+ * its own buffer and in place (R == D); F16 and BF16. A wrong swizzle, a conversion of the wrong half or a stage
+ * read before its conversion is off by far more. CPU work: about 1.9 G multiply-adds of fp64 per type. */
+START_TEST(test_gemm_sm90_wo_fp8) {
+    if (!hopper_or_refused()) return;
+    const tp_dtype dt = GT[_i];
+    static const int shapes[][3] = {{197, 64, 48},  {1, 4096, 784},   {128, 1024, 4096}, {3, 8, 16},
+                                    {2600, 2048, 80}, {257, 136, 3072}, {512, 512, 3072}};
+    uint64_t seed = 29000 + 100 * (uint64_t)_i;
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
+        const size_t nA = (size_t)M * K, nW = (size_t)N * K, nD = (size_t)M * N;
+        float *A = host_normal(nA, seed++, 0.0, 1.0), *W = host_normal(nW, seed++, 0.0, 0.05);
+        float *bias = host_normal((size_t)N, seed++, 0.0, 0.5), *R = host_normal(nD, seed++, 0.0, 1.0);
+        for (size_t i = 0; i < nW; i += 97) W[i] *= 20.0f;
+        round_to(dt, A, nA);
+        round_to(dt, bias, (size_t)N);
+        round_to(dt, R, nD);
+        float amax = 0.0f;
+        for (size_t i = 0; i < nW; i++) amax = fmaxf(amax, fabsf(W[i]));
+        const float ws = amax / 448.0f;
+        unsigned char *codes = hmalloc(nW);
+        for (size_t i = 0; i < nW; i++) {
+            codes[i] = tp_f32_to_e4m3(W[i] / ws);
+            W[i] = tp_e4m3_to_f32(codes[i]); /* the codes' values, unscaled */
+        }
+        double *v = hmalloc(nD * sizeof(double)), *mag = hmalloc(nD * sizeof(double));
+        ref_products(A, W, M, N, K, v, mag);
+        void *d_A = dev_upload(dt, A, nA, nA), *d_bias = dev_upload(dt, bias, (size_t)N, (size_t)N);
+        unsigned char *d_W = dev_bytes(nW);
+        CUDA_OK(cudaMemcpy(d_W, codes, nW, cudaMemcpyHostToDevice));
+        float *d_ws = dev_scalar(ws);
+        /* epilogues: 0 none, 1 bias, 2 bias + residual, 3 bias + residual in place (R == D) */
+        for (int ep = 0; ep < 4; ep++) {
+            SET_CASE("gemm_sm90_wo_fp8 %s M=%d N=%d K=%d epilogue %d", dname(dt), M, N, K, ep);
+            void *d_D = ep == 3 ? dev_upload(dt, R, nD, nD + 64) : dev_alloc(dt, nD + 64);
+            const void *d_R = ep == 2 ? dev_upload(dt, R, nD, nD) : ep == 3 ? d_D : NULL;
+            KERNEL_OK(tpk_gemm_sm90_wo_fp8(d_A, d_W, d_ws, ep ? d_bias : NULL, d_R, d_D, dt, M, N, K, g_stream));
+            const float *got = download_f32(dt, d_D, nD, 1.0f);
+            size_t bad = 0, worst = 0;
+            double worst_ratio = 0.0, worst_ref = 0.0;
+            for (size_t i = 0; i < nD; i++) {
+                const double a = (double)ws * v[i], b = ep ? bias[i % (size_t)N] : 0.0, r = ep >= 2 ? R[i] : 0.0;
+                const double ref = a + b + r;
+                const double tol = ulp_of(dt, ref) + 2.0 * (K + 2) * 0x1p-24 * ws * mag[i] +
+                                   0x1p-22 * (fabs(a) + fabs(b) + fabs(r));
+                const double err = fabs((double)got[i] - ref);
+                if (!(err <= tol)) bad++;
+                const double ratio = isfinite(err) ? err / tol : INFINITY;
+                if (ratio > worst_ratio) worst_ratio = ratio, worst = i, worst_ref = ref;
+            }
+            printf("  %s  %s: %zu of %zu outside the bound; worst err/bound %.3f at [%zu,%zu] got %.7g ref %.7g\n",
+                   bad ? "FAIL" : "ok  ", g_case, bad, nD, worst_ratio, worst / (size_t)N, worst % (size_t)N, got[worst],
+                   worst_ref);
+            fflush(stdout);
+            ck_assert_msg(bad == 0, "[%s] %zu of %zu elements outside the bound", g_case, bad, nD);
+            check_untouched("D past its end", d_D, nD * esize(dt), (nD + 64) * esize(dt));
+        }
+        release_all();
+    }
+    /* refusals: K not a multiple of 16, no scale, a misaligned scale or residual */
+    char *buf = dev_bytes(1 << 20);
+    const float *s = (const float *)(buf + 4096);
+    ck_assert_int_eq(tpk_gemm_sm90_wo_fp8(buf, buf + 8192, s, NULL, NULL, buf + 65536, dt, 8, 8, 24, g_stream),
+                     (int)cudaErrorInvalidValue);
+    ck_assert_int_eq(tpk_gemm_sm90_wo_fp8(buf, buf + 8192, NULL, NULL, NULL, buf + 65536, dt, 8, 8, 32, g_stream),
+                     (int)cudaErrorInvalidValue);
+    ck_assert_int_eq(tpk_gemm_sm90_wo_fp8(buf, buf + 8192, (const float *)(buf + 4098), NULL, NULL, buf + 65536, dt, 8,
+                                          8, 32, g_stream),
+                     (int)cudaErrorInvalidValue);
+    ck_assert_int_eq(tpk_gemm_sm90_wo_fp8(buf, buf + 8192, s, NULL, buf + 8, buf + 65536, dt, 8, 8, 32, g_stream),
+                     (int)cudaErrorInvalidValue);
+    ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+}
+END_TEST
+
 /* x rounded in place to the E4M3 grid of scale (the values the kernel reads: code * scale) */
 static void to_e4m3_grid(float *x, size_t n, float scale) {
     void *tmp = hmalloc(n);
@@ -388,6 +471,7 @@ Suite *gpu_gemm_sm90_suite(void) {
     Suite *s = suite_create("gpu_gemm_sm90");
     tcase_add_loop_test(new_tcase(s, "gemm_sm90"), test_gemm_sm90, 0, N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_fp8"), test_gemm_sm90_fp8);
+    tcase_add_loop_test(new_tcase(s, "gemm_sm90_wo_fp8"), test_gemm_sm90_wo_fp8, 0, N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_graph"), test_gemm_sm90_graph);
     tcase_add_test(new_tcase(s, "gemm_sm90_rejects"), test_gemm_sm90_rejects);
     tcase_add_test(new_tcase(s, "gemm_sm90_fp8_pick"), test_gemm_sm90_fp8_pick);

@@ -220,6 +220,61 @@ __device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int
     else wg_ss_n128(acc, da, db, accumulate, tag);
 }
 
+/* ---- weights converted in shared memory (WC: weight-only FP8) ---------------------------------------------------- */
+
+/* four E4M3 codes (a 32-bit word, low byte first) as two packed pairs of T, exact (every E4M3 value is an FP16 and a
+ * BF16 value; NaN stays NaN) */
+__device__ __forceinline__ void gm_e4m3x4(uint32_t v, uint32_t &lo, uint32_t &hi, __half) {
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(lo) : "h"((unsigned short)(v & 0xFFFFu)));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(hi) : "h"((unsigned short)(v >> 16)));
+}
+__device__ __forceinline__ void gm_e4m3x4(uint32_t v, uint32_t &lo, uint32_t &hi, __nv_bfloat16) {
+    uint32_t a, b;
+    gm_e4m3x4(v, a, b, __half());
+    const float2 fa = __half22float2(*reinterpret_cast<__half2 *>(&a)), fb = __half22float2(*reinterpret_cast<__half2 *>(&b));
+    __nv_bfloat162 ba = __float22bfloat162_rn(fa), bb = __float22bfloat162_rn(fb);
+    lo = *reinterpret_cast<uint32_t *>(&ba), hi = *reinterpret_cast<uint32_t *>(&bb);
+}
+
+/* A weight stage's BN rows x 64 E4M3 codes (TMA, no swizzle: row r's 64 bytes at src + 64 r; src = the upper half
+ * of the stage's W tile) rewritten in place as BN rows x 64 values of T in the layout TMA's 128-byte swizzle gives a
+ * 16-bit tile (16-byte chunk c of row r at dst + 128 r + 16 (c ^ (r % 8)), dst 1024-aligned), which the wgmma
+ * descriptors read. By the consumer warpgroup (128 threads, ctid), named barrier bar: every code is read into
+ * registers before any value is written (the two halves overlap), then the writes are made visible to the async
+ * proxy (wgmma) before any thread of the warpgroup issues one. A thread takes 16-byte units u ctid, ctid + 128, ...
+ * (row u / 4, chunk u % 4: a warp reads 512 contiguous bytes, no bank conflict) and writes each as 32 bytes, row r's
+ * values 16 c .. 16 c + 15 (chunks 2 c and 2 c + 1). */
+template <typename T, int BN>
+__device__ __forceinline__ void gm_convert_w(uint32_t dst, uint32_t src, int ctid, int bar) {
+    enum { U = BN * 64 / 16 / 128 }; /* units per thread: 4 (BN 128) */
+    uint4 q[U];
+#pragma unroll
+    for (int k = 0; k < U; k++)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
+                     : "r"(src + 16u * (uint32_t)(k * 128 + ctid))
+                     : "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+        const int u = k * 128 + ctid, r = u >> 2, c = u & 3;
+        uint32_t v[8];
+        gm_e4m3x4(q[k].x, v[0], v[1], T());
+        gm_e4m3x4(q[k].y, v[2], v[3], T());
+        gm_e4m3x4(q[k].z, v[4], v[5], T());
+        gm_e4m3x4(q[k].w, v[6], v[7], T());
+        const uint32_t row = dst + 128u * (uint32_t)r;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                         ::"r"(row + 16u * (uint32_t)((2 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
+                         "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
+                         : "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+}
+
 /* ---- the kernel ---------------------------------------------------------------------------------------------------- */
 
 /* TI: the operands' type (__half, __nv_bfloat16, e4m3_t); TB: the bias's (TO for 16-bit operands, __half for E4M3
@@ -227,19 +282,23 @@ __device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int
  * consumer warpgroup's epilogue writes its whole tile); 1: variant 1 (rows 64-127 of each tile go through shared
  * memory to the helper warps). a_scale, w_scale: E4M3 operands' storage scales; d_scale: an E4M3 output's (device
  * pointers, read once per thread: graph replays see their current values). */
-template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN>
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN, int WC>
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                      const TB *__restrict__ bias, const TO *R, TO *D, const float *__restrict__ a_scale,
                      const float *__restrict__ w_scale, const float *__restrict__ d_scale, int M, int N, int K) {
 #if WG_HAVE_WGMMA
-    enum { F8 = sizeof(TI) == 1, O8 = sizeof(TO) == 1 };
+    /* F8: E4M3 operands; WC: 16-bit A and E4M3 weights converted to TI in shared memory (alpha = w_scale); SC:
+     * the epilogue scales by alpha */
+    enum { F8 = sizeof(TI) == 1, O8 = sizeof(TO) == 1, SC = F8 || WC };
     extern __shared__ unsigned char smem_raw[];
     /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
     __shared__ __align__(8) uint64_t bars[2 * GM_STAGES + 4];
     static_assert(!RES || (sizeof(TO) == 2 && !GELU && !HELP), "the residual epilogue: 16-bit D, variant 0, no GELU");
     static_assert(BN == GM_BN || (BN == GM_BN96 && sizeof(TI) == 1 && sizeof(TO) == 2 && !HELP),
                   "96-wide tiles: E4M3 operands, F16 D, no helpers");
+    static_assert(!WC || (sizeof(TI) == 2 && sizeof(TO) == 2 && BN == GM_BN && !HELP),
+                  "converted weights: 16-bit A and D, 128-wide tiles, no helpers");
     const int S = HELP ? GM_STAGES_H : GM_STAGES;
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
     const int tid = threadIdx.x, wg = tid >> 7;
@@ -262,7 +321,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    const float alpha = F8 ? __ldg(a_scale) * __ldg(w_scale) : 1.0f;
+    const float alpha = F8 ? __ldg(a_scale) * __ldg(w_scale) : WC ? __ldg(w_scale) : 1.0f;
     const float os = O8 ? __frcp_rn(__ldg(d_scale)) : 1.0f; /* r = RN(1 / d_scale): gm_pack */
 
     /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
@@ -278,9 +337,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 for (int kt = 0; kt < KT; kt++, step++) {
                     const uint32_t s = step % S, ph = (step / S) & 1u, sa = base + s * GM_STAGE(BN);
                     mbar_wait(EMPTY(s), ph ^ 1u);
-                    mbar_expect_tx(FULL(s), GM_STAGE(BN));
+                    /* WC: the weights' BN x 64 E4M3 codes into the upper half of the W tile (gm_convert_w) */
+                    mbar_expect_tx(FULL(s), WC ? GM_TILE_A + BN * 64 : GM_STAGE(BN));
                     tma_load_2d(sa, &tmA, kt * BK, m0, FULL(s));
-                    tma_load_2d(sa + GM_TILE_A, &tmB, kt * BK, n0, FULL(s));
+                    tma_load_2d(sa + GM_TILE_A + (WC ? BN * 64 : 0), &tmB, kt * BK, n0, FULL(s));
                 }
             }
         } else if (HELP && tid >= 32) {
@@ -304,10 +364,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                                  : "r"(hb + (uint32_t)(row * GM_HB_ROW))
                                  : "memory");
-                    const uint32_t lo = gm_pack(gm_epi<F8, O8, GELU>(v.x, alpha, b01.x),
-                                                gm_epi<F8, O8, GELU>(v.y, alpha, b01.y), os, TO()),
-                                   hi = gm_pack(gm_epi<F8, O8, GELU>(v.z, alpha, b23.x),
-                                                gm_epi<F8, O8, GELU>(v.w, alpha, b23.y), os, TO());
+                    const uint32_t lo = gm_pack(gm_epi<SC, O8, GELU>(v.x, alpha, b01.x),
+                                                gm_epi<SC, O8, GELU>(v.y, alpha, b01.y), os, TO()),
+                                   hi = gm_pack(gm_epi<SC, O8, GELU>(v.z, alpha, b23.x),
+                                                gm_epi<SC, O8, GELU>(v.w, alpha, b23.y), os, TO());
                     if (m0 + row < M && n < N) {
                         TO *p = D + (size_t)(m0 + row) * N + n;
                         if (O8) *reinterpret_cast<uint32_t *>(p) = lo | (hi << 16);
@@ -352,6 +412,9 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         for (int kt = 0; kt < KT; kt++, step++) {
             const uint32_t s = step % S, sa = base + s * GM_STAGE(BN);
             mbar_wait(FULL(s), (step / S) & 1u);
+            /* WC: while the previous step's wgmma's run (one group stays in flight), this stage's codes become
+             * TI values in the swizzled layout (named barriers 3 and 4: one per consumer warpgroup) */
+            if constexpr (WC) gm_convert_w<TI, BN>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 64, ctid, 3 + c);
             const uint64_t da = wg_make_desc(sa, 1024, 1), db = wg_make_desc(sa + GM_TILE_A, 1024, 1);
             wg_fence_regs(acc);
             wg_fence();
@@ -395,7 +458,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         /* a staged row: BN outputs, CH chunks of 16 bytes (16 for a 16-bit type, 8 for E4M3) */
         enum { OB = sizeof(TO), CH = BN * sizeof(TO) / 16 };
         const uint32_t stg = base + S * GM_STAGE(BN) + (uint32_t)((c * 4 + warp) * GM_STG_WARP(BN));
-        gm_epi_round<F8, O8, GELU, TB, BN>(acc, bpk, 0, alpha);
+        gm_epi_round<SC, O8, GELU, TB, BN>(acc, bpk, 0, alpha);
         if constexpr (RES) gm_add_round<TO, BN>(acc, rpk, 0);
 #pragma unroll
         for (int r = 0; r < NR; r++) {
@@ -408,7 +471,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 else asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
             }
             __syncwarp(); /* also orders a residual R == D: every lane has used its R values before any stores */
-            if (r < NR - 1) gm_epi_round<F8, O8, GELU, TB, BN>(acc, bpk, r + 1, alpha);
+            if (r < NR - 1) gm_epi_round<SC, O8, GELU, TB, BN>(acc, bpk, r + 1, alpha);
             if constexpr (RES) {
                 if (r < NR - 1) gm_add_round<TO, BN>(acc, rpk, r + 1);
                 if (r == 0) gm_load_res<BN>(rpk, R, m0, n0, 1, warp, lane, M, N); /* rounds 2 and 3 */
@@ -467,15 +530,18 @@ static int gm_sm90_device(void) {
 
 /* rows x K row-major matrix of dt (F16, BF16 or E4M3) at p, boxes of box_rows rows x 128 bytes of K (one swizzle
  * row), 128-byte swizzle, zeros outside */
-static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype dt, int rows, int K, int box_rows) {
+static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype dt, int rows, int K, int box_rows,
+                  int wc = 0) {
     const int es = dt == TP_E4M3 ? 1 : 2;
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * es};
-    const cuuint32_t box[2] = {GM_ROWB / (cuuint32_t)es, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    /* wc: converted weights (E4M3), boxes of 64 codes (a 16-bit stage's K), unswizzled (gm_convert_w) */
+    const cuuint32_t box[2] = {wc ? 64u : GM_ROWB / (cuuint32_t)es, (cuuint32_t)box_rows}, elem[2] = {1, 1};
     const CUtensorMapDataType t = dt == TP_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                   : dt == TP_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     CUresult r = enc(map, t, 2, (void *)p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                     wc ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : TPK_INVALID;
 }
 
@@ -488,12 +554,13 @@ typedef struct {
     int M, N, K;
 } gm_args;
 
-template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN>
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN, int WC = 0>
 static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     CUtensorMap ma, mb;
-    if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) || gm_map(enc, &mb, a->W, a->in_dt, a->N, a->K, BN))
+    if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) ||
+        gm_map(enc, &mb, a->W, WC ? TP_E4M3 : a->in_dt, a->N, a->K, BN, WC))
         return TPK_INVALID;
-    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN>,
+    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM(HELP, BN));
     if (e != cudaSuccess) return (int)e;
     int dev = 0, sms = 0;
@@ -503,7 +570,7 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     const long long tiles = (long long)((a->N + BN - 1) / BN) * ((a->M + GM_BM - 1) / GM_BM);
     if (tiles > 0x7fffffffLL) return TPK_INVALID;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
-    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN><<<grid, GM_THREADS, GM_SMEM(HELP, BN), s>>>(
+    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC><<<grid, GM_THREADS, GM_SMEM(HELP, BN), s>>>(
         ma, mb, (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
         a->K);
     return (int)cudaGetLastError();
