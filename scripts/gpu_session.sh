@@ -75,7 +75,7 @@ for s in $steps; do
     suites wogemm "gemm_sm90_wo_fp8" gpu_gemm_sm90
     "$BUILD/wo_gemm_lab" 30 f16 512 | tee "$OUT/wo_gemm_lab.log" || rc=1
     for m in llama-3.2-1b llama-3.1-8b; do
-      "$BUILD/tprof" bench --model $m --prompt 512 --gen 32 --batch 1 --precision fp16,fp8-wo --plan \
+      "$BUILD/tprof" bench --model $m --prompt 512 --gen 32 --batch 1 --precision fp16,fp8-wo,nvfp4-wo --plan \
         --json "$OUT/wogemm_$m.json" > "$OUT/wogemm_$m.log" 2>&1 || rc=1
       grep -E "^\| Llama|gemm_sm90_wo|W8A16" "$OUT/wogemm_$m.log" | head -20
     done

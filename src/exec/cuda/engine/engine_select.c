@@ -325,15 +325,16 @@ static void try_gemv(tp_engine *e, int i, double t_best, int best, int n) {
     }
 }
 
-/* Op i, a weight-only FP8 linear of more than 8 rows (a prefill's: the weight dequantized, then cuBLASLt), can run
- * as tprof's Hopper GEMM converting its E4M3 weights in shared memory (gemm_sm90.h tpk_gemm_sm90_wo_fp8): 16-bit
- * input, output, bias and residual in one type, K % 16 == 0, N % 8 == 0, on a device that runs the kernel. */
+/* Op i, a weight-only FP8 or NVFP4 linear of more than 8 rows (a prefill's: the weight dequantized, then cuBLASLt),
+ * can run as tprof's Hopper GEMM converting its weights in shared memory (gemm_sm90.h tpk_gemm_sm90_wo_fp8,
+ * _nvfp4): 16-bit input, output, bias and residual in one type, K % 16 == 0 (NVFP4: 32), N % 8 == 0, on a device
+ * that runs the kernel. */
 static int sm90_wo_candidate(const tp_engine *e, int i) {
     const tp_op *op = &e->g->ops[i];
     const tp_plan *pl = e->plan;
-    if (tpe_kind(e, i) != TP_CALL_GEMM_WO_DEQUANT || pl->op_prec[i] != TP_PREC_FP8_WO ||
-        pl->value_dt[op->in[1]] != TP_E4M3 || op->gemm_k % 16 || !tpk_gemm_sm90_supported())
-        return 0;
+    const int w8 = pl->op_prec[i] == TP_PREC_FP8_WO && pl->value_dt[op->in[1]] == TP_E4M3 && op->gemm_k % 16 == 0;
+    const int w4 = pl->op_prec[i] == TP_PREC_NVFP4_WO && pl->value_qf[op->in[1]] == TP_QF_NVFP4 && op->gemm_k % 32 == 0;
+    if (tpe_kind(e, i) != TP_CALL_GEMM_WO_DEQUANT || !(w8 || w4) || !tpk_gemm_sm90_supported()) return 0;
     const tp_dtype dt = pl->value_dt[op->in[0]];
     const int ea = tpe_plan_fused(e, i, TP_OP_ADD), yv = ea >= 0 ? e->g->ops[ea].out : op->out;
     return tpk_gemm_sm90_shape_ok(dt, op->gemm_m, op->gemm_n, op->gemm_k) && pl->value_dt[yv] == dt &&
@@ -351,12 +352,14 @@ static void try_sm90_wo(tp_engine *e, int i, double t_best, int best, int n) {
     if (failed || t >= t_best) {
         tpe_set_kind(e, i, TP_CALL_GEMM_WO_DEQUANT);
         if (failed) cudaGetLastError();
-        if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 W8A16 GEMM failed: %.60s", ew.msg);
-        else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 W8A16 GEMM: %.1f us", t);
+        if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 converting GEMM failed: %.60s",
+                             ew.msg);
+        else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 converting GEMM: %.1f us", t);
     } else {
         e->gemm_us[i] = t;
-        snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, E4M3 weights converted in shared memory, "
-                 "by time: %.1f us; dequantize + cuBLASLt algorithm %d of %d: %.1f us", t, best + 1, n, t_best);
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, %s weights converted in shared memory, "
+                 "by time: %.1f us; dequantize + cuBLASLt algorithm %d of %d: %.1f us",
+                 e->plan->op_prec[i] == TP_PREC_NVFP4_WO ? "NVFP4" : "E4M3", t, best + 1, n, t_best);
     }
 }
 
@@ -390,8 +393,8 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         }
         if (given && given[i] == TP_GEMM_CHOICE_SM90 && sm90_wo_candidate(e, i)) {
             tpe_set_kind(e, i, TP_CALL_GEMM_SM90_WO);
-            snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, E4M3 weights converted in shared "
-                     "memory (as given)");
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, weights converted in shared memory "
+                     "(as given)");
             continue;
         }
         if (given && given[i] == TP_GEMM_CHOICE_SM90) {

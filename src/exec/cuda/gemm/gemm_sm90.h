@@ -110,6 +110,14 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
  * w_scale or a misaligned R. */
 int tpk_gemm_sm90_wo_fp8(const void *A, const void *W, const float *w_scale, const void *bias, const void *R, void *D,
                          tp_dtype dt, int M, int N, int K, tp_stream stream);
+/* Weight-only NVFP4 (W4A16), as tpk_gemm_sm90_wo_fp8: W as gemv.h's NVFP4 (N K / 2 bytes of E2M1 codes, the even
+ * element in the low nibble, 16-byte aligned), scales (N, K / 16) UE4M3 codes row-major (2-byte aligned), s2 the
+ * per-tensor scale (device fp32): D = s2 (A @ (e2m1 x ue4m3)(W)^T) + bias [+ R]. Each stage's codes arrive by TMA, its
+ * block scales by plain loads a stage ahead, and the consumer converts them to dt in shared memory (every
+ * e2m1 x ue4m3 is exact in FP16 and BF16). K % 32 == 0 (16-byte rows of codes), N % 8 == 0. Errors as
+ * tpk_gemm_sm90_wo_fp8's, and cudaErrorInvalidValue for NULL or misaligned scales. */
+int tpk_gemm_sm90_wo_nvfp4(const void *A, const void *W, const void *scales, const float *s2, const void *bias,
+                           const void *R, void *D, tp_dtype dt, int M, int N, int K, tp_stream stream);
 
 /* the variant tpk_gemm_sm90 runs (bench/results: gemm_lab) */
 #define TPK_GEMM_SM90_DEFAULT_VARIANT(gelu) ((gelu) ? 1 : 0)

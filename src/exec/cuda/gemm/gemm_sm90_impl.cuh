@@ -275,6 +275,78 @@ __device__ __forceinline__ void gm_convert_w(uint32_t dst, uint32_t src, int cti
     asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
 }
 
+/* Weight-only NVFP4 (WC 2): a stage's BN rows x 64 E2M1 codes (32 bytes a row, the even element in the low nibble:
+ * gemv.h's layout) by TMA, unswizzled, at src (the last quarter of the W tile), and the row's 4 UE4M3 block scales
+ * of the stage (one per 16 values) in sc: rewritten in place as values of T, e2m1 x ue4m3 (at most 6 significant
+ * bits within [2^-10, 2688]: exact in FP16 and BF16; the per-tensor s2 is the epilogue's alpha), in the swizzled
+ * layout gm_convert_w writes. A thread takes units u = ctid, ctid + 128 (row u / 2, half u % 2 of the row's 32 bytes
+ * = values 32 (u % 2) .. + 31, scales 2 (u % 2), + 1: sc[k] holds unit k's two scale codes, low byte first). Each
+ * nibble goes to the top of an FP16 exponent (e2m1 2^-14, exact, E2M1's subnormal 0.5 included), then times the
+ * scale 2^14 in fp32 (exact), then to T (exact). */
+__device__ __forceinline__ uint32_t gm_e2m1x2_f16(uint32_t t) { /* codes at bits 12-15 and 28-31 */
+    return (t & 0x80008000u) | ((t >> 3) & 0x0E000E00u);
+}
+template <typename T> __device__ __forceinline__ uint32_t gm_pair(float a, float b);
+template <> __device__ __forceinline__ uint32_t gm_pair<__half>(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+template <> __device__ __forceinline__ uint32_t gm_pair<__nv_bfloat16>(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+template <typename T, int BN>
+__device__ __forceinline__ void gm_convert_w4(uint32_t dst, uint32_t src, const uint32_t *sc, int ctid, int bar) {
+    enum { U = BN * 32 / 16 / 128 }; /* units per thread: 2 (BN 128) */
+    uint4 q[U];
+#pragma unroll
+    for (int k = 0; k < U; k++)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
+                     : "r"(src + 16u * (uint32_t)(k * 128 + ctid))
+                     : "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+        const int u = k * 128 + ctid, r = u >> 1, c = u & 1;
+        uint32_t sh;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(sh) : "h"((unsigned short)(sc[k] & 0xFFFFu)));
+        const float2 sf = __half22float2(*reinterpret_cast<__half2 *>(&sh));
+        const float s0 = sf.x * 16384.0f, s1 = sf.y * 16384.0f; /* values 0-15, 16-31 of the unit */
+        const uint32_t w[4] = {q[k].x, q[k].y, q[k].z, q[k].w};
+        uint32_t v[16]; /* 32 values as 16 pairs of T, in order */
+#pragma unroll
+        for (int b = 0; b < 4; b++)   /* word b: values 8 b .. 8 b + 7 */
+#pragma unroll
+            for (int i = 0; i < 4; i++) { /* byte i of the word: values 8 b + 2 i (low nibble), + 1 (high) */
+                const uint32_t byte = (w[b] >> (8 * i)) & 0xFFu;
+                const uint32_t h = gm_e2m1x2_f16((byte << 12) | (byte << 24)); /* low nibble at 12-15, high at 28-31 */
+                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+                const float s = b < 2 ? s0 : s1;
+                v[4 * b + i] = gm_pair<T>(f.x * s, f.y * s);
+            }
+        const uint32_t row = dst + 128u * (uint32_t)r;
+#pragma unroll
+        for (int h = 0; h < 4; h++) /* values 32 c + 8 h .. + 7: chunk 4 c + h */
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                         ::"r"(row + 16u * (uint32_t)((4 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
+                         "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
+                         : "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+}
+
+/* a unit's two UE4M3 scale codes (gm_convert_w4's sc[k]) of stage kt: row n, bytes 4 kt + 2 c, + 1 of the (N, K / 16)
+ * scales (K % 32 == 0: 2-byte aligned); 0 for a row past N or scales past K (their codes are TMA's zeros anyway) */
+__device__ __forceinline__ uint32_t gm_scale2(const unsigned char *wsc, int n, int N, int K, int kt, int c) {
+    const int b = 4 * kt + 2 * c;
+    if (n >= N || b >= K / 16) return 0u;
+    unsigned short v;
+    asm volatile("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(wsc + (size_t)n * (K / 16) + b));
+    return v;
+}
+
 /* ---- the kernel ---------------------------------------------------------------------------------------------------- */
 
 /* TI: the operands' type (__half, __nv_bfloat16, e4m3_t); TB: the bias's (TO for 16-bit operands, __half for E4M3
@@ -286,10 +358,11 @@ template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, in
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                      const TB *__restrict__ bias, const TO *R, TO *D, const float *__restrict__ a_scale,
-                     const float *__restrict__ w_scale, const float *__restrict__ d_scale, int M, int N, int K) {
+                     const float *__restrict__ w_scale, const float *__restrict__ d_scale, int M, int N, int K,
+                     const unsigned char *__restrict__ wsc) {
 #if WG_HAVE_WGMMA
-    /* F8: E4M3 operands; WC: 16-bit A and E4M3 weights converted to TI in shared memory (alpha = w_scale); SC:
-     * the epilogue scales by alpha */
+    /* F8: E4M3 operands; WC: 16-bit A and weights converted to TI in shared memory, E4M3 (1) or NVFP4 (2, its block
+     * scales wsc, alpha = its s2), alpha = w_scale; SC: the epilogue scales by alpha */
     enum { F8 = sizeof(TI) == 1, O8 = sizeof(TO) == 1, SC = F8 || WC };
     extern __shared__ unsigned char smem_raw[];
     /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
@@ -338,9 +411,11 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                     const uint32_t s = step % S, ph = (step / S) & 1u, sa = base + s * GM_STAGE(BN);
                     mbar_wait(EMPTY(s), ph ^ 1u);
                     /* WC: the weights' BN x 64 E4M3 codes into the upper half of the W tile (gm_convert_w) */
-                    mbar_expect_tx(FULL(s), WC ? GM_TILE_A + BN * 64 : GM_STAGE(BN));
+                    /* WC 2: BN x 32 bytes of E2M1 codes into the last quarter (gm_convert_w4) */
+                    mbar_expect_tx(FULL(s), WC == 1 ? GM_TILE_A + BN * 64 : WC == 2 ? GM_TILE_A + BN * 32 : GM_STAGE(BN));
                     tma_load_2d(sa, &tmA, kt * BK, m0, FULL(s));
-                    tma_load_2d(sa + GM_TILE_A + (WC ? BN * 64 : 0), &tmB, kt * BK, n0, FULL(s));
+                    tma_load_2d(sa + GM_TILE_A + (WC == 1 ? BN * 64 : WC == 2 ? BN * 96 : 0), &tmB,
+                                WC == 2 ? kt * 32 : kt * BK, n0, FULL(s));
                 }
             }
         } else if (HELP && tid >= 32) {
@@ -408,13 +483,26 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 asm volatile("prefetch.global.L2 [%0];\n" ::"l"(R + (size_t)(m0 + 64 + (ctid >> 1)) * N + n0 +
                                                                  64 * (ctid & 1)));
         }
+        /* WC 2: this thread's units' block scales, a stage ahead of their conversion (gm_scale2: global loads) */
+        uint32_t scl[2] = {0u, 0u};
+        if constexpr (WC == 2)
+#pragma unroll
+            for (int k = 0; k < 2; k++) scl[k] = gm_scale2(wsc, n0 + ((k * 128 + ctid) >> 1), N, K, 0, ctid & 1);
         if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(2 - c) : "memory"); /* the other's K loop is done */
         for (int kt = 0; kt < KT; kt++, step++) {
             const uint32_t s = step % S, sa = base + s * GM_STAGE(BN);
             mbar_wait(FULL(s), (step / S) & 1u);
             /* WC: while the previous step's wgmma's run (one group stays in flight), this stage's codes become
              * TI values in the swizzled layout (named barriers 3 and 4: one per consumer warpgroup) */
-            if constexpr (WC) gm_convert_w<TI, BN>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 64, ctid, 3 + c);
+            if constexpr (WC == 1) gm_convert_w<TI, BN>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 64, ctid, 3 + c);
+            if constexpr (WC == 2) {
+                const uint32_t cur[2] = {scl[0], scl[1]};
+                if (kt + 1 < KT)
+#pragma unroll
+                    for (int k = 0; k < 2; k++)
+                        scl[k] = gm_scale2(wsc, n0 + ((k * 128 + ctid) >> 1), N, K, kt + 1, ctid & 1);
+                gm_convert_w4<TI, BN>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 96, cur, ctid, 3 + c);
+            }
             const uint64_t da = wg_make_desc(sa, 1024, 1), db = wg_make_desc(sa + GM_TILE_A, 1024, 1);
             wg_fence_regs(acc);
             wg_fence();
@@ -533,9 +621,12 @@ static int gm_sm90_device(void) {
 static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype dt, int rows, int K, int box_rows,
                   int wc = 0) {
     const int es = dt == TP_E4M3 ? 1 : 2;
-    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * es};
-    /* wc: converted weights (E4M3), boxes of 64 codes (a 16-bit stage's K), unswizzled (gm_convert_w) */
-    const cuuint32_t box[2] = {wc ? 64u : GM_ROWB / (cuuint32_t)es, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    /* wc: converted weights, unswizzled, a 16-bit stage's 64 values a box: 1 E4M3 (64 bytes, gm_convert_w); 2 NVFP4
+     * (the packed codes as K / 2 bytes a row: 32, gm_convert_w4) */
+    const int kb = wc == 2 ? K / 2 : K;
+    const cuuint64_t dims[2] = {(cuuint64_t)kb, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)kb * es};
+    const cuuint32_t box[2] = {wc == 2 ? 32u : wc ? 64u : GM_ROWB / (cuuint32_t)es, (cuuint32_t)box_rows},
+                     elem[2] = {1, 1};
     const CUtensorMapDataType t = dt == TP_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                   : dt == TP_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -552,6 +643,7 @@ typedef struct {
     const float *a_scale, *w_scale, *d_scale;
     tp_dtype in_dt;
     int M, N, K;
+    const unsigned char *wsc; /* NVFP4 weights' UE4M3 block scales (N, K / 16), the converting kernel's WC 2 */
 } gm_args;
 
 template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN, int WC = 0>
@@ -572,7 +664,7 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
     gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC><<<grid, GM_THREADS, GM_SMEM(HELP, BN), s>>>(
         ma, mb, (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
-        a->K);
+        a->K, a->wsc);
     return (int)cudaGetLastError();
 }
 
