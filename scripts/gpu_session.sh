@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine (device tool): GPU facts, optional timm fixtures, GPU tests, benchmarks.
 # Build here first (make build), carry build/, run: bash scripts/gpu_session.sh [golden] [tests] [bench]
-# (decoders: decoder decoder_check decoder_profile groups pdl fusions hfpeers w8a8 persistent fp8block; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0_onecall, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs, sparse_compare; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
+# (decoders: decoder decoder_check decoder_profile groups pdl fusions hfpeers w8a8 persistent fp8block wogemm; tensor parallelism on 2+ GPUs: tp, tp70b and tp100 (4+ GPUs), tphang, tplaunch, gpus; pipelines: vision, pi0, pi0_onecall, pi0ref, mixed; 2:4 sparsity: sparse, sparse_epi, sparse_gap, spgemm_algs, sparse_compare; ONNX import: onnx, onnx_llama; the binaries can travel as .dev/bins.tar.xz, see docs/device.md)
 # Everything goes to $OUT/session.log; JSON results to $OUT/*.json, fixtures to $OUT/fixtures/.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -78,6 +78,18 @@ for s in $steps; do
       "$BUILD/tprof" bench --model $m --prompt 512 --gen 128 --batch 1 --precision fp16,fp8-wo,fp8-block \
         --json "$OUT/fp8block_$m.json" > "$OUT/fp8block_$m.log" 2>&1 || rc=1
       grep -E "^\| Llama|kernels a step" "$OUT/fp8block_$m.log"
+    done
+    ;;
+  wogemm)
+    # issue 43 item 2: weight-only FP8 prefill without the dequantized copy (tpk_gemm_sm90_wo_fp8): its GPU cases,
+    # the lab against cuBLASLt on 16-bit weights and dequantize + cuBLASLt, then the 8B and 1B prefills
+    echo "=== weight-only FP8 prefill GEMM (issue 43): gpu_gemm_sm90, wo_gemm_lab, Llama pp512"
+    suites wogemm "gemm_sm90_wo_fp8" gpu_gemm_sm90
+    "$BUILD/wo_gemm_lab" 30 f16 512 | tee "$OUT/wo_gemm_lab.log" || rc=1
+    for m in llama-3.2-1b llama-3.1-8b; do
+      "$BUILD/tprof" bench --model $m --prompt 512 --gen 32 --batch 1 --precision fp16,fp8-wo,nvfp4-wo --plan \
+        --json "$OUT/wogemm_$m.json" > "$OUT/wogemm_$m.log" 2>&1 || rc=1
+      grep -E "^\| Llama|gemm_sm90_wo|W8A16" "$OUT/wogemm_$m.log" | head -20
     done
     ;;
   persistent)

@@ -37,6 +37,7 @@
 
 #include "exec/cuda/gemm/gemm_sm90.h"
 #include "formats/dtype.h"
+#include "formats/qformat.h"
 #include "lab_variants.h" /* bench/: the lab-only kernel variants */
 
 #define TP_GPU_MAX_TRACKED 1024
@@ -142,6 +143,119 @@ START_TEST(test_gemm_sm90) {
                         ck_assert_msg(memcmp(got, v0, nD * sizeof(float)) == 0, "[%s] differs from variant 0", g_case);
                 }
     }
+}
+END_TEST
+
+/* ---- weight-only FP8 and NVFP4 (tpk_gemm_sm90_wo_fp8, _nvfp4): weights converted to the activations' type in shared
+ * memory -------------------------------------------------------------------------------------------------------------
+ * Weights: normal (std 0.05) with every 97th value 20x larger. FP8: E4M3 codes under a per-tensor scale amax / 448
+ * (tp_f32_to_e4m3 of w / s: the host codec, formats/dtype.h). NVFP4: tp_quantize(TP_QF_NVFP4) (packed E2M1 codes,
+ * row-major UE4M3 block scales, s2), the values e2m1 x ue4m3 from tp_qdq_f32 (s2 apart). The reference multiplies A by
+ * those values and scales the fp64 sum: ref = s sum_k A w + bias [+ R] (s: the FP8 scale or s2). Bound as
+ * test_gemm_sm90's (the converted weights are exact in FP16 and BF16, so the arithmetic is the 16-bit kernel's), plus
+ * 2^-22 of the scaled value for the epilogue's multiply by s. Shapes: M 1, 3, 128, 197, 257, 512 and 2600 (batch 1,
+ * ViT's tokens, a prefill of 512; 2600 x 2048: 336 tiles, so both consumer warpgroups of a CTA take tiles); N 8 ..
+ * 4096; K from one partial step to 48 steps (the ring wraps 8 times), FP8 K % 16, NVFP4 K % 32 (800: 12.5 steps, the
+ * last half zero-filled, its block scales past K never read); bias, the residual in its own buffer and in place
+ * (R == D); F16 and BF16. A wrong swizzle, nibble order or block scale, a conversion of the wrong part of the tile or
+ * a stage read before its conversion is off by far more. CPU work: about 3.5 G multiply-adds of fp64 per type. */
+START_TEST(test_gemm_sm90_wo) {
+    if (!hopper_or_refused()) return;
+    const tp_dtype dt = GT[_i % N_OF(GT)];
+    const int fp4 = _i >= (int)N_OF(GT);
+    static const int shapes8[][3] = {{197, 64, 48},  {1, 4096, 784},   {128, 1024, 4096}, {3, 8, 16},
+                                     {2600, 2048, 80}, {257, 136, 3072}, {512, 512, 3072}};
+    static const int shapes4[][3] = {{197, 64, 96},  {1, 4096, 800},   {128, 1024, 4096}, {3, 8, 32},
+                                     {2600, 2048, 96}, {257, 136, 3072}, {512, 512, 3072}};
+    const char *fmt = fp4 ? "nvfp4" : "fp8";
+    uint64_t seed = 29000 + 100 * (uint64_t)_i;
+    for (size_t c = 0; c < N_OF(shapes8); c++) {
+        const int M = fp4 ? shapes4[c][0] : shapes8[c][0], N = fp4 ? shapes4[c][1] : shapes8[c][1],
+                  K = fp4 ? shapes4[c][2] : shapes8[c][2];
+        const size_t nA = (size_t)M * K, nW = (size_t)N * K, nD = (size_t)M * N;
+        float *A = host_normal(nA, seed++, 0.0, 1.0), *W = host_normal(nW, seed++, 0.0, 0.05);
+        float *bias = host_normal((size_t)N, seed++, 0.0, 0.5), *R = host_normal(nD, seed++, 0.0, 1.0);
+        for (size_t i = 0; i < nW; i += 97) W[i] *= 20.0f;
+        round_to(dt, A, nA);
+        round_to(dt, bias, (size_t)N);
+        round_to(dt, R, nD);
+        float ws = 0.0f; /* the scale the kernel applies: FP8's per-tensor scale or NVFP4's s2 */
+        void *d_W = NULL, *d_sc = NULL;
+        float *wd = hmalloc(nW * sizeof(float)); /* the weights' values without ws */
+        if (fp4) {
+            tp_qtensor q;
+            tp_error e;
+            ck_assert_msg(tp_quantize(TP_QF_NVFP4, W, N, K, 1, 0.0f, &q, &e) == TP_OK, "%s", e.msg);
+            ck_assert_msg(tp_qdq_f32(TP_QF_NVFP4, W, wd, N, K, 1, 0.0f, &ws, &e) == TP_OK, "%s", e.msg);
+            ck_assert_msg(ws == q.global_scale, "[%s] s2 %g against tp_quantize's %g", g_case, ws, q.global_scale);
+            d_W = dev_bytes(q.elem_bytes);
+            d_sc = dev_bytes(q.scale_bytes);
+            CUDA_OK(cudaMemcpy(d_W, q.elems, q.elem_bytes, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(d_sc, q.scales, q.scale_bytes, cudaMemcpyHostToDevice));
+            tp_qtensor_free(&q);
+        } else {
+            float amax = 0.0f;
+            for (size_t i = 0; i < nW; i++) amax = fmaxf(amax, fabsf(W[i]));
+            ws = amax / 448.0f;
+            unsigned char *codes = hmalloc(nW);
+            for (size_t i = 0; i < nW; i++) {
+                codes[i] = tp_f32_to_e4m3(W[i] / ws);
+                wd[i] = tp_e4m3_to_f32(codes[i]);
+            }
+            d_W = dev_bytes(nW);
+            CUDA_OK(cudaMemcpy(d_W, codes, nW, cudaMemcpyHostToDevice));
+        }
+        double *v = hmalloc(nD * sizeof(double)), *mag = hmalloc(nD * sizeof(double));
+        ref_products(A, wd, M, N, K, v, mag);
+        void *d_A = dev_upload(dt, A, nA, nA), *d_bias = dev_upload(dt, bias, (size_t)N, (size_t)N);
+        float *d_ws = dev_scalar(ws);
+        /* epilogues: 0 none, 1 bias, 2 bias + residual, 3 bias + residual in place (R == D) */
+        for (int ep = 0; ep < 4; ep++) {
+            SET_CASE("gemm_sm90_wo %s %s M=%d N=%d K=%d epilogue %d", fmt, dname(dt), M, N, K, ep);
+            void *d_D = ep == 3 ? dev_upload(dt, R, nD, nD + 64) : dev_alloc(dt, nD + 64);
+            const void *d_R = ep == 2 ? dev_upload(dt, R, nD, nD) : ep == 3 ? d_D : NULL;
+            const void *d_b = ep ? d_bias : NULL;
+            KERNEL_OK(fp4 ? tpk_gemm_sm90_wo_nvfp4(d_A, d_W, d_sc, d_ws, d_b, d_R, d_D, dt, M, N, K, g_stream)
+                          : tpk_gemm_sm90_wo_fp8(d_A, d_W, d_ws, d_b, d_R, d_D, dt, M, N, K, g_stream));
+            const float *got = download_f32(dt, d_D, nD, 1.0f);
+            size_t bad = 0, worst = 0;
+            double worst_ratio = 0.0, worst_ref = 0.0;
+            for (size_t i = 0; i < nD; i++) {
+                const double a = (double)ws * v[i], b = ep ? bias[i % (size_t)N] : 0.0, r = ep >= 2 ? R[i] : 0.0;
+                const double ref = a + b + r;
+                const double tol = ulp_of(dt, ref) + 2.0 * (K + 2) * 0x1p-24 * ws * mag[i] +
+                                   0x1p-22 * (fabs(a) + fabs(b) + fabs(r));
+                const double err = fabs((double)got[i] - ref);
+                if (!(err <= tol)) bad++;
+                const double ratio = isfinite(err) ? err / tol : INFINITY;
+                if (ratio > worst_ratio) worst_ratio = ratio, worst = i, worst_ref = ref;
+            }
+            printf("  %s  %s: %zu of %zu outside the bound; worst err/bound %.3f at [%zu,%zu] got %.7g ref %.7g\n",
+                   bad ? "FAIL" : "ok  ", g_case, bad, nD, worst_ratio, worst / (size_t)N, worst % (size_t)N, got[worst],
+                   worst_ref);
+            fflush(stdout);
+            ck_assert_msg(bad == 0, "[%s] %zu of %zu elements outside the bound", g_case, bad, nD);
+            check_untouched("D past its end", d_D, nD * esize(dt), (nD + 64) * esize(dt));
+        }
+        release_all();
+    }
+    /* refusals: K not a multiple of 16 (FP8) or 32 (NVFP4), no scale, a misaligned scale or residual */
+    char *buf = dev_bytes(1 << 20);
+    const float *s = (const float *)(buf + 4096);
+    const char *sc = buf + 2048, *A = buf, *Wt = buf + 8192;
+    void *D = buf + 65536;
+    const rejected_call r[] = {
+        {"fp8: K 24", tpk_gemm_sm90_wo_fp8(A, Wt, s, NULL, NULL, D, dt, 8, 8, 24, g_stream)},
+        {"fp8: NULL scale", tpk_gemm_sm90_wo_fp8(A, Wt, NULL, NULL, NULL, D, dt, 8, 8, 32, g_stream)},
+        {"fp8: scale at +2", tpk_gemm_sm90_wo_fp8(A, Wt, (const float *)(buf + 4098), NULL, NULL, D, dt, 8, 8, 32,
+                                                  g_stream)},
+        {"fp8: residual at +8", tpk_gemm_sm90_wo_fp8(A, Wt, s, NULL, buf + 8, D, dt, 8, 8, 32, g_stream)},
+        {"nvfp4: K 48", tpk_gemm_sm90_wo_nvfp4(A, Wt, sc, s, NULL, NULL, D, dt, 8, 8, 48, g_stream)},
+        {"nvfp4: NULL block scales", tpk_gemm_sm90_wo_nvfp4(A, Wt, NULL, s, NULL, NULL, D, dt, 8, 8, 64, g_stream)},
+        {"nvfp4: block scales at +1", tpk_gemm_sm90_wo_nvfp4(A, Wt, sc + 1, s, NULL, NULL, D, dt, 8, 8, 64, g_stream)},
+        {"nvfp4: NULL s2", tpk_gemm_sm90_wo_nvfp4(A, Wt, sc, NULL, NULL, NULL, D, dt, 8, 8, 64, g_stream)},
+    };
+    check_rejected(r, sizeof r / sizeof r[0]);
 }
 END_TEST
 
@@ -388,6 +502,7 @@ Suite *gpu_gemm_sm90_suite(void) {
     Suite *s = suite_create("gpu_gemm_sm90");
     tcase_add_loop_test(new_tcase(s, "gemm_sm90"), test_gemm_sm90, 0, N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_fp8"), test_gemm_sm90_fp8);
+    tcase_add_loop_test(new_tcase(s, "gemm_sm90_wo"), test_gemm_sm90_wo, 0, 2 * N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_graph"), test_gemm_sm90_graph);
     tcase_add_test(new_tcase(s, "gemm_sm90_rejects"), test_gemm_sm90_rejects);
     tcase_add_test(new_tcase(s, "gemm_sm90_fp8_pick"), test_gemm_sm90_fp8_pick);

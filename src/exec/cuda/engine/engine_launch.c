@@ -291,6 +291,21 @@ static int l_gemm_wo_dequant(tp_engine *e, int i, int *lib) {
                          e->stream);
 }
 
+/* weight-only FP8 or NVFP4 at > 8 rows, chosen by time against the above (engine_select.c): tprof's Hopper GEMM
+ * converts the weights to 16 bits in shared memory, stage by stage, no dequantized copy; the weight's per-tensor
+ * scale (NVFP4: s2) in its epilogue */
+static int l_gemm_sm90_wo(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    const float *s = e->d_scales + SCALE_SLOT * op->in[1];
+    if (e->plan->op_prec[i] == TP_PREC_NVFP4_WO)
+        return tpk_gemm_sm90_wo_nvfp4(io.x, io.w, e->d_bscale[op->in[1]], s, io.bias, io.res, io.y, io.xdt,
+                                      (int)op->gemm_m, (int)op->gemm_n, (int)op->gemm_k, e->stream);
+    return tpk_gemm_sm90_wo_fp8(io.x, io.w, s, io.bias, io.res, io.y, io.xdt, (int)op->gemm_m, (int)op->gemm_n,
+                                (int)op->gemm_k, e->stream);
+}
+
 /* W8A8 on a 16-bit input, quantized with its calibrated scale as it is read: at <= 8 rows rounded to E4M3 in the
  * GEMV's registers; more, by a quantize kernel before the FP8 GEMM */
 static int l_gemv_w8a8(tp_engine *e, int i, int *lib) {
@@ -573,6 +588,7 @@ static const launcher LAUNCHERS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_ROPE_KV_APPEND] = l_rope_kv_append,
     [TP_CALL_GEMV] = l_gemv,
     [TP_CALL_GEMM_SM90] = l_gemm_sm90,
+    [TP_CALL_GEMM_SM90_WO] = l_gemm_sm90_wo,
     [TP_CALL_GEMM_SM90_GELU] = l_gemm_sm90_gelu,
     [TP_CALL_GEMV_GROUP] = l_gemv_group,
     [TP_CALL_GEMM_SPARSE] = l_gemm_sparse,

@@ -417,7 +417,8 @@ int tp_engine_op_call(const tp_engine *e, int op, const char **kernel) {
 int tp_engine_gemm_choice(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || !e->gplan[op]) return -1;
     switch (tpe_kind(e, op)) {
-    case TP_CALL_GEMM_SM90: return TP_GEMM_CHOICE_SM90;
+    case TP_CALL_GEMM_SM90:
+    case TP_CALL_GEMM_SM90_WO: return TP_GEMM_CHOICE_SM90;
     case TP_CALL_GEMV: return TP_GEMM_CHOICE_GEMV;
     case TP_CALL_GEMM_SM90_GELU: return TP_GEMM_CHOICE_SM90_GELU;
     default: return tp_gemm_plan_choice(e->gplan[op]);

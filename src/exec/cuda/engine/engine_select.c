@@ -325,6 +325,44 @@ static void try_gemv(tp_engine *e, int i, double t_best, int best, int n) {
     }
 }
 
+/* Op i, a weight-only FP8 or NVFP4 linear of more than 8 rows (a prefill's: the weight dequantized, then cuBLASLt),
+ * can run as tprof's Hopper GEMM converting its weights in shared memory (gemm_sm90.h tpk_gemm_sm90_wo_fp8,
+ * _nvfp4): 16-bit input, output, bias and residual in one type, K % 16 == 0 (NVFP4: 32), N % 8 == 0, on a device
+ * that runs the kernel. */
+static int sm90_wo_candidate(const tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    const tp_plan *pl = e->plan;
+    const int w8 = pl->op_prec[i] == TP_PREC_FP8_WO && pl->value_dt[op->in[1]] == TP_E4M3 && op->gemm_k % 16 == 0;
+    const int w4 = pl->op_prec[i] == TP_PREC_NVFP4_WO && pl->value_qf[op->in[1]] == TP_QF_NVFP4 && op->gemm_k % 32 == 0;
+    if (tpe_kind(e, i) != TP_CALL_GEMM_WO_DEQUANT || !(w8 || w4) || !tpk_gemm_sm90_supported()) return 0;
+    const tp_dtype dt = pl->value_dt[op->in[0]];
+    const int ea = tpe_plan_fused(e, i, TP_OP_ADD), yv = ea >= 0 ? e->g->ops[ea].out : op->out;
+    return tpk_gemm_sm90_shape_ok(dt, op->gemm_m, op->gemm_n, op->gemm_k) && pl->value_dt[yv] == dt &&
+           (op->n_in < 3 || pl->value_dt[op->in[2]] == dt);
+}
+
+/* Times op i as tprof's converting GEMM on its buffers and keeps it when faster than the dequantize + cuBLASLt call
+ * (t_best us, candidate best of n); the note says both. A failed launch is skipped, as a candidate is. */
+static void try_sm90_wo(tp_engine *e, int i, double t_best, int best, int n) {
+    double t = 0;
+    tp_error ew;
+    tpe_set_kind(e, i, TP_CALL_GEMM_SM90_WO);
+    const int failed = time_op(e, i, &t, &ew) != TP_OK;
+    const size_t l = strlen(e->impl_note[i]);
+    if (failed || t >= t_best) {
+        tpe_set_kind(e, i, TP_CALL_GEMM_WO_DEQUANT);
+        if (failed) cudaGetLastError();
+        if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 converting GEMM failed: %.60s",
+                             ew.msg);
+        else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 converting GEMM: %.1f us", t);
+    } else {
+        e->gemm_us[i] = t;
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, %s weights converted in shared memory, "
+                 "by time: %.1f us; dequantize + cuBLASLt algorithm %d of %d: %.1f us",
+                 e->plan->op_prec[i] == TP_PREC_NVFP4_WO ? "NVFP4" : "E4M3", t, best + 1, n, t_best);
+    }
+}
+
 _Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000 && TP_GEMM_CHOICE_GEMV == 1002,
                "engine_file.c's EF_MAX_ALGO");
 
@@ -351,6 +389,12 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                      e->plan->op_prec[i] == TP_PREC_NVFP4_WO
                          ? "tprof NVFP4 weight-only GEMV (gemv.h tpk_gemv_nvfp4): E2M1 x UE4M3 decoded in registers"
                          : "tprof FP8 weight-only GEMV (gemv.h tpk_gemv_fp8): E4M3 weights decoded in registers");
+            continue;
+        }
+        if (given && given[i] == TP_GEMM_CHOICE_SM90 && sm90_wo_candidate(e, i)) {
+            tpe_set_kind(e, i, TP_CALL_GEMM_SM90_WO);
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, weights converted in shared memory "
+                     "(as given)");
             continue;
         }
         if (given && given[i] == TP_GEMM_CHOICE_SM90) {
@@ -391,7 +435,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                      n);
             continue;
         }
-        if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i))) {
+        if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i) && !sm90_wo_candidate(e, i))) {
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt: the heuristic's first of %d algorithms%s", n,
                      first && n > 1 ? " (selection off)" : "");
             continue;
@@ -407,6 +451,8 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             memcpy(e->impl_note[i], e->impl_note[prev], sizeof e->impl_note[i]);
             if (tpe_kind(e, prev) == TP_CALL_GEMM_SM90) tpe_set_kind(e, i, TP_CALL_GEMM_SM90);
             if (tpe_kind(e, prev) == TP_CALL_GEMV && gemv_candidate(e, i)) tpe_set_kind(e, i, TP_CALL_GEMV);
+            if (tpe_kind(e, prev) == TP_CALL_GEMM_SM90_WO && sm90_wo_candidate(e, i))
+                tpe_set_kind(e, i, TP_CALL_GEMM_SM90_WO);
             e->gemm_us[i] = e->gemm_us[prev];
             if (tpe_kind(e, prev) == TP_CALL_GEMM_SM90_GELU) {
                 gelu_join(e, i, gi);
@@ -449,6 +495,10 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                  t[0]);
         if (gemv_candidate(e, i)) { /* tprof's decode GEMV on the same buffers; kept when faster */
             try_gemv(e, i, t[best], best, n);
+            continue;
+        }
+        if (sm90_wo_candidate(e, i)) { /* tprof's converting GEMM against dequantize + cuBLASLt; kept when faster */
+            try_sm90_wo(e, i, t[best], best, n);
             continue;
         }
         if (pc) { /* tprof's FP8 GEMM on the same buffers; kept when faster */

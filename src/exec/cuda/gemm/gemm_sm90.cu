@@ -47,6 +47,38 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
                 : gm_launch<e4m3_t, __half, __half, 0, 0, 0, GM_BN>(enc, &a, s);
 }
 
+int tpk_gemm_sm90_wo_fp8(const void *A, const void *W, const float *w_scale, const void *bias, const void *R, void *D,
+                         tp_dtype dt, int M, int N, int K, tp_stream stream) {
+    if (!tpk_gemm_sm90_shape_ok(dt, M, N, K) || K % 16 || !w_scale || ((uintptr_t)w_scale & 3) ||
+        ((uintptr_t)R & 15))
+        return TPK_INVALID;
+    encode_tiled_fn enc = gm_check(A, W, bias, D, 0, 0, 0);
+    if (!enc) return TPK_INVALID;
+    const gm_args a = {A, W, bias, R, D, NULL, w_scale, NULL, dt, M, N, K};
+    cudaStream_t s = (cudaStream_t)stream;
+    if (dt == TP_F16)
+        return R ? gm_launch<__half, __half, __half, 0, 0, 1, GM_BN, 1>(enc, &a, s)
+                 : gm_launch<__half, __half, __half, 0, 0, 0, GM_BN, 1>(enc, &a, s);
+    return R ? gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 1, GM_BN, 1>(enc, &a, s)
+             : gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 0, GM_BN, 1>(enc, &a, s);
+}
+
+int tpk_gemm_sm90_wo_nvfp4(const void *A, const void *W, const void *scales, const float *s2, const void *bias,
+                           const void *R, void *D, tp_dtype dt, int M, int N, int K, tp_stream stream) {
+    if (!tpk_gemm_sm90_shape_ok(dt, M, N, K) || K % 32 || !s2 || ((uintptr_t)s2 & 3) || !scales ||
+        ((uintptr_t)scales & 1) || ((uintptr_t)R & 15))
+        return TPK_INVALID;
+    encode_tiled_fn enc = gm_check(A, W, bias, D, 0, 0, 0);
+    if (!enc) return TPK_INVALID;
+    const gm_args a = {A, W, bias, R, D, NULL, s2, NULL, dt, M, N, K, (const unsigned char *)scales};
+    cudaStream_t s = (cudaStream_t)stream;
+    if (dt == TP_F16)
+        return R ? gm_launch<__half, __half, __half, 0, 0, 1, GM_BN, 2>(enc, &a, s)
+                 : gm_launch<__half, __half, __half, 0, 0, 0, GM_BN, 2>(enc, &a, s);
+    return R ? gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 1, GM_BN, 2>(enc, &a, s)
+             : gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 0, GM_BN, 2>(enc, &a, s);
+}
+
 int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N, int sms) {
     if (d_dt != TP_F16 || sms <= 0 || M <= 0 || N <= 0) return 0;
     /* per SM, tiles run one after the other on the tensor cores: the busiest SM takes ceil(tiles / SMs) tile

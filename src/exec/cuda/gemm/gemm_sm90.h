@@ -96,6 +96,29 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
                       const void *R, void *D, tp_dtype d_dt, const float *d_scale, int M, int N, int K, int gelu,
                       int variant, tp_stream stream);
 
+/* Weight-only FP8 (W8A16) for a prefill's linears: D (M, N) row-major in dt = w_scale (A (M, K) @ e4m3(W) (N, K)^T)
+ * + bias (N) [+ R (M, N)], without the dequantized weight copy the engines' cuBLASLt path writes and reads first:
+ *   A    (M, K) row-major in dt (F16 or BF16), 16-byte aligned;  W (N, K) row-major E4M3 codes, 16-byte aligned;
+ *   w_scale one fp32 on the device (the weight's per-tensor scale, 4-byte aligned, not NULL);
+ *   bias (N) in dt or NULL, 4-byte aligned;  R (M, N) in dt or NULL, 16-byte aligned, as tpk_gemm_sm90_fp8's R (it
+ *   may be D itself);  D (M, N) row-major in dt, 16-byte aligned, not overlapping A or W.
+ * Each stage's 128 x 64 codes arrive by TMA into shared memory and are converted there to dt (exact: every E4M3 value
+ * is an FP16 and a BF16 value) in the layout the 16-bit wgmma reads, by the consumer warpgroup while its previous
+ * stage's MMAs run (gemm_sm90_impl.cuh gm_convert_w); then the 16-bit kernel's K loop (m64n128k16, fp32
+ * accumulators) and its epilogue with alpha = *w_scale: v = alpha acc + bias [+ R], one rounding. K % 16 == 0 (16-byte
+ * E4M3 rows), N % 8 == 0; M, N, K > 0. Errors as tpk_gemm_sm90's, and cudaErrorInvalidValue for a NULL or misaligned
+ * w_scale or a misaligned R. */
+int tpk_gemm_sm90_wo_fp8(const void *A, const void *W, const float *w_scale, const void *bias, const void *R, void *D,
+                         tp_dtype dt, int M, int N, int K, tp_stream stream);
+/* Weight-only NVFP4 (W4A16), as tpk_gemm_sm90_wo_fp8: W as gemv.h's NVFP4 (N K / 2 bytes of E2M1 codes, the even
+ * element in the low nibble, 16-byte aligned), scales (N, K / 16) UE4M3 codes row-major (2-byte aligned), s2 the
+ * per-tensor scale (device fp32): D = s2 (A @ (e2m1 x ue4m3)(W)^T) + bias [+ R]. Each stage's codes arrive by TMA, its
+ * block scales by plain loads a stage ahead, and the consumer converts them to dt in shared memory (every
+ * e2m1 x ue4m3 is exact in FP16 and BF16). K % 32 == 0 (16-byte rows of codes), N % 8 == 0. Errors as
+ * tpk_gemm_sm90_wo_fp8's, and cudaErrorInvalidValue for NULL or misaligned scales. */
+int tpk_gemm_sm90_wo_nvfp4(const void *A, const void *W, const void *scales, const float *s2, const void *bias,
+                           const void *R, void *D, tp_dtype dt, int M, int N, int K, tp_stream stream);
+
 /* the variant tpk_gemm_sm90 runs (bench/results: gemm_lab) */
 #define TPK_GEMM_SM90_DEFAULT_VARIANT(gelu) ((gelu) ? 1 : 0)
 /* The variant the FP8 engines run tpk_gemm_sm90_fp8 in for a D (M, N) of d_dt on a GPU with `sms` SMs: 2 for an

@@ -220,6 +220,133 @@ __device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int
     else wg_ss_n128(acc, da, db, accumulate, tag);
 }
 
+/* ---- weights converted in shared memory (WC: weight-only FP8) ---------------------------------------------------- */
+
+/* four E4M3 codes (a 32-bit word, low byte first) as two packed pairs of T, exact (every E4M3 value is an FP16 and a
+ * BF16 value; NaN stays NaN) */
+__device__ __forceinline__ void gm_e4m3x4(uint32_t v, uint32_t &lo, uint32_t &hi, __half) {
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(lo) : "h"((unsigned short)(v & 0xFFFFu)));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(hi) : "h"((unsigned short)(v >> 16)));
+}
+__device__ __forceinline__ void gm_e4m3x4(uint32_t v, uint32_t &lo, uint32_t &hi, __nv_bfloat16) {
+    uint32_t a, b;
+    gm_e4m3x4(v, a, b, __half());
+    const float2 fa = __half22float2(*reinterpret_cast<__half2 *>(&a)), fb = __half22float2(*reinterpret_cast<__half2 *>(&b));
+    __nv_bfloat162 ba = __float22bfloat162_rn(fa), bb = __float22bfloat162_rn(fb);
+    lo = *reinterpret_cast<uint32_t *>(&ba), hi = *reinterpret_cast<uint32_t *>(&bb);
+}
+
+/* A weight stage's BN rows x 64 E4M3 codes (TMA, no swizzle: row r's 64 bytes at src + 64 r; src = the upper half
+ * of the stage's W tile) rewritten in place as BN rows x 64 values of T in the layout TMA's 128-byte swizzle gives a
+ * 16-bit tile (16-byte chunk c of row r at dst + 128 r + 16 (c ^ (r % 8)), dst 1024-aligned), which the wgmma
+ * descriptors read. By the consumer warpgroup (128 threads, ctid), named barrier bar: every code is read into
+ * registers before any value is written (the two halves overlap), then the writes are made visible to the async
+ * proxy (wgmma) before any thread of the warpgroup issues one. A thread takes 16-byte units u ctid, ctid + 128, ...
+ * (row u / 4, chunk u % 4: a warp reads 512 contiguous bytes, no bank conflict) and writes each as 32 bytes, row r's
+ * values 16 c .. 16 c + 15 (chunks 2 c and 2 c + 1). */
+template <typename T, int BN>
+__device__ __forceinline__ void gm_convert_w(uint32_t dst, uint32_t src, int ctid, int bar) {
+    enum { U = BN * 64 / 16 / 128 }; /* units per thread: 4 (BN 128) */
+    uint4 q[U];
+#pragma unroll
+    for (int k = 0; k < U; k++)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
+                     : "r"(src + 16u * (uint32_t)(k * 128 + ctid))
+                     : "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+        const int u = k * 128 + ctid, r = u >> 2, c = u & 3;
+        uint32_t v[8];
+        gm_e4m3x4(q[k].x, v[0], v[1], T());
+        gm_e4m3x4(q[k].y, v[2], v[3], T());
+        gm_e4m3x4(q[k].z, v[4], v[5], T());
+        gm_e4m3x4(q[k].w, v[6], v[7], T());
+        const uint32_t row = dst + 128u * (uint32_t)r;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                         ::"r"(row + 16u * (uint32_t)((2 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
+                         "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
+                         : "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+}
+
+/* Weight-only NVFP4 (WC 2): a stage's BN rows x 64 E2M1 codes (32 bytes a row, the even element in the low nibble:
+ * gemv.h's layout) by TMA, unswizzled, at src (the last quarter of the W tile), and the row's 4 UE4M3 block scales
+ * of the stage (one per 16 values) in sc: rewritten in place as values of T, e2m1 x ue4m3 (at most 6 significant
+ * bits within [2^-10, 2688]: exact in FP16 and BF16; the per-tensor s2 is the epilogue's alpha), in the swizzled
+ * layout gm_convert_w writes. A thread takes units u = ctid, ctid + 128 (row u / 2, half u % 2 of the row's 32 bytes
+ * = values 32 (u % 2) .. + 31, scales 2 (u % 2), + 1: sc[k] holds unit k's two scale codes, low byte first). Each
+ * nibble goes to the top of an FP16 exponent (e2m1 2^-14, exact, E2M1's subnormal 0.5 included), then times the
+ * scale 2^14 in fp32 (exact), then to T (exact). */
+__device__ __forceinline__ uint32_t gm_e2m1x2_f16(uint32_t t) { /* codes at bits 12-15 and 28-31 */
+    return (t & 0x80008000u) | ((t >> 3) & 0x0E000E00u);
+}
+template <typename T> __device__ __forceinline__ uint32_t gm_pair(float a, float b);
+template <> __device__ __forceinline__ uint32_t gm_pair<__half>(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+template <> __device__ __forceinline__ uint32_t gm_pair<__nv_bfloat16>(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+template <typename T, int BN>
+__device__ __forceinline__ void gm_convert_w4(uint32_t dst, uint32_t src, const uint32_t *sc, int ctid, int bar) {
+    enum { U = BN * 32 / 16 / 128 }; /* units per thread: 2 (BN 128) */
+    uint4 q[U];
+#pragma unroll
+    for (int k = 0; k < U; k++)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
+                     : "r"(src + 16u * (uint32_t)(k * 128 + ctid))
+                     : "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+        const int u = k * 128 + ctid, r = u >> 1, c = u & 1;
+        uint32_t sh;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(sh) : "h"((unsigned short)(sc[k] & 0xFFFFu)));
+        const float2 sf = __half22float2(*reinterpret_cast<__half2 *>(&sh));
+        const float s0 = sf.x * 16384.0f, s1 = sf.y * 16384.0f; /* values 0-15, 16-31 of the unit */
+        const uint32_t w[4] = {q[k].x, q[k].y, q[k].z, q[k].w};
+        uint32_t v[16]; /* 32 values as 16 pairs of T, in order */
+#pragma unroll
+        for (int b = 0; b < 4; b++)   /* word b: values 8 b .. 8 b + 7 */
+#pragma unroll
+            for (int i = 0; i < 4; i++) { /* byte i of the word: values 8 b + 2 i (low nibble), + 1 (high) */
+                const uint32_t byte = (w[b] >> (8 * i)) & 0xFFu;
+                const uint32_t h = gm_e2m1x2_f16((byte << 12) | (byte << 24)); /* low nibble at 12-15, high at 28-31 */
+                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+                const float s = b < 2 ? s0 : s1;
+                v[4 * b + i] = gm_pair<T>(f.x * s, f.y * s);
+            }
+        const uint32_t row = dst + 128u * (uint32_t)r;
+#pragma unroll
+        for (int h = 0; h < 4; h++) /* values 32 c + 8 h .. + 7: chunk 4 c + h */
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                         ::"r"(row + 16u * (uint32_t)((4 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
+                         "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
+                         : "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+}
+
+/* a unit's two UE4M3 scale codes (gm_convert_w4's sc[k]) of stage kt: row n, bytes 4 kt + 2 c, + 1 of the (N, K / 16)
+ * scales (K % 32 == 0: 2-byte aligned); 0 for a row past N or scales past K (their codes are TMA's zeros anyway) */
+__device__ __forceinline__ uint32_t gm_scale2(const unsigned char *wsc, int n, int N, int K, int kt, int c) {
+    const int b = 4 * kt + 2 * c;
+    if (n >= N || b >= K / 16) return 0u;
+    unsigned short v;
+    asm volatile("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(wsc + (size_t)n * (K / 16) + b));
+    return v;
+}
+
 /* ---- the kernel ---------------------------------------------------------------------------------------------------- */
 
 /* TI: the operands' type (__half, __nv_bfloat16, e4m3_t); TB: the bias's (TO for 16-bit operands, __half for E4M3
@@ -227,19 +354,24 @@ __device__ __forceinline__ void gm_mma(float *acc, uint64_t da, uint64_t db, int
  * consumer warpgroup's epilogue writes its whole tile); 1: variant 1 (rows 64-127 of each tile go through shared
  * memory to the helper warps). a_scale, w_scale: E4M3 operands' storage scales; d_scale: an E4M3 output's (device
  * pointers, read once per thread: graph replays see their current values). */
-template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN>
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN, int WC>
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                      const TB *__restrict__ bias, const TO *R, TO *D, const float *__restrict__ a_scale,
-                     const float *__restrict__ w_scale, const float *__restrict__ d_scale, int M, int N, int K) {
+                     const float *__restrict__ w_scale, const float *__restrict__ d_scale, int M, int N, int K,
+                     const unsigned char *__restrict__ wsc) {
 #if WG_HAVE_WGMMA
-    enum { F8 = sizeof(TI) == 1, O8 = sizeof(TO) == 1 };
+    /* F8: E4M3 operands; WC: 16-bit A and weights converted to TI in shared memory, E4M3 (1) or NVFP4 (2, its block
+     * scales wsc, alpha = its s2), alpha = w_scale; SC: the epilogue scales by alpha */
+    enum { F8 = sizeof(TI) == 1, O8 = sizeof(TO) == 1, SC = F8 || WC };
     extern __shared__ unsigned char smem_raw[];
     /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
     __shared__ __align__(8) uint64_t bars[2 * GM_STAGES + 4];
     static_assert(!RES || (sizeof(TO) == 2 && !GELU && !HELP), "the residual epilogue: 16-bit D, variant 0, no GELU");
     static_assert(BN == GM_BN || (BN == GM_BN96 && sizeof(TI) == 1 && sizeof(TO) == 2 && !HELP),
                   "96-wide tiles: E4M3 operands, F16 D, no helpers");
+    static_assert(!WC || (sizeof(TI) == 2 && sizeof(TO) == 2 && BN == GM_BN && !HELP),
+                  "converted weights: 16-bit A and D, 128-wide tiles, no helpers");
     const int S = HELP ? GM_STAGES_H : GM_STAGES;
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
     const int tid = threadIdx.x, wg = tid >> 7;
@@ -262,7 +394,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    const float alpha = F8 ? __ldg(a_scale) * __ldg(w_scale) : 1.0f;
+    const float alpha = F8 ? __ldg(a_scale) * __ldg(w_scale) : WC ? __ldg(w_scale) : 1.0f;
     const float os = O8 ? __frcp_rn(__ldg(d_scale)) : 1.0f; /* r = RN(1 / d_scale): gm_pack */
 
     /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
@@ -278,9 +410,12 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 for (int kt = 0; kt < KT; kt++, step++) {
                     const uint32_t s = step % S, ph = (step / S) & 1u, sa = base + s * GM_STAGE(BN);
                     mbar_wait(EMPTY(s), ph ^ 1u);
-                    mbar_expect_tx(FULL(s), GM_STAGE(BN));
+                    /* WC: the weights' BN x 64 E4M3 codes into the upper half of the W tile (gm_convert_w) */
+                    /* WC 2: BN x 32 bytes of E2M1 codes into the last quarter (gm_convert_w4) */
+                    mbar_expect_tx(FULL(s), WC == 1 ? GM_TILE_A + BN * 64 : WC == 2 ? GM_TILE_A + BN * 32 : GM_STAGE(BN));
                     tma_load_2d(sa, &tmA, kt * BK, m0, FULL(s));
-                    tma_load_2d(sa + GM_TILE_A, &tmB, kt * BK, n0, FULL(s));
+                    tma_load_2d(sa + GM_TILE_A + (WC == 1 ? BN * 64 : WC == 2 ? BN * 96 : 0), &tmB,
+                                WC == 2 ? kt * 32 : kt * BK, n0, FULL(s));
                 }
             }
         } else if (HELP && tid >= 32) {
@@ -304,10 +439,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                                  : "r"(hb + (uint32_t)(row * GM_HB_ROW))
                                  : "memory");
-                    const uint32_t lo = gm_pack(gm_epi<F8, O8, GELU>(v.x, alpha, b01.x),
-                                                gm_epi<F8, O8, GELU>(v.y, alpha, b01.y), os, TO()),
-                                   hi = gm_pack(gm_epi<F8, O8, GELU>(v.z, alpha, b23.x),
-                                                gm_epi<F8, O8, GELU>(v.w, alpha, b23.y), os, TO());
+                    const uint32_t lo = gm_pack(gm_epi<SC, O8, GELU>(v.x, alpha, b01.x),
+                                                gm_epi<SC, O8, GELU>(v.y, alpha, b01.y), os, TO()),
+                                   hi = gm_pack(gm_epi<SC, O8, GELU>(v.z, alpha, b23.x),
+                                                gm_epi<SC, O8, GELU>(v.w, alpha, b23.y), os, TO());
                     if (m0 + row < M && n < N) {
                         TO *p = D + (size_t)(m0 + row) * N + n;
                         if (O8) *reinterpret_cast<uint32_t *>(p) = lo | (hi << 16);
@@ -348,10 +483,26 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 asm volatile("prefetch.global.L2 [%0];\n" ::"l"(R + (size_t)(m0 + 64 + (ctid >> 1)) * N + n0 +
                                                                  64 * (ctid & 1)));
         }
+        /* WC 2: this thread's units' block scales, a stage ahead of their conversion (gm_scale2: global loads) */
+        uint32_t scl[2] = {0u, 0u};
+        if constexpr (WC == 2)
+#pragma unroll
+            for (int k = 0; k < 2; k++) scl[k] = gm_scale2(wsc, n0 + ((k * 128 + ctid) >> 1), N, K, 0, ctid & 1);
         if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(2 - c) : "memory"); /* the other's K loop is done */
         for (int kt = 0; kt < KT; kt++, step++) {
             const uint32_t s = step % S, sa = base + s * GM_STAGE(BN);
             mbar_wait(FULL(s), (step / S) & 1u);
+            /* WC: while the previous step's wgmma's run (one group stays in flight), this stage's codes become
+             * TI values in the swizzled layout (named barriers 3 and 4: one per consumer warpgroup) */
+            if constexpr (WC == 1) gm_convert_w<TI, BN>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 64, ctid, 3 + c);
+            if constexpr (WC == 2) {
+                const uint32_t cur[2] = {scl[0], scl[1]};
+                if (kt + 1 < KT)
+#pragma unroll
+                    for (int k = 0; k < 2; k++)
+                        scl[k] = gm_scale2(wsc, n0 + ((k * 128 + ctid) >> 1), N, K, kt + 1, ctid & 1);
+                gm_convert_w4<TI, BN>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 96, cur, ctid, 3 + c);
+            }
             const uint64_t da = wg_make_desc(sa, 1024, 1), db = wg_make_desc(sa + GM_TILE_A, 1024, 1);
             wg_fence_regs(acc);
             wg_fence();
@@ -395,7 +546,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         /* a staged row: BN outputs, CH chunks of 16 bytes (16 for a 16-bit type, 8 for E4M3) */
         enum { OB = sizeof(TO), CH = BN * sizeof(TO) / 16 };
         const uint32_t stg = base + S * GM_STAGE(BN) + (uint32_t)((c * 4 + warp) * GM_STG_WARP(BN));
-        gm_epi_round<F8, O8, GELU, TB, BN>(acc, bpk, 0, alpha);
+        gm_epi_round<SC, O8, GELU, TB, BN>(acc, bpk, 0, alpha);
         if constexpr (RES) gm_add_round<TO, BN>(acc, rpk, 0);
 #pragma unroll
         for (int r = 0; r < NR; r++) {
@@ -408,7 +559,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 else asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
             }
             __syncwarp(); /* also orders a residual R == D: every lane has used its R values before any stores */
-            if (r < NR - 1) gm_epi_round<F8, O8, GELU, TB, BN>(acc, bpk, r + 1, alpha);
+            if (r < NR - 1) gm_epi_round<SC, O8, GELU, TB, BN>(acc, bpk, r + 1, alpha);
             if constexpr (RES) {
                 if (r < NR - 1) gm_add_round<TO, BN>(acc, rpk, r + 1);
                 if (r == 0) gm_load_res<BN>(rpk, R, m0, n0, 1, warp, lane, M, N); /* rounds 2 and 3 */
@@ -467,15 +618,21 @@ static int gm_sm90_device(void) {
 
 /* rows x K row-major matrix of dt (F16, BF16 or E4M3) at p, boxes of box_rows rows x 128 bytes of K (one swizzle
  * row), 128-byte swizzle, zeros outside */
-static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype dt, int rows, int K, int box_rows) {
+static int gm_map(encode_tiled_fn enc, CUtensorMap *map, const void *p, tp_dtype dt, int rows, int K, int box_rows,
+                  int wc = 0) {
     const int es = dt == TP_E4M3 ? 1 : 2;
-    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * es};
-    const cuuint32_t box[2] = {GM_ROWB / (cuuint32_t)es, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    /* wc: converted weights, unswizzled, a 16-bit stage's 64 values a box: 1 E4M3 (64 bytes, gm_convert_w); 2 NVFP4
+     * (the packed codes as K / 2 bytes a row: 32, gm_convert_w4) */
+    const int kb = wc == 2 ? K / 2 : K;
+    const cuuint64_t dims[2] = {(cuuint64_t)kb, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)kb * es};
+    const cuuint32_t box[2] = {wc == 2 ? 32u : wc ? 64u : GM_ROWB / (cuuint32_t)es, (cuuint32_t)box_rows},
+                     elem[2] = {1, 1};
     const CUtensorMapDataType t = dt == TP_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                   : dt == TP_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     CUresult r = enc(map, t, 2, (void *)p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                     wc ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : TPK_INVALID;
 }
 
@@ -486,14 +643,16 @@ typedef struct {
     const float *a_scale, *w_scale, *d_scale;
     tp_dtype in_dt;
     int M, N, K;
+    const unsigned char *wsc; /* NVFP4 weights' UE4M3 block scales (N, K / 16), the converting kernel's WC 2 */
 } gm_args;
 
-template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN>
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN, int WC = 0>
 static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     CUtensorMap ma, mb;
-    if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) || gm_map(enc, &mb, a->W, a->in_dt, a->N, a->K, BN))
+    if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) ||
+        gm_map(enc, &mb, a->W, WC ? TP_E4M3 : a->in_dt, a->N, a->K, BN, WC))
         return TPK_INVALID;
-    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN>,
+    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM(HELP, BN));
     if (e != cudaSuccess) return (int)e;
     int dev = 0, sms = 0;
@@ -503,9 +662,9 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     const long long tiles = (long long)((a->N + BN - 1) / BN) * ((a->M + GM_BM - 1) / GM_BM);
     if (tiles > 0x7fffffffLL) return TPK_INVALID;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
-    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN><<<grid, GM_THREADS, GM_SMEM(HELP, BN), s>>>(
+    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC><<<grid, GM_THREADS, GM_SMEM(HELP, BN), s>>>(
         ma, mb, (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
-        a->K);
+        a->K, a->wsc);
     return (int)cudaGetLastError();
 }
 
