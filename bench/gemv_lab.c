@@ -1,11 +1,13 @@
-/* gemv_lab.c: the decode GEMVs (tpk_gemv, tpk_gemv_fp8, tpk_gemv_nvfp4, tpk_gemv_w8a8, tpk_gemv_fp8_block;
+/* gemv_lab.c: the decode GEMVs (tpk_gemv, tpk_gemv_fp8, tpk_gemv_nvfp4, tpk_gemv_w8a8, tpk_gemv_fp8_block, _q;
  * src/exec/cuda/gemm/gemv.h) timed against the device copy rate and cuBLASLt, in one process on one GPU.
  *
  * Shapes (N x K): Llama-7B's decode layer: q/k/v/o 4096x4096, gate/up 11008x4096, down 4096x11008; Llama-3.2-1B:
  * q/o 2048x2048, k/v 512x2048, gate/up 8192x2048, down 2048x8192, LM head 128256x2048; each at M = 1, 4, 8 (batch).
  * Formats: "16-bit" (W in the activation type), "fp8" (E4M3 with per-channel fp32 scales), "nvfp4" (packed E2M1,
  * UE4M3 scale per 16, fp32 s2), "w8a8" (fp8's weights, x rounded to E4M3 under a per-tensor scale as it is read),
- * "fp8b" (FP8 block-128: E4M3 with 128 x 128 fp32 block scales, x quantized per 1 x 128 block as it is read). Weights are filled on the GPU (tpk_fill_uniform: uniform values, never zeros;
+ * "fp8b" (FP8 block-128: E4M3 with 128 x 128 fp32 block scales, x quantized per 1 x 128 block as it is read),
+ * "fp8bq" (the same on x already in E4M3 with 1 x 128 scales, as a decoder's RMSNorm writes it). Weights are filled
+ * on the GPU (tpk_fill_uniform: uniform values, never zeros;
  * NVFP4 bytes and scales are E4M3 codes of uniform values, any bit pattern being a valid E2M1 pair), x too; no
  * bias, no residual (the epilogue is 16 x 8 values per block: nothing to time).
  *
@@ -51,10 +53,12 @@ static const shape SHAPES[] = {
 };
 static const int MS[] = {1, 4, 8};
 /* F_W8A8: the fp8 weights with x rounded to E4M3 under a per-tensor scale on load (tpk_gemv_w8a8); F_FP8B: FP8
- * block-128 (tpk_gemv_fp8_block: x quantized per 1x128 block on load, 128x128 weight scales) */
-enum { F_16 = 0, F_FP8, F_NVFP4, F_W8A8, F_FP8B, F_COUNT };
-static const char *const FNAME[F_COUNT] = {"16-bit", "fp8", "nvfp4", "w8a8", "fp8b"};
-static const int FBYTES[F_COUNT] = {0, 1, 2, 1, 3}; /* tpk_gemv_weight_bytes's format */
+ * block-128 (tpk_gemv_fp8_block: x quantized per 1x128 block on load, 128x128 weight scales); F_FP8BQ: the same
+ * weights on an x its producer quantized (tpk_gemv_fp8_block_q: E4M3 codes and 1x128 scales, as a decoder's RMSNorm
+ * writes them) */
+enum { F_16 = 0, F_FP8, F_NVFP4, F_W8A8, F_FP8B, F_FP8BQ, F_COUNT };
+static const char *const FNAME[F_COUNT] = {"16-bit", "fp8", "nvfp4", "w8a8", "fp8b", "fp8bq"};
+static const int FBYTES[F_COUNT] = {0, 1, 2, 1, 3, 3}; /* tpk_gemv_weight_bytes's format */
 
 #define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 #define NMS ((int)(sizeof MS / sizeof MS[0]))
@@ -83,6 +87,8 @@ typedef struct {
     void **s;          /* per copy: NVFP4 block scales */
     float **cs;        /* per copy: FP8 channel scales */
     float *s2;         /* NVFP4 per-tensor scale, W8A8's x scale (1 float) */
+    void *xq;          /* F_FP8BQ: x as E4M3 codes (8 rows of K) */
+    float *xs;         /* F_FP8BQ: x's 1x128 block scales (ceil(K / 128), 8) */
     long long wbytes;  /* per copy, as tpk_gemv_weight_bytes counts */
 } weights;
 
@@ -112,9 +118,9 @@ static weights make_weights(int fmt, int N, int K, long long rotate_bytes, cudaS
         if (fmt == F_16) {
             CK(cudaMalloc(&w.w[c], nW * 2));
             CK(tpk_fill_uniform(w.w[c], g_dt, nW, seed, (tp_stream)s));
-        } else if (fmt == F_FP8 || fmt == F_W8A8 || fmt == F_FP8B) {
-            /* FP8B: cs holds the 128x128 block scales (gemv.h's layout) instead of channel scales */
-            const size_t ns = fmt == F_FP8B ? (size_t)((N + 127) / 128) * (size_t)(((K + 127) / 128 + 3) / 4 * 4)
+        } else if (fmt == F_FP8 || fmt == F_W8A8 || fmt == F_FP8B || fmt == F_FP8BQ) {
+            /* FP8B, FP8BQ: cs holds the 128x128 block scales (gemv.h's layout) instead of channel scales */
+            const size_t ns = fmt == F_FP8B || fmt == F_FP8BQ ? (size_t)((N + 127) / 128) * (size_t)(((K + 127) / 128 + 3) / 4 * 4)
                                             : (size_t)N;
             CK(cudaMalloc(&w.w[c], nW));
             CK(tpk_fill_uniform(w.w[c], TP_E4M3, nW, seed, (tp_stream)s));
@@ -126,6 +132,12 @@ static weights make_weights(int fmt, int N, int K, long long rotate_bytes, cudaS
             CK(cudaMalloc(&w.s[c], nW / 16));
             CK(tpk_fill_uniform(w.s[c], TP_E4M3, nW / 16, seed + 1, (tp_stream)s)); /* never the NaN code */
         }
+    }
+    if (fmt == F_FP8BQ) { /* uniform codes and scales, never zeros */
+        CK(cudaMalloc(&w.xq, (size_t)8 * K));
+        CK(tpk_fill_uniform(w.xq, TP_E4M3, (size_t)8 * K, 17, (tp_stream)s));
+        CK(cudaMalloc((void **)&w.xs, sizeof(float) * 8 * (size_t)((K + 127) / 128)));
+        CK(tpk_fill_uniform(w.xs, TP_F32, (size_t)8 * ((K + 127) / 128), 18, (tp_stream)s));
     }
     if (fmt == F_NVFP4 || fmt == F_W8A8) {
         const float one = fmt == F_NVFP4 ? 1.0f / 64.0f : 1.0f / 448.0f; /* x uniform in [-1, 1): E4M3 unsaturated */
@@ -143,6 +155,8 @@ static void free_weights(weights *w) {
         if (w->cs[c]) CK(cudaFree(w->cs[c]));
     }
     if (w->s2) CK(cudaFree(w->s2));
+    if (w->xq) CK(cudaFree(w->xq));
+    if (w->xs) CK(cudaFree(w->xs));
     free(w->w), free(w->s), free(w->cs);
 }
 
@@ -153,6 +167,9 @@ static int run_gemv(const weights *w, int c, const void *x, void *y, int M, cuda
     case F_W8A8:
         return tpk_gemv_w8a8(x, w->s2, w->w[c], w->cs[c], NULL, NULL, NULL, y, g_dt, M, w->N, w->K, (tp_stream)s);
     case F_FP8B: return tpk_gemv_fp8_block(x, w->w[c], w->cs[c], NULL, NULL, y, g_dt, M, w->N, w->K, (tp_stream)s);
+    case F_FP8BQ:
+        return tpk_gemv_fp8_block_q(w->xq, w->xs, 8, w->w[c], w->cs[c], NULL, NULL, y, g_dt, M, w->N, w->K,
+                                    (tp_stream)s);
     default: return tpk_gemv_nvfp4(x, w->w[c], w->s[c], w->s2, NULL, NULL, y, g_dt, M, w->N, w->K, (tp_stream)s);
     }
 }

@@ -1,6 +1,8 @@
-/* wo_gemm_lab.c: weight-only FP8 and NVFP4 prefill GEMMs (issue 43 item 2) at Llama shapes, five ways in one process on
+/* wo_gemm_lab.c: weight-only FP8 and NVFP4 prefill GEMMs (issue 43 item 2) at Llama shapes, six ways in one process on
  * one GPU, D (M, N) = A (M, K) W (N, K)^T in F16 (or BF16):
  *   "16-bit W"   cuBLASLt on 16-bit weights: what an fp16 engine runs, the time to match;
+ *   "sm90 16"    tprof's Hopper GEMM (tpk_gemm_sm90) on the same 16-bit weights: the converting GEMMs' pipeline
+ *                without the conversion, their ceiling;
  *   "dequant"    tpk_e4m3_to_16bit into a scratch weight, then cuBLASLt on it: today's fp8-wo prefill (its scale in
  *                alpha), both kernels timed as one;
  *   "sm90 wo"    tpk_gemm_sm90_wo_fp8 (gemm_sm90.h): E4M3 weights converted to 16 bits in shared memory stage by
@@ -9,12 +11,12 @@
  * Shapes: Llama-3.1-8B's q/o (4096 x 4096), k/v (1024 x 4096), gate/up (14336 x 4096), down (4096 x 14336), and
  * Llama-3.2-1B's q/o (2048 x 2048), gate/up (8192 x 2048), down (2048 x 8192), at M = 512 (pp512, batch 1) and
  * M = 2048 (--m to change the first). cuBLASLt at its best: every heuristic candidate timed, the fastest kept.
- * Checks: every way's output finite after a NaN-poisoned run; "sm90 wo" against "dequant", "sm90 wo4" against
- * "dequant4" (the same products,
- * fp32 sums in other orders): rel L2 <= 1e-2 (~1e-3 expected). Timing: 5 warmups, then `runs` (default 30) each
+ * Checks: every way's output finite after a NaN-poisoned run; "sm90 16" against "16-bit W", "sm90 wo" against
+ * "dequant", "sm90 wo4" against "dequant4" (the same products, fp32 sums in other orders): rel L2 <= 1e-2 (~1e-3
+ * expected). Timing: 5 warmups, then `runs` (default 30) each
  * between two CUDA events; median, min, max in us and the median's TFLOP/s (2 M N K).
  * Build: cmake --build <build dir> --target wo_gemm_lab. Run: ./wo_gemm_lab [runs] [f16|bf16] [M].
- * Exit status: 0; 1 when an output is not finite or the two FP8 ways disagree; 2 on a CUDA or cuBLAS error, bad
+ * Exit status: 0; 1 when an output is not finite or a tprof way disagrees with its cuBLASLt way; 2 on a CUDA or cuBLAS error, bad
  * arguments, or a device that does not run tprof's Hopper GEMM. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -38,8 +40,8 @@ static const shape SHAPES[] = {
     {"8b q/o", 4096, 4096},   {"8b k/v", 1024, 4096},  {"8b gate/up", 14336, 4096}, {"8b down", 4096, 14336},
     {"1b q/o", 2048, 2048},   {"1b gate/up", 8192, 2048}, {"1b down", 2048, 8192},
 };
-enum { WAY_16 = 0, WAY_DEQ, WAY_WO, WAY_DEQ4, WAY_WO4, WAYS };
-static const char *const WAY_NAME[WAYS] = {"16-bit W", "dequant", "sm90 wo", "dequant4", "sm90 wo4"};
+enum { WAY_16 = 0, WAY_SM16, WAY_DEQ, WAY_WO, WAY_DEQ4, WAY_WO4, WAYS };
+static const char *const WAY_NAME[WAYS] = {"16-bit W", "sm90 16", "dequant", "sm90 wo", "dequant4", "sm90 wo4"};
 
 typedef struct {
     int way, M, N, K;
@@ -56,6 +58,7 @@ typedef struct {
 static void run(const call *c) {
     switch (c->way) {
     case WAY_16: CK(tp_gemm_run(c->ctx, c->plan, c->A, c->W16, NULL, c->D, NULL, NULL, c->s)); break;
+    case WAY_SM16: CK(tpk_gemm_sm90(c->A, c->W16, NULL, c->D, c->dt, c->M, c->N, c->K, 0, (tp_stream)c->s)); break;
     case WAY_DEQ:
         CK(tpk_e4m3_to_16bit(c->W8, c->Wdq, c->dt, (long long)c->N * c->K, (tp_stream)c->s));
         CK(tp_gemm_run_alpha(c->ctx, c->plan, c->A, c->Wdq, NULL, c->D, NULL, NULL, c->alpha, c->s));
@@ -184,15 +187,15 @@ int main(int argc, char **argv) {
                 const float med = time_call(&c, runs, ev, t, &lo, &hi);
                 char check[80] = "ok (finite)";
                 if (nonfinite) snprintf(check, sizeof check, "NON-FINITE: %zu", nonfinite), bad = 1;
-                if ((w == WAY_WO || w == WAY_WO4) && !nonfinite) { /* against its dequantize + cuBLASLt way */
-                    const int ref = w == WAY_WO ? WAY_DEQ : WAY_DEQ4;
+                if ((w == WAY_SM16 || w == WAY_WO || w == WAY_WO4) && !nonfinite) { /* against its cuBLASLt way */
+                    const int ref = w == WAY_SM16 ? WAY_16 : w == WAY_WO ? WAY_DEQ : WAY_DEQ4;
                     double num = 0, den = 0;
                     for (size_t i = 0; i < nD; i++) {
                         const double e = (double)out[w][i] - out[ref][i];
                         num += e * e, den += (double)out[ref][i] * out[ref][i];
                     }
                     const double rel = den > 0 ? sqrt(num / den) : 0.0;
-                    snprintf(check, sizeof check, "rel L2 vs dequant %.1e", rel);
+                    snprintf(check, sizeof check, "rel L2 vs %s %.1e", WAY_NAME[ref], rel);
                     if (!(rel <= 1e-2)) bad = 1;
                 }
                 printf("%-11s %5d %6d %6d | %-9s %9.1f %9.1f %9.1f %8.1f  %s\n", SHAPES[si].name, M, N, K,
