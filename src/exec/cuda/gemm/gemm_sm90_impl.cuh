@@ -421,11 +421,15 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
      * pipeline's steps i KT .. i KT + KT - 1 (stage = step % S, phase = (step / S) & 1) */
     /* setmaxnreg (the whole warpgroup, same value): the 384 x 168 registers of the launch go 40 / 232 / 232 to
      * the producer warpgroup and the consumers, 56 / 224 / 224 when its warps 1-3 are variant 1's helpers, or
-     * 96 / 208 / 208 when they are WC's converters (64 / 224 / 224 with the residual epilogue). ptxas holds each
+     * 88 / 208 / 208 when they are WC's converters (56 / 224 / 224 with the residual epilogue). ptxas holds each
      * warpgroup's code to its count: at these the converters and the consumers spill nothing without the residual
-     * and at most ~120 bytes with it (ptxas -v, CUDA 13) */
+     * and at most ~120 bytes with it (ptxas -v, CUDA 13). The sum cannot exceed the launch's: an increase waits
+     * for registers the other warpgroup freed, forever when there are too few (session 9's first converter
+     * kernels, 96 / 208, hung). */
+    enum { REG_P = WC ? (RES ? 56 : 88) : HELP ? 56 : 40, REG_C = WC ? (RES ? 224 : 208) : HELP ? 224 : 232 };
+    static_assert(REG_P + 2 * REG_C <= GM_THREADS / 128 * 168, "setmaxnreg: more registers than the launch has");
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WC ? (RES ? 64 : 96) : HELP ? 56 : 40) : "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)REG_P) : "memory");
         if (tid == 0) {
             uint32_t step = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -512,7 +516,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WC ? (RES ? 224 : 208) : HELP ? 224 : 232) : "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"((int)REG_C) : "memory");
 
     /* consumer warpgroup c = wg - 1 takes the CTA's tiles i = c, c + 2, ... The two take turns at the tensor cores
      * (named barriers 1 and 2, 256 threads: warpgroup 1 runs its K loop, arrives on 1 and goes to its epilogue,
