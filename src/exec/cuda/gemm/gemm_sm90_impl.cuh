@@ -95,7 +95,6 @@
 #define GM_HB_ROW (GM_BN * 4 + 32)
 #define GM_HB (64 * GM_HB_ROW)
 #define GM_HELPERS 96 /* warps 1-3 of the producer warpgroup */
-#define GM_CONVERTERS 96 /* the same warps converting weights (WC) */
 /* 1024: slack to align the stages to 1024 bytes */
 #define GM_SMEM(help, bn)                                                                                           \
     (1024 + ((help) ? GM_STAGES_H : GM_STAGES) * GM_STAGE(bn) + 8 * GM_STG_WARP(bn) + ((help) ? 2 * GM_HB : 0))
@@ -237,65 +236,53 @@ __device__ __forceinline__ void gm_e4m3x4(uint32_t v, uint32_t &lo, uint32_t &hi
     lo = *reinterpret_cast<uint32_t *>(&ba), hi = *reinterpret_cast<uint32_t *>(&bb);
 }
 
-/* A weight stage's BN rows x 64 E4M3 codes (TMA, no swizzle: row r's 64 bytes at src + 64 r; src = dst + 64 BN,
- * the upper half of the stage's W tile) rewritten in place as BN rows x 64 values of T in the layout TMA's 128-byte
- * swizzle gives a 16-bit tile (16-byte chunk c of row r at dst + 128 r + 16 (c ^ (r % 8)), dst 1024-aligned), which
- * the wgmma descriptors read. By the NT converter threads (ct 0 .. NT - 1), named barrier bar. A thread takes
- * 16-byte units u = ct, ct + NT, ... (row u / 4, chunk u % 4: a warp reads 512 contiguous bytes, no bank conflict)
- * and writes each as 32 bytes, row r's values 16 c .. 16 c + 15 (chunks 2 c and 2 c + 1). Rows below BN / 2 land
- * below the codes and are converted at once; the others overwrite codes, so they are held in registers until every
- * thread has read its codes (the barrier). Each thread then makes its writes visible to the async proxy (wgmma);
- * the caller arrives on the stage's converted barrier. */
-template <typename T>
-__device__ __forceinline__ void gm_w8_unit(uint32_t dst, uint4 q, int u) {
-    const int r = u >> 2, c = u & 3;
-    uint32_t v[8];
-    gm_e4m3x4(q.x, v[0], v[1], T());
-    gm_e4m3x4(q.y, v[2], v[3], T());
-    gm_e4m3x4(q.z, v[4], v[5], T());
-    gm_e4m3x4(q.w, v[6], v[7], T());
-    const uint32_t row = dst + 128u * (uint32_t)r;
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
-                     ::"r"(row + 16u * (uint32_t)((2 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
-                     "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
-                     : "memory");
-}
-__device__ __forceinline__ uint4 gm_lds128(uint32_t a) {
-    uint4 q;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "r"(a)
-                 : "memory");
-    return q;
-}
-template <typename T, int BN, int NT>
-__device__ __forceinline__ void gm_convert_w(uint32_t dst, uint32_t src, int ct, int bar) {
-    enum { NU = BN * 64 / 16, NF = NU / 2, U = (NU + NT - 1) / NT }; /* units, units written at once, per thread */
+/* A weight stage's BN rows x 64 E4M3 codes (TMA, no swizzle: row r's 64 bytes at src + 64 r; src = the upper half
+ * of the stage's W tile) rewritten in place as BN rows x 64 values of T in the layout TMA's 128-byte swizzle gives a
+ * 16-bit tile (16-byte chunk c of row r at dst + 128 r + 16 (c ^ (r % 8)), dst 1024-aligned), which the wgmma
+ * descriptors read. By the consumer warpgroup (128 threads, ctid), named barrier bar: every code is read into
+ * registers before any value is written (the two halves overlap), then the writes are made visible to the async
+ * proxy (wgmma) before any thread of the warpgroup issues one. A thread takes 16-byte units u ctid, ctid + 128, ...
+ * (row u / 4, chunk u % 4: a warp reads 512 contiguous bytes, no bank conflict) and writes each as 32 bytes, row r's
+ * values 16 c .. 16 c + 15 (chunks 2 c and 2 c + 1). */
+template <typename T, int BN>
+__device__ __forceinline__ void gm_convert_w(uint32_t dst, uint32_t src, int ctid, int bar) {
+    enum { U = BN * 64 / 16 / 128 }; /* units per thread: 4 (BN 128) */
     uint4 q[U];
 #pragma unroll
-    for (int k = 0; k < U; k++) {
-        const int u = k * NT + ct;
-        if (u < NF) gm_w8_unit<T>(dst, gm_lds128(src + 16u * (uint32_t)u), u);
-        else if (u < NU) q[k] = gm_lds128(src + 16u * (uint32_t)u);
-    }
-    asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "n"(NT) : "memory");
+    for (int k = 0; k < U; k++)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
+                     : "r"(src + 16u * (uint32_t)(k * 128 + ctid))
+                     : "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
 #pragma unroll
     for (int k = 0; k < U; k++) {
-        const int u = k * NT + ct;
-        if (u >= NF && u < NU) gm_w8_unit<T>(dst, q[k], u);
+        const int u = k * 128 + ctid, r = u >> 2, c = u & 3;
+        uint32_t v[8];
+        gm_e4m3x4(q[k].x, v[0], v[1], T());
+        gm_e4m3x4(q[k].y, v[2], v[3], T());
+        gm_e4m3x4(q[k].z, v[4], v[5], T());
+        gm_e4m3x4(q[k].w, v[6], v[7], T());
+        const uint32_t row = dst + 128u * (uint32_t)r;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                         ::"r"(row + 16u * (uint32_t)((2 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
+                         "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
+                         : "memory");
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
 }
 
 /* Weight-only NVFP4 (WC 2): a stage's BN rows x 64 E2M1 codes (32 bytes a row, the even element in the low nibble:
- * gemv.h's layout) by TMA, unswizzled, at src = dst + 96 BN (the last quarter of the W tile), and the row's 4 UE4M3
- * block scales of the stage (one per 16 values) in sc: rewritten in place by the NT converter threads as values of
- * T, e2m1 x ue4m3 (at most 6 significant bits within [2^-10, 2688]: exact in FP16 and BF16; the per-tensor s2 is
- * the epilogue's alpha), in the swizzled layout gm_convert_w writes, rows below 3 BN / 4 at once and the others
- * after the barrier (as gm_convert_w). A thread takes units u = ct, ct + NT, ... (row u / 2, half u % 2 of the
- * row's 32 bytes = values 32 (u % 2) .. + 31, scales 2 (u % 2), + 1: sc[k] holds its k-th unit's two scale codes,
- * low byte first). Each nibble goes to the top of an FP16 exponent (e2m1 2^-14, exact, E2M1's subnormal 0.5
- * included), then times the scale 2^14 in fp32 (exact), then to T (exact). */
+ * gemv.h's layout) by TMA, unswizzled, at src (the last quarter of the W tile), and the row's 4 UE4M3 block scales
+ * of the stage (one per 16 values) in sc: rewritten in place as values of T, e2m1 x ue4m3 (at most 6 significant
+ * bits within [2^-10, 2688]: exact in FP16 and BF16; the per-tensor s2 is the epilogue's alpha), in the swizzled
+ * layout gm_convert_w writes. A thread takes units u = ctid, ctid + 128 (row u / 2, half u % 2 of the row's 32 bytes
+ * = values 32 (u % 2) .. + 31, scales 2 (u % 2), + 1: sc[k] holds unit k's two scale codes, low byte first). Each
+ * nibble goes to the top of an FP16 exponent (e2m1 2^-14, exact, E2M1's subnormal 0.5 included), then times the
+ * scale 2^14 in fp32 (exact), then to T (exact). */
 __device__ __forceinline__ uint32_t gm_e2m1x2_f16(uint32_t t) { /* codes at bits 12-15 and 28-31 */
     return (t & 0x80008000u) | ((t >> 3) & 0x0E000E00u);
 }
@@ -308,51 +295,46 @@ template <> __device__ __forceinline__ uint32_t gm_pair<__nv_bfloat16>(float a, 
     __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<uint32_t *>(&h);
 }
-template <typename T>
-__device__ __forceinline__ void gm_w4_unit(uint32_t dst, uint4 q, uint32_t sc, int u) {
-    const int r = u >> 1, c = u & 1;
-    uint32_t sh;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(sh) : "h"((unsigned short)(sc & 0xFFFFu)));
-    const float2 sf = __half22float2(*reinterpret_cast<__half2 *>(&sh));
-    const float s0 = sf.x * 16384.0f, s1 = sf.y * 16384.0f; /* values 0-15, 16-31 of the unit */
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-    uint32_t v[16]; /* 32 values as 16 pairs of T, in order */
-#pragma unroll
-    for (int b = 0; b < 4; b++)   /* word b: values 8 b .. 8 b + 7 */
-#pragma unroll
-        for (int i = 0; i < 4; i++) { /* byte i of the word: values 8 b + 2 i (low nibble), + 1 (high) */
-            const uint32_t byte = (w[b] >> (8 * i)) & 0xFFu;
-            const uint32_t h = gm_e2m1x2_f16((byte << 12) | (byte << 24)); /* low nibble at 12-15, high at 28-31 */
-            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
-            const float s = b < 2 ? s0 : s1;
-            v[4 * b + i] = gm_pair<T>(f.x * s, f.y * s);
-        }
-    const uint32_t row = dst + 128u * (uint32_t)r;
-#pragma unroll
-    for (int h = 0; h < 4; h++) /* values 32 c + 8 h .. + 7: chunk 4 c + h */
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
-                     ::"r"(row + 16u * (uint32_t)((4 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
-                     "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
-                     : "memory");
-}
-template <typename T, int BN, int NT>
-__device__ __forceinline__ void gm_convert_w4(uint32_t dst, uint32_t src, const uint32_t *sc, int ct, int bar) {
-    /* units, units written at once (rows below 3 BN / 4 land below the codes), units per thread */
-    enum { NU = BN * 32 / 16, NF = NU * 3 / 4, U = (NU + NT - 1) / NT };
+template <typename T, int BN>
+__device__ __forceinline__ void gm_convert_w4(uint32_t dst, uint32_t src, const uint32_t *sc, int ctid, int bar) {
+    enum { U = BN * 32 / 16 / 128 }; /* units per thread: 2 (BN 128) */
     uint4 q[U];
 #pragma unroll
-    for (int k = 0; k < U; k++) {
-        const int u = k * NT + ct;
-        if (u < NF) gm_w4_unit<T>(dst, gm_lds128(src + 16u * (uint32_t)u), sc[k], u);
-        else if (u < NU) q[k] = gm_lds128(src + 16u * (uint32_t)u);
-    }
-    asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "n"(NT) : "memory");
+    for (int k = 0; k < U; k++)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
+                     : "r"(src + 16u * (uint32_t)(k * 128 + ctid))
+                     : "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
 #pragma unroll
     for (int k = 0; k < U; k++) {
-        const int u = k * NT + ct;
-        if (u >= NF && u < NU) gm_w4_unit<T>(dst, q[k], sc[k], u);
+        const int u = k * 128 + ctid, r = u >> 1, c = u & 1;
+        uint32_t sh;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(sh) : "h"((unsigned short)(sc[k] & 0xFFFFu)));
+        const float2 sf = __half22float2(*reinterpret_cast<__half2 *>(&sh));
+        const float s0 = sf.x * 16384.0f, s1 = sf.y * 16384.0f; /* values 0-15, 16-31 of the unit */
+        const uint32_t w[4] = {q[k].x, q[k].y, q[k].z, q[k].w};
+        uint32_t v[16]; /* 32 values as 16 pairs of T, in order */
+#pragma unroll
+        for (int b = 0; b < 4; b++)   /* word b: values 8 b .. 8 b + 7 */
+#pragma unroll
+            for (int i = 0; i < 4; i++) { /* byte i of the word: values 8 b + 2 i (low nibble), + 1 (high) */
+                const uint32_t byte = (w[b] >> (8 * i)) & 0xFFu;
+                const uint32_t h = gm_e2m1x2_f16((byte << 12) | (byte << 24)); /* low nibble at 12-15, high at 28-31 */
+                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+                const float s = b < 2 ? s0 : s1;
+                v[4 * b + i] = gm_pair<T>(f.x * s, f.y * s);
+            }
+        const uint32_t row = dst + 128u * (uint32_t)r;
+#pragma unroll
+        for (int h = 0; h < 4; h++) /* values 32 c + 8 h .. + 7: chunk 4 c + h */
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                         ::"r"(row + 16u * (uint32_t)((4 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
+                         "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
+                         : "memory");
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
 }
 
 /* a unit's two UE4M3 scale codes (gm_convert_w4's sc[k]) of stage kt: row n, bytes 4 kt + 2 c, + 1 of the (N, K / 16)
@@ -383,8 +365,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
      * scales wsc, alpha = its s2), alpha = w_scale; SC: the epilogue scales by alpha */
     enum { F8 = sizeof(TI) == 1, O8 = sizeof(TO) == 1, SC = F8 || WC };
     extern __shared__ unsigned char smem_raw[];
-    /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers, then (WC) conv[s] */
-    __shared__ __align__(8) uint64_t bars[3 * GM_STAGES + 4];
+    /* full[s], then empty[s], then (variant 1) hfull[c], hempty[c] of the helper buffers */
+    __shared__ __align__(8) uint64_t bars[2 * GM_STAGES + 4];
     static_assert(!RES || (sizeof(TO) == 2 && !GELU && !HELP), "the residual epilogue: 16-bit D, variant 0, no GELU");
     static_assert(BN == GM_BN || (BN == GM_BN96 && sizeof(TI) == 1 && sizeof(TO) == 2 && !HELP),
                   "96-wide tiles: E4M3 operands, F16 D, no helpers");
@@ -399,13 +381,11 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 #define EMPTY(s) (bar0 + 8u * (uint32_t)(GM_STAGES + (s)))
 #define HFULL(c) (bar0 + 8u * (uint32_t)(2 * GM_STAGES + (c)))
 #define HEMPTY(c) (bar0 + 8u * (uint32_t)(2 * GM_STAGES + 2 + (c)))
-#define CONV(s) (bar0 + 8u * (uint32_t)(2 * GM_STAGES + 4 + (s)))
     const uint32_t hbuf = base + S * GM_STAGE(BN) + 8 * GM_STG_WARP(BN); /* variant 1: the helper buffers */
     if (tid == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(FULL(s), 1);    /* the producer's expect_tx; the TMA bytes complete the phase */
             mbar_init(EMPTY(s), 128); /* every thread of the consuming warpgroup, after its wgmma's on the stage */
-            if (WC) mbar_init(CONV(s), GM_CONVERTERS); /* the converters, once the stage's weights are 16-bit */
         }
         for (int c = 0; c < 2 && HELP; c++) {
             mbar_init(HFULL(c), 128);         /* consumer c's threads, after writing their rows 64-127 */
@@ -420,13 +400,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
     /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
      * pipeline's steps i KT .. i KT + KT - 1 (stage = step % S, phase = (step / S) & 1) */
     /* setmaxnreg (the whole warpgroup, same value): the 384 x 168 registers of the launch go 40 / 232 / 232 to
-     * the producer warpgroup and the consumers, 56 / 224 / 224 when its warps 1-3 are variant 1's helpers, or
-     * 88 / 208 / 208 when they are WC's converters (56 / 224 / 224 with the residual epilogue). ptxas holds each
-     * warpgroup's code to its count: at these the converters and the consumers spill nothing without the residual
-     * and at most ~120 bytes with it (ptxas -v, CUDA 13). The sum cannot exceed the launch's: an increase waits
-     * for registers the other warpgroup freed, forever when there are too few (session 9's first converter
-     * kernels, 96 / 208, hung). */
-    enum { REG_P = WC ? (RES ? 56 : 88) : HELP ? 56 : 40, REG_C = WC ? (RES ? 224 : 208) : HELP ? 224 : 232 };
+     * the producer warpgroup and the consumers, or 56 / 224 / 224 when its warps 1-3 are variant 1's helpers. The
+     * sum cannot exceed the launch's: an increase waits for registers the other warpgroup freed, forever when
+     * there are too few (session 9's converter-warp kernels at 96 / 208 hung). */
+    enum { REG_P = HELP ? 56 : 40, REG_C = HELP ? 224 : 232 };
     static_assert(REG_P + 2 * REG_C <= GM_THREADS / 128 * 168, "setmaxnreg: more registers than the launch has");
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)REG_P) : "memory");
@@ -443,41 +420,6 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                     tma_load_2d(sa, &tmA, kt * BK, m0, FULL(s));
                     tma_load_2d(sa + GM_TILE_A + (WC == 1 ? BN * 64 : WC == 2 ? BN * 96 : 0), &tmB,
                                 WC == 2 ? kt * 32 : kt * BK, n0, FULL(s));
-                }
-            }
-        } else if (WC && tid >= 32) {
-            /* WC's converters (warps 1-3): each stage's weight codes, once TMA has landed them, become 16-bit
-             * values in place (gm_convert_w, _w4; named barrier 3 among the 96), then conv[s] lets the consumer's
-             * wgmma's read them. Off the consumers' path: they only wait, so the tensor cores see a 16-bit GEMM's
-             * pipeline as long as the converters keep S stages ahead. NVFP4's block scales come a stage ahead. */
-            const int ct = tid - 32;
-            enum { NU4 = BN * 2, U4 = (NU4 + GM_CONVERTERS - 1) / GM_CONVERTERS };
-            uint32_t step = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const int n0 = (t % tiles_n) * BN;
-                uint32_t scl[U4];
-                if constexpr (WC == 2)
-#pragma unroll
-                    for (int k = 0; k < U4; k++) {
-                        const int u = k * GM_CONVERTERS + ct;
-                        scl[k] = u < NU4 ? gm_scale2(wsc, n0 + (u >> 1), N, K, 0, u & 1) : 0u;
-                    }
-                for (int kt = 0; kt < KT; kt++, step++) {
-                    const uint32_t s = step % S, sa = base + s * GM_STAGE(BN);
-                    mbar_wait(FULL(s), (step / S) & 1u);
-                    if constexpr (WC == 1)
-                        gm_convert_w<TI, BN, GM_CONVERTERS>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 64, ct, 3);
-                    if constexpr (WC == 2) {
-                        uint32_t cur[U4];
-#pragma unroll
-                        for (int k = 0; k < U4; k++) {
-                            const int u = k * GM_CONVERTERS + ct;
-                            cur[k] = scl[k];
-                            if (kt + 1 < KT && u < NU4) scl[k] = gm_scale2(wsc, n0 + (u >> 1), N, K, kt + 1, u & 1);
-                        }
-                        gm_convert_w4<TI, BN, GM_CONVERTERS>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 96, cur, ct, 3);
-                    }
-                    mbar_arrive(CONV(s));
                 }
             }
         } else if (HELP && tid >= 32) {
@@ -545,10 +487,26 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 asm volatile("prefetch.global.L2 [%0];\n" ::"l"(R + (size_t)(m0 + 64 + (ctid >> 1)) * N + n0 +
                                                                  64 * (ctid & 1)));
         }
+        /* WC 2: this thread's units' block scales, a stage ahead of their conversion (gm_scale2: global loads) */
+        uint32_t scl[2] = {0u, 0u};
+        if constexpr (WC == 2)
+#pragma unroll
+            for (int k = 0; k < 2; k++) scl[k] = gm_scale2(wsc, n0 + ((k * 128 + ctid) >> 1), N, K, 0, ctid & 1);
         if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(2 - c) : "memory"); /* the other's K loop is done */
         for (int kt = 0; kt < KT; kt++, step++) {
             const uint32_t s = step % S, sa = base + s * GM_STAGE(BN);
-            mbar_wait(WC ? CONV(s) : FULL(s), (step / S) & 1u); /* WC: the converters' barrier (it follows full) */
+            mbar_wait(FULL(s), (step / S) & 1u);
+            /* WC: while the previous step's wgmma's run (one group stays in flight), this stage's codes become
+             * TI values in the swizzled layout (named barriers 3 and 4: one per consumer warpgroup) */
+            if constexpr (WC == 1) gm_convert_w<TI, BN>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 64, ctid, 3 + c);
+            if constexpr (WC == 2) {
+                const uint32_t cur[2] = {scl[0], scl[1]};
+                if (kt + 1 < KT)
+#pragma unroll
+                    for (int k = 0; k < 2; k++)
+                        scl[k] = gm_scale2(wsc, n0 + ((k * 128 + ctid) >> 1), N, K, kt + 1, ctid & 1);
+                gm_convert_w4<TI, BN>(sa + GM_TILE_A, sa + GM_TILE_A + BN * 96, cur, ctid, 3 + c);
+            }
             const uint64_t da = wg_make_desc(sa, 1024, 1), db = wg_make_desc(sa + GM_TILE_A, 1024, 1);
             wg_fence_regs(acc);
             wg_fence();
@@ -629,7 +587,6 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 #undef EMPTY
 #undef HFULL
 #undef HEMPTY
-#undef CONV
 #else
     (void)tmA, (void)tmB, (void)bias, (void)R, (void)D, (void)a_scale, (void)w_scale, (void)d_scale;
     (void)M, (void)N, (void)K;
