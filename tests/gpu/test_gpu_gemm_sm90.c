@@ -24,8 +24,8 @@
  * the ring's phases run on across tiles; variant 1's 4-stage ring wraps 3 times at K 768). Each with and without
  * bias and GELU, F16 and BF16, in both kernel variants (tpk_gemm_sm90_variant; variant 1 must equal variant 0 bit
  * for bit: same arithmetic, other warps store it; its helper buffers alternate between the consumers over the
- * 576-tile shape's 4-5 tiles per CTA). Then graph capture (replay equal to an eager launch bit for bit) and
- * rejected arguments. On a device that is not compute capability 9.0 every call must be refused.
+ * 576-tile shape's 4-5 tiles per CTA). Then graph capture (replay equal to an eager launch bit for bit), a chain
+ * of kernels under programmatic dependent launch against the same chain serialized, and rejected arguments. On a device that is not compute capability 9.0 every call must be refused.
  * CPU work: about 4 G multiply-adds of fp64 per type. */
 #include <check.h>
 #include <cuda_runtime.h>
@@ -413,6 +413,61 @@ START_TEST(test_gemm_sm90_graph) {
 }
 END_TEST
 
+/* Programmatic dependent launch (pdl.cuh): the kernels are launched with it, so each may start while the one before
+ * it runs; the producer loads its first stages' weights before griddepcontrol.wait, everything else waits first. A
+ * chain of four GEMMs in one stream, each reading the previous one's output and the last two writing the buffers
+ * the ones before them read (read-after-write and write-after-read across kernels), 16-bit and converting (E4M3
+ * weights) kernels alternating: run eagerly without a gap and captured into a graph (programmatic edges), the last
+ * output must equal, bit for bit, the chain run with the host waiting after every kernel (no overlap possible).
+ * Weights scaled by 1/sqrt(K) keep the values in range over the four steps. */
+typedef struct {
+    const void *x0, *w16, *w8;
+    const float *ws;
+    void *b1, *b2;
+    int M, K, sync;
+} pdl_chain;
+
+static int pdl_chain_run(const void *ctx, void *out, cudaStream_t st) {
+    const pdl_chain *c = ctx;
+    void *const dst[4] = {c->b1, c->b2, c->b1, out}; /* step 2 overwrites what step 1 read, step 3 reads it */
+    const void *src[4] = {c->x0, c->b1, c->b2, c->b1};
+    for (int k = 0; k < 4; k++) {
+        const int r = k % 2 == 0 ? tpk_gemm_sm90(src[k], c->w16, NULL, dst[k], TP_F16, c->M, c->K, c->K, 0, (tp_stream)st)
+                                 : tpk_gemm_sm90_wo_fp8(src[k], c->w8, c->ws, NULL, NULL, dst[k], TP_F16, c->M, c->K,
+                                                        c->K, (tp_stream)st);
+        if (r) return r;
+        if (c->sync && cudaStreamSynchronize(st) != cudaSuccess) return (int)cudaErrorUnknown;
+    }
+    return 0;
+}
+
+START_TEST(test_gemm_sm90_pdl) {
+    if (!hopper_or_refused()) return;
+    const int M = 700, K = 1024; /* 6 x 8 tiles on 48 SMs, the rest free for the next kernel; 16 K steps */
+    SET_CASE("gemm_sm90 PDL chain f16 / wo fp8 M=%d N=K=%d", M, K);
+    const size_t nX = (size_t)M * K, nW = (size_t)K * K;
+    float *w = host_normal(nW, 28001, 0.0, 1.0 / sqrt((double)K));
+    pdl_chain c = {dev_upload(TP_F16, host_normal(nX, 28000, 0.0, 1.0), nX, nX), dev_upload(TP_F16, w, nW, nW),
+                   NULL, dev_scalar(1.0f / 256.0f), dev_alloc(TP_F16, nX), dev_alloc(TP_F16, nX), M, K, 1};
+    for (size_t i = 0; i < nW; i++) w[i] *= 256.0f; /* E4M3 codes of w / (1/256) */
+    void *w8 = dev_alloc(TP_E4M3, nW);
+    upload_to(w8, TP_E4M3, w, nW, 1.0f);
+    c.w8 = w8;
+    void *ref = dev_alloc(TP_F16, nX), *eager = dev_alloc(TP_F16, nX), *graph = dev_alloc(TP_F16, nX);
+    LAUNCH_OK(pdl_chain_run(&c, ref, g_stream)); /* the host waits after each kernel */
+    c.sync = 0;
+    const unsigned char *g = check_graph_replay(pdl_chain_run, &c, graph, eager, nX * 2);
+    const unsigned char *r = download_bytes(ref, nX * 2);
+    size_t diff = 0, nan = 0;
+    for (size_t i = 0; i < nX * 2; i++) diff += g[i] != r[i];
+    const float *f = download_f32(TP_F16, ref, nX, 1.0f);
+    for (size_t i = 0; i < nX; i++) nan += !isfinite(f[i]);
+    printf("  %s  %s: chained (graph and eager) vs serialized, %zu of %zu bytes differ; %zu non-finite\n",
+           diff || nan ? "FAIL" : "ok  ", g_case, diff, nX * 2, nan);
+    ck_assert_msg(diff == 0 && nan == 0, "[%s] %zu bytes differ, %zu non-finite", g_case, diff, nan);
+}
+END_TEST
+
 START_TEST(test_gemm_sm90_rejects) {
     if (!hopper_or_refused()) return;
     SET_CASE("gemm_sm90 rejects");
@@ -504,6 +559,7 @@ Suite *gpu_gemm_sm90_suite(void) {
     tcase_add_test(new_tcase(s, "gemm_sm90_fp8"), test_gemm_sm90_fp8);
     tcase_add_loop_test(new_tcase(s, "gemm_sm90_wo"), test_gemm_sm90_wo, 0, 2 * N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_graph"), test_gemm_sm90_graph);
+    tcase_add_test(new_tcase(s, "gemm_sm90_pdl"), test_gemm_sm90_pdl);
     tcase_add_test(new_tcase(s, "gemm_sm90_rejects"), test_gemm_sm90_rejects);
     tcase_add_test(new_tcase(s, "gemm_sm90_fp8_pick"), test_gemm_sm90_fp8_pick);
     return s;

@@ -419,6 +419,34 @@ START_TEST(test_pi0_small_engine) {
             ck_assert_msg(k == 2 ? hb == 0 : hb > 0, "%s: stage %s hands over %.0f bytes", g_case, name, hb);
         }
         tp_engine_destroy(em);
+        /* programmatic dependent launch (pdl.cuh: the decoder ops, the GEMMs of gemm_sm90.h, the flash attention
+         * and the elementwise pipeline kernels): the one graph has programmatic edges; with ordinary ones (no_pdl)
+         * and the same GEMM choices the actions agree (the attention's split counts are timed apart: equal up to
+         * the format's rounding), and two replays of the PDL graph agree bit for bit */
+        int edges = 0;
+        ck_assert_msg(tp_engine_pdl_edges(eng, &edges) > 0, "%s: no programmatic edge among %d", g_case, edges);
+        int *choice = hmalloc(sizeof(int) * (size_t)g.n_ops);
+        for (int i = 0; i < g.n_ops; i++) choice[i] = tp_engine_gemm_choice(eng, i);
+        tp_engine_options on = o;
+        on.no_pdl = 1;
+        on.gemm_choice = choice;
+        tp_engine *en = NULL;
+        memset(gm, 0xFF, sizeof(float) * out_n);
+        ck_assert_msg(tp_engine_build(&g, &p, &pl, &on, &en, &e) == TP_OK, "%s no PDL: %s", g_case, e.msg);
+        ck_assert_int_eq(tp_engine_pdl_edges(en, NULL), 0);
+        ck_assert_msg(tp_engine_set_input(en, in, &e) == TP_OK && tp_engine_forward(en, &e) == TP_OK &&
+                          tp_engine_get_output(en, gm, &e) == TP_OK, "%s no PDL: %s", g_case, e.msg);
+        tp_accuracy_compute(gm, got, B, (int)(out_n / B), &am);
+        float *again = hmalloc(sizeof(float) * out_n);
+        ck_assert_msg(tp_engine_forward(eng, &e) == TP_OK && tp_engine_forward(eng, &e) == TP_OK &&
+                          tp_engine_get_output(eng, again, &e) == TP_OK, "%s: %s", g_case, e.msg);
+        printf("  %s: %d programmatic edges; actions against ordinary edges: rel L2 %.3e; replays %s\n", g_case, edges,
+               am.rel_l2, memcmp(again, got, sizeof(float) * out_n) ? "DIFFER" : "bit-identical");
+        fflush(stdout);
+        ck_assert_msg(am.nonfinite == 0 && am.rel_l2 <= (prec == TP_PREC_FP32 ? 1e-5 : 2e-2),
+                      "%s: actions with ordinary edges against PDL's: rel L2 %.3e", g_case, am.rel_l2);
+        ck_assert_msg(memcmp(again, got, sizeof(float) * out_n) == 0, "%s: two replays differ", g_case);
+        tp_engine_destroy(en);
         /* --fp32-protect tensors: RMSNorm and RoPE as FP32 layers between casts: the same math, so the same actions up
          * to the builds' GEMM choices (timed apart) */
         tp_policy pol;

@@ -5,6 +5,7 @@
  * the labs and the GPU tests (bench/attention_variants.cu). The second half of this file is the general kernel
  * behind tpk_flash_attention_ex. */
 #include "exec/cuda/attention/attention_impl.cuh"
+#include "exec/cuda/kernels/pdl.cuh"
 
 /* the default configuration: variant 1 of tpk_flash_attention_variant (bench/lab_variants.h) */
 template <typename TI, typename TO, int D> static int fa_default(const fa_args *a) {
@@ -200,6 +201,9 @@ __global__ void __launch_bounds__(128, D <= 64 ? 4 : D > 128 ? 1 : DEC ? 3 : 2) 
     constexpr bool QR = D <= 128;
     constexpr uint32_t QB = (uint32_t)(BMR * LD * sizeof(TI)), TILE_B = (uint32_t)(BN * LD * sizeof(TI));
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c2 = 2 * (lane & 3);
+    /* PDL (pdl.cuh): everything this kernel reads is written by the kernels before it */
+    tpk_pdl_trigger();
+    tpk_pdl_wait();
 
     const int sp = (int)(blockIdx.x % (unsigned)p.n_splits), rest = (int)(blockIdx.x / (unsigned)p.n_splits);
     const int grp = rest / (p.hg * p.n_mtiles), within = rest - grp * p.hg * p.n_mtiles; /* group, place in it */
@@ -387,6 +391,8 @@ template <typename TO> __global__ void __launch_bounds__(128) flash_attn_combine
     __shared__ float wsh[FX_MAX_SPLITS], red[2][4];
     __shared__ float4 part[4][32];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, n = p.n_splits;
+    tpk_pdl_trigger(); /* PDL (pdl.cuh): the partials come from the kernel before */
+    tpk_pdl_wait();
     const long long row = blockIdx.x;
     const float2 *ml = reinterpret_cast<const float2 *>(p.ws_ml);
     const float2 st = tid < n ? ml[tid * p.R + row] : make_float2(-INFINITY, 0.0f); /* n <= 128 = threads */
@@ -520,13 +526,14 @@ static int fx_run(const fx_req *a, fx_params *p, int plan_only, int *splits_out,
         p->ws_o = reinterpret_cast<float *>(a->workspace);
         p->ws_ml = p->ws_o + (size_t)p->n_splits * (size_t)p->R * D;
     }
-    flash_attn_ex_kernel<TI, TO, D, DEC, MSK><<<(unsigned)blocks, 128, smem, stream>>>(*p);
-    e = cudaGetLastError();
+    /* both kernels with the PDL attribute (pdl.cuh): each may start while the kernel before it finishes */
+    e = tpk_pdl_launch_kernel(flash_attn_ex_kernel<TI, TO, D, DEC, MSK>, dim3((unsigned)blocks), dim3(128), smem,
+                              stream, *p);
     if (e != cudaSuccess || p->n_splits == 1) return (int)e;
     const long long cblocks = p->R; /* one CTA a row */
     if (cblocks > 0x7FFFFFFFLL) return TPK_INVALID;
-    flash_attn_combine_kernel<TO><<<(unsigned)cblocks, 128, 0, stream>>>(*p, D);
-    return (int)cudaGetLastError();
+    return (int)tpk_pdl_launch_kernel(flash_attn_combine_kernel<TO>, dim3((unsigned)cblocks), dim3(128), (size_t)0,
+                                      stream, *p, D);
 }
 
 template <typename TI, typename TO, int D, bool MSK>

@@ -68,6 +68,7 @@
 
 #include "exec/cuda/ptx/attention_ptx.cuh"
 #include "exec/cuda/kernels/gelu.cuh"
+#include "exec/cuda/kernels/pdl.cuh"
 #include "exec/cuda/gemm/gemm_sm90.h"
 #include "exec/cuda/ptx/wgmma_ptx.cuh"
 
@@ -394,8 +395,14 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    const float alpha = F8 ? __ldg(a_scale) * __ldg(w_scale) : WC ? __ldg(w_scale) : 1.0f;
-    const float os = O8 ? __frcp_rn(__ldg(d_scale)) : 1.0f; /* r = RN(1 / d_scale): gm_pack */
+    /* PDL (pdl.cuh): the next kernel may be scheduled now (on the SMs this grid leaves free, or once its CTAs
+     * exit); every thread but the producer waits here for the kernels before, since it reads activations, their
+     * scales or the residual, or writes D; the producer first issues the weight loads of its first stages
+     * (constants), then waits before any activation load */
+    tpk_pdl_trigger();
+    if (tid != 0) tpk_pdl_wait();
+    const float alpha = tid == 0 ? 1.0f : F8 ? __ldg(a_scale) * __ldg(w_scale) : WC ? __ldg(w_scale) : 1.0f;
+    const float os = O8 && tid != 0 ? __frcp_rn(__ldg(d_scale)) : 1.0f; /* r = RN(1 / d_scale): gm_pack */
 
     /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
      * pipeline's steps i KT .. i KT + KT - 1 (stage = step % S, phase = (step / S) & 1) */
@@ -408,18 +415,30 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)REG_P) : "memory");
         if (tid == 0) {
+            /* the first tile's first npre stages: their weights before the PDL wait (the stages are empty at the
+             * start: no wait), the activations after it */
+            const uint32_t npre = blockIdx.x < (unsigned)tiles ? (uint32_t)min(S, KT) : 0u;
+            const uint32_t wbytes = WC == 1 ? BN * 64 : WC == 2 ? BN * 32 : GM_STAGE(BN) - GM_TILE_A;
+            const uint32_t woff = GM_TILE_A + (WC == 1 ? BN * 64 : WC == 2 ? BN * 96 : 0);
+            for (uint32_t kt = 0; kt < npre; kt++) {
+                mbar_expect_tx(FULL(kt), GM_TILE_A + wbytes);
+                tma_load_2d(base + kt * GM_STAGE(BN) + woff, &tmB, WC == 2 ? (int)kt * 32 : (int)kt * BK,
+                            (int)(blockIdx.x % (unsigned)tiles_n) * BN, FULL(kt));
+            }
+            tpk_pdl_wait();
             uint32_t step = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                 const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * BN;
                 for (int kt = 0; kt < KT; kt++, step++) {
                     const uint32_t s = step % S, ph = (step / S) & 1u, sa = base + s * GM_STAGE(BN);
-                    mbar_wait(EMPTY(s), ph ^ 1u);
-                    /* WC: the weights' BN x 64 E4M3 codes into the upper half of the W tile (gm_convert_w) */
-                    /* WC 2: BN x 32 bytes of E2M1 codes into the last quarter (gm_convert_w4) */
-                    mbar_expect_tx(FULL(s), WC == 1 ? GM_TILE_A + BN * 64 : WC == 2 ? GM_TILE_A + BN * 32 : GM_STAGE(BN));
+                    /* WC: the weights' BN x 64 E4M3 codes into the upper half of the W tile (gm_convert_w);
+                     * WC 2: BN x 32 bytes of E2M1 codes into the last quarter (gm_convert_w4) */
+                    if (step >= npre) {
+                        mbar_wait(EMPTY(s), ph ^ 1u);
+                        mbar_expect_tx(FULL(s), GM_TILE_A + wbytes);
+                    }
                     tma_load_2d(sa, &tmA, kt * BK, m0, FULL(s));
-                    tma_load_2d(sa + GM_TILE_A + (WC == 1 ? BN * 64 : WC == 2 ? BN * 96 : 0), &tmB,
-                                WC == 2 ? kt * 32 : kt * BK, n0, FULL(s));
+                    if (step >= npre) tma_load_2d(sa + woff, &tmB, WC == 2 ? kt * 32 : kt * BK, n0, FULL(s));
                 }
             }
         } else if (HELP && tid >= 32) {
@@ -666,10 +685,12 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     const long long tiles = (long long)((a->N + BN - 1) / BN) * ((a->M + GM_BM - 1) / GM_BM);
     if (tiles > 0x7fffffffLL) return TPK_INVALID;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
-    gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC><<<grid, GM_THREADS, GM_SMEM(HELP, BN), s>>>(
-        ma, mb, (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
-        a->K, a->wsc);
-    return (int)cudaGetLastError();
+    /* with the PDL attribute (pdl.cuh): in a stream or a captured graph the kernel may start while the one before
+     * it finishes, its weights' first stages already loading */
+    return (int)tpk_pdl_launch_kernel(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC>, dim3(grid),
+                                      dim3(GM_THREADS), (size_t)GM_SMEM(HELP, BN), s, ma, mb, (const TB *)a->bias,
+                                      (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
+                                      a->K, a->wsc);
 }
 
 /* the checks both entry points share: flags, operand and output pointers, the device and its encoder (looked up

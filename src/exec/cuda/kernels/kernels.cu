@@ -27,6 +27,7 @@
 
 #include "exec/cuda/kernels/e4m3.cuh"
 #include "exec/cuda/kernels/gelu.cuh"
+#include "exec/cuda/kernels/pdl.cuh"
 #include "exec/cuda/kernels/kernels.h"
 #include "exec/cuda/kernels/scale_layout.h"
 #include "formats/qformat.h"
@@ -449,6 +450,8 @@ template <typename TY, int G> __device__ __forceinline__ float gelu_g(float v) {
 template <typename TX, typename TY, int G>
 __global__ void __launch_bounds__(TPK_THREADS)
     gelu_kernel(const TX *__restrict__ x, TY *__restrict__ y, const float *__restrict__ y_scale, size_t n, int vec) {
+    tpk_pdl_trigger(); /* PDL (pdl.cuh): x and the scale come from the kernels before */
+    tpk_pdl_wait();
     const float sc = out_scale<TY>(y_scale);
     size_t done = 0;
     if (vec) {
@@ -483,8 +486,9 @@ static int gelu_launch(const void *x, void *y, const float *y_scale, size_t n, c
     if (work == 0) work = 1; /* n < 8: only the scalar tail */
     size_t blocks = (work + TPK_THREADS - 1) / TPK_THREADS;
     if (blocks > 4 * TPK_MAX_BLOCKS) blocks = 4 * TPK_MAX_BLOCKS;
-    gelu_kernel<TX, TY, G><<<(unsigned)blocks, TPK_THREADS, 0, s>>>((const TX *)x, (TY *)y, y_scale, n, vec);
-    return launched();
+    /* with the PDL attribute (pdl.cuh): the conversions before FP8 GEMMs sit in chains of short kernels */
+    return (int)tpk_pdl_launch_kernel(gelu_kernel<TX, TY, G>, dim3((unsigned)blocks), dim3(TPK_THREADS), (size_t)0, s,
+                                      (const TX *)x, (TY *)y, y_scale, n, vec);
 }
 
 template <typename TX, int G> static int gelu_by_y(tp_dtype ydt, const void *x, void *y, const float *sc, size_t n,

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "exec/cuda/kernels/act_types.cuh"
+#include "exec/cuda/kernels/pdl.cuh"
 #include "exec/cuda/kernels/pipeline_ops.h"
 
 #define PIPE_THREADS 256
@@ -27,7 +28,12 @@ static int launched(void) { return (int)cudaGetLastError(); }
 
 /* ---- SiLU ---------------------------------------------------------------------------------------------------- */
 
+/* The elementwise kernels below start with PDL's trigger and wait (pdl.cuh): everything they read is written by
+ * the kernels before them; launched through tpk_pdl_launch_kernel, so a denoise step's chain of short kernels
+ * overlaps each launch with its predecessor's tail. */
 template <typename TX, typename TY> __global__ void silu_kernel(const TX *x, TY *y, size_t n) {
+    tpk_pdl_trigger();
+    tpk_pdl_wait();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {
         const float v = ld1(x, i);
@@ -39,14 +45,16 @@ extern "C" int tpk_silu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, size
     if (n == 0) return (int)cudaSuccess;
     if (!x || !y) return PIPE_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
-    PIPE_BY_ACT(xdt, TX, PIPE_BY_ACT(ydt, TY, silu_kernel<TX, TY><<<grid_for(n), PIPE_THREADS, 0, s>>>(
-                                                                   (const TX *)x, (TY *)y, n);
-                                             return launched()))
+    PIPE_BY_ACT(xdt, TX, PIPE_BY_ACT(ydt, TY, return (int)tpk_pdl_launch_kernel(silu_kernel<TX, TY>, dim3(grid_for(n)),
+                                                                                dim3(PIPE_THREADS), (size_t)0, s,
+                                                                                (const TX *)x, (TY *)y, n)))
 }
 
 /* ---- the Euler step ------------------------------------------------------------------------------------------ */
 
 template <typename TV> __global__ void euler_kernel(const float *x, const TV *v, float *y, float dt, size_t n) {
+    tpk_pdl_trigger();
+    tpk_pdl_wait();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride)
         y[i] = __fadd_rn(x[i], __fmul_rn(dt, ld1(v, i))); /* two roundings, no FMA: as the reference's tensors */
@@ -56,13 +64,15 @@ extern "C" int tpk_euler(const float *x, const void *v, tp_dtype vdt, float *y, 
     if (n == 0) return (int)cudaSuccess;
     if (!x || !v || !y) return PIPE_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
-    PIPE_BY_ACT(vdt, TV, euler_kernel<TV><<<grid_for(n), PIPE_THREADS, 0, s>>>(x, (const TV *)v, y, dt, n);
-                return launched())
+    PIPE_BY_ACT(vdt, TV, return (int)tpk_pdl_launch_kernel(euler_kernel<TV>, dim3(grid_for(n)), dim3(PIPE_THREADS),
+                                                           (size_t)0, s, x, (const TV *)v, y, dt, n))
 }
 
 /* ---- the time embedding beside every row ----------------------------------------------------------------------- */
 
 template <typename T> __global__ void time_concat_kernel(const T *x, const float *emb, T *y, int64_t rows, int C, int D) {
+    tpk_pdl_trigger();
+    tpk_pdl_wait();
     const size_t W = (size_t)C + D, n = (size_t)rows * W, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {
         const size_t r = i / W, c = i - r * W;
@@ -76,9 +86,9 @@ extern "C" int tpk_time_concat(const void *x, tp_dtype dt, const float *emb, voi
     if (rows == 0 || C + D == 0) return (int)cudaSuccess;
     if (!x || !emb || !y) return PIPE_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
-    PIPE_BY_ACT(dt, T, time_concat_kernel<T><<<grid_for((size_t)rows * (C + D)), PIPE_THREADS, 0, s>>>(
-                           (const T *)x, emb, (T *)y, rows, C, D);
-                return launched())
+    PIPE_BY_ACT(dt, T, return (int)tpk_pdl_launch_kernel(time_concat_kernel<T>, dim3(grid_for((size_t)rows * (C + D))),
+                                                         dim3(PIPE_THREADS), (size_t)0, s, (const T *)x, emb, (T *)y,
+                                                         rows, C, D))
 }
 
 /* ---- concatenation and slices along tokens: strided copies ----------------------------------------------------- */
