@@ -47,6 +47,15 @@ int tpk_gemm_sm90_fp8(const void *A, const float *a_scale, const void *W, const 
                 : gm_launch<e4m3_t, __half, __half, 0, 0, 0, GM_BN>(enc, &a, s);
 }
 
+/* the converting kernel WC (1 E4M3, 2 NVFP4 weights) for a 16-bit dt, with or without the residual */
+template <int WC> static int gm_launch_wo(encode_tiled_fn enc, const gm_args *a, tp_dtype dt, int res, cudaStream_t s) {
+    if (dt == TP_F16)
+        return res ? gm_launch<__half, __half, __half, 0, 0, 1, GM_BN, WC>(enc, a, s)
+                   : gm_launch<__half, __half, __half, 0, 0, 0, GM_BN, WC>(enc, a, s);
+    return res ? gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 1, GM_BN, WC>(enc, a, s)
+               : gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 0, GM_BN, WC>(enc, a, s);
+}
+
 int tpk_gemm_sm90_wo_fp8(const void *A, const void *W, const float *w_scale, const void *bias, const void *R, void *D,
                          tp_dtype dt, int M, int N, int K, tp_stream stream) {
     if (!tpk_gemm_sm90_shape_ok(dt, M, N, K) || K % 16 || !w_scale || ((uintptr_t)w_scale & 3) ||
@@ -55,12 +64,7 @@ int tpk_gemm_sm90_wo_fp8(const void *A, const void *W, const float *w_scale, con
     encode_tiled_fn enc = gm_check(A, W, bias, D, 0, 0, 0);
     if (!enc) return TPK_INVALID;
     const gm_args a = {A, W, bias, R, D, NULL, w_scale, NULL, dt, M, N, K};
-    cudaStream_t s = (cudaStream_t)stream;
-    if (dt == TP_F16)
-        return R ? gm_launch<__half, __half, __half, 0, 0, 1, GM_BN, 1>(enc, &a, s)
-                 : gm_launch<__half, __half, __half, 0, 0, 0, GM_BN, 1>(enc, &a, s);
-    return R ? gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 1, GM_BN, 1>(enc, &a, s)
-             : gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 0, GM_BN, 1>(enc, &a, s);
+    return gm_launch_wo<1>(enc, &a, dt, R != NULL, (cudaStream_t)stream);
 }
 
 int tpk_gemm_sm90_wo_nvfp4(const void *A, const void *W, const void *scales, const float *s2, const void *bias,
@@ -71,12 +75,7 @@ int tpk_gemm_sm90_wo_nvfp4(const void *A, const void *W, const void *scales, con
     encode_tiled_fn enc = gm_check(A, W, bias, D, 0, 0, 0);
     if (!enc) return TPK_INVALID;
     const gm_args a = {A, W, bias, R, D, NULL, s2, NULL, dt, M, N, K, (const unsigned char *)scales};
-    cudaStream_t s = (cudaStream_t)stream;
-    if (dt == TP_F16)
-        return R ? gm_launch<__half, __half, __half, 0, 0, 1, GM_BN, 2>(enc, &a, s)
-                 : gm_launch<__half, __half, __half, 0, 0, 0, GM_BN, 2>(enc, &a, s);
-    return R ? gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 1, GM_BN, 2>(enc, &a, s)
-             : gm_launch<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 0, 0, 0, GM_BN, 2>(enc, &a, s);
+    return gm_launch_wo<2>(enc, &a, dt, R != NULL, (cudaStream_t)stream);
 }
 
 int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N, int sms) {

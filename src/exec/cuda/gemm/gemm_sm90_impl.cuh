@@ -237,6 +237,19 @@ __device__ __forceinline__ void gm_e4m3x4(uint32_t v, uint32_t &lo, uint32_t &hi
     lo = *reinterpret_cast<uint32_t *>(&ba), hi = *reinterpret_cast<uint32_t *>(&bb);
 }
 
+/* The converting warpgroup's first half of a stage's conversion: its U 16-byte units of codes (u = ctid, ctid + 128,
+ * ...) from shared memory into registers, then named barrier bar, so that no thread writes values over codes another
+ * has not read (the codes and the values share the W tile) */
+template <int U> __device__ __forceinline__ void gm_load_units(uint4 (&q)[U], uint32_t src, int ctid, int bar) {
+#pragma unroll
+    for (int k = 0; k < U; k++)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
+                     : "r"(src + 16u * (uint32_t)(k * 128 + ctid))
+                     : "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+}
+
 /* A weight stage's BN rows x 64 E4M3 codes (TMA, no swizzle: row r's 64 bytes at src + 64 r; src = the upper half
  * of the stage's W tile) rewritten in place as BN rows x 64 values of T in the layout TMA's 128-byte swizzle gives a
  * 16-bit tile (16-byte chunk c of row r at dst + 128 r + 16 (c ^ (r % 8)), dst 1024-aligned), which the wgmma
@@ -249,13 +262,7 @@ template <typename T, int BN>
 __device__ __forceinline__ void gm_convert_w(uint32_t dst, uint32_t src, int ctid, int bar) {
     enum { U = BN * 64 / 16 / 128 }; /* units per thread: 4 (BN 128) */
     uint4 q[U];
-#pragma unroll
-    for (int k = 0; k < U; k++)
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
-                     : "r"(src + 16u * (uint32_t)(k * 128 + ctid))
-                     : "memory");
-    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+    gm_load_units<U>(q, src, ctid, bar);
 #pragma unroll
     for (int k = 0; k < U; k++) {
         const int u = k * 128 + ctid, r = u >> 2, c = u & 3;
@@ -300,13 +307,7 @@ template <typename T, int BN>
 __device__ __forceinline__ void gm_convert_w4(uint32_t dst, uint32_t src, const uint32_t *sc, int ctid, int bar) {
     enum { U = BN * 32 / 16 / 128 }; /* units per thread: 2 (BN 128) */
     uint4 q[U];
-#pragma unroll
-    for (int k = 0; k < U; k++)
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
-                     : "r"(src + 16u * (uint32_t)(k * 128 + ctid))
-                     : "memory");
-    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+    gm_load_units<U>(q, src, ctid, bar);
 #pragma unroll
     for (int k = 0; k < U; k++) {
         const int u = k * 128 + ctid, r = u >> 1, c = u & 1;

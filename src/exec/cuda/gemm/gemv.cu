@@ -313,6 +313,30 @@ template <class T> __device__ __forceinline__ float absmax2(float a, uint32_t pa
     return fmaxf(a, fmaxf(fabsf(tt<T>::tof(h[0])), fabsf(tt<T>::tof(h[1]))));
 }
 
+/* FP8B: one 128-element block's E4M3 x E4M3 sum on the tensor cores (the lane's weight words of the buffer's U chunks
+ * against its x fragments XX), in fp32, then scaled by the block's scales (x0, x1: x's of batch rows 2 t and 2 t + 1;
+ * the buffer's weight-block scales of rows g and g + 8) into acc */
+template <class T, int U>
+__device__ __forceinline__ void b128_block_mma(const wbuf<4, U> &B, const warp_ctx &c, int step,
+                                               const uint32_t (&XX)[U][8], float x0, float x1, float (&acc)[4]) {
+    float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (step + u >= c.st1) break; /* warp-uniform: a last block of one step */
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t wa = B.a[u][j], wb = B.b[u][j];
+            tpk_mma16816<T>(blk, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16), e4m3x2_t<T>(wb >> 16),
+                            XX[u][2 * j], XX[u][2 * j + 1]);
+        }
+    }
+    const float w0 = __uint_as_float(B.sa[0]), w1 = __uint_as_float(B.sb[0]);
+    acc[0] += blk[0] * (x0 * w0);
+    acc[1] += blk[1] * (x1 * w0);
+    acc[2] += blk[2] * (x0 * w1);
+    acc[3] += blk[3] * (x1 * w1);
+}
+
 /* FP8B, one buffer = steps step and step + 1 (U = 2, step even) = K elements 128 kb .. 128 kb + 127, kb = step / 2,
  * and the weight blocks' scales (load_buf: B.sa[0], B.sb[0] for rows g and g + 8, which may lie in different
  * 128-row blocks: a GLU's gate and up rows). x's blocks are quantized with e4m3.cuh's tpk_b128_scale and correctly
@@ -373,22 +397,7 @@ __device__ __forceinline__ void compute_block(const wbuf<4, U> &B, const warp_ct
         x0 = __shfl_sync(0xffffffffu, s, 8 * t);
         x1 = __shfl_sync(0xffffffffu, s, 8 * t + 4);
     }
-    float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        if (step + u >= c.st1) break; /* warp-uniform: a last block of one step */
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const uint32_t wa = B.a[u][j], wb = B.b[u][j];
-            tpk_mma16816<T>(blk, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16), e4m3x2_t<T>(wb >> 16),
-                            XX[u][2 * j], XX[u][2 * j + 1]);
-        }
-    }
-    const float w0 = __uint_as_float(B.sa[0]), w1 = __uint_as_float(B.sb[0]);
-    acc[0] += blk[0] * (x0 * w0);
-    acc[1] += blk[1] * (x1 * w0);
-    acc[2] += blk[2] * (x0 * w1);
-    acc[3] += blk[3] * (x1 * w1);
+    b128_block_mma<T, U>(B, c, step, XX, x0, x1, acc);
 }
 
 template <class T, int FMT, int VEC, int U, bool QX>
@@ -476,22 +485,7 @@ __device__ __forceinline__ void compute_block_q(const wbuf<4, U> &B, const warp_
     }
     const float x0 = ld_scale_f32(c.xbs + (long long)kb * c.xld + 2 * t, 2 * t < c.M),
                 x1 = ld_scale_f32(c.xbs + (long long)kb * c.xld + 2 * t + 1, 2 * t + 1 < c.M);
-    float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        if (step + u >= c.st1) break; /* warp-uniform: a last block of one step */
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const uint32_t wa = B.a[u][j], wb = B.b[u][j];
-            tpk_mma16816<T>(blk, e4m3x2_t<T>(wa), e4m3x2_t<T>(wb), e4m3x2_t<T>(wa >> 16), e4m3x2_t<T>(wb >> 16),
-                            XX[u][2 * j], XX[u][2 * j + 1]);
-        }
-    }
-    const float w0 = __uint_as_float(B.sa[0]), w1 = __uint_as_float(B.sb[0]);
-    acc[0] += blk[0] * (x0 * w0);
-    acc[1] += blk[1] * (x1 * w0);
-    acc[2] += blk[2] * (x0 * w1);
-    acc[3] += blk[3] * (x1 * w1);
+    b128_block_mma<T, U>(B, c, step, XX, x0, x1, acc);
 }
 
 /* one buffer, whatever the format */
