@@ -748,6 +748,9 @@ static tp_status gpu_engine(run_ctx *c, const tp_plan *plan, const tp_policy *po
                    "engine ran 4-5 %% slower than the same engine built without them, whether or not any linear ran "
                    "sparse (a lower clock at the same power cap; docs/sparsity.md)\n", tp_precision_name(plan->requested));
     }
+    /* the one CUDA graph's kernels and programmatic edges (a modular pipeline's are per stage: not summed here) */
+    if (!st && c->tp <= 1 && o->pipeline_mode != 2 && (r->fwd_pdl_edges = tp_engine_pdl_edges(e, &r->fwd_edges)) >= 0)
+        r->fwd_kernels = tp_engine_graph_kernels(e);
     for (int i = 0; !st && i < g->n_ops; i++) { /* the bytes of the fusions the build made (a GELU) */
         r->cost[i].bytes = tp_engine_op_bytes(e, i);
         json_object_set_new(json_array_get(r->plan, (size_t)i), "bytes", json_real(r->cost[i].bytes));

@@ -182,6 +182,8 @@ typedef struct {
     double greedy_agree;       /* of the reference's rows: generated tokens equal to the FP32 reference's, up to
                                   each row's first difference; NAN when not checked */
     int first_diff;            /* the first step where a row differs from the reference; -1 none */
+    int fwd_kernels, fwd_pdl_edges, fwd_edges; /* the forward pass's CUDA graph: its kernels, programmatic (PDL)
+                                                  edges and all edges; 0 kernels: no graph (eager, the CPU) */
     int pdl_edges, graph_edges; /* the decode graph's programmatic (PDL) edges and all its edges; -1, 0: eager */
     int graph_kernels;          /* the decode graph's kernels (one step's launches); -1: eager */
     int dec_persistent;         /* the decode step ran as one persistent kernel (tp_engine_decode_kernel) */

@@ -154,6 +154,9 @@ static void print_summary(const tp_bench_report *rep, const tp_bench_result *r) 
             printf("Engine build: %s\n", pb);
         }
     }
+    if (r->fwd_kernels > 0)
+        printf("Forward graph: %d kernels; %d of its %d edges programmatic (PDL: a kernel starts while its predecessor "
+               "finishes; --pdl off for none)\n", r->fwd_kernels, r->fwd_pdl_edges, r->fwd_edges);
     if (r->attn_impl[0]) printf("Attention (chosen when the engine was built): %s\n", r->attn_impl);
     if (rep->prompt > 0) print_prefill_decode(rep, r);
     if (r->gelu_impl[0]) printf("GEMM + GELU (chosen when the engine was built): %s\n", r->gelu_impl);
@@ -205,6 +208,11 @@ static json_t *json_llm(const tp_bench_report *rep, const tp_bench_result *r) {
     json_object_set_new(j, "tensor_parallel", json_integer(rep->tp > 1 ? rep->tp : 1));
     if (rep->tp > 1) json_object_set_new(j, "nccl", json_string(rep->tp_desc));
     if (rep->tp > 1) json_object_set_new(j, "tp_launch", json_string(rep->o->tp_parallel_launch ? "threads" : "serial"));
+    if (r->fwd_kernels > 0) {
+        json_object_set_new(j, "graph_kernels", json_integer(r->fwd_kernels));
+        json_object_set_new(j, "graph_pdl_edges", json_integer(r->fwd_pdl_edges));
+        json_object_set_new(j, "graph_edges", json_integer(r->fwd_edges));
+    }
     if (r->has_decode) {
         snprintf(name, sizeof name, "tg%d", r->gen);
         json_array_append_new(tests, json_pack("{s:s,s:i,s:o}", "test", name, "n_tokens", B * r->gen, "tokens_per_s",
