@@ -529,11 +529,11 @@ static int fx_run(const fx_req *a, fx_params *p, int plan_only, int *splits_out,
     /* both kernels with the PDL attribute (pdl.cuh): each may start while the kernel before it finishes */
     e = tpk_pdl_launch_kernel(flash_attn_ex_kernel<TI, TO, D, DEC, MSK>, dim3((unsigned)blocks), dim3(128), smem,
                               stream, *p);
-    if (e != cudaSuccess || p->n_splits == 1) return (int)e;
+    if (e != cudaSuccess || p->n_splits == 1) return tpk_pdl_launched(e);
     const long long cblocks = p->R; /* one CTA a row */
     if (cblocks > 0x7FFFFFFFLL) return TPK_INVALID;
-    return (int)tpk_pdl_launch_kernel(flash_attn_combine_kernel<TO>, dim3((unsigned)cblocks), dim3(128), (size_t)0,
-                                      stream, *p, D);
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(flash_attn_combine_kernel<TO>, dim3((unsigned)cblocks), dim3(128),
+                                                  (size_t)0, stream, *p, D));
 }
 
 template <typename TI, typename TO, int D, bool MSK>

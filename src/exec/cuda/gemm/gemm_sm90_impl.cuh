@@ -688,10 +688,10 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
     /* with the PDL attribute (pdl.cuh): in a stream or a captured graph the kernel may start while the one before
      * it finishes, its weights' first stages already loading */
-    return (int)tpk_pdl_launch_kernel(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC>, dim3(grid),
-                                      dim3(GM_THREADS), (size_t)GM_SMEM(HELP, BN), s, ma, mb, (const TB *)a->bias,
-                                      (const TO *)a->R, (TO *)a->D, a->a_scale, a->w_scale, a->d_scale, a->M, a->N,
-                                      a->K, a->wsc);
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC>, dim3(grid),
+                                                  dim3(GM_THREADS), (size_t)GM_SMEM(HELP, BN), s, ma, mb,
+                                                  (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale,
+                                                  a->w_scale, a->d_scale, a->M, a->N, a->K, a->wsc));
 }
 
 /* the checks both entry points share: flags, operand and output pointers, the device and its encoder (looked up

@@ -169,9 +169,6 @@ static __device__ __forceinline__ float block_sum(float v, float *red) {
 static int aligned(const void *p, size_t bytes) { return ((uintptr_t)p % bytes) == 0; }
 static size_t esz(tp_dtype t) { return t == TP_F32 ? 4 : 2; } /* activation types only (checked by the callers) */
 static int is_act(tp_dtype t) { return t == TP_F32 || t == TP_F16 || t == TP_BF16; }
-static int launched(void) { return (int)cudaGetLastError(); }
-/* a launch through pdl.cuh: its own error, else any pending one */
-static int pdl_launched(cudaError_t e) { return e != cudaSuccess ? (int)e : launched(); }
 
 static unsigned grid_for(size_t work, unsigned threads) {
     const size_t b = (work + threads - 1) / threads;
@@ -221,7 +218,7 @@ static int token_embed_launch(const float *ids, const void *table, void *y, int 
                               cudaStream_t s) {
     const int vec = C % 4 == 0 && aligned(table, 4 * sizeof(TT)) && aligned(y, 4 * sizeof(TY));
     const unsigned thr = row_threads(C) < DEC_THREADS ? row_threads(C) : DEC_THREADS; /* a copy: ~8 a thread */
-    return pdl_launched(tpk_pdl_launch_kernel(token_embed_kernel<TT, TY>, dim3((unsigned)n), dim3(thr), 0, s, ids,
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(token_embed_kernel<TT, TY>, dim3((unsigned)n), dim3(thr), 0, s, ids,
                                               (const TT *)table, (TY *)y, C, V, scale, vec));
 }
 
@@ -285,7 +282,7 @@ static int rmsnorm_launch(const void *x, const void *w, void *y, int M, int C, f
                           cudaStream_t s, const float *ys = NULL) {
     const int vec = C % 4 == 0 && aligned(x, 4 * sizeof(TX)) && aligned(w, 4 * sizeof(TW)) &&
                     aligned(y, 4 * sizeof(TY));
-    return pdl_launched(tpk_pdl_launch_kernel(rmsnorm_kernel<TX, TW, TY>, dim3((unsigned)M), dim3(row_threads(C)), 0, s,
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(rmsnorm_kernel<TX, TW, TY>, dim3((unsigned)M), dim3(row_threads(C)), 0, s,
                                               (const TX *)x, (const TW *)w, (TY *)y, C, eps, offset, vec, ys));
 }
 
@@ -356,7 +353,7 @@ extern "C" int tpk_rmsnorm_fp8_b128(const void *x, tp_dtype xdt, const void *w, 
     cudaStream_t s = (cudaStream_t)stream;
     DEC_BY_ACT(xdt, TX, DEC_BY_ACT(wdt, TW, {
         if (!aligned(x, 4 * sizeof(TX)) || !aligned(w, 4 * sizeof(TW))) return DEC_INVALID;
-        return pdl_launched(tpk_pdl_launch_kernel(rmsnorm_b128_kernel<TX, TW>, dim3((unsigned)M_pad),
+        return tpk_pdl_launched(tpk_pdl_launch_kernel(rmsnorm_b128_kernel<TX, TW>, dim3((unsigned)M_pad),
                                                   dim3(row_threads(C)), 0, s, (const TX *)x, (const TW *)w,
                                                   (uint8_t *)q, scales, M, M_pad, C, eps, offset));
     }))
@@ -401,7 +398,7 @@ static int rope_launch(const void *x, void *y, int B, int T, int H, int D, const
                        const float *valid, int prefix, cudaStream_t s) {
     const int pairs = H * (D / 2);
     const unsigned thr = pairs >= DEC_THREADS ? DEC_THREADS : (unsigned)((pairs + 31) / 32 * 32);
-    return pdl_launched(tpk_pdl_launch_kernel(rope_kernel<TX, TY>, dim3((unsigned)(B * T)), dim3(thr), 0, s,
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(rope_kernel<TX, TY>, dim3((unsigned)(B * T)), dim3(thr), 0, s,
                                               (const TX *)x, (TY *)y, T, H, D, inv_freq, past, valid,
                                               prefix));
 }
@@ -459,7 +456,7 @@ static int glu_launch(const void *gate, const void *up, void *y, size_t n, int a
                       const float *ys = NULL) {
     const int vec = aligned(gate, 4 * sizeof(TI)) && aligned(up, 4 * sizeof(TI)) && aligned(y, 4 * sizeof(TY));
     const unsigned blocks = grid_for(vec ? (n + 3) / 4 : n, DEC_THREADS);
-    return pdl_launched(tpk_pdl_launch_kernel(act == 0 ? glu_kernel<TI, TY, 0> : glu_kernel<TI, TY, 1>, dim3(blocks),
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(act == 0 ? glu_kernel<TI, TY, 0> : glu_kernel<TI, TY, 1>, dim3(blocks),
                                               dim3(DEC_THREADS), 0, s, (const TI *)gate, (const TI *)up, (TY *)y, n,
                                               vec, ys));
 }
@@ -569,7 +566,7 @@ template <typename U>
 static int kv_append_launch(const void *k, const void *v, void *kv, int B, int T, int L, size_t row_bytes,
                             const int *past, cudaStream_t s) {
     const size_t upr = row_bytes / sizeof(U), total = 2 * (size_t)B * T * upr;
-    return pdl_launched(tpk_pdl_launch_kernel(kv_append_kernel<U>, dim3(grid_for(total, DEC_THREADS)),
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(kv_append_kernel<U>, dim3(grid_for(total, DEC_THREADS)),
                                               dim3(DEC_THREADS), 0, s, (const U *)k, (const U *)v, (U *)kv, B, T, L,
                                               upr, past, total));
 }
@@ -585,7 +582,7 @@ extern "C" int tpk_kv_append(const void *k, const void *v, void *kv, tp_dtype dt
         if (!aligned(kv, 2)) return DEC_INVALID; /* E4M3 pairs are stored as 16-bit words */
         const size_t total = (size_t)B * T * (size_t)W; /* 2 planes x B T W / 2 pairs */
         DEC_BY_ACT(dt, TI,
-                   return pdl_launched(tpk_pdl_launch_kernel(kv_append_e4m3_kernel<TI>,
+                   return tpk_pdl_launched(tpk_pdl_launch_kernel(kv_append_e4m3_kernel<TI>,
                                                              dim3(grid_for(total, DEC_THREADS)), dim3(DEC_THREADS), 0,
                                                              s, (const TI *)k, (const TI *)v, (unsigned char *)kv, B,
                                                              T, L, W, past, kv_scale, total)))
@@ -660,10 +657,10 @@ static int rope_kv_launch(const void *k, const void *v, void *kv, int e4m3, cons
     const int pairs = H * (D / 2);
     const unsigned thr = pairs >= DEC_THREADS ? DEC_THREADS : (unsigned)((pairs + 31) / 32 * 32);
     if (e4m3)
-        return pdl_launched(tpk_pdl_launch_kernel(rope_kv_append_kernel<TI, 1>, dim3((unsigned)(B * T)), dim3(thr), 0,
+        return tpk_pdl_launched(tpk_pdl_launch_kernel(rope_kv_append_kernel<TI, 1>, dim3((unsigned)(B * T)), dim3(thr), 0,
                                                   s, (const TI *)k, (const TI *)v, kv, B, T, L, H, D, inv_freq, past,
                                                   kv_scale));
-    return pdl_launched(tpk_pdl_launch_kernel(rope_kv_append_kernel<TI, 0>, dim3((unsigned)(B * T)), dim3(thr), 0, s,
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(rope_kv_append_kernel<TI, 0>, dim3((unsigned)(B * T)), dim3(thr), 0, s,
                                               (const TI *)k, (const TI *)v, kv, B, T, L, H, D, inv_freq, past,
                                               kv_scale));
 }
@@ -691,7 +688,7 @@ extern "C" int tpk_kv_dequant(const void *kv, const float *kv_scale, void *y, tp
     const size_t total = (size_t)B * T * (size_t)W;
     cudaStream_t s = (cudaStream_t)stream;
     DEC_BY_ACT(ydt, TY,
-               return pdl_launched(tpk_pdl_launch_kernel(kv_dequant_kernel<TY>, dim3(grid_for(total, DEC_THREADS)),
+               return tpk_pdl_launched(tpk_pdl_launch_kernel(kv_dequant_kernel<TY>, dim3(grid_for(total, DEC_THREADS)),
                                                          dim3(DEC_THREADS), 0, s, (const unsigned char *)kv, kv_scale,
                                                          (TY *)y, B, T, L, W, total)))
 }
@@ -699,7 +696,7 @@ extern "C" int tpk_kv_dequant(const void *kv, const float *kv_scale, void *y, tp
 template <typename U>
 static int last_token_launch(const void *x, void *y, int B, int T, size_t row_bytes, cudaStream_t s) {
     const size_t upr = row_bytes / sizeof(U), total = (size_t)B * upr;
-    return pdl_launched(tpk_pdl_launch_kernel(last_token_kernel<U>, dim3(grid_for(total, DEC_THREADS)),
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(last_token_kernel<U>, dim3(grid_for(total, DEC_THREADS)),
                                               dim3(DEC_THREADS), 0, s, (const U *)x, (U *)y, T, upr, total));
 }
 
@@ -792,7 +789,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
 
 template <typename TX> static int argmax_launch(const void *x, float *ids, int M, int N, cudaStream_t s) {
     const int vec = N % 4 == 0 && aligned(x, 4 * sizeof(TX));
-    return pdl_launched(tpk_pdl_launch_kernel(argmax_kernel<TX>, dim3((unsigned)M), dim3(ARGMAX_THREADS), 0, s,
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(argmax_kernel<TX>, dim3((unsigned)M), dim3(ARGMAX_THREADS), 0, s,
                                               (const TX *)x, ids, N, vec));
 }
 
@@ -816,7 +813,7 @@ __global__ void advance_kernel(int *past, int by) {
 
 extern "C" int tpk_advance(int *past, int by, tp_stream stream) {
     if (!past) return DEC_INVALID;
-    return pdl_launched(tpk_pdl_launch_kernel(advance_kernel, dim3(1), dim3(1), 0, (cudaStream_t)stream, past, by));
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(advance_kernel, dim3(1), dim3(1), 0, (cudaStream_t)stream, past, by));
 }
 
 /* ================================================================================================================
@@ -1114,11 +1111,11 @@ template <typename TI, typename TK, typename TO, int D> static int kva_launch(co
     if (e != cudaSuccess) return (int)e;
     const dim3 grid((unsigned)p->n_chunks, (unsigned)((p->R + KVA_RB - 1) / KVA_RB), (unsigned)(p->B * p->Hkv));
     e = tpk_pdl_launch_kernel(kva_split_kernel<TI, TK, TO, D>, grid, dim3(KVA_THREADS), smem, s, *p);
-    if (e != cudaSuccess || p->n_chunks == 1) return pdl_launched(e);
+    if (e != cudaSuccess || p->n_chunks == 1) return tpk_pdl_launched(e);
     e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
     const int rows = p->B * p->T * p->H;
-    return pdl_launched(tpk_pdl_launch_kernel(kva_combine_kernel<TO, D>, dim3((unsigned)((rows + 3) / 4)), dim3(128), 0,
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(kva_combine_kernel<TO, D>, dim3((unsigned)((rows + 3) / 4)), dim3(128), 0,
                                               s, (const float *)p->ws_o, (const float *)p->ws_ml, (TO *)p->out, rows,
                                               p->T, p->L, p->chunk, p->n_chunks, (const int *)p->past));
 }

@@ -487,8 +487,8 @@ static int gelu_launch(const void *x, void *y, const float *y_scale, size_t n, c
     size_t blocks = (work + TPK_THREADS - 1) / TPK_THREADS;
     if (blocks > 4 * TPK_MAX_BLOCKS) blocks = 4 * TPK_MAX_BLOCKS;
     /* with the PDL attribute (pdl.cuh): the conversions before FP8 GEMMs sit in chains of short kernels */
-    return (int)tpk_pdl_launch_kernel(gelu_kernel<TX, TY, G>, dim3((unsigned)blocks), dim3(TPK_THREADS), (size_t)0, s,
-                                      (const TX *)x, (TY *)y, y_scale, n, vec);
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(gelu_kernel<TX, TY, G>, dim3((unsigned)blocks), dim3(TPK_THREADS),
+                                                  (size_t)0, s, (const TX *)x, (TY *)y, y_scale, n, vec));
 }
 
 template <typename TX, int G> static int gelu_by_y(tp_dtype ydt, const void *x, void *y, const float *sc, size_t n,

@@ -67,4 +67,8 @@ static inline cudaError_t tpk_pdl_launch_kernel(void (*k)(P...), dim3 grid, dim3
     return e;
 }
 
+/* An entry point's status after a launch through tpk_pdl_launch_kernel: the launch's own error, else any error
+ * pending from before (cudaGetLastError), as a plain launch followed by cudaGetLastError reports it */
+static inline int tpk_pdl_launched(cudaError_t e) { return e != cudaSuccess ? (int)e : (int)cudaGetLastError(); }
+
 #endif

@@ -45,9 +45,9 @@ extern "C" int tpk_silu(const void *x, tp_dtype xdt, void *y, tp_dtype ydt, size
     if (n == 0) return (int)cudaSuccess;
     if (!x || !y) return PIPE_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
-    PIPE_BY_ACT(xdt, TX, PIPE_BY_ACT(ydt, TY, return (int)tpk_pdl_launch_kernel(silu_kernel<TX, TY>, dim3(grid_for(n)),
-                                                                                dim3(PIPE_THREADS), (size_t)0, s,
-                                                                                (const TX *)x, (TY *)y, n)))
+    PIPE_BY_ACT(xdt, TX, PIPE_BY_ACT(ydt, TY, return tpk_pdl_launched(tpk_pdl_launch_kernel(
+                                                  silu_kernel<TX, TY>, dim3(grid_for(n)), dim3(PIPE_THREADS),
+                                                  (size_t)0, s, (const TX *)x, (TY *)y, n))))
 }
 
 /* ---- the Euler step ------------------------------------------------------------------------------------------ */
@@ -64,8 +64,9 @@ extern "C" int tpk_euler(const float *x, const void *v, tp_dtype vdt, float *y, 
     if (n == 0) return (int)cudaSuccess;
     if (!x || !v || !y) return PIPE_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
-    PIPE_BY_ACT(vdt, TV, return (int)tpk_pdl_launch_kernel(euler_kernel<TV>, dim3(grid_for(n)), dim3(PIPE_THREADS),
-                                                           (size_t)0, s, x, (const TV *)v, y, dt, n))
+    PIPE_BY_ACT(vdt, TV, return tpk_pdl_launched(tpk_pdl_launch_kernel(euler_kernel<TV>, dim3(grid_for(n)),
+                                                                       dim3(PIPE_THREADS), (size_t)0, s, x,
+                                                                       (const TV *)v, y, dt, n)))
 }
 
 /* ---- the time embedding beside every row ----------------------------------------------------------------------- */
@@ -86,9 +87,9 @@ extern "C" int tpk_time_concat(const void *x, tp_dtype dt, const float *emb, voi
     if (rows == 0 || C + D == 0) return (int)cudaSuccess;
     if (!x || !emb || !y) return PIPE_INVALID;
     cudaStream_t s = (cudaStream_t)stream;
-    PIPE_BY_ACT(dt, T, return (int)tpk_pdl_launch_kernel(time_concat_kernel<T>, dim3(grid_for((size_t)rows * (C + D))),
-                                                         dim3(PIPE_THREADS), (size_t)0, s, (const T *)x, emb, (T *)y,
-                                                         rows, C, D))
+    PIPE_BY_ACT(dt, T, return tpk_pdl_launched(tpk_pdl_launch_kernel(
+                           time_concat_kernel<T>, dim3(grid_for((size_t)rows * (C + D))), dim3(PIPE_THREADS), (size_t)0,
+                           s, (const T *)x, emb, (T *)y, rows, C, D)))
 }
 
 /* ---- concatenation and slices along tokens: strided copies ----------------------------------------------------- */
