@@ -237,6 +237,24 @@ __device__ __forceinline__ void gm_e4m3x4(uint32_t v, uint32_t &lo, uint32_t &hi
     lo = *reinterpret_cast<uint32_t *>(&ba), hi = *reinterpret_cast<uint32_t *>(&bb);
 }
 
+/* NCH 16-byte chunks of converted values (v: 4 NCH words) into row r of the W tile at dst, chunks c0 .. c0 + NCH - 1
+ * of the row, where TMA's 128-byte swizzle puts them (chunk c at 16 (c ^ (r % 8))) */
+template <int NCH>
+__device__ __forceinline__ void gm_store_chunks(uint32_t dst, int r, int c0, const uint32_t *v) {
+    const uint32_t row = dst + 128u * (uint32_t)r;
+#pragma unroll
+    for (int h = 0; h < NCH; h++)
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                     ::"r"(row + 16u * (uint32_t)((c0 + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
+                     "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
+                     : "memory");
+}
+/* the conversion's end: the writes made visible to the async proxy (wgmma), then the warpgroup's barrier */
+__device__ __forceinline__ void gm_convert_done(int bar) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+}
+
 /* The converting warpgroup's first half of a stage's conversion: its U 16-byte units of codes (u = ctid, ctid + 128,
  * ...) from shared memory into registers, then named barrier bar, so that no thread writes values over codes another
  * has not read (the codes and the values share the W tile) */
@@ -271,16 +289,9 @@ __device__ __forceinline__ void gm_convert_w(uint32_t dst, uint32_t src, int cti
         gm_e4m3x4(q[k].y, v[2], v[3], T());
         gm_e4m3x4(q[k].z, v[4], v[5], T());
         gm_e4m3x4(q[k].w, v[6], v[7], T());
-        const uint32_t row = dst + 128u * (uint32_t)r;
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
-                         ::"r"(row + 16u * (uint32_t)((2 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
-                         "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
-                         : "memory");
+        gm_store_chunks<2>(dst, r, 2 * c, v);
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+    gm_convert_done(bar);
 }
 
 /* Weight-only NVFP4 (WC 2): a stage's BN rows x 64 E2M1 codes (32 bytes a row, the even element in the low nibble:
@@ -327,16 +338,9 @@ __device__ __forceinline__ void gm_convert_w4(uint32_t dst, uint32_t src, const 
                 const float s = b < 2 ? s0 : s1;
                 v[4 * b + i] = gm_pair<T>(f.x * s, f.y * s);
             }
-        const uint32_t row = dst + 128u * (uint32_t)r;
-#pragma unroll
-        for (int h = 0; h < 4; h++) /* values 32 c + 8 h .. + 7: chunk 4 c + h */
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
-                         ::"r"(row + 16u * (uint32_t)((4 * c + h) ^ (r & 7))), "r"(v[4 * h]), "r"(v[4 * h + 1]),
-                         "r"(v[4 * h + 2]), "r"(v[4 * h + 3])
-                         : "memory");
+        gm_store_chunks<4>(dst, r, 4 * c, v); /* values 32 c .. 32 c + 31: chunks 4 c .. 4 c + 3 */
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
+    gm_convert_done(bar);
 }
 
 /* a unit's two UE4M3 scale codes (gm_convert_w4's sc[k]) of stage kt: row n, bytes 4 kt + 2 c, + 1 of the (N, K / 16)
