@@ -13,13 +13,18 @@ all: build
 setup:
 	@bash scripts/setup.sh
 
-# cuSPARSELt's header for the CUDA build (the library is loaded at run time): fetched once from PyPI, best effort;
-# without it the 2:4 sparse GEMMs compile as unsupported and say so. The CPU-only `make run` does not need it.
+# Headers for the CUDA build from NVIDIA's wheels on PyPI (tools/fetch_wheel_headers.py), fetched once, best effort:
+# cuSPARSELt's (the library is loaded at run time; without it the 2:4 sparse GEMMs compile as unsupported and say
+# so) and CUTLASS's (header-only; without them the weight-only FP8 prefill GEMM through CUTLASS compiles as
+# unsupported and says so). The CPU-only `make run` needs neither.
 CUSPARSELT_H := third_party/cusparselt/include/cusparseLt.h
+CUTLASS_H := third_party/cutlass/include/cutlass/cutlass.h
 
 build: setup
-	@[ -e $(CUSPARSELT_H) ] || ! command -v python3 >/dev/null || python3 tools/fetch_cusparselt_header.py $(CUSPARSELT_H) || \
+	@[ -e $(CUSPARSELT_H) ] || ! command -v python3 >/dev/null || python3 tools/fetch_wheel_headers.py cusparselt third_party/cusparselt || \
 	  echo "make: no cuSPARSELt header: tprof's 2:4 sparse GEMMs will report themselves unsupported" >&2
+	@[ -e $(CUTLASS_H) ] || ! command -v python3 >/dev/null || python3 tools/fetch_wheel_headers.py cutlass third_party/cutlass || \
+	  echo "make: no CUTLASS headers: the weight-only FP8 prefill GEMM through CUTLASS will report itself unsupported" >&2
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 

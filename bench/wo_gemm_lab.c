@@ -1,4 +1,4 @@
-/* wo_gemm_lab.c: weight-only FP8 and NVFP4 prefill GEMMs (issue 43 item 2) at Llama shapes, six ways in one process on
+/* wo_gemm_lab.c: weight-only FP8 and NVFP4 prefill GEMMs (issue 43 item 2) at Llama shapes, eight ways in one process on
  * one GPU, D (M, N) = A (M, K) W (N, K)^T in F16 (or BF16):
  *   "16-bit W"   cuBLASLt on 16-bit weights: what an fp16 engine runs, the time to match;
  *   "sm90 16"    tprof's Hopper GEMM (tpk_gemm_sm90) on the same 16-bit weights: the converting GEMMs' pipeline
@@ -7,11 +7,14 @@
  *                alpha), both kernels timed as one;
  *   "sm90 wo"    tpk_gemm_sm90_wo_fp8 (gemm_sm90.h): E4M3 weights converted to 16 bits in shared memory stage by
  *                stage, no dequantized copy;
+ *   "cutlass", "cutlass64": tp_cutlass_wo_fp8 (vendor/gemm_cutlass.h): CUTLASS's Hopper mixed-input GEMM, the
+ *                E4M3 weights converted in registers, in 128 x 128 and 64 x 128 tiles of D (skipped, saying why, in a
+ *                build without CUTLASS's headers);
  *   "dequant4", "sm90 wo4": the same two for NVFP4 weights (tpk_nvfp4_to_16bit; tpk_gemm_sm90_wo_nvfp4).
  * Shapes: Llama-3.1-8B's q/o (4096 x 4096), k/v (1024 x 4096), gate/up (14336 x 4096), down (4096 x 14336), and
  * Llama-3.2-1B's q/o (2048 x 2048), gate/up (8192 x 2048), down (2048 x 8192), at M = 512 (pp512, batch 1) and
  * M = 2048 (--m to change the first). cuBLASLt at its best: every heuristic candidate timed, the fastest kept.
- * Checks: every way's output finite after a NaN-poisoned run; "sm90 16" against "16-bit W", "sm90 wo" against
+ * Checks: every way's output finite after a NaN-poisoned run; "sm90 16" against "16-bit W", "sm90 wo" and the cutlass ways against
  * "dequant", "sm90 wo4" against "dequant4" (the same products, fp32 sums in other orders): rel L2 <= 1e-2 (~1e-3
  * expected). Timing: 5 warmups, then `runs` (default 30) each
  * between two CUDA events; median, min, max in us and the median's TFLOP/s (2 M N K).
@@ -29,6 +32,7 @@
 #include "exec/cuda/gemm/gemv.h"
 #include "exec/cuda/kernels/kernels.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "exec/cuda/vendor/gemm_cutlass.h"
 #include "formats/dtype.h"
 
 typedef struct {
@@ -40,8 +44,9 @@ static const shape SHAPES[] = {
     {"8b q/o", 4096, 4096},   {"8b k/v", 1024, 4096},  {"8b gate/up", 14336, 4096}, {"8b down", 4096, 14336},
     {"1b q/o", 2048, 2048},   {"1b gate/up", 8192, 2048}, {"1b down", 2048, 8192},
 };
-enum { WAY_16 = 0, WAY_SM16, WAY_DEQ, WAY_WO, WAY_DEQ4, WAY_WO4, WAYS };
-static const char *const WAY_NAME[WAYS] = {"16-bit W", "sm90 16", "dequant", "sm90 wo", "dequant4", "sm90 wo4"};
+enum { WAY_16 = 0, WAY_SM16, WAY_DEQ, WAY_WO, WAY_CUT, WAY_CUT64, WAY_DEQ4, WAY_WO4, WAYS };
+static const char *const WAY_NAME[WAYS] = {"16-bit W", "sm90 16",   "dequant",  "sm90 wo",
+                                           "cutlass",  "cutlass64", "dequant4", "sm90 wo4"};
 
 typedef struct {
     int way, M, N, K;
@@ -65,6 +70,14 @@ static void run(const call *c) {
         break;
     case WAY_WO:
         CK(tpk_gemm_sm90_wo_fp8(c->A, c->W8, c->ws, NULL, NULL, c->D, c->dt, c->M, c->N, c->K, (tp_stream)c->s));
+        break;
+    case WAY_CUT:
+        CK(tp_cutlass_wo_fp8(c->A, c->W8, c->ws, NULL, c->D, c->dt, c->M, c->N, c->K, TP_CUTLASS_TILE_128X128,
+                             (tp_stream)c->s));
+        break;
+    case WAY_CUT64:
+        CK(tp_cutlass_wo_fp8(c->A, c->W8, c->ws, NULL, c->D, c->dt, c->M, c->N, c->K, TP_CUTLASS_TILE_64X128,
+                             (tp_stream)c->s));
         break;
     case WAY_DEQ4:
         CK(tpk_nvfp4_to_16bit(c->W4, c->S4, c->Wdq, c->dt, c->N, c->K, (tp_stream)c->s));
@@ -134,8 +147,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cuBLASLt: %s\n", t ? err.msg : "out of host memory");
         return 2;
     }
-    printf("wo_gemm_lab: %s, %d SMs; activations %s; %d runs after 5 warmups; cuBLASLt %zu\n", prop.name,
-           prop.multiProcessorCount, tp_dtype_info(dt)->name, runs, tp_gemm_lib_version());
+    char why[160] = "";
+    const int have_cut = tp_cutlass_available(why, sizeof why);
+    printf("wo_gemm_lab: %s, %d SMs; activations %s; %d runs after 5 warmups; cuBLASLt %zu; CUTLASS %s\n", prop.name,
+           prop.multiProcessorCount, tp_dtype_info(dt)->name, runs, tp_gemm_lib_version(), tp_cutlass_version());
+    if (!have_cut) printf("(the cutlass way skipped: %s)\n", why);
     printf("%-11s %5s %6s %6s | %-9s %9s %9s %9s %8s  %s\n", "shape", "M", "N", "K", "way", "us med", "min", "max",
            "TFLOP/s", "check");
     int bad = 0;
@@ -178,6 +194,7 @@ int main(int argc, char **argv) {
                 if (!out[w]) return 2;
             if (!raw) return 2;
             for (int w = 0; w < WAYS; w++) {
+                if ((w == WAY_CUT || w == WAY_CUT64) && !have_cut) continue;
                 call c = {w, M, N, K, dt, A, W16, W8, W4, S4, Wdq, D, ws, one, ctx, w == WAY_16 ? plan16 : plandq, s};
                 if (w == WAY_16 || w == WAY_DEQ || w == WAY_DEQ4) pick_best(&c, ev, t);
                 CK(cudaMemset(D, 0xFF, nD * 2));
@@ -187,8 +204,9 @@ int main(int argc, char **argv) {
                 const float med = time_call(&c, runs, ev, t, &lo, &hi);
                 char check[80] = "ok (finite)";
                 if (nonfinite) snprintf(check, sizeof check, "NON-FINITE: %zu", nonfinite), bad = 1;
-                if ((w == WAY_SM16 || w == WAY_WO || w == WAY_WO4) && !nonfinite) { /* against its cuBLASLt way */
-                    const int ref = w == WAY_SM16 ? WAY_16 : w == WAY_WO ? WAY_DEQ : WAY_DEQ4;
+                const int cut = w == WAY_CUT || w == WAY_CUT64;
+                if ((w == WAY_SM16 || w == WAY_WO || cut || w == WAY_WO4) && !nonfinite) { /* against its cuBLASLt way */
+                    const int ref = w == WAY_SM16 ? WAY_16 : w == WAY_WO || cut ? WAY_DEQ : WAY_DEQ4;
                     double num = 0, den = 0;
                     for (size_t i = 0; i < nD; i++) {
                         const double e = (double)out[w][i] - out[ref][i];

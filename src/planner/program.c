@@ -61,6 +61,8 @@ static const tp_call_kind_info KINDS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_GEMM_SM90] = {"gemm_sm90", TP_CAT_GEMM, "tprof Hopper FP8 GEMM"},
     [TP_CALL_GEMM_SM90_WO] = {"gemm_sm90_wo", TP_CAT_GEMM,
                               "tprof Hopper GEMM, FP8 / NVFP4 weights converted to 16 bits in shared memory"},
+    [TP_CALL_GEMM_CUTLASS_WO] = {"gemm_cutlass_wo", TP_CAT_GEMM,
+                                 "CUTLASS Hopper mixed-input GEMM, FP8 weights converted to 16 bits in registers"},
     [TP_CALL_GEMM_SM90_GELU] = {"gemm_sm90_gelu", TP_CAT_GEMM, "tprof Hopper GEMM + bias + exact GELU"},
     [TP_CALL_GEMV_GROUP] = {"gemv_group", TP_CAT_GEMM, "sibling linears as one tprof GEMV"},
     [TP_CALL_GEMM_SPARSE] = {"gemm_sparse", TP_CAT_GEMM, "cuSPARSELt 2:4 GEMM"},

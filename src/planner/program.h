@@ -69,6 +69,7 @@ typedef enum {
     TP_CALL_GEMV,              /* tprof's 16-bit decode GEMV (gemv.h) */
     TP_CALL_GEMM_SM90,         /* tprof's Hopper FP8 GEMM, plain epilogue */
     TP_CALL_GEMM_SM90_WO,      /* tprof's Hopper GEMM, weight-only FP8 / NVFP4 weights converted in shared memory */
+    TP_CALL_GEMM_CUTLASS_WO,   /* CUTLASS's Hopper mixed-input GEMM, weight-only FP8 weights converted in registers */
     TP_CALL_GEMM_SM90_GELU,    /* tprof's Hopper GEMM + bias + exact GELU: a LINEAR, GELU call */
     TP_CALL_GEMV_GROUP,        /* sibling linears (q/k/v, gate/up) as one GEMV over their concatenated rows */
     TP_CALL_GEMM_SPARSE,       /* cuSPARSELt's 2:4 GEMM */

@@ -15,6 +15,7 @@
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/engine/cuda_engine.h"
+#include "exec/cuda/vendor/gemm_cutlass.h"
 #include "models/decoder.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
@@ -99,6 +100,70 @@ static double rel(const float *got, const float *want, int rows, int V, int *agr
     ck_assert_int_eq(a.nonfinite, 0);
     *agree = (int)lround(a.top1_agree * rows);
     return a.rel_l2;
+}
+
+/* The prefill of case k with the GEMM choices `choice` given (tp_engine_options.gemm_choice, whatever the timing):
+ * every op given one of the n_forced choices from `forced` on must run the call kind `kname` and report its choice; its logits against the emulation (want, within tol) and
+ * against the engine built with its own timed choices (got: printed). Then its choices read back (an engine file's
+ * round trip) build an engine running the same kernels, bit for bit where every op's kernel agrees (the attention is
+ * chosen by time in each build). `what` names the case in messages. Returns how many ops were forced. */
+static int forced_prefill(int k, const tp_graph *gp, const tp_params *p, tp_precision prec, int *choice, int forced,
+                          int n_forced, const char *kname, const float *ids, const float *want, const float *got, int V, double tol,
+                          const char *what) {
+    tp_error e = {0};
+    g_choice = choice;
+    tp_plan pf;
+    tp_engine *ef = engine(gp, p, &pf, prec, 1, NULL, 0);
+    g_choice = NULL;
+    int n = 0;
+    for (int i = 0; i < gp->n_ops; i++) {
+        if (choice[i] < forced || choice[i] >= forced + n_forced) continue;
+        const char *kn = NULL;
+        tp_engine_op_call(ef, i, &kn);
+        ck_assert_msg(kn && strcmp(kn, kname) == 0, "case %d %s: %s runs %s", k, what, gp->ops[i].layer, kn);
+        ck_assert_int_eq(tp_engine_gemm_choice(ef, i), choice[i]);
+        n++;
+    }
+    float *fg = malloc(sizeof(float) * B * V), *fr = malloc(sizeof(float) * B * V);
+    ck_assert_ptr_nonnull(fg);
+    ck_assert_ptr_nonnull(fr);
+    ck_assert_msg(tp_engine_set_input(ef, ids, &e) == TP_OK && tp_engine_forward(ef, &e) == TP_OK &&
+                      tp_engine_get_output(ef, fg, &e) == TP_OK, "%s", e.msg);
+    int ag;
+    const double dg = rel(fg, want, B, V, &ag), dd = rel(fg, got, B, V, &ag);
+    printf("decoder case %d (B %d, T %d) %s prefill, %d ops %s: rel L2 %.3e against the emulation, %.3e against the "
+           "engine's own choices\n", k, B, T, tp_precision_name(prec), n, what, dg, dd);
+    ck_assert_int_gt(n, 0);
+    ck_assert_msg(dg <= tol, "case %d %s: prefill rel L2 %.3e > %.1e", k, what, dg, tol);
+    for (int i = 0; i < gp->n_ops; i++) choice[i] = tp_engine_gemm_choice(ef, i);
+    g_choice = choice;
+    tp_plan pr;
+    tp_engine *er = engine(gp, p, &pr, prec, 1, NULL, 0);
+    g_choice = NULL;
+    ck_assert_msg(tp_engine_set_input(er, ids, &e) == TP_OK && tp_engine_forward(er, &e) == TP_OK &&
+                      tp_engine_get_output(er, fr, &e) == TP_OK, "%s", e.msg);
+    int same_kernels = 1;
+    for (int i = 0; i < gp->n_ops; i++) {
+        const char *ka = NULL, *kb = NULL;
+        tp_engine_op_call(ef, i, &ka);
+        tp_engine_op_call(er, i, &kb);
+        if (choice[i] >= forced && choice[i] < forced + n_forced)
+            ck_assert_msg(kb && strcmp(kb, kname) == 0, "case %d %s: rebuilt, %s runs %s", k, what, gp->ops[i].layer,
+                          kb);
+        same_kernels &= ka && kb && strcmp(ka, kb) == 0;
+    }
+    if (same_kernels)
+        ck_assert_msg(memcmp(fr, fg, sizeof(float) * B * V) == 0, "case %d %s: rebuilt from its choices, it differs",
+                      k, what);
+    else
+        ck_assert_msg(rel(fr, fg, B, V, &ag) <= 1e-2, "case %d %s: rebuilt from its choices, it differs", k, what);
+    tp_engine_destroy(er);
+    tp_plan_free(&pr);
+    tp_engine_destroy(ef);
+    tp_plan_free(&pf);
+    free(fg);
+    free(fr);
+    return n;
 }
 
 static void run_case(int kc, tp_precision prec) {
@@ -219,6 +284,24 @@ static void run_case(int kc, tp_precision prec) {
         free(gr);
     }
     ck_assert_msg(worst <= tol, "case %d %s prefill: rel L2 %.3e > %.1e", k, tp_precision_name(prec), worst, tol);
+    if (prec == TP_PREC_FP8_WO && tp_cutlass_available(NULL, 0)) {
+        /* CUTLASS's mixed-input GEMM (vendor/gemm_cutlass.h) given for every prefill linear it takes (weight-only
+         * FP8, no bias: the Llama-like model's o/gate/up/down, the Gemma-like one's q/k/v too), whatever the timing,
+         * its two tile shapes in turn: the same exact 16-bit weights as the dequantized path, so the same tolerance */
+        int *choice = malloc(sizeof(int) * (size_t)gp.n_ops);
+        ck_assert_ptr_nonnull(choice);
+        for (int i = 0; i < gp.n_ops; i++) {
+            const tp_op *o = &gp.ops[i];
+            choice[i] = o->kind == TP_OP_LINEAR && pp.op_prec[i] == TP_PREC_FP8_WO && o->n_in < 3 && o->gemm_m > 8 &&
+                                pp.value_dt[o->in[1]] == TP_E4M3 &&
+                                tp_cutlass_wo_shape_ok(pp.value_dt[o->in[0]], o->gemm_m, o->gemm_n, o->gemm_k)
+                            ? TP_GEMM_CHOICE_CUTLASS_WO + i % TP_CUTLASS_TILES
+                            : -1;
+        }
+        forced_prefill(k, &gp, &p, prec, choice, TP_GEMM_CHOICE_CUTLASS_WO, TP_CUTLASS_TILES, "gemm_cutlass_wo", ids,
+                       want, got, V, tol, "through CUTLASS's mixed-input GEMM");
+        free(choice);
+    }
     if (qact || kv8) {
         /* the quantization shows: FP32 is further from the emulation than the engine is, by 2x with fp16
          * activations (fp8). bf16 ones (fp8-block, the block formats) carry 8 significant bits against fp16's 11,

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "exec/cuda/gemm/gemm_sm90.h"
+#include "exec/cuda/vendor/gemm_cutlass.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
 #include "lab_variants.h" /* bench/: the lab-only kernel variants */
@@ -158,16 +159,23 @@ END_TEST
  * 4096; K from one partial step to 48 steps (the ring wraps 8 times), FP8 K % 16, NVFP4 K % 32 (800: 12.5 steps, the
  * last half zero-filled, its block scales past K never read); bias, the residual in its own buffer and in place
  * (R == D); F16 and BF16. A wrong swizzle, nibble order or block scale, a conversion of the wrong part of the tile or
- * a stage read before its conversion is off by far more. CPU work: about 3.5 G multiply-adds of fp64 per type. */
+ * a stage read before its conversion is off by far more. The same cases for CUTLASS's mixed-input GEMM on the FP8
+ * weights (vendor/gemm_cutlass.h), without the bias (its epilogue has none): the weights converted in registers are
+ * the same exact 16-bit values, so the same bound. CPU work: about 3.5 G multiply-adds of fp64 per type and kernel. */
 START_TEST(test_gemm_sm90_wo) {
     if (!hopper_or_refused()) return;
     const tp_dtype dt = GT[_i % N_OF(GT)];
-    const int fp4 = _i >= (int)N_OF(GT);
+    const int fp4 = _i / (int)N_OF(GT) == 1, cut = _i / (int)N_OF(GT) == 2; /* cut: CUTLASS's mixed-input GEMM */
+    char why[160];
+    if (cut && !tp_cutlass_available(why, sizeof why)) {
+        printf("  skipped: CUTLASS's weight-only FP8 GEMM (%s)\n", why);
+        return;
+    }
     static const int shapes8[][3] = {{197, 64, 48},  {1, 4096, 784},   {128, 1024, 4096}, {3, 8, 16},
                                      {2600, 2048, 80}, {257, 136, 3072}, {512, 512, 3072}};
     static const int shapes4[][3] = {{197, 64, 96},  {1, 4096, 800},   {128, 1024, 4096}, {3, 8, 32},
                                      {2600, 2048, 96}, {257, 136, 3072}, {512, 512, 3072}};
-    const char *fmt = fp4 ? "nvfp4" : "fp8";
+    const char *fmt = fp4 ? "nvfp4" : cut ? "fp8 cutlass" : "fp8";
     uint64_t seed = 29000 + 100 * (uint64_t)_i;
     for (size_t c = 0; c < N_OF(shapes8); c++) {
         const int M = fp4 ? shapes4[c][0] : shapes8[c][0], N = fp4 ? shapes4[c][1] : shapes8[c][1],
@@ -211,17 +219,22 @@ START_TEST(test_gemm_sm90_wo) {
         float *d_ws = dev_scalar(ws);
         /* epilogues: 0 none, 1 bias, 2 bias + residual, 3 bias + residual in place (R == D) */
         for (int ep = 0; ep < 4; ep++) {
-            SET_CASE("gemm_sm90_wo %s %s M=%d N=%d K=%d epilogue %d", fmt, dname(dt), M, N, K, ep);
+            if (cut && ep == 1) continue; /* CUTLASS's: alpha acc + beta C, no bias */
+            const int tile = (ep + (int)c) % TP_CUTLASS_TILES; /* CUTLASS's: each tile under each epilogue */
+            SET_CASE("gemm_sm90_wo %s %s M=%d N=%d K=%d epilogue %d%s%s", fmt, dname(dt), M, N, K, ep,
+                     cut ? " tile " : "", cut ? tp_cutlass_tile_name(tile) : "");
             void *d_D = ep == 3 ? dev_upload(dt, R, nD, nD + 64) : dev_alloc(dt, nD + 64);
             const void *d_R = ep == 2 ? dev_upload(dt, R, nD, nD) : ep == 3 ? d_D : NULL;
-            const void *d_b = ep ? d_bias : NULL;
-            KERNEL_OK(fp4 ? tpk_gemm_sm90_wo_nvfp4(d_A, d_W, d_sc, d_ws, d_b, d_R, d_D, dt, M, N, K, g_stream)
-                          : tpk_gemm_sm90_wo_fp8(d_A, d_W, d_ws, d_b, d_R, d_D, dt, M, N, K, g_stream));
+            const int has_b = ep && !cut;
+            const void *d_b = has_b ? d_bias : NULL;
+            KERNEL_OK(fp4   ? tpk_gemm_sm90_wo_nvfp4(d_A, d_W, d_sc, d_ws, d_b, d_R, d_D, dt, M, N, K, g_stream)
+                      : cut ? tp_cutlass_wo_fp8(d_A, d_W, d_ws, d_R, d_D, dt, M, N, K, tile, g_stream)
+                            : tpk_gemm_sm90_wo_fp8(d_A, d_W, d_ws, d_b, d_R, d_D, dt, M, N, K, g_stream));
             const float *got = download_f32(dt, d_D, nD, 1.0f);
             size_t bad = 0, worst = 0;
             double worst_ratio = 0.0, worst_ref = 0.0;
             for (size_t i = 0; i < nD; i++) {
-                const double a = (double)ws * v[i], b = ep ? bias[i % (size_t)N] : 0.0, r = ep >= 2 ? R[i] : 0.0;
+                const double a = (double)ws * v[i], b = has_b ? bias[i % (size_t)N] : 0.0, r = ep >= 2 ? R[i] : 0.0;
                 const double ref = a + b + r;
                 const double tol = ulp_of(dt, ref) + 2.0 * (K + 2) * 0x1p-24 * ws * mag[i] +
                                    0x1p-22 * (fabs(a) + fabs(b) + fabs(r));
@@ -557,7 +570,7 @@ Suite *gpu_gemm_sm90_suite(void) {
     Suite *s = suite_create("gpu_gemm_sm90");
     tcase_add_loop_test(new_tcase(s, "gemm_sm90"), test_gemm_sm90, 0, N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_fp8"), test_gemm_sm90_fp8);
-    tcase_add_loop_test(new_tcase(s, "gemm_sm90_wo"), test_gemm_sm90_wo, 0, 2 * N_OF(GT));
+    tcase_add_loop_test(new_tcase(s, "gemm_sm90_wo"), test_gemm_sm90_wo, 0, 3 * N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_graph"), test_gemm_sm90_graph);
     tcase_add_test(new_tcase(s, "gemm_sm90_pdl"), test_gemm_sm90_pdl);
     tcase_add_test(new_tcase(s, "gemm_sm90_rejects"), test_gemm_sm90_rejects);

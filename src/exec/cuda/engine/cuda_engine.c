@@ -357,12 +357,13 @@ tp_status tpe_build(const tp_graph *g, const tp_params *params, const tp_plan *p
     e->group_next = malloc(sizeof(int) * (size_t)(g->n_ops ? g->n_ops : 1));
     e->group_cs = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float *));
     e->gemm_us = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(double));
+    e->cutlass_tile = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(int));
     e->wglobal = calloc((size_t)g->n_values, sizeof(float));
     e->alpha = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof(float));
     e->act_amax = malloc(sizeof(float) * (size_t)(g->n_values ? g->n_values : 1));
     h_scales = malloc(sizeof(float) * 2 * SCALE_SLOT * (size_t)g->n_values);
     if (!e->dptr || !e->gplan || !e->d_bscale || !e->sdpa || !e->impl_note || !e->group_lead || !e->group_next ||
-        !e->group_cs || !e->gemm_us || !e->wglobal || !e->alpha || !e->act_amax || !h_scales) {
+        !e->group_cs || !e->gemm_us || !e->cutlass_tile || !e->wglobal || !e->alpha || !e->act_amax || !h_scales) {
         st = tp_fail(err, TP_ERR_OOM, "out of host memory");
         goto fail;
     }
@@ -641,6 +642,7 @@ void tp_engine_destroy(tp_engine *e) {
     free(e->group_next);
     free(e->group_cs);
     free(e->gemm_us);
+    free(e->cutlass_tile);
     free(e->impl_note);
     free(e->wglobal);
     free(e->alpha);

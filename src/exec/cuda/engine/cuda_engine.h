@@ -228,9 +228,16 @@ int tp_engine_attention_choice(const tp_engine *e, int op);
  * bias and output in one type, no GELU in its epilogue; elsewhere the build refuses it. Chosen by time against
  * cuBLASLt's best candidate when the engine is built; given, two builds run the same kernels (bit-identical). */
 #define TP_GEMM_CHOICE_GEMV 1002
+/* And CUTLASS's Hopper mixed-input GEMM (vendor/gemm_cutlass.h) for a weight-only FP8 linear of more than 8 rows:
+ * 16-bit input, output and residual in one type, no bias, K % 16 == 0, N % 8 == 0, on compute capability 9.0 in a
+ * build with CUTLASS's headers; elsewhere the build refuses it. TP_GEMM_CHOICE_CUTLASS_WO + t runs tile shape t
+ * (TP_CUTLASS_TILE_*, t < TP_CUTLASS_TILES). Chosen by time, both tiles, against dequantize + cuBLASLt and tprof's
+ * converting GEMM when the engine is built. (1003 is kept for a fused GLU GEMM's choice.) */
+#define TP_GEMM_CHOICE_CUTLASS_WO 1004
 
 /* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice), TP_GEMM_CHOICE_SM90_GELU
- * or TP_GEMM_CHOICE_SM90 where tprof's Hopper GEMM runs it, TP_GEMM_CHOICE_GEMV where tprof's decode GEMV does; -1
+ * or TP_GEMM_CHOICE_SM90 where tprof's Hopper GEMM runs it, TP_GEMM_CHOICE_GEMV where tprof's decode GEMV does,
+ * TP_GEMM_CHOICE_CUTLASS_WO where CUTLASS's mixed-input GEMM does; -1
  * for a non-GEMM op or a bad index. */
 int tp_engine_gemm_choice(const tp_engine *e, int op);
 

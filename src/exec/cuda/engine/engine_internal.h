@@ -95,6 +95,7 @@ struct tp_engine {
                                   output row (N fp32, device), the group GEMV's per-row scales */
     int groups_mode;           /* tp_engine_options.gemv_groups */
     double *gemm_us;           /* per GEMM op: the build-time time of what was chosen (0: not timed) */
+    int *cutlass_tile;         /* per op running CUTLASS's mixed-input GEMM: its tile shape (gemm_cutlass.h) */
     int fp8_promote;           /* tp_engine_options.fp8_promote */
     int sms;                   /* the device's SM count (tpk_gemm_sm90_fp8_pick_variant's tiling rule) */
     cudaGraph_t graph;

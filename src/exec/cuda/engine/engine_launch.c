@@ -17,6 +17,7 @@
 #include "exec/cuda/kernels/pipeline_ops.h"
 #include "exec/cuda/vendor/cudnn_sdpa.h"
 #include "exec/cuda/vendor/gemm_cublaslt.h"
+#include "exec/cuda/vendor/gemm_cutlass.h"
 #include "exec/cuda/vendor/sparse_cusparselt.h"
 #include "formats/dtype.h"
 #include "formats/qformat.h"
@@ -306,6 +307,15 @@ static int l_gemm_sm90_wo(tp_engine *e, int i, int *lib) {
                                 (int)op->gemm_k, e->stream);
 }
 
+/* weight-only FP8 through CUTLASS's mixed-input GEMM (vendor/gemm_cutlass.h): no bias (the candidate rule) */
+static int l_gemm_cutlass_wo(tp_engine *e, int i, int *lib) {
+    (void)lib; /* a cudaError_t, as tprof's kernels return */
+    const lin_io io = linear_io(e, i);
+    const tp_op *op = io.op;
+    return tp_cutlass_wo_fp8(io.x, io.w, e->d_scales + SCALE_SLOT * op->in[1], io.res, io.y, io.xdt, (int)op->gemm_m,
+                             (int)op->gemm_n, (int)op->gemm_k, e->cutlass_tile[i], e->stream);
+}
+
 /* W8A8 on a 16-bit input, quantized with its calibrated scale as it is read: at <= 8 rows rounded to E4M3 in the
  * GEMV's registers; more, by a quantize kernel before the FP8 GEMM */
 static int l_gemv_w8a8(tp_engine *e, int i, int *lib) {
@@ -589,6 +599,7 @@ static const launcher LAUNCHERS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_GEMV] = l_gemv,
     [TP_CALL_GEMM_SM90] = l_gemm_sm90,
     [TP_CALL_GEMM_SM90_WO] = l_gemm_sm90_wo,
+    [TP_CALL_GEMM_CUTLASS_WO] = l_gemm_cutlass_wo,
     [TP_CALL_GEMM_SM90_GELU] = l_gemm_sm90_gelu,
     [TP_CALL_GEMV_GROUP] = l_gemv_group,
     [TP_CALL_GEMM_SPARSE] = l_gemm_sparse,

@@ -420,6 +420,7 @@ int tp_engine_gemm_choice(const tp_engine *e, int op) {
     case TP_CALL_GEMM_SM90:
     case TP_CALL_GEMM_SM90_WO: return TP_GEMM_CHOICE_SM90;
     case TP_CALL_GEMV: return TP_GEMM_CHOICE_GEMV;
+    case TP_CALL_GEMM_CUTLASS_WO: return TP_GEMM_CHOICE_CUTLASS_WO + e->cutlass_tile[op];
     case TP_CALL_GEMM_SM90_GELU: return TP_GEMM_CHOICE_SM90_GELU;
     default: return tp_gemm_plan_choice(e->gplan[op]);
     }

@@ -14,6 +14,7 @@
 #include "exec/cuda/gemm/gemm_sm90.h"
 #include "exec/cuda/gemm/gemv.h"
 #include "exec/cuda/kernels/kernels.h"
+#include "exec/cuda/vendor/gemm_cutlass.h"
 #include "exec/cuda/vendor/sparse_cusparselt.h"
 #include "formats/dtype.h"
 #include "formats/sparsity.h"
@@ -341,29 +342,79 @@ static int sm90_wo_candidate(const tp_engine *e, int i) {
            (op->n_in < 3 || pl->value_dt[op->in[2]] == dt);
 }
 
-/* Times op i as tprof's converting GEMM on its buffers and keeps it when faster than the dequantize + cuBLASLt call
- * (t_best us, candidate best of n); the note says both. A failed launch is skipped, as a candidate is. */
-static void try_sm90_wo(tp_engine *e, int i, double t_best, int best, int n) {
-    double t = 0;
-    tp_error ew;
-    tpe_set_kind(e, i, TP_CALL_GEMM_SM90_WO);
-    const int failed = time_op(e, i, &t, &ew) != TP_OK;
-    const size_t l = strlen(e->impl_note[i]);
-    if (failed || t >= t_best) {
-        tpe_set_kind(e, i, TP_CALL_GEMM_WO_DEQUANT);
-        if (failed) cudaGetLastError();
-        if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 converting GEMM failed: %.60s",
-                             ew.msg);
-        else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; tprof sm90 converting GEMM: %.1f us", t);
-    } else {
-        e->gemm_us[i] = t;
-        snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, %s weights converted in shared memory, "
-                 "by time: %.1f us; dequantize + cuBLASLt algorithm %d of %d: %.1f us",
-                 e->plan->op_prec[i] == TP_PREC_NVFP4_WO ? "NVFP4" : "E4M3", t, best + 1, n, t_best);
-    }
+/* Op i, a weight-only FP8 linear of more than 8 rows, can run as CUTLASS's Hopper mixed-input GEMM
+ * (vendor/gemm_cutlass.h: the E4M3 weights converted in registers): 16-bit input, output and residual in one type, no
+ * bias (the kernel's epilogue is alpha acc + beta C), K % 16 == 0, N % 8 == 0, in a build with CUTLASS on a device
+ * that runs it. */
+static int cutlass_wo_candidate(const tp_engine *e, int i) {
+    const tp_op *op = &e->g->ops[i];
+    const tp_plan *pl = e->plan;
+    if (tpe_kind(e, i) != TP_CALL_GEMM_WO_DEQUANT || pl->op_prec[i] != TP_PREC_FP8_WO ||
+        pl->value_dt[op->in[1]] != TP_E4M3 || op->n_in >= 3 || !tp_cutlass_available(NULL, 0))
+        return 0;
+    const tp_dtype dt = pl->value_dt[op->in[0]];
+    const int ea = tpe_plan_fused(e, i, TP_OP_ADD), yv = ea >= 0 ? e->g->ops[ea].out : op->out;
+    return tp_cutlass_wo_shape_ok(dt, op->gemm_m, op->gemm_n, op->gemm_k) && pl->value_dt[yv] == dt;
 }
 
-_Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000 && TP_GEMM_CHOICE_GEMV == 1002,
+/* Times op i as kind k on its buffers; t: us, or -1 when it failed to launch (skipped, as a candidate is, and
+ * said in the note after what: "; <what> failed: ..." or "; <what>: t us"). Leaves the kind as it found it. */
+static double time_wo_kind(tp_engine *e, int i, tp_call_kind k, const char *what) {
+    const tp_call_kind was = tpe_kind(e, i);
+    double t = 0;
+    tp_error ew;
+    tpe_set_kind(e, i, k);
+    const int failed = time_op(e, i, &t, &ew) != TP_OK;
+    tpe_set_kind(e, i, was);
+    const size_t l = strlen(e->impl_note[i]);
+    if (failed) cudaGetLastError();
+    if (failed) snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s failed: %.60s", what, ew.msg);
+    else snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s: %.1f us", what, t);
+    return failed ? -1.0 : t;
+}
+
+/* Times op i, a weight-only linear of a prefill, as each GEMM that reads its low-bit weights directly (tprof's
+ * converting GEMM, CUTLASS's mixed-input GEMM, where their candidate rules hold) and keeps the fastest of them and
+ * the dequantize + cuBLASLt call (t_best us, candidate best of n); the note says every time. */
+static void try_wo(tp_engine *e, int i, double t_best, int best, int n) {
+    const int sm90 = sm90_wo_candidate(e, i), cut = cutlass_wo_candidate(e, i);
+    const double t_sm90 = sm90 ? time_wo_kind(e, i, TP_CALL_GEMM_SM90_WO, "tprof sm90 converting GEMM") : -1.0;
+    double t_cut = -1.0;
+    int tile = 0;
+    for (int k = 0; cut && k < TP_CUTLASS_TILES; k++) { /* CUTLASS's tile shapes, the fastest kept */
+        char what[64];
+        snprintf(what, sizeof what, "CUTLASS mixed-input GEMM %s", tp_cutlass_tile_name(k));
+        e->cutlass_tile[i] = k;
+        const double t = time_wo_kind(e, i, TP_CALL_GEMM_CUTLASS_WO, what);
+        if (t >= 0 && (t_cut < 0 || t < t_cut)) t_cut = t, tile = k;
+    }
+    e->cutlass_tile[i] = tile;
+    const int use_cut = t_cut >= 0 && t_cut < t_best && (t_sm90 < 0 || t_cut < t_sm90);
+    const int use_sm90 = !use_cut && t_sm90 >= 0 && t_sm90 < t_best;
+    if (!use_cut && !use_sm90) return;
+    char rest[200];
+    snprintf(rest, sizeof rest, "dequantize + cuBLASLt algorithm %d of %d: %.1f us", best + 1, n, t_best);
+    if (use_cut && t_sm90 >= 0) {
+        const size_t l = strlen(rest);
+        snprintf(rest + l, sizeof rest - l, "; tprof sm90 converting GEMM: %.1f us", t_sm90);
+    }
+    if (use_sm90 && t_cut >= 0) {
+        const size_t l = strlen(rest);
+        snprintf(rest + l, sizeof rest - l, "; CUTLASS mixed-input GEMM %s: %.1f us", tp_cutlass_tile_name(tile), t_cut);
+    }
+    e->gemm_us[i] = use_cut ? t_cut : t_sm90;
+    tpe_set_kind(e, i, use_cut ? TP_CALL_GEMM_CUTLASS_WO : TP_CALL_GEMM_SM90_WO);
+    if (use_cut)
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "CUTLASS %s mixed-input GEMM, %s tiles, E4M3 weights "
+                 "converted in registers, by time: %.1f us; %s", tp_cutlass_version(), tp_cutlass_tile_name(tile),
+                 t_cut, rest);
+    else
+        snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, %s weights converted in shared memory, "
+                 "by time: %.1f us; %s", e->plan->op_prec[i] == TP_PREC_NVFP4_WO ? "NVFP4" : "E4M3", t_sm90, rest);
+}
+
+_Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000 && TP_GEMM_CHOICE_GEMV == 1002 &&
+                   TP_GEMM_CHOICE_CUTLASS_WO == 1004 && TP_CUTLASS_TILES == 2,
                "engine_file.c's EF_MAX_ALGO");
 
 /* GEMM selection (gemm_cublaslt.h): each GEMM op's heuristic candidates timed on the op's own buffers (its
@@ -395,6 +446,21 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             tpe_set_kind(e, i, TP_CALL_GEMM_SM90_WO);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, weights converted in shared memory "
                      "(as given)");
+            continue;
+        }
+        if (given && given[i] >= TP_GEMM_CHOICE_CUTLASS_WO && given[i] < TP_GEMM_CHOICE_CUTLASS_WO + TP_CUTLASS_TILES) {
+            char why[160] = "";
+            if (!cutlass_wo_candidate(e, i))
+                return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: CUTLASS's mixed-input GEMM asked, but %s",
+                               g->ops[i].layer,
+                               !tp_cutlass_available(why, sizeof why)
+                                   ? why
+                                   : "this op is not a weight-only FP8 linear of more than 8 rows without a bias "
+                                     "(16-bit input, output and residual in one type, K % 16 == 0, N % 8 == 0)");
+            tpe_set_kind(e, i, TP_CALL_GEMM_CUTLASS_WO);
+            e->cutlass_tile[i] = given[i] - TP_GEMM_CHOICE_CUTLASS_WO;
+            snprintf(e->impl_note[i], sizeof e->impl_note[i], "CUTLASS %s mixed-input GEMM, %s tiles, E4M3 weights "
+                     "converted in registers (as given)", tp_cutlass_version(), tp_cutlass_tile_name(e->cutlass_tile[i]));
             continue;
         }
         if (given && given[i] == TP_GEMM_CHOICE_SM90) {
@@ -435,7 +501,8 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                      n);
             continue;
         }
-        if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i) && !sm90_wo_candidate(e, i))) {
+        if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i) && !sm90_wo_candidate(e, i) &&
+                       !cutlass_wo_candidate(e, i))) {
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt: the heuristic's first of %d algorithms%s", n,
                      first && n > 1 ? " (selection off)" : "");
             continue;
@@ -453,6 +520,10 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             if (tpe_kind(e, prev) == TP_CALL_GEMV && gemv_candidate(e, i)) tpe_set_kind(e, i, TP_CALL_GEMV);
             if (tpe_kind(e, prev) == TP_CALL_GEMM_SM90_WO && sm90_wo_candidate(e, i))
                 tpe_set_kind(e, i, TP_CALL_GEMM_SM90_WO);
+            if (tpe_kind(e, prev) == TP_CALL_GEMM_CUTLASS_WO && cutlass_wo_candidate(e, i)) {
+                tpe_set_kind(e, i, TP_CALL_GEMM_CUTLASS_WO);
+                e->cutlass_tile[i] = e->cutlass_tile[prev];
+            }
             e->gemm_us[i] = e->gemm_us[prev];
             if (tpe_kind(e, prev) == TP_CALL_GEMM_SM90_GELU) {
                 gelu_join(e, i, gi);
@@ -497,8 +568,9 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             try_gemv(e, i, t[best], best, n);
             continue;
         }
-        if (sm90_wo_candidate(e, i)) { /* tprof's converting GEMM against dequantize + cuBLASLt; kept when faster */
-            try_sm90_wo(e, i, t[best], best, n);
+        if (sm90_wo_candidate(e, i) || cutlass_wo_candidate(e, i)) { /* the GEMMs reading low-bit weights directly
+                                                                         against dequantize + cuBLASLt */
+            try_wo(e, i, t[best], best, n);
             continue;
         }
         if (pc) { /* tprof's FP8 GEMM on the same buffers; kept when faster */

@@ -37,6 +37,7 @@ static void mirror_rank0(tp_engine *const *R, int n) {
                 x->prog.op_call[i] = R[0]->prog.op_call[i];
             }
             x->gemm_us[i] = R[0]->gemm_us[i];
+            x->cutlass_tile[i] = R[0]->cutlass_tile[i];
             memcpy(x->impl_note[i], R[0]->impl_note[i], sizeof x->impl_note[i]);
         }
 }

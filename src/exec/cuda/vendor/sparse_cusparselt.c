@@ -49,7 +49,7 @@ int tp_spgemm_supported(const tp_spgemm_desc *d, char *why, size_t n) {
 
 #ifndef TP_HAVE_CUSPARSELT_HEADER
 
-#define NO_HEADER "cuSPARSELt's header (0.8 or newer) was not found at build time (make build fetches it: tools/fetch_cusparselt_header.py, from PyPI's nvidia-cusparselt-cu13)"
+#define NO_HEADER "cuSPARSELt's header (0.8 or newer) was not found at build time (make build fetches it: tools/fetch_wheel_headers.py cusparselt, from PyPI's nvidia-cusparselt-cu13)"
 struct tp_spgemm_ctx { int unused; };
 struct tp_spgemm { int unused; };
 tp_status tp_spgemm_ctx_create(tp_spgemm_ctx **out, tp_error *err) {

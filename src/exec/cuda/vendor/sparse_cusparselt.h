@@ -13,7 +13,7 @@
  * tprof does not link cuSPARSELt: it is loaded at run time (vendor_lib.h's search: TPROF_CUSPARSELT_LIB, the
  * loader's path, nvidia/cusparselt/lib and nvidia/cu13/lib in Python packages: the nvidia-cusparselt-cu13 wheels
  * put it there, 0.8 and 0.9+ layouts). Its header at build time comes from the same wheel (`make build`:
- * tools/fetch_cusparselt_header.py, pinned to the GPU machines' 0.8.1); without it every call returns TP_ERR_UNSUPPORTED saying so. */
+ * tools/fetch_wheel_headers.py cusparselt, pinned to the GPU machines' 0.8.1); without it every call returns TP_ERR_UNSUPPORTED saying so. */
 #ifndef TP_SPARSE_CUSPARSELT_H
 #define TP_SPARSE_CUSPARSELT_H
 
