@@ -884,10 +884,10 @@ START_TEST(test_sibling_groups) {
     check_groups("vit-b16", TP_PREC_FP16, 0, 0);
     check_groups("llama-tiny", TP_PREC_FP8_WO, 2 * 2, 0);
     check_groups("llama-tiny", TP_PREC_NVFP4_WO, 2 * 2, 0);
-    /* W8A8: a decode step's members share a 16-bit input; in the prefill RMSNorm writes their E4M3 input for
-     * cuBLASLt's FP8 GEMMs, which take no group */
+    /* W8A8: a decode step's members share a 16-bit input; in the prefill RMSNorm writes their E4M3 input, which
+     * the group's FP8 GEMM reads as it is (tpk_gemm_sm90_fp8_group) */
     check_groups("llama-tiny", TP_PREC_FP8, 2 * 2, 1);
-    check_groups("llama-tiny", TP_PREC_FP8, 0, 0);
+    check_groups("llama-tiny", TP_PREC_FP8, 2 * 2, 0);
 }
 END_TEST
 

@@ -633,7 +633,7 @@ START_TEST(test_gemm_selection) {
     json_array_set_new(a, 1, json_string("3"));
     write_with_header(q, b, n, root);
     expect_read_fail(q, TP_ERR_FORMAT, "algos[1]", "a string");
-    json_array_set_new(a, 1, json_integer(1006)); /* above TP_GEMM_CHOICE_CUTLASS_WO's last tile */
+    json_array_set_new(a, 1, json_integer(1007)); /* above TP_GEMM_CHOICE_SM90_GROUP */
     write_with_header(q, b, nb, root);
     expect_read_fail(q, TP_ERR_FORMAT, "algos[1]", "out of range");
     json_array_set_new(a, 1, json_integer(1002)); /* TP_GEMM_CHOICE_GEMV: read as given */

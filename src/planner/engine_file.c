@@ -34,9 +34,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "engine_file.c assumes
 /* Longest piece of a file-supplied name quoted in a message, so a hostile name cannot fill the 512 bytes. */
 #define NAME_MAX_QUOTE 120
 
-/* the largest GEMM choice: TP_GEMM_CHOICE_CUTLASS_WO + TP_CUTLASS_TILES - 1 (cuda_engine.h, gemm_cutlass.h; this
- * file builds without CUDA) */
-#define EF_MAX_ALGO 1005
+/* the largest GEMM choice: TP_GEMM_CHOICE_SM90_GROUP (cuda_engine.h; this file builds without CUDA) */
+#define EF_MAX_ALGO 1006
 
 /* ---- CRC-32 ------------------------------------------------------------------------------------------- */
 

@@ -655,7 +655,9 @@ int tp_plan_buffers(const tp_graph *g, const tp_plan *p, const size_t *bytes, co
  * a W8A8 FP8 one whose 16-bit input is quantized as read (the members share that input, hence its scale), or an FP8
  * block-128 one on a 16-bit input with whole 128-row weight blocks (N % 128 == 0: the members' 128x128 scales then
  * stack by rows as their codes do; the decode GEMV quantizes the shared input per 1x128 block). Prefill linears
- * (more than 8 rows) qualify alike: their groups lay out the weights a decode engine shares. */
+ * (more than 8 rows) qualify alike: their groups lay out the weights a decode engine shares; and a prefill's W8A8
+ * FP8 linear whose input its producer writes in E4M3 (a RMSNorm for its FP8 readers: the group's GEMM reads it as
+ * it is, tpk_gemm_sm90_fp8_group), its output 16-bit. */
 static int sibling_ok(const tp_graph *g, const tp_plan *p, int i) {
     const tp_op *op = &g->ops[i];
     const int w = op->in[1];
@@ -670,7 +672,8 @@ static int sibling_ok(const tp_graph *g, const tp_plan *p, int i) {
         return 0;
     /* fp8-block: a prefill's input may be E4M3 (its RMSNorm writes the format): the group lays out the weights a
      * decode engine shares, whose input is 16-bit; the activation type is the output's */
-    const tp_dtype dt = wb ? p->value_dt[op->out] : p->value_dt[op->in[0]];
+    const int e8 = w8 && p->op_prec[i] == TP_PREC_FP8 && op->gemm_m > 8 && p->value_dt[op->in[0]] == TP_E4M3;
+    const tp_dtype dt = wb || e8 ? p->value_dt[op->out] : p->value_dt[op->in[0]];
     if (wb && p->value_dt[op->in[0]] != dt && p->value_dt[op->in[0]] != TP_E4M3) return 0;
     return (dt == TP_F16 || dt == TP_BF16) && (w8 || w4 || wb || p->value_dt[w] == dt) && p->value_dt[op->out] == dt &&
            (op->n_in < 3 || p->value_dt[op->in[2]] == dt);

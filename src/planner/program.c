@@ -65,6 +65,7 @@ static const tp_call_kind_info KINDS[TP_CALL_KIND_COUNT] = {
                                  "CUTLASS Hopper mixed-input GEMM, FP8 weights converted to 16 bits in registers"},
     [TP_CALL_GEMM_SM90_GELU] = {"gemm_sm90_gelu", TP_CAT_GEMM, "tprof Hopper GEMM + bias + exact GELU"},
     [TP_CALL_GEMV_GROUP] = {"gemv_group", TP_CAT_GEMM, "sibling linears as one tprof GEMV"},
+    [TP_CALL_GEMM_SM90_GROUP] = {"gemm_sm90_group", TP_CAT_GEMM, "sibling FP8 linears as one tprof Hopper GEMM"},
     [TP_CALL_GEMM_SPARSE] = {"gemm_sparse", TP_CAT_GEMM, "cuSPARSELt 2:4 GEMM"},
     [TP_CALL_ATTENTION_FLASH] = {"attention_flash", TP_CAT_ATTENTION, "tprof FA2 flash attention"},
     [TP_CALL_ATTENTION_WGMMA] = {"attention_wgmma", TP_CAT_ATTENTION, "tprof Hopper attention"},
@@ -464,7 +465,7 @@ int tp_program_out(const tp_program *prog, const tp_graph *g, int head) {
     const tp_call *c = &prog->calls[head];
     if (c->n_ops < 2) return g->ops[head].out;
     const int last = c->ops[c->n_ops - 1];
-    if (c->kind == TP_CALL_GEMV_GROUP && g->ops[last].kind == TP_OP_LINEAR)
+    if ((c->kind == TP_CALL_GEMV_GROUP || c->kind == TP_CALL_GEMM_SM90_GROUP) && g->ops[last].kind == TP_OP_LINEAR)
         return g->ops[tp_program_first(prog, g, head, TP_OP_LINEAR)].out;
     return g->ops[last].out;
 }

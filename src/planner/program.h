@@ -72,6 +72,7 @@ typedef enum {
     TP_CALL_GEMM_CUTLASS_WO,   /* CUTLASS's Hopper mixed-input GEMM, weight-only FP8 weights converted in registers */
     TP_CALL_GEMM_SM90_GELU,    /* tprof's Hopper GEMM + bias + exact GELU: a LINEAR, GELU call */
     TP_CALL_GEMV_GROUP,        /* sibling linears (q/k/v, gate/up) as one GEMV over their concatenated rows */
+    TP_CALL_GEMM_SM90_GROUP,   /* sibling FP8 linears of a prefill as one tprof Hopper GEMM, each output its own */
     TP_CALL_GEMM_SPARSE,       /* cuSPARSELt's 2:4 GEMM */
     TP_CALL_ATTENTION_FLASH,   /* tprof's FA2 kernel */
     TP_CALL_ATTENTION_WGMMA,   /* tprof's Hopper attention */

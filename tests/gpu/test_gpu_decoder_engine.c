@@ -15,6 +15,7 @@
 #include "exec/cpu/cpu_exec.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/engine/cuda_engine.h"
+#include "exec/cuda/gemm/gemm_sm90.h"
 #include "exec/cuda/vendor/gemm_cutlass.h"
 #include "models/decoder.h"
 #include "planner/plan.h"
@@ -300,6 +301,24 @@ static void run_case(int kc, tp_precision prec) {
         }
         forced_prefill(k, &gp, &p, prec, choice, TP_GEMM_CHOICE_CUTLASS_WO, TP_CUTLASS_TILES, "gemm_cutlass_wo", ids,
                        want, got, V, tol, "through CUTLASS's mixed-input GEMM");
+        free(choice);
+    }
+    if (prec == TP_PREC_FP8 && tpk_gemm_sm90_supported()) {
+        /* sibling linears (q/k/v with the Llama-like model's biases, gate/up) as one tprof FP8 GEMM
+         * (tpk_gemm_sm90_fp8_group) on the RMSNorm's E4M3 output, given on every group's leader whatever the
+         * timing, with the group layout on (--gemv-groups auto) */
+        int *lead = malloc(sizeof(int) * (size_t)gp.n_ops), *next = malloc(sizeof(int) * (size_t)gp.n_ops);
+        int *choice = malloc(sizeof(int) * (size_t)gp.n_ops);
+        ck_assert(lead && next && choice);
+        tp_plan_sibling_groups(&gp, &pp, lead, next);
+        for (int i = 0; i < gp.n_ops; i++) choice[i] = lead[i] == i ? TP_GEMM_CHOICE_SM90_GROUP : -1;
+        const int keep = g_groups;
+        g_groups = 2;
+        forced_prefill(k, &gp, &p, prec, choice, TP_GEMM_CHOICE_SM90_GROUP, 1, "gemm_sm90_group", ids, want, got, V,
+                       tol, "with sibling linears as one FP8 GEMM");
+        g_groups = keep;
+        free(lead);
+        free(next);
         free(choice);
     }
     if (qact || kv8) {

@@ -536,6 +536,107 @@ START_TEST(test_gemm_sm90_rejects) {
 }
 END_TEST
 
+/* Sibling linears as one FP8 GEMM (tpk_gemm_sm90_fp8_group): members of their own weights and per-tensor scales
+ * (normal weights, each member's std and so its scale different), their codes one after the other, one column
+ * scale per output column, each member's output in its own buffer with guard bytes after it. Each member's output
+ * must equal, bit for bit, tpk_gemm_sm90_fp8 on that member alone (the same k32 instructions in the same order per
+ * output and the same fp32 alpha, a_scale times the member's scale), and lie within test_gemm_sm90_fp8's F16 bound
+ * of the fp64 reference. Shapes: pi0's expert q/k/v (M 51, K 1024: 2048 + 256 + 256 columns) and gate/up (2 x 4096),
+ * members whose boundaries fall inside 96- and 128-wide tiles (64 + 136 + 8, 4 x 96 at M 257), batch 1 and 3,
+ * K 16 and 80 (partial K steps), with and without a bias. */
+START_TEST(test_gemm_sm90_fp8_group) {
+    if (!hopper_or_refused()) return;
+    int dev = 0, sms = 0;
+    CUDA_OK(cudaGetDevice(&dev));
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    static const struct {
+        int M, K, n, cols[4];
+    } cases[] = {{51, 1024, 3, {2048, 256, 256}}, {51, 1024, 2, {4096, 4096}}, {197, 80, 3, {64, 136, 8}},
+                 {257, 208, 4, {96, 96, 96, 96}}, {1, 16, 2, {8, 16}},           {3, 1024, 3, {2048, 256, 256}}};
+    uint64_t seed = 27500;
+    for (size_t c = 0; c < N_OF(cases); c++) {
+        const int M = cases[c].M, K = cases[c].K, n = cases[c].n;
+        int N = 0, off[5];
+        for (int j = 0; j < n; j++) off[j] = N, N += cases[c].cols[j];
+        off[n] = N;
+        const size_t nA = (size_t)M * K, nW = (size_t)N * K;
+        float *A = host_normal(nA, seed++, 0.0, 1.0), *W = hmalloc(nW * sizeof(float));
+        float *bias = host_normal((size_t)N, seed++, 0.0, 0.5), *cs = hmalloc((size_t)N * sizeof(float)), ws[4];
+        const float as = host_amax(A, nA) / 448.0f;
+        to_e4m3_grid(A, nA, as);
+        round_to(TP_F16, bias, (size_t)N);
+        void *d_A = dev_alloc(TP_E4M3, nA), *d_W = dev_alloc(TP_E4M3, nW);
+        upload_to(d_A, TP_E4M3, A, nA, as);
+        for (int j = 0; j < n; j++) { /* member j: its rows, its scale */
+            const size_t o = (size_t)off[j] * K, nj = (size_t)cases[c].cols[j] * K;
+            float *Wj = host_normal(nj, seed++, 0.0, 0.02 * (j + 1));
+            ws[j] = host_amax(Wj, nj) / 448.0f;
+            to_e4m3_grid(Wj, nj, ws[j]);
+            memcpy(W + o, Wj, nj * sizeof(float));
+            upload_to((unsigned char *)d_W + o, TP_E4M3, Wj, nj, ws[j]);
+            for (int k = off[j]; k < off[j + 1]; k++) cs[k] = ws[j];
+        }
+        double *v = hmalloc((size_t)M * N * sizeof(double)), *mag = hmalloc((size_t)M * N * sizeof(double));
+        ref_products(A, W, M, N, K, v, mag);
+        float *d_cs = dev_alloc(TP_F32, (size_t)N);
+        CUDA_OK(cudaMemcpy(d_cs, cs, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice));
+        void *d_bias = dev_upload(TP_F16, bias, (size_t)N, (size_t)N);
+        const float *d_as = dev_scalar(as);
+        for (int has_bias = 0; has_bias <= 1; has_bias++) {
+            SET_CASE("gemm_sm90_fp8_group M=%d K=%d members %d (N %d) bias=%d", M, K, n, N, has_bias);
+            void *d_D[4];
+            for (int j = 0; j < n; j++) d_D[j] = dev_alloc(TP_F16, (size_t)M * cases[c].cols[j] + 64);
+            KERNEL_OK(tpk_gemm_sm90_fp8_group(d_A, d_as, d_W, d_cs, has_bias ? d_bias : NULL, n, cases[c].cols, d_D,
+                                              M, K, sms, g_stream));
+            size_t bad = 0, total = 0;
+            double worst_ratio = 0.0;
+            for (int j = 0; j < n; j++) {
+                const int Nj = cases[c].cols[j];
+                const size_t nD = (size_t)M * Nj;
+                const float *got = download_f32(TP_F16, d_D[j], nD, 1.0f);
+                for (size_t i = 0; i < nD; i++) {
+                    const size_t gi = (i / (size_t)Nj) * (size_t)N + (size_t)off[j] + i % (size_t)Nj;
+                    const double ref = v[gi] + (has_bias ? bias[off[j] + i % (size_t)Nj] : 0.0);
+                    const double tol = ulp_of(TP_F16, ref) + 1.13 * ((K + 31) / 32 + 2) * 0x1p-13 * mag[gi] +
+                                       4e-7 * fabs(ref);
+                    const double err = fabs((double)got[i] - ref);
+                    if (!(err <= tol)) bad++;
+                    const double ratio = isfinite(err) ? err / tol : INFINITY;
+                    if (ratio > worst_ratio) worst_ratio = ratio;
+                }
+                total += nD;
+                check_untouched("a member's D past its end", d_D[j], nD * 2, (nD + 64) * 2);
+                /* the member alone through tpk_gemm_sm90_fp8: the same bits */
+                void *d_one = dev_alloc(TP_F16, nD), *d_ws = (void *)dev_scalar(ws[j]);
+                KERNEL_OK(tpk_gemm_sm90_fp8(d_A, d_as, (unsigned char *)d_W + (size_t)off[j] * K, (const float *)d_ws,
+                                            has_bias ? (const char *)d_bias + 2 * (size_t)off[j] : NULL, NULL, d_one,
+                                            TP_F16, NULL, M, Nj, K, 0,
+                                            tpk_gemm_sm90_fp8_pick_variant(TP_F16, M, Nj, sms), g_stream));
+                const float *one = download_f32(TP_F16, d_one, nD, 1.0f);
+                ck_assert_msg(memcmp(one, got, nD * sizeof(float)) == 0, "[%s] member %d differs from the member's "
+                              "own GEMM", g_case, j);
+            }
+            printf("  %s  %s: %zu of %zu outside the bound; worst err/bound %.3f; every member bit-identical to its "
+                   "own GEMM\n", bad ? "FAIL" : "ok  ", g_case, bad, total, worst_ratio);
+            fflush(stdout);
+            ck_assert_msg(bad == 0, "[%s] %zu of %zu elements outside the bound", g_case, bad, total);
+        }
+        release_all();
+    }
+    /* refused: a member width not a multiple of 8, too many members, misaligned column scales */
+    const int bad_cols[2] = {12, 8}, five[5] = {8, 8, 8, 8, 8};
+    void *d[5] = {NULL, NULL, NULL, NULL, NULL};
+    for (int j = 0; j < 5; j++) d[j] = dev_alloc(TP_F16, 64);
+    void *a = dev_alloc(TP_E4M3, 64 * 16), *w = dev_alloc(TP_E4M3, 64 * 16);
+    float *cs = dev_alloc(TP_F32, 64);
+    const float *sc = dev_scalar(1.0f);
+    ck_assert_int_eq(tpk_gemm_sm90_fp8_group(a, sc, w, cs, NULL, 2, bad_cols, d, 2, 16, sms, g_stream), (int)cudaErrorInvalidValue);
+    ck_assert_int_eq(tpk_gemm_sm90_fp8_group(a, sc, w, cs, NULL, 5, five, d, 2, 16, sms, g_stream), (int)cudaErrorInvalidValue);
+    ck_assert_int_eq(tpk_gemm_sm90_fp8_group(a, sc, w, cs + 1, NULL, 2, five, d, 2, 16, sms, g_stream), (int)cudaErrorInvalidValue);
+    release_all();
+}
+END_TEST
+
 /* tpk_gemm_sm90_fp8_pick_variant against the rule in gemm_sm90.h, computed here for the device's SM count: the
  * busiest SM's ceil(tiles / SMs) tile times, a 128 x 96 tile 0.82 of a 128 x 128 one (F16 D only) */
 START_TEST(test_gemm_sm90_fp8_pick) {
@@ -570,6 +671,7 @@ Suite *gpu_gemm_sm90_suite(void) {
     Suite *s = suite_create("gpu_gemm_sm90");
     tcase_add_loop_test(new_tcase(s, "gemm_sm90"), test_gemm_sm90, 0, N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_fp8"), test_gemm_sm90_fp8);
+    tcase_add_test(new_tcase(s, "gemm_sm90_fp8_group"), test_gemm_sm90_fp8_group);
     tcase_add_loop_test(new_tcase(s, "gemm_sm90_wo"), test_gemm_sm90_wo, 0, 3 * N_OF(GT));
     tcase_add_test(new_tcase(s, "gemm_sm90_graph"), test_gemm_sm90_graph);
     tcase_add_test(new_tcase(s, "gemm_sm90_pdl"), test_gemm_sm90_pdl);

@@ -234,6 +234,12 @@ int tp_engine_attention_choice(const tp_engine *e, int op);
  * (TP_CUTLASS_TILE_*, t < TP_CUTLASS_TILES). Chosen by time, both tiles, against dequantize + cuBLASLt and tprof's
  * converting GEMM when the engine is built. (1003 is kept for a fused GLU GEMM's choice.) */
 #define TP_GEMM_CHOICE_CUTLASS_WO 1004
+/* And, on the leader of sibling linears (a prefill's q/k/v or gate/up: per-tensor FP8 linears writing F16 on one
+ * E4M3 input, their weights laid out one after the other), the group as one tprof Hopper FP8 GEMM
+ * (gemm_sm90.h tpk_gemm_sm90_fp8_group); the leader's own GEMM is timed as usual and the other members keep their
+ * own choices for when the group is not formed. Chosen by time against the members' GEMMs when the engine is
+ * built; given, where the group or the kernel does not hold, the build refuses it. */
+#define TP_GEMM_CHOICE_SM90_GROUP 1006
 
 /* The cuBLASLt candidate GEMM op `op` runs (an index for tp_engine_options.gemm_choice), TP_GEMM_CHOICE_SM90_GELU
  * or TP_GEMM_CHOICE_SM90 where tprof's Hopper GEMM runs it, TP_GEMM_CHOICE_GEMV where tprof's decode GEMV does,

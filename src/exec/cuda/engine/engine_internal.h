@@ -208,8 +208,9 @@ tp_status tpe_alloc_activations(tp_engine *e, tp_error *err);
  * take one contiguous allocation each group (tpe_alloc_group_outputs) instead of the activation pool;
  * tpe_fp4_group: the group of leader `lead` is weight-only NVFP4; tpe_b128_group: FP8 block-128; tpe_group_ready: the group of leader `lead` can
  * run as one GEMV (one token, its weights, biases and outputs contiguous), its summed N in *n_total;
- * tpe_choose_groups: the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster
- * (its members joined into the leader's call, of kind TP_CALL_GEMV_GROUP); tpe_launch_group: the GEMV of leader `lead`
+ * tpe_choose_groups: the group's GEMV timed against the members' own choices (e->gemm_us), kept when faster (its
+ * members joined into the leader's call, of kind TP_CALL_GEMV_GROUP), and a prefill's FP8 group's GEMM likewise
+ * (TP_CALL_GEMM_SM90_GROUP), or as given (TP_GEMM_CHOICE_SM90_GROUP on its leader); tpe_launch_group: the GEMV of leader `lead`
  * with its fusion (gemv.h: a GLU epilogue; NULL: none). tpe_find_groups: the sibling groups of e's plan, or of
  * `layout` (tp_engine_options.group_layout) where it stores every member alike. */
 void tpe_find_groups(tp_engine *e, const tp_plan *layout);
@@ -281,8 +282,8 @@ tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err);
 /* Op i's time as configured now, us: the mean of 10 back-to-back launches after 3 (the launch hook off). */
 tp_status tpe_time_op(tp_engine *e, int i, double *us, tp_error *err);
 tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err);
-tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int, double *, tp_error *),
-                            tp_error *err);
+tp_status tpe_choose_groups(tp_engine *e, const int *given,
+                            tp_status (*time_op)(tp_engine *, int, double *, tp_error *), tp_error *err);
 /* With tp_engine_options.sparse, every linear whose weight is 2:4 (formats/sparsity.h) and whose GEMM cuSPARSELt
  * takes gets a planned sparse GEMM, timed against its dense one (tpe_time_op), the faster kept; the op's note says
  * which ran and both times, or why it was not eligible. Errors: cuSPARSELt's absence (TP_ERR_UNSUPPORTED: asked

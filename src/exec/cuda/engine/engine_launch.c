@@ -362,6 +362,24 @@ static int l_gemm_sm90(tp_engine *e, int i, int *lib) {
                              e->stream);
 }
 
+/* sibling FP8 linears of a prefill as one GEMM (tpe_choose_groups): the group's weights one after the other
+ * (tpe_gemm_group_ready), each member's per-tensor scale over its columns (group_cs), each member's output its own */
+static int l_gemm_sm90_group(tp_engine *e, int i, int *lib) {
+    (void)lib;
+    const tp_graph *g = e->g;
+    const tp_op *op = &g->ops[i];
+    int cols[TPK_GEMM_SM90_GROUP_MAX], n = 0;
+    void *D[TPK_GEMM_SM90_GROUP_MAX];
+    for (int j = i; j >= 0; j = e->group_next[j]) {
+        CHECK(n < TPK_GEMM_SM90_GROUP_MAX);
+        cols[n] = (int)g->ops[j].gemm_n;
+        D[n++] = e->dptr[g->ops[j].out];
+    }
+    return tpk_gemm_sm90_fp8_group(e->dptr[op->in[0]], e->d_scales + SCALE_SLOT * op->in[0], e->dptr[op->in[1]],
+                                   e->group_cs[i], op->n_in > 2 ? e->dptr[op->in[2]] : NULL, n, cols, D,
+                                   (int)op->gemm_m, (int)op->gemm_k, e->sms, e->stream);
+}
+
 /* GEMM + bias + exact GELU in one kernel: it writes the GELU's output (E4M3 with its scale for FP8 operands) */
 static int l_gemm_sm90_gelu(tp_engine *e, int i, int *lib) {
     (void)lib;
@@ -602,6 +620,7 @@ static const launcher LAUNCHERS[TP_CALL_KIND_COUNT] = {
     [TP_CALL_GEMM_CUTLASS_WO] = l_gemm_cutlass_wo,
     [TP_CALL_GEMM_SM90_GELU] = l_gemm_sm90_gelu,
     [TP_CALL_GEMV_GROUP] = l_gemv_group,
+    [TP_CALL_GEMM_SM90_GROUP] = l_gemm_sm90_group,
     [TP_CALL_GEMM_SPARSE] = l_gemm_sparse,
     [TP_CALL_ATTENTION_FLASH] = l_attention,
     [TP_CALL_ATTENTION_WGMMA] = l_attention,

@@ -416,11 +416,15 @@ int tp_engine_op_call(const tp_engine *e, int op, const char **kernel) {
 
 int tp_engine_gemm_choice(const tp_engine *e, int op) {
     if (!e || op < 0 || op >= e->g->n_ops || !e->gplan[op]) return -1;
-    switch (tpe_kind(e, op)) {
+    tp_call_kind k = tpe_kind(e, op);
+    /* a member of a sibling GEMM (not its leader): its own choice, kept in its slot for a build without the group */
+    if (k == TP_CALL_GEMM_SM90_GROUP && !tp_program_is_head(&e->prog, op)) k = e->prog.calls[op].kind;
+    switch (k) {
     case TP_CALL_GEMM_SM90:
     case TP_CALL_GEMM_SM90_WO: return TP_GEMM_CHOICE_SM90;
     case TP_CALL_GEMV: return TP_GEMM_CHOICE_GEMV;
     case TP_CALL_GEMM_CUTLASS_WO: return TP_GEMM_CHOICE_CUTLASS_WO + e->cutlass_tile[op];
+    case TP_CALL_GEMM_SM90_GROUP: return TP_GEMM_CHOICE_SM90_GROUP;
     case TP_CALL_GEMM_SM90_GELU: return TP_GEMM_CHOICE_SM90_GELU;
     default: return tp_gemm_plan_choice(e->gplan[op]);
     }

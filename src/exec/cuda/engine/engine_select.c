@@ -83,31 +83,134 @@ static tp_status group_scales(tp_engine *e, int lead, int64_t n, tp_error *err) 
     return st;
 }
 
-/* The group of leader `lead` as one call of kind TP_CALL_GEMV_GROUP (on: its members join the leader's call, the
- * leader's own kind kept in *own), or the members' own calls again (off: each of the kind it had, the leader *own). */
-static void group_set(tp_engine *e, int lead, int on, tp_call_kind *own) {
-    const int grouped = tpe_kind(e, lead) == TP_CALL_GEMV_GROUP;
+/* The group of leader `lead` as one call of kind `kind` (TP_CALL_GEMV_GROUP or TP_CALL_GEMM_SM90_GROUP; on: its
+ * members join the leader's call, the leader's own kind kept in *own), or the members' own calls again (off: each of
+ * the kind it had, the leader *own). */
+static void group_set(tp_engine *e, int lead, int on, tp_call_kind kind, tp_call_kind *own) {
+    const int grouped = tpe_kind(e, lead) == kind;
     if (on && !grouped) {
         *own = tpe_kind(e, lead);
         for (int j = e->group_next[lead]; j >= 0; j = e->group_next[j]) tp_program_merge(&e->prog, lead, j);
-        tpe_set_kind(e, lead, TP_CALL_GEMV_GROUP);
+        tpe_set_kind(e, lead, kind);
     } else if (!on && grouped) {
         for (int j = e->group_next[lead]; j >= 0; j = e->group_next[j]) tp_program_split(&e->prog, j);
         tpe_set_kind(e, lead, *own);
     }
 }
 
-tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int, double *, tp_error *),
-                            tp_error *err) {
+static int sm90_plain_candidate(const tp_engine *e, int i);
+
+/* The group of leader `lead` can run as one tprof Hopper FP8 GEMM (gemm_sm90.h tpk_gemm_sm90_fp8_group): a
+ * prefill's (more than 8 rows) per-tensor FP8 linears writing F16, each alone in its call and a candidate for
+ * tprof's FP8 GEMM, at most TPK_GEMM_SM90_GROUP_MAX of them, each N a multiple of 8; their weights (and biases: all
+ * or none) one after the other in memory (the group layout, engine_memory.c). *n_total: the columns in all. */
+static int gemm_group_ready(const tp_engine *e, int lead, int64_t *n_total) {
     const tp_graph *g = e->g;
+    const tp_op *l = &g->ops[lead];
+    *n_total = 0;
+    if (l->gemm_m <= 8 || !tpk_gemm_sm90_supported() || e->fp8_promote) return 0;
+    const char *w = e->dptr[l->in[1]], *b = l->n_in > 2 ? e->dptr[l->in[2]] : NULL;
+    int n = 0;
+    for (int j = lead; j >= 0; j = e->group_next[j], n++) {
+        const tp_op *op = &g->ops[j];
+        if (n >= TPK_GEMM_SM90_GROUP_MAX || op->gemm_n % 8 || e->prog.calls[j].n_ops != 1 ||
+            e->plan->value_dt[op->in[0]] != TP_E4M3 || e->plan->value_dt[op->out] != TP_F16 ||
+            !sm90_plain_candidate(e, j) || (op->n_in > 2) != (b != NULL) || (const char *)e->dptr[op->in[1]] != w ||
+            (b && (const char *)e->dptr[op->in[2]] != b))
+            return 0;
+        w += value_bytes(e, op->in[1]);
+        if (b) b += value_bytes(e, op->in[2]);
+        *n_total += op->gemm_n;
+    }
+    return n >= 2;
+}
+
+/* Group `lead` (gemm_group_ready) as one GEMM where it times faster than its members' chosen GEMMs, which
+ * tpe_choose_gemms timed (their gemm_us; a member not timed keeps them apart). */
+static tp_status choose_gemm_group(tp_engine *e, int lead, int64_t n,
+                                   tp_status (*time_op)(tp_engine *, int, double *, tp_error *), tp_error *err) {
+    const tp_graph *g = e->g;
+    double apart = 0, together = 0;
+    int members = 0;
+    for (int j = lead; j >= 0; j = e->group_next[j], members++)
+        if (!(e->gemm_us[j] > 0) || apart < 0) apart = -1;
+        else apart += e->gemm_us[j];
+    if (apart < 0) return TP_OK;
+    tp_status st = group_scales(e, lead, n, err);
+    if (st) return st;
+    tp_error eg;
+    tp_call_kind own;
+    group_set(e, lead, 1, TP_CALL_GEMM_SM90_GROUP, &own);
+    if (time_op(e, lead, &together, &eg)) { /* a GEMM that fails to launch is skipped, as a candidate is */
+        cudaGetLastError();
+        group_set(e, lead, 0, TP_CALL_GEMM_SM90_GROUP, &own);
+        const size_t l = strlen(e->impl_note[lead]);
+        snprintf(e->impl_note[lead] + l, sizeof e->impl_note[lead] - l, "; one GEMM with its siblings failed: %.60s",
+                 eg.msg);
+        return TP_OK;
+    }
+    char why[200];
+    snprintf(why, sizeof why, "tprof sm90 FP8 GEMM for the %d linears reading %s (N %lld): %.1f us; apart: %.1f us",
+             members, g->values[g->ops[lead].in[0]].name, (long long)n, together, apart);
+    if (together >= apart) {
+        group_set(e, lead, 0, TP_CALL_GEMM_SM90_GROUP, &own);
+        const size_t l = strlen(e->impl_note[lead]);
+        snprintf(e->impl_note[lead] + l, sizeof e->impl_note[lead] - l, "; %s", why);
+        return TP_OK;
+    }
+    e->gemm_us[lead] = together;
+    snprintf(e->impl_note[lead], sizeof e->impl_note[lead], "%.180s (kept)", why);
+    for (int j = e->group_next[lead]; j >= 0; j = e->group_next[j]) {
+        e->gemm_us[j] = 0;
+        snprintf(e->impl_note[j], sizeof e->impl_note[j], "in the GEMM of %s: no kernel", g->ops[lead].layer);
+    }
+    return TP_OK;
+}
+
+/* Group `lead` (gemm_group_ready) as one GEMM, as given (an engine file's choice) */
+static tp_status set_gemm_group(tp_engine *e, int lead, int64_t n, tp_error *err) {
+    const tp_graph *g = e->g;
+    tp_status st = group_scales(e, lead, n, err);
+    if (st) return st;
+    tp_call_kind own;
+    group_set(e, lead, 1, TP_CALL_GEMM_SM90_GROUP, &own);
+    snprintf(e->impl_note[lead], sizeof e->impl_note[lead], "tprof sm90 FP8 GEMM for the linears reading %s (N %lld; "
+             "as given)", g->values[g->ops[lead].in[0]].name, (long long)n);
+    for (int j = e->group_next[lead]; j >= 0; j = e->group_next[j])
+        snprintf(e->impl_note[j], sizeof e->impl_note[j], "in the GEMM of %s: no kernel", g->ops[lead].layer);
+    return TP_OK;
+}
+
+tp_status tpe_choose_groups(tp_engine *e, const int *given,
+                            tp_status (*time_op)(tp_engine *, int, double *, tp_error *), tp_error *err) {
+    const tp_graph *g = e->g;
+    for (int i = 0; given && i < g->n_ops; i++) /* an engine file's group: the same layout and rules must hold */
+        if (given[i] == TP_GEMM_CHOICE_SM90_GROUP && (e->groups_mode == 0 || e->group_lead[i] != i)) {
+            int64_t n = 0;
+            if (e->group_lead[i] != i || !gemm_group_ready(e, i, &n))
+                return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: its sibling linears as one tprof FP8 GEMM asked, "
+                               "but they are not a group this engine lays out and the kernel takes (a prefill's "
+                               "per-tensor FP8 linears writing F16 on one E4M3 input, weights one after the other%s)",
+                               g->ops[i].layer, e->groups_mode == 0 ? "; --gemv-groups off" : "");
+        }
     for (int i = 0; e->groups_mode > 0 && i < g->n_ops; i++) {
         int64_t n = 0;
+        if (e->group_lead[i] == i && gemm_group_ready(e, i, &n)) { /* a prefill's FP8 siblings: by time, or given */
+            tp_status st = TP_OK;
+            if (!given) st = choose_gemm_group(e, i, n, time_op, err);
+            else if (given[i] == TP_GEMM_CHOICE_SM90_GROUP) st = set_gemm_group(e, i, n, err);
+            if (st) return st;
+            continue;
+        }
+        if (given && given[i] == TP_GEMM_CHOICE_SM90_GROUP)
+            return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: its sibling linears as one tprof FP8 GEMM asked, but the "
+                           "kernel does not take them here", g->ops[i].layer);
         if (e->group_lead[i] != i || !tpe_group_ready(e, i, &n)) continue;
         if (e->groups_mode == 1) { /* wherever the layout allows */
             tp_status st = group_scales(e, i, n, err);
             if (st) return st;
             tp_call_kind own;
-            group_set(e, i, 1, &own);
+            group_set(e, i, 1, TP_CALL_GEMV_GROUP, &own);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "one tprof GEMV for the linears reading %s (N %lld)",
                      g->values[g->ops[i].in[0]].name, (long long)n);
             for (int j = e->group_next[i]; j >= 0; j = e->group_next[j])
@@ -139,17 +242,17 @@ tp_status tpe_choose_groups(tp_engine *e, tp_status (*time_op)(tp_engine *, int,
         if (st) return st;
         tp_error eg;
         tp_call_kind own;
-        group_set(e, i, 1, &own);
+        group_set(e, i, 1, TP_CALL_GEMV_GROUP, &own);
         if (time_op(e, i, &together, &eg)) { /* a GEMV that fails to launch is skipped, as a candidate is */
             cudaGetLastError();
-            group_set(e, i, 0, &own);
+            group_set(e, i, 0, TP_CALL_GEMV_GROUP, &own);
             continue;
         }
         char why[200];
         snprintf(why, sizeof why, "one tprof GEMV for the %d linears reading %s (N %lld): %.1f us; apart: %.1f us",
                  members, g->values[g->ops[i].in[0]].name, (long long)n, together, apart);
         if (together >= apart) {
-            group_set(e, i, 0, &own);
+            group_set(e, i, 0, TP_CALL_GEMV_GROUP, &own);
             const size_t l = strlen(e->impl_note[i]);
             snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s", why);
             continue;
@@ -414,7 +517,7 @@ static void try_wo(tp_engine *e, int i, double t_best, int best, int n) {
 }
 
 _Static_assert(TP_GEMM_CHOICE_SM90 == 1001 && TP_GEMM_CHOICE_SM90_GELU == 1000 && TP_GEMM_CHOICE_GEMV == 1002 &&
-                   TP_GEMM_CHOICE_CUTLASS_WO == 1004 && TP_CUTLASS_TILES == 2,
+                   TP_GEMM_CHOICE_CUTLASS_WO == 1004 && TP_CUTLASS_TILES == 2 && TP_GEMM_CHOICE_SM90_GROUP == 1006,
                "engine_file.c's EF_MAX_ALGO");
 
 /* GEMM selection (gemm_cublaslt.h): each GEMM op's heuristic candidates timed on the op's own buffers (its
@@ -493,7 +596,8 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof decode GEMV (gemv.h; as given)");
             continue;
         }
-        if (given && given[i] >= 0) {
+        if (given && given[i] >= 0 && given[i] != TP_GEMM_CHOICE_SM90_GROUP) { /* a group's mark: the lead's own GEMM
+                                                                            is timed, the group formed after */
             if (tp_gemm_plan_select(gp, given[i]))
                 return tp_fail(err, TP_ERR_ARG, "gemm %s: candidate %d asked, cuBLASLt has %d", g->ops[i].layer,
                                given[i], n);
@@ -622,7 +726,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         }
     }
     { /* sibling linears as one GEMV (tpe_choose_groups), timed against the choices above */
-        tp_status st = tpe_choose_groups(e, time_op, err);
+        tp_status st = tpe_choose_groups(e, given, time_op, err);
         if (st) return st;
     }
     /* the accumulation of every per-tensor FP8 GEMM cuBLASLt runs, in its note (tprof's kernel says its own) */

@@ -78,6 +78,37 @@ int tpk_gemm_sm90_wo_nvfp4(const void *A, const void *W, const void *scales, con
     return gm_launch_wo<2>(enc, &a, dt, R != NULL, (cudaStream_t)stream);
 }
 
+static_assert(GM_GROUP_MAX == TPK_GEMM_SM90_GROUP_MAX, "gemm_sm90.h and the kernel agree on the group size");
+
+int tpk_gemm_sm90_fp8_group(const void *A, const float *a_scale, const void *W, const float *col_scales,
+                            const void *bias, int n, const int *cols, void *const *D, int M, int K, int sms,
+                            tp_stream stream) {
+    if (n < 1 || n > TPK_GEMM_SM90_GROUP_MAX || !cols || !D || !col_scales || ((uintptr_t)col_scales & 7) ||
+        !a_scale || ((uintptr_t)a_scale & 3))
+        return TPK_INVALID;
+    gm_group g = {};
+    g.cs = col_scales;
+    g.n = n;
+    long long N = 0;
+    for (int j = 0; j < n; j++) {
+        if (cols[j] <= 0 || cols[j] % 8 || !D[j] || ((uintptr_t)D[j] & 15)) return TPK_INVALID;
+        g.off[j] = (int)N;
+        g.D[j] = D[j];
+        N += cols[j];
+    }
+    for (int j = n; j <= GM_GROUP_MAX; j++) g.off[j] = (int)N; /* the unused members: empty, past every column */
+    if (N > 0x7fffffffLL || !tpk_gemm_sm90_fp8_shape_ok(TP_F16, M, (int)N, K)) return TPK_INVALID;
+    /* D is only checked for a pointer: member 0's */
+    encode_tiled_fn enc = gm_check(A, W, bias, D[0], 0, 0, 0);
+    if (!enc) return TPK_INVALID;
+    gm_args a = {A, W, bias, NULL, D[0], a_scale, col_scales, NULL, TP_E4M3, M, (int)N, K};
+    a.grp = &g;
+    cudaStream_t s = (cudaStream_t)stream;
+    return tpk_gemm_sm90_fp8_pick_variant(TP_F16, M, (int)N, sms) == 2
+               ? gm_launch<e4m3_t, __half, __half, 0, 0, 0, GM_BN96, 0, 1>(enc, &a, s)
+               : gm_launch<e4m3_t, __half, __half, 0, 0, 0, GM_BN, 0, 1>(enc, &a, s);
+}
+
 int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N, int sms) {
     if (d_dt != TP_F16 || sms <= 0 || M <= 0 || N <= 0) return 0;
     /* per SM, tiles run one after the other on the tensor cores: the busiest SM takes ceil(tiles / SMs) tile

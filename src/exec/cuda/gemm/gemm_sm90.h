@@ -135,6 +135,19 @@ int tpk_gemm_sm90_wo_nvfp4(const void *A, const void *W, const void *scales, con
  * arithmetic: no CUDA call. */
 int tpk_gemm_sm90_fp8_pick_variant(tp_dtype d_dt, int M, int N, int sms);
 
+/* Sibling linears reading one E4M3 input as one FP8 GEMM (a prefill's q/k/v, gate/up): W (N, K) row-major E4M3 holds
+ * the n members' weights one after the other (N = cols[0] + ... + cols[n - 1]), col_scales (N) fp32 on the device
+ * each member's per-tensor weight scale over its columns (8-byte aligned), bias (N) F16 or NULL; member j's output
+ * D[j] (M, cols[j]) row-major F16, 16-byte aligned, apart from A and W:
+ *     D[j][m][c] = a_scale col_scales[o_j + c] (A W^T)[m][o_j + c] + bias[o_j + c],  o_j = cols[0] + .. + cols[j-1]
+ * The same kernel as tpk_gemm_sm90_fp8's with an F16 D (its tiles picked as tpk_gemm_sm90_fp8_pick_variant picks for
+ * sms SMs), one scale per column and each 16-byte chunk of the output stored to its member. n 1 ..
+ * TPK_GEMM_SM90_GROUP_MAX, every cols[j] a positive multiple of 8; K % 16 == 0. Errors as tpk_gemm_sm90_fp8's. */
+#define TPK_GEMM_SM90_GROUP_MAX 4
+int tpk_gemm_sm90_fp8_group(const void *A, const float *a_scale, const void *W, const float *col_scales,
+                            const void *bias, int n, const int *cols, void *const *D, int M, int K, int sms,
+                            tp_stream stream);
+
 #ifdef __cplusplus
 }
 #endif

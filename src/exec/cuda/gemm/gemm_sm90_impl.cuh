@@ -353,6 +353,41 @@ __device__ __forceinline__ uint32_t gm_scale2(const unsigned char *wsc, int n, i
     return v;
 }
 
+/* Sibling linears as one GEMM (GRP, tpk_gemm_sm90_fp8_group): W their E4M3 weights one after the other (N rows in
+ * all), cs N fp32 column scales (member j's per-tensor weight scale over its columns: alpha = a_scale cs[n]),
+ * member j's columns [off[j], off[j + 1]) written to D[j], (M, off[j + 1] - off[j]) row-major. Every off a multiple
+ * of 8, so a 16-byte chunk of the output never spans two members. */
+#define GM_GROUP_MAX 4
+typedef struct {
+    const float *cs;
+    void *D[GM_GROUP_MAX];
+    int off[GM_GROUP_MAX + 1];
+    int n;
+} gm_group;
+
+/* GRP: the member holding column n (constant indices only, so the parameter stays in its bank) and its output
+ * address for row m */
+template <typename TO> __device__ __forceinline__ TO *gm_group_at(const gm_group &g, int m, int n) {
+    const int j = (n >= g.off[1]) + (g.n > 2 && n >= g.off[2]) + (g.n > 3 && n >= g.off[3]);
+    const int o = j == 0 ? 0 : j == 1 ? g.off[1] : j == 2 ? g.off[2] : g.off[3];
+    const int w = (j == 0 ? g.off[1] : j == 1 ? g.off[2] : j == 2 ? g.off[3] : g.off[4]) - o;
+    TO *d = (TO *)(j == 0 ? g.D[0] : j == 1 ? g.D[1] : j == 2 ? g.D[2] : g.D[3]);
+    return d + (size_t)m * w + (n - o);
+}
+
+/* gm_epi_round for GRP: alpha times this lane's column scales (cpk[j]: columns n0 + 8 j + 2 (lane % 4), + 1) */
+template <int O8, int GELU, typename TB, int BN>
+__device__ __forceinline__ void gm_epi_round_cs(float *acc, const uint32_t *bpk, const float2 *cpk, int r,
+                                                float alpha) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        float *aj = acc + (r >> 1) * (BN / 2) + 4 * j + 2 * (r & 1);
+        const float2 b = gm_unpack2(bpk[j], TB());
+        aj[0] = gm_epi<1, O8, GELU>(aj[0], alpha * cpk[j].x, b.x);
+        aj[1] = gm_epi<1, O8, GELU>(aj[1], alpha * cpk[j].y, b.y);
+    }
+}
+
 /* ---- the kernel ---------------------------------------------------------------------------------------------------- */
 
 /* TI: the operands' type (__half, __nv_bfloat16, e4m3_t); TB: the bias's (TO for 16-bit operands, __half for E4M3
@@ -360,12 +395,12 @@ __device__ __forceinline__ uint32_t gm_scale2(const unsigned char *wsc, int n, i
  * consumer warpgroup's epilogue writes its whole tile); 1: variant 1 (rows 64-127 of each tile go through shared
  * memory to the helper warps). a_scale, w_scale: E4M3 operands' storage scales; d_scale: an E4M3 output's (device
  * pointers, read once per thread: graph replays see their current values). */
-template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN, int WC>
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN, int WC, int GRP>
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                      const TB *__restrict__ bias, const TO *R, TO *D, const float *__restrict__ a_scale,
                      const float *__restrict__ w_scale, const float *__restrict__ d_scale, int M, int N, int K,
-                     const unsigned char *__restrict__ wsc) {
+                     const unsigned char *__restrict__ wsc, const __grid_constant__ gm_group grp) {
 #if WG_HAVE_WGMMA
     /* F8: E4M3 operands; WC: 16-bit A and weights converted to TI in shared memory, E4M3 (1) or NVFP4 (2, its block
      * scales wsc, alpha = its s2), alpha = w_scale; SC: the epilogue scales by alpha */
@@ -378,6 +413,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                   "96-wide tiles: E4M3 operands, F16 D, no helpers");
     static_assert(!WC || (sizeof(TI) == 2 && sizeof(TO) == 2 && BN == GM_BN && !HELP),
                   "converted weights: 16-bit A and D, 128-wide tiles, no helpers");
+    static_assert(!GRP || (sizeof(TI) == 1 && sizeof(TO) == 2 && !RES && !HELP && !WC && !GELU),
+                  "sibling groups: E4M3 operands, F16 D, plain epilogue, no helpers");
     const int S = HELP ? GM_STAGES_H : GM_STAGES;
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar0 = smem_u32(bars);
     const int tid = threadIdx.x, wg = tid >> 7;
@@ -406,7 +443,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
      * (constants), then waits before any activation load */
     tpk_pdl_trigger();
     if (tid != 0) tpk_pdl_wait();
-    const float alpha = tid == 0 ? 1.0f : F8 ? __ldg(a_scale) * __ldg(w_scale) : WC ? __ldg(w_scale) : 1.0f;
+    const float alpha = tid == 0 ? 1.0f
+                        : F8     ? __ldg(a_scale) * (GRP ? 1.0f : __ldg(w_scale)) /* GRP: the columns' own */
+                        : WC     ? __ldg(w_scale)
+                                 : 1.0f;
     const float os = O8 && tid != 0 ? __frcp_rn(__ldg(d_scale)) : 1.0f; /* r = RN(1 / d_scale): gm_pack */
 
     /* the CTA's i-th tile is blockIdx.x + i gridDim.x (N tiles of one row tile adjacent); its K steps are the
@@ -501,6 +541,13 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             const int n = n0 + 8 * j + 2 * (lane & 3);
             bpk[j] = bias && n < N ? __ldg(reinterpret_cast<const unsigned int *>(bias + n)) : 0u; /* N % 8 == 0 */
         }
+        float2 cpk[GRP ? BN / 8 : 1]; /* GRP: the same columns' scales */
+        if constexpr (GRP)
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                const int n = n0 + 8 * j + 2 * (lane & 3);
+                cpk[j] = n < N ? __ldg(reinterpret_cast<const float2 *>(grp.cs + n)) : make_float2(0.0f, 0.0f);
+            }
         /* the residual at this lane's accumulators of rows 0-63 (rounds 0 and 1), loaded now so the K loop hides
          * their latency (rows 64-127 into L2 now, into these registers once rounds 0 and 1 have used them: the
          * whole tile's would not fit beside the accumulators); added in fp32 before the one rounding */
@@ -574,7 +621,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
         /* a staged row: BN outputs, CH chunks of 16 bytes (16 for a 16-bit type, 8 for E4M3) */
         enum { OB = sizeof(TO), CH = BN * sizeof(TO) / 16 };
         const uint32_t stg = base + S * GM_STAGE(BN) + (uint32_t)((c * 4 + warp) * GM_STG_WARP(BN));
-        gm_epi_round<SC, O8, GELU, TB, BN>(acc, bpk, 0, alpha);
+        if constexpr (GRP) gm_epi_round_cs<O8, GELU, TB, BN>(acc, bpk, cpk, 0, alpha);
+        else gm_epi_round<SC, O8, GELU, TB, BN>(acc, bpk, 0, alpha);
         if constexpr (RES) gm_add_round<TO, BN>(acc, rpk, 0);
 #pragma unroll
         for (int r = 0; r < NR; r++) {
@@ -587,7 +635,9 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 else asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
             }
             __syncwarp(); /* also orders a residual R == D: every lane has used its R values before any stores */
-            if (r < NR - 1) gm_epi_round<SC, O8, GELU, TB, BN>(acc, bpk, r + 1, alpha);
+            if constexpr (GRP) {
+                if (r < NR - 1) gm_epi_round_cs<O8, GELU, TB, BN>(acc, bpk, cpk, r + 1, alpha);
+            } else if (r < NR - 1) gm_epi_round<SC, O8, GELU, TB, BN>(acc, bpk, r + 1, alpha);
             if constexpr (RES) {
                 if (r < NR - 1) gm_add_round<TO, BN>(acc, rpk, r + 1);
                 if (r == 0) gm_load_res<BN>(rpk, R, m0, n0, 1, warp, lane, M, N); /* rounds 2 and 3 */
@@ -602,7 +652,10 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                              : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                              : "r"(stg + row * GM_STG_ROW(BN) + 16 * ch)
                              : "memory");
-                if (m < M && n < N) *reinterpret_cast<uint4 *>(D + (size_t)m * N + n) = v; /* N % (16 / OB) == 0 */
+                if (m < M && n < N) { /* N % (16 / OB) == 0 */
+                    if constexpr (GRP) *reinterpret_cast<uint4 *>(gm_group_at<TO>(grp, m, n)) = v;
+                    else *reinterpret_cast<uint4 *>(D + (size_t)m * N + n) = v;
+                }
             }
             __syncwarp();
         }
@@ -613,7 +666,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 #undef HEMPTY
 #else
     (void)tmA, (void)tmB, (void)bias, (void)R, (void)D, (void)a_scale, (void)w_scale, (void)d_scale;
-    (void)M, (void)N, (void)K;
+    (void)M, (void)N, (void)K, (void)wsc, (void)grp;
 #endif
 }
 
@@ -672,15 +725,16 @@ typedef struct {
     tp_dtype in_dt;
     int M, N, K;
     const unsigned char *wsc; /* NVFP4 weights' UE4M3 block scales (N, K / 16), the converting kernel's WC 2 */
+    const gm_group *grp;      /* GRP: the sibling group's column scales and outputs */
 } gm_args;
 
-template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN, int WC = 0>
+template <typename TI, typename TB, typename TO, int GELU, int HELP, int RES, int BN, int WC = 0, int GRP = 0>
 static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     CUtensorMap ma, mb;
     if (gm_map(enc, &ma, a->A, a->in_dt, a->M, a->K, GM_BM) ||
         gm_map(enc, &mb, a->W, WC ? TP_E4M3 : a->in_dt, a->N, a->K, BN, WC))
         return TPK_INVALID;
-    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC>,
+    cudaError_t e = cudaFuncSetAttribute(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC, GRP>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM(HELP, BN));
     if (e != cudaSuccess) return (int)e;
     int dev = 0, sms = 0;
@@ -692,10 +746,12 @@ static int gm_launch(encode_tiled_fn enc, const gm_args *a, cudaStream_t s) {
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms); /* persistent: one CTA per SM */
     /* with the PDL attribute (pdl.cuh): in a stream or a captured graph the kernel may start while the one before
      * it finishes, its weights' first stages already loading */
-    return tpk_pdl_launched(tpk_pdl_launch_kernel(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC>, dim3(grid),
-                                                  dim3(GM_THREADS), (size_t)GM_SMEM(HELP, BN), s, ma, mb,
+    const gm_group none = {};
+    return tpk_pdl_launched(tpk_pdl_launch_kernel(gemm_sm90_kernel<TI, TB, TO, GELU, HELP, RES, BN, WC, GRP>,
+                                                  dim3(grid), dim3(GM_THREADS), (size_t)GM_SMEM(HELP, BN), s, ma, mb,
                                                   (const TB *)a->bias, (const TO *)a->R, (TO *)a->D, a->a_scale,
-                                                  a->w_scale, a->d_scale, a->M, a->N, a->K, a->wsc));
+                                                  a->w_scale, a->d_scale, a->M, a->N, a->K, a->wsc,
+                                                  a->grp ? *a->grp : none));
 }
 
 /* the checks both entry points share: flags, operand and output pointers, the device and its encoder (looked up
