@@ -125,35 +125,33 @@ static int gemm_group_ready(const tp_engine *e, int lead, int64_t *n_total) {
     return n >= 2;
 }
 
-/* Group `lead` (gemm_group_ready) as one GEMM where it times faster than its members' chosen GEMMs, which
- * tpe_choose_gemms timed (their gemm_us; a member not timed keeps them apart). */
-static tp_status choose_gemm_group(tp_engine *e, int lead, int64_t n,
-                                   tp_status (*time_op)(tp_engine *, int, double *, tp_error *), tp_error *err) {
+/* Group `lead` as one call of `kind` (TP_CALL_GEMV_GROUP: "GEMV"; TP_CALL_GEMM_SM90_GROUP: "GEMM") where it times
+ * faster than `apart` us, its members' own calls (the note says both; a group that fails to launch is skipped, as a
+ * candidate is). The kept group's time goes to its leader's gemm_us, its members' to 0. */
+static tp_status try_group(tp_engine *e, int lead, int64_t n, tp_call_kind kind, double apart, int members,
+                           tp_status (*time_op)(tp_engine *, int, double *, tp_error *), tp_error *err) {
     const tp_graph *g = e->g;
-    double apart = 0, together = 0;
-    int members = 0;
-    for (int j = lead; j >= 0; j = e->group_next[j], members++)
-        if (!(e->gemm_us[j] > 0) || apart < 0) apart = -1;
-        else apart += e->gemm_us[j];
-    if (apart < 0) return TP_OK;
+    const int gemm = kind == TP_CALL_GEMM_SM90_GROUP;
     tp_status st = group_scales(e, lead, n, err);
     if (st) return st;
+    double together = 0;
     tp_error eg;
     tp_call_kind own;
-    group_set(e, lead, 1, TP_CALL_GEMM_SM90_GROUP, &own);
-    if (time_op(e, lead, &together, &eg)) { /* a GEMM that fails to launch is skipped, as a candidate is */
+    group_set(e, lead, 1, kind, &own);
+    if (time_op(e, lead, &together, &eg)) {
         cudaGetLastError();
-        group_set(e, lead, 0, TP_CALL_GEMM_SM90_GROUP, &own);
+        group_set(e, lead, 0, kind, &own);
         const size_t l = strlen(e->impl_note[lead]);
-        snprintf(e->impl_note[lead] + l, sizeof e->impl_note[lead] - l, "; one GEMM with its siblings failed: %.60s",
-                 eg.msg);
+        snprintf(e->impl_note[lead] + l, sizeof e->impl_note[lead] - l, "; one %s with its siblings failed: %.60s",
+                 gemm ? "GEMM" : "GEMV", eg.msg);
         return TP_OK;
     }
     char why[200];
-    snprintf(why, sizeof why, "tprof sm90 FP8 GEMM for the %d linears reading %s (N %lld): %.1f us; apart: %.1f us",
-             members, g->values[g->ops[lead].in[0]].name, (long long)n, together, apart);
+    snprintf(why, sizeof why, "%s for the %d linears reading %s (N %lld): %.1f us; apart: %.1f us",
+             gemm ? "tprof sm90 FP8 GEMM" : "one tprof GEMV", members, g->values[g->ops[lead].in[0]].name,
+             (long long)n, together, apart);
     if (together >= apart) {
-        group_set(e, lead, 0, TP_CALL_GEMM_SM90_GROUP, &own);
+        group_set(e, lead, 0, kind, &own);
         const size_t l = strlen(e->impl_note[lead]);
         snprintf(e->impl_note[lead] + l, sizeof e->impl_note[lead] - l, "; %s", why);
         return TP_OK;
@@ -162,9 +160,22 @@ static tp_status choose_gemm_group(tp_engine *e, int lead, int64_t n,
     snprintf(e->impl_note[lead], sizeof e->impl_note[lead], "%.180s (kept)", why);
     for (int j = e->group_next[lead]; j >= 0; j = e->group_next[j]) {
         e->gemm_us[j] = 0;
-        snprintf(e->impl_note[j], sizeof e->impl_note[j], "in the GEMM of %s: no kernel", g->ops[lead].layer);
+        snprintf(e->impl_note[j], sizeof e->impl_note[j], "in the %s of %s: no kernel", gemm ? "GEMM" : "GEMV",
+                 g->ops[lead].layer);
     }
     return TP_OK;
+}
+
+/* Group `lead` (gemm_group_ready) as one GEMM where it times faster than its members' chosen GEMMs, which
+ * tpe_choose_gemms timed (their gemm_us; a member not timed keeps them apart). */
+static tp_status choose_gemm_group(tp_engine *e, int lead, int64_t n,
+                                   tp_status (*time_op)(tp_engine *, int, double *, tp_error *), tp_error *err) {
+    double apart = 0;
+    int members = 0;
+    for (int j = lead; j >= 0; j = e->group_next[j], members++)
+        if (!(e->gemm_us[j] > 0) || apart < 0) apart = -1;
+        else apart += e->gemm_us[j];
+    return apart < 0 ? TP_OK : try_group(e, lead, n, TP_CALL_GEMM_SM90_GROUP, apart, members, time_op, err);
 }
 
 /* Group `lead` (gemm_group_ready) as one GEMM, as given (an engine file's choice) */
@@ -217,7 +228,7 @@ tp_status tpe_choose_groups(tp_engine *e, const int *given,
                 snprintf(e->impl_note[j], sizeof e->impl_note[j], "in the GEMV of %s: no kernel", g->ops[i].layer);
             continue;
         }
-        double apart = 0, together = 0;
+        double apart = 0;
         int members = 0;
         for (int j = i; j >= 0; j = e->group_next[j]) {
             tp_error ej;
@@ -238,28 +249,8 @@ tp_status tpe_choose_groups(tp_engine *e, const int *given,
                      "; not grouped: a member was not timed (--gemv-groups on groups without timing)");
             continue;
         }
-        tp_status st = group_scales(e, i, n, err);
+        tp_status st = try_group(e, i, n, TP_CALL_GEMV_GROUP, apart, members, time_op, err);
         if (st) return st;
-        tp_error eg;
-        tp_call_kind own;
-        group_set(e, i, 1, TP_CALL_GEMV_GROUP, &own);
-        if (time_op(e, i, &together, &eg)) { /* a GEMV that fails to launch is skipped, as a candidate is */
-            cudaGetLastError();
-            group_set(e, i, 0, TP_CALL_GEMV_GROUP, &own);
-            continue;
-        }
-        char why[200];
-        snprintf(why, sizeof why, "one tprof GEMV for the %d linears reading %s (N %lld): %.1f us; apart: %.1f us",
-                 members, g->values[g->ops[i].in[0]].name, (long long)n, together, apart);
-        if (together >= apart) {
-            group_set(e, i, 0, TP_CALL_GEMV_GROUP, &own);
-            const size_t l = strlen(e->impl_note[i]);
-            snprintf(e->impl_note[i] + l, sizeof e->impl_note[i] - l, "; %s", why);
-            continue;
-        }
-        snprintf(e->impl_note[i], sizeof e->impl_note[i], "%.180s (kept)", why);
-        for (int j = e->group_next[i]; j >= 0; j = e->group_next[j])
-            snprintf(e->impl_note[j], sizeof e->impl_note[j], "in the GEMV of %s: no kernel", g->ops[i].layer);
     }
     return TP_OK;
 }
