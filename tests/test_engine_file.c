@@ -644,6 +644,14 @@ START_TEST(test_gemm_selection) {
     ck_assert_int_eq(f.gemm.algo[1], 1002);
     ck_assert_int_eq(f.gemm.fp8_accum, TP_FP8_ACCUM_UNKNOWN);
     tp_engine_file_free(&f);
+    for (int c = 1004; c <= 1006; c++) { /* CUTLASS's two tiles, a sibling group's GEMM: read as given */
+        json_array_set_new(a, 1, json_integer(c));
+        write_with_header(q, b, nb, root);
+        ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
+        ck_assert_int_eq(f.gemm.algo[1], c);
+        tp_engine_file_free(&f);
+    }
+    json_array_set_new(a, 1, json_integer(1002));
     json_object_set_new(gsel, "fp8_accum", json_string("fast"));
     write_with_header(q, b, nb, root);
     ck_assert_msg(tp_engine_file_read(q, &f, &err) == TP_OK, "%s", err.msg);
