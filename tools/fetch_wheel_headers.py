@@ -49,17 +49,22 @@ def digest(p):
 def wheel_path(package, version, suffix):
     """The wheel in ~/.cache/tprof, downloaded (and its sha256 checked) when missing."""
     url_json = f"https://pypi.org/pypi/{package}/json"
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "tprof")
     try:
         # the project's JSON (its per-version endpoint answered 404 for nvidia-cusparselt-cu13, 2026-11-26)
         with urllib.request.urlopen(url_json, timeout=30) as r:
             meta = json.load(r)
-    except Exception as e:  # no network, PyPI down: reported, not fatal for the build
+    except Exception as e:  # no network, PyPI down: a wheel checked when it was downloaded, else reported
+        stem = package.replace("-", "_") + "-" + version + "-"
+        cached = sorted(f for f in (os.listdir(cache) if os.path.isdir(cache) else [])
+                        if f.startswith(stem) and f.endswith(suffix))
+        if cached:
+            return os.path.join(cache, cached[0])
         fail(f"PyPI's JSON for {package}: {e}")
     wheels = [u for u in meta.get("releases", {}).get(version, []) if u.get("filename", "").endswith(suffix)]
     if not wheels:
         fail(f"no {suffix} wheel of {package}=={version} on PyPI")
     w = wheels[0]
-    cache = os.path.join(os.path.expanduser("~"), ".cache", "tprof")
     os.makedirs(cache, exist_ok=True)
     path = os.path.join(cache, w["filename"])
     want = w.get("digests", {}).get("sha256")
@@ -91,6 +96,8 @@ def main():
     n = 0
     with zipfile.ZipFile(path) as z:
         for name in z.namelist():
+            if ".." in name.split("/") or name.startswith("/"):  # nothing may land outside OUT_DIR
+                continue
             for prefix, dest in members.items():
                 if name.startswith(prefix) and not name.endswith("/"):
                     target = os.path.join(stage, dest + name[len(prefix):]) if prefix.endswith("/") else \

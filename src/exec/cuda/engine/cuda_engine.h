@@ -95,9 +95,10 @@ typedef struct {
      * (bench/results/2026-11-25_h100_pdl_groups.log). */
     int gemv_groups;
     /* Optional: the plan (of this graph) whose sibling groups lay out the weights, where it stores every member as
-     * this engine's plan does; NULL: this engine's own. Only the layout: the engine runs its own plan's groups. A prefill engine whose plan groups nothing (W8A8: its
-     * linears read E4M3 inputs) lays its weights out for a decode engine that shares them and groups (fp8-wo's
-     * GEMVs, --prefill-activations fp8); the layout costs the prefill's GEMMs nothing (they read each member). */
+     * this engine's plan does; NULL: this engine's own. Only the layout: the engine runs its own plan's groups. A W8A8
+     * prefill engine (--prefill-activations fp8) lays its weights out for the fp8-wo decode engine that shares them
+     * and groups its GEMVs; the layout costs the prefill's GEMMs nothing (they read each member, or a group's GEMM
+     * reads them all). */
     const struct tp_plan *group_layout;
     /* 1: no kernel overlap in the CUDA graph. The decode path's kernels (decoder_ops.h, gemv.h) are launched with
      * programmatic dependent launch (kernels/pdl.cuh): each may start while the previous one finishes, streaming

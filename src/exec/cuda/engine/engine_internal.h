@@ -94,7 +94,8 @@ struct tp_engine {
     float **group_cs;          /* per leader of a weight-only FP8 group: its members' per-tensor scales, one per
                                   output row (N fp32, device), the group GEMV's per-row scales */
     int groups_mode;           /* tp_engine_options.gemv_groups */
-    double *gemm_us;           /* per GEMM op: the build-time time of what was chosen (0: not timed) */
+    double *gemm_us;           /* per GEMM op: the build-time time of what was chosen (0: not timed, or a member of a
+                                  sibling group chosen by time, whose leader holds the group's) */
     int *cutlass_tile;         /* per op running CUTLASS's mixed-input GEMM: its tile shape (gemm_cutlass.h) */
     int fp8_promote;           /* tp_engine_options.fp8_promote */
     int sms;                   /* the device's SM count (tpk_gemm_sm90_fp8_pick_variant's tiling rule) */
@@ -282,7 +283,7 @@ tp_status tpe_choose_attention(tp_engine *e, tp_attn_impl want, tp_error *err);
 /* Op i's time as configured now, us: the mean of 10 back-to-back launches after 3 (the launch hook off). */
 tp_status tpe_time_op(tp_engine *e, int i, double *us, tp_error *err);
 tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int *given, tp_error *err);
-tp_status tpe_choose_groups(tp_engine *e, const int *given,
+tp_status tpe_choose_groups(tp_engine *e, const int *given, int cublaslt_only,
                             tp_status (*time_op)(tp_engine *, int, double *, tp_error *), tp_error *err);
 /* With tp_engine_options.sparse, every linear whose weight is 2:4 (formats/sparsity.h) and whose GEMM cuSPARSELt
  * takes gets a planned sparse GEMM, timed against its dense one (tpe_time_op), the faster kept; the op's note says

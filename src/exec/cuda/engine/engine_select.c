@@ -102,18 +102,22 @@ static int sm90_plain_candidate(const tp_engine *e, int i);
 
 /* The group of leader `lead` can run as one tprof Hopper FP8 GEMM (gemm_sm90.h tpk_gemm_sm90_fp8_group): a
  * prefill's (more than 8 rows) per-tensor FP8 linears writing F16, each alone in its call and a candidate for
- * tprof's FP8 GEMM, at most TPK_GEMM_SM90_GROUP_MAX of them, each N a multiple of 8; their weights (and biases: all
- * or none) one after the other in memory (the group layout, engine_memory.c). *n_total: the columns in all. */
+ * tprof's FP8 GEMM, in consecutive ops, at most TPK_GEMM_SM90_GROUP_MAX of them, each N a multiple of 8; their
+ * weights (and biases: all or none) one after the other in memory (the group layout, engine_memory.c); no tensor
+ * parallelism. *n_total: the columns in all. */
 static int gemm_group_ready(const tp_engine *e, int lead, int64_t *n_total) {
     const tp_graph *g = e->g;
     const tp_op *l = &g->ops[lead];
     *n_total = 0;
-    if (l->gemm_m <= 8 || !tpk_gemm_sm90_supported() || e->fp8_promote) return 0;
+    /* not under tensor parallelism (the other ranks mirror rank 0's calls without the column scales) */
+    if (l->gemm_m <= 8 || !tpk_gemm_sm90_supported() || e->fp8_promote || g->tp_size > 1) return 0;
     const char *w = e->dptr[l->in[1]], *b = l->n_in > 2 ? e->dptr[l->in[2]] : NULL;
     int n = 0;
     for (int j = lead; j >= 0; j = e->group_next[j], n++) {
         const tp_op *op = &g->ops[j];
-        if (n >= TPK_GEMM_SM90_GROUP_MAX || op->gemm_n % 8 || e->prog.calls[j].n_ops != 1 ||
+        /* members in consecutive ops: the leader's call writes every member's output, whose activation buffer is
+         * handed out at the member's own position (a buffer freed by an op in between could be its) */
+        if (j != lead + n || n >= TPK_GEMM_SM90_GROUP_MAX || op->gemm_n % 8 || e->prog.calls[j].n_ops != 1 ||
             e->plan->value_dt[op->in[0]] != TP_E4M3 || e->plan->value_dt[op->out] != TP_F16 ||
             !sm90_plain_candidate(e, j) || (op->n_in > 2) != (b != NULL) || (const char *)e->dptr[op->in[1]] != w ||
             (b && (const char *)e->dptr[op->in[2]] != b))
@@ -175,7 +179,13 @@ static tp_status choose_gemm_group(tp_engine *e, int lead, int64_t n,
     for (int j = lead; j >= 0; j = e->group_next[j], members++)
         if (!(e->gemm_us[j] > 0) || apart < 0) apart = -1;
         else apart += e->gemm_us[j];
-    return apart < 0 ? TP_OK : try_group(e, lead, n, TP_CALL_GEMM_SM90_GROUP, apart, members, time_op, err);
+    if (apart < 0) {
+        const size_t l = strlen(e->impl_note[lead]);
+        snprintf(e->impl_note[lead] + l, sizeof e->impl_note[lead] - l,
+                 "; not one GEMM with its siblings: a member was not timed");
+        return TP_OK;
+    }
+    return try_group(e, lead, n, TP_CALL_GEMM_SM90_GROUP, apart, members, time_op, err);
 }
 
 /* Group `lead` (gemm_group_ready) as one GEMM, as given (an engine file's choice) */
@@ -192,12 +202,15 @@ static tp_status set_gemm_group(tp_engine *e, int lead, int64_t n, tp_error *err
     return TP_OK;
 }
 
-tp_status tpe_choose_groups(tp_engine *e, const int *given,
+tp_status tpe_choose_groups(tp_engine *e, const int *given, int cublaslt_only,
                             tp_status (*time_op)(tp_engine *, int, double *, tp_error *), tp_error *err) {
     const tp_graph *g = e->g;
     for (int i = 0; given && i < g->n_ops; i++) /* an engine file's group: the same layout and rules must hold */
-        if (given[i] == TP_GEMM_CHOICE_SM90_GROUP && (e->groups_mode == 0 || e->group_lead[i] != i)) {
+        if (given[i] == TP_GEMM_CHOICE_SM90_GROUP && (e->groups_mode == 0 || e->group_lead[i] != i || cublaslt_only)) {
             int64_t n = 0;
+            if (cublaslt_only)
+                return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: its sibling linears as one tprof FP8 GEMM asked, but "
+                               "the engine may run cuBLASLt only (--gemm cublaslt)", g->ops[i].layer);
             if (e->group_lead[i] != i || !gemm_group_ready(e, i, &n))
                 return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: its sibling linears as one tprof FP8 GEMM asked, "
                                "but they are not a group this engine lays out and the kernel takes (a prefill's "
@@ -206,7 +219,8 @@ tp_status tpe_choose_groups(tp_engine *e, const int *given,
         }
     for (int i = 0; e->groups_mode > 0 && i < g->n_ops; i++) {
         int64_t n = 0;
-        if (e->group_lead[i] == i && gemm_group_ready(e, i, &n)) { /* a prefill's FP8 siblings: by time, or given */
+        if (!cublaslt_only && e->group_lead[i] == i && gemm_group_ready(e, i, &n)) { /* a prefill's FP8 siblings: by
+                                                                                         time, or given */
             tp_status st = TP_OK;
             if (!given) st = choose_gemm_group(e, i, n, time_op, err);
             else if (given[i] == TP_GEMM_CHOICE_SM90_GROUP) st = set_gemm_group(e, i, n, err);
@@ -530,13 +544,16 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         const int pc = hw && !cublaslt_only && sm90_plain_candidate(e, i);
         /* decode: the GEMV, nothing to choose (a given choice too: it can only be a cuBLASLt candidate) */
         if (op_weight_only(e, i) && g->ops[i].gemm_m <= 8) {
+            if (given && given[i] >= TP_GEMM_CHOICE_CUTLASS_WO)
+                return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: choice %d asked, but a weight-only linear of %lld "
+                               "rows runs tprof's decode GEMV", g->ops[i].layer, given[i], (long long)g->ops[i].gemm_m);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "%s",
                      e->plan->op_prec[i] == TP_PREC_NVFP4_WO
                          ? "tprof NVFP4 weight-only GEMV (gemv.h tpk_gemv_nvfp4): E2M1 x UE4M3 decoded in registers"
                          : "tprof FP8 weight-only GEMV (gemv.h tpk_gemv_fp8): E4M3 weights decoded in registers");
             continue;
         }
-        if (given && given[i] == TP_GEMM_CHOICE_SM90 && sm90_wo_candidate(e, i)) {
+        if (given && given[i] == TP_GEMM_CHOICE_SM90 && !cublaslt_only && sm90_wo_candidate(e, i)) {
             tpe_set_kind(e, i, TP_CALL_GEMM_SM90_WO);
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "tprof sm90 GEMM, weights converted in shared memory "
                      "(as given)");
@@ -544,6 +561,9 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         }
         if (given && given[i] >= TP_GEMM_CHOICE_CUTLASS_WO && given[i] < TP_GEMM_CHOICE_CUTLASS_WO + TP_CUTLASS_TILES) {
             char why[160] = "";
+            if (cublaslt_only)
+                return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: CUTLASS's mixed-input GEMM asked, but the engine may "
+                               "run cuBLASLt only (--gemm cublaslt)", g->ops[i].layer);
             if (!cutlass_wo_candidate(e, i))
                 return tp_fail(err, TP_ERR_UNSUPPORTED, "gemm %s: CUTLASS's mixed-input GEMM asked, but %s",
                                g->ops[i].layer,
@@ -596,15 +616,18 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
                      n);
             continue;
         }
-        if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i) && !sm90_wo_candidate(e, i) &&
-                       !cutlass_wo_candidate(e, i))) {
+        if (first || (n < 2 && gi < 0 && !pc && !gemv_candidate(e, i) &&
+                       (cublaslt_only || (!sm90_wo_candidate(e, i) && !cutlass_wo_candidate(e, i))))) {
             snprintf(e->impl_note[i], sizeof e->impl_note[i], "cuBLASLt: the heuristic's first of %d algorithms%s", n,
                      first && n > 1 ? " (selection off)" : "");
             continue;
         }
         int prev = -1;
         for (int j = 0; j < i && prev < 0; j++)
+            /* the same precision too: a 16-bit linear and a weight-only one share a 16-bit cuBLASLt description,
+             * but only the second has the GEMMs that read its low-bit weights to time */
             if (e->gplan[j] && tpe_same_gemm(tp_gemm_plan_desc(e->gplan[j]), tp_gemm_plan_desc(gp)) &&
+                e->plan->op_prec[j] == e->plan->op_prec[i] &&
                 (hw && !cublaslt_only && sm90_gelu_candidate(e, j) >= 0) == (gi >= 0) &&
                 (hw && !cublaslt_only && sm90_plain_candidate(e, j)) == pc)
                 prev = j;
@@ -663,7 +686,8 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
             try_gemv(e, i, t[best], best, n);
             continue;
         }
-        if (sm90_wo_candidate(e, i) || cutlass_wo_candidate(e, i)) { /* the GEMMs reading low-bit weights directly
+        if (!cublaslt_only && (sm90_wo_candidate(e, i) || cutlass_wo_candidate(e, i))) { /* the GEMMs reading low-bit
+                                                                                           weights directly
                                                                          against dequantize + cuBLASLt */
             try_wo(e, i, t[best], best, n);
             continue;
@@ -717,7 +741,7 @@ tp_status tpe_choose_gemms(tp_engine *e, int first, int cublaslt_only, const int
         }
     }
     { /* sibling linears as one GEMV (tpe_choose_groups), timed against the choices above */
-        tp_status st = tpe_choose_groups(e, given, time_op, err);
+        tp_status st = tpe_choose_groups(e, given, cublaslt_only, time_op, err);
         if (st) return st;
     }
     /* the accumulation of every per-tensor FP8 GEMM cuBLASLt runs, in its note (tprof's kernel says its own) */
@@ -998,6 +1022,7 @@ static int eligible(const tp_engine *e, int i, tp_spgemm_desc *d, char *why, siz
     if (f8 && (pl->value_dt[op->in[1]] != TP_E4M3 || !pl->value_scaled[op->in[1]] || !pl->value_scaled[op->in[0]]))
         return snprintf(why, n, "an fp8 GEMM without per-tensor scales"), 0;
     if (tpe_kind(e, i) == TP_CALL_GEMV_GROUP) return snprintf(why, n, "part of a sibling group's GEMV"), 0;
+    if (tpe_kind(e, i) == TP_CALL_GEMM_SM90_GROUP) return snprintf(why, n, "part of a sibling group's GEMM"), 0;
     /* tprof's own FP8 GEMM (TP_CALL_GEMM_SM90) is the dense time the sparse one must beat, like cuBLASLt's; a GELU in the
      * epilogue (tprof's exact one or cuBLASLt's tanh form) has no sparse equivalent: cuSPARSELt 0.8.0 refused its
      * GELU activation on an H100 (bench/sparse_lab.c --epilogue gelu, bench/results/2026-11-26_h100_sparse_epilogues) */
