@@ -2,7 +2,7 @@
  * (sm90_mma_tma_gmma_rs_warpspecialized_mixed_input, "convert only": no group scales, the per-tensor scale is the
  * epilogue's alpha). CUTLASS is a C++ template library, so this wrapper is C++ where the rest of tprof's CUDA is C
  * style; what it exports is gemm_cutlass.h's C API. Built for sm_90a (CMakeLists.txt, with the headers) or as the
- * refusing stubs below (without them). */
+ * entry points below that refuse, saying why (without them). */
 #include "exec/cuda/vendor/gemm_cutlass.h"
 
 #include <cuda_runtime.h>
