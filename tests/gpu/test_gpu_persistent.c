@@ -5,8 +5,10 @@
  * tolerance; where the graph's best logit leads the second by more than the difference between the two engines, both
  * must pick the same token. Then both decode greedily on their own. Shapes: head dims 64, 128 and 256; GQA and MQA;
  * contexts from 1 to 4095 (a cache of 4096); an LM head of Llama 3's 128256 rows over K = 2048 and an MLP of K = 8192
- * (the tiles of Llama-3.2-1B); K = 688 (not a multiple of 64). Combinations the persistent step does not take are
- * refused when asked for and left to the graph under auto, saying why. */
+ * (the tiles of Llama-3.2-1B); K = 688 (not a multiple of 64); batches of 1, 3 and 8 sequences (at 8 the K = 8192
+ * and K = 14336 down projections stream K in chunks, and Llama-3.1-8B's hidden 4096 fills the shared memory for x).
+ * Combinations the persistent step does not take are refused when asked for and left to the graph under auto,
+ * saying why. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@ static const int CASES[][8] = {
     {512, 1024, 8, 2, 128, 1000, 1, 0},       /* head dim 128, a context of 1 */
     {256, 512, 4, 1, 64, 1000, 4090, 0},      /* a cache of 4096 (the last step sees 4095 keys) */
     {2048, 8192, 32, 8, 64, 128256, 200, 0},  /* Llama-3.2-1B's widths, two layers */
+    {4096, 14336, 32, 8, 128, 1000, 100, 0},  /* Llama-3.1-8B's widths, two layers, a small vocabulary */
 };
 
 static tp_model model_case(int k, int *T) {
@@ -80,19 +83,23 @@ static int argmax2(const float *x, int n, float *margin) {
     return a;
 }
 
-static void run_case(int k, tp_precision prec) {
+/* Case k in precision prec with B sequences of T prompt tokens each (different tokens per sequence). */
+static void run_case(int k, tp_precision prec, int B) {
     int T;
     tp_model m = model_case(k, &T);
     tp_error e = {0};
     tp_params p = {0};
     ck_assert_msg(tp_model_params_init(&m, 13, 1, &p, &e) == TP_OK, "%s", e.msg);
     const int V = CASES[k][5];
-    float *ids = malloc(sizeof(float) * (size_t)T), *lg = malloc(sizeof(float) * V), *lp = malloc(sizeof(float) * V);
-    ck_assert(ids && lg && lp);
+    const size_t BV = (size_t)B * V;
+    float *ids = malloc(sizeof(float) * (size_t)B * T), *lg = malloc(sizeof(float) * BV), *lp = malloc(sizeof(float) * BV);
+    float *tok = malloc(sizeof(float) * (size_t)(G + 1) * B), *gt = malloc(sizeof(float) * (size_t)G * B),
+          *pt = malloc(sizeof(float) * (size_t)G * B);
+    ck_assert(ids && lg && lp && tok && gt && pt);
     tp_rng r;
     tp_rng_seed(&r, 40 + (uint64_t)k);
-    for (int i = 0; i < T; i++) ids[i] = (float)(tp_rng_u64(&r) % (uint64_t)V);
-    tp_graph gp = step_graph(&m, &p, 1, T, 0, T), gd = step_graph(&m, &p, 1, 1, T, T);
+    for (int i = 0; i < B * T; i++) ids[i] = (float)(tp_rng_u64(&r) % (uint64_t)V);
+    tp_graph gp = step_graph(&m, &p, B, T, 0, T), gd = step_graph(&m, &p, B, 1, T, T);
     tp_plan pp, pg, pk;
     tp_engine *ep = NULL, *eg = NULL, *ek = NULL;
     ck_assert_msg(engine(&gp, &p, &pp, prec, NULL, 0, TP_DECODE_GRAPH, &ep, &e) == TP_OK, "%s", e.msg);
@@ -109,52 +116,55 @@ static void run_case(int k, tp_precision prec) {
     const double tol = prec == TP_PREC_BF16 ? 2e-2 : 4e-3;
     ck_assert_msg(tp_engine_set_input(ep, ids, &e) == TP_OK && tp_engine_forward(ep, &e) == TP_OK &&
                       tp_engine_get_output(ep, lg, &e) == TP_OK, "%s", e.msg);
-    float margin, tok[G + 1];
-    tok[0] = (float)argmax2(lg, V, &margin);
+    float margin;
+    for (int b = 0; b < B; b++) tok[b] = (float)argmax2(lg + (size_t)b * V, V, &margin);
     double worst = 0;
     int same = 0, decided = 0;
     for (int st = 0; st < G; st++) {
-        ck_assert_msg(tp_engine_set_past(eg, T + st, &e) == TP_OK && tp_engine_set_input(eg, tok + st, &e) == TP_OK &&
+        float *in = tok + (size_t)st * B;
+        ck_assert_msg(tp_engine_set_past(eg, T + st, &e) == TP_OK && tp_engine_set_input(eg, in, &e) == TP_OK &&
                           tp_engine_forward(eg, &e) == TP_OK && tp_engine_get_output(eg, lg, &e) == TP_OK,
                       "%s", e.msg);
-        ck_assert_msg(tp_engine_set_past(ek, T + st, &e) == TP_OK && tp_engine_set_input(ek, tok + st, &e) == TP_OK &&
+        ck_assert_msg(tp_engine_set_past(ek, T + st, &e) == TP_OK && tp_engine_set_input(ek, in, &e) == TP_OK &&
                           tp_engine_forward(ek, &e) == TP_OK && tp_engine_get_output(ek, lp, &e) == TP_OK,
                       "%s", e.msg);
-        double num = 0, den = 0, dmax = 0;
-        for (int i = 0; i < V; i++) {
-            ck_assert_msg(isfinite(lp[i]), "case %d %s step %d: logit %d is %g", k, tp_precision_name(prec), st, i,
-                          (double)lp[i]);
-            const double d = (double)lp[i] - lg[i];
-            num += d * d, den += (double)lg[i] * lg[i], dmax = fmax(dmax, fabs(d));
+        for (int b = 0; b < B; b++) { /* each sequence on its own: a row mixed up with another fails here */
+            const float *g = lg + (size_t)b * V, *q = lp + (size_t)b * V;
+            double num = 0, den = 0, dmax = 0;
+            for (int i = 0; i < V; i++) {
+                ck_assert_msg(isfinite(q[i]), "case %d %s B %d step %d: sequence %d's logit %d is %g", k,
+                              tp_precision_name(prec), B, st, b, i, (double)q[i]);
+                const double d = (double)q[i] - g[i];
+                num += d * d, den += (double)g[i] * g[i], dmax = fmax(dmax, fabs(d));
+            }
+            const double rl2 = sqrt(num / (den > 0 ? den : 1));
+            worst = fmax(worst, rl2);
+            ck_assert_msg(rl2 <= tol, "case %d %s B %d step %d (position %d) sequence %d: persistent vs graph logits "
+                          "rel L2 %.3e > %.1e", k, tp_precision_name(prec), B, st, T + st, b, rl2, tol);
+            float mg, mp;
+            const int ag = argmax2(g, V, &mg), ap = argmax2(q, V, &mp);
+            if (mg > 2 * dmax) {
+                decided++;
+                ck_assert_msg(ag == ap, "case %d %s B %d step %d sequence %d: token %d (graph, margin %.3g) vs %d "
+                              "(persistent)", k, tp_precision_name(prec), B, st, b, ag, (double)mg, ap);
+            }
+            same += ag == ap;
+            tok[(size_t)(st + 1) * B + b] = (float)ag;
         }
-        const double rl2 = sqrt(num / (den > 0 ? den : 1));
-        worst = fmax(worst, rl2);
-        ck_assert_msg(rl2 <= tol, "case %d %s step %d (position %d): persistent vs graph logits rel L2 %.3e > %.1e", k,
-                      tp_precision_name(prec), st, T + st, rl2, tol);
-        float mg, mp;
-        const int ag = argmax2(lg, V, &mg), ap = argmax2(lp, V, &mp);
-        if (mg > 2 * dmax) {
-            decided++;
-            ck_assert_msg(ag == ap, "case %d %s step %d: token %d (graph, margin %.3g) vs %d (persistent)", k,
-                          tp_precision_name(prec), st, ag, (double)mg, ap);
-        }
-        same += ag == ap;
-        tok[st + 1] = (float)ag;
     }
     ck_assert_int_gt(decided, 0);
     /* greedy decoding inside each engine's graph, from the same prefill */
-    float gt[G], pt[G];
     double ms[G], msp[G];
     ck_assert_msg(tp_engine_forward(ep, &e) == TP_OK && tp_engine_feed_argmax(ep, eg, &e) == TP_OK &&
                       tp_engine_decode(eg, G, ms, gt, &e) == TP_OK, "%s", e.msg);
     ck_assert_msg(tp_engine_forward(ep, &e) == TP_OK && tp_engine_feed_argmax(ep, ek, &e) == TP_OK &&
                       tp_engine_decode(ek, G, msp, pt, &e) == TP_OK, "%s", e.msg);
     int gsame = 0;
-    for (int i = 0; i < G; i++) gsame += gt[i] == pt[i];
-    printf("persistent case %d %s (T %d, H %d/%d, D %d): %d instructions; logits rel L2 <= %.3e over %d steps, "
+    for (int i = 0; i < G * B; i++) gsame += gt[i] == pt[i];
+    printf("persistent case %d %s B %d (T %d, H %d/%d, D %d): %d instructions; logits rel L2 <= %.3e over %d steps, "
            "argmax %d/%d equal (%d decided); greedy %d/%d equal; a step %.3f ms (graph %.3f ms)\n", k,
-           tp_precision_name(prec), T, CASES[k][2], CASES[k][3], CASES[k][4], instrs, worst, G, same, G, decided,
-           gsame, G, msp[G - 1], ms[G - 1]);
+           tp_precision_name(prec), B, T, CASES[k][2], CASES[k][3], CASES[k][4], instrs, worst, G, same, G * B,
+           decided, gsame, G * B, msp[G - 1], ms[G - 1]);
     tp_engine_destroy(ek);
     tp_engine_destroy(eg);
     tp_engine_destroy(ep);
@@ -167,14 +177,24 @@ static void run_case(int k, tp_precision prec) {
     free(ids);
     free(lg);
     free(lp);
+    free(tok);
+    free(gt);
+    free(pt);
 }
 
-START_TEST(test_persistent_fp16) { run_case(_i, TP_PREC_FP16); }
+START_TEST(test_persistent_fp16) { run_case(_i, TP_PREC_FP16, 1); }
 END_TEST
-START_TEST(test_persistent_bf16) { run_case(_i, TP_PREC_BF16); }
+START_TEST(test_persistent_bf16) { run_case(_i, TP_PREC_BF16, 1); }
 END_TEST
 /* weight-only FP8: E4M3 tiles widened in registers, per-tensor scales (single GEMVs) and per-row ones (groups) */
-START_TEST(test_persistent_fp8_wo) { run_case(_i, TP_PREC_FP8_WO); }
+START_TEST(test_persistent_fp8_wo) { run_case(_i, TP_PREC_FP8_WO, 1); }
+END_TEST
+/* batches: (case, precision, B); at 8 the 1B and 8B widths cut the down projection's K into chunks */
+static const int BATCHED[][3] = {
+    {0, TP_PREC_FP16, 3}, {1, TP_PREC_BF16, 3}, {3, TP_PREC_FP16, 3}, {4, TP_PREC_FP16, 8},
+    {0, TP_PREC_FP8_WO, 8}, {4, TP_PREC_FP8_WO, 8}, {5, TP_PREC_FP16, 8}, {2, TP_PREC_FP16, 8},
+};
+START_TEST(test_persistent_batch) { run_case(BATCHED[_i][0], (tp_precision)BATCHED[_i][1], BATCHED[_i][2]); }
 END_TEST
 
 /* What the persistent step does not take: refused when asked for (naming why), the graph under auto (saying why);
@@ -185,13 +205,13 @@ START_TEST(test_persistent_refusals) {
     tp_error e = {0};
     tp_params p = {0};
     ck_assert(tp_model_params_init(&m, 13, 1, &p, &e) == TP_OK);
-    tp_graph gp = step_graph(&m, &p, 1, T, 0, T), gd = step_graph(&m, &p, 1, 1, T, T), g3 = step_graph(&m, &p, 3, 1, T, T);
+    tp_graph gp = step_graph(&m, &p, 1, T, 0, T), gd = step_graph(&m, &p, 1, 1, T, T), g3 = step_graph(&m, &p, 9, 1, T, T);
     tp_plan pp, p3, pw, pa, pb;
     tp_engine *ep = NULL, *ed = NULL;
     ck_assert(engine(&gp, &p, &pp, TP_PREC_FP16, NULL, 0, TP_DECODE_GRAPH, &ep, &e) == TP_OK);
-    /* batch 3 */
+    /* batch 9: more sequences than an mma's 8 columns */
     ck_assert_int_eq(engine(&g3, &p, &p3, TP_PREC_FP16, NULL, 1, TP_DECODE_PERSISTENT, &ed, &e), TP_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(e.msg, "batch 1"), "%s", e.msg);
+    ck_assert_msg(strstr(e.msg, "batch 8"), "%s", e.msg);
     /* weight-only NVFP4: refused when asked for, the graph under auto */
     ck_assert_int_eq(engine(&gd, &p, &pw, TP_PREC_NVFP4_WO, NULL, 1, TP_DECODE_PERSISTENT, &ed, &e), TP_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "quantized formats"), "%s", e.msg);
@@ -231,6 +251,7 @@ Suite *gpu_persistent_suite(void) {
     tcase_add_loop_test(t, test_persistent_fp16, 0, 5);
     tcase_add_loop_test(t, test_persistent_bf16, 0, 2);
     tcase_add_loop_test(t, test_persistent_fp8_wo, 0, 5);
+    tcase_add_loop_test(t, test_persistent_batch, 0, (int)(sizeof BATCHED / sizeof BATCHED[0]));
     tcase_add_test(t, test_persistent_refusals);
     suite_add_tcase(s, t);
     return s;

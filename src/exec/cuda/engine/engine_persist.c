@@ -11,10 +11,11 @@
  * group's outputs are one buffer, member after member. Inputs, weights, the KV cache and the logits stay the
  * engine's, so the argmax and the cache position work as on the graph path.
  *
- * What it takes (else TP_ERR_UNSUPPORTED naming the reason): one sequence of one token a step (B = 1, T = 1), no
- * tensor parallelism, FP16 or BF16 activations and weights or weight-only FP8 (E4M3 weights, FP16 activations), a
+ * What it takes (else TP_ERR_UNSUPPORTED naming the reason): one token a step for 1 to 8 sequences (T = 1, B <=
+ * TPK_PERSIST_MAX_M), no tensor parallelism, FP16 or BF16 activations and weights or weight-only FP8 (E4M3 weights, FP16 activations), a
  * 16-bit KV cache, head dims 64, 128 or 256, the q/k/v and gate/up linears as sibling groups (--gemv-groups), K a
- * multiple of 8 up to 16384, compute capability 9.0 or later. C11. */
+ * multiple of 8 (a linear whose B rows of x do not fit in shared memory streams K in chunks, which an RMSNorm
+ * prologue or a GLU epilogue cannot), compute capability 9.0 or later. C11. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,6 +48,7 @@ typedef struct {
     const tp_program *pr;
     void **pp;       /* per value: its pointer for the persistent step */
     tp_dtype dt;     /* activations and weights */
+    int M;           /* sequences of the step (the batch) */
     int tile;        /* bytes of a weight tile (the ring holds TPK_PERSIST_RING / tile of them) */
     int stages;      /* tiles in flight in the ring (TPK_PERSIST_STAGES; lab: TPROF_PERSIST_STAGES) */
     int l2_ahead;    /* tiles prefetched into L2 ahead of the ring (TPK_PERSIST_L2_AHEAD; lab: TPROF_PERSIST_AHEAD) */
@@ -59,6 +61,79 @@ static size_t esz(tp_dtype dt) { return tp_dtype_info(dt)->bytes; }
 static tp_status unsupported(pk_ctx *x, const char *layer, const char *why) {
     return tp_fail(x->err, TP_ERR_UNSUPPORTED, "persistent decode step: %s%s%s", layer ? layer : "",
                    layer ? ": " : "", why);
+}
+
+/* The sibling group led by `lead` laid out for one GEMV (engine_memory.c: the members' weights, and biases, one after
+ * the other; 16-bit or per-tensor E4M3 weights, at most TPK_PERSIST_MAX_MEM members): 1 and *n_total the rows in all,
+ * else 0. Unlike the graph path's group GEMV (tpe_group_ready: batch 1, outputs adjacent) any batch: the persistent
+ * step lays out the members' outputs itself (persist_buffers). */
+static int persist_group_ok(const tp_engine *e, int lead, int64_t *n_total) {
+    const tp_graph *g = e->g;
+    if (e->group_lead[lead] != lead || tpe_fp4_group(e, lead) || tpe_b128_group(e, lead)) return 0;
+    const char *w = e->dptr[g->ops[lead].in[1]];
+    const char *b = g->ops[lead].n_in > 2 ? e->dptr[g->ops[lead].in[2]] : NULL;
+    int n = 0;
+    *n_total = 0;
+    for (int j = lead; j >= 0; j = e->group_next[j], n++) {
+        const tp_op *op = &g->ops[j];
+        if ((const char *)e->dptr[op->in[1]] != w || (b && (const char *)e->dptr[op->in[2]] != b)) return 0;
+        w += value_bytes(e, op->in[1]);
+        if (b) b += value_bytes(e, op->in[2]);
+        *n_total += op->gemm_n;
+    }
+    return n <= TPK_PERSIST_MAX_MEM;
+}
+
+/* Per-row scales of an E4M3 group (each member's per-tensor scale over its rows, as engine_select.c's group_scales
+ * makes them for the graph path's group GEMV, which only batch 1 runs), uploaded into *out. */
+static tp_status persist_group_scales(pk_ctx *x, int lead, int64_t n, const float **out) {
+    tp_engine *e = x->e;
+    const tp_graph *g = x->g;
+    if (e->group_cs && e->group_cs[lead]) {
+        *out = e->group_cs[lead];
+        return TP_OK;
+    }
+    float *h = malloc(sizeof(float) * (size_t)n), *d = NULL;
+    if (!h) return tp_fail(x->err, TP_ERR_OOM, "out of host memory");
+    int64_t r = 0;
+    for (int j = lead; j >= 0; j = e->group_next[j])
+        for (int64_t k = 0; k < g->ops[j].gemm_n; k++) h[r++] = e->wglobal[g->ops[j].in[1]];
+    tp_status st = tpe_dev_alloc(e, sizeof(float) * (size_t)n, (void **)&d, "the persistent step's group scales", x->err);
+    if (!st && cudaMemcpy(d, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = tp_fail(x->err, TP_ERR_CUDA, "uploading %s's group scales", g->ops[lead].layer);
+    free(h);
+    *out = d;
+    return st;
+}
+
+/* Batches of several sequences: the graph path runs q/k/v and gate/up as separate linears there (its group GEMV is
+ * batch 1), so the persistent step's copy of the program merges every sibling group laid out for one GEMV into one
+ * call, and the GLU that reads two of its members into that call (its epilogue), as the graph path's program has
+ * them at batch 1. Calls already grouped are left as they are. */
+static void persist_merge_groups(const tp_engine *e, tp_program *pr) {
+    const tp_graph *g = e->g;
+    for (int i = 0; i < g->n_ops; i++) {
+        int64_t n;
+        if (e->group_lead[i] != i || e->group_next[i] < 0 || !tp_program_is_head(pr, i) || pr->calls[i].n_ops != 1 ||
+            !persist_group_ok(e, i, &n))
+            continue;
+        int alone = 1;
+        for (int j = e->group_next[i]; j >= 0; j = e->group_next[j])
+            alone &= tp_program_is_head(pr, j) && pr->calls[j].n_ops == 1;
+        if (!alone) continue;
+        for (int j = e->group_next[i]; j >= 0; j = e->group_next[j]) tp_program_merge(pr, i, j);
+        for (int h = i + 1; h < g->n_ops; h++) {
+            const tp_op *o = &g->ops[h];
+            if (o->kind != TP_OP_GLU || o->n_in != 2 || !tp_program_is_head(pr, h) || pr->calls[h].n_ops != 1 ||
+                pr->calls[i].n_ops + 1 > TP_CALL_MAX_OPS)
+                continue;
+            const int pa = g->values[o->in[0]].producer, pb = g->values[o->in[1]].producer;
+            if (pa >= 0 && pb >= 0 && pr->op_call[pa] == i && pr->op_call[pb] == i) {
+                tp_program_join(pr, i, h);
+                break;
+            }
+        }
+    }
 }
 
 /* A GEMV call: [RMSNorm] [last token] LINEAR (or a sibling group) [ADD | GLU]. */
@@ -79,8 +154,6 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
             return unsupported(x, g->ops[call->ops[k]].layer, "an op of this kind inside a GEMV call");
     }
     int64_t width = op->gemm_n;
-    if (n_lin > 1 && (e->group_lead[lin] != lin || !tpe_group_ready(e, lin, &width)))
-        return unsupported(x, op->layer, "a sibling group whose weights are not one contiguous run");
     const int wv = op->in[1];
     const tp_dtype wdt = x->e->plan->value_dt[wv];
     /* weight-only FP8 (E4M3 codes, per-tensor scales; a group's per-row ones) with FP16 activations, as
@@ -90,20 +163,39 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
         return unsupported(x, op->layer, "weights or bias not in the activations' 16-bit type (of the quantized "
                                          "formats only weight-only FP8 with FP16 activations is in the persistent "
                                          "step yet)");
+    if (n_lin > 1 && !persist_group_ok(e, lin, &width))
+        return unsupported(x, op->layer, "a sibling group whose weights are not one contiguous run (or more than 4 "
+                                         "members)");
+    if (n_lin > 1 && glu < 0) { /* the members' outputs one after the other (persist_buffers), each (M, N_j) */
+        c->n_mem = n_lin;
+        for (int j = lin, k = 0; j >= 0; j = e->group_next[j], k++) c->mem_n[k] = (int)g->ops[j].gemm_n;
+    }
     if (w8) {
         c->wfmt = TPK_PW_E4M3;
         if (n_lin > 1) {
-            if (!e->group_cs || !e->group_cs[lin])
-                return unsupported(x, op->layer, "a weight-only FP8 group without its per-row scales");
-            c->wcs = e->group_cs[lin];
+            tp_status st = persist_group_scales(x, lin, width, &c->wcs);
+            if (st) return st;
         } else {
             c->wts = e->d_scales + SCALE_SLOT * wv;
         }
     }
-    const int K = (int)op->gemm_k;
-    if (K % 8 || (size_t)K * esz(x->dt) > TPK_PERSIST_XS || (w8 && K % 16))
+    const int K = (int)op->gemm_k, M = x->M;
+    if (K % 8 || (w8 && K % 16))
         return unsupported(x, op->layer, "K must be a multiple of 8 (E4M3 weights: 16, whole 16-byte rows for the "
-                                         "bulk copies) and at most 16384");
+                                         "bulk copies)");
+    /* x's M rows in shared memory (rows padded by 32 values when there are several), else K in chunks */
+    const int xpad = M > 1 ? 32 : 0;
+    c->kc = K, c->nk = 1;
+    if ((size_t)M * (size_t)(K + xpad) * esz(x->dt) > TPK_PERSIST_XS) {
+        if (nrm >= 0 || glu >= 0)
+            return unsupported(x, op->layer, "an RMSNorm prologue or a GLU epilogue needs the batch's rows of x in "
+                                             "shared memory at once (batch x K too large)");
+        c->kc = (int)(TPK_PERSIST_XS / (esz(x->dt) * (size_t)M)) - xpad;
+        c->kc -= c->kc % 64;
+        c->nk = (K + c->kc - 1) / c->kc;
+    }
+    c->xp = c->kc + xpad;
+    c->M = M;
     c->kind = TPK_PI_GEMV;
     c->K = K;
     c->w = e->dptr[wv];
@@ -119,7 +211,7 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
         c->eps = g->ops[nrm].eps;
         c->norm_off = g->ops[nrm].norm_offset;
     }
-    const size_t row_bytes = (size_t)K * (w8 ? 1 : esz(x->dt));
+    const size_t row_bytes = (size_t)c->kc * (w8 ? 1 : esz(x->dt));
     /* a tile's rows in shared memory: 64 (E4M3: 32) bytes modulo 128 apart (persist.h pitch), so a tile holds fewer
      * rows than tile / row_bytes when the padding adds up (16-bit K 2048: 15 of 4160 bytes in 64 KB) */
     const int want = w8 ? 32 : 64;
@@ -155,6 +247,9 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
     const int64_t tiles = (width + rows - 1) / rows;
     cut->parts = (int)(tiles < e->sms ? tiles : e->sms);
     cut->width = width;
+    /* a chunked instruction's sums wait in shared memory: its rows x M of them */
+    if (c->nk > 1 && (width + cut->parts - 1) / cut->parts * M > TPK_PERSIST_ACC)
+        return unsupported(x, op->layer, "too many output rows a SM for the sums of a K cut into chunks");
     return TP_OK;
 }
 
@@ -175,6 +270,7 @@ static tp_status attn_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
     if (D != 64 && D != 128 && D != 256) return unsupported(x, op->layer, "a head dim other than 64, 128 or 256");
     const tp_value *cv = &g->values[cache];
     c->kind = TPK_PI_ATTN;
+    c->M = x->M;
     c->q = x->pp[g->ops[rq].in[0]];
     c->k = x->pp[g->ops[rk].in[0]];
     c->v = x->pp[g->ops[ap].in[1]];
@@ -189,19 +285,19 @@ static tp_status attn_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
     c->rb = rb;
     c->n_rg = (c->G + rb - 1) / rb;
     /* about one piece per SM for the layer: key chunks of a multiple of 64 */
-    int pieces = e->sms / (c->Hkv * c->n_rg);
+    int pieces = e->sms / (c->M * c->Hkv * c->n_rg);
     if (pieces < 1) pieces = 1;
     int chunk = (c->L + pieces - 1) / pieces;
     chunk = (chunk + 63) / 64 * 64;
     c->chunk = chunk;
     c->n_chunks = (c->L + chunk - 1) / chunk;
-    const size_t ws = sizeof(float) * (size_t)c->Hkv * c->n_rg * c->n_chunks * rb * (size_t)(D + 2);
+    const size_t ws = sizeof(float) * (size_t)c->M * c->Hkv * c->n_rg * c->n_chunks * rb * (size_t)(D + 2);
     tp_status st = tpe_dev_alloc(e, ws, (void **)&c->ws, "the persistent attention's partials", x->err);
     if (st) return st;
     e->act_bytes += (double)ws;
     c->arrive = *arrive;
-    *arrive += c->Hkv * c->n_rg;
-    cut->parts = c->Hkv * c->n_rg * c->n_chunks;
+    *arrive += c->M * c->Hkv * c->n_rg;
+    cut->parts = c->M * c->Hkv * c->n_rg * c->n_chunks;
     cut->width = cut->parts;
     return TP_OK;
 }
@@ -219,7 +315,9 @@ static tp_status persist_buffers(pk_ctx *x) {
     for (int h = 0; h < g->n_ops; h++) {
         if (!tp_program_is_head(pr, h) || pr->calls[h].n_ops == 0) continue;
         const int lin = tp_program_first(pr, g, h, TP_OP_LINEAR);
-        const int grp = lin >= 0 && tp_program_kind(&e->prog, lin) == TP_CALL_GEMV_GROUP;
+        int n_lin = 0;
+        for (int k = 0; k < pr->calls[h].n_ops; k++) n_lin += g->ops[pr->calls[h].ops[k]].kind == TP_OP_LINEAR;
+        const int grp = lin >= 0 && n_lin > 1;
         total = (total + 255) / 256 * 256;
         if (grp) /* the members' outputs one after the other, in the group's order */
             for (int j = lin; j >= 0; j = e->group_next[j]) {
@@ -274,7 +372,8 @@ static tp_status persist_upload(pk_ctx *x, const tpk_pcall *calls, int n_calls, 
         in[k] = (tpk_pinstr){call_of[a->call], (int)a->f0, (int)a->f1, a->first_wait, a->n_waits, a->first_signal,
                              a->n_signals, 0};
         if (c->kind == TPK_PI_GEMV) {
-            in[k].n_tiles = (int)((a->f1 - a->f0 + c->tile_rows - 1) / c->tile_rows);
+            in[k].n_tiles = c->nk * (int)((a->f1 - a->f0 + c->tile_rows - 1) / c->tile_rows);
+            CHECK(c->nk == 1 || (a->f1 - a->f0) * c->M <= TPK_PERSIST_ACC);
             CHECK((int64_t)c->pitch * c->tile_rows * (c->epi >= TPK_PE_GLU_SILU ? 2 : 1) <= x->tile);
             CHECK(c->tile_rows * (c->epi >= TPK_PE_GLU_SILU ? 2 : 1) <= (c->wfmt == TPK_PW_E4M3 ? 32 : 16));
         }
@@ -287,7 +386,10 @@ static tp_status persist_upload(pk_ctx *x, const tpk_pcall *calls, int n_calls, 
     pk->h = (tpk_pprog){(const tpk_pcall *)d, (const tpk_pinstr *)(d + o_i), (const tpk_pwait *)(d + o_w),
                         (const int *)(d + o_s), (const int *)(d + o_q),
                         (const int *)(d + o_q) + s->n_sms + 1, (int *)(d + o_n), s->n_counters + n_arrive,
-                        e->d_past, s->n_sms, x->dt == TP_BF16, x->stages, x->tile, x->l2_ahead, NULL};
+                        e->d_past, s->n_sms, x->dt == TP_BF16, x->M, x->stages, x->tile, x->l2_ahead, NULL};
+    /* the batch-1 kernel streams no K chunks (persist.cu tile_runs): a chunked call runs the batch kernel */
+    for (int k = 0; k < n_calls; k++)
+        if (calls[k].kind == TPK_PI_GEMV && calls[k].nk > 1) pk->h.max_m = TPK_PERSIST_MAX_M;
     memcpy(h + o_p, &pk->h, sizeof pk->h);
     pk->d = (tpk_pprog *)(d + o_p);
     pk->n_instrs = s->n_instrs;
@@ -333,7 +435,9 @@ static tp_status persist_eligible(pk_ctx *x) {
     const tp_graph *g = x->g;
     if (!e->feed_argmax || g->kv_len <= 0) return unsupported(x, NULL, "a decode engine (greedy feedback) only");
     if (g->tp_size > 1 || e->ranks) return unsupported(x, NULL, "not with tensor parallelism yet");
-    if (g->batch != 1 || g->tokens != 1) return unsupported(x, NULL, "one sequence of one token a step (batch 1) only");
+    if (g->batch < 1 || g->batch > TPK_PERSIST_MAX_M || g->tokens != 1)
+        return unsupported(x, NULL, "one token a step for 1 to 8 sequences (batch 8 at most) only");
+    x->M = (int)g->batch;
     int hidden = -1;
     for (int i = 0; i < g->n_ops && hidden < 0; i++)
         if (g->ops[i].kind == TP_OP_TOKEN_EMBED) hidden = g->ops[i].out;
@@ -343,8 +447,9 @@ static tp_status persist_eligible(pk_ctx *x) {
     const int rc = tpk_persist_check(e->device, e->sms);
     if (rc)
         return unsupported(x, NULL, rc == (int)cudaErrorInvalidDeviceFunction ? "compute capability 9.0 or later"
-                                                                           : "one 288-thread block with 225 KB of "
-                                                                             "shared memory must fit on every SM");
+                                                                           : "one 288-thread block with about 225 "
+                                                                             "KB of shared memory must fit on every "
+                                                                             "SM");
     return TP_OK;
 }
 
@@ -366,7 +471,7 @@ tp_status tpe_persist_setup(tp_engine *e, tp_error *err) {
     const tp_graph *g = e->g;
     tp_program pr = {0};
     tp_istream s = {0};
-    pk_ctx x = {e, g, &pr, NULL, TP_F16, TPK_PERSIST_TILE, 0, 0, 1, err};
+    pk_ctx x = {e, g, &pr, NULL, TP_F16, 1, TPK_PERSIST_TILE, 0, 0, 1, err};
     tpk_pcall *calls = NULL;
     tp_istream_cut *cuts = NULL;
     int *call_of = NULL, n_calls = 0, arrive = 0;
@@ -381,6 +486,7 @@ tp_status tpe_persist_setup(tp_engine *e, tp_error *err) {
     if (!st) st = lab_knob("TPROF_PERSIST_PAD", 0, 0, 1, &x.pad, err);
     if (st) return st;
     if ((st = tp_program_copy(&e->prog, &pr, err))) return st;
+    persist_merge_groups(e, &pr);
     tp_istream_decode_joins(&pr, g);
     x.pp = calloc((size_t)g->n_values, sizeof(void *));
     calls = calloc((size_t)g->n_ops, sizeof *calls);
@@ -403,7 +509,7 @@ tp_status tpe_persist_setup(tp_engine *e, tp_error *err) {
         } else if (pr.calls[h].n_ops == 1 && g->ops[h].kind == TP_OP_TOKEN_EMBED) {
             const tp_op *op = &g->ops[h];
             if (e->plan->value_dt[op->in[1]] != x.dt) st = unsupported(&x, op->layer, "a table of another type");
-            *c = (tpk_pcall){.kind = TPK_PI_EMBED, .ids = e->dptr[op->in[0]], .table = e->dptr[op->in[1]],
+            *c = (tpk_pcall){.kind = TPK_PI_EMBED, .M = x.M, .ids = e->dptr[op->in[0]], .table = e->dptr[op->in[1]],
                              .V = (int)g->values[op->in[1]].shape[0], .escale = op->scale, .y = x.pp[op->out],
                              .N = (int)g->values[op->in[1]].shape[1]};
         } else {

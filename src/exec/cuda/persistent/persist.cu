@@ -39,8 +39,10 @@
 namespace {
 
 constexpr int kThreads = TPK_PERSIST_THREADS, kWarps = kThreads / 32, kMaxStages = TPK_PERSIST_MAX_STAGES;
-constexpr int kRing = TPK_PERSIST_RING, kXs = TPK_PERSIST_XS;
-constexpr int kRed = 32 * 8; /* a tile's rows (32 at most: E4M3) x the 8 consumer warps' partial sums */
+constexpr int kRing = TPK_PERSIST_RING, kXs = TPK_PERSIST_XS, kMaxM = TPK_PERSIST_MAX_M, kAcc = TPK_PERSIST_ACC;
+static_assert(kMaxM <= kWarps, "the norm prologue gives each row of x a warp");
+/* a tile's partial sums: [warp][row (32 at most: E4M3)][column m of the mma's B, a sequence] */
+constexpr int kRed = kWarps * 32 * kMaxM;
 constexpr int kEpi = 64; /* rows of an instruction whose bias and residual the prologue fetches */
 constexpr int kXsFloats = kXs / 4;
 static_assert(256 + 1024 + 512 + 16 + 8 * 256 <= kXsFloats - 4096, "the attention's scratch and its staging"); /* GEMV (row, slice) partial sums an instruction at most (the host caps rows at 32) */
@@ -152,55 +154,97 @@ __device__ float block_sum(float v, float *red) {
 /* ---- instructions ------------------------------------------------------------------------------------------ */
 
 template <class T> __device__ void run_embed(const tpk_pcall *c) {
-    const float f = c->ids[0];
-    const int ok = f >= 0.0f && f < (float)c->V && f == truncf(f) && (int)f < c->V;
-    const T *row = (const T *)c->table + (size_t)(ok ? (int)f : 0) * c->N;
     T *y = (T *)c->y;
-    for (int j = threadIdx.x; j < c->N; j += kThreads)
-        st1(y, j, ok ? ld1(row, j) * c->escale : __int_as_float(0x7fc00000));
+    for (int e = threadIdx.x; e < c->M * c->N; e += kThreads) {
+        const int m = e / c->N, j = e - m * c->N;
+        const float f = c->ids[m];
+        const int ok = f >= 0.0f && f < (float)c->V && f == truncf(f) && (int)f < c->V;
+        const T *row = (const T *)c->table + (size_t)(ok ? (int)f : 0) * c->N;
+        st1(y, (size_t)e, ok ? ld1(row, j) * c->escale : __int_as_float(0x7fc00000));
+    }
 }
 
-/* x (or RMSNorm(x), rounded to T as tpk_rmsnorm's store) into xs; K % 8 == 0. With at most kEpi rows (a plain or
- * residual GEMV), their bias and residual into eb, er in the same round trip (else the epilogue reads them). */
-template <class T> __device__ void gemv_prologue(const tpk_pcall *c, const tpk_pinstr &in, T *xs, float *red,
-                                                 float *eb, float *er) {
-    const int K = c->K, n = in.f1 - in.f0;
-    const uint4 *x4 = (const uint4 *)c->x;
-    for (int j = threadIdx.x; j < K / 8; j += kThreads) reinterpret_cast<uint4 *>(xs)[j] = __ldcg(x4 + j);
-    if (c->epi < TPK_PE_GLU_SILU && n <= kEpi)
+/* Chunk j of x (columns j kc .. + kw of its M rows) into xs, rows c->xp values apart; 16-byte copies through L2 (x
+ * was written in this launch). */
+template <class T> __device__ void load_x(const tpk_pcall *c, int j, T *xs) {
+    const int K = c->K, k0 = j * c->kc, per = min(c->kc, K - k0) / 8, M = c->M, xp = c->xp;
+    const T *x = (const T *)c->x;
+    for (int m = 0; m < M; m++)
+        for (int q = threadIdx.x; q < per; q += kThreads)
+            reinterpret_cast<uint4 *>(xs + (size_t)m * xp)[q] =
+                __ldcg(reinterpret_cast<const uint4 *>(x + (size_t)m * K + k0) + q);
+}
+
+/* x's first chunk (or RMSNorm(x) row by row, rounded to T as tpk_rmsnorm's store) into xs; K % 8 == 0. One row and
+ * at most kEpi rows of output (a plain or residual GEMV): their bias and residual into eb, er in the same round
+ * trip (else the epilogue reads them). rs: kMaxM floats. */
+template <class T, int MB> __device__ void gemv_prologue(const tpk_pcall *c, const tpk_pinstr &in, T *xs, float *red,
+                                                         float *eb, float *er, float *rs) {
+    const int K = c->K, n = in.f1 - in.f0, M = MB == 1 ? 1 : c->M;
+    load_x<T>(c, 0, xs);
+    if (M == 1 && c->epi < TPK_PE_GLU_SILU && n <= kEpi)
         for (int j = threadIdx.x; j < n; j += kThreads) {
             eb[j] = c->bias ? ld1((const T *)c->bias, (size_t)in.f0 + j) : 0.0f;
             er[j] = c->epi == TPK_PE_RES ? ldcg1((const T *)c->res, (size_t)in.f0 + j) : 0.0f;
         }
     csync();
-    if (!c->norm_w) return;
+    if (!c->norm_w) return; /* the host's rule: a norm prologue has one chunk (kc = K) */
     /* rmsnorm_kernel's arithmetic: fp32 FMAs of the widened values (summed in another order), IEEE sqrt and
-     * division, then (x r) (offset + w) rounded once */
-    float ss = 0.0f;
-    for (int j = threadIdx.x; j < K; j += kThreads) {
-        const float v = ld1(xs, j);
-        ss = fmaf(v, v, ss);
+     * division, then (x r) (offset + w) rounded once; a row a warp when there are several */
+    if constexpr (MB == 1) {
+        float ss = 0.0f;
+        for (int j = threadIdx.x; j < K; j += kThreads) {
+            const float v = ld1(xs, j);
+            ss = fmaf(v, v, ss);
+        }
+        const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)K + c->eps); /* every thread's (block_sum) */
+        const float off = c->norm_off;
+        for (int j = threadIdx.x; j < K; j += kThreads) {
+            const float w = c->norm_w32 ? ((const float *)c->norm_w)[j] : ld1((const T *)c->norm_w, j);
+            st1(xs, j, ld1(xs, j) * r * (off + w));
+        }
+        csync();
+        return;
+    } else {
+        const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (w < M) {
+            float ss = 0.0f;
+            for (int j = lane; j < K; j += 32) {
+                const float v = ld1(xs + (size_t)w * c->xp, j);
+                ss = fmaf(v, v, ss);
+            }
+            ss = warp_sum(ss);
+            if (lane == 0) rs[w] = 1.0f / sqrtf(ss / (float)K + c->eps);
+        }
     }
-    const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)K + c->eps);
+    csync();
+    const int w32 = c->norm_w32, xp = c->xp;
+    const void *nw = c->norm_w;
+    const float off = c->norm_off;
     for (int j = threadIdx.x; j < K; j += kThreads) {
-        const float w = c->norm_w32 ? ((const float *)c->norm_w)[j] : ld1((const T *)c->norm_w, j);
-        st1(xs, j, ld1(xs, j) * r * (c->norm_off + w));
+        const float w = off + (w32 ? ((const float *)nw)[j] : ld1((const T *)nw, j));
+        for (int m = 0; m < M; m++) {
+            T *row = xs + (size_t)m * xp;
+            st1(row, j, ld1(row, j) * rs[m] * w);
+        }
     }
     csync();
 }
 
-/* One tile of a GEMV instruction: rows (GLU: output columns) [r0, r0 + nc) from the tile in shared memory (row r at
- * r c->pitch bytes) against xs, and their epilogue (e0: the tile's first row within the instruction, for eb and er).
+/* One tile of a GEMV instruction: rows (GLU: output columns) [r0, r0 + nc) of K chunk j (kw columns) from the tile in
+ * shared memory (row r at r c->pitch bytes) against the chunk of x in xs, and their epilogue (e0: the tile's first
+ * row within the instruction, for eb, er and acc).
  *
- * On the tensor cores, as gemv.cu: mma.m16n8k16 multiplies 16 of the tile's rows by x, every column of B holding x.
- * The 16 k slots of an mma may stand for any 16 positions of K as long as A and B agree: lane (g, t) takes K
- * positions kb .. kb + 7, kb = 32 step + 8 t, of rows g and g + 8 (one 16-byte load each, or 8 bytes of E4M3
- * codes widened to FP16 pairs by cvt.rn.f16x2.e4m3x2, exact) and of x, which are its A and B registers for two mma
- * (slots 2t, 2t+1, 2t+8, 2t+9 = positions kb + 0..3, then kb + 4..7). No conversion instruction for 16-bit weights
- * at all (a CUDA-core dot product needs one cvt per value, and cvt runs at a quarter of the FMA rate). E4M3 tiles
- * hold up to 32 rows: two row halves, each its own accumulators. The 8 warps split K; their sums per row meet in
- * red (32 rows a warp). E4M3's scales (channel, tensor) multiply each row's sum before the bias and residual, as
- * tpk_gemv_fp8's epilogue does. */
+ * On the tensor cores, as gemv.cu: mma.m16n8k16 multiplies 16 of the tile's rows by x, column m of B holding row m
+ * of x (a sequence; columns past M hold zeros). The 16 k slots of an mma may stand for any 16 positions of K as long
+ * as A and B agree: lane (g, t) takes K positions kb .. kb + 7, kb = 32 step + 8 t, of rows g and g + 8 (one 16-byte
+ * load each, or 8 bytes of E4M3 codes widened to FP16 pairs by cvt.rn.f16x2.e4m3x2, exact) and of x's row g, which
+ * are its A and B registers for two mma (slots 2t, 2t+1, 2t+8, 2t+9 = positions kb + 0..3, then kb + 4..7). No
+ * conversion instruction for 16-bit weights at all (a CUDA-core dot product needs one cvt per value, and cvt runs at
+ * a quarter of the FMA rate). E4M3 tiles hold up to 32 rows: two row halves, each its own accumulators. The 8 warps
+ * split K; their sums per (row, sequence) meet in red. E4M3's scales (channel, tensor) multiply each row's sum
+ * before the bias and residual, as tpk_gemv_fp8's epilogue does. With K in chunks the sums of every chunk but the
+ * last wait in acc (the same thread owns a (row, sequence) in every chunk: no barrier, a fixed order). */
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
     uint32_t r;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"((unsigned short)(v & 0xFFFFu)));
@@ -222,24 +266,28 @@ __device__ __forceinline__ float row_scale(const tpk_pcall *c, size_t n) {
     return (c->wcs ? __ldg(c->wcs + n) : 1.0f) * (c->wts ? __ldg(c->wts) : 1.0f);
 }
 
-template <class T, int W8>
-__device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsigned char *tile, const T *xs,
-                          float *red, const float *eb, const float *er, bool pre, uint64_t *empty) {
+template <class T, int W8, int MB>
+__device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, int j, const unsigned char *tile, const T *xs,
+                          float *red, const float *eb, const float *er, float *acc, bool pre, uint64_t *empty) {
     constexpr int NH = W8 ? 2 : 1; /* 16-row halves */
-    const int K = c->K, glu = c->epi >= TPK_PE_GLU_SILU, rows = glu ? 2 * nc : nc, pitch = c->pitch;
+    /* MB: the kernel's batch class, 1 (M a constant, one column of red a row) or TPK_PERSIST_MAX_M */
+    constexpr int RS = MB == 1 ? 1 : kMaxM;
+    const int glu = c->epi >= TPK_PE_GLU_SILU, rows = glu ? 2 * nc : nc, pitch = c->pitch, M = MB == 1 ? 1 : c->M;
+    const int kw = min(c->kc, c->K - j * c->kc);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int nsteps = (K + 31) / 32, per = (nsteps + kWarps - 1) / kWarps;
+    const int nsteps = (kw + 31) / 32, per = (nsteps + kWarps - 1) / kWarps;
     const int s0 = warp * per, s1 = min(nsteps, s0 + per);
+    const T *xg = xs + (size_t)(g < M ? g : 0) * c->xp;
     /* four steps in flight: their loads first, then four independent accumulator chains a half (an mma's latency,
      * not its rate, bounds a chain) */
-    float acc[NH][4][4] = {};
+    float acc4[NH][4][4] = {};
     for (int st = s0; st < s1; st += 4) {
         uint4 a[NH][4], b[NH][4], x[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int kb = (st + u) * 32 + 8 * t;
-            const bool in = st + u < s1 && kb < K;
-            x[u] = in ? *reinterpret_cast<const uint4 *>(xs + kb) : make_uint4(0, 0, 0, 0);
+            const bool in = st + u < s1 && kb < kw;
+            x[u] = in && g < M ? *reinterpret_cast<const uint4 *>(xg + kb) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int h = 0; h < NH; h++) {
                 const int ga = 16 * h + g, gb = ga + 8;
@@ -251,46 +299,74 @@ __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, const unsi
         for (int u = 0; u < 4; u++)
 #pragma unroll
             for (int h = 0; h < NH; h++) {
-                tpk_mma16816<T>(acc[h][u], a[h][u].x, b[h][u].x, a[h][u].y, b[h][u].y, x[u].x, x[u].y);
-                tpk_mma16816<T>(acc[h][u], a[h][u].z, b[h][u].z, a[h][u].w, b[h][u].w, x[u].z, x[u].w);
+                tpk_mma16816<T>(acc4[h][u], a[h][u].x, b[h][u].x, a[h][u].y, b[h][u].y, x[u].x, x[u].y);
+                tpk_mma16816<T>(acc4[h][u], a[h][u].z, b[h][u].z, a[h][u].w, b[h][u].w, x[u].z, x[u].w);
             }
     }
+    /* C fragment: (row g, columns 2t, 2t + 1) and (row g + 8, the same columns) */
 #pragma unroll
     for (int h = 0; h < NH; h++) {
 #pragma unroll
-        for (int u = 1; u < 4; u++) acc[h][0][0] += acc[h][u][0], acc[h][0][2] += acc[h][u][2];
-        if (t == 0) red[warp * 32 + 16 * h + g] = acc[h][0][0], red[warp * 32 + 16 * h + g + 8] = acc[h][0][2];
+        for (int u = 1; u < 4; u++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc4[h][0][q] += acc4[h][u][q];
+        float *ra = red + (warp * 32 + 16 * h + g) * RS, *rb = ra + 8 * RS;
+        if (2 * t < M) ra[2 * t] = acc4[h][0][0], rb[2 * t] = acc4[h][0][2];
+        if (2 * t + 1 < M) ra[2 * t + 1] = acc4[h][0][1], rb[2 * t + 1] = acc4[h][0][3];
     }
     csync();
     /* every warp has its tile bytes in registers: the stage goes back to the producer before the epilogue, and the
      * next tile's sums go to the other half of red (run_gemv), so no second barrier is needed here */
     if (threadIdx.x == 0) mbar_arrive(empty);
+    /* the record's fields once, in registers (the stores below might alias it as far as the compiler knows) */
+    const T *bias = (const T *)c->bias;
+    const int N = c->N, nk = c->nk, n_mem = c->n_mem, epi = c->epi;
     if (glu) {
-        const T *bias = (const T *)c->bias;
-        for (int j = threadIdx.x; j < nc; j += kThreads) {
+        const int gate0 = c->gate0, up0 = c->up0;
+        T *y = (T *)c->y;
+        for (int e = threadIdx.x; e < nc * M; e += kThreads) {
+            const int jj = M == 1 ? e : e / M, m = e - jj * M;
             float gs = 0.0f, us = 0.0f;
-            for (int w = 0; w < kWarps; w++) gs += red[w * 32 + j], us += red[w * 32 + nc + j];
-            if (W8) gs *= row_scale(c, (size_t)c->gate0 + r0 + j), us *= row_scale(c, (size_t)c->up0 + r0 + j);
-            if (bias) gs += ld1(bias, (size_t)c->gate0 + r0 + j), us += ld1(bias, (size_t)c->up0 + r0 + j);
-            const float av = c->epi == TPK_PE_GLU_SILU ? tpk_glu_act<0>(gs) : tpk_glu_act<1>(gs);
-            st1((T *)c->y, (size_t)r0 + j, av * us);
+            for (int w = 0; w < kWarps; w++) gs += red[(w * 32 + jj) * RS + m], us += red[(w * 32 + nc + jj) * RS + m];
+            if (W8) gs *= row_scale(c, (size_t)gate0 + r0 + jj), us *= row_scale(c, (size_t)up0 + r0 + jj);
+            if (bias) gs += ld1(bias, (size_t)gate0 + r0 + jj), us += ld1(bias, (size_t)up0 + r0 + jj);
+            const float av = epi == TPK_PE_GLU_SILU ? tpk_glu_act<0>(gs) : tpk_glu_act<1>(gs);
+            st1(y, (size_t)m * N + r0 + jj, av * us);
         }
         return;
     }
-    for (int j = threadIdx.x; j < nc; j += kThreads) {
+    const T *res = (const T *)c->res;
+    void *y = c->y;
+    const int y32 = c->y32;
+    for (int e = threadIdx.x; e < nc * M; e += kThreads) {
+        const int jj = M == 1 ? e : e / M, m = e - jj * M;
         float v = 0.0f;
-        for (int w = 0; w < kWarps; w++) v += red[w * 32 + j];
-        const size_t n = (size_t)r0 + j;
+        for (int w = 0; w < kWarps; w++) v += red[(w * 32 + jj) * RS + m];
+        if (MB > 1 && nk > 1) { /* K in chunks: the sums wait for the last chunk */
+            float *s = acc + (size_t)(e0 + jj) * M + m;
+            if (j > 0) v += *s;
+            if (j < nk - 1) {
+                *s = v;
+                continue;
+            }
+        }
+        const size_t n = (size_t)r0 + jj;
+        size_t o = (size_t)m * N + n;
+        if (MB > 1 && n_mem > 1) { /* a group's member (M, N_j) after (M, N_0) ... (batch 1: o = n either way) */
+            int k = 0, off = 0;
+            while (k < n_mem - 1 && (int)n >= off + c->mem_n[k]) off += c->mem_n[k++];
+            o = (size_t)M * off + (size_t)m * c->mem_n[k] + (n - off);
+        }
         if (W8) v *= row_scale(c, n);
         if (pre) {
-            if (c->bias) v += eb[e0 + j];
-            if (c->epi == TPK_PE_RES) v += er[e0 + j];
+            if (bias) v += eb[e0 + jj];
+            if (epi == TPK_PE_RES) v += er[e0 + jj];
         } else {
-            if (c->bias) v += ld1((const T *)c->bias, n);
-            if (c->epi == TPK_PE_RES) v += ldcg1((const T *)c->res, n);
+            if (bias) v += ld1(bias, n);
+            if (epi == TPK_PE_RES) v += ldcg1(res, o);
         }
-        if (c->y32) ((float *)c->y)[n] = v;
-        else st1((T *)c->y, n, v);
+        if (y32) ((float *)y)[o] = v;
+        else st1((T *)y, o, v);
     }
 }
 
@@ -314,13 +390,13 @@ template <class T, int NV> __device__ __forceinline__ void ldv(const T *p, float
     }
 }
 
-/* cp.async of cache rows k0 .. k0 + nk - 1 of KV head kvh (K, then V) into the staging [K; V][CK][D], the row at
- * `past` left out (this step's new key and value come from the q/k/v GEMV); one commit group. */
+/* cp.async of cache rows k0 .. k0 + nk - 1 of sequence b's KV head kvh (K, then V) into the staging [K; V][CK][D],
+ * the row at `past` left out (this step's new key and value come from the q/k/v GEMV); one commit group. */
 template <class T, int D>
-__device__ void attn_stage(const tpk_pcall *c, int kvh, int k0, int nk, int past, T *stg) {
+__device__ void attn_stage(const tpk_pcall *c, int b, int kvh, int k0, int nk, int past, T *stg) {
     constexpr int CK = 4096 / D, EPC = 8, CPR = D / EPC; /* 16-byte chunks a row */
     const size_t W = (size_t)c->Hkv * D;
-    const T *kb = (const T *)c->cache + (size_t)kvh * D, *vb = kb + (size_t)c->L * W;
+    const T *kb = (const T *)c->cache + (size_t)b * c->L * W + (size_t)kvh * D, *vb = kb + (size_t)c->M * c->L * W;
     for (int e = threadIdx.x; e < 2 * nk * CPR; e += kThreads) {
         const int plane = e / (nk * CPR), rem = e - plane * nk * CPR, j = rem / CPR, part = rem - j * CPR;
         if (k0 + j == past) continue;
@@ -334,9 +410,10 @@ __device__ void attn_stage(const tpk_pcall *c, int kvh, int k0, int nk, int past
  * steps, never by this one) is already on its way. */
 template <class T, int D> __device__ void attn_prefetch(const tpk_pcall *c, const tpk_pinstr &in, int past, float *sc) {
     constexpr int CK = 4096 / D;
-    const int per = c->n_rg * c->n_chunks, kvh = in.f0 / per, ch = (in.f0 - kvh * per) % c->n_chunks;
+    const int per = c->n_rg * c->n_chunks, per_b = c->Hkv * per, b = in.f0 / per_b, f = in.f0 - b * per_b;
+    const int kvh = f / per, ch = (f - kvh * per) % c->n_chunks;
     const int lo = ch * c->chunk, hi = min(lo + c->chunk, past + 1);
-    if (lo < hi) attn_stage<T, D>(c, kvh, lo, min(CK, hi - lo), past, reinterpret_cast<T *>(sc + kXsFloats - 4096));
+    if (lo < hi) attn_stage<T, D>(c, b, kvh, lo, min(CK, hi - lo), past, reinterpret_cast<T *>(sc + kXsFloats - 4096));
 }
 
 /* One attention piece (persist.h ATTN); returns what its signals add: n_chunks from the last piece of its (KV head,
@@ -345,14 +422,16 @@ template <class T, int D>
 __device__ int run_attn(const tpk_pcall *c, const tpk_pinstr &in, int past, float *sc, int *counters, int *flag) {
     constexpr int NV = D / 32, H2 = D / 2, U = 4; /* keys a warp step */
     constexpr int CK = 4096 / D;                  /* keys a staged sub-chunk: K and V rows in 16 KB */
-    const int per = c->n_rg * c->n_chunks, kvh = in.f0 / per, rem = in.f0 - kvh * per, rg = rem / c->n_chunks,
-              ch = rem - rg * c->n_chunks;
+    const int per = c->n_rg * c->n_chunks, per_b = c->Hkv * per, b = in.f0 / per_b, f = in.f0 - b * per_b;
+    const int kvh = f / per, rem = f - kvh * per, rg = rem / c->n_chunks, ch = rem - rg * c->n_chunks;
     const int lo = ch * c->chunk, hi = min(lo + c->chunk, past + 1), r0 = rg * c->rb, nr = min(c->rb, c->G - r0);
     const int W = c->Hkv * D, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *cs = sc, *sn = cs + H2, *Qs = sn + H2, *kn = Qs + TPK_PERSIST_RB * 128, /* rb D <= 1024 (the host's rule) */ *vn = kn + D, *Mw = vn + D,
           *Lw = Mw + kWarps, *Aw = Lw + kWarps;
     T *stg = reinterpret_cast<T *>(sc + kXsFloats - 4096); /* the last 16 KB: [K; V][CK][D] */
-    const size_t slot0 = (((size_t)kvh * c->n_rg + rg) * c->n_chunks) * c->rb;
+    const size_t slot0 = ((((size_t)b * c->Hkv + kvh) * c->n_rg + rg) * c->n_chunks) * c->rb;
+    /* sequence b's rows of q, k, v, the output and its cache planes */
+    const size_t qo = (size_t)b * c->H * D, ko = (size_t)b * W, co = (size_t)b * c->L * W, vplane = (size_t)c->M * c->L * W;
     float *ws = c->ws;
     if (lo <= past) { /* block-uniform */
         for (int i = threadIdx.x; i < H2; i += kThreads) {
@@ -364,20 +443,20 @@ __device__ int run_attn(const tpk_pcall *c, const tpk_pinstr &in, int past, floa
         const T *q = (const T *)c->q, *k = (const T *)c->k, *v = (const T *)c->v;
         for (int e = threadIdx.x; e < nr * H2; e += kThreads) {
             const int r = e / H2, i = e - r * H2;
-            const size_t o = ((size_t)kvh * c->G + r0 + r) * D + i;
-            const float a = ldcg1(q, o), b = ldcg1(q, o + H2);
-            Qs[r * D + i] = round_to<T>(a * cs[i] - b * sn[i]) * qs;
-            Qs[r * D + i + H2] = round_to<T>(b * cs[i] + a * sn[i]) * qs;
+            const size_t o = qo + ((size_t)kvh * c->G + r0 + r) * D + i;
+            const float a = ldcg1(q, o), bb = ldcg1(q, o + H2);
+            Qs[r * D + i] = round_to<T>(a * cs[i] - bb * sn[i]) * qs;
+            Qs[r * D + i + H2] = round_to<T>(bb * cs[i] + a * sn[i]) * qs;
         }
         const bool has_new = past < lo + c->chunk;
         if (has_new) {
-            T *kc = (T *)c->cache + (size_t)past * W + (size_t)kvh * D;
-            T *vc = kc + (size_t)c->L * W;
+            T *kc = (T *)c->cache + co + (size_t)past * W + (size_t)kvh * D;
+            T *vc = kc + vplane;
             for (int i = threadIdx.x; i < H2; i += kThreads) {
-                const size_t o = (size_t)kvh * D + i;
-                const float a = ldcg1(k, o), b = ldcg1(k, o + H2);
-                kn[i] = round_to<T>(a * cs[i] - b * sn[i]);
-                kn[i + H2] = round_to<T>(b * cs[i] + a * sn[i]);
+                const size_t o = ko + (size_t)kvh * D + i;
+                const float a = ldcg1(k, o), bb = ldcg1(k, o + H2);
+                kn[i] = round_to<T>(a * cs[i] - bb * sn[i]);
+                kn[i + H2] = round_to<T>(bb * cs[i] + a * sn[i]);
                 vn[i] = ldcg1(v, o), vn[i + H2] = ldcg1(v, o + H2);
                 if (rg == 0) {
                     st1(kc, i, kn[i]), st1(kc, i + H2, kn[i + H2]);
@@ -392,10 +471,9 @@ __device__ int run_attn(const tpk_pcall *c, const tpk_pinstr &in, int past, floa
         float m = -INFINITY, l = 0.0f, acc[NV], qv[NV];
 #pragma unroll
         for (int j = 0; j < NV; j++) acc[j] = 0.0f, qv[j] = r < nr ? Qs[r * D + lane * NV + j] : 0.0f;
-        const T *kb = (const T *)c->cache + (size_t)kvh * D, *vb = kb + (size_t)c->L * W;
         for (int k0 = lo; k0 < hi; k0 += CK) {
             const int nk = min(CK, hi - k0);
-            if (k0 > lo) attn_stage<T, D>(c, kvh, k0, nk, past, stg); /* the first was issued before the wait */
+            if (k0 > lo) attn_stage<T, D>(c, b, kvh, k0, nk, past, stg); /* the first was issued before the wait */
             asm volatile("cp.async.wait_group 0;\n" ::: "memory");
             if (past >= k0 && past < k0 + nk)
                 for (int d = threadIdx.x; d < D; d += kThreads) {
@@ -458,7 +536,7 @@ __device__ int run_attn(const tpk_pcall *c, const tpk_pinstr &in, int past, floa
     csync();
     if (threadIdx.x == 0) {
         __threadfence();
-        *flag = atomicAdd(counters + c->arrive + kvh * c->n_rg + rg, 1) == c->n_chunks - 1;
+        *flag = atomicAdd(counters + c->arrive + (b * c->Hkv + kvh) * c->n_rg + rg, 1) == c->n_chunks - 1;
     }
     csync();
     if (!*flag) return 0;
@@ -481,42 +559,54 @@ __device__ int run_attn(const tpk_pcall *c, const tpk_pinstr &in, int past, floa
             A = fmaf(A, sa, at * sb);
             M = mx;
         }
-        st1(out, ((size_t)kvh * c->G + r0 + rr) * D + dd, A / L);
+        st1(out, qo + ((size_t)kvh * c->G + r0 + rr) * D + dd, A / L);
     }
     return c->n_chunks;
 }
 
-/* The weight bytes of tile t of instruction `in`: one run (src[0], bytes), or a GLU tile's gate rows then its up
- * rows (src[0], src[1], bytes each); returns the number of runs. */
-template <class T>
-__device__ __forceinline__ int tile_runs(const tpk_pcall *c, const tpk_pinstr &in, int t, const unsigned char **src,
-                                         uint32_t *bytes) {
-    const int r0 = in.f0 + t * c->tile_rows, nc = min(in.f1, r0 + c->tile_rows) - r0;
-    const size_t rb = (size_t)c->K * (c->wfmt == TPK_PW_E4M3 ? 1 : sizeof(T));
-    const unsigned char *w = (const unsigned char *)c->w;
-    *bytes = (uint32_t)(nc * rb);
+/* The weight bytes of tile t of instruction `in` (chunk j = t / row blocks, row block t % row blocks): nrows rows of
+ * row_bytes each, stride bytes apart in W, from src[0] (or a GLU tile's gate rows from src[0], then its up rows from
+ * src[1]); runs: 1 or 2. */
+struct tile_src {
+    const unsigned char *src[2];
+    int runs, nrows;
+    uint32_t row_bytes;
+    size_t stride;
+};
+template <class T, int MB> __device__ __forceinline__ tile_src tile_runs(const tpk_pcall *c, const tpk_pinstr &in, int t) {
+    /* the batch-1 kernel runs no K chunks (the host's rule: tpk_pprog.max_m) */
+    const int nrb = MB == 1 ? 1 : (in.f1 - in.f0 + c->tile_rows - 1) / c->tile_rows, j = MB == 1 ? 0 : t / nrb,
+              rb = MB == 1 ? t : t - j * nrb;
+    const int r0 = in.f0 + rb * c->tile_rows, k0 = j * c->kc;
+    const size_t eb = c->wfmt == TPK_PW_E4M3 ? 1 : sizeof(T);
+    const unsigned char *w = (const unsigned char *)c->w + (size_t)k0 * eb;
+    tile_src r;
+    r.nrows = min(in.f1, r0 + c->tile_rows) - r0;
+    r.row_bytes = (uint32_t)((size_t)min(c->kc, c->K - k0) * eb);
+    r.stride = (size_t)c->K * eb;
     if (c->epi >= TPK_PE_GLU_SILU) {
-        src[0] = w + ((size_t)c->gate0 + r0) * rb, src[1] = w + ((size_t)c->up0 + r0) * rb;
-        return 2;
+        r.src[0] = w + ((size_t)c->gate0 + r0) * r.stride, r.src[1] = w + ((size_t)c->up0 + r0) * r.stride;
+        r.runs = 2;
+    } else {
+        r.src[0] = w + (size_t)r0 * r.stride, r.src[1] = NULL;
+        r.runs = 1;
     }
-    src[0] = w + (size_t)r0 * rb;
-    return 1;
+    return r;
 }
 
 /* the producer: tile t of instruction `in` into stage buffer dst, one bulk copy a row (rows c->pitch bytes apart:
  * a GLU tile's gate rows, then its up rows), counted on bar */
-template <class T>
+template <class T, int MB>
 __device__ void issue_tile(const tpk_pcall *c, const tpk_pinstr &in, int t, unsigned char *dst, uint64_t *bar,
                            uint64_t pol) {
-    const unsigned char *src[2];
-    uint32_t bytes;
-    const int runs = tile_runs<T>(c, in, t, src, &bytes);
-    const uint32_t rb = (uint32_t)c->K * (uint32_t)(c->wfmt == TPK_PW_E4M3 ? 1 : sizeof(T)), nc = bytes / rb;
+    const tile_src r = tile_runs<T, MB>(c, in, t);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the generic reads of this stage come first */
-    mbar_expect(bar, (uint32_t)runs * bytes);
-    for (int r = 0; r < runs; r++)
-        for (uint32_t i = 0; i < nc; i++)
-            bulk_load(dst + (size_t)(r * nc + i) * c->pitch, src[r] + (size_t)i * rb, rb, bar, pol);
+    mbar_expect(bar, (uint32_t)(r.runs * r.nrows) * r.row_bytes);
+#pragma unroll
+    for (int k = 0; k < 2; k++) /* unrolled: src[k] stays in registers */
+        for (int i = 0; k < r.runs && i < r.nrows; i++)
+            bulk_load(dst + (size_t)(k * r.nrows + i) * c->pitch, r.src[k] + (size_t)i * r.stride, r.row_bytes, bar,
+                      pol);
 }
 
 /* A position in a block's queue of tiles (the producer's two cursors: the ring's, and the L2 prefetch's ahead). */
@@ -538,7 +628,7 @@ struct pipe {
     int nuse; /* tiles the consumers have taken */
 };
 
-template <class T> __device__ void produce(const tpk_pprog &p, const pipe &ld, int q0, int q1, uint64_t pol) {
+template <class T, int MB> __device__ void produce(const tpk_pprog &p, const pipe &ld, int q0, int q1, uint64_t pol) {
     tile_cursor pf = {q0, 0}; /* the next tile to prefetch into L2 */
     int n = 0, n_pf = 0;      /* tiles issued into the ring, tiles prefetched */
     for (int q = q0; q < q1; q++) {
@@ -551,29 +641,41 @@ template <class T> __device__ void produce(const tpk_pprog &p, const pipe &ld, i
              * streaming (a tile the ring has already issued is not prefetched) */
             for (next_tile(p, pf, q1); pf.q < q1 && n_pf < n + p.l2_ahead; next_tile(p, pf, q1)) {
                 if (n_pf >= n) {
-                    const unsigned char *src[2];
-                    uint32_t bytes;
                     const tpk_pinstr &a = p.instrs[p.queue[pf.q]];
-                    const int runs = tile_runs<T>(&p.calls[a.call], a, pf.t, src, &bytes);
-                    for (int r = 0; r < runs; r++) bulk_prefetch_l2(src[r], bytes);
+                    const tile_src r = tile_runs<T, MB>(&p.calls[a.call], a, pf.t);
+#pragma unroll
+                    for (int k = 0; k < 2; k++) {
+                        if (k >= r.runs) break;
+                        if (r.stride == r.row_bytes) /* whole rows: one run */
+                            bulk_prefetch_l2(r.src[k], (uint32_t)r.nrows * r.row_bytes);
+                        else
+                            for (int i = 0; i < r.nrows; i++) bulk_prefetch_l2(r.src[k] + (size_t)i * r.stride, r.row_bytes);
+                    }
                 }
                 pf.t++, n_pf++;
             }
             const int s = n % p.stages;
             mbar_wait(&ld.empty[s], (uint32_t)((n / p.stages) & 1) ^ 1u); /* a fresh barrier passes parity 1 */
-            issue_tile<T>(c, in, t, ld.stages + (size_t)s * p.tile, &ld.full[s], pol);
+            issue_tile<T, MB>(c, in, t, ld.stages + (size_t)s * p.tile, &ld.full[s], pol);
         }
     }
 }
 
-/* A GEMV instruction: its prologue once, then its tiles as they arrive. */
-template <class T>
+/* A GEMV instruction: its prologue once, then its tiles as they arrive (chunk by chunk when K is cut: the next chunk
+ * of x loaded once every warp is past the last tile's barrier, so none still reads the one before). */
+template <class T, int MB>
 __device__ void run_gemv(const tpk_pprog &p, const tpk_pcall *c, const tpk_pinstr &in, pipe &ld, T *xs, float *red,
-                         float *eb, float *er) {
-    gemv_prologue<T>(c, in, xs, red, eb, er);
-    const bool pre = c->epi < TPK_PE_GLU_SILU && in.f1 - in.f0 <= kEpi;
+                         float *eb, float *er, float *acc, float *rs) {
+    gemv_prologue<T, MB>(c, in, xs, red, eb, er, rs);
+    const bool pre = c->M == 1 && c->epi < TPK_PE_GLU_SILU && in.f1 - in.f0 <= kEpi;
+    const int nrb = MB == 1 ? 1 : (in.f1 - in.f0 + c->tile_rows - 1) / c->tile_rows;
     for (int t = 0; t < in.n_tiles; t++) {
-        const int s = ld.nuse % p.stages, r0 = in.f0 + t * c->tile_rows;
+        const int j = MB == 1 ? 0 : t / nrb, rb = MB == 1 ? t : t - j * nrb;
+        if (MB > 1 && j > 0 && rb == 0) {
+            load_x<T>(c, j, xs);
+            csync();
+        }
+        const int s = ld.nuse % p.stages, r0 = in.f0 + rb * c->tile_rows;
         mbar_wait(&ld.full[s], (uint32_t)(ld.nuse / p.stages) & 1u);
         /* red alternates halves tile by tile: tile n + 2 writes the half tile n's epilogue reads only after every
          * warp, the epilogue's included, has passed tile n + 1's barrier */
@@ -582,14 +684,14 @@ __device__ void run_gemv(const tpk_pprog &p, const tpk_pcall *c, const tpk_pinst
         const unsigned char *tile = ld.stages + (size_t)s * p.tile;
         /* E4M3 weights widen to FP16 pairs: FP16 activations only (the host refuses BF16 with them) */
         if (kIsHalf<T> && c->wfmt == TPK_PW_E4M3)
-            gemv_tile<T, kIsHalf<T>>(c, r0, nc, r0 - in.f0, tile, xs, rd, eb, er, pre, &ld.empty[s]);
+            gemv_tile<T, kIsHalf<T>, MB>(c, r0, nc, r0 - in.f0, j, tile, xs, rd, eb, er, acc, pre, &ld.empty[s]);
         else
-            gemv_tile<T, 0>(c, r0, nc, r0 - in.f0, tile, xs, rd, eb, er, pre, &ld.empty[s]);
+            gemv_tile<T, 0, MB>(c, r0, nc, r0 - in.f0, j, tile, xs, rd, eb, er, acc, pre, &ld.empty[s]);
         ld.nuse++;
     }
 }
 
-template <class T>
+template <class T, int MB>
 __global__ void __launch_bounds__(kThreads + 32, 1) persist_kernel(const tpk_pprog *__restrict__ pp) {
 #if !PK_SM90
     __trap();
@@ -597,7 +699,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1) persist_kernel(const tpk_ppr
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages];
     __shared__ float red[2 * kRed]; /* two tiles' partial sums (block_sum uses the first kWarps + 1) */
-    __shared__ float eb[kEpi], er[kEpi];
+    __shared__ float eb[kEpi], er[kEpi], rs[kMaxM];
     __shared__ int flag;
     const tpk_pprog p = *pp;
     const int q0 = p.queue_start[blockIdx.x], q1 = p.queue_start[blockIdx.x + 1];
@@ -611,11 +713,12 @@ __global__ void __launch_bounds__(kThreads + 32, 1) persist_kernel(const tpk_ppr
         if (threadIdx.x == kThreads) {
             uint64_t pol;
             asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-            produce<T>(p, ld, q0, q1, pol);
+            produce<T, MB>(p, ld, q0, q1, pol);
         }
         return;
     }
     unsigned char *xs = smem + (size_t)kRing;
+    float *acc = (float *)(smem + (size_t)kRing + kXs); /* a K-chunked GEMV's sums until its last chunk */
     const int past = *p.past;
     for (int q = q0; q < q1; q++) {
         const int k = p.queue[q];
@@ -639,7 +742,7 @@ __global__ void __launch_bounds__(kThreads + 32, 1) persist_kernel(const tpk_ppr
         int add = 1;
         switch (c->kind) {
         case TPK_PI_EMBED: run_embed<T>(c); break;
-        case TPK_PI_GEMV: run_gemv<T>(p, c, in, ld, (T *)xs, red, eb, er); break;
+        case TPK_PI_GEMV: run_gemv<T, MB>(p, c, in, ld, (T *)xs, red, eb, er, acc, rs); break;
         case TPK_PI_ATTN:
             add = c->D == 64    ? run_attn<T, 64>(c, in, past, (float *)xs, p.counters, &flag)
                   : c->D == 128 ? run_attn<T, 128>(c, in, past, (float *)xs, p.counters, &flag)
@@ -659,7 +762,13 @@ __global__ void __launch_bounds__(kThreads + 32, 1) persist_kernel(const tpk_ppr
 
 } // namespace
 
-extern "C" size_t tpk_persist_smem(void) { return (size_t)kRing + kXs; }
+extern "C" size_t tpk_persist_smem(void) { return (size_t)kRing + kXs + sizeof(float) * kAcc; }
+
+/* the kernel of a step: its activation type and batch class (persist_kernel's MB) */
+static const void *kernel_of(int bf16, int max_m) {
+    if (bf16) return max_m > 1 ? (const void *)persist_kernel<__nv_bfloat16, kMaxM> : (const void *)persist_kernel<__nv_bfloat16, 1>;
+    return max_m > 1 ? (const void *)persist_kernel<__half, kMaxM> : (const void *)persist_kernel<__half, 1>;
+}
 
 extern "C" int tpk_persist_check(int device, int n_blocks) {
     cudaDeviceProp prop;
@@ -668,11 +777,12 @@ extern "C" int tpk_persist_check(int device, int n_blocks) {
     if (prop.major < 9) return (int)cudaErrorInvalidDeviceFunction;
     if (n_blocks < 1 || n_blocks > prop.multiProcessorCount) return (int)cudaErrorInvalidValue;
     const int smem = (int)tpk_persist_smem();
-    if ((e = cudaFuncSetAttribute(persist_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) ||
-        (e = cudaFuncSetAttribute(persist_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)))
-        return (int)e;
+    for (int k = 0; k < 4; k++)
+        if ((e = cudaFuncSetAttribute(kernel_of(k & 1, k & 2 ? kMaxM : 1), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      smem)))
+            return (int)e;
     int per_sm = 0;
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persist_kernel<__half>, kThreads + 32, smem)))
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of(0, kMaxM), kThreads + 32, smem)))
         return (int)e;
     return per_sm >= 1 ? 0 : (int)cudaErrorInvalidValue;
 }
@@ -682,9 +792,7 @@ extern "C" int tpk_persist_launch(const tpk_pprog *d_prog, const tpk_pprog *h, t
     cudaError_t e = cudaMemsetAsync(h->counters, 0, sizeof(int) * (size_t)h->n_counters, s);
     if (e != cudaSuccess) return (int)e;
     const size_t smem = tpk_persist_smem();
-    if (h->bf16)
-        persist_kernel<__nv_bfloat16><<<h->n_blocks, kThreads + 32, smem, s>>>(d_prog);
-    else
-        persist_kernel<__half><<<h->n_blocks, kThreads + 32, smem, s>>>(d_prog);
-    return (int)cudaGetLastError();
+    void *args[] = {(void *)&d_prog};
+    e = cudaLaunchKernel(kernel_of(h->bf16, h->max_m), dim3((unsigned)h->n_blocks), dim3(kThreads + 32), args, smem, s);
+    return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
