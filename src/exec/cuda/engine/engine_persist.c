@@ -64,10 +64,10 @@ static tp_status unsupported(pk_ctx *x, const char *layer, const char *why) {
 }
 
 /* The sibling group led by `lead` laid out for one GEMV (engine_memory.c: the members' weights, and biases, one after
- * the other; 16-bit or per-tensor E4M3 weights, at most TPK_PERSIST_MAX_MEM members): 1 and *n_total the rows in all,
- * else 0. Unlike the graph path's group GEMV (tpe_group_ready: batch 1, outputs adjacent) any batch: the persistent
+ * the other; 16-bit or per-tensor E4M3 weights, every member weight-only or none): 1, *n_total the rows in all and
+ * *n_mem the members, else 0. Unlike the graph path's group GEMV (tpe_group_ready: batch 1, outputs adjacent) any batch: the persistent
  * step lays out the members' outputs itself (persist_buffers). */
-static int persist_group_ok(const tp_engine *e, int lead, int64_t *n_total) {
+static int persist_group_ok(const tp_engine *e, int lead, int64_t *n_total, int *n_mem) {
     const tp_graph *g = e->g;
     if (e->group_lead[lead] != lead || tpe_fp4_group(e, lead) || tpe_b128_group(e, lead)) return 0;
     const char *w = e->dptr[g->ops[lead].in[1]];
@@ -76,12 +76,23 @@ static int persist_group_ok(const tp_engine *e, int lead, int64_t *n_total) {
     *n_total = 0;
     for (int j = lead; j >= 0; j = e->group_next[j], n++) {
         const tp_op *op = &g->ops[j];
-        if ((const char *)e->dptr[op->in[1]] != w || (b && (const char *)e->dptr[op->in[2]] != b)) return 0;
+        if ((const char *)e->dptr[op->in[1]] != w || (b && (const char *)e->dptr[op->in[2]] != b) ||
+            op_weight_only(e, j) != op_weight_only(e, lead))
+            return 0;
         w += value_bytes(e, op->in[1]);
         if (b) b += value_bytes(e, op->in[2]);
         *n_total += op->gemm_n;
     }
-    return n <= TPK_PERSIST_MAX_MEM;
+    *n_mem = n;
+    return 1;
+}
+
+/* 1 when op h is the only reader of value v */
+static int only_reader(const tp_graph *g, int v, int h) {
+    for (int i = 0; i < g->n_ops; i++)
+        for (int k = 0; k < g->ops[i].n_in; k++)
+            if (g->ops[i].in[k] == v && i != h) return 0;
+    return v != g->output;
 }
 
 /* Per-row scales of an E4M3 group (each member's per-tensor scale over its rows, as engine_select.c's group_scales
@@ -114,21 +125,25 @@ static void persist_merge_groups(const tp_engine *e, tp_program *pr) {
     const tp_graph *g = e->g;
     for (int i = 0; i < g->n_ops; i++) {
         int64_t n;
+        int n_mem = 0;
         if (e->group_lead[i] != i || e->group_next[i] < 0 || !tp_program_is_head(pr, i) || pr->calls[i].n_ops != 1 ||
-            !persist_group_ok(e, i, &n))
+            !persist_group_ok(e, i, &n, &n_mem))
             continue;
         int alone = 1;
         for (int j = e->group_next[i]; j >= 0; j = e->group_next[j])
             alone &= tp_program_is_head(pr, j) && pr->calls[j].n_ops == 1;
         if (!alone) continue;
         for (int j = e->group_next[i]; j >= 0; j = e->group_next[j]) tp_program_merge(pr, i, j);
-        for (int h = i + 1; h < g->n_ops; h++) {
+        /* the GLU joins only a group of exactly its two linears, whose outputs nothing else reads (the graph path's
+         * gemv+glu rule): its epilogue writes the GLU alone */
+        for (int h = i + 1; n_mem == 2 && h < g->n_ops; h++) {
             const tp_op *o = &g->ops[h];
             if (o->kind != TP_OP_GLU || o->n_in != 2 || !tp_program_is_head(pr, h) || pr->calls[h].n_ops != 1 ||
                 pr->calls[i].n_ops + 1 > TP_CALL_MAX_OPS)
                 continue;
             const int pa = g->values[o->in[0]].producer, pb = g->values[o->in[1]].producer;
-            if (pa >= 0 && pb >= 0 && pr->op_call[pa] == i && pr->op_call[pb] == i) {
+            if (pa >= 0 && pb >= 0 && pa != pb && pr->op_call[pa] == i && pr->op_call[pb] == i &&
+                only_reader(g, o->in[0], h) && only_reader(g, o->in[1], h)) {
                 tp_program_join(pr, i, h);
                 break;
             }
@@ -163,10 +178,15 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
         return unsupported(x, op->layer, "weights or bias not in the activations' 16-bit type (of the quantized "
                                          "formats only weight-only FP8 with FP16 activations is in the persistent "
                                          "step yet)");
-    if (n_lin > 1 && !persist_group_ok(e, lin, &width))
-        return unsupported(x, op->layer, "a sibling group whose weights are not one contiguous run (or more than 4 "
-                                         "members)");
-    if (n_lin > 1 && glu < 0) { /* the members' outputs one after the other (persist_buffers), each (M, N_j) */
+    int n_mem = 0;
+    if (n_lin > 1 && !persist_group_ok(e, lin, &width, &n_mem))
+        return unsupported(x, op->layer, "a sibling group whose weights are not one contiguous run of one format");
+    if (n_lin > 1 && (add >= 0 || (glu >= 0 && n_lin != 2)))
+        return unsupported(x, op->layer, "a sibling group with a residual add, or a GLU over more than its two linears");
+    if (n_lin > TPK_PERSIST_MAX_MEM && x->M > 1)
+        return unsupported(x, op->layer, "a sibling group of more than 4 linears at a batch above 1");
+    if (n_lin > 1 && glu < 0 && x->M > 1) { /* the members' outputs one after the other (persist_buffers), each
+                                              (M, N_j); at batch 1 that is (1, N) row-major as it is */
         c->n_mem = n_lin;
         for (int j = lin, k = 0; j >= 0; j = e->group_next[j], k++) c->mem_n[k] = (int)g->ops[j].gemm_n;
     }
@@ -191,6 +211,9 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
             return unsupported(x, op->layer, "an RMSNorm prologue or a GLU epilogue needs the batch's rows of x in "
                                              "shared memory at once (batch x K too large)");
         c->kc = (int)(TPK_PERSIST_XS / (esz(x->dt) * (size_t)M)) - xpad;
+        /* and at least 8 weight rows a 64 KB tile */
+        const int kt = (int)(x->tile / (8 * (w8 ? 1 : esz(x->dt))));
+        if (c->kc > kt) c->kc = kt;
         c->kc -= c->kc % 64;
         c->nk = (K + c->kc - 1) / c->kc;
     }
