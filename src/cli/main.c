@@ -70,7 +70,7 @@ static const char USAGE_BENCH[] =
             "                        the layout also lets FP8 prefills and pipelines run them as one GEMM each\n"
             "  --decode-kernel graph|persistent|auto  decoders: each decode step as a CUDA graph of one kernel per\n"
             "                        call (graph, the default), as one persistent kernel running the step's\n"
-            "                        instruction stream (persistent: batch 1-8, FP16/BF16/fp8-wo, sm_90+; docs/persistent.md),\n"
+            "                        instruction stream (persistent: batch 1-8, FP16/BF16/fp8-wo/fp8, sm_90+; docs/persistent.md),\n"
             "                        or both timed at build and the faster kept (auto)\n"
             "  --kv-cache auto|fp8   decoders: the KV cache in the activation type (auto), or in E4M3 with one\n"
             "                        calibrated scale per layer (fp8: half the cache bytes; 16-bit engines, sm_89+)\n"

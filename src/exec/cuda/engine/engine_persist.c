@@ -171,13 +171,17 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
     int64_t width = op->gemm_n;
     const int wv = op->in[1];
     const tp_dtype wdt = x->e->plan->value_dt[wv];
-    /* weight-only FP8 (E4M3 codes, per-tensor scales; a group's per-row ones) with FP16 activations, as
-     * tpk_gemv_fp8 runs it; every other quantized weight is refused */
-    const int w8 = wdt == TP_E4M3 && x->dt == TP_F16 && op_weight_only(e, lin) && x->e->plan->value_qf[wv] == TP_QF_NONE;
+    /* FP8 weights (E4M3 codes, per-tensor scales; a group's per-row ones) with FP16 activations: weight-only, as
+     * tpk_gemv_fp8 runs it, or W8A8 on a 16-bit input rounded to E4M3 as it is read, as tpk_gemv_w8a8 runs it;
+     * every other quantized weight is refused */
+    const int qx = op_fp8_quant_in(e, lin);
+    const int w8 = wdt == TP_E4M3 && x->dt == TP_F16 && (op_weight_only(e, lin) || qx) &&
+                   x->e->plan->value_qf[wv] == TP_QF_NONE;
     if ((wdt != x->dt && !w8) || (op->n_in > 2 && x->e->plan->value_dt[op->in[2]] != x->dt))
         return unsupported(x, op->layer, "weights or bias not in the activations' 16-bit type (of the quantized "
-                                         "formats only weight-only FP8 with FP16 activations is in the persistent "
-                                         "step yet)");
+                                         "formats only FP8 weights, weight-only or W8A8, with FP16 activations are in "
+                                         "the persistent step yet)");
+    if (w8 && qx) c->xsc = e->d_scales + SCALE_SLOT * op->in[0];
     int n_mem = 0;
     if (n_lin > 1 && !persist_group_ok(e, lin, &width, &n_mem))
         return unsupported(x, op->layer, "a sibling group whose weights are not one contiguous run of one format");

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "exec/cuda/kernels/act_types.cuh"
+#include "exec/cuda/kernels/e4m3.cuh"
 #include "exec/cuda/persistent/persist.h"
 #include "exec/cuda/ptx/attention_ptx.cuh" /* smem_u32, cp_async16 */
 #include "exec/cuda/ptx/mma_ptx.cuh"
@@ -164,15 +165,32 @@ template <class T> __device__ void run_embed(const tpk_pcall *c) {
     }
 }
 
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v);
+/* W8A8: FP16 x values to e4m3(x / s), back in FP16 (exact: every E4M3 value is an FP16 value); e4m3.cuh's rounding,
+ * as gemv.cu's W8A8 loads do it. A pair in a word, or one value. */
+__device__ __forceinline__ uint32_t q8_pair(uint32_t x, float s) {
+    __half2 h;
+    memcpy(&h, &x, 4);
+    const float2 f = __half22float2(h);
+    return e4m3x2_to_f16x2(tpk_to_e4m3x2(f.x, f.y, s));
+}
+__device__ __forceinline__ float q8_one(float v, float s) {
+    const uint32_t h = e4m3x2_to_f16x2(tpk_to_e4m3x2(v, 0.0f, s));
+    return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFFu)));
+}
+
 /* Chunk j of x (columns j kc .. + kw of its M rows) into xs, rows c->xp values apart; 16-byte copies through L2 (x
- * was written in this launch). */
-template <class T> __device__ void load_x(const tpk_pcall *c, int j, T *xs) {
+ * was written in this launch); with q (W8A8, FP16) each value rounded to E4M3 under *c->xsc on the way. */
+template <class T> __device__ void load_x(const tpk_pcall *c, int j, T *xs, bool q) {
     const int K = c->K, k0 = j * c->kc, per = min(c->kc, K - k0) / 8, M = c->M, xp = c->xp;
     const T *x = (const T *)c->x;
+    const float s = q ? __ldg(c->xsc) : 1.0f;
     for (int m = 0; m < M; m++)
-        for (int q = threadIdx.x; q < per; q += kThreads)
-            reinterpret_cast<uint4 *>(xs + (size_t)m * xp)[q] =
-                __ldcg(reinterpret_cast<const uint4 *>(x + (size_t)m * K + k0) + q);
+        for (int i = threadIdx.x; i < per; i += kThreads) {
+            uint4 v = __ldcg(reinterpret_cast<const uint4 *>(x + (size_t)m * K + k0) + i);
+            if (kIsHalf<T> && q) v = make_uint4(q8_pair(v.x, s), q8_pair(v.y, s), q8_pair(v.z, s), q8_pair(v.w, s));
+            reinterpret_cast<uint4 *>(xs + (size_t)m * xp)[i] = v;
+        }
 }
 
 /* x's first chunk (or RMSNorm(x) row by row, rounded to T as tpk_rmsnorm's store) into xs; K % 8 == 0. One row and
@@ -181,7 +199,7 @@ template <class T> __device__ void load_x(const tpk_pcall *c, int j, T *xs) {
 template <class T, int MB> __device__ void gemv_prologue(const tpk_pcall *c, const tpk_pinstr &in, T *xs, float *red,
                                                          float *eb, float *er, float *rs) {
     const int K = c->K, n = in.f1 - in.f0, M = MB == 1 ? 1 : c->M;
-    load_x<T>(c, 0, xs);
+    load_x<T>(c, 0, xs, c->xsc && !c->norm_w); /* W8A8 after a norm: rounded as the norm stores (below) */
     if (M == 1 && c->epi < TPK_PE_GLU_SILU && n <= kEpi)
         for (int j = threadIdx.x; j < n; j += kThreads) {
             eb[j] = c->bias ? ld1((const T *)c->bias, (size_t)in.f0 + j) : 0.0f;
@@ -199,9 +217,17 @@ template <class T, int MB> __device__ void gemv_prologue(const tpk_pcall *c, con
         }
         const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)K + c->eps); /* every thread's (block_sum) */
         const float off = c->norm_off;
-        for (int j = threadIdx.x; j < K; j += kThreads) {
-            const float w = c->norm_w32 ? ((const float *)c->norm_w)[j] : ld1((const T *)c->norm_w, j);
-            st1(xs, j, ld1(xs, j) * r * (off + w));
+        if (kIsHalf<T> && c->xsc) { /* W8A8: the FP16 norm output, then e4m3 of it (the graph path's two roundings) */
+            const float s = __ldg(c->xsc);
+            for (int j = threadIdx.x; j < K; j += kThreads) {
+                const float w = c->norm_w32 ? ((const float *)c->norm_w)[j] : ld1((const T *)c->norm_w, j);
+                st1(xs, j, q8_one(round_to<T>(ld1(xs, j) * r * (off + w)), s));
+            }
+        } else {
+            for (int j = threadIdx.x; j < K; j += kThreads) {
+                const float w = c->norm_w32 ? ((const float *)c->norm_w)[j] : ld1((const T *)c->norm_w, j);
+                st1(xs, j, ld1(xs, j) * r * (off + w));
+            }
         }
         csync();
         return;
@@ -218,14 +244,15 @@ template <class T, int MB> __device__ void gemv_prologue(const tpk_pcall *c, con
         }
     }
     csync();
-    const int w32 = c->norm_w32, xp = c->xp;
+    const int w32 = c->norm_w32, xp = c->xp, q = kIsHalf<T> && c->xsc;
     const void *nw = c->norm_w;
-    const float off = c->norm_off;
+    const float off = c->norm_off, s = q ? __ldg(c->xsc) : 1.0f;
     for (int j = threadIdx.x; j < K; j += kThreads) {
         const float w = off + (w32 ? ((const float *)nw)[j] : ld1((const T *)nw, j));
         for (int m = 0; m < M; m++) {
             T *row = xs + (size_t)m * xp;
-            st1(row, j, ld1(row, j) * rs[m] * w);
+            const float v = ld1(row, j) * rs[m] * w;
+            st1(row, j, q ? q8_one(round_to<T>(v), s) : v);
         }
     }
     csync();
@@ -260,10 +287,10 @@ __device__ __forceinline__ uint4 load_a(const unsigned char *row, int kb) {
         return *reinterpret_cast<const uint4 *>(row + 2 * kb);
     }
 }
-/* weight row n's scale (E4M3: channel x tensor, gemv.h's scale_n), 1 for 16-bit weights */
+/* weight row n's scale (E4M3: channel x tensor, gemv.h's scale_n; W8A8: times x's scale), 1 for 16-bit weights */
 __device__ __forceinline__ float row_scale(const tpk_pcall *c, size_t n) {
     if (c->wfmt != TPK_PW_E4M3) return 1.0f;
-    return (c->wcs ? __ldg(c->wcs + n) : 1.0f) * (c->wts ? __ldg(c->wts) : 1.0f);
+    return (c->wcs ? __ldg(c->wcs + n) : 1.0f) * (c->wts ? __ldg(c->wts) : 1.0f) * (c->xsc ? __ldg(c->xsc) : 1.0f);
 }
 
 template <class T, int W8, int MB>
@@ -672,7 +699,7 @@ __device__ void run_gemv(const tpk_pprog &p, const tpk_pcall *c, const tpk_pinst
     for (int t = 0; t < in.n_tiles; t++) {
         const int j = MB == 1 ? 0 : t / nrb, rb = MB == 1 ? t : t - j * nrb;
         if (MB > 1 && j > 0 && rb == 0) {
-            load_x<T>(c, j, xs);
+            load_x<T>(c, j, xs, c->xsc != NULL); /* a chunked call has no norm */
             csync();
         }
         const int s = ld.nuse % p.stages, r0 = in.f0 + rb * c->tile_rows;

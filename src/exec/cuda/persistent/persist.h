@@ -37,8 +37,8 @@ extern "C" {
 
 enum { TPK_PI_EMBED = 1, TPK_PI_GEMV = 2, TPK_PI_ATTN = 3 };
 enum { TPK_PE_NONE = 0, TPK_PE_RES = 1, TPK_PE_GLU_SILU = 2, TPK_PE_GLU_GELU = 3 };
-/* a GEMV's weight format: the activations' 16-bit type, or weight-only FP8 (E4M3 codes, FP16 activations; W =
- * e4m3(q) * channel scale * tensor scale, gemv.h tpk_gemv_fp8's rule) */
+/* a GEMV's weight format: the activations' 16-bit type, or FP8 (E4M3 codes, FP16 activations; W = e4m3(q) *
+ * channel scale * tensor scale, gemv.h tpk_gemv_fp8's rule; weight-only, or W8A8 with tpk_pcall.xsc) */
 enum { TPK_PW_16 = 0, TPK_PW_E4M3 = 1 };
 
 #define TPK_PERSIST_THREADS 256   /* consumer threads of a block (plus one producer warp) */
@@ -80,6 +80,9 @@ typedef struct {
     int wfmt;       /* TPK_PW_*: E4M3 weights take up to 32 rows a tile (two mma row halves) */
     const float *wcs, *wts; /* E4M3: channel scales (N, device; a GEMV group's per-row ones) and the tensor scale
                                (one, device), each may be NULL (1) */
+    const float *xsc;       /* W8A8 (E4M3 weights, FP16 activations): x's per-tensor scale (device), else NULL. x is
+                               rounded to e4m3(x / xsc) as it enters shared memory (after the RMSNorm prologue's
+                               rounding to FP16) and *xsc joins the row's scale: gemv.h tpk_gemv_w8a8's rule */
     int gate0, up0; /* GLU: the first rows of gate and up in W */
     int n_mem;      /* a sibling group without GLU (> 1): its members' outputs one after the other in y, member j's
                        (M, mem_n[j]) row-major: output row n of W goes to the member holding it */
