@@ -919,10 +919,12 @@ START_TEST(test_chrome_trace) {
 END_TEST
 
 /* A persistent decode step's records (tp_trace_add_persistent): instructions on SMs become kernel records named by
- * what they are, on their SM's stream; the busy time counts the union of the SMs' intervals (the waits left out);
- * the Chrome trace has one row per SM; save and load keep the flag. Ops: 0 the embedding, 1 a linear, 2 the KV
- * attention. Iteration 0 (ns): SM 0 embed [0, 10), gemv [20, 120); SM 1 gemv [30, 110), attention [130, 150);
- * iteration 1 the same shifted by 1000. Busy: 10 + 100 + 20 = 130 a step; the linear 100, the attention 20. */
+ * what they are, on their SM's stream; where no SM runs one, a dependency wait charged to the op of the instruction
+ * that ends it; the busy time is the step's span; the Chrome trace has one row per SM; save and load keep the
+ * flag. Ops: 0 the embedding, 1 a linear, 2 the KV attention. Iteration 0 (ns): SM 0 embed [0, 10), gemv [20, 120);
+ * SM 1 gemv [30, 110), attention [130, 150); iteration 1 the same shifted by 1000. Instructions busy 10 + 100 + 20 =
+ * 130 a step; waits [10, 20) (into the linear) and [120, 130) (into the attention): the linear 110, the attention
+ * 30, the step 150. */
 START_TEST(test_persistent_records) {
     tp_trace t;
     tp_trace_init(&t);
@@ -947,19 +949,27 @@ START_TEST(test_persistent_records) {
     }
     ck_assert_int_eq(t.persistent, 1);
     ck_assert_int_eq(t.iterations, 2);
-    ck_assert_int_eq(t.n, 8);
+    ck_assert_int_eq(t.n, 12); /* 4 instructions and 2 waits a step */
     ck_assert_str_eq(t.rec[1].name, "persistent gemv");
     ck_assert_str_eq(t.rec[3].name, "persistent attention");
     ck_assert_str_eq(t.rec[0].name, "persistent embed");
     ck_assert_int_eq((int)t.rec[2].stream, 1);
     ck_assert_int_eq(t.rec[3].category, TP_CAT_ATTENTION);
+    ck_assert_str_eq(t.rec[4].name, "persistent dependency wait");
+    ck_assert_int_eq(t.rec[4].op, 1);
+    ck_assert_int_eq(t.rec[4].category, TP_CAT_OTHER);
+    ck_assert_int_eq((int)(t.rec[4].end_ns - t.rec[4].start_ns), 10);
+    ck_assert_int_eq(t.rec[5].op, 2);
+    ck_assert_int_eq((int)t.rec[5].start_ns, 120);
+    ck_assert_int_eq((int)t.rec[5].stream, 1);
     tp_profile_summary s;
     ck_assert_msg(tp_profile_analyze(&t, &s, &e) == TP_OK, "%s", e.msg);
-    ck_assert(fabs(s.kernel_ns_per_iter - 130.0) < 1e-9);
-    ck_assert(fabs(s.raw_kernel_ns_per_iter - 210.0) < 1e-9);
+    ck_assert(fabs(s.kernel_ns_per_iter - 150.0) < 1e-9);
+    ck_assert(fabs(s.raw_kernel_ns_per_iter - 230.0) < 1e-9);
+    ck_assert(fabs(s.cat_ns_per_iter[TP_CAT_OTHER] - 20.0) < 1e-9);
     ck_assert_int_eq(s.n_layers, 3);
-    ck_assert(fabs(s.layers[1].ns_per_iter - 100.0) < 1e-9);
-    ck_assert(fabs(s.layers[2].ns_per_iter - 20.0) < 1e-9);
+    ck_assert(fabs(s.layers[1].ns_per_iter - 110.0) < 1e-9);
+    ck_assert(fabs(s.layers[2].ns_per_iter - 30.0) < 1e-9);
     char out[1 << 14];
     FILE *f = fmemopen(out, sizeof out, "w");
     ck_assert_ptr_nonnull(f);
@@ -989,7 +999,7 @@ START_TEST(test_persistent_records) {
         }
     }
     ck_assert_int_eq(sm_rows, 2);
-    ck_assert_int_eq(on_sm1, 2);
+    ck_assert_int_eq(on_sm1, 3); /* the gemv, the attention and the wait that ends at it */
     json_decref(root);
     remove(p);
     /* save and load keep the flag */
@@ -998,7 +1008,7 @@ START_TEST(test_persistent_records) {
     tp_trace u;
     ck_assert_msg(tp_trace_load(p, &u, &e) == TP_OK, "%s", e.msg);
     ck_assert_int_eq(u.persistent, 1);
-    ck_assert_int_eq(u.n, 8);
+    ck_assert_int_eq(u.n, 12);
     tp_trace_free(&u);
     remove(p);
     /* refused: an op outside the trace, an end before its start */

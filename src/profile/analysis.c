@@ -423,9 +423,11 @@ void tp_profile_print(const tp_trace *t, const tp_profile_summary *s, int top_n,
                    "after another in a CUDA graph)", s->raw_kernel_ns_per_iter * 1e-6, traced_ms(s));
     if (t->persistent)
         fprintf(f, "\nA persistent decode step: CUPTI sees one kernel, so these records are the kernel's own, one per "
-                   "instruction (%%globaltimer from the end of its waits to its signal, the wait before it left out as "
-                   "idle); the argmax and position kernels after the step are not in them. \"Kernels\" below are "
-                   "instructions, their time the busy time of the SMs running them");
+                   "instruction (%%globaltimer from the end of its waits to its signal); where no SM runs an "
+                   "instruction (all wait on counters) the stretch is a \"persistent dependency wait\" (category "
+                   "other) charged to the op whose instruction ends it; the counters' memset, the argmax and the "
+                   "position kernels around the step are not in them. \"Kernels\" below are instructions, their "
+                   "time the busy time of the SMs running them");
     fprintf(f, "\nRecords not launched by a tprof op: %d (%.4f ms per iteration)\n", s->unattributed,
             (double)s->unattributed_ns / s->iterations * 1e-6);
 

@@ -125,8 +125,20 @@ static int dump(json_t *j, FILE *f) {
     return rc;
 }
 
+/* an instruction by its ready time (ties by index) */
+typedef struct {
+    uint64_t ready;
+    int k;
+} ready_key;
+static int cmp_ready(const void *a, const void *b) {
+    const ready_key *x = a, *y = b;
+    if (x->ready != y->ready) return x->ready < y->ready ? -1 : 1;
+    return (x->k > y->k) - (x->k < y->k);
+}
+
 tp_status tp_trace_add_persistent(tp_trace *t, int iteration, const int *op, const int *sm, const uint64_t *ready_ns,
                                   const uint64_t *end_ns, int n, int n_sms, int threads, tp_error *err) {
+    if (n < 0) return tp_fail(err, TP_ERR_ARG, "persistent records: a count of %d", n);
     for (int k = 0; k < n; k++) {
         if (op[k] < 0 || op[k] >= t->n_ops)
             return tp_fail(err, TP_ERR_ARG, "persistent record %d: op %d outside the trace's %d ops", k, op[k], t->n_ops);
@@ -145,6 +157,29 @@ tp_status tp_trace_add_persistent(tp_trace *t, int iteration, const int *op, con
         tp_status st = tp_trace_add(t, &r, err);
         if (st) return st;
     }
+    /* The stretches inside the step where no SM runs an instruction, every one waiting on a counter: each is the
+     * dependency hop into the instruction that ends it (the first to become ready after it), charged to that
+     * instruction's op, category other. They overlap no instruction, so every instruction's busy time stays its
+     * own, and the step's traced time is its span. */
+    ready_key *ord = malloc(sizeof *ord * (size_t)(n > 0 ? n : 1));
+    if (!ord) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    for (int k = 0; k < n; k++) ord[k] = (ready_key){ready_ns[k], k};
+    qsort(ord, (size_t)n, sizeof *ord, cmp_ready);
+    uint64_t covered = n ? ord[0].ready : 0;
+    tp_status st = TP_OK;
+    for (int j = 0; j < n && !st; j++) {
+        const int k = ord[j].k;
+        if (ready_ns[k] > covered) {
+            tp_trace_record w = {.kind = TP_REC_KERNEL, .name = (char *)"persistent dependency wait",
+                                 .start_ns = covered, .end_ns = ready_ns[k], .iteration = iteration, .op = op[k],
+                                 .category = TP_CAT_OTHER, .grid = {n_sms, 1, 1}, .block = {threads, 1, 1},
+                                 .stream = (uint32_t)sm[k]};
+            st = tp_trace_add(t, &w, err);
+        }
+        if (end_ns[k] > covered) covered = end_ns[k];
+    }
+    free(ord);
+    if (st) return st;
     t->persistent = 1;
     if (iteration + 1 > t->iterations) t->iterations = iteration + 1;
     return TP_OK;

@@ -67,8 +67,10 @@ tp_status tp_trace_add(tp_trace *t, const tp_trace_record *r, tp_error *err);
  * tp_engine_persist_records: n instructions, op[k] the op carrying instruction k's time, sm[k] its SM, its work
  * from ready_ns[k] to end_ns[k], %globaltimer ns). Each becomes a kernel record named after what the instruction
  * is ("persistent gemv", "persistent attention", "persistent embed"; t->ops gives the op's kind), of the op's
- * category, on stream sm[k], grid (n_sms) and block (threads); t->persistent is set. TP_ERR_ARG for an op outside
- * t->ops or end < ready, TP_ERR_OOM. */
+ * category, on stream sm[k], grid (n_sms) and block (threads). Every stretch between the first ready and the last
+ * end where no instruction runs (all SMs waiting on counters) becomes a "persistent dependency wait" record of
+ * category other, charged to the op of the instruction that ends it, on that instruction's SM. t->persistent is
+ * set. TP_ERR_ARG for an op outside t->ops or end < ready, TP_ERR_OOM. */
 tp_status tp_trace_add_persistent(tp_trace *t, int iteration, const int *op, const int *sm, const uint64_t *ready_ns,
                                   const uint64_t *end_ns, int n, int n_sms, int threads, tp_error *err);
 
