@@ -221,6 +221,60 @@ START_TEST(test_decode_joins) {
 }
 END_TEST
 
+/* The same joins on pi0-small with the build's groups: every expert layer-step becomes five calls as a decoder
+ * layer (norm + q/k/v, the two RoPEs + the masked attention over the prefix's K, V, o_proj + residual, norm + gate/up
+ * + GLU, down_proj + residual), the prefix's masked attentions take their queries' RoPE (their keys' is the expert's
+ * cache too), and the joined stream still runs right under random interleavings. */
+START_TEST(test_expert_joins) {
+    fixture f;
+    setup_model(&f, "pi0-small", 1);
+    tp_program *prog = &f.plan.prog;
+    const int before = tp_program_n_calls(prog);
+    ck_assert_int_gt(tp_istream_decode_joins(prog, &f.g), 0);
+    ck_assert_int_lt(tp_program_n_calls(prog), before);
+    int expert_layers = 0;
+    for (int a = 0; a < f.g.n_ops; a++) {
+        if (f.g.ops[a].kind != TP_OP_MASKED_ATTENTION) continue;
+        const int h = prog->op_call[a];
+        int ropes = 0;
+        for (int k = 0; k < prog->calls[h].n_ops; k++) ropes += f.g.ops[prog->calls[h].ops[k]].kind == TP_OP_ROPE;
+        /* the prefix's rotated keys are also the expert's cache (read by every step): they stay alone */
+        const int expert = strncmp(f.g.ops[a].layer, "expert.", 7) == 0;
+        ck_assert_msg(ropes == (expert ? 2 : 1), "%s: %d RoPEs in its call", f.g.ops[a].layer, ropes);
+        if (!expert) continue;
+        /* the layer-step's ops: "expert.stepS.layers.I." */
+        char pre[96];
+        const char *end = strstr(f.g.ops[a].layer, ".self_attn");
+        ck_assert_ptr_nonnull(end);
+        snprintf(pre, sizeof pre, "%.*s.", (int)(end - f.g.ops[a].layer), f.g.ops[a].layer);
+        int calls[16], n = 0;
+        for (int i = 0; i < f.g.n_ops; i++) {
+            if (strncmp(f.g.ops[i].layer, pre, strlen(pre))) continue;
+            const int c = prog->op_call[i];
+            int seen = 0;
+            for (int j = 0; j < n; j++) seen |= calls[j] == c;
+            if (!seen && prog->calls[c].kind != TP_CALL_NONE) {
+                ck_assert_int_lt(n, 16);
+                calls[n++] = c;
+            }
+        }
+        ck_assert_msg(n == 5, "%s: %d calls", pre, n);
+        expert_layers++;
+    }
+    ck_assert_int_gt(expert_layers, 0);
+    tp_istream s;
+    tp_error e = {0};
+    ck_assert_msg(tp_istream_build(prog, &f.g, 7, 16, NULL, &s, &e) == TP_OK, "%s", e.msg);
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        ck_assert_msg(tp_istream_simulate(&s, prog, &f.g, seed, &e) == TP_OK, "seed %llu: %s",
+                      (unsigned long long)seed, e.msg);
+    printf("pi0-small joined: %d calls (from %d), %d expert layer-steps of 5 calls, %d instructions\n",
+           tp_program_n_calls(prog), before, expert_layers, s.n_instrs);
+    tp_istream_free(&s);
+    teardown_model(&f);
+}
+END_TEST
+
 /* Without the build's groups (q/k/v and gate/up apart) a norm has three or two reading calls and stays alone, the
  * GLU stays alone; the attention and the residual adds still join, and the stream still runs right. */
 START_TEST(test_decode_joins_without_groups) {
@@ -260,6 +314,7 @@ int main(void) {
     tcase_add_test(t, test_missing_wait_fails);
     tcase_add_test(t, test_decode_joins);
     tcase_add_test(t, test_decode_joins_without_groups);
+    tcase_add_test(t, test_expert_joins);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

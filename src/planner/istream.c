@@ -301,15 +301,21 @@ int tp_istream_decode_joins(tp_program *prog, const tp_graph *g) {
         tp_program_join(prog, h, c);
         joins++;
     }
-    /* RoPE (queries), RoPE + KV append (keys), the KV attention: one call in the earliest slot */
+    /* RoPE (queries), RoPE + KV append (keys), the KV attention: one call in the earliest slot; a pipeline's masked
+     * attention likewise with the RoPE of its queries and of its own keys (pi0's expert: the prefix's K, V and the
+     * valid count are inputs, the rotated k its second operand) */
     for (int a = 0; a < g->n_ops; a++) {
-        if (!alone(prog, g, a, TP_OP_KV_ATTENTION)) continue;
+        const int masked = alone(prog, g, a, TP_OP_MASKED_ATTENTION);
+        if (!alone(prog, g, a, TP_OP_KV_ATTENTION) && !masked) continue;
         int parts[4], n = 0;
         const int q = g->values[g->ops[a].in[0]].producer, kv = g->values[g->ops[a].in[1]].producer;
         if (q >= 0 && g->ops[q].kind == TP_OP_ROPE && sole_reader(prog, g, prog->op_call[q]) == a &&
             alone(prog, g, prog->op_call[q], TP_OP_ROPE))
             parts[n++] = prog->op_call[q];
-        if (kv >= 0 && g->ops[kv].kind == TP_OP_KV_APPEND) {
+        if (masked && kv >= 0 && kv != q && g->ops[kv].kind == TP_OP_ROPE &&
+            sole_reader(prog, g, prog->op_call[kv]) == a && alone(prog, g, prog->op_call[kv], TP_OP_ROPE))
+            parts[n++] = prog->op_call[kv];
+        if (!masked && kv >= 0 && g->ops[kv].kind == TP_OP_KV_APPEND) {
             const int ck = prog->op_call[kv];
             const int k = g->values[g->ops[kv].in[0]].producer;
             if (k >= 0 && g->ops[k].kind == TP_OP_ROPE && prog->op_call[k] != ck &&

@@ -73,8 +73,9 @@ tp_status tp_istream_build(const tp_program *prog, const tp_graph *g, int n_sms,
  * dependency hops a layer: every RMSNorm and the last-token copy of a one-token step (T = 1) join the one call that
  * reads them when that call holds a LINEAR (the norm becomes the GEMV's prologue, recomputed by every instruction
  * from the row in L2); the queries' RoPE, the keys' RoPE and the KV append join their KV attention (each attention
- * instruction rotates what it reads); a residual ADD alone in its call joins the LINEAR call it reads. Returns the
- * number of joins. */
+ * instruction rotates what it reads), and a pipeline's masked attention likewise takes the RoPE of its queries and
+ * keys (pi0's expert layer: five calls as a decoder layer's); a residual ADD alone in its call joins the LINEAR call
+ * it reads. Returns the number of joins. */
 int tp_istream_decode_joins(tp_program *prog, const tp_graph *g);
 void tp_istream_free(tp_istream *s);
 
