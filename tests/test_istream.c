@@ -59,6 +59,20 @@ static void teardown_model(fixture *f) {
     tp_params_free(&f->p);
 }
 
+/* prog's stream on sms SMs (16 rows an instruction, no cuts) runs right under 20 random interleavings; returns its
+ * instruction count */
+static int simulate_ok(const tp_program *prog, const tp_graph *g, int sms) {
+    tp_istream s;
+    tp_error e = {0};
+    ck_assert_msg(tp_istream_build(prog, g, sms, 16, NULL, &s, &e) == TP_OK, "%s", e.msg);
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        ck_assert_msg(tp_istream_simulate(&s, prog, g, seed, &e) == TP_OK, "seed %llu: %s", (unsigned long long)seed,
+                      e.msg);
+    const int n = s.n_instrs;
+    tp_istream_free(&s);
+    return n;
+}
+
 /* Every call's instructions: parts 0 .. n - 1 in order, features tiling [0, width) for a cut call; the queues a
  * permutation of the instructions, each queue increasing. */
 static void check_layout(const tp_istream *s, const fixture *f) {
@@ -262,15 +276,9 @@ START_TEST(test_expert_joins) {
         expert_layers++;
     }
     ck_assert_int_gt(expert_layers, 0);
-    tp_istream s;
-    tp_error e = {0};
-    ck_assert_msg(tp_istream_build(prog, &f.g, 7, 16, NULL, &s, &e) == TP_OK, "%s", e.msg);
-    for (uint64_t seed = 1; seed <= 20; seed++)
-        ck_assert_msg(tp_istream_simulate(&s, prog, &f.g, seed, &e) == TP_OK, "seed %llu: %s",
-                      (unsigned long long)seed, e.msg);
+    const int instrs = simulate_ok(prog, &f.g, 7);
     printf("pi0-small joined: %d calls (from %d), %d expert layer-steps of 5 calls, %d instructions\n",
-           tp_program_n_calls(prog), before, expert_layers, s.n_instrs);
-    tp_istream_free(&s);
+           tp_program_n_calls(prog), before, expert_layers, instrs);
     teardown_model(&f);
 }
 END_TEST
@@ -294,13 +302,7 @@ START_TEST(test_decode_joins_without_groups) {
             ck_assert_int_ge(tp_program_first(prog, &f.g, prog->op_call[i], TP_OP_ROPE), 0);
     }
     ck_assert_int_lt(tp_program_n_calls(prog), before);
-    tp_istream s;
-    tp_error e = {0};
-    ck_assert_msg(tp_istream_build(prog, &f.g, 5, 16, NULL, &s, &e) == TP_OK, "%s", e.msg);
-    for (uint64_t seed = 1; seed <= 20; seed++)
-        ck_assert_msg(tp_istream_simulate(&s, prog, &f.g, seed, &e) == TP_OK, "seed %llu: %s",
-                      (unsigned long long)seed, e.msg);
-    tp_istream_free(&s);
+    simulate_ok(prog, &f.g, 5);
     ck_assert_int_gt(layers, 0);
     teardown_model(&f);
 }
