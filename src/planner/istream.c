@@ -274,6 +274,28 @@ static int can_join(const tp_program *prog, int a, int b) {
     return a < b && prog->calls[a].n_ops + prog->calls[b].n_ops <= TP_CALL_MAX_OPS;
 }
 
+/* Calls parts[0 .. n) (slot order) may become one call in slot parts[0] only if every value their ops read from
+ * another call comes from a slot before parts[0]: else the joined call would read what a later slot writes, and the
+ * global order would no longer be topological (pi0's prefix: the keys' RoPE, which the expert also reads, stays in
+ * its own later slot, so the queries' RoPE may not carry the attention before it). */
+static int order_kept(const tp_program *prog, const tp_graph *g, const int *parts, int n) {
+    for (int x = 0; x < n; x++) {
+        const tp_call *c = &prog->calls[parts[x]];
+        for (int k = 0; k < c->n_ops; k++) {
+            const tp_op *op = &g->ops[c->ops[k]];
+            for (int j = 0; j < op->n_in; j++) {
+                const int pr = op->in[j] >= 0 ? g->values[op->in[j]].producer : -1;
+                if (pr < 0) continue;
+                const int pc = prog->op_call[pr];
+                int inside = 0;
+                for (int y = 0; y < n && !inside; y++) inside = pc == parts[y];
+                if (!inside && pc >= parts[0]) return 0;
+            }
+        }
+    }
+    return 1;
+}
+
 int tp_istream_decode_joins(tp_program *prog, const tp_graph *g) {
     int joins = 0;
     /* a residual ADD alone after the LINEAR call it reads (the GEMV's residual epilogue) */
@@ -332,7 +354,7 @@ int tp_istream_decode_joins(tp_program *prog, const tp_graph *g) {
             }
         int ops = 0;
         for (int x = 0; x < n; x++) ops += prog->calls[parts[x]].n_ops;
-        if (ops > TP_CALL_MAX_OPS) continue;
+        if (ops > TP_CALL_MAX_OPS || !order_kept(prog, g, parts, n)) continue;
         for (int x = 1; x < n; x++) {
             tp_program_join(prog, parts[0], parts[x]);
             joins++;

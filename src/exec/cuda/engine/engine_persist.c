@@ -12,7 +12,8 @@
  * engine's, so the argmax and the cache position work as on the graph path.
  *
  * What it takes (else TP_ERR_UNSUPPORTED naming the reason): one token a step for 1 to 8 sequences (T = 1, B <=
- * TPK_PERSIST_MAX_M), no tensor parallelism, FP16 or BF16 activations and weights or weight-only FP8 (E4M3 weights, FP16 activations), a
+ * TPK_PERSIST_MAX_M), no tensor parallelism, FP16 or BF16 activations and weights, or FP8 weights (E4M3, per-tensor
+ * scales) with FP16 activations, weight-only or W8A8 (x rounded to E4M3 under its calibrated scale as it is read), a
  * 16-bit KV cache, head dims 64, 128 or 256, the q/k/v and gate/up linears as sibling groups (--gemv-groups), K a
  * multiple of 8 (a linear whose B rows of x do not fit in shared memory streams K in chunks, which an RMSNorm
  * prologue or a GLU epilogue cannot), compute capability 9.0 or later. C11. */

@@ -287,10 +287,12 @@ __device__ __forceinline__ uint4 load_a(const unsigned char *row, int kb) {
         return *reinterpret_cast<const uint4 *>(row + 2 * kb);
     }
 }
-/* weight row n's scale (E4M3: channel x tensor, gemv.h's scale_n; W8A8: times x's scale), 1 for 16-bit weights */
-__device__ __forceinline__ float row_scale(const tpk_pcall *c, size_t n) {
-    if (c->wfmt != TPK_PW_E4M3) return 1.0f;
-    return (c->wcs ? __ldg(c->wcs + n) : 1.0f) * (c->wts ? __ldg(c->wts) : 1.0f) * (c->xsc ? __ldg(c->xsc) : 1.0f);
+/* row n's sum times its scales (E4M3: channel x tensor, then W8A8's x scale, in gemv.cu's order: gemv.h's scale_n);
+ * 16-bit weights: the sum */
+__device__ __forceinline__ float row_scaled(const tpk_pcall *c, size_t n, float v) {
+    if (c->wfmt != TPK_PW_E4M3) return v;
+    v *= (c->wcs ? __ldg(c->wcs + n) : 1.0f) * (c->wts ? __ldg(c->wts) : 1.0f);
+    return c->xsc ? v * __ldg(c->xsc) : v;
 }
 
 template <class T, int W8, int MB>
@@ -355,7 +357,7 @@ __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, int j, con
             const int jj = M == 1 ? e : e / M, m = e - jj * M;
             float gs = 0.0f, us = 0.0f;
             for (int w = 0; w < kWarps; w++) gs += red[(w * 32 + jj) * RS + m], us += red[(w * 32 + nc + jj) * RS + m];
-            if (W8) gs *= row_scale(c, (size_t)gate0 + r0 + jj), us *= row_scale(c, (size_t)up0 + r0 + jj);
+            if (W8) gs = row_scaled(c, (size_t)gate0 + r0 + jj, gs), us = row_scaled(c, (size_t)up0 + r0 + jj, us);
             if (bias) gs += ld1(bias, (size_t)gate0 + r0 + jj), us += ld1(bias, (size_t)up0 + r0 + jj);
             const float av = epi == TPK_PE_GLU_SILU ? tpk_glu_act<0>(gs) : tpk_glu_act<1>(gs);
             st1(y, (size_t)m * N + r0 + jj, av * us);
@@ -384,7 +386,7 @@ __device__ void gemv_tile(const tpk_pcall *c, int r0, int nc, int e0, int j, con
             while (k < n_mem - 1 && (int)n >= off + c->mem_n[k]) off += c->mem_n[k++];
             o = (size_t)M * off + (size_t)m * c->mem_n[k] + (n - off);
         }
-        if (W8) v *= row_scale(c, n);
+        if (W8) v = row_scaled(c, n, v);
         if (pre) {
             if (bias) v += eb[e0 + jj];
             if (epi == TPK_PE_RES) v += er[e0 + jj];
