@@ -215,6 +215,11 @@ tp_status tpe_alloc_activations(tp_engine *e, tp_error *err);
  * with its fusion (gemv.h: a GLU epilogue; NULL: none). tpe_find_groups: the sibling groups of e's plan, or of
  * `layout` (tp_engine_options.group_layout) where it stores every member alike. */
 void tpe_find_groups(tp_engine *e, const tp_plan *layout);
+/* An FP8 (E4M3, weight-only or W8A8) or NVFP4 group's per-row scales (n fp32 on the device, into e->group_cs[lead]
+ * once): member j's per-tensor scale or s2 over its rows; nothing for other groups. The graph path's group GEMV
+ * (chosen in engine_select.c) and the persistent step (engine_persist.c, any batch) read them. Errors: TP_ERR_OOM,
+ * TP_ERR_CUDA. */
+tp_status tpe_group_scales(tp_engine *e, int lead, int64_t n, tp_error *err);
 tp_status tpe_upload_groups(tp_engine *e, tp_error *err);
 void tpe_group_pins(const tp_engine *e, unsigned char *pinned);
 tp_status tpe_alloc_group_outputs(tp_engine *e, tp_error *err);

@@ -565,6 +565,23 @@ done:
  * their tensor scale (one fp32 multiply of the sum). Weight-only NVFP4 members likewise: E2M1 codes one after the
  * other, UE4M3 block scales one after the other, each member's s2 over its rows (tpk_gemv_nvfp4_rows). */
 
+tp_status tpe_group_scales(tp_engine *e, int lead, int64_t n, tp_error *err) {
+    const tp_graph *g = e->g;
+    if ((e->plan->value_dt[g->ops[lead].in[1]] != TP_E4M3 && !tpe_fp4_group(e, lead)) || tpe_b128_group(e, lead) ||
+        e->group_cs[lead])
+        return TP_OK;
+    float *h = malloc(sizeof(float) * (size_t)n);
+    if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
+    int64_t r = 0;
+    for (int j = lead; j >= 0; j = e->group_next[j])
+        for (int64_t k = 0; k < g->ops[j].gemm_n; k++) h[r++] = e->wglobal[g->ops[j].in[1]];
+    tp_status st = tpe_dev_alloc(e, sizeof(float) * (size_t)n, (void **)&e->group_cs[lead], g->ops[lead].layer, err);
+    if (!st && cudaMemcpy(e->group_cs[lead], h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group scales", g->ops[lead].layer);
+    free(h);
+    return st;
+}
+
 void tpe_find_groups(tp_engine *e, const tp_plan *layout) {
     const tp_graph *g = e->g;
     tp_plan_sibling_groups(g, layout ? layout : e->plan, e->group_lead, e->group_next);

@@ -96,28 +96,6 @@ static int only_reader(const tp_graph *g, int v, int h) {
     return v != g->output;
 }
 
-/* Per-row scales of an E4M3 group (each member's per-tensor scale over its rows, as engine_select.c's group_scales
- * makes them for the graph path's group GEMV, which only batch 1 runs), uploaded into *out. */
-static tp_status persist_group_scales(pk_ctx *x, int lead, int64_t n, const float **out) {
-    tp_engine *e = x->e;
-    const tp_graph *g = x->g;
-    if (e->group_cs && e->group_cs[lead]) {
-        *out = e->group_cs[lead];
-        return TP_OK;
-    }
-    float *h = malloc(sizeof(float) * (size_t)n), *d = NULL;
-    if (!h) return tp_fail(x->err, TP_ERR_OOM, "out of host memory");
-    int64_t r = 0;
-    for (int j = lead; j >= 0; j = e->group_next[j])
-        for (int64_t k = 0; k < g->ops[j].gemm_n; k++) h[r++] = e->wglobal[g->ops[j].in[1]];
-    tp_status st = tpe_dev_alloc(e, sizeof(float) * (size_t)n, (void **)&d, "the persistent step's group scales", x->err);
-    if (!st && cudaMemcpy(d, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
-        st = tp_fail(x->err, TP_ERR_CUDA, "uploading %s's group scales", g->ops[lead].layer);
-    free(h);
-    *out = d;
-    return st;
-}
-
 /* Batches of several sequences: the graph path runs q/k/v and gate/up as separate linears there (its group GEMV is
  * batch 1), so the persistent step's copy of the program merges every sibling group laid out for one GEMV into one
  * call, and the GLU that reads two of its members into that call (its epilogue), as the graph path's program has
@@ -198,8 +176,9 @@ static tp_status gemv_call(pk_ctx *x, int head, tpk_pcall *c, tp_istream_cut *cu
     if (w8) {
         c->wfmt = TPK_PW_E4M3;
         if (n_lin > 1) {
-            tp_status st = persist_group_scales(x, lin, width, &c->wcs);
+            tp_status st = tpe_group_scales(x->e, lin, width, x->err);
             if (st) return st;
+            c->wcs = e->group_cs[lin];
         } else {
             c->wts = e->d_scales + SCALE_SLOT * wv;
         }

@@ -64,25 +64,6 @@ fail:
 
 /* ---- sibling linears as one GEMV (engine_memory.c, "sibling linears"): chosen by time ------------------ */
 
-/* A weight-only FP8 or NVFP4 group's per-row scales (N fp32 on the device): member j's per-tensor scale or s2
- * over its rows. */
-static tp_status group_scales(tp_engine *e, int lead, int64_t n, tp_error *err) {
-    const tp_graph *g = e->g;
-    if ((e->plan->value_dt[g->ops[lead].in[1]] != TP_E4M3 && !tpe_fp4_group(e, lead)) || tpe_b128_group(e, lead) ||
-        e->group_cs[lead])
-        return TP_OK;
-    float *h = malloc(sizeof(float) * (size_t)n);
-    if (!h) return tp_fail(err, TP_ERR_OOM, "out of host memory");
-    int64_t r = 0;
-    for (int j = lead; j >= 0; j = e->group_next[j])
-        for (int64_t k = 0; k < g->ops[j].gemm_n; k++) h[r++] = e->wglobal[g->ops[j].in[1]];
-    tp_status st = tpe_dev_alloc(e, sizeof(float) * (size_t)n, (void **)&e->group_cs[lead], g->ops[lead].layer, err);
-    if (!st && cudaMemcpy(e->group_cs[lead], h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
-        st = tp_fail(err, TP_ERR_CUDA, "uploading %s's group scales", g->ops[lead].layer);
-    free(h);
-    return st;
-}
-
 /* The group of leader `lead` as one call of kind `kind` (TP_CALL_GEMV_GROUP or TP_CALL_GEMM_SM90_GROUP; on: its
  * members join the leader's call, the leader's own kind kept in *own), or the members' own calls again (off: each of
  * the kind it had, the leader *own). */
@@ -136,7 +117,7 @@ static tp_status try_group(tp_engine *e, int lead, int64_t n, tp_call_kind kind,
                            tp_status (*time_op)(tp_engine *, int, double *, tp_error *), tp_error *err) {
     const tp_graph *g = e->g;
     const int gemm = kind == TP_CALL_GEMM_SM90_GROUP;
-    tp_status st = group_scales(e, lead, n, err);
+    tp_status st = tpe_group_scales(e, lead, n, err);
     if (st) return st;
     double together = 0;
     tp_error eg;
@@ -191,7 +172,7 @@ static tp_status choose_gemm_group(tp_engine *e, int lead, int64_t n,
 /* Group `lead` (gemm_group_ready) as one GEMM, as given (an engine file's choice) */
 static tp_status set_gemm_group(tp_engine *e, int lead, int64_t n, tp_error *err) {
     const tp_graph *g = e->g;
-    tp_status st = group_scales(e, lead, n, err);
+    tp_status st = tpe_group_scales(e, lead, n, err);
     if (st) return st;
     tp_call_kind own;
     group_set(e, lead, 1, TP_CALL_GEMM_SM90_GROUP, &own);
@@ -232,7 +213,7 @@ tp_status tpe_choose_groups(tp_engine *e, const int *given, int cublaslt_only,
                            "kernel does not take them here", g->ops[i].layer);
         if (e->group_lead[i] != i || !tpe_group_ready(e, i, &n)) continue;
         if (e->groups_mode == 1) { /* wherever the layout allows */
-            tp_status st = group_scales(e, i, n, err);
+            tp_status st = tpe_group_scales(e, i, n, err);
             if (st) return st;
             tp_call_kind own;
             group_set(e, i, 1, TP_CALL_GEMV_GROUP, &own);
